@@ -1,0 +1,18 @@
+//! The worker Lambda function: processes SQS batches with partial batch responses.
+//!
+//! Configuration comes from `WORKER_*` environment variables (see `sqs_worker::config`).
+//! Everything expensive (HTTP client, connection pool) is built once, before the first
+//! invocation, and reused.
+
+use lambda_runtime::{run, service_fn, Error, LambdaEvent};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    sqs_worker::telemetry::init();
+    let worker = sqs_worker::worker::default_worker_from_env()?;
+    let worker = &worker;
+    run(service_fn(move |event: LambdaEvent<_>| async move {
+        worker.handle(event).await
+    }))
+    .await
+}

@@ -1,0 +1,540 @@
+//! The batch engine: turns an `SqsEvent` and a deadline into a valid `SqsBatchResponse`.
+//!
+//! Every record ends as exactly one [`Disposition`] (DESIGN §2.1): done, skipped, returned
+//! for retry, dead-lettered, or not started. Only done, skipped and *successfully*
+//! dead-lettered records are acknowledged; everything else is listed in
+//! `batchItemFailures` by its message id.
+//!
+//! Standard queues run records concurrently up to a limit. FIFO queues run them in order
+//! and, after a failure, report the later records unprocessed, either all of them or (with
+//! `skip_group_on_error`) only those of the failed message group (DESIGN §2.6).
+
+use std::collections::{BTreeMap, HashSet};
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use futures::StreamExt;
+use serde::Serialize;
+
+use crate::dead_letter::{DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo};
+use crate::error::{ErrorClass, ProcessError};
+use crate::item::{is_fifo_arn, ItemParser, WorkItem};
+use crate::processor::{Outcome, Processor};
+use crate::retry::{run_with_retry, AttemptFailure, Deadline, RetryPolicy, StopReason};
+use crate::signature::error_signature;
+
+/// How the engine treats a batch.
+#[derive(Debug, Clone)]
+pub struct BatchConfig {
+    /// How records become work items.
+    pub parser: ItemParser,
+    /// In-invocation retries.
+    pub retry: RetryPolicy,
+    /// Records processed at once on standard queues (FIFO is always sequential).
+    pub concurrency: usize,
+    /// The source queue's `maxReceiveCount`; `None` leaves exhausted retries to SQS.
+    pub max_receive_count: Option<u32>,
+    /// Dead-letter this many deliveries before the last one SQS would make.
+    pub receive_budget_margin: u32,
+    /// FIFO: after a failure, hold back only that message group instead of the whole rest.
+    pub skip_group_on_error: bool,
+}
+
+impl Default for BatchConfig {
+    fn default() -> Self {
+        BatchConfig {
+            parser: ItemParser::default(),
+            retry: RetryPolicy::default(),
+            concurrency: 10,
+            max_receive_count: None,
+            receive_budget_margin: 0,
+            skip_group_on_error: false,
+        }
+    }
+}
+
+/// Why a record was not started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotStartedReason {
+    /// Too little time was left before the invocation's deadline.
+    Deadline,
+    /// FIFO: an earlier record in the batch failed.
+    FifoShortCircuit,
+    /// FIFO with `skip_group_on_error`: an earlier record of the same group failed.
+    FifoGroupFailed,
+}
+
+/// How one record ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "disposition", rename_all = "snake_case")]
+pub enum Disposition {
+    /// Processed; acknowledged.
+    Done,
+    /// Nothing to do; acknowledged.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+    /// A retryable failure within the receive budget; reported, SQS redelivers.
+    RetryLater {
+        /// Class of the last error.
+        class: ErrorClass,
+    },
+    /// Persisted to the dead-letter store; acknowledged.
+    DeadLettered {
+        /// Class of the final error.
+        class: ErrorClass,
+        /// Why it was dead-lettered.
+        reason: DeadLetterReason,
+    },
+    /// Should have been dead-lettered but the store failed; reported, SQS redelivers.
+    DeadLetterFailed {
+        /// Class of the record's own error.
+        class: ErrorClass,
+        /// The store's error.
+        sink_error: String,
+    },
+    /// Never started; reported, SQS redelivers.
+    NotStarted {
+        /// Why.
+        reason: NotStartedReason,
+    },
+}
+
+impl Disposition {
+    /// Whether the record must be listed in `batchItemFailures`.
+    pub fn is_reported(&self) -> bool {
+        matches!(
+            self,
+            Disposition::RetryLater { .. }
+                | Disposition::DeadLetterFailed { .. }
+                | Disposition::NotStarted { .. }
+        )
+    }
+}
+
+/// How one record ended, with its ids.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordReport {
+    /// SQS message id.
+    pub message_id: String,
+    /// Item id (the message id when none was found).
+    pub item_id: String,
+    /// Attempts made in this invocation.
+    pub attempts: u32,
+    /// The end state.
+    #[serde(flatten)]
+    pub disposition: Disposition,
+}
+
+/// Totals for one batch; they add up to `records`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct BatchCounts {
+    /// Records in the event.
+    pub records: usize,
+    /// Processed.
+    pub done: usize,
+    /// Nothing to do.
+    pub skipped: usize,
+    /// Returned for retry.
+    pub retry_later: usize,
+    /// Persisted to the dead-letter store.
+    pub dead_lettered: usize,
+    /// Dead-lettering failed; returned for retry.
+    pub dead_letter_failed: usize,
+    /// Not started (deadline or FIFO).
+    pub not_started: usize,
+    /// Failures by error class (retry-later, dead-lettered and dead-letter-failed records).
+    pub by_class: BTreeMap<ErrorClass, usize>,
+}
+
+impl BatchCounts {
+    /// Records listed in `batchItemFailures`.
+    pub fn reported(&self) -> usize {
+        self.retry_later + self.dead_letter_failed + self.not_started
+    }
+}
+
+/// The outcome of a batch: one report per record, in event order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchReport {
+    /// One entry per record, in the event's order.
+    pub records: Vec<RecordReport>,
+}
+
+impl BatchReport {
+    /// The response Lambda expects: the reported records' message ids; empty on full success.
+    pub fn response(&self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for record in self.records.iter().filter(|r| r.disposition.is_reported()) {
+            response.add_failure(record.message_id.clone());
+        }
+        response
+    }
+
+    /// Totals by disposition and class.
+    pub fn counts(&self) -> BatchCounts {
+        let mut counts = BatchCounts {
+            records: self.records.len(),
+            ..BatchCounts::default()
+        };
+        for record in &self.records {
+            let class = match &record.disposition {
+                Disposition::Done => {
+                    counts.done += 1;
+                    None
+                }
+                Disposition::Skipped { .. } => {
+                    counts.skipped += 1;
+                    None
+                }
+                Disposition::RetryLater { class } => {
+                    counts.retry_later += 1;
+                    Some(*class)
+                }
+                Disposition::DeadLettered { class, .. } => {
+                    counts.dead_lettered += 1;
+                    Some(*class)
+                }
+                Disposition::DeadLetterFailed { class, .. } => {
+                    counts.dead_letter_failed += 1;
+                    Some(*class)
+                }
+                Disposition::NotStarted { .. } => {
+                    counts.not_started += 1;
+                    None
+                }
+            };
+            if let Some(class) = class {
+                *counts.by_class.entry(class).or_default() += 1;
+            }
+        }
+        counts
+    }
+}
+
+/// A batch that cannot be answered record by record.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum BatchError {
+    /// A record without a message id cannot be listed in `batchItemFailures`, so the only
+    /// safe answer is to fail the whole invocation (SQS redelivers every record).
+    #[error("record {index} of the batch has no messageId; failing the invocation so that no record is lost")]
+    MissingMessageId {
+        /// Position of the record in the event.
+        index: usize,
+    },
+}
+
+/// Where a record stands after processing, before any dead-lettering.
+enum Step {
+    Final(RecordReport),
+    DeadLetter(Box<DeadLetterCandidate>, u32),
+}
+
+/// Runs a processor over batches with the semantics above.
+#[derive(Debug)]
+pub struct BatchProcessor<P, S> {
+    processor: P,
+    sink: S,
+    config: BatchConfig,
+}
+
+impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
+    /// An engine for `processor`, dead-lettering into `sink`.
+    pub fn new(processor: P, sink: S, config: BatchConfig) -> Self {
+        BatchProcessor {
+            processor,
+            sink,
+            config,
+        }
+    }
+
+    /// The engine's configuration.
+    pub fn config(&self) -> &BatchConfig {
+        &self.config
+    }
+
+    /// The processor, e.g. for a redrive that reprocesses items in place.
+    pub fn processor(&self) -> &P {
+        &self.processor
+    }
+
+    /// Processes a batch. Fails as a whole only when a record has no message id.
+    pub async fn process_batch(
+        &self,
+        event: SqsEvent,
+        deadline: Deadline,
+        invocation: &InvocationInfo,
+    ) -> Result<BatchReport, BatchError> {
+        let mut records = Vec::with_capacity(event.records.len());
+        for (index, mut msg) in event.records.into_iter().enumerate() {
+            match msg.message_id.take().filter(|id| !id.is_empty()) {
+                Some(id) => records.push((id, msg)),
+                None => return Err(BatchError::MissingMessageId { index }),
+            }
+        }
+        let fifo = records
+            .first()
+            .and_then(|(_, m)| m.event_source_arn.as_deref())
+            .is_some_and(is_fifo_arn);
+        let reports = if fifo {
+            self.process_fifo(records, &deadline, invocation).await
+        } else {
+            self.process_standard(records, &deadline, invocation).await
+        };
+        Ok(BatchReport { records: reports })
+    }
+
+    async fn process_standard(
+        &self,
+        records: Vec<(String, SqsMessage)>,
+        deadline: &Deadline,
+        invocation: &InvocationInfo,
+    ) -> Vec<RecordReport> {
+        let count = records.len();
+        let mut steps: Vec<(usize, Step)> =
+            futures::stream::iter(records.into_iter().enumerate())
+                .map(|(index, (id, msg))| async move {
+                    (index, self.run_record(id, msg, deadline).await)
+                })
+                .buffer_unordered(self.config.concurrency.max(1))
+                .collect()
+                .await;
+        steps.sort_by_key(|(index, _)| *index);
+
+        let mut reports: Vec<Option<RecordReport>> = vec![None; count];
+        let mut candidates = Vec::new();
+        let mut candidate_slots = Vec::new();
+        for (index, step) in steps {
+            match step {
+                Step::Final(report) => reports[index] = Some(report),
+                Step::DeadLetter(candidate, attempts) => {
+                    candidates.push(*candidate);
+                    candidate_slots.push((index, attempts));
+                }
+            }
+        }
+        if !candidates.is_empty() {
+            let results = self.sink.dead_letter(&candidates, invocation).await;
+            for (n, (candidate, (index, attempts))) in
+                candidates.iter().zip(candidate_slots).enumerate()
+            {
+                reports[index] = Some(dead_letter_report(candidate, attempts, results.get(n)));
+            }
+        }
+        reports.into_iter().flatten().collect()
+    }
+
+    async fn process_fifo(
+        &self,
+        records: Vec<(String, SqsMessage)>,
+        deadline: &Deadline,
+        invocation: &InvocationInfo,
+    ) -> Vec<RecordReport> {
+        let mut reports = Vec::with_capacity(records.len());
+        let mut batch_failed = false;
+        let mut failed_groups: HashSet<Option<String>> = HashSet::new();
+        for (id, msg) in records {
+            let group = msg.attributes.get("MessageGroupId").cloned();
+            let held_back = if self.config.skip_group_on_error {
+                failed_groups
+                    .contains(&group)
+                    .then_some(NotStartedReason::FifoGroupFailed)
+            } else {
+                batch_failed.then_some(NotStartedReason::FifoShortCircuit)
+            };
+            let report = match held_back {
+                Some(reason) => not_started(id, &msg, reason, &self.config.parser),
+                None => match self.run_record(id, msg, deadline).await {
+                    Step::Final(report) => report,
+                    Step::DeadLetter(candidate, attempts) => {
+                        // Dead-letter at once: a dead-lettered record has left its group's
+                        // stream (as SQS's own redrive would move it), so the group goes on.
+                        let results = self
+                            .sink
+                            .dead_letter(std::slice::from_ref(&*candidate), invocation)
+                            .await;
+                        dead_letter_report(&candidate, attempts, results.first())
+                    }
+                },
+            };
+            if report.disposition.is_reported() {
+                batch_failed = true;
+                failed_groups.insert(group);
+            }
+            reports.push(report);
+        }
+        reports
+    }
+
+    /// Parses and processes one record, retrying within the invocation.
+    async fn run_record(&self, message_id: String, msg: SqsMessage, deadline: &Deadline) -> Step {
+        if !deadline.can_start() {
+            return Step::Final(not_started(
+                message_id,
+                &msg,
+                NotStartedReason::Deadline,
+                &self.config.parser,
+            ));
+        }
+        let item = match self.config.parser.parse(message_id, msg) {
+            Ok(item) => item,
+            Err(invalid) => {
+                let invalid = *invalid;
+                let failure = AttemptFailure {
+                    attempt: 1,
+                    started_at: chrono::Utc::now(),
+                    duration: std::time::Duration::ZERO,
+                    error: invalid.error.clone(),
+                };
+                return Step::DeadLetter(
+                    Box::new(DeadLetterCandidate {
+                        item: invalid.item,
+                        error: invalid.error,
+                        failures: vec![failure],
+                        reason: DeadLetterReason::Permanent,
+                    }),
+                    0,
+                );
+            }
+        };
+        let run = run_with_retry(&self.config.retry, deadline, |_| {
+            self.processor.process(&item)
+        })
+        .await;
+        let attempts =
+            u32::try_from(run.failures.len()).unwrap_or(u32::MAX) + u32::from(run.result.is_ok());
+        match run.result {
+            Ok(outcome) => Step::Final(RecordReport {
+                message_id: item.message_id,
+                item_id: item.item_id,
+                attempts,
+                disposition: match outcome {
+                    Outcome::Done => Disposition::Done,
+                    Outcome::Skipped { reason } => Disposition::Skipped { reason },
+                },
+            }),
+            Err((error, stop)) => {
+                let reason = if stop == StopReason::Permanent {
+                    Some(DeadLetterReason::Permanent)
+                } else if self.receive_budget_spent(item.receive_count) {
+                    Some(DeadLetterReason::ReceiveBudgetExhausted)
+                } else {
+                    None
+                };
+                match reason {
+                    Some(reason) => Step::DeadLetter(
+                        Box::new(DeadLetterCandidate {
+                            item,
+                            error,
+                            failures: run.failures,
+                            reason,
+                        }),
+                        attempts,
+                    ),
+                    None => {
+                        log_failure(&item, &error, "returned for retry");
+                        Step::Final(RecordReport {
+                            message_id: item.message_id,
+                            item_id: item.item_id,
+                            attempts,
+                            disposition: Disposition::RetryLater { class: error.class },
+                        })
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether this delivery is the last one SQS will make before its redrive policy moves
+    /// the message (less the configured margin).
+    fn receive_budget_spent(&self, receive_count: u32) -> bool {
+        self.config.max_receive_count.is_some_and(|max| {
+            receive_count >= max.saturating_sub(self.config.receive_budget_margin).max(1)
+        })
+    }
+}
+
+fn not_started(
+    message_id: String,
+    msg: &SqsMessage,
+    reason: NotStartedReason,
+    parser: &ItemParser,
+) -> RecordReport {
+    // The item id is only for reports here; a cheap attribute lookup, no body parsing.
+    let item_id = match &parser.id_source {
+        crate::item::ItemIdSource::MessageAttribute(name) => msg
+            .message_attributes
+            .get(name)
+            .and_then(|a| a.string_value.clone()),
+        _ => None,
+    }
+    .unwrap_or_else(|| message_id.clone());
+    RecordReport {
+        message_id,
+        item_id,
+        attempts: 0,
+        disposition: Disposition::NotStarted { reason },
+    }
+}
+
+fn dead_letter_report(
+    candidate: &DeadLetterCandidate,
+    attempts: u32,
+    result: Option<&Result<(), ProcessError>>,
+) -> RecordReport {
+    let item = &candidate.item;
+    let class = candidate.error.class;
+    let disposition = match result {
+        Some(Ok(())) => {
+            log_failure(item, &candidate.error, "dead-lettered");
+            Disposition::DeadLettered {
+                class,
+                reason: candidate.reason,
+            }
+        }
+        Some(Err(sink_error)) => {
+            tracing::error!(
+                message_id = %item.message_id,
+                item_id = %item.item_id,
+                error_class = %class,
+                sink_error = %sink_error,
+                "dead-lettering failed; record returned to the queue"
+            );
+            Disposition::DeadLetterFailed {
+                class,
+                sink_error: sink_error.to_string(),
+            }
+        }
+        None => {
+            tracing::error!(
+                message_id = %item.message_id,
+                "dead-letter store returned no result for the record; returned to the queue"
+            );
+            Disposition::DeadLetterFailed {
+                class,
+                sink_error: "dead-letter store returned no result".to_string(),
+            }
+        }
+    };
+    RecordReport {
+        message_id: item.message_id.clone(),
+        item_id: item.item_id.clone(),
+        attempts,
+        disposition,
+    }
+}
+
+/// Logs a failed record with ids, class and signature; never the body (DESIGN §2.9).
+fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
+    tracing::warn!(
+        message_id = %item.message_id,
+        item_id = %item.item_id,
+        receive_count = item.receive_count,
+        body_bytes = item.body.len(),
+        error_class = %error.class,
+        error_signature = %error_signature(error.class, &error.message),
+        error = %error,
+        "record failed: {outcome}"
+    );
+}

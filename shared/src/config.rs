@@ -1,0 +1,352 @@
+//! Worker configuration from environment variables, validated all at once: every missing
+//! or malformed variable is named in one error, with the form it expects.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::batch::BatchConfig;
+use crate::item::{BodyFormat, ItemIdSource, ItemParser};
+use crate::processor::HttpDeliveryConfig;
+use crate::retry::{Jitter, RetryPolicy};
+
+/// Every variable the worker reads, with its meaning; the infra template must set the same set.
+pub const WORKER_ENV_VARS: &[(&str, &str)] = &[
+    (
+        DOWNSTREAM_URL,
+        "required; http(s) URL each item body is POSTed to",
+    ),
+    (
+        DOWNSTREAM_TIMEOUT_MS,
+        "per-request timeout in ms (default 10000)",
+    ),
+    (
+        DOWNSTREAM_CONTENT_TYPE,
+        "Content-Type of the POST (default application/json)",
+    ),
+    (
+        ITEM_ID_SOURCE,
+        "message-id | pointer:/json/pointer | attribute:Name (default message-id)",
+    ),
+    (BODY_FORMAT, "json | text (default json)"),
+    (
+        MAX_CONCURRENCY,
+        "records processed at once, 1-1000 (default 10)",
+    ),
+    (
+        MAX_RECEIVE_COUNT,
+        "source queue maxReceiveCount, 1-1000 (unset: leave exhausted retries to SQS)",
+    ),
+    (
+        RECEIVE_BUDGET_MARGIN,
+        "dead-letter this many deliveries early (default 0)",
+    ),
+    (
+        RETRY_MAX_ATTEMPTS,
+        "attempts per record per invocation, 1-20 (default 3)",
+    ),
+    (
+        RETRY_BASE_DELAY_MS,
+        "first backoff delay in ms (default 100)",
+    ),
+    (RETRY_MAX_DELAY_MS, "backoff cap in ms (default 2000)"),
+    (
+        RETRY_UNKNOWN_ERRORS,
+        "true | false: retry errors of class unknown (default false)",
+    ),
+    (
+        DEADLINE_MARGIN_MS,
+        "stop starting records this long before the deadline (default 2000)",
+    ),
+    (
+        SKIP_GROUP_ON_ERROR,
+        "true | false: FIFO holds back only the failed group (default false)",
+    ),
+];
+
+/// `WORKER_DOWNSTREAM_URL`
+pub const DOWNSTREAM_URL: &str = "WORKER_DOWNSTREAM_URL";
+/// `WORKER_DOWNSTREAM_TIMEOUT_MS`
+pub const DOWNSTREAM_TIMEOUT_MS: &str = "WORKER_DOWNSTREAM_TIMEOUT_MS";
+/// `WORKER_DOWNSTREAM_CONTENT_TYPE`
+pub const DOWNSTREAM_CONTENT_TYPE: &str = "WORKER_DOWNSTREAM_CONTENT_TYPE";
+/// `WORKER_ITEM_ID_SOURCE`
+pub const ITEM_ID_SOURCE: &str = "WORKER_ITEM_ID_SOURCE";
+/// `WORKER_BODY_FORMAT`
+pub const BODY_FORMAT: &str = "WORKER_BODY_FORMAT";
+/// `WORKER_MAX_CONCURRENCY`
+pub const MAX_CONCURRENCY: &str = "WORKER_MAX_CONCURRENCY";
+/// `WORKER_MAX_RECEIVE_COUNT`
+pub const MAX_RECEIVE_COUNT: &str = "WORKER_MAX_RECEIVE_COUNT";
+/// `WORKER_RECEIVE_BUDGET_MARGIN`
+pub const RECEIVE_BUDGET_MARGIN: &str = "WORKER_RECEIVE_BUDGET_MARGIN";
+/// `WORKER_RETRY_MAX_ATTEMPTS`
+pub const RETRY_MAX_ATTEMPTS: &str = "WORKER_RETRY_MAX_ATTEMPTS";
+/// `WORKER_RETRY_BASE_DELAY_MS`
+pub const RETRY_BASE_DELAY_MS: &str = "WORKER_RETRY_BASE_DELAY_MS";
+/// `WORKER_RETRY_MAX_DELAY_MS`
+pub const RETRY_MAX_DELAY_MS: &str = "WORKER_RETRY_MAX_DELAY_MS";
+/// `WORKER_RETRY_UNKNOWN_ERRORS`
+pub const RETRY_UNKNOWN_ERRORS: &str = "WORKER_RETRY_UNKNOWN_ERRORS";
+/// `WORKER_DEADLINE_MARGIN_MS`
+pub const DEADLINE_MARGIN_MS: &str = "WORKER_DEADLINE_MARGIN_MS";
+/// `WORKER_SKIP_GROUP_ON_ERROR`
+pub const SKIP_GROUP_ON_ERROR: &str = "WORKER_SKIP_GROUP_ON_ERROR";
+
+/// One bad variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// The variable's name.
+    pub variable: String,
+    /// What is wrong and what form is expected.
+    pub problem: String,
+}
+
+/// All problems found in the environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Every bad or missing variable.
+    pub problems: Vec<ConfigProblem>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid configuration ({} problem(s))",
+            self.problems.len()
+        )?;
+        for p in &self.problems {
+            write!(f, "; {}: {}", p.variable, p.problem)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads variables and collects every problem instead of stopping at the first.
+pub struct EnvReader<'a> {
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    problems: Vec<ConfigProblem>,
+}
+
+impl<'a> EnvReader<'a> {
+    /// A reader over any lookup (tests pass a map; production passes `std::env::var`).
+    pub fn new(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        EnvReader {
+            lookup,
+            problems: Vec::new(),
+        }
+    }
+
+    /// Notes a problem with `variable`.
+    pub fn problem(&mut self, variable: &str, problem: impl Into<String>) {
+        self.problems.push(ConfigProblem {
+            variable: variable.to_string(),
+            problem: problem.into(),
+        });
+    }
+
+    fn raw(&self, variable: &str) -> Option<String> {
+        (self.lookup)(variable)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// A required variable parsed with `FromStr`.
+    pub fn required<T: FromStr>(&mut self, variable: &str, expected: &str) -> Option<T>
+    where
+        T::Err: fmt::Display,
+    {
+        match self.raw(variable) {
+            Some(_) => self.optional(variable, expected),
+            None => {
+                self.problem(variable, format!("is not set; expected {expected}"));
+                None
+            }
+        }
+    }
+
+    /// An optional variable parsed with `FromStr`; `None` when unset or bad (bad is noted).
+    pub fn optional<T: FromStr>(&mut self, variable: &str, expected: &str) -> Option<T>
+    where
+        T::Err: fmt::Display,
+    {
+        let raw = self.raw(variable)?;
+        match raw.parse::<T>() {
+            Ok(value) => Some(value),
+            Err(e) => {
+                self.problem(
+                    variable,
+                    format!("{raw:?} is not valid ({e}); expected {expected}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// An optional integer that must lie in `range`.
+    pub fn ranged(
+        &mut self,
+        variable: &str,
+        range: std::ops::RangeInclusive<u64>,
+        default: u64,
+    ) -> u64 {
+        let expected = format!("an integer from {} to {}", range.start(), range.end());
+        match self.optional::<u64>(variable, &expected) {
+            Some(v) if range.contains(&v) => v,
+            Some(v) => {
+                self.problem(
+                    variable,
+                    format!("{v} is out of range; expected {expected}"),
+                );
+                default
+            }
+            None => default,
+        }
+    }
+
+    /// An optional `true`/`false`.
+    pub fn flag(&mut self, variable: &str, default: bool) -> bool {
+        match self.raw(variable).as_deref() {
+            None => default,
+            Some("true") => true,
+            Some("false") => false,
+            Some(other) => {
+                self.problem(
+                    variable,
+                    format!("{other:?} is not valid; expected true or false"),
+                );
+                default
+            }
+        }
+    }
+
+    /// Ends reading: the problems, if any.
+    pub fn finish(self) -> Result<(), ConfigError> {
+        if self.problems.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError {
+                problems: self.problems,
+            })
+        }
+    }
+}
+
+/// Everything the worker function needs.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The HTTP delivery processor.
+    pub delivery: HttpDeliveryConfig,
+    /// The batch engine.
+    pub batch: BatchConfig,
+    /// Safety margin before the invocation deadline.
+    pub deadline_margin: Duration,
+}
+
+impl WorkerConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads any variable lookup (for tests).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let config = Self::read(&mut env);
+        env.finish()?;
+        config.ok_or_else(|| ConfigError {
+            problems: Vec::new(),
+        })
+    }
+
+    /// Reads the worker's variables into `env`, noting problems there.
+    pub fn read(env: &mut EnvReader<'_>) -> Option<Self> {
+        let url: Option<reqwest::Url> = env.required(DOWNSTREAM_URL, "an http:// or https:// URL");
+        let url = url.filter(|u| {
+            let ok = matches!(u.scheme(), "http" | "https");
+            if !ok {
+                env.problem(
+                    DOWNSTREAM_URL,
+                    format!(
+                        "scheme {:?} is not supported; expected http or https",
+                        u.scheme()
+                    ),
+                );
+            }
+            ok
+        });
+        let timeout = env.ranged(DOWNSTREAM_TIMEOUT_MS, 1..=900_000, 10_000);
+        let content_type = env
+            .optional::<String>(DOWNSTREAM_CONTENT_TYPE, "a media type")
+            .unwrap_or_else(|| "application/json".to_string());
+        let id_source = env
+            .optional::<ItemIdSource>(
+                ITEM_ID_SOURCE,
+                "message-id, pointer:/path or attribute:Name",
+            )
+            .unwrap_or(ItemIdSource::MessageId);
+        let body_format = env
+            .optional::<BodyFormat>(BODY_FORMAT, "json or text")
+            .unwrap_or(BodyFormat::Json);
+        let concurrency = env.ranged(MAX_CONCURRENCY, 1..=1000, 10);
+        let max_receive_count = env
+            .optional::<u32>(MAX_RECEIVE_COUNT, "an integer from 1 to 1000")
+            .filter(|v| {
+                let ok = (1..=1000).contains(v);
+                if !ok {
+                    env.problem(
+                        MAX_RECEIVE_COUNT,
+                        format!("{v} is out of range; expected an integer from 1 to 1000"),
+                    );
+                }
+                ok
+            });
+        let margin = env.ranged(RECEIVE_BUDGET_MARGIN, 0..=999, 0);
+        let max_attempts = env.ranged(RETRY_MAX_ATTEMPTS, 1..=20, 3);
+        let base_delay = env.ranged(RETRY_BASE_DELAY_MS, 0..=60_000, 100);
+        let max_delay = env.ranged(RETRY_MAX_DELAY_MS, 0..=300_000, 2_000);
+        if base_delay > max_delay {
+            env.problem(
+                RETRY_BASE_DELAY_MS,
+                format!("{base_delay} is larger than {RETRY_MAX_DELAY_MS} ({max_delay}); expected base <= max"),
+            );
+        }
+        let retry_unknown = env.flag(RETRY_UNKNOWN_ERRORS, false);
+        let deadline_margin = env.ranged(DEADLINE_MARGIN_MS, 0..=600_000, 2_000);
+        let skip_group_on_error = env.flag(SKIP_GROUP_ON_ERROR, false);
+        Some(WorkerConfig {
+            delivery: HttpDeliveryConfig {
+                url: url?,
+                timeout: Duration::from_millis(timeout),
+                content_type,
+            },
+            batch: BatchConfig {
+                parser: ItemParser {
+                    id_source,
+                    body_format,
+                },
+                retry: RetryPolicy {
+                    max_attempts: u32::try_from(max_attempts).unwrap_or(3),
+                    base_delay: Duration::from_millis(base_delay),
+                    max_delay: Duration::from_millis(max_delay),
+                    retry_unknown,
+                    jitter: Jitter::Full,
+                },
+                concurrency: usize::try_from(concurrency).unwrap_or(10),
+                max_receive_count,
+                receive_budget_margin: u32::try_from(margin).unwrap_or(0),
+                skip_group_on_error,
+            },
+            deadline_margin: Duration::from_millis(deadline_margin),
+        })
+    }
+
+    /// The variables and their descriptions, for `--help`-style output and drift checks.
+    pub fn documented_variables() -> BTreeMap<&'static str, &'static str> {
+        WORKER_ENV_VARS.iter().copied().collect()
+    }
+}

@@ -1,0 +1,346 @@
+//! Dead-lettering: the [`DeadLetteredItem`] record (DESIGN §5), its pure construction from a
+//! failed record, and the [`DeadLetterSink`] that persists it.
+//!
+//! A record handed to a sink is acknowledged only if the sink reports success for it
+//! (DESIGN §2.1): until then it stays in the batch response as a failure.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ErrorClass, ProcessError};
+use crate::item::WorkItem;
+use crate::retry::AttemptFailure;
+use crate::signature::error_signature;
+
+/// Why a record is being dead-lettered rather than returned for retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeadLetterReason {
+    /// The error class is permanent: retrying cannot help.
+    Permanent,
+    /// A retryable failure on the last delivery SQS would make (receive budget spent).
+    ReceiveBudgetExhausted,
+    /// The message reached the DLQ through the queue's redrive policy, with no recorded failure.
+    ExceededMaxReceiveCount,
+}
+
+/// Where this invocation runs and logs, so a failure can be traced to its logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvocationInfo {
+    /// `AWS_LAMBDA_FUNCTION_NAME`.
+    pub function_name: Option<String>,
+    /// The Lambda request id of the invocation.
+    pub request_id: Option<String>,
+    /// `AWS_LAMBDA_LOG_GROUP_NAME`.
+    pub log_group: Option<String>,
+    /// `AWS_LAMBDA_LOG_STREAM_NAME`.
+    pub log_stream: Option<String>,
+}
+
+/// A record the batch engine decided to dead-letter, with everything known about it.
+#[derive(Debug, Clone)]
+pub struct DeadLetterCandidate {
+    /// The record.
+    pub item: WorkItem,
+    /// The final error.
+    pub error: ProcessError,
+    /// Every failed attempt in this invocation, in order.
+    pub failures: Vec<AttemptFailure>,
+    /// Why it is dead-lettered now.
+    pub reason: DeadLetterReason,
+}
+
+/// Lifecycle of a dead-lettered item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    /// Waiting for an operator or redrive.
+    Dead,
+    /// Leased by a redrive run.
+    Redriving,
+    /// Reprocessed successfully; kept for audit until it expires.
+    Resolved,
+}
+
+impl ItemStatus {
+    /// The status as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Dead => "dead",
+            ItemStatus::Redriving => "redriving",
+            ItemStatus::Resolved => "resolved",
+        }
+    }
+}
+
+/// Where the item's payload lives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "storage", rename_all = "snake_case")]
+pub enum PayloadLocation {
+    /// In the record itself.
+    Inline {
+        /// The original message body.
+        body: String,
+    },
+    /// In S3, because it would make the record too large.
+    S3 {
+        /// Bucket name.
+        bucket: String,
+        /// Object key.
+        key: String,
+    },
+}
+
+/// The item's payload: where it is, how big, and its sha256 for verification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemPayload {
+    /// Where the payload is stored.
+    #[serde(flatten)]
+    pub location: PayloadLocation,
+    /// Body size in bytes.
+    pub size_bytes: u64,
+    /// sha256 of the body, 64 hex digits.
+    pub sha256: String,
+}
+
+/// One failed attempt in an item's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureDetail {
+    /// Identity of the attempt (`message id:receive count:attempt`): recording the same attempt
+    /// twice is detected by this key and does not add a second entry.
+    pub attempt_id: String,
+    /// Attempt number within its delivery (1-based).
+    pub attempt_number: u32,
+    /// `ApproximateReceiveCount` of the delivery.
+    pub receive_count: u32,
+    /// SQS message id of the delivery.
+    pub message_id: String,
+    /// When the attempt started.
+    pub timestamp: DateTime<Utc>,
+    /// Error class.
+    pub error_type: ErrorClass,
+    /// Error message.
+    pub error_message: String,
+    /// Source chain below the message.
+    #[serde(default)]
+    pub causes: Vec<String>,
+    /// Service error code, if any.
+    #[serde(default)]
+    pub error_code: Option<String>,
+    /// HTTP status, if any.
+    #[serde(default)]
+    pub http_status: Option<u16>,
+    /// The step that failed.
+    #[serde(default)]
+    pub step: Option<String>,
+    /// How long the attempt ran.
+    pub duration_ms: u64,
+    /// Function that made the attempt.
+    #[serde(default)]
+    pub function_name: Option<String>,
+    /// Lambda request id of the invocation.
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// CloudWatch log group the attempt logged to.
+    #[serde(default)]
+    pub log_group: Option<String>,
+    /// CloudWatch log stream the attempt logged to.
+    #[serde(default)]
+    pub log_stream: Option<String>,
+}
+
+/// What a redrive needs to know about where the item came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceContext {
+    /// ARN of the source queue.
+    pub queue_arn: Option<String>,
+    /// SQS message id of the latest delivery.
+    pub message_id: String,
+    /// FIFO message group.
+    pub message_group_id: Option<String>,
+    /// When the message was first sent.
+    pub sent_timestamp: Option<DateTime<Utc>>,
+    /// `ApproximateReceiveCount` of the latest delivery.
+    pub receive_count: u32,
+    /// String message attributes (binary ones are noted by name only).
+    pub message_attributes: HashMap<String, String>,
+}
+
+/// The durable record of a dead-lettered item (DESIGN §5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetteredItem {
+    /// The item's own id (partition key).
+    pub item_id: String,
+    /// The payload or a pointer to it.
+    pub payload: ItemPayload,
+    /// First failed attempt ever recorded.
+    pub first_attempt: DateTime<Utc>,
+    /// Latest failed attempt.
+    pub last_attempt: DateTime<Utc>,
+    /// Number of failed attempts in the history.
+    pub failure_count: u32,
+    /// Every failed attempt, oldest first.
+    pub failure_history: Vec<FailureDetail>,
+    /// Signature of the latest error (groups similar failures).
+    pub error_signature: String,
+    /// Class of the latest error.
+    pub error_class: ErrorClass,
+    /// Message of the latest error.
+    pub last_error: String,
+    /// Why the item was dead-lettered.
+    pub reason: DeadLetterReason,
+    /// Whether a redrive may pick it without `force`.
+    pub reprocess_eligible: bool,
+    /// Whether a human must look before any redrive.
+    pub manual_review_required: bool,
+    /// Where the item came from.
+    pub source: SourceContext,
+    /// Lifecycle status.
+    pub status: ItemStatus,
+    /// Expiry for DynamoDB TTL, epoch seconds.
+    pub expires_at: i64,
+}
+
+impl FailureDetail {
+    /// History entry for one failed attempt of `item` in `invocation`.
+    pub fn from_attempt(
+        item: &WorkItem,
+        attempt: &AttemptFailure,
+        invocation: &InvocationInfo,
+    ) -> Self {
+        FailureDetail {
+            attempt_id: format!(
+                "{}:{}:{}",
+                item.message_id, item.receive_count, attempt.attempt
+            ),
+            attempt_number: attempt.attempt,
+            receive_count: item.receive_count,
+            message_id: item.message_id.clone(),
+            timestamp: attempt.started_at,
+            error_type: attempt.error.class,
+            error_message: attempt.error.message.clone(),
+            causes: attempt.error.causes.clone(),
+            error_code: attempt.error.code.clone(),
+            http_status: attempt.error.status,
+            step: attempt.error.step.clone(),
+            duration_ms: u64::try_from(attempt.duration.as_millis()).unwrap_or(u64::MAX),
+            function_name: invocation.function_name.clone(),
+            request_id: invocation.request_id.clone(),
+            log_group: invocation.log_group.clone(),
+            log_stream: invocation.log_stream.clone(),
+        }
+    }
+}
+
+/// `manual_review_required`: any permission failure, or validation failing more than once
+/// (a second validation failure after a redrive means the fix did not work).
+pub fn needs_manual_review(history: &[FailureDetail]) -> bool {
+    let validations = history
+        .iter()
+        .filter(|f| f.error_type == ErrorClass::Validation)
+        .count();
+    history
+        .iter()
+        .any(|f| f.error_type == ErrorClass::Permission)
+        || validations >= 2
+}
+
+impl DeadLetteredItem {
+    /// The record for a candidate, with the payload inline (a sink may move it to S3).
+    pub fn from_candidate(
+        candidate: &DeadLetterCandidate,
+        invocation: &InvocationInfo,
+        now: DateTime<Utc>,
+        retention: Duration,
+    ) -> Self {
+        let item = &candidate.item;
+        let history: Vec<FailureDetail> = candidate
+            .failures
+            .iter()
+            .map(|a| FailureDetail::from_attempt(item, a, invocation))
+            .collect();
+        let first_attempt = history.first().map_or(now, |f| f.timestamp);
+        let last_attempt = history.last().map_or(now, |f| f.timestamp);
+        let error = &candidate.error;
+        let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+        let message_attributes = item
+            .message_attributes
+            .iter()
+            .map(|(name, attr)| {
+                let value = attr.string_value.clone().unwrap_or_else(|| {
+                    format!("<{}>", attr.data_type.as_deref().unwrap_or("binary"))
+                });
+                (name.clone(), value)
+            })
+            .collect();
+        DeadLetteredItem {
+            item_id: item.item_id.clone(),
+            payload: ItemPayload {
+                location: PayloadLocation::Inline {
+                    body: item.body.clone(),
+                },
+                size_bytes: item.body.len() as u64,
+                sha256: crate::hex::sha256_hex(item.body.as_bytes()),
+            },
+            first_attempt,
+            last_attempt,
+            failure_count: u32::try_from(history.len()).unwrap_or(u32::MAX),
+            manual_review_required: needs_manual_review(&history),
+            failure_history: history,
+            error_signature: error_signature(error.class, &error.message),
+            error_class: error.class,
+            last_error: error.message.clone(),
+            reason: candidate.reason,
+            reprocess_eligible: error.class.is_reprocess_eligible(),
+            source: SourceContext {
+                queue_arn: item.event_source_arn.clone(),
+                message_id: item.message_id.clone(),
+                message_group_id: item.message_group_id.clone(),
+                sent_timestamp: item.sent_timestamp,
+                receive_count: item.receive_count,
+                message_attributes,
+            },
+            status: ItemStatus::Dead,
+            expires_at: now.checked_add_signed(retention).unwrap_or(now).timestamp(),
+        }
+    }
+}
+
+/// Persists dead-lettered records. Returns one result per candidate, in input order; a
+/// candidate is acknowledged only when its result is `Ok`.
+pub trait DeadLetterSink: Send + Sync {
+    /// Persists the candidates (payload, record, DLQ message, in that order).
+    fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        invocation: &InvocationInfo,
+    ) -> impl Future<Output = Vec<Result<(), ProcessError>>> + Send;
+}
+
+/// A sink that refuses everything: dead-letter candidates are returned to the queue (and
+/// reach the DLQ through its redrive policy). The safe choice when no store is configured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoDeadLetterStore;
+
+impl DeadLetterSink for NoDeadLetterStore {
+    async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        _invocation: &InvocationInfo,
+    ) -> Vec<Result<(), ProcessError>> {
+        candidates
+            .iter()
+            .map(|_| {
+                Err(ProcessError::new(
+                    ErrorClass::Unknown,
+                    "no dead-letter store is configured; the record is returned to the queue",
+                )
+                .with_step("dead-letter"))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,191 @@
+//! The error vocabulary of the worker: [`ErrorClass`] (DESIGN §4) and [`ProcessError`], the
+//! one error type a [`crate::Processor`] returns.
+//!
+//! A `ProcessError` is classified when it is created, from the typed source error, because
+//! the information that decides retry-or-not (an AWS error code, an HTTP status, an
+//! `io::ErrorKind`) is lost once an error is boxed or turned into a string.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of failure an error is; decides whether it is retried and how it is recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// The callee asked us to slow down (HTTP 429, AWS throttling codes).
+    Throttled,
+    /// The callee failed on its side (HTTP 500/502/503/504).
+    ServerError,
+    /// No answer in time (client timeouts, HTTP 408).
+    Timeout,
+    /// The request never got through (refused, reset, DNS).
+    Connection,
+    /// The input is wrong and will stay wrong (HTTP 400/422, malformed body).
+    Validation,
+    /// We are not allowed (HTTP 401/403, `AccessDenied*`); needs a human.
+    Permission,
+    /// The target does not exist (HTTP 404/410, `ResourceNotFoundException`).
+    NotFound,
+    /// Anything else; retried only if configured.
+    Unknown,
+}
+
+impl ErrorClass {
+    /// Every class, in a stable order (metrics and reports iterate over this).
+    pub const ALL: [ErrorClass; 8] = [
+        ErrorClass::Throttled,
+        ErrorClass::ServerError,
+        ErrorClass::Timeout,
+        ErrorClass::Connection,
+        ErrorClass::Validation,
+        ErrorClass::Permission,
+        ErrorClass::NotFound,
+        ErrorClass::Unknown,
+    ];
+
+    /// The class name as it appears in records, logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Throttled => "throttled",
+            ErrorClass::ServerError => "server_error",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Connection => "connection",
+            ErrorClass::Validation => "validation",
+            ErrorClass::Permission => "permission",
+            ErrorClass::NotFound => "not_found",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
+
+    /// Parses a class name as written by [`ErrorClass::as_str`].
+    pub fn parse(name: &str) -> Option<ErrorClass> {
+        ErrorClass::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
+    /// Whether a failure of this class is worth retrying. `retry_unknown` decides for
+    /// [`ErrorClass::Unknown`] (DESIGN §4: configurable, default no).
+    pub fn is_retryable(self, retry_unknown: bool) -> bool {
+        match self {
+            ErrorClass::Throttled
+            | ErrorClass::ServerError
+            | ErrorClass::Timeout
+            | ErrorClass::Connection => true,
+            ErrorClass::Validation | ErrorClass::Permission | ErrorClass::NotFound => false,
+            ErrorClass::Unknown => retry_unknown,
+        }
+    }
+
+    /// Whether a dead-lettered item of this class can be redriven without changing it:
+    /// transient classes and unknown are; validation, permission and not-found are not.
+    pub fn is_reprocess_eligible(self) -> bool {
+        !matches!(
+            self,
+            ErrorClass::Validation | ErrorClass::Permission | ErrorClass::NotFound
+        )
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A classified failure of one attempt at one item.
+///
+/// `message` is the top-level description, `causes` the `source()` chain below it (outermost
+/// first), so a record keeps the whole story even after the typed error is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessError {
+    /// The failure class; decides retry and dead-letter behaviour.
+    pub class: ErrorClass,
+    /// Human-readable description of this failure.
+    pub message: String,
+    /// The source chain below `message`, outermost first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<String>,
+    /// A service error code (e.g. `ThrottlingException`) when one was returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The HTTP status of the failed call, when there was a response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The processing step that failed (e.g. `parse`, `deliver`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// A delay the callee asked for (`Retry-After`); the retry policy waits at least this.
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
+}
+
+impl ProcessError {
+    /// A failure of the given class with a message and nothing else.
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
+        ProcessError {
+            class,
+            message: message.into(),
+            causes: Vec::new(),
+            code: None,
+            status: None,
+            step: None,
+            retry_after: None,
+        }
+    }
+
+    /// A permanent input error: the item will never succeed as it is.
+    pub fn validation(message: impl Into<String>) -> Self {
+        ProcessError::new(ErrorClass::Validation, message)
+    }
+
+    /// Builds a classified error from any `std::error::Error`, walking its source chain
+    /// for a typed cause (see [`crate::classify::classify_error`]).
+    pub fn from_error(err: &(dyn std::error::Error + 'static)) -> Self {
+        let mut error = ProcessError::new(crate::classify::classify_error(err), err.to_string());
+        error.causes = crate::classify::cause_chain(err);
+        error
+    }
+
+    /// Names the processing step that failed.
+    pub fn with_step(mut self, step: impl Into<String>) -> Self {
+        self.step = Some(step.into());
+        self
+    }
+
+    /// Records the service error code.
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// Records the HTTP status.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Appends a cause below the existing ones.
+    pub fn with_cause(mut self, cause: impl Into<String>) -> Self {
+        self.causes.push(cause.into());
+        self
+    }
+
+    /// Records a delay the callee asked for before the next attempt.
+    pub fn with_retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after = Some(delay);
+        self
+    }
+}
+
+impl fmt::Display for ProcessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.class, self.message)?;
+        for cause in &self.causes {
+            write!(f, ": {cause}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ProcessError {}

@@ -1,0 +1,215 @@
+//! The work item: one SQS record, checked and described for a [`crate::Processor`].
+//!
+//! Parsing is per record so that one malformed body fails only its own record (DESIGN §2.3):
+//! a body that is not valid for the configured [`BodyFormat`] becomes a permanent
+//! validation error for that record, never an error for the whole event.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::error::ProcessError;
+
+/// Where a record's *item id* comes from. Redriven messages get new message ids, so records
+/// are keyed by an id that belongs to the item itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemIdSource {
+    /// Use the SQS message id.
+    MessageId,
+    /// A JSON pointer (RFC 6901) into the body, e.g. `/order/id`; strings and numbers count.
+    JsonPointer(String),
+    /// A string message attribute with this name.
+    MessageAttribute(String),
+}
+
+impl FromStr for ItemIdSource {
+    type Err = String;
+
+    /// Parses `message-id`, `pointer:/json/pointer` or `attribute:Name`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "message-id" {
+            return Ok(ItemIdSource::MessageId);
+        }
+        if let Some(pointer) = s.strip_prefix("pointer:") {
+            if pointer.starts_with('/') {
+                return Ok(ItemIdSource::JsonPointer(pointer.to_string()));
+            }
+            return Err(format!("JSON pointer must start with '/', got {pointer:?}"));
+        }
+        if let Some(name) = s.strip_prefix("attribute:") {
+            if !name.is_empty() {
+                return Ok(ItemIdSource::MessageAttribute(name.to_string()));
+            }
+        }
+        Err(format!(
+            "expected message-id, pointer:/path or attribute:Name, got {s:?}"
+        ))
+    }
+}
+
+/// What a valid body looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFormat {
+    /// The body must be a JSON document; anything else is a validation error.
+    Json,
+    /// Any text is accepted.
+    Text,
+}
+
+impl FromStr for BodyFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "json" => Ok(BodyFormat::Json),
+            "text" => Ok(BodyFormat::Text),
+            other => Err(format!("expected json or text, got {other:?}")),
+        }
+    }
+}
+
+/// How records become work items.
+#[derive(Debug, Clone)]
+pub struct ItemParser {
+    /// Where the item id comes from.
+    pub id_source: ItemIdSource,
+    /// What a valid body looks like.
+    pub body_format: BodyFormat,
+}
+
+impl Default for ItemParser {
+    fn default() -> Self {
+        ItemParser {
+            id_source: ItemIdSource::MessageId,
+            body_format: BodyFormat::Json,
+        }
+    }
+}
+
+/// One record, ready for processing.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkItem {
+    /// The SQS message id (what the batch response reports).
+    pub message_id: String,
+    /// The item's own id (see [`ItemIdSource`]); the message id when none is found.
+    pub item_id: String,
+    /// The message body, as received.
+    pub body: String,
+    /// `ApproximateReceiveCount`: 1 on first delivery.
+    pub receive_count: u32,
+    /// `SentTimestamp`, when present and valid.
+    pub sent_timestamp: Option<DateTime<Utc>>,
+    /// `MessageGroupId` for FIFO queues.
+    pub message_group_id: Option<String>,
+    /// The ARN of the queue the record came from.
+    pub event_source_arn: Option<String>,
+    /// SQS system attributes, as strings.
+    pub attributes: HashMap<String, String>,
+    /// The sender's message attributes.
+    #[serde(skip)]
+    pub message_attributes: HashMap<String, SqsMessageAttribute>,
+}
+
+/// A record whose body is not valid: the item (keyed by its message id) and why.
+#[derive(Debug, Clone)]
+pub struct InvalidRecord {
+    /// The record, with `item_id` falling back to the message id.
+    pub item: WorkItem,
+    /// The validation error that makes this record permanently unprocessable.
+    pub error: ProcessError,
+}
+
+impl ItemParser {
+    /// Builds a work item from a record whose message id is known. Never fails the batch:
+    /// an invalid body gives an [`InvalidRecord`] for this record only.
+    pub fn parse(
+        &self,
+        message_id: String,
+        msg: SqsMessage,
+    ) -> Result<WorkItem, Box<InvalidRecord>> {
+        let SqsMessage {
+            body,
+            attributes,
+            message_attributes,
+            event_source_arn,
+            ..
+        } = msg;
+        let receive_count = attributes
+            .get("ApproximateReceiveCount")
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(1);
+        let sent_timestamp = attributes
+            .get("SentTimestamp")
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(DateTime::<Utc>::from_timestamp_millis);
+        let message_group_id = attributes.get("MessageGroupId").cloned();
+        let mut item = WorkItem {
+            item_id: message_id.clone(),
+            message_id,
+            body: body.unwrap_or_default(),
+            receive_count,
+            sent_timestamp,
+            message_group_id,
+            event_source_arn,
+            attributes,
+            message_attributes,
+        };
+        match self.item_id_and_check(&item) {
+            Ok(Some(id)) => {
+                item.item_id = id;
+                Ok(item)
+            }
+            Ok(None) => Ok(item),
+            Err(error) => Err(Box::new(InvalidRecord {
+                item,
+                error: error.with_step("parse"),
+            })),
+        }
+    }
+
+    /// Checks the body against the format and extracts the item id, if configured.
+    fn item_id_and_check(&self, item: &WorkItem) -> Result<Option<String>, ProcessError> {
+        let invalid_json =
+            |e: serde_json::Error| ProcessError::validation(format!("body is not valid JSON: {e}"));
+        match (&self.id_source, self.body_format) {
+            (ItemIdSource::JsonPointer(pointer), _) => {
+                let doc: serde_json::Value =
+                    serde_json::from_str(&item.body).map_err(invalid_json)?;
+                Ok(doc.pointer(pointer).and_then(id_from_json))
+            }
+            (source, BodyFormat::Json) => {
+                // Validate without building a tree: IgnoredAny allocates nothing.
+                serde_json::from_str::<serde::de::IgnoredAny>(&item.body).map_err(invalid_json)?;
+                Ok(attribute_id(source, item))
+            }
+            (source, BodyFormat::Text) => Ok(attribute_id(source, item)),
+        }
+    }
+}
+
+fn attribute_id(source: &ItemIdSource, item: &WorkItem) -> Option<String> {
+    match source {
+        ItemIdSource::MessageAttribute(name) => item
+            .message_attributes
+            .get(name)
+            .and_then(|a| a.string_value.clone())
+            .filter(|v| !v.is_empty()),
+        _ => None,
+    }
+}
+
+fn id_from_json(value: &serde_json::Value) -> Option<String> {
+    match value {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether an event source ARN names a FIFO queue.
+pub fn is_fifo_arn(arn: &str) -> bool {
+    arn.ends_with(".fifo")
+}

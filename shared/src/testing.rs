@@ -1,0 +1,141 @@
+//! Test doubles for users' own tests and ours: a processor that follows a script per item
+//! and an in-memory dead-letter sink. Pure, no I/O.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo};
+use crate::error::{ErrorClass, ProcessError};
+use crate::item::WorkItem;
+use crate::processor::{Outcome, Processor};
+
+/// What a [`ScriptedProcessor`] does on one call.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Succeed.
+    Done,
+    /// Succeed with nothing to do.
+    Skip,
+    /// Fail with this class.
+    Fail(ErrorClass),
+    /// Sleep (on tokio's clock), then succeed.
+    Sleep(Duration),
+}
+
+/// A processor whose behaviour per item id is a script: call n does step n; calls past the
+/// end repeat the last step; items without a script succeed.
+#[derive(Debug, Default)]
+pub struct ScriptedProcessor {
+    scripts: HashMap<String, Vec<Step>>,
+    calls: Mutex<HashMap<String, usize>>,
+}
+
+impl ScriptedProcessor {
+    /// A processor where every item succeeds.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the script for an item id.
+    pub fn script(mut self, item_id: &str, steps: Vec<Step>) -> Self {
+        self.scripts.insert(item_id.to_string(), steps);
+        self
+    }
+
+    /// How often the processor was called for an item id.
+    pub fn calls(&self, item_id: &str) -> usize {
+        self.calls
+            .lock()
+            .map(|c| c.get(item_id).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+}
+
+impl Processor for ScriptedProcessor {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let n = match self.calls.lock() {
+            Ok(mut calls) => {
+                let n = calls.entry(item.item_id.clone()).or_default();
+                *n += 1;
+                *n
+            }
+            Err(_) => 1,
+        };
+        let step = self
+            .scripts
+            .get(&item.item_id)
+            .and_then(|s| s.get(n - 1).or_else(|| s.last()))
+            .cloned()
+            .unwrap_or(Step::Done);
+        match step {
+            Step::Done => Ok(Outcome::Done),
+            Step::Skip => Ok(Outcome::Skipped {
+                reason: "scripted skip".to_string(),
+            }),
+            Step::Fail(class) => Err(ProcessError::new(
+                class,
+                format!("scripted {class} failure"),
+            )),
+            Step::Sleep(d) => {
+                tokio::time::sleep(d).await;
+                Ok(Outcome::Done)
+            }
+        }
+    }
+}
+
+/// A sink that keeps candidates in memory; it can be told to fail.
+#[derive(Debug, Default)]
+pub struct MemorySink {
+    /// Every candidate it accepted.
+    pub accepted: Mutex<Vec<DeadLetterCandidate>>,
+    fail: bool,
+}
+
+impl MemorySink {
+    /// A sink that accepts everything.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A sink that fails everything (a store outage).
+    pub fn failing() -> Self {
+        MemorySink {
+            accepted: Mutex::default(),
+            fail: true,
+        }
+    }
+
+    /// The item ids accepted so far.
+    pub fn accepted_ids(&self) -> Vec<String> {
+        self.accepted
+            .lock()
+            .map(|a| a.iter().map(|c| c.item.item_id.clone()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl DeadLetterSink for MemorySink {
+    async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        _invocation: &InvocationInfo,
+    ) -> Vec<Result<(), ProcessError>> {
+        if self.fail {
+            return candidates
+                .iter()
+                .map(|_| {
+                    Err(ProcessError::new(
+                        ErrorClass::ServerError,
+                        "store unavailable",
+                    ))
+                })
+                .collect();
+        }
+        if let Ok(mut accepted) = self.accepted.lock() {
+            accepted.extend(candidates.iter().cloned());
+        }
+        candidates.iter().map(|_| Ok(())).collect()
+    }
+}

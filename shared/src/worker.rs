@@ -1,0 +1,138 @@
+//! The Lambda glue of the worker function: a [`Worker`] holds the batch engine built once
+//! at start-up, and [`Worker::handle`] answers one invocation.
+
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::LambdaEvent;
+
+use crate::batch::{BatchError, BatchProcessor, BatchReport};
+use crate::config::{ConfigError, WorkerConfig};
+use crate::dead_letter::{DeadLetterSink, InvocationInfo, NoDeadLetterStore};
+use crate::error::ProcessError;
+use crate::processor::{HttpDelivery, Processor};
+use crate::retry::Deadline;
+
+/// Why the worker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The environment is incomplete or wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The HTTP client could not be built.
+    #[error("cannot build the downstream HTTP client: {0}")]
+    HttpClient(ProcessError),
+}
+
+/// A worker: the batch engine and the invocation-independent context.
+#[derive(Debug)]
+pub struct Worker<P, S> {
+    engine: BatchProcessor<P, S>,
+    deadline_margin: Duration,
+    base_invocation: InvocationInfo,
+}
+
+/// The worker the function binary runs: HTTP delivery, dead-lettering not yet configured.
+pub type DefaultWorker = Worker<HttpDelivery, NoDeadLetterStore>;
+
+impl DefaultWorker {
+    /// Builds the worker from the environment (clients once, reused by every invocation).
+    pub fn from_env() -> Result<Self, StartupError> {
+        let config = WorkerConfig::from_env()?;
+        let delivery =
+            HttpDelivery::new(config.delivery.clone()).map_err(StartupError::HttpClient)?;
+        Ok(Worker::new(
+            BatchProcessor::new(delivery, NoDeadLetterStore, config.batch),
+            config.deadline_margin,
+        ))
+    }
+}
+
+impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
+    /// A worker around an engine; function name and log location come from the Lambda
+    /// environment variables when present.
+    pub fn new(engine: BatchProcessor<P, S>, deadline_margin: Duration) -> Self {
+        Worker {
+            engine,
+            deadline_margin,
+            base_invocation: InvocationInfo {
+                function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok(),
+                request_id: None,
+                log_group: std::env::var("AWS_LAMBDA_LOG_GROUP_NAME").ok(),
+                log_stream: std::env::var("AWS_LAMBDA_LOG_STREAM_NAME").ok(),
+            },
+        }
+    }
+
+    /// The engine, for callers that drive batches themselves.
+    pub fn engine(&self) -> &BatchProcessor<P, S> {
+        &self.engine
+    }
+
+    /// Runs one batch with an explicit deadline and request id, returning the full report.
+    pub async fn run(
+        &self,
+        event: SqsEvent,
+        deadline: Deadline,
+        request_id: Option<String>,
+    ) -> Result<BatchReport, BatchError> {
+        let invocation = InvocationInfo {
+            request_id,
+            ..self.base_invocation.clone()
+        };
+        let report = self
+            .engine
+            .process_batch(event, deadline, &invocation)
+            .await?;
+        let counts = report.counts();
+        tracing::info!(
+            request_id = invocation.request_id.as_deref().unwrap_or(""),
+            records = counts.records,
+            done = counts.done,
+            skipped = counts.skipped,
+            retry_later = counts.retry_later,
+            dead_lettered = counts.dead_lettered,
+            dead_letter_failed = counts.dead_letter_failed,
+            not_started = counts.not_started,
+            reported = counts.reported(),
+            "batch finished"
+        );
+        Ok(report)
+    }
+
+    /// The Lambda handler: the batch response, or an error for the whole invocation when a
+    /// record cannot be reported individually.
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, BatchError> {
+        let deadline = Deadline::from_system_time(event.context.deadline(), self.deadline_margin);
+        let report = self
+            .run(
+                event.payload,
+                deadline,
+                Some(event.context.request_id.clone()),
+            )
+            .await
+            .inspect_err(|e| tracing::error!(error = %e, "failing the whole invocation"))?;
+        Ok(report.response())
+    }
+}
+
+impl From<BatchError> for lambda_runtime::Diagnostic {
+    fn from(error: BatchError) -> Self {
+        let error_type = match error {
+            BatchError::MissingMessageId { .. } => "MissingMessageId",
+        };
+        lambda_runtime::Diagnostic {
+            error_type: error_type.to_string(),
+            error_message: error.to_string(),
+        }
+    }
+}
+
+/// Builds the default worker from the environment, logging a start-up failure before
+/// returning it (the Lambda runtime reports it as an init error).
+pub fn default_worker_from_env() -> Result<DefaultWorker, StartupError> {
+    DefaultWorker::from_env().inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
+}
