@@ -259,6 +259,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         &self.processor
     }
 
+    /// The dead-letter sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
     /// Processes a batch. Fails as a whole only when a record has no message id.
     pub async fn process_batch(
         &self,

@@ -350,3 +350,127 @@ impl WorkerConfig {
         WORKER_ENV_VARS.iter().copied().collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(vars: &[(&str, &str)]) -> Result<WorkerConfig, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        WorkerConfig::from_lookup(&move |k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_with_only_the_url() {
+        let c = read(&[(DOWNSTREAM_URL, "http://127.0.0.1:9000/ingest")]).unwrap();
+        assert_eq!(c.delivery.url.as_str(), "http://127.0.0.1:9000/ingest");
+        assert_eq!(c.delivery.timeout, Duration::from_secs(10));
+        assert_eq!(c.batch.concurrency, 10);
+        assert_eq!(c.batch.max_receive_count, None);
+        assert_eq!(c.batch.retry.max_attempts, 3);
+        assert_eq!(c.deadline_margin, Duration::from_secs(2));
+        assert!(!c.batch.skip_group_on_error);
+    }
+
+    #[test]
+    fn every_setting_is_read() {
+        let c = read(&[
+            (DOWNSTREAM_URL, "https://example.com/x"),
+            (DOWNSTREAM_TIMEOUT_MS, "1500"),
+            (ITEM_ID_SOURCE, "pointer:/id"),
+            (BODY_FORMAT, "text"),
+            (MAX_CONCURRENCY, "50"),
+            (MAX_RECEIVE_COUNT, "5"),
+            (RECEIVE_BUDGET_MARGIN, "1"),
+            (RETRY_MAX_ATTEMPTS, "4"),
+            (RETRY_BASE_DELAY_MS, "50"),
+            (RETRY_MAX_DELAY_MS, "800"),
+            (RETRY_UNKNOWN_ERRORS, "true"),
+            (DEADLINE_MARGIN_MS, "3000"),
+            (SKIP_GROUP_ON_ERROR, "true"),
+        ])
+        .unwrap();
+        assert_eq!(c.delivery.timeout, Duration::from_millis(1500));
+        assert_eq!(
+            c.batch.parser.id_source,
+            ItemIdSource::JsonPointer("/id".into())
+        );
+        assert_eq!(c.batch.parser.body_format, BodyFormat::Text);
+        assert_eq!(c.batch.concurrency, 50);
+        assert_eq!(c.batch.max_receive_count, Some(5));
+        assert_eq!(c.batch.receive_budget_margin, 1);
+        assert_eq!(c.batch.retry.max_attempts, 4);
+        assert!(c.batch.retry.retry_unknown);
+        assert!(c.batch.skip_group_on_error);
+        assert_eq!(c.deadline_margin, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn every_problem_is_named_at_once() {
+        let err = read(&[
+            (DOWNSTREAM_TIMEOUT_MS, "soon"),
+            (MAX_CONCURRENCY, "0"),
+            (MAX_RECEIVE_COUNT, "1001"),
+            (RETRY_UNKNOWN_ERRORS, "yes"),
+            (ITEM_ID_SOURCE, "pointer:id"),
+        ])
+        .unwrap_err();
+        let vars: Vec<&str> = err.problems.iter().map(|p| p.variable.as_str()).collect();
+        assert_eq!(
+            vars,
+            [
+                DOWNSTREAM_URL,
+                DOWNSTREAM_TIMEOUT_MS,
+                ITEM_ID_SOURCE,
+                MAX_CONCURRENCY,
+                MAX_RECEIVE_COUNT,
+                RETRY_UNKNOWN_ERRORS
+            ]
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("WORKER_DOWNSTREAM_URL: is not set; expected an http:// or https:// URL"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "WORKER_MAX_CONCURRENCY: 0 is out of range; expected an integer from 1 to 1000"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("expected true or false"), "{text}");
+    }
+
+    #[test]
+    fn bad_url_and_inverted_delays() {
+        let err = read(&[
+            (DOWNSTREAM_URL, "ftp://example.com"),
+            (RETRY_BASE_DELAY_MS, "5000"),
+            (RETRY_MAX_DELAY_MS, "100"),
+        ])
+        .unwrap_err();
+        assert_eq!(err.problems.len(), 2, "{err}");
+        assert!(err.to_string().contains("scheme \"ftp\""));
+        let err = read(&[(DOWNSTREAM_URL, "not a url")]).unwrap_err();
+        assert_eq!(err.problems[0].variable, DOWNSTREAM_URL);
+    }
+
+    #[test]
+    fn the_documented_list_is_complete() {
+        let documented = WorkerConfig::documented_variables();
+        let source = include_str!("config.rs");
+        for line in source.lines() {
+            if let Some(rest) = line.strip_prefix("pub const ") {
+                if let Some((_, value)) = rest.split_once("= \"") {
+                    let name = value.trim_end_matches("\";");
+                    assert!(documented.contains_key(name), "{name} is not documented");
+                }
+            }
+        }
+        assert_eq!(documented.len(), WORKER_ENV_VARS.len(), "no duplicates");
+    }
+}

@@ -344,3 +344,148 @@ impl DeadLetterSink for NoDeadLetterStore {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item::ItemParser;
+
+    fn candidate(
+        class: ErrorClass,
+        attempts: u32,
+        reason: DeadLetterReason,
+    ) -> DeadLetterCandidate {
+        let msg = serde_json::from_value(serde_json::json!({
+            "messageId": "m-1",
+            "body": "{\"id\":\"i-1\"}",
+            "attributes": {"ApproximateReceiveCount": "3", "SentTimestamp": "1700000000000", "MessageGroupId": "g"},
+            "messageAttributes": {"tenant": {"stringValue": "acme", "dataType": "String"}},
+            "eventSourceARN": "arn:aws:sqs:us-east-1:1:q"
+        }))
+        .unwrap();
+        let item = ItemParser::default().parse("m-1".into(), msg).unwrap();
+        let start = DateTime::<Utc>::from_timestamp(1_700_000_100, 0).unwrap();
+        let failures = (1..=attempts)
+            .map(|n| AttemptFailure {
+                attempt: n,
+                started_at: start + chrono::Duration::seconds(i64::from(n)),
+                duration: Duration::from_millis(25),
+                error: ProcessError::new(class, format!("timeout after {n}s")).with_step("deliver"),
+            })
+            .collect();
+        DeadLetterCandidate {
+            item,
+            error: ProcessError::new(class, format!("timeout after {attempts}s")),
+            failures,
+            reason,
+        }
+    }
+
+    #[test]
+    fn record_from_candidate() {
+        let invocation = InvocationInfo {
+            function_name: Some("worker".into()),
+            request_id: Some("req-1".into()),
+            log_group: Some("/aws/lambda/worker".into()),
+            log_stream: Some("2026/11/21/[$LATEST]abc".into()),
+        };
+        let now = DateTime::<Utc>::from_timestamp(1_700_000_200, 0).unwrap();
+        let c = candidate(
+            ErrorClass::Timeout,
+            3,
+            DeadLetterReason::ReceiveBudgetExhausted,
+        );
+        let record =
+            DeadLetteredItem::from_candidate(&c, &invocation, now, Duration::from_secs(86_400));
+        assert_eq!(record.item_id, "m-1");
+        assert_eq!(record.failure_count, 3);
+        assert_eq!(record.failure_history.len(), 3);
+        assert_eq!(record.first_attempt.timestamp(), 1_700_000_101);
+        assert_eq!(record.last_attempt.timestamp(), 1_700_000_103);
+        assert_eq!(record.failure_history[1].attempt_id, "m-1:3:2");
+        assert_eq!(
+            record.failure_history[0].request_id.as_deref(),
+            Some("req-1")
+        );
+        assert_eq!(
+            record.failure_history[0].log_group.as_deref(),
+            Some("/aws/lambda/worker")
+        );
+        assert_eq!(record.failure_history[0].duration_ms, 25);
+        assert_eq!(record.failure_history[0].step.as_deref(), Some("deliver"));
+        assert_eq!(record.expires_at, 1_700_000_200 + 86_400);
+        assert_eq!(record.status, ItemStatus::Dead);
+        assert!(record.reprocess_eligible);
+        assert!(!record.manual_review_required);
+        assert_eq!(record.source.message_group_id.as_deref(), Some("g"));
+        assert_eq!(record.source.receive_count, 3);
+        assert_eq!(record.source.message_attributes["tenant"], "acme");
+        assert_eq!(record.payload.size_bytes, 12);
+        assert_eq!(
+            record.payload.sha256,
+            crate::hex::sha256_hex(b"{\"id\":\"i-1\"}")
+        );
+        // Signatures group "timeout after 3s" with "timeout after 29s".
+        assert_eq!(
+            record.error_signature,
+            crate::signature::error_signature(ErrorClass::Timeout, "timeout after 29s")
+        );
+        // The record serialises with the payload flattened and the class by name.
+        let json = serde_json::to_value(&record).unwrap();
+        assert_eq!(json["payload"]["storage"], "inline");
+        assert_eq!(json["error_class"], "timeout");
+        let back: DeadLetteredItem = serde_json::from_value(json).unwrap();
+        assert_eq!(back, record);
+    }
+
+    #[test]
+    fn eligibility_and_review_rules() {
+        let now = Utc::now();
+        let day = Duration::from_secs(86_400);
+        let info = InvocationInfo::default();
+        let permission = DeadLetteredItem::from_candidate(
+            &candidate(ErrorClass::Permission, 1, DeadLetterReason::Permanent),
+            &info,
+            now,
+            day,
+        );
+        assert!(!permission.reprocess_eligible);
+        assert!(permission.manual_review_required);
+        let validation_once = DeadLetteredItem::from_candidate(
+            &candidate(ErrorClass::Validation, 1, DeadLetterReason::Permanent),
+            &info,
+            now,
+            day,
+        );
+        assert!(!validation_once.reprocess_eligible);
+        assert!(!validation_once.manual_review_required);
+        assert!(needs_manual_review(
+            &[
+                validation_once.failure_history.clone(),
+                validation_once.failure_history.clone()
+            ]
+            .concat()
+        ));
+        for class in [
+            ErrorClass::Unknown,
+            ErrorClass::Throttled,
+            ErrorClass::ServerError,
+            ErrorClass::Connection,
+        ] {
+            let r = DeadLetteredItem::from_candidate(
+                &candidate(class, 1, DeadLetterReason::ReceiveBudgetExhausted),
+                &info,
+                now,
+                day,
+            );
+            assert!(r.reprocess_eligible, "{class}");
+        }
+        let not_found = DeadLetteredItem::from_candidate(
+            &candidate(ErrorClass::NotFound, 1, DeadLetterReason::Permanent),
+            &info,
+            now,
+            day,
+        );
+        assert!(!not_found.reprocess_eligible);
+    }
+}

@@ -213,3 +213,105 @@ fn id_from_json(value: &serde_json::Value) -> Option<String> {
 pub fn is_fifo_arn(arn: &str) -> bool {
     arn.ends_with(".fifo")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(body: &str, attrs: serde_json::Value) -> SqsMessage {
+        serde_json::from_value(json!({
+            "messageId": "m-1",
+            "body": body,
+            "attributes": attrs,
+            "messageAttributes": {
+                "itemId": {"stringValue": "attr-7", "dataType": "String"}
+            },
+            "eventSourceARN": "arn:aws:sqs:eu-west-1:1:q"
+        }))
+        .unwrap()
+    }
+
+    fn parser(source: &str, format: BodyFormat) -> ItemParser {
+        ItemParser {
+            id_source: source.parse().unwrap(),
+            body_format: format,
+        }
+    }
+
+    #[test]
+    fn item_id_sources() {
+        let attrs = json!({"ApproximateReceiveCount": "2"});
+        let body = r#"{"order":{"id":"o-9"},"n":17}"#;
+        let by_pointer = parser("pointer:/order/id", BodyFormat::Json)
+            .parse("m-1".into(), message(body, attrs.clone()))
+            .unwrap();
+        assert_eq!(by_pointer.item_id, "o-9");
+        assert_eq!(by_pointer.receive_count, 2);
+        let numeric = parser("pointer:/n", BodyFormat::Json)
+            .parse("m-1".into(), message(body, attrs.clone()))
+            .unwrap();
+        assert_eq!(numeric.item_id, "17");
+        let missing = parser("pointer:/nope", BodyFormat::Json)
+            .parse("m-1".into(), message(body, attrs.clone()))
+            .unwrap();
+        assert_eq!(missing.item_id, "m-1", "falls back to the message id");
+        let by_attribute = parser("attribute:itemId", BodyFormat::Text)
+            .parse("m-1".into(), message("plain text", attrs.clone()))
+            .unwrap();
+        assert_eq!(by_attribute.item_id, "attr-7");
+        let by_message = parser("message-id", BodyFormat::Json)
+            .parse("m-1".into(), message(body, attrs))
+            .unwrap();
+        assert_eq!(by_message.item_id, "m-1");
+    }
+
+    #[test]
+    fn malformed_body_is_a_validation_error_for_that_record() {
+        for source in ["message-id", "pointer:/id"] {
+            let err = parser(source, BodyFormat::Json)
+                .parse("m-1".into(), message("{\"id\": ", json!({})))
+                .unwrap_err();
+            assert_eq!(err.error.class, crate::error::ErrorClass::Validation);
+            assert_eq!(err.item.item_id, "m-1");
+            assert_eq!(err.item.body, "{\"id\": ");
+        }
+        // Text bodies are never malformed.
+        assert!(parser("message-id", BodyFormat::Text)
+            .parse("m-1".into(), message("{\"id\": ", json!({})))
+            .is_ok());
+    }
+
+    #[test]
+    fn attributes_are_read_from_strings() {
+        let item = ItemParser::default()
+            .parse(
+                "m-1".into(),
+                message(
+                    "{}",
+                    json!({
+                        "ApproximateReceiveCount": "not a number",
+                        "SentTimestamp": "1700000000123",
+                        "MessageGroupId": "g"
+                    }),
+                ),
+            )
+            .unwrap();
+        assert_eq!(item.receive_count, 1);
+        assert_eq!(
+            item.sent_timestamp.unwrap().timestamp_millis(),
+            1_700_000_000_123
+        );
+        assert_eq!(item.message_group_id.as_deref(), Some("g"));
+    }
+
+    #[test]
+    fn id_source_syntax() {
+        assert!("pointer:id".parse::<ItemIdSource>().is_err());
+        assert!("attribute:".parse::<ItemIdSource>().is_err());
+        assert!("body".parse::<ItemIdSource>().is_err());
+        assert!("yaml".parse::<BodyFormat>().is_err());
+        assert!(is_fifo_arn("arn:aws:sqs:us-east-1:1:q.fifo"));
+        assert!(!is_fifo_arn("arn:aws:sqs:us-east-1:1:fifo"));
+    }
+}

@@ -196,3 +196,134 @@ where
         attempt += 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorClass;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn policy(max_attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(700),
+            retry_unknown: false,
+            jitter: Jitter::None,
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let p = policy(10);
+        let delays: Vec<u128> = (1..=6).map(|a| p.backoff(a).as_millis()).collect();
+        assert_eq!(delays, [100, 200, 400, 700, 700, 700]);
+        assert_eq!(p.backoff(200), Duration::from_millis(700), "no overflow");
+    }
+
+    #[test]
+    fn full_jitter_stays_within_the_ceiling() {
+        let p = RetryPolicy {
+            jitter: Jitter::Full,
+            ..policy(10)
+        };
+        let mut seen_below_half = false;
+        for _ in 0..1000 {
+            let d = p.backoff(3);
+            assert!(d <= Duration::from_millis(400));
+            seen_below_half |= d < Duration::from_millis(200);
+        }
+        assert!(
+            seen_below_half,
+            "jitter spreads delays over the whole range"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stops_after_max_attempts_having_slept_the_backoff() {
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let deadline = Deadline::after(Duration::from_secs(60), Duration::ZERO);
+        let run: RetryRun<()> = run_with_retry(&policy(4), &deadline, |_| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async { Err(ProcessError::new(ErrorClass::Throttled, "slow down")) }
+        })
+        .await;
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        assert_eq!(run.failures.len(), 4);
+        assert!(matches!(
+            run.result,
+            Err((_, StopReason::AttemptsExhausted))
+        ));
+        assert_eq!(start.elapsed(), Duration::from_millis(100 + 200 + 400));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_errors_are_not_retried() {
+        let deadline = Deadline::after(Duration::from_secs(60), Duration::ZERO);
+        let run: RetryRun<()> = run_with_retry(&policy(5), &deadline, |_| async {
+            Err(ProcessError::validation("bad input"))
+        })
+        .await;
+        assert_eq!(run.failures.len(), 1);
+        assert!(matches!(run.result, Err((_, StopReason::Permanent))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unknown_is_retried_only_when_configured() {
+        let deadline = Deadline::after(Duration::from_secs(60), Duration::ZERO);
+        let unknown = || async { Err::<(), _>(ProcessError::new(ErrorClass::Unknown, "?")) };
+        let run = run_with_retry(&policy(3), &deadline, |_| unknown()).await;
+        assert_eq!(run.failures.len(), 1);
+        let retrying = RetryPolicy {
+            retry_unknown: true,
+            ..policy(3)
+        };
+        let run = run_with_retry(&retrying, &deadline, |_| unknown()).await;
+        assert_eq!(run.failures.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_sleeps_past_the_cutoff() {
+        let start = Instant::now();
+        // Cut-off at 250 ms: sleeps of 100 ms fit, the following 200 ms would not.
+        let deadline = Deadline::after(Duration::from_millis(350), Duration::from_millis(100));
+        let run: RetryRun<()> = run_with_retry(&policy(10), &deadline, |_| async {
+            Err(ProcessError::new(ErrorClass::ServerError, "503"))
+        })
+        .await;
+        assert!(matches!(run.result, Err((_, StopReason::Deadline))));
+        assert_eq!(run.failures.len(), 2);
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        assert!(Instant::now() < deadline.cutoff());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_is_honoured() {
+        let start = Instant::now();
+        let deadline = Deadline::after(Duration::from_secs(60), Duration::ZERO);
+        let run = run_with_retry(&policy(2), &deadline, |attempt| async move {
+            if attempt == 1 {
+                Err(ProcessError::new(ErrorClass::Throttled, "429")
+                    .with_retry_after(Duration::from_secs(3)))
+            } else {
+                Ok(attempt)
+            }
+        })
+        .await;
+        assert_eq!(run.result.ok(), Some(2));
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deadline_helpers() {
+        let d = Deadline::after(Duration::from_secs(10), Duration::from_secs(4));
+        assert!(d.can_start());
+        assert_eq!(d.remaining(), Duration::from_secs(6));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        assert!(!d.can_start());
+        assert_eq!(d.remaining(), Duration::ZERO);
+        let past = Deadline::from_system_time(std::time::SystemTime::UNIX_EPOCH, Duration::ZERO);
+        assert!(!past.can_start());
+    }
+}

@@ -1,0 +1,171 @@
+//! `HttpDelivery` against a real HTTP server on loopback.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqs_worker::error::ErrorClass;
+use sqs_worker::item::{ItemParser, WorkItem};
+use sqs_worker::processor::{HttpDelivery, HttpDeliveryConfig, Outcome, Processor};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// What the server saw of the last request.
+#[derive(Default, Debug)]
+struct Seen {
+    head: String,
+    body: String,
+}
+
+/// A one-route HTTP/1.1 server answering every request with `status` and `extra` headers,
+/// after `delay`.
+async fn server(status: u16, extra: &'static str, delay: Duration) -> (String, Arc<Mutex<Seen>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/ingest", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let seen2 = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let seen = seen2.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    let n = socket.read(&mut chunk).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_string();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let head = text[..end].to_string();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            *seen.lock().unwrap() = Seen {
+                                head,
+                                body: text[end + 4..end + 4 + len].to_string(),
+                            };
+                            break;
+                        }
+                    }
+                }
+                tokio::time::sleep(delay).await;
+                let body = "upstream says no";
+                let response = format!(
+                    "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n{extra}connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+fn delivery(url: &str, timeout: Duration) -> HttpDelivery {
+    HttpDelivery::new(HttpDeliveryConfig {
+        url: url.parse().unwrap(),
+        timeout,
+        content_type: "application/json".into(),
+    })
+    .unwrap()
+}
+
+fn item() -> WorkItem {
+    let msg = serde_json::from_value(serde_json::json!({
+        "messageId": "m-1",
+        "body": "{\"id\":\"order-7\"}",
+        "attributes": {"ApproximateReceiveCount": "1"}
+    }))
+    .unwrap();
+    ItemParser {
+        id_source: "pointer:/id".parse().unwrap(),
+        ..ItemParser::default()
+    }
+    .parse("m-1".into(), msg)
+    .unwrap()
+}
+
+#[tokio::test]
+async fn success_posts_body_and_ids() {
+    let (url, seen) = server(200, "", Duration::ZERO).await;
+    let outcome = delivery(&url, Duration::from_secs(5))
+        .process(&item())
+        .await
+        .unwrap();
+    assert_eq!(outcome, Outcome::Done);
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.head.starts_with("POST /ingest HTTP/1.1"),
+        "{}",
+        seen.head
+    );
+    let head = seen.head.to_ascii_lowercase();
+    assert!(head.contains("idempotency-key: order-7"), "{head}");
+    assert!(head.contains("x-sqs-message-id: m-1"), "{head}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    assert_eq!(seen.body, "{\"id\":\"order-7\"}");
+}
+
+#[tokio::test]
+async fn statuses_are_classified() {
+    let rows = [
+        (429, ErrorClass::Throttled),
+        (503, ErrorClass::ServerError),
+        (500, ErrorClass::ServerError),
+        (400, ErrorClass::Validation),
+        (403, ErrorClass::Permission),
+        (404, ErrorClass::NotFound),
+        (409, ErrorClass::Unknown),
+    ];
+    for (status, class) in rows {
+        let (url, _) = server(status, "", Duration::ZERO).await;
+        let err = delivery(&url, Duration::from_secs(5))
+            .process(&item())
+            .await
+            .unwrap_err();
+        assert_eq!(err.class, class, "{status}");
+        assert_eq!(err.status, Some(status));
+        assert_eq!(err.step.as_deref(), Some("deliver"));
+        assert!(err.message.contains("upstream says no"), "{}", err.message);
+    }
+}
+
+#[tokio::test]
+async fn retry_after_is_read() {
+    let (url, _) = server(429, "retry-after: 7\r\n", Duration::ZERO).await;
+    let err = delivery(&url, Duration::from_secs(5))
+        .process(&item())
+        .await
+        .unwrap_err();
+    assert_eq!(err.retry_after, Some(Duration::from_secs(7)));
+}
+
+#[tokio::test]
+async fn slow_downstream_is_a_timeout_and_closed_port_a_connection_error() {
+    let (url, _) = server(200, "", Duration::from_secs(5)).await;
+    let err = delivery(&url, Duration::from_millis(200))
+        .process(&item())
+        .await
+        .unwrap_err();
+    assert_eq!(err.class, ErrorClass::Timeout, "{err}");
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = delivery(&format!("http://127.0.0.1:{port}/"), Duration::from_secs(2))
+        .process(&item())
+        .await
+        .unwrap_err();
+    assert_eq!(err.class, ErrorClass::Connection, "{err}");
+}
