@@ -45,8 +45,9 @@ pub struct HttpDeliveryConfig {
 /// Most of a downstream error body kept in the error message: enough to explain, not a dump.
 const ERROR_BODY_LIMIT: usize = 256;
 
-/// POSTs each item's body to a URL. 2xx is done; other statuses and transport failures are
-/// classified per DESIGN §4. Sends `Idempotency-Key` (the item id) so the downstream can
+/// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
+/// skipped (the downstream had already processed this item: acked and counted apart);
+/// other statuses and transport failures are classified per DESIGN §4. Sends `Idempotency-Key` (the item id) so the downstream can
 /// drop the duplicates that at-least-once delivery produces.
 #[derive(Debug, Clone)]
 pub struct HttpDelivery {
@@ -95,6 +96,11 @@ impl Processor for HttpDelivery {
             .await
             .map_err(|e| ProcessError::from_error(&e).with_step("deliver"))?;
         let status = response.status();
+        if status == reqwest::StatusCode::ALREADY_REPORTED {
+            return Ok(Outcome::Skipped {
+                reason: "downstream had already processed the item (208)".to_string(),
+            });
+        }
         if status.is_success() {
             return Ok(Outcome::Done);
         }

@@ -1,0 +1,154 @@
+//! The compiled `worker` binary driven over the Lambda Runtime API, as Lambda runs it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
+use sqs_worker_local::function::FunctionProcess;
+use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
+
+/// The worker binary cargo built for this test run.
+fn worker_binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_worker"))
+}
+
+fn record(n: u32, body: &str) -> serde_json::Value {
+    json!({
+        "messageId": format!("msg-{n}"),
+        "receiptHandle": "rh",
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1763700000000"},
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:orders",
+        "awsRegion": "us-east-1"
+    })
+}
+
+async fn start(downstream: &Downstream, log: &str) -> (RuntimeApi, FunctionProcess) {
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let env = vec![
+        ("WORKER_DOWNSTREAM_URL".to_string(), downstream.url()),
+        (
+            "WORKER_ITEM_ID_SOURCE".to_string(),
+            "pointer:/id".to_string(),
+        ),
+        ("WORKER_RETRY_BASE_DELAY_MS".to_string(), "10".to_string()),
+        ("WORKER_MAX_RECEIVE_COUNT".to_string(), "3".to_string()),
+    ];
+    let log = std::env::temp_dir().join(log);
+    let process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    (api, process)
+}
+
+#[tokio::test]
+async fn binary_answers_a_batch_with_exact_partial_failures() {
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .unwrap();
+    let (api, _process) = start(&downstream, "worker-binary-batch.log").await;
+    let event = json!({"Records": [
+        record(1, r#"{"id":"a","scenario":"ok"}"#),
+        record(2, r#"{"id":"b","scenario":"throttled"}"#),
+        record(3, r#"{"id":"c","scenario":"flaky"}"#),
+        record(4, r#"{"id":"d","scenario":"invalid"}"#),
+        record(5, "not json"),
+    ]});
+    let result = api
+        .invoke(
+            serde_json::to_vec(&event).unwrap().into(),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    let InvocationResult::Response(body) = result else {
+        panic!("expected a response, got {result:?}");
+    };
+    // b: throttled within budget (retry later). d and msg-5: permanent, but no dead-letter
+    // store is configured, so they are returned to the queue rather than acknowledged.
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        r#"{"batchItemFailures":[{"itemIdentifier":"msg-2"},{"itemIdentifier":"msg-4"},{"itemIdentifier":"msg-5"}]}"#
+    );
+    // The flaky item was retried in the invocation: two 503s, then 200.
+    assert_eq!(downstream.answers().get(&503), Some(&2));
+
+    // The same process serves a second invocation (clients built once).
+    let ok = json!({"Records": [record(6, r#"{"id":"e"}"#)]});
+    let result = api
+        .invoke(
+            serde_json::to_vec(&ok).unwrap().into(),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        result,
+        InvocationResult::Response(r#"{"batchItemFailures":[]}"#.into())
+    );
+}
+
+#[tokio::test]
+async fn binary_fails_the_invocation_for_a_record_without_message_id() {
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .unwrap();
+    let (api, _process) = start(&downstream, "worker-binary-no-id.log").await;
+    let mut nameless = record(1, r#"{"id":"a"}"#);
+    nameless.as_object_mut().unwrap().remove("messageId");
+    let event = json!({"Records": [record(2, r#"{"id":"b"}"#), nameless]});
+    let result = api
+        .invoke(
+            serde_json::to_vec(&event).unwrap().into(),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    let InvocationResult::Error(body) = result else {
+        panic!("expected an invocation error, got {result:?}");
+    };
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["errorType"], "MissingMessageId");
+    assert!(error["errorMessage"].as_str().unwrap().contains("record 1"));
+    // Nothing was delivered: the whole batch will be retried.
+    assert!(downstream.answers().is_empty());
+}
+
+#[tokio::test]
+async fn binary_refuses_to_start_with_bad_configuration() {
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join("worker-binary-bad-config.log");
+    let _ = std::fs::remove_file(&log);
+    let env = vec![("WORKER_MAX_CONCURRENCY".to_string(), "lots".to_string())];
+    let mut process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    let mut status = None;
+    for _ in 0..100 {
+        status = process.exited();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = status.expect("the worker should exit");
+    assert!(!status.success());
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        output.contains("WORKER_DOWNSTREAM_URL: is not set"),
+        "{output}"
+    );
+    assert!(
+        output.contains("WORKER_MAX_CONCURRENCY: \\\"lots\\\" is not valid"),
+        "{output}"
+    );
+}

@@ -1,0 +1,77 @@
+//! Spawns a function binary against a [`crate::runtime_api::RuntimeApi`], with the
+//! environment Lambda would give it.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::process::{Child, Command};
+
+/// A running function process; killed when dropped.
+#[derive(Debug)]
+pub struct FunctionProcess {
+    child: Child,
+}
+
+/// Where cargo put the workspace's binaries for the current profile (`target/debug` or
+/// `target/release`), found from the running executable.
+pub fn workspace_bin_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut dir = exe.parent()?.to_path_buf();
+    // Test binaries live one level down, in `deps/`.
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    Some(dir)
+}
+
+impl FunctionProcess {
+    /// Starts `binary` polling `runtime_api`, with the Lambda variables and `env`.
+    /// `log_file`, when given, receives the function's stdout and stderr.
+    pub fn spawn(
+        binary: &Path,
+        function_name: &str,
+        runtime_api: &str,
+        env: &[(String, String)],
+        log_file: Option<&Path>,
+    ) -> std::io::Result<FunctionProcess> {
+        let mut command = Command::new(binary);
+        command
+            .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
+            .env("AWS_LAMBDA_FUNCTION_NAME", function_name)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "1024")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env(
+                "AWS_LAMBDA_LOG_GROUP_NAME",
+                format!("/aws/lambda/{function_name}"),
+            )
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "local/[$LATEST]0")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        match log_file {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?;
+                command.stdout(file.try_clone()?).stderr(file);
+            }
+            None => {
+                command.stdout(Stdio::null()).stderr(Stdio::inherit());
+            }
+        }
+        Ok(FunctionProcess {
+            child: command.spawn()?,
+        })
+    }
+
+    /// Whether the process has exited (and its status).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Kills the process (SIGKILL) and waits for it.
+    pub async fn kill(&mut self) -> std::io::Result<()> {
+        self.child.kill().await
+    }
+}

@@ -1,0 +1,18 @@
+//! # sqs-worker-local
+//!
+//! Everything needed to run the worker pipeline on one machine, with no AWS account:
+//!
+//! | module | what it is for |
+//! | --- | --- |
+//! | [`http_server`] | a minimal HTTP/1.1 server on loopback shared by the pieces below |
+//! | [`runtime_api`] | a Lambda Runtime API endpoint that feeds events to the compiled worker binary |
+//! | [`function`] | spawns a function binary against that endpoint, as Lambda would |
+//! | [`downstream`] | a downstream HTTP service that answers deterministically per item |
+//!
+//! The `local` binary wires these together for `make demo`; the integration tests use
+//! the same pieces.
+
+pub mod downstream;
+pub mod function;
+pub mod http_server;
+pub mod runtime_api;
