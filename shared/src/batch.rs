@@ -10,6 +10,7 @@
 //! `skip_group_on_error`) only those of the failed message group (DESIGN §2.6).
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::StreamExt;
@@ -225,6 +226,17 @@ pub enum BatchError {
     },
 }
 
+/// Replaces a body that only points at the payload (e.g. an SQS Extended Client S3
+/// pointer) with the payload itself, before the record is parsed.
+pub trait BodyResolver: Send + Sync {
+    /// `None` when `body` is not a pointer this resolver knows; otherwise the payload or
+    /// the classified reason it could not be fetched.
+    fn resolve<'a>(
+        &'a self,
+        body: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<Result<String, ProcessError>>>;
+}
+
 /// Where a record stands after processing, before any dead-lettering.
 enum Step {
     Final(RecordReport),
@@ -232,11 +244,22 @@ enum Step {
 }
 
 /// Runs a processor over batches with the semantics above.
-#[derive(Debug)]
 pub struct BatchProcessor<P, S> {
     processor: P,
     sink: S,
     config: BatchConfig,
+    resolver: Option<Arc<dyn BodyResolver>>,
+}
+
+impl<P: std::fmt::Debug, S: std::fmt::Debug> std::fmt::Debug for BatchProcessor<P, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchProcessor")
+            .field("processor", &self.processor)
+            .field("sink", &self.sink)
+            .field("config", &self.config)
+            .field("resolver", &self.resolver.is_some())
+            .finish()
+    }
 }
 
 impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
@@ -246,7 +269,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             processor,
             sink,
             config,
+            resolver: None,
         }
+    }
+
+    /// Resolves pointer bodies (e.g. SQS Extended Client) before records are parsed.
+    pub fn with_body_resolver(mut self, resolver: Arc<dyn BodyResolver>) -> Self {
+        self.resolver = Some(resolver);
+        self
     }
 
     /// The engine's configuration.
@@ -373,7 +403,12 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     }
 
     /// Parses and processes one record, retrying within the invocation.
-    async fn run_record(&self, message_id: String, msg: SqsMessage, deadline: &Deadline) -> Step {
+    async fn run_record(
+        &self,
+        message_id: String,
+        mut msg: SqsMessage,
+        deadline: &Deadline,
+    ) -> Step {
         if !deadline.can_start() {
             return Step::Final(not_started(
                 message_id,
@@ -382,27 +417,39 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 &self.config.parser,
             ));
         }
+        let mut resolve_error = None;
+        if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_deref()) {
+            match resolver.resolve(body).await {
+                Some(Ok(payload)) => msg.body = Some(payload),
+                Some(Err(error)) => resolve_error = Some(error),
+                None => {}
+            }
+        }
         let item = match self.config.parser.parse(message_id, msg) {
             Ok(item) => item,
             Err(invalid) => {
                 let invalid = *invalid;
-                let failure = AttemptFailure {
-                    attempt: 1,
-                    started_at: chrono::Utc::now(),
-                    duration: std::time::Duration::ZERO,
-                    error: invalid.error.clone(),
-                };
-                return Step::DeadLetter(
-                    Box::new(DeadLetterCandidate {
-                        item: invalid.item,
-                        error: invalid.error,
-                        failures: vec![failure],
-                        reason: DeadLetterReason::Permanent,
-                    }),
+                let failure = immediate_failure(invalid.error.clone());
+                return self.settle_failure(
+                    invalid.item,
+                    invalid.error,
+                    StopReason::Permanent,
+                    vec![failure],
                     0,
                 );
             }
         };
+        if let Some(error) = resolve_error {
+            // The payload could not be fetched: decide as for a failed attempt, without
+            // running the processor on a pointer.
+            let stop = if error.class.is_retryable(self.config.retry.retry_unknown) {
+                StopReason::AttemptsExhausted
+            } else {
+                StopReason::Permanent
+            };
+            let failure = immediate_failure(error.clone());
+            return self.settle_failure(item, error, stop, vec![failure], 0);
+        }
         let run = run_with_retry(&self.config.retry, deadline, |_| {
             self.processor.process(&item)
         })
@@ -419,34 +466,44 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     Outcome::Skipped { reason } => Disposition::Skipped { reason },
                 },
             }),
-            Err((error, stop)) => {
-                let reason = if stop == StopReason::Permanent {
-                    Some(DeadLetterReason::Permanent)
-                } else if self.receive_budget_spent(item.receive_count) {
-                    Some(DeadLetterReason::ReceiveBudgetExhausted)
-                } else {
-                    None
-                };
-                match reason {
-                    Some(reason) => Step::DeadLetter(
-                        Box::new(DeadLetterCandidate {
-                            item,
-                            error,
-                            failures: run.failures,
-                            reason,
-                        }),
-                        attempts,
-                    ),
-                    None => {
-                        log_failure(&item, &error, "returned for retry");
-                        Step::Final(RecordReport {
-                            message_id: item.message_id,
-                            item_id: item.item_id,
-                            attempts,
-                            disposition: Disposition::RetryLater { class: error.class },
-                        })
-                    }
-                }
+            Err((error, stop)) => self.settle_failure(item, error, stop, run.failures, attempts),
+        }
+    }
+
+    /// Decides between dead-lettering a failed record and returning it for retry.
+    fn settle_failure(
+        &self,
+        item: WorkItem,
+        error: ProcessError,
+        stop: StopReason,
+        failures: Vec<AttemptFailure>,
+        attempts: u32,
+    ) -> Step {
+        let reason = if stop == StopReason::Permanent {
+            Some(DeadLetterReason::Permanent)
+        } else if self.receive_budget_spent(item.receive_count) {
+            Some(DeadLetterReason::ReceiveBudgetExhausted)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Step::DeadLetter(
+                Box::new(DeadLetterCandidate {
+                    item,
+                    error,
+                    failures,
+                    reason,
+                }),
+                attempts,
+            ),
+            None => {
+                log_failure(&item, &error, "returned for retry");
+                Step::Final(RecordReport {
+                    message_id: item.message_id,
+                    item_id: item.item_id,
+                    attempts,
+                    disposition: Disposition::RetryLater { class: error.class },
+                })
             }
         }
     }
@@ -457,6 +514,16 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         self.config.max_receive_count.is_some_and(|max| {
             receive_count >= max.saturating_sub(self.config.receive_budget_margin).max(1)
         })
+    }
+}
+
+/// A failure found before the processor ran (bad body, unfetchable payload).
+fn immediate_failure(error: ProcessError) -> AttemptFailure {
+    AttemptFailure {
+        attempt: 1,
+        started_at: chrono::Utc::now(),
+        duration: std::time::Duration::ZERO,
+        error,
     }
 }
 

@@ -245,6 +245,8 @@ pub struct WorkerConfig {
     pub batch: BatchConfig,
     /// Safety margin before the invocation deadline.
     pub deadline_margin: Duration,
+    /// Where dead-lettered items go; `None` when no store is configured.
+    pub store: Option<crate::store::StoreConfig>,
 }
 
 impl WorkerConfig {
@@ -318,7 +320,9 @@ impl WorkerConfig {
         let retry_unknown = env.flag(RETRY_UNKNOWN_ERRORS, false);
         let deadline_margin = env.ranged(DEADLINE_MARGIN_MS, 0..=600_000, 2_000);
         let skip_group_on_error = env.flag(SKIP_GROUP_ON_ERROR, false);
+        let store = crate::store::StoreConfig::read(env);
         Some(WorkerConfig {
+            store,
             delivery: HttpDeliveryConfig {
                 url: url?,
                 timeout: Duration::from_millis(timeout),
@@ -345,9 +349,14 @@ impl WorkerConfig {
         })
     }
 
-    /// The variables and their descriptions, for `--help`-style output and drift checks.
+    /// The variables and their descriptions (worker and store), for documentation and
+    /// drift checks against the infrastructure template.
     pub fn documented_variables() -> BTreeMap<&'static str, &'static str> {
-        WORKER_ENV_VARS.iter().copied().collect()
+        WORKER_ENV_VARS
+            .iter()
+            .chain(crate::store::STORE_ENV_VARS)
+            .copied()
+            .collect()
     }
 }
 
@@ -446,6 +455,27 @@ mod tests {
     }
 
     #[test]
+    fn store_variables_go_together() {
+        let none = read(&[(DOWNSTREAM_URL, "http://x")]).unwrap();
+        assert_eq!(none.store, None);
+        let full = read(&[
+            (DOWNSTREAM_URL, "http://x"),
+            ("DLQ_TABLE", "t"),
+            ("DLQ_QUEUE_URL", "http://q"),
+            ("DLQ_BUCKET", "b"),
+            ("DLQ_RETENTION_DAYS", "30"),
+        ])
+        .unwrap();
+        let store = full.store.unwrap();
+        assert_eq!(store.table, "t");
+        assert_eq!(store.retention, Duration::from_secs(30 * 86_400));
+        assert_eq!(store.inline_max_bytes, 65_536);
+        let err = read(&[(DOWNSTREAM_URL, "http://x"), ("DLQ_TABLE", "t")]).unwrap_err();
+        let vars: Vec<_> = err.problems.iter().map(|p| p.variable.as_str()).collect();
+        assert_eq!(vars, ["DLQ_QUEUE_URL", "DLQ_BUCKET"]);
+    }
+
+    #[test]
     fn bad_url_and_inverted_delays() {
         let err = read(&[
             (DOWNSTREAM_URL, "ftp://example.com"),
@@ -462,8 +492,8 @@ mod tests {
     #[test]
     fn the_documented_list_is_complete() {
         let documented = WorkerConfig::documented_variables();
-        let source = include_str!("config.rs");
-        for line in source.lines() {
+        let sources = [include_str!("config.rs"), include_str!("store/mod.rs")];
+        for line in sources.iter().flat_map(|s| s.lines()) {
             if let Some(rest) = line.strip_prefix("pub const ") {
                 if let Some((_, value)) = rest.split_once("= \"") {
                     let name = value.trim_end_matches("\";");
@@ -471,6 +501,10 @@ mod tests {
                 }
             }
         }
-        assert_eq!(documented.len(), WORKER_ENV_VARS.len(), "no duplicates");
+        assert_eq!(
+            documented.len(),
+            WORKER_ENV_VARS.len() + crate::store::STORE_ENV_VARS.len(),
+            "no duplicates"
+        );
     }
 }

@@ -120,6 +120,7 @@ pub struct FailureDetail {
     /// SQS message id of the delivery.
     pub message_id: String,
     /// When the attempt started.
+    #[serde(with = "crate::time_format")]
     pub timestamp: DateTime<Utc>,
     /// Error class.
     pub error_type: ErrorClass,
@@ -163,6 +164,7 @@ pub struct SourceContext {
     /// FIFO message group.
     pub message_group_id: Option<String>,
     /// When the message was first sent.
+    #[serde(default, with = "crate::time_format::option")]
     pub sent_timestamp: Option<DateTime<Utc>>,
     /// `ApproximateReceiveCount` of the latest delivery.
     pub receive_count: u32,
@@ -178,8 +180,10 @@ pub struct DeadLetteredItem {
     /// The payload or a pointer to it.
     pub payload: ItemPayload,
     /// First failed attempt ever recorded.
+    #[serde(with = "crate::time_format")]
     pub first_attempt: DateTime<Utc>,
     /// Latest failed attempt.
+    #[serde(with = "crate::time_format")]
     pub last_attempt: DateTime<Utc>,
     /// Number of failed attempts in the history.
     pub failure_count: u32,

@@ -16,6 +16,9 @@
 //! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
 //! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
 //! | [`signature`] | normalised error signatures for grouping | none |
+//! | [`store`] | the dead-letter store: DynamoDB records, S3 payloads, DLQ messages | AWS |
+//! | [`aws`] | AWS clients built once from the standard configuration chain | AWS |
+//! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation | stdout |
 //! | [`config`] | validated configuration from the environment | env |
 //! | [`worker`] | the Lambda handler the `worker` binary runs | via traits |
 //! | [`telemetry`] | JSON logging set-up | stdout |
@@ -27,6 +30,7 @@
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged.
 
+pub mod aws;
 pub mod batch;
 pub mod classify;
 pub mod config;
@@ -34,11 +38,14 @@ pub mod dead_letter;
 pub mod error;
 pub mod hex;
 pub mod item;
+pub mod metrics;
 pub mod processor;
 pub mod retry;
 pub mod signature;
+pub mod store;
 pub mod telemetry;
 pub mod testing;
+pub mod time_format;
 pub mod worker;
 
 pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Disposition};

@@ -1,17 +1,24 @@
 //! The Lambda glue of the worker function: a [`Worker`] holds the batch engine built once
 //! at start-up, and [`Worker::handle`] answers one invocation.
+//!
+//! At start-up the worker reads its configuration, builds the HTTP client and (when a
+//! dead-letter store is configured) the AWS clients. Credentials are resolved and
+//! connections opened lazily by the first call, then reused by every later invocation.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
 
+use crate::aws::AwsClients;
 use crate::batch::{BatchError, BatchProcessor, BatchReport};
 use crate::config::{ConfigError, WorkerConfig};
-use crate::dead_letter::{DeadLetterSink, InvocationInfo, NoDeadLetterStore};
+use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
 use crate::error::ProcessError;
 use crate::processor::{HttpDelivery, Processor};
 use crate::retry::Deadline;
+use crate::store::{DeadLetterStore, ExtendedClientResolver};
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -24,6 +31,28 @@ pub enum StartupError {
     HttpClient(ProcessError),
 }
 
+/// The dead-letter sink chosen by configuration.
+#[derive(Debug)]
+pub enum ConfiguredSink {
+    /// DynamoDB + S3 + DLQ.
+    Store(DeadLetterStore),
+    /// No store configured: candidates are returned to the queue.
+    Disabled(NoDeadLetterStore),
+}
+
+impl DeadLetterSink for ConfiguredSink {
+    async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        invocation: &InvocationInfo,
+    ) -> Vec<Result<(), ProcessError>> {
+        match self {
+            ConfiguredSink::Store(store) => store.dead_letter(candidates, invocation).await,
+            ConfiguredSink::Disabled(none) => none.dead_letter(candidates, invocation).await,
+        }
+    }
+}
+
 /// A worker: the batch engine and the invocation-independent context.
 #[derive(Debug)]
 pub struct Worker<P, S> {
@@ -32,19 +61,49 @@ pub struct Worker<P, S> {
     base_invocation: InvocationInfo,
 }
 
-/// The worker the function binary runs: HTTP delivery, dead-lettering not yet configured.
-pub type DefaultWorker = Worker<HttpDelivery, NoDeadLetterStore>;
+/// The worker the function binary runs: HTTP delivery into the configured store.
+pub type DefaultWorker = Worker<HttpDelivery, ConfiguredSink>;
 
 impl DefaultWorker {
     /// Builds the worker from the environment (clients once, reused by every invocation).
-    pub fn from_env() -> Result<Self, StartupError> {
+    pub async fn from_env() -> Result<Self, StartupError> {
         let config = WorkerConfig::from_env()?;
+        Self::from_config(config, None).await
+    }
+
+    /// Builds the worker from a configuration; `clients` overrides the AWS clients that
+    /// would otherwise be loaded from the environment.
+    pub async fn from_config(
+        config: WorkerConfig,
+        clients: Option<AwsClients>,
+    ) -> Result<Self, StartupError> {
         let delivery =
             HttpDelivery::new(config.delivery.clone()).map_err(StartupError::HttpClient)?;
-        Ok(Worker::new(
-            BatchProcessor::new(delivery, NoDeadLetterStore, config.batch),
-            config.deadline_margin,
-        ))
+        let (sink, resolver) = match config.store {
+            Some(store_config) => {
+                let clients = match clients {
+                    Some(clients) => clients,
+                    None => AwsClients::from_env().await,
+                };
+                let resolver = ExtendedClientResolver::new(clients.s3.clone());
+                (
+                    ConfiguredSink::Store(DeadLetterStore::new(clients, store_config)),
+                    Some(resolver),
+                )
+            }
+            None => {
+                tracing::warn!(
+                    "no dead-letter store configured (DLQ_TABLE, DLQ_QUEUE_URL, DLQ_BUCKET): \
+                     permanent failures are returned to the queue"
+                );
+                (ConfiguredSink::Disabled(NoDeadLetterStore), None)
+            }
+        };
+        let mut engine = BatchProcessor::new(delivery, sink, config.batch);
+        if let Some(resolver) = resolver {
+            engine = engine.with_body_resolver(Arc::new(resolver));
+        }
+        Ok(Worker::new(engine, config.deadline_margin))
     }
 }
 
@@ -97,6 +156,10 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
             reported = counts.reported(),
             "batch finished"
         );
+        crate::metrics::emit(
+            &counts,
+            invocation.function_name.as_deref().unwrap_or("worker"),
+        );
         Ok(report)
     }
 
@@ -133,6 +196,8 @@ impl From<BatchError> for lambda_runtime::Diagnostic {
 
 /// Builds the default worker from the environment, logging a start-up failure before
 /// returning it (the Lambda runtime reports it as an init error).
-pub fn default_worker_from_env() -> Result<DefaultWorker, StartupError> {
-    DefaultWorker::from_env().inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
+pub async fn default_worker_from_env() -> Result<DefaultWorker, StartupError> {
+    DefaultWorker::from_env()
+        .await
+        .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
 }

@@ -1,0 +1,59 @@
+//! AWS clients, built once per process from the standard AWS configuration chain.
+//!
+//! The endpoint comes only from configuration: `AWS_ENDPOINT_URL` (or the per-service
+//! `AWS_ENDPOINT_URL_SQS`, `_DYNAMODB`, `_S3`) points the same code at a local emulator;
+//! unset, the clients talk to AWS. S3 uses path-style addressing when a custom endpoint
+//! is configured (emulators do not serve virtual-hosted buckets) or when
+//! `S3_FORCE_PATH_STYLE=true`.
+
+/// The three clients the dead-letter store, redrive and CLI use.
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    /// SQS (source queue and DLQ).
+    pub sqs: aws_sdk_sqs::Client,
+    /// DynamoDB (dead-letter records).
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    /// S3 (large payloads).
+    pub s3: aws_sdk_s3::Client,
+}
+
+impl AwsClients {
+    /// Loads the shared configuration (region, credentials, endpoint) and builds the clients.
+    pub async fn from_env() -> Self {
+        let shared = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::from_config(&shared, force_path_style())
+    }
+
+    /// Builds clients from an explicit configuration.
+    pub fn from_config(shared: &aws_config::SdkConfig, s3_path_style: bool) -> Self {
+        let s3_config = aws_sdk_s3::config::Builder::from(shared)
+            .force_path_style(s3_path_style)
+            .build();
+        AwsClients {
+            sqs: aws_sdk_sqs::Client::new(shared),
+            dynamodb: aws_sdk_dynamodb::Client::new(shared),
+            s3: aws_sdk_s3::Client::from_conf(s3_config),
+        }
+    }
+
+    /// Clients for an explicit endpoint with static credentials: local emulators and tests.
+    pub async fn for_endpoint(endpoint_url: &str, region: &str) -> Self {
+        let credentials =
+            aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "static");
+        let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(region.to_string()))
+            .endpoint_url(endpoint_url)
+            .credentials_provider(credentials)
+            .load()
+            .await;
+        Self::from_config(&shared, true)
+    }
+}
+
+/// Path-style S3 when asked for, or when any custom endpoint is configured.
+fn force_path_style() -> bool {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+    std::env::var("S3_FORCE_PATH_STYLE").is_ok_and(|v| v == "true")
+        || set("AWS_ENDPOINT_URL")
+        || set("AWS_ENDPOINT_URL_S3")
+}

@@ -1,0 +1,193 @@
+//! DLQ messages: one per dead-lettered item, sent in batches of up to 10 entries and
+//! 1 MiB, each carrying the item id (the record's key) so tools can join message and record.
+
+use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+
+use super::payload::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
+use super::StoreConfig;
+use crate::dead_letter::{DeadLetteredItem, PayloadLocation};
+use crate::error::{ErrorClass, ProcessError};
+
+/// Message attribute: the item id, which is also the record's key in the table.
+pub const ITEM_ID_ATTRIBUTE: &str = "item_id";
+/// Message attribute: the table holding the record.
+pub const RECORD_TABLE_ATTRIBUTE: &str = "record_table";
+/// Message attribute: the error class.
+pub const ERROR_CLASS_ATTRIBUTE: &str = "error_class";
+/// Message attribute: the error signature.
+pub const ERROR_SIGNATURE_ATTRIBUTE: &str = "error_signature";
+/// Message attribute: the source message id.
+pub const SOURCE_MESSAGE_ID_ATTRIBUTE: &str = "source_message_id";
+
+/// SendMessageBatch limits.
+const MAX_ENTRIES: usize = 10;
+const MAX_BATCH_BYTES: usize = 1_048_576;
+
+/// The DLQ body for a record: the original body, or a pointer to the S3 payload.
+pub fn message_body(record: &DeadLetteredItem) -> String {
+    match &record.payload.location {
+        PayloadLocation::Inline { body } => body.clone(),
+        PayloadLocation::S3 { bucket, key } => S3Pointer {
+            bucket: bucket.clone(),
+            key: key.clone(),
+        }
+        .to_body(),
+    }
+}
+
+fn string_attr(value: &str) -> Option<MessageAttributeValue> {
+    MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value(value)
+        .build()
+        .ok()
+}
+
+fn entry(
+    id: usize,
+    record: &DeadLetteredItem,
+    config: &StoreConfig,
+) -> Result<(SendMessageBatchRequestEntry, usize), ProcessError> {
+    let body = message_body(record);
+    let mut attributes = vec![
+        (ITEM_ID_ATTRIBUTE, record.item_id.clone()),
+        (RECORD_TABLE_ATTRIBUTE, config.table.clone()),
+        (
+            ERROR_CLASS_ATTRIBUTE,
+            record.error_class.as_str().to_string(),
+        ),
+        (ERROR_SIGNATURE_ATTRIBUTE, record.error_signature.clone()),
+        (
+            SOURCE_MESSAGE_ID_ATTRIBUTE,
+            record.source.message_id.clone(),
+        ),
+    ];
+    let mut builder = SendMessageBatchRequestEntry::builder().id(id.to_string());
+    if matches!(record.payload.location, PayloadLocation::S3 { .. }) {
+        attributes.push((
+            EXTENDED_PAYLOAD_SIZE_ATTRIBUTE,
+            record.payload.size_bytes.to_string(),
+        ));
+    }
+    let mut size = body.len();
+    for (name, value) in &attributes {
+        size += name.len() + value.len() + 16;
+        let attr = if *name == EXTENDED_PAYLOAD_SIZE_ATTRIBUTE {
+            MessageAttributeValue::builder()
+                .data_type("Number")
+                .string_value(value)
+                .build()
+                .ok()
+        } else {
+            string_attr(value)
+        };
+        if let Some(attr) = attr {
+            builder = builder.message_attributes(*name, attr);
+        }
+    }
+    if config.queue_url.ends_with(".fifo") {
+        let group = record
+            .source
+            .message_group_id
+            .clone()
+            .unwrap_or_else(|| record.item_id.clone());
+        // Deduplicate re-sends of the same delivery, not later failures of the same item.
+        let dedup = crate::hex::sha256_hex(
+            format!(
+                "{}:{}:{}",
+                record.item_id, record.source.message_id, record.source.receive_count
+            )
+            .as_bytes(),
+        );
+        builder = builder
+            .message_group_id(group)
+            .message_deduplication_id(dedup);
+    }
+    let entry = builder
+        .message_body(body)
+        .build()
+        .map_err(|e| ProcessError::validation(format!("DLQ entry: {e}")).with_step("dlq"))?;
+    Ok((entry, size))
+}
+
+/// Sends one DLQ message per record; one result per record, in order.
+pub async fn send(
+    sqs: &aws_sdk_sqs::Client,
+    config: &StoreConfig,
+    records: &[&DeadLetteredItem],
+) -> Vec<Result<(), ProcessError>> {
+    let mut results: Vec<Result<(), ProcessError>> = Vec::with_capacity(records.len());
+    let mut chunk: Vec<(usize, SendMessageBatchRequestEntry)> = Vec::new();
+    let mut chunk_bytes = 0;
+    for (index, record) in records.iter().enumerate() {
+        results.push(Ok(()));
+        match entry(index, record, config) {
+            Ok((entry, size)) => {
+                if !chunk.is_empty()
+                    && (chunk.len() == MAX_ENTRIES || chunk_bytes + size > MAX_BATCH_BYTES)
+                {
+                    send_chunk(sqs, config, std::mem::take(&mut chunk), &mut results).await;
+                    chunk_bytes = 0;
+                }
+                chunk_bytes += size;
+                chunk.push((index, entry));
+            }
+            Err(e) => results[index] = Err(e),
+        }
+    }
+    if !chunk.is_empty() {
+        send_chunk(sqs, config, chunk, &mut results).await;
+    }
+    results
+}
+
+async fn send_chunk(
+    sqs: &aws_sdk_sqs::Client,
+    config: &StoreConfig,
+    chunk: Vec<(usize, SendMessageBatchRequestEntry)>,
+    results: &mut [Result<(), ProcessError>],
+) {
+    let indexes: Vec<usize> = chunk.iter().map(|(i, _)| *i).collect();
+    let response = sqs
+        .send_message_batch()
+        .queue_url(&config.queue_url)
+        .set_entries(Some(chunk.into_iter().map(|(_, e)| e).collect()))
+        .send()
+        .await;
+    match response {
+        Ok(output) => {
+            for failed in output.failed() {
+                let class = if failed.sender_fault() {
+                    ErrorClass::Validation
+                } else {
+                    ErrorClass::ServerError
+                };
+                if let Some(slot) = failed
+                    .id()
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| results.get_mut(i))
+                {
+                    *slot = Err(ProcessError::new(
+                        class,
+                        format!(
+                            "DLQ rejected the message: {} {}",
+                            failed.code(),
+                            failed.message().unwrap_or("")
+                        ),
+                    )
+                    .with_code(failed.code())
+                    .with_step("dlq"));
+                }
+            }
+        }
+        Err(e) => {
+            let error = ProcessError::from_sdk(&e).with_step("dlq");
+            for i in indexes {
+                if let Some(slot) = results.get_mut(i) {
+                    *slot = Err(error.clone());
+                }
+            }
+        }
+    }
+}

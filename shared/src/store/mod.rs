@@ -1,0 +1,407 @@
+//! The dead-letter store: DynamoDB records, S3 for large payloads, and the DLQ.
+//!
+//! Dead-lettering a record is three writes, in this order (DESIGN §2.1):
+//!
+//! 1. the payload to S3, when the record would be larger than `inline_max_bytes`;
+//! 2. the [`DeadLetteredItem`] to DynamoDB, merged into any existing record of the same
+//!    item: each attempt is appended once, even if the same attempt is recorded twice
+//!    (a crash between steps re-delivers it), and `failure_count` stays exact;
+//! 3. a message on the DLQ (batched, up to 10 per call) carrying the item id and the
+//!    original body, or an Extended Client pointer to the S3 payload.
+//!
+//! Only when all three succeed is the record reported as dead-lettered (and acked); a
+//! failure at any step leaves it in `batchItemFailures`, so SQS delivers it again.
+
+pub mod attr;
+pub mod dlq;
+pub mod payload;
+pub mod schema;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use chrono::Utc;
+use futures::StreamExt;
+
+use crate::aws::AwsClients;
+use crate::config::EnvReader;
+use crate::dead_letter::{
+    needs_manual_review, DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail,
+    InvocationInfo, PayloadLocation,
+};
+use crate::error::{ErrorClass, ProcessError};
+use payload::S3Pointer;
+
+/// `DLQ_TABLE`
+pub const TABLE: &str = "DLQ_TABLE";
+/// `DLQ_QUEUE_URL`
+pub const QUEUE_URL: &str = "DLQ_QUEUE_URL";
+/// `DLQ_BUCKET`
+pub const BUCKET: &str = "DLQ_BUCKET";
+/// `DLQ_INLINE_MAX_BYTES`
+pub const INLINE_MAX_BYTES: &str = "DLQ_INLINE_MAX_BYTES";
+/// `DLQ_RETENTION_DAYS`
+pub const RETENTION_DAYS: &str = "DLQ_RETENTION_DAYS";
+
+/// The store's variables, shared by the worker, the redrive function and the CLI.
+pub const STORE_ENV_VARS: &[(&str, &str)] = &[
+    (TABLE, "DynamoDB table of dead-letter records"),
+    (QUEUE_URL, "URL of the DLQ"),
+    (BUCKET, "S3 bucket for payloads too large to keep inline"),
+    (
+        INLINE_MAX_BYTES,
+        "largest body kept inline in the record and DLQ message, 1024-262144 (default 65536)",
+    ),
+    (
+        RETENTION_DAYS,
+        "days a record is kept (DynamoDB TTL), 1-3650 (default 14)",
+    ),
+];
+
+/// Where dead-lettered items go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// DynamoDB table.
+    pub table: String,
+    /// DLQ URL.
+    pub queue_url: String,
+    /// Payload bucket.
+    pub bucket: String,
+    /// Bodies larger than this go to S3 (default 64 KiB: the record stays far below
+    /// DynamoDB's 400 KB item limit even with a long history).
+    pub inline_max_bytes: usize,
+    /// How long records are kept.
+    pub retention: Duration,
+    /// Records written at once.
+    pub write_concurrency: usize,
+}
+
+impl StoreConfig {
+    /// A configuration with default limits.
+    pub fn new(table: &str, queue_url: &str, bucket: &str) -> Self {
+        StoreConfig {
+            table: table.to_string(),
+            queue_url: queue_url.to_string(),
+            bucket: bucket.to_string(),
+            inline_max_bytes: 65_536,
+            retention: Duration::from_secs(14 * 86_400),
+            write_concurrency: 10,
+        }
+    }
+
+    /// Reads the store variables: `None` when none of the three names is set, a problem
+    /// for each missing one when only some are.
+    pub fn read(env: &mut EnvReader<'_>) -> Option<StoreConfig> {
+        let table: Option<String> = env.optional(TABLE, "a table name");
+        let queue_url: Option<String> = env.optional(QUEUE_URL, "a queue URL");
+        let bucket: Option<String> = env.optional(BUCKET, "a bucket name");
+        let inline = env.ranged(INLINE_MAX_BYTES, 1024..=262_144, 65_536);
+        let days = env.ranged(RETENTION_DAYS, 1..=3650, 14);
+        match (table, queue_url, bucket) {
+            (None, None, None) => None,
+            (Some(table), Some(queue_url), Some(bucket)) => Some(StoreConfig {
+                inline_max_bytes: usize::try_from(inline).unwrap_or(65_536),
+                retention: Duration::from_secs(days * 86_400),
+                ..StoreConfig::new(&table, &queue_url, &bucket)
+            }),
+            (table, queue_url, bucket) => {
+                for (name, value) in [(TABLE, table), (QUEUE_URL, queue_url), (BUCKET, bucket)] {
+                    if value.is_none() {
+                        env.problem(
+                            name,
+                            format!("is not set; {TABLE}, {QUEUE_URL} and {BUCKET} go together"),
+                        );
+                    }
+                }
+                None
+            }
+        }
+    }
+}
+
+/// The DynamoDB + S3 + SQS dead-letter store.
+#[derive(Debug, Clone)]
+pub struct DeadLetterStore {
+    clients: AwsClients,
+    config: StoreConfig,
+}
+
+impl DeadLetterStore {
+    /// A store over existing clients.
+    pub fn new(clients: AwsClients, config: StoreConfig) -> Self {
+        DeadLetterStore { clients, config }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// The clients.
+    pub fn clients(&self) -> &AwsClients {
+        &self.clients
+    }
+
+    /// Moves the payload to S3 when it is larger than the inline limit.
+    pub async fn offload_payload(&self, record: &mut DeadLetteredItem) -> Result<(), ProcessError> {
+        let PayloadLocation::Inline { body } = &record.payload.location else {
+            return Ok(());
+        };
+        if body.len() <= self.config.inline_max_bytes {
+            return Ok(());
+        }
+        let pointer = S3Pointer {
+            bucket: self.config.bucket.clone(),
+            key: payload::payload_key(&record.item_id, &record.payload.sha256),
+        };
+        payload::put_payload(&self.clients.s3, &pointer, body, &record.payload.sha256).await?;
+        record.payload.location = PayloadLocation::S3 {
+            bucket: pointer.bucket,
+            key: pointer.key,
+        };
+        Ok(())
+    }
+
+    /// Upserts a record: new attempts are appended once, known ones are ignored.
+    pub async fn record(&self, record: &DeadLetteredItem) -> Result<(), ProcessError> {
+        let mut pending: Vec<FailureDetail> = record.failure_history.clone();
+        // A conflict means another writer recorded some of these attempts; at most a few
+        // rounds are needed to converge.
+        for _ in 0..5 {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            match self.try_record(record, &pending).await? {
+                Some(stored) => return self.settle_review_flag(&stored).await,
+                None => {
+                    let known = self.attempt_ids(&record.item_id).await?;
+                    pending.retain(|f| !known.contains(&f.attempt_id));
+                }
+            }
+        }
+        Err(ProcessError::new(
+            ErrorClass::ServerError,
+            format!(
+                "record {:?} kept changing while being written",
+                record.item_id
+            ),
+        )
+        .with_step("record"))
+    }
+
+    /// One conditional update; `None` when a pending attempt was already recorded.
+    async fn try_record(
+        &self,
+        record: &DeadLetteredItem,
+        pending: &[FailureDetail],
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let mut doc = schema::record_to_json(record)?;
+        doc.remove(schema::ITEM_ID);
+        doc.remove(schema::FAILURE_COUNT);
+        doc.remove(schema::FAILURE_HISTORY);
+        let first_attempt = doc.remove("first_attempt");
+
+        let mut request = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
+            .return_values(ReturnValue::AllNew);
+        let mut sets = Vec::new();
+        for (n, (name, value)) in doc.iter().enumerate() {
+            sets.push(format!("#f{n} = :f{n}"));
+            request = request
+                .expression_attribute_names(format!("#f{n}"), name)
+                .expression_attribute_values(format!(":f{n}"), attr::to_attr(value));
+        }
+        if let Some(first) = first_attempt {
+            sets.push("#first = if_not_exists(#first, :first)".to_string());
+            request = request
+                .expression_attribute_names("#first", "first_attempt")
+                .expression_attribute_values(":first", attr::to_attr(&first));
+        }
+        let history: Vec<serde_json::Value> = pending
+            .iter()
+            .map(|f| serde_json::to_value(f).unwrap_or_default())
+            .collect();
+        sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
+        let mut conditions = Vec::new();
+        for (n, attempt) in pending.iter().enumerate() {
+            conditions.push(format!("NOT contains(#ids, :a{n})"));
+            request = request.expression_attribute_values(
+                format!(":a{n}"),
+                AttributeValue::S(attempt.attempt_id.clone()),
+            );
+        }
+        let update = format!("SET {} ADD #count :count, #ids :ids", sets.join(", "));
+        let result = request
+            .update_expression(update)
+            .condition_expression(conditions.join(" AND "))
+            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
+            .expression_attribute_names("#count", schema::FAILURE_COUNT)
+            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+            .expression_attribute_values(":hist", attr::to_attr(&serde_json::Value::Array(history)))
+            .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
+            .expression_attribute_values(
+                ":ids",
+                AttributeValue::Ss(pending.iter().map(|f| f.attempt_id.clone()).collect()),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(output) => {
+                let stored = output
+                    .attributes()
+                    .map(schema::record_from_item)
+                    .transpose()?;
+                Ok(stored.or_else(|| Some(record.clone())))
+            }
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("record")),
+        }
+    }
+
+    /// `manual_review_required` depends on the whole history, which an update expression
+    /// cannot see: fix it afterwards in the rare case the merged history changes it.
+    async fn settle_review_flag(&self, stored: &DeadLetteredItem) -> Result<(), ProcessError> {
+        let wanted = needs_manual_review(&stored.failure_history);
+        if wanted == stored.manual_review_required {
+            return Ok(());
+        }
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
+            .update_expression("SET manual_review_required = :v")
+            .expression_attribute_values(":v", AttributeValue::Bool(wanted))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))
+    }
+
+    async fn attempt_ids(&self, item_id: &str) -> Result<HashSet<String>, ProcessError> {
+        let output = self
+            .clients
+            .dynamodb
+            .get_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .projection_expression("#ids")
+            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))?;
+        Ok(output
+            .item()
+            .and_then(|i| i.get(schema::ATTEMPT_IDS))
+            .and_then(|v| v.as_ss().ok())
+            .map(|ids| ids.iter().cloned().collect())
+            .unwrap_or_default())
+    }
+
+    /// Steps 1 and 2 for one candidate: payload to S3 if large, then the record.
+    async fn persist(
+        &self,
+        candidate: &DeadLetterCandidate,
+        invocation: &InvocationInfo,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<DeadLetteredItem, ProcessError> {
+        let mut record =
+            DeadLetteredItem::from_candidate(candidate, invocation, now, self.config.retention);
+        self.offload_payload(&mut record).await?;
+        self.record(&record).await?;
+        Ok(record)
+    }
+
+    /// Reads one record (strongly consistent).
+    pub async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let output = self
+            .clients
+            .dynamodb
+            .get_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("read-record"))?;
+        output.item().map(schema::record_from_item).transpose()
+    }
+}
+
+impl DeadLetterSink for DeadLetterStore {
+    async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        invocation: &InvocationInfo,
+    ) -> Vec<Result<(), ProcessError>> {
+        let now = Utc::now();
+        // Steps 1 and 2, per record, a bounded number at once.
+        let writes: Vec<_> = candidates
+            .iter()
+            .map(|candidate| self.persist(candidate, invocation, now))
+            .collect();
+        let persisted: Vec<Result<DeadLetteredItem, ProcessError>> = futures::stream::iter(writes)
+            .buffered(self.config.write_concurrency.max(1))
+            .collect()
+            .await;
+        // Step 3, batched, for the records that were persisted.
+        let to_send: Vec<&DeadLetteredItem> =
+            persisted.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let mut sent = dlq::send(&self.clients.sqs, &self.config, &to_send)
+            .await
+            .into_iter();
+        persisted
+            .into_iter()
+            .map(|result| match result {
+                Ok(_) => sent.next().unwrap_or_else(|| {
+                    Err(
+                        ProcessError::new(ErrorClass::Unknown, "DLQ send returned no result")
+                            .with_step("dlq"),
+                    )
+                }),
+                Err(e) => Err(e),
+            })
+            .collect()
+    }
+}
+
+/// Resolves SQS Extended Client pointer bodies from S3 before processing.
+#[derive(Debug, Clone)]
+pub struct ExtendedClientResolver {
+    s3: aws_sdk_s3::Client,
+}
+
+impl ExtendedClientResolver {
+    /// A resolver using this S3 client.
+    pub fn new(s3: aws_sdk_s3::Client) -> Self {
+        ExtendedClientResolver { s3 }
+    }
+}
+
+impl crate::batch::BodyResolver for ExtendedClientResolver {
+    fn resolve<'a>(
+        &'a self,
+        body: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<Result<String, ProcessError>>> {
+        Box::pin(async move {
+            let pointer = S3Pointer::parse(body)?;
+            Some(
+                payload::get_payload(&self.s3, &pointer)
+                    .await
+                    .map(|(text, _)| text),
+            )
+        })
+    }
+}
