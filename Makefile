@@ -1,19 +1,28 @@
-# The two commands that matter: `make demo` runs the pipeline locally, `make test` runs
-# every check. Everything else is a building block of those.
+# The two commands that matter: `make demo` runs the whole pipeline locally against the
+# emulator, `make test` runs every check. Everything else is a building block of those.
 
 CARGO ?= cargo
+EMULATOR := scripts/emulator.sh
 
-.PHONY: build demo test fmt-check clippy unit help
+.PHONY: help build emulator demo demo-down test fmt-check clippy unit
 
 help:
-	@echo "make demo   - run the worker pipeline locally and print what happened"
-	@echo "make test   - formatting, clippy (-D warnings) and every test"
+	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
+	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
+	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
 
 build:
 	$(CARGO) build --workspace --bins
 
-demo: build
-	./target/debug/local invoke --event samples/demo-event.json
+# Installs moto into .venv on first use and starts it; a no-op when it is running.
+emulator:
+	@$(EMULATOR) start >/dev/null
+
+demo: build emulator
+	./target/debug/local demo --endpoint-url "$$($(EMULATOR) url)"
+
+demo-down:
+	$(EMULATOR) stop
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
@@ -21,7 +30,7 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit: build
-	$(CARGO) test --workspace
+unit: build emulator
+	EMULATOR_URL="$$($(EMULATOR) url)" $(CARGO) test --workspace
 
 test: fmt-check clippy unit

@@ -47,6 +47,7 @@ struct State {
     fixed: AtomicBool,
     calls: Mutex<HashMap<String, u32>>,
     answers: Mutex<HashMap<u16, u64>>,
+    delivered: Mutex<Vec<String>>,
 }
 
 /// A running downstream.
@@ -81,6 +82,25 @@ impl Downstream {
         self.state.fixed.store(true, Ordering::SeqCst);
     }
 
+    /// Item ids answered with 200, in the order they were answered.
+    pub fn delivered(&self) -> Vec<String> {
+        self.state
+            .delivered
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default()
+    }
+
+    /// Request bodies seen for one item id, counting every attempt.
+    pub fn calls(&self, item_id: &str) -> u32 {
+        self.state
+            .calls
+            .lock()
+            .ok()
+            .and_then(|c| c.get(item_id).copied())
+            .unwrap_or(0)
+    }
+
     /// Requests answered so far, by status.
     pub fn answers(&self) -> HashMap<u16, u64> {
         self.state
@@ -111,13 +131,14 @@ async fn answer(
     }
     let doc: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
     let scenario = doc.get("scenario").and_then(|s| s.as_str()).unwrap_or("ok");
-    let id = doc
-        .get("id")
-        .map(|v| v.to_string())
-        .unwrap_or_else(|| String::from_utf8_lossy(&req.body).to_string());
+    let id = match doc.get("id") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::from_utf8_lossy(&req.body).to_string(),
+    };
     let call = match state.calls.lock() {
         Ok(mut calls) => {
-            let n = calls.entry(id).or_default();
+            let n = calls.entry(id.clone()).or_default();
             *n += 1;
             *n
         }
@@ -141,6 +162,11 @@ async fn answer(
     };
     if let Ok(mut answers) = state.answers.lock() {
         *answers.entry(status.as_u16()).or_default() += 1;
+    }
+    if status == StatusCode::OK {
+        if let Ok(mut delivered) = state.delivered.lock() {
+            delivered.push(id);
+        }
     }
     let body = match status {
         StatusCode::BAD_REQUEST => "field 'amount' must be a positive number",

@@ -8,11 +8,19 @@
 //! | [`runtime_api`] | a Lambda Runtime API endpoint that feeds events to the compiled worker binary |
 //! | [`function`] | spawns a function binary against that endpoint, as Lambda would |
 //! | [`downstream`] | a downstream HTTP service that answers deterministically per item |
+//! | [`resources`] | creates queues, table and bucket as the infrastructure template does |
+//! | [`esm`] | a local event source mapping: receive, build the Lambda event, invoke, delete |
+//! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
+//! | [`demo`] | the `make demo` workload, run and summary |
 //!
 //! The `local` binary wires these together for `make demo`; the integration tests use
 //! the same pieces.
 
+pub mod demo;
 pub mod downstream;
+pub mod esm;
 pub mod function;
 pub mod http_server;
+pub mod invokers;
+pub mod resources;
 pub mod runtime_api;

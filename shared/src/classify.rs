@@ -191,10 +191,9 @@ impl ProcessError {
     where
         E: ProvideErrorMetadata + StdError + 'static,
     {
-        let mut error = ProcessError::new(
-            classify_sdk_error(err),
-            DisplayErrorContext(err).to_string(),
-        );
+        // The Display chain, not `DisplayErrorContext`: that one ends with a Debug dump of
+        // the raw response, far too much for a record or a signature.
+        let mut error = ProcessError::new(classify_sdk_error(err), display_chain(err));
         if let Some(code) = err.code() {
             error.code = Some(code.to_string());
         }
@@ -266,6 +265,26 @@ pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorClass {
         ErrorClass::Unknown if transport_error => ErrorClass::Connection,
         class => class,
     }
+}
+
+/// `err` and its sources' `Display`, joined by `: `, without repeats.
+pub fn display_chain(err: &(dyn StdError + 'static)) -> String {
+    let mut parts = vec![err.to_string()];
+    for cause in cause_chain(err) {
+        if !parts.iter().any(|p| p.contains(&cause)) {
+            parts.push(cause);
+        }
+    }
+    parts.join(": ")
+}
+
+/// Logs an SDK error with its full context (including the raw response).
+pub fn sdk_error_context<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: StdError + 'static,
+    R: std::fmt::Debug,
+{
+    DisplayErrorContext(err).to_string()
 }
 
 /// The `source()` chain below `err` as strings, outermost first.
@@ -407,6 +426,11 @@ mod tests {
             Some("ProvisionedThroughputExceededException")
         );
         assert!(process.message.contains("boom"), "{}", process.message);
+        assert!(
+            !process.message.contains("raw:"),
+            "no Debug dump: {}",
+            process.message
+        );
     }
 
     #[test]

@@ -179,7 +179,8 @@ pub struct DeadLetteredItem {
     pub item_id: String,
     /// The payload or a pointer to it.
     pub payload: ItemPayload,
-    /// First failed attempt ever recorded.
+    /// When the item was first tried: the first delivery's receive time, or the first
+    /// recorded attempt if earlier.
     #[serde(with = "crate::time_format")]
     pub first_attempt: DateTime<Utc>,
     /// Latest failed attempt.
@@ -267,7 +268,18 @@ impl DeadLetteredItem {
             .iter()
             .map(|a| FailureDetail::from_attempt(item, a, invocation))
             .collect();
-        let first_attempt = history.first().map_or(now, |f| f.timestamp);
+        // The first delivery's receive time comes with every later delivery, so the record
+        // knows when the item was first tried even though earlier deliveries' attempts are
+        // not written (they were returned for retry, not dead-lettered).
+        let first_receive = item
+            .attributes
+            .get("ApproximateFirstReceiveTimestamp")
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(DateTime::<Utc>::from_timestamp_millis);
+        let first_attempt = history
+            .first()
+            .map_or(now, |f| f.timestamp)
+            .min(first_receive.unwrap_or(DateTime::<Utc>::MAX_UTC));
         let last_attempt = history.last().map_or(now, |f| f.timestamp);
         let error = &candidate.error;
         let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);

@@ -152,3 +152,67 @@ async fn binary_refuses_to_start_with_bad_configuration() {
         "{output}"
     );
 }
+
+/// The compiled binary with the real dead-letter store, against the emulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_dead_letters_into_the_emulator() {
+    use e2e::{Pipeline, Setup};
+    use sqs_worker_local::esm::EventSourceMapping;
+    use sqs_worker_local::invokers::RuntimeApiInvoker;
+
+    let p = Pipeline::new("binary", Setup::default()).await;
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+    env.extend(p.resources.store_env());
+    env.push(("WORKER_DOWNSTREAM_URL".to_string(), p.downstream.url()));
+    env.push((
+        "WORKER_ITEM_ID_SOURCE".to_string(),
+        "pointer:/id".to_string(),
+    ));
+    let log = std::env::temp_dir().join("worker-binary-emulator.log");
+    let _process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    p.send(&[
+        r#"{"id":"good","scenario":"ok"}"#,
+        r#"{"id":"bad","scenario":"invalid"}"#,
+    ])
+    .await;
+    let esm = EventSourceMapping::new(
+        p.clients.sqs.clone(),
+        &p.resources.source_url,
+        &p.resources.source_arn,
+        e2e::REGION,
+        10,
+    );
+    let invoker = RuntimeApiInvoker {
+        api,
+        timeout: Duration::from_secs(20),
+    };
+    let (stats, drained) = esm
+        .run_until_drained(&invoker, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(drained);
+    assert_eq!(stats.received, 2);
+    assert_eq!(
+        stats.deleted, 2,
+        "good processed, bad dead-lettered: both acked"
+    );
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].item_id, "bad");
+    assert_eq!(
+        records[0].failure_history[0].function_name.as_deref(),
+        Some("worker")
+    );
+    assert_eq!(
+        records[0].failure_history[0].log_group.as_deref(),
+        Some("/aws/lambda/worker")
+    );
+    assert!(records[0].failure_history[0].request_id.is_some());
+    assert_eq!(p.dlq_messages().await.len(), 1);
+    assert_eq!(p.downstream.delivered(), ["good"]);
+}

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use sqs_worker_local::demo::{self, DemoOptions};
 use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
 use sqs_worker_local::function::{workspace_bin_dir, FunctionProcess};
 use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
@@ -19,8 +20,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs the whole pipeline against the emulator: creates the queues, table and bucket,
+    /// sends a mixed workload, drives the compiled worker through a local event source
+    /// mapping until the source queue is empty, and prints a summary that must add up.
+    ///
+    /// The data is left in place; the environment to reach it is written to
+    /// `<state-dir>/demo.env` and the worker's log to `<state-dir>/worker.log`.
+    ///
+    /// Example: local demo --endpoint-url http://127.0.0.1:5000
+    Demo {
+        /// The emulator's URL (`scripts/emulator.sh url`).
+        #[arg(long, env = "EMULATOR_URL")]
+        endpoint_url: String,
+        /// Region name used with the emulator.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// Resource name prefix.
+        #[arg(long, default_value = "demo")]
+        prefix: String,
+        /// Messages to send.
+        #[arg(long, default_value_t = 300)]
+        items: usize,
+        /// Directory for the worker log and `demo.env`.
+        #[arg(long, default_value = ".emulator")]
+        state_dir: PathBuf,
+        /// The worker binary (default: `worker` next to this binary).
+        #[arg(long)]
+        worker: Option<PathBuf>,
+    },
     /// Invokes the compiled worker binary once with an SQS event file, against a local
-    /// deterministic downstream, and prints the batch response.
+    /// deterministic downstream and no dead-letter store, and prints the batch response.
     ///
     /// Example: local invoke --event samples/demo-event.json
     Invoke {
@@ -36,10 +65,40 @@ enum Command {
     },
 }
 
+fn worker_path(worker: Option<PathBuf>) -> Result<PathBuf, String> {
+    worker
+        .or_else(|| workspace_bin_dir().map(|d| d.join("worker")))
+        .filter(|p| p.exists())
+        .ok_or_else(|| {
+            "cannot find the worker binary; build it (cargo build) or pass --worker".to_string()
+        })
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo {
+            endpoint_url,
+            region,
+            prefix,
+            items,
+            state_dir,
+            worker,
+        } => match worker_path(worker) {
+            Ok(worker_binary) => {
+                run_demo(DemoOptions {
+                    endpoint_url,
+                    region,
+                    prefix,
+                    worker_binary,
+                    state_dir,
+                    items,
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        },
         Command::Invoke {
             event,
             timeout_secs,
@@ -55,6 +114,30 @@ async fn main() -> ExitCode {
     }
 }
 
+async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
+    if !options.endpoint_url.starts_with("http://127.")
+        && !options.endpoint_url.starts_with("http://localhost")
+    {
+        return Err(format!(
+            "the demo only runs against a local emulator (http://127.x.x.x or localhost), not {}",
+            options.endpoint_url
+        ));
+    }
+    std::fs::create_dir_all(&options.state_dir)
+        .map_err(|e| format!("cannot create {}: {e}", options.state_dir.display()))?;
+    let summary = demo::run(&options).await?;
+    println!("\nsummary\n{}", summary.render());
+    println!(
+        "The data is left in place; its environment is in {}.",
+        options.state_dir.join("demo.env").display()
+    );
+    Ok(if summary.adds_up() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
 async fn invoke(
     event: PathBuf,
     timeout: Duration,
@@ -65,18 +148,10 @@ async fn invoke(
         .map_err(|e| format!("cannot read {}: {e}", event.display()))?;
     serde_json::from_slice::<aws_lambda_events::sqs::SqsEvent>(&bytes)
         .map_err(|e| format!("{} is not an SQS event: {e}", event.display()))?;
-    let worker = worker
-        .or_else(|| workspace_bin_dir().map(|d| d.join("worker")))
-        .ok_or("cannot locate the worker binary; pass --worker")?;
-    let downstream = Downstream::start(
-        0,
-        DownstreamConfig {
-            slow_delay: Duration::from_secs(3),
-            ..DownstreamConfig::default()
-        },
-    )
-    .await
-    .map_err(|e| format!("cannot start the downstream: {e}"))?;
+    let worker = worker_path(worker)?;
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .map_err(|e| format!("cannot start the downstream: {e}"))?;
     let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
         .await
         .map_err(|e| format!("cannot start the runtime API: {e}"))?;
@@ -100,9 +175,6 @@ async fn invoke(
     match result.map_err(|e| e.to_string())? {
         InvocationResult::Response(body) => {
             println!("{}", String::from_utf8_lossy(&body));
-            let mut answers: Vec<_> = downstream.answers().into_iter().collect();
-            answers.sort();
-            eprintln!("downstream answers by status: {answers:?}");
             Ok(ExitCode::SUCCESS)
         }
         InvocationResult::Error(body) => {

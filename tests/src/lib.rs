@@ -1,0 +1,272 @@
+//! Harness for the end-to-end tests: the emulator, isolated resources per test, the
+//! deterministic downstream, and a worker reached through the local event source mapping.
+//!
+//! The emulator URL comes from `EMULATOR_URL` (set by `make test`); without it the harness
+//! starts the emulator itself with `scripts/emulator.sh start`. Each test creates its own
+//! uniquely named queues, table and bucket, so tests run in parallel on one emulator.
+
+// A test harness: failing loudly is what it is for.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sqs_worker::aws::AwsClients;
+use sqs_worker::config::WorkerConfig;
+use sqs_worker::store::DeadLetterStore;
+use sqs_worker::worker::{ConfiguredSink, DefaultWorker};
+use sqs_worker::{DeadLetteredItem, HttpDelivery};
+use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
+use sqs_worker_local::esm::{queue_depth, EventSourceMapping};
+use sqs_worker_local::invokers::InProcessInvoker;
+use sqs_worker_local::resources::{PipelineResources, ResourceSpec};
+use tokio::sync::OnceCell;
+
+/// Region used with the emulator.
+pub const REGION: &str = "us-east-1";
+
+static EMULATOR: OnceCell<String> = OnceCell::const_new();
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// The emulator's URL, starting it if needed.
+pub async fn emulator_url() -> String {
+    EMULATOR
+        .get_or_init(|| async {
+            if let Ok(url) = std::env::var("EMULATOR_URL") {
+                if !url.is_empty() {
+                    return url;
+                }
+            }
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/emulator.sh");
+            let output = std::process::Command::new(script)
+                .arg("start")
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+            assert!(
+                output.status.success(),
+                "emulator did not start: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8_lossy(&output.stdout).trim().to_string()
+        })
+        .await
+        .clone()
+}
+
+/// Clients pointed at the emulator.
+pub async fn clients() -> AwsClients {
+    AwsClients::for_endpoint(&emulator_url().await, REGION).await
+}
+
+/// A name prefix unique to this test process and call.
+pub fn unique_prefix(name: &str) -> String {
+    let n = NEXT.fetch_add(1, Ordering::SeqCst);
+    format!("t{}-{n}-{name}", std::process::id())
+}
+
+/// Knobs of one pipeline.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// FIFO queues.
+    pub fifo: bool,
+    /// Redrive policy `maxReceiveCount` (also the worker's).
+    pub max_receive_count: u32,
+    /// Source visibility timeout (short, so redeliveries are quick).
+    pub visibility_timeout_secs: u32,
+    /// Extra worker variables (override the defaults).
+    pub worker_env: Vec<(&'static str, String)>,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            fifo: false,
+            max_receive_count: 3,
+            visibility_timeout_secs: 1,
+            worker_env: Vec::new(),
+        }
+    }
+}
+
+/// One isolated pipeline: resources, downstream, worker and poller.
+pub struct Pipeline {
+    /// Emulator clients.
+    pub clients: AwsClients,
+    /// The resources.
+    pub resources: PipelineResources,
+    /// The downstream.
+    pub downstream: Downstream,
+    /// The poller.
+    pub esm: EventSourceMapping,
+    /// The worker, in process.
+    pub invoker: InProcessInvoker<HttpDelivery, ConfiguredSink>,
+}
+
+impl Pipeline {
+    /// Creates everything for a test called `name`.
+    pub async fn new(name: &str, setup: Setup) -> Pipeline {
+        // Worker logs go to the test's captured output: shown when a test fails.
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .try_init();
+        let clients = clients().await;
+        let spec = ResourceSpec {
+            prefix: unique_prefix(name),
+            fifo: setup.fifo,
+            max_receive_count: setup.max_receive_count,
+            visibility_timeout_secs: setup.visibility_timeout_secs,
+        };
+        let resources = PipelineResources::create(&clients, &spec).await.unwrap();
+        let downstream = Downstream::start(
+            0,
+            DownstreamConfig {
+                flaky_failures: 2,
+                slow_delay: Duration::from_secs(2),
+            },
+        )
+        .await
+        .unwrap();
+        let mut env: HashMap<String, String> = resources.store_env().into_iter().collect();
+        for (k, v) in [
+            ("WORKER_DOWNSTREAM_URL", downstream.url()),
+            ("WORKER_DOWNSTREAM_TIMEOUT_MS", "300".to_string()),
+            ("WORKER_ITEM_ID_SOURCE", "pointer:/id".to_string()),
+            ("WORKER_RETRY_MAX_ATTEMPTS", "1".to_string()),
+            ("WORKER_RETRY_BASE_DELAY_MS", "10".to_string()),
+            ("WORKER_DEADLINE_MARGIN_MS", "500".to_string()),
+        ] {
+            env.insert(k.to_string(), v);
+        }
+        for (k, v) in setup.worker_env {
+            env.insert(k.to_string(), v);
+        }
+        let config = WorkerConfig::from_lookup(&|k| env.get(k).cloned()).unwrap();
+        let worker = DefaultWorker::from_config(config, Some(clients.clone()))
+            .await
+            .unwrap();
+        let esm = EventSourceMapping::new(
+            clients.sqs.clone(),
+            &resources.source_url,
+            &resources.source_arn,
+            REGION,
+            10,
+        )
+        .release_failed_immediately(setup.fifo);
+        Pipeline {
+            clients,
+            resources,
+            downstream,
+            esm,
+            invoker: InProcessInvoker {
+                worker,
+                timeout: Duration::from_secs(10),
+                margin: Duration::from_millis(500),
+            },
+        }
+    }
+
+    /// The store over this pipeline's resources.
+    pub fn store(&self) -> DeadLetterStore {
+        DeadLetterStore::new(self.clients.clone(), self.resources.store_config())
+    }
+
+    /// Sends bodies to the source queue (standard queues).
+    pub async fn send(&self, bodies: &[&str]) {
+        let bodies: Vec<String> = bodies.iter().map(|b| b.to_string()).collect();
+        sqs_worker_local::demo::send_bodies(&self.clients.sqs, &self.resources.source_url, &bodies)
+            .await
+            .unwrap();
+    }
+
+    /// Sends one message to a FIFO source queue.
+    pub async fn send_fifo(&self, body: &str, group: &str, dedup: &str) {
+        self.clients
+            .sqs
+            .send_message()
+            .queue_url(&self.resources.source_url)
+            .message_body(body)
+            .message_group_id(group)
+            .message_deduplication_id(dedup)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    /// Polls until the source queue is empty (at most 60 s); returns the poller's totals.
+    pub async fn drain(&self) -> sqs_worker_local::esm::EsmStats {
+        let (stats, drained) = self
+            .esm
+            .run_until_drained(&self.invoker, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(drained, "source queue did not drain: {stats:?}");
+        stats
+    }
+
+    /// Messages in the source queue.
+    pub async fn source_depth(&self) -> u64 {
+        queue_depth(&self.clients.sqs, &self.resources.source_url)
+            .await
+            .unwrap()
+    }
+
+    /// Messages on the DLQ, received with their attributes (left in place).
+    pub async fn dlq_messages(&self) -> Vec<aws_sdk_sqs::types::Message> {
+        let mut all = Vec::new();
+        for _ in 0..5 {
+            let output = self
+                .clients
+                .sqs
+                .receive_message()
+                .queue_url(&self.resources.dlq_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(30)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .unwrap();
+            if output.messages().is_empty() {
+                break;
+            }
+            all.extend(output.messages().iter().cloned());
+        }
+        all
+    }
+
+    /// Every record in the table.
+    pub async fn records(&self) -> Vec<DeadLetteredItem> {
+        let output = self
+            .clients
+            .dynamodb
+            .scan()
+            .table_name(&self.resources.table)
+            .consistent_read(true)
+            .send()
+            .await
+            .unwrap();
+        output
+            .items()
+            .iter()
+            .map(|i| sqs_worker::store::schema::record_from_item(i).unwrap())
+            .collect()
+    }
+
+    /// Keys of the objects in the payload bucket.
+    pub async fn objects(&self) -> Vec<String> {
+        let output = self
+            .clients
+            .s3
+            .list_objects_v2()
+            .bucket(&self.resources.bucket)
+            .send()
+            .await
+            .unwrap();
+        output
+            .contents()
+            .iter()
+            .filter_map(|o| o.key().map(str::to_string))
+            .collect()
+    }
+}

@@ -1,0 +1,403 @@
+//! End-to-end cases against the emulator: each asserts the state of the source queue,
+//! the DLQ, the table and the bucket after the pipeline settles.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+use e2e::{Pipeline, Setup};
+use serde_json::json;
+use sqs_worker::dead_letter::{DeadLetterReason, PayloadLocation};
+use sqs_worker::error::ErrorClass;
+use sqs_worker::store::payload::S3Pointer;
+
+fn body(id: &str, scenario: &str) -> String {
+    json!({"id": id, "scenario": scenario}).to_string()
+}
+
+fn attr<'a>(m: &'a aws_sdk_sqs::types::Message, name: &str) -> Option<&'a str> {
+    m.message_attributes()?.get(name)?.string_value()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn success_path_leaves_nothing_behind() {
+    let p = Pipeline::new("ok", Setup::default()).await;
+    p.send(&[&body("a", "ok"), &body("b", "ok"), &body("c", "duplicate")])
+        .await;
+    let stats = p.drain().await;
+    assert_eq!(stats.received, 3);
+    assert_eq!(stats.deleted, 3);
+    assert_eq!(stats.reported, 0);
+    assert_eq!(p.source_depth().await, 0);
+    assert!(p.records().await.is_empty());
+    assert!(p.dlq_messages().await.is_empty());
+    assert!(p.objects().await.is_empty());
+    let mut delivered = p.downstream.delivered();
+    delivered.sort();
+    assert_eq!(delivered, ["a", "b"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_then_success_across_deliveries() {
+    // One attempt per invocation: the two 503s are two reported deliveries, the third works.
+    let p = Pipeline::new(
+        "flaky",
+        Setup {
+            max_receive_count: 5,
+            ..Setup::default()
+        },
+    )
+    .await;
+    p.send(&[&body("f", "flaky")]).await;
+    let stats = p.drain().await;
+    assert_eq!(stats.received, 3);
+    assert_eq!(stats.reported, 2);
+    assert_eq!(stats.deleted, 1);
+    assert_eq!(p.downstream.delivered(), ["f"]);
+    assert!(p.records().await.is_empty());
+    assert!(p.dlq_messages().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retryable_until_budget_is_dead_lettered_by_the_worker() {
+    let p = Pipeline::new(
+        "budget",
+        Setup {
+            max_receive_count: 3,
+            worker_env: vec![("WORKER_RETRY_MAX_ATTEMPTS", "2".into())],
+            ..Setup::default()
+        },
+    )
+    .await;
+    p.send(&[&body("t", "throttled")]).await;
+    let stats = p.drain().await;
+    assert_eq!(
+        stats.received, 3,
+        "three deliveries: 1 and 2 reported, 3 dead-lettered"
+    );
+    assert_eq!(stats.reported, 2);
+    assert_eq!(p.downstream.calls("t"), 6, "two attempts per delivery");
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!(r.item_id, "t");
+    assert_eq!(r.reason, DeadLetterReason::ReceiveBudgetExhausted);
+    assert_eq!(r.error_class, ErrorClass::Throttled);
+    assert_eq!(r.source.receive_count, 3);
+    // One entry per attempt of the dead-lettering delivery.
+    assert_eq!(r.failure_count, 2);
+    assert_eq!(r.failure_history.len(), 2);
+    assert_eq!(
+        r.failure_history
+            .iter()
+            .map(|f| f.attempt_number)
+            .collect::<Vec<_>>(),
+        [1, 2]
+    );
+    assert!(r.failure_history.iter().all(|f| f.http_status == Some(429)));
+    assert!(
+        r.first_attempt < r.last_attempt,
+        "first try comes from the first delivery"
+    );
+    assert!(r.reprocess_eligible);
+    let dlq = p.dlq_messages().await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(attr(&dlq[0], "item_id"), Some("t"));
+    assert_eq!(dlq[0].body(), Some(body("t", "throttled").as_str()));
+    // SQS's own redrive did not move it: the worker did, with a record.
+    assert_eq!(p.source_depth().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permanent_failure_is_dead_lettered_on_first_receive() {
+    let p = Pipeline::new("perm", Setup::default()).await;
+    p.send(&[
+        &body("v", "invalid"),
+        &body("x", "forbidden"),
+        "{not json",
+        &body("ok", "ok"),
+    ])
+    .await;
+    let stats = p.drain().await;
+    assert_eq!(stats.received, 4, "no redelivery");
+    assert_eq!(stats.reported, 0);
+    let mut records = p.records().await;
+    records.sort_by_key(|r| r.error_class);
+    assert_eq!(records.len(), 3);
+    let classes: Vec<_> = records.iter().map(|r| r.error_class).collect();
+    assert_eq!(
+        classes,
+        [
+            ErrorClass::Validation,
+            ErrorClass::Validation,
+            ErrorClass::Permission
+        ]
+    );
+    for r in &records {
+        assert_eq!(r.reason, DeadLetterReason::Permanent);
+        assert_eq!(r.source.receive_count, 1);
+        assert_eq!(r.failure_count, 1);
+        assert!(!r.reprocess_eligible);
+    }
+    let permission = records
+        .iter()
+        .find(|r| r.error_class == ErrorClass::Permission)
+        .unwrap();
+    assert!(permission.manual_review_required);
+    let malformed = records
+        .iter()
+        .find(|r| r.failure_history[0].step.as_deref() == Some("parse"))
+        .unwrap();
+    assert_eq!(
+        malformed.item_id, malformed.source.message_id,
+        "keyed by message id"
+    );
+    assert_eq!(
+        malformed.payload.location,
+        PayloadLocation::Inline {
+            body: "{not json".into()
+        }
+    );
+    assert_eq!(p.dlq_messages().await.len(), 3);
+    assert_eq!(p.downstream.calls("v"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_payload_goes_to_s3_with_matching_sha256() {
+    let p = Pipeline::new("large", Setup::default()).await;
+    let large =
+        json!({"id": "big", "scenario": "invalid", "blob": "z".repeat(100_000)}).to_string();
+    p.send(&[&large]).await;
+    p.drain().await;
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    let PayloadLocation::S3 { bucket, key } = &r.payload.location else {
+        panic!("expected an S3 payload, got {:?}", r.payload.location);
+    };
+    assert_eq!(bucket, &p.resources.bucket);
+    assert_eq!(r.payload.size_bytes, large.len() as u64);
+    assert_eq!(
+        r.payload.sha256,
+        sqs_worker::hex::sha256_hex(large.as_bytes())
+    );
+    assert_eq!(p.objects().await, std::slice::from_ref(key));
+    let object = p
+        .clients
+        .s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(object.metadata().unwrap()["sha256"], r.payload.sha256);
+    let stored = object.body.collect().await.unwrap().into_bytes();
+    assert_eq!(sqs_worker::hex::sha256_hex(&stored), r.payload.sha256);
+    // The DLQ message points at the object, as the SQS Extended Client would.
+    let dlq = p.dlq_messages().await;
+    assert_eq!(dlq.len(), 1);
+    let pointer = S3Pointer::parse(dlq[0].body().unwrap()).unwrap();
+    assert_eq!(&pointer.key, key);
+    assert_eq!(
+        dlq[0].message_attributes().unwrap()["ExtendedPayloadSize"].string_value(),
+        Some(large.len().to_string().as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_client_pointer_body_is_resolved() {
+    let p = Pipeline::new("extptr", Setup::default()).await;
+    let payload = body("from-s3", "ok");
+    p.clients
+        .s3
+        .put_object()
+        .bucket(&p.resources.bucket)
+        .key("incoming/one")
+        .body(payload.clone().into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let present = S3Pointer {
+        bucket: p.resources.bucket.clone(),
+        key: "incoming/one".into(),
+    };
+    let missing = S3Pointer {
+        bucket: p.resources.bucket.clone(),
+        key: "incoming/missing".into(),
+    };
+    p.send(&[&present.to_body(), &missing.to_body()]).await;
+    let stats = p.drain().await;
+    assert_eq!(stats.received, 2);
+    assert_eq!(p.downstream.delivered(), ["from-s3"]);
+    // The pointer to a missing object is a permanent not-found failure, dead-lettered.
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].error_class, ErrorClass::NotFound);
+    assert_eq!(
+        records[0].failure_history[0].step.as_deref(),
+        Some("fetch-payload")
+    );
+    assert_eq!(p.dlq_messages().await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() {
+    use sqs_worker::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo};
+    use sqs_worker::item::ItemParser;
+    use sqs_worker::retry::AttemptFailure;
+
+    let p = Pipeline::new("idem", Setup::default()).await;
+    let store = p.store();
+    let candidate = |receive_count: u32| {
+        let msg = serde_json::from_value(json!({
+            "messageId": format!("m-{receive_count}"),
+            "body": body("dup", "invalid"),
+            "attributes": {"ApproximateReceiveCount": receive_count.to_string()},
+            "eventSourceARN": p.resources.source_arn,
+        }))
+        .unwrap();
+        let item = ItemParser {
+            id_source: "pointer:/id".parse().unwrap(),
+            ..ItemParser::default()
+        }
+        .parse(format!("m-{receive_count}"), msg)
+        .unwrap();
+        let error = sqs_worker::ProcessError::new(ErrorClass::Timeout, "timeout after 3s");
+        DeadLetterCandidate {
+            item,
+            failures: (1..=2)
+                .map(|attempt| AttemptFailure {
+                    attempt,
+                    started_at: chrono_now(),
+                    duration: std::time::Duration::from_millis(5),
+                    error: error.clone(),
+                })
+                .collect(),
+            error,
+            reason: DeadLetterReason::ReceiveBudgetExhausted,
+        }
+    };
+    let info = InvocationInfo::default();
+    let first = candidate(3);
+    assert!(store.dead_letter(std::slice::from_ref(&first), &info).await[0].is_ok());
+    // A crash after recording re-delivers the same delivery: recorded again, merged.
+    assert!(store.dead_letter(std::slice::from_ref(&first), &info).await[0].is_ok());
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].failure_count, 2);
+    assert_eq!(records[0].failure_history.len(), 2);
+    // A later delivery of the same item (say, after a redrive) appends its attempts.
+    assert!(store.dead_letter(&[candidate(4)], &info).await[0].is_ok());
+    let r = store.get("dup").await.unwrap().unwrap();
+    assert_eq!(r.failure_count, 4);
+    let ids: Vec<_> = r
+        .failure_history
+        .iter()
+        .map(|f| f.attempt_id.as_str())
+        .collect();
+    assert_eq!(ids, ["m-3:3:1", "m-3:3:2", "m-4:4:1", "m-4:4:2"]);
+    assert_eq!(r.source.message_id, "m-4");
+}
+
+fn chrono_now() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_outage_reports_the_record_and_keeps_the_message() {
+    let p = Pipeline::new(
+        "outage",
+        Setup {
+            worker_env: vec![("DLQ_TABLE", "no-such-table".into())],
+            ..Setup::default()
+        },
+    )
+    .await;
+    p.send(&[&body("v", "invalid")]).await;
+    let mut stats = Default::default();
+    let received = p.esm.poll_once(&p.invoker, &mut stats).await.unwrap();
+    assert_eq!(received, 1);
+    assert_eq!(stats.reported, 1, "not acknowledged");
+    assert_eq!(stats.deleted, 0);
+    assert_eq!(
+        p.source_depth().await,
+        1,
+        "the message is still in the source queue"
+    );
+    assert!(
+        p.dlq_messages().await.is_empty(),
+        "no DLQ message without a record"
+    );
+    assert!(p.records().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_order_is_kept_across_a_failure() {
+    let p = Pipeline::new(
+        "fifo",
+        Setup {
+            fifo: true,
+            max_receive_count: 5,
+            ..Setup::default()
+        },
+    )
+    .await;
+    // b fails twice (503) before it succeeds; c must not overtake it.
+    p.send_fifo(&body("a", "ok"), "g1", "1").await;
+    p.send_fifo(&body("b", "flaky"), "g1", "2").await;
+    p.send_fifo(&body("c", "ok"), "g1", "3").await;
+    p.send_fifo(&body("x", "ok"), "g2", "4").await;
+    let stats = p.drain().await;
+    let delivered = p.downstream.delivered();
+    let g1: Vec<_> = delivered.iter().filter(|id| *id != "x").cloned().collect();
+    assert_eq!(g1, ["a", "b", "c"]);
+    assert_eq!(p.downstream.calls("c"), 1, "c never ran before b succeeded");
+    assert!(delivered.contains(&"x".to_string()));
+    assert!(stats.reported >= 2);
+    assert!(p.records().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn awkward_text_round_trips_through_the_record() {
+    use sqs_worker::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo};
+    use sqs_worker::item::ItemParser;
+    use sqs_worker::retry::AttemptFailure;
+
+    let p = Pipeline::new("awkward", Setup::default()).await;
+    let text = "q\"uote back\\slash Some(\\\"x\\\") ü € 😀 new\nline \u{1} tab\t";
+    let msg = serde_json::from_value(json!({
+        "messageId": "m-1",
+        "body": json!({"id": "odd id/ü", "note": text}).to_string(),
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {"tenant": {"stringValue": text, "dataType": "String"}},
+    }))
+    .unwrap();
+    let item = ItemParser {
+        id_source: "pointer:/id".parse().unwrap(),
+        ..ItemParser::default()
+    }
+    .parse("m-1".into(), msg)
+    .unwrap();
+    let error = sqs_worker::ProcessError::validation(text).with_cause(text);
+    let candidate = DeadLetterCandidate {
+        item,
+        failures: vec![AttemptFailure {
+            attempt: 1,
+            started_at: chrono_now(),
+            duration: std::time::Duration::ZERO,
+            error: error.clone(),
+        }],
+        error,
+        reason: DeadLetterReason::Permanent,
+    };
+    let results = p
+        .store()
+        .dead_letter(&[candidate], &InvocationInfo::default())
+        .await;
+    assert!(results[0].is_ok(), "{results:?}");
+    let r = p.store().get("odd id/ü").await.unwrap().unwrap();
+    assert_eq!(r.last_error, text);
+    assert_eq!(r.failure_history[0].causes, [text]);
+    assert_eq!(r.source.message_attributes["tenant"], text);
+    let dlq = p.dlq_messages().await;
+    assert_eq!(attr(&dlq[0], "item_id"), Some("odd id/ü"));
+}
