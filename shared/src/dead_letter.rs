@@ -75,6 +75,17 @@ impl ItemStatus {
             ItemStatus::Resolved => "resolved",
         }
     }
+
+    /// Parses a stored status name.
+    pub fn parse(name: &str) -> Option<ItemStatus> {
+        [
+            ItemStatus::Dead,
+            ItemStatus::Redriving,
+            ItemStatus::Resolved,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
 }
 
 /// Where the item's payload lives.
@@ -208,6 +219,9 @@ pub struct DeadLetteredItem {
     pub status: ItemStatus,
     /// Expiry for DynamoDB TTL, epoch seconds.
     pub expires_at: i64,
+    /// When a redrive resolved it.
+    #[serde(default, with = "crate::time_format::option")]
+    pub resolved_at: Option<DateTime<Utc>>,
 }
 
 impl FailureDetail {
@@ -322,6 +336,7 @@ impl DeadLetteredItem {
             },
             status: ItemStatus::Dead,
             expires_at: now.checked_add_signed(retention).unwrap_or(now).timestamp(),
+            resolved_at: None,
         }
     }
 }

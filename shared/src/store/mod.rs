@@ -14,8 +14,11 @@
 
 pub mod attr;
 pub mod dlq;
+pub mod lease;
 pub mod payload;
+pub mod query;
 pub mod schema;
+pub mod sweep;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -271,7 +274,10 @@ impl DeadLetterStore {
 
     /// `manual_review_required` depends on the whole history, which an update expression
     /// cannot see: fix it afterwards in the rare case the merged history changes it.
-    async fn settle_review_flag(&self, stored: &DeadLetteredItem) -> Result<(), ProcessError> {
+    pub(crate) async fn settle_review_flag(
+        &self,
+        stored: &DeadLetteredItem,
+    ) -> Result<(), ProcessError> {
         let wanted = needs_manual_review(&stored.failure_history);
         if wanted == stored.manual_review_required {
             return Ok(());

@@ -1,0 +1,323 @@
+//! Redrive state transitions on a record, each conditional so that concurrent redrives
+//! never process one item twice: `dead → redriving` (a lease with an owner and expiry),
+//! then `redriving → resolved` or `redriving → dead` with the new failure appended.
+//! An expired lease (a crashed redrive) can be taken over.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
+use chrono::{DateTime, Utc};
+
+use super::{attr, schema, DeadLetterStore};
+use crate::dead_letter::{FailureDetail, ItemStatus};
+use crate::error::{ErrorClass, ProcessError};
+use crate::signature::error_signature;
+
+/// Owner of a lease.
+pub const LEASE_OWNER: &str = "lease_owner";
+/// Lease expiry, epoch seconds.
+pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
+
+/// Items per `TransactWriteItems` call.
+const TRANSACTION_ITEMS: usize = 25;
+
+fn is_conditional_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(e: &E) -> bool {
+    matches!(
+        e.code(),
+        Some("ConditionalCheckFailedException") | Some("TransactionCanceledException")
+    )
+}
+
+impl DeadLetterStore {
+    fn lease_update(
+        &self,
+        item_id: &str,
+        owner: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Update, ProcessError> {
+        let expires = now.timestamp() + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2);
+        Update::builder()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("SET #status = :redriving, #owner = :owner, #expires = :expires")
+            .condition_expression("#status = :dead OR (#status = :redriving AND #expires < :now)")
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#owner", LEASE_OWNER)
+            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_values(
+                ":redriving",
+                AttributeValue::S(ItemStatus::Redriving.as_str().into()),
+            )
+            .expression_attribute_values(
+                ":dead",
+                AttributeValue::S(ItemStatus::Dead.as_str().into()),
+            )
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .expression_attribute_values(":expires", AttributeValue::N(expires.to_string()))
+            .expression_attribute_values(":now", AttributeValue::N(now.timestamp().to_string()))
+            .build()
+            .map_err(|e| ProcessError::validation(e.to_string()).with_step("lease"))
+    }
+
+    /// Takes the lease on one item; `false` when it is not dead or another live lease holds it.
+    pub async fn acquire_lease(
+        &self,
+        item_id: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, ProcessError> {
+        let u = self.lease_update(item_id, owner, ttl, Utc::now())?;
+        let result = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(u.table_name())
+            .set_key(Some(u.key().clone()))
+            .update_expression(u.update_expression())
+            .set_condition_expression(u.condition_expression().map(str::to_string))
+            .set_expression_attribute_names(u.expression_attribute_names().cloned())
+            .set_expression_attribute_values(u.expression_attribute_values().cloned())
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("lease")),
+        }
+    }
+
+    /// Takes leases on many items with few calls: one transaction per 25 items; a chunk
+    /// whose transaction is refused (some item is taken) is retried item by item.
+    pub async fn acquire_leases(
+        &self,
+        item_ids: &[String],
+        owner: &str,
+        ttl: Duration,
+    ) -> Vec<Result<bool, ProcessError>> {
+        let mut results = Vec::with_capacity(item_ids.len());
+        for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
+            let now = Utc::now();
+            let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
+                .iter()
+                .map(|id| {
+                    Ok(TransactWriteItem::builder()
+                        .update(self.lease_update(id, owner, ttl, now)?)
+                        .build())
+                })
+                .collect();
+            let outcome = match updates {
+                Ok(updates) => self
+                    .clients
+                    .dynamodb
+                    .transact_write_items()
+                    .set_transact_items(Some(updates))
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        (
+                            e.as_service_error().is_some_and(is_conditional_failure),
+                            ProcessError::from_sdk(&e),
+                        )
+                    }),
+                Err(e) => Err((false, e)),
+            };
+            match outcome {
+                Ok(_) => results.extend(chunk.iter().map(|_| Ok(true))),
+                Err((true, _)) => {
+                    for id in chunk {
+                        results.push(self.acquire_lease(id, owner, ttl).await);
+                    }
+                }
+                Err((false, e)) => {
+                    results.extend(chunk.iter().map(|_| Err(e.clone().with_step("lease"))))
+                }
+            }
+        }
+        results
+    }
+
+    fn resolve_update(
+        &self,
+        item_id: &str,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Update, ProcessError> {
+        Update::builder()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression(
+                "SET #status = :resolved, resolved_at = :now REMOVE #owner, #expires",
+            )
+            .condition_expression("#owner = :owner")
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#owner", LEASE_OWNER)
+            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_values(
+                ":resolved",
+                AttributeValue::S(ItemStatus::Resolved.as_str().into()),
+            )
+            .expression_attribute_values(
+                ":now",
+                AttributeValue::S(crate::time_format::format(&now)),
+            )
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .build()
+            .map_err(|e| ProcessError::validation(e.to_string()).with_step("resolve"))
+    }
+
+    /// Marks leased items resolved (one transaction per 25; item by item if refused).
+    pub async fn resolve_many(
+        &self,
+        item_ids: &[String],
+        owner: &str,
+    ) -> Vec<Result<(), ProcessError>> {
+        let mut results = Vec::with_capacity(item_ids.len());
+        for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
+            let now = Utc::now();
+            let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
+                .iter()
+                .map(|id| {
+                    Ok(TransactWriteItem::builder()
+                        .update(self.resolve_update(id, owner, now)?)
+                        .build())
+                })
+                .collect();
+            let batch = match updates {
+                Ok(updates) => self
+                    .clients
+                    .dynamodb
+                    .transact_write_items()
+                    .set_transact_items(Some(updates))
+                    .send()
+                    .await
+                    .is_ok(),
+                Err(_) => false,
+            };
+            if batch {
+                results.extend(chunk.iter().map(|_| Ok(())));
+            } else {
+                for id in chunk {
+                    results.push(self.resolve(id, owner).await);
+                }
+            }
+        }
+        results
+    }
+
+    /// Marks one leased item resolved.
+    pub async fn resolve(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
+        let u = self.resolve_update(item_id, owner, Utc::now())?;
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(u.table_name())
+            .set_key(Some(u.key().clone()))
+            .update_expression(u.update_expression())
+            .set_condition_expression(u.condition_expression().map(str::to_string))
+            .set_expression_attribute_names(u.expression_attribute_names().cloned())
+            .set_expression_attribute_values(u.expression_attribute_values().cloned())
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                if e.as_service_error().is_some_and(is_conditional_failure) {
+                    ProcessError::new(
+                        ErrorClass::Unknown,
+                        format!("lease on {item_id:?} was lost before resolving"),
+                    )
+                } else {
+                    ProcessError::from_sdk(&e)
+                }
+                .with_step("resolve")
+            })
+    }
+
+    /// Gives a lease back without changing anything else (status returns to dead).
+    pub async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("SET #status = :dead REMOVE #owner, #expires")
+            .condition_expression("#owner = :owner")
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#owner", LEASE_OWNER)
+            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_values(
+                ":dead",
+                AttributeValue::S(ItemStatus::Dead.as_str().into()),
+            )
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("release-lease"))
+    }
+
+    /// Records a failed redrive attempt: the item goes back to dead with the failure
+    /// appended, the count incremented and the latest error updated; the lease is released.
+    pub async fn record_redrive_failure(
+        &self,
+        item_id: &str,
+        owner: &str,
+        failures: &[FailureDetail],
+    ) -> Result<(), ProcessError> {
+        let Some(failure) = failures.last() else {
+            return self.release_lease(item_id, owner).await;
+        };
+        let entries: Vec<AttributeValue> = failures
+            .iter()
+            .map(|f| attr::to_attr(&serde_json::to_value(f).unwrap_or_default()))
+            .collect();
+        let result = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression(
+                "SET #status = :dead, #last = :last, error_class = :class, #sig = :sig, last_error = :err, \
+                 reprocess_eligible = :elig, #hist = list_append(if_not_exists(#hist, :empty), :entry) \
+                 REMOVE #owner, #expires ADD #count :one, #ids :ids",
+            )
+            .condition_expression("#owner = :owner")
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#last", schema::LAST_ATTEMPT)
+            .expression_attribute_names("#sig", schema::ERROR_SIGNATURE)
+            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
+            .expression_attribute_names("#count", schema::FAILURE_COUNT)
+            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_names("#owner", LEASE_OWNER)
+            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_values(":dead", AttributeValue::S(ItemStatus::Dead.as_str().into()))
+            .expression_attribute_values(":last", AttributeValue::S(crate::time_format::format(&failure.timestamp)))
+            .expression_attribute_values(":class", AttributeValue::S(failure.error_type.as_str().into()))
+            .expression_attribute_values(
+                ":sig",
+                AttributeValue::S(error_signature(failure.error_type, &failure.error_message)),
+            )
+            .expression_attribute_values(":err", AttributeValue::S(failure.error_message.clone()))
+            .expression_attribute_values(":elig", AttributeValue::Bool(failure.error_type.is_reprocess_eligible()))
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+            .expression_attribute_values(":entry", AttributeValue::L(entries))
+            .expression_attribute_values(":one", AttributeValue::N(failures.len().to_string()))
+            .expression_attribute_values(
+                ":ids",
+                AttributeValue::Ss(failures.iter().map(|f| f.attempt_id.clone()).collect()),
+            )
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("record-redrive-failure"))?;
+        match result.attributes() {
+            Some(item) => {
+                self.settle_review_flag(&schema::record_from_item(item)?)
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! Reading records back: filtered, paginated listing through the indexes (or a scan when no
+//! index fits), with an opaque continuation token.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+
+use super::{attr, schema, DeadLetterStore};
+use crate::dead_letter::{DeadLetteredItem, ItemStatus};
+use crate::error::{ErrorClass, ProcessError};
+
+/// Which records to read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecordFilter {
+    /// Only this status (`None`: any).
+    pub status: Option<ItemStatus>,
+    /// Only this error signature.
+    pub signature: Option<String>,
+    /// Only this error class.
+    pub class: Option<ErrorClass>,
+    /// Last attempt at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Last attempt at or before.
+    pub until: Option<DateTime<Utc>>,
+    /// Only `reprocess_eligible` records not requiring manual review.
+    pub eligible_only: bool,
+}
+
+impl RecordFilter {
+    /// Whether a record passes the filter (used for records fetched by id).
+    pub fn matches(&self, r: &DeadLetteredItem) -> bool {
+        self.status.is_none_or(|s| s == r.status)
+            && self
+                .signature
+                .as_ref()
+                .is_none_or(|s| *s == r.error_signature)
+            && self.class.is_none_or(|c| c == r.error_class)
+            && self.since.is_none_or(|t| r.last_attempt >= t)
+            && self.until.is_none_or(|t| r.last_attempt <= t)
+            && (!self.eligible_only || (r.reprocess_eligible && !r.manual_review_required))
+    }
+}
+
+/// Where the next page starts: the key of the last record read, opaque to callers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageToken(pub String);
+
+impl PageToken {
+    fn encode(key: &HashMap<String, AttributeValue>) -> PageToken {
+        let json = serde_json::Value::Object(attr::from_attr_map(key)).to_string();
+        PageToken(aws_smithy_types::base64::encode(json.as_bytes()))
+    }
+
+    fn decode(&self) -> Result<HashMap<String, AttributeValue>, ProcessError> {
+        let bad =
+            || ProcessError::validation(format!("continuation token {:?} is not valid", self.0));
+        let bytes = aws_smithy_types::base64::decode(&self.0).map_err(|_| bad())?;
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(serde_json::Value::Object(map)) if map.contains_key(schema::ITEM_ID) => {
+                Ok(attr::to_attr_map(&map))
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    /// The token for resuming right after `record` in a query with `filter`.
+    pub fn after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
+        let mut key = HashMap::from([(
+            schema::ITEM_ID.to_string(),
+            AttributeValue::S(record.item_id.clone()),
+        )]);
+        let last = AttributeValue::S(crate::time_format::format(&record.last_attempt));
+        if filter.signature.is_some() {
+            key.insert(
+                schema::ERROR_SIGNATURE.into(),
+                AttributeValue::S(record.error_signature.clone()),
+            );
+            key.insert(schema::LAST_ATTEMPT.into(), last);
+        } else if let Some(status) = filter.status {
+            key.insert(
+                schema::STATUS.into(),
+                AttributeValue::S(status.as_str().to_string()),
+            );
+            key.insert(schema::LAST_ATTEMPT.into(), last);
+        }
+        PageToken::encode(&key)
+    }
+}
+
+/// One page of records.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// Records, newest last attempt first when an index was used.
+    pub records: Vec<DeadLetteredItem>,
+    /// Where the next page starts; `None` at the end.
+    pub next: Option<PageToken>,
+}
+
+impl DeadLetterStore {
+    /// Reads one page. `limit` bounds the items DynamoDB evaluates, so a page may hold fewer
+    /// records than `limit` and still have a next page.
+    pub async fn query_page(
+        &self,
+        filter: &RecordFilter,
+        limit: i32,
+        start: Option<&PageToken>,
+    ) -> Result<Page, ProcessError> {
+        let start_key = start.map(PageToken::decode).transpose()?;
+        let mut names = HashMap::new();
+        let mut values = HashMap::new();
+        let mut filters = Vec::new();
+        let mut key_condition = None;
+        let mut index = None;
+        let range = {
+            let mut range = None;
+            if filter.since.is_some() || filter.until.is_some() {
+                names.insert("#last".to_string(), schema::LAST_ATTEMPT.to_string());
+            }
+            match (filter.since, filter.until) {
+                (Some(since), Some(until)) => {
+                    values.insert(
+                        ":since".to_string(),
+                        AttributeValue::S(crate::time_format::format(&since)),
+                    );
+                    values.insert(
+                        ":until".to_string(),
+                        AttributeValue::S(crate::time_format::format(&until)),
+                    );
+                    range = Some("#last BETWEEN :since AND :until");
+                }
+                (Some(since), None) => {
+                    values.insert(
+                        ":since".to_string(),
+                        AttributeValue::S(crate::time_format::format(&since)),
+                    );
+                    range = Some("#last >= :since");
+                }
+                (None, Some(until)) => {
+                    values.insert(
+                        ":until".to_string(),
+                        AttributeValue::S(crate::time_format::format(&until)),
+                    );
+                    range = Some("#last <= :until");
+                }
+                (None, None) => {}
+            }
+            range
+        };
+        if let Some(status) = filter.status {
+            names.insert("#status".to_string(), schema::STATUS.to_string());
+            values.insert(
+                ":status".to_string(),
+                AttributeValue::S(status.as_str().to_string()),
+            );
+        }
+        if let Some(signature) = &filter.signature {
+            names.insert("#sig".to_string(), schema::ERROR_SIGNATURE.to_string());
+            values.insert(":sig".to_string(), AttributeValue::S(signature.clone()));
+            index = Some(schema::BY_SIGNATURE_INDEX);
+            key_condition = Some(match range {
+                Some(r) => format!("#sig = :sig AND {r}"),
+                None => "#sig = :sig".to_string(),
+            });
+            if filter.status.is_some() {
+                filters.push("#status = :status".to_string());
+            }
+        } else if filter.status.is_some() {
+            index = Some(schema::BY_STATUS_INDEX);
+            key_condition = Some(match range {
+                Some(r) => format!("#status = :status AND {r}"),
+                None => "#status = :status".to_string(),
+            });
+        } else if let Some(r) = range {
+            filters.push(r.to_string());
+        }
+        if let Some(class) = filter.class {
+            names.insert("#class".to_string(), "error_class".to_string());
+            values.insert(
+                ":class".to_string(),
+                AttributeValue::S(class.as_str().to_string()),
+            );
+            filters.push("#class = :class".to_string());
+        }
+        if filter.eligible_only {
+            names.insert("#elig".to_string(), "reprocess_eligible".to_string());
+            names.insert("#review".to_string(), "manual_review_required".to_string());
+            values.insert(":true".to_string(), AttributeValue::Bool(true));
+            values.insert(":false".to_string(), AttributeValue::Bool(false));
+            filters.push("#elig = :true AND #review = :false".to_string());
+        }
+        let filter_expression = (!filters.is_empty()).then(|| filters.join(" AND "));
+        let names = (!names.is_empty()).then_some(names);
+        let values = (!values.is_empty()).then_some(values);
+        let (items, last_key) = match (index, key_condition) {
+            (Some(index), Some(condition)) => {
+                let output = self
+                    .clients
+                    .dynamodb
+                    .query()
+                    .table_name(&self.config.table)
+                    .index_name(index)
+                    .key_condition_expression(condition)
+                    .set_filter_expression(filter_expression)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .scan_index_forward(false)
+                    .limit(limit.max(1))
+                    .set_exclusive_start_key(start_key)
+                    .send()
+                    .await
+                    .map_err(|e| ProcessError::from_sdk(&e).with_step("query"))?;
+                (output.items.unwrap_or_default(), output.last_evaluated_key)
+            }
+            _ => {
+                let output = self
+                    .clients
+                    .dynamodb
+                    .scan()
+                    .table_name(&self.config.table)
+                    .set_filter_expression(filter_expression)
+                    .set_expression_attribute_names(names)
+                    .set_expression_attribute_values(values)
+                    .limit(limit.max(1))
+                    .set_exclusive_start_key(start_key)
+                    .send()
+                    .await
+                    .map_err(|e| ProcessError::from_sdk(&e).with_step("scan"))?;
+                (output.items.unwrap_or_default(), output.last_evaluated_key)
+            }
+        };
+        let records = items
+            .iter()
+            .map(schema::record_from_item)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Page {
+            records,
+            next: last_key
+                .filter(|k| !k.is_empty())
+                .map(|k| PageToken::encode(&k)),
+        })
+    }
+
+    /// Reads up to `max` records (all, if `None`), following pages.
+    pub async fn query_all(
+        &self,
+        filter: &RecordFilter,
+        max: Option<usize>,
+        mut on_page: impl FnMut(usize),
+    ) -> Result<Vec<DeadLetteredItem>, ProcessError> {
+        let mut records = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self.query_page(filter, 500, token.as_ref()).await?;
+            records.extend(page.records);
+            on_page(records.len());
+            if let Some(max) = max {
+                if records.len() >= max {
+                    records.truncate(max);
+                    return Ok(records);
+                }
+            }
+            match page.next {
+                Some(next) => token = Some(next),
+                None => return Ok(records),
+            }
+        }
+    }
+
+    /// Reads several records by id (missing ids are left out).
+    pub async fn get_many(
+        &self,
+        item_ids: &[String],
+    ) -> Result<Vec<DeadLetteredItem>, ProcessError> {
+        let mut found = Vec::new();
+        for id in item_ids {
+            if let Some(record) = self.get(id).await? {
+                found.push(record);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Deletes a record (and nothing else).
+    pub async fn delete_record(&self, item_id: &str) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .delete_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("delete-record"))
+    }
+}
