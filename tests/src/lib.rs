@@ -253,6 +253,46 @@ impl Pipeline {
             .collect()
     }
 
+    /// A redrive engine over this pipeline, reprocessing through the same downstream.
+    pub fn redrive_engine(&self) -> sqs_worker::redrive::RedriveEngine<HttpDelivery> {
+        let delivery = HttpDelivery::new(sqs_worker::processor::HttpDeliveryConfig {
+            url: self.downstream.url().parse().unwrap(),
+            timeout: Duration::from_millis(500),
+            content_type: "application/json".into(),
+        })
+        .unwrap();
+        sqs_worker::redrive::RedriveEngine::new(
+            self.store(),
+            Some(delivery),
+            sqs_worker::redrive::RedriveSettings {
+                retry: sqs_worker::RetryPolicy {
+                    max_attempts: 1,
+                    ..sqs_worker::RetryPolicy::default()
+                },
+                parser: sqs_worker::item::ItemParser {
+                    id_source: "pointer:/id".parse().unwrap(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Sends bodies straight to the DLQ, as SQS's redrive policy would move them.
+    pub async fn send_to_dlq(&self, bodies: &[&str]) {
+        let bodies: Vec<String> = bodies.iter().map(|b| b.to_string()).collect();
+        sqs_worker_local::demo::send_bodies(&self.clients.sqs, &self.resources.dlq_url, &bodies)
+            .await
+            .unwrap();
+    }
+
+    /// Messages in the DLQ (visible and in flight).
+    pub async fn dlq_depth(&self) -> u64 {
+        queue_depth(&self.clients.sqs, &self.resources.dlq_url)
+            .await
+            .unwrap()
+    }
+
     /// Keys of the objects in the payload bucket.
     pub async fn objects(&self) -> Vec<String> {
         let output = self

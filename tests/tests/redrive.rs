@@ -1,0 +1,401 @@
+//! Redrive against the emulator: selection, dry run, reprocess, requeue, continuation,
+//! concurrency, adoption of unrecorded DLQ messages, and bad requests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+use e2e::{Pipeline, Setup};
+use serde_json::json;
+use sqs_worker::dead_letter::{DeadLetterReason, ItemStatus, PayloadLocation};
+use sqs_worker::error::ErrorClass;
+use sqs_worker::redrive::{
+    no_progress, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest,
+};
+
+fn body(id: &str, scenario: &str) -> String {
+    json!({"id": id, "scenario": scenario}).to_string()
+}
+
+/// A pipeline whose items dead-letter on their first delivery (receive budget 1).
+async fn dead_items(name: &str, items: &[(&str, &str)]) -> Pipeline {
+    let p = Pipeline::new(
+        name,
+        Setup {
+            max_receive_count: 1,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let bodies: Vec<String> = items.iter().map(|(id, s)| body(id, s)).collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    p.send(&refs).await;
+    p.drain().await;
+    assert_eq!(p.records().await.len(), items.len(), "all dead-lettered");
+    p
+}
+
+fn ids(report: &sqs_worker::redrive::RedriveReport, kind: ItemOutcomeKind) -> Vec<String> {
+    let mut ids: Vec<String> = report
+        .items
+        .iter()
+        .filter(|o| o.outcome == kind)
+        .map(|o| o.item_id.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_selects_by_filters_and_changes_nothing() {
+    let p = dead_items(
+        "dry",
+        &[
+            ("t1", "throttled"),
+            ("t2", "throttled"),
+            ("v1", "invalid"),
+            ("f1", "forbidden"),
+        ],
+    )
+    .await;
+    let before = p.records().await;
+    let engine = p.redrive_engine();
+    let run = |request: RedriveRequest| {
+        let engine = &engine;
+        async move { engine.run(&request, &*no_progress()).await.unwrap() }
+    };
+    let all = run(RedriveRequest {
+        dry_run: true,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(all.selected, 4);
+    assert_eq!(ids(&all, ItemOutcomeKind::WouldRedrive), ["t1", "t2"]);
+    assert_eq!(ids(&all, ItemOutcomeKind::SkippedIneligible), ["f1", "v1"]);
+
+    let forced_validation = run(RedriveRequest {
+        dry_run: true,
+        force: true,
+        error_class: Some(ErrorClass::Validation),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        ids(&forced_validation, ItemOutcomeKind::WouldRedrive),
+        ["v1"]
+    );
+
+    let signature = before
+        .iter()
+        .find(|r| r.item_id == "t1")
+        .unwrap()
+        .error_signature
+        .clone();
+    let by_signature = run(RedriveRequest {
+        dry_run: true,
+        error_signature: Some(signature),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        ids(&by_signature, ItemOutcomeKind::WouldRedrive),
+        ["t1", "t2"]
+    );
+
+    let by_ids = run(RedriveRequest {
+        dry_run: true,
+        item_ids: vec!["t2".into(), "nope".into()],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(ids(&by_ids, ItemOutcomeKind::WouldRedrive), ["t2"]);
+    assert_eq!(ids(&by_ids, ItemOutcomeKind::NotFound), ["nope"]);
+    assert!(by_ids.is_partial_failure());
+
+    let future = run(RedriveRequest {
+        dry_run: true,
+        since: Some("2999-01-01T00:00:00Z".into()),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(future.selected, 0);
+    let recent = run(RedriveRequest {
+        dry_run: true,
+        since: Some("1h".into()),
+        until: Some("0s".into()),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(recent.selected, 4);
+
+    let mut after = p.records().await;
+    let mut before = before;
+    before.sort_by(|a, b| a.item_id.cmp(&b.item_id));
+    after.sort_by(|a, b| a.item_id.cmp(&b.item_id));
+    assert_eq!(before, after, "a dry run changes no record");
+    assert_eq!(p.dlq_depth().await, 4, "nor the DLQ");
+    assert_eq!(p.downstream.calls("t1"), 1, "nor calls the downstream");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reprocess_resolves_successes_and_extends_history_of_failures() {
+    let p = dead_items("reproc", &[("ok1", "throttled"), ("ok2", "throttled")]).await;
+    // A large eligible item with its payload in S3.
+    let large =
+        json!({"id": "big", "scenario": "throttled", "blob": "y".repeat(90_000)}).to_string();
+    p.send(&[&large]).await;
+    p.drain().await;
+    assert_eq!(p.objects().await.len(), 1);
+    p.downstream.fix();
+    let engine = p.redrive_engine();
+    // Redrive two of the three by id; ok2 stays dead with its DLQ message.
+    let report = engine
+        .run(
+            &RedriveRequest {
+                item_ids: vec!["ok1".into(), "big".into()],
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&report, ItemOutcomeKind::Resolved), ["big", "ok1"]);
+    assert_eq!(report.dlq_messages_deleted, 2);
+    assert_eq!(p.dlq_depth().await, 1, "only ok2's message is left");
+    assert!(p.objects().await.is_empty(), "resolved payload deleted");
+    let ok1 = p.store().get("ok1").await.unwrap().unwrap();
+    assert_eq!(ok1.status, ItemStatus::Resolved);
+    assert!(ok1.resolved_at.is_some());
+    assert!(p.downstream.delivered().contains(&"big".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reprocess_failure_appends_history_and_stays_dead() {
+    let p = dead_items("refail", &[("bad", "throttled")]).await;
+    let before = p.store().get("bad").await.unwrap().unwrap();
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(ids(&report, ItemOutcomeKind::FailedAgain), ["bad"]);
+    let after = p.store().get("bad").await.unwrap().unwrap();
+    assert_eq!(after.status, ItemStatus::Dead);
+    assert_eq!(after.failure_count, before.failure_count + 1);
+    assert_eq!(
+        after.failure_history.len(),
+        before.failure_history.len() + 1
+    );
+    assert!(after
+        .failure_history
+        .last()
+        .unwrap()
+        .attempt_id
+        .starts_with(&report.run_id));
+    assert!(after.last_attempt > before.last_attempt);
+    assert_eq!(p.dlq_depth().await, 1, "its DLQ message is kept");
+    // The lease was released: a second run can take it again.
+    let again = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(again.failed_again, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_sends_the_original_payload_back_with_its_item_id() {
+    let p = dead_items(
+        "requeue",
+        &[
+            ("r1", "throttled"),
+            ("r2", "throttled"),
+            ("r3", "throttled"),
+        ],
+    )
+    .await;
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&report, ItemOutcomeKind::Resolved), ["r1", "r2", "r3"]);
+    assert_eq!(p.dlq_depth().await, 0);
+    let output = p
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(&p.resources.source_url)
+        .max_number_of_messages(10)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    let mut requeued: Vec<(String, String)> = output
+        .messages()
+        .iter()
+        .map(|m| {
+            (
+                m.message_attributes().unwrap()["item_id"]
+                    .string_value()
+                    .unwrap()
+                    .to_string(),
+                m.body().unwrap().to_string(),
+            )
+        })
+        .collect();
+    requeued.sort();
+    assert_eq!(
+        requeued,
+        [
+            ("r1".to_string(), body("r1", "throttled")),
+            ("r2".to_string(), body("r2", "throttled")),
+            ("r3".to_string(), body("r3", "throttled")),
+        ]
+    );
+    for r in p.records().await {
+        assert_eq!(r.status, ItemStatus::Resolved);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuation_token_resumes_where_it_stopped() {
+    let items: Vec<(String, &str)> = (1..=5).map(|i| (format!("c{i}"), "throttled")).collect();
+    let refs: Vec<(&str, &str)> = items.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+    let p = dead_items("resume", &refs).await;
+    p.downstream.fix();
+    let engine = p.redrive_engine();
+    let mut request = RedriveRequest {
+        max_items: Some(2),
+        parallelism: Some(1),
+        ..Default::default()
+    };
+    let mut resolved = Vec::new();
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        let report = engine.run(&request, &*no_progress()).await.unwrap();
+        resolved.extend(ids(&report, ItemOutcomeKind::Resolved));
+        assert!(report.selected <= 2);
+        match report.continuation_token {
+            Some(token) => request.continuation_token = Some(token),
+            None => break,
+        }
+        assert!(runs < 10, "runs must end");
+    }
+    resolved.sort();
+    assert_eq!(resolved, ["c1", "c2", "c3", "c4", "c5"]);
+    for id in ["c1", "c2", "c3", "c4", "c5"] {
+        assert_eq!(
+            p.downstream.calls(id),
+            2,
+            "{id}: one worker attempt, one redrive"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_redrives_process_each_item_once() {
+    let items: Vec<(String, &str)> = (1..=8).map(|i| (format!("k{i}"), "throttled")).collect();
+    let refs: Vec<(&str, &str)> = items.iter().map(|(a, b)| (a.as_str(), *b)).collect();
+    let p = dead_items("concurrent", &refs).await;
+    p.downstream.fix();
+    let a = p.redrive_engine();
+    let b = p.redrive_engine();
+    let request = RedriveRequest {
+        parallelism: Some(2),
+        ..Default::default()
+    };
+    let progress = no_progress();
+    let (ra, rb) = tokio::join!(a.run(&request, &*progress), b.run(&request, &*progress));
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert_eq!(ra.succeeded + rb.succeeded, 8);
+    for (id, _) in &items {
+        assert_eq!(p.downstream.calls(id), 2, "{id} reprocessed exactly once");
+    }
+    for r in p.records().await {
+        assert_eq!(r.status, ItemStatus::Resolved);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unrecorded_dlq_messages_become_records() {
+    let p = Pipeline::new("adopt", Setup::default()).await;
+    p.send_to_dlq(&[&body("orphan", "ok"), "not even json"])
+        .await;
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                item_ids: vec!["none".into()],
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.adopted_from_dlq, 2);
+    let records = p.records().await;
+    assert_eq!(records.len(), 2);
+    for r in &records {
+        assert_eq!(r.reason, DeadLetterReason::ExceededMaxReceiveCount);
+        assert_eq!(r.error_class, ErrorClass::Unknown);
+        assert!(r.reprocess_eligible);
+        assert!(r.last_error.contains("without a recorded failure"));
+    }
+    assert!(records.iter().any(|r| r.item_id == "orphan"));
+    assert_eq!(p.dlq_depth().await, 2, "messages stay until redriven");
+    // Adoption is not repeated, and the adopted item is redrivable.
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(report.adopted_from_dlq, 0);
+    assert!(ids(&report, ItemOutcomeKind::Resolved).contains(&"orphan".to_string()));
+    let orphan = p.store().get("orphan").await.unwrap().unwrap();
+    assert_eq!(orphan.status, ItemStatus::Resolved);
+    assert!(matches!(
+        orphan.payload.location,
+        PayloadLocation::Inline { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_change_nothing() {
+    let p = dead_items("badreq", &[("x1", "throttled")]).await;
+    let engine = p.redrive_engine();
+    let err = RedriveRequest::from_json(r#"{"item_ids": ["x1"], "moed": "requeue"}"#).unwrap_err();
+    assert!(err.to_string().contains("unknown field `moed`"), "{err}");
+    let err = RedriveRequest::from_json(r#"{"mode": "teleport"}"#).unwrap_err();
+    assert!(err.to_string().contains("unknown variant"), "{err}");
+    for request in [
+        RedriveRequest {
+            since: Some("yesterday".into()),
+            ..Default::default()
+        },
+        RedriveRequest {
+            parallelism: Some(0),
+            ..Default::default()
+        },
+        RedriveRequest {
+            rate: Some(-1.0),
+            ..Default::default()
+        },
+        RedriveRequest {
+            continuation_token: Some("%%%".into()),
+            ..Default::default()
+        },
+    ] {
+        let err = engine.run(&request, &*no_progress()).await.unwrap_err();
+        assert!(matches!(err, RedriveError::InvalidRequest(_)), "{err}");
+    }
+    let record = p.store().get("x1").await.unwrap().unwrap();
+    assert_eq!(record.status, ItemStatus::Dead);
+    assert_eq!(record.failure_count, 1);
+    assert_eq!(p.dlq_depth().await, 1);
+}
