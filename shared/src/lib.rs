@@ -30,6 +30,7 @@
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged.
 
+pub mod analysis;
 pub mod aws;
 pub mod batch;
 pub mod classify;
@@ -42,6 +43,7 @@ pub mod item;
 pub mod metrics;
 pub mod processor;
 pub mod redrive;
+pub mod redrive_function;
 pub mod retry;
 pub mod signature;
 pub mod store;

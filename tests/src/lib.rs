@@ -109,6 +109,7 @@ impl Pipeline {
         // Worker logs go to the test's captured output: shown when a test fails.
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
+            .with_ansi(false)
             .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
             .try_init();
         let clients = clients().await;

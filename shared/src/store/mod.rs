@@ -15,6 +15,7 @@
 pub mod attr;
 pub mod dlq;
 pub mod lease;
+pub mod maintenance;
 pub mod payload;
 pub mod query;
 pub mod schema;

@@ -1,0 +1,102 @@
+//! What commands share: the store built from flags and environment, confirmation
+//! prompts, and progress bars that only draw on a terminal.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use sqs_worker::aws::AwsClients;
+use sqs_worker::store::{DeadLetterStore, StoreConfig};
+
+use crate::args::GlobalArgs;
+use crate::CliError;
+
+/// AWS clients for the global options.
+pub async fn clients(global: &GlobalArgs) -> AwsClients {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(profile) = &global.profile {
+        loader = loader.profile_name(profile);
+    }
+    if let Some(region) = &global.region {
+        loader = loader.region(aws_config::Region::new(region.clone()));
+    }
+    if let Some(endpoint) = &global.endpoint_url {
+        loader = loader.endpoint_url(endpoint);
+    }
+    let shared = loader.load().await;
+    AwsClients::from_config(&shared, global.endpoint_url.is_some())
+}
+
+/// The store named by the global options; a usage error naming what is missing.
+pub async fn store(global: &GlobalArgs) -> Result<DeadLetterStore, CliError> {
+    let mut missing = Vec::new();
+    if global.table.is_none() {
+        missing.push("--table / DLQ_TABLE");
+    }
+    if global.queue_url.is_none() {
+        missing.push("--queue-url / DLQ_QUEUE_URL");
+    }
+    if global.bucket.is_none() {
+        missing.push("--bucket / DLQ_BUCKET");
+    }
+    match (&global.table, &global.queue_url, &global.bucket) {
+        (Some(table), Some(queue_url), Some(bucket)) => {
+            let mut config = StoreConfig::new(table, queue_url, bucket);
+            let lookup = |name: &str| std::env::var(name).ok();
+            let mut env = sqs_worker::config::EnvReader::new(&lookup);
+            if let Some(from_env) = StoreConfig::read(&mut env) {
+                config.inline_max_bytes = from_env.inline_max_bytes;
+                config.retention = from_env.retention;
+            }
+            Ok(DeadLetterStore::new(clients(global).await, config))
+        }
+        _ => Err(CliError::Usage(format!(
+            "the store is not configured: set {}",
+            missing.join(", ")
+        ))),
+    }
+}
+
+/// Asks the operator to confirm a destructive action, unless `yes`.
+pub fn confirm(question: &str, yes: bool) -> Result<(), CliError> {
+    if yes {
+        return Ok(());
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(CliError::Usage(format!(
+            "{question}: refusing without --yes because stdin is not a terminal"
+        )));
+    }
+    eprint!("{question} Type 'yes' to continue: ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| CliError::Usage(format!("cannot read the answer: {e}")))?;
+    if answer.trim() == "yes" {
+        Ok(())
+    } else {
+        Err(CliError::Usage("not confirmed; nothing was changed".into()))
+    }
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+pub fn progress(total: Option<u64>, what: &str) -> ProgressBar {
+    let bar = match total {
+        Some(n) => ProgressBar::new(n),
+        None => ProgressBar::new_spinner(),
+    };
+    let template = if total.is_some() {
+        "{msg} [{bar:30}] {pos}/{len} ({per_sec}, {eta} left)"
+    } else {
+        "{spinner} {msg} {pos} ({per_sec})"
+    };
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_string());
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}

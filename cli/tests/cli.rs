@@ -1,0 +1,281 @@
+//! The `dlq` binary against the emulator: every command's output and exit code.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+use std::process::{Command, Output, Stdio};
+
+use e2e::{Pipeline, Setup};
+use serde_json::json;
+
+struct Dlq {
+    env: Vec<(String, String)>,
+}
+
+impl Dlq {
+    async fn new(p: &Pipeline) -> Dlq {
+        let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+        env.extend(p.resources.store_env());
+        env.push(("WORKER_ITEM_ID_SOURCE".into(), "pointer:/id".into()));
+        Dlq { env }
+    }
+
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        self.run_with(args, &[])
+    }
+
+    fn run_with(&self, args: &[&str], extra: &[(&str, &str)]) -> (i32, String, String) {
+        let output: Output = Command::new(env!("CARGO_BIN_EXE_dlq"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .envs(extra.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    }
+}
+
+fn body(id: &str, scenario: &str) -> String {
+    json!({"id": id, "scenario": scenario}).to_string()
+}
+
+async fn dead_pipeline(name: &str) -> Pipeline {
+    let p = Pipeline::new(
+        name,
+        Setup {
+            max_receive_count: 1,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let large = json!({"id": "big", "scenario": "invalid", "blob": "b".repeat(80_000)}).to_string();
+    p.send(&[
+        &body("t1", "throttled"),
+        &body("t2", "throttled"),
+        &body("v1", "invalid"),
+        &large,
+    ])
+    .await;
+    p.drain().await;
+    assert_eq!(p.records().await.len(), 4);
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_commands() {
+    let p = dead_pipeline("cliread").await;
+    let dlq = Dlq::new(&p).await;
+
+    let (code, out, _) = dlq.run(&["list"]);
+    assert_eq!(code, 0);
+    for id in ["t1", "t2", "v1", "big"] {
+        assert!(out.contains(id), "{out}");
+    }
+    assert!(out.starts_with("ITEM ID"), "{out}");
+    assert!(out.contains("4 record(s)"), "{out}");
+
+    let (code, out, _) = dlq.run(&["list", "--class", "throttled", "--json"]);
+    assert_eq!(code, 0);
+    let ids: Vec<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["item_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"t1".to_string()) && ids.contains(&"t2".to_string()));
+
+    let (code, out, _) = dlq.run(&["list", "--limit", "1"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("1 record(s); more match"), "{out}");
+
+    let (code, out, _) = dlq.run(&["inspect", "t1"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("item id:        t1"), "{out}");
+    assert!(out.contains("throttled"), "{out}");
+    assert!(out.contains("history:"), "{out}");
+    assert!(out.contains("delivery 1 attempt 1"), "{out}");
+
+    let (code, out, _) = dlq.run(&["inspect", "t1", "--json"]);
+    assert_eq!(code, 0);
+    let record: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(record["item_id"], "t1");
+
+    let (code, out, err) = dlq.run(&["inspect", "big", "--payload"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("verified"), "{err}");
+    assert_eq!(
+        out.trim().len(),
+        json!({"id": "big", "scenario": "invalid", "blob": "b".repeat(80_000)})
+            .to_string()
+            .len()
+    );
+
+    let (code, _, err) = dlq.run(&["inspect", "nobody"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no dead-lettered item with id \"nobody\""),
+        "{err}"
+    );
+
+    let (code, out, _) = dlq.run(&["analyze"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("4 record(s) in 2 pattern group(s)"), "{out}");
+    assert!(out.contains("by class:"), "{out}");
+    assert!(out.contains("failed attempts per hour:"), "{out}");
+    let (code, out, _) = dlq.run(&["analyze", "--json"]);
+    assert_eq!(code, 0);
+    let a: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(a["groups"][0]["count"], 2);
+
+    let (code, out, _) = dlq.run(&["stats"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("records:            4"), "{out}");
+    assert!(out.contains("DLQ depth:          4 visible"), "{out}");
+    assert!(out.contains("dead, payload in S3: 1"), "{out}");
+    let (code, out, _) = dlq.run(&["stats", "--json"]);
+    assert_eq!(code, 0);
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["dead_eligible"], 2);
+
+    let dir = std::env::temp_dir().join(format!("dlq-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("dead.csv");
+    let (code, out, _) = dlq.run(&["export", csv.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(out.contains("exported 4 record(s)"), "{out}");
+    assert_eq!(std::fs::read_to_string(&csv).unwrap().lines().count(), 5);
+    let jsonl = dir.join("dead.jsonl");
+    let (code, _, _) = dlq.run(&["export", jsonl.to_str().unwrap(), "--class", "validation"]);
+    assert_eq!(code, 0);
+    assert_eq!(std::fs::read_to_string(&jsonl).unwrap().lines().count(), 2);
+    let (code, _, err) = dlq.run(&["export", dir.join("x.txt").to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot tell the format"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_purge_clear_and_bad_input() {
+    let p = dead_pipeline("cliwrite").await;
+    let dlq = Dlq::new(&p).await;
+
+    let (code, out, _) = dlq.run(&["redrive", "--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("2 item(s) would be redriven; nothing was changed"),
+        "{out}"
+    );
+
+    // Reprocess needs the processor's configuration.
+    let (code, _, err) = dlq.run(&["redrive"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("WORKER_DOWNSTREAM_URL"), "{err}");
+
+    p.downstream.fix();
+    let url = p.downstream.url();
+    let (code, out, err) = dlq.run_with(
+        &["redrive", "--class", "throttled"],
+        &[("WORKER_DOWNSTREAM_URL", &url)],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("2 selected: 2 resolved"), "{out}");
+    assert_eq!(p.dlq_depth().await, 2);
+
+    let (code, out, _) = dlq.run_with(
+        &["redrive", "--item-id", "ghost", "--json"],
+        &[("WORKER_DOWNSTREAM_URL", &url)],
+    );
+    assert_eq!(code, 1, "unknown ids are a partial failure");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["not_found"], 1);
+
+    for (args, needle) in [
+        (vec!["list", "--since", "yesterday"], "--since"),
+        (vec!["list", "--class", "bogus"], "class \"bogus\""),
+        (vec!["list", "--status", "zombie"], "status \"zombie\""),
+        (vec!["purge", "--older-than", "soon"], "--older-than"),
+        (
+            vec!["redrive", "--parallelism", "0", "--dry-run"],
+            "parallelism",
+        ),
+    ] {
+        let (code, _, err) = dlq.run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let (code, _, err) = dlq.run(&["redrive", "--request", "/nonexistent.json"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read"), "{err}");
+    let bad = std::env::temp_dir().join(format!("bad-request-{}.json", std::process::id()));
+    std::fs::write(&bad, r#"{"mood": "requeue"}"#).unwrap();
+    let (code, _, err) = dlq.run(&["redrive", "--request", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown field `mood`"), "{err}");
+    let (code, _, err) = Dlq { env: vec![] }.run(&["stats"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("DLQ_TABLE"), "{err}");
+
+    // Destructive commands refuse without --yes when nobody can answer.
+    let (code, _, err) = dlq.run(&["purge", "--older-than", "0s"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("refusing without --yes"), "{err}");
+    assert_eq!(p.records().await.len(), 4, "nothing deleted");
+    let (code, out, _) = dlq.run(&["purge", "--older-than", "30d", "--yes"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("nothing to purge"), "{out}");
+    let (code, out, _) = dlq.run(&[
+        "purge",
+        "--older-than",
+        "0s",
+        "--status",
+        "resolved",
+        "--yes",
+    ]);
+    assert_eq!(code, 0);
+    assert!(out.contains("purged 2 record(s), 0 payload(s)"), "{out}");
+    assert_eq!(p.records().await.len(), 2);
+
+    let (code, _, _) = dlq.run(&["clear"]);
+    assert_eq!(code, 2);
+    let (code, out, _) = dlq.run(&["clear", "--yes"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("cleared 2 record(s), 1 payload(s), 2 DLQ message(s)"),
+        "{out}"
+    );
+    assert!(p.records().await.is_empty());
+    assert!(p.objects().await.is_empty());
+    assert_eq!(p.dlq_depth().await, 0);
+}
+
+#[test]
+fn help_has_examples_for_every_command() {
+    for command in [
+        "list", "inspect", "analyze", "stats", "export", "redrive", "purge", "clear",
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_dlq"))
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{command}");
+        assert!(
+            text.contains("Example"),
+            "{command} --help has no example:\n{text}"
+        );
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&output.stdout).contains("Runbook"));
+}

@@ -1,0 +1,23 @@
+//! The redrive Lambda function: takes a redrive request (JSON), returns a redrive report.
+//!
+//! Configuration: the store's `DLQ_*` variables (required), `REDRIVE_*` variables, and the
+//! worker's `WORKER_*` processor variables for `reprocess` mode.
+
+// The handler's future nests the SDK's deeply; the compiler's default depth is too low.
+#![recursion_limit = "256"]
+
+use lambda_runtime::{run, service_fn, Error, LambdaEvent};
+use sqs_worker::redrive_function::RedriveFunction;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    sqs_worker::telemetry::init();
+    let function = RedriveFunction::from_env()
+        .await
+        .inspect_err(|e| tracing::error!(error = %e, "redrive function cannot start"))?;
+    let function = &function;
+    run(service_fn(move |event: LambdaEvent<_>| async move {
+        function.handle(event).await
+    }))
+    .await
+}

@@ -1,0 +1,392 @@
+//! Pure views over dead-letter records for operators: pattern groups by error signature,
+//! distributions, failures over time, totals, and export formats (JSON, JSON lines, CSV).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, DurationRound, Utc};
+use serde::Serialize;
+
+use crate::dead_letter::{DeadLetteredItem, PayloadLocation};
+
+/// Records sharing one error signature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SignatureGroup {
+    /// The signature.
+    pub signature: String,
+    /// Its error class.
+    pub error_class: String,
+    /// Records in the group.
+    pub count: usize,
+    /// Earliest first attempt.
+    pub first_seen: DateTime<Utc>,
+    /// Latest last attempt.
+    pub last_seen: DateTime<Utc>,
+    /// A few item ids.
+    pub sample_ids: Vec<String>,
+    /// The error message of one member.
+    pub sample_error: String,
+    /// Members that may be redriven without `force`.
+    pub eligible: usize,
+}
+
+/// The `dlq analyze` view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Analysis {
+    /// Records analysed.
+    pub records: usize,
+    /// Groups, largest first.
+    pub groups: Vec<SignatureGroup>,
+    /// Records by error class.
+    pub by_class: BTreeMap<String, usize>,
+    /// Failed attempts per hour (from every record's history), oldest first.
+    pub failures_per_hour: Vec<(DateTime<Utc>, usize)>,
+}
+
+/// Groups records by signature.
+pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
+    let mut groups: BTreeMap<&str, SignatureGroup> = BTreeMap::new();
+    let mut by_class = BTreeMap::new();
+    let mut per_hour: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
+    for r in records {
+        *by_class
+            .entry(r.error_class.as_str().to_string())
+            .or_default() += 1;
+        let g = groups
+            .entry(&r.error_signature)
+            .or_insert_with(|| SignatureGroup {
+                signature: r.error_signature.clone(),
+                error_class: r.error_class.as_str().to_string(),
+                count: 0,
+                first_seen: r.first_attempt,
+                last_seen: r.last_attempt,
+                sample_ids: Vec::new(),
+                sample_error: r.last_error.clone(),
+                eligible: 0,
+            });
+        g.count += 1;
+        g.first_seen = g.first_seen.min(r.first_attempt);
+        g.last_seen = g.last_seen.max(r.last_attempt);
+        if g.sample_ids.len() < samples {
+            g.sample_ids.push(r.item_id.clone());
+        }
+        if r.reprocess_eligible && !r.manual_review_required {
+            g.eligible += 1;
+        }
+        for f in &r.failure_history {
+            if let Ok(hour) = f.timestamp.duration_trunc(chrono::Duration::hours(1)) {
+                *per_hour.entry(hour).or_default() += 1;
+            }
+        }
+    }
+    let mut groups: Vec<SignatureGroup> = groups.into_values().collect();
+    groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_seen.cmp(&a.last_seen)));
+    Analysis {
+        records: records.len(),
+        groups,
+        by_class,
+        failures_per_hour: per_hour.into_iter().collect(),
+    }
+}
+
+/// The `dlq stats` view.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Records in the table.
+    pub records: usize,
+    /// By status.
+    pub by_status: BTreeMap<String, usize>,
+    /// Dead records by class.
+    pub dead_by_class: BTreeMap<String, usize>,
+    /// Dead records that may be redriven without `force`.
+    pub dead_eligible: usize,
+    /// Dead records that need a human first.
+    pub dead_manual_review: usize,
+    /// Dead records with their payload in S3.
+    pub dead_payloads_in_s3: usize,
+    /// DLQ messages visible.
+    pub dlq_visible: u64,
+    /// DLQ messages in flight.
+    pub dlq_in_flight: u64,
+    /// Age in seconds of the oldest dead item (from its first attempt).
+    pub oldest_dead_age_secs: Option<i64>,
+}
+
+/// Totals over records plus the DLQ's depth.
+pub fn stats(records: &[DeadLetteredItem], dlq: (u64, u64), now: DateTime<Utc>) -> Stats {
+    let mut s = Stats {
+        records: records.len(),
+        dlq_visible: dlq.0,
+        dlq_in_flight: dlq.1,
+        ..Stats::default()
+    };
+    let mut oldest: Option<DateTime<Utc>> = None;
+    for r in records {
+        *s.by_status
+            .entry(r.status.as_str().to_string())
+            .or_default() += 1;
+        if r.status != crate::dead_letter::ItemStatus::Dead {
+            continue;
+        }
+        *s.dead_by_class
+            .entry(r.error_class.as_str().to_string())
+            .or_default() += 1;
+        if r.manual_review_required {
+            s.dead_manual_review += 1;
+        } else if r.reprocess_eligible {
+            s.dead_eligible += 1;
+        }
+        if matches!(r.payload.location, PayloadLocation::S3 { .. }) {
+            s.dead_payloads_in_s3 += 1;
+        }
+        oldest = Some(oldest.map_or(r.first_attempt, |o| o.min(r.first_attempt)));
+    }
+    s.oldest_dead_age_secs = oldest.map(|o| (now - o).num_seconds());
+    s
+}
+
+/// Export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One JSON array of full records.
+    Json,
+    /// One full record per line.
+    JsonLines,
+    /// One summary row per record.
+    Csv,
+}
+
+impl ExportFormat {
+    /// The format for a file name's extension.
+    pub fn from_path(path: &std::path::Path) -> Option<ExportFormat> {
+        match path.extension()?.to_str()? {
+            "json" => Some(ExportFormat::Json),
+            "jsonl" | "ndjson" => Some(ExportFormat::JsonLines),
+            "csv" => Some(ExportFormat::Csv),
+            _ => None,
+        }
+    }
+}
+
+/// CSV columns.
+pub const CSV_COLUMNS: &[&str] = &[
+    "item_id",
+    "status",
+    "error_class",
+    "error_signature",
+    "failure_count",
+    "first_attempt",
+    "last_attempt",
+    "reprocess_eligible",
+    "manual_review_required",
+    "reason",
+    "payload_storage",
+    "payload_size_bytes",
+    "source_message_id",
+    "last_error",
+];
+
+fn csv_field(value: &str) -> String {
+    if value.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", value.replace('"', "\"\""))
+    } else {
+        value.to_string()
+    }
+}
+
+/// Writes records in a format.
+pub fn export(
+    records: &[DeadLetteredItem],
+    format: ExportFormat,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    match format {
+        ExportFormat::Json => {
+            serde_json::to_writer_pretty(&mut *out, records)?;
+            writeln!(out)
+        }
+        ExportFormat::JsonLines => {
+            for r in records {
+                serde_json::to_writer(&mut *out, r)?;
+                writeln!(out)?;
+            }
+            Ok(())
+        }
+        ExportFormat::Csv => {
+            writeln!(out, "{}", CSV_COLUMNS.join(","))?;
+            for r in records {
+                let storage = match r.payload.location {
+                    PayloadLocation::Inline { .. } => "inline",
+                    PayloadLocation::S3 { .. } => "s3",
+                };
+                let row = [
+                    r.item_id.clone(),
+                    r.status.as_str().to_string(),
+                    r.error_class.as_str().to_string(),
+                    r.error_signature.clone(),
+                    r.failure_count.to_string(),
+                    crate::time_format::format(&r.first_attempt),
+                    crate::time_format::format(&r.last_attempt),
+                    r.reprocess_eligible.to_string(),
+                    r.manual_review_required.to_string(),
+                    serde_json::to_value(r.reason)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    storage.to_string(),
+                    r.payload.size_bytes.to_string(),
+                    r.source.message_id.clone(),
+                    r.last_error.clone(),
+                ];
+                let line: Vec<String> = row.iter().map(|v| csv_field(v)).collect();
+                writeln!(out, "{}", line.join(","))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Shortens text to `max` characters for tables.
+pub fn ellipsize(text: &str, max: usize) -> String {
+    let one_line = text.replace(['\n', '\r'], " ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let mut s: String = one_line.chars().take(max.saturating_sub(1)).collect();
+        s.push('…');
+        s
+    }
+}
+
+/// Renders rows as an aligned text table.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let render = |cells: Vec<String>| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = render(headers.iter().map(|h| h.to_string()).collect());
+    out.push('\n');
+    for row in rows {
+        out.push_str(&render(row.clone()));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dead_letter::{DeadLetterCandidate, DeadLetterReason, InvocationInfo};
+    use crate::error::{ErrorClass, ProcessError};
+    use crate::item::ItemParser;
+    use crate::retry::AttemptFailure;
+
+    fn record(id: &str, class: ErrorClass, message: &str, hour: i64) -> DeadLetteredItem {
+        let msg = serde_json::from_value(serde_json::json!({
+            "messageId": format!("m-{id}"), "body": "{}", "attributes": {}
+        }))
+        .unwrap();
+        let mut item = ItemParser::default().parse(format!("m-{id}"), msg).unwrap();
+        item.item_id = id.to_string();
+        let at = DateTime::<Utc>::from_timestamp(1_700_000_000 + hour * 3600, 0).unwrap();
+        let error = ProcessError::new(class, message);
+        let c = DeadLetterCandidate {
+            item,
+            failures: vec![AttemptFailure {
+                attempt: 1,
+                started_at: at,
+                duration: std::time::Duration::ZERO,
+                error: error.clone(),
+            }],
+            error,
+            reason: DeadLetterReason::Permanent,
+        };
+        DeadLetteredItem::from_candidate(
+            &c,
+            &InvocationInfo::default(),
+            at,
+            std::time::Duration::from_secs(86_400),
+        )
+    }
+
+    #[test]
+    fn groups_similar_errors() {
+        let records = vec![
+            record("a", ErrorClass::Timeout, "timeout after 31s", 0),
+            record("b", ErrorClass::Timeout, "timeout after 29s", 1),
+            record("c", ErrorClass::Validation, "missing field `id`", 1),
+        ];
+        let a = analyze(&records, 1);
+        assert_eq!(a.records, 3);
+        assert_eq!(a.groups.len(), 2);
+        assert_eq!(a.groups[0].count, 2);
+        assert_eq!(a.groups[0].error_class, "timeout");
+        assert_eq!(a.groups[0].sample_ids, ["a"]);
+        assert_eq!(a.groups[0].eligible, 2);
+        assert_eq!(a.by_class["timeout"], 2);
+        assert_eq!(a.failures_per_hour.len(), 2);
+        assert_eq!(a.failures_per_hour[1].1, 2);
+    }
+
+    #[test]
+    fn stats_and_exports() {
+        let records = vec![
+            record("a", ErrorClass::Timeout, "t", 0),
+            record("b", ErrorClass::Permission, "denied, \"really\"", 0),
+        ];
+        let now = records[0].first_attempt + chrono::Duration::seconds(90);
+        let s = stats(&records, (2, 0), now);
+        assert_eq!(s.by_status["dead"], 2);
+        assert_eq!(s.dead_eligible, 1);
+        assert_eq!(s.dead_manual_review, 1);
+        assert_eq!(s.oldest_dead_age_secs, Some(90));
+        let mut csv = Vec::new();
+        export(&records, ExportFormat::Csv, &mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        assert_eq!(csv.lines().count(), 3);
+        assert!(
+            csv.lines()
+                .nth(2)
+                .unwrap()
+                .ends_with(r#""denied, ""really""""#),
+            "{csv}"
+        );
+        let mut jsonl = Vec::new();
+        export(&records, ExportFormat::JsonLines, &mut jsonl).unwrap();
+        let back: Vec<DeadLetteredItem> = String::from_utf8(jsonl)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(back, records);
+        assert_eq!(
+            ExportFormat::from_path("x.ndjson".as_ref()),
+            Some(ExportFormat::JsonLines)
+        );
+        assert_eq!(ExportFormat::from_path("x.txt".as_ref()), None);
+    }
+
+    #[test]
+    fn tables_align() {
+        let t = table(
+            &["id", "class"],
+            &[
+                vec!["a".into(), "timeout".into()],
+                vec!["long-id".into(), "x".into()],
+            ],
+        );
+        assert_eq!(t, "id       class\na        timeout\nlong-id  x\n");
+        assert_eq!(ellipsize("abcdef", 4), "abc…");
+    }
+}
