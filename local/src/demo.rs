@@ -313,8 +313,134 @@ fn write_env_file(path: &Path, env: &[(String, String)]) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
+/// Runs the `dlq` binary with the demo's environment, printing the command and its output.
+fn dlq(
+    options: &DemoOptions,
+    env: &[(String, String)],
+    args: &[&str],
+    echo: bool,
+) -> Result<String, String> {
+    let binary = options
+        .worker_binary
+        .parent()
+        .map(|d| d.join("dlq"))
+        .ok_or("cannot locate the dlq binary")?;
+    println!("\n$ dlq {}", args.join(" "));
+    let output = std::process::Command::new(&binary)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    if echo {
+        print!("{stdout}");
+    }
+    if !output.status.success() {
+        return Err(format!(
+            "dlq {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(stdout)
+}
+
+/// What the operator part of the demo did.
+#[derive(Debug, Clone, Default)]
+pub struct RedriveSummary {
+    /// Dead records before the redrive.
+    pub dead_before: u64,
+    /// Dead records after it.
+    pub dead_after: u64,
+    /// Resolved records after it.
+    pub resolved_after: u64,
+    /// DLQ depth after it.
+    pub dlq_after: u64,
+}
+
+/// The operator's part: look at the damage, fix the downstream, redrive, look again.
+pub async fn operate(
+    options: &DemoOptions,
+    downstream: &Downstream,
+    resources: &PipelineResources,
+    clients: &AwsClients,
+) -> Result<RedriveSummary, String> {
+    let mut env = emulator_env(&options.endpoint_url, &options.region);
+    env.extend(resources.store_env());
+    env.push((
+        "WORKER_ITEM_ID_SOURCE".to_string(),
+        "pointer:/id".to_string(),
+    ));
+    let count = |by_status: &BTreeMap<String, u64>, s: &str| by_status.get(s).copied().unwrap_or(0);
+    let before = records_by_status(clients, &resources.table).await?;
+    dlq(options, &env, &["stats"], true)?;
+    dlq(options, &env, &["analyze"], true)?;
+    println!("\n# the downstream is fixed; redrive what is eligible (dry run first)");
+    downstream.fix();
+    env.push(("WORKER_DOWNSTREAM_URL".to_string(), downstream.url()));
+    let dry = dlq(options, &env, &["redrive", "--dry-run"], false)?;
+    // The per-item table is long; show its summary lines.
+    for line in dry
+        .lines()
+        .rev()
+        .take(2)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        println!("{line}");
+    }
+    let report = dlq(options, &env, &["redrive", "--json"], false)?;
+    let report: serde_json::Value =
+        serde_json::from_str(&report).map_err(|e| format!("redrive report: {e}"))?;
+    println!(
+        "{} selected: {} resolved, {} failed again, {} skipped (ineligible), {} DLQ messages deleted",
+        report["selected"], report["succeeded"], report["failed_again"], report["skipped_ineligible"], report["dlq_messages_deleted"]
+    );
+    dlq(options, &env, &["stats"], true)?;
+    let after = records_by_status(clients, &resources.table).await?;
+    Ok(RedriveSummary {
+        dead_before: count(&before, "dead"),
+        dead_after: count(&after, "dead"),
+        resolved_after: count(&after, "resolved"),
+        dlq_after: queue_depth(&clients.sqs, &resources.dlq_url).await?,
+    })
+}
+
+async fn records_by_status(
+    clients: &AwsClients,
+    table: &str,
+) -> Result<BTreeMap<String, u64>, String> {
+    let mut by_status = BTreeMap::new();
+    let mut start = None;
+    loop {
+        let page = clients
+            .dynamodb
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| format!("scan: {}", sqs_worker::ProcessError::from_sdk(&e)))?;
+        for item in page.items() {
+            let status = item
+                .get("status")
+                .and_then(|v| v.as_s().ok())
+                .cloned()
+                .unwrap_or_default();
+            *by_status.entry(status).or_default() += 1;
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return Ok(by_status);
+        }
+    }
+}
+
 /// Runs the demo and returns its summary.
-pub async fn run(options: &DemoOptions) -> Result<DemoSummary, String> {
+pub async fn run(options: &DemoOptions) -> Result<(DemoSummary, RedriveSummary), String> {
     let clients = AwsClients::for_endpoint(&options.endpoint_url, &options.region).await;
     let spec = ResourceSpec {
         prefix: options.prefix.clone(),
@@ -411,7 +537,7 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, String> {
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     let metrics = sum_metrics(&log);
     let records_by_class = records_by_class(&clients, &resources.table).await?;
-    Ok(DemoSummary {
+    let summary = DemoSummary {
         sent: bodies.len() as u64,
         done: metrics.get("Done").copied().unwrap_or(0),
         skipped: metrics.get("Skipped").copied().unwrap_or(0),
@@ -424,5 +550,8 @@ pub async fn run(options: &DemoOptions) -> Result<DemoSummary, String> {
         source_depth: queue_depth(&clients.sqs, &resources.source_url).await?,
         esm: stats,
         seconds,
-    })
+    };
+    println!("\nsummary\n{}", summary.render());
+    let redrive = operate(options, &downstream, &resources, &clients).await?;
+    Ok((summary, redrive))
 }

@@ -11,6 +11,7 @@
 //! | [`resources`] | creates queues, table and bucket as the infrastructure template does |
 //! | [`esm`] | a local event source mapping: receive, build the Lambda event, invoke, delete |
 //! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
+//! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |
 //! | [`demo`] | the `make demo` workload, run and summary |
 //!
 //! The `local` binary wires these together for `make demo`; the integration tests use
@@ -22,5 +23,6 @@ pub mod esm;
 pub mod function;
 pub mod http_server;
 pub mod invokers;
+pub mod lambda_api;
 pub mod resources;
 pub mod runtime_api;

@@ -23,6 +23,8 @@ enum Command {
     /// Runs the whole pipeline against the emulator: creates the queues, table and bucket,
     /// sends a mixed workload, drives the compiled worker through a local event source
     /// mapping until the source queue is empty, and prints a summary that must add up.
+    /// Then plays the operator: `dlq stats`, `dlq analyze`, fixes the downstream, and
+    /// `dlq redrive`s what is eligible, printing the before and after.
     ///
     /// The data is left in place; the environment to reach it is written to
     /// `<state-dir>/demo.env` and the worker's log to `<state-dir>/worker.log`.
@@ -125,8 +127,11 @@ async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
     }
     std::fs::create_dir_all(&options.state_dir)
         .map_err(|e| format!("cannot create {}: {e}", options.state_dir.display()))?;
-    let summary = demo::run(&options).await?;
-    println!("\nsummary\n{}", summary.render());
+    let (summary, redrive) = demo::run(&options).await?;
+    println!(
+        "\nbefore the redrive: {} dead; after: {} dead, {} resolved, DLQ depth {} (the rest need a fix to the data or a human: validation and permission failures)",
+        redrive.dead_before, redrive.dead_after, redrive.resolved_after, redrive.dlq_after
+    );
     println!(
         "The data is left in place; its environment is in {}.",
         options.state_dir.join("demo.env").display()

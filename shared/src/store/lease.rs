@@ -18,8 +18,8 @@ pub const LEASE_OWNER: &str = "lease_owner";
 /// Lease expiry, epoch seconds.
 pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
 
-/// Items per `TransactWriteItems` call.
-const TRANSACTION_ITEMS: usize = 25;
+/// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
+const TRANSACTION_ITEMS: usize = 100;
 
 fn is_conditional_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(e: &E) -> bool {
     matches!(
@@ -87,7 +87,7 @@ impl DeadLetterStore {
         }
     }
 
-    /// Takes leases on many items with few calls: one transaction per 25 items; a chunk
+    /// Takes leases on many items with few calls: one transaction per 100 items; a chunk
     /// whose transaction is refused (some item is taken) is retried item by item.
     pub async fn acquire_leases(
         &self,
@@ -166,7 +166,7 @@ impl DeadLetterStore {
             .map_err(|e| ProcessError::validation(e.to_string()).with_step("resolve"))
     }
 
-    /// Marks leased items resolved (one transaction per 25; item by item if refused).
+    /// Marks leased items resolved (one transaction per 100; item by item if refused).
     pub async fn resolve_many(
         &self,
         item_ids: &[String],

@@ -14,7 +14,7 @@ use aws_sdk_sqs::types::{
 use chrono::Utc;
 
 use super::dlq::ITEM_ID_ATTRIBUTE;
-use super::DeadLetterStore;
+use super::{schema, DeadLetterStore};
 use crate::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
 };
@@ -77,20 +77,22 @@ impl DeadLetterStore {
                 return Ok(sweep);
             }
             let mut to_delete = Vec::new();
-            for message in messages {
+            let ids: Vec<String> = messages
+                .iter()
+                .map(|m| self.message_item_id(m, &options.parser))
+                .collect();
+            let statuses = self.statuses(&ids).await?;
+            for (message, item_id) in messages.iter().zip(ids) {
                 sweep.seen += 1;
                 let Some(receipt) = message.receipt_handle().map(str::to_string) else {
                     continue;
                 };
-                let item_id = self.message_item_id(message, &options.parser);
                 if options.delete_items.contains(&item_id) {
                     to_delete.push(receipt);
                     continue;
                 }
-                match self.get(&item_id).await? {
-                    Some(record) if record.status == ItemStatus::Resolved => {
-                        to_delete.push(receipt)
-                    }
+                match statuses.get(&item_id) {
+                    Some(ItemStatus::Resolved) => to_delete.push(receipt),
                     Some(_) => sweep.held.entry(item_id).or_default().push(receipt),
                     None if options.adopt => {
                         self.adopt(message, &options.parser).await?;
@@ -102,6 +104,69 @@ impl DeadLetterStore {
             }
             sweep.deleted += self.delete_dlq_messages(&to_delete).await?;
         }
+    }
+
+    /// The status of each existing record among `ids`, in one `BatchGetItem` per 100 ids.
+    async fn statuses(&self, ids: &[String]) -> Result<HashMap<String, ItemStatus>, ProcessError> {
+        use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+        let mut found = HashMap::new();
+        let unique: HashSet<&String> = ids.iter().collect();
+        let unique: Vec<&String> = unique.into_iter().collect();
+        for chunk in unique.chunks(100) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|id| {
+                    HashMap::from([(
+                        schema::ITEM_ID.to_string(),
+                        AttributeValue::S((*id).clone()),
+                    )])
+                })
+                .collect();
+            for _ in 0..8 {
+                if keys.is_empty() {
+                    break;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .projection_expression("#id, #status")
+                    .expression_attribute_names("#id", schema::ITEM_ID)
+                    .expression_attribute_names("#status", schema::STATUS)
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| {
+                        ProcessError::validation(e.to_string()).with_step("sweep-lookup")
+                    })?;
+                let output = self
+                    .clients
+                    .dynamodb
+                    .batch_get_item()
+                    .request_items(&self.config.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| ProcessError::from_sdk(&e).with_step("sweep-lookup"))?;
+                for item in output
+                    .responses()
+                    .and_then(|r| r.get(&self.config.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    let id = item.get(schema::ITEM_ID).and_then(|v| v.as_s().ok());
+                    let status = item
+                        .get(schema::STATUS)
+                        .and_then(|v| v.as_s().ok())
+                        .and_then(|s| ItemStatus::parse(s));
+                    if let (Some(id), Some(status)) = (id, status) {
+                        found.insert(id.clone(), status);
+                    }
+                }
+                keys = output
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.config.table))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+        }
+        Ok(found)
     }
 
     fn message_item_id(&self, message: &Message, parser: &ItemParser) -> String {

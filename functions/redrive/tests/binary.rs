@@ -1,0 +1,135 @@
+//! The compiled `redrive` binary over the Lambda Runtime API, against the emulator, and
+//! reached the way operators reach it: `dlq redrive --via-function`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use e2e::{Pipeline, Setup};
+use serde_json::json;
+use sqs_worker::dead_letter::ItemStatus;
+use sqs_worker_local::function::FunctionProcess;
+use sqs_worker_local::lambda_api::LambdaApi;
+use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
+
+async fn setup(name: &str) -> (Pipeline, Arc<RuntimeApi>, FunctionProcess) {
+    let p = Pipeline::new(
+        name,
+        Setup {
+            max_receive_count: 1,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let bodies: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|id| json!({"id": id, "scenario": "throttled"}).to_string())
+        .collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    p.send(&refs).await;
+    p.drain().await;
+    p.downstream.fix();
+    let api = Arc::new(
+        RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:redrive")
+            .await
+            .unwrap(),
+    );
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+    env.extend(p.resources.store_env());
+    env.push(("WORKER_DOWNSTREAM_URL".into(), p.downstream.url()));
+    env.push(("WORKER_ITEM_ID_SOURCE".into(), "pointer:/id".into()));
+    let log = std::env::temp_dir().join(format!("redrive-{name}.log"));
+    let process = FunctionProcess::spawn(
+        std::path::Path::new(env!("CARGO_BIN_EXE_redrive")),
+        "redrive",
+        &api.address(),
+        &env,
+        Some(&log),
+    )
+    .unwrap();
+    (p, api, process)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_answers_requests_with_reports() {
+    let (p, api, _process) = setup("redrivefn").await;
+    let bad = api
+        .invoke(r#"{"mood":"requeue"}"#.into(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let InvocationResult::Error(body) = bad else {
+        panic!("expected an error, got {bad:?}");
+    };
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["errorType"], "InvalidRequest");
+    assert!(error["errorMessage"]
+        .as_str()
+        .unwrap()
+        .contains("unknown field `mood`"));
+
+    let result = api
+        .invoke(
+            r#"{"item_ids":["a"],"mode":"reprocess"}"#.into(),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    let InvocationResult::Response(body) = result else {
+        panic!("expected a report, got {result:?}");
+    };
+    let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(report["succeeded"], 1, "{report}");
+    assert_eq!(report["items"][0]["outcome"], "resolved");
+    assert_eq!(
+        p.store().get("a").await.unwrap().unwrap().status,
+        ItemStatus::Resolved
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_redrive_via_function() {
+    let (p, api, _process) = setup("viafn").await;
+    let lambda = LambdaApi::start("my-redrive", api.clone(), Duration::from_secs(30))
+        .await
+        .unwrap();
+    let cli = dlq_cli::Cli::parse_from([
+        "dlq",
+        "--endpoint-url",
+        &lambda.url(),
+        "--region",
+        e2e::REGION,
+        "redrive",
+        "--mode",
+        "requeue",
+        "--via-function",
+        "my-redrive",
+    ]);
+    // Credentials for the Lambda client (the endpoint ignores them).
+    std::env::set_var("AWS_ACCESS_KEY_ID", "test");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
+    let code = dlq_cli::run(cli).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    for id in ["a", "b", "c"] {
+        assert_eq!(
+            p.store().get(id).await.unwrap().unwrap().status,
+            ItemStatus::Resolved,
+            "{id}"
+        );
+    }
+    assert_eq!(p.dlq_depth().await, 0);
+    assert_eq!(p.source_depth().await, 3, "requeued to the source queue");
+
+    let missing = dlq_cli::Cli::parse_from([
+        "dlq",
+        "--endpoint-url",
+        &lambda.url(),
+        "--region",
+        e2e::REGION,
+        "redrive",
+        "--via-function",
+        "no-such-function",
+    ]);
+    assert_ne!(dlq_cli::run(missing).await, std::process::ExitCode::SUCCESS);
+}
