@@ -4,12 +4,13 @@
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
 
-.PHONY: help build emulator demo demo-down test fmt-check clippy unit
+.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench-store
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
+	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
 
 build:
 	$(CARGO) build --workspace --bins
@@ -34,3 +35,8 @@ unit: build emulator
 	EMULATOR_URL="$$($(EMULATOR) url)" $(CARGO) test --workspace
 
 test: fmt-check clippy unit
+
+# Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
+bench-store: emulator
+	$(CARGO) build --release -p sqs-worker-local
+	./target/release/local bench-store --endpoint-url "$$($(EMULATOR) url)"

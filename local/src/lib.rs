@@ -13,10 +13,12 @@
 //! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
 //! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |
 //! | [`demo`] | the `make demo` workload, run and summary |
+//! | [`bench_store`] | `local bench-store`: operator reads and redrive throughput at scale |
 //!
 //! The `local` binary wires these together for `make demo`; the integration tests use
 //! the same pieces.
 
+pub mod bench_store;
 pub mod demo;
 pub mod downstream;
 pub mod esm;

@@ -57,3 +57,93 @@ fn force_path_style() -> bool {
         || set("AWS_ENDPOINT_URL")
         || set("AWS_ENDPOINT_URL_S3")
 }
+
+/// Counts the AWS API calls a set of clients makes, by service and operation (each
+/// transmitted attempt counts, retries included). For benchmarks and cost estimates.
+#[derive(Debug, Clone, Default)]
+pub struct CallCounter {
+    calls: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+}
+
+impl CallCounter {
+    /// Calls so far, as `Service.Operation` → count.
+    pub fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    /// All calls so far.
+    pub fn total(&self) -> u64 {
+        self.snapshot().values().sum()
+    }
+
+    /// Forgets the counts.
+    pub fn reset(&self) {
+        if let Ok(mut c) = self.calls.lock() {
+            c.clear();
+        }
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _runtime_components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let name = cfg
+            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+            .map_or_else(
+                || "unknown".to_string(),
+                |m| format!("{}.{}", m.service(), m.name()),
+            );
+        if let Ok(mut calls) = self.calls.lock() {
+            *calls.entry(name).or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+impl AwsClients {
+    /// Clients whose calls are counted by `counter`.
+    pub fn counted(
+        shared: &aws_config::SdkConfig,
+        s3_path_style: bool,
+        counter: &CallCounter,
+    ) -> Self {
+        AwsClients {
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::config::Builder::from(shared)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(shared)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            s3: aws_sdk_s3::Client::from_conf(
+                aws_sdk_s3::config::Builder::from(shared)
+                    .force_path_style(s3_path_style)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+        }
+    }
+
+    /// The shared configuration for an explicit endpoint with static credentials.
+    pub async fn endpoint_config(endpoint_url: &str, region: &str) -> aws_config::SdkConfig {
+        let credentials =
+            aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "static");
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new(region.to_string()))
+            .endpoint_url(endpoint_url)
+            .credentials_provider(credentials)
+            .load()
+            .await
+    }
+}

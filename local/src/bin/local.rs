@@ -50,6 +50,25 @@ enum Command {
         #[arg(long)]
         worker: Option<PathBuf>,
     },
+    /// Measures the operator's reads (`list`, `analyze`, `stats`) over a seeded table
+    /// and redrive throughput and AWS calls per item, against the emulator. Prints a
+    /// table and writes the figures as JSON.
+    ///
+    /// Example: local bench-store --endpoint-url http://127.0.0.1:5000 --records 10000
+    BenchStore {
+        /// The emulator's URL (`scripts/emulator.sh url`).
+        #[arg(long, env = "EMULATOR_URL")]
+        endpoint_url: String,
+        /// Records to seed.
+        #[arg(long, default_value_t = 10_000)]
+        records: usize,
+        /// Items per redrive measurement (0 skips them).
+        #[arg(long, default_value_t = 1_000)]
+        redrive_items: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/store.json")]
+        output: PathBuf,
+    },
     /// Invokes the compiled worker binary once with an SQS event file, against a local
     /// deterministic downstream and no dead-letter store, and prints the batch response.
     ///
@@ -106,6 +125,12 @@ async fn main() -> ExitCode {
             timeout_secs,
             worker,
         } => invoke(event, Duration::from_secs(timeout_secs), worker).await,
+        Command::BenchStore {
+            endpoint_url,
+            records,
+            redrive_items,
+            output,
+        } => bench_store(&endpoint_url, records, redrive_items, &output).await,
     };
     match result {
         Ok(code) => code,
@@ -141,6 +166,26 @@ async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+async fn bench_store(
+    endpoint_url: &str,
+    records: usize,
+    redrive_items: usize,
+    output: &std::path::Path,
+) -> Result<ExitCode, String> {
+    let figures =
+        sqs_worker_local::bench_store::run(endpoint_url, "us-east-1", records, redrive_items)
+            .await?;
+    println!("{}", sqs_worker_local::bench_store::render(&figures));
+    if let Some(dir) = output.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let json = serde_json::to_string_pretty(&figures).map_err(|e| e.to_string())?;
+    std::fs::write(output, json).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    println!("figures written to {}", output.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn invoke(
