@@ -4,7 +4,7 @@
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
 
-.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench-store
+.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench-store infra-check
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
@@ -34,7 +34,11 @@ clippy:
 unit: build emulator
 	EMULATOR_URL="$$($(EMULATOR) url)" $(CARGO) test --workspace
 
-test: fmt-check clippy unit
+# cfn-lint (SAM and translated), checkov (zero failed checks); installs the tools on first use.
+infra-check:
+	scripts/infra.sh check
+
+test: fmt-check clippy infra-check unit
 
 # Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
 bench-store: emulator
