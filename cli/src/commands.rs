@@ -562,17 +562,7 @@ async fn invoke_function(
     function: &str,
     request: &RedriveRequest,
 ) -> Result<RedriveReport, CliError> {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(profile) = &global.profile {
-        loader = loader.profile_name(profile);
-    }
-    if let Some(region) = &global.region {
-        loader = loader.region(aws_config::Region::new(region.clone()));
-    }
-    if let Some(endpoint) = &global.endpoint_url {
-        loader = loader.endpoint_url(endpoint);
-    }
-    let lambda = aws_sdk_lambda::Client::new(&loader.load().await);
+    let lambda = aws_sdk_lambda::Client::new(&crate::context::sdk_config(global).await);
     let payload = serde_json::to_vec(request).map_err(|e| CliError::Failed(e.to_string()))?;
     let output = lambda
         .invoke()

@@ -10,8 +10,8 @@ use sqs_worker::store::{DeadLetterStore, StoreConfig};
 use crate::args::GlobalArgs;
 use crate::CliError;
 
-/// AWS clients for the global options.
-pub async fn clients(global: &GlobalArgs) -> AwsClients {
+/// The AWS configuration for the global options (profile, region, endpoint).
+pub async fn sdk_config(global: &GlobalArgs) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(profile) = &global.profile {
         loader = loader.profile_name(profile);
@@ -22,8 +22,12 @@ pub async fn clients(global: &GlobalArgs) -> AwsClients {
     if let Some(endpoint) = &global.endpoint_url {
         loader = loader.endpoint_url(endpoint);
     }
-    let shared = loader.load().await;
-    AwsClients::from_config(&shared, global.endpoint_url.is_some())
+    loader.load().await
+}
+
+/// AWS clients for the global options.
+pub async fn clients(global: &GlobalArgs) -> AwsClients {
+    AwsClients::from_config(&sdk_config(global).await, global.endpoint_url.is_some())
 }
 
 /// The store named by the global options; a usage error naming what is missing.

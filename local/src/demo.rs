@@ -242,33 +242,35 @@ pub fn sum_metrics(log: &str) -> BTreeMap<String, u64> {
     totals
 }
 
-/// Counts records in the table by error class.
-pub async fn records_by_class(
+/// Counts records in the table by the value of one string attribute (a consistent scan).
+pub async fn count_by(
     clients: &AwsClients,
     table: &str,
+    attribute: &str,
 ) -> Result<BTreeMap<String, u64>, String> {
-    let mut by_class = BTreeMap::new();
+    let mut counts = BTreeMap::new();
     let mut start = None;
     loop {
         let page = clients
             .dynamodb
             .scan()
             .table_name(table)
+            .consistent_read(true)
             .set_exclusive_start_key(start)
             .send()
             .await
             .map_err(|e| format!("scan: {}", sqs_worker::ProcessError::from_sdk(&e)))?;
         for item in page.items() {
-            let class = item
-                .get("error_class")
+            let value = item
+                .get(attribute)
                 .and_then(|v| v.as_s().ok())
                 .cloned()
                 .unwrap_or_else(|| "?".to_string());
-            *by_class.entry(class).or_default() += 1;
+            *counts.entry(value).or_default() += 1;
         }
         start = page.last_evaluated_key().cloned();
         if start.is_none() {
-            return Ok(by_class);
+            return Ok(counts);
         }
     }
 }
@@ -373,7 +375,7 @@ pub async fn operate(
         "pointer:/id".to_string(),
     ));
     let count = |by_status: &BTreeMap<String, u64>, s: &str| by_status.get(s).copied().unwrap_or(0);
-    let before = records_by_status(clients, &resources.table).await?;
+    let before = count_by(clients, &resources.table, "status").await?;
     dlq(options, &env, &["stats"], true)?;
     dlq(options, &env, &["analyze"], true)?;
     println!("\n# the downstream is fixed; redrive what is eligible (dry run first)");
@@ -399,44 +401,13 @@ pub async fn operate(
         report["selected"], report["succeeded"], report["failed_again"], report["skipped_ineligible"], report["dlq_messages_deleted"]
     );
     dlq(options, &env, &["stats"], true)?;
-    let after = records_by_status(clients, &resources.table).await?;
+    let after = count_by(clients, &resources.table, "status").await?;
     Ok(RedriveSummary {
         dead_before: count(&before, "dead"),
         dead_after: count(&after, "dead"),
         resolved_after: count(&after, "resolved"),
         dlq_after: queue_depth(&clients.sqs, &resources.dlq_url).await?,
     })
-}
-
-async fn records_by_status(
-    clients: &AwsClients,
-    table: &str,
-) -> Result<BTreeMap<String, u64>, String> {
-    let mut by_status = BTreeMap::new();
-    let mut start = None;
-    loop {
-        let page = clients
-            .dynamodb
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start)
-            .send()
-            .await
-            .map_err(|e| format!("scan: {}", sqs_worker::ProcessError::from_sdk(&e)))?;
-        for item in page.items() {
-            let status = item
-                .get("status")
-                .and_then(|v| v.as_s().ok())
-                .cloned()
-                .unwrap_or_default();
-            *by_status.entry(status).or_default() += 1;
-        }
-        start = page.last_evaluated_key().cloned();
-        if start.is_none() {
-            return Ok(by_status);
-        }
-    }
 }
 
 /// Runs the demo and returns its summary.
@@ -536,7 +507,7 @@ pub async fn run(options: &DemoOptions) -> Result<(DemoSummary, RedriveSummary),
     tokio::time::sleep(Duration::from_millis(200)).await;
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     let metrics = sum_metrics(&log);
-    let records_by_class = records_by_class(&clients, &resources.table).await?;
+    let records_by_class = count_by(&clients, &resources.table, "error_class").await?;
     let summary = DemoSummary {
         sent: bodies.len() as u64,
         done: metrics.get("Done").copied().unwrap_or(0),
