@@ -57,6 +57,8 @@ pub struct RedriveFigures {
     pub calls_per_item: f64,
     /// Calls by operation.
     pub calls: BTreeMap<String, u64>,
+    /// Seconds spent waiting on each operation (summed over calls).
+    pub seconds_waiting: BTreeMap<String, f64>,
     /// Seconds the redrive took ÷ seconds a bare SQS move (receive, send, delete in
     /// batches of 10) of as many messages took on the same emulator in the same run.
     pub vs_bare_move: f64,
@@ -391,6 +393,11 @@ async fn bench_redrive(
         items_per_sec: items as f64 / seconds,
         calls_per_item: total as f64 / items as f64,
         calls,
+        seconds_waiting: counter
+            .latency()
+            .into_iter()
+            .map(|(k, v)| (k, v.as_secs_f64()))
+            .collect(),
         vs_bare_move: seconds / bare_move,
     })
 }
@@ -507,7 +514,10 @@ pub fn render(b: &StoreBench) -> String {
             let breakdown: Vec<String> = r
                 .calls
                 .iter()
-                .map(|(op, n)| format!("{op} {:.2}", *n as f64 / r.items as f64))
+                .map(|(op, n)| {
+                    let waited = r.seconds_waiting.get(op).copied().unwrap_or(0.0);
+                    format!("{op} {:.2} ({waited:.0} s)", *n as f64 / r.items as f64)
+                })
                 .collect();
             vec![
                 r.mode.clone(),
@@ -526,7 +536,7 @@ pub fn render(b: &StoreBench) -> String {
             "ITEMS/s",
             "CALLS/ITEM",
             "VS BARE SQS MOVE",
-            "CALLS/ITEM BY OPERATION",
+            "CALLS/ITEM BY OPERATION (TIME WAITING)",
         ],
         &rows,
     ));

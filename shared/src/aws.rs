@@ -63,6 +63,24 @@ fn force_path_style() -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct CallCounter {
     calls: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    latency:
+        std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, std::time::Duration>>>,
+}
+
+/// When the current attempt was sent (kept in the request's config bag).
+#[derive(Debug, Clone)]
+struct SentAt(std::time::Instant);
+
+impl aws_smithy_types::config_bag::Storable for SentAt {
+    type Storer = aws_smithy_types::config_bag::StoreReplace<Self>;
+}
+
+fn operation_name(cfg: &aws_smithy_types::config_bag::ConfigBag) -> String {
+    cfg.load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+        .map_or_else(
+            || "unknown".to_string(),
+            |m| format!("{}.{}", m.service(), m.name()),
+        )
 }
 
 impl CallCounter {
@@ -76,10 +94,19 @@ impl CallCounter {
         self.snapshot().values().sum()
     }
 
+    /// Time spent waiting for responses, by operation (sum over calls, so overlapping
+    /// calls count in full).
+    pub fn latency(&self) -> std::collections::BTreeMap<String, std::time::Duration> {
+        self.latency.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
     /// Forgets the counts.
     pub fn reset(&self) {
         if let Ok(mut c) = self.calls.lock() {
             c.clear();
+        }
+        if let Ok(mut l) = self.latency.lock() {
+            l.clear();
         }
     }
 }
@@ -95,14 +122,26 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for CallCounter {
         _runtime_components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
         cfg: &mut aws_smithy_types::config_bag::ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let name = cfg
-            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
-            .map_or_else(
-                || "unknown".to_string(),
-                |m| format!("{}.{}", m.service(), m.name()),
-            );
+        let name = operation_name(cfg);
         if let Ok(mut calls) = self.calls.lock() {
             *calls.entry(name).or_default() += 1;
+        }
+        cfg.interceptor_state()
+            .store_put(SentAt(std::time::Instant::now()));
+        Ok(())
+    }
+
+    fn read_after_transmit(
+        &self,
+        _context: &aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextRef<'_>,
+        _runtime_components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        if let Some(sent) = cfg.load::<SentAt>() {
+            let elapsed = sent.0.elapsed();
+            if let Ok(mut latency) = self.latency.lock() {
+                *latency.entry(operation_name(cfg)).or_default() += elapsed;
+            }
         }
         Ok(())
     }

@@ -401,3 +401,35 @@ async fn awkward_text_round_trips_through_the_record() {
     let dlq = p.dlq_messages().await;
     assert_eq!(attr(&dlq[0], "item_id"), Some("odd id/ü"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_counter_counts_and_times_each_operation() {
+    let p = Pipeline::new("counter", Setup::default()).await;
+    let counter = sqs_worker::aws::CallCounter::default();
+    let shared =
+        sqs_worker::aws::AwsClients::endpoint_config(&e2e::emulator_url().await, e2e::REGION).await;
+    let clients = sqs_worker::aws::AwsClients::counted(&shared, true, &counter);
+    clients
+        .sqs
+        .send_message()
+        .queue_url(&p.resources.source_url)
+        .message_body("{}")
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let _ =
+            sqs_worker::store::DeadLetterStore::new(clients.clone(), p.resources.store_config())
+                .get("nobody")
+                .await
+                .unwrap();
+    }
+    let calls = counter.snapshot();
+    assert_eq!(calls.get("SQS.SendMessage"), Some(&1), "{calls:?}");
+    assert_eq!(calls.get("DynamoDB.GetItem"), Some(&2), "{calls:?}");
+    assert_eq!(counter.total(), 3);
+    let latency = counter.latency();
+    assert!(latency["DynamoDB.GetItem"] > std::time::Duration::ZERO);
+    counter.reset();
+    assert_eq!(counter.total(), 0);
+}
