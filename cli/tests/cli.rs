@@ -4,7 +4,7 @@
 
 use std::process::{Command, Output, Stdio};
 
-use e2e::{Pipeline, Setup};
+use e2e::{body, Pipeline};
 use serde_json::json;
 
 struct Dlq {
@@ -41,30 +41,15 @@ impl Dlq {
     }
 }
 
-fn body(id: &str, scenario: &str) -> String {
-    json!({"id": id, "scenario": scenario}).to_string()
-}
-
 async fn dead_pipeline(name: &str) -> Pipeline {
-    let p = Pipeline::new(
-        name,
-        Setup {
-            max_receive_count: 1,
-            ..Setup::default()
-        },
-    )
-    .await;
     let large = json!({"id": "big", "scenario": "invalid", "blob": "b".repeat(80_000)}).to_string();
-    p.send(&[
-        &body("t1", "throttled"),
-        &body("t2", "throttled"),
-        &body("v1", "invalid"),
-        &large,
-    ])
-    .await;
-    p.drain().await;
-    assert_eq!(p.records().await.len(), 4);
-    p
+    let bodies = [
+        body("t1", "throttled"),
+        body("t2", "throttled"),
+        body("v1", "invalid"),
+        large,
+    ];
+    Pipeline::with_dead_items(name, &bodies).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,6 +23,11 @@ use sqs_worker_local::invokers::InProcessInvoker;
 use sqs_worker_local::resources::{PipelineResources, ResourceSpec};
 use tokio::sync::OnceCell;
 
+/// A JSON body for the downstream: its item id and scenario (`ok`, `throttled`, ...).
+pub fn body(id: &str, scenario: &str) -> String {
+    serde_json::json!({"id": id, "scenario": scenario}).to_string()
+}
+
 /// Region used with the emulator.
 pub const REGION: &str = "us-east-1";
 
@@ -166,6 +171,29 @@ impl Pipeline {
                 margin: Duration::from_millis(500),
             },
         }
+    }
+
+    /// A pipeline whose items all dead-letter on their first delivery (receive budget 1):
+    /// each body is sent, the worker runs until the queue is empty, and every item must
+    /// have a record. The downstream fails each item according to its `scenario`.
+    pub async fn with_dead_items(name: &str, bodies: &[String]) -> Pipeline {
+        let p = Pipeline::new(
+            name,
+            Setup {
+                max_receive_count: 1,
+                ..Setup::default()
+            },
+        )
+        .await;
+        let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+        p.send(&refs).await;
+        p.drain().await;
+        assert_eq!(
+            p.records().await.len(),
+            bodies.len(),
+            "every item dead-lettered"
+        );
+        p
     }
 
     /// The store over this pipeline's resources.

@@ -3,15 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
-use e2e::{Pipeline, Setup};
+use e2e::{body, Pipeline, Setup};
 use serde_json::json;
 use sqs_worker::dead_letter::{DeadLetterReason, PayloadLocation};
 use sqs_worker::error::ErrorClass;
 use sqs_worker::store::payload::S3Pointer;
-
-fn body(id: &str, scenario: &str) -> String {
-    json!({"id": id, "scenario": scenario}).to_string()
-}
 
 fn attr<'a>(m: &'a aws_sdk_sqs::types::Message, name: &str) -> Option<&'a str> {
     m.message_attributes()?.get(name)?.string_value()

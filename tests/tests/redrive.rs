@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
-use e2e::{Pipeline, Setup};
+use e2e::{body, Pipeline, Setup};
 use serde_json::json;
 use sqs_worker::dead_letter::{DeadLetterReason, ItemStatus, PayloadLocation};
 use sqs_worker::error::ErrorClass;
@@ -11,26 +11,10 @@ use sqs_worker::redrive::{
     no_progress, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest,
 };
 
-fn body(id: &str, scenario: &str) -> String {
-    json!({"id": id, "scenario": scenario}).to_string()
-}
-
-/// A pipeline whose items dead-letter on their first delivery (receive budget 1).
+/// A pipeline whose items dead-letter on their first delivery.
 async fn dead_items(name: &str, items: &[(&str, &str)]) -> Pipeline {
-    let p = Pipeline::new(
-        name,
-        Setup {
-            max_receive_count: 1,
-            ..Setup::default()
-        },
-    )
-    .await;
     let bodies: Vec<String> = items.iter().map(|(id, s)| body(id, s)).collect();
-    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
-    p.send(&refs).await;
-    p.drain().await;
-    assert_eq!(p.records().await.len(), items.len(), "all dead-lettered");
-    p
+    Pipeline::with_dead_items(name, &bodies).await
 }
 
 fn ids(report: &sqs_worker::redrive::RedriveReport, kind: ItemOutcomeKind) -> Vec<String> {

@@ -7,29 +7,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use e2e::{Pipeline, Setup};
-use serde_json::json;
+use e2e::Pipeline;
 use sqs_worker::dead_letter::ItemStatus;
 use sqs_worker_local::function::FunctionProcess;
 use sqs_worker_local::lambda_api::LambdaApi;
 use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
 
 async fn setup(name: &str) -> (Pipeline, Arc<RuntimeApi>, FunctionProcess) {
-    let p = Pipeline::new(
-        name,
-        Setup {
-            max_receive_count: 1,
-            ..Setup::default()
-        },
-    )
-    .await;
     let bodies: Vec<String> = ["a", "b", "c"]
         .iter()
-        .map(|id| json!({"id": id, "scenario": "throttled"}).to_string())
+        .map(|id| e2e::body(id, "throttled"))
         .collect();
-    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
-    p.send(&refs).await;
-    p.drain().await;
+    let p = Pipeline::with_dead_items(name, &bodies).await;
     p.downstream.fix();
     let api = Arc::new(
         RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:redrive")
