@@ -4,13 +4,14 @@
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
 
-.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench-store infra-check
+.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench-store bench-runtime infra-check
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
+	@echo "make bench-runtime  worker cold start, size, peak RSS, batch concurrency"
 
 build:
 	$(CARGO) build --workspace --bins
@@ -44,3 +45,8 @@ test: fmt-check clippy infra-check unit
 bench-store: emulator
 	$(CARGO) build --release -p sqs-worker-local
 	./target/release/local bench-store --endpoint-url "$$($(EMULATOR) url)"
+
+# Not part of `make test`. Figures go to target/bench/runtime.json.
+bench-runtime:
+	$(CARGO) build --release --workspace --bins
+	./target/release/local bench-runtime

@@ -14,10 +14,12 @@
 //! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |
 //! | [`demo`] | the `make demo` workload, run and summary |
 //! | [`bench_store`] | `local bench-store`: operator reads and redrive throughput at scale |
+//! | [`bench_runtime`] | `local bench-runtime`: cold start, size, peak RSS, batch concurrency |
 //!
 //! The `local` binary wires these together for `make demo`; the integration tests use
 //! the same pieces.
 
+pub mod bench_runtime;
 pub mod bench_store;
 pub mod demo;
 pub mod downstream;

@@ -48,6 +48,9 @@ struct State {
     in_flight: Mutex<HashMap<String, oneshot::Sender<InvocationResult>>>,
     init_error: Mutex<Option<String>>,
     function_arn: String,
+    /// When the function first asked for an invocation (the end of its cold start).
+    first_poll: std::sync::OnceLock<std::time::Instant>,
+    first_poll_seen: tokio::sync::Notify,
 }
 
 /// A running Runtime API endpoint on loopback.
@@ -67,6 +70,8 @@ impl RuntimeApi {
             in_flight: Mutex::new(HashMap::new()),
             init_error: Mutex::new(None),
             function_arn: function_arn.to_string(),
+            first_poll: std::sync::OnceLock::new(),
+            first_poll_seen: tokio::sync::Notify::new(),
         });
         let handler_state = state.clone();
         let handler: Handler = Arc::new(move |req| {
@@ -120,6 +125,20 @@ impl RuntimeApi {
         }
     }
 
+    /// Waits until the function first polls for an invocation; the instant it did.
+    pub async fn first_poll(&self, timeout: Duration) -> Option<std::time::Instant> {
+        let wait = async {
+            loop {
+                let notified = self.state.first_poll_seen.notified();
+                if let Some(at) = self.state.first_poll.get() {
+                    return *at;
+                }
+                notified.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok()
+    }
+
     /// The initialisation error the function reported, if any.
     pub fn init_error(&self) -> Option<String> {
         self.state.init_error.lock().ok().and_then(|e| e.clone())
@@ -168,6 +187,9 @@ async fn route(state: &State, req: SimpleRequest) -> Response<http_body_util::Fu
 }
 
 async fn next_invocation(state: &State) -> Response<http_body_util::Full<Bytes>> {
+    if state.first_poll.set(std::time::Instant::now()).is_ok() {
+        state.first_poll_seen.notify_waiters();
+    }
     let pending = state.queue.lock().await.recv().await;
     let Some(pending) = pending else {
         return text(StatusCode::GONE, "runtime api stopped");

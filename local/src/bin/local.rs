@@ -69,6 +69,20 @@ enum Command {
         #[arg(long, default_value = "target/bench/store.json")]
         output: PathBuf,
     },
+    /// Measures the worker binary: cold start against a hello-world `lambda_runtime`
+    /// binary of the same profile, stripped size, peak RSS on a 10,000-record event, and
+    /// a 100-record batch at concurrency 1, 10 and 50 against the ideal. Run it from a
+    /// release build (`make bench-runtime`).
+    ///
+    /// Example: local bench-runtime --spawns 20
+    BenchRuntime {
+        /// Spawns per binary for the cold-start medians.
+        #[arg(long, default_value_t = 20)]
+        spawns: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/runtime.json")]
+        output: PathBuf,
+    },
     /// Invokes the compiled worker binary once with an SQS event file, against a local
     /// deterministic downstream and no dead-letter store, and prints the batch response.
     ///
@@ -125,6 +139,7 @@ async fn main() -> ExitCode {
             timeout_secs,
             worker,
         } => invoke(event, Duration::from_secs(timeout_secs), worker).await,
+        Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
         Command::BenchStore {
             endpoint_url,
             records,
@@ -166,6 +181,27 @@ async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+async fn bench_runtime(spawns: usize, output: &std::path::Path) -> Result<ExitCode, String> {
+    let dir = workspace_bin_dir().ok_or("cannot locate the binaries")?;
+    let figures = sqs_worker_local::bench_runtime::run(&dir, spawns).await?;
+    println!("{}", sqs_worker_local::bench_runtime::render(&figures));
+    write_json(output, &figures)
+}
+
+fn write_json(
+    output: &std::path::Path,
+    figures: &impl serde::Serialize,
+) -> Result<ExitCode, String> {
+    if let Some(dir) = output.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let json = serde_json::to_string_pretty(figures).map_err(|e| e.to_string())?;
+    std::fs::write(output, json).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    println!("figures written to {}", output.display());
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn bench_store(
