@@ -586,50 +586,11 @@ async fn invoke_function(
             String::from_utf8_lossy(&body)
         )));
     }
-    serde_json::from_slice::<RedriveReportWire>(&body)
-        .map(RedriveReportWire::into_report)
-        .map_err(|e| {
-            CliError::Failed(format!(
-                "{function} answered something that is not a redrive report: {e}"
-            ))
-        })
-}
-
-/// The report as the function returns it (deserialisable form).
-#[derive(serde::Deserialize)]
-struct RedriveReportWire {
-    run_id: String,
-    dry_run: bool,
-    selected: usize,
-    succeeded: usize,
-    failed_again: usize,
-    skipped_ineligible: usize,
-    leased_elsewhere: usize,
-    not_found: usize,
-    errors: usize,
-    adopted_from_dlq: usize,
-    dlq_messages_deleted: usize,
-    continuation_token: Option<String>,
-}
-
-impl RedriveReportWire {
-    fn into_report(self) -> RedriveReport {
-        RedriveReport {
-            run_id: self.run_id,
-            dry_run: self.dry_run,
-            selected: self.selected,
-            succeeded: self.succeeded,
-            failed_again: self.failed_again,
-            skipped_ineligible: self.skipped_ineligible,
-            leased_elsewhere: self.leased_elsewhere,
-            not_found: self.not_found,
-            errors: self.errors,
-            adopted_from_dlq: self.adopted_from_dlq,
-            dlq_messages_deleted: self.dlq_messages_deleted,
-            continuation_token: self.continuation_token,
-            ..RedriveReport::default()
-        }
-    }
+    serde_json::from_slice::<RedriveReport>(&body).map_err(|e| {
+        CliError::Failed(format!(
+            "{function} answered something that is not a redrive report: {e}"
+        ))
+    })
 }
 
 fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {

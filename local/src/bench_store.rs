@@ -412,26 +412,18 @@ async fn bare_sqs_move(
     let bodies: Vec<String> = (0..n)
         .map(|i| json!({"id": format!("move-{i}")}).to_string())
         .collect();
-    let from = clients
-        .sqs
-        .create_queue()
-        .queue_name(format!("{}-move-from", resources.table))
-        .send()
-        .await
-        .map_err(|e| format!("{}", ProcessError::from_sdk(&e)))?
-        .queue_url()
-        .unwrap_or_default()
-        .to_string();
-    let to = clients
-        .sqs
-        .create_queue()
-        .queue_name(format!("{}-move-to", resources.table))
-        .send()
-        .await
-        .map_err(|e| format!("{}", ProcessError::from_sdk(&e)))?
-        .queue_url()
-        .unwrap_or_default()
-        .to_string();
+    let create = |suffix: &'static str| async move {
+        clients
+            .sqs
+            .create_queue()
+            .queue_name(format!("{}-move-{suffix}", resources.table))
+            .send()
+            .await
+            .map(|o| o.queue_url().unwrap_or_default().to_string())
+            .map_err(|e| format!("{}", ProcessError::from_sdk(&e)))
+    };
+    let from = create("from").await?;
+    let to = create("to").await?;
     crate::demo::send_bodies(&clients.sqs, &from, &bodies).await?;
     let start = Instant::now();
     let mut moved = 0;

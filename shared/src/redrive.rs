@@ -83,7 +83,7 @@ pub struct RedriveRequest {
 }
 
 /// What happened to one item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemOutcomeKind {
     /// Reprocessed or requeued; record resolved.
@@ -103,19 +103,19 @@ pub enum ItemOutcomeKind {
 }
 
 /// One item's outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemOutcome {
     /// The item.
     pub item_id: String,
     /// What happened.
     pub outcome: ItemOutcomeKind,
     /// Why, for failures and errors.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
 
 /// The result of a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RedriveReport {
     /// This run's id (the lease owner).
     pub run_id: String,

@@ -29,6 +29,30 @@ fn is_conditional_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(e: &
 }
 
 impl DeadLetterStore {
+    /// Sends one transaction `Update` on its own, as an `UpdateItem` call: the single-item
+    /// path shares the expressions the batched path puts in transactions.
+    async fn send_update(
+        &self,
+        u: &Update,
+    ) -> Result<
+        aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+        aws_sdk_dynamodb::error::SdkError<
+            aws_sdk_dynamodb::operation::update_item::UpdateItemError,
+        >,
+    > {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(u.table_name())
+            .set_key(Some(u.key().clone()))
+            .update_expression(u.update_expression())
+            .set_condition_expression(u.condition_expression().map(str::to_string))
+            .set_expression_attribute_names(u.expression_attribute_names().cloned())
+            .set_expression_attribute_values(u.expression_attribute_values().cloned())
+            .send()
+            .await
+    }
+
     fn lease_update(
         &self,
         item_id: &str,
@@ -67,20 +91,8 @@ impl DeadLetterStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<bool, ProcessError> {
-        let u = self.lease_update(item_id, owner, ttl, Utc::now())?;
-        let result = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(u.table_name())
-            .set_key(Some(u.key().clone()))
-            .update_expression(u.update_expression())
-            .set_condition_expression(u.condition_expression().map(str::to_string))
-            .set_expression_attribute_names(u.expression_attribute_names().cloned())
-            .set_expression_attribute_values(u.expression_attribute_values().cloned())
-            .send()
-            .await;
-        match result {
+        let update = self.lease_update(item_id, owner, ttl, Utc::now())?;
+        match self.send_update(&update).await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
             Err(e) => Err(ProcessError::from_sdk(&e).with_step("lease")),
@@ -207,30 +219,18 @@ impl DeadLetterStore {
 
     /// Marks one leased item resolved.
     pub async fn resolve(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        let u = self.resolve_update(item_id, owner, Utc::now())?;
-        self.clients
-            .dynamodb
-            .update_item()
-            .table_name(u.table_name())
-            .set_key(Some(u.key().clone()))
-            .update_expression(u.update_expression())
-            .set_condition_expression(u.condition_expression().map(str::to_string))
-            .set_expression_attribute_names(u.expression_attribute_names().cloned())
-            .set_expression_attribute_values(u.expression_attribute_values().cloned())
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                if e.as_service_error().is_some_and(is_conditional_failure) {
-                    ProcessError::new(
-                        ErrorClass::Unknown,
-                        format!("lease on {item_id:?} was lost before resolving"),
-                    )
-                } else {
-                    ProcessError::from_sdk(&e)
-                }
-                .with_step("resolve")
-            })
+        let update = self.resolve_update(item_id, owner, Utc::now())?;
+        self.send_update(&update).await.map(|_| ()).map_err(|e| {
+            if e.as_service_error().is_some_and(is_conditional_failure) {
+                ProcessError::new(
+                    ErrorClass::Unknown,
+                    format!("lease on {item_id:?} was lost before resolving"),
+                )
+            } else {
+                ProcessError::from_sdk(&e)
+            }
+            .with_step("resolve")
+        })
     }
 
     /// Gives a lease back without changing anything else (status returns to dead).
