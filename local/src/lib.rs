@@ -15,15 +15,18 @@
 //! | [`demo`] | the `make demo` workload, run and summary |
 //! | [`bench_store`] | `local bench-store`: operator reads and redrive throughput at scale |
 //! | [`bench_runtime`] | `local bench-runtime`: cold start, size, peak RSS, batch concurrency |
+//! | [`fault_proxy`] | an HTTP proxy in front of the emulator that injects AWS faults, for reliability tests |
 //!
 //! The `local` binary wires these together for `make demo`; the integration tests use
 //! the same pieces.
 
+pub mod bench_cpu;
 pub mod bench_runtime;
 pub mod bench_store;
 pub mod demo;
 pub mod downstream;
 pub mod esm;
+pub mod fault_proxy;
 pub mod function;
 pub mod http_server;
 pub mod invokers;

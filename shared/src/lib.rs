@@ -10,6 +10,7 @@
 //! | --- | --- | --- |
 //! | [`error`] | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
 //! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
+//! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
 //! | [`item`] | [`WorkItem`]: one record, parsed per record | none |
 //! | [`processor`] | the [`Processor`] trait and [`HttpDelivery`] | HTTP |
 //! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
@@ -38,6 +39,7 @@ pub mod config;
 pub mod dead_letter;
 pub mod duration;
 pub mod error;
+pub mod event;
 pub mod hex;
 pub mod item;
 pub mod metrics;

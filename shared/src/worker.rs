@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
+use serde_json::value::RawValue;
 
 use crate::aws::AwsClients;
 use crate::batch::{BatchError, BatchProcessor, BatchReport};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
 use crate::error::ProcessError;
+use crate::event::{decode_sqs_event, EventError};
 use crate::processor::{HttpDelivery, Processor};
 use crate::retry::Deadline;
 use crate::store::{DeadLetterStore, ExtendedClientResolver};
@@ -59,6 +61,7 @@ pub struct Worker<P, S> {
     engine: BatchProcessor<P, S>,
     deadline_margin: Duration,
     base_invocation: InvocationInfo,
+    emit_metrics: bool,
 }
 
 /// The worker the function binary runs: HTTP delivery into the configured store.
@@ -114,6 +117,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         Worker {
             engine,
             deadline_margin,
+            emit_metrics: true,
             base_invocation: InvocationInfo {
                 function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok(),
                 request_id: None,
@@ -121,6 +125,13 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
                 log_stream: std::env::var("AWS_LAMBDA_LOG_STREAM_NAME").ok(),
             },
         }
+    }
+
+    /// Stops writing the per-invocation EMF lines to stdout: for embedding the worker where
+    /// stdout is not a CloudWatch Logs stream (benchmarks, other hosts).
+    pub fn without_metrics(mut self) -> Self {
+        self.emit_metrics = false;
+        self
     }
 
     /// The engine, for callers that drive batches themselves.
@@ -156,36 +167,55 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
             reported = counts.reported(),
             "batch finished"
         );
-        crate::metrics::emit(
-            &counts,
-            invocation.function_name.as_deref().unwrap_or("worker"),
-        );
+        if self.emit_metrics {
+            crate::metrics::emit(
+                &counts,
+                invocation.function_name.as_deref().unwrap_or("worker"),
+            );
+        }
         Ok(report)
     }
 
-    /// The Lambda handler: the batch response, or an error for the whole invocation when a
-    /// record cannot be reported individually.
+    /// The Lambda handler: the batch response, or an error for the whole invocation when
+    /// the body is not an SQS event or a record cannot be reported individually.
+    ///
+    /// It takes the invocation body as raw JSON and decodes it with [`decode_sqs_event`]
+    /// (a SIMD parser) rather than letting the runtime derive `SqsEvent` through serde:
+    /// that decode is most of the per-record CPU of a large batch.
     pub async fn handle(
         &self,
-        event: LambdaEvent<SqsEvent>,
-    ) -> Result<SqsBatchResponse, BatchError> {
+        event: LambdaEvent<Box<RawValue>>,
+    ) -> Result<SqsBatchResponse, InvocationError> {
         let deadline = Deadline::from_system_time(event.context.deadline(), self.deadline_margin);
-        let report = self
-            .run(
-                event.payload,
-                deadline,
-                Some(event.context.request_id.clone()),
-            )
-            .await
-            .inspect_err(|e| tracing::error!(error = %e, "failing the whole invocation"))?;
-        Ok(report.response())
+        let request_id = event.context.request_id;
+        let result = match decode_sqs_event(event.payload.get()) {
+            Ok(sqs_event) => self
+                .run(sqs_event, deadline, Some(request_id))
+                .await
+                .map(|report| report.response())
+                .map_err(InvocationError::from),
+            Err(error) => Err(InvocationError::from(error)),
+        };
+        result.inspect_err(|e| tracing::error!(error = %e, "failing the whole invocation"))
     }
 }
 
-impl From<BatchError> for lambda_runtime::Diagnostic {
-    fn from(error: BatchError) -> Self {
-        let error_type = match error {
-            BatchError::MissingMessageId { .. } => "MissingMessageId",
+/// Why a whole invocation fails (SQS then redelivers every record of the batch).
+#[derive(Debug, thiserror::Error)]
+pub enum InvocationError {
+    /// The body is not an SQS event.
+    #[error(transparent)]
+    NotAnSqsEvent(#[from] EventError),
+    /// A record cannot be reported on its own.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+}
+
+impl From<InvocationError> for lambda_runtime::Diagnostic {
+    fn from(error: InvocationError) -> Self {
+        let error_type = match &error {
+            InvocationError::NotAnSqsEvent(_) => "NotAnSqsEvent",
+            InvocationError::Batch(BatchError::MissingMessageId { .. }) => "MissingMessageId",
         };
         lambda_runtime::Diagnostic {
             error_type: error_type.to_string(),

@@ -9,6 +9,11 @@
 
 use lambda_runtime::{run, service_fn, Error, LambdaEvent};
 
+// mimalloc: a batch allocates a few small strings per record and frees them together;
+// glibc's allocator spends a third of the decode time on that (docs/BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     sqs_worker::telemetry::init();

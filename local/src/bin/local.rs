@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+// The allocator the worker binary ships with, so `bench-cpu` measures what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -83,6 +87,18 @@ enum Command {
         #[arg(long, default_value = "target/bench/runtime.json")]
         output: PathBuf,
     },
+    /// Per-record CPU of the worker's invocation path against the serde_json floor and
+    /// Powertools for AWS Lambda (Python) on the same event bytes.
+    ///
+    /// Example: local bench-cpu --iterations 20
+    BenchCpu {
+        /// Iterations per event shape (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        iterations: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/cpu.json")]
+        output: PathBuf,
+    },
     /// Invokes the compiled worker binary once with an SQS event file, against a local
     /// deterministic downstream and no dead-letter store, and prints the batch response.
     ///
@@ -139,6 +155,7 @@ async fn main() -> ExitCode {
             timeout_secs,
             worker,
         } => invoke(event, Duration::from_secs(timeout_secs), worker).await,
+        Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
         Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
         Command::BenchStore {
             endpoint_url,
@@ -181,6 +198,14 @@ async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+async fn bench_cpu(iterations: usize, output: &std::path::Path) -> Result<ExitCode, String> {
+    sqs_worker_local::bench_cpu::experiment::run(iterations);
+    let figures =
+        sqs_worker_local::bench_cpu::run(iterations, std::path::Path::new("target/bench")).await?;
+    println!("{figures:#?}");
+    write_json(output, &figures)
 }
 
 async fn bench_runtime(spawns: usize, output: &std::path::Path) -> Result<ExitCode, String> {
