@@ -4,12 +4,13 @@
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
 
-.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench-store bench-runtime infra-check
+.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench bench-store bench-runtime infra-check
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
+	@echo "make bench      every benchmark in one run: tables, target/bench/bench.json, docs/BENCHMARKS.md"
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
 	@echo "make bench-runtime  worker cold start, size, peak RSS, batch concurrency"
 
@@ -40,6 +41,13 @@ infra-check:
 	scripts/infra.sh check
 
 test: fmt-check clippy infra-check unit
+
+# Not part of `make test` (a few minutes): per-record CPU against Powertools (its venv is
+# created by scripts/bench-python.sh) and the serde_json floor, cold start, size, peak RSS,
+# concurrency, dead-letter overhead. Figures go to target/bench/bench.json and docs/BENCHMARKS.md.
+bench: emulator
+	$(CARGO) build --release --workspace --bins
+	./target/release/local bench --endpoint-url "$$($(EMULATOR) url)"
 
 # Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
 bench-store: emulator

@@ -10,18 +10,20 @@
 
 use std::borrow::Cow;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsEvent;
-use lambda_runtime::LambdaEvent;
+use lambda_runtime::tower::{Layer, Service};
+use lambda_runtime::{service_fn, LambdaEvent, LambdaInvocation};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use sqs_worker::batch::{BatchConfig, BatchProcessor};
 use sqs_worker::dead_letter::NoDeadLetterStore;
 use sqs_worker::error::{ErrorClass, ProcessError};
 use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
 use sqs_worker::processor::{Outcome, Processor};
 use sqs_worker::retry::RetryPolicy;
+use sqs_worker::runtime::{respond, HandlerOutcome, WorkerLayer};
 use sqs_worker::worker::Worker;
 
 /// One event shape measured.
@@ -133,7 +135,9 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 /// The worker configured for the benchmark: no retries (a failure is reported at once, as
 /// Powertools does), no dead-letter store, body checked by the handler itself.
-fn bench_worker() -> Worker<OrderChecksum, NoDeadLetterStore> {
+type BenchWorker = Worker<OrderChecksum, NoDeadLetterStore>;
+
+fn bench_worker() -> &'static BenchWorker {
     let config = BatchConfig {
         parser: ItemParser {
             id_source: ItemIdSource::MessageId,
@@ -146,23 +150,37 @@ fn bench_worker() -> Worker<OrderChecksum, NoDeadLetterStore> {
         concurrency: 1,
         ..BatchConfig::default()
     };
-    Worker::new(
+    let worker = Worker::new(
         BatchProcessor::new(OrderChecksum, NoDeadLetterStore, config),
         Duration::from_secs(1),
     )
-    .without_metrics()
+    .without_metrics();
+    Box::leak(Box::new(worker))
 }
 
-/// The worker's invocation path as the function binary runs it: the runtime's decode of
-/// the body (`lambda_runtime` deserializes the payload type, here the raw JSON, through
-/// `serde_path_to_error` over `serde_json`), [`Worker::handle`], and the runtime's
-/// serialization of the response.
-async fn ours(worker: &Worker<OrderChecksum, NoDeadLetterStore>, raw: &[u8]) -> Vec<u8> {
-    let jd = &mut serde_json::Deserializer::from_slice(raw);
-    let payload: Box<RawValue> = match serde_path_to_error::deserialize(jd) {
-        Ok(payload) => payload,
-        Err(_) => return Vec::new(),
-    };
+/// The worker's invocation path as the function binary runs it: the raw body enters
+/// [`WorkerLayer`] (decode, batch), and the small outcome goes through what the runtime
+/// does for the handler behind it — `serde_path_to_error` over `serde_json` into the
+/// payload type, [`respond`], `serde_json` of the response.
+async fn ours(worker: &'static BenchWorker, raw: &bytes::Bytes) -> Vec<u8> {
+    let response = Arc::new(Mutex::new(Vec::new()));
+    let slot = response.clone();
+    let runtime_response_path = service_fn(move |invocation: LambdaInvocation| {
+        let slot = slot.clone();
+        async move {
+            let jd = &mut serde_json::Deserializer::from_slice(&invocation.body);
+            let outcome: HandlerOutcome = serde_path_to_error::deserialize(jd)?;
+            let bytes = match respond(LambdaEvent::new(outcome, invocation.context)).await {
+                Ok(response) => serde_json::to_vec(&response)?,
+                Err(diagnostic) => serde_json::to_vec(&diagnostic)?,
+            };
+            if let Ok(mut slot) = slot.lock() {
+                *slot = bytes;
+            }
+            Ok::<(), lambda_runtime::Error>(())
+        }
+    });
+    let mut service = WorkerLayer::new(worker).layer(runtime_response_path);
     let mut context = lambda_runtime::Context::default();
     context.deadline = u64::try_from(
         (std::time::SystemTime::now() + Duration::from_secs(900))
@@ -171,19 +189,56 @@ async fn ours(worker: &Worker<OrderChecksum, NoDeadLetterStore>, raw: &[u8]) -> 
             .as_millis(),
     )
     .unwrap_or(u64::MAX);
-    match worker.handle(LambdaEvent::new(payload, context)).await {
-        Ok(response) => serde_json::to_vec(&response).unwrap_or_default(),
-        Err(_) => Vec::new(),
+    let invocation = LambdaInvocation {
+        parts: http::Response::new(()).into_parts().0,
+        body: raw.clone(),
+        context,
+    };
+    if service.call(invocation).await.is_err() {
+        return Vec::new();
     }
+    let bytes = response.lock().map(|r| r.clone()).unwrap_or_default();
+    bytes
 }
 
+/// The floor: only deserializing the event with `serde_json` into `SqsEvent`.
 fn floor(raw: &[u8]) -> usize {
     serde_json::from_slice::<SqsEvent>(raw)
         .map(|e| e.records.len())
         .unwrap_or(0)
 }
 
-/// Figures for one shape.
+/// The worker's decoder alone on the same bytes (sonic-rs behind the same serde derive).
+fn decoder(raw: &[u8]) -> usize {
+    sqs_worker::event::decode_sqs_event(raw)
+        .map(|e| e.records.len())
+        .unwrap_or(0)
+}
+
+/// The per-record work alone over bodies already decoded: no runtime, decode or engine.
+fn work_only(bodies: &[String]) -> usize {
+    bodies
+        .iter()
+        .filter(|body| {
+            let digest = sha256(body.as_bytes());
+            std::hint::black_box(&digest);
+            serde_json::from_str::<Order<'_>>(body).is_ok_and(|o| o.sequence % 100 != 0)
+        })
+        .count()
+}
+
+/// Powertools' figures for one event, from `scripts/bench-python.sh`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeerRun {
+    /// `aws-lambda-powertools` version.
+    pub powertools_version: String,
+    /// Python version.
+    pub python_version: String,
+    /// Median µs per record.
+    pub us_per_record: f64,
+}
+
+/// Figures for one event shape.
 #[derive(Debug, Clone, Serialize)]
 pub struct CpuRun {
     /// Records in the event.
@@ -194,10 +249,26 @@ pub struct CpuRun {
     pub event_bytes: usize,
     /// Our whole path, µs per record (median of the iterations).
     pub ours_us_per_record: f64,
-    /// serde_json into `SqsEvent` only, µs per record.
+    /// Floor: serde_json into `SqsEvent` only, µs per record.
     pub floor_us_per_record: f64,
-    /// ours ÷ floor.
+    /// The worker's decoder alone, µs per record.
+    pub decoder_us_per_record: f64,
+    /// The per-record work alone (SHA-256 + typed parse), µs per record.
+    pub work_us_per_record: f64,
+    /// Powertools on the same bytes.
+    pub powertools: PeerRun,
+    /// ours ÷ Powertools (goal ≤ 0.10).
+    pub powertools_ratio: f64,
+    /// work alone ÷ Powertools: no handler doing this work can go below it.
+    pub work_powertools_ratio: f64,
+    /// ours ÷ floor (goal ≤ 1.5).
     pub floor_ratio: f64,
+    /// decoder ÷ floor.
+    pub decoder_floor_ratio: f64,
+    /// Both responses were the same bytes.
+    pub responses_identical: bool,
+    /// `batchItemFailures` entries in the response.
+    pub failures_reported: usize,
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -205,150 +276,162 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-/// Runs every shape.
-pub async fn run(iterations: usize, _out_dir: &Path) -> Result<Vec<CpuRun>, String> {
+fn timed(iterations: usize, mut f: impl FnMut() -> usize) -> Duration {
+    let times = (0..iterations)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(f());
+            start.elapsed()
+        })
+        .collect();
+    median(times)
+}
+
+/// Runs `scripts/bench-python.sh` (creates its venv on first use) on an event file.
+fn powertools(event: &Path, response: &Path, iterations: usize) -> Result<PeerRun, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench-python.sh");
+    let output = std::process::Command::new(&script)
+        .arg("--event")
+        .arg(event)
+        .arg("--iterations")
+        .arg(iterations.to_string())
+        .arg("--response-out")
+        .arg(response)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    serde_json::from_slice(&output.stdout).map_err(|e| {
+        format!(
+            "unexpected output from {}: {e}: {}",
+            script.display(),
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// Runs every shape; event files and both responses are kept in `work_dir`.
+pub async fn run(iterations: usize, work_dir: &Path) -> Result<Vec<CpuRun>, String> {
+    std::fs::create_dir_all(work_dir)
+        .map_err(|e| format!("cannot create {}: {e}", work_dir.display()))?;
     let worker = bench_worker();
     let mut runs = Vec::new();
     for shape in SHAPES {
         let raw = event(shape);
-        let mut ours_t = Vec::new();
-        let mut floor_t = Vec::new();
+        let name = format!("{}x{}", shape.records, shape.body_bytes);
+        let event_path = work_dir.join(format!("event-{name}.json"));
+        let peer_response_path = work_dir.join(format!("response-{name}-powertools.json"));
+        std::fs::write(&event_path, &raw)
+            .map_err(|e| format!("cannot write {}: {e}", event_path.display()))?;
+
+        // The runtime receives the body as `Bytes`; preparing them is not the handler's cost.
+        let body = bytes::Bytes::from(raw.clone());
+        let mut ours_times = Vec::with_capacity(iterations);
+        let mut response = Vec::new();
         for _ in 0..iterations {
             let start = Instant::now();
-            let response = ours(&worker, &raw).await;
-            ours_t.push(start.elapsed());
-            std::hint::black_box(response);
-            let start = Instant::now();
-            std::hint::black_box(floor(&raw));
-            floor_t.push(start.elapsed());
+            response = ours(worker, &body).await;
+            ours_times.push(start.elapsed());
         }
-        let per = |d: Duration| d.as_secs_f64() * 1e6 / shape.records as f64;
-        let ours_us = per(median(ours_t));
-        let floor_us = per(median(floor_t));
+        std::fs::write(
+            work_dir.join(format!("response-{name}-ours.json")),
+            &response,
+        )
+        .map_err(|e| format!("cannot write the response: {e}"))?;
+        let floor_time = timed(iterations, || floor(&raw));
+        let decoder_time = timed(iterations, || decoder(&raw));
+        let bodies: Vec<String> = serde_json::from_slice::<SqsEvent>(&raw)
+            .map_err(|e| format!("the generated event does not decode: {e}"))?
+            .records
+            .into_iter()
+            .filter_map(|r| r.body)
+            .collect();
+        let work_time = timed(iterations, || work_only(&bodies));
+
+        let peer = powertools(&event_path, &peer_response_path, iterations)?;
+        let peer_response = std::fs::read(&peer_response_path)
+            .map_err(|e| format!("cannot read {}: {e}", peer_response_path.display()))?;
+
+        let per_record = |d: Duration| d.as_secs_f64() * 1e6 / shape.records as f64;
+        let ours_us = per_record(median(ours_times));
+        let floor_us = per_record(floor_time);
+        let decoder_us = per_record(decoder_time);
+        let work_us = per_record(work_time);
+        let failures_reported = serde_json::from_slice::<serde_json::Value>(&response)
+            .ok()
+            .and_then(|v| v["batchItemFailures"].as_array().map(Vec::len))
+            .unwrap_or(0);
         runs.push(CpuRun {
             records: shape.records,
             body_bytes: shape.body_bytes,
             event_bytes: raw.len(),
             ours_us_per_record: ours_us,
             floor_us_per_record: floor_us,
+            decoder_us_per_record: decoder_us,
+            work_us_per_record: work_us,
+            powertools_ratio: ours_us / peer.us_per_record,
+            work_powertools_ratio: work_us / peer.us_per_record,
+            powertools: peer,
             floor_ratio: ours_us / floor_us,
+            decoder_floor_ratio: decoder_us / floor_us,
+            responses_identical: response == peer_response,
+            failures_reported,
         });
+    }
+    let identical = runs.iter().all(|r| r.responses_identical);
+    if !identical {
+        return Err(format!(
+            "the responses differ from Powertools' (see {}): {runs:#?}",
+            work_dir.display()
+        ));
     }
     Ok(runs)
 }
 
-/// Experimental decoders (temporary).
-pub mod experiment {
-    use super::*;
-    use std::collections::HashMap;
-
-    #[derive(Deserialize)]
-    struct EventRef<'a> {
-        #[serde(rename = "Records", borrow)]
-        records: Vec<RecordRef<'a>>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    #[allow(dead_code)]
-    struct RecordRef<'a> {
-        #[serde(borrow)]
-        message_id: Option<Cow<'a, str>>,
-        #[serde(borrow)]
-        receipt_handle: Option<Cow<'a, str>>,
-        #[serde(borrow)]
-        body: Option<Cow<'a, str>>,
-        #[serde(borrow, default)]
-        attributes: HashMap<Cow<'a, str>, Cow<'a, str>>,
-        #[serde(borrow)]
-        md5_of_body: Option<Cow<'a, str>>,
-        #[serde(borrow, rename = "eventSourceARN")]
-        event_source_arn: Option<Cow<'a, str>>,
-    }
-
-    fn time(label: &str, records: usize, iterations: usize, mut f: impl FnMut() -> usize) {
-        let mut t = Vec::new();
-        for _ in 0..iterations {
-            let s = Instant::now();
-            std::hint::black_box(f());
-            t.push(s.elapsed());
-        }
-        let us = median(t).as_secs_f64() * 1e6 / records as f64;
-        eprintln!("{label:40} {us:.3} us/record");
-    }
-
-    /// Prints decoder timings.
-    pub fn run(iterations: usize) {
-        for shape in SHAPES {
-            let raw = event(shape);
-            let n = shape.records;
-            let s = std::str::from_utf8(&raw).unwrap_or("");
-            eprintln!("shape {shape:?} {} bytes", raw.len());
-            time("serde_json SqsEvent", n, iterations, || {
-                serde_json::from_slice::<SqsEvent>(&raw)
-                    .map(|e| e.records.len())
-                    .unwrap_or(0)
-            });
-            time("serde_json RawValue (path_to_error)", n, iterations, || {
-                let jd = &mut serde_json::Deserializer::from_slice(&raw);
-                serde_path_to_error::deserialize::<_, Box<serde_json::value::RawValue>>(jd)
-                    .map(|e| e.get().len())
-                    .unwrap_or(0)
-            });
-            time("serde_json borrowed", n, iterations, || {
-                serde_json::from_str::<EventRef<'_>>(s)
-                    .map(|e| e.records.len())
-                    .unwrap_or(0)
-            });
-            time("decode_sqs_event", n, iterations, || {
-                sqs_worker::event::decode_sqs_event(s)
-                    .map(|e| e.records.len())
-                    .unwrap_or(0)
-            });
-            time("sonic Value", n, iterations, || {
-                sonic_rs::from_str::<sonic_rs::Value>(s)
-                    .map(|_| 1)
-                    .unwrap_or(0)
-            });
-            time("sonic SqsEvent", n, iterations, || {
-                sonic_rs::from_slice::<SqsEvent>(&raw)
-                    .map(|e| e.records.len())
-                    .unwrap_or(0)
-            });
-            time("sonic borrowed", n, iterations, || {
-                sonic_rs::from_str::<EventRef<'_>>(s)
-                    .map(|e| e.records.len())
-                    .unwrap_or(0)
-            });
-            let bodies: Vec<String> = serde_json::from_slice::<SqsEvent>(&raw)
-                .map(|e| e.records.into_iter().filter_map(|r| r.body).collect())
-                .unwrap_or_default();
-            time("sha2 bodies", n, iterations, || {
-                bodies
-                    .iter()
-                    .map(|b| sha256(b.as_bytes())[0] as usize)
-                    .sum()
-            });
-            time("aws-lc sha256 bodies", n, iterations, || {
-                bodies
-                    .iter()
-                    .map(|b| {
-                        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, b.as_bytes()).as_ref()
-                            [0] as usize
-                    })
-                    .sum()
-            });
-            time("serde_json Order", n, iterations, || {
-                bodies
-                    .iter()
-                    .filter_map(|b| serde_json::from_str::<Order<'_>>(b).ok())
-                    .count()
-            });
-            time("sonic Order", n, iterations, || {
-                bodies
-                    .iter()
-                    .filter_map(|b| sonic_rs::from_str::<Order<'_>>(b).ok())
-                    .count()
-            });
-        }
-    }
+/// The figures as a table.
+pub fn render(runs: &[CpuRun]) -> String {
+    let rows: Vec<Vec<String>> = runs
+        .iter()
+        .map(|r| {
+            vec![
+                format!(
+                    "{} × {} B ({:.1} MB)",
+                    r.records,
+                    r.body_bytes,
+                    r.event_bytes as f64 / 1e6
+                ),
+                format!("{:.2}", r.ours_us_per_record),
+                format!("{:.2}", r.powertools.us_per_record),
+                format!("{:.3}×", r.powertools_ratio),
+                format!("{:.3}×", r.work_powertools_ratio),
+                format!("{:.2}", r.floor_us_per_record),
+                format!("{:.2}×", r.floor_ratio),
+                format!("{:.2}×", r.decoder_floor_ratio),
+                format!(
+                    "{} ({} failures)",
+                    if r.responses_identical { "yes" } else { "NO" },
+                    r.failures_reported
+                ),
+            ]
+        })
+        .collect();
+    sqs_worker::analysis::table(
+        &[
+            "EVENT",
+            "OURS µs/rec",
+            "POWERTOOLS µs/rec",
+            "OURS÷PT (goal ≤ 0.10)",
+            "WORK ALONE÷PT",
+            "FLOOR µs/rec",
+            "OURS÷FLOOR (goal ≤ 1.5)",
+            "DECODER÷FLOOR",
+            "SAME RESPONSE",
+        ],
+        &rows,
+    )
 }

@@ -13,6 +13,9 @@
 //! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
 //! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |
 //! | [`demo`] | the `make demo` workload, run and summary |
+//! | [`bench`] | `local bench` (`make bench`): every benchmark in one run, JSON and docs/BENCHMARKS.md |
+//! | [`bench_cpu`] | per-record CPU against Powertools (Python) and the serde_json floor |
+//! | [`bench_deadletter`] | latency and AWS calls each dead-lettered item adds |
 //! | [`bench_store`] | `local bench-store`: operator reads and redrive throughput at scale |
 //! | [`bench_runtime`] | `local bench-runtime`: cold start, size, peak RSS, batch concurrency |
 //! | [`fault_proxy`] | an HTTP proxy in front of the emulator that injects AWS faults, for reliability tests |
@@ -20,7 +23,9 @@
 //! The `local` binary wires these together for `make demo`; the integration tests use
 //! the same pieces.
 
+pub mod bench;
 pub mod bench_cpu;
+pub mod bench_deadletter;
 pub mod bench_runtime;
 pub mod bench_store;
 pub mod demo;

@@ -21,6 +21,7 @@
 //! | [`aws`] | AWS clients built once from the standard configuration chain | AWS |
 //! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation | stdout |
 //! | [`config`] | validated configuration from the environment | env |
+//! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
 //! | [`worker`] | the Lambda handler the `worker` binary runs | via traits |
 //! | [`telemetry`] | JSON logging set-up | stdout |
 //! | [`testing`] | scripted processor and in-memory sink for tests | none |
@@ -47,6 +48,7 @@ pub mod processor;
 pub mod redrive;
 pub mod redrive_function;
 pub mod retry;
+pub mod runtime;
 pub mod signature;
 pub mod store;
 pub mod telemetry;

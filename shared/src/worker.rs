@@ -176,27 +176,37 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         Ok(report)
     }
 
-    /// The Lambda handler: the batch response, or an error for the whole invocation when
-    /// the body is not an SQS event or a record cannot be reported individually.
+    /// Answers one invocation from its raw body: the batch response, or an error for the
+    /// whole invocation when the body is not an SQS event or a record cannot be reported
+    /// individually.
     ///
-    /// It takes the invocation body as raw JSON and decodes it with [`decode_sqs_event`]
-    /// (a SIMD parser) rather than letting the runtime derive `SqsEvent` through serde:
-    /// that decode is most of the per-record CPU of a large batch.
-    pub async fn handle(
+    /// The body is decoded with [`decode_sqs_event`] (a SIMD parser) straight from the
+    /// bytes the runtime received; see [`crate::runtime`] for how the function binary gets
+    /// them before the runtime's own `serde_json` decode would.
+    pub async fn handle_invocation(
         &self,
-        event: LambdaEvent<Box<RawValue>>,
+        body: &[u8],
+        context: &lambda_runtime::Context,
     ) -> Result<SqsBatchResponse, InvocationError> {
-        let deadline = Deadline::from_system_time(event.context.deadline(), self.deadline_margin);
-        let request_id = event.context.request_id;
-        let result = match decode_sqs_event(event.payload.get()) {
+        let deadline = Deadline::from_system_time(context.deadline(), self.deadline_margin);
+        let result = match decode_sqs_event(body) {
             Ok(sqs_event) => self
-                .run(sqs_event, deadline, Some(request_id))
+                .run(sqs_event, deadline, Some(context.request_id.clone()))
                 .await
                 .map(|report| report.response())
                 .map_err(InvocationError::from),
             Err(error) => Err(InvocationError::from(error)),
         };
         result.inspect_err(|e| tracing::error!(error = %e, "failing the whole invocation"))
+    }
+
+    /// [`Worker::handle_invocation`] for an event the runtime has already checked as JSON.
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<Box<RawValue>>,
+    ) -> Result<SqsBatchResponse, InvocationError> {
+        self.handle_invocation(event.payload.get().as_bytes(), &event.context)
+            .await
     }
 }
 

@@ -87,6 +87,29 @@ enum Command {
         #[arg(long, default_value = "target/bench/runtime.json")]
         output: PathBuf,
     },
+    /// Every benchmark in one run (what `make bench` runs): per-record CPU against
+    /// Powertools and the serde_json floor, cold start, size, peak RSS, batch concurrency,
+    /// and dead-letter overhead against the emulator. Prints tables, writes the figures as
+    /// JSON and renders docs/BENCHMARKS.md. Run it from a release build.
+    ///
+    /// Example: local bench --endpoint-url http://127.0.0.1:5000
+    Bench {
+        /// The emulator's URL (`scripts/emulator.sh url`).
+        #[arg(long, env = "EMULATOR_URL")]
+        endpoint_url: String,
+        /// Iterations per CPU measurement (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        iterations: usize,
+        /// Spawns per binary for the cold-start medians.
+        #[arg(long, default_value_t = 20)]
+        spawns: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/bench.json")]
+        output: PathBuf,
+        /// Where the markdown report goes.
+        #[arg(long, default_value = "docs/BENCHMARKS.md")]
+        markdown: PathBuf,
+    },
     /// Per-record CPU of the worker's invocation path against the serde_json floor and
     /// Powertools for AWS Lambda (Python) on the same event bytes.
     ///
@@ -155,6 +178,13 @@ async fn main() -> ExitCode {
             timeout_secs,
             worker,
         } => invoke(event, Duration::from_secs(timeout_secs), worker).await,
+        Command::Bench {
+            endpoint_url,
+            iterations,
+            spawns,
+            output,
+            markdown,
+        } => bench_all(endpoint_url, iterations, spawns, &output, &markdown).await,
         Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
         Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
         Command::BenchStore {
@@ -200,11 +230,37 @@ async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
     })
 }
 
+async fn bench_all(
+    endpoint_url: String,
+    iterations: usize,
+    spawns: usize,
+    output: &std::path::Path,
+    markdown: &std::path::Path,
+) -> Result<ExitCode, String> {
+    let bin_dir = workspace_bin_dir().ok_or("cannot locate the binaries")?;
+    let options = sqs_worker_local::bench::BenchOptions {
+        endpoint_url,
+        iterations,
+        spawns,
+        bin_dir,
+        work_dir: PathBuf::from("target/bench"),
+    };
+    let run = sqs_worker_local::bench::run(&options).await?;
+    println!("{}", sqs_worker_local::bench::render(&run));
+    sqs_worker_local::bench::write(&run, output, markdown)?;
+    println!(
+        "figures written to {} and {}",
+        output.display(),
+        markdown.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn bench_cpu(iterations: usize, output: &std::path::Path) -> Result<ExitCode, String> {
-    sqs_worker_local::bench_cpu::experiment::run(iterations);
     let figures =
-        sqs_worker_local::bench_cpu::run(iterations, std::path::Path::new("target/bench")).await?;
-    println!("{figures:#?}");
+        sqs_worker_local::bench_cpu::run(iterations, std::path::Path::new("target/bench/cpu"))
+            .await?;
+    println!("{}", sqs_worker_local::bench_cpu::render(&figures));
     write_json(output, &figures)
 }
 

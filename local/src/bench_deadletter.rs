@@ -1,0 +1,247 @@
+//! `local bench` (dead-letter part): what dead-lettering adds per item, against the
+//! emulator through the real SDK clients — latency against a successful item in the same
+//! run, and AWS API calls per dead-lettered item (the record's conditional write, the
+//! batched DLQ send, an S3 write only for large payloads).
+
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
+use serde::Serialize;
+use sqs_worker::aws::{AwsClients, CallCounter};
+use sqs_worker::batch::{BatchConfig, BatchProcessor};
+use sqs_worker::dead_letter::InvocationInfo;
+use sqs_worker::error::ProcessError;
+use sqs_worker::item::WorkItem;
+use sqs_worker::processor::{Outcome, Processor};
+use sqs_worker::retry::Deadline;
+use sqs_worker::store::DeadLetterStore;
+
+use crate::resources::{PipelineResources, ResourceSpec};
+
+/// Succeeds, or fails permanently when the body says `fail`.
+#[derive(Debug, Clone, Copy)]
+struct Verdict;
+
+impl Processor for Verdict {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        if item.body.contains("\"fail\"") {
+            Err(ProcessError::validation("rejected by the benchmark"))
+        } else {
+            Ok(Outcome::Done)
+        }
+    }
+}
+
+/// The figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetterBench {
+    /// Records per batch.
+    pub batch_size: usize,
+    /// Batches of each kind measured.
+    pub batches: usize,
+    /// Median wall time of an all-success batch, ms.
+    pub ok_batch_ms: f64,
+    /// Median wall time of an all-dead-lettered batch, ms.
+    pub dead_letter_batch_ms: f64,
+    /// (dead-letter batch − success batch) ÷ batch size, ms per item (goal < 5 ms).
+    pub added_ms_per_item: f64,
+    /// Median wall time of a batch with one dead-lettered record among successes, minus the
+    /// all-success batch: the latency one failure adds to its invocation, ms.
+    pub single_failure_added_ms: f64,
+    /// AWS API calls per dead-lettered item, all batches (goal ≤ 1.2).
+    pub calls_per_item: f64,
+    /// Calls by operation over all dead-letter batches.
+    pub calls_by_operation: std::collections::BTreeMap<String, u64>,
+    /// Median `GetItem` round trip on the same emulator, ms: the floor of any call.
+    pub get_item_floor_ms: f64,
+    /// Median plain `UpdateItem` round trip (one attribute, no condition), ms: the floor of
+    /// any write on this emulator.
+    pub update_item_floor_ms: f64,
+}
+
+fn batch(run: &str, size: usize, failing: impl Fn(usize) -> bool) -> SqsEvent {
+    let mut event = SqsEvent::default();
+    for i in 0..size {
+        let mut message = SqsMessage::default();
+        message.message_id = Some(format!("{run}-{i:04}"));
+        message.body = Some(
+            serde_json::json!({
+                "id": format!("{run}-{i:04}"),
+                "scenario": if failing(i) { "fail" } else { "ok" },
+            })
+            .to_string(),
+        );
+        message.attributes = [
+            ("ApproximateReceiveCount", "1"),
+            ("SentTimestamp", "1763700000000"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        message.event_source_arn = Some("arn:aws:sqs:us-east-1:123456789012:bench".to_string());
+        event.records.push(message);
+    }
+    event
+}
+
+fn median(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v.get(v.len() / 2)
+        .map(|d| d.as_secs_f64() * 1e3)
+        .unwrap_or(0.0)
+}
+
+/// Runs the measurement on fresh resources named `prefix`.
+pub async fn run(
+    endpoint_url: &str,
+    prefix: &str,
+    batch_size: usize,
+    batches: usize,
+) -> Result<DeadLetterBench, String> {
+    let clients = AwsClients::for_endpoint(endpoint_url, "us-east-1").await;
+    let spec = ResourceSpec {
+        prefix: prefix.to_string(),
+        fifo: false,
+        max_receive_count: 3,
+        visibility_timeout_secs: 30,
+    };
+    PipelineResources::delete_existing(&clients, &spec).await;
+    let resources = PipelineResources::create(&clients, &spec)
+        .await
+        .map_err(|e| format!("cannot create the benchmark's resources: {e}"))?;
+    let counter = CallCounter::default();
+    let shared = AwsClients::endpoint_config(endpoint_url, "us-east-1").await;
+    let counted = AwsClients::counted(&shared, true, &counter);
+    let store = DeadLetterStore::new(counted.clone(), resources.store_config());
+    let engine = BatchProcessor::new(Verdict, store, BatchConfig::default());
+    let invocation = InvocationInfo::default();
+    let deadline = || Deadline::after(Duration::from_secs(60), Duration::from_secs(1));
+
+    // Warm the connection pool so the first batch is not charged for it.
+    let _ = counted
+        .dynamodb
+        .describe_table()
+        .table_name(&resources.table)
+        .send()
+        .await;
+    let mut floor = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        let _ = counted
+            .dynamodb
+            .get_item()
+            .table_name(&resources.table)
+            .key(
+                "item_id",
+                aws_sdk_dynamodb::types::AttributeValue::S("absent".into()),
+            )
+            .send()
+            .await;
+        floor.push(start.elapsed());
+    }
+
+    let mut write_floor = Vec::new();
+    for n in 0..20 {
+        let start = Instant::now();
+        let _ = counted
+            .dynamodb
+            .update_item()
+            .table_name(&resources.table)
+            .key(
+                "item_id",
+                aws_sdk_dynamodb::types::AttributeValue::S("bench-scratch".into()),
+            )
+            .update_expression("SET touched = :n")
+            .expression_attribute_values(
+                ":n",
+                aws_sdk_dynamodb::types::AttributeValue::N(n.to_string()),
+            )
+            .send()
+            .await;
+        write_floor.push(start.elapsed());
+    }
+
+    let (mut ok, mut dead, mut single) = (Vec::new(), Vec::new(), Vec::new());
+    let mut dead_lettered = 0usize;
+    let mut calls = std::collections::BTreeMap::<String, u64>::new();
+    for n in 0..batches {
+        let start = Instant::now();
+        engine
+            .process_batch(
+                batch(&format!("ok{n}"), batch_size, |_| false),
+                deadline(),
+                &invocation,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        ok.push(start.elapsed());
+
+        counter.reset();
+        let start = Instant::now();
+        let report = engine
+            .process_batch(
+                batch(&format!("dl{n}"), batch_size, |_| true),
+                deadline(),
+                &invocation,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        dead.push(start.elapsed());
+        let counts = report.counts();
+        if counts.dead_lettered != batch_size {
+            return Err(format!(
+                "expected {batch_size} dead-lettered records, got {counts:?}"
+            ));
+        }
+        dead_lettered += counts.dead_lettered;
+        for (operation, count) in counter.snapshot() {
+            *calls.entry(operation).or_default() += count;
+        }
+
+        let start = Instant::now();
+        engine
+            .process_batch(
+                batch(&format!("one{n}"), batch_size, |i| i == 0),
+                deadline(),
+                &invocation,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        single.push(start.elapsed());
+    }
+    let ok_ms = median(ok);
+    let dead_ms = median(dead);
+    let total_calls: u64 = calls.values().sum();
+    Ok(DeadLetterBench {
+        batch_size,
+        batches,
+        ok_batch_ms: ok_ms,
+        dead_letter_batch_ms: dead_ms,
+        added_ms_per_item: (dead_ms - ok_ms) / batch_size as f64,
+        single_failure_added_ms: median(single) - ok_ms,
+        calls_per_item: total_calls as f64 / dead_lettered.max(1) as f64,
+        calls_by_operation: calls,
+        get_item_floor_ms: median(floor),
+        update_item_floor_ms: median(write_floor),
+    })
+}
+
+/// The figures as lines of text.
+pub fn render(b: &DeadLetterBench) -> String {
+    format!(
+        "dead-lettering, {} batches of {} records against the emulator:\n\
+         \x20 all-success batch {:.1} ms, all-dead-lettered batch {:.1} ms: +{:.2} ms per dead-lettered item (goal < 5 ms)\n\
+         \x20 one dead-lettered record in a batch adds {:.1} ms to it (round trips here: GetItem {:.1} ms, plain UpdateItem {:.1} ms)\n\
+         \x20 AWS calls per dead-lettered item: {:.2} (goal ≤ 1.2): {:?}\n",
+        b.batches,
+        b.batch_size,
+        b.ok_batch_ms,
+        b.dead_letter_batch_ms,
+        b.added_ms_per_item,
+        b.single_failure_added_ms,
+        b.get_item_floor_ms,
+        b.update_item_floor_ms,
+        b.calls_per_item,
+        b.calls_by_operation,
+    )
+}

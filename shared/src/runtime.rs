@@ -1,0 +1,130 @@
+//! How the worker binary plugs into `lambda_runtime` so that it decodes the event itself.
+//!
+//! `lambda_runtime` deserializes every invocation body with `serde_json` into the
+//! handler's payload type before the handler runs. For a 5 MB SQS event that decode is
+//! most of the invocation's CPU, and even taking the payload as raw JSON costs a full
+//! scan and a copy of the body. [`WorkerLayer`] instead sits in front of the runtime's
+//! response path, where the body is still the bytes the Runtime API sent: it runs the
+//! batch on those bytes ([`Worker::handle_invocation`]), then hands the runtime a body
+//! holding only the small [`HandlerOutcome`], which [`respond`] returns as the function's
+//! result. The runtime still posts the response or error, adds its tracing span and
+//! catches panics exactly as for any handler.
+//!
+//! ```no_run
+//! # async fn example(worker: &'static sqs_worker::worker::DefaultWorker) -> Result<(), lambda_runtime::Error> {
+//! use lambda_runtime::{layers::TracingLayer, service_fn, Runtime};
+//! use sqs_worker::runtime::{respond, WorkerLayer};
+//!
+//! Runtime::new(service_fn(respond))
+//!     .layer(WorkerLayer::new(worker))
+//!     .layer(TracingLayer::new())
+//!     .run()
+//!     .await
+//! # }
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use aws_lambda_events::sqs::SqsBatchResponse;
+use lambda_runtime::tower::{Layer, Service};
+use lambda_runtime::{Diagnostic, LambdaEvent, LambdaInvocation};
+use serde::{Deserialize, Serialize};
+
+use crate::dead_letter::DeadLetterSink;
+use crate::processor::Processor;
+use crate::worker::Worker;
+
+/// What the worker decided for one invocation, as the runtime's handler receives it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HandlerOutcome {
+    /// The batch response to return.
+    Response(SqsBatchResponse),
+    /// The invocation fails as a whole (SQS redelivers every record).
+    Failed(Diagnostic),
+}
+
+/// The handler behind [`WorkerLayer`]: returns what the layer decided.
+pub async fn respond(event: LambdaEvent<HandlerOutcome>) -> Result<SqsBatchResponse, Diagnostic> {
+    match event.payload {
+        HandlerOutcome::Response(response) => Ok(response),
+        HandlerOutcome::Failed(diagnostic) => Err(diagnostic),
+    }
+}
+
+/// Runs the worker on each invocation's raw body, in front of the runtime's handler.
+#[derive(Debug)]
+pub struct WorkerLayer<P: 'static, S: 'static> {
+    worker: &'static Worker<P, S>,
+}
+
+impl<P: 'static, S: 'static> Clone for WorkerLayer<P, S> {
+    fn clone(&self) -> Self {
+        WorkerLayer {
+            worker: self.worker,
+        }
+    }
+}
+
+impl<P: 'static, S: 'static> WorkerLayer<P, S> {
+    /// A layer around a worker that lives as long as the process.
+    pub fn new(worker: &'static Worker<P, S>) -> Self {
+        WorkerLayer { worker }
+    }
+}
+
+impl<P: 'static, S: 'static, Inner> Layer<Inner> for WorkerLayer<P, S> {
+    type Service = WorkerService<P, S, Inner>;
+
+    fn layer(&self, inner: Inner) -> Self::Service {
+        WorkerService {
+            worker: self.worker,
+            inner,
+        }
+    }
+}
+
+/// The service [`WorkerLayer`] builds.
+#[derive(Debug)]
+pub struct WorkerService<P: 'static, S: 'static, Inner> {
+    worker: &'static Worker<P, S>,
+    inner: Inner,
+}
+
+impl<P, S, Inner> Service<LambdaInvocation> for WorkerService<P, S, Inner>
+where
+    P: Processor + 'static,
+    S: DeadLetterSink + 'static,
+    Inner: Service<LambdaInvocation, Response = (), Error = lambda_runtime::Error>
+        + Clone
+        + Send
+        + 'static,
+    Inner::Future: Send,
+{
+    type Response = ();
+    type Error = lambda_runtime::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<(), lambda_runtime::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut invocation: LambdaInvocation) -> Self::Future {
+        // The instance polled ready is the one to call; leave a fresh clone in its place.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let worker = self.worker;
+        Box::pin(async move {
+            let outcome = match worker
+                .handle_invocation(&invocation.body, &invocation.context)
+                .await
+            {
+                Ok(response) => HandlerOutcome::Response(response),
+                Err(error) => HandlerOutcome::Failed(error.into()),
+            };
+            invocation.body = serde_json::to_vec(&outcome)?.into();
+            inner.call(invocation).await
+        })
+    }
+}
