@@ -58,9 +58,18 @@ pub struct HttpDelivery {
 impl HttpDelivery {
     /// Builds the client once (connection pool and TLS set-up are reused across invocations).
     pub fn new(config: HttpDeliveryConfig) -> Result<Self, ProcessError> {
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(config.timeout)
             .connect_timeout(config.timeout)
+            // A redirected POST is re-sent as a GET without the body: a 2xx after that
+            // would mark an undelivered item done. A 3xx is reported as it is instead.
+            .redirect(reqwest::redirect::Policy::none());
+        if config.url.scheme() == "http" {
+            // No TLS can happen (no redirects), so skip loading the system trust store:
+            // it is most of the function's start-up time (docs/BENCHMARKS.md).
+            builder = builder.tls_certs_only(Vec::new());
+        }
+        let client = builder
             .build()
             .map_err(|e| ProcessError::from_error(&e).with_step("http-client"))?;
         Ok(HttpDelivery { client, config })

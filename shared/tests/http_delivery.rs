@@ -169,3 +169,22 @@ async fn slow_downstream_is_a_timeout_and_closed_port_a_connection_error() {
         .unwrap_err();
     assert_eq!(err.class, ErrorClass::Connection, "{err}");
 }
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_not_a_success() {
+    // Following it would re-send the POST as a GET without the body, and a 200 from the
+    // target would mark an undelivered item done.
+    let (target, target_seen) = server(200, "", Duration::ZERO).await;
+    let location: &'static str = Box::leak(format!("location: {target}\r\n").into_boxed_str());
+    let (url, _) = server(302, location, Duration::ZERO).await;
+    let err = delivery(&url, Duration::from_secs(5))
+        .process(&item())
+        .await
+        .unwrap_err();
+    assert_eq!(err.status, Some(302), "{err:?}");
+    assert!(!err.class.is_retryable(false), "{err:?}");
+    assert!(
+        target_seen.lock().unwrap().head.is_empty(),
+        "the redirect was followed"
+    );
+}
