@@ -46,8 +46,9 @@ test: fmt-check clippy infra-check unit
 # created by scripts/bench-python.sh) and the serde_json floor, cold start, size, peak RSS,
 # concurrency, dead-letter overhead. Figures go to target/bench/bench.json and docs/BENCHMARKS.md.
 bench: emulator
-	$(CARGO) build --release --workspace --bins
-	./target/release/local bench --endpoint-url "$$($(EMULATOR) url)"
+	$(CARGO) build --release -p sqs-worker-local --bin local
+	$(CARGO) build --profile lambda -p worker -p sqs-worker-local --bin worker --bin hello_lambda
+	./target/release/local bench --endpoint-url "$$($(EMULATOR) url)" --bin-dir target/lambda
 
 # Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
 bench-store: emulator

@@ -253,8 +253,64 @@ pub fn markdown(run: &BenchRun) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     ));
+    out.push_str(NOTES);
     out
 }
+
+/// What the tables cannot say: how the worker is built and starts, and how to read the
+/// figures. Kept with the generator so the report is whole on every run.
+const NOTES: &str = r#"
+## How the worker is built and what it does at start-up
+
+- **Release profile.** The function binaries ship with `--profile lambda` (see
+  `Cargo.toml`): fat LTO, one codegen unit, symbols stripped, the AWS SDK and HTTP/TLS
+  crates optimised for size (they wait on the network), everything else for speed. Panics
+  unwind (the default) so that `lambda_runtime`'s guard reports a panic as the invocation's
+  error instead of killing the sandbox; the code denies `unwrap`, `expect` and `panic!`.
+  `make bench` builds the worker and the hello-world peer with this same profile.
+- **Allocator.** mimalloc. A batch allocates a few strings per record and frees them
+  together; with glibc's allocator that was about a third of the decode time.
+- **Event decode.** The worker does not let the runtime derive `SqsEvent` through
+  `serde_json`. `sqs_worker::runtime::WorkerLayer` takes the invocation body as the bytes
+  the Runtime API sent, decodes them with `sonic-rs` into the same `SqsEvent` (checked
+  against `serde_json` by unit and property tests), runs the batch, and hands the
+  runtime only the small outcome to return.
+- **Runtime.** A current-thread tokio runtime: records overlap on I/O (up to
+  `WORKER_MAX_CONCURRENCY` at once), the decode is one pass, and fewer threads start
+  faster and hold less memory.
+- **At init** the worker reads and validates its configuration (every problem named at
+  once), builds the downstream HTTP client — for an `https://` downstream that loads the
+  system trust store there and then, so no invocation pays for it; an `http://`
+  downstream needs no trust store and skips it — and, when the dead-letter store is
+  configured, loads the AWS configuration (region and credentials from the Lambda
+  environment, no network) and builds the SQS, DynamoDB and S3 clients once for all
+  invocations. The SDK opens its HTTPS connections on the first AWS call, i.e. the first
+  dead-letter of the sandbox's life or the first Extended-Client payload fetch; later calls
+  reuse them. The cold-start figure above is the worker's configuration of this benchmark
+  (`http://` downstream, no store): an `https://` downstream adds the trust-store load to
+  it.
+
+## Reading the figures
+
+- *Work alone ÷ Powertools* is the floor of *ours ÷ Powertools*: the per-record work
+  itself (SHA-256 of the body and a typed parse, in Rust) measured without decode or
+  engine. On 5 KB bodies SHA-256 alone costs about what Python's `hashlib` (OpenSSL, the
+  same SHA extensions) costs, so no implementation can reach 0.10 there; on 400 B bodies
+  the work is small and decode plus engine set the ratio.
+- *Ours ÷ floor* compares the whole invocation (decode, engine, per-record work,
+  response) with only the `serde_json` decode. When the per-record work itself costs more
+  than the decode (5 KB bodies: SHA-256 of 5 KB), the 1.5 goal cannot be met by any
+  handler that does the work.
+- *Decoder ÷ floor* is the worker's `sonic-rs` decode alone against `serde_json` on the
+  same bytes.
+- Peak RSS holds the event as received, the decoded `SqsEvent` (every string owned), the
+  batch's reports and the allocator's arenas; the decoded event alone is about twice the
+  event's size, which is why 3× is not met without a zero-copy event type.
+- Dead-letter latency is bounded by the emulator's write latency (moto evaluates
+  DynamoDB conditional updates in Python, one request at a time); the calls per item are
+  what AWS would see: one conditional `UpdateItem` per record, one `SendMessageBatch` per
+  ten, a `PutObject` only for payloads above `DLQ_INLINE_MAX_BYTES`.
+"#;
 
 /// Writes the JSON figures and the markdown report.
 pub fn write(run: &BenchRun, json: &Path, markdown_path: &Path) -> Result<(), String> {

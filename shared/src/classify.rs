@@ -248,6 +248,13 @@ pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorClass {
                 return class;
             }
         }
+        if let Some(j) = e.downcast_ref::<serde_json::Error>() {
+            // A document that does not parse or does not fit the expected type is bad
+            // data (DESIGN §4: schema mismatch); only an I/O failure underneath is not.
+            if !j.is_io() {
+                return ErrorClass::Validation;
+            }
+        }
         if let Some(r) = e.downcast_ref::<reqwest::Error>() {
             if let Some(class) = classify_reqwest(r) {
                 return class;

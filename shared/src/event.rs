@@ -29,10 +29,15 @@ pub enum EventError {
 /// Decodes an SQS event from its JSON bytes (which must be UTF-8, as JSON is).
 pub fn decode_sqs_event(json: &[u8]) -> Result<SqsEvent, EventError> {
     sonic_rs::from_slice(json).map_err(|e: sonic_rs::Error| {
+        // The parser's message goes on with an excerpt of the event around the error; the
+        // event holds message bodies, which are never logged (DESIGN §2.9). Keep the first
+        // line: what is wrong, and where.
+        let full = e.to_string();
+        let message = full.lines().next().unwrap_or_default().trim().to_string();
         if e.is_syntax() || e.is_eof() {
-            EventError::NotJson(e.to_string())
+            EventError::NotJson(message)
         } else {
-            EventError::Shape(e.to_string())
+            EventError::Shape(message)
         }
     })
 }

@@ -213,7 +213,16 @@ struct Plan {
 impl RedriveRequest {
     /// Parses a request from JSON, with a clear error for unknown fields or bad values.
     pub fn from_json(text: &str) -> Result<RedriveRequest, RedriveError> {
-        serde_json::from_str(text).map_err(|e| RedriveError::InvalidRequest(e.to_string()))
+        let invalid = |e: serde_json::Error| RedriveError::InvalidRequest(e.to_string());
+        let value: serde_json::Value = serde_json::from_str(text).map_err(invalid)?;
+        // serde would also fill the fields from an array, by position.
+        if !value.is_object() {
+            return Err(RedriveError::InvalidRequest(
+                "expected a JSON object, e.g. {\"mode\":\"reprocess\",\"dry_run\":true}"
+                    .to_string(),
+            ));
+        }
+        serde_json::from_value(value).map_err(invalid)
     }
 
     fn plan(&self) -> Result<Plan, RedriveError> {
@@ -278,7 +287,16 @@ impl RedriveRequest {
                 until,
                 eligible_only: false,
             },
-            ids: self.item_ids.clone(),
+            // Each id once: a repeat would be leased twice in one transaction, which
+            // DynamoDB refuses for the whole chunk.
+            ids: {
+                let mut seen = std::collections::HashSet::new();
+                self.item_ids
+                    .iter()
+                    .filter(|id| seen.insert(id.as_str()))
+                    .cloned()
+                    .collect()
+            },
             parallelism,
             interval,
             budget,

@@ -109,6 +109,11 @@ enum Command {
         /// Where the markdown report goes.
         #[arg(long, default_value = "docs/BENCHMARKS.md")]
         markdown: PathBuf,
+        /// Where the `worker` and `hello_lambda` binaries measured for start-up, size and
+        /// memory are (default: next to this binary). `make bench` passes `target/lambda`,
+        /// the profile the functions ship with.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
     },
     /// Per-record CPU of the worker's invocation path against the serde_json floor and
     /// Powertools for AWS Lambda (Python) on the same event bytes.
@@ -184,7 +189,8 @@ async fn main() -> ExitCode {
             spawns,
             output,
             markdown,
-        } => bench_all(endpoint_url, iterations, spawns, &output, &markdown).await,
+            bin_dir,
+        } => bench_all(endpoint_url, iterations, spawns, &output, &markdown, bin_dir).await,
         Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
         Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
         Command::BenchStore {
@@ -236,8 +242,12 @@ async fn bench_all(
     spawns: usize,
     output: &std::path::Path,
     markdown: &std::path::Path,
+    bin_dir: Option<PathBuf>,
 ) -> Result<ExitCode, String> {
-    let bin_dir = workspace_bin_dir().ok_or("cannot locate the binaries")?;
+    let bin_dir = match bin_dir {
+        Some(dir) => dir,
+        None => workspace_bin_dir().ok_or("cannot locate the binaries")?,
+    };
     let options = sqs_worker_local::bench::BenchOptions {
         endpoint_url,
         iterations,
