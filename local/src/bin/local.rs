@@ -190,7 +190,17 @@ async fn main() -> ExitCode {
             output,
             markdown,
             bin_dir,
-        } => bench_all(endpoint_url, iterations, spawns, &output, &markdown, bin_dir).await,
+        } => {
+            bench_all(
+                endpoint_url,
+                iterations,
+                spawns,
+                &output,
+                &markdown,
+                bin_dir,
+            )
+            .await
+        }
         Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
         Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
         Command::BenchStore {
