@@ -4,12 +4,13 @@
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
 
-.PHONY: help build emulator demo demo-down test fmt-check clippy unit bench bench-store bench-runtime infra-check
+.PHONY: help build emulator demo demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
+	@echo "make soak       the load test at full size: 5,000 messages with downstream and AWS faults"
 	@echo "make bench      every benchmark in one run: tables, target/bench/bench.json, docs/BENCHMARKS.md"
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
 	@echo "make bench-runtime  worker cold start, size, peak RSS, batch concurrency"
@@ -41,6 +42,11 @@ infra-check:
 	scripts/infra.sh check
 
 test: fmt-check clippy infra-check unit
+
+# The load test of `make test` (300 messages) at full size; prints the throughput seen.
+SOAK_MESSAGES ?= 5000
+soak: build emulator
+	EMULATOR_URL="$$($(EMULATOR) url)" LOAD_MESSAGES=$(SOAK_MESSAGES) $(CARGO) test -p e2e --test load -- --nocapture
 
 # Not part of `make test` (a few minutes): per-record CPU against Powertools (its venv is
 # created by scripts/bench-python.sh) and the serde_json floor, cold start, size, peak RSS,
