@@ -670,7 +670,14 @@ impl<P: Processor> RedriveEngine<P> {
                     self.drop_payload(record).await;
                     outcome(ItemOutcomeKind::Resolved, None)
                 }
-                Err(e) => outcome(ItemOutcomeKind::Error, Some(e.to_string())),
+                Err(e) => {
+                    // Processed, but not marked resolved: give the item back (dead, no
+                    // lease) so the next run can take it at once rather than after the
+                    // lease expires. The downstream saw it; its idempotency key covers a
+                    // second delivery.
+                    let _ = self.store.release_lease(&record.item_id, run_id).await;
+                    outcome(ItemOutcomeKind::Error, Some(e.to_string()))
+                }
             },
             Err(_) => self.fail(record, run_id, &item, run.failures).await,
         }
