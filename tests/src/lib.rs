@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -106,11 +107,27 @@ pub struct Pipeline {
     pub esm: EventSourceMapping,
     /// The worker, in process.
     pub invoker: InProcessInvoker<HttpDelivery, ConfiguredSink>,
+    /// The worker's variables (store, downstream, `WORKER_*`), sorted by name: what the
+    /// in-process worker was configured with, and what a spawned worker binary needs.
+    pub worker_env: Vec<(String, String)>,
 }
 
 impl Pipeline {
     /// Creates everything for a test called `name`.
     pub async fn new(name: &str, setup: Setup) -> Pipeline {
+        Pipeline::build(name, setup, None).await
+    }
+
+    /// Like [`Pipeline::new`], but the worker's AWS clients (its dead-letter store and
+    /// payload resolver) talk to `worker_endpoint`, e.g. a fault-injecting proxy in front
+    /// of the emulator. Resources are created, and the poller and every inspection helper
+    /// work, directly against the emulator, so a fault only hits the worker's calls.
+    pub async fn with_worker_endpoint(name: &str, setup: Setup, worker_endpoint: &str) -> Pipeline {
+        let worker_clients = AwsClients::for_endpoint(worker_endpoint, REGION).await;
+        Pipeline::build(name, setup, Some(worker_clients)).await
+    }
+
+    async fn build(name: &str, setup: Setup, worker_clients: Option<AwsClients>) -> Pipeline {
         // Worker logs go to the test's captured output: shown when a test fails.
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
@@ -149,9 +166,14 @@ impl Pipeline {
             env.insert(k.to_string(), v);
         }
         let config = WorkerConfig::from_lookup(&|k| env.get(k).cloned()).unwrap();
-        let worker = DefaultWorker::from_config(config, Some(clients.clone()))
-            .await
-            .unwrap();
+        let worker = DefaultWorker::from_config(
+            config,
+            Some(worker_clients.unwrap_or_else(|| clients.clone())),
+        )
+        .await
+        .unwrap();
+        let mut worker_env: Vec<(String, String)> = env.into_iter().collect();
+        worker_env.sort();
         let esm = EventSourceMapping::new(
             clients.sqs.clone(),
             &resources.source_url,
@@ -170,6 +192,7 @@ impl Pipeline {
                 timeout: Duration::from_secs(10),
                 margin: Duration::from_millis(500),
             },
+            worker_env,
         }
     }
 
@@ -284,6 +307,15 @@ impl Pipeline {
 
     /// A redrive engine over this pipeline, reprocessing through the same downstream.
     pub fn redrive_engine(&self) -> sqs_worker::redrive::RedriveEngine<HttpDelivery> {
+        self.redrive_engine_via(self.clients.clone())
+    }
+
+    /// A redrive engine over this pipeline's resources whose store uses `clients` (e.g.
+    /// clients through a fault-injecting proxy), reprocessing through the same downstream.
+    pub fn redrive_engine_via(
+        &self,
+        clients: AwsClients,
+    ) -> sqs_worker::redrive::RedriveEngine<HttpDelivery> {
         let delivery = HttpDelivery::new(sqs_worker::processor::HttpDeliveryConfig {
             url: self.downstream.url().parse().unwrap(),
             timeout: Duration::from_millis(500),
@@ -291,7 +323,7 @@ impl Pipeline {
         })
         .unwrap();
         sqs_worker::redrive::RedriveEngine::new(
-            self.store(),
+            DeadLetterStore::new(clients, self.resources.store_config()),
             Some(delivery),
             sqs_worker::redrive::RedriveSettings {
                 retry: sqs_worker::RetryPolicy {
@@ -338,4 +370,61 @@ impl Pipeline {
             .filter_map(|o| o.key().map(str::to_string))
             .collect()
     }
+}
+
+/// The workspace's compiled `worker` binary (the Lambda function itself), for tests that
+/// run it over the Runtime API. Built with cargo on first use in this process, for the
+/// profile this test was built with, so a test never runs a stale binary (a no-op when it
+/// is up to date, as after `make build`). Cargo releases its lock before it runs tests, so
+/// this works under `cargo test`.
+pub fn worker_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = sqs_worker_local::function::workspace_bin_dir()
+                .expect("cannot locate the workspace's target directory");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+            let mut command = std::process::Command::new(cargo);
+            // Not the variables `cargo test` sets for this package (`CARGO_PKG_*`,
+            // `CARGO_MANIFEST_*`, ...): leaked into the inner build they change dependency
+            // fingerprints, and it would rebuild another variant of everything.
+            for (name, _) in std::env::vars_os() {
+                let name = name.to_string_lossy();
+                let per_crate = [
+                    "CARGO_PKG_",
+                    "CARGO_MANIFEST_",
+                    "CARGO_CRATE_",
+                    "CARGO_BIN_",
+                ]
+                .iter()
+                .any(|prefix| name.starts_with(prefix));
+                if per_crate
+                    || name == "CARGO_PRIMARY_PACKAGE"
+                    || name == "CARGO_TARGET_TMPDIR"
+                    || name == "RUST_RECURSION_COUNT"
+                {
+                    command.env_remove(name.as_ref());
+                }
+            }
+            command
+                .current_dir(
+                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .parent()
+                        .expect("the tests package is inside the workspace"),
+                )
+                // `--workspace`: features unified as `make build` (`--workspace --bins`)
+                // unifies them, so after it this is a no-op rather than another variant.
+                .args(["build", "--quiet", "--workspace", "--bin", "worker"]);
+            if dir.ends_with("release") {
+                command.arg("--release");
+            }
+            let status = command
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run cargo to build the worker: {e}"));
+            assert!(status.success(), "building the worker binary failed");
+            let binary = dir.join("worker");
+            assert!(binary.exists(), "{} does not exist", binary.display());
+            binary
+        })
+        .clone()
 }
