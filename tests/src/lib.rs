@@ -38,24 +38,7 @@ static NEXT: AtomicU32 = AtomicU32::new(0);
 /// The emulator's URL, starting it if needed.
 pub async fn emulator_url() -> String {
     EMULATOR
-        .get_or_init(|| async {
-            if let Ok(url) = std::env::var("EMULATOR_URL") {
-                if !url.is_empty() {
-                    return url;
-                }
-            }
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/emulator.sh");
-            let output = std::process::Command::new(script)
-                .arg("start")
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-            assert!(
-                output.status.success(),
-                "emulator did not start: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            String::from_utf8_lossy(&output.stdout).trim().to_string()
-        })
+        .get_or_init(|| async { sqs_worker_local::emulator::url_or_start().unwrap() })
         .await
         .clone()
 }
