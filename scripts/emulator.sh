@@ -33,7 +33,8 @@ answers() {
   "$PY" - "$1" <<'PY'
 import sys, urllib.request
 try:
-    urllib.request.urlopen(sys.argv[1] + "/moto-api/data.json", timeout=1).read()
+    # Generous: on a loaded machine a 1 s check would call a running emulator dead.
+    urllib.request.urlopen(sys.argv[1] + "/moto-api/data.json", timeout=10).read()
 except Exception:
     sys.exit(1)
 PY
@@ -56,7 +57,8 @@ start() {
   if running_url >/dev/null; then running_url; return 0; fi
   mkdir -p "$STATE"
   local port="${EMULATOR_PORT:-$(free_port)}"
-  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" >"$STATE/log" 2>&1 &
+  # moto's server with DynamoDB conditional writes made atomic, as on AWS (see the script).
+  nohup "$PY" "$ROOT/scripts/moto_server.py" -H 127.0.0.1 -p "$port" >"$STATE/log" 2>&1 &
   echo $! >"$STATE/pid"
   echo "$port" >"$STATE/port"
   local url="http://127.0.0.1:$port"
