@@ -33,8 +33,9 @@ answers() {
   "$PY" - "$1" <<'PY'
 import sys, urllib.request
 try:
-    # Generous: on a loaded machine a 1 s check would call a running emulator dead.
-    urllib.request.urlopen(sys.argv[1] + "/moto-api/data.json", timeout=10).read()
+    # /moto-api/config is cheap and always answers (data.json dumps every resource and
+    # fails on some); generous timeout: a loaded machine must not call a live emulator dead.
+    urllib.request.urlopen(sys.argv[1] + "/moto-api/config", timeout=10).read()
 except Exception:
     sys.exit(1)
 PY

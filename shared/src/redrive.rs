@@ -9,8 +9,9 @@
 //!   when they fit, re-pointed otherwise), batched.
 //! - **Safety**: each item is leased (`dead → redriving`, conditional, with expiry) before
 //!   anything happens, so concurrent redrives never process an item twice; success marks
-//!   it `resolved` (kept for audit until TTL) and deletes its DLQ message; failure
-//!   appends to its history and returns it to `dead`.
+//!   it `resolved` (kept for audit until TTL) and deletes its DLQ message (whichever of
+//!   two concurrent runs holds it); failure appends to its history and returns it to
+//!   `dead`.
 //! - **Long runs**: a time budget and `max_items` stop a run between chunks with a
 //!   continuation token; the next run resumes after the last item handled.
 //! - **Nothing invisible**: each run first sweeps the DLQ and creates records for messages
@@ -332,6 +333,13 @@ impl Default for RedriveSettings {
     }
 }
 
+/// How long a run waits at its end for another run to finish redriving items whose DLQ
+/// messages this run holds (well inside the redrive function's 30 s deadline reserve).
+const SETTLE_WAIT: Duration = Duration::from_secs(15);
+
+/// How long the end-of-run sweep holds the messages it receives before they are settled.
+const FINAL_SWEEP_HOLD: Duration = Duration::from_secs(60);
+
 /// Largest body requeued inline; larger S3 payloads are sent as Extended Client pointers.
 const INLINE_REQUEUE_MAX: u64 = 262_144;
 
@@ -402,31 +410,62 @@ impl<P: Processor> RedriveEngine<P> {
         let result = self
             .select_and_redrive(request, &plan, &run_id, stop_at, &mut report, on_item)
             .await;
-        // Delete the DLQ messages of what was resolved; give the rest back, even on error.
-        let mut delete = Vec::new();
-        let mut release = Vec::new();
-        for (item_id, receipts) in held {
-            let resolved = report
-                .items
-                .iter()
-                .any(|o| o.item_id == item_id && o.outcome == ItemOutcomeKind::Resolved);
-            if resolved {
-                delete.extend(receipts);
-            } else {
-                release.extend(receipts);
-            }
-        }
+        // Settle the DLQ messages, even on error: delete those of what was resolved, give the
+        // rest back.
         report.dlq_messages_deleted += self
-            .store
-            .delete_dlq_messages(&delete)
-            .await
-            .map_err(RedriveError::Store)?;
-        self.store
-            .release_dlq_messages(&release)
+            .settle_dlq_messages(held, &report, request)
             .await
             .map_err(RedriveError::Store)?;
         result?;
         Ok(report)
+    }
+
+    /// Deletes the DLQ messages of resolved items and releases the rest. With two runs at
+    /// once, the run that resolves an item may not hold its messages (the other run's sweep
+    /// received them), so: messages this run holds for items it did not resolve are settled
+    /// by the item's status once any redrive in progress on it ends; and if this run
+    /// resolved items whose messages it does not hold, it sweeps the DLQ once more, while
+    /// its own messages are still held, to delete those the other run has given back.
+    async fn settle_dlq_messages(
+        &self,
+        mut held: HashMap<String, Vec<String>>,
+        report: &RedriveReport,
+        request: &RedriveRequest,
+    ) -> Result<usize, ProcessError> {
+        let resolved: HashSet<&str> = report
+            .items
+            .iter()
+            .filter(|o| o.outcome == ItemOutcomeKind::Resolved)
+            .map(|o| o.item_id.as_str())
+            .collect();
+        let resolved_unheld = resolved.iter().any(|id| !held.contains_key(*id));
+        let mut delete = Vec::new();
+        held.retain(|item_id, receipts| {
+            let mine = resolved.contains(item_id.as_str());
+            if mine {
+                delete.append(receipts);
+            }
+            !mine
+        });
+        let mut deleted = self.store.delete_dlq_messages(&delete).await?;
+        if resolved_unheld && !request.dry_run {
+            let sweep = self
+                .store
+                .sweep_dlq(
+                    FINAL_SWEEP_HOLD,
+                    &SweepOptions {
+                        adopt: false,
+                        delete_items: HashSet::new(),
+                        parser: self.settings.parser.clone(),
+                    },
+                )
+                .await?;
+            deleted += sweep.deleted;
+            for (item_id, receipts) in sweep.held {
+                held.entry(item_id).or_default().extend(receipts);
+            }
+        }
+        Ok(deleted + self.store.settle_held(held, SETTLE_WAIT).await?)
     }
 
     async fn select_and_redrive(

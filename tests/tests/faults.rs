@@ -1326,8 +1326,7 @@ async fn concurrent_redrives_through_a_slow_store_process_each_item_once() {
     for r in p.records().await {
         assert_eq!(r.status, ItemStatus::Resolved, "{}", r.item_id);
     }
-    // Whatever DLQ messages are left belong to resolved items (see the ignored test
-    // below), and the next run's sweep deletes them without reprocessing anything.
+    // No DLQ message is left (the test below); a next run reprocesses nothing.
     let left = p.dlq_depth().await;
     println!(
         "run a: {} resolved, {} leased elsewhere, {} DLQ messages deleted; run b: {} / {} / {}; \
@@ -1353,9 +1352,6 @@ async fn concurrent_redrives_through_a_slow_store_process_each_item_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known gap: a run releases (instead of deleting) the DLQ messages its sweep held \
-            for items the other run resolved, so resolved items keep DLQ messages (and the \
-            DLQ depth alarm stays on) until the next redrive's sweep"]
 async fn concurrent_redrives_leave_no_dlq_message_of_a_resolved_item() {
     let (p, _, ra, rb) = race_two_redrives("f-rd-dlq").await;
     assert_eq!(ra.succeeded + rb.succeeded, 12);
@@ -1365,5 +1361,10 @@ async fn concurrent_redrives_leave_no_dlq_message_of_a_resolved_item() {
         "DLQ messages deleted: {} + {}",
         ra.dlq_messages_deleted,
         rb.dlq_messages_deleted
+    );
+    assert_eq!(
+        ra.dlq_messages_deleted + rb.dlq_messages_deleted,
+        12,
+        "one message per item, deleted once"
     );
 }

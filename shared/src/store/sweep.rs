@@ -2,7 +2,9 @@
 //! while a redrive runs); a message whose item has **no record**, because SQS's own redrive
 //! policy moved it after a crash or timeout, gets one ("exceeded maxReceiveCount without a
 //! recorded failure"), so nothing in the DLQ is invisible to the tools; a message whose
-//! record is resolved is deleted. The rest are returned to view when the caller is done.
+//! record is resolved is deleted. The rest are returned to view when the caller is done,
+//! by each item's final status ([`DeadLetterStore::settle_held`]): the run that resolves an
+//! item is not always the run whose sweep holds its DLQ messages.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -24,6 +26,9 @@ use crate::retry::AttemptFailure;
 
 /// The attribute real SQS adds to messages its redrive policy moved.
 const SOURCE_ARN_ATTRIBUTE: &str = "DeadLetterQueueSourceArn";
+
+/// How often [`DeadLetterStore::settle_held`] looks again at items another run is redriving.
+const SETTLE_POLL: Duration = Duration::from_millis(250);
 
 /// What a sweep found and did.
 #[derive(Debug, Default)]
@@ -104,6 +109,47 @@ impl DeadLetterStore {
             }
             sweep.deleted += self.delete_dlq_messages(&to_delete).await?;
         }
+    }
+
+    /// Deletes the held messages of items that are resolved and makes the rest visible
+    /// again; returns how many were deleted. Items another run is redriving at this moment
+    /// are looked at again every 250 ms, for at most `wait`, so that their messages are
+    /// deleted if that run resolves them: it cannot delete messages it does not hold.
+    pub async fn settle_held(
+        &self,
+        held: HashMap<String, Vec<String>>,
+        wait: Duration,
+    ) -> Result<usize, ProcessError> {
+        let ids: Vec<String> = held.keys().cloned().collect();
+        let give_up = tokio::time::Instant::now() + wait;
+        let mut statuses = self.statuses(&ids).await?;
+        loop {
+            let busy: Vec<String> = ids
+                .iter()
+                .filter(|id| statuses.get(*id) == Some(&ItemStatus::Redriving))
+                .cloned()
+                .collect();
+            if busy.is_empty() || tokio::time::Instant::now() + SETTLE_POLL > give_up {
+                break;
+            }
+            tokio::time::sleep(SETTLE_POLL).await;
+            for id in &busy {
+                statuses.remove(id);
+            }
+            statuses.extend(self.statuses(&busy).await?);
+        }
+        let mut delete = Vec::new();
+        let mut release = Vec::new();
+        for (item_id, receipts) in held {
+            if statuses.get(&item_id) == Some(&ItemStatus::Resolved) {
+                delete.extend(receipts);
+            } else {
+                release.extend(receipts);
+            }
+        }
+        let deleted = self.delete_dlq_messages(&delete).await?;
+        self.release_dlq_messages(&release).await?;
+        Ok(deleted)
     }
 
     /// The status of each existing record among `ids`, in one `BatchGetItem` per 100 ids.
