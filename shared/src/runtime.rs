@@ -116,10 +116,9 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let worker = self.worker;
         Box::pin(async move {
-            let outcome = match worker
-                .handle_invocation(&invocation.body, &invocation.context)
-                .await
-            {
+            // The body moves into the worker, which frees it once decoded.
+            let body = std::mem::take(&mut invocation.body);
+            let outcome = match worker.handle_invocation(body, &invocation.context).await {
                 Ok(response) => HandlerOutcome::Response(response),
                 Err(error) => HandlerOutcome::Failed(error.into()),
             };

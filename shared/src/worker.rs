@@ -183,13 +183,18 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     /// The body is decoded with [`decode_sqs_event`] (a SIMD parser) straight from the
     /// bytes the runtime received; see [`crate::runtime`] for how the function binary gets
     /// them before the runtime's own `serde_json` decode would.
-    pub async fn handle_invocation(
+    ///
+    /// Given the body by value, it frees it once decoded (the decoded event owns its
+    /// strings), so a large batch does not hold the event twice while it runs.
+    pub async fn handle_invocation<B: AsRef<[u8]>>(
         &self,
-        body: &[u8],
+        body: B,
         context: &lambda_runtime::Context,
     ) -> Result<SqsBatchResponse, InvocationError> {
         let deadline = Deadline::from_system_time(context.deadline(), self.deadline_margin);
-        let result = match decode_sqs_event(body) {
+        let decoded = decode_sqs_event(body.as_ref());
+        drop(body);
+        let result = match decoded {
             Ok(sqs_event) => self
                 .run(sqs_event, deadline, Some(context.request_id.clone()))
                 .await
