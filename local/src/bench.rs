@@ -211,6 +211,13 @@ pub fn markdown(run: &BenchRun) -> String {
         rt.rss_ratio,
         verdict(rt.rss_ratio <= 3.0)
     ));
+    out.push_str(&format!(
+        "| of which the event added (peak − peak after a one-record invocation, {:.1} MB) | {:.1} MB | {:.1} MB (the event) | {:.2}× | — |\n",
+        rt.baseline_rss_bytes as f64 / 1_048_576.0,
+        rt.peak_rss_bytes.saturating_sub(rt.baseline_rss_bytes) as f64 / 1_048_576.0,
+        rt.event_bytes as f64 / 1_048_576.0,
+        rt.added_rss_ratio,
+    ));
 
     out.push_str("\n## Concurrency within a batch\n\n");
     out.push_str(
@@ -270,6 +277,10 @@ const NOTES: &str = r#"
   `make bench` builds the worker and the hello-world peer with this same profile.
 - **Allocator.** mimalloc. A batch allocates a few strings per record and frees them
   together; with glibc's allocator that was about a third of the decode time.
+- **SDK features.** The functions use the SDK crates without their default features:
+  one HTTPS client (hyper 1, rustls 0.23 with aws-lc-rs) instead of two, no SigV4a, no SSO
+  or credential-process providers (Lambda supplies credentials in the environment). The
+  `dlq` CLI adds the providers back for operators' profiles.
 - **Event decode.** The worker does not let the runtime derive `SqsEvent` through
   `serde_json`. `sqs_worker::runtime::WorkerLayer` takes the invocation body as the bytes
   the Runtime API sent, decodes them with `sonic-rs` into the same `SqsEvent` (checked
@@ -303,9 +314,13 @@ const NOTES: &str = r#"
   handler that does the work.
 - *Decoder ÷ floor* is the worker's `sonic-rs` decode alone against `serde_json` on the
   same bytes.
-- Peak RSS holds the event as received, the decoded `SqsEvent` (every string owned), the
-  batch's reports and the allocator's arenas; the decoded event alone is about twice the
-  event's size, which is why 3× is not met without a zero-copy event type.
+- Peak RSS holds the process itself (runtime, SDK clients, allocator: the peak after a
+  one-record invocation, reported beside it), the event as received until it is decoded
+  (the worker frees it then), the decoded `SqsEvent` (every string owned), the batch's
+  reports and the allocator's arenas; the decoded event alone is about twice the event's
+  size, which is why 3× is not met without a zero-copy event type.
+- The four Rust CPU measures take turns within each iteration (medians reported), so a
+  slow spell on a shared machine slows all of them alike instead of skewing one ratio.
 - Dead-letter latency is bounded by the emulator's write latency (moto evaluates
   DynamoDB conditional updates in Python, one request at a time); the calls per item are
   what AWS would see: one conditional `UpdateItem` per record, one `SendMessageBatch` per

@@ -162,7 +162,7 @@ fn bench_worker() -> &'static BenchWorker {
 /// [`WorkerLayer`] (decode, batch), and the small outcome goes through what the runtime
 /// does for the handler behind it — `serde_path_to_error` over `serde_json` into the
 /// payload type, [`respond`], `serde_json` of the response.
-async fn ours(worker: &'static BenchWorker, raw: &bytes::Bytes) -> Vec<u8> {
+async fn ours(worker: &'static BenchWorker, raw: bytes::Bytes) -> Vec<u8> {
     let response = Arc::new(Mutex::new(Vec::new()));
     let slot = response.clone();
     let runtime_response_path = service_fn(move |invocation: LambdaInvocation| {
@@ -191,7 +191,7 @@ async fn ours(worker: &'static BenchWorker, raw: &bytes::Bytes) -> Vec<u8> {
     .unwrap_or(u64::MAX);
     let invocation = LambdaInvocation {
         parts: http::Response::new(()).into_parts().0,
-        body: raw.clone(),
+        body: raw,
         context,
     };
     if service.call(invocation).await.is_err() {
@@ -276,15 +276,10 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
-fn timed(iterations: usize, mut f: impl FnMut() -> usize) -> Duration {
-    let times = (0..iterations)
-        .map(|_| {
-            let start = Instant::now();
-            std::hint::black_box(f());
-            start.elapsed()
-        })
-        .collect();
-    median(times)
+fn timed(f: impl FnOnce() -> usize) -> Duration {
+    let start = Instant::now();
+    std::hint::black_box(f());
+    start.elapsed()
 }
 
 /// Runs `scripts/bench-python.sh` (creates its venv on first use) on an event file.
@@ -329,29 +324,38 @@ pub async fn run(iterations: usize, work_dir: &Path) -> Result<Vec<CpuRun>, Stri
         std::fs::write(&event_path, &raw)
             .map_err(|e| format!("cannot write {}: {e}", event_path.display()))?;
 
-        // The runtime receives the body as `Bytes`; preparing them is not the handler's cost.
-        let body = bytes::Bytes::from(raw.clone());
-        let mut ours_times = Vec::with_capacity(iterations);
-        let mut response = Vec::new();
-        for _ in 0..iterations {
-            let start = Instant::now();
-            response = ours(worker, &body).await;
-            ours_times.push(start.elapsed());
-        }
-        std::fs::write(
-            work_dir.join(format!("response-{name}-ours.json")),
-            &response,
-        )
-        .map_err(|e| format!("cannot write the response: {e}"))?;
-        let floor_time = timed(iterations, || floor(&raw));
-        let decoder_time = timed(iterations, || decoder(&raw));
         let bodies: Vec<String> = serde_json::from_slice::<SqsEvent>(&raw)
             .map_err(|e| format!("the generated event does not decode: {e}"))?
             .records
             .into_iter()
             .filter_map(|r| r.body)
             .collect();
-        let work_time = timed(iterations, || work_only(&bodies));
+        // The four measures take turns within each iteration, so a slow spell on a shared
+        // machine hits all of them rather than skewing one ratio.
+        let mut ours_times = Vec::with_capacity(iterations);
+        let mut floor_times = Vec::with_capacity(iterations);
+        let mut decoder_times = Vec::with_capacity(iterations);
+        let mut work_times = Vec::with_capacity(iterations);
+        let mut response = Vec::new();
+        for _ in 0..iterations {
+            // The runtime receives the body as `Bytes` and hands it over; making them is
+            // not the handler's cost.
+            let body = bytes::Bytes::from(raw.clone());
+            let start = Instant::now();
+            response = ours(worker, body).await;
+            ours_times.push(start.elapsed());
+            floor_times.push(timed(|| floor(&raw)));
+            decoder_times.push(timed(|| decoder(&raw)));
+            work_times.push(timed(|| work_only(&bodies)));
+        }
+        std::fs::write(
+            work_dir.join(format!("response-{name}-ours.json")),
+            &response,
+        )
+        .map_err(|e| format!("cannot write the response: {e}"))?;
+        let floor_time = median(floor_times);
+        let decoder_time = median(decoder_times);
+        let work_time = median(work_times);
 
         let peer = powertools(&event_path, &peer_response_path, iterations)?;
         let peer_response = std::fs::read(&peer_response_path)

@@ -57,6 +57,10 @@ pub struct RuntimeBench {
     pub peak_rss_bytes: u64,
     /// Peak RSS ÷ event size.
     pub rss_ratio: f64,
+    /// Worker peak RSS after a one-record invocation (runtime, clients, allocator), bytes.
+    pub baseline_rss_bytes: u64,
+    /// (Peak − baseline) ÷ event size: what handling the large event itself added.
+    pub added_rss_ratio: f64,
     /// Concurrency runs.
     pub concurrency: Vec<ConcurrencyRun>,
 }
@@ -179,6 +183,21 @@ pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> 
         Some(Path::new("/dev/null")),
     )
     .map_err(|e| e.to_string())?;
+    // A one-record invocation first: the peak after it is what the process needs to run at
+    // all, so the large event's own share can be told apart.
+    let small = event(1);
+    match api
+        .invoke(small.into(), Duration::from_secs(60))
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        InvocationResult::Response(r) if r.as_ref() == br#"{"batchItemFailures":[]}"# => {}
+        other => return Err(format!("the one-record invocation failed: {other:?}")),
+    }
+    let baseline_rss_bytes = process
+        .pid()
+        .and_then(peak_rss)
+        .ok_or("cannot read the worker's VmHWM")?;
     let answer = api
         .invoke(body.clone().into(), Duration::from_secs(300))
         .await
@@ -246,6 +265,9 @@ pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> 
         event_bytes: body.len(),
         peak_rss_bytes,
         rss_ratio: peak_rss_bytes as f64 / body.len() as f64,
+        baseline_rss_bytes,
+        added_rss_ratio: peak_rss_bytes.saturating_sub(baseline_rss_bytes) as f64
+            / body.len() as f64,
         concurrency,
     })
 }
@@ -270,11 +292,14 @@ pub fn render(b: &RuntimeBench) -> String {
     ]);
     let mut out = sqs_worker::analysis::table(&["BINARY", "COLD START", "SIZE"], &rows);
     out.push_str(&format!(
-        "\npeak RSS handling {} records: {:.1} MB for a {:.1} MB event ({:.2}× the event)\n\n",
+        "\npeak RSS handling {} records: {:.1} MB for a {:.1} MB event ({:.2}× the event); \
+         after a one-record invocation {:.1} MB, so the event added {:.2}× its size\n\n",
         10_000,
         b.peak_rss_bytes as f64 / 1_048_576.0,
         b.event_bytes as f64 / 1_048_576.0,
-        b.rss_ratio
+        b.rss_ratio,
+        b.baseline_rss_bytes as f64 / 1_048_576.0,
+        b.added_rss_ratio
     ));
     let rows: Vec<Vec<String>> = b
         .concurrency
