@@ -16,6 +16,7 @@ use aws_sdk_sqs::types::{
 use chrono::Utc;
 
 use super::dlq::ITEM_ID_ATTRIBUTE;
+use super::lease::LEASE_EXPIRES_AT;
 use super::{schema, DeadLetterStore};
 use crate::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
@@ -41,6 +42,20 @@ pub struct Sweep {
     pub deleted: usize,
     /// Receipt handles of the messages still held, by item id.
     pub held: HashMap<String, Vec<String>>,
+}
+
+/// A record's status and, while it is being redriven, when that run's lease expires.
+#[derive(Debug, Clone, Copy)]
+struct Standing {
+    status: ItemStatus,
+    lease_expires_at: Option<i64>,
+}
+
+impl Standing {
+    /// Whether a live run is redriving the item (not one that died holding its lease).
+    fn leased_at(&self, now: i64) -> bool {
+        self.status == ItemStatus::Redriving && self.lease_expires_at.is_some_and(|e| e > now)
+    }
 }
 
 /// What to do with messages during a sweep.
@@ -96,7 +111,7 @@ impl DeadLetterStore {
                     to_delete.push(receipt);
                     continue;
                 }
-                match statuses.get(&item_id) {
+                match statuses.get(&item_id).map(|s| s.status) {
                     Some(ItemStatus::Resolved) => to_delete.push(receipt),
                     Some(_) => sweep.held.entry(item_id).or_default().push(receipt),
                     None if options.adopt => {
@@ -113,8 +128,9 @@ impl DeadLetterStore {
 
     /// Deletes the held messages of items that are resolved and makes the rest visible
     /// again; returns how many were deleted. Items another run is redriving at this moment
-    /// are looked at again every 250 ms, for at most `wait`, so that their messages are
-    /// deleted if that run resolves them: it cannot delete messages it does not hold.
+    /// (a live lease; not one left by a run that died) are looked at again every 250 ms,
+    /// for at most `wait`, so that their messages are deleted if that run resolves them:
+    /// it cannot delete messages it does not hold.
     pub async fn settle_held(
         &self,
         held: HashMap<String, Vec<String>>,
@@ -124,9 +140,10 @@ impl DeadLetterStore {
         let give_up = tokio::time::Instant::now() + wait;
         let mut statuses = self.statuses(&ids).await?;
         loop {
+            let now = Utc::now().timestamp();
             let busy: Vec<String> = ids
                 .iter()
-                .filter(|id| statuses.get(*id) == Some(&ItemStatus::Redriving))
+                .filter(|id| statuses.get(*id).is_some_and(|s| s.leased_at(now)))
                 .cloned()
                 .collect();
             if busy.is_empty() || tokio::time::Instant::now() + SETTLE_POLL > give_up {
@@ -141,7 +158,7 @@ impl DeadLetterStore {
         let mut delete = Vec::new();
         let mut release = Vec::new();
         for (item_id, receipts) in held {
-            if statuses.get(&item_id) == Some(&ItemStatus::Resolved) {
+            if statuses.get(&item_id).map(|s| s.status) == Some(ItemStatus::Resolved) {
                 delete.extend(receipts);
             } else {
                 release.extend(receipts);
@@ -153,7 +170,7 @@ impl DeadLetterStore {
     }
 
     /// The status of each existing record among `ids`, in one `BatchGetItem` per 100 ids.
-    async fn statuses(&self, ids: &[String]) -> Result<HashMap<String, ItemStatus>, ProcessError> {
+    async fn statuses(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
         use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
         let mut found = HashMap::new();
         let unique: HashSet<&String> = ids.iter().collect();
@@ -174,9 +191,10 @@ impl DeadLetterStore {
                 }
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut keys)))
-                    .projection_expression("#id, #status")
+                    .projection_expression("#id, #status, #expires")
                     .expression_attribute_names("#id", schema::ITEM_ID)
                     .expression_attribute_names("#status", schema::STATUS)
+                    .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
                     .consistent_read(true)
                     .build()
                     .map_err(|e| {
@@ -201,8 +219,18 @@ impl DeadLetterStore {
                         .get(schema::STATUS)
                         .and_then(|v| v.as_s().ok())
                         .and_then(|s| ItemStatus::parse(s));
+                    let lease_expires_at = item
+                        .get(LEASE_EXPIRES_AT)
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse().ok());
                     if let (Some(id), Some(status)) = (id, status) {
-                        found.insert(id.clone(), status);
+                        found.insert(
+                            id.clone(),
+                            Standing {
+                                status,
+                                lease_expires_at,
+                            },
+                        );
                     }
                 }
                 keys = output
