@@ -16,6 +16,31 @@ use crate::item::WorkItem;
 use crate::retry::AttemptFailure;
 use crate::signature::error_signature;
 
+/// Longest error message kept in a record (the latest error and each history entry).
+/// DynamoDB items hold at most 400 KB: a processor's multi-kilobyte message or cause chain
+/// repeated in every attempt would make the record unwritable, and a record that cannot be
+/// written keeps its message cycling until the queue moves it unrecorded.
+pub const ERROR_MESSAGE_LIMIT: usize = 1024;
+/// Most causes kept per attempt, and the longest each may be.
+pub const CAUSES_LIMIT: usize = 8;
+/// Longest cause kept.
+pub const CAUSE_LIMIT: usize = 512;
+
+/// `text` cut to at most `max_bytes` on a character boundary, marked when cut. The error
+/// signature is computed from the whole message, so cutting never regroups an error.
+pub fn clip(text: &str, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text.to_string();
+    }
+    let omitted_note = |kept: usize| format!(" [… {} bytes omitted]", text.len() - kept);
+    // The note is at most 30 bytes; keep room for it.
+    let mut end = max_bytes.saturating_sub(omitted_note(0).len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{}", &text[..end], omitted_note(end))
+}
+
 /// Why a record is being dead-lettered rather than returned for retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -241,8 +266,14 @@ impl FailureDetail {
             message_id: item.message_id.clone(),
             timestamp: attempt.started_at,
             error_type: attempt.error.class,
-            error_message: attempt.error.message.clone(),
-            causes: attempt.error.causes.clone(),
+            error_message: clip(&attempt.error.message, ERROR_MESSAGE_LIMIT),
+            causes: attempt
+                .error
+                .causes
+                .iter()
+                .take(CAUSES_LIMIT)
+                .map(|c| clip(c, CAUSE_LIMIT))
+                .collect(),
             error_code: attempt.error.code.clone(),
             http_status: attempt.error.status,
             step: attempt.error.step.clone(),
@@ -323,7 +354,7 @@ impl DeadLetteredItem {
             failure_history: history,
             error_signature: error_signature(error.class, &error.message),
             error_class: error.class,
-            last_error: error.message.clone(),
+            last_error: clip(&error.message, ERROR_MESSAGE_LIMIT),
             reason: candidate.reason,
             reprocess_eligible: error.class.is_reprocess_eligible(),
             source: SourceContext {
@@ -379,6 +410,23 @@ impl DeadLetterSink for NoDeadLetterStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clip_keeps_short_text_and_cuts_long_text_on_a_character_boundary() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("exactly10!", 10), "exactly10!");
+        for max in [40, 41, 42, 43, 100] {
+            let long = "é".repeat(200); // two bytes each
+            let cut = clip(&long, max);
+            assert!(cut.len() <= max, "{max}: {} bytes", cut.len());
+            assert!(cut.starts_with('é'));
+            let omitted = long.len() - cut.split(" [").next().unwrap().len();
+            assert!(
+                cut.ends_with(&format!(" [… {omitted} bytes omitted]")),
+                "{cut}"
+            );
+        }
+    }
     use crate::item::ItemParser;
 
     fn candidate(

@@ -1550,3 +1550,51 @@ async fn event_error_messages_do_not_quote_bodies() {
         );
     }
 }
+
+/// A processor that fails permanently with a message and a cause chain far larger than a
+/// DynamoDB item may hold (400 KB), as a verbose downstream client might.
+struct Verbose;
+
+impl Processor for Verbose {
+    async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let mut error =
+            ProcessError::validation(format!("rejected: {}", "é".repeat(300_000))).with_step("x");
+        error.causes = (0..50)
+            .map(|n| format!("cause {n}: {}", "x".repeat(10_000)))
+            .collect();
+        Err(error)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_too_large_for_a_record_is_clipped_and_recorded() {
+    use sqs_worker::dead_letter::{CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT};
+    let store = emulator_store("verbose").await;
+    let engine = BatchProcessor::new(Verbose, store.clone(), config(json_parser()));
+    let report = engine
+        .process_batch(
+            event(vec![record("m-verbose", r#"{"id":"v1"}"#)]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        disposition(&report, "m-verbose"),
+        &validation_dead_letter(),
+        "recorded and dead-lettered, not returned for a record that cannot be written"
+    );
+    let stored = store.get("m-verbose").await.unwrap().expect("the record");
+    assert!(stored.last_error.len() <= ERROR_MESSAGE_LIMIT);
+    assert!(stored.last_error.starts_with("rejected: éé"));
+    assert!(
+        stored.last_error.ends_with("bytes omitted]"),
+        "{}",
+        &stored.last_error[stored.last_error.len() - 40..]
+    );
+    let attempt = &stored.failure_history[0];
+    assert_eq!(attempt.error_message, stored.last_error);
+    assert_eq!(attempt.causes.len(), CAUSES_LIMIT);
+    assert!(attempt.causes.iter().all(|c| c.len() <= CAUSE_LIMIT));
+    assert!(attempt.causes[0].starts_with("cause 0: xxx"));
+}
