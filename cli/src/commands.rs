@@ -263,7 +263,15 @@ async fn inspect(
         text.push_str(&format!("attributes:     {}\n", attrs.join(", ")));
     }
     text.push_str("history:\n");
-    for f in &r.failure_history {
+    // A compacted history keeps the first attempts and the latest ones; say where the gap is.
+    let head = sqs_worker::dead_letter::HISTORY_HEAD.min(r.failure_history.len());
+    for (n, f) in r.failure_history.iter().enumerate() {
+        if r.history_omitted > 0 && n == head {
+            text.push_str(&format!(
+                "  … {} attempts omitted (the record keeps the first and the latest)\n",
+                r.history_omitted
+            ));
+        }
         text.push_str(&format!(
             "  {}  delivery {} attempt {}  {}{}  step {}  {} ms  request {}  log {} {}\n      {}\n",
             sqs_worker::time_format::format(&f.timestamp),

@@ -21,10 +21,32 @@ use crate::signature::error_signature;
 /// repeated in every attempt would make the record unwritable, and a record that cannot be
 /// written keeps its message cycling until the queue moves it unrecorded.
 pub const ERROR_MESSAGE_LIMIT: usize = 1024;
-/// Most causes kept per attempt, and the longest each may be.
-pub const CAUSES_LIMIT: usize = 8;
+/// Most causes kept per attempt.
+pub const CAUSES_LIMIT: usize = 6;
 /// Longest cause kept.
-pub const CAUSE_LIMIT: usize = 512;
+pub const CAUSE_LIMIT: usize = 256;
+/// Most entries a record's `failure_history` holds (an entry is at most about 3 KB with
+/// the limits above, so a full history stays far below 400 KB beside a 64 KiB inline
+/// payload). Beyond it [`compact_history`] keeps the first and the latest attempts.
+pub const HISTORY_LIMIT: usize = 50;
+/// How many of the first attempts a compacted history keeps (how the trouble started);
+/// the rest of [`HISTORY_LIMIT`] goes to the latest ones.
+pub const HISTORY_HEAD: usize = 10;
+
+/// Cuts a history to at most `limit` entries: the first `min(HISTORY_HEAD, limit / 2)` and
+/// the latest rest. Returns the entries kept and how many were dropped.
+pub fn compact_history(
+    mut history: Vec<FailureDetail>,
+    limit: usize,
+) -> (Vec<FailureDetail>, usize) {
+    if history.len() <= limit {
+        return (history, 0);
+    }
+    let head = HISTORY_HEAD.min(limit / 2);
+    let dropped = history.len() - limit;
+    history.drain(head..head + dropped);
+    (history, dropped)
+}
 
 /// `text` cut to at most `max_bytes` on a character boundary, marked when cut. The error
 /// signature is computed from the whole message, so cutting never regroups an error.
@@ -226,6 +248,11 @@ pub struct DeadLetteredItem {
     pub failure_count: u32,
     /// Every failed attempt, oldest first.
     pub failure_history: Vec<FailureDetail>,
+    /// Attempts counted in `failure_count` whose entries were dropped from
+    /// `failure_history` to keep the record within DynamoDB's item size: the history keeps
+    /// the first attempts and the latest ones ([`compact_history`]).
+    #[serde(default)]
+    pub history_omitted: u32,
     /// Signature of the latest error (groups similar failures).
     pub error_signature: String,
     /// Class of the latest error.
@@ -352,6 +379,7 @@ impl DeadLetteredItem {
             failure_count: u32::try_from(history.len()).unwrap_or(u32::MAX),
             manual_review_required: needs_manual_review(&history),
             failure_history: history,
+            history_omitted: 0,
             error_signature: error_signature(error.class, &error.message),
             error_class: error.class,
             last_error: clip(&error.message, ERROR_MESSAGE_LIMIT),
@@ -410,6 +438,34 @@ impl DeadLetterSink for NoDeadLetterStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_history_keeps_the_first_and_the_latest_attempts() {
+        let c = candidate(ErrorClass::Throttled, 60, DeadLetterReason::Permanent);
+        let history = DeadLetteredItem::from_candidate(
+            &c,
+            &InvocationInfo::default(),
+            Utc::now(),
+            Duration::from_secs(60),
+        )
+        .failure_history;
+        let numbers = |h: &[FailureDetail]| h.iter().map(|f| f.attempt_number).collect::<Vec<_>>();
+
+        let (kept, dropped) = compact_history(history.clone(), 60);
+        assert_eq!(
+            (kept.len(), dropped),
+            (60, 0),
+            "within the limit: unchanged"
+        );
+
+        let (kept, dropped) = compact_history(history.clone(), HISTORY_LIMIT);
+        assert_eq!(dropped, 60 - HISTORY_LIMIT);
+        let expected: Vec<u32> = (1..=10).chain(21..=60).collect();
+        assert_eq!(numbers(&kept), expected);
+
+        let (kept, dropped) = compact_history(history, 4);
+        assert_eq!((numbers(&kept), dropped), (vec![1, 2, 59, 60], 56));
+    }
 
     #[test]
     fn clip_keeps_short_text_and_cuts_long_text_on_a_character_boundary() {

@@ -23,7 +23,9 @@ use serde_json::value::RawValue;
 use sqs_worker::aws::AwsClients;
 use sqs_worker::batch::{BatchConfig, BatchError, BatchProcessor, Disposition};
 use sqs_worker::config::WorkerConfig;
-use sqs_worker::dead_letter::{DeadLetterReason, InvocationInfo};
+use sqs_worker::dead_letter::{
+    DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo,
+};
 use sqs_worker::error::{ErrorClass, ProcessError};
 use sqs_worker::event::{decode_sqs_event, EventError};
 use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
@@ -32,7 +34,7 @@ use sqs_worker::redrive::{
     no_progress, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveRequest,
     RedriveSettings,
 };
-use sqs_worker::retry::{Deadline, Jitter, RetryPolicy};
+use sqs_worker::retry::{AttemptFailure, Deadline, Jitter, RetryPolicy};
 use sqs_worker::store::payload::S3Pointer;
 use sqs_worker::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
 use sqs_worker::testing::{MemorySink, ScriptedProcessor, Step};
@@ -1140,6 +1142,12 @@ fn redrive_request_with_unknown_fields_or_wrong_types_is_refused_clearly() {
 
 /// A store on emulator resources made for one test: table, DLQ and bucket.
 async fn emulator_store(name: &str) -> DeadLetterStore {
+    let (clients, config) = emulator_store_resources(name).await;
+    DeadLetterStore::new(clients, config)
+}
+
+/// A fresh table, DLQ and bucket on the emulator, and the store configuration naming them.
+async fn emulator_store_resources(name: &str) -> (AwsClients, StoreConfig) {
     let clients = emulator_clients().await;
     let prefix = unique(name);
     let table = format!("{prefix}-dead-letters");
@@ -1164,7 +1172,8 @@ async fn emulator_store(name: &str) -> DeadLetterStore {
         .send()
         .await
         .unwrap();
-    DeadLetterStore::new(clients, StoreConfig::new(&table, &dlq, &bucket))
+    let config = StoreConfig::new(&table, &dlq, &bucket);
+    (clients, config)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1597,4 +1606,85 @@ async fn error_too_large_for_a_record_is_clipped_and_recorded() {
     assert_eq!(attempt.causes.len(), CAUSES_LIMIT);
     assert!(attempt.causes.iter().all(|c| c.len() <= CAUSE_LIMIT));
     assert!(attempt.causes[0].starts_with("cause 0: xxx"));
+}
+
+/// A record of `item_id` for one failed attempt of delivery `delivery`.
+fn failed_delivery(item_id: &str, delivery: u32, class: ErrorClass) -> DeadLetteredItem {
+    let message = serde_json::from_value(json!({
+        "messageId": format!("m-{item_id}"),
+        "body": json!({"id": item_id}).to_string(),
+        "attributes": {"ApproximateReceiveCount": delivery.to_string(), "SentTimestamp": "1700000000000"},
+        "eventSourceARN": ARN,
+    }))
+    .unwrap();
+    let parser = ItemParser {
+        id_source: ItemIdSource::JsonPointer("/id".into()),
+        body_format: BodyFormat::Json,
+    };
+    let item = parser.parse(format!("m-{item_id}"), message).unwrap();
+    let error = ProcessError::new(class, format!("delivery {delivery} failed"));
+    let candidate = DeadLetterCandidate {
+        failures: vec![AttemptFailure {
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration: Duration::from_millis(3),
+            error: error.clone(),
+        }],
+        item,
+        error,
+        reason: DeadLetterReason::Permanent,
+    };
+    DeadLetteredItem::from_candidate(
+        &candidate,
+        &InvocationInfo::default(),
+        chrono::Utc::now(),
+        Duration::from_secs(86_400),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_that_keeps_failing_keeps_a_bounded_history_and_an_exact_count() {
+    let (clients, mut config) = emulator_store_resources("history").await;
+    config.history_limit = 4;
+    let store = DeadLetterStore::new(clients, config);
+    // Ten deliveries; the third is a permission failure, which requires manual review
+    // even after its entry has been dropped from the history.
+    for delivery in 1..=10 {
+        let class = if delivery == 3 {
+            ErrorClass::Permission
+        } else {
+            ErrorClass::Throttled
+        };
+        store
+            .record(&failed_delivery("h1", delivery, class))
+            .await
+            .unwrap();
+    }
+    // Recording a known attempt again changes nothing.
+    store
+        .record(&failed_delivery("h1", 10, ErrorClass::Throttled))
+        .await
+        .unwrap();
+    let stored = store.get("h1").await.unwrap().expect("the record");
+    assert_eq!(stored.failure_count, 10);
+    let deliveries: Vec<u32> = stored
+        .failure_history
+        .iter()
+        .map(|f| f.receive_count)
+        .collect();
+    assert_eq!(
+        deliveries,
+        [1, 2, 9, 10],
+        "the first and the latest attempts"
+    );
+    assert_eq!(stored.history_omitted, 6);
+    assert_eq!(
+        u32::try_from(stored.failure_history.len()).unwrap() + stored.history_omitted,
+        stored.failure_count
+    );
+    assert!(
+        stored.manual_review_required,
+        "the dropped permission failure still counts"
+    );
+    assert_eq!(stored.last_error, "delivery 10 failed");
 }

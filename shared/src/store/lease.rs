@@ -313,10 +313,7 @@ impl DeadLetterStore {
             .await
             .map_err(|e| ProcessError::from_sdk(&e).with_step("record-redrive-failure"))?;
         match result.attributes() {
-            Some(item) => {
-                self.settle_review_flag(&schema::record_from_item(item)?)
-                    .await
-            }
+            Some(item) => self.after_append(schema::record_from_item(item)?).await,
             None => Ok(()),
         }
     }

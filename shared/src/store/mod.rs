@@ -31,8 +31,8 @@ use futures::StreamExt;
 use crate::aws::AwsClients;
 use crate::config::EnvReader;
 use crate::dead_letter::{
-    needs_manual_review, DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail,
-    InvocationInfo, PayloadLocation,
+    compact_history, needs_manual_review, DeadLetterCandidate, DeadLetterSink, DeadLetteredItem,
+    FailureDetail, InvocationInfo, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
 use payload::S3Pointer;
@@ -79,6 +79,8 @@ pub struct StoreConfig {
     pub retention: Duration,
     /// Records written at once.
     pub write_concurrency: usize,
+    /// Most entries a record's history keeps ([`crate::dead_letter::HISTORY_LIMIT`]).
+    pub history_limit: usize,
 }
 
 impl StoreConfig {
@@ -91,6 +93,7 @@ impl StoreConfig {
             inline_max_bytes: 65_536,
             retention: Duration::from_secs(14 * 86_400),
             write_concurrency: 10,
+            history_limit: crate::dead_letter::HISTORY_LIMIT,
         }
     }
 
@@ -177,7 +180,7 @@ impl DeadLetterStore {
                 return Ok(());
             }
             match self.try_record(record, &pending).await? {
-                Some(stored) => return self.settle_review_flag(&stored).await,
+                Some(stored) => return self.after_append(stored).await,
                 None => {
                     let known = self.attempt_ids(&record.item_id).await?;
                     pending.retain(|f| !known.contains(&f.attempt_id));
@@ -204,7 +207,12 @@ impl DeadLetterStore {
         doc.remove(schema::ITEM_ID);
         doc.remove(schema::FAILURE_COUNT);
         doc.remove(schema::FAILURE_HISTORY);
+        // Counted by compaction alone.
+        doc.remove(schema::HISTORY_OMITTED);
         let first_attempt = doc.remove("first_attempt");
+        // Set on creation; afterwards `settle_review_flag` decides on the whole history
+        // (which may hold dropped attempts this write cannot see).
+        let review = doc.remove(schema::MANUAL_REVIEW_REQUIRED);
 
         let mut request = self
             .clients
@@ -219,6 +227,12 @@ impl DeadLetterStore {
             request = request
                 .expression_attribute_names(format!("#f{n}"), name)
                 .expression_attribute_values(format!(":f{n}"), attr::to_attr(value));
+        }
+        if let Some(review) = review {
+            sets.push("#review = if_not_exists(#review, :review)".to_string());
+            request = request
+                .expression_attribute_names("#review", schema::MANUAL_REVIEW_REQUIRED)
+                .expression_attribute_values(":review", attr::to_attr(&review));
         }
         if let Some(first) = first_attempt {
             sets.push("#first = if_not_exists(#first, :first)".to_string());
@@ -273,13 +287,68 @@ impl DeadLetterStore {
         }
     }
 
+    /// What follows a write that appended to a record's history (`stored` is the record as
+    /// written): the review flag is settled on the whole history, then the history is
+    /// compacted if it grew past the limit.
+    pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
+        self.settle_review_flag(&stored).await?;
+        self.compact_history_of(stored).await
+    }
+
+    /// Keeps a record's history within [`StoreConfig::history_limit`]: the first attempts
+    /// and the latest ones stay, `history_omitted` counts the others. The write holds only
+    /// if no attempt was appended since `stored` was read (`failure_count` unchanged); when
+    /// one was, that writer compacts instead.
+    async fn compact_history_of(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
+        if stored.failure_history.len() <= self.config.history_limit {
+            return Ok(());
+        }
+        let (kept, dropped) = compact_history(stored.failure_history, self.config.history_limit);
+        let kept: Vec<serde_json::Value> = kept
+            .iter()
+            .map(|f| serde_json::to_value(f).unwrap_or_default())
+            .collect();
+        let result = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
+            .update_expression("SET #hist = :kept ADD #omitted :dropped")
+            .condition_expression("#count = :count")
+            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
+            .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
+            .expression_attribute_names("#count", schema::FAILURE_COUNT)
+            .expression_attribute_values(":kept", attr::to_attr(&serde_json::Value::Array(kept)))
+            .expression_attribute_values(":dropped", AttributeValue::N(dropped.to_string()))
+            .expression_attribute_values(
+                ":count",
+                AttributeValue::N(stored.failure_count.to_string()),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("compact-history")),
+        }
+    }
+
     /// `manual_review_required` depends on the whole history, which an update expression
-    /// cannot see: fix it afterwards in the rare case the merged history changes it.
+    /// cannot see: fix it afterwards in the rare case the merged history changes it. Once
+    /// attempts have been dropped from the history the flag is only ever raised: a dropped
+    /// permission or validation failure still counts.
     pub(crate) async fn settle_review_flag(
         &self,
         stored: &DeadLetteredItem,
     ) -> Result<(), ProcessError> {
-        let wanted = needs_manual_review(&stored.failure_history);
+        let wanted = needs_manual_review(&stored.failure_history)
+            || (stored.history_omitted > 0 && stored.manual_review_required);
         if wanted == stored.manual_review_required {
             return Ok(());
         }

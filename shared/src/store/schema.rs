@@ -8,7 +8,8 @@
 //! | `last_attempt` | S | RFC 3339, millisecond, UTC (sorts in time order); sort key of both indexes |
 //! | `error_signature` | S | partition key of `by-signature` |
 //! | `expires_at` | N | epoch seconds; the table's TTL attribute |
-//! | `failure_history` | L of M | one map per failed attempt, oldest first |
+//! | `failure_history` | L of M | one map per failed attempt, oldest first; at most `history_limit` (the first and the latest) |
+//! | `history_omitted` | N | attempts counted in `failure_count` but dropped from the history |
 //! | `attempt_ids` | SS | ids of recorded attempts: makes recording idempotent |
 //! | everything else | | the fields of [`DeadLetteredItem`], as native types |
 //!
@@ -38,6 +39,10 @@ pub const EXPIRES_AT: &str = "expires_at";
 pub const FAILURE_HISTORY: &str = "failure_history";
 /// Count of recorded attempts.
 pub const FAILURE_COUNT: &str = "failure_count";
+/// Attempts dropped from `failure_history` by compaction (N).
+pub const HISTORY_OMITTED: &str = "history_omitted";
+/// Whether an operator must look before a redrive (BOOL).
+pub const MANUAL_REVIEW_REQUIRED: &str = "manual_review_required";
 /// Ids of recorded attempts.
 pub const ATTEMPT_IDS: &str = "attempt_ids";
 /// Index listing records by status and time.
