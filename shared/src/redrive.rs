@@ -413,7 +413,7 @@ impl<P: Processor> RedriveEngine<P> {
         // Settle the DLQ messages, even on error: delete those of what was resolved, give the
         // rest back.
         report.dlq_messages_deleted += self
-            .settle_dlq_messages(held, &report, request)
+            .settle_dlq_messages(held, &report)
             .await
             .map_err(RedriveError::Store)?;
         result?;
@@ -430,7 +430,6 @@ impl<P: Processor> RedriveEngine<P> {
         &self,
         mut held: HashMap<String, Vec<String>>,
         report: &RedriveReport,
-        request: &RedriveRequest,
     ) -> Result<usize, ProcessError> {
         let resolved: HashSet<&str> = report
             .items
@@ -448,7 +447,7 @@ impl<P: Processor> RedriveEngine<P> {
             !mine
         });
         let mut deleted = self.store.delete_dlq_messages(&delete).await?;
-        if resolved_unheld && !request.dry_run {
+        if resolved_unheld {
             let sweep = self
                 .store
                 .sweep_dlq(

@@ -8,7 +8,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 
-use super::{attr, schema, DeadLetterStore};
+use super::{schema, DeadLetterStore};
 use crate::dead_letter::{FailureDetail, ItemStatus};
 use crate::error::{ErrorClass, ProcessError};
 use crate::signature::error_signature;
@@ -267,10 +267,6 @@ impl DeadLetterStore {
         let Some(failure) = failures.last() else {
             return self.release_lease(item_id, owner).await;
         };
-        let entries: Vec<AttributeValue> = failures
-            .iter()
-            .map(|f| attr::to_attr(&serde_json::to_value(f).unwrap_or_default()))
-            .collect();
         let result = self
             .clients
             .dynamodb
@@ -301,7 +297,7 @@ impl DeadLetterStore {
             .expression_attribute_values(":err", AttributeValue::S(failure.error_message.clone()))
             .expression_attribute_values(":elig", AttributeValue::Bool(failure.error_type.is_reprocess_eligible()))
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":entry", AttributeValue::L(entries))
+            .expression_attribute_values(":entry", schema::history_to_attr(failures))
             .expression_attribute_values(":one", AttributeValue::N(failures.len().to_string()))
             .expression_attribute_values(
                 ":ids",

@@ -240,10 +240,6 @@ impl DeadLetterStore {
                 .expression_attribute_names("#first", "first_attempt")
                 .expression_attribute_values(":first", attr::to_attr(&first));
         }
-        let history: Vec<serde_json::Value> = pending
-            .iter()
-            .map(|f| serde_json::to_value(f).unwrap_or_default())
-            .collect();
         sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
         let mut conditions = Vec::new();
         for (n, attempt) in pending.iter().enumerate() {
@@ -261,7 +257,7 @@ impl DeadLetterStore {
             .expression_attribute_names("#count", schema::FAILURE_COUNT)
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":hist", attr::to_attr(&serde_json::Value::Array(history)))
+            .expression_attribute_values(":hist", schema::history_to_attr(pending))
             .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
             .expression_attribute_values(
                 ":ids",
@@ -304,10 +300,6 @@ impl DeadLetterStore {
             return Ok(());
         }
         let (kept, dropped) = compact_history(stored.failure_history, self.config.history_limit);
-        let kept: Vec<serde_json::Value> = kept
-            .iter()
-            .map(|f| serde_json::to_value(f).unwrap_or_default())
-            .collect();
         let result = self
             .clients
             .dynamodb
@@ -319,7 +311,7 @@ impl DeadLetterStore {
             .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
             .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
             .expression_attribute_names("#count", schema::FAILURE_COUNT)
-            .expression_attribute_values(":kept", attr::to_attr(&serde_json::Value::Array(kept)))
+            .expression_attribute_values(":kept", schema::history_to_attr(&kept))
             .expression_attribute_values(":dropped", AttributeValue::N(dropped.to_string()))
             .expression_attribute_values(
                 ":count",

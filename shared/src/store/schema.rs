@@ -130,6 +130,16 @@ pub fn record_to_json(
     }
 }
 
+/// History entries as the list attribute `failure_history` stores them.
+pub fn history_to_attr(entries: &[crate::dead_letter::FailureDetail]) -> AttributeValue {
+    AttributeValue::L(
+        entries
+            .iter()
+            .map(|f| super::attr::to_attr(&serde_json::to_value(f).unwrap_or_default()))
+            .collect(),
+    )
+}
+
 /// Reads a record from a DynamoDB item.
 pub fn record_from_item(
     item: &HashMap<String, AttributeValue>,
