@@ -285,10 +285,16 @@ impl DeadLetterStore {
 
     /// What follows a write that appended to a record's history (`stored` is the record as
     /// written): the review flag is settled on the whole history, then the history is
-    /// compacted if it grew past the limit.
+    /// compacted if it grew past the limit. Compaction is housekeeping: the record is
+    /// already durable, so a failed compaction is logged, not reported as a failed record
+    /// (that would send the message round again), and the next append compacts.
     pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
         self.settle_review_flag(&stored).await?;
-        self.compact_history_of(stored).await
+        let item_id = stored.item_id.clone();
+        if let Err(error) = self.compact_history_of(stored).await {
+            tracing::warn!(item_id = %item_id, error = %error, "history not compacted; the next failure retries");
+        }
+        Ok(())
     }
 
     /// Keeps a record's history within [`StoreConfig::history_limit`]: the first attempts
