@@ -180,7 +180,8 @@ pub fn markdown(run: &BenchRun) -> String {
     out.push_str(
         "Cold start is process spawn to the binary's first `GET /runtime/invocation/next` on a \
          local Runtime API endpoint, median of the spawns, against a hello-world \
-         `lambda_runtime` binary built with the same profile. Size is the stripped release \
+         `lambda_runtime` binary built with the same profile; the two binaries are spawned \
+         in turn, so a slow spell on the machine falls on both. Size is the stripped release \
          binary. Peak RSS is the worker's `VmHWM` after a 10,000-record event.\n\n",
     );
     out.push_str("| measure | worker | peer | ratio | goal |\n| --- | --- | --- | --- | --- |\n");

@@ -77,42 +77,52 @@ fn worker_env(downstream: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-async fn cold_start(
-    binary: &Path,
+/// Cold starts of `binaries`, spawned in turn (one of each per round, `runs` rounds), so
+/// that a slow spell on a shared machine falls on all of them rather than on one.
+async fn cold_starts(
+    binaries: &[&Path],
     env: &[(String, String)],
     runs: usize,
-) -> Result<ColdStart, String> {
-    let mut samples = Vec::with_capacity(runs);
+) -> Result<Vec<ColdStart>, String> {
+    let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(runs); binaries.len()];
     for _ in 0..runs {
-        let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:bench")
-            .await
-            .map_err(|e| e.to_string())?;
-        let spawned = Instant::now();
-        let mut process = FunctionProcess::spawn(
-            binary,
-            "bench",
-            &api.address(),
-            env,
-            Some(Path::new("/dev/null")),
-        )
-        .map_err(|e| format!("{}: {e}", binary.display()))?;
-        let polled = api
-            .first_poll(Duration::from_secs(10))
-            .await
-            .ok_or_else(|| format!("{} never polled the Runtime API", binary.display()))?;
-        samples.push(polled.duration_since(spawned).as_secs_f64() * 1000.0);
-        let _ = process.kill().await;
+        for (binary, samples) in binaries.iter().zip(samples.iter_mut()) {
+            let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:bench")
+                .await
+                .map_err(|e| e.to_string())?;
+            let spawned = Instant::now();
+            let mut process = FunctionProcess::spawn(
+                binary,
+                "bench",
+                &api.address(),
+                env,
+                Some(Path::new("/dev/null")),
+            )
+            .map_err(|e| format!("{}: {e}", binary.display()))?;
+            let polled = api
+                .first_poll(Duration::from_secs(10))
+                .await
+                .ok_or_else(|| format!("{} never polled the Runtime API", binary.display()))?;
+            samples.push(polled.duration_since(spawned).as_secs_f64() * 1000.0);
+            let _ = process.kill().await;
+        }
     }
-    samples.sort_by(f64::total_cmp);
-    Ok(ColdStart {
-        binary: binary
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_default(),
-        median_ms: samples[samples.len() / 2],
-        runs,
-        size_bytes: std::fs::metadata(binary).map(|m| m.len()).unwrap_or(0),
-    })
+    Ok(binaries
+        .iter()
+        .zip(samples)
+        .map(|(binary, mut samples)| {
+            samples.sort_by(f64::total_cmp);
+            ColdStart {
+                binary: binary
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .unwrap_or_default(),
+                median_ms: samples.get(samples.len() / 2).copied().unwrap_or(0.0),
+                runs,
+                size_bytes: std::fs::metadata(binary).map(|m| m.len()).unwrap_or(0),
+            }
+        })
+        .collect())
 }
 
 /// A Lambda SQS event of `n` records with ~60-byte bodies: 10,000 of them stay under the
@@ -160,8 +170,13 @@ pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> 
     .await
     .map_err(|e| e.to_string())?;
     let env = worker_env(&downstream.url());
-    let worker = cold_start(&bin_dir.join("worker"), &env, spawns).await?;
-    let hello = cold_start(&bin_dir.join("hello_lambda"), &env, spawns).await?;
+    let (worker_bin, hello_bin) = (bin_dir.join("worker"), bin_dir.join("hello_lambda"));
+    let mut starts = cold_starts(&[&worker_bin, &hello_bin], &env, spawns)
+        .await?
+        .into_iter();
+    let (Some(worker), Some(hello)) = (starts.next(), starts.next()) else {
+        return Err("no cold-start figures".into());
+    };
     let cold_start_ratio = worker.median_ms / hello.median_ms.max(f64::MIN_POSITIVE);
 
     // Peak RSS on a 10,000-record event, within Lambda's 6 MB synchronous payload limit.

@@ -100,8 +100,8 @@ enum Command {
         /// Iterations per CPU measurement (the median is reported).
         #[arg(long, default_value_t = 20)]
         iterations: usize,
-        /// Spawns per binary for the cold-start medians.
-        #[arg(long, default_value_t = 20)]
+        /// Spawns per binary for the cold-start medians (the two binaries take turns).
+        #[arg(long, default_value_t = 50)]
         spawns: usize,
         /// Where the JSON figures go.
         #[arg(long, default_value = "target/bench/bench.json")]
