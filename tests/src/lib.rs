@@ -24,6 +24,21 @@ use sqs_worker_local::invokers::InProcessInvoker;
 use sqs_worker_local::resources::{PipelineResources, ResourceSpec};
 use tokio::sync::OnceCell;
 
+/// The item ids of a redrive report with the given outcome, sorted.
+pub fn outcome_ids(
+    report: &sqs_worker::redrive::RedriveReport,
+    kind: sqs_worker::redrive::ItemOutcomeKind,
+) -> Vec<String> {
+    let mut ids: Vec<String> = report
+        .items
+        .iter()
+        .filter(|o| o.outcome == kind)
+        .map(|o| o.item_id.clone())
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// A JSON body for the downstream: its item id and scenario (`ok`, `throttled`, ...).
 pub fn body(id: &str, scenario: &str) -> String {
     serde_json::json!({"id": id, "scenario": scenario}).to_string()

@@ -32,7 +32,7 @@ use aws_lambda_events::sqs::SqsEvent;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName};
 use bytes::Bytes;
-use e2e::{body, Pipeline, Setup, REGION};
+use e2e::{body, outcome_ids, Pipeline, Setup, REGION};
 use serde_json::json;
 use sqs_worker::aws::AwsClients;
 use sqs_worker::batch::{BatchCounts, BatchReport, Disposition, NotStartedReason};
@@ -1068,17 +1068,6 @@ async fn downstream_throttling_storm_is_ridden_out_without_dead_letters() {
 // Redrive under faults
 // ---------------------------------------------------------------------------------------
 
-fn outcomes(report: &RedriveReport, kind: ItemOutcomeKind) -> Vec<String> {
-    let mut ids: Vec<String> = report
-        .items
-        .iter()
-        .filter(|o| o.outcome == kind)
-        .map(|o| o.item_id.clone())
-        .collect();
-    ids.sort();
-    ids
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_with_dynamodb_throttled_leaves_items_dead_unleased_and_redrivable() {
     let bodies: Vec<String> = ["r1", "r2", "r3"]
@@ -1136,7 +1125,7 @@ async fn redrive_with_dynamodb_throttled_leaves_items_dead_unleased_and_redrivab
         .await
         .unwrap();
     assert_eq!(
-        outcomes(&again, ItemOutcomeKind::Resolved),
+        outcome_ids(&again, ItemOutcomeKind::Resolved),
         ["r1", "r2", "r3"]
     );
     for r in records(&p).await {
@@ -1226,7 +1215,7 @@ async fn redrive_failure_that_cannot_be_recorded_releases_the_lease() {
     trap.arm(Rule::new(&update, Fault::Throttling, Trigger::NextN(3)));
     let report = engine.run(&one("again"), &*no_progress()).await.unwrap();
     assert_eq!(
-        outcomes(&report, ItemOutcomeKind::Error),
+        outcome_ids(&report, ItemOutcomeKind::Error),
         ["again"],
         "{report:?}"
     );
@@ -1261,7 +1250,7 @@ async fn redrive_success_that_cannot_be_resolved_releases_the_lease() {
     trap.arm(Rule::new(&update, Fault::Throttling, Trigger::NextN(3)));
     let report = engine.run(&one("fixed"), &*no_progress()).await.unwrap();
     assert_eq!(
-        outcomes(&report, ItemOutcomeKind::Error),
+        outcome_ids(&report, ItemOutcomeKind::Error),
         ["fixed"],
         "{report:?}"
     );
@@ -1315,8 +1304,8 @@ async fn concurrent_redrives_through_a_slow_store_process_each_item_once() {
         ra.leased_elsewhere + rb.leased_elsewhere >= 1,
         "the runs did race: {ra:?}\n{rb:?}"
     );
-    let mut resolved = outcomes(&ra, ItemOutcomeKind::Resolved);
-    resolved.extend(outcomes(&rb, ItemOutcomeKind::Resolved));
+    let mut resolved = outcome_ids(&ra, ItemOutcomeKind::Resolved);
+    resolved.extend(outcome_ids(&rb, ItemOutcomeKind::Resolved));
     resolved.sort();
     assert_eq!(resolved, ids, "each item resolved by exactly one run");
     for id in &ids {

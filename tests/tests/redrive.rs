@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
-use e2e::{body, Pipeline, Setup};
+use e2e::{body, outcome_ids, Pipeline, Setup};
 use serde_json::json;
 use sqs_worker::dead_letter::{DeadLetterReason, ItemStatus, PayloadLocation};
 use sqs_worker::error::ErrorClass;
@@ -15,17 +15,6 @@ use sqs_worker::redrive::{
 async fn dead_items(name: &str, items: &[(&str, &str)]) -> Pipeline {
     let bodies: Vec<String> = items.iter().map(|(id, s)| body(id, s)).collect();
     Pipeline::with_dead_items(name, &bodies).await
-}
-
-fn ids(report: &sqs_worker::redrive::RedriveReport, kind: ItemOutcomeKind) -> Vec<String> {
-    let mut ids: Vec<String> = report
-        .items
-        .iter()
-        .filter(|o| o.outcome == kind)
-        .map(|o| o.item_id.clone())
-        .collect();
-    ids.sort();
-    ids
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,8 +41,14 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
     })
     .await;
     assert_eq!(all.selected, 4);
-    assert_eq!(ids(&all, ItemOutcomeKind::WouldRedrive), ["t1", "t2"]);
-    assert_eq!(ids(&all, ItemOutcomeKind::SkippedIneligible), ["f1", "v1"]);
+    assert_eq!(
+        outcome_ids(&all, ItemOutcomeKind::WouldRedrive),
+        ["t1", "t2"]
+    );
+    assert_eq!(
+        outcome_ids(&all, ItemOutcomeKind::SkippedIneligible),
+        ["f1", "v1"]
+    );
 
     let forced_validation = run(RedriveRequest {
         dry_run: true,
@@ -63,7 +58,7 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
     })
     .await;
     assert_eq!(
-        ids(&forced_validation, ItemOutcomeKind::WouldRedrive),
+        outcome_ids(&forced_validation, ItemOutcomeKind::WouldRedrive),
         ["v1"]
     );
 
@@ -80,7 +75,7 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
     })
     .await;
     assert_eq!(
-        ids(&by_signature, ItemOutcomeKind::WouldRedrive),
+        outcome_ids(&by_signature, ItemOutcomeKind::WouldRedrive),
         ["t1", "t2"]
     );
 
@@ -90,8 +85,8 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
         ..Default::default()
     })
     .await;
-    assert_eq!(ids(&by_ids, ItemOutcomeKind::WouldRedrive), ["t2"]);
-    assert_eq!(ids(&by_ids, ItemOutcomeKind::NotFound), ["nope"]);
+    assert_eq!(outcome_ids(&by_ids, ItemOutcomeKind::WouldRedrive), ["t2"]);
+    assert_eq!(outcome_ids(&by_ids, ItemOutcomeKind::NotFound), ["nope"]);
     assert!(by_ids.is_partial_failure());
 
     let future = run(RedriveRequest {
@@ -141,7 +136,10 @@ async fn reprocess_resolves_successes_and_extends_history_of_failures() {
         )
         .await
         .unwrap();
-    assert_eq!(ids(&report, ItemOutcomeKind::Resolved), ["big", "ok1"]);
+    assert_eq!(
+        outcome_ids(&report, ItemOutcomeKind::Resolved),
+        ["big", "ok1"]
+    );
     assert_eq!(report.dlq_messages_deleted, 2);
     assert_eq!(p.dlq_depth().await, 1, "only ok2's message is left");
     assert!(p.objects().await.is_empty(), "resolved payload deleted");
@@ -160,7 +158,7 @@ async fn reprocess_failure_appends_history_and_stays_dead() {
         .run(&RedriveRequest::default(), &*no_progress())
         .await
         .unwrap();
-    assert_eq!(ids(&report, ItemOutcomeKind::FailedAgain), ["bad"]);
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::FailedAgain), ["bad"]);
     let after = p.store().get("bad").await.unwrap().unwrap();
     assert_eq!(after.status, ItemStatus::Dead);
     assert_eq!(after.failure_count, before.failure_count + 1);
@@ -207,7 +205,10 @@ async fn requeue_sends_the_original_payload_back_with_its_item_id() {
         )
         .await
         .unwrap();
-    assert_eq!(ids(&report, ItemOutcomeKind::Resolved), ["r1", "r2", "r3"]);
+    assert_eq!(
+        outcome_ids(&report, ItemOutcomeKind::Resolved),
+        ["r1", "r2", "r3"]
+    );
     assert_eq!(p.dlq_depth().await, 0);
     let output = p
         .clients
@@ -263,7 +264,7 @@ async fn continuation_token_resumes_where_it_stopped() {
     loop {
         runs += 1;
         let report = engine.run(&request, &*no_progress()).await.unwrap();
-        resolved.extend(ids(&report, ItemOutcomeKind::Resolved));
+        resolved.extend(outcome_ids(&report, ItemOutcomeKind::Resolved));
         assert!(report.selected <= 2);
         match report.continuation_token {
             Some(token) => request.continuation_token = Some(token),
@@ -340,7 +341,7 @@ async fn unrecorded_dlq_messages_become_records() {
         .await
         .unwrap();
     assert_eq!(report.adopted_from_dlq, 0);
-    assert!(ids(&report, ItemOutcomeKind::Resolved).contains(&"orphan".to_string()));
+    assert!(outcome_ids(&report, ItemOutcomeKind::Resolved).contains(&"orphan".to_string()));
     let orphan = p.store().get("orphan").await.unwrap().unwrap();
     assert_eq!(orphan.status, ItemStatus::Resolved);
     assert!(matches!(
@@ -422,7 +423,7 @@ async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
         .await
         .unwrap();
     let took = started.elapsed();
-    assert_eq!(ids(&report, ItemOutcomeKind::Resolved), ["s2"]);
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["s2"]);
     assert!(
         took < std::time::Duration::from_secs(10),
         "waited for a dead run's lease: {took:?}"
