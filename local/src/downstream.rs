@@ -10,6 +10,7 @@
 //! | `invalid` | 400 |
 //! | `forbidden` | 403 |
 //! | `slow` | 200 after `slow_delay` (longer than the worker's timeout) |
+//! | `huge_retry_after` | 429 with `Retry-After: 10000000000000000000` (a peer's absurd header) |
 //!
 //! `POST /control/fix` makes every later request succeed (the operator "fixed" the
 //! downstream); `GET /stats` returns request counts.
@@ -150,7 +151,7 @@ async fn answer(
         match scenario {
             "duplicate" => StatusCode::ALREADY_REPORTED,
             "flaky" if call <= config.flaky_failures => StatusCode::SERVICE_UNAVAILABLE,
-            "throttled" => StatusCode::TOO_MANY_REQUESTS,
+            "throttled" | "huge_retry_after" => StatusCode::TOO_MANY_REQUESTS,
             "invalid" => StatusCode::BAD_REQUEST,
             "forbidden" => StatusCode::FORBIDDEN,
             "slow" => {
@@ -175,5 +176,12 @@ async fn answer(
         StatusCode::SERVICE_UNAVAILABLE => "service temporarily unavailable",
         _ => "",
     };
-    text(status, body)
+    let mut response = text(status, body);
+    if scenario == "huge_retry_after" && status == StatusCode::TOO_MANY_REQUESTS {
+        response.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("10000000000000000000"),
+        );
+    }
+    response
 }

@@ -99,12 +99,27 @@ impl RuntimeApi {
         event: Bytes,
         timeout: Duration,
     ) -> Result<InvocationResult, InvokeError> {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let request_id = format!("00000000-0000-4000-8000-{n:012}");
         let now_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let deadline_ms = now_ms + u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let deadline_ms =
+            now_ms.saturating_add(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        self.invoke_with_deadline_header(event, deadline_ms, timeout)
+            .await
+    }
+
+    /// Invokes the function with `event` and exactly this `Lambda-Runtime-Deadline-Ms`
+    /// value (epoch milliseconds; e.g. the constant 600000 `cargo lambda watch` sends),
+    /// waiting `wait` (plus 5 s) for the answer.
+    pub async fn invoke_with_deadline_header(
+        &self,
+        event: Bytes,
+        deadline_ms: u64,
+        wait: Duration,
+    ) -> Result<InvocationResult, InvokeError> {
+        let timeout = wait;
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let request_id = format!("00000000-0000-4000-8000-{n:012}");
         let (reply, answer) = oneshot::channel();
         let pending = Pending {
             request_id,

@@ -10,6 +10,7 @@
 //! `skip_group_on_error`) only those of the failed message group (DESIGN §2.6).
 
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -295,6 +296,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     }
 
     /// Processes a batch. Fails as a whole only when a record has no message id.
+    ///
+    /// The answer comes by the deadline's hard stop in every case: attempts are cut at the
+    /// cut-off and the dead-letter writes at the hard stop; should anything else still be
+    /// running there, every record of the batch is reported for retry (SQS delivers them
+    /// again; none is lost, and the downstream's idempotency key covers the repeats).
     pub async fn process_batch(
         &self,
         event: SqsEvent,
@@ -308,16 +314,40 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 None => return Err(BatchError::MissingMessageId { index }),
             }
         }
+        let message_ids: Vec<String> = records.iter().map(|(id, _)| id.clone()).collect();
         let fifo = records
             .first()
             .and_then(|(_, m)| m.event_source_arn.as_deref())
             .is_some_and(is_fifo_arn);
-        let reports = if fifo {
-            self.process_fifo(records, &deadline, invocation).await
-        } else {
-            self.process_standard(records, &deadline, invocation).await
+        let work = async {
+            if fifo {
+                self.process_fifo(records, &deadline, invocation).await
+            } else {
+                self.process_standard(records, &deadline, invocation).await
+            }
         };
-        Ok(BatchReport { records: reports })
+        match tokio::time::timeout_at(deadline.hard_stop(), work).await {
+            Ok(reports) => Ok(BatchReport { records: reports }),
+            Err(_) => {
+                tracing::error!(
+                    records = message_ids.len(),
+                    "the batch was still running at the deadline's hard stop; every record is returned for retry"
+                );
+                Ok(BatchReport {
+                    records: message_ids
+                        .into_iter()
+                        .map(|message_id| RecordReport {
+                            item_id: message_id.clone(),
+                            message_id,
+                            attempts: 0,
+                            disposition: Disposition::NotStarted {
+                                reason: NotStartedReason::Deadline,
+                            },
+                        })
+                        .collect(),
+                })
+            }
+        }
     }
 
     async fn process_standard(
@@ -350,7 +380,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             }
         }
         if !candidates.is_empty() {
-            let results = self.sink.dead_letter(&candidates, invocation).await;
+            let results = self.dead_letter(&candidates, invocation, deadline).await;
             for (n, (candidate, (index, attempts))) in
                 candidates.iter().zip(candidate_slots).enumerate()
             {
@@ -386,8 +416,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                         // Dead-letter at once: a dead-lettered record has left its group's
                         // stream (as SQS's own redrive would move it), so the group goes on.
                         let results = self
-                            .sink
-                            .dead_letter(std::slice::from_ref(&*candidate), invocation)
+                            .dead_letter(std::slice::from_ref(&*candidate), invocation, deadline)
                             .await;
                         dead_letter_report(&candidate, attempts, results.first())
                     }
@@ -400,6 +429,31 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             reports.push(report);
         }
         reports
+    }
+
+    /// Hands candidates to the sink, bounded by the deadline's hard stop: writes still
+    /// running there are abandoned and their records returned for retry (every write is
+    /// idempotent, so the next delivery completes what was cut).
+    async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        invocation: &InvocationInfo,
+        deadline: &Deadline,
+    ) -> Vec<Result<(), ProcessError>> {
+        let writes = self.sink.dead_letter(candidates, invocation);
+        match tokio::time::timeout_at(deadline.hard_stop(), writes).await {
+            Ok(results) => results,
+            Err(_) => candidates
+                .iter()
+                .map(|_| {
+                    Err(ProcessError::new(
+                        ErrorClass::Timeout,
+                        "dead-letter writes cut at the deadline's hard stop",
+                    )
+                    .with_step("dead-letter"))
+                })
+                .collect(),
+        }
     }
 
     /// Parses and processes one record, retrying within the invocation.
@@ -419,10 +473,19 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
         let mut resolve_error = None;
         if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_deref()) {
-            match resolver.resolve(body).await {
-                Some(Ok(payload)) => msg.body = Some(payload),
-                Some(Err(error)) => resolve_error = Some(error),
-                None => {}
+            match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body)).await {
+                Ok(Some(Ok(payload))) => msg.body = Some(payload),
+                Ok(Some(Err(error))) => resolve_error = Some(error),
+                Ok(None) => {}
+                Err(_) => {
+                    resolve_error = Some(
+                        ProcessError::new(
+                            ErrorClass::Timeout,
+                            "fetching the payload was cut at the invocation's cut-off",
+                        )
+                        .with_step("fetch-payload"),
+                    )
+                }
             }
         }
         let item = match self.config.parser.parse(message_id, msg) {
@@ -451,7 +514,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             return self.settle_failure(item, error, stop, vec![failure], 0);
         }
         let run = run_with_retry(&self.config.retry, deadline, |_| {
-            self.processor.process(&item)
+            guard_panics(self.processor.process(&item))
         })
         .await;
         let attempts =
@@ -515,6 +578,32 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             receive_count >= max.saturating_sub(self.config.receive_budget_margin).max(1)
         })
     }
+}
+
+/// Runs one processor call so that a panic in it fails this record, not the process: the
+/// panic becomes an error of class `unknown` (not retried unless configured, so the record
+/// is dead-lettered with the panic's message) instead of unwinding through the batch.
+pub async fn guard_panics<T>(
+    call: impl Future<Output = Result<T, ProcessError>>,
+) -> Result<T, ProcessError> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(call).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(ProcessError::new(
+            ErrorClass::Unknown,
+            format!("the processor panicked: {}", panic_message(&*panic)),
+        )
+        .with_step("panic")),
+    }
+}
+
+/// The text of a panic's payload (`panic!` with a message gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// A failure found before the processor ran (bad body, unfetchable payload).

@@ -1,5 +1,11 @@
 //! In-invocation retries: exponential backoff with full jitter, a cap, a maximum number of
-//! attempts, and never a sleep that would end past the invocation's cut-off.
+//! attempts, and the invocation's deadline over all of it: no attempt or sleep starts past
+//! the cut-off, and an attempt still running at the cut-off is cut there (a `timeout`
+//! failure, retried in a later delivery).
+//!
+//! Written by hand rather than with a retry crate: the decisions hang on things such crates
+//! do not know (the error class, a callee's `Retry-After`, the Lambda deadline, and a
+//! history entry per attempt for the dead-letter record).
 //!
 //! Time comes from `tokio::time`, so tests run with a paused clock.
 
@@ -11,36 +17,69 @@ use tokio::time::Instant;
 
 use crate::error::ProcessError;
 
-/// The invocation's deadline and the safety margin kept before it (DESIGN §2.7).
+/// Lambda's longest function timeout: a deadline further away than this is not credible.
+pub const MAX_INVOCATION_TIME: Duration = Duration::from_secs(900);
+
+/// The budget used when the invocation's deadline is not credible (already past when the
+/// invocation arrives, as with the constant `Lambda-Runtime-Deadline-Ms: 600000` that
+/// `cargo lambda watch` sends).
+pub const FALLBACK_INVOCATION_TIME: Duration = Duration::from_secs(60);
+
+/// Most time kept after the dead-letter writes for posting the response.
+const RESPONSE_RESERVE: Duration = Duration::from_millis(250);
+
+/// The invocation's deadline, split in three (README "The deadline is respected"):
+///
+/// - until the **cut-off** (`deadline − margin`) records and attempts start, and attempts
+///   still running there are cut;
+/// - until the **hard stop** the dead-letter writes of what was cut or failed run (the
+///   margin less a small reserve);
+/// - the rest (at most 250 ms, half the margin when the margin is small) posts the response.
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
     cutoff: Instant,
+    hard_stop: Instant,
 }
 
 impl Deadline {
     /// A deadline at `at`, keeping `margin` free before it.
     pub fn new(at: Instant, margin: Duration) -> Self {
+        let reserve = RESPONSE_RESERVE.min(margin / 2);
+        let hard_stop = at.checked_sub(reserve).unwrap_or(at);
         Deadline {
-            cutoff: at.checked_sub(margin).unwrap_or(at),
+            cutoff: at.checked_sub(margin).unwrap_or(at).min(hard_stop),
+            hard_stop,
         }
     }
 
     /// The deadline `remaining` from now, with `margin` kept free.
     pub fn after(remaining: Duration, margin: Duration) -> Self {
-        Deadline::new(Instant::now() + remaining, margin)
+        let now = Instant::now();
+        // Any clock overflows somewhere: a year is far beyond any run this library makes.
+        let at = now
+            .checked_add(remaining.min(Duration::from_secs(365 * 86_400)))
+            .unwrap_or(now);
+        Deadline::new(at, margin)
     }
 
-    /// The Lambda context's wall-clock deadline, as a monotonic one.
+    /// The Lambda context's wall-clock deadline, as a monotonic one. A deadline that is not
+    /// credible is not obeyed blindly (see [`InvocationBudget`]).
     pub fn from_system_time(at: std::time::SystemTime, margin: Duration) -> Self {
-        let remaining = at
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        Deadline::after(remaining, margin)
+        Deadline::after(
+            InvocationBudget::of(at, std::time::SystemTime::now()).time(),
+            margin,
+        )
     }
 
-    /// The last instant at which new work may start.
+    /// The last instant at which new work may start; running attempts are cut here.
     pub fn cutoff(&self) -> Instant {
         self.cutoff
+    }
+
+    /// The instant by which the dead-letter writes must be done, so that the response is
+    /// posted before the deadline.
+    pub fn hard_stop(&self) -> Instant {
+        self.hard_stop
     }
 
     /// Time left before the cut-off (zero once passed).
@@ -51,6 +90,39 @@ impl Deadline {
     /// Whether new work may still start.
     pub fn can_start(&self) -> bool {
         Instant::now() < self.cutoff
+    }
+}
+
+/// How much time an invocation really has, from the deadline the Runtime API gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvocationBudget {
+    /// The deadline is in the future and within Lambda's longest timeout.
+    Credible(Duration),
+    /// The deadline had already passed when the invocation arrived: not a real Lambda
+    /// deadline; [`FALLBACK_INVOCATION_TIME`] is used instead.
+    AlreadyPast,
+    /// The deadline is further away than Lambda's longest timeout (15 minutes); capped.
+    TooFar,
+}
+
+impl InvocationBudget {
+    /// Judges a deadline against `now`.
+    pub fn of(deadline: std::time::SystemTime, now: std::time::SystemTime) -> Self {
+        match deadline.duration_since(now) {
+            Err(_) => InvocationBudget::AlreadyPast,
+            Ok(left) if left.is_zero() => InvocationBudget::AlreadyPast,
+            Ok(left) if left > MAX_INVOCATION_TIME => InvocationBudget::TooFar,
+            Ok(left) => InvocationBudget::Credible(left),
+        }
+    }
+
+    /// The time the invocation will be given.
+    pub fn time(self) -> Duration {
+        match self {
+            InvocationBudget::Credible(left) => left,
+            InvocationBudget::AlreadyPast => FALLBACK_INVOCATION_TIME,
+            InvocationBudget::TooFar => MAX_INVOCATION_TIME,
+        }
     }
 }
 
@@ -91,13 +163,18 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The largest delay after failed attempt number `attempt` (1-based): the exponential
+    /// delay, capped.
+    pub fn backoff_ceiling(&self, attempt: u32) -> Duration {
+        let exponent = attempt.saturating_sub(1).min(31);
+        self.base_delay
+            .saturating_mul(1u32 << exponent)
+            .min(self.max_delay)
+    }
+
     /// The delay after failed attempt number `attempt` (1-based), before any `Retry-After`.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let exponent = attempt.saturating_sub(1).min(31);
-        let ceiling = self
-            .base_delay
-            .saturating_mul(1u32 << exponent)
-            .min(self.max_delay);
+        let ceiling = self.backoff_ceiling(attempt);
         match self.jitter {
             Jitter::None => ceiling,
             Jitter::Full => {
@@ -107,6 +184,10 @@ impl RetryPolicy {
         }
     }
 }
+
+/// Longest `Retry-After` honoured: a callee asking for more (or sending a number that would
+/// overflow a clock) gets this; the deadline cuts the wait anyway.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(12 * 3600);
 
 /// One failed attempt, as history.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +223,8 @@ pub struct RetryRun<T> {
 }
 
 /// Runs `op` until it succeeds, fails permanently, runs out of attempts, or the next
-/// attempt would start after the deadline's cut-off.
+/// attempt would start after the deadline's cut-off. An attempt still running at the
+/// cut-off is cut there: it fails as a `timeout` (retryable: a later delivery tries again).
 pub async fn run_with_retry<T, F, Fut>(
     policy: &RetryPolicy,
     deadline: &Deadline,
@@ -157,14 +239,15 @@ where
     loop {
         let started_at = Utc::now();
         let started = Instant::now();
-        let error = match op(attempt).await {
-            Ok(value) => {
+        let (error, cut) = match tokio::time::timeout_at(deadline.cutoff(), op(attempt)).await {
+            Ok(Ok(value)) => {
                 return RetryRun {
                     result: Ok(value),
                     failures,
                 }
             }
-            Err(error) => error,
+            Ok(Err(error)) => (error, false),
+            Err(_) => (deadline_cut(started.elapsed()), true),
         };
         failures.push(AttemptFailure {
             attempt,
@@ -172,19 +255,25 @@ where
             duration: started.elapsed(),
             error: error.clone(),
         });
-        let stop = if !error.class.is_retryable(policy.retry_unknown) {
+        let stop = if cut {
+            Some(StopReason::Deadline)
+        } else if !error.class.is_retryable(policy.retry_unknown) {
             Some(StopReason::Permanent)
         } else if attempt >= policy.max_attempts {
             Some(StopReason::AttemptsExhausted)
         } else {
-            let delay = policy
-                .backoff(attempt)
-                .max(error.retry_after.unwrap_or(Duration::ZERO));
-            if Instant::now() + delay >= deadline.cutoff() {
-                Some(StopReason::Deadline)
-            } else {
-                tokio::time::sleep(delay).await;
-                None
+            let delay = policy.backoff(attempt).max(
+                error
+                    .retry_after
+                    .unwrap_or(Duration::ZERO)
+                    .min(MAX_RETRY_AFTER),
+            );
+            match Instant::now().checked_add(delay) {
+                Some(wake) if wake < deadline.cutoff() => {
+                    tokio::time::sleep_until(wake).await;
+                    None
+                }
+                _ => Some(StopReason::Deadline),
             }
         };
         if let Some(reason) = stop {
@@ -195,6 +284,30 @@ where
         }
         attempt += 1;
     }
+}
+
+/// The failure of an attempt cut at the invocation's cut-off.
+fn deadline_cut(ran: Duration) -> ProcessError {
+    ProcessError::new(
+        crate::error::ErrorClass::Timeout,
+        format!(
+            "attempt cut after {} ms: the invocation reached its cut-off (deadline less WORKER_DEADLINE_MARGIN_MS)",
+            ran.as_millis()
+        ),
+    )
+    .with_step("deadline")
+}
+
+/// The longest one record can take with `policy` when every attempt runs for its whole
+/// `attempt_timeout`: attempts × timeout plus the longest backoffs between them.
+pub fn worst_case_record_time(policy: &RetryPolicy, attempt_timeout: Duration) -> Duration {
+    let attempts = policy.max_attempts.max(1);
+    let sleeps: Duration = (1..attempts)
+        .map(|a| policy.backoff_ceiling(a))
+        .fold(Duration::ZERO, Duration::saturating_add);
+    attempt_timeout
+        .saturating_mul(attempts)
+        .saturating_add(sleeps)
 }
 
 #[cfg(test)]
@@ -316,6 +429,92 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_huge_retry_after_neither_panics_nor_sleeps_past_the_cutoff() {
+        let start = Instant::now();
+        let deadline = Deadline::after(Duration::from_secs(6), Duration::from_secs(2));
+        let run: RetryRun<()> = run_with_retry(&policy(3), &deadline, |_| async {
+            Err(ProcessError::new(ErrorClass::Throttled, "429")
+                .with_retry_after(Duration::from_secs(10_000_000_000_000_000_000)))
+        })
+        .await;
+        assert!(matches!(run.result, Err((_, StopReason::Deadline))));
+        assert_eq!(run.failures.len(), 1);
+        assert_eq!(start.elapsed(), Duration::ZERO, "no sleep past the cut-off");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_still_running_at_the_cutoff_is_cut_as_a_timeout() {
+        let start = Instant::now();
+        // Cut-off 4 s from now; the callee hangs for 10 s.
+        let deadline = Deadline::after(Duration::from_secs(6), Duration::from_secs(2));
+        let run: RetryRun<()> = run_with_retry(&policy(3), &deadline, |_| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            Ok(())
+        })
+        .await;
+        let Err((error, reason)) = run.result else {
+            panic!("a hanging attempt must not succeed");
+        };
+        assert_eq!(reason, StopReason::Deadline);
+        assert_eq!(error.class, ErrorClass::Timeout);
+        assert_eq!(error.step.as_deref(), Some("deadline"));
+        assert_eq!(run.failures.len(), 1);
+        assert_eq!(start.elapsed(), Duration::from_secs(4));
+        assert!(Instant::now() < deadline.hard_stop());
+    }
+
+    #[test]
+    fn the_margin_is_split_between_dead_letter_writes_and_the_response() {
+        let now = Instant::now();
+        let at = now + Duration::from_secs(30);
+        let d = Deadline::new(at, Duration::from_secs(2));
+        assert_eq!(d.cutoff(), at - Duration::from_secs(2));
+        assert_eq!(d.hard_stop(), at - Duration::from_millis(250));
+        let small = Deadline::new(at, Duration::from_millis(100));
+        assert_eq!(small.hard_stop(), at - Duration::from_millis(50));
+        assert_eq!(small.cutoff(), at - Duration::from_millis(100));
+        let none = Deadline::new(at, Duration::ZERO);
+        assert_eq!((none.cutoff(), none.hard_stop()), (at, at));
+    }
+
+    #[test]
+    fn a_deadline_that_is_not_credible_gets_a_fallback_budget() {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let now = SystemTime::now();
+        // What `cargo lambda watch` sends: Lambda-Runtime-Deadline-Ms: 600000 (1970).
+        let cargo_lambda = UNIX_EPOCH + Duration::from_millis(600_000);
+        assert_eq!(
+            InvocationBudget::of(cargo_lambda, now),
+            InvocationBudget::AlreadyPast
+        );
+        assert_eq!(
+            InvocationBudget::of(cargo_lambda, now).time(),
+            FALLBACK_INVOCATION_TIME
+        );
+        assert_eq!(
+            InvocationBudget::of(now + Duration::from_secs(30), now),
+            InvocationBudget::Credible(Duration::from_secs(30))
+        );
+        let far = now + Duration::from_secs(10 * 365 * 86_400);
+        assert_eq!(InvocationBudget::of(far, now), InvocationBudget::TooFar);
+        assert_eq!(InvocationBudget::of(far, now).time(), MAX_INVOCATION_TIME);
+    }
+
+    #[test]
+    fn worst_case_adds_every_attempt_and_the_longest_backoffs() {
+        let p = policy(3);
+        assert_eq!(
+            worst_case_record_time(&p, Duration::from_secs(10)),
+            Duration::from_millis(30_000 + 100 + 200)
+        );
+        let one = policy(1);
+        assert_eq!(
+            worst_case_record_time(&one, Duration::from_secs(10)),
+            Duration::from_secs(10)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn deadline_helpers() {
         let d = Deadline::after(Duration::from_secs(10), Duration::from_secs(4));
         assert!(d.can_start());
@@ -324,6 +523,10 @@ mod tests {
         assert!(!d.can_start());
         assert_eq!(d.remaining(), Duration::ZERO);
         let past = Deadline::from_system_time(std::time::SystemTime::UNIX_EPOCH, Duration::ZERO);
-        assert!(!past.can_start());
+        assert_eq!(
+            past.remaining(),
+            FALLBACK_INVOCATION_TIME,
+            "1970 is not believed"
+        );
     }
 }

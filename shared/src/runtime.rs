@@ -28,6 +28,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use aws_lambda_events::sqs::SqsBatchResponse;
+use futures::FutureExt;
 use lambda_runtime::tower::{Layer, Service};
 use lambda_runtime::{Diagnostic, LambdaEvent, LambdaInvocation};
 use serde::{Deserialize, Serialize};
@@ -118,9 +119,25 @@ where
         Box::pin(async move {
             // The body moves into the worker, which frees it once decoded.
             let body = std::mem::take(&mut invocation.body);
-            let outcome = match worker.handle_invocation(body, &invocation.context).await {
-                Ok(response) => HandlerOutcome::Response(response),
-                Err(error) => HandlerOutcome::Failed(error.into()),
+            // The batch runs here, ahead of the runtime's own panic guard: catch a panic so
+            // that it fails this invocation (SQS delivers the batch again) instead of
+            // ending the process and losing the sandbox. A processor's panic never gets
+            // this far: it fails only its record (`batch::guard_panics`).
+            let handled =
+                std::panic::AssertUnwindSafe(worker.handle_invocation(body, &invocation.context))
+                    .catch_unwind()
+                    .await;
+            let outcome = match handled {
+                Ok(Ok(response)) => HandlerOutcome::Response(response),
+                Ok(Err(error)) => HandlerOutcome::Failed(error.into()),
+                Err(panic) => {
+                    let message = crate::batch::panic_message(&*panic);
+                    tracing::error!(panic = %message, "the worker panicked; failing the whole invocation");
+                    HandlerOutcome::Failed(Diagnostic {
+                        error_type: "Panic".to_string(),
+                        error_message: format!("the worker panicked: {message}"),
+                    })
+                }
             };
             invocation.body = serde_json::to_vec(&outcome)?.into();
             inner.call(invocation).await

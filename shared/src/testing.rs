@@ -21,6 +21,8 @@ pub enum Step {
     Fail(ErrorClass),
     /// Sleep (on tokio's clock), then succeed.
     Sleep(Duration),
+    /// Panic, as a buggy processor would.
+    Panic,
 }
 
 /// A processor whose behaviour per item id is a script: call n does step n; calls past the
@@ -53,6 +55,8 @@ impl ScriptedProcessor {
 }
 
 impl Processor for ScriptedProcessor {
+    // `Step::Panic` panics on purpose: it stands for a buggy processor.
+    #[allow(clippy::panic)]
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
         let n = match self.calls.lock() {
             Ok(mut calls) => {
@@ -81,16 +85,20 @@ impl Processor for ScriptedProcessor {
                 tokio::time::sleep(d).await;
                 Ok(Outcome::Done)
             }
+            Step::Panic => {
+                std::panic::panic_any(format!("scripted panic on item {}", item.item_id))
+            }
         }
     }
 }
 
-/// A sink that keeps candidates in memory; it can be told to fail.
+/// A sink that keeps candidates in memory; it can be told to fail or to hang.
 #[derive(Debug, Default)]
 pub struct MemorySink {
     /// Every candidate it accepted.
     pub accepted: Mutex<Vec<DeadLetterCandidate>>,
     fail: bool,
+    delay: Option<Duration>,
 }
 
 impl MemorySink {
@@ -102,8 +110,17 @@ impl MemorySink {
     /// A sink that fails everything (a store outage).
     pub fn failing() -> Self {
         MemorySink {
-            accepted: Mutex::default(),
             fail: true,
+            ..Self::default()
+        }
+    }
+
+    /// A sink whose every write takes `delay` (on tokio's clock) before it succeeds: a
+    /// store that hangs.
+    pub fn slow(delay: Duration) -> Self {
+        MemorySink {
+            delay: Some(delay),
+            ..Self::default()
         }
     }
 
@@ -122,6 +139,9 @@ impl DeadLetterSink for MemorySink {
         candidates: &[DeadLetterCandidate],
         _invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
+        if let Some(delay) = self.delay {
+            tokio::time::sleep(delay).await;
+        }
         if self.fail {
             return candidates
                 .iter()

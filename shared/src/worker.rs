@@ -5,6 +5,7 @@
 //! dead-letter store is configured) the AWS clients. Credentials are resolved and
 //! connections opened lazily by the first call, then reused by every later invocation.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, No
 use crate::error::ProcessError;
 use crate::event::{decode_sqs_event, EventError};
 use crate::processor::{HttpDelivery, Processor};
-use crate::retry::Deadline;
+use crate::retry::{worst_case_record_time, Deadline, InvocationBudget};
 use crate::store::{DeadLetterStore, ExtendedClientResolver};
 
 /// Why the worker could not start.
@@ -62,6 +63,12 @@ pub struct Worker<P, S> {
     deadline_margin: Duration,
     base_invocation: InvocationInfo,
     emit_metrics: bool,
+    /// The longest one attempt may take (the processor's own timeout), when known: checked
+    /// once against the first invocation's time.
+    attempt_timeout: Option<Duration>,
+    /// Warnings given once per process.
+    warned_deadline: AtomicBool,
+    warned_fit: AtomicBool,
 }
 
 /// The worker the function binary runs: HTTP delivery into the configured store.
@@ -106,7 +113,8 @@ impl DefaultWorker {
         if let Some(resolver) = resolver {
             engine = engine.with_body_resolver(Arc::new(resolver));
         }
-        Ok(Worker::new(engine, config.deadline_margin))
+        Ok(Worker::new(engine, config.deadline_margin)
+            .with_attempt_timeout(config.delivery.timeout))
     }
 }
 
@@ -118,6 +126,9 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
             engine,
             deadline_margin,
             emit_metrics: true,
+            attempt_timeout: None,
+            warned_deadline: AtomicBool::new(false),
+            warned_fit: AtomicBool::new(false),
             base_invocation: InvocationInfo {
                 function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok(),
                 request_id: None,
@@ -132,6 +143,60 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     pub fn without_metrics(mut self) -> Self {
         self.emit_metrics = false;
         self
+    }
+
+    /// Declares the longest one attempt can take (the processor's request timeout), so the
+    /// first invocation can warn when a record's attempts and backoffs cannot fit the
+    /// function's timeout (they are then cut at the cut-off).
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = Some(timeout);
+        self
+    }
+
+    /// The deadline of one invocation, with one warning per process when the Runtime API's
+    /// deadline is not credible or when a record's worst case does not fit the time.
+    fn invocation_deadline(&self, at: std::time::SystemTime) -> Deadline {
+        let budget = InvocationBudget::of(at, std::time::SystemTime::now());
+        let once = |flag: &AtomicBool| !flag.swap(true, Ordering::Relaxed);
+        match budget {
+            InvocationBudget::AlreadyPast if once(&self.warned_deadline) => {
+                let ms = at
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis());
+                tracing::warn!(
+                    deadline_ms = %ms,
+                    fallback_secs = budget.time().as_secs(),
+                    "the invocation's deadline had already passed when it arrived (Lambda-Runtime-Deadline-Ms {ms}; \
+                     `cargo lambda watch` sends a constant 600000): not a real Lambda deadline, so this and later \
+                     such invocations get a fallback budget of {} s",
+                    budget.time().as_secs()
+                );
+            }
+            InvocationBudget::TooFar if once(&self.warned_deadline) => {
+                tracing::warn!(
+                    "the invocation's deadline is further away than Lambda's longest timeout (15 minutes); capped there"
+                );
+            }
+            _ => {}
+        }
+        if let Some(timeout) = self.attempt_timeout {
+            let worst = worst_case_record_time(&self.engine.config().retry, timeout);
+            let usable = budget.time().saturating_sub(self.deadline_margin);
+            if worst > usable && once(&self.warned_fit) {
+                tracing::warn!(
+                    worst_case_ms = u64::try_from(worst.as_millis()).unwrap_or(u64::MAX),
+                    usable_ms = u64::try_from(usable.as_millis()).unwrap_or(u64::MAX),
+                    "a record's attempts can take {:.1} s ({} attempts of up to {:.1} s plus backoff) but an invocation \
+                     has {:.1} s before its cut-off: attempts still running there are cut and the record retried later. \
+                     Lower WORKER_RETRY_MAX_ATTEMPTS or WORKER_DOWNSTREAM_TIMEOUT_MS, or raise the function timeout",
+                    worst.as_secs_f64(),
+                    self.engine.config().retry.max_attempts,
+                    timeout.as_secs_f64(),
+                    usable.as_secs_f64(),
+                );
+            }
+        }
+        Deadline::after(budget.time(), self.deadline_margin)
     }
 
     /// The engine, for callers that drive batches themselves.
@@ -191,7 +256,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         body: B,
         context: &lambda_runtime::Context,
     ) -> Result<SqsBatchResponse, InvocationError> {
-        let deadline = Deadline::from_system_time(context.deadline(), self.deadline_margin);
+        let deadline = self.invocation_deadline(context.deadline());
         let decoded = decode_sqs_event(body.as_ref());
         drop(body);
         let result = match decoded {

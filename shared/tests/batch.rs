@@ -453,12 +453,150 @@ async fn deadline_stops_new_records_and_reports_them() {
         .iter()
         .filter(|r| r.disposition == Disposition::Done)
         .count();
-    assert_eq!(done, 4, "started at t = 0, 1, 2, 3");
-    assert_eq!(failed_ids(&report), ["m-r4", "m-r5", "m-r6", "m-r7"]);
+    assert_eq!(done, 3, "started at t = 0, 1, 2 and done by the cut-off");
+    // r3 started at t = 3 s and was still running at the 3.5 s cut-off: cut, as a timeout.
+    assert_eq!(
+        report.records[3].disposition,
+        Disposition::RetryLater {
+            class: ErrorClass::Timeout
+        }
+    );
+    assert_eq!(
+        failed_ids(&report),
+        ["m-r3", "m-r4", "m-r5", "m-r6", "m-r7"]
+    );
     for id in &ids[4..] {
         assert_eq!(engine.processor().calls(id), 0, "{id} must not run");
     }
     assert_eq!(report.counts().not_started, 4);
+}
+
+/// The case that overran Lambda's deadline: 20 records, a downstream that takes 3.5 s,
+/// 6 s to the deadline, the default margin (2 s), attempts (3) and concurrency (10).
+#[tokio::test(start_paused = true)]
+async fn a_hanging_downstream_never_runs_the_batch_past_its_deadline() {
+    let mut processor = ScriptedProcessor::new();
+    let ids: Vec<String> = (0..20).map(|i| format!("h{i}")).collect();
+    for id in &ids {
+        processor = processor.script(id, vec![Step::Sleep(Duration::from_millis(3500))]);
+    }
+    let engine = BatchProcessor::new(
+        processor,
+        MemorySink::new(),
+        BatchConfig {
+            concurrency: 10,
+            ..config()
+        },
+    );
+    let start = tokio::time::Instant::now();
+    let deadline = Deadline::after(Duration::from_secs(6), Duration::from_secs(2));
+    let report = engine
+        .process_batch(
+            event(ids.iter().map(|id| record(id, 1)).collect()),
+            deadline,
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() <= Duration::from_millis(4000),
+        "answered {:?} after the start, past the 4 s cut-off",
+        start.elapsed()
+    );
+    let counts = report.counts();
+    assert_eq!(counts.done, 10, "the first ten finished at 3.5 s");
+    assert_eq!(counts.retry_later, 10, "the next ten were cut at 4 s");
+    assert_eq!(counts.by_class.get(&ErrorClass::Timeout), Some(&10));
+    assert_eq!(failed_ids(&report).len(), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cut_attempt_on_the_last_delivery_is_dead_lettered_within_the_margin() {
+    let processor =
+        ScriptedProcessor::new().script("last", vec![Step::Sleep(Duration::from_secs(60))]);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config());
+    let start = tokio::time::Instant::now();
+    let deadline = Deadline::after(Duration::from_secs(6), Duration::from_secs(2));
+    let report = engine
+        .process_batch(
+            event(vec![record("last", 5)]),
+            deadline,
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(4));
+    assert_eq!(
+        report.records[0].disposition,
+        Disposition::DeadLettered {
+            class: ErrorClass::Timeout,
+            reason: DeadLetterReason::ReceiveBudgetExhausted
+        }
+    );
+    assert_eq!(engine_sink(&engine).accepted_ids(), ["last"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dead_letter_writes_that_hang_are_cut_at_the_hard_stop_and_reported() {
+    let processor =
+        ScriptedProcessor::new().script("bad", vec![Step::Fail(ErrorClass::Validation)]);
+    let engine = BatchProcessor::new(
+        processor,
+        MemorySink::slow(Duration::from_secs(600)),
+        config(),
+    );
+    let start = tokio::time::Instant::now();
+    let deadline = Deadline::after(Duration::from_secs(6), Duration::from_secs(2));
+    let report = engine
+        .process_batch(
+            event(vec![record("bad", 1), record("good", 1)]),
+            deadline,
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(5750),
+        "the hard stop: deadline less 250 ms"
+    );
+    assert!(matches!(
+        report.records[0].disposition,
+        Disposition::DeadLetterFailed { .. }
+    ));
+    assert_eq!(report.records[1].disposition, Disposition::Done);
+    assert_eq!(failed_ids(&report), ["m-bad"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_processor_fails_only_its_record() {
+    let processor = ScriptedProcessor::new().script("boom", vec![Step::Panic]);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config());
+    let report = engine
+        .process_batch(
+            event(vec![record("boom", 1), record("fine", 1)]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        report.records[0].disposition,
+        Disposition::DeadLettered {
+            class: ErrorClass::Unknown,
+            reason: DeadLetterReason::Permanent
+        }
+    );
+    assert_eq!(report.records[1].disposition, Disposition::Done);
+    let accepted = engine_sink(&engine).accepted.lock().unwrap().clone();
+    assert!(
+        accepted[0]
+            .error
+            .message
+            .contains("scripted panic on item boom"),
+        "{}",
+        accepted[0].error.message
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -95,6 +95,143 @@ async fn binary_answers_a_batch_with_exact_partial_failures() {
     );
 }
 
+fn batch_response_ids(result: &InvocationResult) -> Vec<String> {
+    let InvocationResult::Response(body) = result else {
+        panic!("expected a batch response, got {result:?}");
+    };
+    let response: serde_json::Value = serde_json::from_slice(body).unwrap();
+    response["batchItemFailures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["itemIdentifier"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The case that overran Lambda's deadline with the default settings (10 s downstream
+/// timeout, 3 attempts, 2 s margin): 20 records, a downstream taking 3.5 s, a 6 s deadline.
+/// The answer must come before the deadline, with the delivered records acknowledged.
+#[tokio::test]
+async fn binary_answers_before_the_deadline_when_the_downstream_hangs() {
+    let downstream = Downstream::start(
+        0,
+        DownstreamConfig {
+            slow_delay: Duration::from_millis(3500),
+            ..DownstreamConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let env = vec![
+        ("WORKER_DOWNSTREAM_URL".to_string(), downstream.url()),
+        (
+            "WORKER_ITEM_ID_SOURCE".to_string(),
+            "pointer:/id".to_string(),
+        ),
+    ];
+    let log = std::env::temp_dir().join("worker-binary-hang.log");
+    let _process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    let records: Vec<serde_json::Value> = (0..20)
+        .map(|n| record(n, &format!(r#"{{"id":"h{n}","scenario":"slow"}}"#)))
+        .collect();
+    let event = serde_json::to_vec(&json!({ "Records": records })).unwrap();
+    // Let the process start before the clock of this invocation runs.
+    api.first_poll(Duration::from_secs(20)).await.unwrap();
+    let started = std::time::Instant::now();
+    let result = api
+        .invoke(event.into(), Duration::from_secs(6))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(6),
+        "answered after {took:?}, past the 6 s deadline"
+    );
+    let failed = batch_response_ids(&result);
+    // Ten ran at once and were delivered at 3.5 s; the other ten were cut at the 4 s
+    // cut-off and are returned for retry. None delivered is reported.
+    assert_eq!(downstream.delivered().len(), 10, "{failed:?}");
+    assert_eq!(failed.len(), 10, "{failed:?}");
+    for id in downstream.delivered() {
+        let n: u32 = id.trim_start_matches('h').parse().unwrap();
+        assert!(
+            !failed.contains(&format!("msg-{n}")),
+            "delivered {id} must be acknowledged"
+        );
+    }
+}
+
+/// `cargo lambda watch` sends `Lambda-Runtime-Deadline-Ms: 600000`, a time in 1970: the
+/// records are processed under a fallback budget, with one warning saying why.
+#[tokio::test]
+async fn binary_processes_records_under_cargo_lambdas_deadline_header() {
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .unwrap();
+    let (api, _process) = start(&downstream, "worker-binary-1970.log").await;
+    let event = json!({"Records": [record(1, r#"{"id":"a"}"#), record(2, r#"{"id":"b"}"#)]});
+    for _ in 0..2 {
+        let result = api
+            .invoke_with_deadline_header(
+                serde_json::to_vec(&event).unwrap().into(),
+                600_000,
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            result,
+            InvocationResult::Response(r#"{"batchItemFailures":[]}"#.into())
+        );
+    }
+    assert_eq!(downstream.delivered(), ["a", "b", "a", "b"]);
+    let log = std::fs::read_to_string(std::env::temp_dir().join("worker-binary-1970.log")).unwrap();
+    assert_eq!(
+        log.matches("had already passed when it arrived").count(),
+        1,
+        "one warning, naming the cause: {log}"
+    );
+}
+
+/// A peer's absurd `Retry-After` neither panics the process nor holds the batch.
+#[tokio::test]
+async fn binary_survives_an_overflowing_retry_after() {
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .unwrap();
+    let (api, mut process) = start(&downstream, "worker-binary-retry-after.log").await;
+    let event = json!({"Records": [
+        record(1, r#"{"id":"a","scenario":"huge_retry_after"}"#),
+        record(2, r#"{"id":"b"}"#),
+    ]});
+    let result = api
+        .invoke(
+            serde_json::to_vec(&event).unwrap().into(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(batch_response_ids(&result), ["msg-1"]);
+    assert!(
+        process.exited().is_none(),
+        "the worker process must survive"
+    );
+    let again = json!({"Records": [record(3, r#"{"id":"c"}"#)]});
+    let result = api
+        .invoke(
+            serde_json::to_vec(&again).unwrap().into(),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(batch_response_ids(&result), Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn binary_fails_the_invocation_for_a_record_without_message_id() {
     let downstream = Downstream::start(0, DownstreamConfig::default())
