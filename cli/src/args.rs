@@ -51,7 +51,7 @@ pub struct GlobalArgs {
 /// Record selection shared by list, analyze, export and purge.
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
-    /// Status: dead, redriving, resolved, or any.
+    /// Status: dead, redriving, requeued, resolved, or any.
     #[arg(long, default_value = "dead")]
     pub status: String,
     /// Only this error signature.
@@ -188,7 +188,7 @@ pub enum Command {
         /// Last attempt older than this (e.g. 30d, 12h).
         #[arg(long)]
         older_than: String,
-        /// Status: dead, redriving, resolved, or any.
+        /// Status: dead, redriving, requeued, resolved, or any.
         #[arg(long, default_value = "any")]
         status: String,
         /// Do not ask for confirmation.

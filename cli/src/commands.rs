@@ -60,7 +60,7 @@ fn parse_status(text: &str) -> Result<Option<ItemStatus>, CliError> {
     }
     ItemStatus::parse(text).map(Some).ok_or_else(|| {
         CliError::Usage(format!(
-            "status {text:?} is not one of dead, redriving, resolved, any"
+            "status {text:?} is not one of dead, redriving, requeued, resolved, any"
         ))
     })
 }
@@ -87,6 +87,7 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
         since: time(&args.since, "since")?,
         until: time(&args.until, "until")?,
         eligible_only: args.eligible,
+        lease_expired_before: None,
     })
 }
 
@@ -532,6 +533,8 @@ async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, C
                     ..Default::default()
                 },
                 source_queue_url: args.source_queue_url.clone(),
+                // A local run has no response size limit: the report lists every item.
+                report_items: usize::MAX,
                 ..RedriveSettings::default()
             };
             let engine = RedriveEngine::new(store, processor, settings);

@@ -520,17 +520,58 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let attempts =
             u32::try_from(run.failures.len()).unwrap_or(u32::MAX) + u32::from(run.result.is_ok());
         match run.result {
-            Ok(outcome) => Step::Final(RecordReport {
-                message_id: item.message_id,
-                item_id: item.item_id,
-                attempts,
-                disposition: match outcome {
+            Ok(outcome) => {
+                let mut disposition = match outcome {
                     Outcome::Done => Disposition::Done,
                     Outcome::Skipped { reason } => Disposition::Skipped { reason },
-                },
-            }),
+                };
+                if let Err(error) = self.finish_requeued(&item, deadline).await {
+                    // Processed, but its record still says requeued: returned for retry so
+                    // the record ends true (the downstream's idempotency key covers the
+                    // repeat).
+                    tracing::warn!(message_id = %item.message_id, item_id = %item.item_id, error = %error,
+                        "requeued item processed but its record could not be resolved; returned for retry");
+                    disposition = Disposition::RetryLater { class: error.class };
+                }
+                Step::Final(RecordReport {
+                    message_id: item.message_id,
+                    item_id: item.item_id,
+                    attempts,
+                    disposition,
+                })
+            }
             Err((error, stop)) => self.settle_failure(item, error, stop, run.failures, attempts),
         }
+    }
+
+    /// After a message a redrive requeued is processed, its record is resolved.
+    async fn finish_requeued(
+        &self,
+        item: &WorkItem,
+        deadline: &Deadline,
+    ) -> Result<(), ProcessError> {
+        let attribute = |name: &str| {
+            item.message_attributes
+                .get(name)
+                .and_then(|a| a.string_value.as_deref())
+        };
+        let (Some(_), Some(record_id)) = (
+            attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
+            attribute(crate::store::dlq::ITEM_ID_ATTRIBUTE),
+        ) else {
+            return Ok(());
+        };
+        let sha = crate::hex::sha256_hex(item.body.as_bytes());
+        let finish = self.sink.finish_requeued(record_id, &item.message_id, &sha);
+        tokio::time::timeout_at(deadline.hard_stop(), finish)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ProcessError::new(
+                    ErrorClass::Timeout,
+                    "resolving the requeued record was cut at the deadline",
+                )
+                .with_step("finish-requeued"))
+            })
     }
 
     /// Decides between dead-lettering a failed record and returning it for retry.
@@ -653,6 +694,14 @@ fn dead_letter_report(
                 class,
                 reason: candidate.reason,
             }
+        }
+        Some(Err(sink_error)) if crate::dead_letter::is_dead_lettering_elsewhere(sink_error) => {
+            tracing::info!(
+                message_id = %item.message_id,
+                item_id = %item.item_id,
+                "another delivery of this message is dead-lettering it; returned for retry"
+            );
+            Disposition::RetryLater { class }
         }
         Some(Err(sink_error)) => {
             tracing::error!(

@@ -101,6 +101,10 @@ pub struct DeadLetterCandidate {
     pub reason: DeadLetterReason,
 }
 
+/// Message attribute set on a message a redrive sent back to its source queue (the run's
+/// id): the worker, having finished it, marks the record resolved.
+pub const REQUEUED_BY_ATTRIBUTE: &str = "requeued_by";
+
 /// Lifecycle of a dead-lettered item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -109,29 +113,35 @@ pub enum ItemStatus {
     Dead,
     /// Leased by a redrive run.
     Redriving,
+    /// Sent back to its source queue by a redrive; resolved once the worker finishes that
+    /// message, set back to dead if the message returns to the DLQ.
+    Requeued,
     /// Reprocessed successfully; kept for audit until it expires.
     Resolved,
 }
 
 impl ItemStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [ItemStatus; 4] = [
+        ItemStatus::Dead,
+        ItemStatus::Redriving,
+        ItemStatus::Requeued,
+        ItemStatus::Resolved,
+    ];
+
     /// The status as stored.
     pub fn as_str(self) -> &'static str {
         match self {
             ItemStatus::Dead => "dead",
             ItemStatus::Redriving => "redriving",
+            ItemStatus::Requeued => "requeued",
             ItemStatus::Resolved => "resolved",
         }
     }
 
     /// Parses a stored status name.
     pub fn parse(name: &str) -> Option<ItemStatus> {
-        [
-            ItemStatus::Dead,
-            ItemStatus::Redriving,
-            ItemStatus::Resolved,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == name)
+        ItemStatus::ALL.into_iter().find(|s| s.as_str() == name)
     }
 }
 
@@ -274,7 +284,21 @@ pub struct DeadLetteredItem {
     /// When a redrive resolved it.
     #[serde(default, with = "crate::time_format::option")]
     pub resolved_at: Option<DateTime<Utc>>,
+    /// While a redrive holds it: when that run's lease expires (epoch seconds); a run that
+    /// dies leaves it, and the item is taken back once it has passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<i64>,
+    /// While requeued: the id of the message sent back to the source queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeued_message_id: Option<String>,
+    /// Source messages and payloads known processed (`msg:<id>`, `sha:<sha256>`, the latest
+    /// [`PROCESSED_LIMIT`]): a DLQ message is deleted only when it is one of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub processed: Vec<String>,
 }
+
+/// Most entries a record's `processed` list keeps.
+pub const PROCESSED_LIMIT: usize = 20;
 
 impl FailureDetail {
     /// History entry for one failed attempt of `item` in `invocation`.
@@ -396,8 +420,29 @@ impl DeadLetteredItem {
             status: ItemStatus::Dead,
             expires_at: now.checked_add_signed(retention).unwrap_or(now).timestamp(),
             resolved_at: None,
+            lease_expires_at: None,
+            requeued_message_id: None,
+            processed: Vec::new(),
         }
     }
+}
+
+/// The error a sink returns for a record whose source message another delivery is
+/// dead-lettering at this moment (SQS delivered it twice): that delivery sends the one DLQ
+/// message; this one is returned for retry, neither acknowledged nor sent again.
+pub fn dead_lettering_elsewhere() -> ProcessError {
+    ProcessError::new(
+        ErrorClass::Unknown,
+        "another delivery of this message is dead-lettering it; returned for retry",
+    )
+    .with_step(DEAD_LETTERING_ELSEWHERE)
+}
+
+const DEAD_LETTERING_ELSEWHERE: &str = "dead-letter-elsewhere";
+
+/// Whether a sink's error is [`dead_lettering_elsewhere`].
+pub fn is_dead_lettering_elsewhere(error: &ProcessError) -> bool {
+    error.step.as_deref() == Some(DEAD_LETTERING_ELSEWHERE)
 }
 
 /// Persists dead-lettered records. Returns one result per candidate, in input order; a
@@ -409,6 +454,19 @@ pub trait DeadLetterSink: Send + Sync {
         candidates: &[DeadLetterCandidate],
         invocation: &InvocationInfo,
     ) -> impl Future<Output = Vec<Result<(), ProcessError>>> + Send;
+
+    /// Marks the record `item_id` resolved after the worker finished `message_id`, a message
+    /// a redrive sent back to the source queue (it carries [`REQUEUED_BY_ATTRIBUTE`]) with
+    /// a payload of digest `payload_sha256`. An error returns the message for retry.
+    fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send {
+        let _ = (item_id, message_id, payload_sha256);
+        async { Ok(()) }
+    }
 }
 
 /// A sink that refuses everything: dead-letter candidates are returned to the queue (and

@@ -50,6 +50,21 @@ impl FromStr for ItemIdSource {
     }
 }
 
+/// Longest item id kept as it is. DynamoDB refuses keys over 2,048 bytes (on reads too), so
+/// one overlong id would fail every lookup that includes it; longer ids are replaced by
+/// [`bounded_item_id`].
+pub const MAX_ITEM_ID_BYTES: usize = 1024;
+
+/// `id`, or `sha256:<hex digest of id>` when it is longer than [`MAX_ITEM_ID_BYTES`]: stable
+/// (the same id always maps to the same key) and short.
+pub fn bounded_item_id(id: String) -> String {
+    if id.len() <= MAX_ITEM_ID_BYTES {
+        id
+    } else {
+        format!("sha256:{}", crate::hex::sha256_hex(id.as_bytes()))
+    }
+}
+
 /// What a valid body looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyFormat {
@@ -159,7 +174,7 @@ impl ItemParser {
         };
         match self.item_id_and_check(&item) {
             Ok(Some(id)) => {
-                item.item_id = id;
+                item.item_id = bounded_item_id(id);
                 Ok(item)
             }
             Ok(None) => Ok(item),

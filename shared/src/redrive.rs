@@ -35,7 +35,7 @@ use crate::processor::Processor;
 use crate::retry::{run_with_retry, Deadline, RetryPolicy};
 use crate::store::payload::{self, S3Pointer};
 use crate::store::query::{PageToken, RecordFilter};
-use crate::store::sweep::SweepOptions;
+use crate::store::sweep::{HeldMessage, SweepOptions};
 use crate::store::DeadLetterStore;
 
 /// How items are put back.
@@ -87,8 +87,11 @@ pub struct RedriveRequest {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ItemOutcomeKind {
-    /// Reprocessed or requeued; record resolved.
+    /// Reprocessed; record resolved.
     Resolved,
+    /// Sent back to the source queue; the record is `requeued` until the worker finishes
+    /// the message.
+    Requeued,
     /// Reprocessing failed again; history extended, still dead.
     FailedAgain,
     /// Not eligible (and no `force`).
@@ -128,6 +131,9 @@ pub struct RedriveReport {
     pub selected: usize,
     /// Resolved.
     pub succeeded: usize,
+    /// Sent back to the source queue (record `requeued`).
+    #[serde(default)]
+    pub requeued: usize,
     /// Failed again.
     pub failed_again: usize,
     /// Skipped as not eligible.
@@ -142,17 +148,23 @@ pub struct RedriveReport {
     pub adopted_from_dlq: usize,
     /// DLQ messages deleted (of resolved items).
     pub dlq_messages_deleted: usize,
-    /// Per item.
+    /// Per item: every item's outcome up to the engine's `report_items` (1,000 by default,
+    /// so the report fits Lambda's 6 MB response however many items a run touched); the
+    /// counts above are always complete.
     pub items: Vec<ItemOutcome>,
+    /// Outcomes counted above but left out of `items`.
+    #[serde(default)]
+    pub items_omitted: usize,
     /// Set when the run stopped early: pass it back to resume.
     pub continuation_token: Option<String>,
 }
 
 impl RedriveReport {
-    fn add(&mut self, outcome: ItemOutcome) {
+    fn add(&mut self, outcome: ItemOutcome, sample: usize) {
         self.selected += 1;
         match outcome.outcome {
             ItemOutcomeKind::Resolved => self.succeeded += 1,
+            ItemOutcomeKind::Requeued => self.requeued += 1,
             ItemOutcomeKind::FailedAgain => self.failed_again += 1,
             ItemOutcomeKind::SkippedIneligible => self.skipped_ineligible += 1,
             ItemOutcomeKind::LeasedElsewhere => self.leased_elsewhere += 1,
@@ -160,7 +172,11 @@ impl RedriveReport {
             ItemOutcomeKind::Error => self.errors += 1,
             ItemOutcomeKind::WouldRedrive => {}
         }
-        self.items.push(outcome);
+        if self.items.len() < sample {
+            self.items.push(outcome);
+        } else {
+            self.items_omitted += 1;
+        }
     }
 
     /// Whether anything failed (failed again, errors, unknown ids).
@@ -186,6 +202,13 @@ struct Continuation {
     next_index: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     after: Option<String>,
+    /// Which of the selection's queries the run was in (see [`Plan::filters`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    phase: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Continuation {
@@ -201,14 +224,36 @@ impl Continuation {
     }
 }
 
+/// Most seconds a run may be given (a day): a larger budget is a mistake, and would overflow
+/// the clock somewhere.
+pub const MAX_TIME_BUDGET_SECS: u64 = 86_400;
+/// Slowest and fastest pacing accepted, in items per second.
+pub const RATE_RANGE: std::ops::RangeInclusive<f64> = 0.001..=10_000.0;
+
 /// A validated request.
 struct Plan {
-    filter: RecordFilter,
+    /// The queries that select records, in order. By default (status `dead`) a second one
+    /// takes back items whose redrive died holding its lease (`redriving`, lease expired).
+    filters: Vec<RecordFilter>,
     ids: Vec<String>,
     parallelism: usize,
     interval: Option<Duration>,
     budget: Duration,
     continuation: Continuation,
+}
+
+impl Plan {
+    /// Whether a record fetched by id is one this selection takes (eligibility aside:
+    /// [`RedriveEngine`] reports an ineligible item as skipped, with the reason).
+    fn selects(&self, record: &DeadLetteredItem) -> bool {
+        self.filters.iter().any(|f| {
+            RecordFilter {
+                eligible_only: false,
+                ..f.clone()
+            }
+            .matches(record)
+        })
+    }
 }
 
 impl RedriveRequest {
@@ -253,12 +298,12 @@ impl RedriveRequest {
             )));
         }
         let interval = match self.rate {
-            Some(rate) if rate.is_finite() && rate > 0.0 => {
-                Some(Duration::from_secs_f64(1.0 / rate))
-            }
+            Some(rate) if RATE_RANGE.contains(&rate) => Some(Duration::from_secs_f64(1.0 / rate)),
             Some(rate) => {
                 return Err(invalid(format!(
-                    "rate {rate} must be a positive number of items per second"
+                    "rate {rate} is out of range: expected {} to {} items per second",
+                    RATE_RANGE.start(),
+                    RATE_RANGE.end()
                 )))
             }
             None => None,
@@ -266,10 +311,13 @@ impl RedriveRequest {
         if self.max_items == Some(0) {
             return Err(invalid("max_items must be at least 1".to_string()));
         }
-        let budget = Duration::from_secs(self.time_budget_secs.unwrap_or(600));
-        if budget.is_zero() {
-            return Err(invalid("time_budget_secs must be at least 1".to_string()));
+        let budget_secs = self.time_budget_secs.unwrap_or(600);
+        if !(1..=MAX_TIME_BUDGET_SECS).contains(&budget_secs) {
+            return Err(invalid(format!(
+                "time_budget_secs {budget_secs} is out of range: expected 1 to {MAX_TIME_BUDGET_SECS} (a day)"
+            )));
         }
+        let budget = Duration::from_secs(budget_secs);
         if self.item_ids.iter().any(|id| id.is_empty()) {
             return Err(invalid("item_ids must not contain empty ids".to_string()));
         }
@@ -279,15 +327,27 @@ impl RedriveRequest {
             .map(Continuation::decode)
             .transpose()?
             .unwrap_or_default();
+        let base = RecordFilter {
+            status: Some(self.status.unwrap_or(ItemStatus::Dead)),
+            signature: self.error_signature.clone(),
+            class: self.error_class,
+            since,
+            until,
+            // Ineligible records are not even read unless forced: counted against
+            // `max_items`, newer validation failures would starve older eligible items.
+            eligible_only: !self.force,
+            lease_expired_before: None,
+        };
+        let mut filters = vec![base.clone()];
+        if self.status.is_none() {
+            filters.push(RecordFilter {
+                status: Some(ItemStatus::Redriving),
+                lease_expired_before: Some(now.timestamp()),
+                ..base
+            });
+        }
         Ok(Plan {
-            filter: RecordFilter {
-                status: Some(self.status.unwrap_or(ItemStatus::Dead)),
-                signature: self.error_signature.clone(),
-                class: self.error_class,
-                since,
-                until,
-                eligible_only: false,
-            },
+            filters,
             // Each id once: a repeat would be leased twice in one transaction, which
             // DynamoDB refuses for the whole chunk.
             ids: {
@@ -319,6 +379,9 @@ pub struct RedriveSettings {
     pub keep_payloads: bool,
     /// How long a lease lasts if its run dies.
     pub lease_ttl: Duration,
+    /// Most item outcomes a report lists (the counts are always complete): the redrive
+    /// function's answer must fit Lambda's 6 MB response; the CLI lists them all.
+    pub report_items: usize,
 }
 
 impl Default for RedriveSettings {
@@ -329,13 +392,70 @@ impl Default for RedriveSettings {
             source_queue_url: None,
             keep_payloads: false,
             lease_ttl: Duration::from_secs(900),
+            report_items: 1000,
         }
     }
 }
 
 /// How long a run waits at its end for another run to finish redriving items whose DLQ
-/// messages this run holds (well inside the redrive function's 30 s deadline reserve).
+/// messages this run holds (within [`SETTLE_RESERVE`]).
 const SETTLE_WAIT: Duration = Duration::from_secs(15);
+
+/// Time kept at the end of a run with a deadline for settling the DLQ messages.
+pub const SETTLE_RESERVE: Duration = Duration::from_secs(20);
+
+/// Time kept after the items' cut-off for writing their outcomes (resolved, failed again).
+pub const OUTCOME_WRITE_SLICE: Duration = Duration::from_secs(5);
+
+/// Without a deadline (the CLI), how long items started within the budget may run on.
+pub const ITEM_GRACE: Duration = Duration::from_secs(60);
+
+/// The clock of one run: when it stops starting items, when running items are cut, when
+/// settling must be over; and the items it resolved (its DLQ messages are settled by them).
+struct RunContext {
+    run_id: String,
+    /// No item starts after this.
+    stop_at: Instant,
+    /// Attempts are cut at its cut-off; outcome writes end at its hard stop.
+    items: Deadline,
+    /// Settling the DLQ messages ends here.
+    settle_by: Instant,
+    resolved: Mutex<HashSet<String>>,
+}
+
+impl RunContext {
+    fn new(started: Instant, budget: Duration, deadline: Option<Instant>) -> RunContext {
+        let far = |d: Duration| started.checked_add(d).unwrap_or(started);
+        let (items_end, settle_by) = match deadline {
+            Some(deadline) => {
+                let settle_from = deadline.checked_sub(SETTLE_RESERVE).unwrap_or(started);
+                (settle_from, deadline)
+            }
+            None => {
+                let items_end = far(budget + ITEM_GRACE);
+                (items_end, items_end + SETTLE_RESERVE)
+            }
+        };
+        let items = Deadline::new(items_end, OUTCOME_WRITE_SLICE);
+        RunContext {
+            run_id: format!("redrive-{:016x}", fastrand::u64(..)),
+            stop_at: far(budget).min(items.cutoff()),
+            items,
+            settle_by,
+            resolved: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn note_resolved(&self, item_id: &str) {
+        if let Ok(mut resolved) = self.resolved.lock() {
+            resolved.insert(item_id.to_string());
+        }
+    }
+
+    fn resolved_ids(&self) -> HashSet<String> {
+        self.resolved.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
 
 /// How long the end-of-run sweep holds the messages it receives before they are settled.
 const FINAL_SWEEP_HOLD: Duration = Duration::from_secs(60);
@@ -367,23 +487,45 @@ impl<P: Processor> RedriveEngine<P> {
         &self.store
     }
 
+    /// The engine's settings, to adjust after building it.
+    pub fn settings_mut(&mut self) -> &mut RedriveSettings {
+        &mut self.settings
+    }
+
     /// Runs one redrive. `on_item` is called after each item (for progress display).
     pub async fn run(
         &self,
         request: &RedriveRequest,
         on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
     ) -> Result<RedriveReport, RedriveError> {
+        self.run_until(request, None, on_item).await
+    }
+
+    /// Runs one redrive that must be over by `deadline` (the redrive function passes its
+    /// invocation's deadline, less the time to answer). The run stops starting items at
+    /// the earlier of its time budget and the deadline less [`SETTLE_RESERVE`] and
+    /// [`OUTCOME_WRITE_SLICE`]; attempts still running there are cut (the item fails again,
+    /// as a timeout); the outcome writes get the next slice, and settling the DLQ messages
+    /// the last one. Without a deadline (the CLI) items in flight may finish for up to
+    /// [`ITEM_GRACE`] after the budget.
+    pub async fn run_until(
+        &self,
+        request: &RedriveRequest,
+        deadline: Option<Instant>,
+        on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
+    ) -> Result<RedriveReport, RedriveError> {
         let plan = request.plan()?;
         if request.mode == RedriveMode::Reprocess && self.processor.is_none() && !request.dry_run {
             return Err(RedriveError::InvalidRequest(
-                "mode reprocess needs the processor's configuration (WORKER_DOWNSTREAM_URL); use mode requeue or configure it".into(),
+                "mode reprocess needs the processor's configuration (WORKER_DOWNSTREAM_URL); use mode requeue, \
+                 --via-function <the redrive function>, or configure it"
+                    .into(),
             ));
         }
         let started = Instant::now();
-        let stop_at = started + plan.budget;
-        let run_id = format!("redrive-{:016x}", fastrand::u64(..));
+        let run = RunContext::new(started, plan.budget, deadline);
         let mut report = RedriveReport {
-            run_id: run_id.clone(),
+            run_id: run.run_id.clone(),
             mode: request.mode,
             dry_run: request.dry_run,
             ..RedriveReport::default()
@@ -391,29 +533,43 @@ impl<P: Processor> RedriveEngine<P> {
         // Hold the DLQ messages for the run (plus a margin), adopting unrecorded ones.
         let mut held = HashMap::new();
         if !request.dry_run {
+            let hold = run.settle_by.saturating_duration_since(started) + Duration::from_secs(60);
             let sweep = self
                 .store
                 .sweep_dlq(
-                    plan.budget + Duration::from_secs(120),
+                    hold,
                     &SweepOptions {
                         adopt: true,
                         delete_items: HashSet::new(),
                         parser: self.settings.parser.clone(),
+                        until: Some(run.stop_at),
                     },
                 )
                 .await
                 .map_err(RedriveError::Store)?;
             report.adopted_from_dlq = sweep.adopted;
             report.dlq_messages_deleted = sweep.deleted;
+            report.errors += sweep.errors.len();
+            for (item_id, error) in sweep.errors {
+                report.add(
+                    ItemOutcome {
+                        item_id,
+                        outcome: ItemOutcomeKind::Error,
+                        detail: Some(error),
+                    },
+                    self.settings.report_items,
+                );
+                report.selected -= 1;
+            }
             held = sweep.held;
         }
         let result = self
-            .select_and_redrive(request, &plan, &run_id, stop_at, &mut report, on_item)
+            .select_and_redrive(request, &plan, &run, &mut report, on_item)
             .await;
         // Settle the DLQ messages, even on error: delete those of what was resolved, give the
         // rest back.
         report.dlq_messages_deleted += self
-            .settle_dlq_messages(held, &report)
+            .settle_dlq_messages(held, &run)
             .await
             .map_err(RedriveError::Store)?;
         result?;
@@ -428,26 +584,13 @@ impl<P: Processor> RedriveEngine<P> {
     /// its own messages are still held, to delete those the other run has given back.
     async fn settle_dlq_messages(
         &self,
-        mut held: HashMap<String, Vec<String>>,
-        report: &RedriveReport,
+        mut held: HashMap<String, Vec<HeldMessage>>,
+        run: &RunContext,
     ) -> Result<usize, ProcessError> {
-        let resolved: HashSet<&str> = report
-            .items
-            .iter()
-            .filter(|o| o.outcome == ItemOutcomeKind::Resolved)
-            .map(|o| o.item_id.as_str())
-            .collect();
-        let resolved_unheld = resolved.iter().any(|id| !held.contains_key(*id));
-        let mut delete = Vec::new();
-        held.retain(|item_id, receipts| {
-            let mine = resolved.contains(item_id.as_str());
-            if mine {
-                delete.append(receipts);
-            }
-            !mine
-        });
-        let mut deleted = self.store.delete_dlq_messages(&delete).await?;
-        if resolved_unheld {
+        let resolved = run.resolved_ids();
+        let resolved_unheld = resolved.iter().any(|id| !held.contains_key(id));
+        let mut deleted = 0;
+        if resolved_unheld && Instant::now() < run.settle_by {
             let sweep = self
                 .store
                 .sweep_dlq(
@@ -456,23 +599,24 @@ impl<P: Processor> RedriveEngine<P> {
                         adopt: false,
                         delete_items: HashSet::new(),
                         parser: self.settings.parser.clone(),
+                        until: Some(run.settle_by),
                     },
                 )
                 .await?;
             deleted += sweep.deleted;
-            for (item_id, receipts) in sweep.held {
-                held.entry(item_id).or_default().extend(receipts);
+            for (item_id, messages) in sweep.held {
+                held.entry(item_id).or_default().extend(messages);
             }
         }
-        Ok(deleted + self.store.settle_held(held, SETTLE_WAIT).await?)
+        let wait = SETTLE_WAIT.min(run.settle_by.saturating_duration_since(Instant::now()));
+        Ok(deleted + self.store.settle_held(held, wait).await?)
     }
 
     async fn select_and_redrive(
         &self,
         request: &RedriveRequest,
         plan: &Plan,
-        run_id: &str,
-        stop_at: Instant,
+        run: &RunContext,
         report: &mut RedriveReport,
         on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
     ) -> Result<(), RedriveError> {
@@ -481,105 +625,135 @@ impl<P: Processor> RedriveEngine<P> {
             RedriveMode::Requeue => 10 * plan.parallelism,
         };
         let limit = request.max_items.unwrap_or(usize::MAX);
-        let mut handled = 0usize;
-        let out_of_time = || Instant::now() >= stop_at;
+        // Items taken (leased, or would be in a dry run): what `max_items` counts.
+        let mut taken = 0usize;
+        let out_of_time = || Instant::now() >= run.stop_at;
+        let record = |outcome: ItemOutcome, report: &mut RedriveReport| {
+            on_item(&outcome);
+            if outcome.outcome == ItemOutcomeKind::Resolved {
+                run.note_resolved(&outcome.item_id);
+            }
+            report.add(outcome, self.settings.report_items);
+        };
         if !plan.ids.is_empty() {
             let start = plan.continuation.next_index.unwrap_or(0);
             let mut index = start;
             for chunk in plan.ids[start.min(plan.ids.len())..].chunks(chunk_size) {
-                if handled >= limit || out_of_time() {
+                if taken >= limit || out_of_time() {
                     report.continuation_token = Some(
                         Continuation {
                             next_index: Some(index),
-                            after: None,
+                            ..Continuation::default()
                         }
                         .encode(),
                     );
                     return Ok(());
                 }
-                let chunk = &chunk[..chunk.len().min(limit - handled)];
+                let chunk = &chunk[..chunk.len().min(limit - taken)];
                 let mut records = Vec::new();
                 for id in chunk {
-                    match self.store.get(id).await.map_err(RedriveError::Store)? {
-                        Some(r) if plan.filter.matches(&r) => records.push(r),
-                        Some(r) => {
-                            let outcome = ItemOutcome {
+                    let found = match self.store.get(id).await {
+                        Ok(found) => found,
+                        Err(e) => {
+                            // One unreadable record (or an id DynamoDB refuses) is this
+                            // item's error, not the run's.
+                            record(
+                                ItemOutcome {
+                                    item_id: id.clone(),
+                                    outcome: ItemOutcomeKind::Error,
+                                    detail: Some(e.to_string()),
+                                },
+                                report,
+                            );
+                            continue;
+                        }
+                    };
+                    match found {
+                        Some(r) if plan.selects(&r) => records.push(r),
+                        Some(r) => record(
+                            ItemOutcome {
                                 item_id: id.clone(),
                                 outcome: ItemOutcomeKind::SkippedIneligible,
                                 detail: Some(format!("status is {}", r.status.as_str())),
-                            };
-                            on_item(&outcome);
-                            report.add(outcome);
-                        }
-                        None => {
-                            let outcome = ItemOutcome {
+                            },
+                            report,
+                        ),
+                        None => record(
+                            ItemOutcome {
                                 item_id: id.clone(),
                                 outcome: ItemOutcomeKind::NotFound,
                                 detail: Some("no record with this item id".into()),
-                            };
-                            on_item(&outcome);
-                            report.add(outcome);
-                        }
+                            },
+                            report,
+                        ),
                     }
                 }
-                for outcome in self
-                    .redrive_chunk(&records, request, plan, run_id, stop_at)
-                    .await
-                {
-                    on_item(&outcome);
-                    report.add(outcome);
+                for outcome in self.redrive_chunk(&records, request, plan, run).await {
+                    if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
+                        taken += 1;
+                    }
+                    record(outcome, report);
                 }
-                handled += chunk.len();
                 index += chunk.len();
             }
             return Ok(());
         }
+        let first_phase = plan.continuation.phase.min(plan.filters.len());
         let mut token = plan.continuation.after.clone().map(PageToken);
         let mut seen = HashSet::new();
-        loop {
-            let page = self
-                .store
-                .query_page(&plan.filter, 100, token.as_ref())
-                .await
-                .map_err(RedriveError::Store)?;
-            let fresh: Vec<DeadLetteredItem> = page
-                .records
-                .into_iter()
-                .filter(|r| seen.insert(r.item_id.clone()))
-                .collect();
-            for chunk in fresh.chunks(chunk_size) {
-                if handled >= limit || out_of_time() {
-                    report.continuation_token = token.as_ref().map(|t| {
-                        Continuation {
-                            next_index: None,
-                            after: Some(t.0.clone()),
-                        }
-                        .encode()
-                    });
-                    if report.continuation_token.is_none() {
-                        // Nothing handled yet in this run: resume from the start.
-                        report.continuation_token = Some(Continuation::default().encode());
-                    }
-                    return Ok(());
-                }
-                let chunk = &chunk[..chunk.len().min(limit - handled)];
-                for outcome in self
-                    .redrive_chunk(chunk, request, plan, run_id, stop_at)
+        for (phase, filter) in plan.filters.iter().enumerate().skip(first_phase) {
+            loop {
+                let page = self
+                    .store
+                    .query_page(filter, 100, token.as_ref())
                     .await
-                {
-                    on_item(&outcome);
-                    report.add(outcome);
+                    .map_err(RedriveError::Store)?;
+                for bad in &page.unreadable {
+                    record(
+                        ItemOutcome {
+                            item_id: bad.item_id.clone(),
+                            outcome: ItemOutcomeKind::Error,
+                            detail: Some(bad.error.clone()),
+                        },
+                        report,
+                    );
                 }
-                handled += chunk.len();
-                if let Some(last) = chunk.last() {
-                    token = Some(PageToken::after(last, &plan.filter));
+                let fresh: Vec<DeadLetteredItem> = page
+                    .records
+                    .into_iter()
+                    .filter(|r| seen.insert(r.item_id.clone()))
+                    .collect();
+                for chunk in fresh.chunks(chunk_size) {
+                    if taken >= limit || out_of_time() {
+                        report.continuation_token = Some(
+                            Continuation {
+                                next_index: None,
+                                after: token.as_ref().map(|t| t.0.clone()),
+                                phase,
+                            }
+                            .encode(),
+                        );
+                        return Ok(());
+                    }
+                    let chunk = &chunk[..chunk.len().min(limit - taken)];
+                    for outcome in self.redrive_chunk(chunk, request, plan, run).await {
+                        if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
+                            taken += 1;
+                        }
+                        record(outcome, report);
+                    }
+                    if let Some(last) = chunk.last() {
+                        token = Some(PageToken::after(last, filter));
+                    }
+                }
+                match page.next {
+                    Some(next) => token = Some(next),
+                    None => break,
                 }
             }
-            match page.next {
-                Some(next) => token = Some(next),
-                None => return Ok(()),
-            }
+            token = None;
         }
+        Ok(())
     }
 
     /// Redrives a chunk of selected records, honouring eligibility, rate and parallelism.
@@ -588,8 +762,7 @@ impl<P: Processor> RedriveEngine<P> {
         records: &[DeadLetteredItem],
         request: &RedriveRequest,
         plan: &Plan,
-        run_id: &str,
-        stop_at: Instant,
+        run: &RunContext,
     ) -> Vec<ItemOutcome> {
         let mut outcomes = Vec::new();
         let mut eligible = Vec::new();
@@ -625,16 +798,10 @@ impl<P: Processor> RedriveEngine<P> {
             // Pace starts: a chunk of n items takes at least n intervals.
             let pace = interval.saturating_mul(u32::try_from(eligible.len()).unwrap_or(u32::MAX));
             let next = Instant::now() + pace;
-            outcomes.extend(
-                self.redrive_eligible(&eligible, request, plan, run_id, stop_at)
-                    .await,
-            );
+            outcomes.extend(self.redrive_eligible(&eligible, request, plan, run).await);
             tokio::time::sleep_until(next).await;
         } else {
-            outcomes.extend(
-                self.redrive_eligible(&eligible, request, plan, run_id, stop_at)
-                    .await,
-            );
+            outcomes.extend(self.redrive_eligible(&eligible, request, plan, run).await);
         }
         outcomes
     }
@@ -644,22 +811,39 @@ impl<P: Processor> RedriveEngine<P> {
         records: &[&DeadLetteredItem],
         request: &RedriveRequest,
         plan: &Plan,
-        run_id: &str,
-        stop_at: Instant,
+        run: &RunContext,
     ) -> Vec<ItemOutcome> {
+        let run_id = run.run_id.as_str();
         match request.mode {
             RedriveMode::Requeue => self.requeue(records, run_id).await,
             RedriveMode::Reprocess => {
-                let deadline = Deadline::new(stop_at + Duration::from_secs(60), Duration::ZERO);
                 let work: Vec<_> = records
                     .iter()
-                    .map(|r| self.reprocess_one(r, run_id, deadline))
+                    .map(|r| self.reprocess_bounded(r, run))
                     .collect();
                 futures::stream::iter(work)
                     .buffered(plan.parallelism)
                     .collect()
                     .await
             }
+        }
+    }
+
+    /// Reprocesses one item within the run's deadline: its attempts are cut at the
+    /// deadline's cut-off and its outcome writes at the hard stop. A cut write leaves the
+    /// item leased; the lease expires and a later run takes the item back.
+    async fn reprocess_bounded(&self, record: &DeadLetteredItem, run: &RunContext) -> ItemOutcome {
+        let work = self.reprocess_one(record, &run.run_id, run.items);
+        match tokio::time::timeout_at(run.items.hard_stop(), work).await {
+            Ok(outcome) => outcome,
+            Err(_) => ItemOutcome {
+                item_id: record.item_id.clone(),
+                outcome: ItemOutcomeKind::Error,
+                detail: Some(format!(
+                    "cut at the run's deadline; a later run takes the item back when its lease expires (in {} s)",
+                    self.settings.lease_ttl.as_secs()
+                )),
+            },
         }
     }
 
@@ -699,11 +883,11 @@ impl<P: Processor> RedriveEngine<P> {
             }
         };
         let run = run_with_retry(&self.settings.retry, &deadline, |_| {
-            processor.process(&item)
+            crate::batch::guard_panics(processor.process(&item))
         })
         .await;
         match run.result {
-            Ok(_) => match self.store.resolve(&record.item_id, run_id).await {
+            Ok(_) => match self.store.resolve(record, run_id).await {
                 Ok(()) => {
                     self.drop_payload(record).await;
                     outcome(ItemOutcomeKind::Resolved, None)
@@ -856,8 +1040,8 @@ impl<P: Processor> RedriveEngine<P> {
             .acquire_leases(&ids, run_id, self.settings.lease_ttl)
             .await;
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; records.len()];
-        // (index, queue url, entry)
-        let mut entries: Vec<(usize, String, SendMessageBatchRequestEntry)> = Vec::new();
+        // (index, queue url, entry, size in bytes)
+        let mut entries: Vec<(usize, String, SendMessageBatchRequestEntry, usize)> = Vec::new();
         for (i, (record, lease)) in records.iter().zip(leases).enumerate() {
             let fail = |kind, detail| {
                 Some(ItemOutcome {
@@ -878,21 +1062,23 @@ impl<P: Processor> RedriveEngine<P> {
                 }
             }
             match self.requeue_entry(i, record, run_id).await {
-                Ok((url, entry)) => entries.push((i, url, entry)),
+                Ok((url, entry, size)) => entries.push((i, url, entry, size)),
                 Err(e) => {
                     let _ = self.store.release_lease(&record.item_id, run_id).await;
                     outcomes[i] = fail(ItemOutcomeKind::Error, Some(e.to_string()));
                 }
             }
         }
-        let mut by_queue: HashMap<String, Vec<(usize, SendMessageBatchRequestEntry)>> =
+        let mut by_queue: HashMap<String, Vec<(usize, SendMessageBatchRequestEntry, usize)>> =
             HashMap::new();
-        for (i, url, entry) in entries {
-            by_queue.entry(url).or_default().push((i, entry));
+        for (i, url, entry, size) in entries {
+            by_queue.entry(url).or_default().push((i, entry, size));
         }
-        let mut sent = Vec::new();
+        // (index, id of the message now in the source queue)
+        let mut sent: Vec<(usize, String)> = Vec::new();
         for (url, batch) in by_queue {
-            for chunk in batch.chunks(10) {
+            // SendMessageBatch takes 10 entries and 1 MiB at most.
+            for chunk in crate::store::dlq::batches_by_size(batch) {
                 let result = self
                     .store
                     .clients()
@@ -914,9 +1100,20 @@ impl<P: Processor> RedriveEngine<P> {
                                 )
                             })
                             .collect();
-                        for (i, _) in chunk {
-                            match failed.get(&i.to_string()) {
-                                Some(reason) => {
+                        let accepted: HashMap<&str, &str> = output
+                            .successful()
+                            .iter()
+                            .map(|s| (s.id(), s.message_id()))
+                            .collect();
+                        for (i, _) in &chunk {
+                            match (
+                                failed.get(&i.to_string()),
+                                accepted.get(i.to_string().as_str()),
+                            ) {
+                                (None, Some(message_id)) => {
+                                    sent.push((*i, (*message_id).to_string()))
+                                }
+                                (reason, _) => {
                                     let _ = self
                                         .store
                                         .release_lease(&records[*i].item_id, run_id)
@@ -925,17 +1122,17 @@ impl<P: Processor> RedriveEngine<P> {
                                         item_id: records[*i].item_id.clone(),
                                         outcome: ItemOutcomeKind::Error,
                                         detail: Some(format!(
-                                            "source queue rejected the message: {reason}"
+                                            "source queue rejected the message: {}",
+                                            reason.map_or("no result for it", String::as_str)
                                         )),
                                     });
                                 }
-                                None => sent.push(*i),
                             }
                         }
                     }
                     Err(e) => {
                         let error = ProcessError::from_sdk(&e).with_step("requeue");
-                        for (i, _) in chunk {
+                        for (i, _) in &chunk {
                             let _ = self.store.release_lease(&records[*i].item_id, run_id).await;
                             outcomes[*i] = Some(ItemOutcome {
                                 item_id: records[*i].item_id.clone(),
@@ -947,23 +1144,26 @@ impl<P: Processor> RedriveEngine<P> {
                 }
             }
         }
-        let sent_ids: Vec<String> = sent.iter().map(|i| records[*i].item_id.clone()).collect();
-        let resolved = self.store.resolve_many(&sent_ids, run_id).await;
-        for (i, result) in sent.iter().zip(resolved) {
-            outcomes[*i] = Some(match result {
-                Ok(()) => ItemOutcome {
-                    item_id: records[*i].item_id.clone(),
-                    outcome: ItemOutcomeKind::Resolved,
-                    detail: None,
+        // Requeued is not resolved: the record waits for the worker to finish the message.
+        for (i, message_id) in sent {
+            let record = records[i];
+            outcomes[i] = Some(
+                match self.store.mark_requeued(&record.item_id, run_id, &message_id).await {
+                    Ok(()) => ItemOutcome {
+                        item_id: record.item_id.clone(),
+                        outcome: ItemOutcomeKind::Requeued,
+                        detail: Some(format!("sent to the source queue as message {message_id}")),
+                    },
+                    Err(e) => ItemOutcome {
+                        item_id: record.item_id.clone(),
+                        outcome: ItemOutcomeKind::Error,
+                        detail: Some(format!(
+                            "requeued as message {message_id}, but the record could not be marked requeued \
+                             (its lease expires and a later run may send it again): {e}"
+                        )),
+                    },
                 },
-                Err(e) => ItemOutcome {
-                    item_id: records[*i].item_id.clone(),
-                    outcome: ItemOutcomeKind::Error,
-                    detail: Some(format!(
-                        "requeued, but the record could not be resolved: {e}"
-                    )),
-                },
-            });
+            );
         }
         outcomes.into_iter().flatten().collect()
     }
@@ -973,7 +1173,7 @@ impl<P: Processor> RedriveEngine<P> {
         index: usize,
         record: &DeadLetteredItem,
         run_id: &str,
-    ) -> Result<(String, SendMessageBatchRequestEntry), ProcessError> {
+    ) -> Result<(String, SendMessageBatchRequestEntry, usize), ProcessError> {
         let url = self.queue_url(record).await?;
         let body = match &record.payload.location {
             PayloadLocation::S3 { bucket, key }
@@ -987,15 +1187,22 @@ impl<P: Processor> RedriveEngine<P> {
             }
             _ => self.load_body(record).await?,
         };
+        let mut size = body.len();
         let mut builder = SendMessageBatchRequestEntry::builder()
             .id(index.to_string())
             .message_body(body);
+        // SQS takes 10 attributes; ours below take three.
         let mut attributes = 0;
         for (name, value) in &record.source.message_attributes {
-            // Binary attributes were kept by type name only; they cannot be restored.
-            if attributes == 9 || (value.starts_with('<') && value.ends_with('>')) {
+            // Our own attributes are set afresh below, never copied; binary attributes were
+            // kept by type name only and cannot be restored.
+            if attributes == 7
+                || crate::store::dlq::RESERVED_ATTRIBUTES.contains(&name.as_str())
+                || (value.starts_with('<') && value.ends_with('>'))
+            {
                 continue;
             }
+            size += name.len() + value.len() + 16;
             if let Ok(attr) = MessageAttributeValue::builder()
                 .data_type("String")
                 .string_value(value)
@@ -1005,12 +1212,25 @@ impl<P: Processor> RedriveEngine<P> {
                 attributes += 1;
             }
         }
-        if let Ok(attr) = MessageAttributeValue::builder()
-            .data_type("String")
-            .string_value(&record.item_id)
-            .build()
-        {
-            builder = builder.message_attributes(crate::store::dlq::ITEM_ID_ATTRIBUTE, attr);
+        for (name, value) in [
+            (
+                crate::store::dlq::ITEM_ID_ATTRIBUTE,
+                record.item_id.as_str(),
+            ),
+            (crate::dead_letter::REQUEUED_BY_ATTRIBUTE, run_id),
+            (
+                crate::store::dlq::PAYLOAD_SHA256_ATTRIBUTE,
+                record.payload.sha256.as_str(),
+            ),
+        ] {
+            size += name.len() + value.len() + 16;
+            if let Ok(attr) = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+            {
+                builder = builder.message_attributes(name, attr);
+            }
         }
         if url.ends_with(".fifo") {
             builder = builder
@@ -1028,7 +1248,7 @@ impl<P: Processor> RedriveEngine<P> {
         let entry = builder
             .build()
             .map_err(|e| ProcessError::validation(e.to_string()).with_step("requeue"))?;
-        Ok((url, entry))
+        Ok((url, entry, size))
     }
 }
 

@@ -34,8 +34,9 @@ pub const REDRIVE_ENV_VARS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Time kept free before the Lambda deadline for sweeping up and answering.
-const DEADLINE_RESERVE: Duration = Duration::from_secs(30);
+/// Time kept free before the Lambda deadline for answering: the engine keeps its own
+/// reserves before this (settling the DLQ messages, writing the items' outcomes).
+const ANSWER_RESERVE: Duration = Duration::from_secs(2);
 
 /// The engine behind the redrive function.
 pub struct RedriveFunction {
@@ -111,19 +112,32 @@ impl RedriveFunction {
     ) -> Result<RedriveReport, Diagnostic> {
         let text = event.payload.to_string();
         let mut request = RedriveRequest::from_json(&text).map_err(diagnostic)?;
-        let remaining = event
-            .context
-            .deadline()
-            .duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO)
-            .saturating_sub(DEADLINE_RESERVE)
+        // A deadline already past on arrival (as `cargo lambda watch` sends) gets the
+        // worker's fallback budget rather than none.
+        let budget = crate::retry::InvocationBudget::of(
+            event.context.deadline(),
+            std::time::SystemTime::now(),
+        )
+        .time();
+        let now = tokio::time::Instant::now();
+        let deadline = now + budget.saturating_sub(ANSWER_RESERVE);
+        let until_settling = budget
+            .saturating_sub(
+                ANSWER_RESERVE
+                    + crate::redrive::SETTLE_RESERVE
+                    + crate::redrive::OUTCOME_WRITE_SLICE,
+            )
             .as_secs()
             .max(1);
-        request.time_budget_secs =
-            Some(request.time_budget_secs.unwrap_or(remaining).min(remaining));
+        request.time_budget_secs = Some(
+            request
+                .time_budget_secs
+                .unwrap_or(until_settling)
+                .min(until_settling),
+        );
         let report = self
             .engine
-            .run(&request, &*no_progress())
+            .run_until(&request, Some(deadline), &*no_progress())
             .await
             .map_err(diagnostic)?;
         tracing::info!(

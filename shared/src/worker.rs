@@ -54,6 +54,20 @@ impl DeadLetterSink for ConfiguredSink {
             ConfiguredSink::Disabled(none) => none.dead_letter(candidates, invocation).await,
         }
     }
+
+    async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        match self {
+            ConfiguredSink::Store(store) => {
+                DeadLetterSink::finish_requeued(store, item_id, message_id, payload_sha256).await
+            }
+            ConfiguredSink::Disabled(_) => Ok(()),
+        }
+    }
 }
 
 /// A worker: the batch engine and the invocation-independent context.

@@ -1499,7 +1499,7 @@ async fn requeue_of_a_repeated_id_requeues_it_once_and_the_others_too() {
     )
     .await;
     assert_eq!(report.selected, 2, "{report:?}");
-    assert_eq!(report.succeeded, 2, "other and twice requeued: {report:?}");
+    assert_eq!(report.requeued, 2, "other and twice requeued: {report:?}");
     assert_eq!(depth, "2", "each requeued exactly once");
 }
 

@@ -275,8 +275,14 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
     let info = InvocationInfo::default();
     let first = candidate(3);
     assert!(store.dead_letter(std::slice::from_ref(&first), &info).await[0].is_ok());
-    // A crash after recording re-delivers the same delivery: recorded again, merged.
-    assert!(store.dead_letter(std::slice::from_ref(&first), &info).await[0].is_ok());
+    // The same delivery again (Lambda invoked the batch twice): nothing is appended, and
+    // no second DLQ message is sent; it is returned for retry, not acknowledged.
+    let again = store.dead_letter(std::slice::from_ref(&first), &info).await;
+    assert!(
+        sqs_worker::dead_letter::is_dead_lettering_elsewhere(again[0].as_ref().unwrap_err()),
+        "{again:?}"
+    );
+    assert_eq!(p.dlq_messages().await.len(), 1);
     let records = p.records().await;
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].failure_count, 2);

@@ -40,14 +40,16 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
         ..Default::default()
     })
     .await;
-    assert_eq!(all.selected, 4);
+    // Ineligible records are not even read without `force` (they would count against
+    // `max_items` and starve eligible ones).
+    assert_eq!(all.selected, 2);
     assert_eq!(
         outcome_ids(&all, ItemOutcomeKind::WouldRedrive),
         ["t1", "t2"]
     );
     assert_eq!(
         outcome_ids(&all, ItemOutcomeKind::SkippedIneligible),
-        ["f1", "v1"]
+        Vec::<String>::new()
     );
 
     let forced_validation = run(RedriveRequest {
@@ -103,7 +105,7 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
         ..Default::default()
     })
     .await;
-    assert_eq!(recent.selected, 4);
+    assert_eq!(recent.selected, 2, "the eligible ones");
 
     let mut after = p.records().await;
     let mut before = before;
@@ -206,7 +208,7 @@ async fn requeue_sends_the_original_payload_back_with_its_item_id() {
         .await
         .unwrap();
     assert_eq!(
-        outcome_ids(&report, ItemOutcomeKind::Resolved),
+        outcome_ids(&report, ItemOutcomeKind::Requeued),
         ["r1", "r2", "r3"]
     );
     assert_eq!(p.dlq_depth().await, 0);
@@ -243,7 +245,11 @@ async fn requeue_sends_the_original_payload_back_with_its_item_id() {
         ]
     );
     for r in p.records().await {
-        assert_eq!(r.status, ItemStatus::Resolved);
+        assert_eq!(
+            r.status,
+            ItemStatus::Requeued,
+            "until the worker finishes it"
+        );
     }
 }
 
@@ -430,4 +436,338 @@ async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
     );
     assert_eq!(report.dlq_messages_deleted, 1, "s2's message");
     assert_eq!(p.dlq_depth().await, 1, "s1's message is back in view");
+}
+
+/// Marks an item as a run that died while redriving it leaves it: redriving, lease expired.
+async fn leave_stale_lease(p: &Pipeline, item_id: &str) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use sqs_worker::store::lease::{LEASE_EXPIRES_AT, LEASE_OWNER};
+    let expired = chrono::Utc::now().timestamp() - 60;
+    p.clients
+        .dynamodb
+        .update_item()
+        .table_name(&p.resources.table)
+        .key("item_id", AttributeValue::S(item_id.into()))
+        .update_expression("SET #status = :redriving, #owner = :owner, #expires = :expires")
+        .expression_attribute_names("#status", "status")
+        .expression_attribute_names("#owner", LEASE_OWNER)
+        .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+        .expression_attribute_values(":redriving", AttributeValue::S("redriving".into()))
+        .expression_attribute_values(":owner", AttributeValue::S("redrive-gone".into()))
+        .expression_attribute_values(":expires", AttributeValue::N(expired.to_string()))
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_leases_are_taken_back_by_a_default_redrive() {
+    let p = dead_items("takeback", &[("k1", "throttled"), ("k2", "throttled")]).await;
+    p.downstream.fix();
+    leave_stale_lease(&p, "k1").await;
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome_ids(&report, ItemOutcomeKind::Resolved),
+        ["k1", "k2"]
+    );
+    assert_eq!(p.dlq_depth().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newer_ineligible_items_do_not_starve_older_eligible_ones() {
+    let p = dead_items("starve", &[("old", "throttled")]).await;
+    // Five newer validation failures (not eligible), dead-lettered after `old`.
+    let newer: Vec<String> = (0..5).map(|n| body(&format!("v{n}"), "invalid")).collect();
+    let refs: Vec<&str> = newer.iter().map(String::as_str).collect();
+    p.send(&refs).await;
+    p.drain().await;
+    p.downstream.fix();
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                max_items: Some(1),
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["old"]);
+    assert_eq!(
+        report.skipped_ineligible, 0,
+        "ineligible records are not read"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_lists_a_bounded_sample_and_complete_counts() {
+    let p = dead_items(
+        "sample",
+        &[
+            ("s1", "throttled"),
+            ("s2", "throttled"),
+            ("s3", "throttled"),
+        ],
+    )
+    .await;
+    p.downstream.fix();
+    let mut engine = p.redrive_engine();
+    engine.settings_mut().report_items = 2;
+    let report = engine
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!((report.selected, report.succeeded), (3, 3));
+    assert_eq!((report.items.len(), report.items_omitted), (2, 1));
+    assert_eq!(
+        p.dlq_depth().await,
+        0,
+        "settled by every resolved item, listed or not"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_is_not_resolve_until_the_worker_finishes_the_message() {
+    let p = dead_items("requeued", &[("q1", "throttled")]).await;
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Requeued), ["q1"]);
+    assert_eq!(
+        outcome_ids(&report, ItemOutcomeKind::Resolved),
+        Vec::<String>::new()
+    );
+    let record = p.store().get("q1").await.unwrap().unwrap();
+    assert_eq!(record.status, ItemStatus::Requeued);
+    let requeued_as = record.requeued_message_id.clone().unwrap();
+    assert_eq!(p.dlq_depth().await, 0, "moved back to the source queue");
+    // The downstream is fixed; the worker finishes the message.
+    p.downstream.fix();
+    p.drain().await;
+    let record = p.store().get("q1").await.unwrap().unwrap();
+    assert_eq!(record.status, ItemStatus::Resolved);
+    assert!(record.processed.contains(&format!("msg:{requeued_as}")));
+    assert_eq!(p.downstream.delivered(), ["q1"]);
+}
+
+/// The defect: a requeued message that exhausted its receives was moved to the DLQ by the
+/// queue's redrive policy, and the next sweep deleted it because its record said resolved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_message_that_returns_to_the_dlq_reopens_its_record_and_is_kept() {
+    let p = dead_items("requeue-back", &[("b1", "throttled")]).await;
+    p.redrive_engine()
+        .run(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    // The worker never finishes it (say, it crashes each time): receive it past the source
+    // queue's maxReceiveCount (1) so that SQS moves it to the DLQ, as on AWS.
+    let mut moved = false;
+    for _ in 0..20 {
+        let output = p
+            .clients
+            .sqs
+            .receive_message()
+            .queue_url(&p.resources.source_url)
+            .visibility_timeout(1)
+            .send()
+            .await
+            .unwrap();
+        if output.messages().is_empty() && p.dlq_depth().await == 1 {
+            moved = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    assert!(moved, "the source queue's redrive policy moves the message");
+    // A sweep (any redrive run) must keep the message and reopen the record.
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                dry_run: false,
+                item_ids: vec!["nothing-else".into()],
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.dlq_messages_deleted, 0);
+    assert_eq!(p.dlq_depth().await, 1, "the unprocessed message is kept");
+    let record = p.store().get("b1").await.unwrap().unwrap();
+    assert_eq!(record.status, ItemStatus::Dead, "reopened");
+    assert!(
+        record.last_error.contains("requeued message came back"),
+        "{}",
+        record.last_error
+    );
+    // Once the downstream works, a redrive resolves it and only then deletes the message.
+    p.downstream.fix();
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["b1"]);
+    assert_eq!(p.dlq_depth().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bodies_under_one_item_id_are_each_delivered_before_their_messages_go() {
+    let p = Pipeline::new(
+        "two-bodies",
+        Setup {
+            max_receive_count: 1,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let first = json!({"id": "same", "scenario": "throttled", "v": 1}).to_string();
+    let second = json!({"id": "same", "scenario": "throttled", "v": 2}).to_string();
+    p.send(&[&first]).await;
+    p.drain().await;
+    p.send(&[&second]).await;
+    p.drain().await;
+    assert_eq!(p.records().await.len(), 1);
+    assert_eq!(p.dlq_depth().await, 2, "one DLQ message per body");
+    p.downstream.fix();
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["same"]);
+    assert_eq!(
+        p.dlq_depth().await,
+        1,
+        "the message holding the body this run did not deliver is kept"
+    );
+    // The next run's sweep reopens the record with the body still in the DLQ and
+    // delivers it.
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["same"]);
+    assert_eq!(p.dlq_depth().await, 0);
+    assert_eq!(
+        p.downstream.delivered(),
+        ["same", "same"],
+        "both bodies delivered"
+    );
+}
+
+/// Sends one message to the DLQ with an `item_id` attribute, as this project's DLQ
+/// messages carry.
+async fn send_to_dlq_with_item_id(p: &Pipeline, body: &str, item_id: &str) {
+    use aws_sdk_sqs::types::MessageAttributeValue;
+    p.clients
+        .sqs
+        .send_message()
+        .queue_url(&p.resources.dlq_url)
+        .message_body(body)
+        .message_attributes(
+            "item_id",
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(item_id)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_message_is_tracked_under_its_item_id_and_delivered_once() {
+    let p = Pipeline::new("adopt-id", Setup::default()).await;
+    send_to_dlq_with_item_id(&p, &body("payload-id", "ok"), "ghost").await;
+    for _ in 0..3 {
+        p.redrive_engine()
+            .run(&RedriveRequest::default(), &*no_progress())
+            .await
+            .unwrap();
+    }
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].item_id, "ghost");
+    assert_eq!(records[0].status, ItemStatus::Resolved);
+    assert_eq!(p.dlq_depth().await, 0);
+    assert_eq!(
+        p.downstream.delivered(),
+        ["payload-id"],
+        "delivered once, not each run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
+    let p = Pipeline::new("adopt-ec", Setup::default()).await;
+    let payload = body("ec-payload", "ok");
+    p.clients
+        .s3
+        .put_object()
+        .bucket(&p.resources.bucket)
+        .key("producer/ec-1")
+        .body(payload.clone().into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let pointer = sqs_worker::store::payload::S3Pointer {
+        bucket: p.resources.bucket.clone(),
+        key: "producer/ec-1".into(),
+    }
+    .to_body();
+    p.send_to_dlq(&[&pointer]).await;
+    p.redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(
+        p.downstream.delivered(),
+        ["ec-payload"],
+        "the payload, not the pointer"
+    );
+    assert_eq!(p.dlq_depth().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overlong_item_id_in_the_dlq_does_not_block_the_sweep() {
+    let p = dead_items("poison", &[("fine", "throttled")]).await;
+    p.downstream.fix();
+    send_to_dlq_with_item_id(&p, &body("long", "ok"), &"x".repeat(3000)).await;
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(report.adopted_from_dlq, 1);
+    let resolved = outcome_ids(&report, ItemOutcomeKind::Resolved);
+    assert!(resolved.contains(&"fine".to_string()), "{resolved:?}");
+    assert!(
+        resolved.iter().any(|id| id.starts_with("sha256:")),
+        "the overlong id is tracked by its digest: {resolved:?}"
+    );
+    assert_eq!(p.dlq_depth().await, 0);
 }

@@ -103,8 +103,8 @@ async fn dlq_redrive_via_function() {
     for id in ["a", "b", "c"] {
         assert_eq!(
             p.store().get(id).await.unwrap().unwrap().status,
-            ItemStatus::Resolved,
-            "{id}"
+            ItemStatus::Requeued,
+            "{id}: requeued, resolved once the worker finishes it"
         );
     }
     assert_eq!(p.dlq_depth().await, 0);

@@ -173,6 +173,7 @@ async fn binary_processes_records_under_cargo_lambdas_deadline_header() {
     let downstream = Downstream::start(0, DownstreamConfig::default())
         .await
         .unwrap();
+    let _ = std::fs::remove_file(std::env::temp_dir().join("worker-binary-1970.log"));
     let (api, _process) = start(&downstream, "worker-binary-1970.log").await;
     let event = json!({"Records": [record(1, r#"{"id":"a"}"#), record(2, r#"{"id":"b"}"#)]});
     for _ in 0..2 {

@@ -18,6 +18,20 @@ pub const ERROR_CLASS_ATTRIBUTE: &str = "error_class";
 pub const ERROR_SIGNATURE_ATTRIBUTE: &str = "error_signature";
 /// Message attribute: the source message id.
 pub const SOURCE_MESSAGE_ID_ATTRIBUTE: &str = "source_message_id";
+/// Message attribute: sha256 of the payload the message holds (for an Extended Client
+/// pointer, of the payload it points to).
+pub const PAYLOAD_SHA256_ATTRIBUTE: &str = "payload_sha256";
+/// The attributes this project sets on messages it sends; never copied from a record's
+/// source attributes onto a message (a requeue would carry stale ones).
+pub const RESERVED_ATTRIBUTES: &[&str] = &[
+    ITEM_ID_ATTRIBUTE,
+    RECORD_TABLE_ATTRIBUTE,
+    ERROR_CLASS_ATTRIBUTE,
+    ERROR_SIGNATURE_ATTRIBUTE,
+    SOURCE_MESSAGE_ID_ATTRIBUTE,
+    PAYLOAD_SHA256_ATTRIBUTE,
+    crate::dead_letter::REQUEUED_BY_ATTRIBUTE,
+];
 
 /// SendMessageBatch limits.
 const MAX_ENTRIES: usize = 10;
@@ -61,6 +75,7 @@ fn entry(
             SOURCE_MESSAGE_ID_ATTRIBUTE,
             record.source.message_id.clone(),
         ),
+        (PAYLOAD_SHA256_ATTRIBUTE, record.payload.sha256.clone()),
     ];
     let mut builder = SendMessageBatchRequestEntry::builder().id(id.to_string());
     if matches!(record.payload.location, PayloadLocation::S3 { .. }) {
@@ -110,6 +125,26 @@ fn entry(
     Ok((entry, size))
 }
 
+/// Splits `(key, entry, size)` triples into `SendMessageBatch` calls: at most 10 entries
+/// and 1 MiB each (an entry bigger than that goes alone, and SQS says why it refuses it).
+pub fn batches_by_size<K, E>(entries: Vec<(K, E, usize)>) -> Vec<Vec<(K, E)>> {
+    let mut batches = Vec::new();
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    for (key, entry, size) in entries {
+        if !batch.is_empty() && (batch.len() == MAX_ENTRIES || bytes + size > MAX_BATCH_BYTES) {
+            batches.push(std::mem::take(&mut batch));
+            bytes = 0;
+        }
+        bytes += size;
+        batch.push((key, entry));
+    }
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    batches
+}
+
 /// Sends one DLQ message per record; one result per record, in order.
 pub async fn send(
     sqs: &aws_sdk_sqs::Client,
@@ -117,25 +152,15 @@ pub async fn send(
     records: &[&DeadLetteredItem],
 ) -> Vec<Result<(), ProcessError>> {
     let mut results: Vec<Result<(), ProcessError>> = Vec::with_capacity(records.len());
-    let mut chunk: Vec<(usize, SendMessageBatchRequestEntry)> = Vec::new();
-    let mut chunk_bytes = 0;
+    let mut entries = Vec::new();
     for (index, record) in records.iter().enumerate() {
         results.push(Ok(()));
         match entry(index, record, config) {
-            Ok((entry, size)) => {
-                if !chunk.is_empty()
-                    && (chunk.len() == MAX_ENTRIES || chunk_bytes + size > MAX_BATCH_BYTES)
-                {
-                    send_chunk(sqs, config, std::mem::take(&mut chunk), &mut results).await;
-                    chunk_bytes = 0;
-                }
-                chunk_bytes += size;
-                chunk.push((index, entry));
-            }
+            Ok((entry, size)) => entries.push((index, entry, size)),
             Err(e) => results[index] = Err(e),
         }
     }
-    if !chunk.is_empty() {
+    for chunk in batches_by_size(entries) {
         send_chunk(sqs, config, chunk, &mut results).await;
     }
     results

@@ -9,7 +9,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 
 use super::{schema, DeadLetterStore};
-use crate::dead_letter::{FailureDetail, ItemStatus};
+use crate::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus, PROCESSED_LIMIT};
 use crate::error::{ErrorClass, ProcessError};
 use crate::signature::error_signature;
 
@@ -20,6 +20,27 @@ pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
 
 /// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
 const TRANSACTION_ITEMS: usize = 100;
+
+/// The `processed` list after resolving `record`: its current source message and payload
+/// added, the latest [`PROCESSED_LIMIT`] kept.
+fn processed_after(record: &DeadLetteredItem) -> AttributeValue {
+    let mut processed = record.processed.clone();
+    for key in [
+        crate::store::sweep::processed_key_for_message(&record.source.message_id),
+        crate::store::sweep::processed_key_for_payload(&record.payload.sha256),
+    ] {
+        processed.retain(|k| *k != key);
+        processed.push(key);
+    }
+    let excess = processed.len().saturating_sub(PROCESSED_LIMIT);
+    AttributeValue::L(
+        processed
+            .into_iter()
+            .skip(excess)
+            .map(AttributeValue::S)
+            .collect(),
+    )
+}
 
 fn is_conditional_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(e: &E) -> bool {
     matches!(
@@ -149,22 +170,25 @@ impl DeadLetterStore {
         results
     }
 
+    /// `record` resolved by `owner`: its current payload (and source message) joins the
+    /// `processed` list, so that exactly the DLQ messages holding it are deleted.
     fn resolve_update(
         &self,
-        item_id: &str,
+        record: &DeadLetteredItem,
         owner: &str,
         now: DateTime<Utc>,
     ) -> Result<Update, ProcessError> {
         Update::builder()
             .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
             .update_expression(
-                "SET #status = :resolved, resolved_at = :now REMOVE #owner, #expires",
+                "SET #status = :resolved, resolved_at = :now, #processed = :processed REMOVE #owner, #expires",
             )
             .condition_expression("#owner = :owner")
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_names("#processed", schema::PROCESSED)
             .expression_attribute_values(
                 ":resolved",
                 AttributeValue::S(ItemStatus::Resolved.as_str().into()),
@@ -174,6 +198,7 @@ impl DeadLetterStore {
                 AttributeValue::S(crate::time_format::format(&now)),
             )
             .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .expression_attribute_values(":processed", processed_after(record))
             .build()
             .map_err(|e| ProcessError::validation(e.to_string()).with_step("resolve"))
     }
@@ -181,17 +206,17 @@ impl DeadLetterStore {
     /// Marks leased items resolved (one transaction per 100; item by item if refused).
     pub async fn resolve_many(
         &self,
-        item_ids: &[String],
+        records: &[&DeadLetteredItem],
         owner: &str,
     ) -> Vec<Result<(), ProcessError>> {
-        let mut results = Vec::with_capacity(item_ids.len());
-        for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
+        let mut results = Vec::with_capacity(records.len());
+        for chunk in records.chunks(TRANSACTION_ITEMS) {
             let now = Utc::now();
             let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
                 .iter()
-                .map(|id| {
+                .map(|r| {
                     Ok(TransactWriteItem::builder()
-                        .update(self.resolve_update(id, owner, now)?)
+                        .update(self.resolve_update(r, owner, now)?)
                         .build())
                 })
                 .collect();
@@ -209,8 +234,8 @@ impl DeadLetterStore {
             if batch {
                 results.extend(chunk.iter().map(|_| Ok(())));
             } else {
-                for id in chunk {
-                    results.push(self.resolve(id, owner).await);
+                for r in chunk {
+                    results.push(self.resolve(r, owner).await);
                 }
             }
         }
@@ -218,19 +243,111 @@ impl DeadLetterStore {
     }
 
     /// Marks one leased item resolved.
-    pub async fn resolve(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        let update = self.resolve_update(item_id, owner, Utc::now())?;
+    pub async fn resolve(
+        &self,
+        record: &DeadLetteredItem,
+        owner: &str,
+    ) -> Result<(), ProcessError> {
+        let update = self.resolve_update(record, owner, Utc::now())?;
         self.send_update(&update).await.map(|_| ()).map_err(|e| {
             if e.as_service_error().is_some_and(is_conditional_failure) {
                 ProcessError::new(
                     ErrorClass::Unknown,
-                    format!("lease on {item_id:?} was lost before resolving"),
+                    format!("lease on {:?} was lost before resolving", record.item_id),
                 )
             } else {
                 ProcessError::from_sdk(&e)
             }
             .with_step("resolve")
         })
+    }
+
+    /// Marks a leased item `requeued`: its payload went back to the source queue as message
+    /// `message_id`. It stays so until the worker finishes that message
+    /// ([`DeadLetterStore::finish_requeued`]) or the message returns to the DLQ.
+    pub async fn mark_requeued(
+        &self,
+        item_id: &str,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression(
+                "SET #status = :requeued, #requeued = :message REMOVE #owner, #expires",
+            )
+            .condition_expression("#owner = :owner")
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
+            .expression_attribute_names("#owner", LEASE_OWNER)
+            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_values(
+                ":requeued",
+                AttributeValue::S(ItemStatus::Requeued.as_str().into()),
+            )
+            .expression_attribute_values(":message", AttributeValue::S(message_id.to_string()))
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("mark-requeued"))
+    }
+
+    /// The worker finished `message_id`, the message a requeue sent for `item_id`: the record
+    /// is resolved, with that message and its payload listed as processed. A record that is
+    /// no longer waiting for this message (failed again meanwhile, or already resolved) is
+    /// left as it is.
+    pub async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        let keys = AttributeValue::L(vec![
+            AttributeValue::S(crate::store::sweep::processed_key_for_message(message_id)),
+            AttributeValue::S(crate::store::sweep::processed_key_for_payload(
+                payload_sha256,
+            )),
+        ]);
+        let result = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression(
+                "SET #status = :resolved, resolved_at = :now, \
+                 #processed = list_append(if_not_exists(#processed, :empty), :keys) REMOVE #requeued",
+            )
+            .condition_expression("#status = :requeued AND #requeued = :message")
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#processed", schema::PROCESSED)
+            .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
+            .expression_attribute_values(
+                ":resolved",
+                AttributeValue::S(ItemStatus::Resolved.as_str().into()),
+            )
+            .expression_attribute_values(
+                ":requeued",
+                AttributeValue::S(ItemStatus::Requeued.as_str().into()),
+            )
+            .expression_attribute_values(
+                ":now",
+                AttributeValue::S(crate::time_format::format(&Utc::now())),
+            )
+            .expression_attribute_values(":message", AttributeValue::S(message_id.to_string()))
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+            .expression_attribute_values(":keys", keys)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(()),
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("finish-requeued")),
+        }
     }
 
     /// Gives a lease back without changing anything else (status returns to dead).

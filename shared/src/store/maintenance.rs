@@ -97,11 +97,17 @@ impl DeadLetterStore {
                     adopt: false,
                     delete_items: ids,
                     parser: parser.clone(),
+                    until: None,
                 },
             )
             .await?;
         report.dlq_messages_deleted = sweep.deleted;
-        let held: Vec<String> = sweep.held.into_values().flatten().collect();
+        let held: Vec<String> = sweep
+            .held
+            .into_values()
+            .flatten()
+            .map(|m| m.receipt)
+            .collect();
         self.release_dlq_messages(&held).await?;
         Ok(report)
     }

@@ -31,8 +31,8 @@ use futures::StreamExt;
 use crate::aws::AwsClients;
 use crate::config::EnvReader;
 use crate::dead_letter::{
-    compact_history, needs_manual_review, DeadLetterCandidate, DeadLetterSink, DeadLetteredItem,
-    FailureDetail, InvocationInfo, PayloadLocation,
+    compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
+    DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
 use payload::S3Pointer;
@@ -172,18 +172,38 @@ impl DeadLetterStore {
 
     /// Upserts a record: new attempts are appended once, known ones are ignored.
     pub async fn record(&self, record: &DeadLetteredItem) -> Result<(), ProcessError> {
+        self.record_delivery(record, None).await.map(|_| ())
+    }
+
+    /// Upserts a record as [`DeadLetterStore::record`] does and, with `claim` (a source
+    /// message id), undertakes in the same conditional write to send that message's one DLQ
+    /// message. Returns whether this write holds the claim: `false` when another delivery of
+    /// the same message claimed it first (SQS delivers at least once), or when every attempt
+    /// was already recorded (the same delivery, invoked twice).
+    async fn record_delivery(
+        &self,
+        record: &DeadLetteredItem,
+        claim: Option<&str>,
+    ) -> Result<bool, ProcessError> {
         let mut pending: Vec<FailureDetail> = record.failure_history.clone();
-        // A conflict means another writer recorded some of these attempts; at most a few
-        // rounds are needed to converge.
+        let mut claim = claim;
+        // A conflict means another writer recorded some of these attempts (or claimed the
+        // message); at most a few rounds are needed to converge.
         for _ in 0..5 {
             if pending.is_empty() {
-                return Ok(());
+                return Ok(false);
             }
-            match self.try_record(record, &pending).await? {
-                Some(stored) => return self.after_append(stored).await,
+            match self.try_record(record, &pending, claim).await? {
+                Some(stored) => {
+                    self.after_append(stored).await?;
+                    return Ok(claim.is_some());
+                }
                 None => {
-                    let known = self.attempt_ids(&record.item_id).await?;
+                    let (known, claims) = self.attempt_ids_and_claims(&record.item_id).await?;
                     pending.retain(|f| !known.contains(&f.attempt_id));
+                    if claim.is_some_and(|c| claims.contains(c)) {
+                        claim = None;
+                    }
                 }
             }
         }
@@ -197,11 +217,13 @@ impl DeadLetterStore {
         .with_step("record"))
     }
 
-    /// One conditional update; `None` when a pending attempt was already recorded.
+    /// One conditional update; `None` when a pending attempt was already recorded (or the
+    /// claim was already taken).
     async fn try_record(
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
+        claim: Option<&str>,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let mut doc = schema::record_to_json(record)?;
         doc.remove(schema::ITEM_ID);
@@ -209,6 +231,8 @@ impl DeadLetterStore {
         doc.remove(schema::FAILURE_HISTORY);
         // Counted by compaction alone.
         doc.remove(schema::HISTORY_OMITTED);
+        // Accumulated by resolutions; a new failure does not forget them.
+        doc.remove(schema::PROCESSED);
         let first_attempt = doc.remove("first_attempt");
         // Set on creation; afterwards `settle_review_flag` decides on the whole history
         // (which may hold dropped attempts this write cannot see).
@@ -240,6 +264,9 @@ impl DeadLetterStore {
                 .expression_attribute_names("#first", "first_attempt")
                 .expression_attribute_values(":first", attr::to_attr(&first));
         }
+        // A new failure ends a requeue: the item is dead again.
+        let removes = " REMOVE #requeued";
+        request = request.expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID);
         sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
         let mut conditions = Vec::new();
         for (n, attempt) in pending.iter().enumerate() {
@@ -249,7 +276,19 @@ impl DeadLetterStore {
                 AttributeValue::S(attempt.attempt_id.clone()),
             );
         }
-        let update = format!("SET {} ADD #count :count, #ids :ids", sets.join(", "));
+        let mut adds = "#count :count, #ids :ids".to_string();
+        if let Some(claim) = claim {
+            conditions.push("NOT contains(#claims, :claim)".to_string());
+            adds.push_str(", #claims :claims");
+            request = request
+                .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+                .expression_attribute_values(":claim", AttributeValue::S(claim.to_string()))
+                .expression_attribute_values(
+                    ":claims",
+                    AttributeValue::Ss(vec![claim.to_string()]),
+                );
+        }
+        let update = format!("SET {}{removes} ADD {adds}", sets.join(", "));
         let result = request
             .update_expression(update)
             .condition_expression(conditions.join(" AND "))
@@ -283,6 +322,26 @@ impl DeadLetterStore {
         }
     }
 
+    /// Gives up the claim on a message's DLQ message (its send failed), so that the next
+    /// delivery of the message sends it.
+    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("DELETE #claims :claims")
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_values(
+                ":claims",
+                AttributeValue::Ss(vec![message_id.to_string()]),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("release-claim"))
+    }
+
     /// What follows a write that appended to a record's history (`stored` is the record as
     /// written): the review flag is settled on the whole history, then the history is
     /// compacted if it grew past the limit. Compaction is housekeeping: the record is
@@ -312,7 +371,14 @@ impl DeadLetterStore {
             .update_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
-            .update_expression("SET #hist = :kept ADD #omitted :dropped")
+            // The ids of dropped attempts go with them: `attempt_ids` would otherwise grow
+            // by one id per attempt for ever.
+            .update_expression("SET #hist = :kept, #ids = :kept_ids ADD #omitted :dropped")
+            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_values(
+                ":kept_ids",
+                AttributeValue::Ss(kept.iter().map(|f| f.attempt_id.clone()).collect()),
+            )
             .condition_expression("#count = :count")
             .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
             .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
@@ -363,28 +429,38 @@ impl DeadLetterStore {
             .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))
     }
 
-    async fn attempt_ids(&self, item_id: &str) -> Result<HashSet<String>, ProcessError> {
+    /// The recorded attempt ids and the claimed source message ids of a record.
+    async fn attempt_ids_and_claims(
+        &self,
+        item_id: &str,
+    ) -> Result<(HashSet<String>, HashSet<String>), ProcessError> {
         let output = self
             .clients
             .dynamodb
             .get_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .projection_expression("#ids")
+            .projection_expression("#ids, #claims")
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
             .consistent_read(true)
             .send()
             .await
             .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))?;
-        Ok(output
-            .item()
-            .and_then(|i| i.get(schema::ATTEMPT_IDS))
-            .and_then(|v| v.as_ss().ok())
-            .map(|ids| ids.iter().cloned().collect())
-            .unwrap_or_default())
+        let set = |name: &str| -> HashSet<String> {
+            output
+                .item()
+                .and_then(|i| i.get(name))
+                .and_then(|v| v.as_ss().ok())
+                .map(|ids| ids.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        Ok((set(schema::ATTEMPT_IDS), set(schema::DLQ_CLAIMS)))
     }
 
-    /// Steps 1 and 2 for one candidate: payload to S3 if large, then the record.
+    /// Steps 1 and 2 for one candidate: payload to S3 if large, then the record, claiming
+    /// the source message's DLQ message. A delivery that finds the claim taken (the same
+    /// message delivered twice) gets [`dead_lettering_elsewhere`]: it sends nothing.
     async fn persist(
         &self,
         candidate: &DeadLetterCandidate,
@@ -394,8 +470,14 @@ impl DeadLetterStore {
         let mut record =
             DeadLetteredItem::from_candidate(candidate, invocation, now, self.config.retention);
         self.offload_payload(&mut record).await?;
-        self.record(&record).await?;
-        Ok(record)
+        let claimed = self
+            .record_delivery(&record, Some(&record.source.message_id))
+            .await?;
+        if claimed {
+            Ok(record)
+        } else {
+            Err(dead_lettering_elsewhere())
+        }
     }
 
     /// Reads one record (strongly consistent).
@@ -415,6 +497,15 @@ impl DeadLetterStore {
 }
 
 impl DeadLetterSink for DeadLetterStore {
+    async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        DeadLetterStore::finish_requeued(self, item_id, message_id, payload_sha256).await
+    }
+
     async fn dead_letter(
         &self,
         candidates: &[DeadLetterCandidate],
@@ -433,9 +524,19 @@ impl DeadLetterSink for DeadLetterStore {
         // Step 3, batched, for the records that were persisted.
         let to_send: Vec<&DeadLetteredItem> =
             persisted.iter().filter_map(|r| r.as_ref().ok()).collect();
-        let mut sent = dlq::send(&self.clients.sqs, &self.config, &to_send)
-            .await
-            .into_iter();
+        let sent_results = dlq::send(&self.clients.sqs, &self.config, &to_send).await;
+        for (record, result) in to_send.iter().zip(&sent_results) {
+            if result.is_err() {
+                // The next delivery of this message must be free to send it.
+                if let Err(e) = self
+                    .release_claim(&record.item_id, &record.source.message_id)
+                    .await
+                {
+                    tracing::warn!(item_id = %record.item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
+                }
+            }
+        }
+        let mut sent = sent_results.into_iter();
         persisted
             .into_iter()
             .map(|result| match result {

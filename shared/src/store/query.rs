@@ -25,6 +25,9 @@ pub struct RecordFilter {
     pub until: Option<DateTime<Utc>>,
     /// Only `reprocess_eligible` records not requiring manual review.
     pub eligible_only: bool,
+    /// Only records whose redrive lease expired before this time (epoch seconds): items a
+    /// run that died left `redriving`.
+    pub lease_expired_before: Option<i64>,
 }
 
 impl RecordFilter {
@@ -39,6 +42,9 @@ impl RecordFilter {
             && self.since.is_none_or(|t| r.last_attempt >= t)
             && self.until.is_none_or(|t| r.last_attempt <= t)
             && (!self.eligible_only || (r.reprocess_eligible && !r.manual_review_required))
+            && self
+                .lease_expired_before
+                .is_none_or(|t| r.lease_expires_at.is_some_and(|e| e < t))
     }
 }
 
@@ -88,11 +94,23 @@ impl PageToken {
     }
 }
 
+/// A stored item that does not read as a record: reported, never fatal to a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// Its key (`?` when even that is missing).
+    pub item_id: String,
+    /// Why it does not read.
+    pub error: String,
+}
+
 /// One page of records.
 #[derive(Debug, Clone)]
 pub struct Page {
     /// Records, newest last attempt first when an index was used.
     pub records: Vec<DeadLetteredItem>,
+    /// Items on the page that do not read as records (one malformed record must not fail
+    /// every page it is on).
+    pub unreadable: Vec<Unreadable>,
     /// Where the next page starts; `None` at the end.
     pub next: Option<PageToken>,
 }
@@ -182,6 +200,17 @@ impl DeadLetterStore {
             );
             filters.push("#class = :class".to_string());
         }
+        if let Some(before) = filter.lease_expired_before {
+            names.insert(
+                "#lease_expires".to_string(),
+                super::lease::LEASE_EXPIRES_AT.to_string(),
+            );
+            values.insert(
+                ":lease_before".to_string(),
+                AttributeValue::N(before.to_string()),
+            );
+            filters.push("#lease_expires < :lease_before".to_string());
+        }
         if filter.eligible_only {
             names.insert("#elig".to_string(), "reprocess_eligible".to_string());
             names.insert("#review".to_string(), "manual_review_required".to_string());
@@ -229,12 +258,27 @@ impl DeadLetterStore {
                 (output.items.unwrap_or_default(), output.last_evaluated_key)
             }
         };
-        let records = items
-            .iter()
-            .map(schema::record_from_item)
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut records = Vec::with_capacity(items.len());
+        let mut unreadable = Vec::new();
+        for item in &items {
+            match schema::record_from_item(item) {
+                Ok(record) => records.push(record),
+                Err(error) => unreadable.push(Unreadable {
+                    item_id: item
+                        .get(schema::ITEM_ID)
+                        .and_then(|v| v.as_s().ok())
+                        .cloned()
+                        .unwrap_or_else(|| "?".to_string()),
+                    error: error.to_string(),
+                }),
+            }
+        }
+        for bad in &unreadable {
+            tracing::warn!(item_id = %bad.item_id, error = %bad.error, "skipping a stored item that is not a valid record");
+        }
         Ok(Page {
             records,
+            unreadable,
             next: last_key
                 .filter(|k| !k.is_empty())
                 .map(|k| PageToken::encode(&k)),

@@ -4,13 +4,15 @@
 //! | attribute | type | role |
 //! | --- | --- | --- |
 //! | `item_id` | S | partition key: one record per item, across redeliveries and redrives |
-//! | `status` | S | `dead` / `redriving` / `resolved`; partition key of `by-status` |
+//! | `status` | S | `dead` / `redriving` / `requeued` / `resolved`; partition key of `by-status` |
 //! | `last_attempt` | S | RFC 3339, millisecond, UTC (sorts in time order); sort key of both indexes |
 //! | `error_signature` | S | partition key of `by-signature` |
 //! | `expires_at` | N | epoch seconds; the table's TTL attribute |
 //! | `failure_history` | L of M | one map per failed attempt, oldest first; at most `history_limit` (the first and the latest) |
 //! | `history_omitted` | N | attempts counted in `failure_count` but dropped from the history |
 //! | `attempt_ids` | SS | ids of recorded attempts: makes recording idempotent |
+//! | `dlq_claims` | SS | source message ids whose DLQ message was undertaken (one per message) |
+//! | `processed` | L of S | `msg:<source message id>` / `sha:<payload sha256>` known processed |
 //! | everything else | | the fields of [`DeadLetteredItem`], as native types |
 //!
 //! Both indexes project all attributes, so `list` and `analyze` need no extra reads.
@@ -45,6 +47,13 @@ pub const HISTORY_OMITTED: &str = "history_omitted";
 pub const MANUAL_REVIEW_REQUIRED: &str = "manual_review_required";
 /// Ids of recorded attempts.
 pub const ATTEMPT_IDS: &str = "attempt_ids";
+/// Source message ids whose DLQ message a delivery has undertaken to send (SS): a second
+/// delivery of the same message sends none.
+pub const DLQ_CLAIMS: &str = "dlq_claims";
+/// Source messages and payloads known processed (L of S).
+pub const PROCESSED: &str = "processed";
+/// While requeued: the message sent back to the source queue.
+pub const REQUEUED_MESSAGE_ID: &str = "requeued_message_id";
 /// Index listing records by status and time.
 pub const BY_STATUS_INDEX: &str = "by-status";
 /// Index listing records by error signature and time.
@@ -146,6 +155,7 @@ pub fn record_from_item(
 ) -> Result<DeadLetteredItem, ProcessError> {
     let mut map = super::attr::from_attr_map(item);
     map.remove(ATTEMPT_IDS);
+    map.remove(DLQ_CLAIMS);
     let id = map
         .get(ITEM_ID)
         .and_then(|v| v.as_str())
