@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub enum ErrorClass {
     /// The callee asked us to slow down (HTTP 429, AWS throttling codes).
     Throttled,
-    /// The callee failed on its side (HTTP 500/502/503/504).
+    /// The callee failed on its side (HTTP 5xx but 501 and 505).
     ServerError,
     /// No answer in time (client timeouts, HTTP 408).
     Timeout,
