@@ -429,3 +429,116 @@ async fn call_counter_counts_and_times_each_operation() {
     counter.reset();
     assert_eq!(counter.total(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
+    use aws_sdk_sqs::types::MessageSystemAttributeName as S;
+    use sqs_worker::redrive::{no_progress, ItemOutcomeKind, RedriveMode, RedriveRequest};
+    use sqs_worker::store::dlq::fifo_group_id;
+
+    let p = Pipeline::new(
+        "fifonogroup",
+        Setup {
+            fifo: true,
+            ..Setup::default()
+        },
+    )
+    .await;
+    // Lambda always sends a group id for a FIFO source; a hand-built event (a test, a
+    // replay tool) may not, or may send an empty one. The item ids: one SQS accepts as a
+    // group id, one it does not (a space, a non-ASCII letter).
+    let record = |message_id: &str, id: &str, group: Option<&str>| {
+        let mut attributes =
+            json!({"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"});
+        if let Some(group) = group {
+            attributes["MessageGroupId"] = json!(group);
+        }
+        json!({
+            "messageId": message_id,
+            "body": body(id, "invalid"),
+            "attributes": attributes,
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": p.resources.source_arn,
+        })
+    };
+    let event: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(json!({"Records": [
+        record("m-1", "odd id/ü", None),
+        record("m-2", "plain-1", Some("")),
+    ]}))
+    .unwrap();
+    let report = p
+        .invoker
+        .worker
+        .run(
+            event,
+            sqs_worker::retry::Deadline::after(
+                std::time::Duration::from_secs(30),
+                std::time::Duration::ZERO,
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "both acknowledged as dead-lettered: {report:?}"
+    );
+    assert_eq!(report.counts().dead_lettered, 2, "{report:?}");
+
+    let hashed = fifo_group_id(None, "odd id/ü");
+    assert!(hashed.starts_with("item-"), "{hashed}");
+    let groups = |queue_url: String| {
+        let sqs = p.clients.sqs.clone();
+        async move {
+            let output = sqs
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(0)
+                .message_system_attribute_names(S::MessageGroupId)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .unwrap();
+            let mut seen: Vec<(String, String)> = output
+                .messages()
+                .iter()
+                .map(|m| {
+                    (
+                        attr(m, "item_id").unwrap().to_string(),
+                        m.attributes().unwrap()[&S::MessageGroupId].clone(),
+                    )
+                })
+                .collect();
+            seen.sort();
+            seen
+        }
+    };
+    let expected = [
+        ("odd id/ü".to_string(), hashed.clone()),
+        ("plain-1".to_string(), "plain-1".to_string()),
+    ];
+    assert_eq!(groups(p.resources.dlq_url.clone()).await, expected);
+    assert_eq!(p.records().await.len(), 2);
+
+    // Requeued to the FIFO source, they get the same valid groups.
+    let redrive = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                force: true,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        e2e::outcome_ids(&redrive, ItemOutcomeKind::Resolved),
+        ["odd id/ü", "plain-1"],
+        "{redrive:?}"
+    );
+    assert_eq!(groups(p.resources.source_url.clone()).await, expected);
+}
