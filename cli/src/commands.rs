@@ -328,6 +328,9 @@ async fn inspect(
         for cause in &f.causes {
             text.push_str(&format!("      caused by: {}\n", safe_lines(cause)));
         }
+        if let Some(excerpt) = &f.response_excerpt {
+            text.push_str(&format!("      response: {}\n", safe_lines(excerpt)));
+        }
     }
     write!(out, "{text}").map_err(write_err)?;
     Ok(Completion::Ok)

@@ -89,6 +89,12 @@ async fn read_commands() {
     assert!(out.contains("throttled"), "{out}");
     assert!(out.contains("history:"), "{out}");
     assert!(out.contains("delivery 1 attempt 1"), "{out}");
+    let (code, out, _) = dlq.run(&["inspect", "v1"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("      response: field 'amount' must be a positive number\n"),
+        "{out}"
+    );
 
     let (code, out, _) = dlq.run(&["inspect", "t1", "--json"]);
     assert_eq!(code, 0);

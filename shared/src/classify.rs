@@ -201,7 +201,7 @@ impl ProcessError {
         // the raw response, far too much for a record or a signature.
         let mut error = ProcessError::new(classify_sdk_error(err), display_chain(err));
         if let Some(code) = err.code() {
-            error.code = Some(code.to_string());
+            error.code = Some(code.into());
         }
         if let Some(raw) = err.raw_response() {
             error.status = Some(raw.status().as_u16());
@@ -597,14 +597,10 @@ mod tests {
         assert_eq!(
             seen,
             [
-                (
-                    ErrorClass::NotFound,
-                    Some("NoSuchKey".to_string()),
-                    Some(404)
-                ),
+                (ErrorClass::NotFound, Some("NoSuchKey".into()), Some(404)),
                 (
                     ErrorClass::Permission,
-                    Some("AccessDenied".to_string()),
+                    Some("AccessDenied".into()),
                     Some(403)
                 ),
             ]

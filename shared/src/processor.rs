@@ -42,7 +42,7 @@ pub struct HttpDeliveryConfig {
     pub content_type: String,
 }
 
-/// Most of a downstream error body kept in the error message: enough to explain, not a dump.
+/// Most of a downstream error body kept as the error's detail: enough to explain, not a dump.
 const ERROR_BODY_LIMIT: usize = 256;
 
 /// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
@@ -120,14 +120,17 @@ impl Processor for HttpDelivery {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let text = response.text().await.unwrap_or_default();
-        let mut message = format!("downstream answered {status}");
         let excerpt: String = text.trim().chars().take(ERROR_BODY_LIMIT).collect();
+        // The response goes to the record's history, not into the message: messages are
+        // logged, and a downstream's error body may echo the item's data.
+        let mut error = ProcessError::from_http_status(
+            status.as_u16(),
+            format!("downstream answered {status}"),
+        )
+        .with_step("deliver");
         if !excerpt.is_empty() {
-            message.push_str(": ");
-            message.push_str(&excerpt);
+            error = error.with_detail(excerpt);
         }
-        let mut error =
-            ProcessError::from_http_status(status.as_u16(), message).with_step("deliver");
         if let Some(delay) = retry_after {
             error = error.with_retry_after(delay);
         }

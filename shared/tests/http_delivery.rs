@@ -135,7 +135,17 @@ async fn statuses_are_classified() {
         assert_eq!(err.class, class, "{status}");
         assert_eq!(err.status, Some(status));
         assert_eq!(err.step.as_deref(), Some("deliver"));
-        assert!(err.message.contains("upstream says no"), "{}", err.message);
+        // The response text is the error's detail (kept in the record), not its message
+        // (logged): a downstream may echo the item's data.
+        assert_eq!(err.detail(), Some("upstream says no"));
+        assert!(!err.message.contains("upstream says no"), "{}", err.message);
+        assert!(!err.to_string().contains("upstream says no"), "{err}");
+        assert!(
+            err.message
+                .starts_with(&format!("downstream answered {status}")),
+            "{}",
+            err.message
+        );
     }
 }
 

@@ -870,7 +870,7 @@ proptest! {
         let process = ProcessError::from_sdk(&err);
         prop_assert_eq!(process.class, class);
         prop_assert_eq!(process.status, Some(status));
-        prop_assert_eq!(&process.code, &code);
+        prop_assert_eq!(process.code.as_deref(), code.as_deref());
         if let Some(code) = process.code.as_deref() {
             if code.starts_with("AccessDenied") {
                 prop_assert_eq!(class, ErrorClass::Permission);

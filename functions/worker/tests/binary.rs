@@ -171,7 +171,10 @@ async fn binary_dead_letters_into_the_emulator() {
         "WORKER_ITEM_ID_SOURCE".to_string(),
         "pointer:/id".to_string(),
     ));
-    let log = std::env::temp_dir().join("worker-binary-emulator.log");
+    // This run's log only: the assertions below read it.
+    let log =
+        std::env::temp_dir().join(format!("worker-binary-emulator-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
     let _process =
         FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
             .unwrap();
@@ -215,4 +218,15 @@ async fn binary_dead_letters_into_the_emulator() {
     assert!(records[0].failure_history[0].request_id.is_some());
     assert_eq!(p.dlq_messages().await.len(), 1);
     assert_eq!(p.downstream.delivered(), ["good"]);
+    // The downstream's answer is in the record for the operator, and not in the logs (a
+    // response may echo the item's data); the failure itself is logged.
+    let answer = "field 'amount' must be a positive number";
+    assert_eq!(
+        records[0].failure_history[0].response_excerpt.as_deref(),
+        Some(answer)
+    );
+    assert_eq!(records[0].last_error, "downstream answered 400 Bad Request");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("record failed: dead-lettered"), "{logged}");
+    assert!(!logged.contains("must be a positive"), "{logged}");
 }
