@@ -562,7 +562,7 @@ async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, C
         Some(function) => invoke_function(global, function, &request).await?,
         None => {
             let store = store(global).await?;
-            let processor = processor_from_env()?;
+            let processor = processor_from_env(store.clients()).await?;
             let settings = RedriveSettings {
                 parser: sqs_worker::item::ItemParser {
                     id_source: std::env::var("WORKER_ITEM_ID_SOURCE")
@@ -593,13 +593,20 @@ async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, C
     })
 }
 
-/// The HTTP delivery processor when `WORKER_DOWNSTREAM_URL` is set (reprocess mode).
-fn processor_from_env() -> Result<Option<HttpDelivery>, CliError> {
+/// The HTTP delivery processor when `WORKER_DOWNSTREAM_URL` is set (reprocess mode), with
+/// the downstream credential from Secrets Manager when one is configured.
+async fn processor_from_env(
+    clients: &sqs_worker::aws::AwsClients,
+) -> Result<Option<HttpDelivery>, CliError> {
     if std::env::var("WORKER_DOWNSTREAM_URL").is_err() {
         return Ok(None);
     }
-    let config =
+    let mut config =
         sqs_worker::config::WorkerConfig::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
+    config
+        .resolve_downstream_auth(clients)
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     HttpDelivery::new(config.delivery)
         .map(Some)
         .map_err(|e| CliError::Usage(format!("cannot build the processor: {e}")))

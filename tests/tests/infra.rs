@@ -38,6 +38,40 @@ fn resources_of_type<'a>(template: &'a Value, kind: &str) -> Vec<(&'a String, &'
         .collect()
 }
 
+/// A policy document's statements, conditional ones (`Fn::If`) in each of their forms.
+fn statements(document: &Value) -> Vec<&Value> {
+    let mut all = Vec::new();
+    for statement in document["Statement"].as_array().unwrap() {
+        match statement.get("Fn::If") {
+            Some(branches) => all.extend(
+                branches.as_array().unwrap()[1..]
+                    .iter()
+                    .filter(|b| b.get("Ref") != Some(&Value::from("AWS::NoValue"))),
+            ),
+            None => all.push(statement),
+        }
+    }
+    all
+}
+
+/// The statement with this `Sid` in a role's inline policy, and the condition it is under.
+fn statement<'a>(role: &'a Value, sid: &str) -> (&'a Value, Option<&'a str>) {
+    for statement in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+    {
+        if statement["Sid"] == sid {
+            return (statement, None);
+        }
+        if let Some(branches) = statement.get("Fn::If") {
+            if branches[1]["Sid"] == sid {
+                return (&branches[1], branches[0].as_str());
+            }
+        }
+    }
+    panic!("no statement {sid}")
+}
+
 fn env_names(function: &Value) -> BTreeSet<String> {
     function["Properties"]["Environment"]["Variables"]
         .as_object()
@@ -204,7 +238,7 @@ fn event_source_alarms_and_iam_as_declared() {
     // Least privilege: no wildcard actions; wildcard resources only for X-Ray.
     for (name, role) in resources_of_type(&template, "AWS::IAM::Role") {
         for policy in role["Properties"]["Policies"].as_array().unwrap() {
-            for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+            for statement in statements(&policy["PolicyDocument"]) {
                 let actions: Vec<&str> = statement["Action"]
                     .as_array()
                     .unwrap()
@@ -226,6 +260,47 @@ fn event_source_alarms_and_iam_as_declared() {
         assert!(
             role["Properties"].get("ManagedPolicyArns").is_none(),
             "{name} uses managed policies"
+        );
+    }
+
+    // The downstream credential: both functions may read that one secret, and only when
+    // one is configured; the parameters go together.
+    for role in ["WorkerRole", "RedriveRole"] {
+        let (secret, condition) = statement(&template["Resources"][role], "DownstreamCredential");
+        assert_eq!(condition, Some("HasDownstreamAuth"), "{role}");
+        assert_eq!(
+            secret["Action"],
+            serde_json::json!(["secretsmanager:GetSecretValue"])
+        );
+        assert_eq!(
+            secret["Resource"],
+            serde_json::json!({"Ref": "DownstreamAuthSecretArn"}),
+            "{role}"
+        );
+    }
+    assert_eq!(
+        template["Conditions"]["HasDownstreamAuth"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "DownstreamAuthSecretArn"}, ""]}]})
+    );
+    for function in ["WorkerFunction", "RedriveFunction"] {
+        let vars = &template["Resources"][function]["Properties"]["Environment"]["Variables"];
+        assert_eq!(
+            vars["WORKER_DOWNSTREAM_AUTH_HEADER"],
+            serde_json::json!({"Ref": "DownstreamAuthHeader"})
+        );
+        assert_eq!(
+            vars["WORKER_DOWNSTREAM_AUTH_SECRET"],
+            serde_json::json!({"Ref": "DownstreamAuthSecretArn"})
+        );
+    }
+    assert!(
+        template["Rules"]["DownstreamAuthTogether"].is_object(),
+        "header and secret are checked together"
+    );
+    for parameter in ["DownstreamAuthHeader", "DownstreamAuthSecretArn"] {
+        assert_eq!(
+            template["Parameters"][parameter]["Default"], "",
+            "{parameter}"
         );
     }
 }

@@ -542,3 +542,116 @@ async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
     );
     assert_eq!(groups(p.resources.source_url.clone()).await, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_downstream_credential_comes_from_secrets_manager() {
+    use std::sync::{Arc, Mutex};
+
+    use sqs_worker::config::WorkerConfig;
+    use sqs_worker::worker::DefaultWorker;
+    use sqs_worker_local::http_server::{text, Handler, Server};
+
+    let clients = e2e::clients().await;
+    let secret_name = e2e::unique_prefix("downstream-key");
+    // As written from a file: a trailing newline.
+    let created = clients
+        .secretsmanager
+        .create_secret()
+        .name(&secret_name)
+        .secret_string("Bearer s3cret-t0ken\n")
+        .send()
+        .await
+        .unwrap();
+    let arn = created.arn().unwrap().to_string();
+    // A downstream that remembers the credential header of each request.
+    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let seen_by_handler = seen.clone();
+    let handler: Handler = Arc::new(move |request| {
+        let seen = seen_by_handler.clone();
+        Box::pin(async move {
+            let value = request
+                .headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string());
+            seen.lock().unwrap().push(value);
+            text(http::StatusCode::OK, "")
+        })
+    });
+    let downstream = Server::start(0, handler).await.unwrap();
+    let url = format!("http://{}/ingest", downstream.addr());
+    let config = |secret: &str| {
+        let vars = [
+            ("WORKER_DOWNSTREAM_URL", url.as_str()),
+            ("WORKER_DOWNSTREAM_AUTH_HEADER", "Authorization"),
+            ("WORKER_DOWNSTREAM_AUTH_SECRET", secret),
+        ];
+        WorkerConfig::from_lookup(&|k| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+    };
+
+    // Both the ARN and the name identify the secret.
+    for secret in [arn.as_str(), secret_name.as_str()] {
+        let worker = DefaultWorker::from_config(config(secret), Some(clients.clone()))
+            .await
+            .unwrap();
+        assert!(!format!("{worker:?}").contains("s3cret"), "{worker:?}");
+        let event: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(json!({"Records": [
+            {"messageId": "m-1", "body": body("a", "ok"), "attributes": {}},
+            {"messageId": "m-2", "body": body("b", "ok"), "attributes": {}},
+        ]}))
+        .unwrap();
+        let report = worker
+            .run(
+                event,
+                sqs_worker::retry::Deadline::after(
+                    std::time::Duration::from_secs(30),
+                    std::time::Duration::ZERO,
+                ),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(report.counts().done, 2, "{report:?}");
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
+        assert_eq!(
+            seen,
+            [
+                Some("Bearer s3cret-t0ken".to_string()),
+                Some("Bearer s3cret-t0ken".to_string())
+            ]
+        );
+    }
+
+    // A secret that cannot be read, or cannot be a header, stops the start: the error
+    // names the variable and the secret, never the value.
+    let unusable = clients
+        .secretsmanager
+        .create_secret()
+        .name(e2e::unique_prefix("two-lines"))
+        .secret_string("Bearer s3cret\nsecond line")
+        .send()
+        .await
+        .unwrap();
+    for (secret, why) in [
+        (e2e::unique_prefix("missing"), "ResourceNotFoundException"),
+        (
+            unusable.arn().unwrap().to_string(),
+            "cannot be sent in the authorization header",
+        ),
+    ] {
+        let err = DefaultWorker::from_config(config(&secret), Some(clients.clone()))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("WORKER_DOWNSTREAM_AUTH_SECRET") && text.contains(&secret),
+            "{text}"
+        );
+        assert!(text.contains(why), "{text}");
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+}

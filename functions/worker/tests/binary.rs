@@ -153,6 +153,51 @@ async fn binary_refuses_to_start_with_bad_configuration() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_refuses_to_start_without_its_downstream_credential() {
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join(format!(
+        "worker-binary-no-secret-{}.log",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&log);
+    let secret = e2e::unique_prefix("no-such-secret");
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+    env.extend([
+        (
+            "WORKER_DOWNSTREAM_URL".to_string(),
+            "http://127.0.0.1:9/ingest".to_string(),
+        ),
+        (
+            "WORKER_DOWNSTREAM_AUTH_HEADER".to_string(),
+            "x-api-key".to_string(),
+        ),
+        ("WORKER_DOWNSTREAM_AUTH_SECRET".to_string(), secret.clone()),
+    ]);
+    let mut process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    let mut status = None;
+    for _ in 0..200 {
+        status = process.exited();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = status.expect("the worker should exit");
+    assert!(!status.success());
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        output.contains(&format!(
+            "cannot read the downstream credential from WORKER_DOWNSTREAM_AUTH_SECRET (secret \\\"{secret}\\\")"
+        )),
+        "{output}"
+    );
+}
+
 /// The compiled binary with the real dead-letter store, against the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_dead_letters_into_the_emulator() {
