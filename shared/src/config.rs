@@ -10,6 +10,7 @@ use crate::batch::BatchConfig;
 use crate::item::{BodyFormat, ItemIdSource, ItemParser};
 use crate::processor::{redact_url, redact_url_text, HttpDeliveryConfig};
 use crate::retry::{Jitter, RetryPolicy};
+use crate::store::payload::{PayloadPolicy, DEFAULT_PAYLOAD_MAX_BYTES};
 
 /// Every variable the worker reads, with its meaning; the infra template must set the same set.
 pub const WORKER_ENV_VARS: &[(&str, &str)] = &[
@@ -71,6 +72,14 @@ pub const WORKER_ENV_VARS: &[(&str, &str)] = &[
         SKIP_GROUP_ON_ERROR,
         "true | false: FIFO holds back only the failed group (default false)",
     ),
+    (
+        PAYLOAD_MAX_BYTES,
+        "largest SQS Extended Client payload read from S3, 1024-2147483648 (default 33554432)",
+    ),
+    (
+        PAYLOAD_BUCKETS,
+        "comma-separated buckets Extended Client pointers may name, besides DLQ_BUCKET (default none)",
+    ),
 ];
 
 /// `WORKER_DOWNSTREAM_URL`
@@ -105,6 +114,10 @@ pub const RETRY_UNKNOWN_ERRORS: &str = "WORKER_RETRY_UNKNOWN_ERRORS";
 pub const DEADLINE_MARGIN_MS: &str = "WORKER_DEADLINE_MARGIN_MS";
 /// `WORKER_SKIP_GROUP_ON_ERROR`
 pub const SKIP_GROUP_ON_ERROR: &str = "WORKER_SKIP_GROUP_ON_ERROR";
+/// `WORKER_PAYLOAD_MAX_BYTES`
+pub const PAYLOAD_MAX_BYTES: &str = "WORKER_PAYLOAD_MAX_BYTES";
+/// `WORKER_PAYLOAD_BUCKETS`
+pub const PAYLOAD_BUCKETS: &str = "WORKER_PAYLOAD_BUCKETS";
 
 /// One bad variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -309,6 +322,49 @@ fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
     }
 }
 
+/// Whether `name` is a valid S3 bucket name: 3 to 63 lowercase letters, digits, dots and
+/// hyphens, starting and ending with a letter or digit.
+fn is_bucket_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    (3..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+}
+
+/// `WORKER_PAYLOAD_MAX_BYTES` and `WORKER_PAYLOAD_BUCKETS`. The store's own bucket is
+/// added by the worker, which knows it.
+fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
+    let max_bytes = env.ranged(
+        PAYLOAD_MAX_BYTES,
+        1024..=2_147_483_648,
+        DEFAULT_PAYLOAD_MAX_BYTES,
+    );
+    let mut allowed_buckets = std::collections::BTreeSet::new();
+    for name in env
+        .raw(PAYLOAD_BUCKETS)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        if is_bucket_name(name) {
+            allowed_buckets.insert(name.to_string());
+        } else {
+            env.problem(
+                PAYLOAD_BUCKETS,
+                format!("{name:?} is not a bucket name; expected comma-separated S3 bucket names"),
+            );
+        }
+    }
+    PayloadPolicy {
+        max_bytes,
+        allowed_buckets,
+    }
+}
+
 /// Everything the worker function needs.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
@@ -317,6 +373,9 @@ pub struct WorkerConfig {
     pub delivery: HttpDeliveryConfig,
     /// Where the downstream credential comes from, when one is configured.
     pub downstream_auth: Option<DownstreamAuth>,
+    /// What SQS Extended Client pointers may make the worker read (the store's bucket is
+    /// added at start-up).
+    pub payload: PayloadPolicy,
     /// The batch engine.
     pub batch: BatchConfig,
     /// Safety margin before the invocation deadline.
@@ -427,6 +486,7 @@ impl WorkerConfig {
         let retry_unknown = env.flag(RETRY_UNKNOWN_ERRORS, false);
         let deadline_margin = env.ranged(DEADLINE_MARGIN_MS, 0..=600_000, 2_000);
         let skip_group_on_error = env.flag(SKIP_GROUP_ON_ERROR, false);
+        let payload = read_payload_policy(env);
         let store = crate::store::StoreConfig::read(env);
         Some(WorkerConfig {
             store,
@@ -437,6 +497,7 @@ impl WorkerConfig {
                 auth_header: None,
             },
             downstream_auth,
+            payload,
             batch: BatchConfig {
                 parser: ItemParser {
                     id_source,
@@ -674,6 +735,43 @@ mod tests {
             .unwrap_err();
             assert_eq!(err.problems.len(), 1, "{bad}: {err}");
             assert_eq!(err.problems[0].variable, DOWNSTREAM_AUTH_HEADER, "{bad}");
+        }
+    }
+
+    #[test]
+    fn payload_cap_and_buckets() {
+        let url = (DOWNSTREAM_URL, "https://h/in");
+        let c = read(&[url]).unwrap();
+        assert_eq!(c.payload.max_bytes, 33_554_432);
+        assert!(c.payload.allowed_buckets.is_empty());
+        let c = read(&[
+            url,
+            (PAYLOAD_MAX_BYTES, "1024"),
+            (PAYLOAD_BUCKETS, " producer-a , producer.b,,"),
+        ])
+        .unwrap();
+        assert_eq!(c.payload.max_bytes, 1024);
+        assert_eq!(
+            c.payload.allowed_buckets.iter().collect::<Vec<_>>(),
+            ["producer-a", "producer.b"]
+        );
+        assert_eq!(
+            read(&[url, (PAYLOAD_MAX_BYTES, "2147483648")])
+                .unwrap()
+                .payload
+                .max_bytes,
+            2_147_483_648
+        );
+        for (variable, value) in [
+            (PAYLOAD_MAX_BYTES, "1023"),
+            (PAYLOAD_MAX_BYTES, "2147483649"),
+            (PAYLOAD_BUCKETS, "ok-bucket,Upper"),
+            (PAYLOAD_BUCKETS, "s3://bucket"),
+            (PAYLOAD_BUCKETS, "ab"),
+        ] {
+            let err = read(&[url, (variable, value)]).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{value}: {err}");
+            assert_eq!(err.problems[0].variable, variable, "{value}");
         }
     }
 

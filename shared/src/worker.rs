@@ -99,7 +99,10 @@ impl DefaultWorker {
             HttpDelivery::new(config.delivery.clone()).map_err(StartupError::HttpClient)?;
         let (sink, resolver) = match (config.store, clients) {
             (Some(store_config), Some(clients)) => {
-                let resolver = ExtendedClientResolver::new(clients.s3.clone());
+                // The store's own bucket holds the pointers the DLQ and a requeue carry.
+                let mut policy = config.payload.clone();
+                policy.allowed_buckets.insert(store_config.bucket.clone());
+                let resolver = ExtendedClientResolver::new(clients.s3.clone(), policy);
                 (
                     ConfiguredSink::Store(DeadLetterStore::new(clients, store_config)),
                     Some(resolver),

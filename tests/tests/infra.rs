@@ -303,6 +303,57 @@ fn event_source_alarms_and_iam_as_declared() {
             "{parameter}"
         );
     }
+
+    // Extended Client payloads: the worker reads and lists its own bucket and the
+    // producers' (a missing object is then a 404, not_found, rather than a 403), within
+    // the size cap; the variables come from the parameters.
+    let worker_role = &template["Resources"]["WorkerRole"];
+    let (list, condition) = statement(worker_role, "ListPayloads");
+    assert_eq!(condition, None);
+    assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
+    assert_eq!(
+        list["Resource"],
+        serde_json::json!({"Fn::GetAtt": ["PayloadBucket", "Arn"]})
+    );
+    for (sid, action, suffix) in [
+        ("ProducerPayloads", "s3:GetObject", "/*"),
+        ("ListProducerPayloads", "s3:ListBucket", ""),
+    ] {
+        let (producer, condition) = statement(worker_role, sid);
+        assert_eq!(condition, Some("HasPayloadBuckets"), "{sid}");
+        assert_eq!(producer["Action"], serde_json::json!([action]), "{sid}");
+        let resource = producer["Resource"].to_string();
+        assert!(resource.contains("PayloadBuckets"), "{sid}: {resource}");
+        assert!(
+            resource.contains("arn:${AWS::Partition}:s3:::${"),
+            "{sid}: {resource}"
+        );
+        assert!(
+            resource.contains(&format!("{suffix},arn:aws:s3:::")),
+            "{sid}: {resource}"
+        );
+    }
+    let (list, _) = statement(&template["Resources"]["RedriveRole"], "ListPayloads");
+    assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
+    assert_eq!(
+        template["Parameters"]["PayloadBuckets"]["Type"],
+        "CommaDelimitedList"
+    );
+    assert_eq!(template["Parameters"]["PayloadBuckets"]["Default"], "");
+    assert_eq!(
+        template["Parameters"]["PayloadMaxBytes"]["Default"],
+        33_554_432
+    );
+    let worker_vars =
+        &template["Resources"]["WorkerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        worker_vars["WORKER_PAYLOAD_BUCKETS"],
+        serde_json::json!({"Fn::Join": [",", {"Ref": "PayloadBuckets"}]})
+    );
+    assert_eq!(
+        worker_vars["WORKER_PAYLOAD_MAX_BYTES"],
+        serde_json::json!({"Fn::Sub": "${PayloadMaxBytes}"})
+    );
 }
 
 /// A zip file with no entries: enough for the emulator to create a function.

@@ -655,3 +655,131 @@ async fn the_downstream_credential_comes_from_secrets_manager() {
         assert!(!text.contains("s3cret"), "{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes() {
+    use sqs_worker::aws::{AwsClients, CallCounter};
+    use sqs_worker::config::WorkerConfig;
+    use sqs_worker::worker::DefaultWorker;
+
+    let p = Pipeline::new("extpolicy", Setup::default()).await;
+    let producer = e2e::unique_prefix("producer").to_ascii_lowercase();
+    let stranger = e2e::unique_prefix("stranger").to_ascii_lowercase();
+    for bucket in [&producer, &stranger] {
+        p.clients
+            .s3
+            .create_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+            .unwrap();
+    }
+    let put = |bucket: String, key: &'static str, body: String| {
+        let s3 = p.clients.s3.clone();
+        async move {
+            s3.put_object()
+                .bucket(bucket)
+                .key(key)
+                .body(body.into_bytes().into())
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    let big = json!({"id": "big", "scenario": "ok", "blob": "b".repeat(3_000)}).to_string();
+    put(producer.clone(), "small", body("from-producer", "ok")).await;
+    put(producer.clone(), "big", big).await;
+    put(stranger.clone(), "small", body("from-stranger", "ok")).await;
+    put(
+        p.resources.bucket.clone(),
+        "small",
+        body("from-store", "ok"),
+    )
+    .await;
+    let pointer = |bucket: &str, key: &str| {
+        S3Pointer {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        }
+        .to_body()
+    };
+
+    let mut env: std::collections::HashMap<String, String> = p.worker_env.iter().cloned().collect();
+    env.insert("WORKER_PAYLOAD_BUCKETS".into(), producer.clone());
+    env.insert("WORKER_PAYLOAD_MAX_BYTES".into(), "2048".into());
+    let config = WorkerConfig::from_lookup(&|k| env.get(k).cloned()).unwrap();
+    let counter = CallCounter::default();
+    let shared = AwsClients::endpoint_config(&e2e::emulator_url().await, e2e::REGION).await;
+    let worker =
+        DefaultWorker::from_config(config, Some(AwsClients::counted(&shared, true, &counter)))
+            .await
+            .unwrap();
+    let record = |message_id: &str, body: String| json!({"messageId": message_id, "body": body, "attributes": {"ApproximateReceiveCount": "1"}});
+    let event: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(json!({"Records": [
+        record("m-producer", pointer(&producer, "small")),
+        record("m-big", pointer(&producer, "big")),
+        record("m-stranger", pointer(&stranger, "small")),
+        record("m-store", pointer(&p.resources.bucket, "small")),
+    ]}))
+    .unwrap();
+    let report = worker
+        .run(
+            event,
+            sqs_worker::retry::Deadline::after(
+                std::time::Duration::from_secs(30),
+                std::time::Duration::ZERO,
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let mut delivered = p.downstream.delivered();
+    delivered.sort();
+    assert_eq!(delivered, ["from-producer", "from-store"]);
+    // Three objects fetched (the allowed ones); nothing asked of the stranger's bucket.
+    assert_eq!(
+        counter.snapshot().get("S3.GetObject"),
+        Some(&3),
+        "{:?}",
+        counter.snapshot()
+    );
+
+    let records = p.records().await;
+    let by_id = |id: &str| records.iter().find(|r| r.item_id == id).unwrap();
+    assert_eq!(records.len(), 2, "{records:?}");
+    let big = by_id("m-big");
+    assert_eq!(big.error_class, ErrorClass::Validation);
+    assert!(
+        big.last_error.contains("more than the 2048"),
+        "{}",
+        big.last_error
+    );
+    let stranger_record = by_id("m-stranger");
+    assert_eq!(stranger_record.error_class, ErrorClass::Permission);
+    assert!(stranger_record.manual_review_required);
+    assert!(
+        stranger_record
+            .last_error
+            .contains("WORKER_PAYLOAD_BUCKETS"),
+        "{}",
+        stranger_record.last_error
+    );
+    // Both keep the pointer they came with, not a payload.
+    for (record, bucket, key) in [
+        (big, &producer, "big"),
+        (stranger_record, &stranger, "small"),
+    ] {
+        assert_eq!(
+            record.payload.location,
+            PayloadLocation::Inline {
+                body: pointer(bucket, key)
+            }
+        );
+        assert_eq!(record.reason, DeadLetterReason::Permanent);
+    }
+    assert_eq!(p.dlq_messages().await.len(), 2);
+}
