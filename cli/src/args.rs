@@ -116,13 +116,20 @@ pub enum Command {
     ///
     /// Examples:
     ///   dlq inspect order-1234
-    ///   dlq inspect order-1234 --payload > payload.json
+    ///   dlq inspect order-1234 --payload
+    ///   dlq inspect order-1234 --payload --raw > payload.json
     Inspect {
         /// The item id.
         item_id: String,
         /// Print the payload (fetched from S3 if offloaded, sha256 verified) instead.
+        /// Control characters in it are shown as escapes (\x1b), so a payload cannot
+        /// drive the terminal; see --raw.
         #[arg(long)]
         payload: bool,
+        /// With --payload: write the payload's exact bytes, control characters included
+        /// (for a file or a pipe, not a terminal).
+        #[arg(long, requires = "payload")]
+        raw: bool,
         /// The full record as JSON.
         #[arg(long)]
         json: bool,

@@ -31,8 +31,16 @@ pub async fn dispatch(cli: Cli) -> Result<Completion, CliError> {
         Command::Inspect {
             item_id,
             payload,
+            raw,
             json,
-        } => inspect(&global, &item_id, payload, json).await,
+        } => {
+            let payload = match (payload, raw) {
+                (false, _) => None,
+                (true, false) => Some(PayloadOutput::Escaped),
+                (true, true) => Some(PayloadOutput::Raw),
+            };
+            inspect(&global, &item_id, payload, json).await
+        }
         Command::Analyze {
             filter,
             samples,
@@ -186,10 +194,29 @@ async fn fetch_payload(
     Ok(body)
 }
 
+/// How `inspect --payload` writes the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PayloadOutput {
+    /// Control characters shown as escapes (newlines and tabs kept).
+    Escaped,
+    /// The exact bytes.
+    Raw,
+}
+
+/// A field that comes from the data, for one line of text output.
+fn safe(text: &str) -> String {
+    analysis::terminal_safe(text, false)
+}
+
+/// A field that comes from the data and may span lines (error messages).
+fn safe_lines(text: &str) -> String {
+    analysis::terminal_safe(text, true)
+}
+
 async fn inspect(
     global: &GlobalArgs,
     item_id: &str,
-    with_payload: bool,
+    payload_output: Option<PayloadOutput>,
     json: bool,
 ) -> Result<Completion, CliError> {
     let store = store(global).await?;
@@ -198,13 +225,17 @@ async fn inspect(
         .await?
         .ok_or_else(|| CliError::Usage(format!("no dead-lettered item with id {item_id:?}")))?;
     let mut out = out();
-    if with_payload {
+    if let Some(output) = payload_output {
         let body = fetch_payload(&store, &record).await?;
         eprintln!(
             "payload: {} bytes, sha256 {} verified",
             body.len(),
             record.payload.sha256
         );
+        let body = match output {
+            PayloadOutput::Raw => body,
+            PayloadOutput::Escaped => safe_lines(&body),
+        };
         writeln!(out, "{body}").map_err(write_err)?;
         return Ok(Completion::Ok);
     }
@@ -219,37 +250,43 @@ async fn inspect(
     }
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     let r = &record;
+    // Every field below that comes from the data (ids, messages, attributes, names the
+    // sender chose) goes through `safe`/`safe_lines`: it cannot drive the terminal.
     let payload = match &r.payload.location {
         PayloadLocation::Inline { .. } => format!(
             "inline, {} bytes, sha256 {}",
-            r.payload.size_bytes, r.payload.sha256
+            r.payload.size_bytes,
+            safe(&r.payload.sha256)
         ),
         PayloadLocation::S3 { bucket, key } => {
             format!(
-                "s3://{bucket}/{key}, {} bytes, sha256 {}",
-                r.payload.size_bytes, r.payload.sha256
+                "s3://{}/{}, {} bytes, sha256 {}",
+                safe(bucket),
+                safe(key),
+                r.payload.size_bytes,
+                safe(&r.payload.sha256)
             )
         }
     };
     let mut text = format!(
         "item id:        {}\nstatus:         {}{}\nreason:         {}\nerror:          {} ({}), signature {}\nlast error:     {}\nfailures:       {} (first {}, last {})\neligible:       {}   manual review: {}\npayload:        {}\nsource:         queue {}, message {}, group {}, sent {}, receive count {}\n",
-        r.item_id,
+        safe(&r.item_id),
         r.status.as_str(),
         r.resolved_at.map(|t| format!(" at {}", sqs_worker::time_format::format(&t))).unwrap_or_default(),
         serde_json::to_value(r.reason).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
         r.error_class,
         r.failure_history.last().and_then(|f| f.http_status).map(|s| format!("HTTP {s}")).unwrap_or_else(|| "no HTTP status".into()),
-        r.error_signature,
-        r.last_error,
+        safe(&r.error_signature),
+        safe_lines(&r.last_error),
         r.failure_count,
         sqs_worker::time_format::format(&r.first_attempt),
         sqs_worker::time_format::format(&r.last_attempt),
         yes_no(r.reprocess_eligible),
         yes_no(r.manual_review_required),
         payload,
-        r.source.queue_arn.as_deref().unwrap_or("?"),
-        r.source.message_id,
-        r.source.message_group_id.as_deref().unwrap_or("-"),
+        safe(r.source.queue_arn.as_deref().unwrap_or("?")),
+        safe(&r.source.message_id),
+        safe(r.source.message_group_id.as_deref().unwrap_or("-")),
         r.source.sent_timestamp.map(|t| sqs_worker::time_format::format(&t)).unwrap_or_else(|| "?".into()),
         r.source.receive_count,
     );
@@ -258,7 +295,7 @@ async fn inspect(
             .source
             .message_attributes
             .iter()
-            .map(|(k, v)| format!("{k}={v}"))
+            .map(|(k, v)| format!("{}={}", safe(k), safe(v)))
             .collect();
         attrs.sort();
         text.push_str(&format!("attributes:     {}\n", attrs.join(", ")));
@@ -282,15 +319,18 @@ async fn inspect(
             f.http_status
                 .map(|s| format!(" (HTTP {s})"))
                 .unwrap_or_default(),
-            f.step.as_deref().unwrap_or("-"),
+            safe(f.step.as_deref().unwrap_or("-")),
             f.duration_ms,
-            f.request_id.as_deref().unwrap_or("-"),
-            f.log_group.as_deref().unwrap_or("-"),
-            f.log_stream.as_deref().unwrap_or("-"),
-            f.error_message,
+            safe(f.request_id.as_deref().unwrap_or("-")),
+            safe(f.log_group.as_deref().unwrap_or("-")),
+            safe(f.log_stream.as_deref().unwrap_or("-")),
+            safe_lines(&f.error_message),
         ));
         for cause in &f.causes {
-            text.push_str(&format!("      caused by: {cause}\n"));
+            text.push_str(&format!("      caused by: {}\n", safe_lines(cause)));
+        }
+        if let Some(excerpt) = &f.response_excerpt {
+            text.push_str(&format!("      response: {}\n", safe_lines(excerpt)));
         }
     }
     write!(out, "{text}").map_err(write_err)?;
@@ -523,7 +563,7 @@ async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, C
         Some(function) => invoke_function(global, function, &request).await?,
         None => {
             let store = store(global).await?;
-            let processor = processor_from_env()?;
+            let processor = processor_from_env(store.clients()).await?;
             let settings = RedriveSettings {
                 parser: sqs_worker::item::ItemParser {
                     id_source: std::env::var("WORKER_ITEM_ID_SOURCE")
@@ -556,13 +596,20 @@ async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, C
     })
 }
 
-/// The HTTP delivery processor when `WORKER_DOWNSTREAM_URL` is set (reprocess mode).
-fn processor_from_env() -> Result<Option<HttpDelivery>, CliError> {
+/// The HTTP delivery processor when `WORKER_DOWNSTREAM_URL` is set (reprocess mode), with
+/// the downstream credential from Secrets Manager when one is configured.
+async fn processor_from_env(
+    clients: &sqs_worker::aws::AwsClients,
+) -> Result<Option<HttpDelivery>, CliError> {
     if std::env::var("WORKER_DOWNSTREAM_URL").is_err() {
         return Ok(None);
     }
-    let config =
+    let mut config =
         sqs_worker::config::WorkerConfig::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
+    config
+        .resolve_downstream_auth(clients)
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     HttpDelivery::new(config.delivery)
         .map(Some)
         .map_err(|e| CliError::Usage(format!("cannot build the processor: {e}")))

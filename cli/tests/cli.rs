@@ -89,6 +89,12 @@ async fn read_commands() {
     assert!(out.contains("throttled"), "{out}");
     assert!(out.contains("history:"), "{out}");
     assert!(out.contains("delivery 1 attempt 1"), "{out}");
+    let (code, out, _) = dlq.run(&["inspect", "v1"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("      response: field 'amount' must be a positive number\n"),
+        "{out}"
+    );
 
     let (code, out, _) = dlq.run(&["inspect", "t1", "--json"]);
     assert_eq!(code, 0);
@@ -240,6 +246,116 @@ async fn redrive_purge_clear_and_bad_input() {
     assert!(p.records().await.is_empty());
     assert!(p.objects().await.is_empty());
     assert_eq!(p.dlq_depth().await, 0);
+}
+
+/// Text that would drive a terminal if printed as it is: colour (CSI in two forms), a
+/// window title (OSC ... BEL), clear screen, a right-to-left override, DEL.
+const EVIL: &str = "\u{1b}[31mred\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}1m\u{202e}gnp.exe\u{7f}";
+
+fn assert_no_controls(what: &str, text: &str) {
+    let bad: Vec<char> = text
+        .chars()
+        .filter(|c| (c.is_control() && !matches!(c, '\n' | '\t')) || *c == '\u{202e}')
+        .collect();
+    assert!(bad.is_empty(), "{what} prints {bad:?}:\n{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
+    use sqs_worker::dead_letter::{
+        DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo,
+    };
+    use sqs_worker::item::{BodyFormat, ItemParser};
+    use sqs_worker::retry::AttemptFailure;
+
+    let p = Pipeline::new("cliterm", e2e::Setup::default()).await;
+    let dlq = Dlq::new(&p).await;
+    // The item id (here the message id) starts a formula and carries escapes; so do the
+    // error, its cause, an attribute and the body.
+    let item_id = format!("=HYPERLINK(\"http://evil\"){EVIL}");
+    let body = format!("line one {EVIL}\nline\ttwo");
+    let msg = serde_json::from_value(json!({
+        "messageId": item_id,
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": "1", "MessageGroupId": EVIL},
+        "messageAttributes": {"tenant": {"stringValue": EVIL, "dataType": "String"}},
+    }))
+    .unwrap();
+    let item = ItemParser {
+        body_format: BodyFormat::Text,
+        ..ItemParser::default()
+    }
+    .parse(item_id.clone(), msg)
+    .unwrap();
+    let error =
+        sqs_worker::ProcessError::validation(format!("@bad {EVIL}\nsecond line")).with_cause(EVIL);
+    let candidate = DeadLetterCandidate {
+        item,
+        failures: vec![AttemptFailure {
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration: std::time::Duration::ZERO,
+            error: error.clone(),
+        }],
+        error,
+        reason: DeadLetterReason::Permanent,
+    };
+    let results = p
+        .store()
+        .dead_letter(&[candidate], &InvocationInfo::default())
+        .await;
+    assert!(results[0].is_ok(), "{results:?}");
+    let escaped = r"\x1b[31mred\x1b]0;pwned\x07\x1b[2J\u{9b}1m\u{202e}gnp.exe\x7f";
+
+    let (code, out, err) = dlq.run(&["list"]);
+    assert_eq!(code, 0, "{err}");
+    assert_no_controls("list", &out);
+    assert!(out.contains(escaped), "{out}");
+
+    let (code, out, err) = dlq.run(&["inspect", &item_id]);
+    assert_eq!(code, 0, "{err}");
+    assert_no_controls("inspect", &out);
+    assert!(
+        out.contains(&format!(
+            "item id:        =HYPERLINK(\"http://evil\"){escaped}"
+        )),
+        "{out}"
+    );
+    assert!(out.contains(&format!("tenant={escaped}")), "{out}");
+    assert!(out.contains(&format!("group {escaped}")), "{out}");
+    assert!(out.contains(&format!("caused by: {escaped}")), "{out}");
+    // A multi-line message keeps its lines.
+    assert!(
+        out.contains(&format!("@bad {escaped}\nsecond line")),
+        "{out}"
+    );
+
+    let (code, out, err) = dlq.run(&["inspect", &item_id, "--payload"]);
+    assert_eq!(code, 0, "{err}");
+    assert_no_controls("inspect --payload", &out);
+    assert_eq!(out, format!("line one {escaped}\nline\ttwo\n"));
+    // --raw writes the exact bytes, for a file.
+    let (code, out, err) = dlq.run(&["inspect", &item_id, "--payload", "--raw"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("{body}\n"));
+    let (code, _, err) = dlq.run(&["inspect", &item_id, "--raw"]);
+    assert_eq!(code, 2, "--raw needs --payload: {err}");
+
+    // The JSON output stays exact (JSON escapes control characters itself).
+    let (code, out, _) = dlq.run(&["list", "--json"]);
+    assert_eq!(code, 0);
+    let record: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(record["item_id"], item_id.as_str());
+
+    let dir = std::env::temp_dir().join(format!("dlq-csv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("evil.csv");
+    let (code, _, err) = dlq.run(&["export", csv.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let row = text.lines().nth(1).unwrap();
+    assert!(row.starts_with(r#""'=HYPERLINK(""http://evil"")"#), "{row}");
+    assert!(text.contains("\"'@bad "), "{text}");
 }
 
 #[test]

@@ -118,7 +118,7 @@ impl Processor for OrderChecksum {
             .map_err(|e| ProcessError::validation(format!("not an order: {e}")))?;
         let digest = sha256(item.body.as_bytes());
         std::hint::black_box(&digest);
-        if order.sequence % 100 == 0 {
+        if order.sequence.is_multiple_of(100) {
             return Err(ProcessError::new(
                 ErrorClass::Unknown,
                 "deterministic failure",

@@ -238,6 +238,7 @@ pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> 
             url: downstream.url().parse().map_err(|e| format!("{e}"))?,
             timeout: Duration::from_secs(5),
             content_type: "application/json".into(),
+            auth_header: None,
         })
         .map_err(|e| e.to_string())?;
         let engine = BatchProcessor::new(

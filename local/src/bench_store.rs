@@ -363,6 +363,7 @@ async fn bench_redrive(
         url: downstream.url().parse().map_err(|e| format!("{e}"))?,
         timeout: Duration::from_secs(5),
         content_type: "application/json".into(),
+        auth_header: None,
     })
     .map_err(|e| e.to_string())?;
     let bare_move = bare_sqs_move(&clients, &resources, items).await?;

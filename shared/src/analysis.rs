@@ -185,11 +185,19 @@ pub const CSV_COLUMNS: &[&str] = &[
     "last_error",
 ];
 
+/// One CSV cell. A cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return is
+/// prefixed with `'`: spreadsheets run such a cell as a formula, and item ids and error
+/// messages come from the data (OWASP, CSV injection). Then the usual quoting.
 fn csv_field(value: &str) -> String {
+    let value = if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{value}")
+    } else {
+        value.to_string()
+    };
     if value.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", value.replace('"', "\"\""))
     } else {
-        value.to_string()
+        value
     }
 }
 
@@ -257,8 +265,49 @@ pub fn ellipsize(text: &str, max: usize) -> String {
     }
 }
 
-/// Renders rows as an aligned text table.
+/// Whether `c` may change what a terminal shows beyond printing itself: C0 and C1
+/// controls and DEL (ESC starts colour, cursor, title and hyperlink sequences; CSI is
+/// ESC `[` in one character), and the bidirectional overrides that reorder a line.
+fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `text` made safe to print to a terminal: every control character is written as a
+/// visible escape (`\x1b`, `\u{9b}`), so data (ids, error messages, attributes, payloads
+/// written by whoever sent the message) cannot move the cursor, recolour or clear the
+/// screen, retitle the window or hide text. With `multiline`, newlines, tabs and the
+/// carriage return of a CRLF are kept.
+pub fn terminal_safe(text: &str, multiline: bool) -> String {
+    if !text.chars().any(is_terminal_control) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let kept =
+            multiline && (c == '\n' || c == '\t' || (c == '\r' && chars.peek() == Some(&'\n')));
+        if kept || !is_terminal_control(c) {
+            out.push(c);
+        } else if u32::from(c) < 0x80 {
+            out.push_str(&format!("\\x{:02x}", u32::from(c)));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        }
+    }
+    out
+}
+
+/// Renders rows as an aligned text table. Cells are made [`terminal_safe`] (one line each).
 pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| terminal_safe(cell, false)).collect())
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -375,6 +424,54 @@ mod tests {
             Some(ExportFormat::JsonLines)
         );
         assert_eq!(ExportFormat::from_path("x.txt".as_ref()), None);
+    }
+
+    #[test]
+    fn csv_cells_cannot_start_a_formula() {
+        let records = vec![
+            record(
+                "=HYPERLINK(\"http://x\",\"y\")",
+                ErrorClass::Validation,
+                "+1",
+                0,
+            ),
+            record("@SUM(A1)", ErrorClass::Validation, "-2, then", 0),
+            record("\tcmd", ErrorClass::Validation, "\rx", 0),
+            record("plain", ErrorClass::Validation, "a=b", 0),
+        ];
+        let mut csv = Vec::new();
+        export(&records, ExportFormat::Csv, &mut csv).unwrap();
+        let csv = String::from_utf8(csv).unwrap();
+        let rows: Vec<&str> = csv.split('\n').skip(1).filter(|l| !l.is_empty()).collect();
+        let item = |row: &str| row.split(',').next().unwrap().to_string();
+        assert_eq!(item(rows[0]), r#""'=HYPERLINK(""http://x"""#, "{csv}");
+        assert!(rows[0].ends_with(",'+1"), "{csv}");
+        assert_eq!(item(rows[1]), "'@SUM(A1)");
+        assert!(rows[1].ends_with(r#","'-2, then""#), "{csv}");
+        assert_eq!(item(rows[2]), "'\tcmd");
+        assert!(rows[2].ends_with(",\"'\rx\""), "{csv:?}");
+        assert_eq!(item(rows[3]), "plain", "nothing added mid-text");
+        assert!(rows[3].ends_with(",a=b"), "{csv}");
+    }
+
+    #[test]
+    fn terminal_controls_are_made_visible() {
+        let evil = "id\x1b]0;pwned\x07\x1b[2J\u{9b}31m\u{202e}txt\r\nnext\tcol\x7f";
+        assert_eq!(
+            terminal_safe(evil, false),
+            "id\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m\\u{202e}txt\\x0d\\x0anext\\x09col\\x7f"
+        );
+        assert_eq!(
+            terminal_safe(evil, true),
+            "id\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}31m\\u{202e}txt\r\nnext\tcol\\x7f"
+        );
+        assert_eq!(
+            terminal_safe("a lone\rcarriage", true),
+            "a lone\\x0dcarriage"
+        );
+        assert_eq!(terminal_safe("plain ü € 😀", false), "plain ü € 😀");
+        let t = table(&["id"], &[vec!["\x1b[31mred".into()]]);
+        assert_eq!(t, "id\n\\x1b[31mred\n");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! is configured (emulators do not serve virtual-hosted buckets) or when
 //! `S3_FORCE_PATH_STYLE=true`.
 
-/// The three clients the dead-letter store, redrive and CLI use.
+/// The clients the dead-letter store, redrive and CLI use, and Secrets Manager for the
+/// downstream credential read at start-up.
 #[derive(Debug, Clone)]
 pub struct AwsClients {
     /// SQS (source queue and DLQ).
@@ -15,6 +16,8 @@ pub struct AwsClients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     /// S3 (large payloads).
     pub s3: aws_sdk_s3::Client,
+    /// Secrets Manager (`WORKER_DOWNSTREAM_AUTH_SECRET`).
+    pub secretsmanager: aws_sdk_secretsmanager::Client,
 }
 
 impl AwsClients {
@@ -33,6 +36,7 @@ impl AwsClients {
             sqs: aws_sdk_sqs::Client::new(shared),
             dynamodb: aws_sdk_dynamodb::Client::new(shared),
             s3: aws_sdk_s3::Client::from_conf(s3_config),
+            secretsmanager: aws_sdk_secretsmanager::Client::new(shared),
         }
     }
 
@@ -168,6 +172,11 @@ impl AwsClients {
             s3: aws_sdk_s3::Client::from_conf(
                 aws_sdk_s3::config::Builder::from(shared)
                     .force_path_style(s3_path_style)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            secretsmanager: aws_sdk_secretsmanager::Client::from_conf(
+                aws_sdk_secretsmanager::config::Builder::from(shared)
                     .interceptor(counter.clone())
                     .build(),
             ),

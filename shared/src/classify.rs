@@ -95,12 +95,18 @@ pub fn classify_aws_code(code: &str) -> Option<ErrorClass> {
     Some(class)
 }
 
-/// Classifies an HTTP status code, or `None` for a status DESIGN §4 does not name
-/// (2xx, 3xx, and 4xx/5xx codes such as 409 or 501).
+/// Classifies an HTTP status code, or `None` for a status with no class (2xx, 3xx, 4xx
+/// codes such as 409, and 501 / 505).
+///
+/// Every 5xx is a failure on the callee's side that may pass (507 Insufficient Storage,
+/// 508, a CDN's 520-524 when the origin is down or slow, 599), except 501 Not Implemented
+/// and 505 HTTP Version Not Supported: those describe what the callee can do at all, and
+/// retrying the same request cannot change them.
 pub fn classify_http_status(status: u16) -> Option<ErrorClass> {
     match status {
         429 => Some(ErrorClass::Throttled),
-        500 | 502 | 503 | 504 => Some(ErrorClass::ServerError),
+        501 | 505 => None,
+        500..=599 => Some(ErrorClass::ServerError),
         408 => Some(ErrorClass::Timeout),
         400 | 422 => Some(ErrorClass::Validation),
         401 | 403 => Some(ErrorClass::Permission),
@@ -195,7 +201,7 @@ impl ProcessError {
         // the raw response, far too much for a record or a signature.
         let mut error = ProcessError::new(classify_sdk_error(err), display_chain(err));
         if let Some(code) = err.code() {
-            error.code = Some(code.to_string());
+            error.code = Some(code.into());
         }
         if let Some(raw) = err.raw_response() {
             error.status = Some(raw.status().as_u16());
@@ -457,6 +463,16 @@ mod tests {
             (410, ErrorClass::NotFound),
             (409, ErrorClass::Unknown),
             (501, ErrorClass::Unknown),
+            (505, ErrorClass::Unknown),
+            (507, ErrorClass::ServerError),
+            (508, ErrorClass::ServerError),
+            (520, ErrorClass::ServerError),
+            (521, ErrorClass::ServerError),
+            (522, ErrorClass::ServerError),
+            (523, ErrorClass::ServerError),
+            (524, ErrorClass::ServerError),
+            (599, ErrorClass::ServerError),
+            (600, ErrorClass::Unknown),
         ];
         for (status, class) in rows {
             assert_eq!(
@@ -541,6 +557,52 @@ mod tests {
                 ErrorClass::Throttled,
                 ErrorClass::Permission,
                 ErrorClass::ServerError
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_s3_object_is_not_found_and_a_denied_one_is_permission() {
+        use aws_sdk_s3::Client;
+        use aws_smithy_mocks::{mock, mock_client};
+        let xml = |code: &str| {
+            SdkBody::from(format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>m</Message><RequestId>r</RequestId></Error>"
+            ))
+        };
+        let missing = mock!(Client::get_object).then_http_response(move || {
+            Response::new(StatusCode::try_from(404).unwrap(), xml("NoSuchKey"))
+        });
+        // What S3 answers for a missing key when the caller lacks s3:ListBucket.
+        let denied = mock!(Client::get_object).then_http_response(move || {
+            Response::new(StatusCode::try_from(403).unwrap(), xml("AccessDenied"))
+        });
+        let client = mock_client!(
+            aws_sdk_s3,
+            aws_smithy_mocks::RuleMode::Sequential,
+            &[&missing, &denied]
+        );
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let err = client
+                .get_object()
+                .bucket("b")
+                .key("k")
+                .send()
+                .await
+                .unwrap_err();
+            let error = ProcessError::from_sdk(&err);
+            seen.push((error.class, error.code, error.status));
+        }
+        assert_eq!(
+            seen,
+            [
+                (ErrorClass::NotFound, Some("NoSuchKey".into()), Some(404)),
+                (
+                    ErrorClass::Permission,
+                    Some("AccessDenied".into()),
+                    Some(403)
+                ),
             ]
         );
     }

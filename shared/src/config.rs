@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use crate::batch::BatchConfig;
 use crate::item::{BodyFormat, ItemIdSource, ItemParser};
-use crate::processor::HttpDeliveryConfig;
+use crate::processor::{redact_url, redact_url_text, HttpDeliveryConfig};
 use crate::retry::{Jitter, RetryPolicy};
+use crate::store::payload::{PayloadPolicy, DEFAULT_PAYLOAD_MAX_BYTES};
 
 /// Every variable the worker reads, with its meaning; the infra template must set the same set.
 pub const WORKER_ENV_VARS: &[(&str, &str)] = &[
@@ -24,6 +25,14 @@ pub const WORKER_ENV_VARS: &[(&str, &str)] = &[
     (
         DOWNSTREAM_CONTENT_TYPE,
         "Content-Type of the POST (default application/json)",
+    ),
+    (
+        DOWNSTREAM_AUTH_HEADER,
+        "header carrying the downstream credential, e.g. Authorization or x-api-key (with WORKER_DOWNSTREAM_AUTH_SECRET)",
+    ),
+    (
+        DOWNSTREAM_AUTH_SECRET,
+        "Secrets Manager secret id or ARN whose SecretString is that header's value, read once at start-up",
     ),
     (
         ITEM_ID_SOURCE,
@@ -63,6 +72,14 @@ pub const WORKER_ENV_VARS: &[(&str, &str)] = &[
         SKIP_GROUP_ON_ERROR,
         "true | false: FIFO holds back only the failed group (default false)",
     ),
+    (
+        PAYLOAD_MAX_BYTES,
+        "largest SQS Extended Client payload read from S3, 1024-2147483648 (default 33554432)",
+    ),
+    (
+        PAYLOAD_BUCKETS,
+        "comma-separated buckets Extended Client pointers may name, besides DLQ_BUCKET (default none)",
+    ),
 ];
 
 /// `WORKER_DOWNSTREAM_URL`
@@ -71,6 +88,10 @@ pub const DOWNSTREAM_URL: &str = "WORKER_DOWNSTREAM_URL";
 pub const DOWNSTREAM_TIMEOUT_MS: &str = "WORKER_DOWNSTREAM_TIMEOUT_MS";
 /// `WORKER_DOWNSTREAM_CONTENT_TYPE`
 pub const DOWNSTREAM_CONTENT_TYPE: &str = "WORKER_DOWNSTREAM_CONTENT_TYPE";
+/// `WORKER_DOWNSTREAM_AUTH_HEADER`
+pub const DOWNSTREAM_AUTH_HEADER: &str = "WORKER_DOWNSTREAM_AUTH_HEADER";
+/// `WORKER_DOWNSTREAM_AUTH_SECRET`
+pub const DOWNSTREAM_AUTH_SECRET: &str = "WORKER_DOWNSTREAM_AUTH_SECRET";
 /// `WORKER_ITEM_ID_SOURCE`
 pub const ITEM_ID_SOURCE: &str = "WORKER_ITEM_ID_SOURCE";
 /// `WORKER_BODY_FORMAT`
@@ -93,6 +114,10 @@ pub const RETRY_UNKNOWN_ERRORS: &str = "WORKER_RETRY_UNKNOWN_ERRORS";
 pub const DEADLINE_MARGIN_MS: &str = "WORKER_DEADLINE_MARGIN_MS";
 /// `WORKER_SKIP_GROUP_ON_ERROR`
 pub const SKIP_GROUP_ON_ERROR: &str = "WORKER_SKIP_GROUP_ON_ERROR";
+/// `WORKER_PAYLOAD_MAX_BYTES`
+pub const PAYLOAD_MAX_BYTES: &str = "WORKER_PAYLOAD_MAX_BYTES";
+/// `WORKER_PAYLOAD_BUCKETS`
+pub const PAYLOAD_BUCKETS: &str = "WORKER_PAYLOAD_BUCKETS";
 
 /// One bad variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +174,8 @@ impl<'a> EnvReader<'a> {
         });
     }
 
-    fn raw(&self, variable: &str) -> Option<String> {
+    /// The variable's trimmed value; `None` when unset or blank.
+    pub fn raw(&self, variable: &str) -> Option<String> {
         (self.lookup)(variable)
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
@@ -236,17 +262,169 @@ impl<'a> EnvReader<'a> {
     }
 }
 
+/// Where the downstream credential comes from: a header name and the Secrets Manager
+/// secret holding its value (read at start-up, see [`crate::secrets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamAuth {
+    /// The header, e.g. `authorization` or `x-api-key`.
+    pub header: reqwest::header::HeaderName,
+    /// The secret's id or ARN.
+    pub secret_id: String,
+}
+
+/// Headers [`crate::HttpDelivery`] sets itself; a credential may not replace them.
+const RESERVED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "idempotency-key",
+    "x-item-id",
+    "x-sqs-message-id",
+];
+
+/// `WORKER_DOWNSTREAM_AUTH_HEADER` and `WORKER_DOWNSTREAM_AUTH_SECRET`: both or neither.
+fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
+    let header: Option<String> = env.optional(DOWNSTREAM_AUTH_HEADER, "an HTTP header name");
+    let secret_id: Option<String> =
+        env.optional(DOWNSTREAM_AUTH_SECRET, "a Secrets Manager secret id or ARN");
+    let header = header.and_then(|name| {
+        match reqwest::header::HeaderName::from_bytes(name.as_bytes()) {
+            Ok(h) if RESERVED_HEADERS.contains(&h.as_str()) => {
+                env.problem(
+                    DOWNSTREAM_AUTH_HEADER,
+                    format!("{name:?} is a header the worker sets itself; expected another name, e.g. Authorization or x-api-key"),
+                );
+                None
+            }
+            Ok(h) => Some(h),
+            Err(_) => {
+                env.problem(
+                    DOWNSTREAM_AUTH_HEADER,
+                    format!("{name:?} is not an HTTP header name; expected e.g. Authorization or x-api-key"),
+                );
+                None
+            }
+        }
+    });
+    let together = format!("{DOWNSTREAM_AUTH_HEADER} and {DOWNSTREAM_AUTH_SECRET} go together");
+    match (header, secret_id, env.raw(DOWNSTREAM_AUTH_HEADER).is_some()) {
+        (Some(header), Some(secret_id), _) => Some(DownstreamAuth { header, secret_id }),
+        (None, Some(_), false) => {
+            env.problem(DOWNSTREAM_AUTH_HEADER, format!("is not set; {together}"));
+            None
+        }
+        (Some(_), None, _) => {
+            env.problem(DOWNSTREAM_AUTH_SECRET, format!("is not set; {together}"));
+            None
+        }
+        _ => None,
+    }
+}
+
+/// Whether `name` is a valid S3 bucket name: 3 to 63 lowercase letters, digits, dots and
+/// hyphens, starting and ending with a letter or digit.
+fn is_bucket_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    (3..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+}
+
+/// `WORKER_PAYLOAD_MAX_BYTES` and `WORKER_PAYLOAD_BUCKETS`. The store's own bucket is
+/// added by the worker, which knows it.
+fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
+    let max_bytes = env.ranged(
+        PAYLOAD_MAX_BYTES,
+        1024..=2_147_483_648,
+        DEFAULT_PAYLOAD_MAX_BYTES,
+    );
+    let mut allowed_buckets = std::collections::BTreeSet::new();
+    for name in env
+        .raw(PAYLOAD_BUCKETS)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        if is_bucket_name(name) {
+            allowed_buckets.insert(name.to_string());
+        } else {
+            env.problem(
+                PAYLOAD_BUCKETS,
+                format!("{name:?} is not a bucket name; expected comma-separated S3 bucket names"),
+            );
+        }
+    }
+    PayloadPolicy {
+        max_bytes,
+        allowed_buckets,
+    }
+}
+
 /// Everything the worker function needs.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// The HTTP delivery processor.
+    /// The HTTP delivery processor. Its credential header, if any, is filled in by
+    /// [`WorkerConfig::resolve_downstream_auth`] at start-up.
     pub delivery: HttpDeliveryConfig,
+    /// Where the downstream credential comes from, when one is configured.
+    pub downstream_auth: Option<DownstreamAuth>,
+    /// What SQS Extended Client pointers may make the worker read (the store's bucket is
+    /// added at start-up).
+    pub payload: PayloadPolicy,
     /// The batch engine.
     pub batch: BatchConfig,
     /// Safety margin before the invocation deadline.
     pub deadline_margin: Duration,
     /// Where dead-lettered items go; `None` when no store is configured.
     pub store: Option<crate::store::StoreConfig>,
+}
+
+/// `WORKER_DOWNSTREAM_URL`: an http(s) URL without credentials in it. The value is only
+/// ever quoted redacted (a query string may hold an API key), and a `user:password@` is
+/// refused: credentials belong in a header, from Secrets Manager.
+fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
+    let raw: String = env.required(DOWNSTREAM_URL, "an http:// or https:// URL")?;
+    let url = match raw.parse::<reqwest::Url>() {
+        Ok(url) => url,
+        Err(e) => {
+            env.problem(
+                DOWNSTREAM_URL,
+                format!(
+                    "{:?} is not valid ({e}); expected an http:// or https:// URL",
+                    redact_url_text(&raw)
+                ),
+            );
+            return None;
+        }
+    };
+    if !matches!(url.scheme(), "http" | "https") {
+        env.problem(
+            DOWNSTREAM_URL,
+            format!(
+                "scheme {:?} is not supported; expected http or https",
+                url.scheme()
+            ),
+        );
+        return None;
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        env.problem(
+            DOWNSTREAM_URL,
+            format!(
+                "{:?} carries credentials (user:password@), which end up in logs and \
+                 records; send them in a header instead: {DOWNSTREAM_AUTH_HEADER} and \
+                 {DOWNSTREAM_AUTH_SECRET}",
+                redact_url(&url)
+            ),
+        );
+        return None;
+    }
+    Some(url)
 }
 
 impl WorkerConfig {
@@ -267,24 +445,12 @@ impl WorkerConfig {
 
     /// Reads the worker's variables into `env`, noting problems there.
     pub fn read(env: &mut EnvReader<'_>) -> Option<Self> {
-        let url: Option<reqwest::Url> = env.required(DOWNSTREAM_URL, "an http:// or https:// URL");
-        let url = url.filter(|u| {
-            let ok = matches!(u.scheme(), "http" | "https");
-            if !ok {
-                env.problem(
-                    DOWNSTREAM_URL,
-                    format!(
-                        "scheme {:?} is not supported; expected http or https",
-                        u.scheme()
-                    ),
-                );
-            }
-            ok
-        });
+        let url = read_downstream_url(env);
         let timeout = env.ranged(DOWNSTREAM_TIMEOUT_MS, 1..=900_000, 10_000);
         let content_type = env
             .optional::<String>(DOWNSTREAM_CONTENT_TYPE, "a media type")
             .unwrap_or_else(|| "application/json".to_string());
+        let downstream_auth = read_downstream_auth(env);
         let id_source = env
             .optional::<ItemIdSource>(
                 ITEM_ID_SOURCE,
@@ -320,6 +486,7 @@ impl WorkerConfig {
         let retry_unknown = env.flag(RETRY_UNKNOWN_ERRORS, false);
         let deadline_margin = env.ranged(DEADLINE_MARGIN_MS, 0..=600_000, 2_000);
         let skip_group_on_error = env.flag(SKIP_GROUP_ON_ERROR, false);
+        let payload = read_payload_policy(env);
         let store = crate::store::StoreConfig::read(env);
         Some(WorkerConfig {
             store,
@@ -327,7 +494,10 @@ impl WorkerConfig {
                 url: url?,
                 timeout: Duration::from_millis(timeout),
                 content_type,
+                auth_header: None,
             },
+            downstream_auth,
+            payload,
             batch: BatchConfig {
                 parser: ItemParser {
                     id_source,
@@ -487,6 +657,122 @@ mod tests {
         assert!(err.to_string().contains("scheme \"ftp\""));
         let err = read(&[(DOWNSTREAM_URL, "not a url")]).unwrap_err();
         assert_eq!(err.problems[0].variable, DOWNSTREAM_URL);
+    }
+
+    #[test]
+    fn the_url_is_never_quoted_with_its_query_or_credentials() {
+        let err = read(&[(DOWNSTREAM_URL, "https://h:99999/in?api_key=s3cret")]).unwrap_err();
+        let text = err.to_string();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(
+            text.contains("\"https://h:99999/in?<redacted>\" is not valid"),
+            "{text}"
+        );
+
+        let err = read(&[(DOWNSTREAM_URL, "https://svc:s3cret@h/in")]).unwrap_err();
+        assert_eq!(err.problems.len(), 1, "{err}");
+        assert_eq!(err.problems[0].variable, DOWNSTREAM_URL);
+        let text = err.to_string();
+        assert!(!text.contains("s3cret") && !text.contains("svc"), "{text}");
+        assert!(text.contains("carries credentials"), "{text}");
+        assert!(text.contains(DOWNSTREAM_AUTH_HEADER), "{text}");
+        assert!(text.contains(DOWNSTREAM_AUTH_SECRET), "{text}");
+        let err = read(&[(DOWNSTREAM_URL, "https://token@h/in")]).unwrap_err();
+        assert!(err.to_string().contains("carries credentials"), "{err}");
+
+        // A query alone is allowed (some APIs want one), and kept for the request.
+        let c = read(&[(DOWNSTREAM_URL, "https://h/in?api_key=s3cret")]).unwrap();
+        assert_eq!(c.delivery.url.query(), Some("api_key=s3cret"));
+        assert!(!format!("{c:?}").contains("s3cret"));
+    }
+
+    #[test]
+    fn auth_header_and_secret_go_together() {
+        let url = (DOWNSTREAM_URL, "https://h/in");
+        let none = read(&[url]).unwrap();
+        assert_eq!(none.downstream_auth, None);
+        assert_eq!(none.delivery.auth_header, None);
+        let both = read(&[
+            url,
+            (DOWNSTREAM_AUTH_HEADER, "X-Api-Key"),
+            (
+                DOWNSTREAM_AUTH_SECRET,
+                "arn:aws:secretsmanager:us-east-1:1:secret:k",
+            ),
+        ])
+        .unwrap();
+        let auth = both.downstream_auth.unwrap();
+        assert_eq!(auth.header.as_str(), "x-api-key");
+        assert_eq!(
+            auth.secret_id,
+            "arn:aws:secretsmanager:us-east-1:1:secret:k"
+        );
+        // Read at start-up, not here.
+        assert_eq!(both.delivery.auth_header, None);
+
+        for (vars, missing) in [
+            (
+                vec![(DOWNSTREAM_AUTH_HEADER, "Authorization")],
+                DOWNSTREAM_AUTH_SECRET,
+            ),
+            (vec![(DOWNSTREAM_AUTH_SECRET, "k")], DOWNSTREAM_AUTH_HEADER),
+        ] {
+            let mut all = vec![url, (MAX_CONCURRENCY, "0")];
+            all.extend(vars);
+            let err = read(&all).unwrap_err();
+            let named: Vec<_> = err.problems.iter().map(|p| p.variable.as_str()).collect();
+            // Reported with every other problem.
+            assert!(named.contains(&MAX_CONCURRENCY), "{err}");
+            assert!(named.contains(&missing), "{err}");
+            assert!(err.to_string().contains("go together"), "{err}");
+        }
+        for bad in ["bad header", "Content-Type", "x-item-id"] {
+            let err = read(&[
+                url,
+                (DOWNSTREAM_AUTH_HEADER, bad),
+                (DOWNSTREAM_AUTH_SECRET, "k"),
+            ])
+            .unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{bad}: {err}");
+            assert_eq!(err.problems[0].variable, DOWNSTREAM_AUTH_HEADER, "{bad}");
+        }
+    }
+
+    #[test]
+    fn payload_cap_and_buckets() {
+        let url = (DOWNSTREAM_URL, "https://h/in");
+        let c = read(&[url]).unwrap();
+        assert_eq!(c.payload.max_bytes, 33_554_432);
+        assert!(c.payload.allowed_buckets.is_empty());
+        let c = read(&[
+            url,
+            (PAYLOAD_MAX_BYTES, "1024"),
+            (PAYLOAD_BUCKETS, " producer-a , producer.b,,"),
+        ])
+        .unwrap();
+        assert_eq!(c.payload.max_bytes, 1024);
+        assert_eq!(
+            c.payload.allowed_buckets.iter().collect::<Vec<_>>(),
+            ["producer-a", "producer.b"]
+        );
+        assert_eq!(
+            read(&[url, (PAYLOAD_MAX_BYTES, "2147483648")])
+                .unwrap()
+                .payload
+                .max_bytes,
+            2_147_483_648
+        );
+        for (variable, value) in [
+            (PAYLOAD_MAX_BYTES, "1023"),
+            (PAYLOAD_MAX_BYTES, "2147483649"),
+            (PAYLOAD_BUCKETS, "ok-bucket,Upper"),
+            (PAYLOAD_BUCKETS, "s3://bucket"),
+            (PAYLOAD_BUCKETS, "ab"),
+        ] {
+            let err = read(&[url, (variable, value)]).unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{value}: {err}");
+            assert_eq!(err.problems[0].variable, variable, "{value}");
+        }
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub const ERROR_MESSAGE_LIMIT: usize = 1024;
 pub const CAUSES_LIMIT: usize = 6;
 /// Longest cause kept.
 pub const CAUSE_LIMIT: usize = 256;
+/// Longest excerpt of a callee's response kept per attempt ([`FailureDetail::response_excerpt`]).
+pub const RESPONSE_EXCERPT_LIMIT: usize = 512;
 /// Most entries a record's `failure_history` holds (an entry is at most about 3 KB with
 /// the limits above, so a full history stays far below 400 KB beside a 64 KiB inline
 /// payload). Beyond it [`compact_history`] keeps the first and the latest attempts.
@@ -220,6 +222,10 @@ pub struct FailureDetail {
     /// CloudWatch log stream the attempt logged to.
     #[serde(default)]
     pub log_stream: Option<String>,
+    /// The start of the callee's answer (e.g. a downstream's error body): for operators
+    /// reading the record; never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_excerpt: Option<String>,
 }
 
 /// What a redrive needs to know about where the item came from.
@@ -325,7 +331,7 @@ impl FailureDetail {
                 .take(CAUSES_LIMIT)
                 .map(|c| clip(c, CAUSE_LIMIT))
                 .collect(),
-            error_code: attempt.error.code.clone(),
+            error_code: attempt.error.code.as_deref().map(str::to_string),
             http_status: attempt.error.status,
             step: attempt.error.step.clone(),
             duration_ms: u64::try_from(attempt.duration.as_millis()).unwrap_or(u64::MAX),
@@ -333,6 +339,10 @@ impl FailureDetail {
             request_id: invocation.request_id.clone(),
             log_group: invocation.log_group.clone(),
             log_stream: invocation.log_stream.clone(),
+            response_excerpt: attempt
+                .error
+                .detail()
+                .map(|d| clip(d, RESPONSE_EXCERPT_LIMIT)),
         }
     }
 }
@@ -629,6 +639,45 @@ mod tests {
         assert_eq!(json["error_class"], "timeout");
         let back: DeadLetteredItem = serde_json::from_value(json).unwrap();
         assert_eq!(back, record);
+    }
+
+    #[test]
+    fn a_response_excerpt_is_kept_clipped_and_apart_from_the_message() {
+        let mut plain = candidate(ErrorClass::Validation, 1, DeadLetterReason::Permanent);
+        let mut with_excerpt = plain.clone();
+        let excerpt = format!("amount must be positive: {}", "x".repeat(2_000));
+        with_excerpt.failures[0].error = with_excerpt.failures[0]
+            .error
+            .clone()
+            .with_detail(excerpt.clone());
+        with_excerpt.error = with_excerpt.error.clone().with_detail(excerpt.clone());
+        plain.failures[0].error.detail = None;
+        let at = Utc::now();
+        let info = InvocationInfo::default();
+        let day = Duration::from_secs(86_400);
+        let a = DeadLetteredItem::from_candidate(&plain, &info, at, day);
+        let b = DeadLetteredItem::from_candidate(&with_excerpt, &info, at, day);
+        let kept = b.failure_history[0].response_excerpt.as_deref().unwrap();
+        assert!(kept.starts_with("amount must be positive: xxx"), "{kept}");
+        assert!(kept.len() <= RESPONSE_EXCERPT_LIMIT, "{}", kept.len());
+        assert!(kept.ends_with("bytes omitted]"), "{kept}");
+        assert_eq!(a.failure_history[0].response_excerpt, None);
+        // Neither the message, the latest error nor the signature depend on it.
+        assert_eq!(a.error_signature, b.error_signature);
+        assert_eq!(a.last_error, b.last_error);
+        assert_eq!(
+            a.failure_history[0].error_message,
+            b.failure_history[0].error_message
+        );
+        assert!(!b.last_error.contains("amount"));
+        assert!(!with_excerpt.error.to_string().contains("amount"));
+        // Serialised only when present; older records without it still read.
+        let json = serde_json::to_value(&a.failure_history[0]).unwrap();
+        assert!(json.get("response_excerpt").is_none(), "{json}");
+        let json = serde_json::to_value(&b.failure_history[0]).unwrap();
+        assert_eq!(json["response_excerpt"], kept);
+        let back: FailureDetail = serde_json::from_value(json).unwrap();
+        assert_eq!(back, b.failure_history[0]);
     }
 
     #[test]

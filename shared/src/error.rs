@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub enum ErrorClass {
     /// The callee asked us to slow down (HTTP 429, AWS throttling codes).
     Throttled,
-    /// The callee failed on its side (HTTP 500/502/503/504).
+    /// The callee failed on its side (HTTP 5xx but 501 and 505).
     ServerError,
     /// No answer in time (client timeouts, HTTP 408).
     Timeout,
@@ -106,9 +106,10 @@ pub struct ProcessError {
     /// The source chain below `message`, outermost first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub causes: Vec<String>,
-    /// A service error code (e.g. `ThrottlingException`) when one was returned.
+    /// A service error code (e.g. `ThrottlingException`) when one was returned. A boxed
+    /// `str` (no spare capacity), which keeps `Result<_, ProcessError>` small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
+    pub code: Option<Box<str>>,
     /// The HTTP status of the failed call, when there was a response.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
@@ -118,6 +119,12 @@ pub struct ProcessError {
     /// A delay the callee asked for (`Retry-After`); the retry policy waits at least this.
     #[serde(skip)]
     pub retry_after: Option<Duration>,
+    /// What the callee said, e.g. the start of a downstream's error response. Kept in the
+    /// dead-letter record for operators, but never in `Display` (and so never in logs):
+    /// a response may echo the item's data. Not part of the error signature. Boxed (one
+    /// pointer): it is rare, and it keeps `Result<_, ProcessError>` small.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Box<String>>,
 }
 
 impl ProcessError {
@@ -131,6 +138,7 @@ impl ProcessError {
             status: None,
             step: None,
             retry_after: None,
+            detail: None,
         }
     }
 
@@ -155,7 +163,7 @@ impl ProcessError {
 
     /// Records the service error code.
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
-        self.code = Some(code.into());
+        self.code = Some(code.into().into_boxed_str());
         self
     }
 
@@ -171,6 +179,17 @@ impl ProcessError {
         self
     }
 
+    /// Records what the callee said (kept in the record, never displayed or logged).
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(Box::new(detail.into()));
+        self
+    }
+
+    /// What the callee said, if anything ([`ProcessError::detail`]).
+    pub fn detail(&self) -> Option<&str> {
+        self.detail.as_deref().map(String::as_str)
+    }
+
     /// Records a delay the callee asked for before the next attempt.
     pub fn with_retry_after(mut self, delay: Duration) -> Self {
         self.retry_after = Some(delay);
@@ -178,6 +197,7 @@ impl ProcessError {
     }
 }
 
+/// Class, message and causes; never [`ProcessError::detail`].
 impl fmt::Display for ProcessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.class, self.message)?;

@@ -19,6 +19,7 @@
 //! | [`signature`] | normalised error signatures for grouping | none |
 //! | [`store`] | the dead-letter store: DynamoDB records, S3 payloads, DLQ messages | AWS |
 //! | [`aws`] | AWS clients built once from the standard configuration chain | AWS |
+//! | [`secrets`] | the downstream credential, from Secrets Manager at start-up | AWS |
 //! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation | stdout |
 //! | [`config`] | validated configuration from the environment | env |
 //! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
@@ -49,6 +50,7 @@ pub mod redrive;
 pub mod redrive_function;
 pub mod retry;
 pub mod runtime;
+pub mod secrets;
 pub mod signature;
 pub mod store;
 pub mod telemetry;

@@ -31,8 +31,50 @@ pub trait Processor: Send + Sync {
     ) -> impl Future<Output = Result<Outcome, ProcessError>> + Send;
 }
 
+/// `url` as it may be shown in errors, logs and records: without a user name or password,
+/// and with its query (and fragment) replaced by `?<redacted>`, since a query string is
+/// where an API key ends up when it is not in a header.
+pub fn redact_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let mut text = shown.to_string();
+    if url.query().is_some() || url.fragment().is_some() {
+        text.push_str("?<redacted>");
+    }
+    text
+}
+
+/// [`redact_url`] for text that may not even parse as a URL (a bad variable's value): a
+/// `user:password@` before the host is dropped, anything from the first `?` or `#` on is
+/// replaced by `?<redacted>`.
+pub fn redact_url_text(text: &str) -> String {
+    let (base, cut) = match text.find(['?', '#']) {
+        Some(at) => (&text[..at], true),
+        None => (text, false),
+    };
+    let mut shown = match base.find("://") {
+        Some(scheme_end) => {
+            let (scheme, rest) = base.split_at(scheme_end + 3);
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(authority_end);
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            format!("{scheme}{host}{path}")
+        }
+        None => base.to_string(),
+    };
+    if cut {
+        shown.push_str("?<redacted>");
+    }
+    shown
+}
+
 /// How [`HttpDelivery`] reaches the downstream.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpDeliveryConfig {
     /// The URL each item body is POSTed to.
     pub url: reqwest::Url,
@@ -40,9 +82,29 @@ pub struct HttpDeliveryConfig {
     pub timeout: Duration,
     /// The `Content-Type` sent with the body.
     pub content_type: String,
+    /// A credential sent on every request (header name, value marked sensitive); see
+    /// [`crate::secrets`]. Never shown by `Debug`.
+    pub auth_header: Option<(HeaderName, HeaderValue)>,
 }
 
-/// Most of a downstream error body kept in the error message: enough to explain, not a dump.
+impl std::fmt::Debug for HttpDeliveryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpDeliveryConfig")
+            .field("url", &redact_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("content_type", &self.content_type)
+            .field(
+                "auth_header",
+                &self
+                    .auth_header
+                    .as_ref()
+                    .map(|(name, _)| format!("{name}: <redacted>")),
+            )
+            .finish()
+    }
+}
+
+/// Most of a downstream error body kept as the error's detail: enough to explain, not a dump.
 const ERROR_BODY_LIMIT: usize = 256;
 
 /// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
@@ -75,6 +137,40 @@ impl HttpDelivery {
         Ok(HttpDelivery { client, config })
     }
 
+    /// A failed request as a classified error that does not show the URL's query or
+    /// credentials: reqwest writes the full request URL into its message.
+    fn transport_error(&self, error: reqwest::Error) -> ProcessError {
+        let had_url = error.url().is_some();
+        let mut error = ProcessError::from_error(&error.without_url()).with_step("deliver");
+        if had_url {
+            error.message = format!(
+                "{} for url ({})",
+                error.message,
+                redact_url(&self.config.url)
+            );
+        }
+        // The causes come from lower layers (hyper, the TLS stack, DNS), which may quote
+        // the request target themselves.
+        error.message = self.redact(&error.message);
+        for cause in &mut error.causes {
+            *cause = self.redact(cause);
+        }
+        error
+    }
+
+    /// `text` with the downstream URL's query and credentials replaced wherever they appear.
+    fn redact(&self, text: &str) -> String {
+        let url = &self.config.url;
+        let mut text = text.replace(url.as_str(), &redact_url(url));
+        if let Some(query) = url.query().filter(|q| !q.is_empty()) {
+            text = text.replace(&format!("?{query}"), "?<redacted>");
+        }
+        if let Some(password) = url.password().filter(|p| !p.is_empty()) {
+            text = text.replace(&format!("{}:{password}@", url.username()), "");
+        }
+        text
+    }
+
     fn headers(&self, item: &WorkItem) -> HeaderMap {
         let mut headers = HeaderMap::new();
         let mut set = |name: HeaderName, value: &str| {
@@ -90,6 +186,11 @@ impl HttpDelivery {
             HeaderName::from_static("x-sqs-message-id"),
             &item.message_id,
         );
+        if let Some((name, value)) = &self.config.auth_header {
+            // Marked sensitive when read: kept out of `Debug` output and HTTP/2 header
+            // compression tables.
+            headers.insert(name.clone(), value.clone());
+        }
         headers
     }
 }
@@ -103,7 +204,7 @@ impl Processor for HttpDelivery {
             .body(item.body.clone())
             .send()
             .await
-            .map_err(|e| ProcessError::from_error(&e).with_step("deliver"))?;
+            .map_err(|e| self.transport_error(e))?;
         let status = response.status();
         if status == reqwest::StatusCode::ALREADY_REPORTED {
             return Ok(Outcome::Skipped {
@@ -120,17 +221,79 @@ impl Processor for HttpDelivery {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let text = response.text().await.unwrap_or_default();
-        let mut message = format!("downstream answered {status}");
         let excerpt: String = text.trim().chars().take(ERROR_BODY_LIMIT).collect();
+        // The response goes to the record's history, not into the message: messages are
+        // logged, and a downstream's error body may echo the item's data.
+        let mut error = ProcessError::from_http_status(
+            status.as_u16(),
+            format!("downstream answered {status}"),
+        )
+        .with_step("deliver");
         if !excerpt.is_empty() {
-            message.push_str(": ");
-            message.push_str(&excerpt);
+            error = error.with_detail(self.redact(&excerpt));
         }
-        let mut error =
-            ProcessError::from_http_status(status.as_u16(), message).with_step("deliver");
         if let Some(delay) = retry_after {
             error = error.with_retry_after(delay);
         }
         Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_shown_without_query_or_credentials() {
+        let rows = [
+            (
+                "https://api.example.com/ingest",
+                "https://api.example.com/ingest",
+            ),
+            (
+                "https://api.example.com/ingest?api_key=s3cret&x=1",
+                "https://api.example.com/ingest?<redacted>",
+            ),
+            (
+                "https://user:s3cret@api.example.com:8443/in#frag",
+                "https://api.example.com:8443/in?<redacted>",
+            ),
+            ("http://127.0.0.1:9/?", "http://127.0.0.1:9/?<redacted>"),
+        ];
+        for (url, shown) in rows {
+            assert_eq!(redact_url(&url.parse().unwrap()), shown, "{url}");
+        }
+        let text_rows = [
+            (
+                "http://x:99999/in?token=s3cret",
+                "http://x:99999/in?<redacted>",
+            ),
+            ("https://u:s3cret@host/p", "https://host/p"),
+            ("https://u:p@ss@host", "https://host"),
+            ("not a url ? token=s3cret", "not a url ?<redacted>"),
+            ("host#s3cret", "host?<redacted>"),
+            ("plain", "plain"),
+        ];
+        for (text, shown) in text_rows {
+            assert_eq!(redact_url_text(text), shown, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_config_debug_does_not_show_the_query() {
+        let config = HttpDeliveryConfig {
+            url: "https://h/p?api_key=s3cret".parse().unwrap(),
+            timeout: Duration::from_secs(1),
+            content_type: "application/json".into(),
+            auth_header: Some((
+                HeaderName::from_static("x-api-key"),
+                HeaderValue::from_static("k3y-value"),
+            )),
+        };
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(!debug.contains("k3y-value"), "{debug}");
+        assert!(debug.contains("https://h/p?<redacted>"), "{debug}");
+        assert!(debug.contains("x-api-key: <redacted>"), "{debug}");
     }
 }

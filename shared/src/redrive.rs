@@ -1234,13 +1234,10 @@ impl<P: Processor> RedriveEngine<P> {
         }
         if url.ends_with(".fifo") {
             builder = builder
-                .message_group_id(
-                    record
-                        .source
-                        .message_group_id
-                        .clone()
-                        .unwrap_or_else(|| record.item_id.clone()),
-                )
+                .message_group_id(crate::store::dlq::fifo_group_id(
+                    record.source.message_group_id.as_deref(),
+                    &record.item_id,
+                ))
                 .message_deduplication_id(crate::hex::sha256_hex(
                     format!("{}:{run_id}", record.item_id).as_bytes(),
                 ));

@@ -70,6 +70,19 @@ impl RedriveFunction {
             )
             .unwrap_or(ItemIdSource::MessageId);
         env.finish()?;
+        let clients = AwsClients::from_env().await;
+        let mut processor_config = processor_config;
+        if let Some(config) = &mut processor_config {
+            config
+                .resolve_downstream_auth(&clients)
+                .await
+                .map_err(|e| ConfigError {
+                    problems: vec![crate::config::ConfigProblem {
+                        variable: e.variable.to_string(),
+                        problem: e.to_string(),
+                    }],
+                })?;
+        }
         let processor = match &processor_config {
             Some(c) => Some(
                 HttpDelivery::new(c.delivery.clone()).map_err(|e| ConfigError {
@@ -95,7 +108,7 @@ impl RedriveFunction {
             ..RedriveSettings::default()
         };
         let store = DeadLetterStore::new(
-            AwsClients::from_env().await,
+            clients,
             store.ok_or_else(|| ConfigError {
                 problems: Vec::new(),
             })?,

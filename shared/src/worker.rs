@@ -32,6 +32,9 @@ pub enum StartupError {
     /// The HTTP client could not be built.
     #[error("cannot build the downstream HTTP client: {0}")]
     HttpClient(ProcessError),
+    /// The downstream credential could not be read.
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretError),
 }
 
 /// The dead-letter sink chosen by configuration.
@@ -98,24 +101,35 @@ impl DefaultWorker {
     /// Builds the worker from a configuration; `clients` overrides the AWS clients that
     /// would otherwise be loaded from the environment.
     pub async fn from_config(
-        config: WorkerConfig,
+        mut config: WorkerConfig,
         clients: Option<AwsClients>,
     ) -> Result<Self, StartupError> {
+        // AWS clients only when something needs them: loading the configuration chain is
+        // a noticeable part of a cold start.
+        let clients = match clients {
+            Some(clients) => Some(clients),
+            None if config.store.is_some() || config.downstream_auth.is_some() => {
+                Some(AwsClients::from_env().await)
+            }
+            None => None,
+        };
+        if let Some(clients) = &clients {
+            config.resolve_downstream_auth(clients).await?;
+        }
         let delivery =
             HttpDelivery::new(config.delivery.clone()).map_err(StartupError::HttpClient)?;
-        let (sink, resolver) = match config.store {
-            Some(store_config) => {
-                let clients = match clients {
-                    Some(clients) => clients,
-                    None => AwsClients::from_env().await,
-                };
-                let resolver = ExtendedClientResolver::new(clients.s3.clone());
+        let (sink, resolver) = match (config.store, clients) {
+            (Some(store_config), Some(clients)) => {
+                // The store's own bucket holds the pointers the DLQ and a requeue carry.
+                let mut policy = config.payload.clone();
+                policy.allowed_buckets.insert(store_config.bucket.clone());
+                let resolver = ExtendedClientResolver::new(clients.s3.clone(), policy);
                 (
                     ConfiguredSink::Store(DeadLetterStore::new(clients, store_config)),
                     Some(resolver),
                 )
             }
-            None => {
+            _ => {
                 tracing::warn!(
                     "no dead-letter store configured (DLQ_TABLE, DLQ_QUEUE_URL, DLQ_BUCKET): \
                      permanent failures are returned to the queue"

@@ -949,7 +949,8 @@ async fn extended_client_pointer_to_a_missing_object_is_dead_lettered_not_found(
         .to_body()
     };
     let missing_key = pointer(&bucket, "payloads/missing/0123");
-    let missing_bucket = pointer(&unique("no-such-bucket"), "k");
+    let missing_bucket_name = unique("no-such-bucket");
+    let missing_bucket = pointer(&missing_bucket_name, "k");
     let present = pointer(&bucket, "present");
     let binary = pointer(&bucket, "binary");
     // Looks like a pointer but is not one (no bucket/key): an ordinary JSON body.
@@ -962,6 +963,10 @@ async fn extended_client_pointer_to_a_missing_object_is_dead_lettered_not_found(
     )
     .with_body_resolver(std::sync::Arc::new(ExtendedClientResolver::new(
         clients.s3.clone(),
+        sqs_worker::store::payload::PayloadPolicy::allowing([
+            bucket.clone(),
+            missing_bucket_name.clone(),
+        ]),
     )));
     let ids = ["m-key", "m-bucket", "m-present", "m-binary", "m-fake"];
     let report = run(

@@ -75,6 +75,7 @@ fn delivery(url: &str, timeout: Duration) -> HttpDelivery {
         url: url.parse().unwrap(),
         timeout,
         content_type: "application/json".into(),
+        auth_header: None,
     })
     .unwrap()
 }
@@ -135,8 +136,88 @@ async fn statuses_are_classified() {
         assert_eq!(err.class, class, "{status}");
         assert_eq!(err.status, Some(status));
         assert_eq!(err.step.as_deref(), Some("deliver"));
-        assert!(err.message.contains("upstream says no"), "{}", err.message);
+        // The response text is the error's detail (kept in the record), not its message
+        // (logged): a downstream may echo the item's data.
+        assert_eq!(err.detail(), Some("upstream says no"));
+        assert!(!err.message.contains("upstream says no"), "{}", err.message);
+        assert!(!err.to_string().contains("upstream says no"), "{err}");
+        assert!(
+            err.message
+                .starts_with(&format!("downstream answered {status}")),
+            "{}",
+            err.message
+        );
     }
+}
+
+#[tokio::test]
+async fn the_credential_header_is_sent_and_the_query_never_shown() {
+    let (url, seen) = server(200, "", Duration::ZERO).await;
+    let mut value = reqwest::header::HeaderValue::from_static("Bearer t0ken");
+    value.set_sensitive(true);
+    let delivery = HttpDelivery::new(HttpDeliveryConfig {
+        url: format!("{url}?api_key=s3cret").parse().unwrap(),
+        timeout: Duration::from_secs(5),
+        content_type: "application/json".into(),
+        auth_header: Some((reqwest::header::AUTHORIZATION, value)),
+    })
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(delivery.process(&item()).await.unwrap(), Outcome::Done);
+        let seen = seen.lock().unwrap();
+        let head = seen.head.to_ascii_lowercase();
+        // Sent on every request, and the query still reaches the downstream.
+        assert!(head.contains("authorization: bearer t0ken"), "{head}");
+        assert!(
+            seen.head
+                .starts_with("POST /ingest?api_key=s3cret HTTP/1.1"),
+            "{}",
+            seen.head
+        );
+    }
+    assert!(!format!("{delivery:?}").contains("t0ken"));
+
+    // A transport failure: reqwest would print the whole URL.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let closed = delivery_to(&format!("http://127.0.0.1:{port}/in?api_key=s3cret&x=1"));
+    let err = closed.process(&item()).await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Connection, "{err}");
+    let shown = format!("{err} {:?}", err.causes);
+    assert!(!shown.contains("s3cret"), "{shown}");
+    assert!(
+        err.message
+            .contains(&format!("for url (http://127.0.0.1:{port}/in?<redacted>)")),
+        "{err}"
+    );
+    // And a timeout.
+    let (slow, _) = server(200, "", Duration::from_secs(5)).await;
+    let err = HttpDelivery::new(HttpDeliveryConfig {
+        url: format!("{slow}?api_key=s3cret").parse().unwrap(),
+        timeout: Duration::from_millis(200),
+        content_type: "application/json".into(),
+        auth_header: None,
+    })
+    .unwrap()
+    .process(&item())
+    .await
+    .unwrap_err();
+    assert_eq!(err.class, ErrorClass::Timeout, "{err}");
+    let shown = format!("{err} {:?}", err.causes);
+    assert!(!shown.contains("s3cret"), "{shown}");
+}
+
+fn delivery_to(url: &str) -> HttpDelivery {
+    HttpDelivery::new(HttpDeliveryConfig {
+        url: url.parse().unwrap(),
+        timeout: Duration::from_secs(2),
+        content_type: "application/json".into(),
+        auth_header: None,
+    })
+    .unwrap()
 }
 
 #[tokio::test]

@@ -737,11 +737,12 @@ proptest! {
 // (c) The classifier
 // ---------------------------------------------------------------------------------------
 
-/// The HTTP table of `classify_http_status` (DESIGN §4).
+/// The HTTP table of `classify_http_status`: every 5xx but 501 and 505 is a server error.
 fn http_rule(status: u16) -> Option<ErrorClass> {
     match status {
         429 => Some(ErrorClass::Throttled),
-        500 | 502 | 503 | 504 => Some(ErrorClass::ServerError),
+        501 | 505 => None,
+        500..=599 => Some(ErrorClass::ServerError),
         408 => Some(ErrorClass::Timeout),
         400 | 422 => Some(ErrorClass::Validation),
         401 | 403 => Some(ErrorClass::Permission),
@@ -846,7 +847,7 @@ proptest! {
         prop_assert_eq!(error.class, class.unwrap_or(ErrorClass::Unknown));
         let retryable = error.class.is_retryable(retry_unknown);
         match status {
-            429 | 408 | 500 | 502 | 503 | 504 => prop_assert!(retryable, "{}", status),
+            429 | 408 | 500 | 502..=504 | 506..=599 => prop_assert!(retryable, "{}", status),
             400 | 401 | 403 | 404 | 410 | 422 => prop_assert!(!error.class.is_retryable(true), "{}", status),
             // Every other status is unknown: retried only when configured.
             _ => prop_assert_eq!(retryable, retry_unknown, "{}", status),
@@ -869,7 +870,7 @@ proptest! {
         let process = ProcessError::from_sdk(&err);
         prop_assert_eq!(process.class, class);
         prop_assert_eq!(process.status, Some(status));
-        prop_assert_eq!(&process.code, &code);
+        prop_assert_eq!(process.code.as_deref(), code.as_deref());
         if let Some(code) = process.code.as_deref() {
             if code.starts_with("AccessDenied") {
                 prop_assert_eq!(class, ErrorClass::Permission);

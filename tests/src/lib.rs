@@ -318,6 +318,7 @@ impl Pipeline {
             url: self.downstream.url().parse().unwrap(),
             timeout: Duration::from_millis(500),
             content_type: "application/json".into(),
+            auth_header: None,
         })
         .unwrap();
         sqs_worker::redrive::RedriveEngine::new(

@@ -1176,6 +1176,7 @@ async fn armed_engine(p: &Pipeline, proxy: &FaultProxy) -> (RedriveEngine<ArmedD
         url: p.downstream.url().parse().unwrap(),
         timeout: Duration::from_millis(500),
         content_type: "application/json".into(),
+        auth_header: None,
     })
     .unwrap();
     let trap = Trap::default();

@@ -38,6 +38,40 @@ fn resources_of_type<'a>(template: &'a Value, kind: &str) -> Vec<(&'a String, &'
         .collect()
 }
 
+/// A policy document's statements, conditional ones (`Fn::If`) in each of their forms.
+fn statements(document: &Value) -> Vec<&Value> {
+    let mut all = Vec::new();
+    for statement in document["Statement"].as_array().unwrap() {
+        match statement.get("Fn::If") {
+            Some(branches) => all.extend(
+                branches.as_array().unwrap()[1..]
+                    .iter()
+                    .filter(|b| b.get("Ref") != Some(&Value::from("AWS::NoValue"))),
+            ),
+            None => all.push(statement),
+        }
+    }
+    all
+}
+
+/// The statement with this `Sid` in a role's inline policy, and the condition it is under.
+fn statement<'a>(role: &'a Value, sid: &str) -> (&'a Value, Option<&'a str>) {
+    for statement in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+    {
+        if statement["Sid"] == sid {
+            return (statement, None);
+        }
+        if let Some(branches) = statement.get("Fn::If") {
+            if branches[1]["Sid"] == sid {
+                return (&branches[1], branches[0].as_str());
+            }
+        }
+    }
+    panic!("no statement {sid}")
+}
+
 fn env_names(function: &Value) -> BTreeSet<String> {
     function["Properties"]["Environment"]["Variables"]
         .as_object()
@@ -204,7 +238,7 @@ fn event_source_alarms_and_iam_as_declared() {
     // Least privilege: no wildcard actions; wildcard resources only for X-Ray.
     for (name, role) in resources_of_type(&template, "AWS::IAM::Role") {
         for policy in role["Properties"]["Policies"].as_array().unwrap() {
-            for statement in policy["PolicyDocument"]["Statement"].as_array().unwrap() {
+            for statement in statements(&policy["PolicyDocument"]) {
                 let actions: Vec<&str> = statement["Action"]
                     .as_array()
                     .unwrap()
@@ -228,6 +262,215 @@ fn event_source_alarms_and_iam_as_declared() {
             "{name} uses managed policies"
         );
     }
+
+    // The downstream credential: both functions may read that one secret, and only when
+    // one is configured; the parameters go together.
+    for role in ["WorkerRole", "RedriveRole"] {
+        let (secret, condition) = statement(&template["Resources"][role], "DownstreamCredential");
+        assert_eq!(condition, Some("HasDownstreamAuth"), "{role}");
+        assert_eq!(
+            secret["Action"],
+            serde_json::json!(["secretsmanager:GetSecretValue"])
+        );
+        assert_eq!(
+            secret["Resource"],
+            serde_json::json!({"Ref": "DownstreamAuthSecretArn"}),
+            "{role}"
+        );
+    }
+    assert_eq!(
+        template["Conditions"]["HasDownstreamAuth"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "DownstreamAuthSecretArn"}, ""]}]})
+    );
+    for function in ["WorkerFunction", "RedriveFunction"] {
+        let vars = &template["Resources"][function]["Properties"]["Environment"]["Variables"];
+        assert_eq!(
+            vars["WORKER_DOWNSTREAM_AUTH_HEADER"],
+            serde_json::json!({"Ref": "DownstreamAuthHeader"})
+        );
+        assert_eq!(
+            vars["WORKER_DOWNSTREAM_AUTH_SECRET"],
+            serde_json::json!({"Ref": "DownstreamAuthSecretArn"})
+        );
+    }
+    assert!(
+        template["Rules"]["DownstreamAuthTogether"].is_object(),
+        "header and secret are checked together"
+    );
+    for parameter in ["DownstreamAuthHeader", "DownstreamAuthSecretArn"] {
+        assert_eq!(
+            template["Parameters"][parameter]["Default"], "",
+            "{parameter}"
+        );
+    }
+
+    // Extended Client payloads: the worker reads and lists its own bucket and the
+    // producers' (a missing object is then a 404, not_found, rather than a 403), within
+    // the size cap; the variables come from the parameters.
+    let worker_role = &template["Resources"]["WorkerRole"];
+    let (list, condition) = statement(worker_role, "ListPayloads");
+    assert_eq!(condition, None);
+    assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
+    assert_eq!(
+        list["Resource"],
+        serde_json::json!({"Fn::GetAtt": ["PayloadBucket", "Arn"]})
+    );
+    for (sid, action, suffix) in [
+        ("ProducerPayloads", "s3:GetObject", "/*"),
+        ("ListProducerPayloads", "s3:ListBucket", ""),
+    ] {
+        let (producer, condition) = statement(worker_role, sid);
+        assert_eq!(condition, Some("HasPayloadBuckets"), "{sid}");
+        assert_eq!(producer["Action"], serde_json::json!([action]), "{sid}");
+        let resource = producer["Resource"].to_string();
+        assert!(resource.contains("PayloadBuckets"), "{sid}: {resource}");
+        assert!(
+            resource.contains("arn:${AWS::Partition}:s3:::${"),
+            "{sid}: {resource}"
+        );
+        assert!(
+            resource.contains(&format!("{suffix},arn:aws:s3:::")),
+            "{sid}: {resource}"
+        );
+    }
+    let (list, _) = statement(&template["Resources"]["RedriveRole"], "ListPayloads");
+    assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
+    assert_eq!(
+        template["Parameters"]["PayloadBuckets"]["Type"],
+        "CommaDelimitedList"
+    );
+    assert_eq!(template["Parameters"]["PayloadBuckets"]["Default"], "");
+    assert_eq!(
+        template["Parameters"]["PayloadMaxBytes"]["Default"],
+        33_554_432
+    );
+    let worker_vars =
+        &template["Resources"]["WorkerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        worker_vars["WORKER_PAYLOAD_BUCKETS"],
+        serde_json::json!({"Fn::Join": [",", {"Ref": "PayloadBuckets"}]})
+    );
+    assert_eq!(
+        worker_vars["WORKER_PAYLOAD_MAX_BYTES"],
+        serde_json::json!({"Fn::Sub": "${PayloadMaxBytes}"})
+    );
+}
+
+#[test]
+fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
+    let template = translated();
+    let resources = &template["Resources"];
+
+    // The created topic is encrypted with a key of the stack's own, which CloudWatch may
+    // use; the AWS managed alias/aws/sns key would silently drop every alarm.
+    let topic = &resources["AlarmTopic"];
+    assert_eq!(topic["Condition"], "CreateAlarmTopic");
+    assert_eq!(
+        topic["Properties"]["KmsMasterKeyId"],
+        serde_json::json!({"Ref": "AlarmKey"})
+    );
+    let key = &resources["AlarmKey"];
+    assert_eq!(key["Type"], "AWS::KMS::Key");
+    assert_eq!(key["Condition"], "CreateAlarmTopic");
+    assert_eq!(key["Properties"]["EnableKeyRotation"], true);
+    let policy = &key["Properties"]["KeyPolicy"]["Statement"];
+    let by_principal = |principal: &Value| {
+        policy
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| &s["Principal"] == principal)
+            .unwrap_or_else(|| panic!("no key policy statement for {principal}"))
+    };
+    let root = by_principal(&serde_json::json!({
+        "AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}
+    }));
+    assert_eq!(
+        (root["Effect"].clone(), root["Action"].clone()),
+        ("Allow".into(), "kms:*".into())
+    );
+    let cloudwatch = by_principal(&serde_json::json!({"Service": "cloudwatch.amazonaws.com"}));
+    assert_eq!(cloudwatch["Effect"], "Allow");
+    assert_eq!(
+        cloudwatch["Action"],
+        serde_json::json!(["kms:Decrypt", "kms:GenerateDataKey*"])
+    );
+    assert_eq!(policy.as_array().unwrap().len(), 2, "nobody else: {policy}");
+    let alias = &resources["AlarmKeyAlias"];
+    assert_eq!(alias["Type"], "AWS::KMS::Alias");
+    assert_eq!(
+        alias["Properties"]["TargetKeyId"],
+        serde_json::json!({"Ref": "AlarmKey"})
+    );
+    for (name, r) in resources.as_object().unwrap() {
+        let kms = r["Properties"]["KmsMasterKeyId"].to_string();
+        assert!(
+            !kms.contains("alias/aws/"),
+            "{name} uses an AWS managed key: {kms}"
+        );
+    }
+
+    // An optional email subscription, to whichever topic the alarms use.
+    let subscription = &resources["AlarmEmailSubscription"];
+    assert_eq!(subscription["Type"], "AWS::SNS::Subscription");
+    assert_eq!(subscription["Condition"], "HasAlarmEmail");
+    assert_eq!(subscription["Properties"]["Protocol"], "email");
+    assert_eq!(
+        subscription["Properties"]["Endpoint"],
+        serde_json::json!({"Ref": "AlarmEmail"})
+    );
+    assert_eq!(
+        subscription["Properties"]["TopicArn"],
+        serde_json::json!({"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]})
+    );
+    assert_eq!(
+        template["Conditions"]["HasAlarmEmail"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}]})
+    );
+    assert_eq!(template["Parameters"]["AlarmEmail"]["Default"], "");
+
+    // Queues use SSE-SQS: producers such as SNS, EventBridge and S3 notifications cannot
+    // send to a queue encrypted with the AWS managed alias/aws/sqs key.
+    for queue in ["SourceQueue", "DeadLetterQueue"] {
+        let properties = &resources[queue]["Properties"];
+        assert_eq!(properties["SqsManagedSseEnabled"], true, "{queue}");
+        assert!(properties.get("KmsMasterKeyId").is_none(), "{queue}");
+    }
+
+    // What holds messages and records outlives the stack and any replacement.
+    for name in [
+        "SourceQueue",
+        "DeadLetterQueue",
+        "DeadLetterTable",
+        "PayloadBucket",
+    ] {
+        assert_eq!(resources[name]["DeletionPolicy"], "Retain", "{name}");
+        assert_eq!(resources[name]["UpdateReplacePolicy"], "Retain", "{name}");
+    }
+}
+
+/// `text` with `%XX` escapes decoded (IAM returns policy documents URL-encoded).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A zip file with no entries: enough for the emulator to create a function.
@@ -273,16 +516,30 @@ async fn deploys_into_the_emulator() {
             .unwrap();
     }
     let stack = e2e::unique_prefix("stack");
+    let secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:downstream-AbCdEf";
+    let parameters = [
+        ("DownstreamUrl", "https://downstream.example.com/ingest"),
+        ("DownstreamAuthHeader", "x-api-key"),
+        ("DownstreamAuthSecretArn", secret_arn),
+        ("PayloadBuckets", "producer-a,producer-b"),
+        ("PayloadMaxBytes", "1048576"),
+        ("AlarmEmail", "oncall@example.com"),
+    ];
     let created = cloudformation
         .create_stack()
         .stack_name(&stack)
         .template_body(template.to_string())
-        .parameters(
-            Parameter::builder()
-                .parameter_key("DownstreamUrl")
-                .parameter_value("https://downstream.example.com/ingest")
-                .build(),
-        )
+        .set_parameters(Some(
+            parameters
+                .iter()
+                .map(|(k, v)| {
+                    Parameter::builder()
+                        .parameter_key(*k)
+                        .parameter_value(*v)
+                        .build()
+                })
+                .collect(),
+        ))
         .send()
         .await;
     // A busy emulator can drop the first answer; the SDK's retry then finds the stack.
@@ -353,6 +610,8 @@ async fn deploys_into_the_emulator() {
         "180",
         "6 x the 30 s default timeout"
     );
+    assert_eq!(source[&Q::SqsManagedSseEnabled], "true");
+    assert!(!source.contains_key(&Q::KmsMasterKeyId), "{source:?}");
     let dlq = clients
         .sqs
         .get_queue_attributes()
@@ -362,6 +621,8 @@ async fn deploys_into_the_emulator() {
         .await
         .unwrap();
     let dlq = dlq.attributes().unwrap();
+    assert_eq!(dlq[&Q::SqsManagedSseEnabled], "true");
+    assert!(!dlq.contains_key(&Q::KmsMasterKeyId), "{dlq:?}");
     let retention = |a: &std::collections::HashMap<Q, String>| {
         a[&Q::MessageRetentionPeriod].parse::<u64>().unwrap()
     };
@@ -449,6 +710,21 @@ async fn deploys_into_the_emulator() {
     assert_eq!(worker.timeout(), Some(30));
     assert_eq!(worker.handler(), Some("bootstrap"));
 
+    assert_eq!(vars["WORKER_PAYLOAD_BUCKETS"], "producer-a,producer-b");
+    assert_eq!(vars["WORKER_PAYLOAD_MAX_BYTES"], "1048576");
+    assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
+    let config = sqs_worker::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
+    assert_eq!(
+        config.payload.allowed_buckets.iter().collect::<Vec<_>>(),
+        ["producer-a", "producer-b"]
+    );
+    assert_eq!(config.payload.max_bytes, 1_048_576);
+    let auth = config.downstream_auth.unwrap();
+    assert_eq!(
+        (auth.header.as_str(), auth.secret_id.as_str()),
+        ("x-api-key", secret_arn)
+    );
+
     let redrive_fn = lambda
         .get_function_configuration()
         .function_name(&outputs["RedriveFunctionName"])
@@ -457,5 +733,119 @@ async fn deploys_into_the_emulator() {
         .unwrap();
     let vars = redrive_fn.environment().unwrap().variables().unwrap();
     assert_eq!(vars["REDRIVE_SOURCE_QUEUE_URL"], outputs["SourceQueueUrl"]);
+    assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
     assert_eq!(redrive_fn.timeout(), Some(900));
+
+    // The roles as deployed: one GetObject and one ListBucket ARN per producer bucket,
+    // ListBucket on the payload bucket, the one secret.
+    let physical: std::collections::HashMap<String, String> = cloudformation
+        .describe_stack_resources()
+        .stack_name(&stack)
+        .send()
+        .await
+        .unwrap()
+        .stack_resources()
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.logical_resource_id()?.to_string(),
+                r.physical_resource_id()?.to_string(),
+            ))
+        })
+        .collect();
+    let iam = aws_sdk_iam::Client::new(&shared);
+    let policy = |role: &str, name: &'static str| {
+        let iam = iam.clone();
+        let role = physical[role].clone();
+        async move {
+            let output = iam
+                .get_role_policy()
+                .role_name(role)
+                .policy_name(name)
+                .send()
+                .await
+                .unwrap();
+            percent_decoded(output.policy_document())
+        }
+    };
+    let worker_policy = policy("WorkerRole", "worker").await;
+    let bucket = &outputs["PayloadBucketName"];
+    // A whole ARN, closed by the quote of a JSON (AWS) or Python (moto) string.
+    let has = |document: &str, arn: &str| {
+        document.contains(&format!("{arn}\"")) || document.contains(&format!("{arn}'"))
+    };
+    for arn in [
+        "arn:aws:s3:::producer-a/*".to_string(),
+        "arn:aws:s3:::producer-b/*".to_string(),
+        "arn:aws:s3:::producer-a".to_string(),
+        "arn:aws:s3:::producer-b".to_string(),
+        format!("arn:aws:s3:::{bucket}"),
+        secret_arn.to_string(),
+    ] {
+        assert!(has(&worker_policy, &arn), "{arn} not in {worker_policy}");
+    }
+    assert!(
+        !worker_policy.contains("arn:aws:s3:::/*") && !worker_policy.contains("arn:aws:s3:::,"),
+        "an empty bucket name slipped in: {worker_policy}"
+    );
+    let redrive_policy = policy("RedriveRole", "redrive").await;
+    assert!(redrive_policy.contains(secret_arn), "{redrive_policy}");
+    assert!(!redrive_policy.contains("producer-a"), "{redrive_policy}");
+
+    // The alarm key, its alias and the topic are created (moto 5.2.5 does not create the
+    // email subscription; checked on the JSON).
+    for name in ["AlarmKey", "AlarmKeyAlias", "AlarmTopic"] {
+        assert!(
+            physical.contains_key(name),
+            "{name} not created: {physical:?}"
+        );
+    }
+
+    // Deleting the stack keeps the queues, the table and the payload bucket.
+    cloudformation
+        .delete_stack()
+        .stack_name(&stack)
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..120 {
+        let described = cloudformation
+            .describe_stacks()
+            .stack_name(&stack)
+            .send()
+            .await;
+        match described
+            .ok()
+            .and_then(|d| d.stacks().first().and_then(|s| s.stack_status().cloned()))
+        {
+            Some(StackStatus::DeleteInProgress) => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            _ => break,
+        }
+    }
+    for queue in ["SourceQueueUrl", "DeadLetterQueueUrl"] {
+        clients
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&outputs[queue])
+            .attribute_names(Q::QueueArn)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{queue} deleted with the stack: {e:?}"));
+    }
+    clients
+        .dynamodb
+        .describe_table()
+        .table_name(&outputs["DeadLetterTableName"])
+        .send()
+        .await
+        .expect("table deleted with the stack");
+    clients
+        .s3
+        .head_bucket()
+        .bucket(&outputs["PayloadBucketName"])
+        .send()
+        .await
+        .expect("payload bucket deleted with the stack");
 }

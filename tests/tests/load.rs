@@ -33,7 +33,7 @@ fn scenario(i: usize) -> &'static str {
 }
 
 fn large(i: usize) -> bool {
-    i % 300 == 0
+    i.is_multiple_of(300)
 }
 
 fn load_body(i: usize) -> String {

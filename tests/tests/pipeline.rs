@@ -435,3 +435,357 @@ async fn call_counter_counts_and_times_each_operation() {
     counter.reset();
     assert_eq!(counter.total(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
+    use aws_sdk_sqs::types::MessageSystemAttributeName as S;
+    use sqs_worker::redrive::{no_progress, ItemOutcomeKind, RedriveMode, RedriveRequest};
+    use sqs_worker::store::dlq::fifo_group_id;
+
+    let p = Pipeline::new(
+        "fifonogroup",
+        Setup {
+            fifo: true,
+            ..Setup::default()
+        },
+    )
+    .await;
+    // Lambda always sends a group id for a FIFO source; a hand-built event (a test, a
+    // replay tool) may not, or may send an empty one. The item ids: one SQS accepts as a
+    // group id, one it does not (a space, a non-ASCII letter).
+    let record = |message_id: &str, id: &str, group: Option<&str>| {
+        let mut attributes =
+            json!({"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"});
+        if let Some(group) = group {
+            attributes["MessageGroupId"] = json!(group);
+        }
+        json!({
+            "messageId": message_id,
+            "body": body(id, "invalid"),
+            "attributes": attributes,
+            "messageAttributes": {},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": p.resources.source_arn,
+        })
+    };
+    let event: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(json!({"Records": [
+        record("m-1", "odd id/ü", None),
+        record("m-2", "plain-1", Some("")),
+    ]}))
+    .unwrap();
+    let report = p
+        .invoker
+        .worker
+        .run(
+            event,
+            sqs_worker::retry::Deadline::after(
+                std::time::Duration::from_secs(30),
+                std::time::Duration::ZERO,
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "both acknowledged as dead-lettered: {report:?}"
+    );
+    assert_eq!(report.counts().dead_lettered, 2, "{report:?}");
+
+    let hashed = fifo_group_id(None, "odd id/ü");
+    assert!(hashed.starts_with("item-"), "{hashed}");
+    let groups = |queue_url: String| {
+        let sqs = p.clients.sqs.clone();
+        async move {
+            let output = sqs
+                .receive_message()
+                .queue_url(queue_url)
+                .max_number_of_messages(10)
+                .visibility_timeout(0)
+                .message_system_attribute_names(S::MessageGroupId)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .unwrap();
+            let mut seen: Vec<(String, String)> = output
+                .messages()
+                .iter()
+                .map(|m| {
+                    (
+                        attr(m, "item_id").unwrap().to_string(),
+                        m.attributes().unwrap()[&S::MessageGroupId].clone(),
+                    )
+                })
+                .collect();
+            seen.sort();
+            seen
+        }
+    };
+    let expected = [
+        ("odd id/ü".to_string(), hashed.clone()),
+        ("plain-1".to_string(), "plain-1".to_string()),
+    ];
+    assert_eq!(groups(p.resources.dlq_url.clone()).await, expected);
+    assert_eq!(p.records().await.len(), 2);
+
+    // Requeued to the FIFO source, they get the same valid groups.
+    let redrive = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                force: true,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        e2e::outcome_ids(&redrive, ItemOutcomeKind::Requeued),
+        ["odd id/ü", "plain-1"],
+        "{redrive:?}"
+    );
+    assert_eq!(groups(p.resources.source_url.clone()).await, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_downstream_credential_comes_from_secrets_manager() {
+    use std::sync::{Arc, Mutex};
+
+    use sqs_worker::config::WorkerConfig;
+    use sqs_worker::worker::DefaultWorker;
+    use sqs_worker_local::http_server::{text, Handler, Server};
+
+    let clients = e2e::clients().await;
+    let secret_name = e2e::unique_prefix("downstream-key");
+    // As written from a file: a trailing newline.
+    let created = clients
+        .secretsmanager
+        .create_secret()
+        .name(&secret_name)
+        .secret_string("Bearer s3cret-t0ken\n")
+        .send()
+        .await
+        .unwrap();
+    let arn = created.arn().unwrap().to_string();
+    // A downstream that remembers the credential header of each request.
+    let seen: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let seen_by_handler = seen.clone();
+    let handler: Handler = Arc::new(move |request| {
+        let seen = seen_by_handler.clone();
+        Box::pin(async move {
+            let value = request
+                .headers
+                .get("authorization")
+                .map(|v| v.to_str().unwrap().to_string());
+            seen.lock().unwrap().push(value);
+            text(http::StatusCode::OK, "")
+        })
+    });
+    let downstream = Server::start(0, handler).await.unwrap();
+    let url = format!("http://{}/ingest", downstream.addr());
+    let config = |secret: &str| {
+        let vars = [
+            ("WORKER_DOWNSTREAM_URL", url.as_str()),
+            ("WORKER_DOWNSTREAM_AUTH_HEADER", "Authorization"),
+            ("WORKER_DOWNSTREAM_AUTH_SECRET", secret),
+        ];
+        WorkerConfig::from_lookup(&|k| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap()
+    };
+
+    // Both the ARN and the name identify the secret.
+    for secret in [arn.as_str(), secret_name.as_str()] {
+        let worker = DefaultWorker::from_config(config(secret), Some(clients.clone()))
+            .await
+            .unwrap();
+        assert!(!format!("{worker:?}").contains("s3cret"), "{worker:?}");
+        let event: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(json!({"Records": [
+            {"messageId": "m-1", "body": body("a", "ok"), "attributes": {}},
+            {"messageId": "m-2", "body": body("b", "ok"), "attributes": {}},
+        ]}))
+        .unwrap();
+        let report = worker
+            .run(
+                event,
+                sqs_worker::retry::Deadline::after(
+                    std::time::Duration::from_secs(30),
+                    std::time::Duration::ZERO,
+                ),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(report.counts().done, 2, "{report:?}");
+        let seen = std::mem::take(&mut *seen.lock().unwrap());
+        assert_eq!(
+            seen,
+            [
+                Some("Bearer s3cret-t0ken".to_string()),
+                Some("Bearer s3cret-t0ken".to_string())
+            ]
+        );
+    }
+
+    // A secret that cannot be read, or cannot be a header, stops the start: the error
+    // names the variable and the secret, never the value.
+    let unusable = clients
+        .secretsmanager
+        .create_secret()
+        .name(e2e::unique_prefix("two-lines"))
+        .secret_string("Bearer s3cret\nsecond line")
+        .send()
+        .await
+        .unwrap();
+    for (secret, why) in [
+        (e2e::unique_prefix("missing"), "ResourceNotFoundException"),
+        (
+            unusable.arn().unwrap().to_string(),
+            "cannot be sent in the authorization header",
+        ),
+    ] {
+        let err = DefaultWorker::from_config(config(&secret), Some(clients.clone()))
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("WORKER_DOWNSTREAM_AUTH_SECRET") && text.contains(&secret),
+            "{text}"
+        );
+        assert!(text.contains(why), "{text}");
+        assert!(!text.contains("s3cret"), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes() {
+    use sqs_worker::aws::{AwsClients, CallCounter};
+    use sqs_worker::config::WorkerConfig;
+    use sqs_worker::worker::DefaultWorker;
+
+    let p = Pipeline::new("extpolicy", Setup::default()).await;
+    let producer = e2e::unique_prefix("producer").to_ascii_lowercase();
+    let stranger = e2e::unique_prefix("stranger").to_ascii_lowercase();
+    for bucket in [&producer, &stranger] {
+        p.clients
+            .s3
+            .create_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+            .unwrap();
+    }
+    let put = |bucket: String, key: &'static str, body: String| {
+        let s3 = p.clients.s3.clone();
+        async move {
+            s3.put_object()
+                .bucket(bucket)
+                .key(key)
+                .body(body.into_bytes().into())
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    let big = json!({"id": "big", "scenario": "ok", "blob": "b".repeat(3_000)}).to_string();
+    put(producer.clone(), "small", body("from-producer", "ok")).await;
+    put(producer.clone(), "big", big).await;
+    put(stranger.clone(), "small", body("from-stranger", "ok")).await;
+    put(
+        p.resources.bucket.clone(),
+        "small",
+        body("from-store", "ok"),
+    )
+    .await;
+    let pointer = |bucket: &str, key: &str| {
+        S3Pointer {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        }
+        .to_body()
+    };
+
+    let mut env: std::collections::HashMap<String, String> = p.worker_env.iter().cloned().collect();
+    env.insert("WORKER_PAYLOAD_BUCKETS".into(), producer.clone());
+    env.insert("WORKER_PAYLOAD_MAX_BYTES".into(), "2048".into());
+    let config = WorkerConfig::from_lookup(&|k| env.get(k).cloned()).unwrap();
+    let counter = CallCounter::default();
+    let shared = AwsClients::endpoint_config(&e2e::emulator_url().await, e2e::REGION).await;
+    let worker =
+        DefaultWorker::from_config(config, Some(AwsClients::counted(&shared, true, &counter)))
+            .await
+            .unwrap();
+    let record = |message_id: &str, body: String| json!({"messageId": message_id, "body": body, "attributes": {"ApproximateReceiveCount": "1"}});
+    let event: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(json!({"Records": [
+        record("m-producer", pointer(&producer, "small")),
+        record("m-big", pointer(&producer, "big")),
+        record("m-stranger", pointer(&stranger, "small")),
+        record("m-store", pointer(&p.resources.bucket, "small")),
+    ]}))
+    .unwrap();
+    let report = worker
+        .run(
+            event,
+            sqs_worker::retry::Deadline::after(
+                std::time::Duration::from_secs(30),
+                std::time::Duration::ZERO,
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let mut delivered = p.downstream.delivered();
+    delivered.sort();
+    assert_eq!(delivered, ["from-producer", "from-store"]);
+    // Three objects fetched (the allowed ones); nothing asked of the stranger's bucket.
+    assert_eq!(
+        counter.snapshot().get("S3.GetObject"),
+        Some(&3),
+        "{:?}",
+        counter.snapshot()
+    );
+
+    let records = p.records().await;
+    let by_id = |id: &str| records.iter().find(|r| r.item_id == id).unwrap();
+    assert_eq!(records.len(), 2, "{records:?}");
+    let big = by_id("m-big");
+    assert_eq!(big.error_class, ErrorClass::Validation);
+    assert!(
+        big.last_error.contains("more than the 2048"),
+        "{}",
+        big.last_error
+    );
+    let stranger_record = by_id("m-stranger");
+    assert_eq!(stranger_record.error_class, ErrorClass::Permission);
+    assert!(stranger_record.manual_review_required);
+    assert!(
+        stranger_record
+            .last_error
+            .contains("WORKER_PAYLOAD_BUCKETS"),
+        "{}",
+        stranger_record.last_error
+    );
+    // Both keep the pointer they came with, not a payload.
+    for (record, bucket, key) in [
+        (big, &producer, "big"),
+        (stranger_record, &stranger, "small"),
+    ] {
+        assert_eq!(
+            record.payload.location,
+            PayloadLocation::Inline {
+                body: pointer(bucket, key)
+            }
+        );
+        assert_eq!(record.reason, DeadLetterReason::Permanent);
+    }
+    assert_eq!(p.dlq_messages().await.len(), 2);
+}

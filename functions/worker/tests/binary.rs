@@ -291,6 +291,51 @@ async fn binary_refuses_to_start_with_bad_configuration() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_refuses_to_start_without_its_downstream_credential() {
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join(format!(
+        "worker-binary-no-secret-{}.log",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&log);
+    let secret = e2e::unique_prefix("no-such-secret");
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+    env.extend([
+        (
+            "WORKER_DOWNSTREAM_URL".to_string(),
+            "http://127.0.0.1:9/ingest".to_string(),
+        ),
+        (
+            "WORKER_DOWNSTREAM_AUTH_HEADER".to_string(),
+            "x-api-key".to_string(),
+        ),
+        ("WORKER_DOWNSTREAM_AUTH_SECRET".to_string(), secret.clone()),
+    ]);
+    let mut process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    let mut status = None;
+    for _ in 0..200 {
+        status = process.exited();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = status.expect("the worker should exit");
+    assert!(!status.success());
+    let output = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        output.contains(&format!(
+            "cannot read the downstream credential from WORKER_DOWNSTREAM_AUTH_SECRET (secret \\\"{secret}\\\")"
+        )),
+        "{output}"
+    );
+}
+
 /// The compiled binary with the real dead-letter store, against the emulator.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_dead_letters_into_the_emulator() {
@@ -309,7 +354,10 @@ async fn binary_dead_letters_into_the_emulator() {
         "WORKER_ITEM_ID_SOURCE".to_string(),
         "pointer:/id".to_string(),
     ));
-    let log = std::env::temp_dir().join("worker-binary-emulator.log");
+    // This run's log only: the assertions below read it.
+    let log =
+        std::env::temp_dir().join(format!("worker-binary-emulator-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
     let _process =
         FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
             .unwrap();
@@ -353,4 +401,15 @@ async fn binary_dead_letters_into_the_emulator() {
     assert!(records[0].failure_history[0].request_id.is_some());
     assert_eq!(p.dlq_messages().await.len(), 1);
     assert_eq!(p.downstream.delivered(), ["good"]);
+    // The downstream's answer is in the record for the operator, and not in the logs (a
+    // response may echo the item's data); the failure itself is logged.
+    let answer = "field 'amount' must be a positive number";
+    assert_eq!(
+        records[0].failure_history[0].response_excerpt.as_deref(),
+        Some(answer)
+    );
+    assert_eq!(records[0].last_error, "downstream answered 400 Bad Request");
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("record failed: dead-lettered"), "{logged}");
+    assert!(!logged.contains("must be a positive"), "{logged}");
 }

@@ -49,6 +49,27 @@ pub fn message_body(record: &DeadLetteredItem) -> String {
     }
 }
 
+/// Whether SQS accepts `id` as a `MessageGroupId`: 1 to 128 characters, each an ASCII
+/// letter, digit or punctuation mark.
+pub fn is_valid_message_group_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The message group for a message sent to a FIFO queue on behalf of an item: the source
+/// message's group when SQS accepts it, else the item id when SQS accepts that, else
+/// `item-` and the first 32 hex digits of the item id's sha256. A record whose group is
+/// missing or unusable (a hand-built event, a group id the item id was made from) must
+/// still reach the DLQ: SQS rejects a FIFO message without a valid group, and a record
+/// whose DLQ message is rejected goes round the source queue until SQS moves it
+/// unrecorded. The fallback is stable, so one item's messages stay in one group.
+pub fn fifo_group_id(source_group: Option<&str>, item_id: &str) -> String {
+    match source_group {
+        Some(group) if is_valid_message_group_id(group) => group.to_string(),
+        _ if is_valid_message_group_id(item_id) => item_id.to_string(),
+        _ => format!("item-{}", &crate::hex::sha256_hex(item_id.as_bytes())[..32]),
+    }
+}
+
 fn string_attr(value: &str) -> Option<MessageAttributeValue> {
     MessageAttributeValue::builder()
         .data_type("String")
@@ -101,11 +122,7 @@ fn entry(
         }
     }
     if config.queue_url.ends_with(".fifo") {
-        let group = record
-            .source
-            .message_group_id
-            .clone()
-            .unwrap_or_else(|| record.item_id.clone());
+        let group = fifo_group_id(record.source.message_group_id.as_deref(), &record.item_id);
         // Deduplicate re-sends of the same delivery, not later failures of the same item.
         let dedup = crate::hex::sha256_hex(
             format!(
@@ -214,5 +231,47 @@ async fn send_chunk(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_ids_fall_back_to_a_valid_one() {
+        // The source group wins when SQS accepts it.
+        assert_eq!(fifo_group_id(Some("tenant-7"), "order-1"), "tenant-7");
+        assert_eq!(fifo_group_id(Some("a!~{}[]"), "order-1"), "a!~{}[]");
+        let max = "g".repeat(128);
+        assert_eq!(fifo_group_id(Some(&max), "order-1"), max);
+        // Missing, empty, too long, or with characters SQS refuses: the item id.
+        for bad in [
+            None,
+            Some(""),
+            Some(&*"g".repeat(129)),
+            Some("a b"),
+            Some("ü"),
+            Some("a\tb"),
+        ] {
+            assert_eq!(fifo_group_id(bad, "order-1"), "order-1", "{bad:?}");
+        }
+        // The item id is no valid group either: a digest of it, stable and valid.
+        let hashed = fifo_group_id(None, "odd id/ü");
+        assert_eq!(
+            hashed,
+            format!(
+                "item-{}",
+                &crate::hex::sha256_hex("odd id/ü".as_bytes())[..32]
+            )
+        );
+        assert_eq!(hashed.len(), 37);
+        assert!(is_valid_message_group_id(&hashed));
+        assert_eq!(fifo_group_id(Some(""), "odd id/ü"), hashed);
+        assert_eq!(
+            fifo_group_id(None, ""),
+            format!("item-{}", &crate::hex::sha256_hex(b"")[..32])
+        );
+        assert!(!is_valid_message_group_id(&"x".repeat(129)));
     }
 }

@@ -35,7 +35,7 @@ use crate::dead_letter::{
     DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
-use payload::S3Pointer;
+use payload::{PayloadPolicy, S3Pointer};
 
 /// `DLQ_TABLE`
 pub const TABLE: &str = "DLQ_TABLE";
@@ -552,16 +552,18 @@ impl DeadLetterSink for DeadLetterStore {
     }
 }
 
-/// Resolves SQS Extended Client pointer bodies from S3 before processing.
+/// Resolves SQS Extended Client pointer bodies from S3 before processing, within a
+/// [`PayloadPolicy`]: only from the buckets it allows, and at most its size cap.
 #[derive(Debug, Clone)]
 pub struct ExtendedClientResolver {
     s3: aws_sdk_s3::Client,
+    policy: PayloadPolicy,
 }
 
 impl ExtendedClientResolver {
-    /// A resolver using this S3 client.
-    pub fn new(s3: aws_sdk_s3::Client) -> Self {
-        ExtendedClientResolver { s3 }
+    /// A resolver using this S3 client and policy.
+    pub fn new(s3: aws_sdk_s3::Client, policy: PayloadPolicy) -> Self {
+        ExtendedClientResolver { s3, policy }
     }
 }
 
@@ -572,8 +574,23 @@ impl crate::batch::BodyResolver for ExtendedClientResolver {
     ) -> futures::future::BoxFuture<'a, Option<Result<String, ProcessError>>> {
         Box::pin(async move {
             let pointer = S3Pointer::parse(body)?;
+            if !self.policy.allows(&pointer.bucket) {
+                // Not followed at all: the sender chose the bucket, and the worker's role
+                // may read more than the sender should. A permission failure, so a human
+                // looks at it before any redrive.
+                return Some(Err(ProcessError::new(
+                    ErrorClass::Permission,
+                    format!(
+                        "the payload pointer names bucket {:?}, which is not one the worker reads payloads from ({} or {})",
+                        pointer.bucket,
+                        crate::config::PAYLOAD_BUCKETS,
+                        BUCKET
+                    ),
+                )
+                .with_step("fetch-payload")));
+            }
             Some(
-                payload::get_payload(&self.s3, &pointer)
+                payload::get_payload_limited(&self.s3, &pointer, self.policy.max_bytes)
                     .await
                     .map(|(text, _)| text),
             )
