@@ -661,8 +661,12 @@ async fn two_bodies_under_one_item_id_are_each_delivered_before_their_messages_g
         1,
         "the message holding the body this run did not deliver is kept"
     );
-    // The next run's sweep reopens the record with the body still in the DLQ and
-    // delivers it.
+    let record = p.store().get("same").await.unwrap().unwrap();
+    assert_eq!(
+        record.status,
+        ItemStatus::Dead,
+        "reopened with the other body"
+    );
     let report = p
         .redrive_engine()
         .run(&RedriveRequest::default(), &*no_progress())

@@ -326,14 +326,32 @@ impl DeadLetterStore {
         let mut delete = Vec::new();
         let mut release = Vec::new();
         for (item_id, messages) in held {
-            for message in messages {
-                match standings.get(&item_id) {
-                    Some(standing)
-                        if decide(&message.view, Some(standing)) == MessageFate::Delete =>
-                    {
-                        delete.push(message.receipt)
+            for held in messages {
+                let Some(standing) = standings.get(&item_id) else {
+                    release.push(held.receipt);
+                    continue;
+                };
+                match decide(&held.view, Some(standing)) {
+                    MessageFate::Delete => delete.push(held.receipt),
+                    MessageFate::Reopen(reason) => {
+                        // E.g. a second body under the same item id, whose record this run
+                        // just resolved with the first: the record takes this payload, so
+                        // the next redrive delivers it.
+                        if let Err(error) = self
+                            .adopt(
+                                &held.message,
+                                &item_id,
+                                &ItemParser::default(),
+                                reason,
+                                standing.source_queue_arn.clone(),
+                            )
+                            .await
+                        {
+                            tracing::warn!(item_id = %item_id, error = %error, "could not reopen the record of a DLQ message; the next sweep tries again");
+                        }
+                        release.push(held.receipt);
                     }
-                    _ => release.push(message.receipt),
+                    MessageFate::Keep | MessageFate::Adopt => release.push(held.receipt),
                 }
             }
         }
@@ -660,4 +678,78 @@ fn to_work_item(
     }))
     .unwrap_or_default();
     parser.parse(message_id, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(message_id: &str, source: &str, sha: &str) -> MessageView {
+        MessageView {
+            message_id: message_id.into(),
+            source_message_id: source.into(),
+            payload_sha256: Some(sha.into()),
+            requeued_by: None,
+        }
+    }
+
+    fn record(status: ItemStatus, source: &str, sha: &str, processed: &[&str]) -> Standing {
+        Standing {
+            status: Some(status),
+            source_message_id: Some(source.into()),
+            payload_sha256: Some(sha.into()),
+            processed: processed.iter().map(|s| s.to_string()).collect(),
+            ..Standing::default()
+        }
+    }
+
+    #[test]
+    fn a_message_is_deleted_only_when_its_record_processed_that_very_message() {
+        let m = view("d1", "s1", "x1");
+        assert_eq!(decide(&m, None), MessageFate::Adopt);
+        let resolved_by_id = record(ItemStatus::Resolved, "s1", "x1", &["msg:s1"]);
+        assert_eq!(decide(&m, Some(&resolved_by_id)), MessageFate::Delete);
+        let resolved_by_sha = record(ItemStatus::Resolved, "s9", "x1", &["sha:x1"]);
+        assert_eq!(decide(&m, Some(&resolved_by_sha)), MessageFate::Delete);
+        // Resolved by its item id alone is not enough: another body was processed.
+        let other_body = record(ItemStatus::Resolved, "s2", "x2", &["msg:s2", "sha:x2"]);
+        assert!(matches!(
+            decide(&m, Some(&other_body)),
+            MessageFate::Reopen(_)
+        ));
+        for status in [ItemStatus::Dead, ItemStatus::Redriving] {
+            let r = record(status, "s1", "x1", &["msg:s1"]);
+            assert_eq!(decide(&m, Some(&r)), MessageFate::Keep, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn a_requeued_record_lets_its_moved_copy_go_and_reopens_on_its_message_coming_back() {
+        let mut requeued = record(ItemStatus::Requeued, "s1", "x1", &[]);
+        requeued.requeued_message_id = Some("r1".into());
+        // The original DLQ copy of what went back to the source queue.
+        assert_eq!(
+            decide(&view("d1", "s1", "x1"), Some(&requeued)),
+            MessageFate::Delete
+        );
+        // The requeued message itself, moved back by the redrive policy (same id).
+        assert!(matches!(
+            decide(&view("r1", "r1", "x1"), Some(&requeued)),
+            MessageFate::Reopen(_)
+        ));
+        // Or any message carrying the requeue stamp.
+        let stamped = MessageView {
+            requeued_by: Some("redrive-1".into()),
+            ..view("r2", "r2", "x1")
+        };
+        assert!(matches!(
+            decide(&stamped, Some(&requeued)),
+            MessageFate::Reopen(_)
+        ));
+        // A different body under the same id was never requeued.
+        assert!(matches!(
+            decide(&view("d2", "s2", "x2"), Some(&requeued)),
+            MessageFate::Reopen(_)
+        ));
+    }
 }
