@@ -10,7 +10,7 @@ help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
-	@echo "make soak       the load test at full size: 5,000 messages with downstream and AWS faults"
+	@echo "make soak       the load test at full size (5,000 messages with downstream and AWS faults) and one item redriven 1,000 times"
 	@echo "make bench      every benchmark in one run: tables, target/bench/bench.json, docs/BENCHMARKS.md"
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
 	@echo "make bench-runtime  worker cold start, size, peak RSS, batch concurrency"
@@ -47,6 +47,7 @@ test: fmt-check clippy infra-check unit
 SOAK_MESSAGES ?= 5000
 soak: build emulator
 	EMULATOR_URL="$$($(EMULATOR) url)" LOAD_MESSAGES=$(SOAK_MESSAGES) $(CARGO) test -p e2e --test load -- --nocapture
+	EMULATOR_URL="$$($(EMULATOR) url)" REDRIVE_REPEATS=1000 $(CARGO) test -p e2e --test redrive -- --nocapture a_record_redriven
 
 # Not part of `make test` (a few minutes): per-record CPU against Powertools (its venv is
 # created by scripts/bench-python.sh) and the serde_json floor, cold start, size, peak RSS,

@@ -115,7 +115,17 @@ async fn list(
 ) -> Result<Completion, CliError> {
     let filter = filter_from(args)?;
     let store = store(global).await?;
-    let mut records = store.query_all(&filter, Some(limit + 1), |_| {}).await?;
+    let mut unreadable = Vec::new();
+    let mut records = store
+        .query_all_noting(&filter, Some(limit + 1), |_| {}, &mut unreadable)
+        .await?;
+    for bad in &unreadable {
+        eprintln!(
+            "warning: stored item {} is not a valid record, left out: {}",
+            safe(&bad.item_id),
+            safe(&bad.error)
+        );
+    }
     let more = records.len() > limit;
     records.truncate(limit);
     let mut out = out();
@@ -167,7 +177,12 @@ async fn list(
         )
         .map_err(write_err)?;
     }
-    Ok(Completion::Ok)
+    // Unreadable records were left out: say so in the exit code too.
+    Ok(if unreadable.is_empty() {
+        Completion::Ok
+    } else {
+        Completion::Partial
+    })
 }
 
 async fn fetch_payload(
@@ -295,7 +310,14 @@ async fn inspect(
             .source
             .message_attributes
             .iter()
-            .map(|(k, v)| format!("{}={}", safe(k), safe(v)))
+            .map(|(k, v)| {
+                let value = match (&v.string_value, &v.binary_value) {
+                    (Some(text), _) => text.clone(),
+                    (None, Some(binary)) => format!("<{} base64 bytes>", binary.len()),
+                    (None, None) => "<not kept>".to_string(),
+                };
+                format!("{}={} ({})", safe(k), safe(&value), safe(&v.data_type))
+            })
             .collect();
         attrs.sort();
         text.push_str(&format!("attributes:     {}\n", attrs.join(", ")));

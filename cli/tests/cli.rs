@@ -380,3 +380,32 @@ fn help_has_examples_for_every_command() {
         .unwrap();
     assert!(String::from_utf8_lossy(&output.stdout).contains("Runbook"));
 }
+
+/// One stored item that is not a valid record (hand-edited, or from an older schema) does
+/// not fail the listing: the others are listed, it is named on stderr, the exit code is 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_reports_a_malformed_record_and_lists_the_rest() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let p = Pipeline::with_dead_items("climalformed", &[body("fine", "throttled")]).await;
+    p.clients
+        .dynamodb
+        .put_item()
+        .table_name(&p.resources.table)
+        .item("item_id", AttributeValue::S("broken".into()))
+        .item("status", AttributeValue::S("dead".into()))
+        .item(
+            "last_attempt",
+            AttributeValue::S("2026-01-01T00:00:00.000Z".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let dlq = Dlq::new(&p).await;
+    let (code, out, err) = dlq.run(&["list"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("fine"), "{out}");
+    assert!(
+        err.contains("stored item broken is not a valid record"),
+        "{err}"
+    );
+}

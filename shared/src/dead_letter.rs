@@ -4,7 +4,7 @@
 //! A record handed to a sink is acknowledged only if the sink reports success for it
 //! (DESIGN §2.1): until then it stays in the batch response as a failure.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
@@ -242,8 +242,128 @@ pub struct SourceContext {
     pub sent_timestamp: Option<DateTime<Utc>>,
     /// `ApproximateReceiveCount` of the latest delivery.
     pub receive_count: u32,
-    /// String message attributes (binary ones are noted by name only).
-    pub message_attributes: HashMap<String, String>,
+    /// The sender's message attributes, with their data types (binary values in base64),
+    /// so that a requeue sends them back as they came. Capped at [`ATTRIBUTES_LIMIT`] bytes
+    /// in the record (a message may carry up to 1 MiB of them, and a record holds 400 KB):
+    /// beyond it the first ones that fit are kept and `attributes_omitted` counts the rest.
+    pub message_attributes: BTreeMap<String, MessageAttribute>,
+    /// Message attributes left out of `message_attributes` to keep the record small.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attributes_omitted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// Most bytes of message attributes (names and values) a record keeps.
+pub const ATTRIBUTES_LIMIT: usize = 16 * 1024;
+
+/// One message attribute as SQS carries it: a data type (`String`, `Number`, `Binary`, or
+/// one of those with a custom suffix such as `Number.int`) and its value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredAttribute")]
+pub struct MessageAttribute {
+    /// SQS data type.
+    pub data_type: String,
+    /// The value of a `String` or `Number` attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub string_value: Option<String>,
+    /// The value of a `Binary` attribute, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary_value: Option<String>,
+}
+
+impl MessageAttribute {
+    /// Whether the attribute has a value that can be sent again.
+    pub fn is_restorable(&self) -> bool {
+        self.string_value.is_some() || self.binary_value.is_some()
+    }
+
+    fn size(&self) -> usize {
+        self.data_type.len()
+            + self.string_value.as_ref().map_or(0, String::len)
+            + self.binary_value.as_ref().map_or(0, String::len)
+    }
+}
+
+/// How attributes were stored: typed, or (records written before types were kept) a plain
+/// string, where `<Binary>` stood for a binary value that was not kept.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredAttribute {
+    Typed {
+        data_type: String,
+        #[serde(default)]
+        string_value: Option<String>,
+        #[serde(default)]
+        binary_value: Option<String>,
+    },
+    Legacy(String),
+}
+
+impl From<StoredAttribute> for MessageAttribute {
+    fn from(stored: StoredAttribute) -> Self {
+        match stored {
+            StoredAttribute::Typed {
+                data_type,
+                string_value,
+                binary_value,
+            } => MessageAttribute {
+                data_type,
+                string_value,
+                binary_value,
+            },
+            StoredAttribute::Legacy(marker) if marker.starts_with('<') && marker.ends_with('>') => {
+                MessageAttribute {
+                    data_type: marker.trim_matches(['<', '>']).to_string(),
+                    string_value: None,
+                    binary_value: None,
+                }
+            }
+            StoredAttribute::Legacy(value) => MessageAttribute {
+                data_type: "String".to_string(),
+                string_value: Some(value),
+                binary_value: None,
+            },
+        }
+    }
+}
+
+/// The record's copy of a delivery's attributes: typed, and capped at [`ATTRIBUTES_LIMIT`]
+/// (in name order, the first that fit); returns them and how many were left out.
+pub fn capped_attributes(
+    attributes: &HashMap<String, aws_lambda_events::sqs::SqsMessageAttribute>,
+) -> (BTreeMap<String, MessageAttribute>, u32) {
+    let typed: BTreeMap<String, MessageAttribute> = attributes
+        .iter()
+        .map(|(name, a)| {
+            (
+                name.clone(),
+                MessageAttribute {
+                    data_type: a.data_type.clone().unwrap_or_else(|| "String".to_string()),
+                    string_value: a.string_value.clone(),
+                    binary_value: a
+                        .binary_value
+                        .as_ref()
+                        .map(|b| aws_smithy_types::base64::encode(&b.0)),
+                },
+            )
+        })
+        .collect();
+    let mut kept = BTreeMap::new();
+    let mut used = 0;
+    let mut omitted = 0u32;
+    for (name, attribute) in typed {
+        let size = name.len() + attribute.size();
+        if used + size <= ATTRIBUTES_LIMIT {
+            used += size;
+            kept.insert(name, attribute);
+        } else {
+            omitted += 1;
+        }
+    }
+    (kept, omitted)
 }
 
 /// The durable record of a dead-lettered item (DESIGN §5).
@@ -347,6 +467,28 @@ impl FailureDetail {
     }
 }
 
+impl FailureDetail {
+    /// The entry within the size limits ([`ERROR_MESSAGE_LIMIT`], [`CAUSES_LIMIT`] ×
+    /// [`CAUSE_LIMIT`], [`RESPONSE_EXCERPT_LIMIT`]): every write of a history entry goes
+    /// through this, whoever built the entry, so no entry can push a record past 400 KB.
+    pub fn bounded(&self) -> FailureDetail {
+        FailureDetail {
+            error_message: clip(&self.error_message, ERROR_MESSAGE_LIMIT),
+            causes: self
+                .causes
+                .iter()
+                .take(CAUSES_LIMIT)
+                .map(|c| clip(c, CAUSE_LIMIT))
+                .collect(),
+            response_excerpt: self
+                .response_excerpt
+                .as_deref()
+                .map(|r| clip(r, RESPONSE_EXCERPT_LIMIT)),
+            ..self.clone()
+        }
+    }
+}
+
 /// `manual_review_required`: any permission failure, or validation failing more than once
 /// (a second validation failure after a redrive means the fix did not work).
 pub fn needs_manual_review(history: &[FailureDetail]) -> bool {
@@ -389,16 +531,7 @@ impl DeadLetteredItem {
         let last_attempt = history.last().map_or(now, |f| f.timestamp);
         let error = &candidate.error;
         let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
-        let message_attributes = item
-            .message_attributes
-            .iter()
-            .map(|(name, attr)| {
-                let value = attr.string_value.clone().unwrap_or_else(|| {
-                    format!("<{}>", attr.data_type.as_deref().unwrap_or("binary"))
-                });
-                (name.clone(), value)
-            })
-            .collect();
+        let (message_attributes, attributes_omitted) = capped_attributes(&item.message_attributes);
         DeadLetteredItem {
             item_id: item.item_id.clone(),
             payload: ItemPayload {
@@ -426,6 +559,7 @@ impl DeadLetteredItem {
                 sent_timestamp: item.sent_timestamp,
                 receive_count: item.receive_count,
                 message_attributes,
+                attributes_omitted,
             },
             status: ItemStatus::Dead,
             expires_at: now.checked_add_signed(retention).unwrap_or(now).timestamp(),
@@ -622,7 +756,12 @@ mod tests {
         assert!(!record.manual_review_required);
         assert_eq!(record.source.message_group_id.as_deref(), Some("g"));
         assert_eq!(record.source.receive_count, 3);
-        assert_eq!(record.source.message_attributes["tenant"], "acme");
+        assert_eq!(
+            record.source.message_attributes["tenant"]
+                .string_value
+                .as_deref(),
+            Some("acme")
+        );
         assert_eq!(record.payload.size_bytes, 12);
         assert_eq!(
             record.payload.sha256,

@@ -1194,20 +1194,31 @@ impl<P: Processor> RedriveEngine<P> {
         // SQS takes 10 attributes; ours below take three.
         let mut attributes = 0;
         for (name, value) in &record.source.message_attributes {
-            // Our own attributes are set afresh below, never copied; binary attributes were
-            // kept by type name only and cannot be restored.
+            // Our own attributes are set afresh below, never copied; a binary value that an
+            // older record did not keep cannot be restored.
             if attributes == 7
                 || crate::store::dlq::RESERVED_ATTRIBUTES.contains(&name.as_str())
-                || (value.starts_with('<') && value.ends_with('>'))
+                || !value.is_restorable()
             {
                 continue;
             }
-            size += name.len() + value.len() + 16;
-            if let Ok(attr) = MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value(value)
-                .build()
-            {
+            let mut attr = MessageAttributeValue::builder()
+                .data_type(&value.data_type)
+                .set_string_value(value.string_value.clone());
+            if let Some(binary) = &value.binary_value {
+                match aws_smithy_types::base64::decode(binary) {
+                    Ok(bytes) => {
+                        attr = attr.binary_value(aws_sdk_sqs::primitives::Blob::new(bytes))
+                    }
+                    Err(_) => continue,
+                }
+            }
+            if let Ok(attr) = attr.build() {
+                size += name.len()
+                    + value.data_type.len()
+                    + value.string_value.as_ref().map_or(0, String::len)
+                    + value.binary_value.as_ref().map_or(0, |b| b.len() * 3 / 4)
+                    + 16;
                 builder = builder.message_attributes(name, attr);
                 attributes += 1;
             }

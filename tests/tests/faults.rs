@@ -1364,3 +1364,38 @@ async fn concurrent_redrives_leave_no_dlq_message_of_a_resolved_item() {
         "one message per item, deleted once"
     );
 }
+
+/// A purge whose record deletes fail (DynamoDB down) has removed the DLQ messages and
+/// payloads of those records but kept the records: nothing is left in the DLQ without a
+/// record, and a second purge finishes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_failing_midway_leaves_records_never_orphaned_dlq_messages() {
+    let p =
+        Pipeline::with_dead_items("f-purge", &[body("p1", "invalid"), body("p2", "invalid")]).await;
+    assert_eq!(p.dlq_depth().await, 2);
+    let proxy = start_proxy().await;
+    let store = DeadLetterStore::new(clients_via(&proxy).await, p.resources.store_config());
+    let records = p.records().await;
+    proxy.inject(Rule::new(
+        Operation::dynamodb("BatchWriteItem"),
+        Fault::ServiceUnavailable,
+        Trigger::Always,
+    ));
+    let parser = ItemParser {
+        id_source: "pointer:/id".parse().unwrap(),
+        ..ItemParser::default()
+    };
+    assert!(store
+        .remove_records(&records, &parser, |_| {})
+        .await
+        .is_err());
+    assert_eq!(p.records().await.len(), 2, "records kept");
+    assert_eq!(p.dlq_depth().await, 0, "their DLQ messages went first");
+    proxy.clear();
+    let report = store
+        .remove_records(&records, &parser, |_| {})
+        .await
+        .unwrap();
+    assert_eq!(report.records_deleted, 2);
+    assert!(p.records().await.is_empty());
+}

@@ -399,7 +399,12 @@ async fn awkward_text_round_trips_through_the_record() {
     let r = p.store().get("odd id/ü").await.unwrap().unwrap();
     assert_eq!(r.last_error, text);
     assert_eq!(r.failure_history[0].causes, [text]);
-    assert_eq!(r.source.message_attributes["tenant"], text);
+    assert_eq!(
+        r.source.message_attributes["tenant"]
+            .string_value
+            .as_deref(),
+        Some(text)
+    );
     let dlq = p.dlq_messages().await;
     assert_eq!(attr(&dlq[0], "item_id"), Some("odd id/ü"));
 }

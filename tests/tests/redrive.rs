@@ -775,3 +775,140 @@ async fn an_overlong_item_id_in_the_dlq_does_not_block_the_sweep() {
     );
     assert_eq!(p.dlq_depth().await, 0);
 }
+
+/// Message attributes keep their data types through dead-lettering and a requeue: a
+/// binary value, a `Number`, a custom type and a string that looks like `<x>` all come back
+/// as they were sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn message_attributes_round_trip_with_their_types_through_requeue() {
+    use aws_sdk_sqs::primitives::Blob;
+    use aws_sdk_sqs::types::MessageAttributeValue;
+    let p = Pipeline::new(
+        "attr-types",
+        Setup {
+            max_receive_count: 1,
+            ..Setup::default()
+        },
+    )
+    .await;
+    let attribute = |data_type: &str, text: Option<&str>, bytes: Option<&[u8]>| {
+        let mut a = MessageAttributeValue::builder().data_type(data_type);
+        if let Some(text) = text {
+            a = a.string_value(text);
+        }
+        if let Some(bytes) = bytes {
+            a = a.binary_value(Blob::new(bytes.to_vec()));
+        }
+        a.build().unwrap()
+    };
+    let sent = [
+        ("blob", attribute("Binary", None, Some(&[0, 1, 2, 255]))),
+        ("count", attribute("Number", Some("42"), None)),
+        ("ratio", attribute("Number.float", Some("0.5"), None)),
+        ("angle", attribute("String", Some("<x>"), None)),
+    ];
+    let mut send = p
+        .clients
+        .sqs
+        .send_message()
+        .queue_url(&p.resources.source_url)
+        .message_body(body("typed", "throttled"));
+    for (name, value) in &sent {
+        send = send.message_attributes(*name, value.clone());
+    }
+    send.send().await.unwrap();
+    p.drain().await;
+    assert_eq!(p.records().await.len(), 1);
+    p.redrive_engine()
+        .run(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    let output = p
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(&p.resources.source_url)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    let requeued = &output.messages()[0];
+    let got = requeued.message_attributes().unwrap();
+    for (name, value) in &sent {
+        assert_eq!(got.get(*name), Some(value), "{name}");
+    }
+}
+
+/// One item failing again and again keeps a bounded, writable record: the history, its
+/// attempt ids and the size stay capped; the count stays exact. `make test` redrives it 100
+/// times (twice past the history limit; about 40 s on the emulator); `make soak` 1,000
+/// (`REDRIVE_REPEATS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
+    use sqs_worker::dead_letter::{FailureDetail, HISTORY_LIMIT};
+    let p = dead_items("thousand", &[("hot", "throttled")]).await;
+    let store = p.store();
+    let template = store.get("hot").await.unwrap().unwrap().failure_history[0].clone();
+    let repeats: usize = std::env::var("REDRIVE_REPEATS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(100);
+    for run in 0..repeats {
+        let owner = format!("redrive-{run}");
+        assert!(store
+            .acquire_lease("hot", &owner, std::time::Duration::from_secs(60))
+            .await
+            .unwrap());
+        let failure = FailureDetail {
+            attempt_id: format!("{owner}:1"),
+            error_message: "x".repeat(2000),
+            causes: vec!["y".repeat(1000); 10],
+            ..template.clone()
+        };
+        store
+            .record_redrive_failure("hot", &owner, &[failure])
+            .await
+            .unwrap();
+    }
+    let item = p
+        .clients
+        .dynamodb
+        .get_item()
+        .table_name(&p.resources.table)
+        .key(
+            "item_id",
+            aws_sdk_dynamodb::types::AttributeValue::S("hot".into()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let ids = item["attempt_ids"].as_ss().unwrap().len();
+    assert!(ids <= HISTORY_LIMIT + 1, "{ids} attempt ids kept");
+    let claims = item
+        .get("dlq_claims")
+        .map_or(0, |c| c.as_ss().unwrap().len());
+    assert!(claims <= HISTORY_LIMIT + 1, "{claims} claims kept");
+    let record = store.get("hot").await.unwrap().unwrap();
+    assert!(record.failure_history.len() <= HISTORY_LIMIT + 1);
+    assert_eq!(
+        record.failure_count as usize,
+        repeats + 1,
+        "every attempt counted"
+    );
+    assert_eq!(
+        record.failure_count as usize,
+        record.failure_history.len() + record.history_omitted as usize
+    );
+    let size = serde_json::to_string(&sqs_worker::store::attr::from_attr_map(&item))
+        .unwrap()
+        .len();
+    assert!(size < 300_000, "record is {size} bytes");
+}

@@ -25,7 +25,8 @@ pub struct RemovalReport {
 }
 
 impl DeadLetterStore {
-    /// Deletes records (25 per call), then their payload objects, then their DLQ messages.
+    /// Deletes the DLQ messages of `records`, then their payload objects, then the records
+    /// (25 per call).
     pub async fn remove_records(
         &self,
         records: &[DeadLetteredItem],
@@ -33,6 +34,42 @@ impl DeadLetterStore {
         mut progress: impl FnMut(usize),
     ) -> Result<RemovalReport, ProcessError> {
         let mut report = RemovalReport::default();
+        // DLQ messages first, then payloads, records last: a purge that fails midway leaves
+        // records (a second purge finds them again), never DLQ messages or payload objects
+        // whose records are gone.
+        let ids: HashSet<String> = records.iter().map(|r| r.item_id.clone()).collect();
+        let sweep = self
+            .sweep_dlq(
+                Duration::from_secs(120),
+                &SweepOptions {
+                    adopt: false,
+                    delete_items: ids,
+                    parser: parser.clone(),
+                    until: None,
+                },
+            )
+            .await?;
+        report.dlq_messages_deleted = sweep.deleted;
+        let held: Vec<String> = sweep
+            .held
+            .into_values()
+            .flatten()
+            .map(|m| m.receipt)
+            .collect();
+        self.release_dlq_messages(&held).await?;
+        for r in records {
+            if let PayloadLocation::S3 { bucket, key } = &r.payload.location {
+                self.clients
+                    .s3
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| ProcessError::from_sdk(&e).with_step("delete-payload"))?;
+                report.payloads_deleted += 1;
+            }
+        }
         for chunk in records.chunks(25) {
             let mut requests: Vec<WriteRequest> = chunk
                 .iter()
@@ -76,39 +113,6 @@ impl DeadLetterStore {
             report.records_deleted += chunk.len();
             progress(report.records_deleted);
         }
-        for r in records {
-            if let PayloadLocation::S3 { bucket, key } = &r.payload.location {
-                self.clients
-                    .s3
-                    .delete_object()
-                    .bucket(bucket)
-                    .key(key)
-                    .send()
-                    .await
-                    .map_err(|e| ProcessError::from_sdk(&e).with_step("delete-payload"))?;
-                report.payloads_deleted += 1;
-            }
-        }
-        let ids: HashSet<String> = records.iter().map(|r| r.item_id.clone()).collect();
-        let sweep = self
-            .sweep_dlq(
-                Duration::from_secs(120),
-                &SweepOptions {
-                    adopt: false,
-                    delete_items: ids,
-                    parser: parser.clone(),
-                    until: None,
-                },
-            )
-            .await?;
-        report.dlq_messages_deleted = sweep.deleted;
-        let held: Vec<String> = sweep
-            .held
-            .into_values()
-            .flatten()
-            .map(|m| m.receipt)
-            .collect();
-        self.release_dlq_messages(&held).await?;
         Ok(report)
     }
 

@@ -127,6 +127,24 @@ impl StoreConfig {
     }
 }
 
+/// Most bytes a record is planned to take, well under DynamoDB's 400 KB item limit.
+pub const RECORD_BUDGET: usize = 350_000;
+
+/// Most bytes one history entry takes once bounded ([`FailureDetail::bounded`]: 1 KiB
+/// message, 6 causes of 256 B, a 512 B response excerpt, and the fixed fields).
+pub const HISTORY_ENTRY_MAX: usize = 4096;
+
+/// Whether a body of `len` bytes stays inline in its record: within `inline_max`, and small
+/// enough that the record stays within [`RECORD_BUDGET`] even with a full history (the
+/// limit and one entry more before compaction), the capped attributes and the rest of the
+/// record. A larger body goes to S3, whatever `DLQ_INLINE_MAX_BYTES` allows.
+pub fn stays_inline(len: usize, inline_max: usize) -> bool {
+    let rest = (crate::dead_letter::HISTORY_LIMIT + 1) * HISTORY_ENTRY_MAX
+        + crate::dead_letter::ATTRIBUTES_LIMIT
+        + 16 * 1024;
+    len <= inline_max && len + rest <= RECORD_BUDGET
+}
+
 /// The DynamoDB + S3 + SQS dead-letter store.
 #[derive(Debug, Clone)]
 pub struct DeadLetterStore {
@@ -155,7 +173,7 @@ impl DeadLetterStore {
         let PayloadLocation::Inline { body } = &record.payload.location else {
             return Ok(());
         };
-        if body.len() <= self.config.inline_max_bytes {
+        if stays_inline(body.len(), self.config.inline_max_bytes) {
             return Ok(());
         }
         let pointer = S3Pointer {
@@ -373,8 +391,23 @@ impl DeadLetterStore {
             .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
             // The ids of dropped attempts go with them: `attempt_ids` would otherwise grow
             // by one id per attempt for ever.
-            .update_expression("SET #hist = :kept, #ids = :kept_ids ADD #omitted :dropped")
+            // Claims only matter while a message may still be delivered again: those of the
+            // messages in the kept entries stay.
+            .update_expression(
+                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims ADD #omitted :dropped",
+            )
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_values(
+                ":kept_claims",
+                AttributeValue::Ss(
+                    kept.iter()
+                        .map(|f| f.message_id.clone())
+                        .collect::<HashSet<_>>()
+                        .into_iter()
+                        .collect(),
+                ),
+            )
             .expression_attribute_values(
                 ":kept_ids",
                 AttributeValue::Ss(kept.iter().map(|f| f.attempt_id.clone()).collect()),
@@ -595,5 +628,24 @@ impl crate::batch::BodyResolver for ExtendedClientResolver {
                     .map(|(text, _)| text),
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_stays_inline_only_while_a_full_record_fits_its_budget() {
+        assert!(stays_inline(65_536, 65_536), "the default limit fits");
+        assert!(!stays_inline(65_537, 65_536));
+        // DLQ_INLINE_MAX_BYTES may allow 256 KiB, but with 51 history entries of up to 4 KiB
+        // such a record could pass 400 KB: the body goes to S3.
+        assert!(!stays_inline(200_000, 262_144));
+        let largest = (0..=262_144)
+            .rev()
+            .find(|n| stays_inline(*n, 262_144))
+            .unwrap_or(0);
+        assert!(largest > 65_536 && largest < 120_000, "{largest}");
     }
 }

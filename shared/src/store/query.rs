@@ -290,12 +290,26 @@ impl DeadLetterStore {
         &self,
         filter: &RecordFilter,
         max: Option<usize>,
+        on_page: impl FnMut(usize),
+    ) -> Result<Vec<DeadLetteredItem>, ProcessError> {
+        self.query_all_noting(filter, max, on_page, &mut Vec::new())
+            .await
+    }
+
+    /// [`DeadLetterStore::query_all`], adding the stored items that do not read as records
+    /// to `unreadable` instead of failing (one malformed record must not hide the rest).
+    pub async fn query_all_noting(
+        &self,
+        filter: &RecordFilter,
+        max: Option<usize>,
         mut on_page: impl FnMut(usize),
+        unreadable: &mut Vec<Unreadable>,
     ) -> Result<Vec<DeadLetteredItem>, ProcessError> {
         let mut records = Vec::new();
         let mut token = None;
         loop {
             let page = self.query_page(filter, 500, token.as_ref()).await?;
+            unreadable.extend(page.unreadable);
             records.extend(page.records);
             on_page(records.len());
             if let Some(max) = max {

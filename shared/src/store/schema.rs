@@ -144,7 +144,7 @@ pub fn history_to_attr(entries: &[crate::dead_letter::FailureDetail]) -> Attribu
     AttributeValue::L(
         entries
             .iter()
-            .map(|f| super::attr::to_attr(&serde_json::to_value(f).unwrap_or_default()))
+            .map(|f| super::attr::to_attr(&serde_json::to_value(f.bounded()).unwrap_or_default()))
             .collect(),
     )
 }

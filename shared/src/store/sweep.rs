@@ -656,10 +656,15 @@ fn to_work_item(
             a.iter()
                 .filter(|(name, _)| name.as_str() != ITEM_ID_ATTRIBUTE)
                 .map(|(name, v)| {
-                    (
-                        name.clone(),
-                        serde_json::json!({"stringValue": v.string_value(), "dataType": v.data_type()}),
-                    )
+                    let mut attribute = serde_json::json!({"dataType": v.data_type()});
+                    if let Some(text) = v.string_value() {
+                        attribute["stringValue"] = serde_json::json!(text);
+                    }
+                    if let Some(bytes) = v.binary_value() {
+                        attribute["binaryValue"] =
+                            serde_json::json!(aws_smithy_types::base64::encode(bytes.as_ref()));
+                    }
+                    (name.clone(), attribute)
                 })
                 .collect()
         })
