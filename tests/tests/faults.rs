@@ -14,6 +14,7 @@
 //! | a downstream throttling storm | `downstream_throttling_storm_is_ridden_out_without_dead_letters` |
 //! | DynamoDB throttled during a redrive: before the lease, after a failed or a successful reprocess | `redrive_with_dynamodb_throttled_leaves_items_dead_unleased_and_redrivable`, `redrive_failure_that_cannot_be_recorded_releases_the_lease`, `redrive_success_that_cannot_be_resolved_releases_the_lease` |
 //! | two redrives of one selection at once, through a slow store | `concurrent_redrives_through_a_slow_store_process_each_item_once`, `concurrent_redrives_leave_no_dlq_message_of_a_resolved_item` |
+//! | a purge whose record deletes fail | `a_purge_failing_midway_leaves_records_never_orphaned_dlq_messages` |
 //!
 //! AWS faults come from a `FaultProxy` between the code under test (the worker's or the
 //! redrive engine's AWS clients) and the emulator. The poller, which stands for the Lambda

@@ -393,27 +393,9 @@ async fn bad_requests_change_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
-    use aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_worker::store::lease::{LEASE_EXPIRES_AT, LEASE_OWNER};
     let p = dead_items("stale", &[("s1", "throttled"), ("s2", "throttled")]).await;
     p.downstream.fix();
-    // s1 as a run that died while redriving it leaves it: redriving, lease expired.
-    let expired = chrono::Utc::now().timestamp() - 60;
-    p.clients
-        .dynamodb
-        .update_item()
-        .table_name(&p.resources.table)
-        .key("item_id", AttributeValue::S("s1".into()))
-        .update_expression("SET #status = :redriving, #owner = :owner, #expires = :expires")
-        .expression_attribute_names("#status", "status")
-        .expression_attribute_names("#owner", LEASE_OWNER)
-        .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
-        .expression_attribute_values(":redriving", AttributeValue::S("redriving".into()))
-        .expression_attribute_values(":owner", AttributeValue::S("redrive-gone".into()))
-        .expression_attribute_values(":expires", AttributeValue::N(expired.to_string()))
-        .send()
-        .await
-        .unwrap();
+    leave_stale_lease(&p, "s1").await;
     // This run holds s1's DLQ message too (its sweep takes every message). A live lease
     // would make it wait up to 15 s for s1 to settle; a dead run's lease must not.
     let started = std::time::Instant::now();

@@ -203,45 +203,6 @@ impl DeadLetterStore {
             .map_err(|e| ProcessError::validation(e.to_string()).with_step("resolve"))
     }
 
-    /// Marks leased items resolved (one transaction per 100; item by item if refused).
-    pub async fn resolve_many(
-        &self,
-        records: &[&DeadLetteredItem],
-        owner: &str,
-    ) -> Vec<Result<(), ProcessError>> {
-        let mut results = Vec::with_capacity(records.len());
-        for chunk in records.chunks(TRANSACTION_ITEMS) {
-            let now = Utc::now();
-            let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
-                .iter()
-                .map(|r| {
-                    Ok(TransactWriteItem::builder()
-                        .update(self.resolve_update(r, owner, now)?)
-                        .build())
-                })
-                .collect();
-            let batch = match updates {
-                Ok(updates) => self
-                    .clients
-                    .dynamodb
-                    .transact_write_items()
-                    .set_transact_items(Some(updates))
-                    .send()
-                    .await
-                    .is_ok(),
-                Err(_) => false,
-            };
-            if batch {
-                results.extend(chunk.iter().map(|_| Ok(())));
-            } else {
-                for r in chunk {
-                    results.push(self.resolve(r, owner).await);
-                }
-            }
-        }
-        results
-    }
-
     /// Marks one leased item resolved.
     pub async fn resolve(
         &self,
