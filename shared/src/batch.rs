@@ -1,13 +1,13 @@
 //! The batch engine: turns an `SqsEvent` and a deadline into a valid `SqsBatchResponse`.
 //!
-//! Every record ends as exactly one [`Disposition`] (DESIGN §2.1): done, skipped, returned
+//! Every record ends as exactly one [`Disposition`] (docs/ARCHITECTURE.md §1.1): done, skipped, returned
 //! for retry, dead-lettered, or not started. Only done, skipped and *successfully*
 //! dead-lettered records are acknowledged; everything else is listed in
 //! `batchItemFailures` by its message id.
 //!
 //! Standard queues run records concurrently up to a limit. FIFO queues run them in order
 //! and, after a failure, report the later records unprocessed, either all of them or (with
-//! `skip_group_on_error`) only those of the failed message group (DESIGN §2.6).
+//! `skip_group_on_error`) only those of the failed message group (docs/ARCHITECTURE.md §1.6).
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
@@ -735,7 +735,7 @@ fn dead_letter_report(
     }
 }
 
-/// Logs a failed record with ids, class and signature; never the body (DESIGN §2.9).
+/// Logs a failed record with ids, class and signature; never the body (docs/ARCHITECTURE.md §1.9).
 fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
     tracing::warn!(
         message_id = %item.message_id,

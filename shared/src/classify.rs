@@ -1,4 +1,4 @@
-//! Error classification (DESIGN §4): turns typed errors into an [`ErrorClass`].
+//! Error classification (docs/ARCHITECTURE.md §2): turns typed errors into an [`ErrorClass`].
 //!
 //! Sources, most precise first: AWS SDK errors (service code, then HTTP status, then the
 //! kind of transport failure), HTTP status codes, `std::io::Error` kinds, tokio timeouts,
@@ -256,7 +256,7 @@ pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorClass {
         }
         if let Some(j) = e.downcast_ref::<serde_json::Error>() {
             // A document that does not parse or does not fit the expected type is bad
-            // data (DESIGN §4: schema mismatch); only an I/O failure underneath is not.
+            // data (docs/ARCHITECTURE.md §2: schema mismatch); only an I/O failure underneath is not.
             if !j.is_io() {
                 return ErrorClass::Validation;
             }

@@ -1,8 +1,8 @@
-//! Dead-lettering: the [`DeadLetteredItem`] record (DESIGN §5), its pure construction from a
+//! Dead-lettering: the [`DeadLetteredItem`] record (docs/ARCHITECTURE.md §3), its pure construction from a
 //! failed record, and the [`DeadLetterSink`] that persists it.
 //!
 //! A record handed to a sink is acknowledged only if the sink reports success for it
-//! (DESIGN §2.1): until then it stays in the batch response as a failure.
+//! (docs/ARCHITECTURE.md §1.1): until then it stays in the batch response as a failure.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -366,7 +366,7 @@ pub fn capped_attributes(
     (kept, omitted)
 }
 
-/// The durable record of a dead-lettered item (DESIGN §5).
+/// The durable record of a dead-lettered item (docs/ARCHITECTURE.md §3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeadLetteredItem {
     /// The item's own id (partition key).

@@ -1,4 +1,4 @@
-//! The error vocabulary of the worker: [`ErrorClass`] (DESIGN §4) and [`ProcessError`], the
+//! The error vocabulary of the worker: [`ErrorClass`] (docs/ARCHITECTURE.md §2) and [`ProcessError`], the
 //! one error type a [`crate::Processor`] returns.
 //!
 //! A `ProcessError` is classified when it is created, from the typed source error, because
@@ -65,7 +65,7 @@ impl ErrorClass {
     }
 
     /// Whether a failure of this class is worth retrying. `retry_unknown` decides for
-    /// [`ErrorClass::Unknown`] (DESIGN §4: configurable, default no).
+    /// [`ErrorClass::Unknown`] (docs/ARCHITECTURE.md §2: configurable, default no).
     pub fn is_retryable(self, retry_unknown: bool) -> bool {
         match self {
             ErrorClass::Throttled

@@ -30,7 +30,7 @@ pub enum EventError {
 pub fn decode_sqs_event(json: &[u8]) -> Result<SqsEvent, EventError> {
     sonic_rs::from_slice(json).map_err(|e: sonic_rs::Error| {
         // The parser's message goes on with an excerpt of the event around the error; the
-        // event holds message bodies, which are never logged (DESIGN §2.9). Keep the first
+        // event holds message bodies, which are never logged (docs/ARCHITECTURE.md §1.9). Keep the first
         // line: what is wrong, and where.
         let full = e.to_string();
         let message = full.lines().next().unwrap_or_default().trim().to_string();

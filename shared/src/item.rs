@@ -1,6 +1,6 @@
 //! The work item: one SQS record, checked and described for a [`crate::Processor`].
 //!
-//! Parsing is per record so that one malformed body fails only its own record (DESIGN §2.3):
+//! Parsing is per record so that one malformed body fails only its own record (docs/ARCHITECTURE.md §1.3):
 //! a body that is not valid for the configured [`BodyFormat`] becomes a permanent
 //! validation error for that record, never an error for the whole event.
 

@@ -109,7 +109,7 @@ const ERROR_BODY_LIMIT: usize = 256;
 
 /// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
 /// skipped (the downstream had already processed this item: acked and counted apart);
-/// other statuses and transport failures are classified per DESIGN §4. Sends `Idempotency-Key` (the item id) so the downstream can
+/// other statuses and transport failures are classified per docs/ARCHITECTURE.md §2. Sends `Idempotency-Key` (the item id) so the downstream can
 /// drop the duplicates that at-least-once delivery produces.
 #[derive(Debug, Clone)]
 pub struct HttpDelivery {

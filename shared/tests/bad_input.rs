@@ -616,7 +616,7 @@ async fn body_of_the_wrong_shape_is_a_validation_dead_letter() {
 }
 
 /// A body that is JSON but has an extra field (a processor decoding with
-/// `deny_unknown_fields`) or a repeated field is a schema mismatch: DESIGN §4 says
+/// `deny_unknown_fields`) or a repeated field is a schema mismatch: docs/ARCHITECTURE.md §2 says
 /// validation. `ProcessError::from_error` does not recognise `serde_json::Error` by type and
 /// its message fallback knows neither "unknown field" nor "duplicate field", so the record
 /// is dead-lettered as `unknown` (and marked reprocess-eligible) instead.
@@ -1538,7 +1538,7 @@ fn messages_without_ids_are_the_only_event_level_record_failure() {
     }
 }
 
-/// DESIGN §2.9: bodies are never logged. An event-level error is logged and posted to the
+/// docs/ARCHITECTURE.md §1.9: bodies are never logged. An event-level error is logged and posted to the
 /// Runtime API (so it reaches CloudWatch); the decoder's message quotes the event text
 /// around the error position (8 bytes either side), which can be a piece of a body.
 #[tokio::test]

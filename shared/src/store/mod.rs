@@ -1,6 +1,6 @@
 //! The dead-letter store: DynamoDB records, S3 for large payloads, and the DLQ.
 //!
-//! Dead-lettering a record is three writes, in this order (DESIGN §2.1):
+//! Dead-lettering a record is three writes, in this order (docs/ARCHITECTURE.md §1.1):
 //!
 //! 1. the payload to S3, when the record would be larger than `inline_max_bytes`;
 //! 2. the [`DeadLetteredItem`] to DynamoDB, merged into any existing record of the same
