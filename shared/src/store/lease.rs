@@ -232,29 +232,51 @@ impl DeadLetterStore {
         owner: &str,
         message_id: &str,
     ) -> Result<(), ProcessError> {
-        self.clients
+        self.end_lease(
+            item_id,
+            owner,
+            ItemStatus::Requeued,
+            Some((schema::REQUEUED_MESSAGE_ID, message_id)),
+            "mark-requeued",
+        )
+        .await
+    }
+
+    /// Ends `owner`'s lease on an item, setting its status (and one more attribute): the
+    /// one conditional write behind giving a lease back and marking an item requeued.
+    async fn end_lease(
+        &self,
+        item_id: &str,
+        owner: &str,
+        status: ItemStatus,
+        also: Option<(&str, &str)>,
+        step: &str,
+    ) -> Result<(), ProcessError> {
+        let mut request = self
+            .clients
             .dynamodb
             .update_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression(
-                "SET #status = :requeued, #requeued = :message REMOVE #owner, #expires",
-            )
             .condition_expression("#owner = :owner")
             .expression_attribute_names("#status", schema::STATUS)
-            .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
-            .expression_attribute_values(
-                ":requeued",
-                AttributeValue::S(ItemStatus::Requeued.as_str().into()),
-            )
-            .expression_attribute_values(":message", AttributeValue::S(message_id.to_string()))
-            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
+            .expression_attribute_values(":status", AttributeValue::S(status.as_str().into()))
+            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()));
+        let mut set = "SET #status = :status".to_string();
+        if let Some((name, value)) = also {
+            set.push_str(", #also = :also");
+            request = request
+                .expression_attribute_names("#also", name)
+                .expression_attribute_values(":also", AttributeValue::S(value.to_string()));
+        }
+        request
+            .update_expression(format!("{set} REMOVE #owner, #expires"))
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("mark-requeued"))
+            .map_err(|e| ProcessError::from_sdk(&e).with_step(step))
     }
 
     /// The worker finished `message_id`, the message a requeue sent for `item_id`: the record
@@ -313,25 +335,8 @@ impl DeadLetterStore {
 
     /// Gives a lease back without changing anything else (status returns to dead).
     pub async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        self.clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression("SET #status = :dead REMOVE #owner, #expires")
-            .condition_expression("#owner = :owner")
-            .expression_attribute_names("#status", schema::STATUS)
-            .expression_attribute_names("#owner", LEASE_OWNER)
-            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
-            .expression_attribute_values(
-                ":dead",
-                AttributeValue::S(ItemStatus::Dead.as_str().into()),
-            )
-            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
-            .send()
+        self.end_lease(item_id, owner, ItemStatus::Dead, None, "release-lease")
             .await
-            .map(|_| ())
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("release-lease"))
     }
 
     /// Records a failed redrive attempt: the item goes back to dead with the failure
