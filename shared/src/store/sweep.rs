@@ -326,7 +326,13 @@ impl DeadLetterStore {
         let mut delete = Vec::new();
         let mut release = Vec::new();
         for (item_id, messages) in held {
+            // A message received twice (held by a sweep, given back, received again) is
+            // settled once, by its latest receipt: the earlier one no longer deletes it.
+            let mut latest: HashMap<String, HeldMessage> = HashMap::new();
             for held in messages {
+                latest.insert(held.view.message_id.clone(), held);
+            }
+            for held in latest.into_values() {
                 let Some(standing) = standings.get(&item_id) else {
                     release.push(held.receipt);
                     continue;
