@@ -172,6 +172,11 @@ impl RedriveReport {
             ItemOutcomeKind::Error => self.errors += 1,
             ItemOutcomeKind::WouldRedrive => {}
         }
+        self.list(outcome, sample);
+    }
+
+    /// Lists an outcome in the bounded sample (or counts it as omitted).
+    fn list(&mut self, outcome: ItemOutcome, sample: usize) {
         if self.items.len() < sample {
             self.items.push(outcome);
         } else {
@@ -549,9 +554,11 @@ impl<P: Processor> RedriveEngine<P> {
                 .map_err(RedriveError::Store)?;
             report.adopted_from_dlq = sweep.adopted;
             report.dlq_messages_deleted = sweep.deleted;
-            report.errors += sweep.errors.len();
             for (item_id, error) in sweep.errors {
-                report.add(
+                // A DLQ message the sweep could not handle: an error of the run, not a
+                // selected item.
+                report.errors += 1;
+                report.list(
                     ItemOutcome {
                         item_id,
                         outcome: ItemOutcomeKind::Error,
@@ -559,7 +566,6 @@ impl<P: Processor> RedriveEngine<P> {
                     },
                     self.settings.report_items,
                 );
-                report.selected -= 1;
             }
             held = sweep.held;
         }

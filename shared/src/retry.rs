@@ -62,15 +62,6 @@ impl Deadline {
         Deadline::new(at, margin)
     }
 
-    /// The Lambda context's wall-clock deadline, as a monotonic one. A deadline that is not
-    /// credible is not obeyed blindly (see [`InvocationBudget`]).
-    pub fn from_system_time(at: std::time::SystemTime, margin: Duration) -> Self {
-        Deadline::after(
-            InvocationBudget::of(at, std::time::SystemTime::now()).time(),
-            margin,
-        )
-    }
-
     /// The last instant at which new work may start; running attempts are cut here.
     pub fn cutoff(&self) -> Instant {
         self.cutoff
@@ -522,11 +513,5 @@ mod tests {
         tokio::time::advance(Duration::from_secs(6)).await;
         assert!(!d.can_start());
         assert_eq!(d.remaining(), Duration::ZERO);
-        let past = Deadline::from_system_time(std::time::SystemTime::UNIX_EPOCH, Duration::ZERO);
-        assert_eq!(
-            past.remaining(),
-            FALLBACK_INVOCATION_TIME,
-            "1970 is not believed"
-        );
     }
 }

@@ -394,8 +394,26 @@ impl DeadLetterStore {
             // Claims only matter while a message may still be delivered again: those of the
             // messages in the kept entries stay.
             .update_expression(
-                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims ADD #omitted :dropped",
+                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
+                 ADD #omitted :dropped",
             )
+            // A finished requeue appends to `processed` without trimming it: trimmed here.
+            .expression_attribute_names("#processed", schema::PROCESSED)
+            .expression_attribute_values(":kept_processed", {
+                let skip = stored
+                    .processed
+                    .len()
+                    .saturating_sub(crate::dead_letter::PROCESSED_LIMIT);
+                AttributeValue::L(
+                    stored
+                        .processed
+                        .iter()
+                        .skip(skip)
+                        .cloned()
+                        .map(AttributeValue::S)
+                        .collect(),
+                )
+            })
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
             .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
             .expression_attribute_values(
