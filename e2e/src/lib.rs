@@ -304,7 +304,9 @@ impl Pipeline {
     }
 
     /// A redrive engine over this pipeline, reprocessing through the same downstream.
-    pub fn redrive_engine(&self) -> sqs_worker::redrive::RedriveEngine<HttpDelivery> {
+    pub fn redrive_engine(
+        &self,
+    ) -> sqs_worker::redrive::RedriveEngine<HttpDelivery, sqs_worker::store::DeadLetterStore> {
         self.redrive_engine_via(self.clients.clone())
     }
 
@@ -313,7 +315,7 @@ impl Pipeline {
     pub fn redrive_engine_via(
         &self,
         clients: AwsClients,
-    ) -> sqs_worker::redrive::RedriveEngine<HttpDelivery> {
+    ) -> sqs_worker::redrive::RedriveEngine<HttpDelivery, sqs_worker::store::DeadLetterStore> {
         let delivery = HttpDelivery::new(sqs_worker::processor::HttpDeliveryConfig {
             url: self.downstream.url().parse().unwrap(),
             timeout: Duration::from_millis(500),

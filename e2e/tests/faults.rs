@@ -1172,7 +1172,10 @@ impl Processor for ArmedDelivery {
 }
 
 /// A redrive engine whose store goes through `proxy`, and the trap its processor springs.
-async fn armed_engine(p: &Pipeline, proxy: &FaultProxy) -> (RedriveEngine<ArmedDelivery>, Trap) {
+async fn armed_engine(
+    p: &Pipeline,
+    proxy: &FaultProxy,
+) -> (RedriveEngine<ArmedDelivery, DeadLetterStore>, Trap) {
     let delivery = HttpDelivery::new(HttpDeliveryConfig {
         url: p.downstream.url().parse().unwrap(),
         timeout: Duration::from_millis(500),

@@ -45,6 +45,7 @@ pub mod event;
 pub mod hex;
 pub mod item;
 pub mod metrics;
+pub mod ports;
 pub mod processor;
 pub mod redrive;
 pub mod redrive_function;

@@ -40,7 +40,7 @@ const ANSWER_RESERVE: Duration = Duration::from_secs(2);
 
 /// The engine behind the redrive function.
 pub struct RedriveFunction {
-    engine: RedriveEngine<HttpDelivery>,
+    engine: RedriveEngine<HttpDelivery, DeadLetterStore>,
 }
 
 impl RedriveFunction {

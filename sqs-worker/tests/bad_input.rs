@@ -1300,7 +1300,7 @@ async fn redrive_with_bad_durations_or_limits_is_refused_before_anything_happens
     }
     // Reprocess needs a processor; the engine says so instead of doing nothing.
     let store = emulator_store("redrive-noproc").await;
-    let engine: RedriveEngine<ScriptedProcessor> =
+    let engine: RedriveEngine<ScriptedProcessor, _> =
         RedriveEngine::new(store, None, RedriveSettings::default());
     let err = engine
         .run(

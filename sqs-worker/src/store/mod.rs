@@ -17,6 +17,7 @@ pub mod dlq;
 pub mod lease;
 pub mod maintenance;
 pub mod payload;
+pub mod ports;
 pub mod query;
 pub mod schema;
 pub mod sweep;

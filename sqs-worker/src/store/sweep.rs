@@ -174,8 +174,8 @@ pub struct HeldMessage {
 }
 
 /// What a sweep found and did.
-#[derive(Debug, Default)]
-pub struct Sweep {
+#[derive(Debug)]
+pub struct Sweep<H = HeldMessage> {
     /// DLQ messages seen.
     pub seen: usize,
     /// Records created (or reopened) for messages no record held.
@@ -183,9 +183,22 @@ pub struct Sweep {
     /// Messages of resolved, requeued or purged items deleted.
     pub deleted: usize,
     /// The messages still held, by item id.
-    pub held: HashMap<String, Vec<HeldMessage>>,
+    pub held: HashMap<String, Vec<H>>,
     /// Messages that could not be handled, by item id, with why: left in the DLQ.
     pub errors: Vec<(String, String)>,
+}
+
+// By hand: a derived `Default` would require `H: Default`.
+impl<H> Default for Sweep<H> {
+    fn default() -> Self {
+        Sweep {
+            seen: 0,
+            adopted: 0,
+            deleted: 0,
+            held: HashMap::new(),
+            errors: Vec::new(),
+        }
+    }
 }
 
 /// What to do with messages during a sweep.

@@ -1,5 +1,10 @@
-//! Test doubles for users' own tests and ours: a processor that follows a script per item
-//! and an in-memory dead-letter sink. Pure, no I/O.
+//! Test doubles for users' own tests and ours: a processor that follows a script per item,
+//! an in-memory dead-letter sink, and [`MemoryStore`], the redrive engine's ports in
+//! memory. Pure, no I/O.
+
+mod memory_store;
+
+pub use memory_store::{dead_record, MemoryStore};
 
 use std::collections::HashMap;
 use std::sync::Mutex;

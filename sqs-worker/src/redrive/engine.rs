@@ -1,0 +1,678 @@
+//! The redrive engine: runs a validated [`RedriveRequest`] over the [`RedrivePorts`]:
+//! holds the DLQ's messages, selects records page by page (or by id), leases them, puts
+//! them back (reprocess here, or requeue to the source queue), writes each outcome, and
+//! settles the DLQ messages at the end. It does no I/O of its own: every call goes through
+//! the ports, so the unit tests below run it over [`crate::testing::MemoryStore`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::time::Instant;
+
+use super::report::{ItemOutcome, ItemOutcomeKind, RedriveReport};
+use super::request::{Continuation, Plan, RedriveError, RedriveMode, RedriveRequest};
+use crate::dead_letter::{DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation};
+use crate::error::ProcessError;
+use crate::item::{ItemParser, WorkItem};
+use crate::ports::RedrivePorts;
+use crate::processor::Processor;
+use crate::retry::{run_with_retry, Deadline, RetryPolicy};
+use crate::store::payload::S3Pointer;
+use crate::store::query::PageToken;
+use crate::store::sweep::SweepOptions;
+
+/// Settings of the engine itself (not of one run).
+#[derive(Debug, Clone)]
+pub struct RedriveSettings {
+    /// Retries when reprocessing.
+    pub retry: RetryPolicy,
+    /// How item ids are read from DLQ messages without our attribute.
+    pub parser: ItemParser,
+    /// Requeue target overriding the queue named in each record.
+    pub source_queue_url: Option<String>,
+    /// Keep S3 payload objects of resolved items (default: delete them).
+    pub keep_payloads: bool,
+    /// How long a lease lasts if its run dies.
+    pub lease_ttl: Duration,
+    /// Most item outcomes a report lists (the counts are always complete): the redrive
+    /// function's answer must fit Lambda's 6 MB response; the CLI lists them all.
+    pub report_items: usize,
+    /// Where failures recorded by this engine say they happened (the function's name and
+    /// log group and stream; empty for the CLI). Each failure adds the run id.
+    pub invocation: InvocationInfo,
+}
+
+impl Default for RedriveSettings {
+    fn default() -> Self {
+        RedriveSettings {
+            retry: RetryPolicy::default(),
+            parser: ItemParser::default(),
+            source_queue_url: None,
+            keep_payloads: false,
+            lease_ttl: Duration::from_secs(900),
+            report_items: 1000,
+            invocation: InvocationInfo::default(),
+        }
+    }
+}
+
+/// How long a run waits at its end for another run to finish redriving items whose DLQ
+/// messages this run holds (within [`SETTLE_RESERVE`]).
+const SETTLE_WAIT: Duration = Duration::from_secs(15);
+
+/// Time kept at the end of a run with a deadline for settling the DLQ messages.
+pub const SETTLE_RESERVE: Duration = Duration::from_secs(20);
+
+/// Time kept after the items' cut-off for writing their outcomes (resolved, failed again).
+pub const OUTCOME_WRITE_SLICE: Duration = Duration::from_secs(5);
+
+/// Without a deadline (the CLI), how long items started within the budget may run on.
+pub const ITEM_GRACE: Duration = Duration::from_secs(60);
+
+/// The clock of one run: when it stops starting items, when running items are cut, when
+/// settling must be over; and the items it resolved (its DLQ messages are settled by them).
+pub(super) struct RunContext {
+    pub(super) run_id: String,
+    /// No item starts after this.
+    stop_at: Instant,
+    /// Attempts are cut at its cut-off; outcome writes end at its hard stop.
+    items: Deadline,
+    /// Settling the DLQ messages ends here.
+    settle_by: Instant,
+    resolved: Mutex<HashSet<String>>,
+}
+
+impl RunContext {
+    fn new(started: Instant, budget: Duration, deadline: Option<Instant>) -> RunContext {
+        let far = |d: Duration| started.checked_add(d).unwrap_or(started);
+        let (items_end, settle_by) = match deadline {
+            Some(deadline) => {
+                let settle_from = deadline.checked_sub(SETTLE_RESERVE).unwrap_or(started);
+                (settle_from, deadline)
+            }
+            None => {
+                let items_end = far(budget + ITEM_GRACE);
+                (items_end, items_end + SETTLE_RESERVE)
+            }
+        };
+        let items = Deadline::new(items_end, OUTCOME_WRITE_SLICE);
+        RunContext {
+            run_id: format!("redrive-{:016x}", fastrand::u64(..)),
+            stop_at: far(budget).min(items.cutoff()),
+            items,
+            settle_by,
+            resolved: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn note_resolved(&self, item_id: &str) {
+        if let Ok(mut resolved) = self.resolved.lock() {
+            resolved.insert(item_id.to_string());
+        }
+    }
+
+    fn resolved_ids(&self) -> HashSet<String> {
+        self.resolved.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+/// How long the end-of-run sweep holds the messages it receives before they are settled.
+const FINAL_SWEEP_HOLD: Duration = Duration::from_secs(60);
+
+/// Runs redrives.
+pub struct RedriveEngine<P, S> {
+    pub(super) store: S,
+    pub(super) processor: Option<P>,
+    pub(super) settings: RedriveSettings,
+    /// Source queue URLs by queue ARN, looked up once per run of the engine.
+    pub(super) queue_urls: Mutex<HashMap<String, String>>,
+}
+
+impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
+    /// An engine; `processor` is needed for `reprocess` mode only.
+    pub fn new(store: S, processor: Option<P>, settings: RedriveSettings) -> Self {
+        RedriveEngine {
+            store,
+            processor,
+            settings,
+            queue_urls: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The engine's settings, to adjust after building it.
+    pub fn settings_mut(&mut self) -> &mut RedriveSettings {
+        &mut self.settings
+    }
+
+    /// Runs one redrive. `on_item` is called after each item (for progress display).
+    pub async fn run(
+        &self,
+        request: &RedriveRequest,
+        on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
+    ) -> Result<RedriveReport, RedriveError> {
+        self.run_until(request, None, on_item).await
+    }
+
+    /// Runs one redrive that must be over by `deadline` (the redrive function passes its
+    /// invocation's deadline, less the time to answer). The run stops starting items at
+    /// the earlier of its time budget and the deadline less [`SETTLE_RESERVE`] and
+    /// [`OUTCOME_WRITE_SLICE`]; attempts still running there are cut (the item fails again,
+    /// as a timeout); the outcome writes get the next slice, and settling the DLQ messages
+    /// the last one. Without a deadline (the CLI) items in flight may finish for up to
+    /// [`ITEM_GRACE`] after the budget.
+    pub async fn run_until(
+        &self,
+        request: &RedriveRequest,
+        deadline: Option<Instant>,
+        on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
+    ) -> Result<RedriveReport, RedriveError> {
+        let plan = request.plan()?;
+        if request.mode == RedriveMode::Reprocess && self.processor.is_none() && !request.dry_run {
+            return Err(RedriveError::InvalidRequest(
+                "mode reprocess needs the processor's configuration (WORKER_DOWNSTREAM_URL); use mode requeue, \
+                 --via-function <the redrive function>, or configure it"
+                    .into(),
+            ));
+        }
+        let started = Instant::now();
+        let run = RunContext::new(started, plan.budget, deadline);
+        let mut report = RedriveReport {
+            run_id: run.run_id.clone(),
+            mode: request.mode,
+            dry_run: request.dry_run,
+            ..RedriveReport::default()
+        };
+        // Hold the DLQ messages for the run (plus a margin), adopting unrecorded ones.
+        let mut held = HashMap::new();
+        if !request.dry_run {
+            let hold = run.settle_by.saturating_duration_since(started) + Duration::from_secs(60);
+            let sweep = self
+                .store
+                .sweep(
+                    hold,
+                    &SweepOptions {
+                        adopt: true,
+                        delete_items: HashSet::new(),
+                        parser: self.settings.parser.clone(),
+                        until: Some(run.stop_at),
+                    },
+                )
+                .await
+                .map_err(RedriveError::Store)?;
+            report.adopted_from_dlq = sweep.adopted;
+            report.dlq_messages_deleted = sweep.deleted;
+            for (item_id, error) in sweep.errors {
+                // A DLQ message the sweep could not handle: an error of the run, not a
+                // selected item.
+                report.errors += 1;
+                report.list(
+                    ItemOutcome {
+                        item_id,
+                        outcome: ItemOutcomeKind::Error,
+                        detail: Some(error),
+                    },
+                    self.settings.report_items,
+                );
+            }
+            held = sweep.held;
+        }
+        let result = self
+            .select_and_redrive(request, &plan, &run, &mut report, on_item)
+            .await;
+        // Settle the DLQ messages, even on error: delete those of what was resolved, give the
+        // rest back.
+        report.dlq_messages_deleted += self
+            .settle_dlq_messages(held, &run)
+            .await
+            .map_err(RedriveError::Store)?;
+        result?;
+        Ok(report)
+    }
+
+    /// Deletes the DLQ messages of resolved items and releases the rest. With two runs at
+    /// once, the run that resolves an item may not hold its messages (the other run's sweep
+    /// received them), so: messages this run holds for items it did not resolve are settled
+    /// by the item's status once any redrive in progress on it ends; and if this run
+    /// resolved items whose messages it does not hold, it sweeps the DLQ once more, while
+    /// its own messages are still held, to delete those the other run has given back.
+    async fn settle_dlq_messages(
+        &self,
+        mut held: HashMap<String, Vec<S::Held>>,
+        run: &RunContext,
+    ) -> Result<usize, ProcessError> {
+        let resolved = run.resolved_ids();
+        let resolved_unheld = resolved.iter().any(|id| !held.contains_key(id));
+        let mut deleted = 0;
+        if resolved_unheld && Instant::now() < run.settle_by {
+            let sweep = self
+                .store
+                .sweep(
+                    FINAL_SWEEP_HOLD,
+                    &SweepOptions {
+                        adopt: false,
+                        delete_items: HashSet::new(),
+                        parser: self.settings.parser.clone(),
+                        until: Some(run.settle_by),
+                    },
+                )
+                .await?;
+            deleted += sweep.deleted;
+            for (item_id, messages) in sweep.held {
+                held.entry(item_id).or_default().extend(messages);
+            }
+        }
+        let wait = SETTLE_WAIT.min(run.settle_by.saturating_duration_since(Instant::now()));
+        Ok(deleted + self.store.settle_held(held, wait).await?)
+    }
+
+    async fn select_and_redrive(
+        &self,
+        request: &RedriveRequest,
+        plan: &Plan,
+        run: &RunContext,
+        report: &mut RedriveReport,
+        on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
+    ) -> Result<(), RedriveError> {
+        let chunk_size = match request.mode {
+            RedriveMode::Reprocess => plan.parallelism,
+            RedriveMode::Requeue => 10 * plan.parallelism,
+        };
+        let limit = request.max_items.unwrap_or(usize::MAX);
+        // Items taken (leased, or would be in a dry run): what `max_items` counts.
+        let mut taken = 0usize;
+        let out_of_time = || Instant::now() >= run.stop_at;
+        let record = |outcome: ItemOutcome, report: &mut RedriveReport| {
+            on_item(&outcome);
+            if outcome.outcome == ItemOutcomeKind::Resolved {
+                run.note_resolved(&outcome.item_id);
+            }
+            report.add(outcome, self.settings.report_items);
+        };
+        if !plan.ids.is_empty() {
+            let start = plan.continuation.next_index.unwrap_or(0);
+            let mut index = start;
+            for chunk in plan.ids[start.min(plan.ids.len())..].chunks(chunk_size) {
+                if taken >= limit || out_of_time() {
+                    report.continuation_token = Some(
+                        Continuation {
+                            next_index: Some(index),
+                            ..Continuation::default()
+                        }
+                        .encode(),
+                    );
+                    return Ok(());
+                }
+                let chunk = &chunk[..chunk.len().min(limit - taken)];
+                let mut records = Vec::new();
+                for id in chunk {
+                    let found = match self.store.get(id).await {
+                        Ok(found) => found,
+                        Err(e) => {
+                            // One unreadable record (or an id DynamoDB refuses) is this
+                            // item's error, not the run's.
+                            record(
+                                ItemOutcome {
+                                    item_id: id.clone(),
+                                    outcome: ItemOutcomeKind::Error,
+                                    detail: Some(e.to_string()),
+                                },
+                                report,
+                            );
+                            continue;
+                        }
+                    };
+                    match found {
+                        Some(r) if plan.selects(&r) => records.push(r),
+                        Some(r) => record(
+                            ItemOutcome {
+                                item_id: id.clone(),
+                                outcome: ItemOutcomeKind::SkippedIneligible,
+                                detail: Some(format!("status is {}", r.status.as_str())),
+                            },
+                            report,
+                        ),
+                        None => record(
+                            ItemOutcome {
+                                item_id: id.clone(),
+                                outcome: ItemOutcomeKind::NotFound,
+                                detail: Some("no record with this item id".into()),
+                            },
+                            report,
+                        ),
+                    }
+                }
+                for outcome in self.redrive_chunk(&records, request, plan, run).await {
+                    if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
+                        taken += 1;
+                    }
+                    record(outcome, report);
+                }
+                index += chunk.len();
+            }
+            return Ok(());
+        }
+        let first_phase = plan.continuation.phase.min(plan.filters.len());
+        let mut token = plan.continuation.after.clone().map(PageToken);
+        let mut seen = HashSet::new();
+        for (phase, filter) in plan.filters.iter().enumerate().skip(first_phase) {
+            loop {
+                let page = self
+                    .store
+                    .query_page(filter, 100, token.as_ref())
+                    .await
+                    .map_err(RedriveError::Store)?;
+                for bad in &page.unreadable {
+                    record(
+                        ItemOutcome {
+                            item_id: bad.item_id.clone(),
+                            outcome: ItemOutcomeKind::Error,
+                            detail: Some(bad.error.clone()),
+                        },
+                        report,
+                    );
+                }
+                let fresh: Vec<DeadLetteredItem> = page
+                    .records
+                    .into_iter()
+                    .filter(|r| seen.insert(r.item_id.clone()))
+                    .collect();
+                for chunk in fresh.chunks(chunk_size) {
+                    if taken >= limit || out_of_time() {
+                        report.continuation_token = Some(
+                            Continuation {
+                                next_index: None,
+                                after: token.as_ref().map(|t| t.0.clone()),
+                                phase,
+                            }
+                            .encode(),
+                        );
+                        return Ok(());
+                    }
+                    let chunk = &chunk[..chunk.len().min(limit - taken)];
+                    for outcome in self.redrive_chunk(chunk, request, plan, run).await {
+                        if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
+                            taken += 1;
+                        }
+                        record(outcome, report);
+                    }
+                    if let Some(last) = chunk.last() {
+                        token = Some(self.store.token_after(last, filter));
+                    }
+                }
+                match page.next {
+                    Some(next) => token = Some(next),
+                    None => break,
+                }
+            }
+            token = None;
+        }
+        Ok(())
+    }
+
+    /// Redrives a chunk of selected records, honouring eligibility, rate and parallelism.
+    async fn redrive_chunk(
+        &self,
+        records: &[DeadLetteredItem],
+        request: &RedriveRequest,
+        plan: &Plan,
+        run: &RunContext,
+    ) -> Vec<ItemOutcome> {
+        let mut outcomes = Vec::new();
+        let mut eligible = Vec::new();
+        for record in records {
+            let ok = request.force || (record.reprocess_eligible && !record.manual_review_required);
+            if !ok {
+                outcomes.push(ItemOutcome {
+                    item_id: record.item_id.clone(),
+                    outcome: ItemOutcomeKind::SkippedIneligible,
+                    detail: Some(if record.manual_review_required {
+                        "manual review required (use force to override)".into()
+                    } else {
+                        format!(
+                            "{} errors are not reprocess-eligible (use force to override)",
+                            record.error_class
+                        )
+                    }),
+                });
+            } else if request.dry_run {
+                outcomes.push(ItemOutcome {
+                    item_id: record.item_id.clone(),
+                    outcome: ItemOutcomeKind::WouldRedrive,
+                    detail: None,
+                });
+            } else {
+                eligible.push(record);
+            }
+        }
+        if eligible.is_empty() {
+            return outcomes;
+        }
+        if let Some(interval) = plan.interval {
+            // Pace starts: a chunk of n items takes at least n intervals.
+            let pace = interval.saturating_mul(u32::try_from(eligible.len()).unwrap_or(u32::MAX));
+            let next = Instant::now() + pace;
+            outcomes.extend(self.redrive_eligible(&eligible, request, plan, run).await);
+            tokio::time::sleep_until(next).await;
+        } else {
+            outcomes.extend(self.redrive_eligible(&eligible, request, plan, run).await);
+        }
+        outcomes
+    }
+
+    async fn redrive_eligible(
+        &self,
+        records: &[&DeadLetteredItem],
+        request: &RedriveRequest,
+        plan: &Plan,
+        run: &RunContext,
+    ) -> Vec<ItemOutcome> {
+        let run_id = run.run_id.as_str();
+        match request.mode {
+            RedriveMode::Requeue => self.requeue(records, run_id).await,
+            RedriveMode::Reprocess => {
+                let work: Vec<_> = records
+                    .iter()
+                    .map(|r| self.reprocess_bounded(r, run))
+                    .collect();
+                futures::stream::iter(work)
+                    .buffered(plan.parallelism)
+                    .collect()
+                    .await
+            }
+        }
+    }
+
+    /// Reprocesses one item within the run's deadline: its attempts are cut at the
+    /// deadline's cut-off and its outcome writes at the hard stop. A cut write leaves the
+    /// item leased; the lease expires and a later run takes the item back.
+    async fn reprocess_bounded(&self, record: &DeadLetteredItem, run: &RunContext) -> ItemOutcome {
+        let work = self.reprocess_one(record, &run.run_id, run.items);
+        match tokio::time::timeout_at(run.items.hard_stop(), work).await {
+            Ok(outcome) => outcome,
+            Err(_) => ItemOutcome {
+                item_id: record.item_id.clone(),
+                outcome: ItemOutcomeKind::Error,
+                detail: Some(format!(
+                    "cut at the run's deadline; a later run takes the item back when its lease expires (in {} s)",
+                    self.settings.lease_ttl.as_secs()
+                )),
+            },
+        }
+    }
+
+    async fn reprocess_one(
+        &self,
+        record: &DeadLetteredItem,
+        run_id: &str,
+        deadline: Deadline,
+    ) -> ItemOutcome {
+        let outcome = |kind, detail: Option<String>| ItemOutcome {
+            item_id: record.item_id.clone(),
+            outcome: kind,
+            detail,
+        };
+        let Some(processor) = &self.processor else {
+            return outcome(
+                ItemOutcomeKind::Error,
+                Some("no processor configured".into()),
+            );
+        };
+        match self
+            .store
+            .acquire_lease(&record.item_id, run_id, self.settings.lease_ttl)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => return outcome(ItemOutcomeKind::LeasedElsewhere, None),
+            Err(e) => return outcome(ItemOutcomeKind::Error, Some(e.to_string())),
+        }
+        let item = match self.load_body(record).await {
+            Ok(body) => work_item(record, body),
+            Err(error) => {
+                let item = work_item(record, String::new());
+                return self
+                    .fail(record, run_id, &item, vec![immediate(error)])
+                    .await;
+            }
+        };
+        let run = run_with_retry(&self.settings.retry, &deadline, |_| {
+            crate::batch::guard_panics(processor.process(&item))
+        })
+        .await;
+        match run.result {
+            Ok(_) => match self.store.resolve(record, run_id).await {
+                Ok(()) => {
+                    self.drop_payload(record).await;
+                    outcome(ItemOutcomeKind::Resolved, None)
+                }
+                Err(e) => {
+                    // Processed, but not marked resolved: give the item back (dead, no
+                    // lease) so the next run can take it at once rather than after the
+                    // lease expires. The downstream saw it; its idempotency key covers a
+                    // second delivery.
+                    let _ = self.store.release_lease(&record.item_id, run_id).await;
+                    outcome(ItemOutcomeKind::Error, Some(e.to_string()))
+                }
+            },
+            Err(_) => self.fail(record, run_id, &item, run.failures).await,
+        }
+    }
+
+    async fn fail(
+        &self,
+        record: &DeadLetteredItem,
+        run_id: &str,
+        item: &WorkItem,
+        failures: Vec<crate::retry::AttemptFailure>,
+    ) -> ItemOutcome {
+        let invocation = InvocationInfo {
+            request_id: Some(run_id.to_string()),
+            ..self.settings.invocation.clone()
+        };
+        let details: Vec<FailureDetail> = failures
+            .iter()
+            .map(|f| {
+                let mut d = FailureDetail::from_attempt(item, f, &invocation);
+                d.attempt_id = format!("{run_id}:{}", f.attempt);
+                d
+            })
+            .collect();
+        let message = details.last().map(|d| d.error_message.clone());
+        match self
+            .store
+            .record_redrive_failure(&record.item_id, run_id, &details)
+            .await
+        {
+            Ok(()) => ItemOutcome {
+                item_id: record.item_id.clone(),
+                outcome: ItemOutcomeKind::FailedAgain,
+                detail: message,
+            },
+            Err(e) => {
+                let _ = self.store.release_lease(&record.item_id, run_id).await;
+                ItemOutcome {
+                    item_id: record.item_id.clone(),
+                    outcome: ItemOutcomeKind::Error,
+                    detail: Some(e.to_string()),
+                }
+            }
+        }
+    }
+
+    /// The item's body: inline, or fetched from S3 and checked against its sha256.
+    pub(super) async fn load_body(
+        &self,
+        record: &DeadLetteredItem,
+    ) -> Result<String, ProcessError> {
+        match &record.payload.location {
+            PayloadLocation::Inline { body } => Ok(body.clone()),
+            PayloadLocation::S3 { bucket, key } => {
+                let pointer = S3Pointer {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                };
+                let body = self.store.fetch(&pointer).await?;
+                let sha = crate::hex::sha256_hex(body.as_bytes());
+                if sha != record.payload.sha256 {
+                    return Err(ProcessError::validation(format!(
+                        "payload s3://{bucket}/{key} has sha256 {sha}, the record says {}",
+                        record.payload.sha256
+                    ))
+                    .with_step("fetch-payload"));
+                }
+                Ok(body)
+            }
+        }
+    }
+
+    async fn drop_payload(&self, record: &DeadLetteredItem) {
+        if self.settings.keep_payloads {
+            return;
+        }
+        if let PayloadLocation::S3 { bucket, key } = &record.payload.location {
+            let pointer = S3Pointer {
+                bucket: bucket.clone(),
+                key: key.clone(),
+            };
+            if let Err(error) = self.store.delete(&pointer).await {
+                tracing::warn!(item_id = %record.item_id, %error, "could not delete the resolved item's payload");
+            }
+        }
+    }
+}
+
+/// A dead-lettered item as a work item for reprocessing.
+pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
+    WorkItem {
+        message_id: record.source.message_id.clone(),
+        item_id: record.item_id.clone(),
+        body,
+        receive_count: record.source.receive_count,
+        sent_timestamp: record.source.sent_timestamp,
+        message_group_id: record.source.message_group_id.clone(),
+        event_source_arn: record.source.queue_arn.clone(),
+        attributes: HashMap::new(),
+        message_attributes: HashMap::new(),
+    }
+}
+
+fn immediate(error: ProcessError) -> crate::retry::AttemptFailure {
+    crate::retry::AttemptFailure {
+        attempt: 1,
+        started_at: chrono::Utc::now(),
+        duration: Duration::ZERO,
+        error,
+    }
+}
+
+/// A shared no-op progress callback.
+pub fn no_progress() -> Arc<dyn Fn(&ItemOutcome) + Send + Sync> {
+    Arc::new(|_| {})
+}

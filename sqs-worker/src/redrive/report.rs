@@ -1,0 +1,113 @@
+//! What a redrive run reports: one outcome per item and the counts, bounded so the
+//! redrive function's answer fits Lambda's response limit.
+
+use serde::{Deserialize, Serialize};
+
+use super::request::RedriveMode;
+
+/// What happened to one item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemOutcomeKind {
+    /// Reprocessed; record resolved.
+    Resolved,
+    /// Sent back to the source queue; the record is `requeued` until the worker finishes
+    /// the message.
+    Requeued,
+    /// Reprocessing failed again; history extended, still dead.
+    FailedAgain,
+    /// Not eligible (and no `force`).
+    SkippedIneligible,
+    /// Another run holds its lease.
+    LeasedElsewhere,
+    /// No record with that id.
+    NotFound,
+    /// Dry run: would be redriven.
+    WouldRedrive,
+    /// The store or queue failed; the item is unchanged (lease released).
+    Error,
+}
+
+/// One item's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemOutcome {
+    /// The item.
+    pub item_id: String,
+    /// What happened.
+    pub outcome: ItemOutcomeKind,
+    /// Why, for failures and errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveReport {
+    /// This run's id (the lease owner).
+    pub run_id: String,
+    /// Mode used.
+    pub mode: RedriveMode,
+    /// Whether nothing was changed.
+    pub dry_run: bool,
+    /// Items selected (every outcome below counts one).
+    pub selected: usize,
+    /// Resolved.
+    pub succeeded: usize,
+    /// Sent back to the source queue (record `requeued`).
+    #[serde(default)]
+    pub requeued: usize,
+    /// Failed again.
+    pub failed_again: usize,
+    /// Skipped as not eligible.
+    pub skipped_ineligible: usize,
+    /// Held by another run.
+    pub leased_elsewhere: usize,
+    /// Unknown item ids.
+    pub not_found: usize,
+    /// Store or queue errors.
+    pub errors: usize,
+    /// Records created for DLQ messages that had none.
+    pub adopted_from_dlq: usize,
+    /// DLQ messages deleted (of resolved items).
+    pub dlq_messages_deleted: usize,
+    /// Per item: every item's outcome up to the engine's `report_items` (1,000 by default,
+    /// so the report fits Lambda's 6 MB response however many items a run touched); the
+    /// counts above are always complete.
+    pub items: Vec<ItemOutcome>,
+    /// Outcomes counted above but left out of `items`.
+    #[serde(default)]
+    pub items_omitted: usize,
+    /// Set when the run stopped early: pass it back to resume.
+    pub continuation_token: Option<String>,
+}
+
+impl RedriveReport {
+    pub(super) fn add(&mut self, outcome: ItemOutcome, sample: usize) {
+        self.selected += 1;
+        match outcome.outcome {
+            ItemOutcomeKind::Resolved => self.succeeded += 1,
+            ItemOutcomeKind::Requeued => self.requeued += 1,
+            ItemOutcomeKind::FailedAgain => self.failed_again += 1,
+            ItemOutcomeKind::SkippedIneligible => self.skipped_ineligible += 1,
+            ItemOutcomeKind::LeasedElsewhere => self.leased_elsewhere += 1,
+            ItemOutcomeKind::NotFound => self.not_found += 1,
+            ItemOutcomeKind::Error => self.errors += 1,
+            ItemOutcomeKind::WouldRedrive => {}
+        }
+        self.list(outcome, sample);
+    }
+
+    /// Lists an outcome in the bounded sample (or counts it as omitted).
+    pub(super) fn list(&mut self, outcome: ItemOutcome, sample: usize) {
+        if self.items.len() < sample {
+            self.items.push(outcome);
+        } else {
+            self.items_omitted += 1;
+        }
+    }
+
+    /// Whether anything failed (failed again, errors, unknown ids).
+    pub fn is_partial_failure(&self) -> bool {
+        self.failed_again + self.errors + self.not_found > 0
+    }
+}

@@ -1,0 +1,245 @@
+//! A redrive request and its validation into a [`Plan`]: typed times, limits, the
+//! selection's queries and the continuation token that resumes a run. Pure: the
+//! engine ([`super::engine`]) runs the plan.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dead_letter::{DeadLetteredItem, ItemStatus};
+use crate::error::{ErrorClass, ProcessError};
+use crate::store::query::RecordFilter;
+
+/// How items are put back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedriveMode {
+    /// Run the processor on the item here and now.
+    #[default]
+    Reprocess,
+    /// Send the original payload back to the source queue.
+    Requeue,
+}
+
+/// A redrive request: what the redrive function receives and `dlq redrive` builds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedriveRequest {
+    /// Exactly these items (other selectors then only filter).
+    pub item_ids: Vec<String>,
+    /// Only items with this error signature.
+    pub error_signature: Option<String>,
+    /// Only items of this error class.
+    pub error_class: Option<ErrorClass>,
+    /// Last attempt at or after: RFC 3339 or a duration ago (`24h`).
+    pub since: Option<String>,
+    /// Last attempt at or before: RFC 3339 or a duration ago.
+    pub until: Option<String>,
+    /// Status to select (default `dead`).
+    pub status: Option<ItemStatus>,
+    /// Include items that are not reprocess-eligible or need manual review.
+    pub force: bool,
+    /// How items are put back.
+    pub mode: RedriveMode,
+    /// Report what would happen; change nothing.
+    pub dry_run: bool,
+    /// Stop after this many items (a continuation token resumes).
+    pub max_items: Option<usize>,
+    /// Items in flight at once (default 4, at most 64).
+    pub parallelism: Option<usize>,
+    /// Items started per second at most.
+    pub rate: Option<f64>,
+    /// Stop starting items after this many seconds (default 600), with a continuation token.
+    pub time_budget_secs: Option<u64>,
+    /// Resume a previous run.
+    pub continuation_token: Option<String>,
+}
+
+/// Why a run could not start or continue.
+#[derive(Debug, thiserror::Error)]
+pub enum RedriveError {
+    /// The request is invalid; nothing was changed.
+    #[error("invalid redrive request: {0}")]
+    InvalidRequest(String),
+    /// The store failed outside any one item.
+    #[error("redrive failed: {0}")]
+    Store(ProcessError),
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct Continuation {
+    /// With item ids: the index of the next id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) next_index: Option<usize>,
+    /// With a query: the page token after the last record handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) after: Option<String>,
+    /// Which of the selection's queries the run was in (see [`Plan::filters`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(super) phase: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Continuation {
+    pub(super) fn encode(&self) -> String {
+        aws_smithy_types::base64::encode(serde_json::to_string(self).unwrap_or_default().as_bytes())
+    }
+
+    fn decode(token: &str) -> Result<Continuation, RedriveError> {
+        let bad =
+            || RedriveError::InvalidRequest(format!("continuation token {token:?} is not valid"));
+        let bytes = aws_smithy_types::base64::decode(token).map_err(|_| bad())?;
+        serde_json::from_slice(&bytes).map_err(|_| bad())
+    }
+}
+
+/// Most seconds a run may be given (a day): a larger budget is a mistake, and would overflow
+/// the clock somewhere.
+pub const MAX_TIME_BUDGET_SECS: u64 = 86_400;
+/// Slowest and fastest pacing accepted, in items per second.
+pub const RATE_RANGE: std::ops::RangeInclusive<f64> = 0.001..=10_000.0;
+
+/// A validated request.
+pub(super) struct Plan {
+    /// The queries that select records, in order. By default (status `dead`) a second one
+    /// takes back items whose redrive died holding its lease (`redriving`, lease expired).
+    pub(super) filters: Vec<RecordFilter>,
+    /// Exactly these items, each once (then the filters only filter).
+    pub(super) ids: Vec<String>,
+    /// Items in flight at once.
+    pub(super) parallelism: usize,
+    /// Least time between item starts (`rate`).
+    pub(super) interval: Option<Duration>,
+    /// Time to start items in.
+    pub(super) budget: Duration,
+    /// Where the previous run stopped.
+    pub(super) continuation: Continuation,
+}
+
+impl Plan {
+    /// Whether a record fetched by id is one this selection takes (eligibility aside:
+    /// [`RedriveEngine`] reports an ineligible item as skipped, with the reason).
+    pub(super) fn selects(&self, record: &DeadLetteredItem) -> bool {
+        self.filters.iter().any(|f| {
+            RecordFilter {
+                eligible_only: false,
+                ..f.clone()
+            }
+            .matches(record)
+        })
+    }
+}
+
+impl RedriveRequest {
+    /// Parses a request from JSON, with a clear error for unknown fields or bad values.
+    pub fn from_json(text: &str) -> Result<RedriveRequest, RedriveError> {
+        let invalid = |e: serde_json::Error| RedriveError::InvalidRequest(e.to_string());
+        let value: serde_json::Value = serde_json::from_str(text).map_err(invalid)?;
+        // serde would also fill the fields from an array, by position.
+        if !value.is_object() {
+            return Err(RedriveError::InvalidRequest(
+                "expected a JSON object, e.g. {\"mode\":\"reprocess\",\"dry_run\":true}"
+                    .to_string(),
+            ));
+        }
+        serde_json::from_value(value).map_err(invalid)
+    }
+
+    /// Validates the request into a plan; nothing is read or changed.
+    pub(super) fn plan(&self) -> Result<Plan, RedriveError> {
+        let invalid = |m: String| RedriveError::InvalidRequest(m);
+        let now = chrono::Utc::now();
+        let since = self
+            .since
+            .as_deref()
+            .map(|t| crate::duration::parse_time(t, now))
+            .transpose()
+            .map_err(|e| invalid(format!("since: {e}")))?;
+        let until = self
+            .until
+            .as_deref()
+            .map(|t| crate::duration::parse_time(t, now))
+            .transpose()
+            .map_err(|e| invalid(format!("until: {e}")))?;
+        if let (Some(s), Some(u)) = (since, until) {
+            if s > u {
+                return Err(invalid("since is after until".to_string()));
+            }
+        }
+        let parallelism = self.parallelism.unwrap_or(4);
+        if !(1..=64).contains(&parallelism) {
+            return Err(invalid(format!(
+                "parallelism {parallelism} is out of range 1-64"
+            )));
+        }
+        let interval = match self.rate {
+            Some(rate) if RATE_RANGE.contains(&rate) => Some(Duration::from_secs_f64(1.0 / rate)),
+            Some(rate) => {
+                return Err(invalid(format!(
+                    "rate {rate} is out of range: expected {} to {} items per second",
+                    RATE_RANGE.start(),
+                    RATE_RANGE.end()
+                )))
+            }
+            None => None,
+        };
+        if self.max_items == Some(0) {
+            return Err(invalid("max_items must be at least 1".to_string()));
+        }
+        let budget_secs = self.time_budget_secs.unwrap_or(600);
+        if !(1..=MAX_TIME_BUDGET_SECS).contains(&budget_secs) {
+            return Err(invalid(format!(
+                "time_budget_secs {budget_secs} is out of range: expected 1 to {MAX_TIME_BUDGET_SECS} (a day)"
+            )));
+        }
+        let budget = Duration::from_secs(budget_secs);
+        if self.item_ids.iter().any(|id| id.is_empty()) {
+            return Err(invalid("item_ids must not contain empty ids".to_string()));
+        }
+        let continuation = self
+            .continuation_token
+            .as_deref()
+            .map(Continuation::decode)
+            .transpose()?
+            .unwrap_or_default();
+        let base = RecordFilter {
+            status: Some(self.status.unwrap_or(ItemStatus::Dead)),
+            signature: self.error_signature.clone(),
+            class: self.error_class,
+            since,
+            until,
+            // Ineligible records are not even read unless forced: counted against
+            // `max_items`, newer validation failures would starve older eligible items.
+            eligible_only: !self.force,
+            lease_expired_before: None,
+        };
+        let mut filters = vec![base.clone()];
+        if self.status.is_none() {
+            filters.push(RecordFilter {
+                status: Some(ItemStatus::Redriving),
+                lease_expired_before: Some(now.timestamp()),
+                ..base
+            });
+        }
+        Ok(Plan {
+            filters,
+            // Each id once: a repeat would be leased twice in one transaction, which
+            // DynamoDB refuses for the whole chunk.
+            ids: {
+                let mut seen = std::collections::HashSet::new();
+                self.item_ids
+                    .iter()
+                    .filter(|id| seen.insert(id.as_str()))
+                    .cloned()
+                    .collect()
+            },
+            parallelism,
+            interval,
+            budget,
+            continuation,
+        })
+    }
+}

@@ -1,0 +1,291 @@
+//! Requeue mode: items go back to their source queue. Leases are taken in transactions,
+//! messages sent in batches (10 messages, 1 MiB), and each item sent is marked `requeued`
+//! until the worker finishes the message. What a message carries (which attributes are
+//! restored, our own set afresh, FIFO group and deduplication ids) is decided here, pure,
+//! in [`outgoing_message`]; the sending goes through [`SourceQueue`].
+
+use std::collections::HashMap;
+
+use super::engine::RedriveEngine;
+use super::report::{ItemOutcome, ItemOutcomeKind};
+use crate::dead_letter::{
+    DeadLetteredItem, MessageAttribute, PayloadLocation, REQUEUED_BY_ATTRIBUTE,
+};
+use crate::error::ProcessError;
+use crate::ports::{OutgoingMessage, RedrivePorts};
+use crate::processor::Processor;
+use crate::store::dlq::{
+    batches_by_size, fifo_group_id, ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE,
+    RESERVED_ATTRIBUTES,
+};
+use crate::store::payload::S3Pointer;
+
+/// Largest body requeued inline; larger S3 payloads are sent as Extended Client pointers.
+pub const INLINE_REQUEUE_MAX: u64 = 262_144;
+
+/// SQS takes 10 message attributes; ours take three, so at most seven are restored.
+const RESTORED_ATTRIBUTES_MAX: usize = 7;
+
+/// The message that puts `record` back on its queue, with `body`: the record's restorable
+/// attributes (not ours, at most seven), then ours (item id, the run that requeued it, the
+/// payload's sha256); on a FIFO queue, the record's group (or one derived from the item
+/// id) and a deduplication id unique to the item and run.
+pub fn outgoing_message(
+    id: String,
+    record: &DeadLetteredItem,
+    body: String,
+    run_id: &str,
+    fifo: bool,
+) -> OutgoingMessage {
+    let mut attributes: Vec<(String, MessageAttribute)> = record
+        .source
+        .message_attributes
+        .iter()
+        // Our own attributes are set afresh below, never copied; a binary value that an
+        // older record did not keep cannot be restored, nor one that is not base64.
+        .filter(|(name, value)| {
+            !RESERVED_ATTRIBUTES.contains(&name.as_str())
+                && value.is_restorable()
+                && value
+                    .binary_value
+                    .as_ref()
+                    .is_none_or(|b| aws_smithy_types::base64::decode(b).is_ok())
+        })
+        .take(RESTORED_ATTRIBUTES_MAX)
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    for (name, value) in [
+        (ITEM_ID_ATTRIBUTE, record.item_id.as_str()),
+        (REQUEUED_BY_ATTRIBUTE, run_id),
+        (PAYLOAD_SHA256_ATTRIBUTE, record.payload.sha256.as_str()),
+    ] {
+        attributes.push((
+            name.to_string(),
+            MessageAttribute {
+                data_type: "String".into(),
+                string_value: Some(value.to_string()),
+                binary_value: None,
+            },
+        ));
+    }
+    let (group_id, deduplication_id) = if fifo {
+        (
+            Some(fifo_group_id(
+                record.source.message_group_id.as_deref(),
+                &record.item_id,
+            )),
+            Some(crate::hex::sha256_hex(
+                format!("{}:{run_id}", record.item_id).as_bytes(),
+            )),
+        )
+    } else {
+        (None, None)
+    };
+    OutgoingMessage {
+        id,
+        body,
+        attributes,
+        group_id,
+        deduplication_id,
+    }
+}
+
+/// The queue URL in an SQS queue ARN: its account and name.
+fn queue_of_arn(arn: &str) -> Option<(&str, &str)> {
+    let parts: Vec<&str> = arn.split(':').collect();
+    match (parts.first(), parts.get(2), parts.get(4), parts.get(5)) {
+        (Some(&"arn"), Some(&"sqs"), Some(account), Some(name))
+            if !account.is_empty() && !name.is_empty() =>
+        {
+            Some((account, name))
+        }
+        _ => None,
+    }
+}
+
+impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
+    async fn queue_url(&self, record: &DeadLetteredItem) -> Result<String, ProcessError> {
+        if let Some(url) = &self.settings.source_queue_url {
+            return Ok(url.clone());
+        }
+        let arn = record.source.queue_arn.clone().ok_or_else(|| {
+            ProcessError::validation("the record names no source queue; set the source queue URL")
+                .with_step("requeue")
+        })?;
+        if let Some(url) = self
+            .queue_urls
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&arn).cloned())
+        {
+            return Ok(url);
+        }
+        let Some((account, name)) = queue_of_arn(&arn) else {
+            return Err(
+                ProcessError::validation(format!("{arn:?} is not an SQS queue ARN"))
+                    .with_step("requeue"),
+            );
+        };
+        let url = self.store.queue_url(name, account).await?;
+        if let Ok(mut m) = self.queue_urls.lock() {
+            m.insert(arn, url.clone());
+        }
+        Ok(url)
+    }
+
+    /// Requeues records: leases in transactions, sends in batches of 10, marks each sent
+    /// item requeued.
+    pub(super) async fn requeue(
+        &self,
+        records: &[&DeadLetteredItem],
+        run_id: &str,
+    ) -> Vec<ItemOutcome> {
+        let ids: Vec<String> = records.iter().map(|r| r.item_id.clone()).collect();
+        let leases = self
+            .store
+            .acquire_leases(&ids, run_id, self.settings.lease_ttl)
+            .await;
+        let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; records.len()];
+        let fail = |i: usize, kind, detail| {
+            Some(ItemOutcome {
+                item_id: records[i].item_id.clone(),
+                outcome: kind,
+                detail,
+            })
+        };
+        // Per queue URL: (index, message, size in bytes).
+        let mut by_queue: HashMap<String, Vec<(usize, OutgoingMessage, usize)>> = HashMap::new();
+        for (i, (record, lease)) in records.iter().zip(leases).enumerate() {
+            match lease {
+                Ok(true) => {}
+                Ok(false) => {
+                    outcomes[i] = fail(i, ItemOutcomeKind::LeasedElsewhere, None);
+                    continue;
+                }
+                Err(e) => {
+                    outcomes[i] = fail(i, ItemOutcomeKind::Error, Some(e.to_string()));
+                    continue;
+                }
+            }
+            match self.requeue_message(i, record, run_id).await {
+                Ok((url, message)) => {
+                    let size = message.size();
+                    by_queue.entry(url).or_default().push((i, message, size));
+                }
+                Err(e) => {
+                    let _ = self.store.release_lease(&record.item_id, run_id).await;
+                    outcomes[i] = fail(i, ItemOutcomeKind::Error, Some(e.to_string()));
+                }
+            }
+        }
+        // (index, id of the message now in the source queue)
+        let mut sent: Vec<(usize, String)> = Vec::new();
+        for (url, batch) in by_queue {
+            for chunk in batches_by_size(batch) {
+                let messages: Vec<OutgoingMessage> = chunk.iter().map(|(_, m)| m.clone()).collect();
+                match self.store.send_batch(&url, &messages).await {
+                    Ok(results) => {
+                        for (n, (i, _)) in chunk.iter().enumerate() {
+                            match results.get(n) {
+                                Some(Ok(message_id)) => sent.push((*i, message_id.clone())),
+                                refused => {
+                                    let _ = self
+                                        .store
+                                        .release_lease(&records[*i].item_id, run_id)
+                                        .await;
+                                    let reason = match refused {
+                                        Some(Err(reason)) => reason.as_str(),
+                                        _ => "no result for it",
+                                    };
+                                    outcomes[*i] = fail(
+                                        *i,
+                                        ItemOutcomeKind::Error,
+                                        Some(format!(
+                                            "source queue rejected the message: {reason}"
+                                        )),
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        for (i, _) in &chunk {
+                            let _ = self.store.release_lease(&records[*i].item_id, run_id).await;
+                            outcomes[*i] =
+                                fail(*i, ItemOutcomeKind::Error, Some(error.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        // Requeued is not resolved: the record waits for the worker to finish the message.
+        for (i, message_id) in sent {
+            let record = records[i];
+            outcomes[i] = Some(
+                match self.store.mark_requeued(&record.item_id, run_id, &message_id).await {
+                    Ok(()) => ItemOutcome {
+                        item_id: record.item_id.clone(),
+                        outcome: ItemOutcomeKind::Requeued,
+                        detail: Some(format!("sent to the source queue as message {message_id}")),
+                    },
+                    Err(e) => ItemOutcome {
+                        item_id: record.item_id.clone(),
+                        outcome: ItemOutcomeKind::Error,
+                        detail: Some(format!(
+                            "requeued as message {message_id}, but the record could not be marked requeued \
+                             (its lease expires and a later run may send it again): {e}"
+                        )),
+                    },
+                },
+            );
+        }
+        outcomes.into_iter().flatten().collect()
+    }
+
+    /// The queue and message that put `record` back: the body inline when it fits, else the
+    /// S3 payload as an Extended Client pointer.
+    async fn requeue_message(
+        &self,
+        index: usize,
+        record: &DeadLetteredItem,
+        run_id: &str,
+    ) -> Result<(String, OutgoingMessage), ProcessError> {
+        let url = self.queue_url(record).await?;
+        let body = match &record.payload.location {
+            PayloadLocation::S3 { bucket, key }
+                if record.payload.size_bytes > INLINE_REQUEUE_MAX =>
+            {
+                S3Pointer {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                }
+                .to_body()
+            }
+            _ => self.load_body(record).await?,
+        };
+        let fifo = url.ends_with(".fifo");
+        Ok((
+            url,
+            outgoing_message(index.to_string(), record, body, run_id, fifo),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_arns_name_their_account_and_queue() {
+        assert_eq!(
+            queue_of_arn("arn:aws:sqs:eu-west-1:123456789012:orders.fifo"),
+            Some(("123456789012", "orders.fifo"))
+        );
+        assert_eq!(
+            queue_of_arn("arn:aws:sns:eu-west-1:123456789012:topic"),
+            None
+        );
+        assert_eq!(queue_of_arn("orders"), None);
+        assert_eq!(queue_of_arn("arn:aws:sqs:eu-west-1::orders"), None);
+    }
+}

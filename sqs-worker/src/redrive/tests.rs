@@ -1,0 +1,467 @@
+//! The redrive engine's unit tests: the whole engine over [`MemoryStore`], no emulator.
+//! Selection, continuation, eligibility, leases, both modes, every error path the ports can
+//! take, and the report's bounds.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::dead_letter::{DeadLetteredItem, ItemStatus, MessageAttribute, PayloadLocation};
+use crate::error::ErrorClass;
+use crate::ports::RecordStore;
+use crate::store::payload::S3Pointer;
+use crate::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
+
+type Engine = RedriveEngine<ScriptedProcessor, MemoryStore>;
+
+impl Engine {
+    fn processor_calls(&self, item_id: &str) -> usize {
+        self.processor.as_ref().map_or(0, |p| p.calls(item_id))
+    }
+}
+
+fn engine_with(records: Vec<DeadLetteredItem>, processor: ScriptedProcessor) -> Engine {
+    let store = MemoryStore::new();
+    for record in records {
+        store.insert_dead_lettered(record);
+    }
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    RedriveEngine::new(store, Some(processor), settings)
+}
+
+fn records(ids: &[&str]) -> Vec<DeadLetteredItem> {
+    ids.iter()
+        .enumerate()
+        .map(|(hours, id)| dead_record(id, ErrorClass::Throttled, hours as i64 + 1))
+        .collect()
+}
+
+async fn run(engine: &Engine, request: RedriveRequest) -> RedriveReport {
+    match engine.run(&request, &*no_progress()).await {
+        Ok(report) => report,
+        Err(e) => panic!("run failed: {e}"),
+    }
+}
+
+fn status(engine: &Engine, id: &str) -> Option<ItemStatus> {
+    engine.store().record(id).map(|r| r.status)
+}
+
+fn outcome(report: &RedriveReport, id: &str) -> ItemOutcomeKind {
+    match report.items.iter().find(|o| o.item_id == id) {
+        Some(o) => o.outcome,
+        None => panic!("no outcome for {id}: {report:?}"),
+    }
+}
+
+#[tokio::test]
+async fn reprocess_resolves_eligible_items_and_deletes_their_dlq_messages() {
+    let engine = engine_with(records(&["a", "b", "c"]), ScriptedProcessor::new());
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!((report.selected, report.succeeded), (3, 3), "{report:?}");
+    assert_eq!(report.dlq_messages_deleted, 3);
+    for id in ["a", "b", "c"] {
+        assert_eq!(status(&engine, id), Some(ItemStatus::Resolved));
+        assert_eq!(engine.store().lease_owner(id), None);
+        assert_eq!(engine.processor_calls(id), 1);
+    }
+    assert!(engine.store().dlq_messages().is_empty());
+}
+
+#[tokio::test]
+async fn an_item_that_fails_again_keeps_its_dlq_message_and_gains_history() {
+    let processor = ScriptedProcessor::new().script("b", vec![Step::Fail(ErrorClass::Validation)]);
+    let engine = engine_with(records(&["a", "b"]), processor);
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!(
+        (report.succeeded, report.failed_again),
+        (1, 1),
+        "{report:?}"
+    );
+    assert!(report.is_partial_failure());
+    let b = engine.store().record("b").unwrap();
+    assert_eq!(b.status, ItemStatus::Dead);
+    assert_eq!(b.failure_count, 2);
+    assert_eq!(b.failure_history.len(), 2);
+    assert_eq!(b.error_class, ErrorClass::Validation);
+    assert_eq!(
+        b.failure_history[1].attempt_id,
+        format!("{}:1", report.run_id),
+        "the redrive's attempt is named by its run"
+    );
+    let dlq = engine.store().dlq_messages();
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    assert_eq!(dlq[0].item_id, "b");
+    assert!(
+        !dlq[0].held,
+        "the message is given back, not left invisible"
+    );
+}
+
+#[tokio::test]
+async fn ineligible_items_are_skipped_with_the_reason_unless_forced() {
+    let mut rs = records(&["ok", "review"]);
+    rs[1].manual_review_required = true;
+    let engine = engine_with(rs, ScriptedProcessor::new());
+    // By query: ineligible records are not even read.
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!((report.selected, report.succeeded), (1, 1), "{report:?}");
+    // By id: reported as skipped, with why.
+    let by_id = RedriveRequest {
+        item_ids: vec!["review".into()],
+        ..Default::default()
+    };
+    let report = run(&engine, by_id.clone()).await;
+    assert_eq!(
+        outcome(&report, "review"),
+        ItemOutcomeKind::SkippedIneligible
+    );
+    assert!(report.items[0]
+        .detail
+        .as_deref()
+        .is_some_and(|d| d.contains("manual review")));
+    assert_eq!(status(&engine, "review"), Some(ItemStatus::Dead));
+    let report = run(
+        &engine,
+        RedriveRequest {
+            force: true,
+            ..by_id
+        },
+    )
+    .await;
+    assert_eq!(outcome(&report, "review"), ItemOutcomeKind::Resolved);
+}
+
+#[tokio::test]
+async fn a_dry_run_changes_nothing() {
+    let engine = engine_with(records(&["a", "b"]), ScriptedProcessor::new());
+    let report = run(
+        &engine,
+        RedriveRequest {
+            dry_run: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.selected, 2);
+    assert!(report
+        .items
+        .iter()
+        .all(|o| o.outcome == ItemOutcomeKind::WouldRedrive));
+    for id in ["a", "b"] {
+        assert_eq!(status(&engine, id), Some(ItemStatus::Dead));
+        assert_eq!(engine.processor_calls(id), 0);
+    }
+    assert_eq!(engine.store().dlq_messages().len(), 2);
+    assert!(engine.store().dlq_messages().iter().all(|m| !m.held));
+}
+
+#[tokio::test]
+async fn max_items_stops_with_a_token_that_resumes_without_repeating() {
+    let ids = ["a", "b", "c", "d", "e"];
+    let engine = engine_with(records(&ids), ScriptedProcessor::new());
+    let mut request = RedriveRequest {
+        max_items: Some(2),
+        parallelism: Some(1),
+        ..Default::default()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let report = run(&engine, request.clone()).await;
+        seen.extend(report.items.iter().map(|o| o.item_id.clone()));
+        match report.continuation_token {
+            Some(token) => request.continuation_token = Some(token),
+            None => break,
+        }
+    }
+    // Newest last attempt first: "a" is the newest.
+    assert_eq!(seen, ids);
+    for id in ids {
+        assert_eq!(engine.processor_calls(id), 1, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn ids_are_taken_once_and_unknown_or_unselected_ones_are_reported() {
+    let engine = engine_with(records(&["a", "done"]), ScriptedProcessor::new());
+    let mut done = engine.store().record("done").unwrap();
+    done.status = ItemStatus::Resolved;
+    engine.store().insert(done);
+    let report = run(
+        &engine,
+        RedriveRequest {
+            item_ids: vec!["a".into(), "a".into(), "nope".into(), "done".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.selected, 3, "{report:?}");
+    assert_eq!(outcome(&report, "a"), ItemOutcomeKind::Resolved);
+    assert_eq!(outcome(&report, "nope"), ItemOutcomeKind::NotFound);
+    assert_eq!(outcome(&report, "done"), ItemOutcomeKind::SkippedIneligible);
+    assert_eq!(engine.processor_calls("a"), 1);
+}
+
+#[tokio::test]
+async fn an_item_another_run_leases_is_left_to_it() {
+    let engine = engine_with(records(&["a"]), ScriptedProcessor::new());
+    assert!(
+        RecordStore::acquire_lease(engine.store(), "a", "other-run", Duration::from_secs(900))
+            .await
+            .unwrap()
+    );
+    let report = run(
+        &engine,
+        RedriveRequest {
+            item_ids: vec!["a".into()],
+            status: Some(ItemStatus::Redriving),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(outcome(&report, "a"), ItemOutcomeKind::LeasedElsewhere);
+    assert_eq!(
+        engine.store().lease_owner("a").as_deref(),
+        Some("other-run")
+    );
+    assert_eq!(engine.processor_calls("a"), 0);
+}
+
+#[tokio::test]
+async fn an_item_whose_redrive_died_is_taken_back_when_its_lease_expires() {
+    let mut stale = dead_record("stale", ErrorClass::Throttled, 1);
+    stale.status = ItemStatus::Redriving;
+    stale.lease_expires_at = Some(chrono::Utc::now().timestamp() - 10);
+    let mut live = dead_record("live", ErrorClass::Throttled, 1);
+    live.status = ItemStatus::Redriving;
+    live.lease_expires_at = Some(chrono::Utc::now().timestamp() + 600);
+    let engine = engine_with(vec![stale, live], ScriptedProcessor::new());
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!(report.selected, 1, "{report:?}");
+    assert_eq!(status(&engine, "stale"), Some(ItemStatus::Resolved));
+    assert_eq!(status(&engine, "live"), Some(ItemStatus::Redriving));
+}
+
+#[tokio::test]
+async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued() {
+    let mut rs = records(&["a", "b"]);
+    rs[0].source.message_attributes.insert(
+        "tenant".into(),
+        MessageAttribute {
+            data_type: "String".into(),
+            string_value: Some("acme".into()),
+            binary_value: None,
+        },
+    );
+    rs[0].source.message_attributes.insert(
+        "item_id".into(),
+        MessageAttribute {
+            data_type: "String".into(),
+            string_value: Some("stale".into()),
+            binary_value: None,
+        },
+    );
+    let engine = engine_with(rs, ScriptedProcessor::new());
+    let report = run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeued, 2, "{report:?}");
+    let sent = engine.store().sent();
+    assert_eq!(sent.len(), 2);
+    let (url, a) = sent.iter().find(|(_, m)| m.body.contains("\"a\"")).unwrap();
+    assert_eq!(url, "https://sqs.memory/123456789012/orders");
+    let attribute = |name: &str| {
+        a.attributes
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.string_value.clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(attribute("tenant"), ["acme"]);
+    assert_eq!(attribute("item_id"), ["a"], "ours, never the stale copy");
+    assert_eq!(attribute("requeued_by"), std::slice::from_ref(&report.run_id));
+    assert_eq!(a.group_id, None);
+    let record = engine.store().record("a").unwrap();
+    assert_eq!(record.status, ItemStatus::Requeued);
+    assert!(record.requeued_message_id.is_some());
+    assert_eq!(engine.processor_calls("a"), 0, "requeue does not process");
+    assert!(engine.store().dlq_messages().is_empty());
+}
+
+#[tokio::test]
+async fn a_refused_or_failed_send_gives_the_items_back() {
+    let engine = engine_with(records(&["a", "b"]), ScriptedProcessor::new());
+    engine.store().refuse_requeue_of("b");
+    let request = RedriveRequest {
+        mode: RedriveMode::Requeue,
+        ..Default::default()
+    };
+    let report = run(&engine, request.clone()).await;
+    assert_eq!(outcome(&report, "a"), ItemOutcomeKind::Requeued);
+    assert_eq!(outcome(&report, "b"), ItemOutcomeKind::Error);
+    assert_eq!(status(&engine, "b"), Some(ItemStatus::Dead));
+    assert_eq!(engine.store().lease_owner("b"), None);
+
+    engine.store().fail("send_batch");
+    let report = run(&engine, request).await;
+    assert_eq!(outcome(&report, "b"), ItemOutcomeKind::Error);
+    assert_eq!(status(&engine, "b"), Some(ItemStatus::Dead));
+    assert_eq!(engine.store().lease_owner("b"), None);
+    let dlq = engine.store().dlq_messages();
+    assert_eq!(dlq.len(), 1, "b's message stays: {dlq:?}");
+}
+
+#[tokio::test]
+async fn requeue_to_a_fifo_queue_sets_group_and_deduplication_ids() {
+    let mut r = dead_record("a", ErrorClass::Throttled, 1);
+    r.source.queue_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders.fifo".into());
+    r.source.message_group_id = Some("customer-7".into());
+    let engine = engine_with(vec![r], ScriptedProcessor::new());
+    run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            ..Default::default()
+        },
+    )
+    .await;
+    let sent = engine.store().sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].1.group_id.as_deref(), Some("customer-7"));
+    assert_eq!(
+        sent[0].1.deduplication_id.as_ref().map(String::len),
+        Some(64)
+    );
+}
+
+#[tokio::test]
+async fn processed_but_not_marked_resolved_gives_the_item_back_at_once() {
+    let engine = engine_with(records(&["a"]), ScriptedProcessor::new());
+    engine.store().fail("resolve");
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!(outcome(&report, "a"), ItemOutcomeKind::Error);
+    assert_eq!(status(&engine, "a"), Some(ItemStatus::Dead));
+    assert_eq!(engine.store().lease_owner("a"), None);
+    assert_eq!(engine.store().dlq_messages().len(), 1);
+}
+
+#[tokio::test]
+async fn payloads_in_s3_are_checked_then_deleted_once_resolved() {
+    let pointer = S3Pointer {
+        bucket: "payloads".into(),
+        key: "a".into(),
+    };
+    let mut good = dead_record("good", ErrorClass::Throttled, 1);
+    let body = r#"{"id":"good"}"#;
+    good.payload.location = PayloadLocation::S3 {
+        bucket: pointer.bucket.clone(),
+        key: pointer.key.clone(),
+    };
+    good.payload.sha256 = crate::hex::sha256_hex(body.as_bytes());
+    let mut tampered = dead_record("tampered", ErrorClass::Throttled, 2);
+    let other = S3Pointer {
+        bucket: "payloads".into(),
+        key: "b".into(),
+    };
+    tampered.payload.location = PayloadLocation::S3 {
+        bucket: other.bucket.clone(),
+        key: other.key.clone(),
+    };
+    let engine = engine_with(vec![good, tampered], ScriptedProcessor::new());
+    engine.store().put_payload(&pointer, body);
+    engine
+        .store()
+        .put_payload(&other, "not what the record says");
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!(outcome(&report, "good"), ItemOutcomeKind::Resolved);
+    assert!(
+        !engine.store().has_payload(&pointer),
+        "deleted once resolved"
+    );
+    assert_eq!(outcome(&report, "tampered"), ItemOutcomeKind::FailedAgain);
+    let tampered = engine.store().record("tampered").unwrap();
+    assert!(
+        tampered.last_error.contains("sha256"),
+        "{}",
+        tampered.last_error
+    );
+    assert_eq!(engine.processor_calls("tampered"), 0);
+    assert!(engine.store().has_payload(&other));
+}
+
+#[tokio::test]
+async fn reprocess_without_a_processor_is_refused_before_anything_changes() {
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("a", ErrorClass::Throttled, 1));
+    let engine: Engine = RedriveEngine::new(store, None, RedriveSettings::default());
+    let err = engine
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RedriveError::InvalidRequest(_)), "{err}");
+    assert_eq!(status(&engine, "a"), Some(ItemStatus::Dead));
+    assert!(!engine.store().dlq_messages()[0].held);
+}
+
+#[tokio::test]
+async fn the_report_lists_a_bounded_sample_but_counts_everything() {
+    let ids: Vec<String> = (0..7).map(|i| format!("i{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut engine = engine_with(records(&refs), ScriptedProcessor::new());
+    engine.settings_mut().report_items = 2;
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!((report.selected, report.succeeded), (7, 7));
+    assert_eq!((report.items.len(), report.items_omitted), (2, 5));
+}
+
+#[tokio::test]
+async fn a_run_with_no_time_left_starts_nothing_and_hands_back_a_token() {
+    let engine = engine_with(records(&["a", "b"]), ScriptedProcessor::new());
+    let deadline = Instant::now() + SETTLE_RESERVE;
+    let report = engine
+        .run_until(&RedriveRequest::default(), Some(deadline), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(report.selected, 0, "{report:?}");
+    assert!(report.continuation_token.is_some());
+    for id in ["a", "b"] {
+        assert_eq!(status(&engine, id), Some(ItemStatus::Dead));
+    }
+    assert!(engine.store().dlq_messages().iter().all(|m| !m.held));
+}
+
+#[tokio::test]
+async fn a_store_failure_outside_any_item_fails_the_run_and_releases_the_dlq() {
+    let engine = engine_with(records(&["a"]), ScriptedProcessor::new());
+    engine.store().fail("query_page");
+    let err = engine
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RedriveError::Store(_)), "{err}");
+    assert!(engine.store().dlq_messages().iter().all(|m| !m.held));
+    assert_eq!(status(&engine, "a"), Some(ItemStatus::Dead));
+}
+
+#[tokio::test]
+async fn a_bad_continuation_token_is_an_invalid_request() {
+    let engine = engine_with(records(&["a"]), ScriptedProcessor::new());
+    let err = engine
+        .run(
+            &RedriveRequest {
+                continuation_token: Some("%%%".into()),
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RedriveError::InvalidRequest(_)), "{err}");
+}
