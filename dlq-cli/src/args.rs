@@ -1,8 +1,16 @@
-//! The `dlq` command line.
+//! The `dlq` command line: commands, options, help and examples. The values an option
+//! takes (`--status`, `--class`, `--format`, `--mode`) are the library's own enums, so
+//! clap lists them in `--help` and refuses others as a usage error (exit 2).
 
+use std::fmt;
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sqs_worker::analysis::ExportFormat;
+use sqs_worker::dead_letter::ItemStatus;
+use sqs_worker::error::ErrorClass;
+use sqs_worker::redrive::RedriveMode;
 
 /// Inspect and redrive dead-lettered SQS items (DynamoDB records, S3 payloads, the DLQ).
 ///
@@ -48,19 +56,38 @@ pub struct GlobalArgs {
     pub bucket: Option<String>,
 }
 
-/// Record selection shared by list, analyze, export and purge.
-#[derive(Debug, Clone, Default, Args)]
+/// What `--status` selects: one status, or every status (`any`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusChoice(pub Option<ItemStatus>);
+
+impl fmt::Display for StatusChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.map_or("any", ItemStatus::as_str))
+    }
+}
+
+/// `--status`: the statuses clap knows from [`ItemStatus`], plus `any`.
+fn status_choice() -> impl TypedValueParser<Value = StatusChoice> {
+    let statuses = ItemStatus::value_variants()
+        .iter()
+        .filter_map(ValueEnum::to_possible_value);
+    let any = PossibleValue::new("any").help("Every status");
+    PossibleValuesParser::new(statuses.chain([any]))
+        .map(|name| StatusChoice(ItemStatus::parse(&name)))
+}
+
+/// Record selection shared by list, analyze and export.
+#[derive(Debug, Clone, Args)]
 pub struct FilterArgs {
-    /// Status: dead, redriving, requeued, resolved, or any.
-    #[arg(long, default_value = "dead")]
-    pub status: String,
+    /// Records with this status.
+    #[arg(long, default_value = "dead", value_parser = status_choice())]
+    pub status: StatusChoice,
     /// Only this error signature.
     #[arg(long)]
     pub signature: Option<String>,
-    /// Only this error class (throttled, server_error, timeout, connection, validation,
-    /// permission, not_found, unknown).
-    #[arg(long)]
-    pub class: Option<String>,
+    /// Only this error class.
+    #[arg(long, value_enum)]
+    pub class: Option<ErrorClass>,
     /// Last attempt at or after: RFC 3339 time or a duration ago (24h, 7d).
     #[arg(long)]
     pub since: Option<String>,
@@ -70,26 +97,6 @@ pub struct FilterArgs {
     /// Only items that may be redriven without --force.
     #[arg(long)]
     pub eligible: bool,
-}
-
-/// Export formats.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum FormatArg {
-    /// One JSON array.
-    Json,
-    /// One record per line.
-    Jsonl,
-    /// One summary row per record.
-    Csv,
-}
-
-/// Redrive modes.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ModeArg {
-    /// Run each item through the processor here.
-    Reprocess,
-    /// Send each item back to its source queue.
-    Requeue,
 }
 
 /// The commands.
@@ -167,9 +174,9 @@ pub enum Command {
     Export {
         /// Output file.
         file: PathBuf,
-        /// Format (default: from the extension).
+        /// Format (default: from the extension: .json, .jsonl or .ndjson, .csv).
         #[arg(long, value_enum)]
-        format: Option<FormatArg>,
+        format: Option<ExportFormat>,
         /// Which records.
         #[command(flatten)]
         filter: FilterArgs,
@@ -192,12 +199,12 @@ pub enum Command {
     ///   dlq purge --older-than 30d
     ///   dlq purge --older-than 7d --status resolved --yes
     Purge {
-        /// Last attempt older than this (e.g. 30d, 12h).
+        /// Last attempt older than this (e.g. 30d, 12h, 1w, 1h 30m).
         #[arg(long)]
         older_than: String,
-        /// Status: dead, redriving, requeued, resolved, or any.
-        #[arg(long, default_value = "any")]
-        status: String,
+        /// Records with this status.
+        #[arg(long, default_value = "any", value_parser = status_choice())]
+        status: StatusChoice,
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
@@ -226,23 +233,23 @@ pub struct RedriveArgs {
     #[arg(long)]
     pub signature: Option<String>,
     /// Only this error class.
-    #[arg(long)]
-    pub class: Option<String>,
+    #[arg(long, value_enum)]
+    pub class: Option<ErrorClass>,
     /// Last attempt at or after (RFC 3339 or a duration ago).
     #[arg(long)]
     pub since: Option<String>,
     /// Last attempt at or before.
     #[arg(long)]
     pub until: Option<String>,
-    /// Status to select (default dead).
-    #[arg(long)]
-    pub status: Option<String>,
+    /// Status to select (default dead; any selects dead too).
+    #[arg(long, value_parser = status_choice())]
+    pub status: Option<StatusChoice>,
     /// Include items that are not eligible or need manual review.
     #[arg(long)]
     pub force: bool,
-    /// reprocess (default) or requeue.
+    /// How items are put back (default reprocess).
     #[arg(long, value_enum)]
-    pub mode: Option<ModeArg>,
+    pub mode: Option<RedriveMode>,
     /// Show what would happen; change nothing.
     #[arg(long)]
     pub dry_run: bool,
@@ -255,7 +262,7 @@ pub struct RedriveArgs {
     /// Items started per second at most.
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Stop starting items after this long (e.g. 10m; default 10m).
+    /// Stop starting items after this long (e.g. 10m, 1h 30m; default 10m).
     #[arg(long)]
     pub time_budget: Option<String>,
     /// Continue a previous run with its token.
@@ -270,4 +277,92 @@ pub struct RedriveArgs {
     /// The report as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("dlq").chain(args.iter().copied()))
+    }
+
+    fn filter(args: &[&str]) -> FilterArgs {
+        match parse(args).unwrap().command {
+            Command::List { filter, .. } => filter,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn redrive(args: &[&str]) -> RedriveArgs {
+        match parse(args).unwrap().command {
+            Command::Redrive(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn values_are_the_stored_spellings() {
+        assert_eq!(
+            filter(&["list"]).status,
+            StatusChoice(Some(ItemStatus::Dead))
+        );
+        assert_eq!(
+            filter(&["list", "--status", "any"]).status,
+            StatusChoice(None)
+        );
+        for status in ItemStatus::ALL {
+            let f = filter(&["list", "--status", status.as_str()]);
+            assert_eq!(f.status, StatusChoice(Some(status)));
+        }
+        for class in ErrorClass::ALL {
+            let f = filter(&["list", "--class", class.as_str()]);
+            assert_eq!(f.class, Some(class));
+        }
+        let r = redrive(&["redrive", "--mode", "requeue", "--status", "any"]);
+        assert_eq!(r.mode, Some(RedriveMode::Requeue));
+        assert_eq!(r.status, Some(StatusChoice(None)));
+        assert_eq!(
+            redrive(&["redrive", "--mode", "reprocess"]).mode,
+            Some(RedriveMode::Reprocess)
+        );
+        for (name, format) in [
+            ("json", ExportFormat::Json),
+            ("jsonl", ExportFormat::JsonLines),
+            ("csv", ExportFormat::Csv),
+        ] {
+            match parse(&["export", "x", "--format", name]).unwrap().command {
+                Command::Export { format: f, .. } => assert_eq!(f, Some(format)),
+                other => panic!("{other:?}"),
+            }
+        }
+        match parse(&["purge", "--older-than", "30d"]).unwrap().command {
+            Command::Purge { status, .. } => assert_eq!(status.to_string(), "any"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn other_values_are_usage_errors_naming_the_choices() {
+        for args in [
+            &["list", "--status", "zombie"][..],
+            &["list", "--class", "bogus"],
+            &["list", "--class", "server-error"],
+            &["redrive", "--mode", "requeue-all"],
+            &["export", "x", "--format", "ndjson"],
+        ] {
+            let e = parse(args).unwrap_err();
+            assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue, "{args:?}");
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+            let text = e.to_string();
+            assert!(text.contains(args[args.len() - 1]), "{text}");
+            assert!(text.contains("possible values"), "{text}");
+        }
+        let e = parse(&["list", "--status", "zombie"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("dead") && e.contains("any"), "{e}");
+    }
 }

@@ -8,7 +8,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`args`] | the command line (clap) with help and examples |
-//! | [`commands`] | one function per command |
+//! | [`commands`] | one module per command, and their shared rendering |
 //! | [`context`] | configuration, clients, confirmation prompts, progress bars |
 
 pub mod args;

@@ -144,12 +144,14 @@ pub fn stats(records: &[DeadLetteredItem], dlq: (u64, u64), now: DateTime<Utc>) 
     s
 }
 
-/// Export formats.
+/// Export formats. With the `clap` feature, `--format` takes `json`, `jsonl` or `csv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum ExportFormat {
     /// One JSON array of full records.
     Json,
     /// One full record per line.
+    #[cfg_attr(feature = "clap", value(name = "jsonl"))]
     JsonLines,
     /// One summary row per record.
     Csv,
@@ -185,20 +187,40 @@ pub const CSV_COLUMNS: &[&str] = &[
     "last_error",
 ];
 
-/// One CSV cell. A cell starting with `=`, `+`, `-`, `@`, a tab or a carriage return is
-/// prefixed with `'`: spreadsheets run such a cell as a formula, and item ids and error
-/// messages come from the data (OWASP, CSV injection). Then the usual quoting.
-fn csv_field(value: &str) -> String {
-    let value = if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+/// One CSV cell, defused: a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage
+/// return is prefixed with `'`, because spreadsheets run such a cell as a formula and item
+/// ids and error messages come from the data (OWASP, CSV injection). The `csv` writer
+/// then quotes it as needed.
+fn csv_field(value: String) -> String {
+    if value.starts_with(['=', '+', '-', '@', '\t', '\r']) {
         format!("'{value}")
-    } else {
-        value.to_string()
-    };
-    if value.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", value.replace('"', "\"\""))
     } else {
         value
     }
+}
+
+/// One CSV row of a record, in [`CSV_COLUMNS`] order.
+fn csv_row(r: &DeadLetteredItem) -> [String; CSV_COLUMNS.len()] {
+    let storage = match r.payload.location {
+        PayloadLocation::Inline { .. } => "inline",
+        PayloadLocation::S3 { .. } => "s3",
+    };
+    [
+        r.item_id.clone(),
+        r.status.as_str().to_string(),
+        r.error_class.as_str().to_string(),
+        r.error_signature.clone(),
+        r.failure_count.to_string(),
+        crate::time_format::format(&r.first_attempt),
+        crate::time_format::format(&r.last_attempt),
+        r.reprocess_eligible.to_string(),
+        r.manual_review_required.to_string(),
+        r.reason.as_str().to_string(),
+        storage.to_string(),
+        r.payload.size_bytes.to_string(),
+        r.source.message_id.clone(),
+        r.last_error.clone(),
+    ]
 }
 
 /// Writes records in a format.
@@ -220,35 +242,12 @@ pub fn export(
             Ok(())
         }
         ExportFormat::Csv => {
-            writeln!(out, "{}", CSV_COLUMNS.join(","))?;
+            let mut csv = csv::Writer::from_writer(out);
+            csv.write_record(CSV_COLUMNS)?;
             for r in records {
-                let storage = match r.payload.location {
-                    PayloadLocation::Inline { .. } => "inline",
-                    PayloadLocation::S3 { .. } => "s3",
-                };
-                let row = [
-                    r.item_id.clone(),
-                    r.status.as_str().to_string(),
-                    r.error_class.as_str().to_string(),
-                    r.error_signature.clone(),
-                    r.failure_count.to_string(),
-                    crate::time_format::format(&r.first_attempt),
-                    crate::time_format::format(&r.last_attempt),
-                    r.reprocess_eligible.to_string(),
-                    r.manual_review_required.to_string(),
-                    serde_json::to_value(r.reason)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default(),
-                    storage.to_string(),
-                    r.payload.size_bytes.to_string(),
-                    r.source.message_id.clone(),
-                    r.last_error.clone(),
-                ];
-                let line: Vec<String> = row.iter().map(|v| csv_field(v)).collect();
-                writeln!(out, "{}", line.join(","))?;
+                csv.write_record(csv_row(r).map(csv_field))?;
             }
-            Ok(())
+            csv.flush()
         }
     }
 }
@@ -452,6 +451,23 @@ mod tests {
         assert!(rows[2].ends_with(",\"'\rx\""), "{csv:?}");
         assert_eq!(item(rows[3]), "plain", "nothing added mid-text");
         assert!(rows[3].ends_with(",a=b"), "{csv}");
+        // What a CSV reader (a spreadsheet's import) gets back: every cell defused.
+        let cells: Vec<csv::StringRecord> = csv::Reader::from_reader(csv.as_bytes())
+            .records()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(cells.len(), 4);
+        for row in &cells {
+            assert_eq!(row.len(), CSV_COLUMNS.len());
+            for cell in row {
+                assert!(
+                    !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                    "{cell:?}"
+                );
+            }
+        }
+        assert_eq!(&cells[0][0], "'=HYPERLINK(\"http://x\",\"y\")");
+        assert_eq!(&cells[1][13], "'-2, then");
     }
 
     #[test]

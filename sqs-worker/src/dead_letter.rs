@@ -66,8 +66,11 @@ pub fn clip(text: &str, max_bytes: usize) -> String {
 }
 
 /// Why a record is being dead-lettered rather than returned for retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::Display, strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum DeadLetterReason {
     /// The error class is permanent: retrying cannot help.
     Permanent,
@@ -75,6 +78,13 @@ pub enum DeadLetterReason {
     ReceiveBudgetExhausted,
     /// The message reached the DLQ through the queue's redrive policy, with no recorded failure.
     ExceededMaxReceiveCount,
+}
+
+impl DeadLetterReason {
+    /// The reason as stored (its serde name).
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 /// Where this invocation runs and logs, so a failure can be traced to its logs.
@@ -108,8 +118,30 @@ pub struct DeadLetterCandidate {
 pub const REQUEUED_BY_ATTRIBUTE: &str = "requeued_by";
 
 /// Lifecycle of a dead-lettered item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Stored, queried and typed on the command line in one spelling (snake_case): serde, strum
+/// and clap agree (a test checks it).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumCount,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+#[cfg_attr(
+    feature = "clap",
+    derive(clap::ValueEnum),
+    value(rename_all = "snake_case")
+)]
 pub enum ItemStatus {
     /// Waiting for an operator or redrive.
     Dead,
@@ -123,27 +155,18 @@ pub enum ItemStatus {
 }
 
 impl ItemStatus {
-    /// Every status, in lifecycle order.
-    pub const ALL: [ItemStatus; 4] = [
-        ItemStatus::Dead,
-        ItemStatus::Redriving,
-        ItemStatus::Requeued,
-        ItemStatus::Resolved,
-    ];
+    /// Every status, in lifecycle order (the declaration order).
+    pub const ALL: [ItemStatus; <ItemStatus as strum::EnumCount>::COUNT] =
+        crate::error::variant_array(<ItemStatus as strum::VariantArray>::VARIANTS);
 
     /// The status as stored.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ItemStatus::Dead => "dead",
-            ItemStatus::Redriving => "redriving",
-            ItemStatus::Requeued => "requeued",
-            ItemStatus::Resolved => "resolved",
-        }
+        self.into()
     }
 
     /// Parses a stored status name.
     pub fn parse(name: &str) -> Option<ItemStatus> {
-        ItemStatus::ALL.into_iter().find(|s| s.as_str() == name)
+        name.parse().ok()
     }
 }
 
@@ -640,6 +663,40 @@ impl DeadLetterSink for NoDeadLetterStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Stored names: a change of spelling would orphan every existing record.
+    #[test]
+    fn status_and_reason_names_agree_across_serde_strum_and_clap() {
+        let names: Vec<&str> = ItemStatus::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names, ["dead", "redriving", "requeued", "resolved"]);
+        for status in ItemStatus::ALL {
+            let name = status.as_str();
+            assert_eq!(serde_json::to_value(status).unwrap(), name);
+            assert_eq!(status.to_string(), name);
+            assert_eq!(ItemStatus::parse(name), Some(status));
+            #[cfg(feature = "clap")]
+            assert_eq!(
+                clap::ValueEnum::to_possible_value(&status)
+                    .unwrap()
+                    .get_name(),
+                name
+            );
+        }
+        assert_eq!(ItemStatus::parse("Dead"), None);
+        assert_eq!(ItemStatus::parse("any"), None);
+        for reason in [
+            DeadLetterReason::Permanent,
+            DeadLetterReason::ReceiveBudgetExhausted,
+            DeadLetterReason::ExceededMaxReceiveCount,
+        ] {
+            assert_eq!(serde_json::to_value(reason).unwrap(), reason.as_str());
+            assert_eq!(reason.to_string(), reason.as_str());
+        }
+        assert_eq!(
+            DeadLetterReason::ReceiveBudgetExhausted.as_str(),
+            "receive_budget_exhausted"
+        );
+    }
 
     #[test]
     fn compact_history_keeps_the_first_and_the_latest_attempts() {

@@ -1,35 +1,39 @@
-//! Human durations and points in time for operator input: `90s`, `15m`, `2h`, `7d`, `1w`,
-//! or an RFC 3339 timestamp where a point in time is expected (`since`, `until`).
+//! Human durations and points in time for operator input: `90s`, `15m`, `2h`, `7d`, `1w`
+//! (and what else `humantime` reads: `1h 30m`, `2days`, `1.5h`), or an RFC 3339 timestamp
+//! where a point in time is expected (`since`, `until`).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-/// Parses `<number><unit>` with unit `s`, `m`, `h`, `d` or `w`.
+/// Month and year units, which `humantime` reads as averages (30.44 and 365.25 days):
+/// refused, so that "older than" means an exact span; days and weeks say it exactly.
+const CALENDAR_UNITS: &[&str] = &["M", "month", "months", "y", "yr", "yrs", "year", "years"];
+
+/// Parses a duration as `humantime` does (`<number><unit>`, units such as `s`, `m`, `h`,
+/// `d`, `w`, several of them in a row), without month or year units.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration; expected e.g. 90s, 15m, 2h, 7d or 1w"))?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        "w" => 604_800,
-        _ => {
-            return Err(format!(
-                "{text:?} has unit {unit:?}; expected s, m, h, d or w (e.g. 7d)"
-            ))
+    let expected = "expected e.g. 90s, 15m, 2h, 7d or 1w";
+    let duration = humantime::parse_duration(text).map_err(|e| match e {
+        humantime::DurationError::UnknownUnit { unit, .. } if unit.is_empty() => {
+            format!("{text:?} needs a unit; {expected}")
         }
-    };
-    n.checked_mul(seconds)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("{text:?} is too long"))
+        humantime::DurationError::UnknownUnit { unit, .. } => {
+            format!("{text:?} has unit {unit:?}; {expected}")
+        }
+        humantime::DurationError::NumberOverflow => format!("{text:?} is too long"),
+        _ => format!("{text:?} is not a duration; {expected}"),
+    })?;
+    let calendar = text
+        .split(|c: char| !c.is_alphabetic())
+        .find(|unit| CALENDAR_UNITS.contains(unit));
+    match calendar {
+        Some(unit) => Err(format!(
+            "{text:?} has unit {unit:?}, which is not a fixed length; use days or weeks (e.g. 30d)"
+        )),
+        None => Ok(duration),
+    }
 }
 
 /// Parses a point in time: an RFC 3339 timestamp, or a duration meaning that long before `now`.
@@ -63,6 +67,36 @@ mod tests {
             .contains("not a duration"));
         assert!(parse_duration("3y").is_err());
         assert!(parse_duration("99999999999999999999d").is_err());
+    }
+
+    #[test]
+    fn durations_humantime_reads() {
+        assert_eq!(
+            parse_duration(" 7d ").unwrap(),
+            Duration::from_secs(604_800)
+        );
+        assert_eq!(
+            parse_duration("1h 30m").unwrap(),
+            Duration::from_secs(5_400)
+        );
+        assert_eq!(
+            parse_duration("2days").unwrap(),
+            Duration::from_secs(172_800)
+        );
+        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
+        for calendar in ["1M", "2months", "1y", "1year", "1d 1y"] {
+            assert!(
+                parse_duration(calendar)
+                    .unwrap_err()
+                    .contains("not a fixed length"),
+                "{calendar}"
+            );
+        }
+        assert!(parse_duration("7 parsecs").unwrap_err().contains("unit"));
+        assert!(parse_duration("").unwrap_err().contains("not a duration"));
+        assert!(parse_duration("-1d")
+            .unwrap_err()
+            .contains("not a duration"));
     }
 
     #[test]

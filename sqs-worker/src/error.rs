@@ -11,8 +11,33 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// What kind of failure an error is; decides whether it is retried and how it is recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+///
+/// One spelling everywhere (records, logs, metrics, the command line): snake_case, from
+/// serde, strum and clap alike (a test checks they agree).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::Display,
+    strum::EnumCount,
+    strum::EnumString,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+#[cfg_attr(
+    feature = "clap",
+    derive(clap::ValueEnum),
+    value(rename_all = "snake_case")
+)]
 pub enum ErrorClass {
     /// The callee asked us to slow down (HTTP 429, AWS throttling codes).
     Throttled,
@@ -33,35 +58,18 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
-    /// Every class, in a stable order (metrics and reports iterate over this).
-    pub const ALL: [ErrorClass; 8] = [
-        ErrorClass::Throttled,
-        ErrorClass::ServerError,
-        ErrorClass::Timeout,
-        ErrorClass::Connection,
-        ErrorClass::Validation,
-        ErrorClass::Permission,
-        ErrorClass::NotFound,
-        ErrorClass::Unknown,
-    ];
+    /// Every class, in declaration order (metrics and reports iterate over this).
+    pub const ALL: [ErrorClass; <ErrorClass as strum::EnumCount>::COUNT] =
+        variant_array(<ErrorClass as strum::VariantArray>::VARIANTS);
 
     /// The class name as it appears in records, logs and metrics.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorClass::Throttled => "throttled",
-            ErrorClass::ServerError => "server_error",
-            ErrorClass::Timeout => "timeout",
-            ErrorClass::Connection => "connection",
-            ErrorClass::Validation => "validation",
-            ErrorClass::Permission => "permission",
-            ErrorClass::NotFound => "not_found",
-            ErrorClass::Unknown => "unknown",
-        }
+        self.into()
     }
 
     /// Parses a class name as written by [`ErrorClass::as_str`].
     pub fn parse(name: &str) -> Option<ErrorClass> {
-        ErrorClass::ALL.into_iter().find(|c| c.as_str() == name)
+        name.parse().ok()
     }
 
     /// Whether a failure of this class is worth retrying. `retry_unknown` decides for
@@ -87,10 +95,21 @@ impl ErrorClass {
     }
 }
 
-impl fmt::Display for ErrorClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// `variants` as an array, for an enum's `ALL` constant: strum derives the list as a
+/// slice, and callers iterate an array by value. Evaluated in a constant, so a length
+/// other than `N` fails the build.
+pub(crate) const fn variant_array<T: Copy, const N: usize>(variants: &[T]) -> [T; N] {
+    assert!(
+        variants.len() == N,
+        "the variant list and the count disagree"
+    );
+    let mut out = [variants[0]; N];
+    let mut i = 1;
+    while i < N {
+        out[i] = variants[i];
+        i += 1;
     }
+    out
 }
 
 /// A classified failure of one attempt at one item.
@@ -209,3 +228,43 @@ impl fmt::Display for ProcessError {
 }
 
 impl std::error::Error for ProcessError {}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorClass;
+
+    /// Records, metrics and the command line spell a class the same way: the names are
+    /// stored, so a change of spelling would orphan every existing record.
+    #[test]
+    fn class_names_agree_across_serde_strum_and_clap() {
+        let names: Vec<&str> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "throttled",
+                "server_error",
+                "timeout",
+                "connection",
+                "validation",
+                "permission",
+                "not_found",
+                "unknown"
+            ]
+        );
+        for class in ErrorClass::ALL {
+            let name = class.as_str();
+            assert_eq!(serde_json::to_value(class).unwrap(), name);
+            assert_eq!(class.to_string(), name);
+            assert_eq!(ErrorClass::parse(name), Some(class));
+            #[cfg(feature = "clap")]
+            assert_eq!(
+                clap::ValueEnum::to_possible_value(&class)
+                    .unwrap()
+                    .get_name(),
+                name
+            );
+        }
+        assert_eq!(ErrorClass::parse("ServerError"), None);
+        assert_eq!(ErrorClass::parse("server-error"), None);
+    }
+}

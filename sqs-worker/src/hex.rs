@@ -1,20 +1,10 @@
-//! Lower-case hex encoding for digests (sha256 of payloads, error signatures).
+//! The sha256 of a byte string as lower-case hex: how payload digests, oversized item ids,
+//! DLQ message ids and deduplication ids are written. The encoding is the `hex` crate's.
 
-/// Encodes bytes as lower-case hex.
-pub fn encode(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    out
-}
-
-/// The sha256 of `data` as 64 hex digits.
+/// The sha256 of `data` as 64 lower-case hex digits.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    encode(&Sha256::digest(data))
+    ::hex::encode(Sha256::digest(data))
 }
 
 #[cfg(test)]

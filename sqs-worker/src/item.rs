@@ -65,25 +65,14 @@ pub fn bounded_item_id(id: String) -> String {
     }
 }
 
-/// What a valid body looks like.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a valid body looks like; `WORKER_BODY_FORMAT` names it `json` or `text`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString)]
+#[strum(serialize_all = "lowercase")]
 pub enum BodyFormat {
     /// The body must be a JSON document; anything else is a validation error.
     Json,
     /// Any text is accepted.
     Text,
-}
-
-impl FromStr for BodyFormat {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "json" => Ok(BodyFormat::Json),
-            "text" => Ok(BodyFormat::Text),
-            other => Err(format!("expected json or text, got {other:?}")),
-        }
-    }
 }
 
 /// How records become work items.
@@ -326,6 +315,9 @@ mod tests {
         assert!("attribute:".parse::<ItemIdSource>().is_err());
         assert!("body".parse::<ItemIdSource>().is_err());
         assert!("yaml".parse::<BodyFormat>().is_err());
+        assert_eq!("json".parse::<BodyFormat>(), Ok(BodyFormat::Json));
+        assert_eq!("text".parse::<BodyFormat>(), Ok(BodyFormat::Text));
+        assert!("JSON".parse::<BodyFormat>().is_err());
         assert!(is_fifo_arn("arn:aws:sqs:us-east-1:1:q.fifo"));
         assert!(!is_fifo_arn("arn:aws:sqs:us-east-1:1:fifo"));
     }

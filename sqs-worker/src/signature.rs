@@ -68,7 +68,7 @@ pub fn error_signature(class: ErrorClass, message: &str) -> String {
         .chain_update(b"\n")
         .chain_update(normalized.as_bytes())
         .finalize();
-    crate::hex::encode(&digest[..8])
+    ::hex::encode(&digest[..8])
 }
 
 /// Splits text into words (alphanumerics plus `-`, `_`, `.` between alphanumerics) and the

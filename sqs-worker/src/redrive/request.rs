@@ -13,6 +13,7 @@ use crate::store::query::RecordFilter;
 /// How items are put back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum RedriveMode {
     /// Run the processor on the item here and now.
     #[default]

@@ -1,0 +1,226 @@
+//! `dlq redrive`: builds a redrive request from the options (or a request file), runs it
+//! here through the library's engine or in the deployed redrive function, and prints the
+//! report.
+//!
+//! The engine is built here from the environment the worker uses ([`processor_from_env`],
+//! the `RedriveSettings` in [`redrive`]); [`invoke_function`] runs the request remotely.
+
+use std::io::Write;
+
+use sqs_worker::analysis;
+use sqs_worker::redrive::{
+    ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
+};
+use sqs_worker::HttpDelivery;
+
+use super::render::{out, table, write_err};
+use crate::args::{GlobalArgs, RedriveArgs};
+use crate::context::{progress, store};
+use crate::{CliError, Completion};
+
+/// The request the options describe; run options apply on top of a request file.
+fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
+    let mut request = match &args.request {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+            RedriveRequest::from_json(&text)
+                .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?
+        }
+        None => RedriveRequest {
+            item_ids: args.item_id.clone(),
+            error_signature: args.signature.clone(),
+            error_class: args.class,
+            since: args.since.clone(),
+            until: args.until.clone(),
+            // `any` leaves the status unset: the engine's default (dead).
+            status: args.status.and_then(|s| s.0),
+            ..RedriveRequest::default()
+        },
+    };
+    // Run options apply on top of a request file too.
+    request.force |= args.force;
+    request.dry_run |= args.dry_run;
+    if let Some(mode) = args.mode {
+        request.mode = mode;
+    }
+    request.max_items = args.max_items.or(request.max_items);
+    request.parallelism = args.parallelism.or(request.parallelism);
+    request.rate = args.rate.or(request.rate);
+    if let Some(budget) = &args.time_budget {
+        let d = sqs_worker::duration::parse_duration(budget)
+            .map_err(|e| CliError::Usage(format!("--time-budget: {e}")))?;
+        request.time_budget_secs = Some(d.as_secs());
+    }
+    if args.continuation.is_some() {
+        request.continuation_token = args.continuation.clone();
+    }
+    Ok(request)
+}
+
+/// Runs the redrive (here, or in `--via-function`) and prints its report.
+pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, CliError> {
+    let request = redrive_request(&args)?;
+    let report = match &args.via_function {
+        Some(function) => invoke_function(global, function, &request).await?,
+        None => {
+            let store = store(global).await?;
+            let processor = processor_from_env(store.clients()).await?;
+            let settings = RedriveSettings {
+                parser: sqs_worker::item::ItemParser {
+                    id_source: std::env::var("WORKER_ITEM_ID_SOURCE")
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(sqs_worker::item::ItemIdSource::MessageId),
+                    ..Default::default()
+                },
+                source_queue_url: args.source_queue_url.clone(),
+                // A local run has no response size limit: the report lists every item.
+                report_items: usize::MAX,
+                ..RedriveSettings::default()
+            };
+            let engine = RedriveEngine::new(store, processor, settings);
+            let bar = progress(request.max_items.map(|n| n as u64), "redriving");
+            let on_item = |_: &sqs_worker::redrive::ItemOutcome| bar.inc(1);
+            let report = engine.run(&request, &on_item).await.map_err(|e| match e {
+                sqs_worker::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
+                other => CliError::Failed(other.to_string()),
+            })?;
+            bar.finish_and_clear();
+            report
+        }
+    };
+    print_report(&report, args.json)?;
+    Ok(if report.is_partial_failure() {
+        Completion::Partial
+    } else {
+        Completion::Ok
+    })
+}
+
+/// The HTTP delivery processor when `WORKER_DOWNSTREAM_URL` is set (reprocess mode), with
+/// the downstream credential from Secrets Manager when one is configured.
+async fn processor_from_env(
+    clients: &sqs_worker::aws::AwsClients,
+) -> Result<Option<HttpDelivery>, CliError> {
+    if std::env::var("WORKER_DOWNSTREAM_URL").is_err() {
+        return Ok(None);
+    }
+    let mut config =
+        sqs_worker::config::WorkerConfig::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
+    config
+        .resolve_downstream_auth(clients)
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    HttpDelivery::new(config.delivery)
+        .map(Some)
+        .map_err(|e| CliError::Usage(format!("cannot build the processor: {e}")))
+}
+
+/// Runs the request in the deployed redrive function and returns its report.
+async fn invoke_function(
+    global: &GlobalArgs,
+    function: &str,
+    request: &RedriveRequest,
+) -> Result<RedriveReport, CliError> {
+    let lambda = aws_sdk_lambda::Client::new(&crate::context::sdk_config(global).await);
+    let payload = serde_json::to_vec(request).map_err(|e| CliError::Failed(e.to_string()))?;
+    let output = lambda
+        .invoke()
+        .function_name(function)
+        .payload(aws_sdk_lambda::primitives::Blob::new(payload))
+        .send()
+        .await
+        .map_err(|e| {
+            CliError::Failed(format!(
+                "invoking {function}: {}",
+                sqs_worker::ProcessError::from_sdk(&e)
+            ))
+        })?;
+    let body = output
+        .payload()
+        .map(|b| b.as_ref().to_vec())
+        .unwrap_or_default();
+    if let Some(kind) = output.function_error() {
+        return Err(CliError::Failed(format!(
+            "{function} failed ({kind}): {}",
+            String::from_utf8_lossy(&body)
+        )));
+    }
+    serde_json::from_slice::<RedriveReport>(&body).map_err(|e| {
+        CliError::Failed(format!(
+            "{function} answered something that is not a redrive report: {e}"
+        ))
+    })
+}
+
+/// The report: one row per item, the totals, and how to continue a run that stopped early.
+fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
+    let mut out = out();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(report).unwrap_or_default()
+        )
+        .map_err(write_err)?;
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = report
+        .items
+        .iter()
+        .map(|o| {
+            vec![
+                o.item_id.clone(),
+                serde_json::to_value(o.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                analysis::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        write!(
+            out,
+            "{}",
+            table(&["ITEM ID", "OUTCOME", "DETAIL"], &["DETAIL"], rows)
+        )
+        .map_err(write_err)?;
+    }
+    writeln!(
+        out,
+        "{}{} selected: {} resolved, {} failed again, {} skipped (ineligible), {} leased by another run, {} not found, {} errors; {} adopted from the DLQ, {} DLQ messages deleted",
+        if report.dry_run { "dry run: " } else { "" },
+        report.selected,
+        report.succeeded,
+        report.failed_again,
+        report.skipped_ineligible,
+        report.leased_elsewhere,
+        report.not_found,
+        report.errors,
+        report.adopted_from_dlq,
+        report.dlq_messages_deleted,
+    )
+    .map_err(write_err)?;
+    if report.dry_run {
+        let would = report
+            .items
+            .iter()
+            .filter(|o| o.outcome == ItemOutcomeKind::WouldRedrive)
+            .count();
+        writeln!(
+            out,
+            "{would} item(s) would be redriven; nothing was changed"
+        )
+        .map_err(write_err)?;
+    }
+    if let Some(token) = &report.continuation_token {
+        writeln!(
+            out,
+            "stopped early; continue with: dlq redrive --continue {token}"
+        )
+        .map_err(write_err)?;
+    }
+    Ok(())
+}
