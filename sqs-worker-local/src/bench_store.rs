@@ -23,7 +23,7 @@ use sqs_worker::redrive::{
 };
 use sqs_worker::retry::AttemptFailure;
 use sqs_worker::store::query::RecordFilter;
-use sqs_worker::store::{attr, schema, DeadLetterStore};
+use sqs_worker::store::{schema, DeadLetterStore};
 use sqs_worker::HttpDelivery;
 
 use crate::downstream::{Downstream, DownstreamConfig};
@@ -151,7 +151,7 @@ async fn seed(store: &DeadLetterStore, records: &[DeadLetteredItem]) -> Result<(
     for chunk in records.chunks(25) {
         let mut requests: Vec<WriteRequest> = Vec::new();
         for r in chunk {
-            let mut map = attr::to_attr_map(&schema::record_to_json(r).map_err(|e| e.to_string())?);
+            let mut map = schema::record_to_item(r).map_err(|e| e.to_string())?;
             let ids: Vec<String> = r
                 .failure_history
                 .iter()

@@ -380,7 +380,7 @@ impl DeadLetterStore {
             .expression_attribute_values(":err", AttributeValue::S(failure.error_message.clone()))
             .expression_attribute_values(":elig", AttributeValue::Bool(failure.error_type.is_reprocess_eligible()))
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":entry", schema::history_to_attr(failures))
+            .expression_attribute_values(":entry", schema::history_to_attr(failures)?)
             .expression_attribute_values(":one", AttributeValue::N(failures.len().to_string()))
             .expression_attribute_values(
                 ":ids",

@@ -12,7 +12,6 @@
 //! Only when all three succeed is the record reported as dead-lettered (and acked); a
 //! failure at any step leaves it in `batchItemFailures`, so SQS delivers it again.
 
-pub mod attr;
 pub mod dlq;
 pub mod lease;
 pub mod maintenance;
@@ -244,18 +243,21 @@ impl DeadLetterStore {
         pending: &[FailureDetail],
         claim: Option<&str>,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        let mut doc = schema::record_to_json(record)?;
-        doc.remove(schema::ITEM_ID);
-        doc.remove(schema::FAILURE_COUNT);
-        doc.remove(schema::FAILURE_HISTORY);
+        let mut fields = schema::record_to_item(record)?;
+        fields.remove(schema::ITEM_ID);
+        fields.remove(schema::FAILURE_COUNT);
+        fields.remove(schema::FAILURE_HISTORY);
         // Counted by compaction alone.
-        doc.remove(schema::HISTORY_OMITTED);
+        fields.remove(schema::HISTORY_OMITTED);
         // Accumulated by resolutions; a new failure does not forget them.
-        doc.remove(schema::PROCESSED);
-        let first_attempt = doc.remove("first_attempt");
+        fields.remove(schema::PROCESSED);
+        let first_attempt = fields.remove("first_attempt");
         // Set on creation; afterwards `settle_review_flag` decides on the whole history
         // (which may hold dropped attempts this write cannot see).
-        let review = doc.remove(schema::MANUAL_REVIEW_REQUIRED);
+        let review = fields.remove(schema::MANUAL_REVIEW_REQUIRED);
+        // In name order, so that the same record always makes the same expression.
+        let mut fields: Vec<(String, AttributeValue)> = fields.into_iter().collect();
+        fields.sort_unstable_by(|a, b| a.0.cmp(&b.0));
 
         let mut request = self
             .clients
@@ -265,23 +267,23 @@ impl DeadLetterStore {
             .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
             .return_values(ReturnValue::AllNew);
         let mut sets = Vec::new();
-        for (n, (name, value)) in doc.iter().enumerate() {
+        for (n, (name, value)) in fields.into_iter().enumerate() {
             sets.push(format!("#f{n} = :f{n}"));
             request = request
                 .expression_attribute_names(format!("#f{n}"), name)
-                .expression_attribute_values(format!(":f{n}"), attr::to_attr(value));
+                .expression_attribute_values(format!(":f{n}"), value);
         }
         if let Some(review) = review {
             sets.push("#review = if_not_exists(#review, :review)".to_string());
             request = request
                 .expression_attribute_names("#review", schema::MANUAL_REVIEW_REQUIRED)
-                .expression_attribute_values(":review", attr::to_attr(&review));
+                .expression_attribute_values(":review", review);
         }
         if let Some(first) = first_attempt {
             sets.push("#first = if_not_exists(#first, :first)".to_string());
             request = request
                 .expression_attribute_names("#first", "first_attempt")
-                .expression_attribute_values(":first", attr::to_attr(&first));
+                .expression_attribute_values(":first", first);
         }
         // A new failure ends a requeue: the item is dead again.
         let removes = " REMOVE #requeued";
@@ -315,7 +317,7 @@ impl DeadLetterStore {
             .expression_attribute_names("#count", schema::FAILURE_COUNT)
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":hist", schema::history_to_attr(pending))
+            .expression_attribute_values(":hist", schema::history_to_attr(pending)?)
             .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
             .expression_attribute_values(
                 ":ids",
@@ -435,7 +437,7 @@ impl DeadLetterStore {
             .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
             .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
             .expression_attribute_names("#count", schema::FAILURE_COUNT)
-            .expression_attribute_values(":kept", schema::history_to_attr(&kept))
+            .expression_attribute_values(":kept", schema::history_to_attr(&kept)?)
             .expression_attribute_values(":dropped", AttributeValue::N(dropped.to_string()))
             .expression_attribute_values(
                 ":count",
@@ -666,5 +668,108 @@ mod tests {
             .find(|n| stays_inline(*n, 262_144))
             .unwrap_or(0);
         assert!(largest > 65_536 && largest < 120_000, "{largest}");
+    }
+
+    /// A store whose DynamoDB client is `dynamodb` (the other clients are never called).
+    fn store_over(dynamodb: aws_sdk_dynamodb::Client) -> DeadLetterStore {
+        let shared = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        let mut clients = AwsClients::from_config(&shared, true);
+        clients.dynamodb = dynamodb;
+        DeadLetterStore::new(clients, StoreConfig::new("t", "q", "b"))
+    }
+
+    #[tokio::test]
+    async fn the_first_write_stores_every_attribute_with_its_type() {
+        use std::collections::{BTreeMap, HashMap};
+        use std::sync::{Arc, Mutex};
+
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+        use aws_sdk_dynamodb::Client;
+        use aws_smithy_mocks::{mock, mock_client};
+        use schema::tests::{assert_nested_types, full_record, kinds, FULL_RECORD_TYPES};
+
+        // What the update leaves on a table without the item: each name set (or added to
+        // nothing) to its value; `if_not_exists` and `list_append` onto nothing give the
+        // value itself.
+        let written = Arc::new(Mutex::new(None));
+        let seen = written.clone();
+        let update = mock!(Client::update_item).then_compute_output(move |input| {
+            let values = input.expression_attribute_values().unwrap();
+            let mut item: HashMap<String, AttributeValue> = input.key().unwrap().clone();
+            for (alias, name) in input.expression_attribute_names().unwrap() {
+                if let Some(value) = values.get(&format!(":{}", &alias[1..])) {
+                    item.insert(name.clone(), value.clone());
+                }
+            }
+            *seen.lock().unwrap() = Some(item.clone());
+            UpdateItemOutput::builder()
+                .set_attributes(Some(item))
+                .build()
+        });
+        let store = store_over(mock_client!(aws_sdk_dynamodb, &[&update]));
+
+        // A first write counts its own attempts; compaction and resolutions write the rest.
+        let record = DeadLetteredItem {
+            failure_count: 2,
+            history_omitted: 0,
+            processed: Vec::new(),
+            ..full_record()
+        };
+        let stored = store
+            .try_record(&record, &record.failure_history, Some("m-1"))
+            .await
+            .unwrap();
+        assert_eq!(stored, Some(record.clone()), "reads back as written");
+
+        let item = written.lock().unwrap().take().unwrap();
+        let mut expected = BTreeMap::from(FULL_RECORD_TYPES);
+        expected.remove(schema::HISTORY_OMITTED);
+        expected.remove(schema::PROCESSED);
+        expected.insert(schema::ATTEMPT_IDS, "SS");
+        expected.insert(schema::DLQ_CLAIMS, "SS");
+        assert_eq!(kinds(&item), expected);
+        assert_nested_types(&item);
+        assert_eq!(
+            item[schema::ATTEMPT_IDS].as_ss().unwrap(),
+            &["m-1:3:1".to_string(), "m-1:3:2".to_string()]
+        );
+        assert_eq!(
+            item[schema::DLQ_CLAIMS].as_ss().unwrap(),
+            &["m-1".to_string()]
+        );
+        assert_eq!(item[schema::FAILURE_COUNT].as_n().unwrap(), "2");
+    }
+
+    #[tokio::test]
+    async fn an_attribute_of_a_type_unknown_to_the_sdk_makes_the_record_unreadable() {
+        use aws_sdk_dynamodb::Client;
+        use aws_smithy_mocks::{mock, mock_client};
+        use aws_smithy_runtime_api::http::{Response, StatusCode};
+        use aws_smithy_types::body::SdkBody;
+
+        let get = mock!(Client::get_item).then_http_response(|| {
+            Response::new(
+                StatusCode::try_from(200).unwrap(),
+                SdkBody::from(
+                    r#"{"Item":{"item_id":{"S":"order-7"},"payload":{"M":{"new":{"ZZ":"x"}}}}}"#,
+                ),
+            )
+        });
+        let store = store_over(mock_client!(aws_sdk_dynamodb, &[&get]));
+        let error = store.get("order-7").await.unwrap_err();
+        assert_eq!(error.step.as_deref(), Some("read-record"));
+        assert!(
+            error
+                .message
+                .starts_with("stored record \"order-7\" does not match the schema: "),
+            "{error}"
+        );
+        assert!(
+            error.message.contains("a type this version cannot read"),
+            "{error}"
+        );
     }
 }

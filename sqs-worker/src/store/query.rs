@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 
-use super::{attr, schema, DeadLetterStore};
+use serde_dynamo::aws_sdk_dynamodb_1 as dynamo;
+
+use super::{schema, DeadLetterStore};
 use crate::dead_letter::{DeadLetteredItem, ItemStatus};
 use crate::error::{ErrorClass, ProcessError};
 
@@ -53,9 +55,22 @@ impl RecordFilter {
 pub struct PageToken(pub String);
 
 impl PageToken {
-    fn encode(key: &HashMap<String, AttributeValue>) -> PageToken {
-        let json = serde_json::Value::Object(attr::from_attr_map(key)).to_string();
-        PageToken(aws_smithy_types::base64::encode(json.as_bytes()))
+    /// The token of a key DynamoDB returned: the key as a JSON object, in base64.
+    fn encode(key: HashMap<String, AttributeValue>) -> Result<PageToken, ProcessError> {
+        let json: serde_json::Map<String, serde_json::Value> =
+            dynamo::from_item(key).map_err(|e| {
+                ProcessError::new(
+                    ErrorClass::Unknown,
+                    format!("the last key read does not make a continuation token: {e}"),
+                )
+                .with_step("query")
+            })?;
+        Ok(PageToken::of_json(json))
+    }
+
+    fn of_json(json: serde_json::Map<String, serde_json::Value>) -> PageToken {
+        let text = serde_json::Value::Object(json).to_string();
+        PageToken(aws_smithy_types::base64::encode(text.as_bytes()))
     }
 
     fn decode(&self) -> Result<HashMap<String, AttributeValue>, ProcessError> {
@@ -64,7 +79,7 @@ impl PageToken {
         let bytes = aws_smithy_types::base64::decode(&self.0).map_err(|_| bad())?;
         match serde_json::from_slice::<serde_json::Value>(&bytes) {
             Ok(serde_json::Value::Object(map)) if map.contains_key(schema::ITEM_ID) => {
-                Ok(attr::to_attr_map(&map))
+                dynamo::to_item(map).map_err(|_| bad())
             }
             _ => Err(bad()),
         }
@@ -72,25 +87,21 @@ impl PageToken {
 
     /// The token for resuming right after `record` in a query with `filter`.
     pub fn after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
-        let mut key = HashMap::from([(
-            schema::ITEM_ID.to_string(),
-            AttributeValue::S(record.item_id.clone()),
-        )]);
-        let last = AttributeValue::S(crate::time_format::format(&record.last_attempt));
+        let text = |s: &str| serde_json::Value::String(s.to_string());
+        let mut key = serde_json::Map::new();
+        key.insert(schema::ITEM_ID.to_string(), text(&record.item_id));
+        let last = text(&crate::time_format::format(&record.last_attempt));
         if filter.signature.is_some() {
             key.insert(
                 schema::ERROR_SIGNATURE.into(),
-                AttributeValue::S(record.error_signature.clone()),
+                text(&record.error_signature),
             );
             key.insert(schema::LAST_ATTEMPT.into(), last);
         } else if let Some(status) = filter.status {
-            key.insert(
-                schema::STATUS.into(),
-                AttributeValue::S(status.as_str().to_string()),
-            );
+            key.insert(schema::STATUS.into(), text(status.as_str()));
             key.insert(schema::LAST_ATTEMPT.into(), last);
         }
-        PageToken::encode(&key)
+        PageToken::of_json(key)
     }
 }
 
@@ -281,7 +292,8 @@ impl DeadLetterStore {
             unreadable,
             next: last_key
                 .filter(|k| !k.is_empty())
-                .map(|k| PageToken::encode(&k)),
+                .map(PageToken::encode)
+                .transpose()?,
         })
     }
 
