@@ -245,7 +245,7 @@ async fn lease_owner(p: &Pipeline, item_id: &str) -> Option<String> {
         .await
         .unwrap()
         .item()
-        .and_then(|i| i.get(sqs_worker::store::lease::LEASE_OWNER))
+        .and_then(|i| i.get(sqs_worker::store::schema::LEASE_OWNER))
         .and_then(|v| v.as_s().ok().cloned())
 }
 

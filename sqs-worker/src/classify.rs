@@ -9,7 +9,6 @@ use std::error::Error as StdError;
 
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::{ConnectorError, SdkError};
-use aws_smithy_types::error::display::DisplayErrorContext;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_smithy_types::retry::ErrorKind;
 
@@ -191,6 +190,14 @@ where
 }
 
 impl ProcessError {
+    /// Builds a classified error from any `std::error::Error`, walking its source chain
+    /// for a typed cause (see [`classify_error`]).
+    pub fn from_error(err: &(dyn std::error::Error + 'static)) -> Self {
+        let mut error = ProcessError::new(classify_error(err), err.to_string());
+        error.causes = cause_chain(err);
+        error
+    }
+
     /// A classified error from an AWS SDK call, keeping its code, status and full context
     /// (`SdkError`'s own `Display` only says "service error").
     pub fn from_sdk<E>(err: &SdkError<E, HttpResponse>) -> Self
@@ -289,15 +296,6 @@ pub fn display_chain(err: &(dyn StdError + 'static)) -> String {
         }
     }
     parts.join(": ")
-}
-
-/// Logs an SDK error with its full context (including the raw response).
-pub fn sdk_error_context<E, R>(err: &SdkError<E, R>) -> String
-where
-    E: StdError + 'static,
-    R: std::fmt::Debug,
-{
-    DisplayErrorContext(err).to_string()
 }
 
 /// The `source()` chain below `err` as strings, outermost first.

@@ -166,14 +166,6 @@ impl ProcessError {
         ProcessError::new(ErrorClass::Validation, message)
     }
 
-    /// Builds a classified error from any `std::error::Error`, walking its source chain
-    /// for a typed cause (see [`crate::classify::classify_error`]).
-    pub fn from_error(err: &(dyn std::error::Error + 'static)) -> Self {
-        let mut error = ProcessError::new(crate::classify::classify_error(err), err.to_string());
-        error.causes = crate::classify::cause_chain(err);
-        error
-    }
-
     /// Names the processing step that failed.
     pub fn with_step(mut self, step: impl Into<String>) -> Self {
         self.step = Some(step.into());

@@ -8,15 +8,12 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use chrono::{DateTime, Utc};
 
+use super::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
 use super::{schema, DeadLetterStore};
 use crate::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus, PROCESSED_LIMIT};
 use crate::error::{ErrorClass, ProcessError};
 use crate::signature::error_signature;
 
-/// Owner of a lease.
-pub const LEASE_OWNER: &str = "lease_owner";
-/// Lease expiry, epoch seconds.
-pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
 
 /// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
 const TRANSACTION_ITEMS: usize = 100;
@@ -26,8 +23,8 @@ const TRANSACTION_ITEMS: usize = 100;
 fn processed_after(record: &DeadLetteredItem) -> AttributeValue {
     let mut processed = record.processed.clone();
     for key in [
-        crate::store::sweep::processed_key_for_message(&record.source.message_id),
-        crate::store::sweep::processed_key_for_payload(&record.payload.sha256),
+        schema::processed_key_for_message(&record.source.message_id),
+        schema::processed_key_for_payload(&record.payload.sha256),
     ] {
         processed.retain(|k| *k != key);
         processed.push(key);
@@ -290,8 +287,8 @@ impl DeadLetterStore {
         payload_sha256: &str,
     ) -> Result<(), ProcessError> {
         let keys = AttributeValue::L(vec![
-            AttributeValue::S(crate::store::sweep::processed_key_for_message(message_id)),
-            AttributeValue::S(crate::store::sweep::processed_key_for_payload(
+            AttributeValue::S(schema::processed_key_for_message(message_id)),
+            AttributeValue::S(schema::processed_key_for_payload(
                 payload_sha256,
             )),
         ]);

@@ -214,7 +214,7 @@ impl DeadLetterStore {
         if let Some(before) = filter.lease_expired_before {
             names.insert(
                 "#lease_expires".to_string(),
-                super::lease::LEASE_EXPIRES_AT.to_string(),
+                schema::LEASE_EXPIRES_AT.to_string(),
             );
             values.insert(
                 ":lease_before".to_string(),
@@ -335,32 +335,5 @@ impl DeadLetterStore {
                 None => return Ok(records),
             }
         }
-    }
-
-    /// Reads several records by id (missing ids are left out).
-    pub async fn get_many(
-        &self,
-        item_ids: &[String],
-    ) -> Result<Vec<DeadLetteredItem>, ProcessError> {
-        let mut found = Vec::new();
-        for id in item_ids {
-            if let Some(record) = self.get(id).await? {
-                found.push(record);
-            }
-        }
-        Ok(found)
-    }
-
-    /// Deletes a record (and nothing else).
-    pub async fn delete_record(&self, item_id: &str) -> Result<(), ProcessError> {
-        self.clients
-            .dynamodb
-            .delete_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("delete-record"))
     }
 }

@@ -62,6 +62,21 @@ pub const DLQ_CLAIMS: &str = "dlq_claims";
 pub const PROCESSED: &str = "processed";
 /// While requeued: the message sent back to the source queue.
 pub const REQUEUED_MESSAGE_ID: &str = "requeued_message_id";
+/// Owner of a redrive lease (S).
+pub const LEASE_OWNER: &str = "lease_owner";
+/// Lease expiry, epoch seconds (N).
+pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
+
+/// The `processed` entry of a source message id.
+pub fn processed_key_for_message(message_id: &str) -> String {
+    format!("msg:{message_id}")
+}
+
+/// The `processed` entry of a payload digest.
+pub fn processed_key_for_payload(sha256: &str) -> String {
+    format!("sha:{sha256}")
+}
+
 /// Index listing records by status and time.
 pub const BY_STATUS_INDEX: &str = "by-status";
 /// Index listing records by error signature and time.

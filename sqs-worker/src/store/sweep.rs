@@ -30,7 +30,7 @@ use chrono::Utc;
 use tokio::time::Instant;
 
 use super::dlq::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
-use super::lease::LEASE_EXPIRES_AT;
+use super::schema::{processed_key_for_message, processed_key_for_payload, LEASE_EXPIRES_AT};
 use super::payload::S3Pointer;
 use super::{schema, DeadLetterStore};
 use crate::dead_letter::{
@@ -71,16 +71,6 @@ impl MessageView {
         }
         keys
     }
-}
-
-/// The `processed` entry of a source message id.
-pub fn processed_key_for_message(message_id: &str) -> String {
-    format!("msg:{message_id}")
-}
-
-/// The `processed` entry of a payload digest.
-pub fn processed_key_for_payload(sha256: &str) -> String {
-    format!("sha:{sha256}")
 }
 
 /// What the sweep needs to know of a record.
