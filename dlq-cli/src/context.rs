@@ -47,7 +47,7 @@ pub async fn store(global: &GlobalArgs) -> Result<DeadLetterStore, CliError> {
             let mut config = StoreConfig::new(table, queue_url, bucket);
             let lookup = |name: &str| std::env::var(name).ok();
             let mut env = sqs_worker::config::EnvReader::new(&lookup);
-            if let Some(from_env) = StoreConfig::read(&mut env) {
+            if let Some(from_env) = sqs_worker::config::read_store_config(&mut env) {
                 config.inline_max_bytes = from_env.inline_max_bytes;
                 config.retention = from_env.retention;
             }

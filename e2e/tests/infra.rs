@@ -93,9 +93,9 @@ fn variable_names_match_the_code() {
     assert_eq!(env_names(worker), worker_code, "worker variables drifted");
     let mut redrive_code = worker_code.clone();
     redrive_code.extend(
-        sqs_worker::redrive_function::REDRIVE_ENV_VARS
+        sqs_worker::config::REDRIVE_VARS
             .iter()
-            .map(|(k, _)| k.to_string()),
+            .map(|v| v.name.to_string()),
     );
     assert_eq!(
         env_names(redrive),

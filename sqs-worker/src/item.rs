@@ -66,10 +66,11 @@ pub fn bounded_item_id(id: String) -> String {
 }
 
 /// What a valid body looks like; `WORKER_BODY_FORMAT` names it `json` or `text`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, strum::EnumString)]
 #[strum(serialize_all = "lowercase")]
 pub enum BodyFormat {
     /// The body must be a JSON document; anything else is a validation error.
+    #[default]
     Json,
     /// Any text is accepted.
     Text,

@@ -8,31 +8,39 @@ use std::time::Duration;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 
 use crate::aws::AwsClients;
-use crate::config::{ConfigError, EnvReader, WorkerConfig};
-use crate::item::{ItemIdSource, ItemParser};
+use crate::config::vars::{DOWNSTREAM_URL, TABLE};
+use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
 use crate::processor::HttpDelivery;
-use crate::redrive::{
-    no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest, RedriveSettings,
-};
-use crate::store::{DeadLetterStore, StoreConfig};
+use crate::redrive::{no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest};
+use crate::store::DeadLetterStore;
 
-/// `REDRIVE_SOURCE_QUEUE_URL`
-pub const SOURCE_QUEUE_URL: &str = "REDRIVE_SOURCE_QUEUE_URL";
-/// `REDRIVE_KEEP_PAYLOADS`
-pub const KEEP_PAYLOADS: &str = "REDRIVE_KEEP_PAYLOADS";
-
-/// The redrive function's own variables (besides the store's and, for reprocessing, the
-/// worker's processor variables).
-pub const REDRIVE_ENV_VARS: &[(&str, &str)] = &[
-    (
-        SOURCE_QUEUE_URL,
-        "requeue target overriding the queue each record names (optional)",
-    ),
-    (
-        KEEP_PAYLOADS,
-        "true | false: keep S3 payloads of resolved items (default false)",
-    ),
-];
+/// The processor a redrive reprocesses with: the worker's, with its downstream credential
+/// read from Secrets Manager; `None` when no downstream is configured (requeue only). The
+/// redrive function and `dlq redrive` both build it here.
+pub async fn redrive_processor(
+    config: &RedriveConfig,
+    clients: &AwsClients,
+) -> Result<Option<HttpDelivery>, ConfigError> {
+    let Some(mut worker) = config.processor.clone() else {
+        return Ok(None);
+    };
+    let problem = |variable: &str, problem: String| ConfigError {
+        problems: vec![ConfigProblem {
+            variable: variable.to_string(),
+            problem,
+        }],
+    };
+    worker
+        .resolve_downstream_auth(clients)
+        .await
+        .map_err(|e| problem(e.variable, e.to_string()))?;
+    HttpDelivery::new(worker.delivery).map(Some).map_err(|e| {
+        problem(
+            DOWNSTREAM_URL.name,
+            format!("cannot build the HTTP client: {e}"),
+        )
+    })
+}
 
 /// Time kept free before the Lambda deadline for answering: the engine keeps its own
 /// reserves before this (settling the DLQ messages, writing the items' outcomes).
@@ -49,64 +57,20 @@ impl RedriveFunction {
     pub async fn from_env() -> Result<RedriveFunction, ConfigError> {
         let lookup = |name: &str| std::env::var(name).ok();
         let mut env = EnvReader::new(&lookup);
-        let store = StoreConfig::read(&mut env);
+        let config = RedriveConfig::read(&mut env);
+        let store = match &config.processor {
+            Some(worker) => worker.store.clone(),
+            None => read_store_config(&mut env),
+        };
         if store.is_none() {
             env.problem(
-                crate::store::TABLE,
+                TABLE.name,
                 "is not set; the redrive function needs the dead-letter store",
             );
         }
-        let source_queue_url: Option<String> = env.optional(SOURCE_QUEUE_URL, "a queue URL");
-        let keep_payloads = env.flag(KEEP_PAYLOADS, false);
-        let processor_config = if lookup(crate::config::DOWNSTREAM_URL).is_some() {
-            WorkerConfig::read(&mut env)
-        } else {
-            None
-        };
-        let id_source = env
-            .optional::<ItemIdSource>(
-                crate::config::ITEM_ID_SOURCE,
-                "message-id, pointer:/path or attribute:Name",
-            )
-            .unwrap_or(ItemIdSource::MessageId);
         env.finish()?;
         let clients = AwsClients::from_env().await;
-        let mut processor_config = processor_config;
-        if let Some(config) = &mut processor_config {
-            config
-                .resolve_downstream_auth(&clients)
-                .await
-                .map_err(|e| ConfigError {
-                    problems: vec![crate::config::ConfigProblem {
-                        variable: e.variable.to_string(),
-                        problem: e.to_string(),
-                    }],
-                })?;
-        }
-        let processor = match &processor_config {
-            Some(c) => Some(
-                HttpDelivery::new(c.delivery.clone()).map_err(|e| ConfigError {
-                    problems: vec![crate::config::ConfigProblem {
-                        variable: crate::config::DOWNSTREAM_URL.to_string(),
-                        problem: format!("cannot build the HTTP client: {e}"),
-                    }],
-                })?,
-            ),
-            None => None,
-        };
-        let settings = RedriveSettings {
-            retry: processor_config
-                .as_ref()
-                .map(|c| c.batch.retry.clone())
-                .unwrap_or_default(),
-            parser: ItemParser {
-                id_source,
-                ..ItemParser::default()
-            },
-            source_queue_url,
-            keep_payloads,
-            ..RedriveSettings::default()
-        };
+        let processor = redrive_processor(&config, &clients).await?;
         let store = DeadLetterStore::new(
             clients,
             store.ok_or_else(|| ConfigError {
@@ -114,7 +78,7 @@ impl RedriveFunction {
             })?,
         );
         Ok(RedriveFunction {
-            engine: RedriveEngine::new(store, processor, settings),
+            engine: RedriveEngine::new(store, processor, config.settings),
         })
     }
 

@@ -8,7 +8,8 @@
 use reqwest::header::{HeaderName, HeaderValue};
 
 use crate::aws::AwsClients;
-use crate::config::{DownstreamAuth, WorkerConfig, DOWNSTREAM_AUTH_SECRET};
+use crate::config::vars::DOWNSTREAM_AUTH_SECRET;
+use crate::config::{DownstreamAuth, WorkerConfig};
 use crate::error::ProcessError;
 
 /// The downstream credential could not be read; the function must not start without it.
@@ -30,7 +31,7 @@ pub async fn auth_header(
     client: &aws_sdk_secretsmanager::Client,
 ) -> Result<(HeaderName, HeaderValue), SecretError> {
     let error = |reason: String| SecretError {
-        variable: DOWNSTREAM_AUTH_SECRET,
+        variable: DOWNSTREAM_AUTH_SECRET.name,
         secret_id: auth.secret_id.clone(),
         reason,
     };

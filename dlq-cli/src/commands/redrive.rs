@@ -2,16 +2,16 @@
 //! here through the library's engine or in the deployed redrive function, and prints the
 //! report.
 //!
-//! The engine is built here from the environment the worker uses ([`processor_from_env`],
-//! the `RedriveSettings` in [`redrive`]); [`invoke_function`] runs the request remotely.
+//! The engine is built here from the same configuration as the redrive function's
+//! ([`sqs_worker::config::RedriveConfig`]: the worker's retries and processor,
+//! `REDRIVE_KEEP_PAYLOADS`, `REDRIVE_SOURCE_QUEUE_URL`); [`invoke_function`] runs the
+//! request remotely.
 
 use std::io::Write;
 
 use sqs_worker::analysis;
-use sqs_worker::redrive::{
-    ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
-};
-use sqs_worker::HttpDelivery;
+use sqs_worker::redrive::{ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest};
+use sqs_worker::redrive_function::redrive_processor;
 
 use super::render::{out, table, write_err};
 use crate::args::{GlobalArgs, RedriveArgs};
@@ -64,21 +64,22 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
     let report = match &args.via_function {
         Some(function) => invoke_function(global, function, &request).await?,
         None => {
+            // The same configuration as the redrive function's (retries, processor, item
+            // ids, requeue target, payload keeping), from the same variables.
+            let lookup = |name: &str| std::env::var(name).ok();
+            let mut env = sqs_worker::config::EnvReader::new(&lookup);
+            let config = sqs_worker::config::RedriveConfig::read(&mut env);
+            env.finish().map_err(|e| CliError::Usage(e.to_string()))?;
             let store = store(global).await?;
-            let processor = processor_from_env(store.clients()).await?;
-            let settings = RedriveSettings {
-                parser: sqs_worker::item::ItemParser {
-                    id_source: std::env::var("WORKER_ITEM_ID_SOURCE")
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(sqs_worker::item::ItemIdSource::MessageId),
-                    ..Default::default()
-                },
-                source_queue_url: args.source_queue_url.clone(),
-                // A local run has no response size limit: the report lists every item.
-                report_items: usize::MAX,
-                ..RedriveSettings::default()
-            };
+            let processor = redrive_processor(&config, store.clients())
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            let mut settings = config.settings;
+            if args.source_queue_url.is_some() {
+                settings.source_queue_url = args.source_queue_url.clone();
+            }
+            // A local run has no response size limit: the report lists every item.
+            settings.report_items = usize::MAX;
             let engine = RedriveEngine::new(store, processor, settings);
             let bar = progress(request.max_items.map(|n| n as u64), "redriving");
             let on_item = |_: &sqs_worker::redrive::ItemOutcome| bar.inc(1);
@@ -96,25 +97,6 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
     } else {
         Completion::Ok
     })
-}
-
-/// The HTTP delivery processor when `WORKER_DOWNSTREAM_URL` is set (reprocess mode), with
-/// the downstream credential from Secrets Manager when one is configured.
-async fn processor_from_env(
-    clients: &sqs_worker::aws::AwsClients,
-) -> Result<Option<HttpDelivery>, CliError> {
-    if std::env::var("WORKER_DOWNSTREAM_URL").is_err() {
-        return Ok(None);
-    }
-    let mut config =
-        sqs_worker::config::WorkerConfig::from_env().map_err(|e| CliError::Usage(e.to_string()))?;
-    config
-        .resolve_downstream_auth(clients)
-        .await
-        .map_err(|e| CliError::Usage(e.to_string()))?;
-    HttpDelivery::new(config.delivery)
-        .map(Some)
-        .map_err(|e| CliError::Usage(format!("cannot build the processor: {e}")))
 }
 
 /// Runs the request in the deployed redrive function and returns its report.

@@ -286,7 +286,10 @@ async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued(
     };
     assert_eq!(attribute("tenant"), ["acme"]);
     assert_eq!(attribute("item_id"), ["a"], "ours, never the stale copy");
-    assert_eq!(attribute("requeued_by"), std::slice::from_ref(&report.run_id));
+    assert_eq!(
+        attribute("requeued_by"),
+        std::slice::from_ref(&report.run_id)
+    );
     assert_eq!(a.group_id, None);
     let record = engine.store().record("a").unwrap();
     assert_eq!(record.status, ItemStatus::Requeued);

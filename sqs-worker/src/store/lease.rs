@@ -14,7 +14,6 @@ use crate::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus, PROCESSED_
 use crate::error::{ErrorClass, ProcessError};
 use crate::signature::error_signature;
 
-
 /// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
 const TRANSACTION_ITEMS: usize = 100;
 
@@ -288,9 +287,7 @@ impl DeadLetterStore {
     ) -> Result<(), ProcessError> {
         let keys = AttributeValue::L(vec![
             AttributeValue::S(schema::processed_key_for_message(message_id)),
-            AttributeValue::S(schema::processed_key_for_payload(
-                payload_sha256,
-            )),
+            AttributeValue::S(schema::processed_key_for_payload(payload_sha256)),
         ]);
         let result = self
             .clients

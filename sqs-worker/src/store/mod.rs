@@ -29,39 +29,12 @@ use chrono::Utc;
 use futures::StreamExt;
 
 use crate::aws::AwsClients;
-use crate::config::EnvReader;
 use crate::dead_letter::{
     compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
     DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
 use payload::{PayloadPolicy, S3Pointer};
-
-/// `DLQ_TABLE`
-pub const TABLE: &str = "DLQ_TABLE";
-/// `DLQ_QUEUE_URL`
-pub const QUEUE_URL: &str = "DLQ_QUEUE_URL";
-/// `DLQ_BUCKET`
-pub const BUCKET: &str = "DLQ_BUCKET";
-/// `DLQ_INLINE_MAX_BYTES`
-pub const INLINE_MAX_BYTES: &str = "DLQ_INLINE_MAX_BYTES";
-/// `DLQ_RETENTION_DAYS`
-pub const RETENTION_DAYS: &str = "DLQ_RETENTION_DAYS";
-
-/// The store's variables, shared by the worker, the redrive function and the CLI.
-pub const STORE_ENV_VARS: &[(&str, &str)] = &[
-    (TABLE, "DynamoDB table of dead-letter records"),
-    (QUEUE_URL, "URL of the DLQ"),
-    (BUCKET, "S3 bucket for payloads too large to keep inline"),
-    (
-        INLINE_MAX_BYTES,
-        "largest body kept inline in the record and DLQ message, 1024-262144 (default 65536)",
-    ),
-    (
-        RETENTION_DAYS,
-        "days a record is kept (DynamoDB TTL), 1-3650 (default 14)",
-    ),
-];
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,35 +67,6 @@ impl StoreConfig {
             retention: Duration::from_secs(14 * 86_400),
             write_concurrency: 10,
             history_limit: crate::dead_letter::HISTORY_LIMIT,
-        }
-    }
-
-    /// Reads the store variables: `None` when none of the three names is set, a problem
-    /// for each missing one when only some are.
-    pub fn read(env: &mut EnvReader<'_>) -> Option<StoreConfig> {
-        let table: Option<String> = env.optional(TABLE, "a table name");
-        let queue_url: Option<String> = env.optional(QUEUE_URL, "a queue URL");
-        let bucket: Option<String> = env.optional(BUCKET, "a bucket name");
-        let inline = env.ranged(INLINE_MAX_BYTES, 1024..=262_144, 65_536);
-        let days = env.ranged(RETENTION_DAYS, 1..=3650, 14);
-        match (table, queue_url, bucket) {
-            (None, None, None) => None,
-            (Some(table), Some(queue_url), Some(bucket)) => Some(StoreConfig {
-                inline_max_bytes: usize::try_from(inline).unwrap_or(65_536),
-                retention: Duration::from_secs(days * 86_400),
-                ..StoreConfig::new(&table, &queue_url, &bucket)
-            }),
-            (table, queue_url, bucket) => {
-                for (name, value) in [(TABLE, table), (QUEUE_URL, queue_url), (BUCKET, bucket)] {
-                    if value.is_none() {
-                        env.problem(
-                            name,
-                            format!("is not set; {TABLE}, {QUEUE_URL} and {BUCKET} go together"),
-                        );
-                    }
-                }
-                None
-            }
         }
     }
 }
@@ -637,8 +581,8 @@ impl crate::batch::BodyResolver for ExtendedClientResolver {
                     format!(
                         "the payload pointer names bucket {:?}, which is not one the worker reads payloads from ({} or {})",
                         pointer.bucket,
-                        crate::config::PAYLOAD_BUCKETS,
-                        BUCKET
+                        crate::config::vars::PAYLOAD_BUCKETS,
+                        crate::config::vars::BUCKET
                     ),
                 )
                 .with_step("fetch-payload")));

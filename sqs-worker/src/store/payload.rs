@@ -93,7 +93,7 @@ pub struct PayloadPolicy {
 }
 
 /// Default [`PayloadPolicy::max_bytes`]: 32 MiB.
-pub const DEFAULT_PAYLOAD_MAX_BYTES: u64 = 32 * 1024 * 1024;
+pub const DEFAULT_PAYLOAD_MAX_BYTES: u64 = crate::config::vars::PAYLOAD_MAX_BYTES.integer_default();
 
 impl PayloadPolicy {
     /// A policy allowing `buckets`, with the default size cap.

@@ -30,8 +30,8 @@ use chrono::Utc;
 use tokio::time::Instant;
 
 use super::dlq::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
-use super::schema::{processed_key_for_message, processed_key_for_payload, LEASE_EXPIRES_AT};
 use super::payload::S3Pointer;
+use super::schema::{processed_key_for_message, processed_key_for_payload, LEASE_EXPIRES_AT};
 use super::{schema, DeadLetterStore};
 use crate::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,

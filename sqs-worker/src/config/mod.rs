@@ -1,5 +1,13 @@
-//! Worker configuration from environment variables, validated all at once: every missing
-//! or malformed variable is named in one error, with the form it expects.
+//! Configuration from environment variables, validated all at once: every missing or
+//! malformed variable is named in one error, with the form it expects. The variables
+//! themselves (name, meaning, form, default) are listed once, in [`vars`]; this module
+//! reads them into the worker's ([`WorkerConfig`]), the store's ([`read_store_config`]) and
+//! the redrive engine's ([`RedriveConfig`]) configuration, which the redrive function and
+//! `dlq redrive` share.
+//!
+//! [`EnvReader`] is written by hand because it reports every problem at once rather than
+//! the first, which is what an operator fixing a function's environment wants; the
+//! parsers it uses are the types' own `FromStr`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -9,115 +17,15 @@ use std::time::Duration;
 use crate::batch::BatchConfig;
 use crate::item::{BodyFormat, ItemIdSource, ItemParser};
 use crate::processor::{redact_url, redact_url_text, HttpDeliveryConfig};
+use crate::redrive::RedriveSettings;
 use crate::retry::{Jitter, RetryPolicy};
-use crate::store::payload::{PayloadPolicy, DEFAULT_PAYLOAD_MAX_BYTES};
+use crate::store::payload::PayloadPolicy;
+use crate::store::StoreConfig;
 
-/// Every variable the worker reads, with its meaning; the infra template must set the same set.
-pub const WORKER_ENV_VARS: &[(&str, &str)] = &[
-    (
-        DOWNSTREAM_URL,
-        "required; http(s) URL each item body is POSTed to",
-    ),
-    (
-        DOWNSTREAM_TIMEOUT_MS,
-        "per-request timeout in ms (default 10000)",
-    ),
-    (
-        DOWNSTREAM_CONTENT_TYPE,
-        "Content-Type of the POST (default application/json)",
-    ),
-    (
-        DOWNSTREAM_AUTH_HEADER,
-        "header carrying the downstream credential, e.g. Authorization or x-api-key (with WORKER_DOWNSTREAM_AUTH_SECRET)",
-    ),
-    (
-        DOWNSTREAM_AUTH_SECRET,
-        "Secrets Manager secret id or ARN whose SecretString is that header's value, read once at start-up",
-    ),
-    (
-        ITEM_ID_SOURCE,
-        "message-id | pointer:/json/pointer | attribute:Name (default message-id)",
-    ),
-    (BODY_FORMAT, "json | text (default json)"),
-    (
-        MAX_CONCURRENCY,
-        "records processed at once, 1-1000 (default 10)",
-    ),
-    (
-        MAX_RECEIVE_COUNT,
-        "source queue maxReceiveCount, 1-1000 (unset: leave exhausted retries to SQS)",
-    ),
-    (
-        RECEIVE_BUDGET_MARGIN,
-        "dead-letter this many deliveries early (default 0)",
-    ),
-    (
-        RETRY_MAX_ATTEMPTS,
-        "attempts per record per invocation, 1-20 (default 3)",
-    ),
-    (
-        RETRY_BASE_DELAY_MS,
-        "first backoff delay in ms (default 100)",
-    ),
-    (RETRY_MAX_DELAY_MS, "backoff cap in ms (default 2000)"),
-    (
-        RETRY_UNKNOWN_ERRORS,
-        "true | false: retry errors of class unknown (default false)",
-    ),
-    (
-        DEADLINE_MARGIN_MS,
-        "stop starting records this long before the deadline (default 2000)",
-    ),
-    (
-        SKIP_GROUP_ON_ERROR,
-        "true | false: FIFO holds back only the failed group (default false)",
-    ),
-    (
-        PAYLOAD_MAX_BYTES,
-        "largest SQS Extended Client payload read from S3, 1024-2147483648 (default 33554432)",
-    ),
-    (
-        PAYLOAD_BUCKETS,
-        "comma-separated buckets Extended Client pointers may name, besides DLQ_BUCKET (default none)",
-    ),
-];
+pub mod vars;
 
-/// `WORKER_DOWNSTREAM_URL`
-pub const DOWNSTREAM_URL: &str = "WORKER_DOWNSTREAM_URL";
-/// `WORKER_DOWNSTREAM_TIMEOUT_MS`
-pub const DOWNSTREAM_TIMEOUT_MS: &str = "WORKER_DOWNSTREAM_TIMEOUT_MS";
-/// `WORKER_DOWNSTREAM_CONTENT_TYPE`
-pub const DOWNSTREAM_CONTENT_TYPE: &str = "WORKER_DOWNSTREAM_CONTENT_TYPE";
-/// `WORKER_DOWNSTREAM_AUTH_HEADER`
-pub const DOWNSTREAM_AUTH_HEADER: &str = "WORKER_DOWNSTREAM_AUTH_HEADER";
-/// `WORKER_DOWNSTREAM_AUTH_SECRET`
-pub const DOWNSTREAM_AUTH_SECRET: &str = "WORKER_DOWNSTREAM_AUTH_SECRET";
-/// `WORKER_ITEM_ID_SOURCE`
-pub const ITEM_ID_SOURCE: &str = "WORKER_ITEM_ID_SOURCE";
-/// `WORKER_BODY_FORMAT`
-pub const BODY_FORMAT: &str = "WORKER_BODY_FORMAT";
-/// `WORKER_MAX_CONCURRENCY`
-pub const MAX_CONCURRENCY: &str = "WORKER_MAX_CONCURRENCY";
-/// `WORKER_MAX_RECEIVE_COUNT`
-pub const MAX_RECEIVE_COUNT: &str = "WORKER_MAX_RECEIVE_COUNT";
-/// `WORKER_RECEIVE_BUDGET_MARGIN`
-pub const RECEIVE_BUDGET_MARGIN: &str = "WORKER_RECEIVE_BUDGET_MARGIN";
-/// `WORKER_RETRY_MAX_ATTEMPTS`
-pub const RETRY_MAX_ATTEMPTS: &str = "WORKER_RETRY_MAX_ATTEMPTS";
-/// `WORKER_RETRY_BASE_DELAY_MS`
-pub const RETRY_BASE_DELAY_MS: &str = "WORKER_RETRY_BASE_DELAY_MS";
-/// `WORKER_RETRY_MAX_DELAY_MS`
-pub const RETRY_MAX_DELAY_MS: &str = "WORKER_RETRY_MAX_DELAY_MS";
-/// `WORKER_RETRY_UNKNOWN_ERRORS`
-pub const RETRY_UNKNOWN_ERRORS: &str = "WORKER_RETRY_UNKNOWN_ERRORS";
-/// `WORKER_DEADLINE_MARGIN_MS`
-pub const DEADLINE_MARGIN_MS: &str = "WORKER_DEADLINE_MARGIN_MS";
-/// `WORKER_SKIP_GROUP_ON_ERROR`
-pub const SKIP_GROUP_ON_ERROR: &str = "WORKER_SKIP_GROUP_ON_ERROR";
-/// `WORKER_PAYLOAD_MAX_BYTES`
-pub const PAYLOAD_MAX_BYTES: &str = "WORKER_PAYLOAD_MAX_BYTES";
-/// `WORKER_PAYLOAD_BUCKETS`
-pub const PAYLOAD_BUCKETS: &str = "WORKER_PAYLOAD_BUCKETS";
+use vars::*;
+pub use vars::{Var, REDRIVE_VARS, STORE_VARS, WORKER_VARS};
 
 /// One bad variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,79 +83,105 @@ impl<'a> EnvReader<'a> {
     }
 
     /// The variable's trimmed value; `None` when unset or blank.
-    pub fn raw(&self, variable: &str) -> Option<String> {
-        (self.lookup)(variable)
+    pub fn raw(&self, var: &Var) -> Option<String> {
+        (self.lookup)(var.name)
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
     }
 
     /// A required variable parsed with `FromStr`.
-    pub fn required<T: FromStr>(&mut self, variable: &str, expected: &str) -> Option<T>
+    pub fn required<T: FromStr>(&mut self, var: &Var) -> Option<T>
     where
         T::Err: fmt::Display,
     {
-        match self.raw(variable) {
-            Some(_) => self.optional(variable, expected),
+        match self.raw(var) {
+            Some(_) => self.optional(var),
             None => {
-                self.problem(variable, format!("is not set; expected {expected}"));
+                self.problem(var.name, format!("is not set; expected {}", var.expected()));
                 None
             }
         }
     }
 
     /// An optional variable parsed with `FromStr`; `None` when unset or bad (bad is noted).
-    pub fn optional<T: FromStr>(&mut self, variable: &str, expected: &str) -> Option<T>
+    pub fn optional<T: FromStr>(&mut self, var: &Var) -> Option<T>
     where
         T::Err: fmt::Display,
     {
-        let raw = self.raw(variable)?;
+        let raw = self.raw(var)?;
         match raw.parse::<T>() {
             Ok(value) => Some(value),
             Err(e) => {
                 self.problem(
-                    variable,
-                    format!("{raw:?} is not valid ({e}); expected {expected}"),
+                    var.name,
+                    format!("{raw:?} is not valid ({e}); expected {}", var.expected()),
                 );
                 None
             }
         }
     }
 
-    /// An optional integer that must lie in `range`.
-    pub fn ranged(
-        &mut self,
-        variable: &str,
-        range: std::ops::RangeInclusive<u64>,
-        default: u64,
-    ) -> u64 {
-        let expected = format!("an integer from {} to {}", range.start(), range.end());
-        match self.optional::<u64>(variable, &expected) {
-            Some(v) if range.contains(&v) => v,
-            Some(v) => {
-                self.problem(
-                    variable,
-                    format!("{v} is out of range; expected {expected}"),
-                );
-                default
-            }
-            None => default,
+    /// An optional text variable parsed with `FromStr`, or its default when unset (or bad:
+    /// bad is noted).
+    pub fn text_or_default<T: FromStr>(&mut self, var: &Var) -> Option<T>
+    where
+        T::Err: fmt::Display,
+    {
+        match self.optional(var) {
+            Some(value) => Some(value),
+            None => match var.form {
+                vars::Form::Text {
+                    default: Some(d), ..
+                } => d.parse().ok(),
+                _ => None,
+            },
         }
     }
 
-    /// An optional `true`/`false`.
-    pub fn flag(&mut self, variable: &str, default: bool) -> bool {
-        match self.raw(variable).as_deref() {
+    /// An integer variable within its range; `None` when unset (or bad: bad is noted).
+    pub fn integer_if_set(&mut self, var: &Var) -> Option<u64> {
+        let vars::Form::Integer { min, max, .. } = var.form else {
+            return self.optional(var);
+        };
+        let value = self.optional::<u64>(var)?;
+        if (min..=max).contains(&value) {
+            Some(value)
+        } else {
+            self.problem(
+                var.name,
+                format!("{value} is out of range; expected {}", var.expected()),
+            );
+            None
+        }
+    }
+
+    /// An integer variable within its range, or its default.
+    pub fn integer(&mut self, var: &Var) -> u64 {
+        self.integer_if_set(var)
+            .unwrap_or_else(|| var.integer_default())
+    }
+
+    /// A `true`/`false` variable, or its default.
+    pub fn flag(&mut self, var: &Var) -> bool {
+        let default = matches!(var.form, vars::Form::Flag { default: true });
+        match self.raw(var).as_deref() {
             None => default,
             Some("true") => true,
             Some("false") => false,
             Some(other) => {
                 self.problem(
-                    variable,
+                    var.name,
                     format!("{other:?} is not valid; expected true or false"),
                 );
                 default
             }
         }
+    }
+
+    /// A variable Lambda sets for the function (its name, log group and stream): not
+    /// ours to validate, only to pass on.
+    pub fn lambda_variable(&self, name: &str) -> Option<String> {
+        (self.lookup)(name).filter(|v| !v.is_empty())
     }
 
     /// Ends reading: the problems, if any.
@@ -285,14 +219,13 @@ const RESERVED_HEADERS: &[&str] = &[
 
 /// `WORKER_DOWNSTREAM_AUTH_HEADER` and `WORKER_DOWNSTREAM_AUTH_SECRET`: both or neither.
 fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
-    let header: Option<String> = env.optional(DOWNSTREAM_AUTH_HEADER, "an HTTP header name");
-    let secret_id: Option<String> =
-        env.optional(DOWNSTREAM_AUTH_SECRET, "a Secrets Manager secret id or ARN");
+    let header: Option<String> = env.optional(&DOWNSTREAM_AUTH_HEADER);
+    let secret_id: Option<String> = env.optional(&DOWNSTREAM_AUTH_SECRET);
     let header = header.and_then(|name| {
         match reqwest::header::HeaderName::from_bytes(name.as_bytes()) {
             Ok(h) if RESERVED_HEADERS.contains(&h.as_str()) => {
                 env.problem(
-                    DOWNSTREAM_AUTH_HEADER,
+DOWNSTREAM_AUTH_HEADER.name,
                     format!("{name:?} is a header the worker sets itself; expected another name, e.g. Authorization or x-api-key"),
                 );
                 None
@@ -300,7 +233,7 @@ fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
             Ok(h) => Some(h),
             Err(_) => {
                 env.problem(
-                    DOWNSTREAM_AUTH_HEADER,
+DOWNSTREAM_AUTH_HEADER.name,
                     format!("{name:?} is not an HTTP header name; expected e.g. Authorization or x-api-key"),
                 );
                 None
@@ -308,14 +241,24 @@ fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
         }
     });
     let together = format!("{DOWNSTREAM_AUTH_HEADER} and {DOWNSTREAM_AUTH_SECRET} go together");
-    match (header, secret_id, env.raw(DOWNSTREAM_AUTH_HEADER).is_some()) {
+    match (
+        header,
+        secret_id,
+        env.raw(&DOWNSTREAM_AUTH_HEADER).is_some(),
+    ) {
         (Some(header), Some(secret_id), _) => Some(DownstreamAuth { header, secret_id }),
         (None, Some(_), false) => {
-            env.problem(DOWNSTREAM_AUTH_HEADER, format!("is not set; {together}"));
+            env.problem(
+                DOWNSTREAM_AUTH_HEADER.name,
+                format!("is not set; {together}"),
+            );
             None
         }
         (Some(_), None, _) => {
-            env.problem(DOWNSTREAM_AUTH_SECRET, format!("is not set; {together}"));
+            env.problem(
+                DOWNSTREAM_AUTH_SECRET.name,
+                format!("is not set; {together}"),
+            );
             None
         }
         _ => None,
@@ -337,14 +280,10 @@ fn is_bucket_name(name: &str) -> bool {
 /// `WORKER_PAYLOAD_MAX_BYTES` and `WORKER_PAYLOAD_BUCKETS`. The store's own bucket is
 /// added by the worker, which knows it.
 fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
-    let max_bytes = env.ranged(
-        PAYLOAD_MAX_BYTES,
-        1024..=2_147_483_648,
-        DEFAULT_PAYLOAD_MAX_BYTES,
-    );
+    let max_bytes = env.integer(&PAYLOAD_MAX_BYTES);
     let mut allowed_buckets = std::collections::BTreeSet::new();
     for name in env
-        .raw(PAYLOAD_BUCKETS)
+        .raw(&PAYLOAD_BUCKETS)
         .unwrap_or_default()
         .split(',')
         .map(str::trim)
@@ -354,7 +293,7 @@ fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
             allowed_buckets.insert(name.to_string());
         } else {
             env.problem(
-                PAYLOAD_BUCKETS,
+                PAYLOAD_BUCKETS.name,
                 format!("{name:?} is not a bucket name; expected comma-separated S3 bucket names"),
             );
         }
@@ -388,12 +327,12 @@ pub struct WorkerConfig {
 /// ever quoted redacted (a query string may hold an API key), and a `user:password@` is
 /// refused: credentials belong in a header, from Secrets Manager.
 fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
-    let raw: String = env.required(DOWNSTREAM_URL, "an http:// or https:// URL")?;
+    let raw: String = env.required(&DOWNSTREAM_URL)?;
     let url = match raw.parse::<reqwest::Url>() {
         Ok(url) => url,
         Err(e) => {
             env.problem(
-                DOWNSTREAM_URL,
+                DOWNSTREAM_URL.name,
                 format!(
                     "{:?} is not valid ({e}); expected an http:// or https:// URL",
                     redact_url_text(&raw)
@@ -404,7 +343,7 @@ fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
     };
     if !matches!(url.scheme(), "http" | "https") {
         env.problem(
-            DOWNSTREAM_URL,
+            DOWNSTREAM_URL.name,
             format!(
                 "scheme {:?} is not supported; expected http or https",
                 url.scheme()
@@ -414,7 +353,7 @@ fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
     }
     if !url.username().is_empty() || url.password().is_some() {
         env.problem(
-            DOWNSTREAM_URL,
+            DOWNSTREAM_URL.name,
             format!(
                 "{:?} carries credentials (user:password@), which end up in logs and \
                  records; send them in a header instead: {DOWNSTREAM_AUTH_HEADER} and \
@@ -446,48 +385,34 @@ impl WorkerConfig {
     /// Reads the worker's variables into `env`, noting problems there.
     pub fn read(env: &mut EnvReader<'_>) -> Option<Self> {
         let url = read_downstream_url(env);
-        let timeout = env.ranged(DOWNSTREAM_TIMEOUT_MS, 1..=900_000, 10_000);
+        let timeout = env.integer(&DOWNSTREAM_TIMEOUT_MS);
         let content_type = env
-            .optional::<String>(DOWNSTREAM_CONTENT_TYPE, "a media type")
-            .unwrap_or_else(|| "application/json".to_string());
+            .text_or_default::<String>(&DOWNSTREAM_CONTENT_TYPE)
+            .unwrap_or_default();
         let downstream_auth = read_downstream_auth(env);
-        let id_source = env
-            .optional::<ItemIdSource>(
-                ITEM_ID_SOURCE,
-                "message-id, pointer:/path or attribute:Name",
-            )
-            .unwrap_or(ItemIdSource::MessageId);
+        let id_source = read_item_id_source(env);
         let body_format = env
-            .optional::<BodyFormat>(BODY_FORMAT, "json or text")
-            .unwrap_or(BodyFormat::Json);
-        let concurrency = env.ranged(MAX_CONCURRENCY, 1..=1000, 10);
+            .text_or_default::<BodyFormat>(&BODY_FORMAT)
+            .unwrap_or_default();
+        let concurrency = env.integer(&MAX_CONCURRENCY);
         let max_receive_count = env
-            .optional::<u32>(MAX_RECEIVE_COUNT, "an integer from 1 to 1000")
-            .filter(|v| {
-                let ok = (1..=1000).contains(v);
-                if !ok {
-                    env.problem(
-                        MAX_RECEIVE_COUNT,
-                        format!("{v} is out of range; expected an integer from 1 to 1000"),
-                    );
-                }
-                ok
-            });
-        let margin = env.ranged(RECEIVE_BUDGET_MARGIN, 0..=999, 0);
-        let max_attempts = env.ranged(RETRY_MAX_ATTEMPTS, 1..=20, 3);
-        let base_delay = env.ranged(RETRY_BASE_DELAY_MS, 0..=60_000, 100);
-        let max_delay = env.ranged(RETRY_MAX_DELAY_MS, 0..=300_000, 2_000);
+            .integer_if_set(&MAX_RECEIVE_COUNT)
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+        let margin = env.integer(&RECEIVE_BUDGET_MARGIN);
+        let max_attempts = env.integer(&RETRY_MAX_ATTEMPTS);
+        let base_delay = env.integer(&RETRY_BASE_DELAY_MS);
+        let max_delay = env.integer(&RETRY_MAX_DELAY_MS);
         if base_delay > max_delay {
             env.problem(
-                RETRY_BASE_DELAY_MS,
+RETRY_BASE_DELAY_MS.name,
                 format!("{base_delay} is larger than {RETRY_MAX_DELAY_MS} ({max_delay}); expected base <= max"),
             );
         }
-        let retry_unknown = env.flag(RETRY_UNKNOWN_ERRORS, false);
-        let deadline_margin = env.ranged(DEADLINE_MARGIN_MS, 0..=600_000, 2_000);
-        let skip_group_on_error = env.flag(SKIP_GROUP_ON_ERROR, false);
+        let retry_unknown = env.flag(&RETRY_UNKNOWN_ERRORS);
+        let deadline_margin = env.integer(&DEADLINE_MARGIN_MS);
+        let skip_group_on_error = env.flag(&SKIP_GROUP_ON_ERROR);
         let payload = read_payload_policy(env);
-        let store = crate::store::StoreConfig::read(env);
+        let store = read_store_config(env);
         Some(WorkerConfig {
             store,
             delivery: HttpDeliveryConfig {
@@ -504,15 +429,15 @@ impl WorkerConfig {
                     body_format,
                 },
                 retry: RetryPolicy {
-                    max_attempts: u32::try_from(max_attempts).unwrap_or(3),
+                    max_attempts: u32::try_from(max_attempts).unwrap_or(u32::MAX),
                     base_delay: Duration::from_millis(base_delay),
                     max_delay: Duration::from_millis(max_delay),
                     retry_unknown,
                     jitter: Jitter::Full,
                 },
-                concurrency: usize::try_from(concurrency).unwrap_or(10),
+                concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
                 max_receive_count,
-                receive_budget_margin: u32::try_from(margin).unwrap_or(0),
+                receive_budget_margin: u32::try_from(margin).unwrap_or(u32::MAX),
                 skip_group_on_error,
             },
             deadline_margin: Duration::from_millis(deadline_margin),
@@ -521,12 +446,98 @@ impl WorkerConfig {
 
     /// The variables and their descriptions (worker and store), for documentation and
     /// drift checks against the infrastructure template.
-    pub fn documented_variables() -> BTreeMap<&'static str, &'static str> {
-        WORKER_ENV_VARS
+    pub fn documented_variables() -> BTreeMap<&'static str, String> {
+        WORKER_VARS
             .iter()
-            .chain(crate::store::STORE_ENV_VARS)
-            .copied()
+            .chain(STORE_VARS)
+            .map(|v| (v.name, v.describe()))
             .collect()
+    }
+}
+
+/// `WORKER_ITEM_ID_SOURCE`, read the same by the worker and the redrive engine.
+pub fn read_item_id_source(env: &mut EnvReader<'_>) -> ItemIdSource {
+    env.text_or_default::<ItemIdSource>(&ITEM_ID_SOURCE)
+        .unwrap_or(ItemIdSource::MessageId)
+}
+
+/// Reads the store variables: `None` when none of the three names is set, a problem for
+/// each missing one when only some are.
+pub fn read_store_config(env: &mut EnvReader<'_>) -> Option<StoreConfig> {
+    let table: Option<String> = env.optional(&TABLE);
+    let queue_url: Option<String> = env.optional(&QUEUE_URL);
+    let bucket: Option<String> = env.optional(&BUCKET);
+    let inline = env.integer(&INLINE_MAX_BYTES);
+    let days = env.integer(&RETENTION_DAYS);
+    match (table, queue_url, bucket) {
+        (None, None, None) => None,
+        (Some(table), Some(queue_url), Some(bucket)) => Some(StoreConfig {
+            inline_max_bytes: usize::try_from(inline).unwrap_or(usize::MAX),
+            retention: Duration::from_secs(days.saturating_mul(86_400)),
+            ..StoreConfig::new(&table, &queue_url, &bucket)
+        }),
+        (table, queue_url, bucket) => {
+            for (var, value) in [(TABLE, table), (QUEUE_URL, queue_url), (BUCKET, bucket)] {
+                if value.is_none() {
+                    env.problem(
+                        var.name,
+                        format!("is not set; {TABLE}, {QUEUE_URL} and {BUCKET} go together"),
+                    );
+                }
+            }
+            None
+        }
+    }
+}
+
+/// The redrive engine's configuration from the environment, the same for the redrive
+/// function and `dlq redrive`: the retry policy and processor of the worker (when
+/// `WORKER_DOWNSTREAM_URL` is set; otherwise only requeue works), how item ids are read,
+/// the requeue target and whether resolved items' payloads are kept. The store is not
+/// part of it: the function reads it from the environment, `dlq` from its options.
+#[derive(Debug, Clone)]
+pub struct RedriveConfig {
+    /// The engine's settings.
+    pub settings: RedriveSettings,
+    /// The worker's configuration, when its downstream is configured (reprocess mode).
+    /// It holds the store's configuration too, when that is set.
+    pub processor: Option<WorkerConfig>,
+}
+
+impl RedriveConfig {
+    /// Reads the redrive engine's variables into `env`, noting problems there.
+    pub fn read(env: &mut EnvReader<'_>) -> RedriveConfig {
+        let source_queue_url: Option<String> = env.optional(&SOURCE_QUEUE_URL);
+        let keep_payloads = env.flag(&KEEP_PAYLOADS);
+        let processor = if env.raw(&DOWNSTREAM_URL).is_some() {
+            WorkerConfig::read(env)
+        } else {
+            None
+        };
+        let id_source = read_item_id_source(env);
+        let settings = RedriveSettings {
+            retry: processor
+                .as_ref()
+                .map(|c| c.batch.retry.clone())
+                .unwrap_or_default(),
+            parser: ItemParser {
+                id_source,
+                ..ItemParser::default()
+            },
+            source_queue_url,
+            keep_payloads,
+            invocation: crate::dead_letter::InvocationInfo {
+                function_name: env.lambda_variable("AWS_LAMBDA_FUNCTION_NAME"),
+                request_id: None,
+                log_group: env.lambda_variable("AWS_LAMBDA_LOG_GROUP_NAME"),
+                log_stream: env.lambda_variable("AWS_LAMBDA_LOG_STREAM_NAME"),
+            },
+            ..RedriveSettings::default()
+        };
+        RedriveConfig {
+            settings,
+            processor,
+        }
     }
 }
 
@@ -545,7 +556,7 @@ mod tests {
 
     #[test]
     fn defaults_with_only_the_url() {
-        let c = read(&[(DOWNSTREAM_URL, "http://127.0.0.1:9000/ingest")]).unwrap();
+        let c = read(&[(DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest")]).unwrap();
         assert_eq!(c.delivery.url.as_str(), "http://127.0.0.1:9000/ingest");
         assert_eq!(c.delivery.timeout, Duration::from_secs(10));
         assert_eq!(c.batch.concurrency, 10);
@@ -558,19 +569,19 @@ mod tests {
     #[test]
     fn every_setting_is_read() {
         let c = read(&[
-            (DOWNSTREAM_URL, "https://example.com/x"),
-            (DOWNSTREAM_TIMEOUT_MS, "1500"),
-            (ITEM_ID_SOURCE, "pointer:/id"),
-            (BODY_FORMAT, "text"),
-            (MAX_CONCURRENCY, "50"),
-            (MAX_RECEIVE_COUNT, "5"),
-            (RECEIVE_BUDGET_MARGIN, "1"),
-            (RETRY_MAX_ATTEMPTS, "4"),
-            (RETRY_BASE_DELAY_MS, "50"),
-            (RETRY_MAX_DELAY_MS, "800"),
-            (RETRY_UNKNOWN_ERRORS, "true"),
-            (DEADLINE_MARGIN_MS, "3000"),
-            (SKIP_GROUP_ON_ERROR, "true"),
+            (DOWNSTREAM_URL.name, "https://example.com/x"),
+            (DOWNSTREAM_TIMEOUT_MS.name, "1500"),
+            (ITEM_ID_SOURCE.name, "pointer:/id"),
+            (BODY_FORMAT.name, "text"),
+            (MAX_CONCURRENCY.name, "50"),
+            (MAX_RECEIVE_COUNT.name, "5"),
+            (RECEIVE_BUDGET_MARGIN.name, "1"),
+            (RETRY_MAX_ATTEMPTS.name, "4"),
+            (RETRY_BASE_DELAY_MS.name, "50"),
+            (RETRY_MAX_DELAY_MS.name, "800"),
+            (RETRY_UNKNOWN_ERRORS.name, "true"),
+            (DEADLINE_MARGIN_MS.name, "3000"),
+            (SKIP_GROUP_ON_ERROR.name, "true"),
         ])
         .unwrap();
         assert_eq!(c.delivery.timeout, Duration::from_millis(1500));
@@ -591,23 +602,23 @@ mod tests {
     #[test]
     fn every_problem_is_named_at_once() {
         let err = read(&[
-            (DOWNSTREAM_TIMEOUT_MS, "soon"),
-            (MAX_CONCURRENCY, "0"),
-            (MAX_RECEIVE_COUNT, "1001"),
-            (RETRY_UNKNOWN_ERRORS, "yes"),
-            (ITEM_ID_SOURCE, "pointer:id"),
+            (DOWNSTREAM_TIMEOUT_MS.name, "soon"),
+            (MAX_CONCURRENCY.name, "0"),
+            (MAX_RECEIVE_COUNT.name, "1001"),
+            (RETRY_UNKNOWN_ERRORS.name, "yes"),
+            (ITEM_ID_SOURCE.name, "pointer:id"),
         ])
         .unwrap_err();
         let vars: Vec<&str> = err.problems.iter().map(|p| p.variable.as_str()).collect();
         assert_eq!(
             vars,
             [
-                DOWNSTREAM_URL,
-                DOWNSTREAM_TIMEOUT_MS,
-                ITEM_ID_SOURCE,
-                MAX_CONCURRENCY,
-                MAX_RECEIVE_COUNT,
-                RETRY_UNKNOWN_ERRORS
+                DOWNSTREAM_URL.name,
+                DOWNSTREAM_TIMEOUT_MS.name,
+                ITEM_ID_SOURCE.name,
+                MAX_CONCURRENCY.name,
+                MAX_RECEIVE_COUNT.name,
+                RETRY_UNKNOWN_ERRORS.name
             ]
         );
         let text = err.to_string();
@@ -626,10 +637,10 @@ mod tests {
 
     #[test]
     fn store_variables_go_together() {
-        let none = read(&[(DOWNSTREAM_URL, "http://x")]).unwrap();
+        let none = read(&[(DOWNSTREAM_URL.name, "http://x")]).unwrap();
         assert_eq!(none.store, None);
         let full = read(&[
-            (DOWNSTREAM_URL, "http://x"),
+            (DOWNSTREAM_URL.name, "http://x"),
             ("DLQ_TABLE", "t"),
             ("DLQ_QUEUE_URL", "http://q"),
             ("DLQ_BUCKET", "b"),
@@ -640,7 +651,7 @@ mod tests {
         assert_eq!(store.table, "t");
         assert_eq!(store.retention, Duration::from_secs(30 * 86_400));
         assert_eq!(store.inline_max_bytes, 65_536);
-        let err = read(&[(DOWNSTREAM_URL, "http://x"), ("DLQ_TABLE", "t")]).unwrap_err();
+        let err = read(&[(DOWNSTREAM_URL.name, "http://x"), ("DLQ_TABLE", "t")]).unwrap_err();
         let vars: Vec<_> = err.problems.iter().map(|p| p.variable.as_str()).collect();
         assert_eq!(vars, ["DLQ_QUEUE_URL", "DLQ_BUCKET"]);
     }
@@ -648,20 +659,20 @@ mod tests {
     #[test]
     fn bad_url_and_inverted_delays() {
         let err = read(&[
-            (DOWNSTREAM_URL, "ftp://example.com"),
-            (RETRY_BASE_DELAY_MS, "5000"),
-            (RETRY_MAX_DELAY_MS, "100"),
+            (DOWNSTREAM_URL.name, "ftp://example.com"),
+            (RETRY_BASE_DELAY_MS.name, "5000"),
+            (RETRY_MAX_DELAY_MS.name, "100"),
         ])
         .unwrap_err();
         assert_eq!(err.problems.len(), 2, "{err}");
         assert!(err.to_string().contains("scheme \"ftp\""));
-        let err = read(&[(DOWNSTREAM_URL, "not a url")]).unwrap_err();
-        assert_eq!(err.problems[0].variable, DOWNSTREAM_URL);
+        let err = read(&[(DOWNSTREAM_URL.name, "not a url")]).unwrap_err();
+        assert_eq!(err.problems[0].variable, DOWNSTREAM_URL.name);
     }
 
     #[test]
     fn the_url_is_never_quoted_with_its_query_or_credentials() {
-        let err = read(&[(DOWNSTREAM_URL, "https://h:99999/in?api_key=s3cret")]).unwrap_err();
+        let err = read(&[(DOWNSTREAM_URL.name, "https://h:99999/in?api_key=s3cret")]).unwrap_err();
         let text = err.to_string();
         assert!(!text.contains("s3cret"), "{text}");
         assert!(
@@ -669,34 +680,34 @@ mod tests {
             "{text}"
         );
 
-        let err = read(&[(DOWNSTREAM_URL, "https://svc:s3cret@h/in")]).unwrap_err();
+        let err = read(&[(DOWNSTREAM_URL.name, "https://svc:s3cret@h/in")]).unwrap_err();
         assert_eq!(err.problems.len(), 1, "{err}");
-        assert_eq!(err.problems[0].variable, DOWNSTREAM_URL);
+        assert_eq!(err.problems[0].variable, DOWNSTREAM_URL.name);
         let text = err.to_string();
         assert!(!text.contains("s3cret") && !text.contains("svc"), "{text}");
         assert!(text.contains("carries credentials"), "{text}");
-        assert!(text.contains(DOWNSTREAM_AUTH_HEADER), "{text}");
-        assert!(text.contains(DOWNSTREAM_AUTH_SECRET), "{text}");
-        let err = read(&[(DOWNSTREAM_URL, "https://token@h/in")]).unwrap_err();
+        assert!(text.contains(DOWNSTREAM_AUTH_HEADER.name), "{text}");
+        assert!(text.contains(DOWNSTREAM_AUTH_SECRET.name), "{text}");
+        let err = read(&[(DOWNSTREAM_URL.name, "https://token@h/in")]).unwrap_err();
         assert!(err.to_string().contains("carries credentials"), "{err}");
 
         // A query alone is allowed (some APIs want one), and kept for the request.
-        let c = read(&[(DOWNSTREAM_URL, "https://h/in?api_key=s3cret")]).unwrap();
+        let c = read(&[(DOWNSTREAM_URL.name, "https://h/in?api_key=s3cret")]).unwrap();
         assert_eq!(c.delivery.url.query(), Some("api_key=s3cret"));
         assert!(!format!("{c:?}").contains("s3cret"));
     }
 
     #[test]
     fn auth_header_and_secret_go_together() {
-        let url = (DOWNSTREAM_URL, "https://h/in");
+        let url = (DOWNSTREAM_URL.name, "https://h/in");
         let none = read(&[url]).unwrap();
         assert_eq!(none.downstream_auth, None);
         assert_eq!(none.delivery.auth_header, None);
         let both = read(&[
             url,
-            (DOWNSTREAM_AUTH_HEADER, "X-Api-Key"),
+            (DOWNSTREAM_AUTH_HEADER.name, "X-Api-Key"),
             (
-                DOWNSTREAM_AUTH_SECRET,
+                DOWNSTREAM_AUTH_SECRET.name,
                 "arn:aws:secretsmanager:us-east-1:1:secret:k",
             ),
         ])
@@ -712,42 +723,48 @@ mod tests {
 
         for (vars, missing) in [
             (
-                vec![(DOWNSTREAM_AUTH_HEADER, "Authorization")],
-                DOWNSTREAM_AUTH_SECRET,
+                vec![(DOWNSTREAM_AUTH_HEADER.name, "Authorization")],
+                DOWNSTREAM_AUTH_SECRET.name,
             ),
-            (vec![(DOWNSTREAM_AUTH_SECRET, "k")], DOWNSTREAM_AUTH_HEADER),
+            (
+                vec![(DOWNSTREAM_AUTH_SECRET.name, "k")],
+                DOWNSTREAM_AUTH_HEADER.name,
+            ),
         ] {
-            let mut all = vec![url, (MAX_CONCURRENCY, "0")];
+            let mut all = vec![url, (MAX_CONCURRENCY.name, "0")];
             all.extend(vars);
             let err = read(&all).unwrap_err();
             let named: Vec<_> = err.problems.iter().map(|p| p.variable.as_str()).collect();
             // Reported with every other problem.
-            assert!(named.contains(&MAX_CONCURRENCY), "{err}");
+            assert!(named.contains(&MAX_CONCURRENCY.name), "{err}");
             assert!(named.contains(&missing), "{err}");
             assert!(err.to_string().contains("go together"), "{err}");
         }
         for bad in ["bad header", "Content-Type", "x-item-id"] {
             let err = read(&[
                 url,
-                (DOWNSTREAM_AUTH_HEADER, bad),
-                (DOWNSTREAM_AUTH_SECRET, "k"),
+                (DOWNSTREAM_AUTH_HEADER.name, bad),
+                (DOWNSTREAM_AUTH_SECRET.name, "k"),
             ])
             .unwrap_err();
             assert_eq!(err.problems.len(), 1, "{bad}: {err}");
-            assert_eq!(err.problems[0].variable, DOWNSTREAM_AUTH_HEADER, "{bad}");
+            assert_eq!(
+                err.problems[0].variable, DOWNSTREAM_AUTH_HEADER.name,
+                "{bad}"
+            );
         }
     }
 
     #[test]
     fn payload_cap_and_buckets() {
-        let url = (DOWNSTREAM_URL, "https://h/in");
+        let url = (DOWNSTREAM_URL.name, "https://h/in");
         let c = read(&[url]).unwrap();
         assert_eq!(c.payload.max_bytes, 33_554_432);
         assert!(c.payload.allowed_buckets.is_empty());
         let c = read(&[
             url,
-            (PAYLOAD_MAX_BYTES, "1024"),
-            (PAYLOAD_BUCKETS, " producer-a , producer.b,,"),
+            (PAYLOAD_MAX_BYTES.name, "1024"),
+            (PAYLOAD_BUCKETS.name, " producer-a , producer.b,,"),
         ])
         .unwrap();
         assert_eq!(c.payload.max_bytes, 1024);
@@ -756,18 +773,18 @@ mod tests {
             ["producer-a", "producer.b"]
         );
         assert_eq!(
-            read(&[url, (PAYLOAD_MAX_BYTES, "2147483648")])
+            read(&[url, (PAYLOAD_MAX_BYTES.name, "2147483648")])
                 .unwrap()
                 .payload
                 .max_bytes,
             2_147_483_648
         );
         for (variable, value) in [
-            (PAYLOAD_MAX_BYTES, "1023"),
-            (PAYLOAD_MAX_BYTES, "2147483649"),
-            (PAYLOAD_BUCKETS, "ok-bucket,Upper"),
-            (PAYLOAD_BUCKETS, "s3://bucket"),
-            (PAYLOAD_BUCKETS, "ab"),
+            (PAYLOAD_MAX_BYTES.name, "1023"),
+            (PAYLOAD_MAX_BYTES.name, "2147483649"),
+            (PAYLOAD_BUCKETS.name, "ok-bucket,Upper"),
+            (PAYLOAD_BUCKETS.name, "s3://bucket"),
+            (PAYLOAD_BUCKETS.name, "ab"),
         ] {
             let err = read(&[url, (variable, value)]).unwrap_err();
             assert_eq!(err.problems.len(), 1, "{value}: {err}");
@@ -776,20 +793,75 @@ mod tests {
     }
 
     #[test]
-    fn the_documented_list_is_complete() {
-        let documented = WorkerConfig::documented_variables();
-        let sources = [include_str!("config.rs"), include_str!("store/mod.rs")];
-        for line in sources.iter().flat_map(|s| s.lines()) {
-            if let Some(rest) = line.strip_prefix("pub const ") {
-                if let Some((_, value)) = rest.split_once("= \"") {
-                    let name = value.trim_end_matches("\";");
-                    assert!(documented.contains_key(name), "{name} is not documented");
+    fn the_redrive_configuration_takes_the_workers_retries_and_its_own_variables() {
+        let map: HashMap<&str, &str> = HashMap::from([
+            (DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest"),
+            (RETRY_MAX_ATTEMPTS.name, "7"),
+            (ITEM_ID_SOURCE.name, "pointer:/id"),
+            (KEEP_PAYLOADS.name, "true"),
+            (SOURCE_QUEUE_URL.name, "https://sqs.example/q"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "redrive"),
+        ]);
+        let lookup = |name: &str| map.get(name).map(|v| v.to_string());
+        let mut env = EnvReader::new(&lookup);
+        let config = RedriveConfig::read(&mut env);
+        env.finish().unwrap();
+        assert_eq!(config.settings.retry.max_attempts, 7);
+        assert!(config.settings.keep_payloads);
+        assert_eq!(
+            config.settings.source_queue_url.as_deref(),
+            Some("https://sqs.example/q")
+        );
+        assert_eq!(
+            config.settings.parser.id_source,
+            ItemIdSource::JsonPointer("/id".into())
+        );
+        assert_eq!(
+            config.settings.invocation.function_name.as_deref(),
+            Some("redrive")
+        );
+        assert!(config.processor.is_some());
+        // Without a downstream: requeue only, default retries, and bad values still named.
+        let map: HashMap<&str, &str> = HashMap::from([(KEEP_PAYLOADS.name, "yes")]);
+        let lookup = |name: &str| map.get(name).map(|v| v.to_string());
+        let mut env = EnvReader::new(&lookup);
+        let config = RedriveConfig::read(&mut env);
+        assert!(config.processor.is_none());
+        let err = env.finish().unwrap_err();
+        assert_eq!(err.problems[0].variable, KEEP_PAYLOADS.name);
+    }
+
+    #[test]
+    fn no_variable_is_named_outside_the_registry() {
+        // The readers name variables through `vars` only: a literal name in a reader would
+        // be a variable without a meaning, default or template check.
+        let sources = [
+            include_str!("mod.rs"),
+            include_str!("../store/mod.rs"),
+            include_str!("../redrive_function.rs"),
+            include_str!("../worker.rs"),
+        ];
+        let mut literals = Vec::new();
+        for source in sources {
+            // The code, not its tests (which quote names in expected messages).
+            let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+            for prefix in ["\"WORKER_", "\"DLQ_", "\"REDRIVE_"] {
+                for (at, _) in source.match_indices(prefix) {
+                    let name: String = source[at + 1..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                        .collect();
+                    literals.push(name);
                 }
             }
         }
+        assert!(
+            literals.is_empty(),
+            "named outside config::vars: {literals:?}"
+        );
         assert_eq!(
-            documented.len(),
-            WORKER_ENV_VARS.len() + crate::store::STORE_ENV_VARS.len(),
+            WorkerConfig::documented_variables().len(),
+            WORKER_VARS.len() + STORE_VARS.len(),
             "no duplicates"
         );
     }

@@ -1,0 +1,419 @@
+//! Every environment variable of the worker, the redrive function and the dead-letter
+//! store, each written once: its name, what it means, the form of its value and its
+//! default. The readers ([`super::EnvReader`]) take the range and default from here, the
+//! README's tables are rendered from here (a test holds them equal), and the template
+//! check compares the functions' variables with these lists.
+//!
+//! A leaf module: it imports nothing of the crate, so any module may name a variable.
+
+/// One environment variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Var {
+    /// Its name.
+    pub name: &'static str,
+    /// What it sets.
+    pub meaning: &'static str,
+    /// The form of its value, with its default.
+    pub form: Form,
+}
+
+/// A variable shows as its name (in messages such as "A and B go together").
+impl std::fmt::Display for Var {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// The form of a variable's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// Text that must be set; `expected` says what form.
+    Required {
+        /// The form expected, as said in errors.
+        expected: &'static str,
+    },
+    /// Optional text; `default` applies when unset.
+    Text {
+        /// The form expected, as said in errors.
+        expected: &'static str,
+        /// The value used when unset (`None`: nothing).
+        default: Option<&'static str>,
+    },
+    /// An integer in `min..=max`; `default` applies when unset.
+    Integer {
+        /// Least value.
+        min: u64,
+        /// Greatest value.
+        max: u64,
+        /// The value used when unset (`None`: the setting is off).
+        default: Option<u64>,
+    },
+    /// `true` or `false`.
+    Flag {
+        /// The value used when unset.
+        default: bool,
+    },
+}
+
+impl Var {
+    /// The form expected, as errors say it.
+    pub fn expected(&self) -> String {
+        match self.form {
+            Form::Required { expected } | Form::Text { expected, .. } => expected.to_string(),
+            Form::Integer { min, max, .. } => format!("an integer from {min} to {max}"),
+            Form::Flag { .. } => "true or false".to_string(),
+        }
+    }
+
+    /// The integer default (0 for a variable without one).
+    pub const fn integer_default(&self) -> u64 {
+        match self.form {
+            Form::Integer {
+                default: Some(d), ..
+            } => d,
+            _ => 0,
+        }
+    }
+
+    /// One line for the documentation: meaning, form, default.
+    pub fn describe(&self) -> String {
+        match self.form {
+            Form::Required { .. } => format!("required; {}", self.meaning),
+            Form::Text {
+                default: Some(d), ..
+            } => format!("{} (default `{d}`)", self.meaning),
+            Form::Text { default: None, .. } => format!("{} (optional)", self.meaning),
+            Form::Integer {
+                min,
+                max,
+                default: Some(d),
+            } => format!("{}, {min}–{max} (default {d})", self.meaning),
+            Form::Integer {
+                min,
+                max,
+                default: None,
+            } => format!("{}, {min}–{max} (optional)", self.meaning),
+            Form::Flag { default } => {
+                format!("{}: `true` or `false` (default `{default}`)", self.meaning)
+            }
+        }
+    }
+}
+
+/// The README table of `vars`: a header and one row per variable.
+pub fn markdown_table(vars: &[Var]) -> String {
+    let mut table = String::from("| variable | meaning |\n| --- | --- |\n");
+    for var in vars {
+        table.push_str(&format!("| `{}` | {} |\n", var.name, var.describe()));
+    }
+    table
+}
+
+const fn integer(
+    name: &'static str,
+    meaning: &'static str,
+    min: u64,
+    max: u64,
+    default: u64,
+) -> Var {
+    Var {
+        name,
+        meaning,
+        form: Form::Integer {
+            min,
+            max,
+            default: Some(default),
+        },
+    }
+}
+
+const fn flag(name: &'static str, meaning: &'static str) -> Var {
+    Var {
+        name,
+        meaning,
+        form: Form::Flag { default: false },
+    }
+}
+
+const fn text(
+    name: &'static str,
+    meaning: &'static str,
+    expected: &'static str,
+    default: Option<&'static str>,
+) -> Var {
+    Var {
+        name,
+        meaning,
+        form: Form::Text { expected, default },
+    }
+}
+
+/// `WORKER_DOWNSTREAM_URL`
+pub const DOWNSTREAM_URL: Var = Var {
+    name: "WORKER_DOWNSTREAM_URL",
+    meaning: "http(s) URL each item body is POSTed to; no `user:password@` (credentials go in a header, below)",
+    form: Form::Required {
+        expected: "an http:// or https:// URL",
+    },
+};
+/// `WORKER_DOWNSTREAM_TIMEOUT_MS`
+pub const DOWNSTREAM_TIMEOUT_MS: Var = integer(
+    "WORKER_DOWNSTREAM_TIMEOUT_MS",
+    "per-request timeout in ms",
+    1,
+    900_000,
+    10_000,
+);
+/// `WORKER_DOWNSTREAM_CONTENT_TYPE`
+pub const DOWNSTREAM_CONTENT_TYPE: Var = text(
+    "WORKER_DOWNSTREAM_CONTENT_TYPE",
+    "`Content-Type` of the POST",
+    "a media type",
+    Some("application/json"),
+);
+/// `WORKER_DOWNSTREAM_AUTH_HEADER`
+pub const DOWNSTREAM_AUTH_HEADER: Var = text(
+    "WORKER_DOWNSTREAM_AUTH_HEADER",
+    "header carrying the downstream's credential, e.g. `Authorization` or `x-api-key` (with the next one)",
+    "an HTTP header name",
+    None,
+);
+/// `WORKER_DOWNSTREAM_AUTH_SECRET`
+pub const DOWNSTREAM_AUTH_SECRET: Var = text(
+    "WORKER_DOWNSTREAM_AUTH_SECRET",
+    "Secrets Manager secret id or ARN whose `SecretString` is that header's value, read once at start-up",
+    "a Secrets Manager secret id or ARN",
+    None,
+);
+/// `WORKER_ITEM_ID_SOURCE`
+pub const ITEM_ID_SOURCE: Var = text(
+    "WORKER_ITEM_ID_SOURCE",
+    "where the item id comes from: `message-id`, `pointer:/json/pointer` into the body, or `attribute:Name`",
+    "message-id, pointer:/path or attribute:Name",
+    Some("message-id"),
+);
+/// `WORKER_BODY_FORMAT`
+pub const BODY_FORMAT: Var = text(
+    "WORKER_BODY_FORMAT",
+    "`json` (non-JSON bodies are validation failures) or `text`",
+    "json or text",
+    Some("json"),
+);
+/// `WORKER_MAX_CONCURRENCY`
+pub const MAX_CONCURRENCY: Var = integer(
+    "WORKER_MAX_CONCURRENCY",
+    "records processed at once on standard queues",
+    1,
+    1000,
+    10,
+);
+/// `WORKER_MAX_RECEIVE_COUNT`
+pub const MAX_RECEIVE_COUNT: Var = Var {
+    name: "WORKER_MAX_RECEIVE_COUNT",
+    meaning: "the source queue's `maxReceiveCount` (without it, exhausted retries are left to SQS)",
+    form: Form::Integer {
+        min: 1,
+        max: 1000,
+        default: None,
+    },
+};
+/// `WORKER_RECEIVE_BUDGET_MARGIN`
+pub const RECEIVE_BUDGET_MARGIN: Var = integer(
+    "WORKER_RECEIVE_BUDGET_MARGIN",
+    "dead-letter this many deliveries before the last",
+    0,
+    999,
+    0,
+);
+/// `WORKER_RETRY_MAX_ATTEMPTS`
+pub const RETRY_MAX_ATTEMPTS: Var = integer(
+    "WORKER_RETRY_MAX_ATTEMPTS",
+    "attempts per record per invocation",
+    1,
+    20,
+    3,
+);
+/// `WORKER_RETRY_BASE_DELAY_MS`
+pub const RETRY_BASE_DELAY_MS: Var = integer(
+    "WORKER_RETRY_BASE_DELAY_MS",
+    "first backoff delay in ms (doubles per retry)",
+    0,
+    60_000,
+    100,
+);
+/// `WORKER_RETRY_MAX_DELAY_MS`
+pub const RETRY_MAX_DELAY_MS: Var = integer(
+    "WORKER_RETRY_MAX_DELAY_MS",
+    "cap on one backoff delay, in ms",
+    0,
+    300_000,
+    2_000,
+);
+/// `WORKER_RETRY_UNKNOWN_ERRORS`
+pub const RETRY_UNKNOWN_ERRORS: Var = flag(
+    "WORKER_RETRY_UNKNOWN_ERRORS",
+    "retry errors of class unknown",
+);
+/// `WORKER_DEADLINE_MARGIN_MS`
+pub const DEADLINE_MARGIN_MS: Var = integer(
+    "WORKER_DEADLINE_MARGIN_MS",
+    "stop starting records this long before the deadline, in ms",
+    0,
+    600_000,
+    2_000,
+);
+/// `WORKER_SKIP_GROUP_ON_ERROR`
+pub const SKIP_GROUP_ON_ERROR: Var = flag(
+    "WORKER_SKIP_GROUP_ON_ERROR",
+    "FIFO: hold back only the failed message group",
+);
+/// `WORKER_PAYLOAD_MAX_BYTES`
+pub const PAYLOAD_MAX_BYTES: Var = integer(
+    "WORKER_PAYLOAD_MAX_BYTES",
+    "largest SQS Extended Client payload read from S3",
+    1024,
+    2_147_483_648,
+    33_554_432,
+);
+/// `WORKER_PAYLOAD_BUCKETS`
+pub const PAYLOAD_BUCKETS: Var = text(
+    "WORKER_PAYLOAD_BUCKETS",
+    "comma-separated buckets an Extended Client pointer may name, besides `DLQ_BUCKET`",
+    "comma-separated S3 bucket names",
+    None,
+);
+
+/// `DLQ_TABLE`
+pub const TABLE: Var = text(
+    "DLQ_TABLE",
+    "DynamoDB table of dead-letter records",
+    "a table name",
+    None,
+);
+/// `DLQ_QUEUE_URL`
+pub const QUEUE_URL: Var = text("DLQ_QUEUE_URL", "URL of the DLQ", "a queue URL", None);
+/// `DLQ_BUCKET`
+pub const BUCKET: Var = text(
+    "DLQ_BUCKET",
+    "S3 bucket for payloads too large to keep inline",
+    "a bucket name",
+    None,
+);
+/// `DLQ_INLINE_MAX_BYTES`
+pub const INLINE_MAX_BYTES: Var = integer(
+    "DLQ_INLINE_MAX_BYTES",
+    "largest body kept inline in the record and the DLQ message",
+    1024,
+    262_144,
+    65_536,
+);
+/// `DLQ_RETENTION_DAYS`
+pub const RETENTION_DAYS: Var = integer(
+    "DLQ_RETENTION_DAYS",
+    "days a record is kept before DynamoDB TTL removes it",
+    1,
+    3650,
+    14,
+);
+
+/// `REDRIVE_SOURCE_QUEUE_URL`
+pub const SOURCE_QUEUE_URL: Var = text(
+    "REDRIVE_SOURCE_QUEUE_URL",
+    "requeue target overriding the queue each record names",
+    "a queue URL",
+    None,
+);
+/// `REDRIVE_KEEP_PAYLOADS`
+pub const KEEP_PAYLOADS: Var = flag(
+    "REDRIVE_KEEP_PAYLOADS",
+    "keep the S3 payloads of resolved items",
+);
+
+/// The worker's own variables.
+pub const WORKER_VARS: &[Var] = &[
+    DOWNSTREAM_URL,
+    DOWNSTREAM_TIMEOUT_MS,
+    DOWNSTREAM_CONTENT_TYPE,
+    DOWNSTREAM_AUTH_HEADER,
+    DOWNSTREAM_AUTH_SECRET,
+    ITEM_ID_SOURCE,
+    BODY_FORMAT,
+    MAX_CONCURRENCY,
+    MAX_RECEIVE_COUNT,
+    RECEIVE_BUDGET_MARGIN,
+    RETRY_MAX_ATTEMPTS,
+    RETRY_BASE_DELAY_MS,
+    RETRY_MAX_DELAY_MS,
+    RETRY_UNKNOWN_ERRORS,
+    DEADLINE_MARGIN_MS,
+    SKIP_GROUP_ON_ERROR,
+    PAYLOAD_MAX_BYTES,
+    PAYLOAD_BUCKETS,
+];
+
+/// The dead-letter store's variables (worker, redrive function and `dlq`).
+pub const STORE_VARS: &[Var] = &[TABLE, QUEUE_URL, BUCKET, INLINE_MAX_BYTES, RETENTION_DAYS];
+
+/// The redrive function's own variables (it also reads the store's and, to reprocess, the
+/// worker's).
+pub const REDRIVE_VARS: &[Var] = &[SOURCE_QUEUE_URL, KEEP_PAYLOADS];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_defaults_lie_in_their_ranges() {
+        let all: Vec<&Var> = WORKER_VARS
+            .iter()
+            .chain(STORE_VARS)
+            .chain(REDRIVE_VARS)
+            .collect();
+        let names: std::collections::HashSet<&str> = all.iter().map(|v| v.name).collect();
+        assert_eq!(names.len(), all.len());
+        for var in all {
+            if let Form::Integer {
+                min,
+                max,
+                default: Some(d),
+            } = var.form
+            {
+                assert!((min..=max).contains(&d), "{}", var.name);
+            }
+        }
+    }
+
+    #[test]
+    fn the_readme_tables_are_these() {
+        let readme = include_str!("../../../README.md");
+        let mut differ = Vec::new();
+        for (what, vars) in [
+            ("worker", WORKER_VARS),
+            ("store", STORE_VARS),
+            ("redrive", REDRIVE_VARS),
+        ] {
+            let table = markdown_table(vars);
+            if !readme.contains(&table) {
+                differ.push(format!("the {what} table should read:\n{table}"));
+            }
+        }
+        assert!(
+            differ.is_empty(),
+            "README.md differs from config::vars; {}",
+            differ.join("\n")
+        );
+    }
+
+    #[test]
+    fn descriptions_say_form_and_default() {
+        assert_eq!(
+            RETRY_MAX_ATTEMPTS.describe(),
+            "attempts per record per invocation, 1–20 (default 3)"
+        );
+        assert_eq!(
+            KEEP_PAYLOADS.describe(),
+            "keep the S3 payloads of resolved items: `true` or `false` (default `false`)"
+        );
+        assert_eq!(RETRY_MAX_ATTEMPTS.expected(), "an integer from 1 to 20");
+    }
+}
