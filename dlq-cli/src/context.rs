@@ -4,8 +4,8 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use sqs_worker::aws::AwsClients;
-use sqs_worker::store::{DeadLetterStore, StoreConfig};
+use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::store::{DeadLetterStore, StoreConfig};
 
 use crate::args::GlobalArgs;
 use crate::CliError;

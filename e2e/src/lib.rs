@@ -13,9 +13,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sqs_worker::aws::AwsClients;
+use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::store::DeadLetterStore;
 use sqs_worker::config::WorkerConfig;
-use sqs_worker::store::DeadLetterStore;
 use sqs_worker::worker::{ConfiguredSink, DefaultWorker};
 use sqs_worker::{DeadLetteredItem, HttpDelivery};
 use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
@@ -299,14 +299,17 @@ impl Pipeline {
         output
             .items()
             .iter()
-            .map(|i| sqs_worker::store::schema::record_from_item(i).unwrap())
+            .map(|i| sqs_worker::adapters::store::schema::record_from_item(i).unwrap())
             .collect()
     }
 
     /// A redrive engine over this pipeline, reprocessing through the same downstream.
     pub fn redrive_engine(
         &self,
-    ) -> sqs_worker::redrive::RedriveEngine<HttpDelivery, sqs_worker::store::DeadLetterStore> {
+    ) -> sqs_worker::redrive::RedriveEngine<
+        HttpDelivery,
+        sqs_worker::adapters::store::DeadLetterStore,
+    > {
         self.redrive_engine_via(self.clients.clone())
     }
 
@@ -315,7 +318,10 @@ impl Pipeline {
     pub fn redrive_engine_via(
         &self,
         clients: AwsClients,
-    ) -> sqs_worker::redrive::RedriveEngine<HttpDelivery, sqs_worker::store::DeadLetterStore> {
+    ) -> sqs_worker::redrive::RedriveEngine<
+        HttpDelivery,
+        sqs_worker::adapters::store::DeadLetterStore,
+    > {
         let delivery = HttpDelivery::new(sqs_worker::processor::HttpDeliveryConfig {
             url: self.downstream.url().parse().unwrap(),
             timeout: Duration::from_millis(500),

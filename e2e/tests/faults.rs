@@ -35,18 +35,18 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName
 use bytes::Bytes;
 use e2e::{body, outcome_ids, Pipeline, Setup, REGION};
 use serde_json::json;
-use sqs_worker::aws::AwsClients;
+use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::store::DeadLetterStore;
 use sqs_worker::batch::{BatchReport, Disposition, NotStartedReason};
 use sqs_worker::dead_letter::{DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation};
 use sqs_worker::error::ErrorClass;
 use sqs_worker::item::ItemParser;
+use sqs_worker::pointer::S3Pointer;
 use sqs_worker::processor::HttpDeliveryConfig;
 use sqs_worker::redrive::{
     no_progress, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
 };
 use sqs_worker::retry::Deadline;
-use sqs_worker::store::payload::S3Pointer;
-use sqs_worker::store::DeadLetterStore;
 use sqs_worker::worker::DefaultWorker;
 use sqs_worker::{HttpDelivery, Outcome, ProcessError, Processor, RetryPolicy, WorkItem};
 use sqs_worker_local::esm::{EsmStats, Invoker};
@@ -245,7 +245,7 @@ async fn lease_owner(p: &Pipeline, item_id: &str) -> Option<String> {
         .await
         .unwrap()
         .item()
-        .and_then(|i| i.get(sqs_worker::store::schema::LEASE_OWNER))
+        .and_then(|i| i.get(sqs_worker::adapters::store::schema::LEASE_OWNER))
         .and_then(|v| v.as_s().ok().cloned())
 }
 
@@ -275,7 +275,7 @@ async fn dangling_payloads(clients: &AwsClients, table: &str, strict: bool) -> V
         .unwrap();
     let mut dangling = Vec::new();
     for item in scan.items() {
-        let record = match sqs_worker::store::schema::record_from_item(item) {
+        let record = match sqs_worker::adapters::store::schema::record_from_item(item) {
             Ok(record) => record,
             Err(_) if !strict => continue,
             Err(e) => panic!("not a record: {e}: {item:?}"),

@@ -194,7 +194,7 @@ fn event_source_alarms_and_iam_as_declared() {
     let table = &template["Resources"]["DeadLetterTable"]["Properties"];
     assert_eq!(
         table["TimeToLiveSpecification"]["AttributeName"],
-        sqs_worker::store::schema::EXPIRES_AT
+        sqs_worker::adapters::store::schema::EXPIRES_AT
     );
     assert_eq!(table["TimeToLiveSpecification"]["Enabled"], true);
     assert_eq!(
@@ -497,8 +497,11 @@ async fn deploys_into_the_emulator() {
     template.as_object_mut().unwrap().remove("Rules");
 
     let clients = e2e::clients().await;
-    let shared =
-        sqs_worker::aws::AwsClients::endpoint_config(&e2e::emulator_url().await, e2e::REGION).await;
+    let shared = sqs_worker::adapters::aws::AwsClients::endpoint_config(
+        &e2e::emulator_url().await,
+        e2e::REGION,
+    )
+    .await;
     let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
     let lambda = aws_sdk_lambda::Client::new(&shared);
     // The translated template points at the code where `sam package` would put it.
@@ -669,7 +672,7 @@ async fn deploys_into_the_emulator() {
     );
     assert_eq!(
         table.key_schema()[0].attribute_name(),
-        sqs_worker::store::schema::ITEM_ID
+        sqs_worker::adapters::store::schema::ITEM_ID
     );
     // (moto 5.2.5 ignores TimeToLiveSpecification in CloudFormation; checked on the JSON.)
     assert_eq!(

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use e2e::{emulator_url, Pipeline, Setup};
 use sqs_worker::dead_letter::PayloadLocation;
-use sqs_worker::store::dlq::ITEM_ID_ATTRIBUTE;
+use sqs_worker::message::ITEM_ID_ATTRIBUTE;
 use sqs_worker::DeadLetteredItem;
 use sqs_worker_local::esm::EsmStats;
 use sqs_worker_local::fault_proxy::{Fault, FaultProxy, Matcher, Rule, Service, Trigger};
@@ -60,7 +60,7 @@ async fn all_records(p: &Pipeline) -> Vec<DeadLetteredItem> {
             .await
             .unwrap();
         for item in page.items() {
-            records.push(sqs_worker::store::schema::record_from_item(item).unwrap());
+            records.push(sqs_worker::adapters::store::schema::record_from_item(item).unwrap());
         }
         start = page.last_evaluated_key().cloned();
         if start.is_none() {

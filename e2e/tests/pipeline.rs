@@ -7,7 +7,7 @@ use e2e::{body, Pipeline, Setup};
 use serde_json::json;
 use sqs_worker::dead_letter::{DeadLetterReason, PayloadLocation};
 use sqs_worker::error::ErrorClass;
-use sqs_worker::store::payload::S3Pointer;
+use sqs_worker::pointer::S3Pointer;
 
 fn attr<'a>(m: &'a aws_sdk_sqs::types::Message, name: &str) -> Option<&'a str> {
     m.message_attributes()?.get(name)?.string_value()
@@ -412,10 +412,13 @@ async fn awkward_text_round_trips_through_the_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_counter_counts_and_times_each_operation() {
     let p = Pipeline::new("counter", Setup::default()).await;
-    let counter = sqs_worker::aws::CallCounter::default();
-    let shared =
-        sqs_worker::aws::AwsClients::endpoint_config(&e2e::emulator_url().await, e2e::REGION).await;
-    let clients = sqs_worker::aws::AwsClients::counted(&shared, true, &counter);
+    let counter = sqs_worker::adapters::aws::CallCounter::default();
+    let shared = sqs_worker::adapters::aws::AwsClients::endpoint_config(
+        &e2e::emulator_url().await,
+        e2e::REGION,
+    )
+    .await;
+    let clients = sqs_worker::adapters::aws::AwsClients::counted(&shared, true, &counter);
     clients
         .sqs
         .send_message()
@@ -425,11 +428,13 @@ async fn call_counter_counts_and_times_each_operation() {
         .await
         .unwrap();
     for _ in 0..2 {
-        let _ =
-            sqs_worker::store::DeadLetterStore::new(clients.clone(), p.resources.store_config())
-                .get("nobody")
-                .await
-                .unwrap();
+        let _ = sqs_worker::adapters::store::DeadLetterStore::new(
+            clients.clone(),
+            p.resources.store_config(),
+        )
+        .get("nobody")
+        .await
+        .unwrap();
     }
     let calls = counter.snapshot();
     assert_eq!(calls.get("SQS.SendMessage"), Some(&1), "{calls:?}");
@@ -444,8 +449,8 @@ async fn call_counter_counts_and_times_each_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
     use aws_sdk_sqs::types::MessageSystemAttributeName as S;
+    use sqs_worker::message::fifo_group_id;
     use sqs_worker::redrive::{no_progress, ItemOutcomeKind, RedriveMode, RedriveRequest};
-    use sqs_worker::store::dlq::fifo_group_id;
 
     let p = Pipeline::new(
         "fifonogroup",
@@ -669,7 +674,7 @@ async fn the_downstream_credential_comes_from_secrets_manager() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes() {
-    use sqs_worker::aws::{AwsClients, CallCounter};
+    use sqs_worker::adapters::aws::{AwsClients, CallCounter};
     use sqs_worker::config::WorkerConfig;
     use sqs_worker::worker::DefaultWorker;
 

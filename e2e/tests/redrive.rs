@@ -423,7 +423,7 @@ async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
 /// Marks an item as a run that died while redriving it leaves it: redriving, lease expired.
 async fn leave_stale_lease(p: &Pipeline, item_id: &str) {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_worker::store::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
+    use sqs_worker::adapters::store::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
     let expired = chrono::Utc::now().timestamp() - 60;
     p.clients
         .dynamodb
@@ -720,7 +720,7 @@ async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_worker::store::payload::S3Pointer {
+    let pointer = sqs_worker::pointer::S3Pointer {
         bucket: p.resources.bucket.clone(),
         key: "producer/ec-1".into(),
     }

@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use serde::Serialize;
-use sqs_worker::aws::{AwsClients, CallCounter};
+use sqs_worker::adapters::aws::{AwsClients, CallCounter};
+use sqs_worker::adapters::store::DeadLetterStore;
 use sqs_worker::batch::{BatchConfig, BatchProcessor};
 use sqs_worker::dead_letter::InvocationInfo;
 use sqs_worker::error::ProcessError;
 use sqs_worker::item::WorkItem;
 use sqs_worker::processor::{Outcome, Processor};
 use sqs_worker::retry::Deadline;
-use sqs_worker::store::DeadLetterStore;
 
 use crate::resources::{PipelineResources, ResourceSpec};
 

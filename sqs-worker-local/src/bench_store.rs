@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use serde::Serialize;
 use serde_json::json;
+use sqs_worker::adapters::aws::{AwsClients, CallCounter};
+use sqs_worker::adapters::store::{schema, DeadLetterStore};
 use sqs_worker::analysis;
-use sqs_worker::aws::{AwsClients, CallCounter};
 use sqs_worker::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
 };
@@ -22,8 +23,7 @@ use sqs_worker::redrive::{
     no_progress, RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings,
 };
 use sqs_worker::retry::AttemptFailure;
-use sqs_worker::store::query::RecordFilter;
-use sqs_worker::store::{schema, DeadLetterStore};
+use sqs_worker::selection::RecordFilter;
 use sqs_worker::HttpDelivery;
 
 use crate::downstream::{Downstream, DownstreamConfig};
@@ -356,7 +356,8 @@ async fn bench_redrive(
     eprintln!("seeding {items} eligible records and their DLQ messages for {name}...");
     seed(&store, &records).await?;
     let refs: Vec<&DeadLetteredItem> = records.iter().collect();
-    for result in sqs_worker::store::dlq::send(&clients.sqs, store.config(), &refs).await {
+    for result in sqs_worker::adapters::store::dlq::send(&clients.sqs, store.config(), &refs).await
+    {
         result.map_err(|e| e.to_string())?;
     }
     let delivery = HttpDelivery::new(sqs_worker::processor::HttpDeliveryConfig {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use serde_json::json;
-use sqs_worker::aws::AwsClients;
+use sqs_worker::adapters::aws::AwsClients;
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{queue_depth, EsmStats, EventSourceMapping};

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use sqs_worker::aws::AwsClients;
-use sqs_worker::store::{schema, StoreConfig};
+use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::store::{schema, StoreConfig};
 
 /// Names and addresses of one pipeline's resources.
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use sqs_worker::aws::{AwsClients, CallCounter};
+use sqs_worker::adapters::aws::{AwsClients, CallCounter};
 use sqs_worker::classify::classify_sdk_error;
 use sqs_worker::{ErrorClass, ProcessError};
 use sqs_worker_local::fault_proxy::{

@@ -557,7 +557,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         };
         let (Some(_), Some(record_id)) = (
             attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
-            attribute(crate::store::dlq::ITEM_ID_ATTRIBUTE),
+            attribute(crate::message::ITEM_ID_ATTRIBUTE),
         ) else {
             return Ok(());
         };

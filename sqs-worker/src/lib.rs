@@ -33,8 +33,8 @@
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged.
 
+pub mod adapters;
 pub mod analysis;
-pub mod aws;
 pub mod batch;
 pub mod classify;
 pub mod config;
@@ -44,16 +44,17 @@ pub mod error;
 pub mod event;
 pub mod hex;
 pub mod item;
+pub mod message;
 pub mod metrics;
+pub mod pointer;
 pub mod ports;
 pub mod processor;
 pub mod redrive;
 pub mod redrive_function;
 pub mod retry;
 pub mod runtime;
-pub mod secrets;
+pub mod selection;
 pub mod signature;
-pub mod store;
 pub mod telemetry;
 pub mod testing;
 pub mod time_format;

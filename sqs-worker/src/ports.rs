@@ -1,7 +1,7 @@
 //! The ports of the redrive wing: what the redrive engine needs from the outside world, as
 //! four small traits, so that its logic (selection, leasing, reprocessing, requeueing,
 //! settling the DLQ) runs the same over DynamoDB, SQS and S3
-//! ([`crate::store::DeadLetterStore`] implements all four) and over the in-memory store its
+//! ([`crate::adapters::store::DeadLetterStore`] implements all four) and over the in-memory store its
 //! unit tests use ([`crate::testing::MemoryStore`]).
 //!
 //! | port | what it is | production adapter |
@@ -14,15 +14,58 @@
 //! The worker wing's ports are [`crate::Processor`], [`crate::DeadLetterSink`] and
 //! [`crate::batch::BodyResolver`]. See `docs/ARCHITECTURE.md` §5 for the layout.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::dead_letter::{DeadLetteredItem, FailureDetail, MessageAttribute};
 use crate::error::ProcessError;
-use crate::store::payload::S3Pointer;
-use crate::store::query::{Page, PageToken, RecordFilter};
-use crate::store::sweep::{Sweep, SweepOptions};
+use crate::item::ItemParser;
+use crate::pointer::S3Pointer;
+use crate::selection::{Page, PageToken, RecordFilter};
+
+/// What a sweep found and did.
+#[derive(Debug)]
+pub struct Sweep<H> {
+    /// DLQ messages seen.
+    pub seen: usize,
+    /// Records created (or reopened) for messages no record held.
+    pub adopted: usize,
+    /// Messages of resolved, requeued or purged items deleted.
+    pub deleted: usize,
+    /// The messages still held, by item id.
+    pub held: HashMap<String, Vec<H>>,
+    /// Messages that could not be handled, by item id, with why: left in the DLQ.
+    pub errors: Vec<(String, String)>,
+}
+
+// By hand: a derived `Default` would require `H: Default`.
+impl<H> Default for Sweep<H> {
+    fn default() -> Self {
+        Sweep {
+            seen: 0,
+            adopted: 0,
+            deleted: 0,
+            held: HashMap::new(),
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// What to do with messages during a sweep.
+#[derive(Debug, Clone, Default)]
+pub struct SweepOptions {
+    /// Create (or reopen) records for messages no record holds.
+    pub adopt: bool,
+    /// Also delete the messages of these items (e.g. purged ones).
+    pub delete_items: HashSet<String>,
+    /// How the item id is read from a message without our `item_id` attribute.
+    pub parser: ItemParser,
+    /// Stop receiving at this instant (messages not received stay visible).
+    pub until: Option<Instant>,
+}
 
 /// Dead-letter records. Every write that changes an item's status is conditional on the
 /// lease (see `docs/ARCHITECTURE.md` §3): two runs never both act on one item.

@@ -83,7 +83,7 @@ pub struct HttpDeliveryConfig {
     /// The `Content-Type` sent with the body.
     pub content_type: String,
     /// A credential sent on every request (header name, value marked sensitive); see
-    /// [`crate::secrets`]. Never shown by `Debug`.
+    /// [`crate::adapters::secrets`]. Never shown by `Debug`.
     pub auth_header: Option<(HeaderName, HeaderValue)>,
 }
 

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use lambda_runtime::{Diagnostic, LambdaEvent};
 
-use crate::aws::AwsClients;
+use crate::adapters::aws::AwsClients;
+use crate::adapters::store::DeadLetterStore;
 use crate::config::vars::{DOWNSTREAM_URL, TABLE};
 use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
 use crate::processor::HttpDelivery;
 use crate::redrive::{no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest};
-use crate::store::DeadLetterStore;
 
 /// The processor a redrive reprocesses with: the worker's, with its downstream credential
 /// read from Secrets Manager; `None` when no downstream is configured (requeue only). The

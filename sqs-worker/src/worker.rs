@@ -13,7 +13,8 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
 
-use crate::aws::AwsClients;
+use crate::adapters::aws::AwsClients;
+use crate::adapters::store::{DeadLetterStore, ExtendedClientResolver};
 use crate::batch::{BatchError, BatchProcessor, BatchReport};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
@@ -21,7 +22,6 @@ use crate::error::ProcessError;
 use crate::event::{decode_sqs_event, EventError};
 use crate::processor::{HttpDelivery, Processor};
 use crate::retry::{worst_case_record_time, Deadline, InvocationBudget};
-use crate::store::{DeadLetterStore, ExtendedClientResolver};
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +34,7 @@ pub enum StartupError {
     HttpClient(ProcessError),
     /// The downstream credential could not be read.
     #[error(transparent)]
-    Secret(#[from] crate::secrets::SecretError),
+    Secret(#[from] crate::adapters::secrets::SecretError),
 }
 
 /// The dead-letter sink chosen by configuration.

@@ -16,21 +16,21 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
-use sqs_worker::aws::AwsClients;
+use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
 use sqs_worker::batch::{BatchConfig, BatchProcessor, Disposition};
 use sqs_worker::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo,
 };
 use sqs_worker::error::{ErrorClass, ProcessError};
 use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
+use sqs_worker::pointer::S3Pointer;
 use sqs_worker::processor::{Outcome, Processor};
 use sqs_worker::redrive::{
     no_progress, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveRequest,
     RedriveSettings,
 };
 use sqs_worker::retry::AttemptFailure;
-use sqs_worker::store::payload::S3Pointer;
-use sqs_worker::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
 use sqs_worker::testing::{MemorySink, ScriptedProcessor, Step};
 
 use common::{
@@ -92,7 +92,7 @@ async fn emulator_store_resources(name: &str) -> (AwsClients, StoreConfig) {
     let clients = emulator_clients().await;
     let prefix = unique(name);
     let table = format!("{prefix}-dead-letters");
-    sqs_worker::store::schema::create_table(&clients.dynamodb, &table)
+    sqs_worker::adapters::store::schema::create_table(&clients.dynamodb, &table)
         .await
         .unwrap();
     let dlq = clients
@@ -172,10 +172,7 @@ async fn extended_client_pointer_to_a_missing_object_is_dead_lettered_not_found(
     )
     .with_body_resolver(std::sync::Arc::new(ExtendedClientResolver::new(
         clients.s3.clone(),
-        sqs_worker::store::payload::PayloadPolicy::allowing([
-            bucket.clone(),
-            missing_bucket_name.clone(),
-        ]),
+        sqs_worker::pointer::PayloadPolicy::allowing([bucket.clone(), missing_bucket_name.clone()]),
     )));
     let ids = ["m-key", "m-bucket", "m-present", "m-binary", "m-fake"];
     let report = run(

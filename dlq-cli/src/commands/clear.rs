@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use sqs_worker::store::query::RecordFilter;
+use sqs_worker::selection::RecordFilter;
 
 use super::render::{out, write_err};
 use crate::args::GlobalArgs;

@@ -3,9 +3,10 @@
 
 use std::io::Write;
 
+use sqs_worker::adapters::store::payload;
+use sqs_worker::adapters::store::DeadLetterStore;
 use sqs_worker::dead_letter::{DeadLetteredItem, PayloadLocation};
-use sqs_worker::store::payload::{self, S3Pointer};
-use sqs_worker::store::DeadLetterStore;
+use sqs_worker::pointer::S3Pointer;
 
 use super::render::{out, safe, safe_lines, write_err};
 use crate::args::GlobalArgs;

@@ -24,7 +24,7 @@ pub mod render;
 pub mod stats;
 
 use chrono::Utc;
-use sqs_worker::store::query::RecordFilter;
+use sqs_worker::selection::RecordFilter;
 
 use crate::args::{Cli, Command, FilterArgs};
 use crate::{CliError, Completion};

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use chrono::Utc;
-use sqs_worker::store::query::RecordFilter;
+use sqs_worker::selection::RecordFilter;
 
 use super::render::{out, write_err};
 use crate::args::{GlobalArgs, StatusChoice};

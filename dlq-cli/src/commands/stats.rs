@@ -5,7 +5,7 @@ use std::io::Write;
 
 use chrono::Utc;
 use sqs_worker::analysis;
-use sqs_worker::store::query::RecordFilter;
+use sqs_worker::selection::RecordFilter;
 
 use super::render::{human_age, out, write_err};
 use crate::args::GlobalArgs;

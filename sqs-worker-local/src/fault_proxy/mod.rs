@@ -44,7 +44,7 @@
 //!     Fault::Throttling,
 //!     Trigger::NextN(2),
 //! ));
-//! let clients = sqs_worker::aws::AwsClients::for_endpoint(&proxy.url(), "us-east-1").await;
+//! let clients = sqs_worker::adapters::aws::AwsClients::for_endpoint(&proxy.url(), "us-east-1").await;
 //! // ... the first two UpdateItem attempts are throttled, the SDK's third attempt passes.
 //! # Ok(()) }
 //! ```

@@ -14,13 +14,13 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::adapters::store::StoreConfig;
 use crate::batch::BatchConfig;
 use crate::item::{BodyFormat, ItemIdSource, ItemParser};
+use crate::pointer::PayloadPolicy;
 use crate::processor::{redact_url, redact_url_text, HttpDeliveryConfig};
 use crate::redrive::RedriveSettings;
 use crate::retry::{Jitter, RetryPolicy};
-use crate::store::payload::PayloadPolicy;
-use crate::store::StoreConfig;
 
 pub mod vars;
 
@@ -197,7 +197,7 @@ impl<'a> EnvReader<'a> {
 }
 
 /// Where the downstream credential comes from: a header name and the Secrets Manager
-/// secret holding its value (read at start-up, see [`crate::secrets`]).
+/// secret holding its value (read at start-up, see [`crate::adapters::secrets`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DownstreamAuth {
     /// The header, e.g. `authorization` or `x-api-key`.
@@ -320,7 +320,7 @@ pub struct WorkerConfig {
     /// Safety margin before the invocation deadline.
     pub deadline_margin: Duration,
     /// Where dead-lettered items go; `None` when no store is configured.
-    pub store: Option<crate::store::StoreConfig>,
+    pub store: Option<crate::adapters::store::StoreConfig>,
 }
 
 /// `WORKER_DOWNSTREAM_URL`: an http(s) URL without credentials in it. The value is only
@@ -837,7 +837,7 @@ mod tests {
         // be a variable without a meaning, default or template check.
         let sources = [
             include_str!("mod.rs"),
-            include_str!("../store/mod.rs"),
+            include_str!("../adapters/store/mod.rs"),
             include_str!("../redrive_function.rs"),
             include_str!("../worker.rs"),
         ];

@@ -16,12 +16,12 @@ use super::request::{Continuation, Plan, RedriveError, RedriveMode, RedriveReque
 use crate::dead_letter::{DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation};
 use crate::error::ProcessError;
 use crate::item::{ItemParser, WorkItem};
+use crate::pointer::S3Pointer;
 use crate::ports::RedrivePorts;
+use crate::ports::SweepOptions;
 use crate::processor::Processor;
 use crate::retry::{run_with_retry, Deadline, RetryPolicy};
-use crate::store::payload::S3Pointer;
-use crate::store::query::PageToken;
-use crate::store::sweep::SweepOptions;
+use crate::selection::PageToken;
 
 /// Settings of the engine itself (not of one run).
 #[derive(Debug, Clone)]

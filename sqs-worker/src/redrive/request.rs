@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dead_letter::{DeadLetteredItem, ItemStatus};
 use crate::error::{ErrorClass, ProcessError};
-use crate::store::query::RecordFilter;
+use crate::selection::RecordFilter;
 
 /// How items are put back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,13 +12,13 @@ use crate::dead_letter::{
     DeadLetteredItem, MessageAttribute, PayloadLocation, REQUEUED_BY_ATTRIBUTE,
 };
 use crate::error::ProcessError;
-use crate::ports::{OutgoingMessage, RedrivePorts};
-use crate::processor::Processor;
-use crate::store::dlq::{
+use crate::message::{
     batches_by_size, fifo_group_id, ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE,
     RESERVED_ATTRIBUTES,
 };
-use crate::store::payload::S3Pointer;
+use crate::pointer::S3Pointer;
+use crate::ports::{OutgoingMessage, RedrivePorts};
+use crate::processor::Processor;
 
 /// Largest body requeued inline; larger S3 payloads are sent as Extended Client pointers.
 pub const INLINE_REQUEUE_MAX: u64 = 262_144;

@@ -9,8 +9,8 @@ use tokio::time::Instant;
 use super::*;
 use crate::dead_letter::{DeadLetteredItem, ItemStatus, MessageAttribute, PayloadLocation};
 use crate::error::ErrorClass;
+use crate::pointer::S3Pointer;
 use crate::ports::RecordStore;
-use crate::store::payload::S3Pointer;
 use crate::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
 
 type Engine = RedriveEngine<ScriptedProcessor, MemoryStore>;

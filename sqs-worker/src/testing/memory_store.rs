@@ -18,14 +18,14 @@ use crate::dead_letter::{
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::ItemParser;
+use crate::message::ITEM_ID_ATTRIBUTE;
+use crate::pointer::S3Pointer;
 use crate::ports::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue,
 };
+use crate::ports::{Sweep, SweepOptions};
 use crate::retry::AttemptFailure;
-use crate::store::dlq::ITEM_ID_ATTRIBUTE;
-use crate::store::payload::S3Pointer;
-use crate::store::query::{Page, PageToken, RecordFilter};
-use crate::store::sweep::{Sweep, SweepOptions};
+use crate::selection::{Page, PageToken, RecordFilter};
 
 /// A dead record of class `class` for item `id`, last tried `hours_ago` hours before now,
 /// with body `{"id":"<id>"}` inline.

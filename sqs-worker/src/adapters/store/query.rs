@@ -4,55 +4,13 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::{DateTime, Utc};
 
 use serde_dynamo::aws_sdk_dynamodb_1 as dynamo;
 
 use super::{schema, DeadLetterStore};
-use crate::dead_letter::{DeadLetteredItem, ItemStatus};
+use crate::dead_letter::DeadLetteredItem;
 use crate::error::{ErrorClass, ProcessError};
-
-/// Which records to read.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RecordFilter {
-    /// Only this status (`None`: any).
-    pub status: Option<ItemStatus>,
-    /// Only this error signature.
-    pub signature: Option<String>,
-    /// Only this error class.
-    pub class: Option<ErrorClass>,
-    /// Last attempt at or after.
-    pub since: Option<DateTime<Utc>>,
-    /// Last attempt at or before.
-    pub until: Option<DateTime<Utc>>,
-    /// Only `reprocess_eligible` records not requiring manual review.
-    pub eligible_only: bool,
-    /// Only records whose redrive lease expired before this time (epoch seconds): items a
-    /// run that died left `redriving`.
-    pub lease_expired_before: Option<i64>,
-}
-
-impl RecordFilter {
-    /// Whether a record passes the filter (used for records fetched by id).
-    pub fn matches(&self, r: &DeadLetteredItem) -> bool {
-        self.status.is_none_or(|s| s == r.status)
-            && self
-                .signature
-                .as_ref()
-                .is_none_or(|s| *s == r.error_signature)
-            && self.class.is_none_or(|c| c == r.error_class)
-            && self.since.is_none_or(|t| r.last_attempt >= t)
-            && self.until.is_none_or(|t| r.last_attempt <= t)
-            && (!self.eligible_only || (r.reprocess_eligible && !r.manual_review_required))
-            && self
-                .lease_expired_before
-                .is_none_or(|t| r.lease_expires_at.is_some_and(|e| e < t))
-    }
-}
-
-/// Where the next page starts: the key of the last record read, opaque to callers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PageToken(pub String);
+use crate::selection::{Page, PageToken, RecordFilter, Unreadable};
 
 impl PageToken {
     /// The token of a key DynamoDB returned: the key as a JSON object, in base64.
@@ -103,27 +61,6 @@ impl PageToken {
         }
         PageToken::of_json(key)
     }
-}
-
-/// A stored item that does not read as a record: reported, never fatal to a listing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unreadable {
-    /// Its key (`?` when even that is missing).
-    pub item_id: String,
-    /// Why it does not read.
-    pub error: String,
-}
-
-/// One page of records.
-#[derive(Debug, Clone)]
-pub struct Page {
-    /// Records, newest last attempt first when an index was used.
-    pub records: Vec<DeadLetteredItem>,
-    /// Items on the page that do not read as records (one malformed record must not fail
-    /// every page it is on).
-    pub unreadable: Vec<Unreadable>,
-    /// Where the next page starts; `None` at the end.
-    pub next: Option<PageToken>,
 }
 
 impl DeadLetterStore {

@@ -7,7 +7,7 @@
 
 use reqwest::header::{HeaderName, HeaderValue};
 
-use crate::aws::AwsClients;
+use crate::adapters::aws::AwsClients;
 use crate::config::vars::DOWNSTREAM_AUTH_SECRET;
 use crate::config::{DownstreamAuth, WorkerConfig};
 use crate::error::ProcessError;

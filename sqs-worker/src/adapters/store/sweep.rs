@@ -29,8 +29,6 @@ use aws_sdk_sqs::types::{
 use chrono::Utc;
 use tokio::time::Instant;
 
-use super::dlq::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
-use super::payload::S3Pointer;
 use super::schema::{processed_key_for_message, processed_key_for_payload, LEASE_EXPIRES_AT};
 use super::{schema, DeadLetterStore};
 use crate::dead_letter::{
@@ -39,6 +37,9 @@ use crate::dead_letter::{
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::ItemParser;
+use crate::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+use crate::pointer::S3Pointer;
+use crate::ports::{Sweep, SweepOptions};
 use crate::retry::AttemptFailure;
 
 /// The attribute real SQS adds to messages its redrive policy moved.
@@ -163,47 +164,6 @@ pub struct HeldMessage {
     pub message: Message,
 }
 
-/// What a sweep found and did.
-#[derive(Debug)]
-pub struct Sweep<H = HeldMessage> {
-    /// DLQ messages seen.
-    pub seen: usize,
-    /// Records created (or reopened) for messages no record held.
-    pub adopted: usize,
-    /// Messages of resolved, requeued or purged items deleted.
-    pub deleted: usize,
-    /// The messages still held, by item id.
-    pub held: HashMap<String, Vec<H>>,
-    /// Messages that could not be handled, by item id, with why: left in the DLQ.
-    pub errors: Vec<(String, String)>,
-}
-
-// By hand: a derived `Default` would require `H: Default`.
-impl<H> Default for Sweep<H> {
-    fn default() -> Self {
-        Sweep {
-            seen: 0,
-            adopted: 0,
-            deleted: 0,
-            held: HashMap::new(),
-            errors: Vec::new(),
-        }
-    }
-}
-
-/// What to do with messages during a sweep.
-#[derive(Debug, Clone, Default)]
-pub struct SweepOptions {
-    /// Create (or reopen) records for messages no record holds.
-    pub adopt: bool,
-    /// Also delete the messages of these items (e.g. purged ones).
-    pub delete_items: HashSet<String>,
-    /// How the item id is read from a message without our `item_id` attribute.
-    pub parser: ItemParser,
-    /// Stop receiving at this instant (messages not received stay visible).
-    pub until: Option<Instant>,
-}
-
 impl DeadLetterStore {
     /// Receives every visible DLQ message (until `options.until`), holding each invisible
     /// for `hold`, and settles what [`decide`] can settle at once.
@@ -211,7 +171,7 @@ impl DeadLetterStore {
         &self,
         hold: Duration,
         options: &SweepOptions,
-    ) -> Result<Sweep, ProcessError> {
+    ) -> Result<Sweep<HeldMessage>, ProcessError> {
         let mut sweep = Sweep::default();
         let hold_secs = i32::try_from(hold.as_secs().clamp(1, 43_200)).unwrap_or(900);
         loop {

@@ -1,49 +1,10 @@
 //! Large payloads in S3, and the SQS Extended Client pointer format used both to read
 //! offloaded source messages and to point DLQ messages at offloaded payloads.
 
-use std::collections::BTreeSet;
-
 use aws_sdk_s3::primitives::ByteStream;
-use serde::{Deserialize, Serialize};
 
 use crate::error::{ErrorClass, ProcessError};
-
-/// The Extended Client's pointer class name (first element of the pointer array).
-pub const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
-/// Message attribute the Extended Client sets to the payload size.
-pub const EXTENDED_PAYLOAD_SIZE_ATTRIBUTE: &str = "ExtendedPayloadSize";
-/// Object metadata key holding the payload's sha256.
-pub const SHA256_METADATA: &str = "sha256";
-
-/// Where an offloaded payload is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct S3Pointer {
-    /// Bucket.
-    #[serde(rename = "s3BucketName")]
-    pub bucket: String,
-    /// Key.
-    #[serde(rename = "s3Key")]
-    pub key: String,
-}
-
-impl S3Pointer {
-    /// Parses an Extended Client pointer body; `None` for any other body.
-    pub fn parse(body: &str) -> Option<S3Pointer> {
-        let trimmed = body.trim_start();
-        // Cheap test first: nearly every body is not a pointer.
-        if !trimmed.starts_with('[') || !trimmed.contains(POINTER_CLASS) {
-            return None;
-        }
-        let (class, pointer): (String, S3Pointer) = serde_json::from_str(body).ok()?;
-        (class == POINTER_CLASS).then_some(pointer)
-    }
-
-    /// The pointer as an Extended Client body.
-    pub fn to_body(&self) -> String {
-        serde_json::json!([POINTER_CLASS, {"s3BucketName": self.bucket, "s3Key": self.key}])
-            .to_string()
-    }
-}
+use crate::pointer::{S3Pointer, SHA256_METADATA};
 
 /// The object key for an item's payload: item id (made key-safe) plus the payload's sha256,
 /// so the same payload always lands on the same key (re-recording is idempotent).
@@ -79,39 +40,6 @@ pub async fn put_payload(
         .await
         .map(|_| ())
         .map_err(|e| ProcessError::from_sdk(&e).with_step("store-payload"))
-}
-
-/// What an SQS Extended Client pointer in a source message may make the worker read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PayloadPolicy {
-    /// Largest payload read; a larger one is a `validation` failure, and no more than this
-    /// is ever read (the function's memory is the limit otherwise).
-    pub max_bytes: u64,
-    /// Buckets a pointer may name. A pointer is data from whoever can send to the queue:
-    /// without a list it could make the worker read any object its role can.
-    pub allowed_buckets: BTreeSet<String>,
-}
-
-/// Default [`PayloadPolicy::max_bytes`]: 32 MiB.
-pub const DEFAULT_PAYLOAD_MAX_BYTES: u64 = crate::config::vars::PAYLOAD_MAX_BYTES.integer_default();
-
-impl PayloadPolicy {
-    /// A policy allowing `buckets`, with the default size cap.
-    pub fn allowing<I, S>(buckets: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        PayloadPolicy {
-            max_bytes: DEFAULT_PAYLOAD_MAX_BYTES,
-            allowed_buckets: buckets.into_iter().map(Into::into).collect(),
-        }
-    }
-
-    /// Whether a pointer to `bucket` may be followed.
-    pub fn allows(&self, bucket: &str) -> bool {
-        self.allowed_buckets.contains(bucket)
-    }
 }
 
 /// Reads a payload as text. A missing object is `not_found` (permanent); a body that is not

@@ -7,11 +7,11 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, WriteRequest};
 use serde::Serialize;
 
-use super::sweep::SweepOptions;
 use super::{schema, DeadLetterStore};
 use crate::dead_letter::{DeadLetteredItem, PayloadLocation};
 use crate::error::ProcessError;
 use crate::item::ItemParser;
+use crate::ports::SweepOptions;
 
 /// What a purge or clear removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -119,7 +119,7 @@ impl DeadLetterStore {
     /// Deletes every record, every payload object and every DLQ message.
     pub async fn clear(&self, progress: impl FnMut(usize)) -> Result<RemovalReport, ProcessError> {
         let records = self
-            .query_all(&super::query::RecordFilter::default(), None, |_| {})
+            .query_all(&crate::selection::RecordFilter::default(), None, |_| {})
             .await?;
         let (depth, in_flight) = self.dlq_depth().await?;
         let mut report = self

@@ -7,15 +7,17 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
-use super::payload::{self, S3Pointer};
-use super::query::{Page, PageToken, RecordFilter};
-use super::sweep::{HeldMessage, Sweep, SweepOptions};
+use super::payload;
+use super::sweep::HeldMessage;
 use super::DeadLetterStore;
 use crate::dead_letter::{DeadLetteredItem, FailureDetail};
 use crate::error::ProcessError;
+use crate::pointer::S3Pointer;
 use crate::ports::{
-    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue,
+    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
+    SweepOptions,
 };
+use crate::selection::{Page, PageToken, RecordFilter};
 
 impl RecordStore for DeadLetterStore {
     async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
@@ -83,7 +85,11 @@ impl RecordStore for DeadLetterStore {
 impl DeadLetterQueue for DeadLetterStore {
     type Held = HeldMessage;
 
-    async fn sweep(&self, hold: Duration, options: &SweepOptions) -> Result<Sweep, ProcessError> {
+    async fn sweep(
+        &self,
+        hold: Duration,
+        options: &SweepOptions,
+    ) -> Result<Sweep<HeldMessage>, ProcessError> {
         self.sweep_dlq(hold, options).await
     }
 

@@ -28,13 +28,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use chrono::Utc;
 use futures::StreamExt;
 
-use crate::aws::AwsClients;
+use crate::adapters::aws::AwsClients;
 use crate::dead_letter::{
     compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
     DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
-use payload::{PayloadPolicy, S3Pointer};
+use crate::pointer::{PayloadPolicy, S3Pointer};
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,75 @@
+//! What the messages this library sends carry, decided without I/O: the names of our
+//! message attributes (on DLQ messages and requeued ones), the FIFO group of a message sent
+//! for an item, and the split of a batch within `SendMessageBatch`'s limits. The sending
+//! is in [`crate::adapters::store::dlq`] and [`crate::adapters::store::ports`].
+
+/// Message attribute: the item id, which is also the record's key in the table.
+pub const ITEM_ID_ATTRIBUTE: &str = "item_id";
+/// Message attribute: the table holding the record.
+pub const RECORD_TABLE_ATTRIBUTE: &str = "record_table";
+/// Message attribute: the error class.
+pub const ERROR_CLASS_ATTRIBUTE: &str = "error_class";
+/// Message attribute: the error signature.
+pub const ERROR_SIGNATURE_ATTRIBUTE: &str = "error_signature";
+/// Message attribute: the source message id.
+pub const SOURCE_MESSAGE_ID_ATTRIBUTE: &str = "source_message_id";
+/// Message attribute: sha256 of the payload the message holds (for an Extended Client
+/// pointer, of the payload it points to).
+pub const PAYLOAD_SHA256_ATTRIBUTE: &str = "payload_sha256";
+/// The attributes this project sets on messages it sends; never copied from a record's
+/// source attributes onto a message (a requeue would carry stale ones).
+pub const RESERVED_ATTRIBUTES: &[&str] = &[
+    ITEM_ID_ATTRIBUTE,
+    RECORD_TABLE_ATTRIBUTE,
+    ERROR_CLASS_ATTRIBUTE,
+    ERROR_SIGNATURE_ATTRIBUTE,
+    SOURCE_MESSAGE_ID_ATTRIBUTE,
+    PAYLOAD_SHA256_ATTRIBUTE,
+    crate::dead_letter::REQUEUED_BY_ATTRIBUTE,
+];
+
+/// Most entries a `SendMessageBatch` call takes.
+pub const MAX_ENTRIES: usize = 10;
+/// Most bytes a `SendMessageBatch` call takes.
+pub const MAX_BATCH_BYTES: usize = 1_048_576;
+
+/// Whether SQS accepts `id` as a `MessageGroupId`: 1 to 128 characters, each an ASCII
+/// letter, digit or punctuation mark.
+pub fn is_valid_message_group_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The message group for a message sent to a FIFO queue on behalf of an item: the source
+/// message's group when SQS accepts it, else the item id when SQS accepts that, else
+/// `item-` and the first 32 hex digits of the item id's sha256. A record whose group is
+/// missing or unusable (a hand-built event, a group id the item id was made from) must
+/// still reach the DLQ: SQS rejects a FIFO message without a valid group, and a record
+/// whose DLQ message is rejected goes round the source queue until SQS moves it
+/// unrecorded. The fallback is stable, so one item's messages stay in one group.
+pub fn fifo_group_id(source_group: Option<&str>, item_id: &str) -> String {
+    match source_group {
+        Some(group) if is_valid_message_group_id(group) => group.to_string(),
+        _ if is_valid_message_group_id(item_id) => item_id.to_string(),
+        _ => format!("item-{}", &crate::hex::sha256_hex(item_id.as_bytes())[..32]),
+    }
+}
+
+/// Splits `(key, entry, size)` triples into `SendMessageBatch` calls: at most 10 entries
+/// and 1 MiB each (an entry bigger than that goes alone, and SQS says why it refuses it).
+pub fn batches_by_size<K, E>(entries: Vec<(K, E, usize)>) -> Vec<Vec<(K, E)>> {
+    let mut batches = Vec::new();
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    for (key, entry, size) in entries {
+        if !batch.is_empty() && (batch.len() == MAX_ENTRIES || bytes + size > MAX_BATCH_BYTES) {
+            batches.push(std::mem::take(&mut batch));
+            bytes = 0;
+        }
+        bytes += size;
+        batch.push((key, entry));
+    }
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    batches
+}
