@@ -6,26 +6,36 @@
 //!
 //! ## Layout
 //!
+//! The core decides and does no I/O of its own; [`adapters`] holds every AWS SDK call,
+//! behind the core's ports; the Lambda glue and [`config`] wire them together. The whole
+//! map, with the data's path, is in `docs/ARCHITECTURE.md` §5.
+//!
 //! | module | what it holds | I/O |
 //! | --- | --- | --- |
 //! | [`error`] | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
 //! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
 //! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
 //! | [`item`] | [`WorkItem`]: one record, parsed per record | none |
-//! | [`processor`] | the [`Processor`] trait and [`HttpDelivery`] | HTTP |
 //! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
 //! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
 //! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
 //! | [`signature`] | normalised error signatures for grouping | none |
-//! | [`store`] | the dead-letter store: DynamoDB records, S3 payloads, DLQ messages | AWS |
-//! | [`aws`] | AWS clients built once from the standard configuration chain | AWS |
-//! | [`secrets`] | the downstream credential, from Secrets Manager at start-up | AWS |
-//! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation | stdout |
-//! | [`config`] | validated configuration from the environment | env |
-//! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
+//! | [`analysis`] | grouping, statistics and export of records for operators | none |
+//! | [`pointer`](mod@pointer) | SQS Extended Client pointers and the policy for following them | none |
+//! | [`message`] | what our messages carry: attribute names, FIFO group, batching | none |
+//! | [`selection`] | record filters, pages and continuation tokens | none |
+//! | [`ports`] | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
+//! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
+//! | [`processor`] | the [`Processor`] trait and [`HttpDelivery`] | HTTP |
+//! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS) | AWS |
+//! | [`config`] | every environment variable once ([`config::vars`]) and the configurations read from them | env |
 //! | [`worker`] | the Lambda handler the `worker` binary runs | via traits |
+//! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
+//! | [`redrive_function`] | the Lambda handler the `redrive` binary runs | via ports |
+//! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation | stdout |
 //! | [`telemetry`] | JSON logging set-up | stdout |
-//! | [`testing`] | scripted processor and in-memory sink for tests | none |
+//! | [`duration`], [`time_format`], [`hex`] | durations and times as operators write them; record timestamps; sha256 in hex | none |
+//! | [`testing`] | scripted processor, in-memory sink, [`testing::MemoryStore`] | none |
 //!
 //! ## Guarantees
 //!

@@ -1,4 +1,4 @@
-//! A redrive request and its validation into a [`Plan`]: typed times, limits, the
+//! A redrive request and its validation into a `Plan`: typed times, limits, the
 //! selection's queries and the continuation token that resumes a run. Pure: the
 //! engine ([`super::engine`]) runs the plan.
 

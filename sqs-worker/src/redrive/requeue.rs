@@ -2,7 +2,7 @@
 //! messages sent in batches (10 messages, 1 MiB), and each item sent is marked `requeued`
 //! until the worker finishes the message. What a message carries (which attributes are
 //! restored, our own set afresh, FIFO group and deduplication ids) is decided here, pure,
-//! in [`outgoing_message`]; the sending goes through [`SourceQueue`].
+//! in [`outgoing_message`]; the sending goes through [`SourceQueue`](crate::ports::SourceQueue).
 
 use std::collections::HashMap;
 
