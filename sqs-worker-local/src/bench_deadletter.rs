@@ -132,7 +132,7 @@ pub async fn run(
             .get_item()
             .table_name(&resources.table)
             .key(
-                "item_id",
+                sqs_worker::adapters::store::schema::ITEM_ID,
                 aws_sdk_dynamodb::types::AttributeValue::S("absent".into()),
             )
             .send()
@@ -148,7 +148,7 @@ pub async fn run(
             .update_item()
             .table_name(&resources.table)
             .key(
-                "item_id",
+                sqs_worker::adapters::store::schema::ITEM_ID,
                 aws_sdk_dynamodb::types::AttributeValue::S("bench-scratch".into()),
             )
             .update_expression("SET touched = :n")

@@ -375,7 +375,12 @@ pub async fn operate(
         "pointer:/id".to_string(),
     ));
     let count = |by_status: &BTreeMap<String, u64>, s: &str| by_status.get(s).copied().unwrap_or(0);
-    let before = count_by(clients, &resources.table, "status").await?;
+    let before = count_by(
+        clients,
+        &resources.table,
+        sqs_worker::adapters::store::schema::STATUS,
+    )
+    .await?;
     dlq(options, &env, &["stats"], true)?;
     dlq(options, &env, &["analyze"], true)?;
     println!("\n# the downstream is fixed; redrive what is eligible (dry run first)");
@@ -401,7 +406,12 @@ pub async fn operate(
         report["selected"], report["succeeded"], report["failed_again"], report["skipped_ineligible"], report["dlq_messages_deleted"]
     );
     dlq(options, &env, &["stats"], true)?;
-    let after = count_by(clients, &resources.table, "status").await?;
+    let after = count_by(
+        clients,
+        &resources.table,
+        sqs_worker::adapters::store::schema::STATUS,
+    )
+    .await?;
     Ok(RedriveSummary {
         dead_before: count(&before, "dead"),
         dead_after: count(&after, "dead"),
