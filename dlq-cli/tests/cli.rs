@@ -171,6 +171,23 @@ async fn redrive_purge_clear_and_bad_input() {
     assert_eq!(code, 2);
     assert!(err.contains("WORKER_DOWNSTREAM_URL"), "{err}");
 
+    // A local redrive reads the redrive function's configuration: a bad value of any of
+    // its variables is named, before anything changes.
+    for extra in [
+        vec![("REDRIVE_KEEP_PAYLOADS", "maybe")],
+        vec![("WORKER_ITEM_ID_SOURCE", "pointer:id")],
+        vec![
+            ("WORKER_DOWNSTREAM_URL", "http://127.0.0.1:9/ingest"),
+            ("WORKER_RETRY_MAX_ATTEMPTS", "99"),
+        ],
+    ] {
+        let (code, _, err) = dlq.run_with(&["redrive", "--dry-run"], &extra);
+        let named = extra[extra.len() - 1].0;
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(named), "{extra:?}: {err}");
+    }
+    assert_eq!(p.dlq_depth().await, 4, "nothing changed");
+
     p.downstream.fix();
     let url = p.downstream.url();
     let (code, out, err) = dlq.run_with(
