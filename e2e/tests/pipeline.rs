@@ -400,9 +400,7 @@ async fn awkward_text_round_trips_through_the_record() {
     assert_eq!(r.last_error, text);
     assert_eq!(r.failure_history[0].causes, [text]);
     assert_eq!(
-        r.source.message_attributes["tenant"]
-            .string_value
-            .as_deref(),
+        r.source.message_attributes["tenant"].string_value(),
         Some(text)
     );
     let dlq = p.dlq_messages().await;

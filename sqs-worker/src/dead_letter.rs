@@ -282,31 +282,131 @@ fn is_zero(n: &u32) -> bool {
 /// Most bytes of message attributes (names and values) a record keeps.
 pub const ATTRIBUTES_LIMIT: usize = 16 * 1024;
 
-/// One message attribute as SQS carries it: a data type (`String`, `Number`, `Binary`, or
-/// one of those with a custom suffix such as `Number.int`) and its value.
+/// One message attribute as SQS carries it, typed by its value: a string, a number (kept
+/// as the text sent), or binary data (base64). Each keeps its full data type (`String`,
+/// `Number`, `Binary`, or one of those with a custom suffix such as `Number.int`), so a
+/// requeue sends it back as it came. Stored as `{data_type, string_value | binary_value}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "StoredAttribute")]
-pub struct MessageAttribute {
-    /// SQS data type.
-    pub data_type: String,
-    /// The value of a `String` or `Number` attribute.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub string_value: Option<String>,
-    /// The value of a `Binary` attribute, base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub binary_value: Option<String>,
+#[serde(from = "StoredAttribute", into = "TypedAttribute")]
+pub enum MessageAttribute {
+    /// A `String` attribute.
+    String {
+        /// Its data type.
+        data_type: String,
+        /// Its value.
+        value: String,
+    },
+    /// A `Number` attribute: SQS numbers have up to 38 digits, so the text is kept as is.
+    Number {
+        /// Its data type.
+        data_type: String,
+        /// Its value, as sent.
+        value: String,
+    },
+    /// A `Binary` attribute.
+    Binary {
+        /// Its data type.
+        data_type: String,
+        /// Its value, base64.
+        base64: String,
+    },
+    /// An attribute whose value was not kept (records written before attribute values were
+    /// typed kept only a binary value's type): it cannot be sent again.
+    Unkept {
+        /// Its data type.
+        data_type: String,
+    },
 }
 
 impl MessageAttribute {
+    /// A `String` attribute.
+    pub fn string(value: impl Into<String>) -> Self {
+        MessageAttribute::String {
+            data_type: "String".to_string(),
+            value: value.into(),
+        }
+    }
+
+    /// The attribute from SQS's three fields: binary when it has a binary value, a number
+    /// when its type is `Number…`, a string otherwise; unkept when it has no value.
+    pub fn from_parts(
+        data_type: String,
+        string_value: Option<String>,
+        binary_base64: Option<String>,
+    ) -> Self {
+        match (binary_base64, string_value) {
+            (Some(base64), _) => MessageAttribute::Binary { data_type, base64 },
+            (None, Some(value)) if data_type.starts_with("Number") => {
+                MessageAttribute::Number { data_type, value }
+            }
+            (None, Some(value)) => MessageAttribute::String { data_type, value },
+            (None, None) => MessageAttribute::Unkept { data_type },
+        }
+    }
+
+    /// Its SQS data type.
+    pub fn data_type(&self) -> &str {
+        match self {
+            MessageAttribute::String { data_type, .. }
+            | MessageAttribute::Number { data_type, .. }
+            | MessageAttribute::Binary { data_type, .. }
+            | MessageAttribute::Unkept { data_type } => data_type,
+        }
+    }
+
+    /// The value of a string or number attribute.
+    pub fn string_value(&self) -> Option<&str> {
+        match self {
+            MessageAttribute::String { value, .. } | MessageAttribute::Number { value, .. } => {
+                Some(value)
+            }
+            _ => None,
+        }
+    }
+
+    /// The value of a binary attribute, base64.
+    pub fn binary_base64(&self) -> Option<&str> {
+        match self {
+            MessageAttribute::Binary { base64, .. } => Some(base64),
+            _ => None,
+        }
+    }
+
     /// Whether the attribute has a value that can be sent again.
     pub fn is_restorable(&self) -> bool {
-        self.string_value.is_some() || self.binary_value.is_some()
+        !matches!(self, MessageAttribute::Unkept { .. })
     }
 
     fn size(&self) -> usize {
-        self.data_type.len()
-            + self.string_value.as_ref().map_or(0, String::len)
-            + self.binary_value.as_ref().map_or(0, String::len)
+        self.data_type().len()
+            + self.string_value().map_or(0, str::len)
+            + self.binary_base64().map_or(0, str::len)
+    }
+}
+
+/// The stored shape of an attribute (and of SQS's API): a data type and one value field.
+#[derive(Serialize)]
+struct TypedAttribute {
+    data_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    string_value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binary_value: Option<String>,
+}
+
+impl From<MessageAttribute> for TypedAttribute {
+    fn from(attribute: MessageAttribute) -> Self {
+        let (data_type, string_value, binary_value) = match attribute {
+            MessageAttribute::String { data_type, value }
+            | MessageAttribute::Number { data_type, value } => (data_type, Some(value), None),
+            MessageAttribute::Binary { data_type, base64 } => (data_type, None, Some(base64)),
+            MessageAttribute::Unkept { data_type } => (data_type, None, None),
+        };
+        TypedAttribute {
+            data_type,
+            string_value,
+            binary_value,
+        }
     }
 }
 
@@ -332,23 +432,13 @@ impl From<StoredAttribute> for MessageAttribute {
                 data_type,
                 string_value,
                 binary_value,
-            } => MessageAttribute {
-                data_type,
-                string_value,
-                binary_value,
-            },
+            } => MessageAttribute::from_parts(data_type, string_value, binary_value),
             StoredAttribute::Legacy(marker) if marker.starts_with('<') && marker.ends_with('>') => {
-                MessageAttribute {
+                MessageAttribute::Unkept {
                     data_type: marker.trim_matches(['<', '>']).to_string(),
-                    string_value: None,
-                    binary_value: None,
                 }
             }
-            StoredAttribute::Legacy(value) => MessageAttribute {
-                data_type: "String".to_string(),
-                string_value: Some(value),
-                binary_value: None,
-            },
+            StoredAttribute::Legacy(value) => MessageAttribute::string(value),
         }
     }
 }
@@ -363,14 +453,13 @@ pub fn capped_attributes(
         .map(|(name, a)| {
             (
                 name.clone(),
-                MessageAttribute {
-                    data_type: a.data_type.clone().unwrap_or_else(|| "String".to_string()),
-                    string_value: a.string_value.clone(),
-                    binary_value: a
-                        .binary_value
+                MessageAttribute::from_parts(
+                    a.data_type.clone().unwrap_or_else(|| "String".to_string()),
+                    a.string_value.clone(),
+                    a.binary_value
                         .as_ref()
                         .map(|b| aws_smithy_types::base64::encode(&b.0)),
-                },
+                ),
             )
         })
         .collect();
@@ -666,6 +755,56 @@ mod tests {
 
     /// Stored names: a change of spelling would orphan every existing record.
     #[test]
+    fn message_attributes_are_typed_by_their_value_and_stored_as_sqs_shapes_them() {
+        let cases = [
+            (
+                serde_json::json!({"data_type": "Number.int", "string_value": "42"}),
+                MessageAttribute::Number {
+                    data_type: "Number.int".into(),
+                    value: "42".into(),
+                },
+            ),
+            (
+                serde_json::json!({"data_type": "String", "string_value": "acme"}),
+                MessageAttribute::string("acme"),
+            ),
+            (
+                serde_json::json!({"data_type": "Binary.gz", "binary_value": "AAEC"}),
+                MessageAttribute::Binary {
+                    data_type: "Binary.gz".into(),
+                    base64: "AAEC".into(),
+                },
+            ),
+        ];
+        for (stored, typed) in cases {
+            let read: MessageAttribute = serde_json::from_value(stored.clone()).unwrap();
+            assert_eq!(read, typed);
+            assert!(read.is_restorable());
+            assert_eq!(
+                serde_json::to_value(&read).unwrap(),
+                stored,
+                "stored shape unchanged"
+            );
+        }
+        // Records written before types were kept: a plain string, or a binary's marker.
+        let legacy: MessageAttribute =
+            serde_json::from_value(serde_json::json!("<Binary>")).unwrap();
+        assert_eq!(
+            legacy,
+            MessageAttribute::Unkept {
+                data_type: "Binary".into()
+            }
+        );
+        assert!(!legacy.is_restorable());
+        assert_eq!(
+            serde_json::to_value(&legacy).unwrap(),
+            serde_json::json!({"data_type": "Binary"})
+        );
+        let legacy: MessageAttribute = serde_json::from_value(serde_json::json!("acme")).unwrap();
+        assert_eq!(legacy, MessageAttribute::string("acme"));
+    }
+
+    #[test]
     fn status_and_reason_names_agree_across_serde_strum_and_clap() {
         let names: Vec<&str> = ItemStatus::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(names, ["dead", "redriving", "requeued", "resolved"]);
@@ -814,9 +953,7 @@ mod tests {
         assert_eq!(record.source.message_group_id.as_deref(), Some("g"));
         assert_eq!(record.source.receive_count, 3);
         assert_eq!(
-            record.source.message_attributes["tenant"]
-                .string_value
-                .as_deref(),
+            record.source.message_attributes["tenant"].string_value(),
             Some("acme")
         );
         assert_eq!(record.payload.size_bytes, 12);

@@ -198,9 +198,9 @@ impl OutgoingMessage {
                 .iter()
                 .map(|(name, value)| {
                     name.len()
-                        + value.data_type.len()
-                        + value.string_value.as_ref().map_or(0, String::len)
-                        + value.binary_value.as_ref().map_or(0, |b| b.len() * 3 / 4)
+                        + value.data_type().len()
+                        + value.string_value().map_or(0, str::len)
+                        + value.binary_base64().map_or(0, |b| b.len() * 3 / 4)
                         + 16
                 })
                 .sum::<usize>()

@@ -136,12 +136,12 @@ fn describe(r: &DeadLetteredItem) -> String {
             .message_attributes
             .iter()
             .map(|(k, v)| {
-                let value = match (&v.string_value, &v.binary_value) {
-                    (Some(text), _) => text.clone(),
+                let value = match (v.string_value(), v.binary_base64()) {
+                    (Some(text), _) => text.to_string(),
                     (None, Some(binary)) => format!("<{} base64 bytes>", binary.len()),
                     (None, None) => "<not kept>".to_string(),
                 };
-                format!("{}={} ({})", safe(k), safe(&value), safe(&v.data_type))
+                format!("{}={} ({})", safe(k), safe(&value), safe(v.data_type()))
             })
             .collect();
         attrs.sort();

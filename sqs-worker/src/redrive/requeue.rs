@@ -47,8 +47,7 @@ pub fn outgoing_message(
             !RESERVED_ATTRIBUTES.contains(&name.as_str())
                 && value.is_restorable()
                 && value
-                    .binary_value
-                    .as_ref()
+                    .binary_base64()
                     .is_none_or(|b| aws_smithy_types::base64::decode(b).is_ok())
         })
         .take(RESTORED_ATTRIBUTES_MAX)
@@ -59,14 +58,7 @@ pub fn outgoing_message(
         (REQUEUED_BY_ATTRIBUTE, run_id),
         (PAYLOAD_SHA256_ATTRIBUTE, record.payload.sha256.as_str()),
     ] {
-        attributes.push((
-            name.to_string(),
-            MessageAttribute {
-                data_type: "String".into(),
-                string_value: Some(value.to_string()),
-                binary_value: None,
-            },
-        ));
+        attributes.push((name.to_string(), MessageAttribute::string(value)));
     }
     let (group_id, deduplication_id) = if fifo {
         (

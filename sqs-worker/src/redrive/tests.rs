@@ -247,22 +247,14 @@ async fn an_item_whose_redrive_died_is_taken_back_when_its_lease_expires() {
 #[tokio::test]
 async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued() {
     let mut rs = records(&["a", "b"]);
-    rs[0].source.message_attributes.insert(
-        "tenant".into(),
-        MessageAttribute {
-            data_type: "String".into(),
-            string_value: Some("acme".into()),
-            binary_value: None,
-        },
-    );
-    rs[0].source.message_attributes.insert(
-        "item_id".into(),
-        MessageAttribute {
-            data_type: "String".into(),
-            string_value: Some("stale".into()),
-            binary_value: None,
-        },
-    );
+    rs[0]
+        .source
+        .message_attributes
+        .insert("tenant".into(), MessageAttribute::string("acme"));
+    rs[0]
+        .source
+        .message_attributes
+        .insert("item_id".into(), MessageAttribute::string("stale"));
     let engine = engine_with(rs, ScriptedProcessor::new());
     let report = run(
         &engine,
@@ -281,7 +273,7 @@ async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued(
         a.attributes
             .iter()
             .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.string_value.clone().unwrap_or_default())
+            .map(|(_, v)| v.string_value().unwrap_or_default().to_string())
             .collect::<Vec<_>>()
     };
     assert_eq!(attribute("tenant"), ["acme"]);

@@ -504,7 +504,7 @@ impl SourceQueue for MemoryStore {
                 .attributes
                 .iter()
                 .find(|(name, _)| name == ITEM_ID_ATTRIBUTE)
-                .and_then(|(_, value)| value.string_value.clone())
+                .and_then(|(_, value)| value.string_value().map(str::to_string))
                 .unwrap_or_default();
             if state.refused.contains(&item_id) {
                 results.push(Err("InvalidParameterValue refused (injected)".to_string()));

@@ -190,9 +190,9 @@ fn batch_entry(message: &OutgoingMessage) -> Result<SendMessageBatchRequestEntry
         .set_message_deduplication_id(message.deduplication_id.clone());
     for (name, value) in &message.attributes {
         let mut attribute = MessageAttributeValue::builder()
-            .data_type(&value.data_type)
-            .set_string_value(value.string_value.clone());
-        if let Some(binary) = &value.binary_value {
+            .data_type(value.data_type())
+            .set_string_value(value.string_value().map(str::to_string));
+        if let Some(binary) = value.binary_base64() {
             let bytes = aws_smithy_types::base64::decode(binary).map_err(|e| {
                 ProcessError::validation(format!("attribute {name:?} is not base64: {e}"))
                     .with_step("requeue")

@@ -259,12 +259,13 @@ pub(crate) mod tests {
     /// A record with every optional field set, a two-entry history and message attributes
     /// of the three SQS data types.
     pub(crate) fn full_record() -> DeadLetteredItem {
-        let attribute =
-            |data_type: &str, string: Option<&str>, binary: Option<&str>| MessageAttribute {
-                data_type: data_type.into(),
-                string_value: string.map(str::to_string),
-                binary_value: binary.map(str::to_string),
-            };
+        let attribute = |data_type: &str, string: Option<&str>, binary: Option<&str>| {
+            MessageAttribute::from_parts(
+                data_type.into(),
+                string.map(str::to_string),
+                binary.map(str::to_string),
+            )
+        };
         DeadLetteredItem {
             item_id: "order-7".into(),
             payload: ItemPayload {
@@ -678,20 +679,11 @@ pub(crate) mod tests {
                 sent_timestamp: None,
                 receive_count: 2,
                 message_attributes: BTreeMap::from([
-                    (
-                        "tenant".into(),
-                        MessageAttribute {
-                            data_type: "String".into(),
-                            string_value: Some("acme".into()),
-                            binary_value: None,
-                        },
-                    ),
+                    ("tenant".into(), MessageAttribute::string("acme")),
                     (
                         "blob".into(),
-                        MessageAttribute {
+                        MessageAttribute::Unkept {
                             data_type: "Binary".into(),
-                            string_value: None,
-                            binary_value: None,
                         },
                     ),
                 ]),
