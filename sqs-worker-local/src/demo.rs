@@ -61,7 +61,7 @@ const MIX: &[(&str, usize)] = &[
     ("large-ok", 1),
 ];
 
-/// A deterministic workload of `n` items following [`MIX`].
+/// A deterministic workload of `n` items following `MIX`.
 pub fn workload(n: usize) -> Vec<WorkloadItem> {
     let pattern: Vec<&'static str> = MIX
         .iter()

@@ -14,7 +14,7 @@
 //! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
 //! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |
 //! | [`demo`] | the `make demo` workload, run and summary |
-//! | [`bench`] | `local bench` (`make bench`): every benchmark in one run, JSON and docs/BENCHMARKS.md |
+//! | [`bench`](mod@bench) | `local bench` (`make bench`): every benchmark in one run, JSON and docs/BENCHMARKS.md |
 //! | [`bench_cpu`] | per-record CPU against Powertools (Python) and the serde_json floor |
 //! | [`bench_deadletter`] | latency and AWS calls each dead-lettered item adds |
 //! | [`bench_store`] | `local bench-store`: operator reads and redrive throughput at scale |

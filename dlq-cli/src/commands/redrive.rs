@@ -4,7 +4,7 @@
 //!
 //! The engine is built here from the same configuration as the redrive function's
 //! ([`sqs_worker::config::RedriveConfig`]: the worker's retries and processor,
-//! `REDRIVE_KEEP_PAYLOADS`, `REDRIVE_SOURCE_QUEUE_URL`); [`invoke_function`] runs the
+//! `REDRIVE_KEEP_PAYLOADS`, `REDRIVE_SOURCE_QUEUE_URL`); `invoke_function` runs the
 //! request remotely.
 
 use std::io::Write;
