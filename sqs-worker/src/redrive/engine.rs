@@ -2,7 +2,8 @@
 //! holds the DLQ's messages, selects records page by page (or by id), leases them, puts
 //! them back (reprocess here, or requeue to the source queue), writes each outcome, and
 //! settles the DLQ messages at the end. It does no I/O of its own: every call goes through
-//! the ports, so the unit tests below run it over [`crate::testing::MemoryStore`].
+//! the ports, so its unit tests (`redrive/tests.rs`) run it over
+//! [`crate::testing::MemoryStore`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -17,8 +18,7 @@ use crate::dead_letter::{DeadLetteredItem, FailureDetail, InvocationInfo, Payloa
 use crate::error::ProcessError;
 use crate::item::{ItemParser, WorkItem};
 use crate::pointer::S3Pointer;
-use crate::ports::RedrivePorts;
-use crate::ports::SweepOptions;
+use crate::ports::{RedrivePorts, SweepOptions};
 use crate::processor::Processor;
 use crate::retry::{run_with_retry, Deadline, RetryPolicy};
 use crate::selection::PageToken;
