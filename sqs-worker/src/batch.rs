@@ -651,7 +651,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 fn immediate_failure(error: ProcessError) -> AttemptFailure {
     AttemptFailure {
         attempt: 1,
-        started_at: chrono::Utc::now(),
+        started_at: crate::clock::now(),
         duration: std::time::Duration::ZERO,
         error,
     }

@@ -14,6 +14,7 @@
 //! | --- | --- | --- |
 //! | [`error`] | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
 //! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
+//! | [`clock`] | the wall clock (virtual in the simulation) | clock |
 //! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
 //! | [`item`] | [`WorkItem`]: one record, parsed per record | none |
 //! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
@@ -47,6 +48,7 @@ pub mod adapters;
 pub mod analysis;
 pub mod batch;
 pub mod classify;
+pub mod clock;
 pub mod config;
 pub mod dead_letter;
 pub mod duration;

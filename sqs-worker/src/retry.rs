@@ -228,7 +228,7 @@ where
     let mut failures = Vec::new();
     let mut attempt = 1;
     loop {
-        let started_at = Utc::now();
+        let started_at = crate::clock::now();
         let started = Instant::now();
         let (error, cut) = match tokio::time::timeout_at(deadline.cutoff(), op(attempt)).await {
             Ok(Ok(value)) => {

@@ -666,7 +666,7 @@ pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
 fn immediate(error: ProcessError) -> crate::retry::AttemptFailure {
     crate::retry::AttemptFailure {
         attempt: 1,
-        started_at: chrono::Utc::now(),
+        started_at: crate::clock::now(),
         duration: Duration::ZERO,
         error,
     }

@@ -152,7 +152,7 @@ impl RedriveRequest {
     /// Validates the request into a plan; nothing is read or changed.
     pub(super) fn plan(&self) -> Result<Plan, RedriveError> {
         let invalid = |m: String| RedriveError::InvalidRequest(m);
-        let now = chrono::Utc::now();
+        let now = crate::clock::now();
         let since = self
             .since
             .as_deref()

@@ -325,7 +325,7 @@ impl RecordStore for MemoryStore {
     ) -> Result<bool, ProcessError> {
         let mut state = self.state();
         Self::check(&state, "acquire_lease")?;
-        let now = Utc::now().timestamp();
+        let now = crate::clock::now().timestamp();
         let Some(record) = state.records.get_mut(item_id) else {
             return Ok(false);
         };
@@ -363,7 +363,7 @@ impl RecordStore for MemoryStore {
     async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
         self.end_lease("resolve", &record.item_id, owner, |r| {
             r.status = ItemStatus::Resolved;
-            r.resolved_at = Some(Utc::now());
+            r.resolved_at = Some(crate::clock::now());
         })
     }
 

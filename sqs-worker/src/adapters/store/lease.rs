@@ -108,7 +108,7 @@ impl DeadLetterStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<bool, ProcessError> {
-        let update = self.lease_update(item_id, owner, ttl, Utc::now())?;
+        let update = self.lease_update(item_id, owner, ttl, crate::clock::now())?;
         match self.send_update(&update).await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
@@ -126,7 +126,7 @@ impl DeadLetterStore {
     ) -> Vec<Result<bool, ProcessError>> {
         let mut results = Vec::with_capacity(item_ids.len());
         for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
-            let now = Utc::now();
+            let now = crate::clock::now();
             let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
                 .iter()
                 .map(|id| {
@@ -205,7 +205,7 @@ impl DeadLetterStore {
         record: &DeadLetteredItem,
         owner: &str,
     ) -> Result<(), ProcessError> {
-        let update = self.resolve_update(record, owner, Utc::now())?;
+        let update = self.resolve_update(record, owner, crate::clock::now())?;
         self.send_update(&update).await.map(|_| ()).map_err(|e| {
             if e.as_service_error().is_some_and(is_conditional_failure) {
                 ProcessError::new(
@@ -313,7 +313,7 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(crate::time_format::format(&Utc::now())),
+                AttributeValue::S(crate::time_format::format(&crate::clock::now())),
             )
             .expression_attribute_values(":message", AttributeValue::S(message_id.to_string()))
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))

@@ -509,7 +509,7 @@ impl DeadLetterSink for DeadLetterStore {
         candidates: &[DeadLetterCandidate],
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
-        let now = Utc::now();
+        let now = crate::clock::now();
         // Steps 1 and 2, per record, a bounded number at once.
         let writes: Vec<_> = candidates
             .iter()

@@ -269,7 +269,7 @@ impl DeadLetterStore {
         // A lookup that fails leaves those messages kept (made visible again), never deleted.
         let mut standings = self.standings(&ids).await.unwrap_or_default();
         loop {
-            let now = Utc::now().timestamp();
+            let now = crate::clock::now().timestamp();
             let busy: Vec<String> = ids
                 .iter()
                 .filter(|id| standings.get(*id).is_some_and(|s| s.leased_at(now)))
@@ -466,7 +466,7 @@ impl DeadLetterStore {
         let mut record = DeadLetteredItem::from_candidate(
             &candidate,
             &InvocationInfo::default(),
-            Utc::now(),
+            crate::clock::now(),
             self.config.retention,
         );
         // One entry per DLQ message however often it is swept.
