@@ -326,7 +326,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 self.process_standard(records, &deadline, invocation).await
             }
         };
-        match tokio::time::timeout_at(deadline.hard_stop(), work).await {
+        match tokio::time::timeout_at(crate::mutants::deadline_guard(deadline.hard_stop()), work)
+            .await
+        {
             Ok(reports) => Ok(BatchReport { records: reports }),
             Err(_) => {
                 tracing::error!(
@@ -441,7 +443,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: &Deadline,
     ) -> Vec<Result<(), ProcessError>> {
         let writes = self.sink.dead_letter(candidates, invocation);
-        match tokio::time::timeout_at(deadline.hard_stop(), writes).await {
+        match tokio::time::timeout_at(crate::mutants::deadline_guard(deadline.hard_stop()), writes)
+            .await
+        {
             Ok(results) => results,
             Err(_) => candidates
                 .iter()

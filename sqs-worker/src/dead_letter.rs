@@ -601,6 +601,17 @@ impl FailureDetail {
     }
 }
 
+/// Whether a run may take the lease on an item of `status` whose lease (if any) expires at
+/// `lease_expires_at` (epoch seconds): a dead item, or one whose redrive died holding an
+/// expired lease (docs/ARCHITECTURE.md §3). The DynamoDB adapter writes the same rule as
+/// its condition expression.
+pub fn lease_is_free(status: ItemStatus, lease_expires_at: Option<i64>, now: i64) -> bool {
+    status == ItemStatus::Dead
+        || (status == ItemStatus::Redriving
+            && lease_expires_at.is_some_and(|e| e < now)
+            && !crate::mutants::is_on(crate::mutants::Mutant::LeasesNeverTakenBack))
+}
+
 /// `manual_review_required`: any permission failure, or validation failing more than once
 /// (a second validation failure after a redrive means the fix did not work).
 pub fn needs_manual_review(history: &[FailureDetail]) -> bool {

@@ -33,6 +33,7 @@
 //! | [`worker`] | the Lambda handler the `worker` binary runs | via traits |
 //! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
 //! | [`redrive_function`] | the Lambda handler the `redrive` binary runs | via ports |
+//! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
 //! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation | stdout |
 //! | [`telemetry`] | JSON logging set-up | stdout |
 //! | [`duration`], [`time_format`], [`hex`] | durations and times as operators write them; record timestamps; sha256 in hex | none |
@@ -58,6 +59,7 @@ pub mod hex;
 pub mod item;
 pub mod message;
 pub mod metrics;
+pub mod mutants;
 pub mod pointer;
 pub mod ports;
 pub mod processor;

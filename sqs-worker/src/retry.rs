@@ -230,7 +230,12 @@ where
     loop {
         let started_at = crate::clock::now();
         let started = Instant::now();
-        let (error, cut) = match tokio::time::timeout_at(deadline.cutoff(), op(attempt)).await {
+        let (error, cut) = match tokio::time::timeout_at(
+            crate::mutants::deadline_guard(deadline.cutoff()),
+            op(attempt),
+        )
+        .await
+        {
             Ok(Ok(value)) => {
                 return RetryRun {
                     result: Ok(value),

@@ -218,7 +218,9 @@ impl RedriveRequest {
             lease_expired_before: None,
         };
         let mut filters = vec![base.clone()];
-        if self.status.is_none() {
+        if self.status.is_none()
+            && !crate::mutants::is_on(crate::mutants::Mutant::LeasesNeverTakenBack)
+        {
             filters.push(RecordFilter {
                 status: Some(ItemStatus::Redriving),
                 lease_expired_before: Some(now.timestamp()),

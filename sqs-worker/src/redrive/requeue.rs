@@ -213,8 +213,15 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         // Requeued is not resolved: the record waits for the worker to finish the message.
         for (i, message_id) in sent {
             let record = records[i];
+            let marked = if crate::mutants::is_on(crate::mutants::Mutant::RequeueResolvesOnSend) {
+                self.store.resolve(record, run_id).await
+            } else {
+                self.store
+                    .mark_requeued(&record.item_id, run_id, &message_id)
+                    .await
+            };
             outcomes[i] = Some(
-                match self.store.mark_requeued(&record.item_id, run_id, &message_id).await {
+                match marked {
                     Ok(()) => ItemOutcome {
                         item_id: record.item_id.clone(),
                         outcome: ItemOutcomeKind::Requeued,

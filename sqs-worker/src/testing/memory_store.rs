@@ -329,10 +329,7 @@ impl RecordStore for MemoryStore {
         let Some(record) = state.records.get_mut(item_id) else {
             return Ok(false);
         };
-        let free = record.status == ItemStatus::Dead
-            || (record.status == ItemStatus::Redriving
-                && record.lease_expires_at.is_some_and(|e| e < now));
-        if !free {
+        if !crate::dead_letter::lease_is_free(record.status, record.lease_expires_at, now) {
             return Ok(false);
         }
         record.status = ItemStatus::Redriving;

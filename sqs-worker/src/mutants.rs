@@ -1,0 +1,109 @@
+//! Defects fixed earlier, kept so that they can be switched back on in the deterministic
+//! simulation (`sqs-worker-sim`), which must find each one: a simulator that cannot find
+//! known bugs proves nothing about the unknown ones.
+//!
+//! Only the test-only `sim` feature can switch a mutant on, and only on the calling thread
+//! (each simulated world runs on one). Without the feature [`is_on`] is `false`, a
+//! constant the compiler removes with the code behind it: no shipped binary enables the
+//! feature. See `docs/SIMULATION.md`.
+
+/// A fixed defect that can be switched back on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mutant {
+    /// Attempts are not cut at the deadline's cut-off and the batch is not guarded at the
+    /// hard stop: a hanging downstream runs the invocation past its deadline.
+    DeadlineOverrun,
+    /// A requeue marks the record resolved when the message is sent, not when the worker
+    /// has finished it.
+    RequeueResolvesOnSend,
+    /// The sweep deletes a DLQ message because its item is resolved, whatever payload the
+    /// message holds.
+    SweepDeletesByItemId,
+    /// A lease left by a run that died is never taken back: the item stays `redriving`.
+    LeasesNeverTakenBack,
+    /// One DLQ message that cannot be recorded aborts the whole sweep (and the run).
+    PoisonMessageAbortsSweep,
+    /// Compaction keeps the ids of dropped attempts: `attempt_ids` grows for ever.
+    UnboundedAttemptIds,
+}
+
+impl Mutant {
+    /// Every mutant.
+    pub const ALL: [Mutant; 6] = [
+        Mutant::DeadlineOverrun,
+        Mutant::RequeueResolvesOnSend,
+        Mutant::SweepDeletesByItemId,
+        Mutant::LeasesNeverTakenBack,
+        Mutant::PoisonMessageAbortsSweep,
+        Mutant::UnboundedAttemptIds,
+    ];
+
+    /// Its name on a command line (`deadline-overrun`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::DeadlineOverrun => "deadline-overrun",
+            Mutant::RequeueResolvesOnSend => "requeue-resolves-on-send",
+            Mutant::SweepDeletesByItemId => "sweep-deletes-by-item-id",
+            Mutant::LeasesNeverTakenBack => "leases-never-taken-back",
+            Mutant::PoisonMessageAbortsSweep => "poison-message-aborts-sweep",
+            Mutant::UnboundedAttemptIds => "unbounded-attempt-ids",
+        }
+    }
+
+    /// The mutant of that name.
+    pub fn parse(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// `at`, or (with [`Mutant::DeadlineOverrun`]) an instant a year on: the guard that
+/// should stop work at `at` no longer does.
+pub(crate) fn deadline_guard(at: tokio::time::Instant) -> tokio::time::Instant {
+    if is_on(Mutant::DeadlineOverrun) {
+        at + std::time::Duration::from_secs(365 * 86_400)
+    } else {
+        at
+    }
+}
+
+#[cfg(feature = "sim")]
+thread_local! {
+    static ACTIVE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether `mutant` is switched on (on this thread); always `false` without `sim`.
+#[inline]
+pub fn is_on(mutant: Mutant) -> bool {
+    #[cfg(feature = "sim")]
+    {
+        ACTIVE.with(|a| a.get() & mutant.bit() != 0)
+    }
+    #[cfg(not(feature = "sim"))]
+    {
+        let _ = mutant.bit();
+        false
+    }
+}
+
+/// Switches exactly `mutants` on, on this thread (an empty slice: the fixed code).
+#[cfg(feature = "sim")]
+pub fn switch_on(mutants: &[Mutant]) {
+    ACTIVE.with(|a| a.set(mutants.iter().fold(0, |bits, m| bits | m.bit())));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for m in Mutant::ALL {
+            assert_eq!(Mutant::parse(m.name()), Some(m));
+        }
+        assert_eq!(Mutant::parse("nope"), None);
+    }
+}
