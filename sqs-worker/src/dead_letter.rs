@@ -538,6 +538,16 @@ pub struct DeadLetteredItem {
 /// Most entries a record's `processed` list keeps.
 pub const PROCESSED_LIMIT: usize = 20;
 
+/// The `processed` entry of a source message id.
+pub fn processed_key_for_message(message_id: &str) -> String {
+    format!("msg:{message_id}")
+}
+
+/// The `processed` entry of a payload digest.
+pub fn processed_key_for_payload(sha256: &str) -> String {
+    format!("sha:{sha256}")
+}
+
 impl FailureDetail {
     /// History entry for one failed attempt of `item` in `invocation`.
     pub fn from_attempt(

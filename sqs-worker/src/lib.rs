@@ -26,9 +26,11 @@
 //! | [`message`] | what our messages carry: attribute names, FIFO group, batching | none |
 //! | [`selection`] | record filters, pages and continuation tokens | none |
 //! | [`ports`] | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
+//! | [`recording`] | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over [`recording::RecordTable`] | via trait |
+//! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over [`sweep::DlqMessages`] | via trait |
 //! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
 //! | [`processor`] | the [`Processor`] trait and [`HttpDelivery`] | HTTP |
-//! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS) | AWS |
+//! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS; implements the ports and the two traits above) | AWS |
 //! | [`config`] | every environment variable once ([`config::vars`]) and the configurations read from them | env |
 //! | [`worker`] | the Lambda handler the `worker` binary runs | via traits |
 //! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
@@ -63,12 +65,14 @@ pub mod mutants;
 pub mod pointer;
 pub mod ports;
 pub mod processor;
+pub mod recording;
 pub mod redrive;
 pub mod redrive_function;
 pub mod retry;
 pub mod runtime;
 pub mod selection;
 pub mod signature;
+pub mod sweep;
 pub mod telemetry;
 pub mod testing;
 pub mod time_format;

@@ -1,12 +1,13 @@
 //! Every AWS SDK call of the library, behind the ports ([`crate::ports`],
-//! [`crate::DeadLetterSink`], [`crate::batch::BodyResolver`]): the rest of the crate
-//! decides, these modules talk to DynamoDB, SQS, S3 and Secrets Manager.
+//! [`crate::DeadLetterSink`], [`crate::batch::BodyResolver`]) and the core's primitive
+//! traits ([`crate::recording::RecordTable`], [`crate::sweep::DlqMessages`]): the rest of
+//! the crate decides, these modules talk to DynamoDB, SQS, S3 and Secrets Manager.
 //!
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`aws`] | the AWS clients, built once from the standard configuration chain |
 //! | [`secrets`] | the downstream credential, read from Secrets Manager at start-up |
-//! | [`store`] | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS; implements every port |
+//! | [`store`] | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS; implements every port and the primitives of [`crate::recording`] and [`crate::sweep`] |
 
 pub mod aws;
 pub mod secrets;

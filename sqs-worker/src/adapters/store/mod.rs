@@ -11,6 +11,11 @@
 //!
 //! Only when all three succeed is the record reported as dead-lettered (and acked); a
 //! failure at any step leaves it in `batchItemFailures`, so SQS delivers it again.
+//!
+//! The order and the merge rules are the core's ([`crate::recording`]); the store gives it
+//! the writes ([`RecordTable`]: the conditional `UpdateItem`s, the S3 `PutObject`, the
+//! batched DLQ send). Likewise the DLQ sweep is [`crate::sweep`] over the store's
+//! [`crate::sweep::DlqMessages`] ([`sweep`]).
 
 pub mod dlq;
 pub mod lease;
@@ -25,16 +30,16 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use chrono::Utc;
-use futures::StreamExt;
 
 use crate::adapters::aws::AwsClients;
 use crate::dead_letter::{
-    compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
-    DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
+    DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::{PayloadPolicy, S3Pointer};
+use crate::recording::{Compaction, RecordTable, RecordingSettings};
+
+pub use crate::recording::{stays_inline, HISTORY_ENTRY_MAX, RECORD_BUDGET};
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,24 +74,17 @@ impl StoreConfig {
             history_limit: crate::dead_letter::HISTORY_LIMIT,
         }
     }
-}
 
-/// Most bytes a record is planned to take, well under DynamoDB's 400 KB item limit.
-pub const RECORD_BUDGET: usize = 350_000;
-
-/// Most bytes one history entry takes once bounded ([`FailureDetail::bounded`]: 1 KiB
-/// message, 6 causes of 256 B, a 512 B response excerpt, and the fixed fields).
-pub const HISTORY_ENTRY_MAX: usize = 4096;
-
-/// Whether a body of `len` bytes stays inline in its record: within `inline_max`, and small
-/// enough that the record stays within [`RECORD_BUDGET`] even with a full history (the
-/// limit and one entry more before compaction), the capped attributes and the rest of the
-/// record. A larger body goes to S3, whatever `DLQ_INLINE_MAX_BYTES` allows.
-pub fn stays_inline(len: usize, inline_max: usize) -> bool {
-    let rest = (crate::dead_letter::HISTORY_LIMIT + 1) * HISTORY_ENTRY_MAX
-        + crate::dead_letter::ATTRIBUTES_LIMIT
-        + 16 * 1024;
-    len <= inline_max && len + rest <= RECORD_BUDGET
+    /// What [`crate::recording`] needs of it.
+    pub fn recording_settings(&self) -> RecordingSettings {
+        RecordingSettings {
+            bucket: self.bucket.clone(),
+            inline_max_bytes: self.inline_max_bytes,
+            history_limit: self.history_limit,
+            retention: self.retention,
+            write_concurrency: self.write_concurrency,
+        }
+    }
 }
 
 /// The DynamoDB + S3 + SQS dead-letter store.
@@ -112,75 +110,48 @@ impl DeadLetterStore {
         &self.clients
     }
 
-    /// Moves the payload to S3 when it is larger than the inline limit.
+    /// The settings [`crate::recording`] runs with.
+    fn recording(&self) -> RecordingSettings {
+        self.config.recording_settings()
+    }
+
+    /// Moves the payload to S3 when it would not stay inline
+    /// ([`crate::recording::offload_payload`]).
     pub async fn offload_payload(&self, record: &mut DeadLetteredItem) -> Result<(), ProcessError> {
-        let PayloadLocation::Inline { body } = &record.payload.location else {
-            return Ok(());
-        };
-        if stays_inline(body.len(), self.config.inline_max_bytes) {
-            return Ok(());
-        }
-        let pointer = S3Pointer {
-            bucket: self.config.bucket.clone(),
-            key: payload::payload_key(&record.item_id, &record.payload.sha256),
-        };
-        payload::put_payload(&self.clients.s3, &pointer, body, &record.payload.sha256).await?;
-        record.payload.location = PayloadLocation::S3 {
-            bucket: pointer.bucket,
-            key: pointer.key,
-        };
-        Ok(())
+        crate::recording::offload_payload(self, &self.recording(), record).await
     }
 
-    /// Upserts a record: new attempts are appended once, known ones are ignored.
+    /// Upserts a record: new attempts are appended once, known ones are ignored
+    /// ([`crate::recording::record`]).
     pub async fn record(&self, record: &DeadLetteredItem) -> Result<(), ProcessError> {
-        self.record_delivery(record, None).await.map(|_| ())
+        crate::recording::record(self, &self.recording(), record).await
     }
 
-    /// Upserts a record as [`DeadLetterStore::record`] does and, with `claim` (a source
-    /// message id), undertakes in the same conditional write to send that message's one DLQ
-    /// message. Returns whether this write holds the claim: `false` when another delivery of
-    /// the same message claimed it first (SQS delivers at least once), or when every attempt
-    /// was already recorded (the same delivery, invoked twice).
-    async fn record_delivery(
-        &self,
-        record: &DeadLetteredItem,
-        claim: Option<&str>,
-    ) -> Result<bool, ProcessError> {
-        let mut pending: Vec<FailureDetail> = record.failure_history.clone();
-        let mut claim = claim;
-        // A conflict means another writer recorded some of these attempts (or claimed the
-        // message); at most a few rounds are needed to converge.
-        for _ in 0..5 {
-            if pending.is_empty() {
-                return Ok(false);
-            }
-            match self.try_record(record, &pending, claim).await? {
-                Some(stored) => {
-                    self.after_append(stored).await?;
-                    return Ok(claim.is_some());
-                }
-                None => {
-                    let (known, claims) = self.attempt_ids_and_claims(&record.item_id).await?;
-                    pending.retain(|f| !known.contains(&f.attempt_id));
-                    if claim.is_some_and(|c| claims.contains(c)) {
-                        claim = None;
-                    }
-                }
-            }
-        }
-        Err(ProcessError::new(
-            ErrorClass::ServerError,
-            format!(
-                "record {:?} kept changing while being written",
-                record.item_id
-            ),
-        )
-        .with_step("record"))
+    /// What follows a write that appended to a record's history: the review flag settled,
+    /// the history compacted ([`crate::recording::after_append`]).
+    pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
+        crate::recording::after_append(self, &self.recording(), stored).await
     }
 
-    /// One conditional update; `None` when a pending attempt was already recorded (or the
-    /// claim was already taken).
+    /// Reads one record (strongly consistent).
+    pub async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let output = self
+            .clients
+            .dynamodb
+            .get_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("read-record"))?;
+        output.item().map(schema::record_from_item).transpose()
+    }
+}
+
+impl RecordTable for DeadLetterStore {
+    /// One conditional `UpdateItem` (`ALL_NEW`); `None` when a pending attempt was already
+    /// recorded (or the claim was already taken).
     async fn try_record(
         &self,
         record: &DeadLetteredItem,
@@ -196,7 +167,7 @@ impl DeadLetterStore {
         // Accumulated by resolutions; a new failure does not forget them.
         fields.remove(schema::PROCESSED);
         let first_attempt = fields.remove("first_attempt");
-        // Set on creation; afterwards `settle_review_flag` decides on the whole history
+        // Set on creation; afterwards `review_flag_change` decides on the whole history
         // (which may hold dropped attempts this write cannot see).
         let review = fields.remove(schema::MANUAL_REVIEW_REQUIRED);
         // In name order, so that the same record always makes the same expression.
@@ -287,147 +258,7 @@ impl DeadLetterStore {
         }
     }
 
-    /// Gives up the claim on a message's DLQ message (its send failed), so that the next
-    /// delivery of the message sends it.
-    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
-        self.clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression("DELETE #claims :claims")
-            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_values(
-                ":claims",
-                AttributeValue::Ss(vec![message_id.to_string()]),
-            )
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("release-claim"))
-    }
-
-    /// What follows a write that appended to a record's history (`stored` is the record as
-    /// written): the review flag is settled on the whole history, then the history is
-    /// compacted if it grew past the limit. Compaction is housekeeping: the record is
-    /// already durable, so a failed compaction is logged, not reported as a failed record
-    /// (that would send the message round again), and the next append compacts.
-    pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
-        self.settle_review_flag(&stored).await?;
-        let item_id = stored.item_id.clone();
-        if let Err(error) = self.compact_history_of(stored).await {
-            tracing::warn!(item_id = %item_id, error = %error, "history not compacted; the next failure retries");
-        }
-        Ok(())
-    }
-
-    /// Keeps a record's history within [`StoreConfig::history_limit`]: the first attempts
-    /// and the latest ones stay, `history_omitted` counts the others. The write holds only
-    /// if no attempt was appended since `stored` was read (`failure_count` unchanged); when
-    /// one was, that writer compacts instead.
-    async fn compact_history_of(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
-        if stored.failure_history.len() <= self.config.history_limit {
-            return Ok(());
-        }
-        let (kept, dropped) = compact_history(stored.failure_history, self.config.history_limit);
-        let result = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
-            // The ids of dropped attempts go with them: `attempt_ids` would otherwise grow
-            // by one id per attempt for ever.
-            // Claims only matter while a message may still be delivered again: those of the
-            // messages in the kept entries stay.
-            .update_expression(
-                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
-                 ADD #omitted :dropped",
-            )
-            // A finished requeue appends to `processed` without trimming it: trimmed here.
-            .expression_attribute_names("#processed", schema::PROCESSED)
-            .expression_attribute_values(":kept_processed", {
-                let skip = stored
-                    .processed
-                    .len()
-                    .saturating_sub(crate::dead_letter::PROCESSED_LIMIT);
-                AttributeValue::L(
-                    stored
-                        .processed
-                        .iter()
-                        .skip(skip)
-                        .cloned()
-                        .map(AttributeValue::S)
-                        .collect(),
-                )
-            })
-            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_values(
-                ":kept_claims",
-                AttributeValue::Ss(
-                    kept.iter()
-                        .map(|f| f.message_id.clone())
-                        .collect::<HashSet<_>>()
-                        .into_iter()
-                        .collect(),
-                ),
-            )
-            .expression_attribute_values(
-                ":kept_ids",
-                AttributeValue::Ss(kept.iter().map(|f| f.attempt_id.clone()).collect()),
-            )
-            .condition_expression("#count = :count")
-            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
-            .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
-            .expression_attribute_names("#count", schema::FAILURE_COUNT)
-            .expression_attribute_values(":kept", schema::history_to_attr(&kept)?)
-            .expression_attribute_values(":dropped", AttributeValue::N(dropped.to_string()))
-            .expression_attribute_values(
-                ":count",
-                AttributeValue::N(stored.failure_count.to_string()),
-            )
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(ProcessError::from_sdk(&e).with_step("compact-history")),
-        }
-    }
-
-    /// `manual_review_required` depends on the whole history, which an update expression
-    /// cannot see: fix it afterwards in the rare case the merged history changes it. Once
-    /// attempts have been dropped from the history the flag is only ever raised: a dropped
-    /// permission or validation failure still counts.
-    pub(crate) async fn settle_review_flag(
-        &self,
-        stored: &DeadLetteredItem,
-    ) -> Result<(), ProcessError> {
-        let wanted = needs_manual_review(&stored.failure_history)
-            || (stored.history_omitted > 0 && stored.manual_review_required);
-        if wanted == stored.manual_review_required {
-            return Ok(());
-        }
-        self.clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
-            .update_expression("SET manual_review_required = :v")
-            .expression_attribute_values(":v", AttributeValue::Bool(wanted))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))
-    }
-
-    /// The recorded attempt ids and the claimed source message ids of a record.
+    /// One `GetItem` of the two sets (strongly consistent).
     async fn attempt_ids_and_claims(
         &self,
         item_id: &str,
@@ -456,41 +287,126 @@ impl DeadLetterStore {
         Ok((set(schema::ATTEMPT_IDS), set(schema::DLQ_CLAIMS)))
     }
 
-    /// Steps 1 and 2 for one candidate: payload to S3 if large, then the record, claiming
-    /// the source message's DLQ message. A delivery that finds the claim taken (the same
-    /// message delivered twice) gets [`dead_lettering_elsewhere`]: it sends nothing.
-    async fn persist(
+    /// `manual_review_required` depends on the whole history, which an update expression
+    /// cannot see: set afterwards ([`crate::recording::review_flag_change`]).
+    async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("SET manual_review_required = :v")
+            .expression_attribute_values(":v", AttributeValue::Bool(wanted))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))
+    }
+
+    /// Keeps a record's history within [`StoreConfig::history_limit`]: the first attempts
+    /// and the latest ones stay, `history_omitted` counts the others. The write holds only
+    /// if no attempt was appended since `stored` was read (`failure_count` unchanged); when
+    /// one was, that writer compacts instead.
+    async fn compact(
         &self,
-        candidate: &DeadLetterCandidate,
-        invocation: &InvocationInfo,
-        now: chrono::DateTime<Utc>,
-    ) -> Result<DeadLetteredItem, ProcessError> {
-        let mut record =
-            DeadLetteredItem::from_candidate(candidate, invocation, now, self.config.retention);
-        self.offload_payload(&mut record).await?;
-        let claimed = self
-            .record_delivery(&record, Some(&record.source.message_id))
-            .await?;
-        if claimed {
-            Ok(record)
-        } else {
-            Err(dead_lettering_elsewhere())
+        stored: &DeadLetteredItem,
+        compaction: &Compaction,
+    ) -> Result<(), ProcessError> {
+        let result = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
+            // The ids of dropped attempts go with them; claims only matter while a message
+            // may still be delivered again ([`Compaction`]).
+            .update_expression(
+                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
+                 ADD #omitted :dropped",
+            )
+            .expression_attribute_names("#processed", schema::PROCESSED)
+            .expression_attribute_values(
+                ":kept_processed",
+                AttributeValue::L(
+                    compaction
+                        .processed
+                        .iter()
+                        .cloned()
+                        .map(AttributeValue::S)
+                        .collect(),
+                ),
+            )
+            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_values(
+                ":kept_claims",
+                AttributeValue::Ss(compaction.claims.clone()),
+            )
+            .expression_attribute_values(
+                ":kept_ids",
+                AttributeValue::Ss(compaction.attempt_ids.clone()),
+            )
+            .condition_expression("#count = :count")
+            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
+            .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
+            .expression_attribute_names("#count", schema::FAILURE_COUNT)
+            .expression_attribute_values(
+                ":kept",
+                schema::history_to_attr(&compaction.history)?,
+            )
+            .expression_attribute_values(
+                ":dropped",
+                AttributeValue::N(compaction.dropped.to_string()),
+            )
+            .expression_attribute_values(
+                ":count",
+                AttributeValue::N(stored.failure_count.to_string()),
+            )
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("compact-history")),
         }
     }
 
-    /// Reads one record (strongly consistent).
-    pub async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        let output = self
-            .clients
+    /// Gives up the claim on a message's DLQ message (its send failed), so that the next
+    /// delivery of the message sends it.
+    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        self.clients
             .dynamodb
-            .get_item()
+            .update_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .consistent_read(true)
+            .update_expression("DELETE #claims :claims")
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_values(
+                ":claims",
+                AttributeValue::Ss(vec![message_id.to_string()]),
+            )
             .send()
             .await
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("read-record"))?;
-        output.item().map(schema::record_from_item).transpose()
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("release-claim"))
+    }
+
+    async fn put_payload(
+        &self,
+        pointer: &S3Pointer,
+        body: &str,
+        sha256: &str,
+    ) -> Result<(), ProcessError> {
+        payload::put_payload(&self.clients.s3, pointer, body, sha256).await
+    }
+
+    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
+        dlq::send(&self.clients.sqs, &self.config, records).await
     }
 }
 
@@ -509,44 +425,7 @@ impl DeadLetterSink for DeadLetterStore {
         candidates: &[DeadLetterCandidate],
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
-        let now = crate::clock::now();
-        // Steps 1 and 2, per record, a bounded number at once.
-        let writes: Vec<_> = candidates
-            .iter()
-            .map(|candidate| self.persist(candidate, invocation, now))
-            .collect();
-        let persisted: Vec<Result<DeadLetteredItem, ProcessError>> = futures::stream::iter(writes)
-            .buffered(self.config.write_concurrency.max(1))
-            .collect()
-            .await;
-        // Step 3, batched, for the records that were persisted.
-        let to_send: Vec<&DeadLetteredItem> =
-            persisted.iter().filter_map(|r| r.as_ref().ok()).collect();
-        let sent_results = dlq::send(&self.clients.sqs, &self.config, &to_send).await;
-        for (record, result) in to_send.iter().zip(&sent_results) {
-            if result.is_err() {
-                // The next delivery of this message must be free to send it.
-                if let Err(e) = self
-                    .release_claim(&record.item_id, &record.source.message_id)
-                    .await
-                {
-                    tracing::warn!(item_id = %record.item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
-                }
-            }
-        }
-        let mut sent = sent_results.into_iter();
-        persisted
-            .into_iter()
-            .map(|result| match result {
-                Ok(_) => sent.next().unwrap_or_else(|| {
-                    Err(
-                        ProcessError::new(ErrorClass::Unknown, "DLQ send returned no result")
-                            .with_step("dlq"),
-                    )
-                }),
-                Err(e) => Err(e),
-            })
-            .collect()
+        crate::recording::dead_letter(self, &self.recording(), candidates, invocation).await
     }
 }
 
@@ -599,20 +478,6 @@ impl crate::batch::BodyResolver for ExtendedClientResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_body_stays_inline_only_while_a_full_record_fits_its_budget() {
-        assert!(stays_inline(65_536, 65_536), "the default limit fits");
-        assert!(!stays_inline(65_537, 65_536));
-        // DLQ_INLINE_MAX_BYTES may allow 256 KiB, but with 51 history entries of up to 4 KiB
-        // such a record could pass 400 KB: the body goes to S3.
-        assert!(!stays_inline(200_000, 262_144));
-        let largest = (0..=262_144)
-            .rev()
-            .find(|n| stays_inline(*n, 262_144))
-            .unwrap_or(0);
-        assert!(largest > 65_536 && largest < 120_000, "{largest}");
-    }
 
     /// A store whose DynamoDB client is `dynamodb` (the other clients are never called).
     fn store_over(dynamodb: aws_sdk_dynamodb::Client) -> DeadLetterStore {

@@ -1,6 +1,7 @@
 //! The redrive engine's ports ([`crate::ports`]) over AWS: records in the DynamoDB table,
 //! the DLQ and the source queues in SQS, payloads in S3. Each method delegates to the
-//! store's own operations, or is the one SDK call it needs.
+//! store's own operations (the DLQ's to the core's sweep, [`crate::sweep`], over the store's
+//! [`crate::sweep::DlqMessages`]), or is the one SDK call it needs.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,7 +9,6 @@ use std::time::Duration;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::payload;
-use super::sweep::HeldMessage;
 use super::DeadLetterStore;
 use crate::dead_letter::{DeadLetteredItem, FailureDetail};
 use crate::error::ProcessError;
@@ -18,6 +18,7 @@ use crate::ports::{
     SweepOptions,
 };
 use crate::selection::{Page, PageToken, RecordFilter};
+use crate::sweep::HeldMessage;
 
 impl RecordStore for DeadLetterStore {
     async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
@@ -83,22 +84,22 @@ impl RecordStore for DeadLetterStore {
 }
 
 impl DeadLetterQueue for DeadLetterStore {
-    type Held = HeldMessage;
+    type Held = HeldMessage<aws_sdk_sqs::types::Message>;
 
     async fn sweep(
         &self,
         hold: Duration,
         options: &SweepOptions,
-    ) -> Result<Sweep<HeldMessage>, ProcessError> {
-        self.sweep_dlq(hold, options).await
+    ) -> Result<Sweep<Self::Held>, ProcessError> {
+        crate::sweep::sweep_dlq(self, hold, options).await
     }
 
     async fn settle_held(
         &self,
-        held: HashMap<String, Vec<HeldMessage>>,
+        held: HashMap<String, Vec<Self::Held>>,
         wait: Duration,
     ) -> Result<usize, ProcessError> {
-        DeadLetterStore::settle_held(self, held, wait).await
+        crate::sweep::settle_held(self, held, wait).await
     }
 }
 

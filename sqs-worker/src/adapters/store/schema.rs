@@ -67,15 +67,9 @@ pub const LEASE_OWNER: &str = "lease_owner";
 /// Lease expiry, epoch seconds (N).
 pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
 
-/// The `processed` entry of a source message id.
-pub fn processed_key_for_message(message_id: &str) -> String {
-    format!("msg:{message_id}")
-}
-
-/// The `processed` entry of a payload digest.
-pub fn processed_key_for_payload(sha256: &str) -> String {
-    format!("sha:{sha256}")
-}
+// The `processed` entries of a source message id and of a payload digest (the record's
+// own format, so the core's DLQ sweep reads them too).
+pub use crate::dead_letter::{processed_key_for_message, processed_key_for_payload};
 
 /// Index listing records by status and time.
 pub const BY_STATUS_INDEX: &str = "by-status";

@@ -1,0 +1,710 @@
+//! Dead-letter recording: how a failed record becomes durable (docs/ARCHITECTURE.md §1.1).
+//! Dead-lettering a record is three writes, in this order:
+//!
+//! | step | write | when it fails |
+//! | --- | --- | --- |
+//! | 1 | the payload to the payload store, when the record would not stay small ([`stays_inline`]) | the record is returned for retry |
+//! | 2 | the [`DeadLetteredItem`] upserted into its record, claiming the source message's one DLQ message | returned for retry; a delivery finding the claim taken gets [`dead_lettering_elsewhere`] |
+//! | 3 | one DLQ message per record (batched) carrying the item id and the body or a pointer to it | the claim is released, so the next delivery sends it; returned for retry |
+//!
+//! Only when all three succeed is the record reported as dead-lettered (and acked).
+//!
+//! Step 2 merges into any existing record of the same item, by one conditional write
+//! ([`RecordTable::try_record`]) and what follows it:
+//!
+//! | the write finds | result |
+//! | --- | --- |
+//! | none of the pending attempt ids recorded, the claim free | appended; `failure_count` counts them; the claim taken |
+//! | some attempt ids recorded, or the claim taken (another writer) | refused: the known attempts and the taken claim are dropped and the write tried again (at most 5 rounds) |
+//! | every attempt already recorded (the same delivery, invoked twice) | nothing to write: the claim is not held |
+//! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
+//! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
+//!
+//! The logic runs over [`RecordTable`], the few primitive writes and reads it needs:
+//! DynamoDB, S3 and SQS in production ([`crate::adapters::store::DeadLetterStore`]),
+//! memory in a simulation. No I/O of its own.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+use crate::dead_letter::{
+    compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
+    DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
+};
+use crate::error::{ErrorClass, ProcessError};
+use crate::pointer::S3Pointer;
+
+/// Most bytes a record is planned to take, well under DynamoDB's 400 KB item limit.
+pub const RECORD_BUDGET: usize = 350_000;
+
+/// Most bytes one history entry takes once bounded ([`FailureDetail::bounded`]: 1 KiB
+/// message, 6 causes of 256 B, a 512 B response excerpt, and the fixed fields).
+pub const HISTORY_ENTRY_MAX: usize = 4096;
+
+/// Whether a body of `len` bytes stays inline in its record: within `inline_max`, and small
+/// enough that the record stays within [`RECORD_BUDGET`] even with a full history (the
+/// limit and one entry more before compaction), the capped attributes and the rest of the
+/// record. A larger body goes to S3, whatever `DLQ_INLINE_MAX_BYTES` allows.
+pub fn stays_inline(len: usize, inline_max: usize) -> bool {
+    let rest = (crate::dead_letter::HISTORY_LIMIT + 1) * HISTORY_ENTRY_MAX
+        + crate::dead_letter::ATTRIBUTES_LIMIT
+        + 16 * 1024;
+    len <= inline_max && len + rest <= RECORD_BUDGET
+}
+
+/// The object key for an item's payload: item id (made key-safe) plus the payload's sha256,
+/// so the same payload always lands on the same key (re-recording is idempotent).
+pub fn payload_key(item_id: &str, sha256: &str) -> String {
+    let safe: String = item_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    format!("payloads/{safe}/{sha256}")
+}
+
+/// What compacting a record's history writes: the history kept, and with it the attempt
+/// ids and DLQ claims still needed, the `processed` list trimmed, and how many entries go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compaction {
+    /// The entries kept: the first attempts and the latest ones
+    /// ([`crate::dead_letter::compact_history`]).
+    pub history: Vec<FailureDetail>,
+    /// The ids of the kept entries. The ids of dropped attempts go with them: `attempt_ids`
+    /// would otherwise grow by one id per attempt for ever.
+    pub attempt_ids: Vec<String>,
+    /// The source message ids of the kept entries, once each. Claims only matter while a
+    /// message may still be delivered again: those of the messages in the kept entries stay.
+    pub claims: Vec<String>,
+    /// The latest [`crate::dead_letter::PROCESSED_LIMIT`] entries of `processed` (a finished
+    /// requeue appends to it without trimming it: trimmed here).
+    pub processed: Vec<String>,
+    /// Entries dropped, added to `history_omitted`.
+    pub dropped: u32,
+}
+
+/// The compaction a record just written needs: `None` while its history is within
+/// `history_limit`.
+pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<Compaction> {
+    if stored.failure_history.len() <= history_limit {
+        return None;
+    }
+    let (history, dropped) = compact_history(stored.failure_history.clone(), history_limit);
+    let attempt_ids = history.iter().map(|f| f.attempt_id.clone()).collect();
+    let mut seen = HashSet::new();
+    let claims = history
+        .iter()
+        .filter(|f| seen.insert(f.message_id.as_str()))
+        .map(|f| f.message_id.clone())
+        .collect();
+    let skip = stored
+        .processed
+        .len()
+        .saturating_sub(crate::dead_letter::PROCESSED_LIMIT);
+    Some(Compaction {
+        attempt_ids,
+        claims,
+        processed: stored.processed[skip..].to_vec(),
+        dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
+        history,
+    })
+}
+
+/// The `manual_review_required` a record just written should have, when it differs from
+/// the stored one. It depends on the whole history, which an update expression cannot
+/// see: fixed afterwards in the rare case the merged history changes it. Once attempts have
+/// been dropped from the history the flag is only ever raised: a dropped permission or
+/// validation failure still counts.
+pub fn review_flag_change(stored: &DeadLetteredItem) -> Option<bool> {
+    let wanted = needs_manual_review(&stored.failure_history)
+        || (stored.history_omitted > 0 && stored.manual_review_required);
+    (wanted != stored.manual_review_required).then_some(wanted)
+}
+
+/// What recording needs of the record table, the payload store and the DLQ: each an
+/// operation that decides nothing.
+pub trait RecordTable: Send + Sync {
+    /// One conditional write appending `pending` to the record (creating it if absent) and,
+    /// with `claim`, adding it to the DLQ claims, refused when a pending attempt id is
+    /// already recorded or the claim already taken: `Ok(Some(stored))` is the record as
+    /// written, `Ok(None)` a refused condition.
+    fn try_record(
+        &self,
+        record: &DeadLetteredItem,
+        pending: &[FailureDetail],
+        claim: Option<&str>,
+    ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
+
+    /// The recorded attempt ids and claimed source message ids of a record (strongly
+    /// consistent).
+    fn attempt_ids_and_claims(
+        &self,
+        item_id: &str,
+    ) -> impl Future<Output = Result<(HashSet<String>, HashSet<String>), ProcessError>> + Send;
+
+    /// Sets `manual_review_required`.
+    fn set_review_flag(
+        &self,
+        item_id: &str,
+        wanted: bool,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+
+    /// Writes `compaction` if the record's `failure_count` is still `stored.failure_count`
+    /// (`Ok(())` also when that condition fails: the other writer compacts).
+    fn compact(
+        &self,
+        stored: &DeadLetteredItem,
+        compaction: &Compaction,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+
+    /// Gives up the claim on `message_id`'s DLQ message.
+    fn release_claim(
+        &self,
+        item_id: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+
+    /// Stores a payload too large to keep inline, under `pointer`.
+    fn put_payload(
+        &self,
+        pointer: &S3Pointer,
+        body: &str,
+        sha256: &str,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+
+    /// Sends one DLQ message per record (batched); one result per record, in order.
+    fn send_to_dlq(
+        &self,
+        records: &[&DeadLetteredItem],
+    ) -> impl Future<Output = Vec<Result<(), ProcessError>>> + Send;
+}
+
+/// What recording needs to know of the store (from its configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordingSettings {
+    /// Payload bucket.
+    pub bucket: String,
+    /// Bodies larger than this go to the bucket ([`stays_inline`]).
+    pub inline_max_bytes: usize,
+    /// Most entries a record's history keeps.
+    pub history_limit: usize,
+    /// How long records are kept.
+    pub retention: Duration,
+    /// Records written at once.
+    pub write_concurrency: usize,
+}
+
+/// Moves the payload to the payload store when it would not stay inline
+/// ([`stays_inline`]).
+pub async fn offload_payload<T: RecordTable>(
+    table: &T,
+    settings: &RecordingSettings,
+    record: &mut DeadLetteredItem,
+) -> Result<(), ProcessError> {
+    let PayloadLocation::Inline { body } = &record.payload.location else {
+        return Ok(());
+    };
+    if stays_inline(body.len(), settings.inline_max_bytes) {
+        return Ok(());
+    }
+    let pointer = S3Pointer {
+        bucket: settings.bucket.clone(),
+        key: payload_key(&record.item_id, &record.payload.sha256),
+    };
+    table
+        .put_payload(&pointer, body, &record.payload.sha256)
+        .await?;
+    record.payload.location = PayloadLocation::S3 {
+        bucket: pointer.bucket,
+        key: pointer.key,
+    };
+    Ok(())
+}
+
+/// Upserts a record: new attempts are appended once, known ones are ignored.
+pub async fn record<T: RecordTable>(
+    table: &T,
+    settings: &RecordingSettings,
+    record: &DeadLetteredItem,
+) -> Result<(), ProcessError> {
+    record_delivery(table, settings, record, None)
+        .await
+        .map(|_| ())
+}
+
+/// Upserts a record as [`record`] does and, with `claim` (a source message id), undertakes
+/// in the same conditional write to send that message's one DLQ message. Returns whether
+/// this write holds the claim: `false` when another delivery of the same message claimed
+/// it first (SQS delivers at least once), or when every attempt was already recorded (the
+/// same delivery, invoked twice).
+pub async fn record_delivery<T: RecordTable>(
+    table: &T,
+    settings: &RecordingSettings,
+    record: &DeadLetteredItem,
+    claim: Option<&str>,
+) -> Result<bool, ProcessError> {
+    let mut pending: Vec<FailureDetail> = record.failure_history.clone();
+    let mut claim = claim;
+    // A conflict means another writer recorded some of these attempts (or claimed the
+    // message); at most a few rounds are needed to converge.
+    for _ in 0..5 {
+        if pending.is_empty() {
+            return Ok(false);
+        }
+        match table.try_record(record, &pending, claim).await? {
+            Some(stored) => {
+                after_append(table, settings, stored).await?;
+                return Ok(claim.is_some());
+            }
+            None => {
+                let (known, claims) = table.attempt_ids_and_claims(&record.item_id).await?;
+                pending.retain(|f| !known.contains(&f.attempt_id));
+                if claim.is_some_and(|c| claims.contains(c)) {
+                    claim = None;
+                }
+            }
+        }
+    }
+    Err(ProcessError::new(
+        ErrorClass::ServerError,
+        format!(
+            "record {:?} kept changing while being written",
+            record.item_id
+        ),
+    )
+    .with_step("record"))
+}
+
+/// What follows a write that appended to a record's history (`stored` is the record as
+/// written): the review flag is settled on the whole history ([`review_flag_change`]), then
+/// the history is compacted if it grew past the limit ([`compaction_of`]). Compaction is
+/// housekeeping: the record is already durable, so a failed compaction is logged, not
+/// reported as a failed record (that would send the message round again), and the next
+/// append compacts.
+pub async fn after_append<T: RecordTable>(
+    table: &T,
+    settings: &RecordingSettings,
+    stored: DeadLetteredItem,
+) -> Result<(), ProcessError> {
+    if let Some(wanted) = review_flag_change(&stored) {
+        table.set_review_flag(&stored.item_id, wanted).await?;
+    }
+    if let Some(compaction) = compaction_of(&stored, settings.history_limit) {
+        if let Err(error) = table.compact(&stored, &compaction).await {
+            tracing::warn!(item_id = %stored.item_id, error = %error, "history not compacted; the next failure retries");
+        }
+    }
+    Ok(())
+}
+
+/// Steps 1 and 2 for one candidate: payload to the payload store if large, then the
+/// record, claiming the source message's DLQ message. A delivery that finds the claim taken
+/// (the same message delivered twice) gets [`dead_lettering_elsewhere`]: it sends nothing.
+pub async fn persist<T: RecordTable>(
+    table: &T,
+    settings: &RecordingSettings,
+    candidate: &DeadLetterCandidate,
+    invocation: &InvocationInfo,
+    now: DateTime<Utc>,
+) -> Result<DeadLetteredItem, ProcessError> {
+    let mut record =
+        DeadLetteredItem::from_candidate(candidate, invocation, now, settings.retention);
+    offload_payload(table, settings, &mut record).await?;
+    let claimed =
+        record_delivery(table, settings, &record, Some(&record.source.message_id)).await?;
+    if claimed {
+        Ok(record)
+    } else {
+        Err(dead_lettering_elsewhere())
+    }
+}
+
+/// Dead-letters `candidates` (the module's three steps): each is persisted (a bounded
+/// number at once), the persisted ones are sent to the DLQ in batches, and the claim of
+/// each failed send is released. One result per candidate, in order: `Ok` only when all
+/// three steps succeeded.
+pub async fn dead_letter<T: RecordTable>(
+    table: &T,
+    settings: &RecordingSettings,
+    candidates: &[DeadLetterCandidate],
+    invocation: &InvocationInfo,
+) -> Vec<Result<(), ProcessError>> {
+    let now = crate::clock::now();
+    // Steps 1 and 2, per record, a bounded number at once.
+    let writes: Vec<_> = candidates
+        .iter()
+        .map(|candidate| persist(table, settings, candidate, invocation, now))
+        .collect();
+    let persisted: Vec<Result<DeadLetteredItem, ProcessError>> = futures::stream::iter(writes)
+        .buffered(settings.write_concurrency.max(1))
+        .collect()
+        .await;
+    // Step 3, batched, for the records that were persisted.
+    let to_send: Vec<&DeadLetteredItem> =
+        persisted.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let sent_results = table.send_to_dlq(&to_send).await;
+    for (record, result) in to_send.iter().zip(&sent_results) {
+        if result.is_err() {
+            // The next delivery of this message must be free to send it.
+            if let Err(e) = table
+                .release_claim(&record.item_id, &record.source.message_id)
+                .await
+            {
+                tracing::warn!(item_id = %record.item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
+            }
+        }
+    }
+    let mut sent = sent_results.into_iter();
+    persisted
+        .into_iter()
+        .map(|result| match result {
+            Ok(_) => sent.next().unwrap_or_else(|| {
+                Err(
+                    ProcessError::new(ErrorClass::Unknown, "DLQ send returned no result")
+                        .with_step("dlq"),
+                )
+            }),
+            Err(e) => Err(e),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_stays_inline_only_while_a_full_record_fits_its_budget() {
+        assert!(stays_inline(65_536, 65_536), "the default limit fits");
+        assert!(!stays_inline(65_537, 65_536));
+        // DLQ_INLINE_MAX_BYTES may allow 256 KiB, but with 51 history entries of up to 4 KiB
+        // such a record could pass 400 KB: the body goes to S3.
+        assert!(!stays_inline(200_000, 262_144));
+        let largest = (0..=262_144)
+            .rev()
+            .find(|n| stays_inline(*n, 262_144))
+            .unwrap_or(0);
+        assert!(largest > 65_536 && largest < 120_000, "{largest}");
+    }
+
+    #[test]
+    fn keys_are_safe_and_deterministic() {
+        assert_eq!(payload_key("order/7 ü", "abc"), "payloads/order_7__/abc");
+        assert_eq!(payload_key("a", "x"), payload_key("a", "x"));
+    }
+
+    /// A record of `attempts` attempts, made over deliveries of 3 attempts each (message
+    /// ids `m-0`, `m-1`, ...), with `processed` entries `msg:p0`, `msg:p1`, ...
+    fn stored(attempts: usize, processed: usize) -> DeadLetteredItem {
+        let mut record = crate::testing::dead_record("a", ErrorClass::Throttled, 1);
+        let template = record.failure_history[0].clone();
+        record.failure_history = (0..attempts)
+            .map(|n| FailureDetail {
+                attempt_id: format!("m-{}:1:{}", n / 3, n % 3 + 1),
+                message_id: format!("m-{}", n / 3),
+                attempt_number: u32::try_from(n % 3 + 1).unwrap(),
+                ..template.clone()
+            })
+            .collect();
+        record.failure_count = u32::try_from(attempts).unwrap();
+        record.processed = (0..processed).map(|n| format!("msg:p{n}")).collect();
+        record
+    }
+
+    #[test]
+    fn a_history_within_its_limit_is_not_compacted() {
+        assert_eq!(compaction_of(&stored(50, 30), 50), None);
+        assert_eq!(compaction_of(&stored(3, 0), 50), None);
+    }
+
+    #[test]
+    fn compaction_keeps_the_first_and_latest_attempts_with_their_ids_and_claims() {
+        let record = stored(60, 30);
+        let compaction = compaction_of(&record, 50).unwrap();
+        let (history, dropped) = compact_history(record.failure_history.clone(), 50);
+        assert_eq!(compaction.history, history);
+        assert_eq!(compaction.dropped, 10);
+        assert_eq!(usize::try_from(compaction.dropped).unwrap(), dropped);
+        // The first 10 entries (m-0 .. m-3) and the latest 40 (entries 20..60: m-6 .. m-19).
+        assert_eq!(compaction.attempt_ids.len(), 50);
+        assert_eq!(compaction.attempt_ids[0], "m-0:1:1");
+        assert_eq!(compaction.attempt_ids[9], "m-3:1:1");
+        assert_eq!(compaction.attempt_ids[10], "m-6:1:3");
+        assert_eq!(compaction.attempt_ids[49], "m-19:1:3");
+        let expected_claims: Vec<String> =
+            (0..=3).chain(6..=19).map(|n| format!("m-{n}")).collect();
+        assert_eq!(compaction.claims, expected_claims, "once each, in order");
+        // The claims of deliveries whose every entry was dropped (m-4, m-5) go.
+        let expected_processed: Vec<String> = (10..30).map(|n| format!("msg:p{n}")).collect();
+        assert_eq!(compaction.processed, expected_processed, "the latest 20");
+    }
+
+    #[test]
+    fn compaction_keeps_a_short_processed_list_whole() {
+        let compaction = compaction_of(&stored(4, 2), 3).unwrap();
+        assert_eq!(compaction.processed, ["msg:p0", "msg:p1"]);
+        assert_eq!(compaction.dropped, 1);
+        // The first entry (half the limit, rounded down) and the latest two.
+        assert_eq!(compaction.attempt_ids, ["m-0:1:1", "m-0:1:3", "m-1:1:1"]);
+        assert_eq!(compaction.claims, ["m-0", "m-1"]);
+    }
+
+    #[test]
+    fn the_review_flag_follows_the_history_and_is_only_raised_once_attempts_were_dropped() {
+        let mut record = stored(2, 0);
+        assert_eq!(
+            review_flag_change(&record),
+            None,
+            "agrees: nothing to write"
+        );
+        // A permission failure merged in: raised.
+        record.failure_history[1].error_type = ErrorClass::Permission;
+        assert_eq!(review_flag_change(&record), Some(true));
+        record.manual_review_required = true;
+        assert_eq!(review_flag_change(&record), None);
+        // Two validation failures: raised too.
+        record.failure_history[1].error_type = ErrorClass::Validation;
+        record.failure_history[0].error_type = ErrorClass::Validation;
+        assert_eq!(review_flag_change(&record), None);
+        // Nothing in the whole history calls for it: lowered.
+        record.failure_history[0].error_type = ErrorClass::Throttled;
+        assert_eq!(review_flag_change(&record), Some(false));
+        // ... unless attempts were dropped: the reason may be among them.
+        record.history_omitted = 5;
+        assert_eq!(review_flag_change(&record), None);
+        record.manual_review_required = false;
+        assert_eq!(
+            review_flag_change(&record),
+            None,
+            "never raised without cause"
+        );
+    }
+
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    /// A record with its attempt ids and claims.
+    type Row = (DeadLetteredItem, HashSet<String>, HashSet<String>);
+
+    /// Records with their attempt ids and claims, in memory; DLQ sends fail for the items
+    /// listed in `refuse_send`.
+    #[derive(Default)]
+    struct MemoryTable {
+        records: Mutex<HashMap<String, Row>>,
+        refuse_send: Mutex<HashSet<String>>,
+        sent: Mutex<Vec<String>>,
+    }
+
+    impl MemoryTable {
+        fn get(&self, item_id: &str) -> Row {
+            self.records.lock().unwrap()[item_id].clone()
+        }
+    }
+
+    impl RecordTable for MemoryTable {
+        async fn try_record(
+            &self,
+            record: &DeadLetteredItem,
+            pending: &[FailureDetail],
+            claim: Option<&str>,
+        ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+            let mut records = self.records.lock().unwrap();
+            let (stored, ids, claims) =
+                records.entry(record.item_id.clone()).or_insert_with(|| {
+                    let mut empty = record.clone();
+                    empty.failure_history.clear();
+                    empty.failure_count = 0;
+                    (empty, HashSet::new(), HashSet::new())
+                });
+            if pending.iter().any(|f| ids.contains(&f.attempt_id))
+                || claim.is_some_and(|c| claims.contains(c))
+            {
+                return Ok(None);
+            }
+            stored.failure_history.extend(pending.iter().cloned());
+            stored.failure_count += u32::try_from(pending.len()).unwrap();
+            ids.extend(pending.iter().map(|f| f.attempt_id.clone()));
+            claims.extend(claim.map(str::to_string));
+            Ok(Some(stored.clone()))
+        }
+
+        async fn attempt_ids_and_claims(
+            &self,
+            item_id: &str,
+        ) -> Result<(HashSet<String>, HashSet<String>), ProcessError> {
+            let (_, ids, claims) = self.get(item_id);
+            Ok((ids, claims))
+        }
+
+        async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
+            let mut records = self.records.lock().unwrap();
+            if let Some((stored, _, _)) = records.get_mut(item_id) {
+                stored.manual_review_required = wanted;
+            }
+            Ok(())
+        }
+
+        async fn compact(
+            &self,
+            stored: &DeadLetteredItem,
+            compaction: &Compaction,
+        ) -> Result<(), ProcessError> {
+            let mut records = self.records.lock().unwrap();
+            let (record, ids, claims) = records.get_mut(&stored.item_id).unwrap();
+            if record.failure_count == stored.failure_count {
+                record.failure_history = compaction.history.clone();
+                record.history_omitted += compaction.dropped;
+                record.processed = compaction.processed.clone();
+                *ids = compaction.attempt_ids.iter().cloned().collect();
+                *claims = compaction.claims.iter().cloned().collect();
+            }
+            Ok(())
+        }
+
+        async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+            let mut records = self.records.lock().unwrap();
+            if let Some((_, _, claims)) = records.get_mut(item_id) {
+                claims.remove(message_id);
+            }
+            Ok(())
+        }
+
+        async fn put_payload(
+            &self,
+            _pointer: &S3Pointer,
+            _body: &str,
+            _sha256: &str,
+        ) -> Result<(), ProcessError> {
+            Ok(())
+        }
+
+        async fn send_to_dlq(
+            &self,
+            records: &[&DeadLetteredItem],
+        ) -> Vec<Result<(), ProcessError>> {
+            let refuse = self.refuse_send.lock().unwrap();
+            records
+                .iter()
+                .map(|r| {
+                    if refuse.contains(&r.item_id) {
+                        return Err(ProcessError::new(ErrorClass::Throttled, "refused"));
+                    }
+                    self.sent.lock().unwrap().push(r.item_id.clone());
+                    Ok(())
+                })
+                .collect()
+        }
+    }
+
+    fn settings() -> RecordingSettings {
+        RecordingSettings {
+            bucket: "b".into(),
+            inline_max_bytes: 65_536,
+            history_limit: 4,
+            retention: Duration::from_secs(86_400),
+            write_concurrency: 2,
+        }
+    }
+
+    /// A failed delivery of item `id` (message `m-<id>`, its `receive`th receive), two
+    /// attempts.
+    fn candidate(id: &str, receive: u32) -> DeadLetterCandidate {
+        let message = serde_json::from_value(serde_json::json!({
+            "messageId": format!("m-{id}"),
+            "body": format!("{{\"id\":\"{id}\"}}"),
+            "attributes": {"ApproximateReceiveCount": receive.to_string()},
+        }))
+        .unwrap();
+        let mut item = crate::item::ItemParser::default()
+            .parse(format!("m-{id}"), message)
+            .unwrap();
+        item.item_id = id.to_string();
+        let error = ProcessError::new(ErrorClass::Throttled, "slow down");
+        let failures = (1..=2)
+            .map(|attempt| crate::retry::AttemptFailure {
+                attempt,
+                started_at: crate::clock::now(),
+                duration: Duration::ZERO,
+                error: error.clone(),
+            })
+            .collect();
+        DeadLetterCandidate {
+            item,
+            error,
+            failures,
+            reason: crate::dead_letter::DeadLetterReason::ReceiveBudgetExhausted,
+        }
+    }
+
+    #[tokio::test]
+    async fn dead_lettering_persists_sends_and_frees_the_claim_of_a_failed_send() {
+        let table = MemoryTable::default();
+        table.refuse_send.lock().unwrap().insert("b".into());
+        let info = InvocationInfo::default();
+        let results = dead_letter(
+            &table,
+            &settings(),
+            &[candidate("a", 3), candidate("b", 3)],
+            &info,
+        )
+        .await;
+        assert!(results[0].is_ok(), "{results:?}");
+        assert!(results[1].is_err(), "{results:?}");
+        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
+        let (a, _, a_claims) = table.get("a");
+        assert_eq!(a.failure_count, 2);
+        assert!(a_claims.contains("m-a"));
+        let (b, _, b_claims) = table.get("b");
+        assert_eq!(b.failure_count, 2, "recorded all the same");
+        assert!(b_claims.is_empty(), "the next delivery may send it");
+
+        // The same delivery again (a retried invocation): nothing new, nothing sent.
+        let again = dead_letter(&table, &settings(), &[candidate("a", 3)], &info).await;
+        assert!(crate::dead_letter::is_dead_lettering_elsewhere(
+            again[0].as_ref().unwrap_err()
+        ));
+        // Another delivery of the same message: its attempts are recorded, but the message
+        // is claimed, so it sends nothing.
+        let other = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
+        assert!(crate::dead_letter::is_dead_lettering_elsewhere(
+            other[0].as_ref().unwrap_err()
+        ));
+        assert_eq!(table.get("a").0.failure_count, 4);
+        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
+        // The freed claim of b is taken by its next delivery, which sends it.
+        table.refuse_send.lock().unwrap().clear();
+        let retried = dead_letter(&table, &settings(), &[candidate("b", 4)], &info).await;
+        assert!(retried[0].is_ok(), "{retried:?}");
+        assert_eq!(*table.sent.lock().unwrap(), ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn an_append_past_the_limit_compacts_the_history() {
+        let table = MemoryTable::default();
+        let settings = settings();
+        for receive in 1..=3 {
+            let record = DeadLetteredItem::from_candidate(
+                &candidate("a", receive),
+                &InvocationInfo::default(),
+                crate::clock::now(),
+                settings.retention,
+            );
+            super::record(&table, &settings, &record).await.unwrap();
+        }
+        let (a, ids, _) = table.get("a");
+        assert_eq!(a.failure_count, 6);
+        assert_eq!(a.failure_history.len(), 4);
+        assert_eq!(a.history_omitted, 2);
+        assert_eq!(ids.len(), 4, "the ids of dropped attempts go with them");
+    }
+}
