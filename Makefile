@@ -4,12 +4,13 @@
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
 
-.PHONY: help build emulator demo demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check
+.PHONY: help build emulator demo demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
+	@echo "make sim        the deterministic simulation: SEEDS=N worlds (default 10000), or SEED=n to replay one; MUTANT=name switches a fixed defect back on"
 	@echo "make soak       the load test at full size (5,000 messages with downstream and AWS faults) and one item redriven 1,000 times"
 	@echo "make bench      every benchmark in one run: tables, target/bench/bench.json, docs/BENCHMARKS.md"
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
@@ -42,6 +43,14 @@ infra-check:
 	scripts/infra.sh check
 
 test: fmt-check clippy infra-check unit
+
+# The deterministic simulation (docs/SIMULATION.md), optimised build; no emulator needed.
+# `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.
+SEEDS ?= 10000
+FROM ?= 0
+sim:
+	$(CARGO) build --release -p sqs-worker-sim --bin sim
+	./target/release/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM)) $(if $(MUTANT),--mutant $(MUTANT))
 
 # The load test of `make test` (300 messages) at full size; prints the throughput seen.
 SOAK_MESSAGES ?= 5000

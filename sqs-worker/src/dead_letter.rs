@@ -538,6 +538,22 @@ pub struct DeadLetteredItem {
 /// Most entries a record's `processed` list keeps.
 pub const PROCESSED_LIMIT: usize = 20;
 
+/// The `processed` list of `record` once resolved: its current source message and payload
+/// added (moved to the end if already there), the latest [`PROCESSED_LIMIT`] kept. A DLQ
+/// message is deleted only when its record lists it so (docs/ARCHITECTURE.md §4).
+pub fn processed_after(record: &DeadLetteredItem) -> Vec<String> {
+    let mut processed = record.processed.clone();
+    for key in [
+        processed_key_for_message(&record.source.message_id),
+        processed_key_for_payload(&record.payload.sha256),
+    ] {
+        processed.retain(|k| *k != key);
+        processed.push(key);
+    }
+    let excess = processed.len().saturating_sub(PROCESSED_LIMIT);
+    processed.split_off(excess)
+}
+
 /// The `processed` entry of a source message id.
 pub fn processed_key_for_message(message_id: &str) -> String {
     format!("msg:{message_id}")
@@ -609,6 +625,29 @@ impl FailureDetail {
             ..self.clone()
         }
     }
+}
+
+/// The condition under which a run that holds an item's lease may finish it (resolve it,
+/// or mark it requeued): it still holds the lease, the item is still `redriving`, and the
+/// record still holds the payload the run processed or sent. A worker that dead-letters a
+/// new delivery of the item meanwhile sets it back to dead with that delivery's payload;
+/// finishing it then would call a payload done that nobody delivered (found by the
+/// simulation, seed 7291). The run gives the lease back instead, and the next run takes the
+/// new payload.
+pub const LEASED_WITH_PAYLOAD: &str =
+    "lease owner is the run, status is redriving, payload sha256 is the one processed";
+
+/// Whether [`LEASED_WITH_PAYLOAD`] holds for `record` (as stored, with its lease owner)
+/// and a run `owner` that processed the payload `processed_sha256`.
+pub fn leased_with_payload(
+    record: &DeadLetteredItem,
+    lease_owner: Option<&str>,
+    owner: &str,
+    processed_sha256: &str,
+) -> bool {
+    lease_owner == Some(owner)
+        && record.status == ItemStatus::Redriving
+        && record.payload.sha256 == processed_sha256
 }
 
 /// Whether a run may take the lease on an item of `status` whose lease (if any) expires at

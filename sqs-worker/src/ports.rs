@@ -14,7 +14,7 @@
 //! The worker wing's ports are [`crate::Processor`], [`crate::DeadLetterSink`] and
 //! [`crate::batch::BodyResolver`]. See `docs/ARCHITECTURE.md` §5 for the layout.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
@@ -35,8 +35,9 @@ pub struct Sweep<H> {
     pub adopted: usize,
     /// Messages of resolved, requeued or purged items deleted.
     pub deleted: usize,
-    /// The messages still held, by item id.
-    pub held: HashMap<String, Vec<H>>,
+    /// The messages still held, by item id (ordered: a run settles them in the same
+    /// order every time, which keeps the simulation's runs reproducible).
+    pub held: BTreeMap<String, Vec<H>>,
     /// Messages that could not be handled, by item id, with why: left in the DLQ.
     pub errors: Vec<(String, String)>,
 }
@@ -48,7 +49,7 @@ impl<H> Default for Sweep<H> {
             seen: 0,
             adopted: 0,
             deleted: 0,
-            held: HashMap::new(),
+            held: BTreeMap::new(),
             errors: Vec::new(),
         }
     }
@@ -112,17 +113,21 @@ pub trait RecordStore: Send + Sync {
         owner: &str,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
-    /// Marks an item `owner` leases resolved; an error when the lease was lost.
+    /// Marks an item `owner` leases resolved; an error when the lease was lost or a new
+    /// failure replaced the payload the run processed
+    /// ([`crate::dead_letter::LEASED_WITH_PAYLOAD`]).
     fn resolve(
         &self,
         record: &DeadLetteredItem,
         owner: &str,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
-    /// Marks an item `owner` leases requeued, as message `message_id` of its source queue.
+    /// Marks an item `owner` leases requeued, as message `message_id` of its source queue;
+    /// an error when the lease was lost or a new failure replaced the payload that was sent
+    /// ([`crate::dead_letter::LEASED_WITH_PAYLOAD`]).
     fn mark_requeued(
         &self,
-        item_id: &str,
+        record: &DeadLetteredItem,
         owner: &str,
         message_id: &str,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
@@ -156,7 +161,7 @@ pub trait DeadLetterQueue: Send + Sync {
     /// Returns the number deleted.
     fn settle_held(
         &self,
-        held: HashMap<String, Vec<Self::Held>>,
+        held: BTreeMap<String, Vec<Self::Held>>,
         wait: Duration,
     ) -> impl Future<Output = Result<usize, ProcessError>> + Send;
 }

@@ -100,7 +100,12 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
         return None;
     }
     let (history, dropped) = compact_history(stored.failure_history.clone(), history_limit);
-    let attempt_ids = history.iter().map(|f| f.attempt_id.clone()).collect();
+    let kept = if crate::mutants::is_on(crate::mutants::Mutant::UnboundedAttemptIds) {
+        &stored.failure_history
+    } else {
+        &history
+    };
+    let attempt_ids = kept.iter().map(|f| f.attempt_id.clone()).collect();
     let mut seen = HashSet::new();
     let claims = history
         .iter()

@@ -24,18 +24,20 @@
 //! operations they need of the DLQ and the records: SQS and DynamoDB in production
 //! ([`crate::adapters::store::DeadLetterStore`]), memory in a simulation. No I/O of their own.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::dead_letter::{
-    processed_key_for_message, processed_key_for_payload, DeadLetteredItem, ItemStatus,
+    processed_key_for_message, processed_key_for_payload, DeadLetterCandidate, DeadLetterReason,
+    DeadLetteredItem, InvocationInfo, ItemStatus,
 };
 use crate::error::ProcessError;
-use crate::item::ItemParser;
+use crate::item::{ItemParser, WorkItem};
 use crate::ports::{Sweep, SweepOptions};
+use crate::retry::AttemptFailure;
 
 /// How often [`settle_held`] looks again at items another run is redriving.
 const SETTLE_POLL: Duration = Duration::from_millis(250);
@@ -119,7 +121,11 @@ pub fn decide(message: &MessageView, record: Option<&Standing>) -> MessageFate {
     };
     let processed = message.keys().iter().any(|k| record.processed.contains(k));
     match record.status {
-        Some(ItemStatus::Resolved) if processed => MessageFate::Delete,
+        Some(ItemStatus::Resolved)
+            if processed || crate::mutants::is_on(crate::mutants::Mutant::SweepDeletesByItemId) =>
+        {
+            MessageFate::Delete
+        }
         Some(ItemStatus::Resolved) => MessageFate::Reopen(
             "a DLQ message holds a payload this item's resolution did not process",
         ),
@@ -158,6 +164,78 @@ pub struct ReceivedMessage<M> {
     pub message: M,
 }
 
+/// Why a DLQ message gets a record, or sets its record back to dead.
+#[derive(Debug, Clone)]
+pub struct Adoption {
+    /// The failure the record states.
+    pub reason: &'static str,
+    /// The record exists (resolved or requeued) and is set back to dead with this
+    /// message's payload.
+    pub reopen: bool,
+    /// The source queue, for a message that does not name its own.
+    pub known_queue_arn: Option<String>,
+}
+
+impl Adoption {
+    /// What an adoption does when the message's payload is an Extended-Client pointer whose
+    /// object could not be fetched. A transient failure fails the adoption (`Err`): the
+    /// message stays in the DLQ and the next sweep tries again. Were the record to take the
+    /// pointer as its payload, a redrive would deliver the pointer's text, resolve the
+    /// record, and the sweep delete the message whose payload was never delivered (found by
+    /// the simulation, seed 1153). A permanent failure (the object gone, access denied) is
+    /// the record's failure (`Ok`): the pointer stays its payload, and its class (not found,
+    /// permission) keeps every redrive but a forced one away from it.
+    pub fn unfetched_payload(fetch: ProcessError) -> Result<ProcessError, ProcessError> {
+        let fetch = fetch.with_step("dlq-adopt");
+        if fetch.class.is_reprocess_eligible() {
+            Err(fetch)
+        } else {
+            Ok(fetch)
+        }
+    }
+}
+
+/// The record of a DLQ message adopted (or reopening its record): `item` carries the
+/// message's payload, `error` says why (the adoption's reason, or why a pointer could not
+/// be followed), `message_id` is the DLQ message's own id and `source_message_id` the one
+/// its record is keyed to.
+pub fn adopted_record(
+    item: WorkItem,
+    error: ProcessError,
+    message_id: &str,
+    source_message_id: String,
+    adoption: &Adoption,
+    retention: Duration,
+) -> DeadLetteredItem {
+    let now = crate::clock::now();
+    let candidate = DeadLetterCandidate {
+        failures: vec![AttemptFailure {
+            attempt: 1,
+            started_at: item.sent_timestamp.unwrap_or(now),
+            duration: Duration::ZERO,
+            error: error.clone(),
+        }],
+        item,
+        error,
+        reason: DeadLetterReason::ExceededMaxReceiveCount,
+    };
+    let mut record =
+        DeadLetteredItem::from_candidate(&candidate, &InvocationInfo::default(), now, retention);
+    if let Some(entry) = record.failure_history.first_mut() {
+        // One entry per DLQ message however often it is swept. A reopening is an event of
+        // its own (the record was resolved or requeued since): under the adoption's id the
+        // write would be skipped as already recorded, and the record stay resolved while
+        // this message waits in the DLQ for ever.
+        entry.attempt_id = if adoption.reopen {
+            format!("dlq:{message_id}:reopened:{}", now.timestamp_micros())
+        } else {
+            format!("dlq:{message_id}")
+        };
+    }
+    record.source.message_id = source_message_id;
+    record
+}
+
 /// A DLQ message held invisible by a sweep, with what identifies it.
 #[derive(Debug, Clone)]
 pub struct HeldMessage<M> {
@@ -190,16 +268,14 @@ pub trait DlqMessages: Send + Sync {
     ) -> impl Future<Output = Result<HashMap<String, Standing>, ProcessError>> + Send;
 
     /// Creates (or reopens) the record of `message` under `item_id` (the id the message is
-    /// tracked by), with the message's payload (an SQS Extended Client pointer resolved), a
-    /// failure saying `reason`, and `known_queue_arn` as its source queue when the message
-    /// does not name one.
+    /// tracked by), with the message's payload (an SQS Extended Client pointer resolved):
+    /// the record [`adopted_record`] makes, written as any dead-letter record is.
     fn adopt(
         &self,
         message: &Self::Message,
         item_id: &str,
         parser: &ItemParser,
-        reason: &str,
-        known_queue_arn: Option<String>,
+        adoption: &Adoption,
     ) -> impl Future<Output = Result<DeadLetteredItem, ProcessError>> + Send;
 
     /// Deletes messages by receipt; how many were deleted.
@@ -264,16 +340,26 @@ pub async fn sweep_dlq<D: DlqMessages>(
                     sweep.held.entry(item_id).or_default().push(held)
                 }
                 fate @ (MessageFate::Adopt | MessageFate::Reopen(_)) => {
-                    let reason = match fate {
-                        MessageFate::Reopen(reason) => reason,
-                        _ => "exceeded maxReceiveCount without a recorded failure (moved by the queue's redrive policy)",
+                    let adoption = Adoption {
+                        reason: match fate {
+                            MessageFate::Reopen(reason) => reason,
+                            _ => "exceeded maxReceiveCount without a recorded failure (moved by the queue's redrive policy)",
+                        },
+                        reopen: matches!(fate, MessageFate::Reopen(_)),
+                        known_queue_arn: standing.and_then(|s| s.source_queue_arn.clone()),
                     };
-                    let known_arn = standing.and_then(|s| s.source_queue_arn.clone());
                     match dlq
-                        .adopt(&held.message, &item_id, &options.parser, reason, known_arn)
+                        .adopt(&held.message, &item_id, &options.parser, &adoption)
                         .await
                     {
                         Ok(_) => sweep.adopted += 1,
+                        Err(error)
+                            if crate::mutants::is_on(
+                                crate::mutants::Mutant::PoisonMessageAbortsSweep,
+                            ) =>
+                        {
+                            return Err(error);
+                        }
                         Err(error) => {
                             tracing::warn!(item_id = %item_id, error = %error, "DLQ message could not be recorded; left in the DLQ");
                             sweep.errors.push((item_id.clone(), error.to_string()));
@@ -294,7 +380,7 @@ pub async fn sweep_dlq<D: DlqMessages>(
 /// them: it cannot delete messages it does not hold.
 pub async fn settle_held<D: DlqMessages>(
     dlq: &D,
-    held: HashMap<String, Vec<HeldMessage<D::Message>>>,
+    held: BTreeMap<String, Vec<HeldMessage<D::Message>>>,
     wait: Duration,
 ) -> Result<usize, ProcessError> {
     let ids: Vec<String> = held.keys().cloned().collect();
@@ -324,7 +410,7 @@ pub async fn settle_held<D: DlqMessages>(
     for (item_id, messages) in held {
         // A message received twice (held by a sweep, given back, received again) is
         // settled once, by its latest receipt: the earlier one no longer deletes it.
-        let mut latest: HashMap<String, HeldMessage<D::Message>> = HashMap::new();
+        let mut latest: BTreeMap<String, HeldMessage<D::Message>> = BTreeMap::new();
         for held in messages {
             latest.insert(held.view.message_id.clone(), held);
         }
@@ -344,8 +430,11 @@ pub async fn settle_held<D: DlqMessages>(
                             &held.message,
                             &item_id,
                             &ItemParser::default(),
-                            reason,
-                            standing.source_queue_arn.clone(),
+                            &Adoption {
+                                reason,
+                                reopen: true,
+                                known_queue_arn: standing.source_queue_arn.clone(),
+                            },
                         )
                         .await
                     {
@@ -403,6 +492,48 @@ mod tests {
             let r = record(status, "s1", "x1", &["msg:s1"]);
             assert_eq!(decide(&m, Some(&r)), MessageFate::Keep, "{status:?}");
         }
+    }
+
+    /// Found by the simulation (seed 89): a message adopted once, whose record was then
+    /// resolved with another payload, must reopen it. Under the adoption's attempt id the
+    /// write was skipped as already recorded, and the record stayed resolved for ever.
+    #[test]
+    fn a_reopening_is_a_new_entry_while_an_adoption_is_the_same_one_every_sweep() {
+        let item = crate::testing::dead_record("a", crate::ErrorClass::Unknown, 1);
+        let work_item = |body: &str| WorkItem {
+            message_id: "d1".into(),
+            item_id: "a".into(),
+            body: body.into(),
+            receive_count: 1,
+            sent_timestamp: None,
+            message_group_id: None,
+            event_source_arn: None,
+            attributes: HashMap::new(),
+            message_attributes: HashMap::new(),
+        };
+        let record = |reopen: bool| {
+            adopted_record(
+                work_item("{}"),
+                ProcessError::new(crate::ErrorClass::Unknown, "moved"),
+                "d1",
+                "s1".into(),
+                &Adoption {
+                    reason: "moved",
+                    reopen,
+                    known_queue_arn: item.source.queue_arn.clone(),
+                },
+                Duration::from_secs(60),
+            )
+        };
+        let id = |r: DeadLetteredItem| r.failure_history[0].attempt_id.clone();
+        assert_eq!(id(record(false)), "dlq:d1");
+        assert_eq!(id(record(false)), id(record(false)));
+        let first = id(record(true));
+        assert!(first.starts_with("dlq:d1:reopened:"), "{first}");
+        assert_ne!(first, "dlq:d1");
+        let adopted = record(false);
+        assert_eq!(adopted.source.message_id, "s1");
+        assert_eq!(adopted.status, ItemStatus::Dead);
     }
 
     #[test]
@@ -515,9 +646,9 @@ mod tests {
             message: &String,
             item_id: &str,
             _parser: &ItemParser,
-            reason: &str,
-            _known_queue_arn: Option<String>,
+            adoption: &Adoption,
         ) -> Result<DeadLetteredItem, ProcessError> {
+            let reason = adoption.reason;
             let mut adopted = self.adopted.lock().unwrap();
             adopted.push((message.clone(), reason.to_string()));
             let dead = record(ItemStatus::Dead, &format!("s-{message}"), "x", &[]);

@@ -695,3 +695,70 @@ async fn an_item_that_keeps_failing_keeps_a_bounded_history_and_an_exact_count()
     );
     assert_eq!(stored.last_error, "delivery 10 failed");
 }
+
+/// A worker that dead-letters a new delivery of an item while a redrive holds its lease
+/// (found by the simulation, seed 7291): the run may neither resolve the record nor mark it
+/// requeued with the payload it read, since the record now holds another one. The
+/// DynamoDB conditions refuse both; the item stays dead with the new payload for the next
+/// run, and the lease can be given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cannot_finish_an_item_whose_payload_a_new_failure_replaced() {
+    use sqs_worker::dead_letter::ItemStatus;
+    let store = emulator_store("replaced").await;
+    let id = unique("replaced-item");
+    dead_item(&store, &id).await;
+    let read = store.get(&id).await.unwrap().unwrap();
+    assert!(store
+        .acquire_lease(&id, "run-1", Duration::from_secs(60))
+        .await
+        .unwrap());
+
+    // A new delivery of the same item, another body, dead-lettered by the worker.
+    let engine = BatchProcessor::new(
+        ScriptedProcessor::new().script(&id, vec![Step::Fail(ErrorClass::Validation)]),
+        store.clone(),
+        config(ItemParser {
+            id_source: ItemIdSource::JsonPointer("/id".into()),
+            body_format: BodyFormat::Json,
+        }),
+    );
+    engine
+        .process_batch(
+            event(vec![record(
+                &format!("m2-{id}"),
+                &json!({"id": id, "version": 2}).to_string(),
+            )]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let now = store.get(&id).await.unwrap().unwrap();
+    assert_ne!(now.payload.sha256, read.payload.sha256);
+
+    let resolved = store.resolve(&read, "run-1").await;
+    assert!(
+        resolved.is_err(),
+        "resolved with a payload it did not process"
+    );
+    let requeued = store.mark_requeued(&read, "run-1", "sent-1").await;
+    assert!(
+        requeued.is_err(),
+        "marked requeued with a payload it did not send"
+    );
+    let after = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(after.status, ItemStatus::Dead);
+    assert_eq!(after.payload.sha256, now.payload.sha256);
+    store.release_lease(&id, "run-1").await.unwrap();
+
+    // Unchanged, the same calls go through.
+    assert!(store
+        .acquire_lease(&id, "run-2", Duration::from_secs(60))
+        .await
+        .unwrap());
+    store.resolve(&after, "run-2").await.unwrap();
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        ItemStatus::Resolved
+    );
+}

@@ -5,7 +5,7 @@
 //! the ports, so its unit tests (`redrive/tests.rs`) run it over
 //! [`crate::testing::MemoryStore`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -190,7 +190,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             ..RedriveReport::default()
         };
         // Hold the DLQ messages for the run (plus a margin), adopting unrecorded ones.
-        let mut held = HashMap::new();
+        let mut held = BTreeMap::new();
         if !request.dry_run {
             let hold = run.settle_by.saturating_duration_since(started) + Duration::from_secs(60);
             let sweep = self
@@ -244,7 +244,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     /// its own messages are still held, to delete those the other run has given back.
     async fn settle_dlq_messages(
         &self,
-        mut held: HashMap<String, Vec<S::Held>>,
+        mut held: BTreeMap<String, Vec<S::Held>>,
         run: &RunContext,
     ) -> Result<usize, ProcessError> {
         let resolved = run.resolved_ids();

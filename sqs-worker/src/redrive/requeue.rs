@@ -216,9 +216,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             let marked = if crate::mutants::is_on(crate::mutants::Mutant::RequeueResolvesOnSend) {
                 self.store.resolve(record, run_id).await
             } else {
-                self.store
-                    .mark_requeued(&record.item_id, run_id, &message_id)
-                    .await
+                self.store.mark_requeued(record, run_id, &message_id).await
             };
             outcomes[i] = Some(
                 match marked {

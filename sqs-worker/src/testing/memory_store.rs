@@ -202,21 +202,28 @@ impl MemoryStore {
     }
 
     /// Ends `owner`'s lease on `item_id`, applying `change` to the record; an error when
-    /// the lease is not `owner`'s (as the adapter's conditional write is refused).
+    /// the lease is not `owner`'s, or (with `payload_sha256`) the record no longer holds that
+    /// payload, as the adapter's conditional write is refused
+    /// ([`crate::dead_letter::LEASED_WITH_PAYLOAD`]).
     fn end_lease(
         &self,
         name: &str,
         item_id: &str,
         owner: &str,
+        payload_sha256: Option<&str>,
         change: impl FnOnce(&mut DeadLetteredItem),
     ) -> Result<(), ProcessError> {
         let mut state = self.state();
         Self::check(&state, name)?;
-        let holds = state.leases.get(item_id).is_some_and(|o| o == owner)
-            && state
-                .records
-                .get(item_id)
-                .is_some_and(|r| r.status == ItemStatus::Redriving);
+        let lease_owner = state.leases.get(item_id).map(String::as_str);
+        let holds = state.records.get(item_id).is_some_and(|r| {
+            crate::dead_letter::leased_with_payload(
+                r,
+                lease_owner,
+                owner,
+                payload_sha256.unwrap_or(&r.payload.sha256),
+            )
+        });
         if !holds {
             return Err(ProcessError::new(
                 ErrorClass::Unknown,
@@ -352,25 +359,32 @@ impl RecordStore for MemoryStore {
     }
 
     async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        self.end_lease("release_lease", item_id, owner, |r| {
+        self.end_lease("release_lease", item_id, owner, None, |r| {
             r.status = ItemStatus::Dead;
         })
     }
 
     async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
-        self.end_lease("resolve", &record.item_id, owner, |r| {
-            r.status = ItemStatus::Resolved;
-            r.resolved_at = Some(crate::clock::now());
-        })
+        self.end_lease(
+            "resolve",
+            &record.item_id,
+            owner,
+            Some(&record.payload.sha256),
+            |r| {
+                r.status = ItemStatus::Resolved;
+                r.resolved_at = Some(crate::clock::now());
+            },
+        )
     }
 
     async fn mark_requeued(
         &self,
-        item_id: &str,
+        record: &DeadLetteredItem,
         owner: &str,
         message_id: &str,
     ) -> Result<(), ProcessError> {
-        self.end_lease("mark_requeued", item_id, owner, |r| {
+        let sha = Some(record.payload.sha256.as_str());
+        self.end_lease("mark_requeued", &record.item_id, owner, sha, |r| {
             r.status = ItemStatus::Requeued;
             r.requeued_message_id = Some(message_id.to_string());
         })
@@ -382,7 +396,7 @@ impl RecordStore for MemoryStore {
         owner: &str,
         failures: &[FailureDetail],
     ) -> Result<(), ProcessError> {
-        self.end_lease("record_redrive_failure", item_id, owner, |r| {
+        self.end_lease("record_redrive_failure", item_id, owner, None, |r| {
             r.status = ItemStatus::Dead;
             if let Some(last) = failures.last() {
                 r.failure_count += u32::try_from(failures.len()).unwrap_or(u32::MAX);
@@ -433,7 +447,7 @@ impl DeadLetterQueue for MemoryStore {
 
     async fn settle_held(
         &self,
-        held: HashMap<String, Vec<String>>,
+        held: BTreeMap<String, Vec<String>>,
         _wait: Duration,
     ) -> Result<usize, ProcessError> {
         let mut state = self.state();

@@ -10,33 +10,26 @@ use chrono::{DateTime, Utc};
 
 use super::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
 use super::{schema, DeadLetterStore};
-use crate::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus, PROCESSED_LIMIT};
+use crate::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus};
 use crate::error::{ErrorClass, ProcessError};
 use crate::signature::error_signature;
 
 /// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
 const TRANSACTION_ITEMS: usize = 100;
 
-/// The `processed` list after resolving `record`: its current source message and payload
-/// added, the latest [`PROCESSED_LIMIT`] kept.
+/// [`crate::dead_letter::processed_after`] as the attribute to write.
 fn processed_after(record: &DeadLetteredItem) -> AttributeValue {
-    let mut processed = record.processed.clone();
-    for key in [
-        schema::processed_key_for_message(&record.source.message_id),
-        schema::processed_key_for_payload(&record.payload.sha256),
-    ] {
-        processed.retain(|k| *k != key);
-        processed.push(key);
-    }
-    let excess = processed.len().saturating_sub(PROCESSED_LIMIT);
     AttributeValue::L(
-        processed
+        crate::dead_letter::processed_after(record)
             .into_iter()
-            .skip(excess)
             .map(AttributeValue::S)
             .collect(),
     )
 }
+
+/// [`crate::dead_letter::LEASED_WITH_PAYLOAD`] as a condition expression.
+const LEASED_WITH_PAYLOAD_CONDITION: &str =
+    "#owner = :owner AND #status = :redriving AND #payload.#sha = :sha";
 
 fn is_conditional_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(e: &E) -> bool {
     matches!(
@@ -167,7 +160,9 @@ impl DeadLetterStore {
     }
 
     /// `record` resolved by `owner`: its current payload (and source message) joins the
-    /// `processed` list, so that exactly the DLQ messages holding it are deleted.
+    /// `processed` list, so that exactly the DLQ messages holding it are deleted. Only while
+    /// the item is still redriving with the payload the run processed
+    /// ([`crate::dead_letter::LEASED_WITH_PAYLOAD`]).
     fn resolve_update(
         &self,
         record: &DeadLetteredItem,
@@ -180,11 +175,15 @@ impl DeadLetterStore {
             .update_expression(
                 "SET #status = :resolved, resolved_at = :now, #processed = :processed REMOVE #owner, #expires",
             )
-            .condition_expression("#owner = :owner")
+            .condition_expression(LEASED_WITH_PAYLOAD_CONDITION)
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
             .expression_attribute_names("#processed", schema::PROCESSED)
+            .expression_attribute_names("#payload", "payload")
+            .expression_attribute_names("#sha", "sha256")
+            .expression_attribute_values(":redriving", AttributeValue::S(ItemStatus::Redriving.as_str().into()))
+            .expression_attribute_values(":sha", AttributeValue::S(record.payload.sha256.clone()))
             .expression_attribute_values(
                 ":resolved",
                 AttributeValue::S(ItemStatus::Resolved.as_str().into()),
@@ -210,7 +209,10 @@ impl DeadLetterStore {
             if e.as_service_error().is_some_and(is_conditional_failure) {
                 ProcessError::new(
                     ErrorClass::Unknown,
-                    format!("lease on {:?} was lost before resolving", record.item_id),
+                    format!(
+                        "lease on {:?} was lost before resolving, or a new failure replaced its payload",
+                        record.item_id
+                    ),
                 )
             } else {
                 ProcessError::from_sdk(&e)
@@ -222,17 +224,21 @@ impl DeadLetterStore {
     /// Marks a leased item `requeued`: its payload went back to the source queue as message
     /// `message_id`. It stays so until the worker finishes that message
     /// ([`DeadLetterStore::finish_requeued`]) or the message returns to the DLQ.
+    /// Only while the item is still redriving with the payload that was sent: a record a
+    /// new failure changed meanwhile would otherwise wait for a message that does not hold
+    /// its payload, and the sweep delete its DLQ message as moved.
     pub async fn mark_requeued(
         &self,
-        item_id: &str,
+        record: &DeadLetteredItem,
         owner: &str,
         message_id: &str,
     ) -> Result<(), ProcessError> {
         self.end_lease(
-            item_id,
+            &record.item_id,
             owner,
             ItemStatus::Requeued,
             Some((schema::REQUEUED_MESSAGE_ID, message_id)),
+            Some(&record.payload.sha256),
             "mark-requeued",
         )
         .await
@@ -246,6 +252,7 @@ impl DeadLetterStore {
         owner: &str,
         status: ItemStatus,
         also: Option<(&str, &str)>,
+        payload_sha256: Option<&str>,
         step: &str,
     ) -> Result<(), ProcessError> {
         let mut request = self
@@ -254,12 +261,26 @@ impl DeadLetterStore {
             .update_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .condition_expression("#owner = :owner")
+            .condition_expression(if payload_sha256.is_some() {
+                LEASED_WITH_PAYLOAD_CONDITION
+            } else {
+                "#owner = :owner"
+            })
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
             .expression_attribute_values(":status", AttributeValue::S(status.as_str().into()))
             .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()));
+        if let Some(sha) = payload_sha256 {
+            request = request
+                .expression_attribute_names("#payload", "payload")
+                .expression_attribute_names("#sha", "sha256")
+                .expression_attribute_values(
+                    ":redriving",
+                    AttributeValue::S(ItemStatus::Redriving.as_str().into()),
+                )
+                .expression_attribute_values(":sha", AttributeValue::S(sha.to_string()));
+        }
         let mut set = "SET #status = :status".to_string();
         if let Some((name, value)) = also {
             set.push_str(", #also = :also");
@@ -329,8 +350,15 @@ impl DeadLetterStore {
 
     /// Gives a lease back without changing anything else (status returns to dead).
     pub async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        self.end_lease(item_id, owner, ItemStatus::Dead, None, "release-lease")
-            .await
+        self.end_lease(
+            item_id,
+            owner,
+            ItemStatus::Dead,
+            None,
+            None,
+            "release-lease",
+        )
+        .await
     }
 
     /// Records a failed redrive attempt: the item goes back to dead with the failure

@@ -3,7 +3,7 @@
 //! store's own operations (the DLQ's to the core's sweep, [`crate::sweep`], over the store's
 //! [`crate::sweep::DlqMessages`]), or is the one SDK call it needs.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
@@ -66,11 +66,11 @@ impl RecordStore for DeadLetterStore {
 
     async fn mark_requeued(
         &self,
-        item_id: &str,
+        record: &DeadLetteredItem,
         owner: &str,
         message_id: &str,
     ) -> Result<(), ProcessError> {
-        DeadLetterStore::mark_requeued(self, item_id, owner, message_id).await
+        DeadLetterStore::mark_requeued(self, record, owner, message_id).await
     }
 
     async fn record_redrive_failure(
@@ -96,7 +96,7 @@ impl DeadLetterQueue for DeadLetterStore {
 
     async fn settle_held(
         &self,
-        held: HashMap<String, Vec<Self::Held>>,
+        held: BTreeMap<String, Vec<Self::Held>>,
         wait: Duration,
     ) -> Result<usize, ProcessError> {
         crate::sweep::settle_held(self, held, wait).await

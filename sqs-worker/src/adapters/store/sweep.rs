@@ -11,21 +11,18 @@ use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry, Message,
     MessageSystemAttributeName,
 };
-use chrono::Utc;
 
 use super::schema::LEASE_EXPIRES_AT;
 use super::{schema, DeadLetterStore};
-use crate::dead_letter::{
-    DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
-    REQUEUED_BY_ATTRIBUTE,
-};
+use crate::dead_letter::{DeadLetteredItem, ItemStatus, REQUEUED_BY_ATTRIBUTE};
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::ItemParser;
 use crate::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
 use crate::pointer::S3Pointer;
 use crate::ports::{Sweep, SweepOptions};
-use crate::retry::AttemptFailure;
-use crate::sweep::{DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing};
+use crate::sweep::{
+    adopted_record, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
+};
 
 /// The attribute real SQS adds to messages its redrive policy moved.
 const SOURCE_ARN_ATTRIBUTE: &str = "DeadLetterQueueSourceArn";
@@ -267,8 +264,7 @@ impl DlqMessages for DeadLetterStore {
         message: &Message,
         item_id: &str,
         parser: &ItemParser,
-        reason: &str,
-        known_queue_arn: Option<String>,
+        adoption: &Adoption,
     ) -> Result<DeadLetteredItem, ProcessError> {
         let mut item = match to_work_item(message, parser) {
             Ok(item) => item,
@@ -276,39 +272,25 @@ impl DlqMessages for DeadLetterStore {
         };
         item.item_id = item_id.to_string();
         if item.event_source_arn.is_none() {
-            item.event_source_arn = known_queue_arn;
+            item.event_source_arn = adoption.known_queue_arn.clone();
         }
-        let mut error = ProcessError::new(ErrorClass::Unknown, reason).with_step("dlq-adopt");
+        let mut error =
+            ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
         if let Some(pointer) = S3Pointer::parse(&item.body) {
             match super::payload::get_payload(&self.clients.s3, &pointer).await {
                 Ok((payload, _)) => item.body = payload,
-                // The pointer stays the payload: the record says why.
-                Err(fetch) => error = fetch.with_step("dlq-adopt"),
+                // See `Adoption::unfetched_payload`.
+                Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
             }
         }
-        let candidate = DeadLetterCandidate {
-            failures: vec![AttemptFailure {
-                attempt: 1,
-                started_at: item.sent_timestamp.unwrap_or_else(Utc::now),
-                duration: Duration::ZERO,
-                error: error.clone(),
-            }],
+        let mut record = adopted_record(
             item,
             error,
-            reason: DeadLetterReason::ExceededMaxReceiveCount,
-        };
-        let mut record = DeadLetteredItem::from_candidate(
-            &candidate,
-            &InvocationInfo::default(),
-            crate::clock::now(),
+            message.message_id().unwrap_or_default(),
+            message_view(message).source_message_id,
+            adoption,
             self.config.retention,
         );
-        // One entry per DLQ message however often it is swept.
-        if let Some(entry) = record.failure_history.first_mut() {
-            entry.attempt_id = format!("dlq:{}", message.message_id().unwrap_or_default());
-        }
-        let view = message_view(message);
-        record.source.message_id = view.source_message_id;
         self.offload_payload(&mut record).await?;
         self.record(&record).await?;
         Ok(record)

@@ -1,0 +1,131 @@
+//! The invariants checked once the world is quiet: the faults healed, the source queue
+//! drained, the leases of dead runs expired and the schedule run. (Those that must hold at
+//! every step are in [`crate::world::State::after_step`] and at each deletion.)
+//!
+//! 1. Nothing is silently gone: every payload sent was delivered, or is held by a dead
+//!    record (as its payload, or by a DLQ message of its item).
+//! 2. No record is left `redriving` or `requeued`: leases are taken back, requeues finish.
+//! 3. The DLQ and the table agree: a DLQ message exists for each dead record, and every DLQ
+//!    message belongs to a dead record.
+//! 4. The schedule did its work: no dead record is left that it would redrive (eligible,
+//!    not for manual review), since the downstream is healthy again.
+//! 5. Duplicates are explained: the worker delivered a message more than once only as
+//!    often as at-least-once events (a duplicate receive, an invocation that delivered it
+//!    but did not acknowledge it) allow.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sqs_worker::dead_letter::ItemStatus;
+use sqs_worker::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE};
+
+use crate::world::State;
+
+/// Checks the end-state invariants, recording each broken one.
+pub fn at_quiescence(state: &mut State) {
+    let mut broken: Vec<(String, String)> = Vec::new();
+    // Payload digests of the DLQ's messages, by item.
+    let mut dlq: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for m in state.dlq.messages() {
+        let item = m
+            .attribute(ITEM_ID_ATTRIBUTE)
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                serde_json::from_str::<serde_json::Value>(&m.body)
+                    .ok()
+                    .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
+                    .unwrap_or_else(|| m.id.clone())
+            });
+        let sha = m
+            .attribute(PAYLOAD_SHA256_ATTRIBUTE)
+            .map(str::to_string)
+            .unwrap_or_else(|| sqs_worker::hex::sha256_hex(m.body.as_bytes()));
+        dlq.entry(item).or_default().insert(sha);
+    }
+    let corrupted = state.ledger.corrupted.clone();
+
+    for (item, sha) in &state.ledger.sent {
+        state.stats.checks += 1;
+        if state.ledger.delivered.get(sha).copied().unwrap_or(0) > 0 {
+            continue;
+        }
+        let in_dlq = dlq.get(item).is_some_and(|s| s.contains(sha));
+        let held = match state.table.get(item) {
+            Some(row) if row.corrupt => in_dlq,
+            Some(row) => {
+                row.record.status == ItemStatus::Dead
+                    && (row.record.payload.sha256 == *sha || in_dlq)
+            }
+            None => false,
+        };
+        if !held {
+            broken.push((
+                item.clone(),
+                format!(
+                    "payload {} was neither delivered nor held by a dead record: lost",
+                    &sha[..12]
+                ),
+            ));
+        }
+    }
+
+    for (id, row) in &state.table {
+        state.stats.checks += 3;
+        if row.corrupt {
+            continue;
+        }
+        let r = &row.record;
+        match r.status {
+            ItemStatus::Redriving | ItemStatus::Requeued => broken.push((
+                id.clone(),
+                format!(
+                    "left {:?} at the end (a lease never taken back, or a requeue never finished)",
+                    r.status
+                ),
+            )),
+            ItemStatus::Dead => {
+                if !dlq.contains_key(id) {
+                    broken.push((id.clone(), "dead, but no DLQ message holds it".to_string()));
+                }
+                if r.reprocess_eligible && !r.manual_review_required {
+                    broken.push((
+                        id.clone(),
+                        format!(
+                            "dead and eligible ({}) after the schedule ran with a healthy downstream",
+                            r.error_class
+                        ),
+                    ));
+                }
+            }
+            ItemStatus::Resolved => {}
+        }
+    }
+    for item in dlq.keys() {
+        state.stats.checks += 1;
+        let dead = state
+            .table
+            .get(item)
+            .is_some_and(|row| row.corrupt || row.record.status == ItemStatus::Dead);
+        if !dead && !corrupted.contains(item) {
+            broken.push((
+                item.clone(),
+                "a DLQ message is left for an item with no dead record".to_string(),
+            ));
+        }
+    }
+
+    for (message, deliveries) in &state.ledger.worker_deliveries {
+        state.stats.checks += 1;
+        let causes = state.ledger.causes.get(message).copied().unwrap_or(0);
+        if *deliveries > 1 + causes {
+            broken.push((
+                message.clone(),
+                format!(
+                    "delivered {deliveries} times by the worker with {causes} at-least-once event(s) to explain it"
+                ),
+            ));
+        }
+    }
+    for (item, what) in broken {
+        state.violate(&item, what);
+    }
+}

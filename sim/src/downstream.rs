@@ -1,0 +1,143 @@
+//! The simulated downstream: the service the worker delivers to, as a
+//! [`sqs_worker::Processor`]. Each payload carries its behaviour (`healthy`, `flaky`,
+//! `slow`, `poison`, `gone`, `forbidden`); latencies and failures are drawn from the world's seed, and an
+//! outage makes every call fail with 503. Errors are built from HTTP statuses through the
+//! library's own classification, as the HTTP processor's are.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqs_worker::{Outcome, ProcessError, Processor, WorkItem};
+
+use crate::world::World;
+
+/// How a payload behaves at the downstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    /// Answers quickly; now and then a 5xx or 429.
+    Healthy,
+    /// Fails most calls with a transient status until the faults are healed.
+    Flaky,
+    /// Sometimes hangs far longer than any deadline until healed.
+    Slow,
+    /// Always 400: a validation failure, dead-lettered on first sight.
+    Poison,
+    /// Always 404 or 410.
+    Gone,
+    /// Always 403: a permission failure, held for manual review.
+    Forbidden,
+}
+
+impl Behaviour {
+    /// Its name in a body.
+    pub fn name(self) -> &'static str {
+        match self {
+            Behaviour::Healthy => "healthy",
+            Behaviour::Flaky => "flaky",
+            Behaviour::Slow => "slow",
+            Behaviour::Poison => "poison",
+            Behaviour::Gone => "gone",
+            Behaviour::Forbidden => "forbidden",
+        }
+    }
+
+    /// The behaviour a body names (healthy when it names none).
+    pub fn of_body(body: &str) -> Behaviour {
+        let named = |b: Behaviour| body.contains(&format!("\"behaviour\":\"{}\"", b.name()));
+        [
+            Behaviour::Flaky,
+            Behaviour::Slow,
+            Behaviour::Poison,
+            Behaviour::Gone,
+            Behaviour::Forbidden,
+        ]
+        .into_iter()
+        .find(|b| named(*b))
+        .unwrap_or(Behaviour::Healthy)
+    }
+}
+
+/// The downstream, as the worker's processor.
+#[derive(Debug, Clone)]
+pub struct Downstream {
+    world: Arc<World>,
+    actor: String,
+}
+
+impl Downstream {
+    /// The downstream of `world`, called by `actor` (for the trace).
+    pub fn new(world: Arc<World>, actor: &str) -> Self {
+        Downstream {
+            world,
+            actor: actor.to_string(),
+        }
+    }
+}
+
+impl Processor for Downstream {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let behaviour = Behaviour::of_body(&item.body);
+        let (latency, status) = {
+            let mut state = self.world.lock();
+            let healed = state.faults.healed;
+            let latency = Duration::from_millis(5 + state.rng.u64(0..300));
+            let roll = state.rng.f64();
+            let (latency, status) = match behaviour {
+                Behaviour::Poison => (latency, [400, 422][state.rng.usize(0..2)]),
+                Behaviour::Gone => (latency, [404, 410][state.rng.usize(0..2)]),
+                Behaviour::Forbidden => (latency, 403),
+                _ if state.faults.outage => (latency, 503),
+                Behaviour::Flaky if !healed && roll < 0.7 => (
+                    latency,
+                    [500, 502, 503, 504, 429, 408, 501][state.rng.usize(0..7)],
+                ),
+                Behaviour::Slow if !healed && roll < 0.5 => (Duration::from_secs(120), 200),
+                Behaviour::Healthy if !healed && roll < 0.05 => (latency, 503),
+                _ => (latency, 200),
+            };
+            (latency, status)
+        };
+        tokio::time::sleep(latency).await;
+        if status == 200 {
+            let sha = sqs_worker::hex::sha256_hex(item.body.as_bytes());
+            let mut state = self.world.lock();
+            let n = state.ledger.delivered.entry(sha).or_default();
+            *n += 1;
+            if *n > 1 {
+                state.stats.duplicate_deliveries += 1;
+            }
+            if self.actor.starts_with("worker") {
+                *state
+                    .ledger
+                    .worker_deliveries
+                    .entry(item.message_id.clone())
+                    .or_default() += 1;
+            }
+            state.after_step(
+                &self.actor,
+                &item.item_id,
+                &format!(
+                    "delivered message {} ({}; {} bytes, {})",
+                    item.message_id,
+                    behaviour.name(),
+                    item.body.len(),
+                    &item.body.chars().take(60).collect::<String>()
+                ),
+            );
+            Ok(Outcome::Done)
+        } else {
+            self.world.lock().trace.note(
+                &self.actor,
+                &item.item_id,
+                &format!(
+                    "downstream answered {status} to message {}",
+                    item.message_id
+                ),
+            );
+            Err(ProcessError::from_http_status(
+                status,
+                format!("downstream answered {status}"),
+            ))
+        }
+    }
+}

@@ -1,0 +1,762 @@
+//! One simulated run, from its seed: the producer, the event source mapping's pollers, the
+//! worker, the downstream, the faults and the operators all run as tasks on one thread
+//! under tokio's paused clock, so an afternoon of pipeline time takes milliseconds and the
+//! same seed makes the same run. At the end the faults heal, the queue drains, the leases
+//! of runs that died expire, the schedule runs, and the end-state invariants are checked
+//! ([`crate::check`]).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsEvent;
+use sqs_worker::dead_letter::InvocationInfo;
+use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser};
+use sqs_worker::mutants::Mutant;
+use sqs_worker::recording::RecordingSettings;
+use sqs_worker::redrive::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
+use sqs_worker::retry::{Deadline, Jitter, RetryPolicy};
+use sqs_worker::{BatchConfig, BatchProcessor};
+use tokio::time::{sleep, Instant};
+
+use crate::downstream::{Behaviour, Downstream};
+use crate::queue::{SimMessage, SimQueue};
+use crate::store::{to_sqs_message, SimStore, BUCKET};
+use crate::world::{State, Stats, World};
+
+/// The Lambda function's timeout.
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time the worker keeps free before its deadline (`WORKER_DEADLINE_MARGIN_MS`).
+const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
+/// The source queue's visibility timeout (6 × the function timeout).
+const VISIBILITY: Duration = Duration::from_secs(180);
+/// The source queue's redrive policy.
+const MAX_RECEIVE_COUNT: u32 = 5;
+/// How long a redrive's lease lasts if the run dies.
+const LEASE_TTL: Duration = Duration::from_secs(900);
+/// How long the redrive function may run.
+const REDRIVE_FUNCTION_TIMEOUT: Duration = Duration::from_secs(900);
+/// The longest the queue may take to drain once the faults are over.
+const DRAIN_LIMIT: Duration = Duration::from_secs(24 * 3600);
+
+/// What one seed's run found.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The seed.
+    pub seed: u64,
+    /// Broken invariants: (item, what).
+    pub violations: Vec<(String, String)>,
+    /// The events that concern the first broken invariant's item.
+    pub trace: String,
+    /// Counters.
+    pub stats: Stats,
+    /// Events traced.
+    pub events: usize,
+    /// Messages the producer sent.
+    pub sent: usize,
+}
+
+/// Runs the world of `seed` with `mutants` switched on; deterministic for a seed.
+pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
+    sqs_worker::mutants::switch_on(mutants);
+    // The library's own randomness (backoff jitter, run ids) follows the seed too.
+    fastrand::seed(seed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build();
+    let report = match runtime {
+        Ok(runtime) => {
+            let world = Arc::new(World::new(State::new(
+                seed,
+                SimQueue::new("orders", None),
+                SimQueue::new("orders-dlq", None),
+            )));
+            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                runtime.block_on(simulate(seed, world.clone()))
+            }));
+            if let Err(panic) = outcome {
+                let message = sqs_worker::batch::panic_message(&*panic);
+                world.lock().violate("-", format!("panic: {message}"));
+            }
+            report_of(seed, &world)
+        }
+        Err(e) => RunReport {
+            seed,
+            violations: vec![("-".into(), format!("no runtime: {e}"))],
+            trace: String::new(),
+            stats: Stats::default(),
+            events: 0,
+            sent: 0,
+        },
+    };
+    sqs_worker::clock::virtual_clock::stop();
+    sqs_worker::mutants::switch_on(&[]);
+    report
+}
+
+/// Events shown for a failure: `SIM_TRACE_EVENTS`, 60 by default.
+fn trace_limit() -> usize {
+    std::env::var("SIM_TRACE_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+fn report_of(seed: u64, world: &World) -> RunReport {
+    let state = world.lock();
+    let items: Vec<String> = state
+        .violations
+        .first()
+        .map(|(item, _)| vec![item.clone()])
+        .unwrap_or_default();
+    RunReport {
+        seed,
+        violations: state.violations.clone(),
+        trace: if items.is_empty() {
+            String::new()
+        } else {
+            state.trace.relevant(&items, trace_limit())
+        },
+        stats: state.stats.clone(),
+        events: state.trace.len(),
+        sent: state.ledger.sent.len(),
+    }
+}
+
+/// The world's shape, drawn from the seed.
+#[derive(Debug, Clone)]
+struct Shape {
+    fifo: bool,
+    messages: usize,
+    batch_size: usize,
+    pollers: usize,
+    skip_group_on_error: bool,
+    crash_rate: f64,
+    double_invoke_rate: f64,
+    duplicate_rate: f64,
+}
+
+fn shape_of(rng: &mut fastrand::Rng) -> Shape {
+    Shape {
+        fifo: rng.f64() < 0.25,
+        messages: rng.usize(8..30),
+        batch_size: rng.usize(1..11),
+        pollers: rng.usize(1..4),
+        skip_group_on_error: rng.bool(),
+        crash_rate: [0.0, 0.05, 0.15][rng.usize(0..3)],
+        double_invoke_rate: [0.0, 0.05, 0.1][rng.usize(0..3)],
+        duplicate_rate: [0.0, 0.05][rng.usize(0..2)],
+    }
+}
+
+fn parser() -> ItemParser {
+    ItemParser {
+        id_source: ItemIdSource::JsonPointer("/id".into()),
+        body_format: BodyFormat::Json,
+    }
+}
+
+fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 3,
+        base_delay: Duration::from_millis(200),
+        max_delay: Duration::from_secs(2),
+        retry_unknown: false,
+        jitter: Jitter::Full,
+    }
+}
+
+async fn simulate(seed: u64, world: Arc<World>) {
+    sqs_worker::clock::virtual_clock::start(
+        chrono::DateTime::from_timestamp(1_767_225_600, 0).unwrap_or_default(),
+    );
+    let mut rng = fastrand::Rng::with_seed(seed.rotate_left(17) ^ 0x5eed);
+    let shape = shape_of(&mut rng);
+    {
+        let mut state = world.lock();
+        let name = if shape.fifo { "orders.fifo" } else { "orders" };
+        state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT));
+        state.dlq = SimQueue::new(
+            if shape.fifo {
+                "orders-dlq.fifo"
+            } else {
+                "orders-dlq"
+            },
+            None,
+        );
+        state
+            .trace
+            .note("world", "-", &format!("seed {seed}: {shape:?}"));
+    }
+    let store = SimStore::new(
+        world.clone(),
+        RecordingSettings {
+            bucket: BUCKET.into(),
+            inline_max_bytes: 2048,
+            history_limit: 4,
+            retention: Duration::from_secs(14 * 86_400),
+            write_concurrency: 4,
+        },
+    );
+    let worker = Arc::new(BatchProcessor::new(
+        Downstream::new(world.clone(), "worker"),
+        store.as_actor("worker"),
+        BatchConfig {
+            parser: parser(),
+            retry: retry_policy(),
+            concurrency: 4,
+            max_receive_count: Some(MAX_RECEIVE_COUNT),
+            receive_budget_margin: 0,
+            skip_group_on_error: shape.skip_group_on_error,
+        },
+    ));
+    let stop_pollers = Arc::new(AtomicBool::new(false));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let healed = Arc::new(AtomicBool::new(false));
+
+    let producer = tokio::spawn(produce(world.clone(), shape.clone(), rng.u64(..)));
+    let mut pollers = Vec::new();
+    for n in 0..shape.pollers {
+        pollers.push(tokio::spawn(poll(
+            world.clone(),
+            worker.clone(),
+            shape.clone(),
+            n,
+            rng.u64(..),
+            stop_pollers.clone(),
+            in_flight.clone(),
+        )));
+    }
+    let faults = tokio::spawn(inject_faults(world.clone(), rng.u64(..), healed.clone()));
+    let operators = tokio::spawn(operate(store.clone(), rng.u64(..), healed.clone()));
+
+    join_reporting(&world, "producer", producer).await;
+    join_reporting(&world, "faults", faults).await;
+    join_reporting(&world, "operators", operators).await;
+
+    // Drain: the pollers go on until the queue is empty and nothing is in flight.
+    let drain_started = Instant::now();
+    loop {
+        let empty = world.lock().source.is_empty() && in_flight.load(Ordering::SeqCst) == 0;
+        if empty {
+            break;
+        }
+        if drain_started.elapsed() > DRAIN_LIMIT {
+            world.lock().violate(
+                "-",
+                "the source queue did not drain within 24 h of the faults healing".into(),
+            );
+            break;
+        }
+        sleep(Duration::from_secs(10)).await;
+    }
+    stop_pollers.store(true, Ordering::SeqCst);
+    for poller in pollers {
+        join_reporting(&world, "poller", poller).await;
+    }
+
+    // The schedule, after every lease a dead run left has expired.
+    sleep(LEASE_TTL + Duration::from_secs(60)).await;
+    for round in 0..6 {
+        let report = redrive(&store, "schedule", RedriveRequest::default(), true).await;
+        let busy = report.is_some_and(|(selected, adopted)| selected + adopted > 0);
+        if !busy && round > 0 {
+            break;
+        }
+        sleep(Duration::from_secs(300)).await;
+    }
+    crate::check::at_quiescence(&mut world.lock());
+}
+
+async fn join_reporting(world: &World, what: &str, task: tokio::task::JoinHandle<()>) {
+    if let Err(e) = task.await {
+        let message = if e.is_panic() {
+            sqs_worker::batch::panic_message(&*e.into_panic())
+        } else {
+            e.to_string()
+        };
+        world
+            .lock()
+            .violate("-", format!("panic in the {what}: {message}"));
+    }
+}
+
+/// Sends the messages, at random intervals; some reuse an item id with a new body.
+async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut ids: Vec<String> = Vec::new();
+    for n in 0..shape.messages {
+        sleep(Duration::from_millis(rng.u64(0..90_000))).await;
+        let id = if !ids.is_empty() && rng.f64() < 0.12 {
+            ids[rng.usize(0..ids.len())].clone()
+        } else {
+            format!("item-{n}")
+        };
+        ids.push(id.clone());
+        let behaviour = match rng.u32(0..100) {
+            0..=54 => Behaviour::Healthy,
+            55..=74 => Behaviour::Flaky,
+            75..=84 => Behaviour::Slow,
+            85..=92 => Behaviour::Poison,
+            93..=97 => Behaviour::Gone,
+            _ => Behaviour::Forbidden,
+        };
+        let pad = if rng.f64() < 0.15 {
+            3000
+        } else {
+            rng.usize(0..80)
+        };
+        let body = format!(
+            "{{\"id\":\"{id}\",\"n\":{n},\"behaviour\":\"{}\",\"pad\":\"{}\"}}",
+            behaviour.name(),
+            "x".repeat(pad)
+        );
+        let sha = sqs_worker::hex::sha256_hex(body.as_bytes());
+        let group = shape.fifo.then(|| format!("group-{}", rng.u32(0..3)));
+        let mut state = world.lock();
+        let now_ms = sqs_worker::clock::now().timestamp_millis();
+        let message_id = state.source.send(body, Vec::new(), group, now_ms);
+        state.ledger.sent.push((id.clone(), sha));
+        state.after_step(
+            "producer",
+            &id,
+            &format!("sent message {message_id} ({})", behaviour.name()),
+        );
+    }
+}
+
+/// One poller of the event source mapping: receives a batch, invokes the worker with it
+/// (sometimes crashing the invocation midway, or invoking it twice at once), and deletes
+/// the records the response does not list.
+async fn poll(
+    world: Arc<World>,
+    worker: Arc<BatchProcessor<Downstream, SimStore>>,
+    shape: Shape,
+    n: usize,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    in_flight: Arc<AtomicUsize>,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let actor = format!("poller#{n}");
+    let mut invocation_no = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let (messages, arn) = {
+            let mut state = world.lock();
+            let duplicate = state.chance(shape.duplicate_rate);
+            let received = state
+                .source
+                .receive(shape.batch_size, VISIBILITY, duplicate);
+            let arn = state.source.arn.clone();
+            for moved in received.moved {
+                let item = item_of(&moved);
+                let id = moved.id.clone();
+                state.dlq.accept_moved(moved, &arn);
+                state.after_step(
+                    "sqs",
+                    &item,
+                    &format!("redrive policy moved message {id} to the DLQ after {MAX_RECEIVE_COUNT} receives"),
+                );
+            }
+            for id in &received.duplicated {
+                *state.ledger.causes.entry(id.clone()).or_default() += 1;
+                let item = received
+                    .messages
+                    .iter()
+                    .find(|m| m.id == *id)
+                    .map(item_of)
+                    .unwrap_or_default();
+                state.trace.note(
+                    "sqs",
+                    &item,
+                    &format!("message {id} delivered again while in flight"),
+                );
+            }
+            (received.messages, arn)
+        };
+        if messages.is_empty() {
+            sleep(Duration::from_millis(rng.u64(500..5_000))).await;
+            continue;
+        }
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        invocation_no += 1;
+        let name = format!("{actor}/{invocation_no}");
+        let roll = rng.f64();
+        if roll < shape.crash_rate {
+            let at = Duration::from_millis(rng.u64(0..FUNCTION_TIMEOUT.as_millis() as u64));
+            let invocation = invoke(&world, &worker, &messages, &arn, &name);
+            tokio::select! {
+                biased;
+                _ = invocation => {}
+                _ = sleep(at) => {
+                    note_unacked(&world, &messages, &[], &name, "crashed");
+                }
+            }
+        } else if roll < shape.crash_rate + shape.double_invoke_rate {
+            {
+                // Lambda may run one batch twice: each of its messages may be delivered twice.
+                let mut state = world.lock();
+                state
+                    .trace
+                    .note(&name, "-", "the same batch invoked twice at once");
+                for m in &messages {
+                    *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+                }
+            }
+            let (first, second) = (format!("{name}a"), format!("{name}b"));
+            tokio::join!(
+                invoke(&world, &worker, &messages, &arn, &first),
+                invoke(&world, &worker, &messages, &arn, &second),
+            );
+        } else {
+            invoke(&world, &worker, &messages, &arn, &name).await;
+        }
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn item_of(m: &SimMessage) -> String {
+    serde_json::from_str::<serde_json::Value>(&m.body)
+        .ok()
+        .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
+        .or_else(|| {
+            m.attribute(sqs_worker::message::ITEM_ID_ATTRIBUTE)
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| m.id.clone())
+}
+
+/// One invocation of the worker, with Lambda's deadline: a run past it is killed (and
+/// breaks the deadline invariant). Returns whether it answered.
+async fn invoke(
+    world: &Arc<World>,
+    worker: &BatchProcessor<Downstream, SimStore>,
+    messages: &[SimMessage],
+    arn: &str,
+    name: &str,
+) -> bool {
+    let before: Vec<u32> = {
+        let mut state = world.lock();
+        state.stats.invocations += 1;
+        let ids: Vec<String> = messages
+            .iter()
+            .map(|m| format!("{}#{}", m.id, m.receive_count))
+            .collect();
+        state
+            .trace
+            .note(name, "-", &format!("invoked with {}", ids.join(" ")));
+        messages
+            .iter()
+            .map(|m| {
+                state
+                    .ledger
+                    .worker_deliveries
+                    .get(&m.id)
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .collect()
+    };
+    let mut event = SqsEvent::default();
+    event.records = messages.iter().map(|m| to_sqs_message(m, arn)).collect();
+    let started = Instant::now();
+    let invocation = InvocationInfo {
+        request_id: Some(name.to_string()),
+        ..InvocationInfo::default()
+    };
+    let deadline = Deadline::after(FUNCTION_TIMEOUT, DEADLINE_MARGIN);
+    let result = tokio::time::timeout(
+        FUNCTION_TIMEOUT,
+        worker.process_batch(event, deadline, &invocation),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(_) => {
+            let mut state = world.lock();
+            let items: Vec<String> = messages.iter().map(item_of).collect();
+            for item in &items {
+                state.violate(
+                    item,
+                    format!(
+                        "invocation {name} was still running at its {} s deadline: Lambda killed it",
+                        FUNCTION_TIMEOUT.as_secs()
+                    ),
+                );
+            }
+            drop(state);
+            note_unacked(world, messages, &before, name, "killed at the deadline");
+            false
+        }
+        Ok(Err(e)) => {
+            world
+                .lock()
+                .trace
+                .note(name, "-", &format!("invocation failed: {e}"));
+            note_unacked(world, messages, &before, name, "failed");
+            true
+        }
+        Ok(Ok(report)) => {
+            let response = report.response();
+            let failed: Vec<String> = response
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.clone())
+                .collect();
+            let mut state = world.lock();
+            state.trace.note(
+                name,
+                "-",
+                &format!(
+                    "answered after {:.3}s, {} of {} listed for retry",
+                    elapsed.as_secs_f64(),
+                    failed.len(),
+                    messages.len()
+                ),
+            );
+            for (i, m) in messages.iter().enumerate() {
+                let delivered_now = state
+                    .ledger
+                    .worker_deliveries
+                    .get(&m.id)
+                    .copied()
+                    .unwrap_or(0)
+                    > before.get(i).copied().unwrap_or(0);
+                if failed.contains(&m.id) {
+                    if delivered_now {
+                        *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+                    }
+                    continue;
+                }
+                let Some(receipt) = m.receipt.as_deref() else {
+                    continue;
+                };
+                let item = item_of(m);
+                if let Some(deleted) = state.source.delete(receipt) {
+                    let sha = sqs_worker::hex::sha256_hex(deleted.body.as_bytes());
+                    if !state.payload_is_safe(&sha, Some(&deleted.id)) {
+                        state.violate(
+                            &item,
+                            format!(
+                                "message {} acknowledged by {name}, but it was neither delivered nor dead-lettered: lost",
+                                deleted.id
+                            ),
+                        );
+                    }
+                    state.after_step(name, &item, &format!("acknowledged message {}", deleted.id));
+                }
+            }
+            true
+        }
+    }
+}
+
+/// An invocation that ended without answering: messages it delivered will come again.
+fn note_unacked(world: &World, messages: &[SimMessage], before: &[u32], name: &str, how: &str) {
+    let mut state = world.lock();
+    state.trace.note(
+        name,
+        "-",
+        &format!("invocation {how}; its messages return after the visibility timeout"),
+    );
+    for (i, m) in messages.iter().enumerate() {
+        let now = state
+            .ledger
+            .worker_deliveries
+            .get(&m.id)
+            .copied()
+            .unwrap_or(0);
+        if before.is_empty() || now > before.get(i).copied().unwrap_or(0) {
+            *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+        }
+    }
+}
+
+/// Switches faults on and off until the producer's time is over, then heals the world.
+async fn inject_faults(world: Arc<World>, seed: u64, healed: Arc<AtomicBool>) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let until = Instant::now() + Duration::from_secs(rng.u64(1_800..5_400));
+    while Instant::now() < until {
+        sleep(Duration::from_secs(rng.u64(60..900))).await;
+        let mut state = world.lock();
+        let what = match rng.u32(0..5) {
+            0 => {
+                state.faults.table = [0.0, 0.05, 0.2, 0.5][rng.usize(0..4)];
+                format!("DynamoDB failure rate now {}", state.faults.table)
+            }
+            1 => {
+                state.faults.bucket = [0.0, 0.2][rng.usize(0..2)];
+                format!("S3 failure rate now {}", state.faults.bucket)
+            }
+            2 => {
+                state.faults.send = [0.0, 0.1, 0.3][rng.usize(0..3)];
+                format!("SQS send failure rate now {}", state.faults.send)
+            }
+            _ => {
+                state.faults.outage = !state.faults.outage;
+                format!(
+                    "downstream outage {}",
+                    if state.faults.outage {
+                        "begins"
+                    } else {
+                        "ends"
+                    }
+                )
+            }
+        };
+        state.trace.note("fault", "-", &what);
+    }
+    let mut state = world.lock();
+    state.faults = crate::world::Faults {
+        healed: true,
+        ..Default::default()
+    };
+    state.trace.note("fault", "-", "every fault healed");
+    healed.store(true, Ordering::SeqCst);
+}
+
+/// Operators: redrives (reprocess and requeue, by hand and on the schedule, now and then
+/// two at once, now and then one that dies midway) and, rarely, a record damaged by hand.
+async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut corrupted = false;
+    while !healed.load(Ordering::SeqCst) {
+        sleep(Duration::from_secs(rng.u64(120..1_200))).await;
+        let request = RedriveRequest {
+            mode: if rng.f64() < 0.35 {
+                RedriveMode::Requeue
+            } else {
+                RedriveMode::Reprocess
+            },
+            max_items: (rng.f64() < 0.3).then(|| rng.usize(1..4)),
+            parallelism: Some(rng.usize(1..5)),
+            ..RedriveRequest::default()
+        };
+        match rng.u32(0..20) {
+            0 if !corrupted => {
+                corrupted = corrupt_a_record(&store, &mut rng);
+            }
+            1..=3 => {
+                // A run that dies midway (the CLI's machine, a killed function), holding
+                // the leases it took.
+                let at = Duration::from_millis(rng.u64(0..20_000));
+                tokio::select! {
+                biased;
+                    _ = redrive(&store, "redrive", request, false) => {}
+                    _ = sleep(at) => {
+                        store.world().lock().trace.note("redrive", "-", "the run died midway");
+                    }
+                }
+            }
+            4..=5 => {
+                let other = RedriveRequest {
+                    mode: RedriveMode::Reprocess,
+                    ..RedriveRequest::default()
+                };
+                tokio::join!(
+                    redrive(&store, "redrive-a", request, false),
+                    redrive(&store, "redrive-b", other, false)
+                );
+            }
+            6..=9 => {
+                redrive(&store, "schedule", RedriveRequest::default(), true).await;
+            }
+            _ => {
+                redrive(&store, "redrive", request, false).await;
+            }
+        }
+    }
+}
+
+/// Damages one dead record that has a DLQ message (an operator's hand edit).
+fn corrupt_a_record(store: &SimStore, rng: &mut fastrand::Rng) -> bool {
+    let mut state = store.world().lock();
+    let candidates: Vec<String> = state
+        .table
+        .iter()
+        .filter(|(id, row)| {
+            row.record.status == sqs_worker::dead_letter::ItemStatus::Dead
+                && state.dlq.messages().iter().any(|m| {
+                    m.attribute(sqs_worker::message::ITEM_ID_ATTRIBUTE) == Some(id.as_str())
+                })
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    if candidates.is_empty() {
+        return false;
+    }
+    let id = candidates[rng.usize(0..candidates.len())].clone();
+    let Some(row) = state.table.get_mut(&id) else {
+        return false;
+    };
+    row.corrupt = true;
+    let sha = row.record.payload.sha256.clone();
+    state.ledger.corrupted.insert(id.clone());
+    state.trace.note(
+        "operator",
+        &id,
+        &format!("damaged the record by hand (payload {})", &sha[..12]),
+    );
+    true
+}
+
+/// One redrive run; `function`: as the redrive function runs it (with its deadline).
+/// Returns (items selected, DLQ messages adopted) when it ran.
+async fn redrive(
+    store: &SimStore,
+    actor: &str,
+    request: RedriveRequest,
+    function: bool,
+) -> Option<(usize, usize)> {
+    let world = store.world().clone();
+    world.lock().stats.redrives += 1;
+    let engine = RedriveEngine::new(
+        store.as_actor(actor),
+        Some(Downstream::new(world.clone(), actor)),
+        RedriveSettings {
+            retry: retry_policy(),
+            parser: parser(),
+            lease_ttl: LEASE_TTL,
+            ..RedriveSettings::default()
+        },
+    );
+    world.lock().trace.note(
+        actor,
+        "-",
+        &format!(
+            "redrive starts: mode {:?}, max_items {:?}",
+            request.mode, request.max_items
+        ),
+    );
+    let deadline = function.then(|| Instant::now() + REDRIVE_FUNCTION_TIMEOUT);
+    let result = engine.run_until(&request, deadline, &|_| {}).await;
+    let mut state = world.lock();
+    match result {
+        Ok(report) => {
+            state.trace.note(
+                actor,
+                "-",
+                &format!(
+                    "redrive done: selected {}, succeeded {}, requeued {}, failed again {}, leased elsewhere {}, errors {}, adopted {}, DLQ deleted {}",
+                    report.selected,
+                    report.succeeded,
+                    report.requeued,
+                    report.failed_again,
+                    report.leased_elsewhere,
+                    report.errors,
+                    report.adopted_from_dlq,
+                    report.dlq_messages_deleted
+                ),
+            );
+            Some((report.selected, report.adopted_from_dlq))
+        }
+        Err(e) => {
+            state
+                .trace
+                .note(actor, "-", &format!("redrive failed: {e}"));
+            None
+        }
+    }
+}

@@ -1,0 +1,1000 @@
+//! The simulated adapters: DynamoDB (the dead-letter table), S3 (the payload bucket) and SQS
+//! (the DLQ and the source queue) as the library's ports, over the world's state.
+//!
+//! Only the primitives are simulated: each method is one AWS call, applied atomically with
+//! the conditions the DynamoDB adapter writes as condition expressions (a lease only when
+//! free, status changes only by the lease owner, an append refused when an attempt is
+//! already recorded or the DLQ message already claimed, compaction only when no append
+//! came between). The logic above them (dead-letter recording, the sweep, the redrive
+//! engine) is the library's own code, unchanged. Every call may fail as the fault switches
+//! say, and every change is followed by the invariant checks of [`State::after_step`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqs_worker::dead_letter::{
+    lease_is_free, leased_with_payload, processed_after, DeadLetterCandidate, DeadLetterSink,
+    DeadLetteredItem, FailureDetail, InvocationInfo, ItemStatus, MessageAttribute, PayloadLocation,
+};
+use sqs_worker::error::{ErrorClass, ProcessError};
+use sqs_worker::item::{bounded_item_id, ItemParser, WorkItem};
+use sqs_worker::message::{
+    ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE,
+};
+use sqs_worker::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
+use sqs_worker::ports::{
+    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
+    SweepOptions,
+};
+use sqs_worker::recording::{self, Compaction, RecordTable, RecordingSettings};
+use sqs_worker::selection::{Page, PageToken, RecordFilter, Unreadable};
+use sqs_worker::sweep::{
+    self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
+};
+
+use crate::queue::SimMessage;
+use crate::world::{Row, State, World, ITEM_SIZE_LIMIT};
+
+/// The bucket payloads go to.
+pub const BUCKET: &str = "sim-payloads";
+
+/// The simulated AWS side of the pipeline, shared by every worker invocation and run.
+#[derive(Debug, Clone)]
+pub struct SimStore {
+    world: Arc<World>,
+    settings: Arc<RecordingSettings>,
+    /// Who is calling (for the trace).
+    actor: String,
+}
+
+fn throttled(step: &str) -> ProcessError {
+    ProcessError::new(
+        ErrorClass::Throttled,
+        format!("{step}: ProvisionedThroughputExceededException (injected)"),
+    )
+    .with_step(step)
+}
+
+fn unavailable(service: &str, step: &str) -> ProcessError {
+    ProcessError::new(
+        ErrorClass::ServerError,
+        format!("{step}: {service} unavailable (injected)"),
+    )
+    .with_step(step)
+}
+
+fn corrupt(item_id: &str, step: &str) -> ProcessError {
+    ProcessError::validation(format!(
+        "record {item_id:?} does not read: attribute status is missing (damaged outside the pipeline)"
+    ))
+    .with_step(step)
+}
+
+impl SimStore {
+    /// The store of `world`, with the recording settings the worker and runs use.
+    pub fn new(world: Arc<World>, settings: RecordingSettings) -> Self {
+        SimStore {
+            world,
+            settings: Arc::new(settings),
+            actor: "store".into(),
+        }
+    }
+
+    /// The same store, with calls traced as `actor`'s.
+    pub fn as_actor(&self, actor: &str) -> Self {
+        SimStore {
+            actor: actor.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The world.
+    pub fn world(&self) -> &Arc<World> {
+        &self.world
+    }
+
+    fn table_call(&self, state: &mut State, step: &str) -> Result<(), ProcessError> {
+        if state.chance_of(|f| f.table) {
+            // Throttling and unavailability, half and half.
+            let error = if state.rng.bool() {
+                throttled(step)
+            } else {
+                unavailable("DynamoDB", step)
+            };
+            state
+                .trace
+                .note("fault", "-", &format!("{} {step}: {error}", self.actor));
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// A write that leaves `row` as the item `item_id`, refused as DynamoDB would refuse an
+    /// item over 400 KB.
+    fn put_row(state: &mut State, item_id: &str, row: Row) -> Result<(), ProcessError> {
+        let size = row.size();
+        if size > ITEM_SIZE_LIMIT {
+            state.violate(
+                item_id,
+                format!("a write of a {size}-byte record was refused: over DynamoDB's 400 KB"),
+            );
+            return Err(ProcessError::validation(
+                "Item size has exceeded the maximum allowed size",
+            ));
+        }
+        state.table.insert(item_id.to_string(), row);
+        Ok(())
+    }
+
+    /// Ends `owner`'s lease, changing the record with `change` (condition: `owner` holds
+    /// it; with `payload_sha256`, [`sqs_worker::dead_letter::LEASED_WITH_PAYLOAD`]).
+    fn end_lease(
+        &self,
+        step: &str,
+        item_id: &str,
+        owner: &str,
+        payload_sha256: Option<&str>,
+        change: impl FnOnce(&mut Row),
+    ) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, step)?;
+        let Some(mut row) = state.table.get(item_id).cloned() else {
+            return Err(lease_lost(item_id, step));
+        };
+        let holds = match payload_sha256 {
+            Some(sha) => leased_with_payload(&row.record, row.lease_owner.as_deref(), owner, sha),
+            None => row.lease_owner.as_deref() == Some(owner),
+        };
+        if !holds {
+            return Err(lease_lost(item_id, step));
+        }
+        if row.corrupt {
+            return Err(corrupt(item_id, step));
+        }
+        row.lease_owner = None;
+        row.record.lease_expires_at = None;
+        change(&mut row);
+        let status = row.record.status;
+        Self::put_row(&mut state, item_id, row)?;
+        state.after_step(&self.actor, item_id, &format!("{step}: now {status:?}"));
+        Ok(())
+    }
+}
+
+fn lease_lost(item_id: &str, step: &str) -> ProcessError {
+    ProcessError::new(
+        ErrorClass::Unknown,
+        format!("lease on {item_id:?} was lost (conditional check failed)"),
+    )
+    .with_step(step)
+}
+
+fn now_secs() -> i64 {
+    sqs_worker::clock::now().timestamp()
+}
+
+impl RecordTable for SimStore {
+    async fn try_record(
+        &self,
+        record: &DeadLetteredItem,
+        pending: &[FailureDetail],
+        claim: Option<&str>,
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "record")?;
+        let id = record.item_id.as_str();
+        let existing = state.table.get(id).cloned();
+        if existing.as_ref().is_some_and(|r| r.corrupt) {
+            return Err(corrupt(id, "record"));
+        }
+        if let Some(row) = &existing {
+            let known = pending
+                .iter()
+                .any(|f| row.attempt_ids.contains(&f.attempt_id));
+            let claimed = claim.is_some_and(|c| row.claims.contains(c));
+            if known || claimed {
+                return Ok(None);
+            }
+        }
+        let mut row = match existing {
+            Some(mut row) => {
+                // What the adapter's update sets: every field of the new record but the
+                // history, its count, `processed`, and the two set only on creation.
+                let old = row.record.clone();
+                let mut r = record.clone();
+                r.failure_history = old.failure_history;
+                r.failure_count = old.failure_count;
+                r.history_omitted = old.history_omitted;
+                r.processed = old.processed;
+                r.first_attempt = old.first_attempt;
+                r.manual_review_required = old.manual_review_required;
+                // Not in the update: a lease in place stays.
+                r.lease_expires_at = old.lease_expires_at;
+                r.resolved_at = old.resolved_at;
+                r.requeued_message_id = None;
+                row.record = r;
+                row
+            }
+            None => {
+                let mut r = record.clone();
+                r.failure_history = Vec::new();
+                r.failure_count = 0;
+                r.history_omitted = 0;
+                r.processed = Vec::new();
+                r.requeued_message_id = None;
+                Row {
+                    record: r,
+                    attempt_ids: Default::default(),
+                    claims: Default::default(),
+                    lease_owner: None,
+                    corrupt: false,
+                }
+            }
+        };
+        row.record.failure_history.extend(pending.iter().cloned());
+        row.record.failure_count += u32::try_from(pending.len()).unwrap_or(u32::MAX);
+        row.attempt_ids
+            .extend(pending.iter().map(|f| f.attempt_id.clone()));
+        if let Some(claim) = claim {
+            row.claims.insert(claim.to_string());
+        }
+        let stored = row.record.clone();
+        Self::put_row(&mut state, id, row)?;
+        state.after_step(
+            &self.actor,
+            id,
+            &format!(
+                "recorded {} attempt(s) of message {}{}",
+                pending.len(),
+                record.source.message_id,
+                if claim.is_some() {
+                    ", claiming its DLQ message"
+                } else {
+                    ""
+                }
+            ),
+        );
+        Ok(Some(stored))
+    }
+
+    async fn attempt_ids_and_claims(
+        &self,
+        item_id: &str,
+    ) -> Result<(HashSet<String>, HashSet<String>), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "record")?;
+        Ok(state
+            .table
+            .get(item_id)
+            .map(|row| {
+                (
+                    row.attempt_ids.iter().cloned().collect(),
+                    row.claims.iter().cloned().collect(),
+                )
+            })
+            .unwrap_or_default())
+    }
+
+    async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "record")?;
+        if let Some(row) = state.table.get_mut(item_id) {
+            row.record.manual_review_required = wanted;
+        }
+        Ok(())
+    }
+
+    async fn compact(
+        &self,
+        stored: &DeadLetteredItem,
+        compaction: &Compaction,
+    ) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "compact-history")?;
+        let id = stored.item_id.as_str();
+        let Some(mut row) = state.table.get(id).cloned() else {
+            return Ok(());
+        };
+        if row.record.failure_count != stored.failure_count {
+            return Ok(());
+        }
+        row.record.failure_history = compaction.history.clone();
+        row.attempt_ids = compaction.attempt_ids.iter().cloned().collect();
+        row.claims = compaction.claims.iter().cloned().collect();
+        row.record.processed = compaction.processed.clone();
+        row.record.history_omitted += compaction.dropped;
+        Self::put_row(&mut state, id, row)?;
+        state.after_step(
+            &self.actor,
+            id,
+            &format!("compacted: {} attempts dropped", compaction.dropped),
+        );
+        Ok(())
+    }
+
+    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "release-claim")?;
+        if let Some(row) = state.table.get_mut(item_id) {
+            row.claims.remove(message_id);
+        }
+        state.after_step(
+            &self.actor,
+            item_id,
+            &format!("released the claim of {message_id}"),
+        );
+        Ok(())
+    }
+
+    async fn put_payload(
+        &self,
+        pointer: &S3Pointer,
+        body: &str,
+        _sha256: &str,
+    ) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        if state.chance_of(|f| f.bucket) {
+            state.trace.note(
+                "fault",
+                "-",
+                &format!("{} put-payload: S3 unavailable", self.actor),
+            );
+            return Err(unavailable("S3", "put-payload"));
+        }
+        state.bucket.insert(pointer.key.clone(), body.to_string());
+        Ok(())
+    }
+
+    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
+        let mut state = self.world.lock();
+        let now_ms = sqs_worker::clock::now().timestamp_millis();
+        let mut results = Vec::with_capacity(records.len());
+        for record in records {
+            if state.chance_of(|f| f.send) {
+                state.trace.note(
+                    "fault",
+                    &record.item_id,
+                    &format!("{} DLQ send failed", self.actor),
+                );
+                results.push(Err(unavailable("SQS", "dlq")));
+                continue;
+            }
+            let (body, mut attributes) = dlq_message(record);
+            attributes.push((
+                sqs_worker::message::ERROR_CLASS_ATTRIBUTE.to_string(),
+                MessageAttribute::string(record.error_class.as_str()),
+            ));
+            let id = state.dlq.send(body, attributes, None, now_ms);
+            state.after_step(
+                &self.actor,
+                &record.item_id,
+                &format!(
+                    "sent DLQ message {id} for source message {}",
+                    record.source.message_id
+                ),
+            );
+            results.push(Ok(()));
+        }
+        results
+    }
+}
+
+/// The DLQ message of a record: its payload (or a pointer to it) with the attributes that
+/// join it to its record.
+fn dlq_message(record: &DeadLetteredItem) -> (String, Vec<(String, MessageAttribute)>) {
+    let mut attributes = vec![
+        (
+            ITEM_ID_ATTRIBUTE.to_string(),
+            MessageAttribute::string(&record.item_id),
+        ),
+        (
+            SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+            MessageAttribute::string(&record.source.message_id),
+        ),
+        (
+            PAYLOAD_SHA256_ATTRIBUTE.to_string(),
+            MessageAttribute::string(&record.payload.sha256),
+        ),
+    ];
+    let body = match &record.payload.location {
+        PayloadLocation::Inline { body } => body.clone(),
+        PayloadLocation::S3 { bucket, key } => {
+            attributes.push((
+                EXTENDED_PAYLOAD_SIZE_ATTRIBUTE.to_string(),
+                MessageAttribute::string(record.payload.size_bytes.to_string()),
+            ));
+            S3Pointer {
+                bucket: bucket.clone(),
+                key: key.clone(),
+            }
+            .to_body()
+        }
+    };
+    (body, attributes)
+}
+
+/// A queue message as Lambda would hand it to the worker.
+pub fn to_sqs_message(m: &SimMessage, queue_arn: &str) -> aws_lambda_events::sqs::SqsMessage {
+    let mut attributes = serde_json::Map::new();
+    attributes.insert(
+        "ApproximateReceiveCount".into(),
+        m.receive_count.to_string().into(),
+    );
+    attributes.insert("SentTimestamp".into(), m.sent_at_ms.to_string().into());
+    if let Some(first) = m.first_receive_ms {
+        attributes.insert(
+            "ApproximateFirstReceiveTimestamp".into(),
+            first.to_string().into(),
+        );
+    }
+    if let Some(group) = &m.group {
+        attributes.insert("MessageGroupId".into(), group.clone().into());
+    }
+    if let Some(from) = &m.moved_from {
+        attributes.insert("DeadLetterQueueSourceArn".into(), from.clone().into());
+    }
+    let message_attributes: serde_json::Map<String, serde_json::Value> = m
+        .attributes
+        .iter()
+        .map(|(name, value)| {
+            let mut v = serde_json::json!({ "dataType": value.data_type() });
+            if let Some(s) = value.string_value() {
+                v["stringValue"] = s.into();
+            }
+            if let Some(b) = value.binary_base64() {
+                v["binaryValue"] = b.into();
+            }
+            (name.clone(), v)
+        })
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "messageId": m.id,
+        "receiptHandle": m.receipt,
+        "body": m.body,
+        "attributes": attributes,
+        "messageAttributes": message_attributes,
+        "eventSource": "aws:sqs",
+        "eventSourceARN": m.moved_from.as_deref().unwrap_or(queue_arn),
+        "awsRegion": "us-east-1",
+    }))
+    .unwrap_or_default()
+}
+
+/// What identifies a DLQ message's content (as the SQS adapter reads it).
+fn view_of(m: &SimMessage) -> MessageView {
+    let requeued_by = m
+        .attribute(sqs_worker::dead_letter::REQUEUED_BY_ATTRIBUTE)
+        .map(str::to_string);
+    MessageView {
+        source_message_id: m
+            .attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
+            .map(str::to_string)
+            .unwrap_or_else(|| m.id.clone()),
+        payload_sha256: m
+            .attribute(PAYLOAD_SHA256_ATTRIBUTE)
+            .map(str::to_string)
+            .or_else(|| {
+                S3Pointer::parse(&m.body)
+                    .is_none()
+                    .then(|| sqs_worker::hex::sha256_hex(m.body.as_bytes()))
+            }),
+        requeued_by,
+        message_id: m.id.clone(),
+    }
+}
+
+fn to_work_item(m: &SimMessage, parser: &ItemParser, arn: &str) -> WorkItem {
+    match parser.parse(m.id.clone(), to_sqs_message(m, arn)) {
+        Ok(item) => item,
+        Err(invalid) => invalid.item,
+    }
+}
+
+impl DlqMessages for SimStore {
+    type Message = SimMessage;
+
+    async fn receive(
+        &self,
+        hold: Duration,
+        parser: &ItemParser,
+    ) -> Result<Vec<ReceivedMessage<SimMessage>>, ProcessError> {
+        let mut state = self.world.lock();
+        let received = state.dlq.receive(10, hold, false);
+        let arn = state.source.arn.clone();
+        Ok(received
+            .messages
+            .into_iter()
+            .map(|m| {
+                let item_id = bounded_item_id(
+                    m.attribute(ITEM_ID_ATTRIBUTE)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| to_work_item(&m, parser, &arn).item_id),
+                );
+                ReceivedMessage {
+                    receipt: m.receipt.clone().unwrap_or_default(),
+                    item_id,
+                    view: view_of(&m),
+                    message: m,
+                }
+            })
+            .collect())
+    }
+
+    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "sweep-lookup")?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.table.get(id).map(|row| (id, row)))
+            .map(|(id, row)| {
+                let r = &row.record;
+                let standing = if row.corrupt {
+                    Standing::default()
+                } else {
+                    Standing {
+                        status: Some(r.status),
+                        lease_expires_at: r.lease_expires_at,
+                        source_message_id: Some(r.source.message_id.clone()),
+                        payload_sha256: Some(r.payload.sha256.clone()),
+                        processed: r.processed.clone(),
+                        requeued_message_id: r.requeued_message_id.clone(),
+                        source_queue_arn: r.source.queue_arn.clone(),
+                    }
+                };
+                (id.clone(), standing)
+            })
+            .collect())
+    }
+
+    async fn adopt(
+        &self,
+        message: &SimMessage,
+        item_id: &str,
+        parser: &ItemParser,
+        adoption: &Adoption,
+    ) -> Result<DeadLetteredItem, ProcessError> {
+        let arn = self.world.lock().source.arn.clone();
+        let mut item = to_work_item(message, parser, &arn);
+        item.item_id = item_id.to_string();
+        if item.event_source_arn.is_none() {
+            item.event_source_arn = adoption.known_queue_arn.clone();
+        }
+        let mut error =
+            ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
+        if let Some(pointer) = S3Pointer::parse(&item.body) {
+            match PayloadStore::fetch(self, &pointer).await {
+                Ok(payload) => item.body = payload,
+                Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
+            }
+        }
+        let mut record = sweep::adopted_record(
+            item,
+            error,
+            &message.id,
+            view_of(message).source_message_id,
+            adoption,
+            self.settings.retention,
+        );
+        recording::offload_payload(self, &self.settings, &mut record).await?;
+        recording::record(self, &self.settings, &record).await?;
+        Ok(record)
+    }
+
+    async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
+        let mut state = self.world.lock();
+        let mut deleted = 0;
+        for receipt in receipts {
+            let Some(message) = state.dlq.delete(receipt) else {
+                continue;
+            };
+            deleted += 1;
+            let view = view_of(&message);
+            let item = message
+                .attribute(ITEM_ID_ATTRIBUTE)
+                .unwrap_or(&message.id)
+                .to_string();
+            let sha = match (&view.payload_sha256, S3Pointer::parse(&message.body)) {
+                (Some(sha), _) => sha.clone(),
+                (None, _) => sqs_worker::hex::sha256_hex(message.body.as_bytes()),
+            };
+            if !state.payload_is_safe(&sha, Some(&message.id)) {
+                state.violate(
+                    &item,
+                    format!(
+                        "DLQ message {} deleted, but its payload {} was never delivered and nothing else holds it: lost",
+                        message.id,
+                        &sha[..12]
+                    ),
+                );
+            }
+            state.after_step(
+                &self.actor,
+                &item,
+                &format!("deleted DLQ message {}", message.id),
+            );
+        }
+        Ok(deleted)
+    }
+
+    async fn release(&self, receipts: &[String]) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        for receipt in receipts {
+            state.dlq.change_visibility(receipt, Duration::ZERO);
+        }
+        Ok(())
+    }
+}
+
+impl RecordStore for SimStore {
+    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "read-record")?;
+        match state.table.get(item_id) {
+            Some(row) if row.corrupt => Err(corrupt(item_id, "read-record")),
+            Some(row) => Ok(Some(row.record.clone())),
+            None => Ok(None),
+        }
+    }
+
+    async fn query_page(
+        &self,
+        filter: &RecordFilter,
+        limit: i32,
+        start: Option<&PageToken>,
+    ) -> Result<Page, ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "query")?;
+        let mut unreadable = Vec::new();
+        let mut selected: Vec<&DeadLetteredItem> = Vec::new();
+        for (id, row) in &state.table {
+            if row.corrupt {
+                if filter.status.is_none_or(|s| s == ItemStatus::Dead) && start.is_none() {
+                    unreadable.push(Unreadable {
+                        item_id: id.clone(),
+                        error: corrupt(id, "query").to_string(),
+                    });
+                }
+            } else if filter.matches(&row.record) {
+                selected.push(&row.record);
+            }
+        }
+        selected.sort_by_key(|r| listing_key(r));
+        let from = match start {
+            Some(token) => {
+                let key = parse_token(token)?;
+                selected
+                    .iter()
+                    .take_while(|r| listing_key(r) <= key)
+                    .count()
+            }
+            None => 0,
+        };
+        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
+        let records: Vec<DeadLetteredItem> = selected
+            .iter()
+            .skip(from)
+            .take(limit)
+            .map(|r| (*r).clone())
+            .collect();
+        let next = if from + records.len() < selected.len() {
+            records.last().map(token_for)
+        } else {
+            None
+        };
+        Ok(Page {
+            records,
+            unreadable,
+            next,
+        })
+    }
+
+    fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {
+        token_for(record)
+    }
+
+    async fn acquire_lease(
+        &self,
+        item_id: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "lease")?;
+        let now = now_secs();
+        let Some(mut row) = state.table.get(item_id).cloned() else {
+            return Ok(false);
+        };
+        if row.corrupt || !lease_is_free(row.record.status, row.record.lease_expires_at, now) {
+            return Ok(false);
+        }
+        let taken_back = row.record.status == ItemStatus::Redriving;
+        row.record.status = ItemStatus::Redriving;
+        row.record.lease_expires_at =
+            Some(now + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2));
+        row.lease_owner = Some(owner.to_string());
+        Self::put_row(&mut state, item_id, row)?;
+        state.after_step(
+            &self.actor,
+            item_id,
+            &format!(
+                "leased by {owner}{}",
+                if taken_back {
+                    " (an expired lease taken back)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        Ok(true)
+    }
+
+    async fn acquire_leases(
+        &self,
+        item_ids: &[String],
+        owner: &str,
+        ttl: Duration,
+    ) -> Vec<Result<bool, ProcessError>> {
+        let mut results = Vec::with_capacity(item_ids.len());
+        for id in item_ids {
+            results.push(RecordStore::acquire_lease(self, id, owner, ttl).await);
+        }
+        results
+    }
+
+    async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
+        self.end_lease("release-lease", item_id, owner, None, |row| {
+            row.record.status = ItemStatus::Dead;
+        })
+    }
+
+    async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
+        let processed = processed_after(record);
+        self.end_lease(
+            "resolve",
+            &record.item_id,
+            owner,
+            Some(&record.payload.sha256),
+            |row| {
+                row.record.status = ItemStatus::Resolved;
+                row.record.resolved_at = Some(sqs_worker::clock::now());
+                row.record.processed = processed;
+            },
+        )
+    }
+
+    async fn mark_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<(), ProcessError> {
+        let sha = Some(record.payload.sha256.as_str());
+        self.end_lease("mark-requeued", &record.item_id, owner, sha, |row| {
+            row.record.status = ItemStatus::Requeued;
+            row.record.requeued_message_id = Some(message_id.to_string());
+        })
+    }
+
+    async fn record_redrive_failure(
+        &self,
+        item_id: &str,
+        owner: &str,
+        failures: &[FailureDetail],
+    ) -> Result<(), ProcessError> {
+        let Some(last) = failures.last().cloned() else {
+            return RecordStore::release_lease(self, item_id, owner).await;
+        };
+        let mut stored = None;
+        self.end_lease("record-redrive-failure", item_id, owner, None, |row| {
+            let r = &mut row.record;
+            r.status = ItemStatus::Dead;
+            r.last_attempt = last.timestamp;
+            r.error_class = last.error_type;
+            r.error_signature =
+                sqs_worker::signature::error_signature(last.error_type, &last.error_message);
+            r.last_error = last.error_message.clone();
+            r.reprocess_eligible = last.error_type.is_reprocess_eligible();
+            r.failure_history.extend(failures.iter().cloned());
+            r.failure_count += u32::try_from(failures.len()).unwrap_or(u32::MAX);
+            row.attempt_ids
+                .extend(failures.iter().map(|f| f.attempt_id.clone()));
+            stored = Some(row.record.clone());
+        })?;
+        match stored {
+            Some(stored) => recording::after_append(self, &self.settings, stored).await,
+            None => Ok(()),
+        }
+    }
+}
+
+fn listing_key(r: &DeadLetteredItem) -> (std::cmp::Reverse<i64>, String) {
+    (
+        std::cmp::Reverse(r.last_attempt.timestamp_micros()),
+        r.item_id.clone(),
+    )
+}
+
+fn token_for(r: &DeadLetteredItem) -> PageToken {
+    PageToken(format!(
+        "{}|{}",
+        r.last_attempt.timestamp_micros(),
+        r.item_id
+    ))
+}
+
+fn parse_token(token: &PageToken) -> Result<(std::cmp::Reverse<i64>, String), ProcessError> {
+    token
+        .0
+        .split_once('|')
+        .and_then(|(t, id)| Some((std::cmp::Reverse(t.parse::<i64>().ok()?), id.to_string())))
+        .ok_or_else(|| {
+            ProcessError::validation(format!("continuation token {:?} is not valid", token.0))
+        })
+}
+
+impl DeadLetterQueue for SimStore {
+    type Held = HeldMessage<SimMessage>;
+
+    async fn sweep(
+        &self,
+        hold: Duration,
+        options: &SweepOptions,
+    ) -> Result<Sweep<Self::Held>, ProcessError> {
+        sweep::sweep_dlq(self, hold, options).await
+    }
+
+    async fn settle_held(
+        &self,
+        held: std::collections::BTreeMap<String, Vec<Self::Held>>,
+        wait: Duration,
+    ) -> Result<usize, ProcessError> {
+        sweep::settle_held(self, held, wait).await
+    }
+}
+
+impl PayloadStore for SimStore {
+    async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
+        let mut state = self.world.lock();
+        if state.chance_of(|f| f.bucket) {
+            state.trace.note(
+                "fault",
+                "-",
+                &format!("{} fetch-payload: S3 unavailable", self.actor),
+            );
+            return Err(unavailable("S3", "fetch-payload"));
+        }
+        state.bucket.get(&pointer.key).cloned().ok_or_else(|| {
+            ProcessError::new(
+                ErrorClass::NotFound,
+                format!("s3://{}/{} does not exist", pointer.bucket, pointer.key),
+            )
+            .with_step("fetch-payload")
+        })
+    }
+
+    async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        if state.chance_of(|f| f.bucket) {
+            return Err(unavailable("S3", "delete-payload"));
+        }
+        if let Some(body) = state.bucket.remove(&pointer.key) {
+            let sha = sqs_worker::hex::sha256_hex(body.as_bytes());
+            if state.ledger.delivered.get(&sha).copied().unwrap_or(0) == 0 {
+                state.violate(
+                    &pointer.key,
+                    format!(
+                        "payload object {} deleted before its payload was delivered",
+                        pointer.key
+                    ),
+                );
+            }
+            state.after_step(
+                &self.actor,
+                "-",
+                &format!("deleted payload object {}", pointer.key),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl SourceQueue for SimStore {
+    async fn queue_url(&self, name: &str, _account: &str) -> Result<String, ProcessError> {
+        let state = self.world.lock();
+        if state.source.arn.ends_with(&format!(":{name}")) {
+            Ok(state.source.url.clone())
+        } else {
+            Err(ProcessError::new(
+                ErrorClass::NotFound,
+                format!("AWS.SimpleQueueService.NonExistentQueue: {name}"),
+            ))
+        }
+    }
+
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        messages: &[OutgoingMessage],
+    ) -> Result<Vec<SendResult>, ProcessError> {
+        let mut state = self.world.lock();
+        if queue_url != state.source.url {
+            return Err(ProcessError::new(ErrorClass::NotFound, "no such queue"));
+        }
+        if state.chance_of(|f| f.send) {
+            state
+                .trace
+                .note("fault", "-", &format!("{} requeue send failed", self.actor));
+            return Err(unavailable("SQS", "requeue"));
+        }
+        let now_ms = sqs_worker::clock::now().timestamp_millis();
+        let mut results = Vec::new();
+        for m in messages {
+            let item = m
+                .attributes
+                .iter()
+                .find(|(n, _)| n == ITEM_ID_ATTRIBUTE)
+                .and_then(|(_, v)| v.string_value())
+                .unwrap_or("-")
+                .to_string();
+            let id = state.source.send(
+                m.body.clone(),
+                m.attributes.clone(),
+                m.group_id.clone(),
+                now_ms,
+            );
+            state.after_step(
+                &self.actor,
+                &item,
+                &format!("requeued as source message {id}"),
+            );
+            results.push(Ok(id));
+        }
+        Ok(results)
+    }
+}
+
+impl DeadLetterSink for SimStore {
+    async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        invocation: &InvocationInfo,
+    ) -> Vec<Result<(), ProcessError>> {
+        recording::dead_letter(self, &self.settings, candidates, invocation).await
+    }
+
+    async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "finish-requeued")?;
+        let Some(mut row) = state.table.get(item_id).cloned() else {
+            return Ok(());
+        };
+        if row.corrupt
+            || row.record.status != ItemStatus::Requeued
+            || row.record.requeued_message_id.as_deref() != Some(message_id)
+        {
+            return Ok(());
+        }
+        row.record.status = ItemStatus::Resolved;
+        row.record.resolved_at = Some(sqs_worker::clock::now());
+        row.record.requeued_message_id = None;
+        row.record
+            .processed
+            .push(sqs_worker::adapters::store::schema::processed_key_for_message(message_id));
+        row.record
+            .processed
+            .push(sqs_worker::adapters::store::schema::processed_key_for_payload(payload_sha256));
+        Self::put_row(&mut state, item_id, row)?;
+        state.after_step(
+            &self.actor,
+            item_id,
+            &format!("resolved: the worker finished requeued message {message_id}"),
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,262 @@
+//! The simulated world's state: the source queue and the DLQ, the dead-letter table, the
+//! payload bucket, the fault switches, the ledger of what was sent and delivered, and the
+//! trace. Everything sits behind one lock that no one holds across an `await`, so every
+//! change is one atomic step, and the invariants that must hold at every step are checked
+//! right after it ([`State::after_step`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard};
+
+use sqs_worker::dead_letter::{DeadLetteredItem, ItemStatus};
+
+use crate::queue::SimQueue;
+use crate::trace::Trace;
+
+/// DynamoDB's item size limit.
+pub const ITEM_SIZE_LIMIT: usize = 400 * 1024;
+
+/// One item of the dead-letter table: the record and the attributes the record type does
+/// not carry (attempt ids, DLQ claims, the lease owner).
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The record.
+    pub record: DeadLetteredItem,
+    /// Ids of the attempts in its history (and of compacted ones, while not trimmed).
+    pub attempt_ids: BTreeSet<String>,
+    /// Source message ids whose one DLQ message was claimed.
+    pub claims: BTreeSet<String>,
+    /// Who holds the lease.
+    pub lease_owner: Option<String>,
+    /// Damaged outside the pipeline (a hand edit, an older schema): it reads without a
+    /// status and refuses every write, a poison the tools must survive.
+    pub corrupt: bool,
+}
+
+impl Row {
+    /// Its size as DynamoDB would count it, near enough (the record as JSON plus the sets).
+    pub fn size(&self) -> usize {
+        serde_json::to_vec(&self.record).map_or(0, |v| v.len())
+            + self.attempt_ids.iter().map(|s| s.len() + 3).sum::<usize>()
+            + self.claims.iter().map(|s| s.len() + 3).sum::<usize>()
+    }
+}
+
+/// Faults currently switched on.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Probability that a DynamoDB call fails (throttled or unavailable).
+    pub table: f64,
+    /// Probability that an S3 call fails.
+    pub bucket: f64,
+    /// Probability that an SQS send fails.
+    pub send: f64,
+    /// The downstream answers 503 to everything.
+    pub outage: bool,
+    /// Faults are over for good; flaky payloads behave (poison ones do not).
+    pub healed: bool,
+}
+
+/// What was sent, and what the downstream did with it.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    /// Every payload the producer sent: (item id, sha256), in order.
+    pub sent: Vec<(String, String)>,
+    /// Successful deliveries to the downstream, by payload sha256.
+    pub delivered: HashMap<String, u32>,
+    /// Successful deliveries by the worker, by source message id.
+    pub worker_deliveries: HashMap<String, u32>,
+    /// At-least-once events by source message id: duplicate receives, and receives whose
+    /// invocation delivered the message without acknowledging it (crashed, killed, run
+    /// twice, or reporting it for retry).
+    pub causes: HashMap<String, u32>,
+    /// Payloads whose record an operator damaged (exempt from the end checks but one: a
+    /// DLQ message must still hold them).
+    pub corrupted: BTreeSet<String>,
+}
+
+/// Counters for the report.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    /// Invariant checks made.
+    pub checks: u64,
+    /// Steps taken (state changes).
+    pub steps: u64,
+    /// Invocations of the worker.
+    pub invocations: u64,
+    /// Redrive runs started.
+    pub redrives: u64,
+    /// Deliveries beyond the first of a payload.
+    pub duplicate_deliveries: u64,
+}
+
+/// The whole state.
+#[derive(Debug)]
+pub struct State {
+    /// The source queue.
+    pub source: SimQueue,
+    /// The dead-letter queue.
+    pub dlq: SimQueue,
+    /// The dead-letter table.
+    pub table: BTreeMap<String, Row>,
+    /// The payload bucket, by key.
+    pub bucket: BTreeMap<String, String>,
+    /// Faults now.
+    pub faults: Faults,
+    /// What was sent and delivered.
+    pub ledger: Ledger,
+    /// What happened.
+    pub trace: Trace,
+    /// Broken invariants, each with the item it concerns.
+    pub violations: Vec<(String, String)>,
+    /// Counters.
+    pub stats: Stats,
+    /// The seeded randomness of the world (not of the code under test).
+    pub rng: fastrand::Rng,
+}
+
+/// The world: the state behind its lock.
+#[derive(Debug)]
+pub struct World {
+    state: Mutex<State>,
+}
+
+impl World {
+    /// A world over `state`.
+    pub fn new(state: State) -> Self {
+        World {
+            state: Mutex::new(state),
+        }
+    }
+
+    /// The state, for one step.
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic elsewhere is reported by the run; carry on with the data to report it.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// A fresh world: empty queues, table and bucket.
+    pub fn new(seed: u64, source: SimQueue, dlq: SimQueue) -> Self {
+        State {
+            source,
+            dlq,
+            table: BTreeMap::new(),
+            bucket: BTreeMap::new(),
+            faults: Faults::default(),
+            ledger: Ledger::default(),
+            trace: Trace::default(),
+            violations: Vec::new(),
+            stats: Stats::default(),
+            rng: fastrand::Rng::with_seed(seed),
+        }
+    }
+
+    /// Records a broken invariant about `item` (an item id, or `-`).
+    pub fn violate(&mut self, item: &str, what: String) {
+        self.trace.note("INVARIANT", item, &what);
+        self.violations.push((item.to_string(), what));
+    }
+
+    /// Whether the fault `pick` names strikes this call.
+    pub fn chance_of(&mut self, pick: fn(&Faults) -> f64) -> bool {
+        let p = pick(&self.faults);
+        self.chance(p)
+    }
+
+    /// Whether a failure is injected now, with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && !self.faults.healed && self.rng.f64() < p
+    }
+
+    /// Whether a payload is still somewhere it can be recovered from, other than the
+    /// message being deleted: delivered, in the source queue, in another DLQ message, or
+    /// held by a record that is not finished.
+    pub fn payload_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool {
+        if self.ledger.delivered.get(sha).copied().unwrap_or(0) > 0 {
+            return true;
+        }
+        let holds = |body: &str, attrs_sha: Option<&str>| {
+            attrs_sha == Some(sha) || sqs_worker::hex::sha256_hex(body.as_bytes()) == sha
+        };
+        let in_queue = |q: &SimQueue| {
+            q.messages().iter().any(|m| {
+                Some(m.id.as_str()) != deleting
+                    && holds(
+                        &m.body,
+                        m.attribute(sqs_worker::message::PAYLOAD_SHA256_ATTRIBUTE),
+                    )
+            })
+        };
+        in_queue(&self.source)
+            || in_queue(&self.dlq)
+            || self.table.values().any(|row| {
+                row.record.payload.sha256 == sha
+                    && !matches!(row.record.status, ItemStatus::Resolved)
+            })
+    }
+
+    /// The invariants that hold after every step; called by every change. (A record's
+    /// size is checked where it is written: [`crate::store`] refuses and reports a write
+    /// over 400 KB, as DynamoDB refuses it.)
+    pub fn after_step(&mut self, actor: &str, item: &str, what: &str) {
+        self.stats.steps += 1;
+        self.trace.note(actor, item, what);
+        let mut broken = Vec::new();
+        for (id, row) in &self.table {
+            if row.corrupt {
+                continue;
+            }
+            let r = &row.record;
+            self.stats.checks += 3;
+            let count = r.failure_history.len() as u64 + u64::from(r.history_omitted);
+            if u64::from(r.failure_count) != count {
+                broken.push((
+                    id.clone(),
+                    format!(
+                        "failure_count {} is not the {} attempts kept plus the {} omitted",
+                        r.failure_count,
+                        r.failure_history.len(),
+                        r.history_omitted
+                    ),
+                ));
+            }
+            if row.attempt_ids.len() > r.failure_history.len() {
+                broken.push((
+                    id.clone(),
+                    format!(
+                        "attempt_ids holds {} ids for {} attempts kept: it grows without bound",
+                        row.attempt_ids.len(),
+                        r.failure_history.len()
+                    ),
+                ));
+            }
+            if r.status == ItemStatus::Resolved
+                && self
+                    .ledger
+                    .delivered
+                    .get(&r.payload.sha256)
+                    .copied()
+                    .unwrap_or(0)
+                    == 0
+            {
+                broken.push((
+                    id.clone(),
+                    "resolved, but its payload was never delivered".to_string(),
+                ));
+            }
+        }
+        for (item, what) in broken {
+            // Report each broken invariant once per item.
+            if !self
+                .violations
+                .iter()
+                .any(|(i, w)| *i == item && w.split(' ').next() == what.split(' ').next())
+            {
+                self.violate(&item, what);
+            }
+        }
+    }
+}
