@@ -2,8 +2,8 @@
 //! drained, the leases of dead runs expired and the schedule run. (Those that must hold at
 //! every step are in [`crate::world::State::after_step`] and at each deletion.)
 //!
-//! 1. Nothing is silently gone: every payload sent was delivered, or is held by a dead
-//!    record (as its payload, or by a DLQ message of its item).
+//! 1. Nothing is silently gone: every payload sent was delivered, purged by an operator,
+//!    or is held by a dead record (as its payload, or by a DLQ message of its item).
 //! 2. No record is left `redriving` or `requeued`: leases are taken back, requeues finish.
 //! 3. The DLQ and the table agree: a DLQ message exists for each dead record, and every DLQ
 //!    message belongs to a dead record.
@@ -45,7 +45,9 @@ pub fn at_quiescence(state: &mut State) {
 
     for (item, sha) in &state.ledger.sent {
         state.stats.checks += 1;
-        if state.ledger.delivered.get(sha).copied().unwrap_or(0) > 0 {
+        if state.ledger.delivered.get(sha).copied().unwrap_or(0) > 0
+            || state.ledger.discarded.contains(sha)
+        {
             continue;
         }
         let in_dlq = dlq.get(item).is_some_and(|s| s.contains(sha));
@@ -83,7 +85,7 @@ pub fn at_quiescence(state: &mut State) {
                 ),
             )),
             ItemStatus::Dead => {
-                if !dlq.contains_key(id) {
+                if !dlq.contains_key(id) && !state.ledger.purged.contains(id) {
                     broken.push((id.clone(), "dead, but no DLQ message holds it".to_string()));
                 }
                 if r.reprocess_eligible && !r.manual_review_required {
@@ -105,7 +107,7 @@ pub fn at_quiescence(state: &mut State) {
             .table
             .get(item)
             .is_some_and(|row| row.corrupt || row.record.status == ItemStatus::Dead);
-        if !dead && !corrupted.contains(item) {
+        if !dead && !corrupted.contains(item) && !state.ledger.purged.contains(item) {
             broken.push((
                 item.clone(),
                 "a DLQ message is left for an item with no dead record".to_string(),

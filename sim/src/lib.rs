@@ -5,9 +5,9 @@
 //! and duplicate deliveries), Lambda's event source mapping (batches, deadlines, crashed
 //! and doubled invocations), DynamoDB and S3 with throttling and unavailability, a
 //! downstream with seeded latencies and every class of answer, and operators running
-//! redrives (reprocess, requeue, the schedule) at random moments, some dying midway. The
-//! library's own code runs unchanged over it: the batch engine, retries, classification,
-//! dead-letter recording, the DLQ sweep and the redrive engine. Only the AWS calls are
+//! redrives (reprocess, requeue, the schedule) and purges at random moments, some dying
+//! midway. The library's own code runs unchanged over it: the batch engine, retries,
+//! classification, dead-letter recording, the DLQ sweep, the redrive engine and purging. Only the AWS calls are
 //! simulated ([`store`]).
 //!
 //! Time is tokio's paused clock, so a run of hours of pipeline time takes milliseconds,
@@ -80,6 +80,12 @@ pub struct Summary {
     pub checks: u64,
     /// Messages sent in all.
     pub messages: u64,
+    /// Worker invocations in all.
+    pub invocations: u64,
+    /// Redrive runs in all.
+    pub redrives: u64,
+    /// Purges in all.
+    pub purges: u64,
     /// Failing runs, in seed order.
     pub failures: Vec<RunReport>,
 }
@@ -108,6 +114,9 @@ pub fn run_seeds(
                 summary.steps += report.stats.steps;
                 summary.checks += report.stats.checks;
                 summary.messages += report.sent as u64;
+                summary.invocations += report.stats.invocations;
+                summary.redrives += report.stats.redrives;
+                summary.purges += report.stats.purges;
                 if !report.violations.is_empty() {
                     summary.failures.push(report);
                 }

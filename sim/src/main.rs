@@ -70,11 +70,14 @@ fn main() -> ExitCode {
         eprintln!("{}", describe_failure(failure, &mutants));
     }
     println!(
-        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} events, {} steps, {} invariant checks; {} failing",
+        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} invocations, {} redrive runs, {} purges, {} events, {} steps, {} invariant checks; {} failing",
         summary.seeds,
         secs,
         summary.seeds as f64 / secs,
         summary.messages,
+        summary.invocations,
+        summary.redrives,
+        summary.purges,
         summary.events,
         summary.steps,
         summary.checks,

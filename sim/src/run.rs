@@ -638,6 +638,7 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
             0 if !corrupted => {
                 corrupted = corrupt_a_record(&store, &mut rng);
             }
+            10..=11 => purge(&store).await,
             1..=3 => {
                 // A run that dies midway (the CLI's machine, a killed function), holding
                 // the leases it took.
@@ -668,6 +669,71 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
             }
         }
     }
+}
+
+/// An operator purges the dead records of permanent failures last tried more than ten
+/// minutes ago (`dlq purge --class validation --until 10m`, and the same for `not_found`),
+/// through the library's own removal.
+async fn purge(store: &SimStore) {
+    use sqs_worker::ports::RecordStore;
+    let actor = store.as_actor("purge");
+    let until = sqs_worker::clock::now() - chrono::Duration::minutes(10);
+    let mut records = Vec::new();
+    for class in [
+        sqs_worker::ErrorClass::Validation,
+        sqs_worker::ErrorClass::NotFound,
+    ] {
+        let filter = sqs_worker::selection::RecordFilter {
+            status: Some(sqs_worker::dead_letter::ItemStatus::Dead),
+            class: Some(class),
+            until: Some(until),
+            ..Default::default()
+        };
+        match actor.query_page(&filter, 100, None).await {
+            Ok(page) => records.extend(page.records),
+            Err(e) => {
+                store.world().lock().trace.note(
+                    "purge",
+                    "-",
+                    &format!("purge could not select: {e}"),
+                );
+                return;
+            }
+        }
+    }
+    if records.is_empty() {
+        return;
+    }
+    {
+        // What the operator chose to discard: the selected records' payloads and those of
+        // their items' DLQ messages now.
+        let mut state = store.world().lock();
+        let ids: Vec<String> = records.iter().map(|r| r.item_id.clone()).collect();
+        let mut shas: Vec<String> = records.iter().map(|r| r.payload.sha256.clone()).collect();
+        for m in state.dlq.messages() {
+            if ids.contains(&item_of(m)) {
+                shas.push(
+                    m.attribute(sqs_worker::message::PAYLOAD_SHA256_ATTRIBUTE)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| sqs_worker::hex::sha256_hex(m.body.as_bytes())),
+                );
+            }
+        }
+        state.ledger.discarded.extend(shas);
+        state.ledger.purged.extend(ids.iter().cloned());
+        state
+            .trace
+            .note("purge", "-", &format!("purging {}", ids.join(" ")));
+    }
+    let result = sqs_worker::removal::remove_records(&actor, &records, &parser(), |_| {}).await;
+    let what = match result {
+        Ok(report) => {
+            store.world().lock().stats.purges += 1;
+            format!("purge done: {report:?}")
+        }
+        Err(e) => format!("purge failed midway: {e}"),
+    };
+    store.world().lock().trace.note("purge", "-", &what);
 }
 
 /// Damages one dead record that has a DLQ message (an operator's hand edit).

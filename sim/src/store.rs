@@ -28,6 +28,7 @@ use sqs_worker::ports::{
     SweepOptions,
 };
 use sqs_worker::recording::{self, Compaction, RecordTable, RecordingSettings};
+use sqs_worker::removal::RecordRemoval;
 use sqs_worker::selection::{Page, PageToken, RecordFilter, Unreadable};
 use sqs_worker::sweep::{
     self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
@@ -626,6 +627,30 @@ impl DlqMessages for SimStore {
     }
 }
 
+impl RecordRemoval for SimStore {
+    async fn delete_records(&self, item_ids: &[String]) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "delete-records")?;
+        for id in item_ids {
+            let Some(row) = state.table.remove(id) else {
+                continue;
+            };
+            let sha = row.record.payload.sha256.clone();
+            if !state.payload_is_safe(&sha, None) {
+                state.violate(
+                    id,
+                    format!(
+                        "a purge deleted the record of {id} holding payload {}, which it had not selected: lost",
+                        &sha[..12]
+                    ),
+                );
+            }
+            state.after_step(&self.actor, id, "record deleted");
+        }
+        Ok(())
+    }
+}
+
 impl RecordStore for SimStore {
     async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let mut state = self.world.lock();
@@ -880,7 +905,9 @@ impl PayloadStore for SimStore {
         }
         if let Some(body) = state.bucket.remove(&pointer.key) {
             let sha = sqs_worker::hex::sha256_hex(body.as_bytes());
-            if state.ledger.delivered.get(&sha).copied().unwrap_or(0) == 0 {
+            if state.ledger.delivered.get(&sha).copied().unwrap_or(0) == 0
+                && !state.ledger.discarded.contains(&sha)
+            {
                 state.violate(
                     &pointer.key,
                     format!(

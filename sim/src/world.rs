@@ -69,6 +69,12 @@ pub struct Ledger {
     /// invocation delivered the message without acknowledging it (crashed, killed, run
     /// twice, or reporting it for retry).
     pub causes: HashMap<String, u32>,
+    /// Payloads an operator purged: those of the records a purge selected and of the DLQ
+    /// messages of their items at that moment. Anything else a purge deletes is lost.
+    pub discarded: BTreeSet<String>,
+    /// Items an operator purged (a purge failing midway may leave a record without its DLQ
+    /// message, as designed: the next purge finds the record again).
+    pub purged: BTreeSet<String>,
     /// Payloads whose record an operator damaged (exempt from the end checks but one: a
     /// DLQ message must still hold them).
     pub corrupted: BTreeSet<String>,
@@ -85,6 +91,8 @@ pub struct Stats {
     pub invocations: u64,
     /// Redrive runs started.
     pub redrives: u64,
+    /// Purges that removed something.
+    pub purges: u64,
     /// Deliveries beyond the first of a payload.
     pub duplicate_deliveries: u64,
 }
@@ -175,7 +183,9 @@ impl State {
     /// message being deleted: delivered, in the source queue, in another DLQ message, or
     /// held by a record that is not finished.
     pub fn payload_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool {
-        if self.ledger.delivered.get(sha).copied().unwrap_or(0) > 0 {
+        if self.ledger.delivered.get(sha).copied().unwrap_or(0) > 0
+            || self.ledger.discarded.contains(sha)
+        {
             return true;
         }
         let holds = |body: &str, attrs_sha: Option<&str>| {

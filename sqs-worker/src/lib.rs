@@ -28,6 +28,7 @@
 //! | [`ports`] | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
 //! | [`recording`] | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over [`recording::RecordTable`] | via trait |
 //! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over [`sweep::DlqMessages`] | via trait |
+//! | [`removal`] | purge and clear: DLQ messages, then payloads, then records; over ports | via ports |
 //! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
 //! | [`processor`] | the [`Processor`] trait and [`HttpDelivery`] | HTTP |
 //! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS; implements the ports and the two traits above) | AWS |
@@ -68,6 +69,7 @@ pub mod processor;
 pub mod recording;
 pub mod redrive;
 pub mod redrive_function;
+pub mod removal;
 pub mod retry;
 pub mod runtime;
 pub mod selection;
