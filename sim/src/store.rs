@@ -29,7 +29,9 @@ use sqs_worker::ports::{
 };
 use sqs_worker::recording::{self, Compaction, RecordTable, RecordingSettings};
 use sqs_worker::removal::RecordRemoval;
-use sqs_worker::selection::{Page, PageToken, RecordFilter, Unreadable};
+use sqs_worker::selection::{
+    page_in_memory, token_after_record, Page, PageToken, RecordFilter, Unreadable,
+};
 use sqs_worker::sweep::{
     self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
 };
@@ -684,38 +686,13 @@ impl RecordStore for SimStore {
                 selected.push(&row.record);
             }
         }
-        selected.sort_by_key(|r| listing_key(r));
-        let from = match start {
-            Some(token) => {
-                let key = parse_token(token)?;
-                selected
-                    .iter()
-                    .take_while(|r| listing_key(r) <= key)
-                    .count()
-            }
-            None => 0,
-        };
-        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
-        let records: Vec<DeadLetteredItem> = selected
-            .iter()
-            .skip(from)
-            .take(limit)
-            .map(|r| (*r).clone())
-            .collect();
-        let next = if from + records.len() < selected.len() {
-            records.last().map(token_for)
-        } else {
-            None
-        };
-        Ok(Page {
-            records,
-            unreadable,
-            next,
-        })
+        let mut page = page_in_memory(selected, limit, start)?;
+        page.unreadable = unreadable;
+        Ok(page)
     }
 
     fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {
-        token_for(record)
+        token_after_record(record)
     }
 
     async fn acquire_lease(
@@ -752,19 +729,6 @@ impl RecordStore for SimStore {
             ),
         );
         Ok(true)
-    }
-
-    async fn acquire_leases(
-        &self,
-        item_ids: &[String],
-        owner: &str,
-        ttl: Duration,
-    ) -> Vec<Result<bool, ProcessError>> {
-        let mut results = Vec::with_capacity(item_ids.len());
-        for id in item_ids {
-            results.push(RecordStore::acquire_lease(self, id, owner, ttl).await);
-        }
-        results
     }
 
     async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
@@ -831,31 +795,6 @@ impl RecordStore for SimStore {
             None => Ok(()),
         }
     }
-}
-
-fn listing_key(r: &DeadLetteredItem) -> (std::cmp::Reverse<i64>, String) {
-    (
-        std::cmp::Reverse(r.last_attempt.timestamp_micros()),
-        r.item_id.clone(),
-    )
-}
-
-fn token_for(r: &DeadLetteredItem) -> PageToken {
-    PageToken(format!(
-        "{}|{}",
-        r.last_attempt.timestamp_micros(),
-        r.item_id
-    ))
-}
-
-fn parse_token(token: &PageToken) -> Result<(std::cmp::Reverse<i64>, String), ProcessError> {
-    token
-        .0
-        .split_once('|')
-        .and_then(|(t, id)| Some((std::cmp::Reverse(t.parse::<i64>().ok()?), id.to_string())))
-        .ok_or_else(|| {
-            ProcessError::validation(format!("continuation token {:?} is not valid", token.0))
-        })
 }
 
 impl DeadLetterQueue for SimStore {

@@ -98,13 +98,22 @@ pub trait RecordStore: Send + Sync {
         ttl: Duration,
     ) -> impl Future<Output = Result<bool, ProcessError>> + Send;
 
-    /// [`RecordStore::acquire_lease`] for many items, one result per id in order.
+    /// [`RecordStore::acquire_lease`] for many items, one result per id in order; one at a
+    /// time unless the store can do better (DynamoDB: transactions of 100).
     fn acquire_leases(
         &self,
         item_ids: &[String],
         owner: &str,
         ttl: Duration,
-    ) -> impl Future<Output = Vec<Result<bool, ProcessError>>> + Send;
+    ) -> impl Future<Output = Vec<Result<bool, ProcessError>>> + Send {
+        async move {
+            let mut results = Vec::with_capacity(item_ids.len());
+            for id in item_ids {
+                results.push(self.acquire_lease(id, owner, ttl).await);
+            }
+            results
+        }
+    }
 
     /// Gives `owner`'s lease back; the item returns to dead, unchanged.
     fn release_lease(

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::dead_letter::{DeadLetteredItem, ItemStatus};
-use crate::error::ErrorClass;
+use crate::error::{ErrorClass, ProcessError};
 
 /// Which records to read.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -68,4 +68,71 @@ pub struct Page {
     pub unreadable: Vec<Unreadable>,
     /// Where the next page starts; `None` at the end.
     pub next: Option<PageToken>,
+}
+
+/// Sort key of a listing: newest last attempt first, then by item id (the order the
+/// table's indexes give).
+fn listing_key(record: &DeadLetteredItem) -> (std::cmp::Reverse<i64>, &str) {
+    (
+        std::cmp::Reverse(record.last_attempt.timestamp_micros()),
+        record.item_id.as_str(),
+    )
+}
+
+/// The token that resumes an in-memory listing right after `record`.
+pub fn token_after_record(record: &DeadLetteredItem) -> PageToken {
+    PageToken(format!(
+        "{}|{}",
+        record.last_attempt.timestamp_micros(),
+        record.item_id
+    ))
+}
+
+/// One page of `selected` as a table's query gives it, for the stores that hold records
+/// in memory (the test store, the simulation's): newest first, at most `limit` records,
+/// resuming after `start` the way DynamoDB's start key does (the position after the key,
+/// whether or not the record there still matches: a record resolved since no longer does).
+pub fn page_in_memory(
+    mut selected: Vec<&DeadLetteredItem>,
+    limit: i32,
+    start: Option<&PageToken>,
+) -> Result<Page, ProcessError> {
+    selected.sort_by(|a, b| listing_key(a).cmp(&listing_key(b)));
+    let from = match start {
+        Some(token) => {
+            let (micros, item_id) = token
+                .0
+                .split_once('|')
+                .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id)))
+                .ok_or_else(|| {
+                    ProcessError::validation(format!(
+                        "continuation token {:?} is not valid",
+                        token.0
+                    ))
+                })?;
+            let key = (std::cmp::Reverse(micros), item_id);
+            selected
+                .iter()
+                .take_while(|r| listing_key(r) <= key)
+                .count()
+        }
+        None => 0,
+    };
+    let limit = usize::try_from(limit.max(1)).unwrap_or(1);
+    let records: Vec<DeadLetteredItem> = selected
+        .iter()
+        .skip(from)
+        .take(limit)
+        .map(|r| (*r).clone())
+        .collect();
+    let next = if from + records.len() < selected.len() {
+        records.last().map(token_after_record)
+    } else {
+        None
+    };
+    Ok(Page {
+        records,
+        unreadable: Vec::new(),
+        next,
+    })
 }

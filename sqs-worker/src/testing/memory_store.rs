@@ -5,12 +5,11 @@
 //! and a sweep holds DLQ messages until they are settled by their items' status. Faults
 //! can be switched on per operation, so tests reach the engine's error paths.
 
-use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
 use crate::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, FailureDetail, InvocationInfo,
@@ -25,7 +24,7 @@ use crate::ports::{
 };
 use crate::ports::{Sweep, SweepOptions};
 use crate::retry::AttemptFailure;
-use crate::selection::{Page, PageToken, RecordFilter};
+use crate::selection::{page_in_memory, token_after_record, Page, PageToken, RecordFilter};
 
 /// A dead record of class `class` for item `id`, last tried `hours_ago` hours before now,
 /// with body `{"id":"<id>"}` inline.
@@ -240,19 +239,6 @@ impl MemoryStore {
     }
 }
 
-/// Sort key of the listing: newest last attempt first, then by item id.
-fn listing_key(record: &DeadLetteredItem) -> (Reverse<DateTime<Utc>>, String) {
-    (Reverse(record.last_attempt), record.item_id.clone())
-}
-
-fn token_for(record: &DeadLetteredItem) -> PageToken {
-    PageToken(format!(
-        "{}|{}",
-        record.last_attempt.timestamp_micros(),
-        record.item_id
-    ))
-}
-
 impl RecordStore for MemoryStore {
     async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let state = self.state();
@@ -268,60 +254,16 @@ impl RecordStore for MemoryStore {
     ) -> Result<Page, ProcessError> {
         let state = self.state();
         Self::check(&state, "query_page")?;
-        let mut selected: Vec<&DeadLetteredItem> = state
+        let selected: Vec<&DeadLetteredItem> = state
             .records
             .values()
             .filter(|r| filter.matches(r))
             .collect();
-        selected.sort_by_key(|r| listing_key(r));
-        // As DynamoDB's start key: the position after the key, whether or not the record
-        // there still matches (a record resolved since no longer does).
-        let from = match start {
-            Some(token) => {
-                let (micros, item_id) = token
-                    .0
-                    .split_once('|')
-                    .and_then(|(t, id)| Some((t.parse::<i64>().ok()?, id)))
-                    .ok_or_else(|| {
-                        ProcessError::validation(format!(
-                            "continuation token {:?} is not valid",
-                            token.0
-                        ))
-                    })?;
-                let key = (Reverse(micros), item_id.to_string());
-                selected
-                    .iter()
-                    .take_while(|r| {
-                        (
-                            Reverse(r.last_attempt.timestamp_micros()),
-                            r.item_id.clone(),
-                        ) <= key
-                    })
-                    .count()
-            }
-            None => 0,
-        };
-        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
-        let records: Vec<DeadLetteredItem> = selected
-            .iter()
-            .skip(from)
-            .take(limit)
-            .map(|r| (*r).clone())
-            .collect();
-        let next = if from + records.len() < selected.len() {
-            records.last().map(token_for)
-        } else {
-            None
-        };
-        Ok(Page {
-            records,
-            unreadable: Vec::new(),
-            next,
-        })
+        page_in_memory(selected, limit, start)
     }
 
     fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {
-        token_for(record)
+        token_after_record(record)
     }
 
     async fn acquire_lease(
@@ -343,19 +285,6 @@ impl RecordStore for MemoryStore {
         record.lease_expires_at = Some(now + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2));
         state.leases.insert(item_id.to_string(), owner.to_string());
         Ok(true)
-    }
-
-    async fn acquire_leases(
-        &self,
-        item_ids: &[String],
-        owner: &str,
-        ttl: Duration,
-    ) -> Vec<Result<bool, ProcessError>> {
-        let mut results = Vec::with_capacity(item_ids.len());
-        for id in item_ids {
-            results.push(RecordStore::acquire_lease(self, id, owner, ttl).await);
-        }
-        results
     }
 
     async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
