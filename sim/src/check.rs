@@ -38,7 +38,7 @@ pub fn at_quiescence(state: &mut State) {
         let sha = m
             .attribute(PAYLOAD_SHA256_ATTRIBUTE)
             .map(str::to_string)
-            .unwrap_or_else(|| sqs_worker::hex::sha256_hex(m.body.as_bytes()));
+            .unwrap_or_else(|| m.body_sha256.clone());
         dlq.entry(item).or_default().insert(sha);
     }
     let corrupted = state.ledger.corrupted.clone();

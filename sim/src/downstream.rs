@@ -134,10 +134,22 @@ impl Processor for Downstream {
                     item.message_id
                 ),
             );
-            Err(ProcessError::from_http_status(
+            // Some downstreams answer errors at length: the record must stay bounded.
+            let verbose = item.body.len() > 50_000;
+            let mut error = ProcessError::from_http_status(
                 status,
-                format!("downstream answered {status}"),
-            ))
+                if verbose {
+                    format!("downstream answered {status}: {}", "e".repeat(20_000))
+                } else {
+                    format!("downstream answered {status}")
+                },
+            );
+            if verbose {
+                error = error
+                    .with_detail("<html>".repeat(5_000))
+                    .with_cause("c".repeat(5_000));
+            }
+            Err(error)
         }
     }
 }

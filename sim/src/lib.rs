@@ -86,6 +86,8 @@ pub struct Summary {
     pub redrives: u64,
     /// Purges in all.
     pub purges: u64,
+    /// The largest record any world wrote, in bytes.
+    pub largest_record: usize,
     /// Failing runs, in seed order.
     pub failures: Vec<RunReport>,
 }
@@ -117,6 +119,7 @@ pub fn run_seeds(
                 summary.invocations += report.stats.invocations;
                 summary.redrives += report.stats.redrives;
                 summary.purges += report.stats.purges;
+                summary.largest_record = summary.largest_record.max(report.stats.largest_record);
                 if !report.violations.is_empty() {
                     summary.failures.push(report);
                 }

@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         eprintln!("{}", describe_failure(failure, &mutants));
     }
     println!(
-        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} invocations, {} redrive runs, {} purges, {} events, {} steps, {} invariant checks; {} failing",
+        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} invocations, {} redrive runs, {} purges, {} events, {} steps, {} invariant checks, largest record {} bytes; {} failing",
         summary.seeds,
         secs,
         summary.seeds as f64 / secs,
@@ -81,6 +81,7 @@ fn main() -> ExitCode {
         summary.events,
         summary.steps,
         summary.checks,
+        summary.largest_record,
         summary.failures.len()
     );
     if summary.failures.is_empty() {

@@ -19,6 +19,8 @@ pub struct SimMessage {
     pub id: String,
     /// The body.
     pub body: String,
+    /// sha256 of the body (computed once: the invariants look it up at every deletion).
+    pub body_sha256: String,
     /// Message attributes.
     pub attributes: Vec<(String, MessageAttribute)>,
     /// FIFO: the message group.
@@ -99,6 +101,7 @@ impl SimQueue {
         let id = format!("{}-{:05}", self.prefix(), self.next);
         self.messages.push(SimMessage {
             id: id.clone(),
+            body_sha256: sqs_worker::hex::sha256_hex(body.as_bytes()),
             body,
             attributes,
             group,

@@ -136,6 +136,9 @@ struct Shape {
     crash_rate: f64,
     double_invoke_rate: f64,
     duplicate_rate: f64,
+    /// Production store limits (a history of 50, 64 KiB inline), bodies around 64 KiB, ten
+    /// 3 KB attributes and verbose error responses: records near DynamoDB's 400 KB.
+    big: bool,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -148,6 +151,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         crash_rate: [0.0, 0.05, 0.15][rng.usize(0..3)],
         double_invoke_rate: [0.0, 0.05, 0.1][rng.usize(0..3)],
         duplicate_rate: [0.0, 0.05][rng.usize(0..2)],
+        big: false,
     }
 }
 
@@ -173,7 +177,10 @@ async fn simulate(seed: u64, world: Arc<World>) {
         chrono::DateTime::from_timestamp(1_767_225_600, 0).unwrap_or_default(),
     );
     let mut rng = fastrand::Rng::with_seed(seed.rotate_left(17) ^ 0x5eed);
-    let shape = shape_of(&mut rng);
+    let mut shape = shape_of(&mut rng);
+    // Drawn apart from the world's sequence, so that adding this shape left every other
+    // seed's world as it was (the seeds that found defects still make the same worlds).
+    shape.big = fastrand::Rng::with_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).f64() < 0.05;
     {
         let mut state = world.lock();
         let name = if shape.fifo { "orders.fifo" } else { "orders" };
@@ -194,8 +201,12 @@ async fn simulate(seed: u64, world: Arc<World>) {
         world.clone(),
         RecordingSettings {
             bucket: BUCKET.into(),
-            inline_max_bytes: 2048,
-            history_limit: 4,
+            inline_max_bytes: if shape.big { 65_536 } else { 2048 },
+            history_limit: if shape.big {
+                sqs_worker::dead_letter::HISTORY_LIMIT
+            } else {
+                4
+            },
             retention: Duration::from_secs(14 * 86_400),
             write_concurrency: 4,
         },
@@ -303,10 +314,10 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             93..=97 => Behaviour::Gone,
             _ => Behaviour::Forbidden,
         };
-        let pad = if rng.f64() < 0.15 {
-            3000
-        } else {
-            rng.usize(0..80)
+        let pad = match rng.f64() {
+            r if shape.big && r < 0.2 => rng.usize(60_000..70_000),
+            r if r < 0.15 => 3000,
+            _ => rng.usize(0..80),
         };
         let body = format!(
             "{{\"id\":\"{id}\",\"n\":{n},\"behaviour\":\"{}\",\"pad\":\"{}\"}}",
@@ -315,9 +326,21 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         );
         let sha = sqs_worker::hex::sha256_hex(body.as_bytes());
         let group = shape.fifo.then(|| format!("group-{}", rng.u32(0..3)));
+        let attributes = if shape.big && rng.bool() {
+            (0..10)
+                .map(|a| {
+                    (
+                        format!("attribute-{a}"),
+                        sqs_worker::dead_letter::MessageAttribute::string("a".repeat(3000)),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut state = world.lock();
         let now_ms = sqs_worker::clock::now().timestamp_millis();
-        let message_id = state.source.send(body, Vec::new(), group, now_ms);
+        let message_id = state.source.send(body, attributes, group, now_ms);
         state.ledger.sent.push((id.clone(), sha));
         state.after_step(
             "producer",
@@ -535,7 +558,7 @@ async fn invoke(
                 };
                 let item = item_of(m);
                 if let Some(deleted) = state.source.delete(receipt) {
-                    let sha = sqs_worker::hex::sha256_hex(deleted.body.as_bytes());
+                    let sha = deleted.body_sha256.clone();
                     if !state.payload_is_safe(&sha, Some(&deleted.id)) {
                         state.violate(
                             &item,
@@ -715,7 +738,7 @@ async fn purge(store: &SimStore) {
                 shas.push(
                     m.attribute(sqs_worker::message::PAYLOAD_SHA256_ATTRIBUTE)
                         .map(str::to_string)
-                        .unwrap_or_else(|| sqs_worker::hex::sha256_hex(m.body.as_bytes())),
+                        .unwrap_or_else(|| m.body_sha256.clone()),
                 );
             }
         }

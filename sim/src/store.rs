@@ -117,6 +117,7 @@ impl SimStore {
     /// item over 400 KB.
     fn put_row(state: &mut State, item_id: &str, row: Row) -> Result<(), ProcessError> {
         let size = row.size();
+        state.stats.largest_record = state.stats.largest_record.max(size);
         if size > ITEM_SIZE_LIMIT {
             state.violate(
                 item_id,
@@ -480,7 +481,7 @@ fn view_of(m: &SimMessage) -> MessageView {
             .or_else(|| {
                 S3Pointer::parse(&m.body)
                     .is_none()
-                    .then(|| sqs_worker::hex::sha256_hex(m.body.as_bytes()))
+                    .then(|| m.body_sha256.clone())
             }),
         requeued_by,
         message_id: m.id.clone(),
@@ -599,7 +600,7 @@ impl DlqMessages for SimStore {
                 .to_string();
             let sha = match (&view.payload_sha256, S3Pointer::parse(&message.body)) {
                 (Some(sha), _) => sha.clone(),
-                (None, _) => sqs_worker::hex::sha256_hex(message.body.as_bytes()),
+                (None, _) => message.body_sha256.clone(),
             };
             if !state.payload_is_safe(&sha, Some(&message.id)) {
                 state.violate(

@@ -93,6 +93,8 @@ pub struct Stats {
     pub redrives: u64,
     /// Purges that removed something.
     pub purges: u64,
+    /// The largest record written, in bytes.
+    pub largest_record: usize,
     /// Deliveries beyond the first of a payload.
     pub duplicate_deliveries: u64,
 }
@@ -188,16 +190,11 @@ impl State {
         {
             return true;
         }
-        let holds = |body: &str, attrs_sha: Option<&str>| {
-            attrs_sha == Some(sha) || sqs_worker::hex::sha256_hex(body.as_bytes()) == sha
-        };
         let in_queue = |q: &SimQueue| {
             q.messages().iter().any(|m| {
                 Some(m.id.as_str()) != deleting
-                    && holds(
-                        &m.body,
-                        m.attribute(sqs_worker::message::PAYLOAD_SHA256_ATTRIBUTE),
-                    )
+                    && (m.body_sha256 == sha
+                        || m.attribute(sqs_worker::message::PAYLOAD_SHA256_ATTRIBUTE) == Some(sha))
             })
         };
         in_queue(&self.source)

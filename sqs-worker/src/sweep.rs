@@ -536,6 +536,25 @@ mod tests {
         assert_eq!(adopted.status, ItemStatus::Dead);
     }
 
+    /// Found by the simulation (seed 1153): a payload that could not be fetched for the
+    /// moment must not become the record's payload (its pointer text would be redriven and
+    /// the message deleted); only one that is gone or denied is recorded, unredrivable.
+    #[test]
+    fn only_a_payload_gone_for_good_is_recorded_as_its_pointer() {
+        use crate::ErrorClass::*;
+        for class in [Throttled, ServerError, Timeout, Unknown] {
+            let fetch = ProcessError::new(class, "s3 said no");
+            assert!(Adoption::unfetched_payload(fetch).is_err(), "{class}");
+        }
+        for class in [NotFound, Permission] {
+            let fetch = ProcessError::new(class, "s3 said no");
+            let recorded = Adoption::unfetched_payload(fetch).unwrap();
+            assert_eq!(recorded.class, class);
+            assert!(!recorded.class.is_reprocess_eligible());
+            assert_eq!(recorded.step.as_deref(), Some("dlq-adopt"));
+        }
+    }
+
     #[test]
     fn a_requeued_record_lets_its_moved_copy_go_and_reopens_on_its_message_coming_back() {
         let mut requeued = record(ItemStatus::Requeued, "s1", "x1", &[]);
