@@ -465,27 +465,9 @@ pub fn to_sqs_message(m: &SimMessage, queue_arn: &str) -> aws_lambda_events::sqs
     .unwrap_or_default()
 }
 
-/// What identifies a DLQ message's content (as the SQS adapter reads it).
+/// What identifies a DLQ message's content, by the library's rule.
 fn view_of(m: &SimMessage) -> MessageView {
-    let requeued_by = m
-        .attribute(sqs_worker::dead_letter::REQUEUED_BY_ATTRIBUTE)
-        .map(str::to_string);
-    MessageView {
-        source_message_id: m
-            .attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
-            .map(str::to_string)
-            .unwrap_or_else(|| m.id.clone()),
-        payload_sha256: m
-            .attribute(PAYLOAD_SHA256_ATTRIBUTE)
-            .map(str::to_string)
-            .or_else(|| {
-                S3Pointer::parse(&m.body)
-                    .is_none()
-                    .then(|| m.body_sha256.clone())
-            }),
-        requeued_by,
-        message_id: m.id.clone(),
-    }
+    MessageView::of(&m.id, &m.body, |name| m.attribute(name))
 }
 
 fn to_work_item(m: &SimMessage, parser: &ItemParser, arn: &str) -> WorkItem {

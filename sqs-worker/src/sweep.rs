@@ -30,12 +30,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::dead_letter::REQUEUED_BY_ATTRIBUTE;
 use crate::dead_letter::{
     processed_key_for_message, processed_key_for_payload, DeadLetterCandidate, DeadLetterReason,
     DeadLetteredItem, InvocationInfo, ItemStatus,
 };
 use crate::error::ProcessError;
 use crate::item::{ItemParser, WorkItem};
+use crate::message::{PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+use crate::pointer::S3Pointer;
 use crate::ports::{Sweep, SweepOptions};
 use crate::retry::AttemptFailure;
 
@@ -58,6 +61,32 @@ pub struct MessageView {
 }
 
 impl MessageView {
+    /// The view of DLQ message `message_id` with `body`, whose string message attributes
+    /// `attribute` gives: the source message is our `source_message_id` attribute, or (a
+    /// message the queue's redrive policy moved, or a requeued one, which keep their ids) its
+    /// own id; the payload digest is our `payload_sha256` attribute, or the body's own digest
+    /// unless the body is an Extended-Client pointer.
+    pub fn of<'a>(
+        message_id: &str,
+        body: &str,
+        attribute: impl Fn(&str) -> Option<&'a str>,
+    ) -> MessageView {
+        MessageView {
+            message_id: message_id.to_string(),
+            source_message_id: attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
+                .unwrap_or(message_id)
+                .to_string(),
+            payload_sha256: attribute(PAYLOAD_SHA256_ATTRIBUTE)
+                .map(str::to_string)
+                .or_else(|| {
+                    S3Pointer::parse(body)
+                        .is_none()
+                        .then(|| crate::hex::sha256_hex(body.as_bytes()))
+                }),
+            requeued_by: attribute(REQUEUED_BY_ATTRIBUTE).map(str::to_string),
+        }
+    }
+
     /// The keys under which a record lists this message as processed.
     pub fn keys(&self) -> Vec<String> {
         let mut keys = vec![processed_key_for_message(&self.source_message_id)];

@@ -14,10 +14,10 @@ use aws_sdk_sqs::types::{
 
 use super::schema::LEASE_EXPIRES_AT;
 use super::{schema, DeadLetterStore};
-use crate::dead_letter::{DeadLetteredItem, ItemStatus, REQUEUED_BY_ATTRIBUTE};
+use crate::dead_letter::{DeadLetteredItem, ItemStatus};
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::ItemParser;
-use crate::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+use crate::message::ITEM_ID_ATTRIBUTE;
 use crate::pointer::S3Pointer;
 use crate::ports::{Sweep, SweepOptions};
 use crate::sweep::{
@@ -323,29 +323,18 @@ fn message_item_id(message: &Message, parser: &ItemParser) -> String {
     crate::item::bounded_item_id(id)
 }
 
-/// What identifies a DLQ message's content.
+/// What identifies a DLQ message's content ([`MessageView::of`]).
 fn message_view(message: &Message) -> MessageView {
-    let attribute = |name: &str| {
-        message
-            .message_attributes()
-            .and_then(|a| a.get(name))
-            .and_then(|v| v.string_value())
-            .map(str::to_string)
-    };
-    let message_id = message.message_id().unwrap_or_default().to_string();
-    let body = message.body().unwrap_or_default();
-    MessageView {
-        source_message_id: attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
-            .or_else(|| attribute(REQUEUED_BY_ATTRIBUTE).map(|_| message_id.clone()))
-            .unwrap_or_else(|| message_id.clone()),
-        payload_sha256: attribute(PAYLOAD_SHA256_ATTRIBUTE).or_else(|| {
-            S3Pointer::parse(body)
-                .is_none()
-                .then(|| crate::hex::sha256_hex(body.as_bytes()))
-        }),
-        requeued_by: attribute(REQUEUED_BY_ATTRIBUTE),
-        message_id,
-    }
+    MessageView::of(
+        message.message_id().unwrap_or_default(),
+        message.body().unwrap_or_default(),
+        |name| {
+            message
+                .message_attributes()
+                .and_then(|a| a.get(name))
+                .and_then(|v| v.string_value())
+        },
+    )
 }
 
 /// A DLQ message as a work item (as the worker would have seen it).
