@@ -35,7 +35,10 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit: build emulator
+# `cargo test` builds every binary the tests run (each function crate has integration tests),
+# with the same features as the tests; depending on `build` as well would compile the whole
+# dependency graph a second time without the dev-dependencies' features.
+unit: emulator
 	EMULATOR_URL="$$($(EMULATOR) url)" $(CARGO) test --workspace
 
 # cfn-lint (SAM and translated), checkov (zero failed checks); installs the tools on first use.
