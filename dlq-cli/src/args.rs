@@ -36,8 +36,10 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Clone, Args)]
 pub struct GlobalArgs {
-    /// Endpoint for every AWS call (a local emulator, e.g. http://127.0.0.1:5000).
-    #[arg(long, global = true, env = "AWS_ENDPOINT_URL")]
+    /// Endpoint for every AWS call (a local emulator, e.g. http://127.0.0.1:5000). Without
+    /// it, the SDK's own variables apply: AWS_ENDPOINT_URL for every service and
+    /// AWS_ENDPOINT_URL_DYNAMODB (or _SQS, _S3) for one.
+    #[arg(long, global = true)]
     pub endpoint_url: Option<String>,
     /// AWS profile.
     #[arg(long, global = true, env = "AWS_PROFILE")]

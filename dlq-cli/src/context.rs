@@ -4,7 +4,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::aws::{self, AwsClients};
 use sqs_worker::adapters::store::{DeadLetterStore, StoreConfig};
 
 use crate::args::GlobalArgs;
@@ -27,7 +27,10 @@ pub async fn sdk_config(global: &GlobalArgs) -> aws_config::SdkConfig {
 
 /// AWS clients for the global options.
 pub async fn clients(global: &GlobalArgs) -> AwsClients {
-    AwsClients::from_config(&sdk_config(global).await, global.endpoint_url.is_some())
+    AwsClients::from_config(
+        &sdk_config(global).await,
+        global.endpoint_url.is_some() || aws::s3_path_style_from_env(),
+    )
 }
 
 /// The store named by the global options; a usage error naming what is missing.

@@ -13,7 +13,7 @@ struct Dlq {
 
 impl Dlq {
     async fn new(p: &Pipeline) -> Dlq {
-        let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+        let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
         env.extend(p.resources.store_env());
         env.push(("WORKER_ITEM_ID_SOURCE".into(), "pointer:/id".into()));
         Dlq { env }

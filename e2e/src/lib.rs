@@ -1,8 +1,9 @@
 //! Harness for the end-to-end tests: the emulator, isolated resources per test, the
 //! deterministic downstream, and a worker reached through the local event source mapping.
 //!
-//! The emulator URL comes from `EMULATOR_URL` (set by `make test`); without it the harness
-//! starts the emulator itself with `scripts/emulator.sh start`. Each test creates its own
+//! The emulators' URLs come from `EMULATOR_URL` and `EMULATOR_DYNAMODB_URL` (set by
+//! `make test`); without them the harness starts the emulators itself with
+//! `scripts/emulator.sh start`. Each test creates its own
 //! uniquely named queues, table and bucket, so tests run in parallel on one emulator.
 
 // A test harness: failing loudly is what it is for.
@@ -13,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::aws::{AwsClients, Endpoints};
 use sqs_worker::adapters::store::DeadLetterStore;
 use sqs_worker::config::WorkerConfig;
 use sqs_worker::worker::{ConfiguredSink, DefaultWorker};
@@ -47,20 +48,20 @@ pub fn body(id: &str, scenario: &str) -> String {
 /// Region used with the emulator.
 pub const REGION: &str = "us-east-1";
 
-static EMULATOR: OnceCell<String> = OnceCell::const_new();
+static EMULATOR: OnceCell<Endpoints> = OnceCell::const_new();
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// The emulator's URL, starting it if needed.
-pub async fn emulator_url() -> String {
+/// The emulators' endpoints, starting them if needed.
+pub async fn emulator() -> Endpoints {
     EMULATOR
-        .get_or_init(|| async { sqs_worker_local::emulator::url_or_start().unwrap() })
+        .get_or_init(|| async { sqs_worker_local::emulator::endpoints_or_start().unwrap() })
         .await
         .clone()
 }
 
-/// Clients pointed at the emulator.
+/// Clients pointed at the emulators.
 pub async fn clients() -> AwsClients {
-    AwsClients::for_endpoint(&emulator_url().await, REGION).await
+    AwsClients::for_endpoints(&emulator().await, REGION).await
 }
 
 /// A name prefix unique to this test process and call.
@@ -117,11 +118,15 @@ impl Pipeline {
     }
 
     /// Like [`Pipeline::new`], but the worker's AWS clients (its dead-letter store and
-    /// payload resolver) talk to `worker_endpoint`, e.g. a fault-injecting proxy in front
-    /// of the emulator. Resources are created, and the poller and every inspection helper
+    /// payload resolver) talk to `worker_endpoints`, e.g. a fault-injecting proxy in front
+    /// of the emulators. Resources are created, and the poller and every inspection helper
     /// work, directly against the emulator, so a fault only hits the worker's calls.
-    pub async fn with_worker_endpoint(name: &str, setup: Setup, worker_endpoint: &str) -> Pipeline {
-        let worker_clients = AwsClients::for_endpoint(worker_endpoint, REGION).await;
+    pub async fn with_worker_endpoints(
+        name: &str,
+        setup: Setup,
+        worker_endpoints: &Endpoints,
+    ) -> Pipeline {
+        let worker_clients = AwsClients::for_endpoints(worker_endpoints, REGION).await;
         Pipeline::build(name, setup, Some(worker_clients)).await
     }
 

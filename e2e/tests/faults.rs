@@ -63,16 +63,16 @@ use sqs_worker_local::runtime_api::RuntimeApi;
 /// A fault proxy in front of the emulator and a pipeline whose worker talks through it.
 async fn behind_proxy(name: &str, setup: Setup) -> (FaultProxy, Pipeline) {
     let proxy = start_proxy().await;
-    let p = Pipeline::with_worker_endpoint(name, setup, &proxy.url()).await;
+    let p = Pipeline::with_worker_endpoints(name, setup, &proxy.endpoints()).await;
     (proxy, p)
 }
 
 async fn start_proxy() -> FaultProxy {
-    FaultProxy::start(&e2e::emulator_url().await).await.unwrap()
+    FaultProxy::start(&e2e::emulator().await).await.unwrap()
 }
 
 async fn clients_via(proxy: &FaultProxy) -> AwsClients {
-    AwsClients::for_endpoint(&proxy.url(), REGION).await
+    AwsClients::for_endpoints(&proxy.endpoints(), REGION).await
 }
 
 /// Invokes the pipeline's in-process worker as [`sqs_worker_local::invokers::InProcessInvoker`]
@@ -260,10 +260,10 @@ async fn wait_until(max: Duration, what: &str, ready: impl Fn() -> bool) {
 
 /// Records whose payload pointer names an object that is not in its bucket.
 ///
-/// Not `strict`, items that are not whole records are skipped: moto applies an UpdateItem
-/// that creates an item in two steps (the key, then the update), and a scan in between sees
-/// the bare key. DynamoDB never shows a half-applied update, so once the pipeline has
-/// settled every item must be a whole record (`strict`).
+/// Not `strict`, items that are not whole records are skipped, so the check holds on an
+/// emulator that applies an UpdateItem creating an item in two steps (the key, then the
+/// update; moto does). DynamoDB never shows a half-applied update, so once the pipeline
+/// has settled every item must be a whole record (`strict`).
 async fn dangling_payloads(clients: &AwsClients, table: &str, strict: bool) -> Vec<String> {
     let scan = clients
         .dynamodb
@@ -627,7 +627,7 @@ async fn worker_process_killed_mid_batch_loses_nothing() {
     let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
         .await
         .unwrap();
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, REGION);
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, REGION);
     env.extend(p.worker_env.iter().cloned());
     let log = std::env::temp_dir().join(format!("faults-kill-{}.log", std::process::id()));
     let address = api.address();
@@ -855,8 +855,8 @@ async fn delete(p: &Pipeline, messages: &[Message]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_deliveries_keep_one_record_without_repeated_history() {
-    // The invocations below overlap, and so do their record writes: DynamoDB (and the
-    // emulator as scripts/moto_server.py runs it) applies each conditional UpdateItem
+    // The invocations below overlap, and so do their record writes: DynamoDB (and
+    // DynamoDB Local, which serves it here) applies each conditional UpdateItem
     // atomically, so the attempt-id condition must keep every attempt exactly once
     // whichever write lands first.
     let p = Pipeline::new(

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use aws_sdk_cloudformation::types::{Parameter, StackStatus};
 use serde_json::Value;
+use sqs_worker::adapters::aws::{AwsClients, Endpoints};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -496,12 +497,11 @@ async fn deploys_into_the_emulator() {
     });
     template.as_object_mut().unwrap().remove("Rules");
 
-    let clients = e2e::clients().await;
-    let shared = sqs_worker::adapters::aws::AwsClients::endpoint_config(
-        &e2e::emulator_url().await,
-        e2e::REGION,
-    )
-    .await;
+    // The stack is created by moto's CloudFormation, which makes every resource in moto,
+    // its DynamoDB table included: read them all there, not from DynamoDB Local.
+    let moto = Endpoints::single(&e2e::emulator().await.shared);
+    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
+    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
     let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
     let lambda = aws_sdk_lambda::Client::new(&shared);
     // The translated template points at the code where `sam package` would put it.

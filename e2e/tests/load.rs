@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use e2e::{emulator_url, Pipeline, Setup};
+use e2e::{emulator, Pipeline, Setup};
 use sqs_worker::dead_letter::PayloadLocation;
 use sqs_worker::message::ITEM_ID_ATTRIBUTE;
 use sqs_worker::DeadLetteredItem;
@@ -108,7 +108,7 @@ async fn every_message_is_accounted_for_under_faults() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(300);
-    let proxy = FaultProxy::start(&emulator_url().await).await.unwrap();
+    let proxy = FaultProxy::start(&emulator().await).await.unwrap();
     // AWS faults on the worker's calls (its dead-letter writes: the poller and the checks
     // below talk to the emulator directly), a different fault per service, seeded. The
     // worker calls AWS only for dead-lettered items (about 4 % of the messages here), so
@@ -129,7 +129,7 @@ async fn every_message_is_accounted_for_under_faults() {
             },
         ));
     }
-    let p = Pipeline::with_worker_endpoint(
+    let p = Pipeline::with_worker_endpoints(
         "load",
         Setup {
             // Flaky items need three deliveries; invalid ones are dead-lettered on the first.
@@ -137,7 +137,7 @@ async fn every_message_is_accounted_for_under_faults() {
             visibility_timeout_secs: 3,
             ..Setup::default()
         },
-        &proxy.url(),
+        &proxy.endpoints(),
     )
     .await;
 

@@ -411,11 +411,9 @@ async fn awkward_text_round_trips_through_the_record() {
 async fn call_counter_counts_and_times_each_operation() {
     let p = Pipeline::new("counter", Setup::default()).await;
     let counter = sqs_worker::adapters::aws::CallCounter::default();
-    let shared = sqs_worker::adapters::aws::AwsClients::endpoint_config(
-        &e2e::emulator_url().await,
-        e2e::REGION,
-    )
-    .await;
+    let shared =
+        sqs_worker::adapters::aws::AwsClients::endpoint_config(&e2e::emulator().await, e2e::REGION)
+            .await;
     let clients = sqs_worker::adapters::aws::AwsClients::counted(&shared, true, &counter);
     clients
         .sqs
@@ -723,7 +721,7 @@ async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes
     env.insert("WORKER_PAYLOAD_MAX_BYTES".into(), "2048".into());
     let config = WorkerConfig::from_lookup(&|k| env.get(k).cloned()).unwrap();
     let counter = CallCounter::default();
-    let shared = AwsClients::endpoint_config(&e2e::emulator_url().await, e2e::REGION).await;
+    let shared = AwsClients::endpoint_config(&e2e::emulator().await, e2e::REGION).await;
     let worker =
         DefaultWorker::from_config(config, Some(AwsClients::counted(&shared, true, &counter)))
             .await
@@ -796,4 +794,76 @@ async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes
         assert_eq!(record.reason, DeadLetterReason::Permanent);
     }
     assert_eq!(p.dlq_messages().await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_records_live_in_dynamodb_local_and_the_queues_in_moto() {
+    use sqs_worker::adapters::aws::{AwsClients, Endpoints};
+    let p = Pipeline::new("where", Setup::default()).await;
+    p.send(&[&body("a", "invalid")]).await;
+    p.drain().await;
+    assert_eq!(p.records().await.len(), 1);
+
+    let emulator = e2e::emulator().await;
+    let dynamodb_local =
+        AwsClients::for_endpoints(&Endpoints::single(&emulator.dynamodb), e2e::REGION).await;
+    let moto = AwsClients::for_endpoints(&Endpoints::single(&emulator.shared), e2e::REGION).await;
+    let tables = |clients: AwsClients| async move {
+        clients
+            .dynamodb
+            .list_tables()
+            .limit(100)
+            .send()
+            .await
+            .map(|t| t.table_names().to_vec())
+    };
+    // The table the pipeline wrote its record to is DynamoDB Local's...
+    let local_tables = tables(dynamodb_local.clone()).await.unwrap();
+    assert!(
+        local_tables.contains(&p.resources.table),
+        "{local_tables:?}"
+    );
+    let item = dynamodb_local
+        .dynamodb
+        .get_item()
+        .table_name(&p.resources.table)
+        .key(
+            sqs_worker::adapters::store::schema::ITEM_ID,
+            aws_sdk_dynamodb::types::AttributeValue::S("a".into()),
+        )
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert!(item.item().is_some());
+    // ...not moto's, which serves the queues.
+    let moto_tables = tables(moto.clone()).await.unwrap_or_default();
+    assert!(!moto_tables.contains(&p.resources.table), "{moto_tables:?}");
+    let dlq = moto
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&p.resources.dlq_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        dlq.attributes()
+            .and_then(
+                |a| a.get(&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+            )
+            .map(String::as_str),
+        Some("1")
+    );
+
+    // And it is AWS's DynamoDB: it refuses a table name DynamoDB refuses, which moto accepts.
+    let refused = dynamodb_local
+        .dynamodb
+        .describe_table()
+        .table_name("no spaces or ! in a table name")
+        .send()
+        .await
+        .unwrap_err();
+    let message = format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(&refused));
+    assert!(message.contains("ValidationException"), "{message}");
 }

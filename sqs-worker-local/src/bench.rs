@@ -75,8 +75,8 @@ pub struct BenchRun {
 /// Options of a run.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    /// The emulator's URL.
-    pub endpoint_url: String,
+    /// The emulators' endpoints.
+    pub endpoints: sqs_worker::adapters::aws::Endpoints,
     /// Iterations per CPU measurement.
     pub iterations: usize,
     /// Spawns per cold-start median.
@@ -94,7 +94,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchRun, String> {
     eprintln!("cold start, size, peak RSS, concurrency...");
     let runtime = bench_runtime::run(&options.bin_dir, options.spawns).await?;
     eprintln!("dead-letter overhead against the emulator...");
-    let dead_letter = bench_deadletter::run(&options.endpoint_url, "bench-dl", 100, 5).await?;
+    let dead_letter = bench_deadletter::run(&options.endpoints, "bench-dl", 100, 5).await?;
     Ok(BenchRun {
         machine: machine(),
         cpu,
@@ -235,7 +235,7 @@ pub fn markdown(run: &BenchRun) -> String {
     let d = &run.dead_letter;
     out.push_str("\n## Dead-letter overhead\n\n");
     out.push_str(&format!(
-        "Against the emulator (moto) through the real SDK clients: {} batches of {} records, \
+        "Against DynamoDB Local (and moto for SQS) through the real SDK clients: {} batches of {} records, \
          all successful against all dead-lettered (validation failures: record, DLQ send; \
          small payloads, so no S3 write).\n\n\
          | measure | value | goal |\n| --- | --- | --- |\n\
@@ -322,9 +322,8 @@ const NOTES: &str = r#"
   size, which is why 3× is not met without a zero-copy event type.
 - The four Rust CPU measures take turns within each iteration (medians reported), so a
   slow spell on a shared machine slows all of them alike instead of skewing one ratio.
-- Dead-letter latency is bounded by the emulator's write latency (moto evaluates
-  DynamoDB conditional updates in Python, one request at a time); the calls per item are
-  what AWS would see: one conditional `UpdateItem` per record, one `SendMessageBatch` per
+- Dead-letter latency is bounded by the emulators' latency (DynamoDB Local for the
+  records, moto for the DLQ send); the calls per item are what AWS would see: one conditional `UpdateItem` per record, one `SendMessageBatch` per
   ten, a `PutObject` only for payloads above `DLQ_INLINE_MAX_BYTES`.
 "#;
 

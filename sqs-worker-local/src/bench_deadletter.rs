@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use serde::Serialize;
-use sqs_worker::adapters::aws::{AwsClients, CallCounter};
+use sqs_worker::adapters::aws::{AwsClients, CallCounter, Endpoints};
 use sqs_worker::adapters::store::DeadLetterStore;
 use sqs_worker::batch::{BatchConfig, BatchProcessor};
 use sqs_worker::dead_letter::InvocationInfo;
@@ -93,12 +93,12 @@ fn median(mut v: Vec<Duration>) -> f64 {
 
 /// Runs the measurement on fresh resources named `prefix`.
 pub async fn run(
-    endpoint_url: &str,
+    endpoints: &Endpoints,
     prefix: &str,
     batch_size: usize,
     batches: usize,
 ) -> Result<DeadLetterBench, String> {
-    let clients = AwsClients::for_endpoint(endpoint_url, "us-east-1").await;
+    let clients = AwsClients::for_endpoints(endpoints, "us-east-1").await;
     let spec = ResourceSpec {
         prefix: prefix.to_string(),
         fifo: false,
@@ -110,7 +110,7 @@ pub async fn run(
         .await
         .map_err(|e| format!("cannot create the benchmark's resources: {e}"))?;
     let counter = CallCounter::default();
-    let shared = AwsClients::endpoint_config(endpoint_url, "us-east-1").await;
+    let shared = AwsClients::endpoint_config(endpoints, "us-east-1").await;
     let counted = AwsClients::counted(&shared, true, &counter);
     let store = DeadLetterStore::new(counted.clone(), resources.store_config());
     let engine = BatchProcessor::new(Verdict, store, BatchConfig::default());

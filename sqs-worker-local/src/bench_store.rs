@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use serde::Serialize;
 use serde_json::json;
-use sqs_worker::adapters::aws::{AwsClients, CallCounter};
+use sqs_worker::adapters::aws::{AwsClients, CallCounter, Endpoints};
 use sqs_worker::adapters::store::{schema, DeadLetterStore};
 use sqs_worker::analysis;
 use sqs_worker::dead_letter::{
@@ -209,15 +209,15 @@ fn summarize(operation: &str, samples: &[f64], floor: f64) -> Timing {
     }
 }
 
-/// Runs the benchmark against the emulator at `endpoint_url`.
+/// Runs the benchmark against the emulators at `endpoints`.
 pub async fn run(
-    endpoint_url: &str,
+    endpoints: &Endpoints,
     region: &str,
     records: usize,
     redrive_items: usize,
 ) -> Result<StoreBench, String> {
     let counter = CallCounter::default();
-    let shared = AwsClients::endpoint_config(endpoint_url, region).await;
+    let shared = AwsClients::endpoint_config(endpoints, region).await;
     let clients = AwsClients::counted(&shared, true, &counter);
     let spec = ResourceSpec {
         prefix: format!("bench{}", std::process::id()),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use serde_json::json;
-use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::aws::{AwsClients, Endpoints};
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{queue_depth, EsmStats, EventSourceMapping};
@@ -24,8 +24,8 @@ use crate::runtime_api::RuntimeApi;
 /// Where and how to run the demo.
 #[derive(Debug, Clone)]
 pub struct DemoOptions {
-    /// The emulator's URL.
-    pub endpoint_url: String,
+    /// The emulators' endpoints.
+    pub endpoints: Endpoints,
     /// Region name used with the emulator.
     pub region: String,
     /// Resource name prefix.
@@ -296,18 +296,21 @@ pub async fn object_count(clients: &AwsClients, bucket: &str) -> Result<u64, Str
     }
 }
 
-/// The environment that points the worker (and operator tools) at the emulator.
-pub fn emulator_env(endpoint_url: &str, region: &str) -> Vec<(String, String)> {
-    [
-        ("AWS_ENDPOINT_URL", endpoint_url),
+/// The environment that points the worker (and operator tools) at the emulators.
+pub fn emulator_env(endpoints: &Endpoints, region: &str) -> Vec<(String, String)> {
+    let fixed = [
         ("AWS_REGION", region),
         ("AWS_ACCESS_KEY_ID", "test"),
         ("AWS_SECRET_ACCESS_KEY", "test"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
     ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect()
+    .map(|(k, v)| (k, v.to_string()));
+    endpoints
+        .env()
+        .into_iter()
+        .chain(fixed)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
 }
 
 fn write_env_file(path: &Path, env: &[(String, String)]) -> Result<(), String> {
@@ -368,7 +371,7 @@ pub async fn operate(
     resources: &PipelineResources,
     clients: &AwsClients,
 ) -> Result<RedriveSummary, String> {
-    let mut env = emulator_env(&options.endpoint_url, &options.region);
+    let mut env = emulator_env(&options.endpoints, &options.region);
     env.extend(resources.store_env());
     env.push((
         "WORKER_ITEM_ID_SOURCE".to_string(),
@@ -422,7 +425,7 @@ pub async fn operate(
 
 /// Runs the demo and returns its summary.
 pub async fn run(options: &DemoOptions) -> Result<(DemoSummary, RedriveSummary), String> {
-    let clients = AwsClients::for_endpoint(&options.endpoint_url, &options.region).await;
+    let clients = AwsClients::for_endpoints(&options.endpoints, &options.region).await;
     let spec = ResourceSpec {
         prefix: options.prefix.clone(),
         fifo: false,
@@ -453,7 +456,7 @@ pub async fn run(options: &DemoOptions) -> Result<(DemoSummary, RedriveSummary),
     ))
     .await
     .map_err(|e| format!("cannot start the runtime API: {e}"))?;
-    let mut env = emulator_env(&options.endpoint_url, &options.region);
+    let mut env = emulator_env(&options.endpoints, &options.region);
     env.extend(resources.store_env());
     write_env_file(
         &options.state_dir.join("demo.env"),

@@ -9,7 +9,7 @@
 //! | [`function`] | spawns a function binary against that endpoint, as Lambda would |
 //! | [`downstream`] | a downstream HTTP service that answers deterministically per item |
 //! | [`resources`] | creates queues, table and bucket as the infrastructure template does |
-//! | [`emulator`] | finds or starts the local AWS emulator (`EMULATOR_URL`, `scripts/emulator.sh`) |
+//! | [`emulator`] | finds or starts the local AWS emulators (`EMULATOR_URL`, `EMULATOR_DYNAMODB_URL`, `scripts/emulator.sh`) |
 //! | [`esm`] | a local event source mapping: receive, build the Lambda event, invoke, delete |
 //! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
 //! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use sqs_worker::adapters::aws::{AwsClients, CallCounter};
+use sqs_worker::adapters::aws::{AwsClients, CallCounter, Endpoints};
 use sqs_worker::classify::classify_sdk_error;
 use sqs_worker::{ErrorClass, ProcessError};
 use sqs_worker_local::fault_proxy::{
@@ -29,14 +29,14 @@ const EVERY_ATTEMPT: Trigger = Trigger::NextN(1_000);
 /// The SDK's standard retry mode makes at most this many attempts per operation.
 const SDK_ATTEMPTS: u64 = 3;
 
-static EMULATOR: OnceCell<String> = OnceCell::const_new();
+static EMULATOR: OnceCell<Endpoints> = OnceCell::const_new();
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// The emulator's URL (`EMULATOR_URL`, else `scripts/emulator.sh start`), as the e2e
-/// harness finds it.
-async fn emulator_url() -> String {
+/// The emulators' endpoints (`EMULATOR_URL` and `EMULATOR_DYNAMODB_URL`, else
+/// `scripts/emulator.sh start`), as the e2e harness finds them.
+async fn emulator() -> Endpoints {
     EMULATOR
-        .get_or_init(|| async { sqs_worker_local::emulator::url_or_start().unwrap() })
+        .get_or_init(|| async { sqs_worker_local::emulator::endpoints_or_start().unwrap() })
         .await
         .clone()
 }
@@ -48,28 +48,28 @@ fn unique(name: &str) -> String {
 }
 
 async fn start_proxy() -> FaultProxy {
-    FaultProxy::start(&emulator_url().await).await.unwrap()
+    FaultProxy::start(&emulator().await).await.unwrap()
 }
 
 /// Clients talking to the emulator directly, to set up and check state behind the proxy.
 async fn direct() -> AwsClients {
-    AwsClients::for_endpoint(&emulator_url().await, REGION).await
+    AwsClients::for_endpoints(&emulator().await, REGION).await
 }
 
 /// Clients through the proxy with the SDK's defaults (standard retries, 3 attempts).
 async fn via(proxy: &FaultProxy) -> AwsClients {
-    AwsClients::for_endpoint(&proxy.url(), REGION).await
+    AwsClients::for_endpoints(&proxy.endpoints(), REGION).await
 }
 
 /// Clients through the proxy whose attempts are counted on the SDK side.
 async fn counted_via(proxy: &FaultProxy, counter: &CallCounter) -> AwsClients {
-    let shared = AwsClients::endpoint_config(&proxy.url(), REGION).await;
+    let shared = AwsClients::endpoint_config(&proxy.endpoints(), REGION).await;
     AwsClients::counted(&shared, true, counter)
 }
 
 /// Clients through the proxy with one attempt per operation and optional attempt timeout.
 async fn single_attempt_via(proxy: &FaultProxy, attempt_timeout: Option<Duration>) -> AwsClients {
-    let mut builder = AwsClients::endpoint_config(&proxy.url(), REGION)
+    let mut builder = AwsClients::endpoint_config(&proxy.endpoints(), REGION)
         .await
         .to_builder()
         .retry_config(RetryConfig::disabled());
@@ -777,7 +777,7 @@ async fn delay_beyond_the_attempt_timeout_is_a_timeout() {
 
     // With the default retries, the attempt after the timed-out one succeeds.
     let retrying = AwsClients::from_config(
-        &AwsClients::endpoint_config(&proxy.url(), REGION)
+        &AwsClients::endpoint_config(&proxy.endpoints(), REGION)
             .await
             .to_builder()
             .timeout_config(

@@ -3,8 +3,8 @@
 //! an error too large for a dead-letter record, an item that keeps failing. Each ends in a
 //! clear error, a dead-letter or a per-item outcome, and nothing is lost or counted twice.
 //!
-//! They run against the local emulator: `EMULATOR_URL`, or `scripts/emulator.sh start`
-//! when it is unset. Only loopback URLs are accepted. The cases that need no AWS are in
+//! They run against the local emulators: `EMULATOR_URL` and `EMULATOR_DYNAMODB_URL`, or
+//! `scripts/emulator.sh start` when they are unset. Only loopback URLs are accepted. The cases that need no AWS are in
 //! `bad_input.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
-use sqs_worker::adapters::aws::AwsClients;
+use sqs_worker::adapters::aws::{AwsClients, Endpoints};
 use sqs_worker::adapters::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
 use sqs_worker::batch::{BatchConfig, BatchProcessor, Disposition};
 use sqs_worker::dead_letter::{
@@ -52,33 +52,44 @@ fn unique(name: &str) -> String {
     )
 }
 
-/// The emulator's URL (`EMULATOR_URL`, else `scripts/emulator.sh start`); loopback only.
-fn emulator_url() -> String {
-    let url = match std::env::var("EMULATOR_URL") {
-        Ok(url) if !url.trim().is_empty() => url.trim().to_string(),
-        _ => {
-            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/emulator.sh");
-            let output = std::process::Command::new(script)
-                .arg("start")
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-            assert!(
-                output.status.success(),
-                "emulator did not start: {}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            String::from_utf8_lossy(&output.stdout).trim().to_string()
-        }
+/// The emulators' endpoints (`EMULATOR_URL` and `EMULATOR_DYNAMODB_URL`, else
+/// `scripts/emulator.sh start`); loopback only.
+fn emulator() -> Endpoints {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/emulator.sh");
+    let run = |verb: &str| {
+        let output = std::process::Command::new(script)
+            .arg(verb)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+        assert!(
+            output.status.success(),
+            "{script} {verb}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
     };
-    assert!(
-        url.starts_with("http://127.") || url.starts_with("http://localhost"),
-        "the emulator must be on loopback, got {url}"
-    );
-    url
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let endpoints = match var("EMULATOR_URL") {
+        Some(shared) => Endpoints {
+            dynamodb: var("EMULATOR_DYNAMODB_URL").unwrap_or_else(|| shared.clone()),
+            shared,
+        },
+        None => Endpoints {
+            shared: run("start"),
+            dynamodb: run("dynamodb-url"),
+        },
+    };
+    for url in [&endpoints.shared, &endpoints.dynamodb] {
+        assert!(
+            url.starts_with("http://127.") || url.starts_with("http://localhost"),
+            "the emulator must be on loopback, got {url}"
+        );
+    }
+    endpoints
 }
 
 async fn emulator_clients() -> AwsClients {
-    AwsClients::for_endpoint(&emulator_url(), "us-east-1").await
+    AwsClients::for_endpoints(&emulator(), "us-east-1").await
 }
 
 /// A store on emulator resources made for one test: table, DLQ and bucket.

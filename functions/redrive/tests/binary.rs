@@ -25,7 +25,7 @@ async fn setup(name: &str) -> (Pipeline, Arc<RuntimeApi>, FunctionProcess) {
             .await
             .unwrap(),
     );
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
     env.extend(p.resources.store_env());
     env.push(("WORKER_DOWNSTREAM_URL".into(), p.downstream.url()));
     env.push(("WORKER_ITEM_ID_SOURCE".into(), "pointer:/id".into()));

@@ -302,7 +302,7 @@ async fn binary_refuses_to_start_without_its_downstream_credential() {
     ));
     let _ = std::fs::remove_file(&log);
     let secret = e2e::unique_prefix("no-such-secret");
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
     env.extend([
         (
             "WORKER_DOWNSTREAM_URL".to_string(),
@@ -347,7 +347,7 @@ async fn binary_dead_letters_into_the_emulator() {
     let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
         .await
         .unwrap();
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator_url().await, e2e::REGION);
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
     env.extend(p.resources.store_env());
     env.push(("WORKER_DOWNSTREAM_URL".to_string(), p.downstream.url()));
     env.push((

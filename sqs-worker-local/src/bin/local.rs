@@ -8,7 +8,8 @@ use std::process::ExitCode;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use sqs_worker::adapters::aws::Endpoints;
 use sqs_worker_local::demo::{self, DemoOptions};
 use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
 use sqs_worker_local::function::{workspace_bin_dir, FunctionProcess};
@@ -22,6 +23,40 @@ struct Cli {
     command: Command,
 }
 
+/// Where the emulators are (`scripts/emulator.sh env` prints both).
+#[derive(Args)]
+struct EmulatorArgs {
+    /// The URL of the emulator that serves SQS, S3 and the other services but DynamoDB
+    /// (`scripts/emulator.sh url`).
+    #[arg(long, env = "EMULATOR_URL")]
+    endpoint_url: String,
+    /// DynamoDB Local's URL (`scripts/emulator.sh dynamodb-url`); default: `--endpoint-url`,
+    /// for an emulator that serves every service.
+    #[arg(long, env = "EMULATOR_DYNAMODB_URL")]
+    dynamodb_endpoint_url: Option<String>,
+}
+
+impl EmulatorArgs {
+    /// The endpoints, refused unless both are on loopback: these commands create, fill and
+    /// delete resources, which must never reach a real account.
+    fn endpoints(self) -> Result<Endpoints, String> {
+        let endpoints = Endpoints {
+            dynamodb: self
+                .dynamodb_endpoint_url
+                .unwrap_or_else(|| self.endpoint_url.clone()),
+            shared: self.endpoint_url,
+        };
+        for url in [&endpoints.shared, &endpoints.dynamodb] {
+            if !url.starts_with("http://127.") && !url.starts_with("http://localhost") {
+                return Err(format!(
+                    "only a local emulator (http://127.x.x.x or localhost) is allowed, not {url}"
+                ));
+            }
+        }
+        Ok(endpoints)
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Runs the whole pipeline against the emulator: creates the queues, table and bucket,
@@ -33,11 +68,10 @@ enum Command {
     /// The data is left in place; the environment to reach it is written to
     /// `<state-dir>/demo.env` and the worker's log to `<state-dir>/worker.log`.
     ///
-    /// Example: local demo --endpoint-url http://127.0.0.1:5000
+    /// Example: local demo --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
     Demo {
-        /// The emulator's URL (`scripts/emulator.sh url`).
-        #[arg(long, env = "EMULATOR_URL")]
-        endpoint_url: String,
+        #[command(flatten)]
+        emulator: EmulatorArgs,
         /// Region name used with the emulator.
         #[arg(long, default_value = "us-east-1")]
         region: String,
@@ -58,11 +92,10 @@ enum Command {
     /// and redrive throughput and AWS calls per item, against the emulator. Prints a
     /// table and writes the figures as JSON.
     ///
-    /// Example: local bench-store --endpoint-url http://127.0.0.1:5000 --records 10000
+    /// Example: local bench-store --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --records 10000
     BenchStore {
-        /// The emulator's URL (`scripts/emulator.sh url`).
-        #[arg(long, env = "EMULATOR_URL")]
-        endpoint_url: String,
+        #[command(flatten)]
+        emulator: EmulatorArgs,
         /// Records to seed.
         #[arg(long, default_value_t = 10_000)]
         records: usize,
@@ -92,11 +125,10 @@ enum Command {
     /// and dead-letter overhead against the emulator. Prints tables, writes the figures as
     /// JSON and renders docs/BENCHMARKS.md. Run it from a release build.
     ///
-    /// Example: local bench --endpoint-url http://127.0.0.1:5000
+    /// Example: local bench --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
     Bench {
-        /// The emulator's URL (`scripts/emulator.sh url`).
-        #[arg(long, env = "EMULATOR_URL")]
-        endpoint_url: String,
+        #[command(flatten)]
+        emulator: EmulatorArgs,
         /// Iterations per CPU measurement (the median is reported).
         #[arg(long, default_value_t = 20)]
         iterations: usize,
@@ -158,16 +190,16 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo {
-            endpoint_url,
+            emulator,
             region,
             prefix,
             items,
             state_dir,
             worker,
-        } => match worker_path(worker) {
-            Ok(worker_binary) => {
+        } => match (emulator.endpoints(), worker_path(worker)) {
+            (Ok(endpoints), Ok(worker_binary)) => {
                 run_demo(DemoOptions {
-                    endpoint_url,
+                    endpoints,
                     region,
                     prefix,
                     worker_binary,
@@ -176,7 +208,7 @@ async fn main() -> ExitCode {
                 })
                 .await
             }
-            Err(e) => Err(e),
+            (Err(e), _) | (_, Err(e)) => Err(e),
         },
         Command::Invoke {
             event,
@@ -184,31 +216,29 @@ async fn main() -> ExitCode {
             worker,
         } => invoke(event, Duration::from_secs(timeout_secs), worker).await,
         Command::Bench {
-            endpoint_url,
+            emulator,
             iterations,
             spawns,
             output,
             markdown,
             bin_dir,
-        } => {
-            bench_all(
-                endpoint_url,
-                iterations,
-                spawns,
-                &output,
-                &markdown,
-                bin_dir,
-            )
-            .await
-        }
+        } => match emulator.endpoints() {
+            Ok(endpoints) => {
+                bench_all(endpoints, iterations, spawns, &output, &markdown, bin_dir).await
+            }
+            Err(e) => Err(e),
+        },
         Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
         Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
         Command::BenchStore {
-            endpoint_url,
+            emulator,
             records,
             redrive_items,
             output,
-        } => bench_store(&endpoint_url, records, redrive_items, &output).await,
+        } => match emulator.endpoints() {
+            Ok(endpoints) => bench_store(&endpoints, records, redrive_items, &output).await,
+            Err(e) => Err(e),
+        },
     };
     match result {
         Ok(code) => code,
@@ -220,14 +250,6 @@ async fn main() -> ExitCode {
 }
 
 async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
-    if !options.endpoint_url.starts_with("http://127.")
-        && !options.endpoint_url.starts_with("http://localhost")
-    {
-        return Err(format!(
-            "the demo only runs against a local emulator (http://127.x.x.x or localhost), not {}",
-            options.endpoint_url
-        ));
-    }
     std::fs::create_dir_all(&options.state_dir)
         .map_err(|e| format!("cannot create {}: {e}", options.state_dir.display()))?;
     let (summary, redrive) = demo::run(&options).await?;
@@ -247,7 +269,7 @@ async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
 }
 
 async fn bench_all(
-    endpoint_url: String,
+    endpoints: Endpoints,
     iterations: usize,
     spawns: usize,
     output: &std::path::Path,
@@ -259,7 +281,7 @@ async fn bench_all(
         None => workspace_bin_dir().ok_or("cannot locate the binaries")?,
     };
     let options = sqs_worker_local::bench::BenchOptions {
-        endpoint_url,
+        endpoints,
         iterations,
         spawns,
         bin_dir,
@@ -306,14 +328,13 @@ fn write_json(
 }
 
 async fn bench_store(
-    endpoint_url: &str,
+    endpoints: &Endpoints,
     records: usize,
     redrive_items: usize,
     output: &std::path::Path,
 ) -> Result<ExitCode, String> {
     let figures =
-        sqs_worker_local::bench_store::run(endpoint_url, "us-east-1", records, redrive_items)
-            .await?;
+        sqs_worker_local::bench_store::run(endpoints, "us-east-1", records, redrive_items).await?;
     println!("{}", sqs_worker_local::bench_store::render(&figures));
     if let Some(dir) = output.parent() {
         std::fs::create_dir_all(dir)

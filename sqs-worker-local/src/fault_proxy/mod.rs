@@ -7,8 +7,12 @@
 //! emulator on loopback:
 //!
 //! ```text
-//! SDK client ──HTTP──▶ FaultProxy (127.0.0.1:PORT) ──HTTP──▶ emulator
+//! SDK client ──HTTP──▶ FaultProxy (127.0.0.1:PORT) ──HTTP──▶ DynamoDB Local (DynamoDB)
+//!                                                  └─HTTP──▶ moto (SQS, S3, the rest)
 //! ```
+//!
+//! One proxy URL serves every service (give clients [`FaultProxy::endpoints`]); each
+//! request goes on to its service's upstream.
 //!
 //! Every request is identified as an [`Operation`] (service and action, e.g.
 //! `dynamodb:UpdateItem`), counted, checked against the injected [`Rule`]s, and either
@@ -35,16 +39,16 @@
 //! | `wire.rs` | the error responses, in each service's wire format (JSON protocol, S3 XML) |
 //!
 //! ```no_run
-//! # async fn demo(emulator_url: &str) -> std::io::Result<()> {
+//! # async fn demo(emulator: &sqs_worker::adapters::aws::Endpoints) -> std::io::Result<()> {
 //! use sqs_worker_local::fault_proxy::{Fault, FaultProxy, Operation, Rule, Trigger};
 //!
-//! let proxy = FaultProxy::start(emulator_url).await?;
+//! let proxy = FaultProxy::start(emulator).await?;
 //! proxy.inject(Rule::new(
 //!     Operation::dynamodb("UpdateItem"),
 //!     Fault::Throttling,
 //!     Trigger::NextN(2),
 //! ));
-//! let clients = sqs_worker::adapters::aws::AwsClients::for_endpoint(&proxy.url(), "us-east-1").await;
+//! let clients = sqs_worker::adapters::aws::AwsClients::for_endpoints(&proxy.endpoints(), "us-east-1").await;
 //! // ... the first two UpdateItem attempts are throttled, the SDK's third attempt passes.
 //! # Ok(()) }
 //! ```
@@ -57,6 +61,7 @@ mod wire;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
+use sqs_worker::adapters::aws::Endpoints;
 use tokio::task::JoinHandle;
 
 pub use operation::{s3_action, Operation, Service, UNKNOWN_ACTION};
@@ -71,17 +76,23 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
-    /// Binds `127.0.0.1:0` and forwards to `upstream` (an `http://host:port` URL, e.g. the
-    /// emulator's) until dropped. Must be called inside a tokio runtime.
-    pub async fn start(upstream: &str) -> std::io::Result<FaultProxy> {
+    /// Binds `127.0.0.1:0` and forwards each request to its service's endpoint in
+    /// `upstreams` (`http://host:port` URLs, e.g. the emulators') until dropped. Must be
+    /// called inside a tokio runtime.
+    pub async fn start(upstreams: &Endpoints) -> std::io::Result<FaultProxy> {
         let faults = Faults::new();
-        let (addr, task) = server::spawn(upstream, faults.clone()).await?;
+        let (addr, task) = server::spawn(upstreams, faults.clone()).await?;
         Ok(FaultProxy { addr, faults, task })
     }
 
     /// The proxy's URL, `http://127.0.0.1:PORT`: the endpoint to give the SDK clients.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The proxy as every service's endpoint, DynamoDB's included.
+    pub fn endpoints(&self) -> Endpoints {
+        Endpoints::single(&self.url())
     }
 
     /// The bound address.

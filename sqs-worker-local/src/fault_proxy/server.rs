@@ -1,7 +1,8 @@
 //! The proxy's server: accepts connections on loopback, identifies and counts each
-//! request, and either forwards it unchanged to the upstream (the emulator) or answers it
-//! with the fault its rules decide: a wire-format error, a delay before forwarding, or an
-//! abortive close of the connection.
+//! request, and either forwards it unchanged to its service's upstream (DynamoDB Local for
+//! DynamoDB, the other emulator for the rest) or answers it with the fault its rules
+//! decide: a wire-format error, a delay before forwarding, or an abortive close of the
+//! connection.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -22,7 +23,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::operation::Operation;
+use sqs_worker::adapters::aws::Endpoints;
+
+use super::operation::{Operation, Service};
 use super::rules::{Fault, Faults};
 use super::wire::error_response;
 
@@ -66,27 +69,46 @@ impl Upstream {
     }
 }
 
+/// The upstreams, one per endpoint of [`Endpoints`].
+#[derive(Debug)]
+struct Upstreams {
+    shared: Upstream,
+    dynamodb: Upstream,
+}
+
+impl Upstreams {
+    fn for_service(&self, service: Service) -> &Upstream {
+        match service {
+            Service::DynamoDb => &self.dynamodb,
+            Service::Sqs | Service::S3 | Service::Other => &self.shared,
+        }
+    }
+}
+
 /// What the connection tasks share.
 #[derive(Debug)]
 struct Shared {
-    upstream: Upstream,
+    upstreams: Upstreams,
     client: Client<HttpConnector, Full<Bytes>>,
     faults: Faults,
     request_ids: AtomicU64,
 }
 
-/// Binds `127.0.0.1:0` and serves connections, forwarding to `upstream` (an
-/// `http://host:port` URL) under the rules of `faults`, until the returned task is
-/// aborted. Must be called inside a tokio runtime.
+/// Binds `127.0.0.1:0` and serves connections, forwarding to `upstreams` (`http://host:port`
+/// URLs) under the rules of `faults`, until the returned task is aborted. Must be called
+/// inside a tokio runtime.
 pub(super) async fn spawn(
-    upstream: &str,
+    upstreams: &Endpoints,
     faults: Faults,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
-    let upstream = Upstream::parse(upstream)?;
+    let upstreams = Upstreams {
+        shared: Upstream::parse(&upstreams.shared)?,
+        dynamodb: Upstream::parse(&upstreams.dynamodb)?,
+    };
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let shared = Arc::new(Shared {
-        upstream,
+        upstreams,
         client: Client::builder(TokioExecutor::new()).build_http(),
         faults,
         request_ids: AtomicU64::new(0),
@@ -180,10 +202,10 @@ async fn handle(
         shared.request_ids.fetch_add(1, Ordering::Relaxed)
     );
     match fault {
-        None => Ok(forward(shared, parts, body).await),
+        None => Ok(forward(shared, operation.service, parts, body).await),
         Some(Fault::Delay(delay)) => {
             tokio::time::sleep(delay).await;
-            Ok(forward(shared, parts, body).await)
+            Ok(forward(shared, operation.service, parts, body).await)
         }
         Some(Fault::ConnectionReset) => {
             let handle = reset_handle
@@ -223,10 +245,11 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 async fn forward(
     shared: &Shared,
+    service: Service,
     mut parts: hyper::http::request::Parts,
     body: Bytes,
 ) -> Response<Full<Bytes>> {
-    parts.uri = match shared.upstream.uri_for(&parts.uri) {
+    parts.uri = match shared.upstreams.for_service(service).uri_for(&parts.uri) {
         Ok(uri) => uri,
         Err(error) => return bad_gateway(&format!("cannot build upstream URI: {error}")),
     };

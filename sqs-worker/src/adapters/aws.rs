@@ -5,6 +5,11 @@
 //! unset, the clients talk to AWS. S3 uses path-style addressing when a custom endpoint
 //! is configured (emulators do not serve virtual-hosted buckets) or when
 //! `S3_FORCE_PATH_STYLE=true`.
+//!
+//! Tools and tests that name the emulator explicitly use [`Endpoints`]: the local stack
+//! serves DynamoDB from AWS's DynamoDB Local and every other service from another
+//! emulator, so DynamoDB has an endpoint of its own, set the way the SDK sets
+//! `AWS_ENDPOINT_URL_DYNAMODB` (a per-service value that wins over the shared one).
 
 /// The clients the dead-letter store, redrive and CLI use, and Secrets Manager for the
 /// downstream credential read at start-up.
@@ -24,7 +29,7 @@ impl AwsClients {
     /// Loads the shared configuration (region, credentials, endpoint) and builds the clients.
     pub async fn from_env() -> Self {
         let shared = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        Self::from_config(&shared, force_path_style())
+        Self::from_config(&shared, s3_path_style_from_env())
     }
 
     /// Builds clients from an explicit configuration.
@@ -40,22 +45,80 @@ impl AwsClients {
         }
     }
 
-    /// Clients for an explicit endpoint with static credentials: local emulators and tests.
-    pub async fn for_endpoint(endpoint_url: &str, region: &str) -> Self {
+    /// Clients for explicit endpoints with static credentials: local emulators and tests.
+    pub async fn for_endpoints(endpoints: &Endpoints, region: &str) -> Self {
+        Self::from_config(&Self::endpoint_config(endpoints, region).await, true)
+    }
+
+    /// The shared configuration for explicit endpoints with static credentials. Every
+    /// client built from it (`Client::new`, `config::Builder::from`) takes its service's
+    /// endpoint from `endpoints`.
+    pub async fn endpoint_config(endpoints: &Endpoints, region: &str) -> aws_config::SdkConfig {
         let credentials =
             aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "static");
-        let shared = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new(region.to_string()))
-            .endpoint_url(endpoint_url)
             .credentials_provider(credentials)
             .load()
-            .await;
-        Self::from_config(&shared, true)
+            .await
+            .into_builder()
+            .service_config(endpoints.clone())
+            .build()
     }
 }
 
-/// Path-style S3 when asked for, or when any custom endpoint is configured.
-fn force_path_style() -> bool {
+/// Where clients send their requests instead of AWS: the local emulators, or a proxy in
+/// front of them. DynamoDB has its own endpoint because the local stack serves it from
+/// AWS's DynamoDB Local and the other services from moto (README, "The emulators").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// Every service but DynamoDB (`AWS_ENDPOINT_URL`).
+    pub shared: String,
+    /// DynamoDB (`AWS_ENDPOINT_URL_DYNAMODB`).
+    pub dynamodb: String,
+}
+
+impl Endpoints {
+    /// One endpoint for every service, DynamoDB included (a proxy, or an emulator that
+    /// serves them all).
+    pub fn single(url: &str) -> Self {
+        Endpoints {
+            shared: url.to_string(),
+            dynamodb: url.to_string(),
+        }
+    }
+
+    /// The environment that points a process's SDK clients here: `AWS_ENDPOINT_URL` and
+    /// `AWS_ENDPOINT_URL_DYNAMODB`, which the SDK's configuration chain reads.
+    pub fn env(&self) -> [(&'static str, String); 2] {
+        [
+            ("AWS_ENDPOINT_URL", self.shared.clone()),
+            ("AWS_ENDPOINT_URL_DYNAMODB", self.dynamodb.clone()),
+        ]
+    }
+
+    /// The endpoint of the service the SDK names `service_id` (`DynamoDB`, `SQS`, `S3`...).
+    pub fn for_service(&self, service_id: &str) -> &str {
+        if service_id == "DynamoDB" {
+            &self.dynamodb
+        } else {
+            &self.shared
+        }
+    }
+}
+
+/// Each SDK client asks its configuration for `AWS_ENDPOINT_URL` under its own service id
+/// when it is built from an [`aws_config::SdkConfig`]; this answers with the service's
+/// endpoint, and nothing for any other setting.
+impl aws_types::service_config::LoadServiceConfig for Endpoints {
+    fn load_config(&self, key: aws_types::service_config::ServiceConfigKey<'_>) -> Option<String> {
+        (key.env() == "AWS_ENDPOINT_URL").then(|| self.for_service(key.service_id()).to_string())
+    }
+}
+
+/// Path-style S3 when asked for (`S3_FORCE_PATH_STYLE=true`), or when a custom endpoint
+/// for S3 is configured in the environment (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`).
+pub fn s3_path_style_from_env() -> bool {
     let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
     std::env::var("S3_FORCE_PATH_STYLE").is_ok_and(|v| v == "true")
         || set("AWS_ENDPOINT_URL")
@@ -182,16 +245,51 @@ impl AwsClients {
             ),
         }
     }
+}
 
-    /// The shared configuration for an explicit endpoint with static credentials.
-    pub async fn endpoint_config(endpoint_url: &str, region: &str) -> aws_config::SdkConfig {
-        let credentials =
-            aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "static");
-        aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new(region.to_string()))
-            .endpoint_url(endpoint_url)
-            .credentials_provider(credentials)
-            .load()
-            .await
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_types::service_config::{LoadServiceConfig, ServiceConfigKey};
+
+    fn key<'a>(service_id: &'a str, env: &'a str) -> ServiceConfigKey<'a> {
+        ServiceConfigKey::builder()
+            .service_id(service_id)
+            .env(env)
+            .profile("endpoint_url")
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn dynamodb_gets_its_own_endpoint_and_every_other_service_the_shared_one() {
+        let endpoints = Endpoints {
+            shared: "http://127.0.0.1:1".into(),
+            dynamodb: "http://127.0.0.1:2".into(),
+        };
+        let endpoint = |service| endpoints.load_config(key(service, "AWS_ENDPOINT_URL"));
+        assert_eq!(endpoint("DynamoDB").as_deref(), Some("http://127.0.0.1:2"));
+        for service in ["SQS", "S3", "Secrets Manager", "CloudFormation", "Lambda"] {
+            assert_eq!(endpoint(service).as_deref(), Some("http://127.0.0.1:1"));
+        }
+        // Only the endpoint: any other per-service setting is left to its default.
+        assert_eq!(
+            endpoints.load_config(key("DynamoDB", "AWS_MAX_ATTEMPTS")),
+            None
+        );
+        assert_eq!(
+            endpoints.env(),
+            [
+                ("AWS_ENDPOINT_URL", "http://127.0.0.1:1".to_string()),
+                (
+                    "AWS_ENDPOINT_URL_DYNAMODB",
+                    "http://127.0.0.1:2".to_string()
+                ),
+            ]
+        );
+        assert_eq!(
+            Endpoints::single("http://x").for_service("DynamoDB"),
+            "http://x"
+        );
     }
 }
