@@ -21,7 +21,9 @@ use sqs_worker::redrive::RedriveMode;
 /// Runbook when the DLQ alarm fires: `dlq stats` → `dlq analyze` → `dlq inspect <id>` →
 /// fix the cause → `dlq redrive --dry-run` → `dlq redrive`.
 ///
-/// Exit codes: 0 ok, 1 partial failure, 2 usage or configuration error.
+/// Exit codes: 0 ok, 1 partial failure (some items or an AWS call failed), 2 usage or
+/// configuration error (nothing was changed; declining a confirmation included), 3 not
+/// found.
 #[derive(Debug, Parser)]
 #[command(name = "dlq", version, about, long_about, propagate_version = true)]
 pub struct Cli {
@@ -33,8 +35,9 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every command takes.
+/// Options every command takes, listed under their own heading in every `--help`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
     /// Endpoint for every AWS call (a local emulator, e.g. http://127.0.0.1:5000). Without
     /// it, the SDK's own variables apply: AWS_ENDPOINT_URL for every service and
@@ -105,11 +108,9 @@ pub struct FilterArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List dead-lettered items, newest first.
-    ///
-    /// Examples:
-    ///   dlq list
-    ///   dlq list --class timeout --since 24h --limit 20
-    ///   dlq list --status any --json
+    #[command(
+        after_help = "Examples:\n  dlq list\n  dlq list --class timeout --since 24h --limit 20\n  dlq list --status any --json"
+    )]
     List {
         /// Which records.
         #[command(flatten)]
@@ -122,11 +123,9 @@ pub enum Command {
         json: bool,
     },
     /// Show one item: record, full failure history, payload location.
-    ///
-    /// Examples:
-    ///   dlq inspect order-1234
-    ///   dlq inspect order-1234 --payload
-    ///   dlq inspect order-1234 --payload --raw > payload.json
+    #[command(
+        after_help = "Examples:\n  dlq inspect order-1234\n  dlq inspect order-1234 --payload\n  dlq inspect order-1234 --payload --raw > payload.json"
+    )]
     Inspect {
         /// The item id.
         item_id: String,
@@ -144,10 +143,7 @@ pub enum Command {
         json: bool,
     },
     /// Group failures by error signature; distribution by class; failures over time.
-    ///
-    /// Examples:
-    ///   dlq analyze
-    ///   dlq analyze --since 7d --json
+    #[command(after_help = "Examples:\n  dlq analyze\n  dlq analyze --since 7d --json")]
     Analyze {
         /// Which records.
         #[command(flatten)]
@@ -160,21 +156,20 @@ pub enum Command {
         json: bool,
     },
     /// Totals by status and class, eligible vs manual review, DLQ depth, oldest item.
-    ///
-    /// Example:
-    ///   dlq stats
+    #[command(after_help = "Example:\n  dlq stats")]
     Stats {
         /// JSON instead of text.
         #[arg(long)]
         json: bool,
     },
-    /// Write records to a file (json, jsonl or csv, from --format or the extension).
-    ///
-    /// Examples:
-    ///   dlq export dead.csv
-    ///   dlq export all.jsonl --status any
+    /// Write records to a file (json, jsonl or csv, from --format or the extension), or
+    /// to stdout with `-`.
+    #[command(
+        after_help = "Examples:\n  dlq export dead.csv\n  dlq export all.jsonl --status any\n  dlq export - --format csv | head"
+    )]
     Export {
-        /// Output file.
+        /// Output file; `-` writes the records to stdout (then --format is needed, and the
+        /// summary goes to stderr).
         file: PathBuf,
         /// Format (default: from the extension: .json, .jsonl or .ndjson, .csv).
         #[arg(long, value_enum)]
@@ -182,24 +177,22 @@ pub enum Command {
         /// Which records.
         #[command(flatten)]
         filter: FilterArgs,
+        /// The summary as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Reprocess or requeue dead-lettered items.
     ///
     /// Only reprocess-eligible items without manual review are taken unless --force.
     /// Each item is leased first, so concurrent redrives never process it twice.
-    ///
-    /// Examples:
-    ///   dlq redrive --dry-run
-    ///   dlq redrive --class throttled --since 24h
-    ///   dlq redrive --item-id order-1 --item-id order-2 --mode requeue
-    ///   dlq redrive --request request.json --via-function my-stack-redrive
-    ///   dlq redrive --continue <token from the previous run>
+    #[command(
+        after_help = "Examples:\n  dlq redrive --dry-run\n  dlq redrive --class throttled --since 24h\n  dlq redrive --item-id order-1 --item-id order-2 --mode requeue\n  dlq redrive --request request.json --via-function my-stack-redrive\n  dlq redrive --continue <token from the previous run>"
+    )]
     Redrive(RedriveArgs),
     /// Delete records older than a duration, with their payloads and DLQ messages.
-    ///
-    /// Examples:
-    ///   dlq purge --older-than 30d
-    ///   dlq purge --older-than 7d --status resolved --yes
+    #[command(
+        after_help = "Examples:\n  dlq purge --older-than 30d\n  dlq purge --older-than 7d --status resolved --yes"
+    )]
     Purge {
         /// Last attempt older than this (e.g. 30d, 12h, 1w, 1h 30m).
         #[arg(long)]
@@ -210,15 +203,19 @@ pub enum Command {
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// What was removed, as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Delete every record, payload and DLQ message.
-    ///
-    /// Example:
-    ///   dlq clear --yes
+    #[command(after_help = "Example:\n  dlq clear --yes")]
     Clear {
         /// Do not ask for confirmation.
         #[arg(long)]
         yes: bool,
+        /// What was removed, as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use sqs_worker::adapters::aws::{self, AwsClients};
 use sqs_worker::adapters::store::{DeadLetterStore, StoreConfig};
 
@@ -94,16 +94,61 @@ pub fn progress(total: Option<u64>, what: &str) -> ProgressBar {
         None => ProgressBar::new_spinner(),
     };
     let template = if total.is_some() {
-        "{msg} [{bar:30}] {pos}/{len} ({per_sec}, {eta} left)"
+        "{msg} [{bar:30}] {pos}/{len} ({rate}, {eta} left)"
     } else {
-        "{spinner} {msg} {pos} ({per_sec})"
+        "{spinner} {msg} {pos} ({rate})"
     };
     if let Ok(style) = ProgressStyle::with_template(template) {
-        bar.set_style(style.progress_chars("=> "));
+        let style = style.progress_chars("=> ").with_key(
+            "rate",
+            |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let _ = w.write_str(&rate(state.per_sec()));
+            },
+        );
+        bar.set_style(style);
     }
     bar.set_message(what.to_string());
     if !std::io::stderr().is_terminal() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     bar
+}
+
+/// Items per second for a person: whole numbers with thousands separators (`1,866/s`),
+/// one decimal under ten (`2.5/s`).
+pub fn rate(per_sec: f64) -> String {
+    if !per_sec.is_finite() || per_sec <= 0.0 {
+        return "0/s".to_string();
+    }
+    if per_sec < 10.0 {
+        return format!("{per_sec:.1}/s");
+    }
+    // Rounded to a whole number first; `as` saturates, and no rate comes near u64::MAX.
+    let whole = per_sec.round() as u64;
+    let digits = whole.to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    format!("{grouped}/s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rate;
+
+    #[test]
+    fn rates_read_like_a_person_writes_them() {
+        assert_eq!(rate(1866.4), "1,866/s");
+        assert_eq!(rate(1_234_567.0), "1,234,567/s");
+        assert_eq!(rate(999.6), "1,000/s");
+        assert_eq!(rate(42.0), "42/s");
+        assert_eq!(rate(2.46), "2.5/s");
+        assert_eq!(rate(0.0), "0/s");
+        assert_eq!(rate(f64::NAN), "0/s");
+        assert_eq!(rate(f64::INFINITY), "0/s");
+    }
 }

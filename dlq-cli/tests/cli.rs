@@ -112,7 +112,7 @@ async fn read_commands() {
     );
 
     let (code, _, err) = dlq.run(&["inspect", "nobody"]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 3, "not found");
     assert!(
         err.contains("no dead-lettered item with id \"nobody\""),
         "{err}"
@@ -166,10 +166,11 @@ async fn redrive_purge_clear_and_bad_input() {
         "{out}"
     );
 
-    // Reprocess needs the processor's configuration.
+    // Reprocess needs the processor's configuration, or the deployed function.
     let (code, _, err) = dlq.run(&["redrive"]);
     assert_eq!(code, 2);
     assert!(err.contains("WORKER_DOWNSTREAM_URL"), "{err}");
+    assert!(err.contains("--via-function"), "{err}");
 
     // A local redrive reads the redrive function's configuration: a bad value of any of
     // its variables is named, before anything changes.
@@ -432,4 +433,200 @@ async fn list_reports_a_malformed_record_and_lists_the_rest() {
         err.contains("stored item broken is not a valid record"),
         "{err}"
     );
+}
+
+/// Runs `dlq` on a pseudo-terminal `columns` wide (util-linux `script`), feeding `input`
+/// to it as typed: what an operator sees at a terminal. Returns the exit code and what the
+/// terminal showed (stdout and stderr together), one screen line per line: a carriage
+/// return starts a new one and escape sequences (the progress bar's redraws) are removed.
+fn at_terminal(dlq: &Dlq, args: &[&str], columns: u16, input: &str) -> (i32, String) {
+    use std::io::Write;
+    let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_dlq"))
+        .chain(args.iter().copied())
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let command = format!("stty rows 40 cols {columns}; {}", quoted.join(" "));
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("TERM", "dumb")
+        .envs(dlq.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout)
+        .replace("\r\n", "\n")
+        .replace('\r', "\n");
+    (output.status.code().unwrap_or(-1), without_escapes(&shown))
+}
+
+/// `text` without its ANSI escape sequences (CSI: ESC `[` parameters, then a final letter).
+fn without_escapes(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            chars.next();
+            for next in chars.by_ref() {
+                if next.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+}
+
+/// The points an operator meets at 3 a.m.: one exit-code table, errors in words, the newest
+/// records first, tables that fit the terminal, help that reads, output that pipes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_cli_at_3am() {
+    let p = dead_pipeline("cli3am").await;
+    let dlq = Dlq::new(&p).await;
+
+    // Exit codes: 2 for configuration and usage, 3 for not found, each said in words.
+    let (code, _, err) = dlq.run(&["--table", "no-such-table", "list"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("\"no-such-table\" does not exist in region us-east-1"),
+        "{err}"
+    );
+    let (code, _, err) = dlq.run(&["inspect", ""]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("item id is empty"), "{err}");
+    assert!(
+        !err.contains("Error {") && !err.contains("aws_request_id"),
+        "{err}"
+    );
+    let (code, _, err) = dlq.run(&["inspect", "nobody"]);
+    assert_eq!(code, 3, "{err}");
+    let long = "x".repeat(3_000);
+    let (code, _, err) = dlq.run(&["inspect", &long]);
+    assert_eq!(code, 3, "an overlong id is looked up by its digest: {err}");
+    assert!(err.len() < 400, "the id is not echoed whole: {err}");
+
+    // Newest first, whatever the status: redrive two so that statuses mix.
+    p.downstream.fix();
+    let url = p.downstream.url();
+    let (code, out, err) = dlq.run_with(
+        &["redrive", "--class", "throttled"],
+        &[("WORKER_DOWNSTREAM_URL", &url)],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let listed = |args: &[&str]| -> Vec<(String, String)> {
+        let (code, out, err) = dlq.run(args);
+        assert_eq!(code, 0, "{err}");
+        out.lines()
+            .map(|l| {
+                let r: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    r["last_attempt"].as_str().unwrap().to_string(),
+                    r["item_id"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let all = listed(&["list", "--status", "any", "--json"]);
+    assert_eq!(all.len(), 4);
+    let mut sorted = all.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(
+        all.iter().map(|r| &r.0).collect::<Vec<_>>(),
+        sorted.iter().map(|r| &r.0).collect::<Vec<_>>(),
+        "newest first"
+    );
+    assert_eq!(
+        listed(&["list", "--status", "any", "--json", "--limit", "2"]),
+        all[..2],
+        "--limit keeps the newest"
+    );
+    let dead = listed(&["list", "--json"]);
+    assert_eq!(dead.len(), 2);
+    assert!(dead[0].0 >= dead[1].0);
+
+    // At an 80-column terminal no table runs wider, and the long error text is cut, not ids.
+    for args in [&["analyze"][..], &["list", "--status", "any"], &["stats"]] {
+        let (code, shown) = at_terminal(&dlq, args, 80, "");
+        assert_eq!(code, 0, "{args:?}: {shown}");
+        for line in shown.lines() {
+            assert!(
+                line.chars().count() <= 80,
+                "{args:?} is wider than 80 columns: {line:?}\n{shown}"
+            );
+        }
+    }
+    let (_, shown) = at_terminal(&dlq, &["list", "--status", "any"], 80, "");
+    for (_, id) in &all {
+        assert!(shown.contains(id.as_str()), "{id} is shown whole:\n{shown}");
+    }
+
+    // Help: examples keep their lines; global options apart from the command's own.
+    let (code, help, _) = dlq.run(&["list", "--help"]);
+    assert_eq!(code, 0);
+    assert!(
+        help.contains("Examples:\n  dlq list\n  dlq list --class timeout"),
+        "{help}"
+    );
+    let (own, rest) = help.split_once("Global options:").unwrap();
+    let global = rest.split_once("Examples:").unwrap().0;
+    assert!(
+        own.contains("--status") && !own.contains("--table"),
+        "{help}"
+    );
+    assert!(
+        global.contains("--table") && !global.contains("--status"),
+        "{help}"
+    );
+
+    // `export -` writes the records to stdout and the summary to stderr; no file named `-`.
+    let (code, out, err) = dlq.run(&["export", "-", "--format", "csv", "--status", "any"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("item_id,status,"), "{out}");
+    assert_eq!(out.lines().count(), 5, "{out}");
+    assert!(err.contains("exported 4 record(s) to stdout"), "{err}");
+    assert!(!std::path::Path::new("-").exists());
+    let (code, _, err) = dlq.run(&["export", "-"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--format"), "{err}");
+
+    // Declining a confirmation at a terminal changes nothing and exits 2.
+    let (code, shown) = at_terminal(&dlq, &["purge", "--older-than", "0s"], 120, "no\n");
+    assert_eq!(code, 2, "{shown}");
+    assert!(
+        shown.contains("not confirmed; nothing was changed"),
+        "{shown}"
+    );
+    assert_eq!(p.records().await.len(), 4);
+
+    // --json on purge and clear.
+    let (code, out, _) = dlq.run(&[
+        "purge",
+        "--older-than",
+        "0s",
+        "--status",
+        "resolved",
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let purged: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(purged["records_deleted"], 2);
+    let (code, out, _) = dlq.run(&["clear", "--yes", "--json"]);
+    assert_eq!(code, 0);
+    let cleared: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(cleared["records_deleted"], 2);
+    assert_eq!(cleared["dlq_messages_deleted"], 2);
+    assert!(p.records().await.is_empty());
 }

@@ -204,9 +204,18 @@ impl ProcessError {
     where
         E: ProvideErrorMetadata + StdError + 'static,
     {
-        // The Display chain, not `DisplayErrorContext`: that one ends with a Debug dump of
-        // the raw response, far too much for a record or a signature.
-        let mut error = ProcessError::new(classify_sdk_error(err), display_chain(err));
+        // A service's answer is said as its code and message, as modelled errors display
+        // themselves; an error the SDK does not model would otherwise display its metadata
+        // as a Debug dump (`unhandled error (X): Error { code: .., aws_request_id: .. }`).
+        // Anything else: the Display chain, not `DisplayErrorContext`, which ends with a
+        // Debug dump of the raw response, far too much for a record or a signature.
+        let message = match (err, err.code(), err.message()) {
+            (SdkError::ServiceError(_), Some(code), Some(text)) => {
+                format!("service error: {code}: {text}")
+            }
+            _ => display_chain(err),
+        };
+        let mut error = ProcessError::new(classify_sdk_error(err), message);
         if let Some(code) = err.code() {
             error.code = Some(code.into());
         }
@@ -422,6 +431,13 @@ mod tests {
             classify_sdk_error(&service_error(Some("SomethingNew"), 409)),
             ErrorClass::Unknown
         );
+    }
+
+    #[test]
+    fn an_unmodelled_service_error_reads_as_code_and_message_not_a_debug_dump() {
+        let error = ProcessError::from_sdk(&service_error(Some("ValidationException"), 400));
+        assert_eq!(error.message, "service error: ValidationException: boom");
+        assert_eq!(error.class, ErrorClass::Validation);
     }
 
     #[test]

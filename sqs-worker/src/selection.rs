@@ -79,6 +79,11 @@ fn listing_key(record: &DeadLetteredItem) -> (std::cmp::Reverse<i64>, &str) {
     )
 }
 
+/// Sorts records as a listing shows them: newest last attempt first, then by item id.
+pub fn sort_newest_first(records: &mut [DeadLetteredItem]) {
+    records.sort_by(|a, b| listing_key(a).cmp(&listing_key(b)));
+}
+
 /// The token that resumes an in-memory listing right after `record`.
 pub fn token_after_record(record: &DeadLetteredItem) -> PageToken {
     PageToken(format!(

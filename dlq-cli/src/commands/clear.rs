@@ -10,7 +10,7 @@ use crate::context::{confirm, progress, store};
 use crate::{CliError, Completion};
 
 /// Empties the store.
-pub async fn clear(global: &GlobalArgs, yes: bool) -> Result<Completion, CliError> {
+pub async fn clear(global: &GlobalArgs, yes: bool, json: bool) -> Result<Completion, CliError> {
     let store = store(global).await?;
     let (depth, in_flight) = store.dlq_depth().await?;
     let count = store
@@ -27,13 +27,17 @@ pub async fn clear(global: &GlobalArgs, yes: bool) -> Result<Completion, CliErro
     let bar = progress(Some(count as u64), "clearing");
     let report = store.clear(|n| bar.set_position(n as u64)).await?;
     bar.finish_and_clear();
-    writeln!(
-        out(),
-        "cleared {} record(s), {} payload(s), {} DLQ message(s)",
-        report.records_deleted,
-        report.payloads_deleted,
-        report.dlq_messages_deleted
-    )
-    .map_err(write_err)?;
+    if json {
+        super::purge::print_json_report(&report)?;
+    } else {
+        writeln!(
+            out(),
+            "cleared {} record(s), {} payload(s), {} DLQ message(s)",
+            report.records_deleted,
+            report.payloads_deleted,
+            report.dlq_messages_deleted
+        )
+        .map_err(write_err)?;
+    }
     Ok(Completion::Ok)
 }

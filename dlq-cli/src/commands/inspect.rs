@@ -54,11 +54,15 @@ pub async fn inspect(
     payload_output: Option<PayloadOutput>,
     json: bool,
 ) -> Result<Completion, CliError> {
+    let key = super::stored_item_id(item_id)?;
     let store = store(global).await?;
-    let record = store
-        .get(item_id)
-        .await?
-        .ok_or_else(|| CliError::Usage(format!("no dead-lettered item with id {item_id:?}")))?;
+    let record = store.get(&key).await?.ok_or_else(|| {
+        CliError::NotFound(format!(
+            "no dead-lettered item with id {:?} in table {:?}",
+            safe(&sqs_worker::analysis::ellipsize(item_id, 80)),
+            global.table.as_deref().unwrap_or("?")
+        ))
+    })?;
     let mut out = out();
     if let Some(output) = payload_output {
         let body = fetch_payload(&store, &record).await?;

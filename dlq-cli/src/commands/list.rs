@@ -20,7 +20,7 @@ pub async fn list(
     let store = store(global).await?;
     let mut unreadable = Vec::new();
     let mut records = store
-        .query_all_noting(&filter, Some(limit + 1), |_| {}, &mut unreadable)
+        .newest_noting(&filter, limit + 1, &mut unreadable)
         .await?;
     for bad in &unreadable {
         eprintln!(

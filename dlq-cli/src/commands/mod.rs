@@ -61,14 +61,16 @@ pub async fn dispatch(cli: Cli) -> Result<Completion, CliError> {
             file,
             format,
             filter,
-        } => export::export(&global, &file, format, &filter).await,
+            json,
+        } => export::export(&global, &file, format, &filter, json).await,
         Command::Redrive(args) => redrive::redrive(&global, args).await,
         Command::Purge {
             older_than,
             status,
             yes,
-        } => purge::purge(&global, &older_than, status, yes).await,
-        Command::Clear { yes } => clear::clear(&global, yes).await,
+            json,
+        } => purge::purge(&global, &older_than, status, yes, json).await,
+        Command::Clear { yes, json } => clear::clear(&global, yes, json).await,
     }
 }
 
@@ -90,4 +92,17 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
         eligible_only: args.eligible,
         lease_expired_before: None,
     })
+}
+
+/// The key a record of `item_id` is stored under: the id itself, or its digest when it is
+/// longer than the store keeps (as the worker stores it, [`sqs_worker::item::bounded_item_id`]),
+/// so an operator can paste the id the producer used. An empty id is a usage error: no
+/// record has one.
+fn stored_item_id(item_id: &str) -> Result<String, CliError> {
+    if item_id.is_empty() {
+        return Err(CliError::Usage(
+            "the item id is empty; give the id `dlq list` shows".into(),
+        ));
+    }
+    Ok(sqs_worker::item::bounded_item_id(item_id.to_string()))
 }

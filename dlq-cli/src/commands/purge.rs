@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use chrono::Utc;
+use sqs_worker::removal::RemovalReport;
 use sqs_worker::selection::RecordFilter;
 
 use super::render::{out, write_err};
@@ -17,6 +18,7 @@ pub async fn purge(
     older_than: &str,
     status: StatusChoice,
     yes: bool,
+    json: bool,
 ) -> Result<Completion, CliError> {
     let age = sqs_worker::duration::parse_duration(older_than)
         .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
@@ -32,11 +34,15 @@ pub async fn purge(
     let store = store(global).await?;
     let records = store.query_all(&filter, None, |_| {}).await?;
     if records.is_empty() {
-        writeln!(
-            out(),
-            "nothing to purge: no {status} record older than {older_than}"
-        )
-        .map_err(write_err)?;
+        if json {
+            print_json_report(&RemovalReport::default())?;
+        } else {
+            writeln!(
+                out(),
+                "nothing to purge: no {status} record older than {older_than}"
+            )
+            .map_err(write_err)?;
+        }
         return Ok(Completion::Ok);
     }
     confirm(
@@ -50,13 +56,27 @@ pub async fn purge(
         })
         .await?;
     bar.finish_and_clear();
+    if json {
+        print_json_report(&report)?;
+    } else {
+        writeln!(
+            out(),
+            "purged {} record(s), {} payload(s), {} DLQ message(s)",
+            report.records_deleted,
+            report.payloads_deleted,
+            report.dlq_messages_deleted
+        )
+        .map_err(write_err)?;
+    }
+    Ok(Completion::Ok)
+}
+
+/// What was removed, as one JSON object (`dlq purge --json`, `dlq clear --json`).
+pub fn print_json_report(report: &RemovalReport) -> Result<(), CliError> {
     writeln!(
         out(),
-        "purged {} record(s), {} payload(s), {} DLQ message(s)",
-        report.records_deleted,
-        report.payloads_deleted,
-        report.dlq_messages_deleted
+        "{}",
+        serde_json::to_string(report).unwrap_or_default()
     )
-    .map_err(write_err)?;
-    Ok(Completion::Ok)
+    .map_err(write_err)
 }

@@ -10,7 +10,9 @@
 use std::io::Write;
 
 use sqs_worker::analysis;
-use sqs_worker::redrive::{ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest};
+use sqs_worker::redrive::{
+    ItemOutcomeKind, RedriveEngine, RedriveMode, RedriveReport, RedriveRequest,
+};
 use sqs_worker::redrive_function::redrive_processor;
 
 use super::render::{out, table, write_err};
@@ -28,7 +30,11 @@ fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
                 .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?
         }
         None => RedriveRequest {
-            item_ids: args.item_id.clone(),
+            item_ids: args
+                .item_id
+                .iter()
+                .map(|id| super::stored_item_id(id))
+                .collect::<Result<_, _>>()?,
             error_signature: args.signature.clone(),
             error_class: args.class,
             since: args.since.clone(),
@@ -74,6 +80,13 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             let processor = redrive_processor(&config, store.clients())
                 .await
                 .map_err(|e| CliError::Usage(e.to_string()))?;
+            if processor.is_none() && request.mode == RedriveMode::Reprocess {
+                let advice = "reprocessing here needs the worker's downstream: set WORKER_DOWNSTREAM_URL (and the worker's other WORKER_* variables), or run it in the deployed redrive function with --via-function <stack>-redrive, or send the items back to their queue with --mode requeue";
+                if !request.dry_run {
+                    return Err(CliError::Usage(advice.to_string()));
+                }
+                eprintln!("note: the dry run only selects; {advice}");
+            }
             let mut settings = config.settings;
             if args.source_queue_url.is_some() {
                 settings.source_queue_url = args.source_queue_url.clone();
@@ -85,7 +98,7 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             let on_item = |_: &sqs_worker::redrive::ItemOutcome| bar.inc(1);
             let report = engine.run(&request, &on_item).await.map_err(|e| match e {
                 sqs_worker::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
-                other => CliError::Failed(other.to_string()),
+                sqs_worker::redrive::RedriveError::Store(e) => CliError::from(e),
             })?;
             bar.finish_and_clear();
             report

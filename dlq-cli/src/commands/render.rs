@@ -58,12 +58,19 @@ fn terminal_width() -> Option<u16> {
         .map(|(_rows, columns)| columns)
 }
 
-/// Renders `rows` under `headers` as a text table (each row one line, cells made
-/// [`safe`]). The columns named in `flexible` (long free text) are the ones cut short to
-/// fit a terminal; the others (ids, names, times) are always shown whole.
+/// Renders `rows` under `headers` as a text table (cells made [`safe`]). On a terminal it
+/// never runs wider than the terminal: the columns named in `flexible` (long free text) are
+/// cut short to one line while the others (ids, names, times) fit whole; on a terminal too
+/// narrow even for those, every column shares the width and long cells wrap onto more
+/// lines, so an id is never cut.
 pub fn table(headers: &[&str], flexible: &[&str], rows: Vec<Vec<String>>) -> String {
     table_for_width(headers, flexible, rows, terminal_width())
 }
+
+/// The narrowest a flexible column is cut to before the table wraps instead.
+const FLEXIBLE_MIN: usize = 12;
+/// Spaces between two columns.
+const GAP: usize = 2;
 
 /// [`table`] for a given width (`None`: no limit).
 fn table_for_width(
@@ -72,12 +79,39 @@ fn table_for_width(
     rows: Vec<Vec<String>>,
     width: Option<u16>,
 ) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .into_iter()
+        .map(|cells| cells.iter().map(|cell| safe(cell)).collect())
+        .collect();
+    let is_flexible = |i: usize| headers.get(i).is_some_and(|h| flexible.contains(h));
+    // Whether the fixed columns fit whole beside the flexible ones at their narrowest.
+    let fixed_fit = width.is_none_or(|width| {
+        let widest = |i: usize| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .chain(headers.get(i).map(|h| h.to_string()).as_ref())
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let needed: usize = (0..headers.len())
+            .map(|i| {
+                if is_flexible(i) {
+                    widest(i).min(FLEXIBLE_MIN)
+                } else {
+                    widest(i)
+                }
+            })
+            .sum::<usize>()
+            + GAP * headers.len().saturating_sub(1);
+        needed <= usize::from(width)
+    });
     let mut t = Table::new();
     t.load_style(comfy_table::presets::NOTHING);
     t.set_header(headers.to_vec());
     for cells in rows {
-        let mut row = Row::from(cells.iter().map(|cell| safe(cell)));
-        if width.is_some() {
+        let mut row = Row::from(cells);
+        if width.is_some() && fixed_fit {
             row.max_height(1);
         }
         t.add_row(row);
@@ -90,8 +124,8 @@ fn table_for_width(
     let last = headers.len().saturating_sub(1);
     for (i, column) in t.column_iter_mut().enumerate() {
         // Two spaces between columns, none before the first or after the last.
-        column.set_padding((0, if i == last { 0 } else { 2 }));
-        if !headers.get(i).is_some_and(|h| flexible.contains(h)) {
+        column.set_padding((0, if i == last { 0 } else { GAP as u16 }));
+        if fixed_fit && !is_flexible(i) {
             column.set_constraint(ColumnConstraint::ContentWidth);
         }
     }
@@ -146,6 +180,56 @@ mod tests {
             "{t}"
         );
         assert!(lines[1].ends_with('…'), "{t}");
+    }
+
+    #[test]
+    fn terminal_tables_too_narrow_for_the_fixed_columns_wrap_instead_of_overflowing() {
+        // `dlq analyze`'s columns: the fixed ones alone are wider than 80 columns.
+        let headers = [
+            "COUNT",
+            "CLASS",
+            "SIGNATURE",
+            "FIRST SEEN",
+            "LAST SEEN",
+            "ELIGIBLE",
+            "SAMPLE IDS",
+            "SAMPLE ERROR",
+        ];
+        let row: [&str; 8] = [
+            "15",
+            "validation",
+            "354017fdcc14a2d9",
+            "2026-11-23T23:13:46.443Z",
+            "2026-11-23T23:14:01.127Z",
+            "0",
+            "163184c3-d642-4d3c-bf99-7409dac9e158",
+            "body is not valid JSON: EOF while parsing a value at line 1 column 0",
+        ];
+        for width in [80u16, 60, 40] {
+            let t = table_for_width(
+                &headers,
+                &["SAMPLE IDS", "SAMPLE ERROR"],
+                rows(&[&row]),
+                Some(width),
+            );
+            for line in t.lines() {
+                assert!(
+                    line.chars().count() <= usize::from(width),
+                    "{width}: {line:?}\n{t}"
+                );
+            }
+            // Nothing is cut: long cells wrap onto more lines instead.
+            assert!(!t.contains('…'), "{width}:\n{t}");
+            assert!(t.lines().count() > 2, "{width}:\n{t}");
+        }
+        // Wide enough: one line per row, as before.
+        let t = table_for_width(
+            &headers,
+            &["SAMPLE IDS", "SAMPLE ERROR"],
+            rows(&[&row]),
+            Some(200),
+        );
+        assert_eq!(t.lines().count(), 2, "{t}");
     }
 
     #[test]

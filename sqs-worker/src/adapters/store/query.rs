@@ -234,6 +234,37 @@ impl DeadLetterStore {
         })
     }
 
+    /// The `limit` records of the selection whose last attempt is newest, newest first, read
+    /// through the indexes: one index query when the filter names a status or a signature
+    /// (both indexes sort by last attempt), else one per status, merged. Stored items that
+    /// do not read as records are added to `unreadable`.
+    pub async fn newest_noting(
+        &self,
+        filter: &RecordFilter,
+        limit: usize,
+        unreadable: &mut Vec<Unreadable>,
+    ) -> Result<Vec<DeadLetteredItem>, ProcessError> {
+        if filter.status.is_some() || filter.signature.is_some() {
+            return self
+                .query_all_noting(filter, Some(limit), |_| {}, unreadable)
+                .await;
+        }
+        let mut records = Vec::new();
+        for status in crate::dead_letter::ItemStatus::ALL {
+            let one_status = RecordFilter {
+                status: Some(status),
+                ..filter.clone()
+            };
+            records.extend(
+                self.query_all_noting(&one_status, Some(limit), |_| {}, unreadable)
+                    .await?,
+            );
+        }
+        crate::selection::sort_newest_first(&mut records);
+        records.truncate(limit);
+        Ok(records)
+    }
+
     /// Reads up to `max` records (all, if `None`), following pages.
     pub async fn query_all(
         &self,
