@@ -30,6 +30,39 @@ fn translated() -> Value {
     .unwrap()
 }
 
+/// A rule assertion evaluated over parameter values, for the functions rules use
+/// (`Fn::Or`, `Fn::And`, `Fn::Not`, `Fn::Equals`, `Fn::Contains`, `Ref`); CloudFormation
+/// compares parameter values as strings.
+fn rule_holds(expression: &Value, parameters: &[(&str, &str)]) -> Value {
+    let eval = |e: &Value| rule_holds(e, parameters);
+    let Some((function, argument)) = expression.as_object().and_then(|o| o.iter().next()) else {
+        return match expression {
+            Value::Array(items) => Value::Array(items.iter().map(eval).collect()),
+            other => other.clone(),
+        };
+    };
+    let args = || argument.as_array().unwrap().iter().map(eval);
+    match function.as_str() {
+        "Ref" => {
+            let name = argument.as_str().unwrap();
+            let value = parameters.iter().find(|(p, _)| *p == name).unwrap().1;
+            Value::String(value.to_string())
+        }
+        "Fn::Or" => Value::Bool(args().any(|v| v == Value::Bool(true))),
+        "Fn::And" => Value::Bool(args().all(|v| v == Value::Bool(true))),
+        "Fn::Not" => Value::Bool(args().next() == Some(Value::Bool(false))),
+        "Fn::Equals" => {
+            let v: Vec<Value> = args().collect();
+            Value::Bool(v[0] == v[1])
+        }
+        "Fn::Contains" => {
+            let v: Vec<Value> = args().collect();
+            Value::Bool(v[0].as_array().unwrap().contains(&v[1]))
+        }
+        other => panic!("rule function {other} is not evaluated here"),
+    }
+}
+
 fn resources_of_type<'a>(template: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
     template["Resources"]
         .as_object()
@@ -121,19 +154,96 @@ fn event_source_alarms_and_iam_as_declared() {
     );
     assert_eq!(esm["BatchSize"], serde_json::json!({"Ref": "BatchSize"}));
 
-    // Visibility timeout is 6 x the function timeout for every allowed timeout.
+    // Visibility timeout is 6 x the function timeout plus the batching window, for every
+    // allowed pair, and the queue reads it from that mapping.
     let allowed = template["Parameters"]["WorkerTimeoutSeconds"]["AllowedValues"]
         .as_array()
         .unwrap();
+    let windows = template["Parameters"]["MaximumBatchingWindowInSeconds"]["AllowedValues"]
+        .as_array()
+        .unwrap();
+    assert!(windows.len() > 5 && windows.iter().any(|w| w == "300"));
     for timeout in allowed {
         let t: u64 = timeout.as_str().unwrap().parse().unwrap();
-        let row = &template["Mappings"]["Timeouts"][t.to_string()];
-        assert_eq!(row["Function"].as_u64(), Some(t));
         assert_eq!(
-            row["Visibility"].as_u64(),
-            Some(6 * t),
-            "visibility for timeout {t}"
+            template["Mappings"]["Timeouts"][t.to_string()]["Function"].as_u64(),
+            Some(t)
         );
+        for window in windows {
+            let w: u64 = window.as_str().unwrap().parse().unwrap();
+            assert_eq!(
+                template["Mappings"]["VisibilityTimeouts"][t.to_string()][w.to_string()].as_u64(),
+                Some(6 * t + w),
+                "visibility for timeout {t} and window {w}"
+            );
+        }
+    }
+    assert_eq!(
+        template["Resources"]["SourceQueue"]["Properties"]["VisibilityTimeout"],
+        serde_json::json!({"Fn::FindInMap": ["VisibilityTimeouts", {"Ref": "WorkerTimeoutSeconds"}, {"Ref": "MaximumBatchingWindowInSeconds"}]})
+    );
+    // AWS refuses a mapping of more than 10 records without a batching window: a rule
+    // refuses the stack first. Its assertion, evaluated as CloudFormation would:
+    let rule = &template["Rules"]["BatchingWindowForLargeBatches"]["Assertions"][0]["Assert"];
+    for (batch, window, allowed) in [
+        ("10", "0", true),
+        ("1", "0", true),
+        ("11", "0", false),
+        ("10000", "0", false),
+        ("11", "1", true),
+        ("10000", "300", true),
+    ] {
+        let parameters = [
+            ("BatchSize", batch),
+            ("MaximumBatchingWindowInSeconds", window),
+        ];
+        assert_eq!(
+            rule_holds(rule, &parameters),
+            Value::Bool(allowed),
+            "BatchSize {batch}, window {window}"
+        );
+    }
+
+    // Concurrency and retries are parameters, with the bounds and defaults the worker's
+    // configuration accepts, and reach both functions.
+    for (parameter, var) in [
+        (
+            "WorkerMaxConcurrency",
+            sqs_worker::config::vars::MAX_CONCURRENCY,
+        ),
+        (
+            "RetryMaxAttempts",
+            sqs_worker::config::vars::RETRY_MAX_ATTEMPTS,
+        ),
+        (
+            "RetryBaseDelayMs",
+            sqs_worker::config::vars::RETRY_BASE_DELAY_MS,
+        ),
+        (
+            "RetryMaxDelayMs",
+            sqs_worker::config::vars::RETRY_MAX_DELAY_MS,
+        ),
+    ] {
+        let p = &template["Parameters"][parameter];
+        let sqs_worker::config::vars::Form::Integer {
+            min,
+            max,
+            default: Some(default),
+        } = var.form
+        else {
+            panic!("{} is not an integer with a default", var.name);
+        };
+        assert_eq!(p["MinValue"].as_u64(), Some(min), "{parameter}");
+        assert_eq!(p["MaxValue"].as_u64(), Some(max), "{parameter}");
+        assert_eq!(p["Default"].as_u64(), Some(default), "{parameter}");
+        for function in ["WorkerFunction", "RedriveFunction"] {
+            assert_eq!(
+                template["Resources"][function]["Properties"]["Environment"]["Variables"][var.name],
+                serde_json::json!({"Fn::Sub": format!("${{{parameter}}}")}),
+                "{function} {}",
+                var.name
+            );
+        }
     }
 
     let alarms = resources_of_type(&template, "AWS::CloudWatch::Alarm");
