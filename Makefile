@@ -3,8 +3,12 @@
 
 CARGO ?= cargo
 EMULATOR := scripts/emulator.sh
+# Where cargo puts what it builds: CARGO_TARGET_DIR when set, as cargo itself does.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
+# The architecture `make package` builds for: the template's default.
+LAMBDA_ARCH ?= arm64
 
-.PHONY: help build emulator demo demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim
+.PHONY: help build emulator demo demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
@@ -12,6 +16,7 @@ help:
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
 	@echo "make sim        the deterministic simulation: SEEDS=N worlds (default 10000), or SEED=n to replay one; MUTANT=name switches a fixed defect back on"
 	@echo "make soak       the load test at full size (5,000 messages with downstream and AWS faults) and one item redriven 1,000 times"
+	@echo "make package    the worker and redrive functions as deployable zips (cargo-lambda, LAMBDA_ARCH=arm64 or x86_64)"
 	@echo "make bench      every benchmark in one run: tables, target/bench/bench.json, docs/BENCHMARKS.md"
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
 	@echo "make bench-runtime  worker cold start, size, peak RSS, batch concurrency"
@@ -25,7 +30,7 @@ emulator:
 	@$(EMULATOR) start >/dev/null
 
 demo: build emulator
-	env $$($(EMULATOR) env) ./target/debug/local demo
+	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/local demo
 
 demo-down:
 	$(EMULATOR) stop
@@ -53,8 +58,8 @@ test: fmt-check clippy infra-check unit
 SEEDS ?= 10000
 FROM ?= 0
 sim:
-	$(CARGO) build --release -p sqs-worker-sim --bin sim
-	./target/release/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM)) $(if $(MUTANT),--mutant $(MUTANT))
+	$(CARGO) build --profile sim -p sqs-worker-sim --bin sim
+	$(TARGET_DIR)/sim/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM)) $(if $(MUTANT),--mutant $(MUTANT))
 
 # The load test of `make test` (300 messages) at full size; prints the throughput seen.
 SOAK_MESSAGES ?= 5000
@@ -62,20 +67,26 @@ soak: build emulator
 	env $$($(EMULATOR) env) LOAD_MESSAGES=$(SOAK_MESSAGES) $(CARGO) test -p e2e --test load -- --nocapture
 	env $$($(EMULATOR) env) REDRIVE_REPEATS=1000 $(CARGO) test -p e2e --test redrive -- --nocapture a_record_redriven
 
+# The deployable zips, built as `sam build` builds the functions (cargo-lambda, release
+# profile); installs cargo-lambda into .venv-lambda on first use. Prints the zip sizes.
+package:
+	scripts/lambda.sh package $(LAMBDA_ARCH)
+
 # Not part of `make test` (a few minutes): per-record CPU against Powertools (its venv is
 # created by scripts/bench-python.sh) and the serde_json floor, cold start, size, peak RSS,
-# concurrency, dead-letter overhead. Figures go to target/bench/bench.json and docs/BENCHMARKS.md.
+# concurrency, dead-letter overhead, on the function binaries built exactly as `make package`
+# builds them. Figures go to target/bench/bench.json and docs/BENCHMARKS.md.
 bench: emulator
 	$(CARGO) build --release -p sqs-worker-local --bin local
-	$(CARGO) build --profile lambda -p worker -p sqs-worker-local --bin worker --bin hello_lambda
-	env $$($(EMULATOR) env) ./target/release/local bench --bin-dir target/lambda
+	scripts/lambda.sh bench
+	env $$($(EMULATOR) env) $(TARGET_DIR)/release/local bench --bin-dir $(TARGET_DIR)/lambda
 
 # Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
 bench-store: emulator
 	$(CARGO) build --release -p sqs-worker-local
-	env $$($(EMULATOR) env) ./target/release/local bench-store
+	env $$($(EMULATOR) env) $(TARGET_DIR)/release/local bench-store
 
 # Not part of `make test`. Figures go to target/bench/runtime.json.
 bench-runtime:
 	$(CARGO) build --release --workspace --bins
-	./target/release/local bench-runtime
+	$(TARGET_DIR)/release/local bench-runtime

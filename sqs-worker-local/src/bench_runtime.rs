@@ -158,7 +158,19 @@ fn peak_rss(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Runs every measure; `bin_dir` holds release builds of `worker` and `hello_lambda`.
+/// A function binary in `bin_dir`: the `<name>/bootstrap` that cargo-lambda lays out (what
+/// `make package` zips and `make bench` measures), else a plain `<name>` (a cargo build).
+pub fn function_binary(bin_dir: &Path, name: &str) -> std::path::PathBuf {
+    let bootstrap = bin_dir.join(name).join("bootstrap");
+    if bootstrap.is_file() {
+        bootstrap
+    } else {
+        bin_dir.join(name)
+    }
+}
+
+/// Runs every measure; `bin_dir` holds release builds of `worker` and `hello_lambda`
+/// (see [`function_binary`]).
 pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> {
     let downstream = Downstream::start(
         0,
@@ -170,7 +182,10 @@ pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> 
     .await
     .map_err(|e| e.to_string())?;
     let env = worker_env(&downstream.url());
-    let (worker_bin, hello_bin) = (bin_dir.join("worker"), bin_dir.join("hello_lambda"));
+    let (worker_bin, hello_bin) = (
+        function_binary(bin_dir, "worker"),
+        function_binary(bin_dir, "hello_lambda"),
+    );
     let mut starts = cold_starts(&[&worker_bin, &hello_bin], &env, spawns)
         .await?
         .into_iter();
@@ -191,7 +206,7 @@ pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> 
         .await
         .map_err(|e| e.to_string())?;
     let process = FunctionProcess::spawn(
-        &bin_dir.join("worker"),
+        &worker_bin,
         "bench",
         &api.address(),
         &env,

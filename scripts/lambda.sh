@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the function binaries the way they ship: cargo-lambda (pinned, installed into
+# .venv-lambda from PyPI, with Zig for the linker), the release profile of Cargo.toml (the one
+# `sam build` uses too), the provided.al2023 layout (one `bootstrap` per function).
+#
+#   scripts/lambda.sh install               install cargo-lambda (no-op when done)
+#   scripts/lambda.sh package [ARCH]        the worker and redrive functions as deployable zips,
+#                                           $TARGET/lambda/{worker,redrive}/bootstrap.zip, and
+#                                           their sizes; ARCH is arm64 (the template's default)
+#                                           or x86_64
+#   scripts/lambda.sh bench                 the worker and the hello-world peer for this
+#                                           machine, $TARGET/lambda/{worker,hello_lambda}/bootstrap,
+#                                           built exactly as `package` builds (what `make bench`
+#                                           measures)
+#
+# TARGET is $CARGO_TARGET_DIR, else target/. Each binary is built on its own (`-p`), as SAM
+# builds it: Cargo unifies features across what one build contains.
+set -euo pipefail
+
+CARGO_LAMBDA_VERSION="1.9.2"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$ROOT/.venv-lambda"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+
+installed() {
+  [ -x "$VENV/bin/cargo-lambda" ] &&
+    [ "$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("cargo-lambda"))' 2>/dev/null)" = "$CARGO_LAMBDA_VERSION" ]
+}
+
+install() {
+  if installed; then return 0; fi
+  echo "installing cargo-lambda==$CARGO_LAMBDA_VERSION into $VENV" >&2
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "cargo-lambda==$CARGO_LAMBDA_VERSION"
+}
+
+# The Rust target of a Lambda architecture, refused with advice when it is not installed.
+triple_of() {
+  local triple
+  case "$1" in
+    arm64) triple=aarch64-unknown-linux-gnu ;;
+    x86_64) triple=x86_64-unknown-linux-gnu ;;
+    *) echo "unknown architecture $1: arm64 or x86_64" >&2; return 2 ;;
+  esac
+  if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed | grep -qx "$triple"; then
+    echo "the Rust target $triple is not installed: rustup target add $triple" >&2
+    echo "(or build for the other architecture and deploy with Architecture set to it)" >&2
+    return 2
+  fi
+  echo "$triple"
+}
+
+# cargo lambda build --release for one binary of one package.
+build() {
+  local triple="$1" package="$2" binary="$3" format="$4"
+  PATH="$VENV/bin:$PATH" cargo lambda build --release --target "$triple" \
+    -p "$package" --bin "$binary" --output-format "$format" --lambda-dir "$TARGET/lambda"
+}
+
+size_of() {
+  stat -c %s "$1"
+}
+
+package() {
+  local arch="${1:-arm64}" triple
+  triple="$(triple_of "$arch")"
+  install
+  for function in worker redrive; do
+    build "$triple" "$function" "$function" zip
+  done
+  echo "deployable zips ($arch):"
+  for function in worker redrive; do
+    local zip="$TARGET/lambda/$function/bootstrap.zip"
+    local binary="$TARGET/$triple/release/$function"
+    printf '  %-8s %s  %9d bytes zipped, %9d bytes unzipped\n' \
+      "$function" "$zip" "$(size_of "$zip")" "$(size_of "$binary")"
+  done
+}
+
+bench() {
+  local arch triple
+  case "$(uname -m)" in
+    aarch64 | arm64) arch=arm64 ;;
+    *) arch=x86_64 ;;
+  esac
+  triple="$(triple_of "$arch")"
+  install
+  build "$triple" worker worker binary
+  build "$triple" sqs-worker-local hello_lambda binary
+}
+
+case "${1:-}" in
+  install) install ;;
+  package) package "${2:-arm64}" ;;
+  bench) bench ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
