@@ -21,8 +21,9 @@
 //!
 //! Why a [`FormatEvent`] of our own ([`LambdaJson`]): tracing-subscriber's JSON formatter
 //! flattens an event's fields (`flatten_event`) but always nests span fields, under `span`
-//! and `spans`; CloudWatch Logs Insights, metric filters and Lambda's level filter read
-//! top-level keys, and a request id two levels down is one nobody queries. The formatter
+//! and `spans`; Lambda's level filter reads a top-level `level`, and CloudWatch Logs
+//! Insights and metric filters are simplest over top-level keys (`filter requestId = …`
+//! rather than a path into the last entry of a list). The formatter
 //! takes the span fields tracing-subscriber has already recorded as JSON
 //! ([`JsonFields`]) and writes them beside the event's.
 //!
