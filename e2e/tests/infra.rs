@@ -115,6 +115,156 @@ fn env_names(function: &Value) -> BTreeSet<String> {
         .collect()
 }
 
+/// One metric line of a dashboard widget, its shorthand resolved.
+#[derive(Debug)]
+struct Plotted {
+    namespace: String,
+    metric: String,
+    /// The `FunctionName` dimension's value (a `${...}` reference), if any.
+    function: Option<String>,
+    stat: Option<String>,
+}
+
+/// Every metric the dashboard plots, by widget title. Rows use the dashboard shorthand:
+/// `"."` repeats the previous row's value at that position, `"..."` the whole previous row.
+fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
+    let body = &template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0];
+    // The `${...}` references are inside JSON strings: the body parses as it is.
+    let body: Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
+    let mut plotted = Vec::new();
+    for widget in body["widgets"].as_array().unwrap() {
+        let properties = &widget["properties"];
+        let title = properties["title"].as_str().unwrap().to_string();
+        let mut previous: Vec<String> = Vec::new();
+        for row in properties["metrics"].as_array().unwrap() {
+            let row = row.as_array().unwrap();
+            let options = row.last().filter(|v| v.is_object());
+            let names: Vec<&str> = row.iter().filter_map(Value::as_str).collect();
+            let resolved: Vec<String> = if names == ["..."] {
+                previous.clone()
+            } else {
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| match *n {
+                        "." => previous[i].clone(),
+                        other => other.to_string(),
+                    })
+                    .collect()
+            };
+            let function = resolved
+                .iter()
+                .position(|d| d == "FunctionName")
+                .map(|i| resolved[i + 1].clone());
+            let stat = options
+                .and_then(|o| o["stat"].as_str())
+                .or(properties["stat"].as_str())
+                .map(str::to_string);
+            plotted.push((
+                title.clone(),
+                Plotted {
+                    namespace: resolved[0].clone(),
+                    metric: resolved[1].clone(),
+                    function,
+                    stat,
+                },
+            ));
+            previous = resolved;
+        }
+    }
+    plotted
+}
+
+/// The metric names a set of EMF documents defines.
+fn defined_metrics(documents: &[Value]) -> BTreeSet<String> {
+    documents
+        .iter()
+        .flat_map(|d| {
+            d["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .unwrap()
+        })
+        .map(|m| m["Name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn dashboard_plots_what_the_functions_emit() {
+    use sqs_worker::metrics::{emf_documents, redrive_document, InvocationTimings, NAMESPACE};
+
+    let template = translated();
+    let mut counts = sqs_worker::batch::BatchCounts {
+        records: 1,
+        ..Default::default()
+    };
+    counts.by_class.insert(sqs_worker::ErrorClass::Throttled, 1);
+    let timings = InvocationTimings {
+        cold_start: true,
+        batch_duration: Duration::from_millis(5),
+        record_times: vec![Duration::from_millis(1)],
+    };
+    let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
+    let redrive_metrics = defined_metrics(&[redrive_document(
+        &sqs_worker::redrive::RedriveReport::default(),
+        "r",
+        0,
+    )
+    .unwrap()]);
+
+    let plotted = dashboard_metrics(&template);
+    // Every custom metric the dashboard plots is one the function it names emits.
+    for (title, p) in plotted.iter().filter(|(_, p)| p.namespace == NAMESPACE) {
+        let emitted = match p.function.as_deref() {
+            Some("${WorkerFunction}") => &worker_metrics,
+            Some("${RedriveFunction}") => &redrive_metrics,
+            other => panic!("{title}: {} for {other:?}", p.metric),
+        };
+        assert!(emitted.contains(&p.metric), "{title}: {p:?} is not emitted");
+    }
+    let shows = |namespace: &str, metric: &str, function: &str| {
+        plotted
+            .iter()
+            .filter(|(_, p)| {
+                p.namespace == namespace
+                    && p.metric == metric
+                    && p.function.as_deref() == Some(function)
+            })
+            .map(|(_, p)| p.stat.clone().unwrap_or_default())
+            .collect::<BTreeSet<_>>()
+    };
+    let worker = "${WorkerFunction}";
+    let redrive = "${RedriveFunction}";
+    assert_eq!(
+        shows(NAMESPACE, "ColdStart", worker),
+        BTreeSet::from(["Sum".to_string()])
+    );
+    for timing in ["BatchDuration", "RecordProcessingTime"] {
+        let stats = shows(NAMESPACE, timing, worker);
+        assert!(
+            stats.contains("p50") && stats.contains("p99") && stats.contains("Maximum"),
+            "{timing}: {stats:?}"
+        );
+    }
+    for metric in [
+        "Selected",
+        "Resolved",
+        "Requeued",
+        "FailedAgain",
+        "Errors",
+        "Adopted",
+    ] {
+        assert_eq!(
+            shows(NAMESPACE, metric, redrive),
+            BTreeSet::from(["Sum".to_string()]),
+            "{metric}"
+        );
+    }
+    for metric in ["Invocations", "Errors"] {
+        assert!(!shows("AWS/Lambda", metric, redrive).is_empty(), "{metric}");
+        assert!(!shows("AWS/Lambda", metric, worker).is_empty(), "{metric}");
+    }
+}
+
 #[test]
 fn variable_names_match_the_code() {
     let template = translated();
@@ -277,13 +427,36 @@ fn event_source_alarms_and_iam_as_declared() {
         BTreeSet::from_iter(ages),
         BTreeSet::from(["DeadLetterQueue".to_string(), "SourceQueue".to_string()])
     );
-    for metric in ["Errors", "Throttles"] {
-        let (_, a) = find("AWS/Lambda", metric).unwrap_or_else(|| panic!("{metric} alarm"));
-        assert_eq!(
-            a["Dimensions"][0]["Value"],
-            serde_json::json!({"Ref": "WorkerFunction"})
-        );
-    }
+    // Lambda's own metrics: errors of both functions, throttles of the worker.
+    let lambda_alarms: BTreeSet<(String, String)> = alarms
+        .iter()
+        .filter(|(_, a)| a["Properties"]["Namespace"] == "AWS/Lambda")
+        .map(|(_, a)| {
+            let p = &a["Properties"];
+            assert_eq!(p["Statistic"], "Sum");
+            assert_eq!(p["Threshold"], 0);
+            assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold");
+            (
+                p["MetricName"].as_str().unwrap().to_string(),
+                p["Dimensions"][0]["Value"]["Ref"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lambda_alarms,
+        BTreeSet::from([
+            ("Errors".to_string(), "WorkerFunction".to_string()),
+            ("Errors".to_string(), "RedriveFunction".to_string()),
+            ("Throttles".to_string(), "WorkerFunction".to_string()),
+        ])
+    );
+    assert_eq!(
+        template["Resources"]["RedriveErrorsAlarm"]["Properties"]["MetricName"],
+        "Errors"
+    );
     for metric in ["DeadLettered", "DeadLetterFailed"] {
         let (_, a) = find(sqs_worker::metrics::NAMESPACE, metric)
             .unwrap_or_else(|| panic!("{metric} alarm"));
@@ -301,6 +474,14 @@ fn event_source_alarms_and_iam_as_declared() {
         resources_of_type(&template, "AWS::CloudWatch::Dashboard").len(),
         1
     );
+
+    // Both functions log through Lambda's advanced logging controls, in JSON, at a level
+    // that keeps the EMF lines (Lambda takes a line without a level for INFO).
+    for function in ["WorkerFunction", "RedriveFunction"] {
+        let logging = &template["Resources"][function]["Properties"]["LoggingConfig"];
+        assert_eq!(logging["LogFormat"], "JSON", "{function}");
+        assert_eq!(logging["ApplicationLogLevel"], "INFO", "{function}");
+    }
 
     let table = &template["Resources"]["DeadLetterTable"]["Properties"];
     assert_eq!(

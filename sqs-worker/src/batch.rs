@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
 use futures::StreamExt;
@@ -127,6 +128,12 @@ pub struct RecordReport {
     /// The end state.
     #[serde(flatten)]
     pub disposition: Disposition,
+    /// How long the record took, from its start to its disposition (its dead-letter write,
+    /// shared by the batch, excepted); `None` when it was never started. For the
+    /// `RecordProcessingTime` metric; left out of the serialized report, which stays the
+    /// same for the same batch.
+    #[serde(skip)]
+    pub processing_time: Option<Duration>,
 }
 
 /// Totals for one batch; they add up to `records`.
@@ -172,6 +179,14 @@ impl BatchReport {
             response.add_failure(record.message_id.clone());
         }
         response
+    }
+
+    /// The processing time of every record that was started, in event order.
+    pub fn record_times(&self) -> Vec<Duration> {
+        self.records
+            .iter()
+            .filter_map(|r| r.processing_time)
+            .collect()
     }
 
     /// Totals by disposition and class.
@@ -241,7 +256,12 @@ pub trait BodyResolver: Send + Sync {
 /// Where a record stands after processing, before any dead-lettering.
 enum Step {
     Final(RecordReport),
-    DeadLetter(Box<DeadLetterCandidate>, u32),
+    DeadLetter {
+        candidate: Box<DeadLetterCandidate>,
+        attempts: u32,
+        /// Its processing time, set by [`BatchProcessor::run_record`].
+        time: Option<Duration>,
+    },
 }
 
 /// Runs a processor over batches with the semantics above.
@@ -345,6 +365,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                             disposition: Disposition::NotStarted {
                                 reason: NotStartedReason::Deadline,
                             },
+                            processing_time: None,
                         })
                         .collect(),
                 })
@@ -375,18 +396,27 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         for (index, step) in steps {
             match step {
                 Step::Final(report) => reports[index] = Some(report),
-                Step::DeadLetter(candidate, attempts) => {
+                Step::DeadLetter {
+                    candidate,
+                    attempts,
+                    time,
+                } => {
                     candidates.push(*candidate);
-                    candidate_slots.push((index, attempts));
+                    candidate_slots.push((index, attempts, time));
                 }
             }
         }
         if !candidates.is_empty() {
             let results = self.dead_letter(&candidates, invocation, deadline).await;
-            for (n, (candidate, (index, attempts))) in
+            for (n, (candidate, (index, attempts, time))) in
                 candidates.iter().zip(candidate_slots).enumerate()
             {
-                reports[index] = Some(dead_letter_report(candidate, attempts, results.get(n)));
+                reports[index] = Some(dead_letter_report(
+                    candidate,
+                    attempts,
+                    time,
+                    results.get(n),
+                ));
             }
         }
         reports.into_iter().flatten().collect()
@@ -414,13 +444,17 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 Some(reason) => not_started(id, &msg, reason, &self.config.parser),
                 None => match self.run_record(id, msg, deadline).await {
                     Step::Final(report) => report,
-                    Step::DeadLetter(candidate, attempts) => {
+                    Step::DeadLetter {
+                        candidate,
+                        attempts,
+                        time,
+                    } => {
                         // Dead-letter at once: a dead-lettered record has left its group's
                         // stream (as SQS's own redrive would move it), so the group goes on.
                         let results = self
                             .dead_letter(std::slice::from_ref(&*candidate), invocation, deadline)
                             .await;
-                        dead_letter_report(&candidate, attempts, results.first())
+                        dead_letter_report(&candidate, attempts, time, results.first())
                     }
                 },
             };
@@ -460,13 +494,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
-    /// Parses and processes one record, retrying within the invocation.
-    async fn run_record(
-        &self,
-        message_id: String,
-        mut msg: SqsMessage,
-        deadline: &Deadline,
-    ) -> Step {
+    /// Runs one record unless the cut-off has passed, and times it: one clock read at each
+    /// end, nothing per attempt.
+    async fn run_record(&self, message_id: String, msg: SqsMessage, deadline: &Deadline) -> Step {
         if !deadline.can_start() {
             return Step::Final(not_started(
                 message_id,
@@ -475,6 +505,33 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 &self.config.parser,
             ));
         }
+        let started = tokio::time::Instant::now();
+        let step = self.process_record(message_id, msg, deadline).await;
+        let took = Some(started.elapsed());
+        match step {
+            Step::Final(report) => Step::Final(RecordReport {
+                processing_time: took,
+                ..report
+            }),
+            Step::DeadLetter {
+                candidate,
+                attempts,
+                time: _,
+            } => Step::DeadLetter {
+                candidate,
+                attempts,
+                time: took,
+            },
+        }
+    }
+
+    /// Parses and processes one record, retrying within the invocation.
+    async fn process_record(
+        &self,
+        message_id: String,
+        mut msg: SqsMessage,
+        deadline: &Deadline,
+    ) -> Step {
         let mut resolve_error = None;
         if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_deref()) {
             match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body)).await {
@@ -542,6 +599,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     item_id: item.item_id,
                     attempts,
                     disposition,
+                    processing_time: None,
                 })
             }
             Err((error, stop)) => self.settle_failure(item, error, stop, run.failures, attempts),
@@ -595,15 +653,16 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             None
         };
         match reason {
-            Some(reason) => Step::DeadLetter(
-                Box::new(DeadLetterCandidate {
+            Some(reason) => Step::DeadLetter {
+                candidate: Box::new(DeadLetterCandidate {
                     item,
                     error,
                     failures,
                     reason,
                 }),
                 attempts,
-            ),
+                time: None,
+            },
             None => {
                 log_failure(&item, &error, "returned for retry");
                 Step::Final(RecordReport {
@@ -611,6 +670,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     item_id: item.item_id,
                     attempts,
                     disposition: Disposition::RetryLater { class: error.class },
+                    processing_time: None,
                 })
             }
         }
@@ -681,12 +741,14 @@ fn not_started(
         item_id,
         attempts: 0,
         disposition: Disposition::NotStarted { reason },
+        processing_time: None,
     }
 }
 
 fn dead_letter_report(
     candidate: &DeadLetterCandidate,
     attempts: u32,
+    processing_time: Option<Duration>,
     result: Option<&Result<(), ProcessError>>,
 ) -> RecordReport {
     let item = &candidate.item;
@@ -736,6 +798,7 @@ fn dead_letter_report(
         item_id: item.item_id.clone(),
         attempts,
         disposition,
+        processing_time,
     }
 }
 

@@ -37,8 +37,8 @@
 //! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
 //! | [`redrive_function`] | the Lambda handler the `redrive` binary runs | via ports |
 //! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
-//! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation | stdout |
-//! | [`telemetry`] | JSON logging set-up | stdout |
+//! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation (worker and redrive) | stdout |
+//! | [`telemetry`] | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span | stdout |
 //! | [`duration`], [`time_format`], [`hex`] | durations and times as operators write them; record timestamps; sha256 in hex | none |
 //! | [`testing`] | scripted processor, in-memory sink, [`testing::MemoryStore`] | none |
 //!

@@ -1,17 +1,99 @@
-//! CloudWatch Embedded Metric Format (EMF): one JSON line per invocation with the batch
-//! counts, plus one per error class with failures. Lambda ships stdout to CloudWatch Logs,
-//! which turns these lines into metrics without any API call.
+//! CloudWatch Embedded Metric Format (EMF): the functions' metrics as JSON lines on
+//! stdout. Lambda ships stdout to CloudWatch Logs, which turns these lines into metrics
+//! without any API call. Namespace [`NAMESPACE`], dimension `FunctionName`.
+//!
+//! Per worker invocation: the batch counts, `ColdStart` (1 on the process's first
+//! invocation, else 0, so its sum counts cold starts and its average is their rate; a
+//! metric of its own as in Powertools), `BatchDuration` and `RecordProcessingTime` (one
+//! value per record the worker started, an EMF array), plus one line per error class with
+//! failures. Per redrive invocation that changed something: the [`RedriveReport`]'s counts.
+//!
+//! An EMF line has no `level`, so Lambda's log-level filter (JSON log format) treats it as
+//! INFO: an `ApplicationLogLevel` above INFO drops the metrics with the info lines.
+
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::batch::BatchCounts;
+use crate::redrive::RedriveReport;
 
 /// The metric namespace.
 pub const NAMESPACE: &str = "SqsWorker";
 
-/// The EMF documents for one invocation's counts.
-pub fn emf_documents(counts: &BatchCounts, function_name: &str, timestamp_ms: i64) -> Vec<Value> {
-    let count_metrics = [
+/// The most values one metric may carry in one EMF document (the EMF specification's
+/// limit); a batch with more processed records spreads them over more documents.
+pub const MAX_VALUES_PER_METRIC: usize = 100;
+
+/// The unit of counts.
+const COUNT: &str = "Count";
+/// The unit of durations.
+const MILLISECONDS: &str = "Milliseconds";
+
+/// What one worker invocation measured besides its counts.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InvocationTimings {
+    /// Whether this was the process's first invocation.
+    pub cold_start: bool,
+    /// From the invocation's arrival to its answer (decoding, records, dead-lettering).
+    pub batch_duration: Duration,
+    /// Per record the worker started, in event order: fetching its payload, parsing and
+    /// processing it with its retries (its dead-letter write, shared by the batch, is in
+    /// the batch duration only).
+    pub record_times: Vec<Duration>,
+}
+
+/// A duration in milliseconds, to the microsecond.
+fn millis(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1_000_000.0).round() / 1_000.0
+}
+
+/// An EMF document: the metadata for `metrics` (name, unit) in the namespace with the
+/// `FunctionName` dimension (and `extra_dimension` when given), and the values at the root.
+fn document(
+    timestamp_ms: i64,
+    function_name: &str,
+    extra_dimension: Option<(&str, &str)>,
+    metrics: &[(&str, &str, Value)],
+) -> Value {
+    let mut dimensions = vec!["FunctionName"];
+    dimensions.extend(extra_dimension.map(|(name, _)| name));
+    let definitions: Vec<Value> = metrics
+        .iter()
+        .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
+        .collect();
+    let mut doc = json!({
+        "_aws": {
+            "Timestamp": timestamp_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": NAMESPACE,
+                "Dimensions": [dimensions],
+                "Metrics": definitions,
+            }]
+        },
+        "FunctionName": function_name,
+    });
+    if let Some((name, value)) = extra_dimension {
+        doc[name] = json!(value);
+    }
+    for (name, _, value) in metrics {
+        doc[*name] = value.clone();
+    }
+    doc
+}
+
+/// The EMF documents for one worker invocation.
+pub fn emf_documents(
+    counts: &BatchCounts,
+    timings: &InvocationTimings,
+    function_name: &str,
+    timestamp_ms: i64,
+) -> Vec<Value> {
+    let mut chunks = timings
+        .record_times
+        .chunks(MAX_VALUES_PER_METRIC)
+        .map(|chunk| Value::from(chunk.iter().map(|d| millis(*d)).collect::<Vec<_>>()));
+    let mut metrics: Vec<(&str, &str, Value)> = [
         ("Records", counts.records),
         ("Done", counts.done),
         ("Skipped", counts.skipped),
@@ -20,44 +102,89 @@ pub fn emf_documents(counts: &BatchCounts, function_name: &str, timestamp_ms: i6
         ("DeadLetterFailed", counts.dead_letter_failed),
         ("NotStarted", counts.not_started),
         ("ReportedFailures", counts.reported()),
-    ];
-    let mut summary = json!({
-        "_aws": {
-            "Timestamp": timestamp_ms,
-            "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [["FunctionName"]],
-                "Metrics": count_metrics.iter().map(|(name, _)| json!({"Name": name, "Unit": "Count"})).collect::<Vec<_>>(),
-            }]
-        },
-        "FunctionName": function_name,
-    });
-    for (name, value) in count_metrics {
-        summary[name] = json!(value);
+    ]
+    .into_iter()
+    .map(|(name, value)| (name, COUNT, json!(value)))
+    .collect();
+    metrics.push(("ColdStart", COUNT, json!(u8::from(timings.cold_start))));
+    metrics.push((
+        "BatchDuration",
+        MILLISECONDS,
+        json!(millis(timings.batch_duration)),
+    ));
+    // No records started (all held back or past the cut-off): no value rather than an
+    // empty array, which EMF does not define.
+    if let Some(first) = chunks.next() {
+        metrics.push(("RecordProcessingTime", MILLISECONDS, first));
     }
-    let mut documents = vec![summary];
+    let mut documents = vec![document(timestamp_ms, function_name, None, &metrics)];
+    for chunk in chunks {
+        documents.push(document(
+            timestamp_ms,
+            function_name,
+            None,
+            &[("RecordProcessingTime", MILLISECONDS, chunk)],
+        ));
+    }
     for (class, failed) in &counts.by_class {
-        documents.push(json!({
-            "_aws": {
-                "Timestamp": timestamp_ms,
-                "CloudWatchMetrics": [{
-                    "Namespace": NAMESPACE,
-                    "Dimensions": [["FunctionName", "ErrorClass"]],
-                    "Metrics": [{"Name": "FailedRecords", "Unit": "Count"}],
-                }]
-            },
-            "FunctionName": function_name,
-            "ErrorClass": class.as_str(),
-            "FailedRecords": failed,
-        }));
+        documents.push(document(
+            timestamp_ms,
+            function_name,
+            Some(("ErrorClass", class.as_str())),
+            &[("FailedRecords", COUNT, json!(failed))],
+        ));
     }
     documents
 }
 
-/// Prints the EMF lines for one invocation to stdout.
-pub fn emit(counts: &BatchCounts, function_name: &str) {
+/// Prints the EMF lines for one worker invocation to stdout.
+pub fn emit(counts: &BatchCounts, timings: &InvocationTimings, function_name: &str) {
     let now = chrono::Utc::now().timestamp_millis();
-    for document in emf_documents(counts, function_name, now) {
+    for document in emf_documents(counts, timings, function_name, now) {
+        println!("{document}");
+    }
+}
+
+/// The EMF document for one redrive run, or `None` for a dry run (it changed nothing, and
+/// its would-be selections counted as `Selected` would overstate what was redriven).
+pub fn redrive_document(
+    report: &RedriveReport,
+    function_name: &str,
+    timestamp_ms: i64,
+) -> Option<Value> {
+    if report.dry_run {
+        return None;
+    }
+    let metrics: Vec<(&str, &str, Value)> = [
+        ("Selected", report.selected),
+        ("Resolved", report.succeeded),
+        ("Requeued", report.requeued),
+        ("FailedAgain", report.failed_again),
+        ("SkippedIneligible", report.skipped_ineligible),
+        ("LeasedElsewhere", report.leased_elsewhere),
+        ("NotFound", report.not_found),
+        ("Errors", report.errors),
+        ("Adopted", report.adopted_from_dlq),
+        ("DlqMessagesDeleted", report.dlq_messages_deleted),
+        (
+            "StoppedEarly",
+            usize::from(report.continuation_token.is_some()),
+        ),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name, COUNT, json!(value)))
+    .collect();
+    let mut doc = document(timestamp_ms, function_name, None, &metrics);
+    // Searchable in Logs Insights, not dimensions: a run id is unique.
+    doc["RunId"] = json!(report.run_id);
+    doc["Mode"] = serde_json::to_value(report.mode).unwrap_or(Value::Null);
+    Some(doc)
+}
+
+/// Prints the EMF line for one redrive run to stdout (nothing for a dry run).
+pub fn emit_redrive(report: &RedriveReport, function_name: &str) {
+    let now = chrono::Utc::now().timestamp_millis();
+    if let Some(document) = redrive_document(report, function_name, now) {
         println!("{document}");
     }
 }
@@ -66,9 +193,48 @@ pub fn emit(counts: &BatchCounts, function_name: &str) {
 mod tests {
     use super::*;
     use crate::error::ErrorClass;
+    use crate::redrive::RedriveMode;
+
+    /// The metric definitions of a document: name → unit.
+    fn definitions(doc: &Value) -> Vec<(String, String)> {
+        doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["Name"].as_str().unwrap().to_string(),
+                    m["Unit"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every metric a document defines has a value at its root, and the dimensions too.
+    fn assert_valid(doc: &Value) {
+        let directive = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], NAMESPACE);
+        for dimension in directive["Dimensions"][0].as_array().unwrap() {
+            assert!(
+                doc[dimension.as_str().unwrap()].is_string(),
+                "{dimension} in {doc}"
+            );
+        }
+        for (name, _) in definitions(doc) {
+            let value = &doc[&name];
+            assert!(
+                value.is_number()
+                    || value.as_array().is_some_and(|values| !values.is_empty()
+                        && values.len() <= MAX_VALUES_PER_METRIC
+                        && values.iter().all(Value::is_number)),
+                "{name} = {value} in {doc}"
+            );
+        }
+        assert!(doc["_aws"]["Timestamp"].is_i64());
+    }
 
     #[test]
-    fn documents_carry_counts_and_classes() {
+    fn documents_carry_counts_classes_cold_start_and_times() {
         let mut counts = BatchCounts {
             records: 10,
             done: 6,
@@ -79,21 +245,31 @@ mod tests {
         };
         counts.by_class.insert(ErrorClass::Validation, 2);
         counts.by_class.insert(ErrorClass::Throttled, 1);
-        let docs = emf_documents(&counts, "worker", 1_700_000_000_000);
+        let timings = InvocationTimings {
+            cold_start: true,
+            batch_duration: Duration::from_micros(1_234_567),
+            record_times: vec![Duration::from_millis(12), Duration::from_micros(3_500)],
+        };
+        let docs = emf_documents(&counts, &timings, "worker", 1_700_000_000_000);
         assert_eq!(docs.len(), 3);
-        assert_eq!(docs[0]["Records"], 10);
-        assert_eq!(docs[0]["DeadLettered"], 2);
-        assert_eq!(docs[0]["ReportedFailures"], 1);
+        docs.iter().for_each(assert_valid);
+        let summary = &docs[0];
+        assert_eq!(summary["FunctionName"], "worker");
+        assert_eq!(summary["Records"], 10);
+        assert_eq!(summary["DeadLettered"], 2);
+        assert_eq!(summary["ReportedFailures"], 1);
+        assert_eq!(summary["ColdStart"], 1);
+        assert_eq!(summary["BatchDuration"], 1234.567);
+        assert_eq!(summary["RecordProcessingTime"], json!([12.0, 3.5]));
+        let units: std::collections::BTreeMap<_, _> = definitions(summary).into_iter().collect();
+        assert_eq!(units.len(), 11);
+        assert_eq!(units["Records"], "Count");
+        assert_eq!(units["ColdStart"], "Count");
+        assert_eq!(units["BatchDuration"], "Milliseconds");
+        assert_eq!(units["RecordProcessingTime"], "Milliseconds");
         assert_eq!(
-            docs[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"],
-            "SqsWorker"
-        );
-        assert_eq!(
-            docs[0]["_aws"]["CloudWatchMetrics"][0]["Metrics"]
-                .as_array()
-                .unwrap()
-                .len(),
-            8
+            summary["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["FunctionName"]])
         );
         let classes: Vec<_> = docs[1..]
             .iter()
@@ -101,5 +277,106 @@ mod tests {
             .collect();
         assert_eq!(classes, ["throttled", "validation"]);
         assert_eq!(docs[2]["FailedRecords"], 2);
+        assert_eq!(
+            docs[2]["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["FunctionName", "ErrorClass"]])
+        );
+    }
+
+    #[test]
+    fn a_warm_invocation_reports_cold_start_zero() {
+        let timings = InvocationTimings {
+            cold_start: false,
+            ..InvocationTimings::default()
+        };
+        let docs = emf_documents(&BatchCounts::default(), &timings, "worker", 0);
+        assert_eq!(docs[0]["ColdStart"], 0);
+        // No record started: no processing-time value at all (EMF has no empty array).
+        assert!(docs[0].get("RecordProcessingTime").is_none());
+        assert!(!definitions(&docs[0])
+            .iter()
+            .any(|(name, _)| name == "RecordProcessingTime"));
+        assert_valid(&docs[0]);
+    }
+
+    #[test]
+    fn more_than_a_hundred_record_times_spread_over_documents() {
+        let timings = InvocationTimings {
+            cold_start: false,
+            batch_duration: Duration::from_secs(1),
+            record_times: (1..=250).map(Duration::from_millis).collect(),
+        };
+        let counts = BatchCounts {
+            records: 250,
+            done: 250,
+            ..BatchCounts::default()
+        };
+        let docs = emf_documents(&counts, &timings, "worker", 0);
+        assert_eq!(docs.len(), 3);
+        docs.iter().for_each(assert_valid);
+        let values: Vec<f64> = docs
+            .iter()
+            .flat_map(|d| d["RecordProcessingTime"].as_array().unwrap().clone())
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        assert_eq!(values, (1..=250).map(f64::from).collect::<Vec<_>>());
+        // The extra documents carry only the processing times: counts are not repeated.
+        assert_eq!(definitions(&docs[1]).len(), 1);
+        assert!(docs[1].get("Records").is_none());
+    }
+
+    #[test]
+    fn redrive_document_carries_the_reports_counts() {
+        let report = RedriveReport {
+            run_id: "run-1".to_string(),
+            mode: RedriveMode::Reprocess,
+            selected: 9,
+            succeeded: 4,
+            failed_again: 2,
+            skipped_ineligible: 1,
+            not_found: 1,
+            errors: 1,
+            adopted_from_dlq: 3,
+            dlq_messages_deleted: 4,
+            continuation_token: Some("next".to_string()),
+            ..RedriveReport::default()
+        };
+        let doc = redrive_document(&report, "redrive", 1_700_000_000_000).unwrap();
+        assert_valid(&doc);
+        assert_eq!(doc["FunctionName"], "redrive");
+        for (name, value) in [
+            ("Selected", 9),
+            ("Resolved", 4),
+            ("Requeued", 0),
+            ("FailedAgain", 2),
+            ("SkippedIneligible", 1),
+            ("LeasedElsewhere", 0),
+            ("NotFound", 1),
+            ("Errors", 1),
+            ("Adopted", 3),
+            ("DlqMessagesDeleted", 4),
+            ("StoppedEarly", 1),
+        ] {
+            assert_eq!(doc[name], value, "{name}");
+        }
+        assert!(definitions(&doc).iter().all(|(_, unit)| unit == "Count"));
+        assert_eq!(definitions(&doc).len(), 11);
+        assert_eq!(doc["RunId"], "run-1");
+        assert_eq!(doc["Mode"], "reprocess");
+        assert!(doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m["Name"] != "RunId"));
+    }
+
+    #[test]
+    fn a_dry_run_emits_no_metrics() {
+        let report = RedriveReport {
+            dry_run: true,
+            selected: 5,
+            ..RedriveReport::default()
+        };
+        assert_eq!(redrive_document(&report, "redrive", 0), None);
     }
 }

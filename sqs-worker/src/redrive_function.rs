@@ -1,7 +1,8 @@
 //! The Lambda glue of the redrive function: builds the engine once from the environment
 //! and answers each invocation (a [`RedriveRequest`] as JSON) with a [`RedriveReport`].
 //! The run's time budget is capped by the invocation's deadline, so a large redrive stops
-//! cleanly with a continuation token instead of being killed at the Lambda timeout.
+//! cleanly with a continuation token instead of being killed at the Lambda timeout. Each
+//! run that changed something prints its counts as an EMF line ([`crate::metrics`]).
 
 use std::time::Duration;
 
@@ -49,6 +50,8 @@ const ANSWER_RESERVE: Duration = Duration::from_secs(2);
 /// The engine behind the redrive function.
 pub struct RedriveFunction {
     engine: RedriveEngine<HttpDelivery, DeadLetterStore>,
+    /// The `FunctionName` dimension of the metrics.
+    function_name: String,
 }
 
 impl RedriveFunction {
@@ -79,6 +82,10 @@ impl RedriveFunction {
         );
         Ok(RedriveFunction {
             engine: RedriveEngine::new(store, processor, config.settings),
+            function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+                .ok()
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "redrive".to_string()),
         })
     }
 
@@ -121,13 +128,18 @@ impl RedriveFunction {
             run_id = %report.run_id,
             selected = report.selected,
             succeeded = report.succeeded,
+            requeued = report.requeued,
             failed_again = report.failed_again,
             skipped_ineligible = report.skipped_ineligible,
             leased_elsewhere = report.leased_elsewhere,
+            not_found = report.not_found,
             errors = report.errors,
+            adopted = report.adopted_from_dlq,
+            dry_run = report.dry_run,
             more = report.continuation_token.is_some(),
             "redrive finished"
         );
+        crate::metrics::emit_redrive(&report, &self.function_name);
         Ok(report)
     }
 }

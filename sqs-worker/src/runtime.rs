@@ -7,17 +7,20 @@
 //! response path, where the body is still the bytes the Runtime API sent: it runs the
 //! batch on those bytes ([`Worker::handle_invocation`]), then hands the runtime a body
 //! holding only the small [`HandlerOutcome`], which [`respond`] returns as the function's
-//! result. The runtime still posts the response or error, adds its tracing span and
-//! catches panics exactly as for any handler.
+//! result. The runtime still posts the response or error and catches panics exactly as
+//! for any handler. [`InvocationLayer`](crate::telemetry::InvocationLayer), added last so
+//! that it runs first, puts the whole invocation, the batch included, inside the span
+//! whose request id and cold start every log line carries.
 //!
 //! ```no_run
 //! # async fn example(worker: &'static sqs_worker::worker::DefaultWorker) -> Result<(), lambda_runtime::Error> {
-//! use lambda_runtime::{layers::TracingLayer, service_fn, Runtime};
+//! use lambda_runtime::{service_fn, Runtime};
 //! use sqs_worker::runtime::{respond, WorkerLayer};
+//! use sqs_worker::telemetry::InvocationLayer;
 //!
 //! Runtime::new(service_fn(respond))
 //!     .layer(WorkerLayer::new(worker))
-//!     .layer(TracingLayer::new())
+//!     .layer(InvocationLayer)
 //!     .run()
 //!     .await
 //! # }

@@ -239,6 +239,19 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         deadline: Deadline,
         request_id: Option<String>,
     ) -> Result<BatchReport, BatchError> {
+        self.run_since(event, deadline, request_id, tokio::time::Instant::now())
+            .await
+    }
+
+    /// [`Worker::run`] for an invocation that arrived at `arrived` (its batch duration is
+    /// counted from there, decoding included).
+    async fn run_since(
+        &self,
+        event: SqsEvent,
+        deadline: Deadline,
+        request_id: Option<String>,
+        arrived: tokio::time::Instant,
+    ) -> Result<BatchReport, BatchError> {
         let invocation = InvocationInfo {
             request_id,
             ..self.base_invocation.clone()
@@ -247,9 +260,12 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
             .engine
             .process_batch(event, deadline, &invocation)
             .await?;
+        let batch_duration = arrived.elapsed();
         let counts = report.counts();
+        // The request id and cold start come from the invocation's span
+        // (`telemetry::InvocationLayer`).
         tracing::info!(
-            request_id = invocation.request_id.as_deref().unwrap_or(""),
+            duration_ms = u64::try_from(batch_duration.as_millis()).unwrap_or(u64::MAX),
             records = counts.records,
             done = counts.done,
             skipped = counts.skipped,
@@ -261,8 +277,14 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
             "batch finished"
         );
         if self.emit_metrics {
+            let timings = crate::metrics::InvocationTimings {
+                cold_start: crate::telemetry::cold_start(),
+                batch_duration,
+                record_times: report.record_times(),
+            };
             crate::metrics::emit(
                 &counts,
+                &timings,
                 invocation.function_name.as_deref().unwrap_or("worker"),
             );
         }
@@ -284,12 +306,18 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         body: B,
         context: &lambda_runtime::Context,
     ) -> Result<SqsBatchResponse, InvocationError> {
+        let arrived = tokio::time::Instant::now();
         let deadline = self.invocation_deadline(context.deadline());
         let decoded = decode_sqs_event(body.as_ref());
         drop(body);
         let result = match decoded {
             Ok(sqs_event) => self
-                .run(sqs_event, deadline, Some(context.request_id.clone()))
+                .run_since(
+                    sqs_event,
+                    deadline,
+                    Some(context.request_id.clone()),
+                    arrived,
+                )
                 .await
                 .map(|report| report.response())
                 .map_err(InvocationError::from),

@@ -822,3 +822,62 @@ async fn fifo_fixture_is_detected_as_fifo() {
         ["11d6ee51-4cc7-4302-9e22-7cd8afdaadf5"]
     );
 }
+
+/// Each started record is timed from its start to its disposition, on tokio's clock: its
+/// attempts and backoffs count, its share of the batch's dead-letter write does not, and a
+/// record never started has no time.
+#[tokio::test(start_paused = true)]
+async fn records_are_timed_from_start_to_disposition() {
+    let processor = ScriptedProcessor::new()
+        .script("slow", vec![Step::Sleep(Duration::from_millis(250))])
+        .script("flaky", vec![Step::Fail(ErrorClass::ServerError)])
+        .script("bad", vec![Step::Fail(ErrorClass::Validation)]);
+    let engine = BatchProcessor::new(
+        processor,
+        MemorySink::slow(Duration::from_secs(1)),
+        config(),
+    );
+    let ev = event(vec![
+        record("slow", 1),
+        record("flaky", 1),
+        record("bad", 1),
+        record("ok", 1),
+    ]);
+    let report = engine
+        .process_batch(ev, far_deadline(), &InvocationInfo::default())
+        .await
+        .unwrap();
+    let times: Vec<_> = report.records.iter().map(|r| r.processing_time).collect();
+    assert_eq!(
+        times,
+        [
+            Some(Duration::from_millis(250)),
+            // Three attempts with backoffs of 100 and 200 ms between them (no jitter).
+            Some(Duration::from_millis(300)),
+            // Dead-lettered: the sink's 1 s write is the batch's, not the record's.
+            Some(Duration::ZERO),
+            Some(Duration::ZERO),
+        ]
+    );
+    assert_eq!(report.record_times().len(), 4);
+    // The report's JSON does not carry the times (it stays the same for the same batch).
+    assert!(serde_json::to_value(&report.records[0])
+        .unwrap()
+        .get("processing_time")
+        .is_none());
+
+    // Past the cut-off nothing starts, and nothing is timed.
+    let engine = BatchProcessor::new(ScriptedProcessor::new(), MemorySink::new(), config());
+    let late = Deadline::after(Duration::from_millis(500), Duration::from_secs(1));
+    let report = engine
+        .process_batch(
+            event(vec![record("a", 1), record("b", 1)]),
+            late,
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.counts().not_started, 2);
+    assert!(report.records.iter().all(|r| r.processing_time.is_none()));
+    assert!(report.record_times().is_empty());
+}

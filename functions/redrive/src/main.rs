@@ -6,8 +6,9 @@
 // The handler's future nests the SDK's deeply; the compiler's default depth is too low.
 #![recursion_limit = "256"]
 
-use lambda_runtime::{run, service_fn, Error, LambdaEvent};
+use lambda_runtime::{service_fn, Error, LambdaEvent, Runtime};
 use sqs_worker::redrive_function::RedriveFunction;
+use sqs_worker::telemetry::InvocationLayer;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -16,8 +17,10 @@ async fn main() -> Result<(), Error> {
         .await
         .inspect_err(|e| tracing::error!(error = %e, "redrive function cannot start"))?;
     let function = &function;
-    run(service_fn(move |event: LambdaEvent<_>| async move {
+    Runtime::new(service_fn(move |event: LambdaEvent<_>| async move {
         function.handle(event).await
     }))
+    .layer(InvocationLayer)
+    .run()
     .await
 }

@@ -7,8 +7,9 @@
 // The handler's future nests the SDK's deeply; the compiler's default depth is too low.
 #![recursion_limit = "256"]
 
-use lambda_runtime::{layers::TracingLayer, service_fn, Error, Runtime};
+use lambda_runtime::{service_fn, Error, Runtime};
 use sqs_worker::runtime::{respond, WorkerLayer};
+use sqs_worker::telemetry::InvocationLayer;
 
 // mimalloc: a batch allocates a few small strings per record and frees them together;
 // glibc's allocator spends a third of the decode time on that (docs/BENCHMARKS.md).
@@ -23,9 +24,10 @@ async fn main() -> Result<(), Error> {
     let worker = sqs_worker::worker::default_worker_from_env().await?;
     // The worker serves every invocation until the process ends.
     let worker = Box::leak(Box::new(worker));
+    // Added last, so it runs first: the batch runs inside each invocation's span.
     Runtime::new(service_fn(respond))
         .layer(WorkerLayer::new(worker))
-        .layer(TracingLayer::new())
+        .layer(InvocationLayer)
         .run()
         .await
 }

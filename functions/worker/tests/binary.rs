@@ -413,3 +413,209 @@ async fn binary_dead_letters_into_the_emulator() {
     assert!(logged.contains("record failed: dead-lettered"), "{logged}");
     assert!(!logged.contains("must be a positive"), "{logged}");
 }
+
+/// The lines of a function's log, parsed: the log lines (with a `level`) and the EMF
+/// documents (with `_aws`). A line that is neither fails the test.
+fn log_and_metrics(path: &std::path::Path) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut logs = Vec::new();
+    let mut metrics = Vec::new();
+    for line in text.lines() {
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        if value.get("_aws").is_some() {
+            metrics.push(value);
+        } else {
+            assert!(value["level"].is_string(), "neither log nor EMF: {line}");
+            logs.push(value);
+        }
+    }
+    (logs, metrics)
+}
+
+/// Spawns the worker with these logging variables (and `RUST_LOG` emptied, so a
+/// developer's own does not override them).
+async fn start_logging(
+    downstream: &Downstream,
+    log: &std::path::Path,
+    logging: &[(&str, &str)],
+) -> (RuntimeApi, FunctionProcess) {
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let mut env = vec![
+        ("WORKER_DOWNSTREAM_URL".to_string(), downstream.url()),
+        (
+            "WORKER_ITEM_ID_SOURCE".to_string(),
+            "pointer:/id".to_string(),
+        ),
+        ("WORKER_RETRY_BASE_DELAY_MS".to_string(), "10".to_string()),
+        ("RUST_LOG".to_string(), String::new()),
+    ];
+    env.extend(logging.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let _ = std::fs::remove_file(log);
+    let process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(log))
+            .unwrap();
+    (api, process)
+}
+
+/// JSON lines as Lambda's advanced logging controls expect them: flat, with a timestamp,
+/// and, for every line of an invocation, its request id and whether it was a cold start;
+/// the EMF lines count the cold start and time the batch and each record.
+#[tokio::test]
+async fn binary_logs_carry_the_request_id_and_cold_start_and_metrics_time_the_batch() {
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join(format!("worker-binary-logs-{}.log", std::process::id()));
+    let (api, _process) = start_logging(&downstream, &log, &[]).await;
+    let first = json!({"Records": [
+        record(1, r#"{"id":"a"}"#),
+        record(2, r#"{"id":"b","scenario":"invalid"}"#),
+        record(3, r#"{"id":"c","scenario":"flaky"}"#),
+    ]});
+    let second = json!({"Records": [record(4, r#"{"id":"d"}"#)]});
+    for event in [first, second] {
+        let result = api
+            .invoke(
+                serde_json::to_vec(&event).unwrap().into(),
+                Duration::from_secs(20),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(result, InvocationResult::Response(_)),
+            "{result:?}"
+        );
+    }
+
+    let (logs, metrics) = log_and_metrics(&log);
+    for line in &logs {
+        let timestamp = line["timestamp"].as_str().unwrap();
+        assert!(
+            timestamp.len() == 24 && timestamp.ends_with('Z'),
+            "RFC 3339 UTC with milliseconds: {line}"
+        );
+        assert_eq!(line["function_name"], "worker", "{line}");
+        assert!(
+            line.get("fields").is_none() && line.get("span").is_none(),
+            "flat: {line}"
+        );
+    }
+    let finished: Vec<_> = logs
+        .iter()
+        .filter(|l| l["message"] == "batch finished")
+        .collect();
+    assert_eq!(finished.len(), 2, "{logs:?}");
+    assert_eq!(finished[0]["cold_start"], true);
+    assert_eq!(finished[1]["cold_start"], false);
+    assert_eq!(finished[0]["records"], 3);
+    let first_id = finished[0]["requestId"].as_str().unwrap();
+    let second_id = finished[1]["requestId"].as_str().unwrap();
+    assert!(!first_id.is_empty() && first_id != second_id);
+    // Every line logged while the first batch ran carries its request id, those from deep
+    // in the batch engine too (no store is configured: the invalid record cannot be
+    // dead-lettered and goes back to the queue).
+    let failed = logs
+        .iter()
+        .find(|l| l["message"] == "dead-lettering failed; record returned to the queue")
+        .unwrap_or_else(|| panic!("{logs:?}"));
+    assert_eq!(failed["requestId"], first_id);
+    assert_eq!(failed["cold_start"], true);
+    assert_eq!(failed["level"], "ERROR");
+    assert_eq!(failed["item_id"], "b");
+    // Lines before the first invocation (start-up) have no request id to carry.
+    let startup = logs
+        .iter()
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("no dead-letter store")
+        })
+        .unwrap_or_else(|| panic!("{logs:?}"));
+    assert!(startup.get("requestId").is_none(), "{startup}");
+
+    let summaries: Vec<_> = metrics
+        .iter()
+        .filter(|m| m.get("Records").is_some())
+        .collect();
+    assert_eq!(summaries.len(), 2, "{metrics:?}");
+    assert_eq!(summaries[0]["ColdStart"], 1);
+    assert_eq!(summaries[1]["ColdStart"], 0);
+    assert_eq!(summaries[0]["FunctionName"], "worker");
+    let times = summaries[0]["RecordProcessingTime"].as_array().unwrap();
+    assert_eq!(times.len(), 3, "one value per record");
+    // Each record's time is real and within the batch's, which includes them all.
+    let batch = summaries[0]["BatchDuration"].as_f64().unwrap();
+    assert!(
+        times
+            .iter()
+            .all(|t| t.as_f64().unwrap() > 0.0 && t.as_f64().unwrap() <= batch),
+        "{times:?} within {batch}"
+    );
+    assert_eq!(
+        summaries[1]["RecordProcessingTime"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// `AWS_LAMBDA_LOG_LEVEL=ERROR` leaves only the errors, still with their request id, and
+/// the metrics (which are not log lines).
+#[tokio::test]
+async fn binary_at_error_level_writes_only_errors_and_metrics() {
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join(format!("worker-binary-errors-{}.log", std::process::id()));
+    let (api, _process) =
+        start_logging(&downstream, &log, &[("AWS_LAMBDA_LOG_LEVEL", "error")]).await;
+    let batch = json!({"Records": [record(1, r#"{"id":"a"}"#), record(2, r#"{"id":"b","scenario":"invalid"}"#)]});
+    let mut nameless = record(3, r#"{"id":"c"}"#);
+    nameless.as_object_mut().unwrap().remove("messageId");
+    let broken = json!({"Records": [nameless]});
+    let ok = api
+        .invoke(
+            serde_json::to_vec(&batch).unwrap().into(),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(ok, InvocationResult::Response(_)), "{ok:?}");
+    let failed = api
+        .invoke(
+            serde_json::to_vec(&broken).unwrap().into(),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(failed, InvocationResult::Error(_)), "{failed:?}");
+
+    let (logs, metrics) = log_and_metrics(&log);
+    assert!(
+        logs.iter().all(|l| l["level"] == "ERROR"),
+        "only errors at ERROR: {logs:?}"
+    );
+    let error = logs
+        .iter()
+        .find(|l| l["message"] == "failing the whole invocation")
+        .unwrap_or_else(|| panic!("{logs:?}"));
+    assert!(
+        error["requestId"].as_str().is_some_and(|id| !id.is_empty()),
+        "{error}"
+    );
+    assert_eq!(error["cold_start"], false);
+    // The batch's EMF line is there all the same.
+    assert_eq!(
+        metrics
+            .iter()
+            .filter(|m| m.get("Records").is_some())
+            .count(),
+        1,
+        "{metrics:?}"
+    );
+}
