@@ -113,10 +113,7 @@ async fn cold_starts(
         .map(|(binary, mut samples)| {
             samples.sort_by(f64::total_cmp);
             ColdStart {
-                binary: binary
-                    .file_name()
-                    .map(|n| n.to_string_lossy().to_string())
-                    .unwrap_or_default(),
+                binary: function_name(binary),
                 median_ms: samples.get(samples.len() / 2).copied().unwrap_or(0.0),
                 runs,
                 size_bytes: std::fs::metadata(binary).map(|m| m.len()).unwrap_or(0),
@@ -156,6 +153,19 @@ fn peak_rss(pid: u32) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// The function a binary is: its file name, or for a `<name>/bootstrap` its folder's.
+fn function_name(binary: &Path) -> String {
+    let file = binary.file_name();
+    let named = if file.is_some_and(|f| f == "bootstrap") {
+        binary.parent().and_then(Path::file_name)
+    } else {
+        file
+    };
+    named
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default()
 }
 
 /// A function binary in `bin_dir`: the `<name>/bootstrap` that cargo-lambda lays out (what
@@ -349,4 +359,21 @@ pub fn render(b: &RuntimeBench) -> String {
         &rows,
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bootstrap_is_named_by_its_function_and_preferred_when_present() {
+        assert_eq!(function_name(Path::new("t/lambda/worker/bootstrap")), "worker");
+        assert_eq!(function_name(Path::new("t/release/hello_lambda")), "hello_lambda");
+        let dir = std::env::temp_dir().join(format!("bench-bins-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("worker")).unwrap();
+        assert_eq!(function_binary(&dir, "worker"), dir.join("worker"));
+        std::fs::write(dir.join("worker/bootstrap"), b"").unwrap();
+        assert_eq!(function_binary(&dir, "worker"), dir.join("worker/bootstrap"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
