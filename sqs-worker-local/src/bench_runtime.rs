@@ -367,13 +367,22 @@ mod tests {
 
     #[test]
     fn a_bootstrap_is_named_by_its_function_and_preferred_when_present() {
-        assert_eq!(function_name(Path::new("t/lambda/worker/bootstrap")), "worker");
-        assert_eq!(function_name(Path::new("t/release/hello_lambda")), "hello_lambda");
+        assert_eq!(
+            function_name(Path::new("t/lambda/worker/bootstrap")),
+            "worker"
+        );
+        assert_eq!(
+            function_name(Path::new("t/release/hello_lambda")),
+            "hello_lambda"
+        );
         let dir = std::env::temp_dir().join(format!("bench-bins-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("worker")).unwrap();
         assert_eq!(function_binary(&dir, "worker"), dir.join("worker"));
         std::fs::write(dir.join("worker/bootstrap"), b"").unwrap();
-        assert_eq!(function_binary(&dir, "worker"), dir.join("worker/bootstrap"));
+        assert_eq!(
+            function_binary(&dir, "worker"),
+            dir.join("worker/bootstrap")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
