@@ -20,12 +20,15 @@ use sqs_worker::redrive::RedriveMode;
 ///
 /// Runbook when the DLQ alarm fires: `dlq stats` → `dlq analyze` → `dlq inspect <id>` →
 /// fix the cause → `dlq redrive --dry-run` → `dlq redrive`.
-///
-/// Exit codes: 0 ok, 1 partial failure (some items or an AWS call failed), 2 usage or
-/// configuration error (nothing was changed; declining a confirmation included), 3 not
-/// found.
 #[derive(Debug, Parser)]
-#[command(name = "dlq", version, about, long_about, propagate_version = true)]
+#[command(
+    name = "dlq",
+    version,
+    about,
+    long_about,
+    propagate_version = true,
+    after_help = crate::EXIT_CODES
+)]
 pub struct Cli {
     /// Where the store is.
     #[command(flatten)]

@@ -403,7 +403,10 @@ fn help_has_examples_for_every_command() {
         .arg("--help")
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&output.stdout).contains("Runbook"));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("Runbook"), "{text}");
+    assert!(text.contains(dlq_cli::EXIT_CODES), "{text}");
+    assert!(text.contains("3 not found"), "{text}");
 }
 
 /// One stored item that is not a valid record (hand-edited, or from an older schema) does
