@@ -17,6 +17,7 @@ use std::time::Duration;
 use sqs_worker::adapters::aws::{AwsClients, Endpoints};
 use sqs_worker::adapters::store::DeadLetterStore;
 use sqs_worker::config::WorkerConfig;
+use sqs_worker::runner::Handler;
 use sqs_worker::worker::{ConfiguredSink, DefaultWorker};
 use sqs_worker::{DeadLetteredItem, HttpDelivery};
 use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
@@ -105,7 +106,7 @@ pub struct Pipeline {
     /// The poller.
     pub esm: EventSourceMapping,
     /// The worker, in process.
-    pub invoker: InProcessInvoker<HttpDelivery, ConfiguredSink>,
+    pub invoker: InProcessInvoker<Handler<HttpDelivery>, ConfiguredSink>,
     /// The worker's variables (store, downstream, `WORKER_*`), sorted by name: what the
     /// in-process worker was configured with, and what a spawned worker binary needs.
     pub worker_env: Vec<(String, String)>,

@@ -199,6 +199,7 @@ fn dashboard_plots_what_the_functions_emit() {
     };
     counts.by_class.insert(sqs_worker::ErrorClass::Throttled, 1);
     let timings = InvocationTimings {
+        custom: Vec::new(),
         cold_start: true,
         batch_duration: Duration::from_millis(5),
         record_times: vec![Duration::from_millis(1)],
@@ -999,8 +1000,11 @@ async fn deploys_into_the_emulator() {
     assert_eq!(vars["WORKER_MAX_RECEIVE_COUNT"], "5");
     // The deployed values pass the worker's own validation.
     let config = sqs_worker::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
-    assert_eq!(config.batch.max_receive_count, Some(5));
-    assert_eq!(config.store.unwrap().table, outputs["DeadLetterTableName"]);
+    assert_eq!(config.handler.batch.max_receive_count, Some(5));
+    assert_eq!(
+        config.handler.store.unwrap().table,
+        outputs["DeadLetterTableName"]
+    );
     assert_eq!(worker.timeout(), Some(30));
     assert_eq!(worker.handler(), Some("bootstrap"));
 
@@ -1009,10 +1013,15 @@ async fn deploys_into_the_emulator() {
     assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
     let config = sqs_worker::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
     assert_eq!(
-        config.payload.allowed_buckets.iter().collect::<Vec<_>>(),
+        config
+            .handler
+            .payload
+            .allowed_buckets
+            .iter()
+            .collect::<Vec<_>>(),
         ["producer-a", "producer-b"]
     );
-    assert_eq!(config.payload.max_bytes, 1_048_576);
+    assert_eq!(config.handler.payload.max_bytes, 1_048_576);
     let auth = config.downstream_auth.unwrap();
     assert_eq!(
         (auth.header.as_str(), auth.secret_id.as_str()),

@@ -159,6 +159,7 @@ fn parser() -> ItemParser {
     ItemParser {
         id_source: ItemIdSource::JsonPointer("/id".into()),
         body_format: BodyFormat::Json,
+        envelope: Default::default(),
     }
 }
 

@@ -142,6 +142,7 @@ fn bench_worker() -> &'static BenchWorker {
         parser: ItemParser {
             id_source: ItemIdSource::MessageId,
             body_format: BodyFormat::Text,
+            envelope: Default::default(),
         },
         retry: RetryPolicy {
             max_attempts: 1,

@@ -506,8 +506,35 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             ));
         }
         let started = tokio::time::Instant::now();
-        let step = self.process_record(message_id, msg, deadline).await;
+        // The record's context (deadline, custom metrics and log fields) for the handler.
+        let cutoff = std::time::SystemTime::from(crate::clock::now()) + deadline.remaining();
+        let context =
+            crate::context::RecordContext::new(cutoff, crate::context::invocation_metrics());
+        let (step, fields) = context
+            .scope(self.process_record(message_id, msg, deadline))
+            .await;
         let took = Some(started.elapsed());
+        if !fields.is_empty() {
+            let (message_id, item_id, outcome) = match &step {
+                Step::Final(report) => (
+                    &report.message_id,
+                    &report.item_id,
+                    outcome_name(&report.disposition),
+                ),
+                Step::DeadLetter { candidate, .. } => (
+                    &candidate.item.message_id,
+                    &candidate.item.item_id,
+                    "dead_letter",
+                ),
+            };
+            tracing::info!(
+                message_id = %message_id,
+                item_id = %item_id,
+                outcome,
+                handler_fields = %serde_json::Value::Object(fields),
+                "record processed"
+            );
+        }
         match step {
             Step::Final(report) => Step::Final(RecordReport {
                 processing_time: took,
@@ -549,7 +576,20 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 }
             }
         }
-        let item = match self.config.parser.parse(message_id, msg) {
+        let parsed = self.config.parser.parse(message_id, msg);
+        if let Some(error) = resolve_error {
+            // The payload could not be fetched: decide as for a failed attempt, without
+            // running the processor on a pointer (nor judging the pointer as the payload).
+            let item = parsed.unwrap_or_else(|invalid| invalid.item);
+            let stop = if error.class.is_retryable(self.config.retry.retry_unknown) {
+                StopReason::AttemptsExhausted
+            } else {
+                StopReason::Permanent
+            };
+            let failure = immediate_failure(error.clone());
+            return self.settle_failure(item, error, stop, vec![failure], 0);
+        }
+        let item = match parsed {
             Ok(item) => item,
             Err(invalid) => {
                 let invalid = *invalid;
@@ -563,16 +603,16 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 );
             }
         };
-        if let Some(error) = resolve_error {
-            // The payload could not be fetched: decide as for a failed attempt, without
-            // running the processor on a pointer.
-            let stop = if error.class.is_retryable(self.config.retry.retry_unknown) {
-                StopReason::AttemptsExhausted
-            } else {
-                StopReason::Permanent
-            };
-            let failure = immediate_failure(error.clone());
-            return self.settle_failure(item, error, stop, vec![failure], 0);
+        if let Some(notice) = item.envelope.as_ref().and_then(|e| e.notice.clone()) {
+            // A service notice, not an event: nothing to process, nothing to keep.
+            tracing::warn!(message_id = %item.message_id, notice = %notice, "skipped a service notice");
+            return Step::Final(RecordReport {
+                message_id: item.message_id,
+                item_id: item.item_id,
+                attempts: 0,
+                disposition: Disposition::Skipped { reason: notice },
+                processing_time: None,
+            });
         }
         let run = run_with_retry(&self.config.retry, deadline, |_| {
             guard_panics(self.processor.process(&item))
@@ -711,6 +751,18 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
+/// The name of a disposition on log lines.
+fn outcome_name(disposition: &Disposition) -> &'static str {
+    match disposition {
+        Disposition::Done => "done",
+        Disposition::Skipped { .. } => "skipped",
+        Disposition::RetryLater { .. } => "retry_later",
+        Disposition::DeadLettered { .. } => "dead_lettered",
+        Disposition::DeadLetterFailed { .. } => "dead_letter_failed",
+        Disposition::NotStarted { .. } => "not_started",
+    }
+}
+
 /// A failure found before the processor ran (bad body, unfetchable payload).
 fn immediate_failure(error: ProcessError) -> AttemptFailure {
     AttemptFailure {
@@ -804,14 +856,27 @@ fn dead_letter_report(
 
 /// Logs a failed record with ids, class and signature; never the body (docs/ARCHITECTURE.md §1.9).
 fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
-    tracing::warn!(
-        message_id = %item.message_id,
-        item_id = %item.item_id,
-        receive_count = item.receive_count,
-        body_bytes = item.body.len(),
-        error_class = %error.class,
-        error_signature = %error_signature(error.class, &error.message),
-        error = %error,
-        "record failed: {outcome}"
-    );
+    match crate::context::fields_json() {
+        None => tracing::warn!(
+            message_id = %item.message_id,
+            item_id = %item.item_id,
+            receive_count = item.receive_count,
+            body_bytes = item.body.len(),
+            error_class = %error.class,
+            error_signature = %error_signature(error.class, &error.message),
+            error = %error,
+            "record failed: {outcome}"
+        ),
+        Some(fields) => tracing::warn!(
+            message_id = %item.message_id,
+            item_id = %item.item_id,
+            receive_count = item.receive_count,
+            body_bytes = item.body.len(),
+            error_class = %error.class,
+            error_signature = %error_signature(error.class, &error.message),
+            error = %error,
+            handler_fields = %fields,
+            "record failed: {outcome}"
+        ),
+    }
 }

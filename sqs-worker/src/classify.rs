@@ -43,6 +43,7 @@ const VALIDATION_CODES: &[&str] = &[
     "InvalidMessageContents",
     "InvalidAttributeValue",
     "EntityTooLarge",
+    "ConditionalCheckFailedException",
 ];
 /// AWS error codes for missing rights or bad credentials (all `AccessDenied*` codes too).
 const PERMISSION_CODES: &[&str] = &[
@@ -232,6 +233,53 @@ impl ProcessError {
             message,
         )
         .with_status(status)
+    }
+}
+
+/// `?` in a processor: an AWS SDK error becomes a classified [`ProcessError`] (throttling
+/// retried, `ConditionalCheckFailedException`, `AccessDenied*` and missing resources not),
+/// keeping its code and status.
+impl<E> From<SdkError<E, HttpResponse>> for ProcessError
+where
+    E: ProvideErrorMetadata + StdError + 'static,
+{
+    fn from(err: SdkError<E, HttpResponse>) -> Self {
+        ProcessError::from_sdk(&err)
+    }
+}
+
+/// `?` in a processor: a transport or status error of the handler's own HTTP calls.
+impl From<reqwest::Error> for ProcessError {
+    fn from(err: reqwest::Error) -> Self {
+        ProcessError::from_error(&err)
+    }
+}
+
+/// `?` in a processor: an I/O error, classified by its kind.
+impl From<std::io::Error> for ProcessError {
+    fn from(err: std::io::Error) -> Self {
+        ProcessError::from_error(&err)
+    }
+}
+
+/// `?` in a processor: a `tokio::time::timeout` that elapsed.
+impl From<tokio::time::error::Elapsed> for ProcessError {
+    fn from(err: tokio::time::error::Elapsed) -> Self {
+        ProcessError::new(ErrorClass::Timeout, err.to_string())
+    }
+}
+
+/// `?` in a processor: JSON that does not parse or fit is bad input (a validation
+/// failure); an I/O error underneath is classified by its kind.
+impl From<serde_json::Error> for ProcessError {
+    fn from(err: serde_json::Error) -> Self {
+        match err.io_error_kind() {
+            Some(kind) => ProcessError::new(
+                classify_io_kind(kind).unwrap_or(ErrorClass::Unknown),
+                err.to_string(),
+            ),
+            None => ProcessError::validation(err.to_string()),
+        }
     }
 }
 
@@ -573,6 +621,69 @@ mod tests {
                 ErrorClass::ServerError
             ]
         );
+    }
+
+    /// A handler's own AWS calls, with `?`: DynamoDB throttling is retried, a failed
+    /// condition or a denied call is not.
+    #[tokio::test]
+    async fn question_mark_classifies_a_handlers_own_errors() {
+        use aws_sdk_dynamodb::Client;
+        use aws_smithy_mocks::{mock, mock_client};
+        let answer = |code: &'static str| {
+            mock!(Client::put_item).then_http_response(move || {
+                Response::new(
+                    StatusCode::try_from(400).unwrap(),
+                    SdkBody::from(format!(
+                        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"nope"}}"#
+                    )),
+                )
+            })
+        };
+        let rules = [
+            answer("ThrottlingException"),
+            answer("ConditionalCheckFailedException"),
+            answer("AccessDeniedException"),
+        ];
+        let client = mock_client!(
+            aws_sdk_dynamodb,
+            aws_smithy_mocks::RuleMode::Sequential,
+            &[&rules[0], &rules[1], &rules[2]]
+        );
+        async fn put(client: &Client) -> Result<(), ProcessError> {
+            client.put_item().table_name("orders").send().await?;
+            Ok(())
+        }
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let error = put(&client).await.unwrap_err();
+            seen.push((error.class, error.code.as_deref().map(str::to_string)));
+        }
+        assert_eq!(
+            seen,
+            [
+                (ErrorClass::Throttled, Some("ThrottlingException".into())),
+                (
+                    ErrorClass::Validation,
+                    Some("ConditionalCheckFailedException".into())
+                ),
+                (ErrorClass::Permission, Some("AccessDeniedException".into())),
+            ]
+        );
+        assert!(seen[0].0.is_retryable(false));
+        assert!(!seen[1].0.is_retryable(false) && !seen[2].0.is_retryable(false));
+
+        fn parse(text: &str) -> Result<u32, ProcessError> {
+            Ok(serde_json::from_str::<u32>(text)?)
+        }
+        assert_eq!(parse("x").unwrap_err().class, ErrorClass::Validation);
+        fn read() -> Result<(), ProcessError> {
+            Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))?
+        }
+        assert_eq!(read().unwrap_err().class, ErrorClass::Connection);
+        let elapsed = tokio::time::timeout(std::time::Duration::ZERO, std::future::pending::<()>())
+            .await
+            .unwrap_err();
+        assert_eq!(ProcessError::from(elapsed).class, ErrorClass::Timeout);
     }
 
     #[tokio::test]

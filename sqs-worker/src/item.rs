@@ -1,8 +1,10 @@
 //! The work item: one SQS record, checked and described for a [`crate::Processor`].
 //!
 //! Parsing is per record so that one malformed body fails only its own record (docs/ARCHITECTURE.md §1.3):
-//! a body that is not valid for the configured [`BodyFormat`] becomes a permanent
-//! validation error for that record, never an error for the whole event.
+//! a body that is not valid for the configured [`BodyFormat`] or [`Envelopes`] becomes a
+//! permanent validation error for that record, never an error for the whole event. The
+//! same holds for a body that does not fit the type a handler reads it as
+//! ([`WorkItem::json`]).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -11,6 +13,7 @@ use aws_lambda_events::sqs::{SqsMessage, SqsMessageAttribute};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+use crate::envelope::{Envelopes, Unwrapped};
 use crate::error::ProcessError;
 
 /// Where a record's *item id* comes from. Redriven messages get new message ids, so records
@@ -19,6 +22,9 @@ use crate::error::ProcessError;
 pub enum ItemIdSource {
     /// Use the SQS message id.
     MessageId,
+    /// The id of the event inside the configured envelope (SNS `MessageId`, EventBridge
+    /// `id`, an S3 object and its sequencer); the SQS message id without one.
+    Envelope,
     /// A JSON pointer (RFC 6901) into the body, e.g. `/order/id`; strings and numbers count.
     JsonPointer(String),
     /// A string message attribute with this name.
@@ -28,10 +34,13 @@ pub enum ItemIdSource {
 impl FromStr for ItemIdSource {
     type Err = String;
 
-    /// Parses `message-id`, `pointer:/json/pointer` or `attribute:Name`.
+    /// Parses `message-id`, `envelope`, `pointer:/json/pointer` or `attribute:Name`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if s == "message-id" {
             return Ok(ItemIdSource::MessageId);
+        }
+        if s == "envelope" {
+            return Ok(ItemIdSource::Envelope);
         }
         if let Some(pointer) = s.strip_prefix("pointer:") {
             if pointer.starts_with('/') {
@@ -45,7 +54,7 @@ impl FromStr for ItemIdSource {
             }
         }
         Err(format!(
-            "expected message-id, pointer:/path or attribute:Name, got {s:?}"
+            "expected message-id, envelope, pointer:/path or attribute:Name, got {s:?}"
         ))
     }
 }
@@ -81,8 +90,10 @@ pub enum BodyFormat {
 pub struct ItemParser {
     /// Where the item id comes from.
     pub id_source: ItemIdSource,
-    /// What a valid body looks like.
+    /// What a valid payload looks like.
     pub body_format: BodyFormat,
+    /// The envelope around each body, unwrapped before the payload is checked.
+    pub envelope: Envelopes,
 }
 
 impl Default for ItemParser {
@@ -90,18 +101,20 @@ impl Default for ItemParser {
         ItemParser {
             id_source: ItemIdSource::MessageId,
             body_format: BodyFormat::Json,
+            envelope: Envelopes::default(),
         }
     }
 }
 
 /// One record, ready for processing.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct WorkItem {
     /// The SQS message id (what the batch response reports).
     pub message_id: String,
     /// The item's own id (see [`ItemIdSource`]); the message id when none is found.
     pub item_id: String,
-    /// The message body, as received.
+    /// The message body, as received (the envelope included: this is what a dead-letter
+    /// record keeps and a requeue sends again). Handlers read [`WorkItem::payload`].
     pub body: String,
     /// `ApproximateReceiveCount`: 1 on first delivery.
     pub receive_count: u32,
@@ -116,6 +129,66 @@ pub struct WorkItem {
     /// The sender's message attributes.
     #[serde(skip)]
     pub message_attributes: HashMap<String, SqsMessageAttribute>,
+    /// What the configured envelope held: the payload, each layer's metadata, and whether
+    /// the body was a service notice. `None` when no envelope is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub envelope: Option<Box<Unwrapped>>,
+}
+
+impl WorkItem {
+    /// An item with this message id (also its item id) and body, everything else empty:
+    /// for tests of a processor.
+    pub fn new(message_id: impl Into<String>, body: impl Into<String>) -> WorkItem {
+        let message_id = message_id.into();
+        WorkItem {
+            item_id: message_id.clone(),
+            message_id,
+            body: body.into(),
+            receive_count: 1,
+            ..WorkItem::default()
+        }
+    }
+
+    /// What the handler processes: the body, or what the configured envelope wrapped
+    /// (`WORKER_ENVELOPE`).
+    pub fn payload(&self) -> &str {
+        self.envelope
+            .as_deref()
+            .map_or(self.body.as_str(), |e| e.payload.as_str())
+    }
+
+    /// The payload read as `T`. A payload that does not fit is a validation failure
+    /// (dead-lettered on first sight) whose message names where it does not fit, e.g.
+    /// `lines[2].qty: invalid type: string "2", expected u32`.
+    pub fn json<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T, ProcessError> {
+        let mut deserializer = serde_json::Deserializer::from_str(self.payload());
+        let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            let at = if path == "." {
+                String::new()
+            } else {
+                format!("{path}: ")
+            };
+            ProcessError::validation(format!(
+                "the payload does not fit {}: {at}{inner}",
+                short_type_name::<T>()
+            ))
+            .with_step("decode")
+        })?;
+        deserializer.end().map_err(|e| {
+            ProcessError::validation(format!("the payload has trailing data: {e}"))
+                .with_step("decode")
+        })?;
+        Ok(value)
+    }
+}
+
+/// `T`'s name without its module path (`Order`, not `orders::model::Order`).
+fn short_type_name<T>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    let base = full.split('<').next().unwrap_or(full);
+    base.rsplit("::").next().unwrap_or(base)
 }
 
 /// A record whose body is not valid: the item (keyed by its message id) and why.
@@ -161,8 +234,12 @@ impl ItemParser {
             event_source_arn,
             attributes,
             message_attributes,
+            envelope: None,
         };
-        match self.item_id_and_check(&item) {
+        let checked = self
+            .unwrap_envelope(&mut item)
+            .and_then(|()| self.item_id_and_check(&item));
+        match checked {
             Ok(Some(id)) => {
                 item.item_id = bounded_item_id(id);
                 Ok(item)
@@ -175,24 +252,60 @@ impl ItemParser {
         }
     }
 
-    /// Checks the body against the format and extracts the item id, if configured.
+    /// Unwraps the configured envelope into `item.envelope` (nothing to do without one).
+    /// Used as records are parsed, and by a redrive that reprocesses a record's body.
+    pub fn unwrap_envelope(&self, item: &mut WorkItem) -> Result<(), ProcessError> {
+        if self.envelope.is_none() {
+            return Ok(());
+        }
+        item.envelope = Some(Box::new(self.envelope.unwrap(&item.body)?));
+        Ok(())
+    }
+
+    /// Checks the payload against the format and extracts the item id, if configured. A
+    /// service notice (no payload) is not checked: it is skipped.
     fn item_id_and_check(&self, item: &WorkItem) -> Result<Option<String>, ProcessError> {
-        let invalid_json =
-            |e: serde_json::Error| ProcessError::validation(format!("body is not valid JSON: {e}"));
+        let invalid_json = |e: serde_json::Error| {
+            ProcessError::validation(format!("{} is not valid JSON: {e}", self.what()))
+        };
+        if item.envelope.as_ref().is_some_and(|e| e.notice.is_some()) {
+            return Ok(envelope_id(item));
+        }
         match (&self.id_source, self.body_format) {
             (ItemIdSource::JsonPointer(pointer), _) => {
                 let doc: serde_json::Value =
-                    serde_json::from_str(&item.body).map_err(invalid_json)?;
+                    serde_json::from_str(item.payload()).map_err(invalid_json)?;
                 Ok(doc.pointer(pointer).and_then(id_from_json))
             }
             (source, BodyFormat::Json) => {
                 // Validate without building a tree: IgnoredAny allocates nothing.
-                serde_json::from_str::<serde::de::IgnoredAny>(&item.body).map_err(invalid_json)?;
-                Ok(attribute_id(source, item))
+                serde_json::from_str::<serde::de::IgnoredAny>(item.payload())
+                    .map_err(invalid_json)?;
+                Ok(other_id(source, item))
             }
-            (source, BodyFormat::Text) => Ok(attribute_id(source, item)),
+            (source, BodyFormat::Text) => Ok(other_id(source, item)),
         }
     }
+
+    /// How errors name what was checked.
+    fn what(&self) -> &'static str {
+        if self.envelope.is_none() {
+            "body"
+        } else {
+            "the envelope's payload"
+        }
+    }
+}
+
+fn other_id(source: &ItemIdSource, item: &WorkItem) -> Option<String> {
+    match source {
+        ItemIdSource::Envelope => envelope_id(item),
+        _ => attribute_id(source, item),
+    }
+}
+
+fn envelope_id(item: &WorkItem) -> Option<String> {
+    item.envelope.as_ref().and_then(|e| e.event_id())
 }
 
 fn attribute_id(source: &ItemIdSource, item: &WorkItem) -> Option<String> {
@@ -241,6 +354,7 @@ mod tests {
         ItemParser {
             id_source: source.parse().unwrap(),
             body_format: format,
+            envelope: Default::default(),
         }
     }
 

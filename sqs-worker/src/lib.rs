@@ -16,7 +16,10 @@
 //! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
 //! | [`clock`] | the wall clock (virtual in the simulation) | clock |
 //! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
-//! | [`item`] | [`WorkItem`]: one record, parsed per record | none |
+//! | [`item`] | [`WorkItem`]: one record, parsed per record; typed bodies ([`WorkItem::json`]) | none |
+//! | [`envelope`] | SNS, EventBridge and S3 envelopes around a body, unwrapped per record | none |
+//! | [`context`] | the record being processed: its deadline, custom metrics and log fields | task-local |
+//! | [`idempotency`] | once per item id: the claim rules over an [`idempotency::IdempotencyStore`] | via trait |
 //! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
 //! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
 //! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
@@ -33,7 +36,8 @@
 //! | [`processor`] | the [`Processor`] trait and [`HttpDelivery`] | HTTP |
 //! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS; implements the ports and the two traits above) | AWS |
 //! | [`config`] | every environment variable once ([`config::vars`]) and the configurations read from them | env |
-//! | [`worker`] | the Lambda handler the `worker` binary runs | via traits |
+//! | [`runner`] | one call that runs any [`Processor`] as a Lambda function ([`run`], [`Setup`]) | env, AWS |
+//! | [`worker`] | the Lambda handler a runner serves | via traits |
 //! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
 //! | [`redrive_function`] | the Lambda handler the `redrive` binary runs | via ports |
 //! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
@@ -54,11 +58,14 @@ pub mod batch;
 pub mod classify;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod dead_letter;
 pub mod duration;
+pub mod envelope;
 pub mod error;
 pub mod event;
 pub mod hex;
+pub mod idempotency;
 pub mod item;
 pub mod message;
 pub mod metrics;
@@ -71,6 +78,7 @@ pub mod redrive;
 pub mod redrive_function;
 pub mod removal;
 pub mod retry;
+pub mod runner;
 pub mod runtime;
 pub mod selection;
 pub mod signature;
@@ -84,6 +92,7 @@ pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Dispositio
 pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
 pub use error::{ErrorClass, ProcessError};
 pub use item::WorkItem;
-pub use processor::{HttpDelivery, Outcome, Processor};
+pub use processor::{handler_fn, HttpDelivery, Outcome, Processor};
 pub use retry::{Deadline, RetryPolicy};
+pub use runner::{run, Setup};
 pub use worker::Worker;

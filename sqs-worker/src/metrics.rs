@@ -41,6 +41,8 @@ pub struct InvocationTimings {
     /// processing it with its retries (its dead-letter write, shared by the batch, is in
     /// the batch duration only).
     pub record_times: Vec<Duration>,
+    /// The handler's own metrics ([`crate::context::add_metric`]).
+    pub custom: Vec<crate::context::CustomMetric>,
 }
 
 /// A duration in milliseconds, to the microsecond.
@@ -80,6 +82,14 @@ fn document(
         doc[*name] = value.clone();
     }
     doc
+}
+
+/// Adds one metric to a document [`document`] made.
+fn add_metric(doc: &mut Value, name: &str, unit: &str, value: Value) {
+    if let Some(definitions) = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"].as_array_mut() {
+        definitions.push(json!({"Name": name, "Unit": unit}));
+    }
+    doc[name] = value;
 }
 
 /// The EMF documents for one worker invocation.
@@ -125,6 +135,33 @@ pub fn emf_documents(
             None,
             &[("RecordProcessingTime", MILLISECONDS, chunk)],
         ));
+    }
+    // The handler's metrics: the first hundred values of each in the worker's document,
+    // the rest in documents of their own, as for the record times.
+    let mut custom = Vec::new();
+    for metric in &timings.custom {
+        for (n, chunk) in metric.values.chunks(MAX_VALUES_PER_METRIC).enumerate() {
+            let value = if chunk.len() == 1 {
+                json!(chunk[0])
+            } else {
+                json!(chunk)
+            };
+            custom.push((n, metric.name.as_str(), metric.unit.as_str(), value));
+        }
+    }
+    for (n, name, unit, value) in &custom {
+        if *n == 0 {
+            if let Some(doc) = documents.first_mut() {
+                add_metric(doc, name, unit, value.clone());
+            }
+        } else {
+            documents.push(document(
+                timestamp_ms,
+                function_name,
+                None,
+                &[(name, unit, value.clone())],
+            ));
+        }
     }
     for (class, failed) in &counts.by_class {
         documents.push(document(
@@ -246,6 +283,7 @@ mod tests {
         counts.by_class.insert(ErrorClass::Validation, 2);
         counts.by_class.insert(ErrorClass::Throttled, 1);
         let timings = InvocationTimings {
+            custom: Vec::new(),
             cold_start: true,
             batch_duration: Duration::from_micros(1_234_567),
             record_times: vec![Duration::from_millis(12), Duration::from_micros(3_500)],
@@ -286,6 +324,7 @@ mod tests {
     #[test]
     fn a_warm_invocation_reports_cold_start_zero() {
         let timings = InvocationTimings {
+            custom: Vec::new(),
             cold_start: false,
             ..InvocationTimings::default()
         };
@@ -302,6 +341,7 @@ mod tests {
     #[test]
     fn more_than_a_hundred_record_times_spread_over_documents() {
         let timings = InvocationTimings {
+            custom: Vec::new(),
             cold_start: false,
             batch_duration: Duration::from_secs(1),
             record_times: (1..=250).map(Duration::from_millis).collect(),

@@ -62,7 +62,7 @@ impl RedriveFunction {
         let mut env = EnvReader::new(&lookup);
         let config = RedriveConfig::read(&mut env);
         let store = match &config.processor {
-            Some(worker) => worker.store.clone(),
+            Some(worker) => worker.handler.store.clone(),
             None => read_store_config(&mut env),
         };
         if store.is_none() {

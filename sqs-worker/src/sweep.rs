@@ -539,6 +539,7 @@ mod tests {
             event_source_arn: None,
             attributes: HashMap::new(),
             message_attributes: HashMap::new(),
+            envelope: None,
         };
         let record = |reopen: bool| {
             adopted_record(

@@ -250,6 +250,15 @@ where
             }
         }
         event.record(&mut JsonVisitor(&mut fields));
+        // A handler's own fields (`context::add_field`) travel as one JSON object: written
+        // flat, without replacing a key the worker wrote.
+        if let Some(Value::String(extra)) = fields.remove(crate::context::FIELDS_KEY) {
+            if let Ok(Value::Object(extra)) = serde_json::from_str::<Value>(&extra) {
+                for (key, value) in extra {
+                    fields.entry(key).or_insert(value);
+                }
+            }
+        }
 
         let mut line = String::with_capacity(256);
         line.push('{');

@@ -14,7 +14,7 @@ use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
 
 use crate::adapters::aws::AwsClients;
-use crate::adapters::store::{DeadLetterStore, ExtendedClientResolver};
+use crate::adapters::store::DeadLetterStore;
 use crate::batch::{BatchError, BatchProcessor, BatchReport};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
@@ -22,6 +22,7 @@ use crate::error::ProcessError;
 use crate::event::{decode_sqs_event, EventError};
 use crate::processor::{HttpDelivery, Processor};
 use crate::retry::{worst_case_record_time, Deadline, InvocationBudget};
+use crate::runner::{Handler, Setup};
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -41,7 +42,7 @@ pub enum StartupError {
 #[derive(Debug)]
 pub enum ConfiguredSink {
     /// DynamoDB + S3 + DLQ.
-    Store(DeadLetterStore),
+    Store(Box<DeadLetterStore>),
     /// No store configured: candidates are returned to the queue.
     Disabled(NoDeadLetterStore),
 }
@@ -66,7 +67,7 @@ impl DeadLetterSink for ConfiguredSink {
     ) -> Result<(), ProcessError> {
         match self {
             ConfiguredSink::Store(store) => {
-                DeadLetterSink::finish_requeued(store, item_id, message_id, payload_sha256).await
+                DeadLetterSink::finish_requeued(&**store, item_id, message_id, payload_sha256).await
             }
             ConfiguredSink::Disabled(_) => Ok(()),
         }
@@ -89,7 +90,7 @@ pub struct Worker<P, S> {
 }
 
 /// The worker the function binary runs: HTTP delivery into the configured store.
-pub type DefaultWorker = Worker<HttpDelivery, ConfiguredSink>;
+pub type DefaultWorker = Worker<Handler<HttpDelivery>, ConfiguredSink>;
 
 impl DefaultWorker {
     /// Builds the worker from the environment (clients once, reused by every invocation).
@@ -104,46 +105,41 @@ impl DefaultWorker {
         mut config: WorkerConfig,
         clients: Option<AwsClients>,
     ) -> Result<Self, StartupError> {
+        let mut setup = Setup::new(config.handler.clone());
+        if let Some(clients) = clients {
+            setup = setup.with_clients(clients);
+        }
         // AWS clients only when something needs them: loading the configuration chain is
         // a noticeable part of a cold start.
-        let clients = match clients {
-            Some(clients) => Some(clients),
-            None if config.store.is_some() || config.downstream_auth.is_some() => {
-                Some(AwsClients::from_env().await)
-            }
-            None => None,
-        };
-        if let Some(clients) = &clients {
-            config.resolve_downstream_auth(clients).await?;
+        if config.downstream_auth.is_some() {
+            config
+                .resolve_downstream_auth(&setup.aws_clients().await)
+                .await?;
         }
-        let delivery =
-            HttpDelivery::new(config.delivery.clone()).map_err(StartupError::HttpClient)?;
-        let (sink, resolver) = match (config.store, clients) {
-            (Some(store_config), Some(clients)) => {
-                // The store's own bucket holds the pointers the DLQ and a requeue carry.
-                let mut policy = config.payload.clone();
-                policy.allowed_buckets.insert(store_config.bucket.clone());
-                let resolver = ExtendedClientResolver::new(clients.s3.clone(), policy);
-                (
-                    ConfiguredSink::Store(DeadLetterStore::new(clients, store_config)),
-                    Some(resolver),
-                )
-            }
-            _ => {
-                tracing::warn!(
-                    "no dead-letter store configured (DLQ_TABLE, DLQ_QUEUE_URL, DLQ_BUCKET): \
-                     permanent failures are returned to the queue"
-                );
-                (ConfiguredSink::Disabled(NoDeadLetterStore), None)
-            }
-        };
-        let mut engine = BatchProcessor::new(delivery, sink, config.batch);
-        if let Some(resolver) = resolver {
-            engine = engine.with_body_resolver(Arc::new(resolver));
-        }
-        Ok(Worker::new(engine, config.deadline_margin)
-            .with_attempt_timeout(config.delivery.timeout))
+        let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+        Ok(setup.worker(delivery).await)
     }
+}
+
+/// The shipped worker's start: the logs, every variable (the handler's and the
+/// downstream's, all problems named at once), the downstream credential from Secrets
+/// Manager when one is configured. Returns the [`Setup`] to run the delivery with, so the
+/// shipped worker runs the way any handler does. A failure is logged and returned.
+pub async fn http_delivery_from_env() -> Result<(Setup, HttpDelivery), StartupError> {
+    crate::telemetry::init();
+    async {
+        let mut config = WorkerConfig::from_env()?;
+        let setup = Setup::new(config.handler.clone());
+        if config.downstream_auth.is_some() {
+            config
+                .resolve_downstream_auth(&setup.aws_clients().await)
+                .await?;
+        }
+        let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+        Ok((setup, delivery))
+    }
+    .await
+    .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
 }
 
 impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
@@ -256,10 +252,12 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
             request_id,
             ..self.base_invocation.clone()
         };
-        let report = self
-            .engine
-            .process_batch(event, deadline, &invocation)
-            .await?;
+        let custom_metrics = Arc::new(crate::context::MetricSink::default());
+        let report = crate::context::with_invocation_metrics(
+            custom_metrics.clone(),
+            self.engine.process_batch(event, deadline, &invocation),
+        )
+        .await?;
         let batch_duration = arrived.elapsed();
         let counts = report.counts();
         // The request id and cold start come from the invocation's span
@@ -281,6 +279,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
                 cold_start: crate::telemetry::cold_start(),
                 batch_duration,
                 record_times: report.record_times(),
+                custom: custom_metrics.take(),
             };
             crate::metrics::emit(
                 &counts,
@@ -358,12 +357,4 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
             error_message: error.to_string(),
         }
     }
-}
-
-/// Builds the default worker from the environment, logging a start-up failure before
-/// returning it (the Lambda runtime reports it as an init error).
-pub async fn default_worker_from_env() -> Result<DefaultWorker, StartupError> {
-    DefaultWorker::from_env()
-        .await
-        .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
 }

@@ -356,6 +356,7 @@ async fn body_that_is_not_json_is_a_validation_dead_letter() {
         config(ItemParser {
             id_source: ItemIdSource::MessageId,
             body_format: BodyFormat::Text,
+            envelope: Default::default(),
         }),
     );
     let records: Vec<serde_json::Value> = bodies
@@ -394,6 +395,7 @@ async fn body_with_a_lone_surrogate_escape_is_accounted_for_with_every_id_source
             config(ItemParser {
                 id_source: source.clone(),
                 body_format: BodyFormat::Json,
+                envelope: Default::default(),
             }),
         );
         let report = run(&engine, vec![record("m1", body)]).await;
@@ -643,6 +645,7 @@ async fn non_ascii_attribute_values_round_trip() {
         config(ItemParser {
             id_source: ItemIdSource::MessageAttribute("tenant".into()),
             body_format: BodyFormat::Text,
+            envelope: Default::default(),
         }),
     );
     let ids: Vec<String> = (0..values.len()).map(|n| format!("m{n}")).collect();
@@ -688,6 +691,7 @@ async fn binary_message_attributes_are_accepted() {
         config(ItemParser {
             id_source: ItemIdSource::MessageAttribute("blob".into()),
             body_format: BodyFormat::Json,
+            envelope: Default::default(),
         }),
     );
     let report = engine
@@ -789,7 +793,7 @@ fn every_bad_configuration_variable_is_named_in_one_error() {
         ("WORKER_MAX_CONCURRENCY", "   "),
     ])
     .unwrap();
-    assert_eq!(ok.batch.concurrency, 10);
+    assert_eq!(ok.handler.batch.concurrency, 10);
 }
 
 // ---------------------------------------------------------------------------------------

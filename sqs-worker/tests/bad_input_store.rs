@@ -432,6 +432,7 @@ async fn dead_item(store: &DeadLetterStore, item_id: &str) {
             ..config(ItemParser {
                 id_source: ItemIdSource::JsonPointer("/id".into()),
                 body_format: BodyFormat::Json,
+                envelope: Default::default(),
             })
         },
     );
@@ -638,6 +639,7 @@ fn failed_delivery(item_id: &str, delivery: u32, class: ErrorClass) -> DeadLette
     let parser = ItemParser {
         id_source: ItemIdSource::JsonPointer("/id".into()),
         body_format: BodyFormat::Json,
+        envelope: Default::default(),
     };
     let item = parser.parse(format!("m-{item_id}"), message).unwrap();
     let error = ProcessError::new(class, format!("delivery {delivery} failed"));
@@ -731,6 +733,7 @@ async fn a_run_cannot_finish_an_item_whose_payload_a_new_failure_replaced() {
         config(ItemParser {
             id_source: ItemIdSource::JsonPointer("/id".into()),
             body_format: BodyFormat::Json,
+            envelope: Default::default(),
         }),
     );
     engine

@@ -688,7 +688,7 @@ proptest! {
         source in id_source(),
         format in prop_oneof![Just(BodyFormat::Json), Just(BodyFormat::Text)],
     ) {
-        let parser = ItemParser { id_source: source.clone(), body_format: format };
+        let parser = ItemParser { id_source: source.clone(), body_format: format, envelope: Default::default() };
         let body = msg.body.clone().unwrap_or_default();
         let count = msg.attributes.get("ApproximateReceiveCount").cloned();
         // What decides validity: a pointer needs a JSON tree, the json format JSON syntax.
@@ -725,11 +725,24 @@ proptest! {
         if let Ok(source) = s.parse::<ItemIdSource>() {
             match source {
                 ItemIdSource::MessageId => prop_assert_eq!(s.as_str(), "message-id"),
+                ItemIdSource::Envelope => prop_assert_eq!(s.as_str(), "envelope"),
                 ItemIdSource::JsonPointer(p) => prop_assert!(p.starts_with('/')),
                 ItemIdSource::MessageAttribute(name) => prop_assert!(!name.is_empty()),
             }
         }
         let _ = s.parse::<BodyFormat>();
+        let _ = s.parse::<sqs_worker::envelope::Envelopes>();
+    }
+
+    /// Any body under any envelope: unwrapping never panics, and a failure is a
+    /// validation failure of the record.
+    #[test]
+    fn envelopes_never_panic_and_fail_as_validation(body in any::<String>(), which in 0usize..6) {
+        let names = ["sns", "eventbridge", "s3", "sns+s3", "sns+eventbridge", "sns-raw"];
+        let envelopes: sqs_worker::envelope::Envelopes = names[which].parse().unwrap();
+        if let Err(error) = envelopes.unwrap(&body) {
+            prop_assert_eq!(error.class, ErrorClass::Validation);
+        }
     }
 }
 

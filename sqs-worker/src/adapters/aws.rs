@@ -23,6 +23,8 @@ pub struct AwsClients {
     pub s3: aws_sdk_s3::Client,
     /// Secrets Manager (`WORKER_DOWNSTREAM_AUTH_SECRET`).
     pub secretsmanager: aws_sdk_secretsmanager::Client,
+    /// The configuration the clients were built from, for building more alike.
+    pub config: aws_config::SdkConfig,
 }
 
 impl AwsClients {
@@ -42,6 +44,7 @@ impl AwsClients {
             dynamodb: aws_sdk_dynamodb::Client::new(shared),
             s3: aws_sdk_s3::Client::from_conf(s3_config),
             secretsmanager: aws_sdk_secretsmanager::Client::new(shared),
+            config: shared.clone(),
         }
     }
 
@@ -243,6 +246,7 @@ impl AwsClients {
                     .interceptor(counter.clone())
                     .build(),
             ),
+            config: shared.clone(),
         }
     }
 }

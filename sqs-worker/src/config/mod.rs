@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::adapters::store::StoreConfig;
 use crate::batch::BatchConfig;
+use crate::envelope::Envelopes;
 use crate::item::{BodyFormat, ItemIdSource, ItemParser};
 use crate::pointer::PayloadPolicy;
 use crate::processor::{redact_url, redact_url_text, HttpDeliveryConfig};
@@ -304,7 +305,35 @@ fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
     }
 }
 
-/// Everything the worker function needs.
+/// What any handler's worker reads from the environment: the batch engine, deadline,
+/// payload policy, dead-letter store, envelope and idempotency. The shipped HTTP worker
+/// reads [`WorkerConfig`], which is this and its downstream.
+#[derive(Debug, Clone)]
+pub struct HandlerConfig {
+    /// What SQS Extended Client pointers may make the worker read (the store's bucket is
+    /// added at start-up).
+    pub payload: PayloadPolicy,
+    /// The batch engine (with the envelope, in its parser).
+    pub batch: BatchConfig,
+    /// Safety margin before the invocation deadline.
+    pub deadline_margin: Duration,
+    /// Where dead-lettered items go; `None` when no store is configured.
+    pub store: Option<crate::adapters::store::StoreConfig>,
+    /// The idempotency table, when one is configured.
+    pub idempotency: Option<IdempotencyConfig>,
+}
+
+/// `WORKER_IDEMPOTENCY_TABLE` and its TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyConfig {
+    /// The table.
+    pub table: String,
+    /// How long a completed item is remembered.
+    pub ttl: Duration,
+}
+
+/// Everything the worker function needs: the handler's configuration and the downstream
+/// it delivers to.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// The HTTP delivery processor. Its credential header, if any, is filled in by
@@ -312,15 +341,8 @@ pub struct WorkerConfig {
     pub delivery: HttpDeliveryConfig,
     /// Where the downstream credential comes from, when one is configured.
     pub downstream_auth: Option<DownstreamAuth>,
-    /// What SQS Extended Client pointers may make the worker read (the store's bucket is
-    /// added at start-up).
-    pub payload: PayloadPolicy,
-    /// The batch engine.
-    pub batch: BatchConfig,
-    /// Safety margin before the invocation deadline.
-    pub deadline_margin: Duration,
-    /// Where dead-lettered items go; `None` when no store is configured.
-    pub store: Option<crate::adapters::store::StoreConfig>,
+    /// Everything else.
+    pub handler: HandlerConfig,
 }
 
 /// `WORKER_DOWNSTREAM_URL`: an http(s) URL without credentials in it. The value is only
@@ -384,13 +406,65 @@ impl WorkerConfig {
 
     /// Reads the worker's variables into `env`, noting problems there.
     pub fn read(env: &mut EnvReader<'_>) -> Option<Self> {
+        let delivery = Self::read_delivery(env);
+        let handler = HandlerConfig::read(env);
+        let (delivery, downstream_auth) = delivery?;
+        Some(WorkerConfig {
+            delivery,
+            downstream_auth,
+            handler,
+        })
+    }
+
+    /// Reads the downstream's variables only (URL, timeout, content type, credential).
+    pub fn read_delivery(
+        env: &mut EnvReader<'_>,
+    ) -> Option<(HttpDeliveryConfig, Option<DownstreamAuth>)> {
         let url = read_downstream_url(env);
         let timeout = env.integer(&DOWNSTREAM_TIMEOUT_MS);
         let content_type = env
             .text_or_default::<String>(&DOWNSTREAM_CONTENT_TYPE)
             .unwrap_or_default();
         let downstream_auth = read_downstream_auth(env);
-        let id_source = read_item_id_source(env);
+        Some((
+            HttpDeliveryConfig {
+                url: url?,
+                timeout: Duration::from_millis(timeout),
+                content_type,
+                auth_header: None,
+            },
+            downstream_auth,
+        ))
+    }
+
+    /// The variables and their descriptions (worker and store), for documentation and
+    /// drift checks against the infrastructure template.
+    pub fn documented_variables() -> BTreeMap<&'static str, String> {
+        WORKER_VARS
+            .iter()
+            .chain(STORE_VARS)
+            .map(|v| (v.name, v.describe()))
+            .collect()
+    }
+}
+
+impl HandlerConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads any variable lookup (for tests).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let config = Self::read(&mut env);
+        env.finish()?;
+        Ok(config)
+    }
+
+    /// Reads the handler's variables into `env`, noting problems there.
+    pub fn read(env: &mut EnvReader<'_>) -> Self {
+        let (id_source, envelope) = read_ids_and_envelope(env);
         let body_format = env
             .text_or_default::<BodyFormat>(&BODY_FORMAT)
             .unwrap_or_default();
@@ -404,7 +478,7 @@ impl WorkerConfig {
         let max_delay = env.integer(&RETRY_MAX_DELAY_MS);
         if base_delay > max_delay {
             env.problem(
-RETRY_BASE_DELAY_MS.name,
+                RETRY_BASE_DELAY_MS.name,
                 format!("{base_delay} is larger than {RETRY_MAX_DELAY_MS} ({max_delay}); expected base <= max"),
             );
         }
@@ -413,20 +487,16 @@ RETRY_BASE_DELAY_MS.name,
         let skip_group_on_error = env.flag(&SKIP_GROUP_ON_ERROR);
         let payload = read_payload_policy(env);
         let store = read_store_config(env);
-        Some(WorkerConfig {
+        let idempotency_table: Option<String> = env.optional(&IDEMPOTENCY_TABLE);
+        let idempotency_ttl = env.integer(&IDEMPOTENCY_TTL_SECS);
+        HandlerConfig {
             store,
-            delivery: HttpDeliveryConfig {
-                url: url?,
-                timeout: Duration::from_millis(timeout),
-                content_type,
-                auth_header: None,
-            },
-            downstream_auth,
             payload,
             batch: BatchConfig {
                 parser: ItemParser {
                     id_source,
                     body_format,
+                    envelope,
                 },
                 retry: RetryPolicy {
                     max_attempts: u32::try_from(max_attempts).unwrap_or(u32::MAX),
@@ -441,18 +511,26 @@ RETRY_BASE_DELAY_MS.name,
                 skip_group_on_error,
             },
             deadline_margin: Duration::from_millis(deadline_margin),
-        })
+            idempotency: idempotency_table.map(|table| IdempotencyConfig {
+                table,
+                ttl: Duration::from_secs(idempotency_ttl),
+            }),
+        }
     }
+}
 
-    /// The variables and their descriptions (worker and store), for documentation and
-    /// drift checks against the infrastructure template.
-    pub fn documented_variables() -> BTreeMap<&'static str, String> {
-        WORKER_VARS
-            .iter()
-            .chain(STORE_VARS)
-            .map(|v| (v.name, v.describe()))
-            .collect()
-    }
+/// `WORKER_ITEM_ID_SOURCE` and `WORKER_ENVELOPE`, read the same by the worker and the
+/// redrive engine: with an envelope and no id source set, the item id is the event's own.
+pub fn read_ids_and_envelope(env: &mut EnvReader<'_>) -> (ItemIdSource, Envelopes) {
+    let envelope = env
+        .text_or_default::<Envelopes>(&ENVELOPE)
+        .unwrap_or_default();
+    let id_source = if env.raw(&ITEM_ID_SOURCE).is_none() && !envelope.is_none() {
+        ItemIdSource::Envelope
+    } else {
+        read_item_id_source(env)
+    };
+    (id_source, envelope)
 }
 
 /// `WORKER_ITEM_ID_SOURCE`, read the same by the worker and the redrive engine.
@@ -514,14 +592,15 @@ impl RedriveConfig {
         } else {
             None
         };
-        let id_source = read_item_id_source(env);
+        let (id_source, envelope) = read_ids_and_envelope(env);
         let settings = RedriveSettings {
             retry: processor
                 .as_ref()
-                .map(|c| c.batch.retry.clone())
+                .map(|c| c.handler.batch.retry.clone())
                 .unwrap_or_default(),
             parser: ItemParser {
                 id_source,
+                envelope,
                 ..ItemParser::default()
             },
             source_queue_url,
@@ -559,11 +638,11 @@ mod tests {
         let c = read(&[(DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest")]).unwrap();
         assert_eq!(c.delivery.url.as_str(), "http://127.0.0.1:9000/ingest");
         assert_eq!(c.delivery.timeout, Duration::from_secs(10));
-        assert_eq!(c.batch.concurrency, 10);
-        assert_eq!(c.batch.max_receive_count, None);
-        assert_eq!(c.batch.retry.max_attempts, 3);
-        assert_eq!(c.deadline_margin, Duration::from_secs(2));
-        assert!(!c.batch.skip_group_on_error);
+        assert_eq!(c.handler.batch.concurrency, 10);
+        assert_eq!(c.handler.batch.max_receive_count, None);
+        assert_eq!(c.handler.batch.retry.max_attempts, 3);
+        assert_eq!(c.handler.deadline_margin, Duration::from_secs(2));
+        assert!(!c.handler.batch.skip_group_on_error);
     }
 
     #[test]
@@ -586,17 +665,17 @@ mod tests {
         .unwrap();
         assert_eq!(c.delivery.timeout, Duration::from_millis(1500));
         assert_eq!(
-            c.batch.parser.id_source,
+            c.handler.batch.parser.id_source,
             ItemIdSource::JsonPointer("/id".into())
         );
-        assert_eq!(c.batch.parser.body_format, BodyFormat::Text);
-        assert_eq!(c.batch.concurrency, 50);
-        assert_eq!(c.batch.max_receive_count, Some(5));
-        assert_eq!(c.batch.receive_budget_margin, 1);
-        assert_eq!(c.batch.retry.max_attempts, 4);
-        assert!(c.batch.retry.retry_unknown);
-        assert!(c.batch.skip_group_on_error);
-        assert_eq!(c.deadline_margin, Duration::from_secs(3));
+        assert_eq!(c.handler.batch.parser.body_format, BodyFormat::Text);
+        assert_eq!(c.handler.batch.concurrency, 50);
+        assert_eq!(c.handler.batch.max_receive_count, Some(5));
+        assert_eq!(c.handler.batch.receive_budget_margin, 1);
+        assert_eq!(c.handler.batch.retry.max_attempts, 4);
+        assert!(c.handler.batch.retry.retry_unknown);
+        assert!(c.handler.batch.skip_group_on_error);
+        assert_eq!(c.handler.deadline_margin, Duration::from_secs(3));
     }
 
     #[test]
@@ -638,7 +717,7 @@ mod tests {
     #[test]
     fn store_variables_go_together() {
         let none = read(&[(DOWNSTREAM_URL.name, "http://x")]).unwrap();
-        assert_eq!(none.store, None);
+        assert_eq!(none.handler.store, None);
         let full = read(&[
             (DOWNSTREAM_URL.name, "http://x"),
             ("DLQ_TABLE", "t"),
@@ -647,7 +726,7 @@ mod tests {
             ("DLQ_RETENTION_DAYS", "30"),
         ])
         .unwrap();
-        let store = full.store.unwrap();
+        let store = full.handler.store.unwrap();
         assert_eq!(store.table, "t");
         assert_eq!(store.retention, Duration::from_secs(30 * 86_400));
         assert_eq!(store.inline_max_bytes, 65_536);
@@ -759,22 +838,23 @@ mod tests {
     fn payload_cap_and_buckets() {
         let url = (DOWNSTREAM_URL.name, "https://h/in");
         let c = read(&[url]).unwrap();
-        assert_eq!(c.payload.max_bytes, 33_554_432);
-        assert!(c.payload.allowed_buckets.is_empty());
+        assert_eq!(c.handler.payload.max_bytes, 33_554_432);
+        assert!(c.handler.payload.allowed_buckets.is_empty());
         let c = read(&[
             url,
             (PAYLOAD_MAX_BYTES.name, "1024"),
             (PAYLOAD_BUCKETS.name, " producer-a , producer.b,,"),
         ])
         .unwrap();
-        assert_eq!(c.payload.max_bytes, 1024);
+        assert_eq!(c.handler.payload.max_bytes, 1024);
         assert_eq!(
-            c.payload.allowed_buckets.iter().collect::<Vec<_>>(),
+            c.handler.payload.allowed_buckets.iter().collect::<Vec<_>>(),
             ["producer-a", "producer.b"]
         );
         assert_eq!(
             read(&[url, (PAYLOAD_MAX_BYTES.name, "2147483648")])
                 .unwrap()
+                .handler
                 .payload
                 .max_bytes,
             2_147_483_648

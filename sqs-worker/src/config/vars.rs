@@ -188,9 +188,31 @@ pub const DOWNSTREAM_AUTH_SECRET: Var = text(
 /// `WORKER_ITEM_ID_SOURCE`
 pub const ITEM_ID_SOURCE: Var = text(
     "WORKER_ITEM_ID_SOURCE",
-    "where the item id comes from: `message-id`, `pointer:/json/pointer` into the body, or `attribute:Name`",
-    "message-id, pointer:/path or attribute:Name",
+    "where the item id comes from: `message-id`, `envelope` (the event's own id; the default when `WORKER_ENVELOPE` is set), `pointer:/json/pointer` into the payload, or `attribute:Name`",
+    "message-id, envelope, pointer:/path or attribute:Name",
     Some("message-id"),
+);
+/// `WORKER_ENVELOPE`
+pub const ENVELOPE: Var = text(
+    "WORKER_ENVELOPE",
+    "the envelope around each body, unwrapped before processing: `none`, `sns`, `sns-raw`, `eventbridge`, `s3`, or layers joined by `+` outermost first (`sns+s3`); a body that does not match is a validation failure",
+    "none, sns, sns-raw, eventbridge, s3, or layers joined by +",
+    Some("none"),
+);
+/// `WORKER_IDEMPOTENCY_TABLE`
+pub const IDEMPOTENCY_TABLE: Var = text(
+    "WORKER_IDEMPOTENCY_TABLE",
+    "DynamoDB table (key `id`, TTL on `expires_at`) recording completed items: a completed item is skipped on redelivery, one in progress elsewhere is retried later; unset: off",
+    "a DynamoDB table name",
+    None,
+);
+/// `WORKER_IDEMPOTENCY_TTL_SECS`
+pub const IDEMPOTENCY_TTL_SECS: Var = integer(
+    "WORKER_IDEMPOTENCY_TTL_SECS",
+    "how long a completed item is remembered",
+    60,
+    31_536_000,
+    86_400,
 );
 /// `WORKER_BODY_FORMAT`
 pub const BODY_FORMAT: Var = text(
@@ -337,6 +359,7 @@ pub const WORKER_VARS: &[Var] = &[
     DOWNSTREAM_AUTH_HEADER,
     DOWNSTREAM_AUTH_SECRET,
     ITEM_ID_SOURCE,
+    ENVELOPE,
     BODY_FORMAT,
     MAX_CONCURRENCY,
     MAX_RECEIVE_COUNT,
@@ -349,6 +372,8 @@ pub const WORKER_VARS: &[Var] = &[
     SKIP_GROUP_ON_ERROR,
     PAYLOAD_MAX_BYTES,
     PAYLOAD_BUCKETS,
+    IDEMPOTENCY_TABLE,
+    IDEMPOTENCY_TTL_SECS,
 ];
 
 /// The dead-letter store's variables (worker, redrive function and `dlq`).

@@ -533,7 +533,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             Ok(false) => return outcome(ItemOutcomeKind::LeasedElsewhere, None),
             Err(e) => return outcome(ItemOutcomeKind::Error, Some(e.to_string())),
         }
-        let item = match self.load_body(record).await {
+        let mut item = match self.load_body(record).await {
             Ok(body) => work_item(record, body),
             Err(error) => {
                 let item = work_item(record, String::new());
@@ -542,6 +542,13 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     .await;
             }
         };
+        // The record keeps the body as it arrived; the processor gets what the worker's
+        // would have, the envelope unwrapped.
+        if let Err(error) = self.settings.parser.unwrap_envelope(&mut item) {
+            return self
+                .fail(record, run_id, &item, vec![immediate(error)])
+                .await;
+        }
         let run = run_with_retry(&self.settings.retry, &deadline, |_| {
             crate::batch::guard_panics(processor.process(&item))
         })
@@ -660,6 +667,7 @@ pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
         event_source_arn: record.source.queue_arn.clone(),
         attributes: HashMap::new(),
         message_attributes: HashMap::new(),
+        envelope: None,
     }
 }
 

@@ -53,6 +53,7 @@ pub fn dead_record(id: &str, class: ErrorClass, hours_ago: i64) -> DeadLetteredI
             event_source_arn: None,
             attributes: HashMap::new(),
             message_attributes: HashMap::new(),
+            envelope: None,
         },
     };
     let candidate = DeadLetterCandidate {

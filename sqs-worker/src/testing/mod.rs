@@ -1,9 +1,11 @@
 //! Test doubles for users' own tests and ours: a processor that follows a script per item,
-//! an in-memory dead-letter sink, and [`MemoryStore`], the redrive engine's ports in
-//! memory. Pure, no I/O.
+//! an in-memory dead-letter sink, [`MemoryStore`], the redrive engine's ports in memory,
+//! and [`MemoryIdempotencyStore`]. Pure, no I/O.
 
+mod idempotency_store;
 mod memory_store;
 
+pub use idempotency_store::MemoryIdempotencyStore;
 pub use memory_store::{dead_record, MemoryStore};
 
 use std::collections::HashMap;

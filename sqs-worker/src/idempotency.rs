@@ -1,0 +1,372 @@
+//! Per-record idempotency: an item whose processing completed is not processed again when
+//! SQS delivers it again, and an item being processed by one invocation is not processed
+//! by another at the same time.
+//!
+//! SQS delivers at least once: a standard queue may deliver a message twice, a sandbox may
+//! crash after the side effect and before the delete, a redrive may requeue an item a
+//! duplicate already completed. A downstream that honours `Idempotency-Key` absorbs this;
+//! a handler whose side effect has no such key (an email, a payment without one) needs a
+//! record of what it did. This module keeps one, per item id, in a store with a TTL
+//! (DynamoDB in production: `WORKER_IDEMPOTENCY_TABLE`, see
+//! [`crate::adapters::idempotency`]; docs/ARCHITECTURE.md §2.4):
+//!
+//! 1. Before the work, one conditional write claims the key `in progress` until the
+//!    invocation's deadline, unless it is already there: `completed` (not expired) means
+//!    the work was done, so the item is skipped (and a stored result returned); `in
+//!    progress` and not past its deadline means another invocation holds it, so the item
+//!    is returned for retry (a transient failure whose `Retry-After` is the holder's
+//!    deadline: the engine does not wait for it within this invocation).
+//! 2. After the work: `completed` with the result (if any), expiring after the TTL. On a
+//!    failure the claim is deleted, so the retry can run. Both writes are conditional on
+//!    this attempt's token, so a slow attempt whose claim expired and was taken over
+//!    cannot overwrite its successor's state.
+//! 3. A crash between the two leaves the claim, which expires with the Lambda deadline:
+//!    the next delivery (after the visibility timeout, longer than the function's timeout)
+//!    runs the work again. That is the one window in which the work runs twice; it cannot
+//!    be closed without the side effect itself being transactional.
+//!
+//! If the completion cannot be written, the item's outcome stands (it was processed) and
+//! a warning is logged: the claim then expires and a later duplicate would run again,
+//! which is better than reporting a success as a failure and running it again at once.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::error::{ErrorClass, ProcessError};
+use crate::item::WorkItem;
+use crate::processor::{Outcome, Processor};
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free (or its earlier state expired): this attempt holds it.
+    Claimed,
+    /// The work was completed; `result` is what was stored with it.
+    Completed {
+        /// The stored result (JSON text), if one was stored.
+        result: Option<String>,
+    },
+    /// Another attempt holds the key until `until`.
+    InProgress {
+        /// When that claim expires.
+        until: SystemTime,
+    },
+}
+
+/// Where idempotency records live. Each call is one atomic step.
+pub trait IdempotencyStore: Send + Sync {
+    /// Claims `key` for the attempt `token` until `in_progress_until`, unless it is
+    /// completed and unexpired at `now`, or claimed by another attempt until after `now`.
+    fn claim(
+        &self,
+        key: &str,
+        token: &str,
+        in_progress_until: SystemTime,
+        now: SystemTime,
+    ) -> impl Future<Output = Result<Claim, ProcessError>> + Send;
+
+    /// Marks `key` completed with `result` until `expires_at`, if `token` still holds it.
+    fn complete(
+        &self,
+        key: &str,
+        token: &str,
+        result: Option<&str>,
+        expires_at: SystemTime,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+
+    /// Deletes the claim of `token` on `key` (the work failed; a retry may run).
+    fn release(
+        &self,
+        key: &str,
+        token: &str,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+}
+
+/// The largest result stored with a completion: a DynamoDB item holds 400 KB, and a result
+/// is for answering duplicates, not for keeping data.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// How long a claim lasts when the worker's deadline is unknown (work run outside the
+/// batch engine): Lambda's longest timeout.
+const FALLBACK_CLAIM: Duration = Duration::from_secs(15 * 60);
+
+/// What [`Idempotency::once`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Once<T> {
+    /// The work ran now and returned this.
+    Ran(T),
+    /// The work had already completed; its stored result, when one was stored (and it
+    /// still reads as `T`).
+    AlreadyDone(Option<T>),
+}
+
+/// Idempotency over a store: the keys' TTL and the claim rules above.
+#[derive(Debug, Clone)]
+pub struct Idempotency<S> {
+    store: S,
+    ttl: Duration,
+}
+
+impl<S: IdempotencyStore> Idempotency<S> {
+    /// Completed keys expire `ttl` after completion.
+    pub fn new(store: S, ttl: Duration) -> Self {
+        Idempotency { store, ttl }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Runs `work` once for `key`: not again after it completed (the stored result is
+    /// returned instead), and not while another attempt runs it (a transient error is
+    /// returned, so the item is retried later). An error from `work` releases the key.
+    pub async fn once<T, F, Fut>(&self, key: &str, work: F) -> Result<Once<T>, ProcessError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, ProcessError>>,
+    {
+        let now = SystemTime::from(crate::clock::now());
+        let until = crate::context::deadline()
+            .filter(|d| *d > now)
+            .unwrap_or(now + FALLBACK_CLAIM);
+        let token = attempt_token();
+        match self.store.claim(key, &token, until, now).await? {
+            Claim::Completed { result } => {
+                let result = result.and_then(|text| serde_json::from_str(&text).ok());
+                return Ok(Once::AlreadyDone(result));
+            }
+            Claim::InProgress { until } => {
+                let wait = until.duration_since(now).unwrap_or(Duration::ZERO);
+                return Err(ProcessError::new(
+                    ErrorClass::Throttled,
+                    format!(
+                        "in progress in another invocation for {:.0} s more (idempotency key {key:?})",
+                        wait.as_secs_f64().ceil()
+                    ),
+                )
+                .with_code("IdempotencyInProgress")
+                .with_step("idempotency")
+                .with_retry_after(wait));
+            }
+            Claim::Claimed => {}
+        }
+        match work().await {
+            Ok(value) => {
+                let text = serde_json::to_string(&value).ok();
+                let stored = text.as_deref().filter(|t| t.len() <= MAX_RESULT_BYTES);
+                if text.is_some() && stored.is_none() {
+                    tracing::warn!(key, limit = MAX_RESULT_BYTES, "result too large to store with the idempotency record; a duplicate will see no result");
+                }
+                let expires = SystemTime::from(crate::clock::now()) + self.ttl;
+                if let Err(error) = self.store.complete(key, &token, stored, expires).await {
+                    tracing::warn!(key, %error, "the work completed but its idempotency record could not be written; a duplicate delivered after the claim expires would run it again");
+                }
+                Ok(Once::Ran(value))
+            }
+            Err(error) => {
+                if let Err(release) = self.store.release(key, &token).await {
+                    tracing::warn!(key, error = %release, "could not release the idempotency claim; it expires with the invocation's deadline");
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// A unique token for one attempt: which claim is whose.
+fn attempt_token() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}-{:016x}", fastrand::u64(..))
+}
+
+/// A processor whose items are processed once per item id (see the module's
+/// documentation). A duplicate of a completed item is skipped, its reason saying so.
+#[derive(Debug)]
+pub struct Idempotent<P, S> {
+    inner: P,
+    idempotency: Idempotency<S>,
+}
+
+impl<P, S> Idempotent<P, S> {
+    /// `inner`, once per item id.
+    pub fn new(inner: P, idempotency: Idempotency<S>) -> Self {
+        Idempotent { inner, idempotency }
+    }
+
+    /// The processor inside.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+}
+
+/// The outcome as stored with a completion, so a duplicate can say what the first
+/// delivery did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+struct StoredOutcome {
+    done: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    skipped: Option<String>,
+}
+
+impl<P: Processor, S: IdempotencyStore> Processor for Idempotent<P, S> {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let ran = self
+            .idempotency
+            .once(&item.item_id, || async {
+                self.inner.process(item).await.map(|outcome| match outcome {
+                    Outcome::Done => StoredOutcome {
+                        done: true,
+                        skipped: None,
+                    },
+                    Outcome::Skipped { reason } => StoredOutcome {
+                        done: false,
+                        skipped: Some(reason),
+                    },
+                })
+            })
+            .await?;
+        Ok(match ran {
+            Once::Ran(StoredOutcome { skipped: None, .. }) => Outcome::Done,
+            Once::Ran(StoredOutcome {
+                skipped: Some(reason),
+                ..
+            }) => Outcome::Skipped { reason },
+            Once::AlreadyDone(_) => Outcome::Skipped {
+                reason: "already processed (idempotency record)".to_string(),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::MemoryIdempotencyStore;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    struct Counting {
+        runs: Arc<AtomicU32>,
+        fail_first: bool,
+    }
+
+    impl Processor for Counting {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            let n = self.runs.fetch_add(1, Ordering::SeqCst);
+            if self.fail_first && n == 0 {
+                return Err(ProcessError::new(ErrorClass::ServerError, "boom"));
+            }
+            Ok(Outcome::Done)
+        }
+    }
+
+    fn processor(
+        store: &MemoryIdempotencyStore,
+        fail_first: bool,
+    ) -> (Idempotent<Counting, MemoryIdempotencyStore>, Arc<AtomicU32>) {
+        let runs = Arc::new(AtomicU32::new(0));
+        let p = Idempotent::new(
+            Counting {
+                runs: runs.clone(),
+                fail_first,
+            },
+            Idempotency::new(store.clone(), Duration::from_secs(3600)),
+        );
+        (p, runs)
+    }
+
+    #[tokio::test]
+    async fn a_completed_item_is_skipped_on_redelivery() {
+        let store = MemoryIdempotencyStore::default();
+        let (p, runs) = processor(&store, false);
+        let item = WorkItem::new("m-1", "{}");
+        assert_eq!(p.process(&item).await.unwrap(), Outcome::Done);
+        let again = p.process(&item).await.unwrap();
+        assert!(
+            matches!(again, Outcome::Skipped { reason } if reason.contains("already processed"))
+        );
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failure_releases_the_key_for_the_retry() {
+        let store = MemoryIdempotencyStore::default();
+        let (p, runs) = processor(&store, true);
+        let item = WorkItem::new("m-1", "{}");
+        assert_eq!(
+            p.process(&item).await.unwrap_err().class,
+            ErrorClass::ServerError
+        );
+        assert_eq!(p.process(&item).await.unwrap(), Outcome::Done);
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn an_item_in_progress_elsewhere_is_returned_for_retry_until_its_claim_expires() {
+        let store = MemoryIdempotencyStore::default();
+        let now = SystemTime::now();
+        let held = store
+            .claim("m-1", "other", now + Duration::from_secs(60), now)
+            .await
+            .unwrap();
+        assert_eq!(held, Claim::Claimed);
+        let (p, runs) = processor(&store, false);
+        let error = p.process(&WorkItem::new("m-1", "{}")).await.unwrap_err();
+        assert!(error.class.is_retryable(false));
+        assert_eq!(error.code.as_deref(), Some("IdempotencyInProgress"));
+        assert!(error.retry_after.unwrap() > Duration::from_secs(50));
+        assert_eq!(runs.load(Ordering::SeqCst), 0);
+        // The holder died: its claim expires with its deadline, and the work runs.
+        let later = now + Duration::from_secs(61);
+        assert_eq!(
+            store
+                .claim("m-1", "mine", later + Duration::from_secs(60), later)
+                .await
+                .unwrap(),
+            Claim::Claimed
+        );
+    }
+
+    #[tokio::test]
+    async fn once_stores_and_returns_the_result() {
+        let store = MemoryIdempotencyStore::default();
+        let idempotency = Idempotency::new(store, Duration::from_secs(3600));
+        let first = idempotency
+            .once("charge-1", || async {
+                Ok::<_, ProcessError>(String::from("receipt-9"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(first, Once::Ran("receipt-9".to_string()));
+        let second = idempotency
+            .once("charge-1", || async {
+                Ok::<_, ProcessError>(String::from("again"))
+            })
+            .await
+            .unwrap();
+        assert_eq!(second, Once::AlreadyDone(Some("receipt-9".to_string())));
+    }
+
+    #[tokio::test]
+    async fn a_stale_token_cannot_complete_or_release_a_successors_claim() {
+        let store = MemoryIdempotencyStore::default();
+        let now = SystemTime::now();
+        store.claim("k", "old", now, now).await.unwrap();
+        let later = now + Duration::from_secs(1);
+        store
+            .claim("k", "new", later + Duration::from_secs(60), later)
+            .await
+            .unwrap();
+        assert!(store.complete("k", "old", None, later).await.is_err());
+        assert!(store.release("k", "old").await.is_err());
+        let held = store.claim("k", "third", later, later).await.unwrap();
+        assert!(matches!(held, Claim::InProgress { .. }));
+    }
+}
