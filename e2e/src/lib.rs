@@ -71,6 +71,57 @@ pub fn unique_prefix(name: &str) -> String {
     format!("t{}-{n}-{name}", std::process::id())
 }
 
+/// A new on-demand table named after `name` (made unique) whose partition key is the
+/// string `key`: a handler's own table.
+pub async fn create_table(client: &aws_sdk_dynamodb::Client, name: &str, key: &str) -> String {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let table = unique_prefix(name);
+    client
+        .create_table()
+        .table_name(&table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(key)
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(key)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    table
+}
+
+/// A new idempotency table (key `id`, TTL on `expires_at`), as the template creates it.
+pub async fn idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) -> String {
+    use aws_sdk_dynamodb::types::TimeToLiveSpecification;
+    let table = create_table(client, name, "id").await;
+    client
+        .update_time_to_live()
+        .table_name(&table)
+        .time_to_live_specification(
+            TimeToLiveSpecification::builder()
+                .attribute_name(sqs_worker::adapters::idempotency::TTL_ATTRIBUTE)
+                .enabled(true)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    table
+}
+
 /// Knobs of one pipeline.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -386,58 +437,74 @@ impl Pipeline {
 }
 
 /// The workspace's compiled `worker` binary (the Lambda function itself), for tests that
+/// run it over the Runtime API. See [`function_binary`].
+pub fn worker_binary() -> PathBuf {
+    function_binary("worker")
+}
+
+/// A compiled function binary of the workspace (`worker`, or an example's), for tests that
 /// run it over the Runtime API. Built with cargo on first use in this process, for the
 /// profile this test was built with, so a test never runs a stale binary (a no-op when it
 /// is up to date, as after `make build`). Cargo releases its lock before it runs tests, so
 /// this works under `cargo test`.
-pub fn worker_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let dir = sqs_worker_local::function::workspace_bin_dir()
-                .expect("cannot locate the workspace's target directory");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-            let mut command = std::process::Command::new(cargo);
-            // Not the variables `cargo test` sets for this package (`CARGO_PKG_*`,
-            // `CARGO_MANIFEST_*`, ...): leaked into the inner build they change dependency
-            // fingerprints, and it would rebuild another variant of everything.
-            for (name, _) in std::env::vars_os() {
-                let name = name.to_string_lossy();
-                let per_crate = [
-                    "CARGO_PKG_",
-                    "CARGO_MANIFEST_",
-                    "CARGO_CRATE_",
-                    "CARGO_BIN_",
-                ]
-                .iter()
-                .any(|prefix| name.starts_with(prefix));
-                if per_crate
-                    || name == "CARGO_PRIMARY_PACKAGE"
-                    || name == "CARGO_TARGET_TMPDIR"
-                    || name == "RUST_RECURSION_COUNT"
-                {
-                    command.env_remove(name.as_ref());
-                }
-            }
-            command
-                .current_dir(
-                    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                        .parent()
-                        .expect("the tests package is inside the workspace"),
-                )
-                // `--workspace`: features unified as `make build` (`--workspace --bins`)
-                // unifies them, so after it this is a no-op rather than another variant.
-                .args(["build", "--quiet", "--workspace", "--bin", "worker"]);
-            if dir.ends_with("release") {
-                command.arg("--release");
-            }
-            let status = command
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run cargo to build the worker: {e}"));
-            assert!(status.success(), "building the worker binary failed");
-            let binary = dir.join("worker");
-            assert!(binary.exists(), "{} does not exist", binary.display());
-            binary
-        })
-        .clone()
+pub fn function_binary(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Option<HashMap<String, PathBuf>>> = std::sync::Mutex::new(None);
+    let mut built = BUILT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(path) = built.get_or_insert_with(HashMap::new).get(name) {
+        return path.clone();
+    }
+    let path = build_function_binary(name);
+    built
+        .get_or_insert_with(HashMap::new)
+        .insert(name.to_string(), path.clone());
+    path
+}
+
+fn build_function_binary(binary: &str) -> PathBuf {
+    let dir = sqs_worker_local::function::workspace_bin_dir()
+        .expect("cannot locate the workspace's target directory");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut command = std::process::Command::new(cargo);
+    // Not the variables `cargo test` sets for this package (`CARGO_PKG_*`,
+    // `CARGO_MANIFEST_*`, ...): leaked into the inner build they change dependency
+    // fingerprints, and it would rebuild another variant of everything.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let per_crate = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+        ]
+        .iter()
+        .any(|prefix| name.starts_with(prefix));
+        if per_crate
+            || name == "CARGO_PRIMARY_PACKAGE"
+            || name == "CARGO_TARGET_TMPDIR"
+            || name == "RUST_RECURSION_COUNT"
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
+        .current_dir(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .expect("the tests package is inside the workspace"),
+        )
+        // `--workspace`: features unified as `make build` (`--workspace --bins`)
+        // unifies them, so after it this is a no-op rather than another variant.
+        .args(["build", "--quiet", "--workspace", "--bin", binary]);
+    if dir.ends_with("release") {
+        command.arg("--release");
+    }
+    let status = command
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build {binary}: {e}"));
+    assert!(status.success(), "building the {binary} binary failed");
+    let path = dir.join(binary);
+    assert!(path.exists(), "{} does not exist", path.display());
+    path
 }

@@ -476,7 +476,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         invocation: &InvocationInfo,
         deadline: &Deadline,
     ) -> Vec<Result<(), ProcessError>> {
-        let writes = self.sink.dead_letter(candidates, invocation);
+        // Boxed, as the processor's calls are (see `boxed`).
+        let writes: futures::future::BoxFuture<'_, Vec<Result<(), ProcessError>>> =
+            Box::pin(self.sink.dead_letter(candidates, invocation));
         match tokio::time::timeout_at(crate::mutants::deadline_guard(deadline.hard_stop()), writes)
             .await
         {
@@ -507,9 +509,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
         let started = tokio::time::Instant::now();
         // The record's context (deadline, custom metrics and log fields) for the handler.
-        let cutoff = std::time::SystemTime::from(crate::clock::now()) + deadline.remaining();
-        let context =
-            crate::context::RecordContext::new(cutoff, crate::context::invocation_metrics());
+        let now = std::time::SystemTime::from(crate::clock::now());
+        let context = crate::context::RecordContext::new(
+            now + deadline.remaining(),
+            now + deadline
+                .hard_stop()
+                .saturating_duration_since(tokio::time::Instant::now()),
+            crate::context::invocation_metrics(),
+        );
         let (step, fields) = context
             .scope(self.process_record(message_id, msg, deadline))
             .await;
@@ -615,7 +622,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             });
         }
         let run = run_with_retry(&self.config.retry, deadline, |_| {
-            guard_panics(self.processor.process(&item))
+            guard_panics(boxed(self.processor.process(&item)))
         })
         .await;
         let attempts =
@@ -664,7 +671,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             return Ok(());
         };
         let sha = crate::hex::sha256_hex(item.body.as_bytes());
-        let finish = self.sink.finish_requeued(record_id, &item.message_id, &sha);
+        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> =
+            Box::pin(self.sink.finish_requeued(record_id, &item.message_id, &sha));
         tokio::time::timeout_at(deadline.hard_stop(), finish)
             .await
             .unwrap_or_else(|_| {
@@ -723,6 +731,15 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             receive_count >= max.saturating_sub(self.config.receive_budget_margin).max(1)
         })
     }
+}
+
+/// A processor's future behind a pointer: one allocation per attempt, so that the engine's
+/// own future does not nest the handler's (an AWS SDK call nests deeply) and a handler
+/// crate compiles without raising its `recursion_limit`.
+fn boxed<'a, T>(
+    call: impl Future<Output = Result<T, ProcessError>> + Send + 'a,
+) -> futures::future::BoxFuture<'a, Result<T, ProcessError>> {
+    Box::pin(call)
 }
 
 /// Runs one processor call so that a panic in it fails this record, not the process: the

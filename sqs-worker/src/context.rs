@@ -173,16 +173,18 @@ impl MetricSink {
 #[derive(Debug)]
 pub struct RecordContext {
     deadline: SystemTime,
+    hard_stop: SystemTime,
     metrics: Arc<MetricSink>,
     fields: Mutex<Map<String, Value>>,
 }
 
 impl RecordContext {
-    /// A context for a record of an invocation whose cut-off is `deadline`, adding its
-    /// metrics to `metrics`.
-    pub fn new(deadline: SystemTime, metrics: Arc<MetricSink>) -> Self {
+    /// A context for a record of an invocation whose cut-off is `deadline` and which ends
+    /// at `hard_stop` (see [`crate::Deadline`]), adding its metrics to `metrics`.
+    pub fn new(deadline: SystemTime, hard_stop: SystemTime, metrics: Arc<MetricSink>) -> Self {
         RecordContext {
             deadline,
+            hard_stop: hard_stop.max(deadline),
             metrics,
             fields: Mutex::new(Map::new()),
         }
@@ -211,6 +213,12 @@ impl RecordContext {
 /// Lambda deadline less the worker's margin). `None` outside the worker.
 pub fn deadline() -> Option<SystemTime> {
     RECORD.try_with(|c| c.deadline).ok()
+}
+
+/// The last moment the invocation can still answer (just before the Lambda deadline):
+/// what a claim on the record's work lasts until. `None` outside the worker.
+pub fn hard_stop() -> Option<SystemTime> {
+    RECORD.try_with(|c| c.hard_stop).ok()
 }
 
 /// The time left before [`deadline`]; `None` outside the worker.
@@ -250,7 +258,7 @@ mod tests {
         let record = |n: u32| {
             let sink = sink.clone();
             async move {
-                RecordContext::new(deadline, sink)
+                RecordContext::new(deadline, deadline + Duration::from_secs(1), sink)
                     .scope(async move {
                         add_field("n", n);
                         tokio::task::yield_now().await;

@@ -14,8 +14,9 @@
 //!    invocation's deadline, unless it is already there: `completed` (not expired) means
 //!    the work was done, so the item is skipped (and a stored result returned); `in
 //!    progress` and not past its deadline means another invocation holds it, so the item
-//!    is returned for retry (a transient failure whose `Retry-After` is the holder's
-//!    deadline: the engine does not wait for it within this invocation).
+//!    is not run: it fails as throttled with a `Retry-After` of at most
+//!    [`IN_PROGRESS_POLL`], so the engine looks again within its retries (the holder may
+//!    finish: then the item is skipped) and otherwise returns it to the queue.
 //! 2. After the work: `completed` with the result (if any), expiring after the TTL. On a
 //!    failure the claim is deleted, so the retry can run. Both writes are conditional on
 //!    this attempt's token, so a slow attempt whose claim expired and was taken over
@@ -89,6 +90,10 @@ pub trait IdempotencyStore: Send + Sync {
 /// is for answering duplicates, not for keeping data.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
+/// The longest a duplicate waits, within one invocation, before looking at a claim held
+/// elsewhere again.
+pub const IN_PROGRESS_POLL: Duration = Duration::from_secs(1);
+
 /// How long a claim lasts when the worker's deadline is unknown (work run outside the
 /// batch engine): Lambda's longest timeout.
 const FALLBACK_CLAIM: Duration = Duration::from_secs(15 * 60);
@@ -131,7 +136,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
         Fut: Future<Output = Result<T, ProcessError>>,
     {
         let now = SystemTime::from(crate::clock::now());
-        let until = crate::context::deadline()
+        let until = crate::context::hard_stop()
             .filter(|d| *d > now)
             .unwrap_or(now + FALLBACK_CLAIM);
         let token = attempt_token();
@@ -151,7 +156,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
                 )
                 .with_code("IdempotencyInProgress")
                 .with_step("idempotency")
-                .with_retry_after(wait));
+                .with_retry_after(wait.min(IN_PROGRESS_POLL)));
             }
             Claim::Claimed => {}
         }
@@ -321,7 +326,8 @@ mod tests {
         let error = p.process(&WorkItem::new("m-1", "{}")).await.unwrap_err();
         assert!(error.class.is_retryable(false));
         assert_eq!(error.code.as_deref(), Some("IdempotencyInProgress"));
-        assert!(error.retry_after.unwrap() > Duration::from_secs(50));
+        assert_eq!(error.retry_after, Some(IN_PROGRESS_POLL));
+        assert!(error.message.contains("60 s more"), "{}", error.message);
         assert_eq!(runs.load(Ordering::SeqCst), 0);
         // The holder died: its claim expires with its deadline, and the work runs.
         let later = now + Duration::from_secs(61);

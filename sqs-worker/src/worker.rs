@@ -310,16 +310,19 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         let decoded = decode_sqs_event(body.as_ref());
         drop(body);
         let result = match decoded {
-            Ok(sqs_event) => self
-                .run_since(
+            // Boxed (once per invocation): the batch's future nests deeply, and a handler
+            // crate's `main` should not need a raised `recursion_limit` to lay it out.
+            Ok(sqs_event) => {
+                let run: futures::future::BoxFuture<'_, _> = Box::pin(self.run_since(
                     sqs_event,
                     deadline,
                     Some(context.request_id.clone()),
                     arrived,
-                )
-                .await
-                .map(|report| report.response())
-                .map_err(InvocationError::from),
+                ));
+                run.await
+            }
+            .map(|report| report.response())
+            .map_err(InvocationError::from),
             Err(error) => Err(InvocationError::from(error)),
         };
         result.inspect_err(|e| tracing::error!(error = %e, "failing the whole invocation"))

@@ -6,9 +6,6 @@
 //! invocation, and reused. The same call runs any other handler
 //! (`sqs_worker::runner`; README, "Write your own handler").
 
-// The handler's future nests the SDK's deeply; the compiler's default depth is too low.
-#![recursion_limit = "256"]
-
 // mimalloc: a batch allocates a few small strings per record and frees them together;
 // glibc's allocator spends a third of the decode time on that (docs/BENCHMARKS.md).
 #[global_allocator]

@@ -1,0 +1,152 @@
+//! The idempotency table on DynamoDB Local, through the real SDK client: claims are atomic
+//! under concurrency, completions keep their result, stale attempts cannot overwrite their
+//! successors, and expired claims are taken over.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+use std::time::{Duration, SystemTime};
+
+use sqs_worker::adapters::idempotency::DynamoIdempotencyStore;
+use sqs_worker::idempotency::{Claim, Idempotency, IdempotencyStore, Once};
+use sqs_worker::ProcessError;
+
+async fn store() -> DynamoIdempotencyStore {
+    let clients = e2e::clients().await;
+    let table = e2e::idempotency_table(&clients.dynamodb, "idem").await;
+    DynamoIdempotencyStore::new(clients.dynamodb, table)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_of_many_concurrent_claims_wins() {
+    let store = store().await;
+    let now = SystemTime::now();
+    let until = now + Duration::from_secs(60);
+    let claims = futures_claims(&store, "k-1", until, now, 8).await;
+    let won = claims.iter().filter(|c| **c == Claim::Claimed).count();
+    assert_eq!(won, 1, "{claims:?}");
+    for claim in claims.iter().filter(|c| **c != Claim::Claimed) {
+        let Claim::InProgress { until: held } = claim else {
+            panic!("{claim:?}");
+        };
+        // The holder's deadline, to the millisecond.
+        let gap = held.duration_since(until).unwrap_or_else(|e| e.duration());
+        assert!(gap < Duration::from_millis(2), "{gap:?}");
+    }
+}
+
+async fn futures_claims(
+    store: &DynamoIdempotencyStore,
+    key: &str,
+    until: SystemTime,
+    now: SystemTime,
+    n: usize,
+) -> Vec<Claim> {
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let store = store.clone();
+        let key = key.to_string();
+        tasks.push(tokio::spawn(async move {
+            store
+                .claim(&key, &format!("token-{i}"), until, now)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut claims = Vec::new();
+    for task in tasks {
+        claims.push(task.await.unwrap());
+    }
+    claims
+}
+
+#[tokio::test]
+async fn a_completion_keeps_its_result_and_a_stale_attempt_changes_nothing() {
+    let store = store().await;
+    let now = SystemTime::now();
+    // An attempt whose claim expired...
+    assert_eq!(
+        store.claim("k", "old", now, now).await.unwrap(),
+        Claim::Claimed
+    );
+    // ...is taken over by the next one.
+    let later = now + Duration::from_secs(1);
+    assert_eq!(
+        store
+            .claim("k", "new", later + Duration::from_secs(60), later)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    let stale_complete = store
+        .complete(
+            "k",
+            "old",
+            Some("\"old\""),
+            later + Duration::from_secs(3600),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        stale_complete.code.as_deref(),
+        Some("ConditionalCheckFailedException")
+    );
+    assert!(store.release("k", "old").await.is_err());
+    store
+        .complete(
+            "k",
+            "new",
+            Some("\"receipt-7\""),
+            later + Duration::from_secs(3600),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim("k", "third", later, later).await.unwrap(),
+        Claim::Completed {
+            result: Some("\"receipt-7\"".to_string())
+        }
+    );
+    // Once the completion has expired (TTL deletion may lag), the key is free again.
+    let next_day = later + Duration::from_secs(3601);
+    assert_eq!(
+        store
+            .claim("k", "fourth", next_day + Duration::from_secs(60), next_day)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+}
+
+#[tokio::test]
+async fn once_returns_the_stored_result_to_a_duplicate() {
+    let idempotency = Idempotency::new(store().await, Duration::from_secs(3600));
+    let first = idempotency
+        .once("payment-1", || async { Ok::<_, ProcessError>(41_u32 + 1) })
+        .await
+        .unwrap();
+    assert_eq!(first, Once::Ran(42));
+    let second = idempotency
+        .once("payment-1", || async {
+            panic!("the work must not run twice");
+            #[allow(unreachable_code)]
+            Ok::<u32, ProcessError>(0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(second, Once::AlreadyDone(Some(42)));
+    // A failed attempt releases its claim: the retry runs.
+    let failed = idempotency
+        .once("payment-2", || async {
+            Err::<u32, _>(ProcessError::new(
+                sqs_worker::ErrorClass::ServerError,
+                "gateway down",
+            ))
+        })
+        .await;
+    assert!(failed.is_err());
+    let retried = idempotency
+        .once("payment-2", || async { Ok::<_, ProcessError>(7_u32) })
+        .await
+        .unwrap();
+    assert_eq!(retried, Once::Ran(7));
+}
