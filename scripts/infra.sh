@@ -18,6 +18,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.venv-infra"
 OUT="$ROOT/target/infra"
 TEMPLATE="$ROOT/infra/template.yaml"
+# A handler of one's own, deployed beside the main stack (README, "Write your own handler").
+HANDLER_TEMPLATE="$ROOT/infra/handler.yaml"
 
 installed() {
   [ -x "$VENV/bin/cfn-lint" ] && [ -x "$VENV/bin/checkov" ] &&
@@ -37,6 +39,8 @@ translate() {
   mkdir -p "$OUT"
   "$VENV/bin/python" "$ROOT/infra/translate.py" "$TEMPLATE" "$OUT/template.json" \
     DownstreamUrl=https://downstream.example.com/ingest
+  "$VENV/bin/python" "$ROOT/infra/translate.py" "$HANDLER_TEMPLATE" "$OUT/handler.json" \
+    AlarmTopicArn=arn:aws:sns:us-east-1:123456789012:alarms
 }
 
 lint() {
@@ -45,6 +49,8 @@ lint() {
   "$VENV/bin/cfn-lint" --region us-east-1 -- "$TEMPLATE"
   echo "cfn-lint: translated template"
   "$VENV/bin/cfn-lint" --region us-east-1 -- "$OUT/template.json"
+  echo "cfn-lint: handler template (SAM and translated)"
+  "$VENV/bin/cfn-lint" --region us-east-1 -- "$HANDLER_TEMPLATE" "$OUT/handler.json"
   echo "cfn-lint: no findings"
 }
 
@@ -54,6 +60,9 @@ scan() {
   "$VENV/bin/checkov" --quiet --compact --skip-download --framework cloudformation --file "$TEMPLATE"
   echo "checkov: translated template"
   "$VENV/bin/checkov" --quiet --compact --skip-download --framework cloudformation --file "$OUT/template.json"
+  echo "checkov: handler template (SAM and translated)"
+  "$VENV/bin/checkov" --quiet --compact --skip-download --framework cloudformation --file "$HANDLER_TEMPLATE"
+  "$VENV/bin/checkov" --quiet --compact --skip-download --framework cloudformation --file "$OUT/handler.json"
 }
 
 case "${1:-}" in

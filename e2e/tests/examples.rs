@@ -392,3 +392,47 @@ async fn a_notification_is_sent_once_despite_duplicates_and_concurrent_sandboxes
     assert!(failures(&again).is_empty());
     assert_eq!(p.downstream.calls("n-3"), 1);
 }
+
+/// A handler crate pulls only what it uses: the examples take the library without its
+/// `http` and `operator` features (the notify example adds `reqwest`, for `?` on its own
+/// client's errors), so neither the shipped HTTP delivery's Secrets Manager client nor the
+/// operators' CSV writer is built into them.
+#[test]
+fn the_examples_build_without_the_features_they_do_not_use() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let tree = |package: &str| {
+        let output = std::process::Command::new(&cargo)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+            .args([
+                "tree", "--quiet", "--edges", "normal", "--prefix", "none", "-p", package,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let crate_names = |tree: &str| -> std::collections::BTreeSet<String> {
+        tree.lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    };
+    for package in ["orders-example", "ledger-example"] {
+        let names = crate_names(&tree(package));
+        assert!(names.contains("sqs-worker"), "{names:?}");
+        for unused in ["aws-sdk-secretsmanager", "csv", "reqwest"] {
+            assert!(!names.contains(unused), "{package} pulls {unused}");
+        }
+    }
+    let notify = crate_names(&tree("notify-example"));
+    assert!(notify.contains("reqwest"));
+    for unused in ["aws-sdk-secretsmanager", "csv"] {
+        assert!(!notify.contains(unused), "notify-example pulls {unused}");
+    }
+    let worker = crate_names(&tree("worker"));
+    assert!(worker.contains("aws-sdk-secretsmanager") && !worker.contains("csv"));
+}

@@ -1152,3 +1152,124 @@ async fn deploys_into_the_emulator() {
         .await
         .expect("payload bucket deleted with the stack");
 }
+
+/// The handler template (`infra/handler.yaml`): deployable as it is, and the handler's
+/// variables pass the runner's own validation, which reads them at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_template_deploys_and_configures_a_valid_handler() {
+    translated();
+    let mut template: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("target/infra/handler.json")).unwrap(),
+    )
+    .unwrap();
+    let resources = template["Resources"].as_object_mut().unwrap();
+    assert!(resources.contains_key("HandlerFunction"));
+    for alarm in [
+        "DlqDepthAlarm",
+        "HandlerErrorsAlarm",
+        "DeadLetterFailedAlarm",
+    ] {
+        assert_eq!(
+            resources[alarm]["Type"], "AWS::CloudWatch::Alarm",
+            "{alarm}"
+        );
+    }
+    let redrive = &resources["SourceQueue"]["Properties"]["RedrivePolicy"];
+    assert_eq!(
+        redrive["deadLetterTargetArn"]["Fn::GetAtt"][0],
+        "DeadLetterQueue"
+    );
+    resources.retain(|_, r| {
+        !matches!(
+            r["Type"].as_str(),
+            Some("AWS::Lambda::EventSourceMapping" | "AWS::CloudWatch::Alarm")
+        )
+    });
+
+    let moto = Endpoints::single(&e2e::emulator().await.shared);
+    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
+    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
+    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
+    let lambda = aws_sdk_lambda::Client::new(&shared);
+    let artifacts = "sam-artifacts-placeholder";
+    let _ = clients.s3.create_bucket().bucket(artifacts).send().await;
+    clients
+        .s3
+        .put_object()
+        .bucket(artifacts)
+        .key("HandlerFunction.zip")
+        .body(EMPTY_ZIP.to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let stack = e2e::unique_prefix("handler");
+    let created = cloudformation
+        .create_stack()
+        .stack_name(&stack)
+        .template_body(template.to_string())
+        .parameters(
+            Parameter::builder()
+                .parameter_key("AlarmTopicArn")
+                .parameter_value("arn:aws:sns:us-east-1:123456789012:alarms")
+                .build(),
+        )
+        .parameters(
+            Parameter::builder()
+                .parameter_key("EnableIdempotency")
+                .parameter_value("true")
+                .build(),
+        )
+        .send()
+        .await;
+    if let Err(e) = created {
+        let code = aws_sdk_cloudformation::error::ProvideErrorMetadata::code(&e);
+        assert_eq!(code, Some("AlreadyExistsException"), "create_stack: {e:?}");
+    }
+    let mut outputs = std::collections::HashMap::new();
+    for _ in 0..120 {
+        let described = cloudformation
+            .describe_stacks()
+            .stack_name(&stack)
+            .send()
+            .await
+            .unwrap();
+        let s = &described.stacks()[0];
+        match s.stack_status() {
+            Some(StackStatus::CreateComplete) => {
+                for o in s.outputs() {
+                    outputs.insert(
+                        o.output_key().unwrap().to_string(),
+                        o.output_value().unwrap().to_string(),
+                    );
+                }
+                break;
+            }
+            Some(StackStatus::CreateInProgress) => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            other => panic!("stack ended in {other:?}: {:?}", s.stack_status_reason()),
+        }
+    }
+    let function = lambda
+        .get_function_configuration()
+        .function_name(&outputs["HandlerFunctionName"])
+        .send()
+        .await
+        .unwrap();
+    let vars = function.environment().unwrap().variables().unwrap().clone();
+    let config = sqs_worker::config::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
+        .unwrap_or_else(|e| panic!("the template's variables do not validate: {e}"));
+    let store = config.store.expect("the dead-letter store is configured");
+    assert!(outputs["CliEnvironment"].contains(&store.table));
+    assert_eq!(config.batch.max_receive_count, Some(5));
+    assert!(config.idempotency.is_some(), "{vars:?}");
+    assert!(vars.contains_key("ORDERS_TABLE"));
+    // Every variable is one the runner documents, or the handler's own.
+    let known = sqs_worker::config::WorkerConfig::documented_variables();
+    for name in vars.keys().filter(|k| k.as_str() != "ORDERS_TABLE") {
+        assert!(
+            known.contains_key(name.as_str()),
+            "{name} is not a variable of the runner"
+        );
+    }
+}

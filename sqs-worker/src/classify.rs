@@ -248,7 +248,9 @@ where
     }
 }
 
-/// `?` in a processor: a transport or status error of the handler's own HTTP calls.
+/// `?` in a processor: a transport or status error of the handler's own HTTP calls
+/// (`reqwest` feature).
+#[cfg(feature = "reqwest")]
 impl From<reqwest::Error> for ProcessError {
     fn from(err: reqwest::Error) -> Self {
         ProcessError::from_error(&err)
@@ -283,6 +285,7 @@ impl From<serde_json::Error> for ProcessError {
     }
 }
 
+#[cfg(feature = "reqwest")]
 fn classify_reqwest(err: &reqwest::Error) -> Option<ErrorClass> {
     if err.is_timeout() {
         Some(ErrorClass::Timeout)
@@ -301,6 +304,7 @@ fn classify_reqwest(err: &reqwest::Error) -> Option<ErrorClass> {
 /// [`ProcessError`], `reqwest::Error`, tokio's `Elapsed`, the SDK's `ConnectorError`,
 /// `std::io::Error`. Falls back to [`classify_message`] on the whole chain's text.
 pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorClass {
+    #[cfg_attr(not(feature = "reqwest"), allow(unused_mut))]
     let mut transport_error = false;
     let mut current: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = current {
@@ -325,6 +329,7 @@ pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorClass {
                 return ErrorClass::Validation;
             }
         }
+        #[cfg(feature = "reqwest")]
         if let Some(r) = e.downcast_ref::<reqwest::Error>() {
             if let Some(class) = classify_reqwest(r) {
                 return class;
@@ -767,6 +772,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "reqwest")]
     #[tokio::test]
     async fn reqwest_connection_refused_and_timeout() {
         // A port that was just free: nothing listens there.

@@ -24,7 +24,7 @@
 //! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
 //! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
 //! | [`signature`] | normalised error signatures for grouping | none |
-//! | [`analysis`] | grouping, statistics and export of records for operators | none |
+//! | `analysis` | grouping, statistics and export of records for operators (`operator` feature) | none |
 //! | [`pointer`](mod@pointer) | SQS Extended Client pointers and the policy for following them | none |
 //! | [`message`] | what our messages carry: attribute names, FIFO group, batching | none |
 //! | [`selection`] | record filters, pages and continuation tokens | none |
@@ -33,13 +33,14 @@
 //! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over [`sweep::DlqMessages`] | via trait |
 //! | [`removal`] | purge and clear: DLQ messages, then payloads, then records; over ports | via ports |
 //! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
-//! | [`processor`] | the [`Processor`] trait and [`HttpDelivery`] | HTTP |
+//! | [`processor`] | the [`Processor`] trait, [`handler_fn`] | none |
+//! | `http_delivery` | `HttpDelivery`, the processor the worker binary ships (`http` feature) | HTTP |
 //! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS; implements the ports and the two traits above) | AWS |
 //! | [`config`] | every environment variable once ([`config::vars`]) and the configurations read from them | env |
 //! | [`runner`] | one call that runs any [`Processor`] as a Lambda function ([`run`], [`Setup`]) | env, AWS |
 //! | [`worker`] | the Lambda handler a runner serves | via traits |
 //! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
-//! | [`redrive_function`] | the Lambda handler the `redrive` binary runs | via ports |
+//! | `redrive_function` | the Lambda handler the `redrive` binary runs (`http` feature) | via ports |
 //! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
 //! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation (worker and redrive) | stdout |
 //! | [`telemetry`] | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span | stdout |
@@ -53,6 +54,7 @@
 //! after the sink has persisted it. Bodies are never logged.
 
 pub mod adapters;
+#[cfg(feature = "operator")]
 pub mod analysis;
 pub mod batch;
 pub mod classify;
@@ -65,6 +67,8 @@ pub mod envelope;
 pub mod error;
 pub mod event;
 pub mod hex;
+#[cfg(feature = "http")]
+pub mod http_delivery;
 pub mod idempotency;
 pub mod item;
 pub mod message;
@@ -75,6 +79,7 @@ pub mod ports;
 pub mod processor;
 pub mod recording;
 pub mod redrive;
+#[cfg(feature = "http")]
 pub mod redrive_function;
 pub mod removal;
 pub mod retry;
@@ -91,8 +96,10 @@ pub mod worker;
 pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Disposition};
 pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
 pub use error::{ErrorClass, ProcessError};
+#[cfg(feature = "http")]
+pub use http_delivery::HttpDelivery;
 pub use item::WorkItem;
-pub use processor::{handler_fn, HttpDelivery, Outcome, Processor};
+pub use processor::{handler_fn, Outcome, Processor};
 pub use retry::{Deadline, RetryPolicy};
 pub use runner::{run, Setup};
 pub use worker::Worker;

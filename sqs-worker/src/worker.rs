@@ -13,15 +13,21 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
 
+#[cfg(feature = "http")]
 use crate::adapters::aws::AwsClients;
 use crate::adapters::store::DeadLetterStore;
 use crate::batch::{BatchError, BatchProcessor, BatchReport};
-use crate::config::{ConfigError, WorkerConfig};
+use crate::config::ConfigError;
+#[cfg(feature = "http")]
+use crate::config::WorkerConfig;
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
 use crate::error::ProcessError;
 use crate::event::{decode_sqs_event, EventError};
-use crate::processor::{HttpDelivery, Processor};
+#[cfg(feature = "http")]
+use crate::processor::HttpDelivery;
+use crate::processor::Processor;
 use crate::retry::{worst_case_record_time, Deadline, InvocationBudget};
+#[cfg(feature = "http")]
 use crate::runner::{Handler, Setup};
 
 /// Why the worker could not start.
@@ -34,6 +40,7 @@ pub enum StartupError {
     #[error("cannot build the downstream HTTP client: {0}")]
     HttpClient(ProcessError),
     /// The downstream credential could not be read.
+    #[cfg(feature = "http")]
     #[error(transparent)]
     Secret(#[from] crate::adapters::secrets::SecretError),
 }
@@ -90,8 +97,10 @@ pub struct Worker<P, S> {
 }
 
 /// The worker the function binary runs: HTTP delivery into the configured store.
+#[cfg(feature = "http")]
 pub type DefaultWorker = Worker<Handler<HttpDelivery>, ConfiguredSink>;
 
+#[cfg(feature = "http")]
 impl DefaultWorker {
     /// Builds the worker from the environment (clients once, reused by every invocation).
     pub async fn from_env() -> Result<Self, StartupError> {
@@ -125,6 +134,7 @@ impl DefaultWorker {
 /// downstream's, all problems named at once), the downstream credential from Secrets
 /// Manager when one is configured. Returns the [`Setup`] to run the delivery with, so the
 /// shipped worker runs the way any handler does. A failure is logged and returned.
+#[cfg(feature = "http")]
 pub async fn http_delivery_from_env() -> Result<(Setup, HttpDelivery), StartupError> {
     crate::telemetry::init();
     async {

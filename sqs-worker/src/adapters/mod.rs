@@ -7,10 +7,11 @@
 //! | --- | --- |
 //! | [`aws`] | the AWS clients, built once from the standard configuration chain |
 //! | [`idempotency`] | the idempotency table in DynamoDB |
-//! | [`secrets`] | the downstream credential, read from Secrets Manager at start-up |
+//! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`http` feature) |
 //! | [`store`] | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS; implements every port and the primitives of [`crate::recording`] and [`crate::sweep`] |
 
 pub mod aws;
 pub mod idempotency;
+#[cfg(feature = "http")]
 pub mod secrets;
 pub mod store;

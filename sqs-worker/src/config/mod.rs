@@ -9,6 +9,7 @@
 //! the first, which is what an operator fixing a function's environment wants; the
 //! parsers it uses are the types' own `FromStr`.
 
+#[cfg(feature = "http")]
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -19,7 +20,9 @@ use crate::batch::BatchConfig;
 use crate::envelope::Envelopes;
 use crate::item::{BodyFormat, ItemIdSource, ItemParser};
 use crate::pointer::PayloadPolicy;
+#[cfg(feature = "http")]
 use crate::processor::{redact_url, redact_url_text, HttpDeliveryConfig};
+#[cfg(feature = "http")]
 use crate::redrive::RedriveSettings;
 use crate::retry::{Jitter, RetryPolicy};
 
@@ -198,7 +201,8 @@ impl<'a> EnvReader<'a> {
 }
 
 /// Where the downstream credential comes from: a header name and the Secrets Manager
-/// secret holding its value (read at start-up, see [`crate::adapters::secrets`]).
+/// secret holding its value (read at start-up by the `http` feature's secrets adapter).
+#[cfg(feature = "http")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DownstreamAuth {
     /// The header, e.g. `authorization` or `x-api-key`.
@@ -207,7 +211,8 @@ pub struct DownstreamAuth {
     pub secret_id: String,
 }
 
-/// Headers [`crate::HttpDelivery`] sets itself; a credential may not replace them.
+/// Headers `HttpDelivery` sets itself; a credential may not replace them.
+#[cfg(feature = "http")]
 const RESERVED_HEADERS: &[&str] = &[
     "content-type",
     "content-length",
@@ -219,6 +224,7 @@ const RESERVED_HEADERS: &[&str] = &[
 ];
 
 /// `WORKER_DOWNSTREAM_AUTH_HEADER` and `WORKER_DOWNSTREAM_AUTH_SECRET`: both or neither.
+#[cfg(feature = "http")]
 fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
     let header: Option<String> = env.optional(&DOWNSTREAM_AUTH_HEADER);
     let secret_id: Option<String> = env.optional(&DOWNSTREAM_AUTH_SECRET);
@@ -307,7 +313,7 @@ fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
 
 /// What any handler's worker reads from the environment: the batch engine, deadline,
 /// payload policy, dead-letter store, envelope and idempotency. The shipped HTTP worker
-/// reads [`WorkerConfig`], which is this and its downstream.
+/// reads `WorkerConfig` (`http` feature), which is this and its downstream.
 #[derive(Debug, Clone)]
 pub struct HandlerConfig {
     /// What SQS Extended Client pointers may make the worker read (the store's bucket is
@@ -334,6 +340,7 @@ pub struct IdempotencyConfig {
 
 /// Everything the worker function needs: the handler's configuration and the downstream
 /// it delivers to.
+#[cfg(feature = "http")]
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// The HTTP delivery processor. Its credential header, if any, is filled in by
@@ -348,6 +355,7 @@ pub struct WorkerConfig {
 /// `WORKER_DOWNSTREAM_URL`: an http(s) URL without credentials in it. The value is only
 /// ever quoted redacted (a query string may hold an API key), and a `user:password@` is
 /// refused: credentials belong in a header, from Secrets Manager.
+#[cfg(feature = "http")]
 fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
     let raw: String = env.required(&DOWNSTREAM_URL)?;
     let url = match raw.parse::<reqwest::Url>() {
@@ -388,6 +396,7 @@ fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
     Some(url)
 }
 
+#[cfg(feature = "http")]
 impl WorkerConfig {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -573,6 +582,7 @@ pub fn read_store_config(env: &mut EnvReader<'_>) -> Option<StoreConfig> {
 /// `WORKER_DOWNSTREAM_URL` is set; otherwise only requeue works), how item ids are read,
 /// the requeue target and whether resolved items' payloads are kept. The store is not
 /// part of it: the function reads it from the environment, `dlq` from its options.
+#[cfg(feature = "http")]
 #[derive(Debug, Clone)]
 pub struct RedriveConfig {
     /// The engine's settings.
@@ -582,6 +592,7 @@ pub struct RedriveConfig {
     pub processor: Option<WorkerConfig>,
 }
 
+#[cfg(feature = "http")]
 impl RedriveConfig {
     /// Reads the redrive engine's variables into `env`, noting problems there.
     pub fn read(env: &mut EnvReader<'_>) -> RedriveConfig {
@@ -620,7 +631,7 @@ impl RedriveConfig {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "http"))]
 mod tests {
     use super::*;
     use std::collections::HashMap;

@@ -1,0 +1,281 @@
+//! [`HttpDelivery`], the processor the shipped worker runs: POST each item's payload to a
+//! downstream URL, classify the answer (`http` feature).
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+
+use crate::error::ProcessError;
+use crate::item::WorkItem;
+use crate::processor::{Outcome, Processor};
+
+/// `url` as it may be shown in errors, logs and records: without a user name or password,
+/// and with its query (and fragment) replaced by `?<redacted>`, since a query string is
+/// where an API key ends up when it is not in a header.
+pub fn redact_url(url: &reqwest::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_username("");
+    let _ = shown.set_password(None);
+    shown.set_query(None);
+    shown.set_fragment(None);
+    let mut text = shown.to_string();
+    if url.query().is_some() || url.fragment().is_some() {
+        text.push_str("?<redacted>");
+    }
+    text
+}
+
+/// [`redact_url`] for text that may not even parse as a URL (a bad variable's value): a
+/// `user:password@` before the host is dropped, anything from the first `?` or `#` on is
+/// replaced by `?<redacted>`.
+pub fn redact_url_text(text: &str) -> String {
+    let (base, cut) = match text.find(['?', '#']) {
+        Some(at) => (&text[..at], true),
+        None => (text, false),
+    };
+    let mut shown = match base.find("://") {
+        Some(scheme_end) => {
+            let (scheme, rest) = base.split_at(scheme_end + 3);
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            let (authority, path) = rest.split_at(authority_end);
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            format!("{scheme}{host}{path}")
+        }
+        None => base.to_string(),
+    };
+    if cut {
+        shown.push_str("?<redacted>");
+    }
+    shown
+}
+
+/// How [`HttpDelivery`] reaches the downstream.
+#[derive(Clone)]
+pub struct HttpDeliveryConfig {
+    /// The URL each item body is POSTed to.
+    pub url: reqwest::Url,
+    /// Per-request timeout (connect + response).
+    pub timeout: Duration,
+    /// The `Content-Type` sent with the body.
+    pub content_type: String,
+    /// A credential sent on every request (header name, value marked sensitive); see
+    /// [`crate::adapters::secrets`]. Never shown by `Debug`.
+    pub auth_header: Option<(HeaderName, HeaderValue)>,
+}
+
+impl std::fmt::Debug for HttpDeliveryConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpDeliveryConfig")
+            .field("url", &redact_url(&self.url))
+            .field("timeout", &self.timeout)
+            .field("content_type", &self.content_type)
+            .field(
+                "auth_header",
+                &self
+                    .auth_header
+                    .as_ref()
+                    .map(|(name, _)| format!("{name}: <redacted>")),
+            )
+            .finish()
+    }
+}
+
+/// Most of a downstream error body kept as the error's detail: enough to explain, not a dump.
+const ERROR_BODY_LIMIT: usize = 256;
+
+/// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
+/// skipped (the downstream had already processed this item: acked and counted apart);
+/// other statuses and transport failures are classified per docs/ARCHITECTURE.md §2. Sends `Idempotency-Key` (the item id) so the downstream can
+/// drop the duplicates that at-least-once delivery produces.
+#[derive(Debug, Clone)]
+pub struct HttpDelivery {
+    client: reqwest::Client,
+    config: HttpDeliveryConfig,
+}
+
+impl HttpDelivery {
+    /// Builds the client once (connection pool and TLS set-up are reused across invocations).
+    pub fn new(config: HttpDeliveryConfig) -> Result<Self, ProcessError> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(config.timeout)
+            .connect_timeout(config.timeout)
+            // A redirected POST is re-sent as a GET without the body: a 2xx after that
+            // would mark an undelivered item done. A 3xx is reported as it is instead.
+            .redirect(reqwest::redirect::Policy::none());
+        if config.url.scheme() == "http" {
+            // No TLS can happen (no redirects), so skip loading the system trust store:
+            // it is most of the function's start-up time (docs/BENCHMARKS.md).
+            builder = builder.tls_certs_only(Vec::new());
+        }
+        let client = builder
+            .build()
+            .map_err(|e| ProcessError::from_error(&e).with_step("http-client"))?;
+        Ok(HttpDelivery { client, config })
+    }
+
+    /// A failed request as a classified error that does not show the URL's query or
+    /// credentials: reqwest writes the full request URL into its message.
+    fn transport_error(&self, error: reqwest::Error) -> ProcessError {
+        let had_url = error.url().is_some();
+        let mut error = ProcessError::from_error(&error.without_url()).with_step("deliver");
+        if had_url {
+            error.message = format!(
+                "{} for url ({})",
+                error.message,
+                redact_url(&self.config.url)
+            );
+        }
+        // The causes come from lower layers (hyper, the TLS stack, DNS), which may quote
+        // the request target themselves.
+        error.message = self.redact(&error.message);
+        for cause in &mut error.causes {
+            *cause = self.redact(cause);
+        }
+        error
+    }
+
+    /// `text` with the downstream URL's query and credentials replaced wherever they appear.
+    fn redact(&self, text: &str) -> String {
+        let url = &self.config.url;
+        let mut text = text.replace(url.as_str(), &redact_url(url));
+        if let Some(query) = url.query().filter(|q| !q.is_empty()) {
+            text = text.replace(&format!("?{query}"), "?<redacted>");
+        }
+        if let Some(password) = url.password().filter(|p| !p.is_empty()) {
+            text = text.replace(&format!("{}:{password}@", url.username()), "");
+        }
+        text
+    }
+
+    fn headers(&self, item: &WorkItem) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        let mut set = |name: HeaderName, value: &str| {
+            // Ids with characters a header cannot carry are simply not sent.
+            if let Ok(value) = HeaderValue::from_str(value) {
+                headers.insert(name, value);
+            }
+        };
+        set(CONTENT_TYPE, &self.config.content_type);
+        set(HeaderName::from_static("idempotency-key"), &item.item_id);
+        set(HeaderName::from_static("x-item-id"), &item.item_id);
+        set(
+            HeaderName::from_static("x-sqs-message-id"),
+            &item.message_id,
+        );
+        if let Some((name, value)) = &self.config.auth_header {
+            // Marked sensitive when read: kept out of `Debug` output and HTTP/2 header
+            // compression tables.
+            headers.insert(name.clone(), value.clone());
+        }
+        headers
+    }
+}
+
+impl Processor for HttpDelivery {
+    fn attempt_timeout(&self) -> Option<Duration> {
+        Some(self.config.timeout)
+    }
+
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let response = self
+            .client
+            .post(self.config.url.clone())
+            .headers(self.headers(item))
+            .body(item.payload().to_string())
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        let status = response.status();
+        if status == reqwest::StatusCode::ALREADY_REPORTED {
+            return Ok(Outcome::Skipped {
+                reason: "downstream had already processed the item (208)".to_string(),
+            });
+        }
+        if status.is_success() {
+            return Ok(Outcome::Done);
+        }
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let text = response.text().await.unwrap_or_default();
+        let excerpt: String = text.trim().chars().take(ERROR_BODY_LIMIT).collect();
+        // The response goes to the record's history, not into the message: messages are
+        // logged, and a downstream's error body may echo the item's data.
+        let mut error = ProcessError::from_http_status(
+            status.as_u16(),
+            format!("downstream answered {status}"),
+        )
+        .with_step("deliver");
+        if !excerpt.is_empty() {
+            error = error.with_detail(self.redact(&excerpt));
+        }
+        if let Some(delay) = retry_after {
+            error = error.with_retry_after(delay);
+        }
+        Err(error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_shown_without_query_or_credentials() {
+        let rows = [
+            (
+                "https://api.example.com/ingest",
+                "https://api.example.com/ingest",
+            ),
+            (
+                "https://api.example.com/ingest?api_key=s3cret&x=1",
+                "https://api.example.com/ingest?<redacted>",
+            ),
+            (
+                "https://user:s3cret@api.example.com:8443/in#frag",
+                "https://api.example.com:8443/in?<redacted>",
+            ),
+            ("http://127.0.0.1:9/?", "http://127.0.0.1:9/?<redacted>"),
+        ];
+        for (url, shown) in rows {
+            assert_eq!(redact_url(&url.parse().unwrap()), shown, "{url}");
+        }
+        let text_rows = [
+            (
+                "http://x:99999/in?token=s3cret",
+                "http://x:99999/in?<redacted>",
+            ),
+            ("https://u:s3cret@host/p", "https://host/p"),
+            ("https://u:p@ss@host", "https://host"),
+            ("not a url ? token=s3cret", "not a url ?<redacted>"),
+            ("host#s3cret", "host?<redacted>"),
+            ("plain", "plain"),
+        ];
+        for (text, shown) in text_rows {
+            assert_eq!(redact_url_text(text), shown, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_config_debug_does_not_show_the_query() {
+        let config = HttpDeliveryConfig {
+            url: "https://h/p?api_key=s3cret".parse().unwrap(),
+            timeout: Duration::from_secs(1),
+            content_type: "application/json".into(),
+            auth_header: Some((
+                HeaderName::from_static("x-api-key"),
+                HeaderValue::from_static("k3y-value"),
+            )),
+        };
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("s3cret"), "{debug}");
+        assert!(!debug.contains("k3y-value"), "{debug}");
+        assert!(debug.contains("https://h/p?<redacted>"), "{debug}");
+        assert!(debug.contains("x-api-key: <redacted>"), "{debug}");
+    }
+}
