@@ -867,3 +867,76 @@ async fn dead_letter_records_live_in_dynamodb_local_and_the_queues_in_moto() {
     let message = format!("{}", aws_sdk_dynamodb::error::DisplayErrorContext(&refused));
     assert!(message.contains("ValidationException"), "{message}");
 }
+
+/// The shipped worker under `WORKER_ENVELOPE=eventbridge`: the downstream receives the
+/// event's `detail`, the item is keyed by a pointer into it, and an event without a
+/// detail is dead-lettered as it arrived. Under `s3`, S3's test event is skipped and an
+/// object's notification is keyed by the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelopes_deliver_the_inner_payload_and_dead_letter_what_does_not_match() {
+    let p = Pipeline::new(
+        "envelope-eb",
+        Setup {
+            max_receive_count: 1,
+            worker_env: vec![("WORKER_ENVELOPE", "eventbridge".to_string())],
+            ..Setup::default()
+        },
+    )
+    .await;
+    let event = |id: &str, detail: serde_json::Value| {
+        serde_json::json!({"version": "0", "id": id, "detail-type": "Order Placed",
+            "source": "com.example", "account": "1", "time": "2026-11-24T10:00:00Z",
+            "region": "us-east-1", "resources": [], "detail": detail})
+        .to_string()
+    };
+    let no_detail = r#"{"id":"eb-3","source":"com.example","detail-type":"x"}"#;
+    p.send(&[
+        &event(
+            "eb-1",
+            serde_json::json!({"id": "inner-1", "scenario": "ok"}),
+        ),
+        no_detail,
+    ])
+    .await;
+    p.drain().await;
+    assert_eq!(p.downstream.delivered(), ["inner-1"]);
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].error_class, ErrorClass::Validation);
+    assert!(
+        records[0].last_error.contains("EventBridge"),
+        "{}",
+        records[0].last_error
+    );
+
+    let s3 = Pipeline::new(
+        "envelope-s3",
+        Setup {
+            max_receive_count: 1,
+            worker_env: vec![
+                ("WORKER_ENVELOPE", "s3".to_string()),
+                ("WORKER_ITEM_ID_SOURCE", "envelope".to_string()),
+            ],
+            ..Setup::default()
+        },
+    )
+    .await;
+    let test_event = r#"{"Service":"Amazon S3","Event":"s3:TestEvent","Time":"2026-11-24T10:00:00.000Z","Bucket":"inbox","RequestId":"r","HostId":"h"}"#;
+    // The downstream answers 400 to this record (its `scenario`): dead-lettered, keyed by
+    // its object.
+    let created = serde_json::json!({"Records": [{"scenario": "invalid", "eventVersion": "2.1", "eventSource": "aws:s3",
+        "awsRegion": "us-east-1", "eventTime": "2026-11-24T10:00:00.000Z",
+        "eventName": "ObjectCreated:Put", "s3": {"bucket": {"name": "inbox"},
+        "object": {"key": "a+b.csv", "size": 3, "sequencer": "0A1"}}}]})
+    .to_string();
+    s3.send(&[test_event, &created]).await;
+    let stats = s3.drain().await;
+    assert_eq!(stats.deleted, 2, "{stats:?}");
+    let records = s3.records().await;
+    assert_eq!(
+        records.len(),
+        1,
+        "the test event is skipped, not dead-lettered"
+    );
+    assert_eq!(records[0].item_id, "s3://inbox/a b.csv#0A1");
+}

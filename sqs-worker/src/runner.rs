@@ -1,7 +1,7 @@
 //! One call to run a handler as a Lambda function, with everything the shipped worker has:
 //! configuration and the dead-letter store from the environment, classified retries, the
 //! receive budget, FIFO ordering, the deadline, Extended-Client payloads, envelopes,
-//! per-record idempotency, EMF metrics and JSON logs (docs/ARCHITECTURE.md §5).
+//! per-record idempotency, EMF metrics and JSON logs (docs/ARCHITECTURE.md §6).
 //!
 //! ```no_run
 //! use sqs_worker::{handler_fn, Outcome, ProcessError, WorkItem};

@@ -1,8 +1,9 @@
 //! Configuration from environment variables, validated all at once: every missing or
 //! malformed variable is named in one error, with the form it expects. The variables
 //! themselves (name, meaning, form, default) are listed once, in [`vars`]; this module
-//! reads them into the worker's ([`WorkerConfig`]), the store's ([`read_store_config`]) and
-//! the redrive engine's ([`RedriveConfig`]) configuration, which the redrive function and
+//! reads them into a handler's ([`HandlerConfig`]), the shipped worker's (`WorkerConfig`:
+//! the handler's and its downstream), the store's ([`read_store_config`]) and the redrive
+//! engine's (`RedriveConfig`) configuration, which the redrive function and
 //! `dlq redrive` share.
 //!
 //! [`EnvReader`] is written by hand because it reports every problem at once rather than
