@@ -344,12 +344,32 @@ async fn a_notification_is_sent_once_despite_duplicates_and_concurrent_sandboxes
     // Duplicates through the queue: the same notification sent twice.
     let running = start("notify-worker", &p, &env, "notify").await;
     let n1 = e2e::body("n-1", "ok");
-    p.send(&[&n1, &e2e::body("n-2", "ok")]).await;
+    // n-4: the service refuses it (400): dead-lettered, its claim released.
+    p.send(&[&n1, &e2e::body("n-2", "ok"), &e2e::body("n-4", "invalid")])
+        .await;
     p.send(&[&n1]).await;
     let (stats, log) = drain(&p, running).await;
-    assert_eq!(stats.deleted, 3, "{stats:?}");
+    assert_eq!(stats.deleted, 4, "{stats:?}");
     assert_eq!(p.downstream.calls("n-1"), 1, "sent once");
     assert_eq!(p.downstream.calls("n-2"), 1);
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].item_id, "n-4");
+    assert_eq!(records[0].error_class, ErrorClass::Validation);
+    assert!(
+        item(&p.clients.dynamodb, &table, "id", "n-4")
+            .await
+            .is_none(),
+        "a failed item holds no claim"
+    );
+    assert_eq!(
+        item(&p.clients.dynamodb, &table, "id", "n-1")
+            .await
+            .unwrap()["status"]
+            .as_s()
+            .unwrap(),
+        "completed"
+    );
     let (logs, _) = output(&log);
     assert!(
         logs.iter()
