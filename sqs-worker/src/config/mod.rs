@@ -936,7 +936,11 @@ mod tests {
         let mut literals = Vec::new();
         for source in sources {
             // The code, not its tests (which quote names in expected messages).
-            let source = source.split("#[cfg(test)]").next().unwrap_or_default();
+            let source = source
+                .split("#[cfg(test)]")
+                .next()
+                .and_then(|code| code.split("#[cfg(all(test,").next())
+                .unwrap_or_default();
             for prefix in ["\"WORKER_", "\"DLQ_", "\"REDRIVE_"] {
                 for (at, _) in source.match_indices(prefix) {
                     let name: String = source[at + 1..]
