@@ -937,3 +937,37 @@ async fn envelopes_deliver_the_inner_payload_and_dead_letter_what_does_not_match
     );
     assert_eq!(records[0].item_id, "s3://inbox/a b.csv#0A1");
 }
+
+/// Spaced retries across deliveries: a record returned for retry is hidden for its
+/// redelivery delay (at least half of `WORKER_REDELIVERY_BASE_SECS` on its first
+/// receive), not the queue's 1 s visibility timeout; it stays in the queue, and the
+/// record that succeeded is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_returned_for_retry_is_hidden_for_its_redelivery_delay() {
+    let p = Pipeline::new(
+        "spaced",
+        Setup {
+            max_receive_count: 5,
+            worker_env: vec![("WORKER_REDELIVERY_BASE_SECS", "20".to_string())],
+            ..Setup::default()
+        },
+    )
+    .await;
+    p.send(&[&body("t", "throttled"), &body("ok", "ok")]).await;
+    let mut stats = sqs_worker_local::esm::EsmStats::default();
+    let mut received = 0;
+    for _ in 0..5 {
+        received += p.esm.poll_once(&p.invoker, &mut stats).await.unwrap();
+        if received == 2 {
+            break;
+        }
+    }
+    assert_eq!(received, 2, "{stats:?}");
+    assert_eq!(stats.reported, 1, "{stats:?}");
+    // Three visibility timeouts later it is still hidden...
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(p.esm.poll_once(&p.invoker, &mut stats).await.unwrap(), 0);
+    // ...and still in the queue: nothing lost.
+    assert_eq!(p.source_depth().await, 1);
+    assert_eq!(p.downstream.delivered(), ["ok"]);
+}

@@ -9,7 +9,7 @@
 //! and, after a failure, report the later records unprocessed, either all of them or (with
 //! `skip_group_on_error`) only those of the failed message group (docs/ARCHITECTURE.md §1.6).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,6 +134,10 @@ pub struct RecordReport {
     /// same for the same batch.
     #[serde(skip)]
     pub processing_time: Option<Duration>,
+    /// For a record returned for retry: the delay its callee asked for (`Retry-After`),
+    /// which spaced redelivery honours (`crate::redelivery`).
+    #[serde(skip)]
+    pub retry_after: Option<Duration>,
 }
 
 /// Totals for one batch; they add up to `records`.
@@ -264,12 +268,23 @@ enum Step {
     },
 }
 
+/// What a record needs to be hidden after the batch: from its SQS record.
+struct Handle {
+    receipt_handle: String,
+    queue_arn: String,
+    receive_count: u32,
+}
+
 /// Runs a processor over batches with the semantics above.
 pub struct BatchProcessor<P, S> {
     processor: P,
     sink: S,
     config: BatchConfig,
     resolver: Option<Arc<dyn BodyResolver>>,
+    redelivery: Option<(
+        crate::redelivery::RedeliveryPolicy,
+        Arc<dyn crate::redelivery::VisibilityPort>,
+    )>,
 }
 
 impl<P: std::fmt::Debug, S: std::fmt::Debug> std::fmt::Debug for BatchProcessor<P, S> {
@@ -291,7 +306,19 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             sink,
             config,
             resolver: None,
+            redelivery: None,
         }
+    }
+
+    /// Spaces the deliveries of records returned for retry: each is hidden for
+    /// `policy`'s delay through `port` (`crate::redelivery`).
+    pub fn with_redelivery(
+        mut self,
+        policy: crate::redelivery::RedeliveryPolicy,
+        port: Arc<dyn crate::redelivery::VisibilityPort>,
+    ) -> Self {
+        self.redelivery = Some((policy, port));
+        self
     }
 
     /// Resolves pointer bodies (e.g. SQS Extended Client) before records are parsed.
@@ -335,6 +362,27 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             }
         }
         let message_ids: Vec<String> = records.iter().map(|(id, _)| id.clone()).collect();
+        // What spaced redelivery needs to hide a record afterwards (only when configured).
+        let handles: HashMap<String, Handle> = match &self.redelivery {
+            Some(_) => records
+                .iter()
+                .filter_map(|(id, m)| {
+                    Some((
+                        id.clone(),
+                        Handle {
+                            receipt_handle: m.receipt_handle.clone()?,
+                            queue_arn: m.event_source_arn.clone()?,
+                            receive_count: m
+                                .attributes
+                                .get("ApproximateReceiveCount")
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(1),
+                        },
+                    ))
+                })
+                .collect(),
+            None => HashMap::new(),
+        };
         let fifo = records
             .first()
             .and_then(|(_, m)| m.event_source_arn.as_deref())
@@ -349,7 +397,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         match tokio::time::timeout_at(crate::mutants::deadline_guard(deadline.hard_stop()), work)
             .await
         {
-            Ok(reports) => Ok(BatchReport { records: reports }),
+            Ok(reports) => {
+                self.space_redeliveries(&reports, &handles, &deadline).await;
+                Ok(BatchReport { records: reports })
+            }
             Err(_) => {
                 tracing::error!(
                     records = message_ids.len(),
@@ -366,6 +417,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                                 reason: NotStartedReason::Deadline,
                             },
                             processing_time: None,
+                            retry_after: None,
                         })
                         .collect(),
                 })
@@ -465,6 +517,59 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             reports.push(report);
         }
         reports
+    }
+
+    /// Hides the records going back to the queue for their redelivery delay
+    /// (`crate::redelivery`), bounded by the deadline's hard stop. A record that cannot be
+    /// hidden is still reported, and comes back after the queue's visibility timeout.
+    async fn space_redeliveries(
+        &self,
+        reports: &[RecordReport],
+        handles: &HashMap<String, Handle>,
+        deadline: &Deadline,
+    ) {
+        let Some((policy, port)) = &self.redelivery else {
+            return;
+        };
+        let hides: Vec<crate::redelivery::Hide> = reports
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.disposition,
+                    Disposition::RetryLater { .. } | Disposition::DeadLetterFailed { .. }
+                )
+            })
+            .filter_map(|r| {
+                let handle = handles.get(&r.message_id)?;
+                Some(crate::redelivery::Hide {
+                    queue_arn: handle.queue_arn.clone(),
+                    receipt_handle: handle.receipt_handle.clone(),
+                    delay: policy.delay(handle.receive_count, r.retry_after, fastrand::f64()),
+                })
+            })
+            .collect();
+        if hides.is_empty() {
+            return;
+        }
+        let call = port.hide(&hides);
+        let results = tokio::time::timeout_at(deadline.hard_stop(), call)
+            .await
+            .unwrap_or_default();
+        let hidden = results.iter().filter(|r| r.is_ok()).count();
+        if hidden < hides.len() {
+            let error = results.iter().find_map(|r| r.as_ref().err());
+            tracing::warn!(
+                hidden,
+                returned = hides.len(),
+                error = %error.map_or_else(|| "cut at the deadline's hard stop".to_string(), ToString::to_string),
+                "some records going back to the queue could not be hidden for their redelivery delay; they come back after the queue's visibility timeout"
+            );
+        } else {
+            tracing::info!(
+                hidden,
+                "records going back to the queue hidden for their redelivery delay"
+            );
+        }
     }
 
     /// Hands candidates to the sink, bounded by the deadline's hard stop: writes still
@@ -619,6 +724,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 attempts: 0,
                 disposition: Disposition::Skipped { reason: notice },
                 processing_time: None,
+                retry_after: None,
             });
         }
         let run = run_with_retry(&self.config.retry, deadline, |_| {
@@ -647,6 +753,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     attempts,
                     disposition,
                     processing_time: None,
+                    retry_after: None,
                 })
             }
             Err((error, stop)) => self.settle_failure(item, error, stop, run.failures, attempts),
@@ -719,6 +826,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     attempts,
                     disposition: Disposition::RetryLater { class: error.class },
                     processing_time: None,
+                    retry_after: None,
                 })
             }
         }
@@ -811,6 +919,7 @@ fn not_started(
         attempts: 0,
         disposition: Disposition::NotStarted { reason },
         processing_time: None,
+        retry_after: None,
     }
 }
 
@@ -868,6 +977,7 @@ fn dead_letter_report(
         attempts,
         disposition,
         processing_time,
+        retry_after: None,
     }
 }
 

@@ -20,6 +20,7 @@
 //! | [`envelope`] | SNS, EventBridge and S3 envelopes around a body, unwrapped per record | none |
 //! | [`context`] | the record being processed: its deadline, custom metrics and log fields | task-local |
 //! | [`idempotency`] | once per item id: the claim rules over an [`idempotency::IdempotencyStore`] | via trait |
+//! | [`redelivery`] | retries spaced across deliveries: the delay by receive count, the visibility port | via trait |
 //! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
 //! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
 //! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
@@ -78,6 +79,7 @@ pub mod pointer;
 pub mod ports;
 pub mod processor;
 pub mod recording;
+pub mod redelivery;
 pub mod redrive;
 #[cfg(feature = "http")]
 pub mod redrive_function;

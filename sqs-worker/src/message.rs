@@ -73,3 +73,38 @@ pub fn batches_by_size<K, E>(entries: Vec<(K, E, usize)>) -> Vec<Vec<(K, E)>> {
     }
     batches
 }
+
+/// What names a queue in an SQS queue ARN: its account and name (for `GetQueueUrl`).
+pub fn queue_of_arn(arn: &str) -> Option<(&str, &str)> {
+    let parts: Vec<&str> = arn.split(':').collect();
+    match (parts.first(), parts.get(2), parts.get(4), parts.get(5)) {
+        (Some(&"arn"), Some(&"sqs"), Some(account), Some(name))
+            if !account.is_empty() && !name.is_empty() =>
+        {
+            Some((account, name))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_arns_name_their_account_and_queue() {
+        assert_eq!(
+            queue_of_arn("arn:aws:sqs:eu-west-1:123456789012:orders.fifo"),
+            Some(("123456789012", "orders.fifo"))
+        );
+        assert_eq!(
+            queue_of_arn("arn:aws:sns:eu-west-1:123456789012:topic"),
+            None
+        );
+        assert_eq!(queue_of_arn("orders"), None);
+        assert_eq!(
+            queue_of_arn("arn:aws:sqs:eu-west-1::orders"),
+            None
+        );
+    }
+}

@@ -208,6 +208,13 @@ impl Setup {
         if let Some(resolver) = resolver {
             engine = engine.with_body_resolver(Arc::new(resolver));
         }
+        if let Some(policy) = config.redelivery {
+            let sqs = self.aws_clients().await.sqs;
+            engine = engine.with_redelivery(
+                policy,
+                Arc::new(crate::adapters::visibility::SqsVisibility::new(sqs)),
+            );
+        }
         let worker = Worker::new(engine, config.deadline_margin);
         match attempt_timeout {
             Some(timeout) => worker.with_attempt_timeout(timeout),

@@ -8,6 +8,7 @@
 //! | [`aws`] | the AWS clients, built once from the standard configuration chain |
 //! | [`idempotency`] | the idempotency table in DynamoDB |
 //! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`http` feature) |
+//! | [`visibility`] | `ChangeMessageVisibilityBatch` for spaced redelivery |
 //! | [`store`] | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS; implements every port and the primitives of [`crate::recording`] and [`crate::sweep`] |
 
 pub mod aws;
@@ -15,3 +16,4 @@ pub mod idempotency;
 #[cfg(feature = "http")]
 pub mod secrets;
 pub mod store;
+pub mod visibility;

@@ -328,6 +328,8 @@ pub struct HandlerConfig {
     pub store: Option<crate::adapters::store::StoreConfig>,
     /// The idempotency table, when one is configured.
     pub idempotency: Option<IdempotencyConfig>,
+    /// Spaced redelivery of records returned for retry; `None` when off.
+    pub redelivery: Option<crate::redelivery::RedeliveryPolicy>,
 }
 
 /// `WORKER_IDEMPOTENCY_TABLE` and its TTL.
@@ -499,7 +501,15 @@ impl HandlerConfig {
         let store = read_store_config(env);
         let idempotency_table: Option<String> = env.optional(&IDEMPOTENCY_TABLE);
         let idempotency_ttl = env.integer(&IDEMPOTENCY_TTL_SECS);
+        let redelivery_base = env.integer(&REDELIVERY_BASE_SECS);
+        let redelivery_multiplier = env.integer(&REDELIVERY_MULTIPLIER);
+        let redelivery_max = env.integer(&REDELIVERY_MAX_SECS);
         HandlerConfig {
+            redelivery: (redelivery_base > 0).then(|| crate::redelivery::RedeliveryPolicy {
+                base: Duration::from_secs(redelivery_base),
+                multiplier: u32::try_from(redelivery_multiplier).unwrap_or(u32::MAX),
+                max: Duration::from_secs(redelivery_max.max(redelivery_base)),
+            }),
             store,
             payload,
             batch: BatchConfig {

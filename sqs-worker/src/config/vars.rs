@@ -199,6 +199,30 @@ pub const ENVELOPE: Var = text(
     "none, sns, sns-raw, eventbridge, s3, or layers joined by +",
     Some("none"),
 );
+/// `WORKER_REDELIVERY_BASE_SECS`
+pub const REDELIVERY_BASE_SECS: Var = integer(
+    "WORKER_REDELIVERY_BASE_SECS",
+    "spaced retries across deliveries: a record returned for retry is hidden (`ChangeMessageVisibility`) for this long after its first receive, growing by `WORKER_REDELIVERY_MULTIPLIER` per receive, at least its `Retry-After`; 0: off (it comes back after the queue's visibility timeout)",
+    0,
+    43_200,
+    0,
+);
+/// `WORKER_REDELIVERY_MULTIPLIER`
+pub const REDELIVERY_MULTIPLIER: Var = integer(
+    "WORKER_REDELIVERY_MULTIPLIER",
+    "the factor of each further redelivery delay",
+    1,
+    10,
+    3,
+);
+/// `WORKER_REDELIVERY_MAX_SECS`
+pub const REDELIVERY_MAX_SECS: Var = integer(
+    "WORKER_REDELIVERY_MAX_SECS",
+    "the longest redelivery delay (SQS allows 12 hours; keep the sum of the delays well under the queue's retention)",
+    1,
+    43_200,
+    14_400,
+);
 /// `WORKER_IDEMPOTENCY_TABLE`
 pub const IDEMPOTENCY_TABLE: Var = text(
     "WORKER_IDEMPOTENCY_TABLE",
@@ -374,6 +398,9 @@ pub const WORKER_VARS: &[Var] = &[
     PAYLOAD_BUCKETS,
     IDEMPOTENCY_TABLE,
     IDEMPOTENCY_TTL_SECS,
+    REDELIVERY_BASE_SECS,
+    REDELIVERY_MULTIPLIER,
+    REDELIVERY_MAX_SECS,
 ];
 
 /// The dead-letter store's variables (worker, redrive function and `dlq`).

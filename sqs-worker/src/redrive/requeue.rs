@@ -82,19 +82,6 @@ pub fn outgoing_message(
     }
 }
 
-/// The queue URL in an SQS queue ARN: its account and name.
-fn queue_of_arn(arn: &str) -> Option<(&str, &str)> {
-    let parts: Vec<&str> = arn.split(':').collect();
-    match (parts.first(), parts.get(2), parts.get(4), parts.get(5)) {
-        (Some(&"arn"), Some(&"sqs"), Some(account), Some(name))
-            if !account.is_empty() && !name.is_empty() =>
-        {
-            Some((account, name))
-        }
-        _ => None,
-    }
-}
-
 impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     async fn queue_url(&self, record: &DeadLetteredItem) -> Result<String, ProcessError> {
         if let Some(url) = &self.settings.source_queue_url {
@@ -112,7 +99,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         {
             return Ok(url);
         }
-        let Some((account, name)) = queue_of_arn(&arn) else {
+        let Some((account, name)) = crate::message::queue_of_arn(&arn) else {
             return Err(
                 ProcessError::validation(format!("{arn:?} is not an SQS queue ARN"))
                     .with_step("requeue"),
@@ -265,24 +252,5 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             url,
             outgoing_message(index.to_string(), record, body, run_id, fifo),
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queue_arns_name_their_account_and_queue() {
-        assert_eq!(
-            queue_of_arn("arn:aws:sqs:eu-west-1:123456789012:orders.fifo"),
-            Some(("123456789012", "orders.fifo"))
-        );
-        assert_eq!(
-            queue_of_arn("arn:aws:sns:eu-west-1:123456789012:topic"),
-            None
-        );
-        assert_eq!(queue_of_arn("orders"), None);
-        assert_eq!(queue_of_arn("arn:aws:sqs:eu-west-1::orders"), None);
     }
 }

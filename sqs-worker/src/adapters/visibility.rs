@@ -1,0 +1,145 @@
+//! [`VisibilityPort`] over SQS: `ChangeMessageVisibilityBatch`, ten entries a call, on the
+//! queue each record came from (its URL found once per queue with `GetQueueUrl` and kept
+//! for the sandbox's life).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
+use futures::future::BoxFuture;
+
+use crate::error::{ErrorClass, ProcessError};
+use crate::redelivery::{Hide, VisibilityPort};
+
+/// Entries per `ChangeMessageVisibilityBatch` call (the API's limit).
+const BATCH: usize = 10;
+
+/// Changes visibility through the SQS client.
+#[derive(Debug)]
+pub struct SqsVisibility {
+    sqs: aws_sdk_sqs::Client,
+    urls: Mutex<HashMap<String, String>>,
+}
+
+impl SqsVisibility {
+    /// Over `sqs`.
+    pub fn new(sqs: aws_sdk_sqs::Client) -> Self {
+        SqsVisibility {
+            sqs,
+            urls: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn url(&self, arn: &str) -> Result<String, ProcessError> {
+        if let Some(url) = self.urls.lock().ok().and_then(|u| u.get(arn).cloned()) {
+            return Ok(url);
+        }
+        let (account, name) = crate::message::queue_of_arn(arn).ok_or_else(|| {
+            ProcessError::validation(format!("{arn:?} is not an SQS queue ARN"))
+                .with_step("redelivery")
+        })?;
+        let url = self
+            .sqs
+            .get_queue_url()
+            .queue_name(name)
+            .queue_owner_aws_account_id(account)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("redelivery"))?
+            .queue_url()
+            .unwrap_or_default()
+            .to_string();
+        if let Ok(mut urls) = self.urls.lock() {
+            urls.insert(arn.to_string(), url.clone());
+        }
+        Ok(url)
+    }
+
+    async fn hide_on(
+        &self,
+        arn: &str,
+        records: &[(usize, &Hide)],
+    ) -> Vec<(usize, Result<(), ProcessError>)> {
+        let url = match self.url(arn).await {
+            Ok(url) => url,
+            Err(e) => return records.iter().map(|(i, _)| (*i, Err(e.clone()))).collect(),
+        };
+        let mut results = Vec::with_capacity(records.len());
+        for chunk in records.chunks(BATCH) {
+            let entries: Vec<_> = chunk
+                .iter()
+                .filter_map(|(i, hide)| {
+                    ChangeMessageVisibilityBatchRequestEntry::builder()
+                        .id(i.to_string())
+                        .receipt_handle(&hide.receipt_handle)
+                        .visibility_timeout(i32::try_from(hide.delay.as_secs()).unwrap_or(i32::MAX))
+                        .build()
+                        .ok()
+                })
+                .collect();
+            let sent = self
+                .sqs
+                .change_message_visibility_batch()
+                .queue_url(&url)
+                .set_entries(Some(entries))
+                .send()
+                .await;
+            match sent {
+                Ok(output) => {
+                    let failed: HashMap<&str, String> = output
+                        .failed()
+                        .iter()
+                        .map(|f| {
+                            (
+                                f.id(),
+                                format!("{}: {}", f.code(), f.message().unwrap_or_default()),
+                            )
+                        })
+                        .collect();
+                    for (i, _) in chunk {
+                        let id = i.to_string();
+                        results.push((
+                            *i,
+                            match failed.get(id.as_str()) {
+                                None => Ok(()),
+                                Some(why) => {
+                                    Err(ProcessError::new(ErrorClass::Unknown, why.clone())
+                                        .with_step("redelivery"))
+                                }
+                            },
+                        ));
+                    }
+                }
+                Err(e) => {
+                    let error = ProcessError::from_sdk(&e).with_step("redelivery");
+                    results.extend(chunk.iter().map(|(i, _)| (*i, Err(error.clone()))));
+                }
+            }
+        }
+        results
+    }
+}
+
+impl VisibilityPort for SqsVisibility {
+    fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>> {
+        Box::pin(async move {
+            let mut by_queue: Vec<(&str, Vec<(usize, &Hide)>)> = Vec::new();
+            for (i, hide) in records.iter().enumerate() {
+                match by_queue.iter_mut().find(|(arn, _)| *arn == hide.queue_arn) {
+                    Some((_, list)) => list.push((i, hide)),
+                    None => by_queue.push((&hide.queue_arn, vec![(i, hide)])),
+                }
+            }
+            let mut results: Vec<Result<(), ProcessError>> =
+                records.iter().map(|_| Ok(())).collect();
+            for (arn, list) in by_queue {
+                for (i, result) in self.hide_on(arn, &list).await {
+                    if let Some(slot) = results.get_mut(i) {
+                        *slot = result;
+                    }
+                }
+            }
+            results
+        })
+    }
+}

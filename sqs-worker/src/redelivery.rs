@@ -1,0 +1,135 @@
+//! Retries spaced across deliveries: when a record goes back to the queue, the worker
+//! hides it for an exponentially growing time (`ChangeMessageVisibility`), so that the
+//! queue's `maxReceiveCount` receives span hours instead of a few visibility timeouts, and
+//! an outage of the downstream costs waiting rather than a DLQ full of good messages
+//! (docs/ARCHITECTURE.md §1.11).
+//!
+//! The policy is pure ([`RedeliveryPolicy::delay`]); the call goes through
+//! [`VisibilityPort`], which the SQS adapter implements. A visibility change that fails
+//! loses nothing: the record is reported in `batchItemFailures` either way, and then
+//! comes back after the queue's own visibility timeout.
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::error::ProcessError;
+
+/// The longest SQS lets a message stay invisible (12 hours).
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
+
+/// How long a record returned for retry stays hidden, by its receive count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedeliveryPolicy {
+    /// The delay after the first receive.
+    pub base: Duration,
+    /// The factor per further receive.
+    pub multiplier: u32,
+    /// The longest delay.
+    pub max: Duration,
+}
+
+impl RedeliveryPolicy {
+    /// The delay before the next delivery of a record received `receive_count` times,
+    /// at least what the callee asked for (`retry_after`): equal jitter (half of the
+    /// exponential ceiling fixed, half drawn by `random` in `[0, 1)`), so records that
+    /// failed together do not all come back in the same second, and never less than half
+    /// the ceiling, so the spacing holds. Capped by `max` and by SQS's 12 hours.
+    pub fn delay(
+        &self,
+        receive_count: u32,
+        retry_after: Option<Duration>,
+        random: f64,
+    ) -> Duration {
+        let exponent = receive_count.saturating_sub(1).min(32);
+        let factor = u64::from(self.multiplier.max(1)).saturating_pow(exponent);
+        let cap = self.max.min(MAX_VISIBILITY);
+        let ceiling = Duration::from_secs(self.base.as_secs().saturating_mul(factor)).min(cap);
+        let half = ceiling / 2;
+        let jitter = half.mul_f64(random.clamp(0.0, 1.0));
+        (half + jitter)
+            .max(retry_after.unwrap_or(Duration::ZERO))
+            .min(
+                cap.max(retry_after.unwrap_or(Duration::ZERO))
+                    .min(MAX_VISIBILITY),
+            )
+    }
+
+    /// The time `receives` deliveries take at least, each followed by its delay: what
+    /// the spacing buys before SQS's redrive policy would move a message (lower bound,
+    /// jitter at its least).
+    pub fn least_span(&self, receives: u32) -> Duration {
+        (1..receives).map(|n| self.delay(n, None, 0.0)).sum()
+    }
+}
+
+/// One record to hide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hide {
+    /// The queue's ARN (the record's `eventSourceARN`).
+    pub queue_arn: String,
+    /// The record's receipt handle.
+    pub receipt_handle: String,
+    /// For how long.
+    pub delay: Duration,
+}
+
+/// Changes the visibility of records (SQS `ChangeMessageVisibilityBatch`).
+pub trait VisibilityPort: Send + Sync {
+    /// Hides each record for its delay; one result per entry, in order.
+    fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> RedeliveryPolicy {
+        RedeliveryPolicy {
+            base: Duration::from_secs(300),
+            multiplier: 3,
+            max: Duration::from_secs(4 * 3600),
+        }
+    }
+
+    #[test]
+    fn delays_grow_by_the_multiplier_with_equal_jitter_and_stop_at_the_cap() {
+        let p = policy();
+        assert_eq!(p.delay(1, None, 0.0), Duration::from_secs(150));
+        assert_eq!(
+            p.delay(1, None, 0.999_999),
+            Duration::from_secs(300) - Duration::from_nanos(150_000)
+        );
+        assert_eq!(p.delay(2, None, 0.0), Duration::from_secs(450));
+        assert_eq!(p.delay(3, None, 1.0), Duration::from_secs(2700));
+        // 300 × 3^4 = 24,300 s > 4 h: capped.
+        assert_eq!(p.delay(5, None, 1.0), Duration::from_secs(14_400));
+        assert_eq!(p.delay(u32::MAX, None, 1.0), Duration::from_secs(14_400));
+        // Five receives span hours, not minutes: at least 150 + 450 + 1,350 + 4,050 s.
+        assert_eq!(p.least_span(5), Duration::from_secs(6000));
+    }
+
+    #[test]
+    fn retry_after_is_honoured_within_sqs_limits() {
+        let p = policy();
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(3600)), 0.0),
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(10)), 0.0),
+            Duration::from_secs(150)
+        );
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(u64::MAX / 2)), 0.0),
+            MAX_VISIBILITY
+        );
+        let huge = RedeliveryPolicy {
+            base: Duration::from_secs(u64::MAX / 4),
+            multiplier: u32::MAX,
+            max: Duration::from_secs(u64::MAX),
+        };
+        assert_eq!(huge.delay(40, None, 1.0), MAX_VISIBILITY);
+        assert!(huge.delay(1, None, 2.0) <= MAX_VISIBILITY);
+    }
+}
