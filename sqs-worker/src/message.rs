@@ -102,9 +102,6 @@ mod tests {
             None
         );
         assert_eq!(queue_of_arn("orders"), None);
-        assert_eq!(
-            queue_of_arn("arn:aws:sqs:eu-west-1::orders"),
-            None
-        );
+        assert_eq!(queue_of_arn("arn:aws:sqs:eu-west-1::orders"), None);
     }
 }
