@@ -971,3 +971,66 @@ async fn a_record_returned_for_retry_is_hidden_for_its_redelivery_delay() {
     assert_eq!(p.source_depth().await, 1);
     assert_eq!(p.downstream.delivered(), ["ok"]);
 }
+
+/// An outage longer than `maxReceiveCount` × the visibility timeout (here 8 s against
+/// 5 × 1 s; the spacing is at least 0.5 + 1.5 + 4 + 4 s) dead-letters nothing that succeeds after recovery: spaced redelivery keeps the
+/// records in the queue, and the shared circuit breaker stops calling the downstream
+/// while it is down (a probe at a time), instead of every record hitting it on every
+/// receive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_with_the_breaker_dead_letters_nothing_that_succeeds_after_recovery() {
+    let clients = e2e::clients().await;
+    let breaker_table = e2e::idempotency_table(&clients.dynamodb, "breaker").await;
+    let p = Pipeline::new(
+        "outage",
+        Setup {
+            max_receive_count: 5,
+            worker_env: vec![
+                ("WORKER_REDELIVERY_BASE_SECS", "1".to_string()),
+                ("WORKER_REDELIVERY_MULTIPLIER", "3".to_string()),
+                ("WORKER_REDELIVERY_MAX_SECS", "8".to_string()),
+                ("WORKER_BREAKER_TABLE", breaker_table.clone()),
+                ("WORKER_BREAKER_THRESHOLD", "3".to_string()),
+                ("WORKER_BREAKER_OPEN_SECS", "2".to_string()),
+            ],
+            ..Setup::default()
+        },
+    )
+    .await;
+    let ids: Vec<String> = (0..10).map(|n| format!("o-{n}")).collect();
+    let bodies: Vec<String> = ids.iter().map(|id| body(id, "throttled")).collect();
+    p.send(&bodies.iter().map(String::as_str).collect::<Vec<_>>())
+        .await;
+    // The downstream is down (429 to everything) for 8 s.
+    let mut stats = sqs_worker_local::esm::EsmStats::default();
+    let outage_end = tokio::time::Instant::now() + std::time::Duration::from_secs(8);
+    while tokio::time::Instant::now() < outage_end {
+        p.esm.poll_once(&p.invoker, &mut stats).await.unwrap();
+    }
+    let calls_during_outage: u64 = p.downstream.answers().values().sum();
+    p.downstream.fix();
+    let after = p.drain().await;
+    assert_eq!(p.source_depth().await, 0);
+    let records = p.records().await;
+    assert!(
+        records.is_empty(),
+        "nothing dead-lettered: {:?}",
+        records
+            .iter()
+            .map(|r| (&r.item_id, &r.last_error, r.failure_count))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(p.dlq_depth().await, 0);
+    let mut delivered = p.downstream.delivered();
+    delivered.sort();
+    delivered.dedup();
+    assert_eq!(delivered, ids, "every record delivered after recovery");
+    // Without the breaker every receive during the outage is a call (here 20 or more);
+    // with it, the first wave of 10 (all in flight before 3 failures open it), then one
+    // probe per open period.
+    assert!(stats.received >= 20, "{stats:?}");
+    assert!(
+        calls_during_outage <= 10 + 3,
+        "{calls_during_outage} calls during the outage; {stats:?} then {after:?}"
+    );
+}

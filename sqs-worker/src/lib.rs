@@ -22,6 +22,7 @@
 //! | [`idempotency`] | once per item id: the claim rules over an [`idempotency::IdempotencyStore`] | via trait |
 //! | [`redelivery`] | retries spaced across deliveries: the delay by receive count, the visibility port | via trait |
 //! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
+//! | [`breaker`] | the circuit breaker every sandbox shares, around a processor; over a [`breaker::BreakerStore`] | via trait |
 //! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
 //! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
 //! | [`signature`] | normalised error signatures for grouping | none |
@@ -58,6 +59,7 @@ pub mod adapters;
 #[cfg(feature = "operator")]
 pub mod analysis;
 pub mod batch;
+pub mod breaker;
 pub mod classify;
 pub mod clock;
 pub mod config;

@@ -50,6 +50,9 @@ const ANSWER_RESERVE: Duration = Duration::from_secs(2);
 /// The engine behind the redrive function.
 pub struct RedriveFunction {
     engine: RedriveEngine<HttpDelivery, DeadLetterStore>,
+    /// The worker's circuit breaker (`WORKER_BREAKER_TABLE`): no reprocessing while it is
+    /// open, so outage-caused dead letters come back once the downstream has recovered.
+    breaker: Option<crate::adapters::breaker::DynamoBreakerStore>,
     /// The `FunctionName` dimension of the metrics.
     function_name: String,
 }
@@ -74,6 +77,17 @@ impl RedriveFunction {
         env.finish()?;
         let clients = AwsClients::from_env().await;
         let processor = redrive_processor(&config, &clients).await?;
+        let breaker = config
+            .processor
+            .as_ref()
+            .and_then(|worker| worker.handler.breaker.as_ref())
+            .map(|(table, _)| {
+                crate::adapters::breaker::DynamoBreakerStore::new(
+                    clients.dynamodb.clone(),
+                    table.clone(),
+                    crate::runner::BREAKER_ID,
+                )
+            });
         let store = DeadLetterStore::new(
             clients,
             store.ok_or_else(|| ConfigError {
@@ -81,6 +95,7 @@ impl RedriveFunction {
             })?,
         );
         Ok(RedriveFunction {
+            breaker,
             engine: RedriveEngine::new(store, processor, config.settings),
             function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME")
                 .ok()
@@ -96,6 +111,26 @@ impl RedriveFunction {
     ) -> Result<RedriveReport, Diagnostic> {
         let text = event.payload.to_string();
         let mut request = RedriveRequest::from_json(&text).map_err(diagnostic)?;
+        if let (Some(breaker), crate::redrive::RedriveMode::Reprocess, false) =
+            (&self.breaker, request.mode, request.dry_run)
+        {
+            use crate::breaker::BreakerStore;
+            match breaker.read().await {
+                Ok(state) if state.open_until.is_some() => {
+                    tracing::info!(
+                        "the worker's circuit breaker is open: nothing is reprocessed until it closes"
+                    );
+                    return Ok(RedriveReport {
+                        mode: request.mode,
+                        ..RedriveReport::default()
+                    });
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "circuit breaker state unreadable; redriving as if closed")
+                }
+            }
+        }
         // A deadline already past on arrival (as `cargo lambda watch` sends) gets the
         // worker's fallback budget rather than none.
         let budget = crate::retry::InvocationBudget::of(

@@ -41,9 +41,11 @@ use lambda_runtime::{service_fn, Runtime};
 use tokio::sync::OnceCell;
 
 use crate::adapters::aws::AwsClients;
+use crate::adapters::breaker::DynamoBreakerStore;
 use crate::adapters::idempotency::DynamoIdempotencyStore;
 use crate::adapters::store::{DeadLetterStore, ExtendedClientResolver};
 use crate::batch::BatchProcessor;
+use crate::breaker::Breaker;
 use crate::config::HandlerConfig;
 use crate::dead_letter::NoDeadLetterStore;
 use crate::error::ProcessError;
@@ -53,6 +55,10 @@ use crate::processor::{Outcome, Processor};
 use crate::runtime::{respond, WorkerLayer};
 use crate::telemetry::InvocationLayer;
 use crate::worker::{ConfiguredSink, StartupError, Worker};
+
+/// The id of the circuit breaker's item in `WORKER_BREAKER_TABLE`: one per table, shared
+/// by the worker's sandboxes and read by the redrive function.
+pub const BREAKER_ID: &str = "breaker#downstream";
 
 /// What a function's `main` returns: any start-up or runtime error, reported by Lambda
 /// as the function's init or runtime error.
@@ -66,21 +72,53 @@ pub async fn run<P: Processor + 'static>(processor: P) -> Result<(), Error> {
 }
 
 /// The processor as the runner runs it: once per item id when an idempotency table is
-/// configured (`WORKER_IDEMPOTENCY_TABLE`), as it is otherwise.
+/// configured (`WORKER_IDEMPOTENCY_TABLE`), as it is otherwise; behind the shared circuit
+/// breaker when one is (`WORKER_BREAKER_TABLE`). Idempotency is outside the breaker: a
+/// duplicate of a completed item is skipped without asking it.
 #[derive(Debug)]
 pub enum Handler<P> {
     /// Every delivery runs the processor.
-    Plain(P),
+    Plain(Guarded<P>),
     /// A completed item's duplicates are skipped ([`crate::idempotency`]).
-    Idempotent(Idempotent<P, DynamoIdempotencyStore>),
+    Idempotent(Idempotent<Guarded<P>, DynamoIdempotencyStore>),
+}
+
+/// The processor, behind the circuit breaker or not.
+#[derive(Debug)]
+pub enum Guarded<P> {
+    /// Called for every item.
+    Direct(P),
+    /// Not called while the shared breaker is open ([`crate::breaker`]). Boxed: it holds
+    /// a DynamoDB client beside the processor.
+    Breaker(Box<Breaker<P, DynamoBreakerStore>>),
 }
 
 impl<P> Handler<P> {
     /// The user's processor.
     pub fn inner(&self) -> &P {
-        match self {
+        let guarded = match self {
             Handler::Plain(p) => p,
             Handler::Idempotent(p) => p.inner(),
+        };
+        match guarded {
+            Guarded::Direct(p) => p,
+            Guarded::Breaker(b) => b.inner(),
+        }
+    }
+}
+
+impl<P: Processor> Processor for Guarded<P> {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        match self {
+            Guarded::Direct(p) => p.process(item).await,
+            Guarded::Breaker(p) => p.process(item).await,
+        }
+    }
+
+    fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        match self {
+            Guarded::Direct(p) => p.attempt_timeout(),
+            Guarded::Breaker(p) => p.attempt_timeout(),
         }
     }
 }
@@ -176,6 +214,17 @@ impl Setup {
     /// when one is configured, idempotency when a table is.
     pub async fn worker<P: Processor>(self, processor: P) -> Worker<Handler<P>, ConfiguredSink> {
         let attempt_timeout = processor.attempt_timeout();
+        let processor = match &self.config.breaker {
+            Some((table, policy)) => {
+                let store = DynamoBreakerStore::new(
+                    self.aws_clients().await.dynamodb,
+                    table.clone(),
+                    BREAKER_ID,
+                );
+                Guarded::Breaker(Box::new(Breaker::new(processor, store, *policy)))
+            }
+            None => Guarded::Direct(processor),
+        };
         let handler = match self.idempotency().await {
             Some(idempotency) => Handler::Idempotent(Idempotent::new(processor, idempotency)),
             None => Handler::Plain(processor),

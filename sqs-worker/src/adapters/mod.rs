@@ -6,12 +6,14 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`aws`] | the AWS clients, built once from the standard configuration chain |
+//! | [`breaker`] | the circuit breaker's shared state in DynamoDB |
 //! | [`idempotency`] | the idempotency table in DynamoDB |
 //! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`http` feature) |
 //! | [`visibility`] | `ChangeMessageVisibilityBatch` for spaced redelivery |
 //! | [`store`] | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS; implements every port and the primitives of [`crate::recording`] and [`crate::sweep`] |
 
 pub mod aws;
+pub mod breaker;
 pub mod idempotency;
 #[cfg(feature = "http")]
 pub mod secrets;

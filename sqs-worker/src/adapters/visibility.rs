@@ -72,7 +72,7 @@ impl SqsVisibility {
                     ChangeMessageVisibilityBatchRequestEntry::builder()
                         .id(i.to_string())
                         .receipt_handle(&hide.receipt_handle)
-                        .visibility_timeout(i32::try_from(hide.delay.as_secs()).unwrap_or(i32::MAX))
+                        .visibility_timeout(whole_seconds(hide.delay))
                         .build()
                         .ok()
                 })
@@ -120,6 +120,12 @@ impl SqsVisibility {
     }
 }
 
+/// SQS takes whole seconds: a delay is rounded up (a 0.6 s delay hides for 1 s, not 0).
+fn whole_seconds(delay: std::time::Duration) -> i32 {
+    let seconds = delay.as_secs() + u64::from(delay.subsec_nanos() > 0);
+    i32::try_from(seconds).unwrap_or(i32::MAX)
+}
+
 impl VisibilityPort for SqsVisibility {
     fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>> {
         Box::pin(async move {
@@ -141,5 +147,20 @@ impl VisibilityPort for SqsVisibility {
             }
             results
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn delays_round_up_to_whole_seconds() {
+        assert_eq!(whole_seconds(Duration::from_millis(600)), 1);
+        assert_eq!(whole_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(whole_seconds(Duration::from_millis(2001)), 3);
+        assert_eq!(whole_seconds(Duration::ZERO), 0);
+        assert_eq!(whole_seconds(Duration::from_secs(u64::MAX)), i32::MAX);
     }
 }

@@ -330,6 +330,8 @@ pub struct HandlerConfig {
     pub idempotency: Option<IdempotencyConfig>,
     /// Spaced redelivery of records returned for retry; `None` when off.
     pub redelivery: Option<crate::redelivery::RedeliveryPolicy>,
+    /// The shared circuit breaker: its table and policy; `None` when off.
+    pub breaker: Option<(String, crate::breaker::BreakerPolicy)>,
 }
 
 /// `WORKER_IDEMPOTENCY_TABLE` and its TTL.
@@ -504,7 +506,27 @@ impl HandlerConfig {
         let redelivery_base = env.integer(&REDELIVERY_BASE_SECS);
         let redelivery_multiplier = env.integer(&REDELIVERY_MULTIPLIER);
         let redelivery_max = env.integer(&REDELIVERY_MAX_SECS);
+        let breaker_table: Option<String> = env.optional(&BREAKER_TABLE);
+        let breaker_threshold = env.integer(&BREAKER_THRESHOLD);
+        let breaker_window = env.integer(&BREAKER_WINDOW_SECS);
+        let breaker_open = env.integer(&BREAKER_OPEN_SECS);
         HandlerConfig {
+            breaker: breaker_table.map(|table| {
+                let open_for = Duration::from_secs(breaker_open);
+                (
+                    table,
+                    crate::breaker::BreakerPolicy {
+                        threshold: u32::try_from(breaker_threshold).unwrap_or(u32::MAX),
+                        window: Duration::from_secs(breaker_window),
+                        open_for,
+                        max_open: open_for
+                            .saturating_mul(16)
+                            .min(crate::redelivery::MAX_VISIBILITY),
+                        probe_for: Duration::from_secs(60),
+                        refresh: Duration::from_secs(1),
+                    },
+                )
+            }),
             redelivery: (redelivery_base > 0).then(|| crate::redelivery::RedeliveryPolicy {
                 base: Duration::from_secs(redelivery_base),
                 multiplier: u32::try_from(redelivery_multiplier).unwrap_or(u32::MAX),

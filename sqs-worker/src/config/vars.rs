@@ -223,6 +223,37 @@ pub const REDELIVERY_MAX_SECS: Var = integer(
     43_200,
     14_400,
 );
+/// `WORKER_BREAKER_TABLE`
+pub const BREAKER_TABLE: Var = text(
+    "WORKER_BREAKER_TABLE",
+    "DynamoDB table (key `id`, TTL on `expires_at`; the idempotency table's schema) holding the circuit breaker every sandbox of the function shares: when the downstream's transient failures reach the threshold, it is not called until a probe succeeds; unset: off",
+    "a DynamoDB table name",
+    None,
+);
+/// `WORKER_BREAKER_THRESHOLD`
+pub const BREAKER_THRESHOLD: Var = integer(
+    "WORKER_BREAKER_THRESHOLD",
+    "transient failures of the downstream within the window that open the breaker",
+    1,
+    100_000,
+    20,
+);
+/// `WORKER_BREAKER_WINDOW_SECS`
+pub const BREAKER_WINDOW_SECS: Var = integer(
+    "WORKER_BREAKER_WINDOW_SECS",
+    "the window failures are counted in",
+    1,
+    3600,
+    60,
+);
+/// `WORKER_BREAKER_OPEN_SECS`
+pub const BREAKER_OPEN_SECS: Var = integer(
+    "WORKER_BREAKER_OPEN_SECS",
+    "how long the breaker stays open before a probe (doubled after each failed probe, up to 16 times)",
+    1,
+    43_200,
+    60,
+);
 /// `WORKER_IDEMPOTENCY_TABLE`
 pub const IDEMPOTENCY_TABLE: Var = text(
     "WORKER_IDEMPOTENCY_TABLE",
@@ -401,6 +432,10 @@ pub const WORKER_VARS: &[Var] = &[
     REDELIVERY_BASE_SECS,
     REDELIVERY_MULTIPLIER,
     REDELIVERY_MAX_SECS,
+    BREAKER_TABLE,
+    BREAKER_THRESHOLD,
+    BREAKER_WINDOW_SECS,
+    BREAKER_OPEN_SECS,
 ];
 
 /// The dead-letter store's variables (worker, redrive function and `dlq`).

@@ -1,10 +1,12 @@
 //! Test doubles for users' own tests and ours: a processor that follows a script per item,
 //! an in-memory dead-letter sink, [`MemoryStore`], the redrive engine's ports in memory,
-//! and [`MemoryIdempotencyStore`]. Pure, no I/O.
+//! [`MemoryIdempotencyStore`] and [`MemoryBreakerStore`]. Pure, no I/O.
 
+mod breaker_store;
 mod idempotency_store;
 mod memory_store;
 
+pub use breaker_store::MemoryBreakerStore;
 pub use idempotency_store::MemoryIdempotencyStore;
 pub use memory_store::{dead_record, MemoryStore};
 
