@@ -8,10 +8,11 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build emulator demo demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim package
+.PHONY: help build emulator demo demo-outage demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
+	@echo "make demo-outage  the outage scenario: spaced retries, the circuit breaker, redrive after recovery"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
 	@echo "make sim        the deterministic simulation: SEEDS=N worlds (default 10000), or SEED=n to replay one; MUTANT=name switches a fixed defect back on"
@@ -31,6 +32,11 @@ emulator:
 
 demo: build emulator
 	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/local demo
+
+# The outage scenario: the downstream down for 20 s while the worker spaces its retries and
+# the shared circuit breaker holds the calls back (README, "Outages").
+demo-outage: build emulator
+	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/local demo-outage
 
 demo-down:
 	$(EMULATOR) stop

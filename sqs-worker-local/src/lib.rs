@@ -38,5 +38,6 @@ pub mod function;
 pub mod http_server;
 pub mod invokers;
 pub mod lambda_api;
+pub mod outage;
 pub mod resources;
 pub mod runtime_api;

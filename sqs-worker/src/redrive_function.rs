@@ -52,7 +52,10 @@ pub struct RedriveFunction {
     engine: RedriveEngine<HttpDelivery, DeadLetterStore>,
     /// The worker's circuit breaker (`WORKER_BREAKER_TABLE`): no reprocessing while it is
     /// open, so outage-caused dead letters come back once the downstream has recovered.
-    breaker: Option<crate::adapters::breaker::DynamoBreakerStore>,
+    breaker: Option<(
+        crate::adapters::breaker::DynamoBreakerStore,
+        crate::breaker::BreakerPolicy,
+    )>,
     /// The `FunctionName` dimension of the metrics.
     function_name: String,
 }
@@ -81,11 +84,14 @@ impl RedriveFunction {
             .processor
             .as_ref()
             .and_then(|worker| worker.handler.breaker.as_ref())
-            .map(|(table, _)| {
-                crate::adapters::breaker::DynamoBreakerStore::new(
-                    clients.dynamodb.clone(),
-                    table.clone(),
-                    crate::runner::BREAKER_ID,
+            .map(|(table, policy)| {
+                (
+                    crate::adapters::breaker::DynamoBreakerStore::new(
+                        clients.dynamodb.clone(),
+                        table.clone(),
+                        crate::runner::BREAKER_ID,
+                    ),
+                    *policy,
                 )
             });
         let store = DeadLetterStore::new(
@@ -111,26 +117,6 @@ impl RedriveFunction {
     ) -> Result<RedriveReport, Diagnostic> {
         let text = event.payload.to_string();
         let mut request = RedriveRequest::from_json(&text).map_err(diagnostic)?;
-        if let (Some(breaker), crate::redrive::RedriveMode::Reprocess, false) =
-            (&self.breaker, request.mode, request.dry_run)
-        {
-            use crate::breaker::BreakerStore;
-            match breaker.read().await {
-                Ok(state) if state.open_until.is_some() => {
-                    tracing::info!(
-                        "the worker's circuit breaker is open: nothing is reprocessed until it closes"
-                    );
-                    return Ok(RedriveReport {
-                        mode: request.mode,
-                        ..RedriveReport::default()
-                    });
-                }
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "circuit breaker state unreadable; redriving as if closed")
-                }
-            }
-        }
         // A deadline already past on arrival (as `cargo lambda watch` sends) gets the
         // worker's fallback budget rather than none.
         let budget = crate::retry::InvocationBudget::of(
@@ -154,11 +140,18 @@ impl RedriveFunction {
                 .unwrap_or(until_settling)
                 .min(until_settling),
         );
-        let report = self
+        let probe = match self.gate(&request, deadline).await? {
+            Gate::Stop(report) => return Ok(report),
+            Gate::Go(probe) => probe,
+        };
+        let mut report = self
             .engine
             .run_until(&request, Some(deadline), &*no_progress())
             .await
             .map_err(diagnostic)?;
+        if let Some(probe) = probe {
+            report.absorb(probe);
+        }
         tracing::info!(
             run_id = %report.run_id,
             selected = report.selected,
@@ -177,6 +170,93 @@ impl RedriveFunction {
         crate::metrics::emit_redrive(&report, &self.function_name);
         Ok(report)
     }
+}
+
+impl RedriveFunction {
+    /// The worker's circuit breaker decides whether a reprocessing run goes ahead: not
+    /// while it is open; once its open period is over, this run is the probe (one item
+    /// first: its success closes the breaker and the run goes on, its failure opens it
+    /// again), unless a worker is probing.
+    async fn gate(
+        &self,
+        request: &RedriveRequest,
+        deadline: tokio::time::Instant,
+    ) -> Result<Gate, Diagnostic> {
+        use crate::breaker::BreakerStore;
+        let Some((breaker, policy)) = &self.breaker else {
+            return Ok(Gate::Go(None));
+        };
+        if request.mode != crate::redrive::RedriveMode::Reprocess || request.dry_run {
+            return Ok(Gate::Go(None));
+        }
+        let skipped = |why: &str| {
+            tracing::info!(
+                "the worker's circuit breaker is open ({why}): nothing is reprocessed now"
+            );
+            Ok(Gate::Stop(RedriveReport {
+                mode: request.mode,
+                ..RedriveReport::default()
+            }))
+        };
+        let now = std::time::SystemTime::from(crate::clock::now());
+        let state = match breaker.read().await {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::warn!(%error, "circuit breaker state unreadable; redriving as if closed");
+                return Ok(Gate::Go(None));
+            }
+        };
+        if state.is_open(now) {
+            return skipped("open period running");
+        }
+        if !state.is_half_open(now) {
+            return Ok(Gate::Go(None));
+        }
+        match breaker.take_probe(now + policy.probe_for, now).await {
+            Ok(true) => {}
+            Ok(false) => return skipped("a worker is probing"),
+            Err(error) => {
+                tracing::warn!(%error, "could not take the circuit breaker's probe");
+                return skipped("probe unavailable");
+            }
+        }
+        let probe = RedriveRequest {
+            max_items: Some(1),
+            continuation_token: None,
+            ..request.clone()
+        };
+        let report = self
+            .engine
+            .run_until(&probe, Some(deadline), &*no_progress())
+            .await
+            .map_err(diagnostic)?;
+        if report.succeeded > 0 {
+            if let Err(error) = breaker.close().await {
+                tracing::warn!(%error, "could not close the circuit breaker");
+            }
+            tracing::info!("circuit breaker closed: the scheduled redrive's probe succeeded");
+            return Ok(Gate::Go(Some(report)));
+        }
+        if report.failed_again > 0 {
+            let opens = state.opens + 1;
+            let until = now + crate::breaker::open_period(policy, opens);
+            if let Err(error) = breaker.open(until, opens, now).await {
+                tracing::warn!(%error, "could not open the circuit breaker again");
+            }
+            tracing::warn!(
+                "the scheduled redrive's probe failed: the circuit breaker is open again"
+            );
+        }
+        Ok(Gate::Stop(report))
+    }
+}
+
+/// What the circuit breaker lets a redrive do.
+enum Gate {
+    /// Run (after the probe run, when this invocation was the probe).
+    Go(Option<RedriveReport>),
+    /// Answer with this report and run nothing more.
+    Stop(RedriveReport),
 }
 
 fn diagnostic(error: RedriveError) -> Diagnostic {

@@ -88,6 +88,35 @@ enum Command {
         #[arg(long)]
         worker: Option<PathBuf>,
     },
+    /// The outage scenario: the downstream is down for longer than maxReceiveCount x the
+    /// visibility timeout while the compiled worker runs with spaced redelivery and the
+    /// shared circuit breaker, and the compiled redrive function runs as its schedule
+    /// would (during the outage, then after). Prints a summary that must add up.
+    ///
+    /// Example: local demo-outage --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --outage-secs 20
+    DemoOutage {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Region name used with the emulator.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// Resource name prefix.
+        #[arg(long, default_value = "demo")]
+        prefix: String,
+        /// Messages to send (at most 200).
+        #[arg(long, default_value_t = 50)]
+        items: usize,
+        /// How long the downstream is down, in seconds.
+        #[arg(long, default_value_t = 20)]
+        outage_secs: u64,
+        /// Directory for the functions' logs.
+        #[arg(long, default_value = ".emulator")]
+        state_dir: PathBuf,
+        /// The worker binary (default: `worker` next to this binary; `redrive` is taken
+        /// from the same directory).
+        #[arg(long)]
+        worker: Option<PathBuf>,
+    },
     /// Measures the operator's reads (`list`, `analyze`, `stats`) over a seeded table
     /// and redrive throughput and AWS calls per item, against the emulator. Prints a
     /// table and writes the figures as JSON.
@@ -207,6 +236,45 @@ async fn main() -> ExitCode {
                     items,
                 })
                 .await
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        Command::DemoOutage {
+            emulator,
+            region,
+            prefix,
+            items,
+            outage_secs,
+            state_dir,
+            worker,
+        } => match (emulator.endpoints(), worker_path(worker)) {
+            (Ok(endpoints), Ok(worker_binary)) => {
+                let options = DemoOptions {
+                    endpoints,
+                    region,
+                    prefix,
+                    worker_binary,
+                    state_dir,
+                    items,
+                };
+                match std::fs::create_dir_all(&options.state_dir) {
+                    Err(e) => Err(format!(
+                        "cannot create {}: {e}",
+                        options.state_dir.display()
+                    )),
+                    Ok(()) => sqs_worker_local::outage::run_outage(
+                        &options,
+                        Duration::from_secs(outage_secs),
+                    )
+                    .await
+                    .map(|summary| {
+                        if summary.adds_up() {
+                            ExitCode::SUCCESS
+                        } else {
+                            ExitCode::from(1)
+                        }
+                    }),
+                }
             }
             (Err(e), _) | (_, Err(e)) => Err(e),
         },

@@ -106,6 +106,25 @@ impl RedriveReport {
         }
     }
 
+    /// Adds the counts and outcomes of an earlier run of the same invocation (a probe run
+    /// before the main one); the run id, mode and continuation stay this run's.
+    pub fn absorb(&mut self, earlier: RedriveReport) {
+        self.selected += earlier.selected;
+        self.succeeded += earlier.succeeded;
+        self.requeued += earlier.requeued;
+        self.failed_again += earlier.failed_again;
+        self.skipped_ineligible += earlier.skipped_ineligible;
+        self.leased_elsewhere += earlier.leased_elsewhere;
+        self.not_found += earlier.not_found;
+        self.errors += earlier.errors;
+        self.adopted_from_dlq += earlier.adopted_from_dlq;
+        self.dlq_messages_deleted += earlier.dlq_messages_deleted;
+        self.items_omitted += earlier.items_omitted;
+        let mut items = earlier.items;
+        items.append(&mut self.items);
+        self.items = items;
+    }
+
     /// Whether anything failed (failed again, errors, unknown ids).
     pub fn is_partial_failure(&self) -> bool {
         self.failed_again + self.errors + self.not_found > 0
