@@ -767,6 +767,63 @@ fn percent_decoded(text: &str) -> String {
 }
 
 /// A zip file with no entries: enough for the emulator to create a function.
+/// Creates a stack of `template` in the emulator and waits for it; returns its outputs.
+async fn create_stack(
+    cloudformation: &aws_sdk_cloudformation::Client,
+    stack: &str,
+    template: &Value,
+    parameters: &[(&str, &str)],
+) -> std::collections::HashMap<String, String> {
+    let created = cloudformation
+        .create_stack()
+        .stack_name(stack)
+        .template_body(template.to_string())
+        .set_parameters(Some(
+            parameters
+                .iter()
+                .map(|(k, v)| {
+                    Parameter::builder()
+                        .parameter_key(*k)
+                        .parameter_value(*v)
+                        .build()
+                })
+                .collect(),
+        ))
+        .send()
+        .await;
+    // A busy emulator can drop the first answer; the SDK's retry then finds the stack.
+    if let Err(e) = created {
+        let code = aws_sdk_cloudformation::error::ProvideErrorMetadata::code(&e);
+        assert_eq!(code, Some("AlreadyExistsException"), "create_stack: {e:?}");
+    }
+    let mut outputs = std::collections::HashMap::new();
+    for _ in 0..120 {
+        let described = cloudformation
+            .describe_stacks()
+            .stack_name(stack)
+            .send()
+            .await
+            .unwrap();
+        let s = &described.stacks()[0];
+        match s.stack_status() {
+            Some(StackStatus::CreateComplete) => {
+                for o in s.outputs() {
+                    outputs.insert(
+                        o.output_key().unwrap().to_string(),
+                        o.output_value().unwrap().to_string(),
+                    );
+                }
+                break;
+            }
+            Some(StackStatus::CreateInProgress) => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            other => panic!("stack ended in {other:?}: {:?}", s.stack_status_reason()),
+        }
+    }
+    outputs
+}
+
 const EMPTY_ZIP: &[u8] = &[
     0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 ];
@@ -820,53 +877,7 @@ async fn deploys_into_the_emulator() {
         ("PayloadMaxBytes", "1048576"),
         ("AlarmEmail", "oncall@example.com"),
     ];
-    let created = cloudformation
-        .create_stack()
-        .stack_name(&stack)
-        .template_body(template.to_string())
-        .set_parameters(Some(
-            parameters
-                .iter()
-                .map(|(k, v)| {
-                    Parameter::builder()
-                        .parameter_key(*k)
-                        .parameter_value(*v)
-                        .build()
-                })
-                .collect(),
-        ))
-        .send()
-        .await;
-    // A busy emulator can drop the first answer; the SDK's retry then finds the stack.
-    if let Err(e) = created {
-        let code = aws_sdk_cloudformation::error::ProvideErrorMetadata::code(&e);
-        assert_eq!(code, Some("AlreadyExistsException"), "create_stack: {e:?}");
-    }
-    let mut outputs = std::collections::HashMap::new();
-    for _ in 0..120 {
-        let described = cloudformation
-            .describe_stacks()
-            .stack_name(&stack)
-            .send()
-            .await
-            .unwrap();
-        let s = &described.stacks()[0];
-        match s.stack_status() {
-            Some(StackStatus::CreateComplete) => {
-                for o in s.outputs() {
-                    outputs.insert(
-                        o.output_key().unwrap().to_string(),
-                        o.output_value().unwrap().to_string(),
-                    );
-                }
-                break;
-            }
-            Some(StackStatus::CreateInProgress) => {
-                tokio::time::sleep(Duration::from_millis(250)).await
-            }
-            other => panic!("stack ended in {other:?}: {:?}", s.stack_status_reason()),
-        }
-    }
+    let outputs = create_stack(&cloudformation, &stack, &template, &parameters).await;
     for key in [
         "SourceQueueUrl",
         "DeadLetterQueueUrl",
@@ -1203,53 +1214,11 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
         .await
         .unwrap();
     let stack = e2e::unique_prefix("handler");
-    let created = cloudformation
-        .create_stack()
-        .stack_name(&stack)
-        .template_body(template.to_string())
-        .parameters(
-            Parameter::builder()
-                .parameter_key("AlarmTopicArn")
-                .parameter_value("arn:aws:sns:us-east-1:123456789012:alarms")
-                .build(),
-        )
-        .parameters(
-            Parameter::builder()
-                .parameter_key("EnableIdempotency")
-                .parameter_value("true")
-                .build(),
-        )
-        .send()
-        .await;
-    if let Err(e) = created {
-        let code = aws_sdk_cloudformation::error::ProvideErrorMetadata::code(&e);
-        assert_eq!(code, Some("AlreadyExistsException"), "create_stack: {e:?}");
-    }
-    let mut outputs = std::collections::HashMap::new();
-    for _ in 0..120 {
-        let described = cloudformation
-            .describe_stacks()
-            .stack_name(&stack)
-            .send()
-            .await
-            .unwrap();
-        let s = &described.stacks()[0];
-        match s.stack_status() {
-            Some(StackStatus::CreateComplete) => {
-                for o in s.outputs() {
-                    outputs.insert(
-                        o.output_key().unwrap().to_string(),
-                        o.output_value().unwrap().to_string(),
-                    );
-                }
-                break;
-            }
-            Some(StackStatus::CreateInProgress) => {
-                tokio::time::sleep(Duration::from_millis(250)).await
-            }
-            other => panic!("stack ended in {other:?}: {:?}", s.stack_status_reason()),
-        }
-    }
+    let parameters = [
+        ("AlarmTopicArn", "arn:aws:sns:us-east-1:123456789012:alarms"),
+        ("EnableIdempotency", "true"),
+    ];
+    let outputs = create_stack(&cloudformation, &stack, &template, &parameters).await;
     let function = lambda
         .get_function_configuration()
         .function_name(&outputs["HandlerFunctionName"])

@@ -79,6 +79,17 @@ impl<'a> EnvReader<'a> {
         }
     }
 
+    /// Reads with `read` over `lookup`: what it read, or every problem it noted.
+    pub fn read_all<T>(
+        lookup: &'a dyn Fn(&str) -> Option<String>,
+        read: impl FnOnce(&mut EnvReader<'a>) -> T,
+    ) -> Result<T, ConfigError> {
+        let mut env = EnvReader::new(lookup);
+        let value = read(&mut env);
+        env.finish()?;
+        Ok(value)
+    }
+
     /// Notes a problem with `variable`.
     pub fn problem(&mut self, variable: &str, problem: impl Into<String>) {
         self.problems.push(ConfigProblem {
@@ -410,10 +421,7 @@ impl WorkerConfig {
 
     /// Reads any variable lookup (for tests).
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut env = EnvReader::new(lookup);
-        let config = Self::read(&mut env);
-        env.finish()?;
-        config.ok_or_else(|| ConfigError {
+        EnvReader::read_all(lookup, Self::read)?.ok_or_else(|| ConfigError {
             problems: Vec::new(),
         })
     }
@@ -470,10 +478,7 @@ impl HandlerConfig {
 
     /// Reads any variable lookup (for tests).
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let mut env = EnvReader::new(lookup);
-        let config = Self::read(&mut env);
-        env.finish()?;
-        Ok(config)
+        EnvReader::read_all(lookup, Self::read)
     }
 
     /// Reads the handler's variables into `env`, noting problems there.
