@@ -3,6 +3,7 @@
 //! run, and AWS API calls per dead-lettered item (the record's conditional write, the
 //! batched DLQ send, an S3 write only for large payloads).
 
+use futures::StreamExt;
 use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
@@ -57,6 +58,11 @@ pub struct DeadLetterBench {
     /// Median plain `UpdateItem` round trip (one attribute, no condition), ms: the floor of
     /// any write on this emulator.
     pub update_item_floor_ms: f64,
+    /// The emulator's own floor for a batch: `batch_size` conditional UpdateItems of new
+    /// items, ten at a time as the store writes them, median ms.
+    pub concurrent_updates_floor_ms: f64,
+    /// One such conditional UpdateItem alone, median ms.
+    pub one_update_floor_ms: f64,
 }
 
 fn batch(run: &str, size: usize, failing: impl Fn(usize) -> bool) -> SqsEvent {
@@ -161,6 +167,43 @@ pub async fn run(
         write_floor.push(start.elapsed());
     }
 
+    // What the emulator itself takes for a batch of conditional writes of new items, ten
+    // at a time (the store's write concurrency), against one alone: if it serialises
+    // writes, that ratio is its, and ours can be no better.
+    let conditional = |key: String| {
+        let client = counted.dynamodb.clone();
+        let table = resources.table.clone();
+        async move {
+            let _ = client
+                .update_item()
+                .table_name(table)
+                .key(
+                    sqs_worker::adapters::store::schema::ITEM_ID,
+                    aws_sdk_dynamodb::types::AttributeValue::S(key),
+                )
+                .update_expression("SET touched = :n")
+                .condition_expression("attribute_not_exists(touched)")
+                .expression_attribute_values(
+                    ":n",
+                    aws_sdk_dynamodb::types::AttributeValue::N("1".into()),
+                )
+                .send()
+                .await;
+        }
+    };
+    let (mut many_floor, mut one_floor) = (Vec::new(), Vec::new());
+    for n in 0..batches {
+        let start = Instant::now();
+        conditional(format!("floor-one-{n}")).await;
+        one_floor.push(start.elapsed());
+        let start = Instant::now();
+        futures::stream::iter((0..batch_size).map(|i| conditional(format!("floor-{n}-{i}"))))
+            .buffer_unordered(10)
+            .collect::<Vec<()>>()
+            .await;
+        many_floor.push(start.elapsed());
+    }
+
     let (mut ok, mut dead, mut single) = (Vec::new(), Vec::new(), Vec::new());
     let mut dead_lettered = 0usize;
     let mut calls = std::collections::BTreeMap::<String, u64>::new();
@@ -223,6 +266,8 @@ pub async fn run(
         calls_by_operation: calls,
         get_item_floor_ms: median(floor),
         update_item_floor_ms: median(write_floor),
+        concurrent_updates_floor_ms: median(many_floor),
+        one_update_floor_ms: median(one_floor),
     })
 }
 
