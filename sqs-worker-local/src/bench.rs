@@ -306,11 +306,9 @@ const NOTES: &str = r#"
   `dlq` CLI adds the providers back for operators' profiles.
 - **Event decode.** The worker does not let the runtime derive `SqsEvent` through
   `serde_json`. `sqs_worker::runtime::WorkerLayer` takes the invocation body as the bytes
-  the Runtime API sent and decodes them with `sonic-rs` into records whose strings borrow
-  from those bytes wherever the JSON needs no unescaping (`sqs_worker::event::BorrowedEvent`;
-  the owned decode built on it is checked against `serde_json` by unit and property
-  tests). The body lives until the batch is answered; each record becomes an owned
-  message only when it runs, so the batch holds the event about once rather than twice.
+  the Runtime API sent, decodes them with `sonic-rs` into the same `SqsEvent` (checked
+  against `serde_json` by unit and property tests), runs the batch, and hands the
+  runtime only the small outcome to return.
 - **Runtime.** A current-thread tokio runtime: records overlap on I/O (up to
   `WORKER_MAX_CONCURRENCY` at once), the decode is one pass, and fewer threads start
   faster and hold less memory.

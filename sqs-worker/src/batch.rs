@@ -268,71 +268,6 @@ enum Step {
     },
 }
 
-/// A record as the engine receives it: what it reads before the record runs, and the
-/// owned message it becomes when it runs.
-pub trait RecordSource: Send {
-    /// `messageId`.
-    fn message_id(&self) -> Option<&str>;
-    /// `receiptHandle`.
-    fn receipt_handle(&self) -> Option<&str>;
-    /// `eventSourceARN`.
-    fn event_source_arn(&self) -> Option<&str>;
-    /// A system attribute (`ApproximateReceiveCount`, `MessageGroupId`, ...).
-    fn attribute(&self, name: &str) -> Option<&str>;
-    /// A message attribute's string value.
-    fn message_attribute(&self, name: &str) -> Option<&str>;
-    /// The owned message.
-    fn into_message(self) -> SqsMessage;
-}
-
-impl RecordSource for SqsMessage {
-    fn message_id(&self) -> Option<&str> {
-        self.message_id.as_deref()
-    }
-    fn receipt_handle(&self) -> Option<&str> {
-        self.receipt_handle.as_deref()
-    }
-    fn event_source_arn(&self) -> Option<&str> {
-        self.event_source_arn.as_deref()
-    }
-    fn attribute(&self, name: &str) -> Option<&str> {
-        self.attributes.get(name).map(String::as_str)
-    }
-    fn message_attribute(&self, name: &str) -> Option<&str> {
-        self.message_attributes
-            .get(name)
-            .and_then(|a| a.string_value.as_deref())
-    }
-    fn into_message(self) -> SqsMessage {
-        self
-    }
-}
-
-impl RecordSource for crate::event::BorrowedRecord<'_> {
-    fn message_id(&self) -> Option<&str> {
-        self.message_id.as_ref().map(crate::event::Text::as_str)
-    }
-    fn receipt_handle(&self) -> Option<&str> {
-        self.receipt_handle.as_ref().map(crate::event::Text::as_str)
-    }
-    fn event_source_arn(&self) -> Option<&str> {
-        self.event_source_arn
-            .as_ref()
-            .map(crate::event::Text::as_str)
-    }
-    fn attribute(&self, name: &str) -> Option<&str> {
-        crate::event::BorrowedRecord::attribute(self, name)
-    }
-    fn message_attribute(&self, name: &str) -> Option<&str> {
-        self.message_attributes
-            .get(name)
-            .and_then(|a| a.string_value.as_deref())
-    }
-    fn into_message(self) -> SqsMessage {
-        crate::event::BorrowedRecord::into_message(self)
-    }
-}
-
 /// What a record needs to be hidden after the batch: from its SQS record.
 struct Handle {
     receipt_handle: String,
@@ -419,23 +354,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: Deadline,
         invocation: &InvocationInfo,
     ) -> Result<BatchReport, BatchError> {
-        self.process_records(event.records, deadline, invocation)
-            .await
-    }
-
-    /// [`BatchProcessor::process_batch`] over any records: owned `SqsMessage`s, or records
-    /// borrowing from the invocation body (`crate::event::BorrowedRecord`), each made an
-    /// owned message only when its turn comes.
-    pub async fn process_records<R: RecordSource>(
-        &self,
-        source: Vec<R>,
-        deadline: Deadline,
-        invocation: &InvocationInfo,
-    ) -> Result<BatchReport, BatchError> {
-        let mut records = Vec::with_capacity(source.len());
-        for (index, msg) in source.into_iter().enumerate() {
-            match msg.message_id().filter(|id| !id.is_empty()) {
-                Some(id) => records.push((id.to_string(), msg)),
+        let mut records = Vec::with_capacity(event.records.len());
+        for (index, mut msg) in event.records.into_iter().enumerate() {
+            match msg.message_id.take().filter(|id| !id.is_empty()) {
+                Some(id) => records.push((id, msg)),
                 None => return Err(BatchError::MissingMessageId { index }),
             }
         }
@@ -448,10 +370,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     Some((
                         id.clone(),
                         Handle {
-                            receipt_handle: m.receipt_handle()?.to_string(),
-                            queue_arn: m.event_source_arn()?.to_string(),
+                            receipt_handle: m.receipt_handle.clone()?,
+                            queue_arn: m.event_source_arn.clone()?,
                             receive_count: m
-                                .attribute("ApproximateReceiveCount")
+                                .attributes
+                                .get("ApproximateReceiveCount")
                                 .and_then(|v| v.parse().ok())
                                 .unwrap_or(1),
                         },
@@ -462,7 +385,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         };
         let fifo = records
             .first()
-            .and_then(|(_, m)| m.event_source_arn())
+            .and_then(|(_, m)| m.event_source_arn.as_deref())
             .is_some_and(is_fifo_arn);
         let work = async {
             if fifo {
@@ -502,9 +425,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
-    async fn process_standard<R: RecordSource>(
+    async fn process_standard(
         &self,
-        records: Vec<(String, R)>,
+        records: Vec<(String, SqsMessage)>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
     ) -> Vec<RecordReport> {
@@ -551,9 +474,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         reports.into_iter().flatten().collect()
     }
 
-    async fn process_fifo<R: RecordSource>(
+    async fn process_fifo(
         &self,
-        records: Vec<(String, R)>,
+        records: Vec<(String, SqsMessage)>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
     ) -> Vec<RecordReport> {
@@ -561,7 +484,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let mut batch_failed = false;
         let mut failed_groups: HashSet<Option<String>> = HashSet::new();
         for (id, msg) in records {
-            let group = msg.attribute("MessageGroupId").map(str::to_string);
+            let group = msg.attributes.get("MessageGroupId").cloned();
             let held_back = if self.config.skip_group_on_error {
                 failed_groups
                     .contains(&group)
@@ -680,12 +603,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 
     /// Runs one record unless the cut-off has passed, and times it: one clock read at each
     /// end, nothing per attempt.
-    async fn run_record<R: RecordSource>(
-        &self,
-        message_id: String,
-        msg: R,
-        deadline: &Deadline,
-    ) -> Step {
+    async fn run_record(&self, message_id: String, msg: SqsMessage, deadline: &Deadline) -> Step {
         if !deadline.can_start() {
             return Step::Final(not_started(
                 message_id,
@@ -705,7 +623,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             crate::context::invocation_metrics(),
         );
         let (step, fields) = context
-            .scope(self.process_record(message_id, msg.into_message(), deadline))
+            .scope(self.process_record(message_id, msg, deadline))
             .await;
         let took = Some(started.elapsed());
         if !fields.is_empty() {
@@ -980,17 +898,18 @@ fn immediate_failure(error: ProcessError) -> AttemptFailure {
     }
 }
 
-fn not_started<R: RecordSource>(
+fn not_started(
     message_id: String,
-    msg: &R,
+    msg: &SqsMessage,
     reason: NotStartedReason,
     parser: &ItemParser,
 ) -> RecordReport {
     // The item id is only for reports here; a cheap attribute lookup, no body parsing.
     let item_id = match &parser.id_source {
-        crate::item::ItemIdSource::MessageAttribute(name) => {
-            msg.message_attribute(name).map(str::to_string)
-        }
+        crate::item::ItemIdSource::MessageAttribute(name) => msg
+            .message_attributes
+            .get(name)
+            .and_then(|a| a.string_value.clone()),
         _ => None,
     }
     .unwrap_or_else(|| message_id.clone());

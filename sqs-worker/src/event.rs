@@ -8,27 +8,12 @@
 //! against `serde_json` field for field, on valid and broken events (and the property
 //! tests on generated ones).
 //!
-//! The worker decodes into a [`BorrowedEvent`]: its records' strings borrow from the
-//! invocation body wherever the JSON text is the string itself (no escape to undo), so a
-//! 5 MB event is not copied string by string into a second 5 MB, and each record becomes
-//! an owned `SqsMessage` only when the engine starts it. [`decode_sqs_event`] is the same
-//! decode made owned, so the tests that hold it to `serde_json` hold the borrowed decoder
-//! too.
-//!
-//! [`Text`] and the attribute pairs are deserialized by hand because serde borrows a
-//! `Cow<str>` only as a direct field: inside an `Option` or a map it always copies.
-//!
 //! What is an error here fails the whole invocation, as a `serde_json` decode would have:
 //! not JSON, no `Records` array, a field of the wrong JSON type. Per-record problems that
 //! the engine can report individually (a missing message id, a body that is not what the
 //! processor expects) are not decided here.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::fmt;
-
-use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use aws_lambda_events::sqs::SqsEvent;
 
 /// Why an invocation body is not an SQS event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,180 +26,9 @@ pub enum EventError {
     Shape(String),
 }
 
-/// A JSON string, borrowed from the input when it has no escapes, copied when it does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Text<'a>(pub Cow<'a, str>);
-
-impl Text<'_> {
-    /// The text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The text, owned.
-    pub fn into_owned(self) -> String {
-        self.0.into_owned()
-    }
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TextVisitor<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for TextVisitor<'a> {
-            type Value = Text<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-                Ok(Text(Cow::Owned(v)))
-            }
-        }
-        deserializer.deserialize_str(TextVisitor(std::marker::PhantomData))
-    }
-}
-
-/// A JSON object of strings as pairs (null: none), borrowed like [`Text`].
-fn string_pairs<'de: 'a, 'a, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Vec<(Text<'a>, Text<'a>)>, D::Error> {
-    struct Pairs<'a>(std::marker::PhantomData<&'a ()>);
-    impl<'de: 'a, 'a> Visitor<'de> for Pairs<'a> {
-        type Value = Vec<(Text<'a>, Text<'a>)>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an object of strings")
-        }
-        fn visit_unit<E>(self) -> Result<Self::Value, E> {
-            Ok(Vec::new())
-        }
-        fn visit_none<E>(self) -> Result<Self::Value, E> {
-            Ok(Vec::new())
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_map(self)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(8));
-            while let Some(pair) = map.next_entry::<Text<'a>, Text<'a>>()? {
-                pairs.push(pair);
-            }
-            Ok(pairs)
-        }
-    }
-    deserializer.deserialize_option(Pairs(std::marker::PhantomData))
-}
-
-/// `messageAttributes` as `aws_lambda_events` reads it: null is none.
-fn nullish_attributes<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<HashMap<String, SqsMessageAttribute>, D::Error> {
-    Ok(
-        Option::<HashMap<String, SqsMessageAttribute>>::deserialize(deserializer)?
-            .unwrap_or_default(),
-    )
-}
-
-/// One SQS record whose strings borrow from the invocation body.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BorrowedRecord<'a> {
-    /// `messageId`.
-    #[serde(default, borrow)]
-    pub message_id: Option<Text<'a>>,
-    /// `receiptHandle`.
-    #[serde(default, borrow)]
-    pub receipt_handle: Option<Text<'a>>,
-    /// `body`.
-    #[serde(default, borrow)]
-    pub body: Option<Text<'a>>,
-    /// `md5OfBody`.
-    #[serde(default, borrow)]
-    pub md5_of_body: Option<Text<'a>>,
-    /// `md5OfMessageAttributes`.
-    #[serde(default, borrow)]
-    pub md5_of_message_attributes: Option<Text<'a>>,
-    /// `attributes` (system attributes), in the order sent.
-    #[serde(default, borrow, deserialize_with = "string_pairs")]
-    pub attributes: Vec<(Text<'a>, Text<'a>)>,
-    /// `messageAttributes`: owned (rarely present, and typed).
-    #[serde(default, deserialize_with = "nullish_attributes")]
-    pub message_attributes: HashMap<String, SqsMessageAttribute>,
-    /// `eventSourceARN`.
-    #[serde(default, borrow, rename = "eventSourceARN")]
-    pub event_source_arn: Option<Text<'a>>,
-    /// `eventSource`.
-    #[serde(default, borrow)]
-    pub event_source: Option<Text<'a>>,
-    /// `awsRegion`.
-    #[serde(default, borrow)]
-    pub aws_region: Option<Text<'a>>,
-}
-
-impl BorrowedRecord<'_> {
-    /// A system attribute's value.
-    pub fn attribute(&self, name: &str) -> Option<&str> {
-        // The last of duplicates, as in the map `into_message` makes.
-        self.attributes
-            .iter()
-            .rev()
-            .find(|(k, _)| k.as_str() == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The record as `aws_lambda_events` has it (a later duplicate attribute wins, as in
-    /// a map).
-    pub fn into_message(self) -> SqsMessage {
-        let mut message = SqsMessage::default();
-        message.message_id = self.message_id.map(Text::into_owned);
-        message.receipt_handle = self.receipt_handle.map(Text::into_owned);
-        message.body = self.body.map(Text::into_owned);
-        message.md5_of_body = self.md5_of_body.map(Text::into_owned);
-        message.md5_of_message_attributes = self.md5_of_message_attributes.map(Text::into_owned);
-        message.attributes = self
-            .attributes
-            .into_iter()
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        message.message_attributes = self.message_attributes;
-        message.event_source_arn = self.event_source_arn.map(Text::into_owned);
-        message.event_source = self.event_source.map(Text::into_owned);
-        message.aws_region = self.aws_region.map(Text::into_owned);
-        message
-    }
-}
-
-/// An SQS event whose records borrow from the invocation body.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-pub struct BorrowedEvent<'a> {
-    /// `Records`.
-    #[serde(rename = "Records", borrow)]
-    pub records: Vec<BorrowedRecord<'a>>,
-}
-
-/// Decodes an SQS event from its JSON bytes (UTF-8, as JSON is), borrowing its strings.
-pub fn decode_borrowed(json: &[u8]) -> Result<BorrowedEvent<'_>, EventError> {
-    sonic_rs::from_slice(json).map_err(event_error)
-}
-
-/// Decodes an SQS event from its JSON bytes (which must be UTF-8, as JSON is), owned.
+/// Decodes an SQS event from its JSON bytes (which must be UTF-8, as JSON is).
 pub fn decode_sqs_event(json: &[u8]) -> Result<SqsEvent, EventError> {
-    let borrowed = decode_borrowed(json)?;
-    let mut event = SqsEvent::default();
-    event.records = borrowed
-        .records
-        .into_iter()
-        .map(BorrowedRecord::into_message)
-        .collect();
-    Ok(event)
-}
-
-fn event_error(e: sonic_rs::Error) -> EventError {
-    {
+    sonic_rs::from_slice(json).map_err(|e: sonic_rs::Error| {
         // The parser's message goes on with an excerpt of the event around the error; the
         // event holds message bodies, which are never logged (docs/ARCHITECTURE.md §1.9). Keep the first
         // line: what is wrong, and where.
@@ -225,7 +39,7 @@ fn event_error(e: sonic_rs::Error) -> EventError {
         } else {
             EventError::Shape(message)
         }
-    }
+    })
 }
 
 #[cfg(test)]
@@ -285,22 +99,6 @@ mod tests {
         ] {
             same_as_serde(json);
         }
-    }
-
-    #[test]
-    fn strings_without_escapes_are_borrowed_from_the_body() {
-        let json = br#"{"Records":[{"messageId":"m-1","body":"{\"id\":1}","attributes":{"ApproximateReceiveCount":"2","MessageGroupId":"g\u00e9"},"eventSourceARN":"arn:aws:sqs:us-east-1:1:q"}]}"#;
-        let event = decode_borrowed(json).unwrap();
-        let record = &event.records[0];
-        let borrowed = |t: &Option<Text<'_>>| matches!(t, Some(Text(Cow::Borrowed(_))));
-        assert!(borrowed(&record.message_id));
-        assert!(borrowed(&record.event_source_arn));
-        // Escapes are undone into a copy.
-        assert!(!borrowed(&record.body));
-        assert_eq!(record.body.as_ref().unwrap().as_str(), r#"{"id":1}"#);
-        assert_eq!(record.attribute("ApproximateReceiveCount"), Some("2"));
-        assert_eq!(record.attribute("MessageGroupId"), Some("gé"));
-        assert!(matches!(record.attributes[0].1, Text(Cow::Borrowed("2"))));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::config::ConfigError;
 use crate::config::WorkerConfig;
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
 use crate::error::ProcessError;
-use crate::event::{decode_borrowed, EventError};
+use crate::event::{decode_sqs_event, EventError};
 #[cfg(feature = "http")]
 use crate::processor::HttpDelivery;
 use crate::processor::Processor;
@@ -245,20 +245,15 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         deadline: Deadline,
         request_id: Option<String>,
     ) -> Result<BatchReport, BatchError> {
-        self.run_since(
-            event.records,
-            deadline,
-            request_id,
-            tokio::time::Instant::now(),
-        )
-        .await
+        self.run_since(event, deadline, request_id, tokio::time::Instant::now())
+            .await
     }
 
     /// [`Worker::run`] for an invocation that arrived at `arrived` (its batch duration is
     /// counted from there, decoding included).
-    async fn run_since<R: crate::batch::RecordSource>(
+    async fn run_since(
         &self,
-        records: Vec<R>,
+        event: SqsEvent,
         deadline: Deadline,
         request_id: Option<String>,
         arrived: tokio::time::Instant,
@@ -270,7 +265,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         let custom_metrics = Arc::new(crate::context::MetricSink::default());
         let report = crate::context::with_invocation_metrics(
             custom_metrics.clone(),
-            self.engine.process_records(records, deadline, &invocation),
+            self.engine.process_batch(event, deadline, &invocation),
         )
         .await?;
         let batch_duration = arrived.elapsed();
@@ -309,13 +304,12 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     /// whole invocation when the body is not an SQS event or a record cannot be reported
     /// individually.
     ///
-    /// The body is decoded with [`decode_borrowed`] (a SIMD parser) straight from the
+    /// The body is decoded with [`decode_sqs_event`] (a SIMD parser) straight from the
     /// bytes the runtime received; see [`crate::runtime`] for how the function binary gets
     /// them before the runtime's own `serde_json` decode would.
     ///
-    /// The records borrow their strings from the body (`crate::event::BorrowedEvent`) and
-    /// each becomes an owned message only when it runs, so a large batch holds the event
-    /// about once, not twice.
+    /// Given the body by value, it frees it once decoded (the decoded event owns its
+    /// strings), so a large batch does not hold the event twice while it runs.
     pub async fn handle_invocation<B: AsRef<[u8]>>(
         &self,
         body: B,
@@ -323,22 +317,22 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     ) -> Result<SqsBatchResponse, InvocationError> {
         let arrived = tokio::time::Instant::now();
         let deadline = self.invocation_deadline(context.deadline());
-        // The records borrow from the body, which lives until the batch is answered: the
-        // event is not copied into a second set of strings.
-        let result = match decode_borrowed(body.as_ref()) {
+        let decoded = decode_sqs_event(body.as_ref());
+        drop(body);
+        let result = match decoded {
             // Boxed (once per invocation): the batch's future nests deeply, and a handler
             // crate's `main` should not need a raised `recursion_limit` to lay it out.
-            Ok(event) => {
+            Ok(sqs_event) => {
                 let run: futures::future::BoxFuture<'_, _> = Box::pin(self.run_since(
-                    event.records,
+                    sqs_event,
                     deadline,
                     Some(context.request_id.clone()),
                     arrived,
                 ));
                 run.await
-                    .map(|report| report.response())
-                    .map_err(InvocationError::from)
             }
+            .map(|report| report.response())
+            .map_err(InvocationError::from),
             Err(error) => Err(InvocationError::from(error)),
         };
         result.inspect_err(|e| tracing::error!(error = %e, "failing the whole invocation"))
