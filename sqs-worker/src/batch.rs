@@ -14,12 +14,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use futures::StreamExt;
 use serde::Serialize;
 
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo};
 use crate::error::{ErrorClass, ProcessError};
+use crate::event::{SqsRecord, Text};
 use crate::item::{is_fifo_arn, ItemParser, WorkItem};
 use crate::processor::{Outcome, Processor};
 use crate::retry::{run_with_retry, AttemptFailure, Deadline, RetryPolicy, StopReason};
@@ -354,27 +355,41 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: Deadline,
         invocation: &InvocationInfo,
     ) -> Result<BatchReport, BatchError> {
-        let mut records = Vec::with_capacity(event.records.len());
-        for (index, mut msg) in event.records.into_iter().enumerate() {
-            match msg.message_id.take().filter(|id| !id.is_empty()) {
+        let batch = crate::event::SqsBatch::from(event);
+        self.process_records(batch.records, deadline, invocation)
+            .await
+    }
+
+    /// [`BatchProcessor::process_batch`] over records decoded by
+    /// [`crate::event::decode_event`], which borrow from the invocation body: each becomes
+    /// a [`WorkItem`] only when it runs.
+    pub async fn process_records(
+        &self,
+        source: Vec<SqsRecord<'_>>,
+        deadline: Deadline,
+        invocation: &InvocationInfo,
+    ) -> Result<BatchReport, BatchError> {
+        let mut records = Vec::with_capacity(source.len());
+        for (index, mut msg) in source.into_iter().enumerate() {
+            match msg.message_id.take().filter(|id| !id.as_str().is_empty()) {
                 Some(id) => records.push((id, msg)),
                 None => return Err(BatchError::MissingMessageId { index }),
             }
         }
-        let message_ids: Vec<String> = records.iter().map(|(id, _)| id.clone()).collect();
+        // For the answer at the hard stop; a copy only of ids that had escapes.
+        let message_ids: Vec<Text<'_>> = records.iter().map(|(id, _)| id.clone()).collect();
         // What spaced redelivery needs to hide a record afterwards (only when configured).
         let handles: HashMap<String, Handle> = match &self.redelivery {
             Some(_) => records
                 .iter()
                 .filter_map(|(id, m)| {
                     Some((
-                        id.clone(),
+                        id.as_str().to_string(),
                         Handle {
-                            receipt_handle: m.receipt_handle.clone()?,
-                            queue_arn: m.event_source_arn.clone()?,
+                            receipt_handle: m.receipt_handle()?.to_string(),
+                            queue_arn: m.event_source_arn()?.to_string(),
                             receive_count: m
-                                .attributes
-                                .get("ApproximateReceiveCount")
+                                .attribute("ApproximateReceiveCount")
                                 .and_then(|v| v.parse().ok())
                                 .unwrap_or(1),
                         },
@@ -385,7 +400,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         };
         let fifo = records
             .first()
-            .and_then(|(_, m)| m.event_source_arn.as_deref())
+            .and_then(|(_, m)| m.event_source_arn())
             .is_some_and(is_fifo_arn);
         let work = async {
             if fifo {
@@ -410,8 +425,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     records: message_ids
                         .into_iter()
                         .map(|message_id| RecordReport {
-                            item_id: message_id.clone(),
-                            message_id,
+                            item_id: message_id.as_str().to_string(),
+                            message_id: message_id.into_owned(),
                             attempts: 0,
                             disposition: Disposition::NotStarted {
                                 reason: NotStartedReason::Deadline,
@@ -427,19 +442,30 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 
     async fn process_standard(
         &self,
-        records: Vec<(String, SqsMessage)>,
+        records: Vec<(Text<'_>, SqsRecord<'_>)>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
     ) -> Vec<RecordReport> {
         let count = records.len();
-        let mut steps: Vec<(usize, Step)> =
-            futures::stream::iter(records.into_iter().enumerate())
-                .map(|(index, (id, msg))| async move {
-                    (index, self.run_record(id, msg, deadline).await)
-                })
-                .buffer_unordered(self.config.concurrency.max(1))
-                .collect()
-                .await;
+        // Up to `concurrency` records at once. A plain loop over `FuturesUnordered` rather
+        // than a stream combinator: a closure making futures of records that borrow from
+        // the event trips rustc's check that the batch's future is `Send`.
+        let limit = self.config.concurrency.max(1);
+        let mut steps: Vec<(usize, Step)> = Vec::with_capacity(count);
+        let mut waiting = records.into_iter().enumerate();
+        let mut running = futures::stream::FuturesUnordered::new();
+        loop {
+            while running.len() < limit {
+                let Some((index, (id, msg))) = waiting.next() else {
+                    break;
+                };
+                running.push(self.run_indexed(index, id, msg, deadline));
+            }
+            match running.next().await {
+                Some(step) => steps.push(step),
+                None => break,
+            }
+        }
         steps.sort_by_key(|(index, _)| *index);
 
         let mut reports: Vec<Option<RecordReport>> = vec![None; count];
@@ -476,7 +502,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 
     async fn process_fifo(
         &self,
-        records: Vec<(String, SqsMessage)>,
+        records: Vec<(Text<'_>, SqsRecord<'_>)>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
     ) -> Vec<RecordReport> {
@@ -484,7 +510,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let mut batch_failed = false;
         let mut failed_groups: HashSet<Option<String>> = HashSet::new();
         for (id, msg) in records {
-            let group = msg.attributes.get("MessageGroupId").cloned();
+            let group = msg.attribute("MessageGroupId").map(str::to_string);
             let held_back = if self.config.skip_group_on_error {
                 failed_groups
                     .contains(&group)
@@ -601,9 +627,25 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
+    /// [`BatchProcessor::run_record`] with the record's place in the batch.
+    async fn run_indexed(
+        &self,
+        index: usize,
+        message_id: Text<'_>,
+        msg: SqsRecord<'_>,
+        deadline: &Deadline,
+    ) -> (usize, Step) {
+        (index, self.run_record(message_id, msg, deadline).await)
+    }
+
     /// Runs one record unless the cut-off has passed, and times it: one clock read at each
     /// end, nothing per attempt.
-    async fn run_record(&self, message_id: String, msg: SqsMessage, deadline: &Deadline) -> Step {
+    async fn run_record(
+        &self,
+        message_id: Text<'_>,
+        msg: SqsRecord<'_>,
+        deadline: &Deadline,
+    ) -> Step {
         if !deadline.can_start() {
             return Step::Final(not_started(
                 message_id,
@@ -667,14 +709,15 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     /// Parses and processes one record, retrying within the invocation.
     async fn process_record(
         &self,
-        message_id: String,
-        mut msg: SqsMessage,
+        message_id: Text<'_>,
+        mut msg: SqsRecord<'_>,
         deadline: &Deadline,
     ) -> Step {
         let mut resolve_error = None;
-        if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_deref()) {
-            match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body)).await {
-                Ok(Some(Ok(payload))) => msg.body = Some(payload),
+        if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_ref()) {
+            match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body.as_str())).await
+            {
+                Ok(Some(Ok(payload))) => msg.body = Some(Text::from(payload)),
                 Ok(Some(Err(error))) => resolve_error = Some(error),
                 Ok(None) => {}
                 Err(_) => {
@@ -688,7 +731,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 }
             }
         }
-        let parsed = self.config.parser.parse(message_id, msg);
+        let parsed = self
+            .config
+            .parser
+            .parse_record(message_id.into_owned(), msg);
         if let Some(error) = resolve_error {
             // The payload could not be fetched: decide as for a failed attempt, without
             // running the processor on a pointer (nor judging the pointer as the payload).
@@ -899,8 +945,8 @@ fn immediate_failure(error: ProcessError) -> AttemptFailure {
 }
 
 fn not_started(
-    message_id: String,
-    msg: &SqsMessage,
+    message_id: Text<'_>,
+    msg: &SqsRecord<'_>,
     reason: NotStartedReason,
     parser: &ItemParser,
 ) -> RecordReport {
@@ -912,9 +958,9 @@ fn not_started(
             .and_then(|a| a.string_value.clone()),
         _ => None,
     }
-    .unwrap_or_else(|| message_id.clone());
+    .unwrap_or_else(|| message_id.as_str().to_string());
     RecordReport {
-        message_id,
+        message_id: message_id.into_owned(),
         item_id,
         attempts: 0,
         disposition: Disposition::NotStarted { reason },

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::envelope::{Envelopes, Unwrapped};
 use crate::error::ProcessError;
+use crate::event::{Attributes, SqsRecord, Text};
 
 /// Where a record's *item id* comes from. Redriven messages get new message ids, so records
 /// are keyed by an id that belongs to the item itself.
@@ -125,7 +126,7 @@ pub struct WorkItem {
     /// The ARN of the queue the record came from.
     pub event_source_arn: Option<String>,
     /// SQS system attributes, as strings.
-    pub attributes: HashMap<String, String>,
+    pub attributes: Attributes,
     /// The sender's message attributes.
     #[serde(skip)]
     pub message_attributes: HashMap<String, SqsMessageAttribute>,
@@ -208,7 +209,18 @@ impl ItemParser {
         message_id: String,
         msg: SqsMessage,
     ) -> Result<WorkItem, Box<InvalidRecord>> {
-        let SqsMessage {
+        self.parse_record(message_id, SqsRecord::from(msg))
+    }
+
+    /// [`ItemParser::parse`] of a record decoded by [`crate::event::decode_event`]: its
+    /// strings are copied out of the event here, as the record runs (an unescaped body
+    /// moves without a copy).
+    pub fn parse_record(
+        &self,
+        message_id: String,
+        msg: SqsRecord<'_>,
+    ) -> Result<WorkItem, Box<InvalidRecord>> {
+        let SqsRecord {
             body,
             attributes,
             message_attributes,
@@ -223,15 +235,15 @@ impl ItemParser {
             .get("SentTimestamp")
             .and_then(|v| v.parse::<i64>().ok())
             .and_then(DateTime::<Utc>::from_timestamp_millis);
-        let message_group_id = attributes.get("MessageGroupId").cloned();
+        let message_group_id = attributes.get("MessageGroupId").map(str::to_string);
         let mut item = WorkItem {
             item_id: message_id.clone(),
             message_id,
-            body: body.unwrap_or_default(),
+            body: body.map(Text::into_owned).unwrap_or_default(),
             receive_count,
             sent_timestamp,
             message_group_id,
-            event_source_arn,
+            event_source_arn: event_source_arn.map(Text::into_owned),
             attributes,
             message_attributes,
             envelope: None,

@@ -537,7 +537,7 @@ mod tests {
             sent_timestamp: None,
             message_group_id: None,
             event_source_arn: None,
-            attributes: HashMap::new(),
+            attributes: Default::default(),
             message_attributes: HashMap::new(),
             envelope: None,
         };

@@ -22,7 +22,7 @@ use crate::config::ConfigError;
 use crate::config::WorkerConfig;
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
 use crate::error::ProcessError;
-use crate::event::{decode_sqs_event, EventError};
+use crate::event::{decode_event, EventError, SqsBatch, SqsRecord};
 #[cfg(feature = "http")]
 use crate::processor::HttpDelivery;
 use crate::processor::Processor;
@@ -245,15 +245,20 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         deadline: Deadline,
         request_id: Option<String>,
     ) -> Result<BatchReport, BatchError> {
-        self.run_since(event, deadline, request_id, tokio::time::Instant::now())
-            .await
+        self.run_since(
+            SqsBatch::from(event).records,
+            deadline,
+            request_id,
+            tokio::time::Instant::now(),
+        )
+        .await
     }
 
     /// [`Worker::run`] for an invocation that arrived at `arrived` (its batch duration is
     /// counted from there, decoding included).
     async fn run_since(
         &self,
-        event: SqsEvent,
+        records: Vec<SqsRecord<'_>>,
         deadline: Deadline,
         request_id: Option<String>,
         arrived: tokio::time::Instant,
@@ -265,7 +270,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         let custom_metrics = Arc::new(crate::context::MetricSink::default());
         let report = crate::context::with_invocation_metrics(
             custom_metrics.clone(),
-            self.engine.process_batch(event, deadline, &invocation),
+            self.engine.process_records(records, deadline, &invocation),
         )
         .await?;
         let batch_duration = arrived.elapsed();
@@ -304,12 +309,10 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     /// whole invocation when the body is not an SQS event or a record cannot be reported
     /// individually.
     ///
-    /// The body is decoded with [`decode_sqs_event`] (a SIMD parser) straight from the
-    /// bytes the runtime received; see [`crate::runtime`] for how the function binary gets
-    /// them before the runtime's own `serde_json` decode would.
-    ///
-    /// Given the body by value, it frees it once decoded (the decoded event owns its
-    /// strings), so a large batch does not hold the event twice while it runs.
+    /// The body is decoded with [`decode_event`] (a SIMD parser) straight from the bytes
+    /// the runtime received, into records that borrow from them; see [`crate::runtime`]
+    /// for how the function binary gets them before the runtime's own `serde_json` decode
+    /// would.
     pub async fn handle_invocation<B: AsRef<[u8]>>(
         &self,
         body: B,
@@ -317,14 +320,12 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     ) -> Result<SqsBatchResponse, InvocationError> {
         let arrived = tokio::time::Instant::now();
         let deadline = self.invocation_deadline(context.deadline());
-        let decoded = decode_sqs_event(body.as_ref());
-        drop(body);
-        let result = match decoded {
+        let result = match decode_event(body.as_ref()) {
             // Boxed (once per invocation): the batch's future nests deeply, and a handler
             // crate's `main` should not need a raised `recursion_limit` to lay it out.
-            Ok(sqs_event) => {
+            Ok(batch) => {
                 let run: futures::future::BoxFuture<'_, _> = Box::pin(self.run_since(
-                    sqs_event,
+                    batch.records,
                     deadline,
                     Some(context.request_id.clone()),
                     arrived,

@@ -788,7 +788,10 @@ fn real_event_fixture_round_trips() {
         items[0].sent_timestamp.unwrap().timestamp_millis(),
         1_545_082_649_183
     );
-    assert_eq!(items[0].attributes["SenderId"], "AIDAIENQZJOLO23YVJ4VO");
+    assert_eq!(
+        items[0].attributes.get("SenderId"),
+        Some("AIDAIENQZJOLO23YVJ4VO")
+    );
     assert_eq!(
         items[0].message_attributes["tenant"]
             .string_value

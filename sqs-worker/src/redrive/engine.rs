@@ -665,7 +665,7 @@ pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
         sent_timestamp: record.source.sent_timestamp,
         message_group_id: record.source.message_group_id.clone(),
         event_source_arn: record.source.queue_arn.clone(),
-        attributes: HashMap::new(),
+        attributes: Default::default(),
         message_attributes: HashMap::new(),
         envelope: None,
     }

@@ -51,7 +51,7 @@ pub fn dead_record(id: &str, class: ErrorClass, hours_ago: i64) -> DeadLetteredI
             sent_timestamp: None,
             message_group_id: None,
             event_source_arn: None,
-            attributes: HashMap::new(),
+            attributes: Default::default(),
             message_attributes: HashMap::new(),
             envelope: None,
         },
