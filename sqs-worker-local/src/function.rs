@@ -34,7 +34,24 @@ impl FunctionProcess {
         env: &[(String, String)],
         log_file: Option<&Path>,
     ) -> std::io::Result<FunctionProcess> {
-        let mut command = Command::new(binary);
+        Self::spawn_command(
+            Command::new(binary),
+            function_name,
+            runtime_api,
+            env,
+            log_file,
+        )
+    }
+
+    /// [`FunctionProcess::spawn`] of any command (a runtime interface client and its
+    /// handler, say), with the same environment.
+    pub fn spawn_command(
+        mut command: Command,
+        function_name: &str,
+        runtime_api: &str,
+        env: &[(String, String)],
+        log_file: Option<&Path>,
+    ) -> std::io::Result<FunctionProcess> {
         command
             .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
             .env("AWS_LAMBDA_FUNCTION_NAME", function_name)

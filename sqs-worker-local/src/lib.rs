@@ -25,6 +25,7 @@
 //! the same pieces.
 
 pub mod bench;
+pub mod bench_cost;
 pub mod bench_cpu;
 pub mod bench_deadletter;
 pub mod bench_runtime;

@@ -369,19 +369,21 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: Deadline,
         invocation: &InvocationInfo,
     ) -> Result<BatchReport, BatchError> {
-        let mut records = Vec::with_capacity(source.len());
-        for (index, mut msg) in source.into_iter().enumerate() {
+        // The ids come out of the records in place (the records are not collected again):
+        // a copy only of ids that had escapes.
+        let mut records = source;
+        let mut message_ids: Vec<Text<'_>> = Vec::with_capacity(records.len());
+        for (index, msg) in records.iter_mut().enumerate() {
             match msg.message_id.take().filter(|id| !id.as_str().is_empty()) {
-                Some(id) => records.push((id, msg)),
+                Some(id) => message_ids.push(id),
                 None => return Err(BatchError::MissingMessageId { index }),
             }
         }
-        // For the answer at the hard stop; a copy only of ids that had escapes.
-        let message_ids: Vec<Text<'_>> = records.iter().map(|(id, _)| id.clone()).collect();
         // What spaced redelivery needs to hide a record afterwards (only when configured).
         let handles: HashMap<String, Handle> = match &self.redelivery {
-            Some(_) => records
+            Some(_) => message_ids
                 .iter()
+                .zip(&records)
                 .filter_map(|(id, m)| {
                     Some((
                         id.as_str().to_string(),
@@ -400,13 +402,16 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         };
         let fifo = records
             .first()
-            .and_then(|(_, m)| m.event_source_arn())
+            .and_then(|m| m.event_source_arn())
             .is_some_and(is_fifo_arn);
+        let ids = &message_ids;
         let work = async {
             if fifo {
-                self.process_fifo(records, &deadline, invocation).await
+                self.process_fifo(ids, records, &deadline, invocation)
+                    .await
             } else {
-                self.process_standard(records, &deadline, invocation).await
+                self.process_standard(ids, records, &deadline, invocation)
+                    .await
             }
         };
         match tokio::time::timeout_at(crate::mutants::deadline_guard(deadline.hard_stop()), work)
@@ -442,59 +447,65 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 
     async fn process_standard(
         &self,
-        records: Vec<(Text<'_>, SqsRecord<'_>)>,
+        ids: &[Text<'_>],
+        records: Vec<SqsRecord<'_>>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
     ) -> Vec<RecordReport> {
         let count = records.len();
+        // Each report goes straight to its record's place as the record ends.
+        let mut reports: Vec<Option<RecordReport>> = Vec::with_capacity(count);
+        reports.resize_with(count, || None);
+        let mut candidates: Vec<(usize, DeadLetterCandidate, u32, Option<Duration>)> = Vec::new();
         // Up to `concurrency` records at once. A plain loop over `FuturesUnordered` rather
         // than a stream combinator: a closure making futures of records that borrow from
         // the event trips rustc's check that the batch's future is `Send`.
         let limit = self.config.concurrency.max(1);
-        let mut steps: Vec<(usize, Step)> = Vec::with_capacity(count);
-        let mut waiting = records.into_iter().enumerate();
+        let mut waiting = ids.iter().zip(records).enumerate();
         let mut running = futures::stream::FuturesUnordered::new();
         loop {
             while running.len() < limit {
                 let Some((index, (id, msg))) = waiting.next() else {
                     break;
                 };
-                running.push(self.run_indexed(index, id, msg, deadline));
+                running.push(self.run_indexed(index, id.clone(), msg, deadline));
             }
             match running.next().await {
-                Some(step) => steps.push(step),
+                Some((index, Step::Final(report))) => {
+                    if let Some(slot) = reports.get_mut(index) {
+                        *slot = Some(report);
+                    }
+                }
+                Some((
+                    index,
+                    Step::DeadLetter {
+                        candidate,
+                        attempts,
+                        time,
+                    },
+                )) => candidates.push((index, *candidate, attempts, time)),
                 None => break,
             }
         }
-        steps.sort_by_key(|(index, _)| *index);
-
-        let mut reports: Vec<Option<RecordReport>> = vec![None; count];
-        let mut candidates = Vec::new();
-        let mut candidate_slots = Vec::new();
-        for (index, step) in steps {
-            match step {
-                Step::Final(report) => reports[index] = Some(report),
-                Step::DeadLetter {
-                    candidate,
-                    attempts,
-                    time,
-                } => {
-                    candidates.push(*candidate);
-                    candidate_slots.push((index, attempts, time));
-                }
-            }
-        }
         if !candidates.is_empty() {
+            // The sink gets them in the batch's order, whatever order they ended in.
+            candidates.sort_by_key(|(index, ..)| *index);
+            let (slots, candidates): (Vec<_>, Vec<_>) = candidates
+                .into_iter()
+                .map(|(index, candidate, attempts, time)| ((index, attempts, time), candidate))
+                .unzip();
             let results = self.dead_letter(&candidates, invocation, deadline).await;
             for (n, (candidate, (index, attempts, time))) in
-                candidates.iter().zip(candidate_slots).enumerate()
+                candidates.iter().zip(slots).enumerate()
             {
-                reports[index] = Some(dead_letter_report(
-                    candidate,
-                    attempts,
-                    time,
-                    results.get(n),
-                ));
+                if let Some(slot) = reports.get_mut(index) {
+                    *slot = Some(dead_letter_report(
+                        candidate,
+                        attempts,
+                        time,
+                        results.get(n),
+                    ));
+                }
             }
         }
         reports.into_iter().flatten().collect()
@@ -502,14 +513,15 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 
     async fn process_fifo(
         &self,
-        records: Vec<(Text<'_>, SqsRecord<'_>)>,
+        ids: &[Text<'_>],
+        records: Vec<SqsRecord<'_>>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
     ) -> Vec<RecordReport> {
         let mut reports = Vec::with_capacity(records.len());
         let mut batch_failed = false;
         let mut failed_groups: HashSet<Option<String>> = HashSet::new();
-        for (id, msg) in records {
+        for (id, msg) in ids.iter().cloned().zip(records) {
             let group = msg.attribute("MessageGroupId").map(str::to_string);
             let held_back = if self.config.skip_group_on_error {
                 failed_groups

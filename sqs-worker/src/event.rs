@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage, SqsMessageAttribute};
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Serialize;
 
 /// Why an invocation body is not an SQS event.
@@ -221,9 +221,10 @@ impl<'de> Visitor<'de> for AttributesVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut attributes = Attributes::default();
-        // SQS sends four to seven system attributes of some 20-40 bytes each.
-        attributes.text.reserve(256);
-        attributes.ends.reserve(8);
+        // SQS sends four system attributes of some 120 bytes in all to a standard queue's
+        // function, seven to a FIFO queue's: room for the first without growing.
+        attributes.text.reserve(128);
+        attributes.ends.reserve(4);
         while let Some((name, value)) = map.next_entry::<Text<'de>, Text<'de>>()? {
             attributes.insert(name.as_str(), value.as_str());
         }
@@ -360,7 +361,97 @@ impl From<SqsEvent> for SqsBatch<'static> {
 
 /// Decodes an SQS event from its JSON bytes (UTF-8, as JSON is), borrowing its strings.
 pub fn decode_event(json: &[u8]) -> Result<SqsBatch<'_>, EventError> {
-    sonic_rs::from_slice(json).map_err(event_error)
+    let mut deserializer = sonic_rs::Deserializer::from_slice(json);
+    let batch = BatchSeed {
+        capacity: records_capacity(json.len()),
+    }
+    .deserialize(&mut deserializer)
+    .map_err(event_error)?;
+    deserializer.end().map_err(event_error)?;
+    Ok(batch)
+}
+
+/// Room for the records of an event of `len` bytes, so the array is never grown (and
+/// copied) while it is read: a record as SQS sends it is over 500 bytes (ids, receipt
+/// handle, digests, attributes, ARN), and a batch holds at most 10,000. Room that is not
+/// used is never touched, so it costs no memory.
+fn records_capacity(len: usize) -> usize {
+    (len / 512).clamp(1, 10_000)
+}
+
+/// Reads the event with the `Records` array sized up front ([`records_capacity`]); the
+/// same shapes and errors as the derived `Deserialize` of `SqsEvent`.
+struct BatchSeed {
+    capacity: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for BatchSeed {
+    type Value = SqsBatch<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_struct("SqsEvent", &["Records"], self)
+    }
+}
+
+impl<'de> Visitor<'de> for BatchSeed {
+    type Value = SqsBatch<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("struct SqsEvent")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut records = None;
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            if key.as_str() == "Records" {
+                if records.is_some() {
+                    return Err(de::Error::duplicate_field("Records"));
+                }
+                records = Some(map.next_value_seed(RecordsSeed {
+                    capacity: self.capacity,
+                })?);
+            } else {
+                map.next_value::<de::IgnoredAny>()?;
+            }
+        }
+        records
+            .map(|records| SqsBatch { records })
+            .ok_or_else(|| de::Error::missing_field("Records"))
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // A struct may come as an array of its fields, as serde's derive reads it.
+        let records = seq
+            .next_element_seed(RecordsSeed {
+                capacity: self.capacity,
+            })?
+            .ok_or_else(|| de::Error::invalid_length(0, &"struct SqsEvent with 1 element"))?;
+        if seq.next_element::<de::IgnoredAny>()?.is_some() {
+            return Err(de::Error::invalid_length(2, &"struct SqsEvent with 1 element"));
+        }
+        Ok(SqsBatch { records })
+    }
+}
+
+struct RecordsSeed {
+    capacity: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for RecordsSeed {
+    type Value = Vec<SqsRecord<'de>>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RecordsSeed {
+    type Value = Vec<SqsRecord<'de>>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut records = Vec::with_capacity(self.capacity);
+        while let Some(record) = seq.next_element::<SqsRecord<'de>>()? {
+            records.push(record);
+        }
+        Ok(records)
+    }
 }
 
 /// Decodes an SQS event from its JSON bytes into `aws_lambda_events`' owned `SqsEvent`.
@@ -420,6 +511,8 @@ mod tests {
     fn nulls_and_missing_fields_decode_as_serde_json_does() {
         same_as_serde(r#"{"Records":[]}"#);
         same_as_serde(r#"{"Records":[{}]}"#);
+        same_as_serde(r#"[[{"messageId":"m"}]]"#);
+        same_as_serde(r#"{"other":{"a":[1,{"b":null}]},"Records":[{"messageId":"m"}],"more":"x"}"#);
         same_as_serde(
             r#"{"Records":[{"messageId":null,"body":null,"attributes":null,"messageAttributes":null}]}"#,
         );
@@ -442,6 +535,10 @@ mod tests {
             r#"{"Records":[{"messageAttributes":{"a":1}}]}"#,
             r#"{"Records":[{"body":"\ud800"}]}"#,
             r#"{"Records":[] "#,
+            r#"{"Records":[],"Records":[]}"#,
+            r#"[[],1]"#,
+            r#"[]"#,
+            r#"{"Records":[]} x"#,
         ] {
             same_as_serde(json);
         }

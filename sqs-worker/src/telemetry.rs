@@ -3,8 +3,10 @@
 //! - **Level**: `AWS_LAMBDA_LOG_LEVEL` (`TRACE`, `DEBUG`, `INFO`, `WARN`, `ERROR`, `FATAL`,
 //!   in any case; `INFO` when unset), the variable Lambda sets from the function's
 //!   `ApplicationLogLevel`. `RUST_LOG`, when set and not empty, overrides it with
-//!   `EnvFilter` directives (`info,sqs_worker=debug`), for a developer who wants one crate
-//!   louder than the rest.
+//!   target directives (`info,sqs_worker=debug`: a default level and levels per module
+//!   path, tracing-subscriber's `Targets`), for a developer who wants one crate louder than
+//!   the rest. (`Targets` rather than `EnvFilter`: the same directives without span-field
+//!   matching, and without the regular-expression engine `EnvFilter` adds to the binary.)
 //! - **Format**: `AWS_LAMBDA_LOG_FORMAT`: `JSON` (the default) or `Text`
 //!   (`2026-01-01T00:00:00.123Z  INFO invocation{requestId=… cold_start=true}: batch finished records=10`).
 //!
@@ -40,7 +42,7 @@ use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::instrument::Instrumented;
 use tracing::{Event, Instrument, Subscriber};
-use tracing_subscriber::filter::{filter_fn, EnvFilter, FilterExt, LevelFilter};
+use tracing_subscriber::filter::{filter_fn, FilterExt, LevelFilter, Targets};
 use tracing_subscriber::fmt::format::{JsonFields, Writer};
 use tracing_subscriber::fmt::time::FormatTime;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormattedFields, MakeWriter};
@@ -55,7 +57,7 @@ pub const INVOCATION_SPAN: &str = "invocation";
 pub const LOG_LEVEL_VAR: &str = "AWS_LAMBDA_LOG_LEVEL";
 /// The variable Lambda sets from the function's `LogFormat`.
 pub const LOG_FORMAT_VAR: &str = "AWS_LAMBDA_LOG_FORMAT";
-/// The developer's override of the level: `EnvFilter` directives.
+/// The developer's override of the level: target directives (`info,sqs_worker=debug`).
 pub const RUST_LOG_VAR: &str = "RUST_LOG";
 
 /// How log lines are written.
@@ -113,7 +115,7 @@ impl LogSettings {
             }
         };
         let directives = set(RUST_LOG_VAR).and_then(|value| {
-            match EnvFilter::builder().parse(&value) {
+            match value.parse::<Targets>() {
                 Ok(_) => Some(value),
                 Err(error) => {
                     problems.push(format!(
@@ -133,11 +135,11 @@ impl LogSettings {
     }
 
     /// The filter for events: `RUST_LOG`'s directives when given, else the Lambda level.
-    fn env_filter(&self) -> EnvFilter {
+    fn env_filter(&self) -> Targets {
         self.directives
             .as_deref()
-            .and_then(|directives| EnvFilter::builder().parse(directives).ok())
-            .unwrap_or_else(|| EnvFilter::default().add_directive(self.level.into()))
+            .and_then(|directives| directives.parse::<Targets>().ok())
+            .unwrap_or_else(|| Targets::new().with_default(self.level))
     }
 }
 
@@ -514,14 +516,14 @@ mod tests {
         let developer = settings(&[(LOG_LEVEL_VAR, "ERROR"), (RUST_LOG_VAR, "debug")]);
         assert_eq!(developer.directives.as_deref(), Some("debug"));
         assert_eq!(
-            developer.env_filter().max_level_hint(),
+            developer.env_filter().default_level(),
             Some(LevelFilter::DEBUG)
         );
         // An empty RUST_LOG is no override.
         let empty = settings(&[(LOG_LEVEL_VAR, "ERROR"), (RUST_LOG_VAR, "")]);
         assert_eq!(empty.directives, None);
         assert_eq!(
-            empty.env_filter().max_level_hint(),
+            empty.env_filter().default_level(),
             Some(LevelFilter::ERROR)
         );
         let invalid = settings(&[(RUST_LOG_VAR, "sqs_worker=loud")]);

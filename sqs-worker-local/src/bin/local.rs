@@ -175,6 +175,24 @@ enum Command {
         /// the profile the functions ship with.
         #[arg(long)]
         bin_dir: Option<PathBuf>,
+        /// Messages each contender of the end-to-end cost benchmark processes.
+        #[arg(long, default_value_t = 1000)]
+        cost_messages: usize,
+    },
+    /// Lambda GB-seconds per million messages and messages per second per sandbox, end to
+    /// end (event source mapping, Runtime API, a 20 ms downstream), for the worker binary
+    /// against Powertools for AWS Lambda (Python) with BatchProcessor and AsyncBatchProcessor.
+    ///
+    /// Example: local bench-cost --bin-dir target/lambda --messages 1000
+    BenchCost {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Where the `worker` binary is (default: next to this binary).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Messages each contender processes.
+        #[arg(long, default_value_t = 1000)]
+        messages: usize,
     },
     /// Per-record CPU of the worker's invocation path against the serde_json floor and
     /// Powertools for AWS Lambda (Python) on the same event bytes.
@@ -290,11 +308,40 @@ async fn main() -> ExitCode {
             output,
             markdown,
             bin_dir,
+            cost_messages,
         } => match emulator.endpoints() {
             Ok(endpoints) => {
-                bench_all(endpoints, iterations, spawns, &output, &markdown, bin_dir).await
+                bench_all(
+                    endpoints,
+                    iterations,
+                    spawns,
+                    &output,
+                    &markdown,
+                    bin_dir,
+                    cost_messages,
+                )
+                .await
             }
             Err(e) => Err(e),
+        },
+        Command::BenchCost {
+            emulator,
+            bin_dir,
+            messages,
+        } => match (
+            emulator.endpoints(),
+            bin_dir.or_else(workspace_bin_dir),
+        ) {
+            (Ok(endpoints), Some(bin_dir)) => {
+                sqs_worker_local::bench_cost::run(&endpoints, &bin_dir, messages)
+                    .await
+                    .map(|cost| {
+                        println!("{}", sqs_worker_local::bench_cost::render(&cost));
+                        ExitCode::SUCCESS
+                    })
+            }
+            (Err(e), _) => Err(e),
+            (_, None) => Err("cannot locate the binaries; pass --bin-dir".to_string()),
         },
         Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
         Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
@@ -343,6 +390,7 @@ async fn bench_all(
     output: &std::path::Path,
     markdown: &std::path::Path,
     bin_dir: Option<PathBuf>,
+    cost_messages: usize,
 ) -> Result<ExitCode, String> {
     let bin_dir = match bin_dir {
         Some(dir) => dir,
@@ -354,6 +402,7 @@ async fn bench_all(
         spawns,
         bin_dir,
         work_dir: PathBuf::from("target/bench"),
+        cost_messages,
     };
     let run = sqs_worker_local::bench::run(&options).await?;
     println!("{}", sqs_worker_local::bench::render(&run));

@@ -70,7 +70,11 @@ impl StoreConfig {
             bucket: bucket.to_string(),
             inline_max_bytes: 65_536,
             retention: Duration::from_secs(14 * 86_400),
-            write_concurrency: 10,
+            // A whole batch of ten in one wave, a batch of 100 in two: the writes are to
+            // different items, so DynamoDB applies them side by side, and a batch's dead
+            // letters cost a few round trips instead of one per record. Each write in
+            // flight may open its own connection on a sandbox's first dead letters.
+            write_concurrency: 50,
             history_limit: crate::dead_letter::HISTORY_LIMIT,
         }
     }
