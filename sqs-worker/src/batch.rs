@@ -269,6 +269,29 @@ enum Step {
     },
 }
 
+/// What every record of a batch gives its handler's context: read once per batch (two
+/// clock reads and a task-local lookup fewer per record).
+struct RecordShared {
+    /// The cut-off as wall time.
+    cutoff_at: std::time::SystemTime,
+    /// The hard stop as wall time.
+    hard_stop_at: std::time::SystemTime,
+    /// The invocation's custom metrics.
+    metrics: Arc<crate::context::MetricSink>,
+}
+
+impl RecordShared {
+    fn of(deadline: &Deadline) -> Self {
+        let now = std::time::SystemTime::from(crate::clock::now());
+        let at = tokio::time::Instant::now();
+        RecordShared {
+            cutoff_at: now + deadline.cutoff().saturating_duration_since(at),
+            hard_stop_at: now + deadline.hard_stop().saturating_duration_since(at),
+            metrics: crate::context::invocation_metrics(),
+        }
+    }
+}
+
 /// What a record needs to be hidden after the batch: from its SQS record.
 struct Handle {
     receipt_handle: String,
@@ -461,16 +484,30 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // than a stream combinator: a closure making futures of records that borrow from
         // the event trips rustc's check that the batch's future is `Send`.
         let limit = self.config.concurrency.max(1);
+        let shared = RecordShared::of(deadline);
+        let shared = &shared;
         let mut waiting = ids.iter().zip(records).enumerate();
         let mut running = futures::stream::FuturesUnordered::new();
         loop {
-            while running.len() < limit {
-                let Some((index, (id, msg))) = waiting.next() else {
-                    break;
-                };
-                running.push(self.run_indexed(index, id.clone(), msg, deadline));
-            }
-            match running.next().await {
+            // One at a time, the record runs in place: no task to allocate and move it into.
+            let next = if limit == 1 {
+                match waiting.next() {
+                    Some((index, (id, msg))) => Some(
+                        self.run_indexed(index, id.clone(), msg, deadline, shared)
+                            .await,
+                    ),
+                    None => None,
+                }
+            } else {
+                while running.len() < limit {
+                    let Some((index, (id, msg))) = waiting.next() else {
+                        break;
+                    };
+                    running.push(self.run_indexed(index, id.clone(), msg, deadline, shared));
+                }
+                running.next().await
+            };
+            match next {
                 Some((index, Step::Final(report))) => {
                     if let Some(slot) = reports.get_mut(index) {
                         *slot = Some(report);
@@ -521,6 +558,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let mut reports = Vec::with_capacity(records.len());
         let mut batch_failed = false;
         let mut failed_groups: HashSet<Option<String>> = HashSet::new();
+        let shared = RecordShared::of(deadline);
         for (id, msg) in ids.iter().cloned().zip(records) {
             let group = msg.attribute("MessageGroupId").map(str::to_string);
             let held_back = if self.config.skip_group_on_error {
@@ -532,7 +570,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             };
             let report = match held_back {
                 Some(reason) => not_started(id, &msg, reason, &self.config.parser),
-                None => match self.run_record(id, msg, deadline).await {
+                None => match self.run_record(id, msg, deadline, &shared).await {
                     Step::Final(report) => report,
                     Step::DeadLetter {
                         candidate,
@@ -646,8 +684,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         message_id: Text<'_>,
         msg: SqsRecord<'_>,
         deadline: &Deadline,
+        shared: &RecordShared,
     ) -> (usize, Step) {
-        (index, self.run_record(message_id, msg, deadline).await)
+        (index, self.run_record(message_id, msg, deadline, shared).await)
     }
 
     /// Runs one record unless the cut-off has passed, and times it: one clock read at each
@@ -657,8 +696,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         message_id: Text<'_>,
         msg: SqsRecord<'_>,
         deadline: &Deadline,
+        shared: &RecordShared,
     ) -> Step {
-        if !deadline.can_start() {
+        let started = tokio::time::Instant::now();
+        if started >= deadline.cutoff() {
             return Step::Final(not_started(
                 message_id,
                 &msg,
@@ -666,15 +707,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 &self.config.parser,
             ));
         }
-        let started = tokio::time::Instant::now();
         // The record's context (deadline, custom metrics and log fields) for the handler.
-        let now = std::time::SystemTime::from(crate::clock::now());
         let context = crate::context::RecordContext::new(
-            now + deadline.remaining(),
-            now + deadline
-                .hard_stop()
-                .saturating_duration_since(tokio::time::Instant::now()),
-            crate::context::invocation_metrics(),
+            shared.cutoff_at,
+            shared.hard_stop_at,
+            shared.metrics.clone(),
         );
         let (step, fields) = context
             .scope(self.process_record(message_id, msg, deadline))

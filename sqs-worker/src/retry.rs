@@ -228,7 +228,8 @@ where
     let mut failures = Vec::new();
     let mut attempt = 1;
     loop {
-        let started_at = crate::clock::now();
+        // The wall time an attempt started at is only kept when it fails: worked out then
+        // from its duration, so a successful attempt reads the clock once.
         let started = Instant::now();
         let (error, cut) = match tokio::time::timeout_at(
             crate::mutants::deadline_guard(deadline.cutoff()),
@@ -245,10 +246,13 @@ where
             Ok(Err(error)) => (error, false),
             Err(_) => (deadline_cut(started.elapsed()), true),
         };
+        let duration = started.elapsed();
+        let started_at = crate::clock::now()
+            - chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::zero());
         failures.push(AttemptFailure {
             attempt,
             started_at,
-            duration: started.elapsed(),
+            duration,
             error: error.clone(),
         });
         let stop = if cut {
