@@ -545,7 +545,18 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 }
             }
         }
-        reports.into_iter().flatten().collect()
+        // Every place is filled by now; were one not, its record would be returned for
+        // retry rather than left out of the response. (Collected in place: an
+        // `Option<RecordReport>` is the size of a report.)
+        reports
+            .into_iter()
+            .zip(ids)
+            .map(|(report, id)| {
+                report.unwrap_or_else(|| {
+                    not_started_report(id.as_str().to_string(), NotStartedReason::Deadline)
+                })
+            })
+            .collect()
     }
 
     async fn process_fifo(
@@ -861,6 +872,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         item: &WorkItem,
         deadline: &Deadline,
     ) -> Result<(), ProcessError> {
+        if item.message_attributes.is_empty() {
+            return Ok(());
+        }
         let attribute = |name: &str| {
             item.message_attributes
                 .get(name)
@@ -1011,6 +1025,18 @@ fn not_started(
     RecordReport {
         message_id: message_id.into_owned(),
         item_id,
+        attempts: 0,
+        disposition: Disposition::NotStarted { reason },
+        processing_time: None,
+        retry_after: None,
+    }
+}
+
+/// A record that was not started, keyed by its message id.
+fn not_started_report(message_id: String, reason: NotStartedReason) -> RecordReport {
+    RecordReport {
+        item_id: message_id.clone(),
+        message_id,
         attempts: 0,
         disposition: Disposition::NotStarted { reason },
         processing_time: None,

@@ -213,6 +213,18 @@ pub struct RetryRun<T> {
     pub failures: Vec<AttemptFailure>,
 }
 
+/// `work`'s output, or `None` when it is still running at `deadline` (then it is dropped),
+/// as `tokio::time::timeout_at` gives it, but with the timer armed only when `work` does not
+/// finish at its first poll: a handler that answers at once (CPU-bound work, a record
+/// skipped) costs no timer.
+pub async fn finish_by<F: Future>(deadline: Instant, work: F) -> Option<F::Output> {
+    let mut work = std::pin::pin!(work);
+    if let std::task::Poll::Ready(output) = futures::poll!(work.as_mut()) {
+        return Some(output);
+    }
+    tokio::time::timeout_at(deadline, work).await.ok()
+}
+
 /// Runs `op` until it succeeds, fails permanently, runs out of attempts, or the next
 /// attempt would start after the deadline's cut-off. An attempt still running at the
 /// cut-off is cut there: it fails as a `timeout` (retryable: a later delivery tries again).
@@ -231,20 +243,20 @@ where
         // The wall time an attempt started at is only kept when it fails: worked out then
         // from its duration, so a successful attempt reads the clock once.
         let started = Instant::now();
-        let (error, cut) = match tokio::time::timeout_at(
+        let (error, cut) = match finish_by(
             crate::mutants::deadline_guard(deadline.cutoff()),
             op(attempt),
         )
         .await
         {
-            Ok(Ok(value)) => {
+            Some(Ok(value)) => {
                 return RetryRun {
                     result: Ok(value),
                     failures,
                 }
             }
-            Ok(Err(error)) => (error, false),
-            Err(_) => (deadline_cut(started.elapsed()), true),
+            Some(Err(error)) => (error, false),
+            None => (deadline_cut(started.elapsed()), true),
         };
         let duration = started.elapsed();
         let started_at = crate::clock::now()
@@ -350,6 +362,26 @@ mod tests {
             seen_below_half,
             "jitter spreads delays over the whole range"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn finish_by_answers_at_once_and_cuts_what_runs_past_the_deadline() {
+        let past = Instant::now() - Duration::from_secs(1);
+        // Ready at its first poll: its output, even past the deadline (as timeout_at).
+        assert_eq!(finish_by(past, async { 7 }).await, Some(7));
+        // Still running at the deadline: cut there.
+        let soon = Instant::now() + Duration::from_millis(50);
+        let started = Instant::now();
+        let slow = tokio::time::sleep(Duration::from_secs(10));
+        assert_eq!(finish_by(soon, slow).await, None);
+        assert_eq!(started.elapsed(), Duration::from_millis(50));
+        // Done before the deadline after waiting: its output.
+        let later = Instant::now() + Duration::from_secs(1);
+        let waits = async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            3
+        };
+        assert_eq!(finish_by(later, waits).await, Some(3));
     }
 
     #[tokio::test(start_paused = true)]
