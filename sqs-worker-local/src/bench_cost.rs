@@ -104,17 +104,33 @@ impl Invoker for TimedInvoker {
     }
 }
 
-/// CPU time a process has used, from `/proc/<pid>/stat` (`utime + stime`, in the kernel's
-/// fixed 100 ticks per second).
+/// CPU time a process has used, from `/proc/<pid>/stat`.
 fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces; the fields after it are space-separated.
+    cpu_time_of_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line, in the kernel's fixed 100 ticks per
+/// second (`USER_HZ`).
+fn cpu_time_of_stat(stat: &str) -> Option<Duration> {
+    // The command name, in parentheses, may hold spaces and parentheses: the fields
+    // start after the last `)`.
     let after_name = stat.rsplit_once(')')?.1;
     let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // Fields 14 and 15 of the line are the 12th and 13th after the name.
+    // utime and stime are fields 14 and 15 of the line: the 12th and 13th after the name.
     let utime: u64 = fields.get(11)?.parse().ok()?;
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// GB-seconds per million messages for `billed_ms` of `memory_mb` over `messages`.
+fn gb_seconds_per_million(billed_ms: f64, messages: usize, memory_mb: u32) -> f64 {
+    billed_ms / 1000.0 / messages.max(1) as f64 * 1e6 * f64::from(memory_mb) / 1024.0
+}
+
+/// Billed milliseconds with the CPU stretched to `memory_mb`'s share of a vCPU.
+fn modelled_billed_ms(billed_ms: f64, cpu_ms: f64, memory_mb: u32) -> f64 {
+    let stretch = (FULL_VCPU_MB / f64::from(memory_mb) - 1.0).max(0.0);
+    billed_ms + cpu_ms * stretch
 }
 
 /// A contender: its name and how to start it.
@@ -256,9 +272,6 @@ async fn run_one(
             .map(|d| (d.as_secs_f64() * 1000.0).ceil())
             .sum::<f64>();
     let cpu_ms = cpu.as_secs_f64() * 1000.0;
-    let per_million = |ms: f64, memory_mb: u32| {
-        ms / 1000.0 / messages as f64 * 1e6 * f64::from(memory_mb) / 1024.0
-    };
     Ok(CostRun {
         contender: name,
         messages: stats.deleted,
@@ -270,14 +283,11 @@ async fn run_one(
         messages_per_second: messages as f64 / busy.as_secs_f64().max(f64::MIN_POSITIVE),
         gb_seconds_per_million: MEMORY_SIZES_MB
             .iter()
-            .map(|&m| per_million(billed_ms, m))
+            .map(|&m| gb_seconds_per_million(billed_ms, messages, m))
             .collect(),
         modelled_gb_seconds_per_million: MEMORY_SIZES_MB
             .iter()
-            .map(|&m| {
-                let stretch = (FULL_VCPU_MB / f64::from(m) - 1.0).max(0.0);
-                per_million(billed_ms + cpu_ms * stretch, m)
-            })
+            .map(|&m| gb_seconds_per_million(modelled_billed_ms(billed_ms, cpu_ms, m), messages, m))
             .collect(),
     })
 }
@@ -295,7 +305,7 @@ pub async fn run(endpoints: &Endpoints, bin_dir: &Path, messages: usize) -> Resu
     )
     .await
     .map_err(|e| e.to_string())?;
-    let url = format!("{}/ingest", downstream.url().trim_end_matches('/'));
+    let url = downstream.url();
     let worker = crate::bench_runtime::function_binary(bin_dir, "worker");
     let tag = chrono::Utc::now().format("%H%M%S").to_string();
     let batch_size = 10;
@@ -387,4 +397,29 @@ pub fn ratios(values: &[f64]) -> String {
         .map(|(v, m)| format!("{v:.3} at {m} MB"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_after_the_command_name() {
+        let stat = "4242 (python3 (x) y) S 1 4242 4242 0 -1 4194304 1234 0 0 0 \
+                    250 37 0 0 20 0 1 0 100 0 0";
+        assert_eq!(cpu_time_of_stat(stat), Some(Duration::from_millis(2_870)));
+        assert_eq!(cpu_time_of_stat("4242 (worker) S 1"), None);
+        assert_eq!(cpu_time_of_stat("no parentheses"), None);
+    }
+
+    #[test]
+    fn cost_is_billed_time_times_memory_per_million() {
+        // 1,000 messages billed 2,000 ms at 1,024 MB: 2 GB-s per thousand, 2,000 per million.
+        assert!((gb_seconds_per_million(2_000.0, 1_000, 1_024) - 2_000.0).abs() < 1e-9);
+        assert!((gb_seconds_per_million(2_000.0, 1_000, 128) - 250.0).abs() < 1e-9);
+        // At 1,769 MB a function has a whole vCPU: no stretch; at 128 MB, 1769/128 as long.
+        assert!((modelled_billed_ms(100.0, 40.0, 1_769) - 100.0).abs() < 1e-9);
+        assert!((modelled_billed_ms(100.0, 40.0, 128) - (100.0 + 40.0 * (1769.0 / 128.0 - 1.0))).abs() < 1e-9);
+        assert!((modelled_billed_ms(100.0, 40.0, 4_096) - 100.0).abs() < 1e-9);
+    }
 }
