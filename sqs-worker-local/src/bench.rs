@@ -259,10 +259,11 @@ pub fn markdown(run: &BenchRun) -> String {
          | GetItem round trip on the same emulator (floor of any call) | {:.1} ms | — |\n\
          | plain UpdateItem round trip on the same emulator (floor of any write) | {:.1} ms | — |\n\
          | dead-lettering a batch of {} ÷ one dead-lettered record in a batch | {:.1} | ≤ 3 ({}) |\n\
-         | the emulator's own floor: {} conditional UpdateItems ten at a time ÷ one | {:.1} | — |\n\
+         | the emulator's own floor: {} conditional UpdateItems {} at a time ÷ one | {:.1} | — |\n\
          | ours ÷ that floor | {:.2} | — |\n\
          | AWS API calls per dead-lettered item | {:.2} | ≤ 1.2 ({}) |\n\n\
-         Calls by operation: {}.\n",
+         Calls by operation: {}. Mean round trip per call while the batches were \
+         dead-lettered (calls overlap): {}.\n",
         d.batches,
         d.batch_size,
         d.batch_size,
@@ -275,6 +276,7 @@ pub fn markdown(run: &BenchRun) -> String {
         batch_over_one(d),
         verdict(batch_over_one(d) <= 3.0),
         d.batch_size,
+        d.write_concurrency,
         floor_ratio(d),
         batch_over_one(d) / floor_ratio(d).max(f64::MIN_POSITIVE),
         d.calls_per_item,
@@ -282,6 +284,11 @@ pub fn markdown(run: &BenchRun) -> String {
         d.calls_by_operation
             .iter()
             .map(|(op, n)| format!("{op} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        d.mean_call_ms_by_operation
+            .iter()
+            .map(|(op, ms)| format!("{op} {ms:.1} ms"))
             .collect::<Vec<_>>()
             .join(", ")
     ));

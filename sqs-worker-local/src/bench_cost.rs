@@ -175,13 +175,20 @@ async fn fill_queue(
         )
         .send()
         .await
-        .map_err(|e| format!("create queue {name}: {}", sqs_worker::ProcessError::from_sdk(&e)))?
+        .map_err(|e| {
+            format!(
+                "create queue {name}: {}",
+                sqs_worker::ProcessError::from_sdk(&e)
+            )
+        })?
         .queue_url()
         .unwrap_or_default()
         .to_string();
     let arn = format!("arn:aws:sqs:us-east-1:000000000000:{name}");
     let bodies: Vec<String> = (0..messages)
-        .map(|i| serde_json::json!({"id": format!("{name}-{i:06}"), "scenario": "slow"}).to_string())
+        .map(|i| {
+            serde_json::json!({"id": format!("{name}-{i:06}"), "scenario": "slow"}).to_string()
+        })
         .collect();
     for (n, chunk) in bodies.chunks(10).enumerate() {
         let entries = chunk
@@ -264,7 +271,11 @@ async fn run_one(
             "{name} did not process every message once: {stats:?}, drained {drained}"
         ));
     }
-    let durations = invoker.durations.lock().map(|d| d.clone()).unwrap_or_default();
+    let durations = invoker
+        .durations
+        .lock()
+        .map(|d| d.clone())
+        .unwrap_or_default();
     let busy: Duration = durations.iter().sum();
     let billed_ms = init.as_secs_f64() * 1000.0
         + durations
@@ -294,7 +305,11 @@ async fn run_one(
 
 /// Runs the worker (`bin_dir`'s `worker` bootstrap) and both Powertools processors over
 /// `messages` messages each.
-pub async fn run(endpoints: &Endpoints, bin_dir: &Path, messages: usize) -> Result<CostBench, String> {
+pub async fn run(
+    endpoints: &Endpoints,
+    bin_dir: &Path,
+    messages: usize,
+) -> Result<CostBench, String> {
     let clients = AwsClients::for_endpoints(endpoints, "us-east-1").await;
     let downstream = Downstream::start(
         0,
@@ -327,9 +342,7 @@ pub async fn run(endpoints: &Endpoints, bin_dir: &Path, messages: usize) -> Resu
     };
     let ratio_of = |f: fn(&CostRun) -> &Vec<f64>| -> Vec<f64> {
         (0..MEMORY_SIZES_MB.len())
-            .map(|i| {
-                ours.and_then(|o| f(o).get(i).copied()).unwrap_or(f64::NAN) / cheapest(f, i)
-            })
+            .map(|i| ours.and_then(|o| f(o).get(i).copied()).unwrap_or(f64::NAN) / cheapest(f, i))
             .collect()
     };
     let ratio = ratio_of(|r| &r.gb_seconds_per_million);
@@ -419,7 +432,10 @@ mod tests {
         assert!((gb_seconds_per_million(2_000.0, 1_000, 128) - 250.0).abs() < 1e-9);
         // At 1,769 MB a function has a whole vCPU: no stretch; at 128 MB, 1769/128 as long.
         assert!((modelled_billed_ms(100.0, 40.0, 1_769) - 100.0).abs() < 1e-9);
-        assert!((modelled_billed_ms(100.0, 40.0, 128) - (100.0 + 40.0 * (1769.0 / 128.0 - 1.0))).abs() < 1e-9);
+        assert!(
+            (modelled_billed_ms(100.0, 40.0, 128) - (100.0 + 40.0 * (1769.0 / 128.0 - 1.0))).abs()
+                < 1e-9
+        );
         assert!((modelled_billed_ms(100.0, 40.0, 4_096) - 100.0).abs() < 1e-9);
     }
 }

@@ -59,8 +59,13 @@ pub struct DeadLetterBench {
     /// any write on this emulator.
     pub update_item_floor_ms: f64,
     /// The emulator's own floor for a batch: `batch_size` conditional UpdateItems of new
-    /// items, ten at a time as the store writes them, median ms.
+    /// items, as many at a time as the store writes them, median ms.
     pub concurrent_updates_floor_ms: f64,
+    /// How many writes the store (and the floor above) keeps in flight.
+    pub write_concurrency: usize,
+    /// Mean round trip per call during the all-dead-lettered batches, by operation, ms
+    /// (calls overlap, so these do not add up to the batch's time).
+    pub mean_call_ms_by_operation: std::collections::BTreeMap<String, f64>,
     /// One such conditional UpdateItem alone, median ms.
     pub one_update_floor_ms: f64,
 }
@@ -167,9 +172,10 @@ pub async fn run(
         write_floor.push(start.elapsed());
     }
 
-    // What the emulator itself takes for a batch of conditional writes of new items, ten
-    // at a time (the store's write concurrency), against one alone: if it serialises
+    // What the emulator itself takes for a batch of conditional writes of new items, as
+    // many at a time as the store writes them, against one alone: if it serialises
     // writes, that ratio is its, and ours can be no better.
+    let write_concurrency = resources.store_config().write_concurrency.max(1);
     let conditional = |key: String| {
         let client = counted.dynamodb.clone();
         let table = resources.table.clone();
@@ -198,7 +204,7 @@ pub async fn run(
         one_floor.push(start.elapsed());
         let start = Instant::now();
         futures::stream::iter((0..batch_size).map(|i| conditional(format!("floor-{n}-{i}"))))
-            .buffer_unordered(10)
+            .buffer_unordered(write_concurrency)
             .collect::<Vec<()>>()
             .await;
         many_floor.push(start.elapsed());
@@ -207,6 +213,7 @@ pub async fn run(
     let (mut ok, mut dead, mut single) = (Vec::new(), Vec::new(), Vec::new());
     let mut dead_lettered = 0usize;
     let mut calls = std::collections::BTreeMap::<String, u64>::new();
+    let mut waited = std::collections::BTreeMap::<String, Duration>::new();
     for n in 0..batches {
         let start = Instant::now();
         engine
@@ -240,6 +247,9 @@ pub async fn run(
         for (operation, count) in counter.snapshot() {
             *calls.entry(operation).or_default() += count;
         }
+        for (operation, time) in counter.latency() {
+            *waited.entry(operation).or_default() += time;
+        }
 
         let start = Instant::now();
         engine
@@ -263,11 +273,19 @@ pub async fn run(
         added_ms_per_item: (dead_ms - ok_ms) / batch_size as f64,
         single_failure_added_ms: median(single) - ok_ms,
         calls_per_item: total_calls as f64 / dead_lettered.max(1) as f64,
-        calls_by_operation: calls,
         get_item_floor_ms: median(floor),
         update_item_floor_ms: median(write_floor),
         concurrent_updates_floor_ms: median(many_floor),
         one_update_floor_ms: median(one_floor),
+        write_concurrency,
+        mean_call_ms_by_operation: waited
+            .iter()
+            .map(|(operation, time)| {
+                let n = calls.get(operation).copied().unwrap_or(1).max(1);
+                (operation.clone(), time.as_secs_f64() * 1000.0 / n as f64)
+            })
+            .collect(),
+        calls_by_operation: calls,
     })
 }
 
@@ -277,7 +295,9 @@ pub fn render(b: &DeadLetterBench) -> String {
         "dead-lettering, {} batches of {} records against the emulator:\n\
          \x20 all-success batch {:.1} ms, all-dead-lettered batch {:.1} ms: +{:.2} ms per dead-lettered item (goal < 5 ms)\n\
          \x20 one dead-lettered record in a batch adds {:.1} ms to it (round trips here: GetItem {:.1} ms, plain UpdateItem {:.1} ms)\n\
-         \x20 AWS calls per dead-lettered item: {:.2} (goal ≤ 1.2): {:?}\n",
+         \x20 AWS calls per dead-lettered item: {:.2} (goal ≤ 1.2): {:?}\n\
+         \x20 mean round trip per call, ms: {:?}\n\
+         \x20 the emulator's floor: {} conditional UpdateItems {} at a time {:.1} ms, one {:.1} ms\n",
         b.batches,
         b.batch_size,
         b.ok_batch_ms,
@@ -288,5 +308,10 @@ pub fn render(b: &DeadLetterBench) -> String {
         b.update_item_floor_ms,
         b.calls_per_item,
         b.calls_by_operation,
+        b.mean_call_ms_by_operation,
+        b.batch_size,
+        b.write_concurrency,
+        b.concurrent_updates_floor_ms,
+        b.one_update_floor_ms,
     )
 }

@@ -430,8 +430,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let ids = &message_ids;
         let work = async {
             if fifo {
-                self.process_fifo(ids, records, &deadline, invocation)
-                    .await
+                self.process_fifo(ids, records, &deadline, invocation).await
             } else {
                 self.process_standard(ids, records, &deadline, invocation)
                     .await
@@ -697,7 +696,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: &Deadline,
         shared: &RecordShared,
     ) -> (usize, Step) {
-        (index, self.run_record(message_id, msg, deadline, shared).await)
+        (
+            index,
+            self.run_record(message_id, msg, deadline, shared).await,
+        )
     }
 
     /// Runs one record unless the cut-off has passed, and times it: one clock read at each

@@ -423,7 +423,10 @@ impl<'de> Visitor<'de> for BatchSeed {
             })?
             .ok_or_else(|| de::Error::invalid_length(0, &"struct SqsEvent with 1 element"))?;
         if seq.next_element::<de::IgnoredAny>()?.is_some() {
-            return Err(de::Error::invalid_length(2, &"struct SqsEvent with 1 element"));
+            return Err(de::Error::invalid_length(
+                2,
+                &"struct SqsEvent with 1 element",
+            ));
         }
         Ok(SqsBatch { records })
     }

@@ -522,10 +522,7 @@ mod tests {
         // An empty RUST_LOG is no override.
         let empty = settings(&[(LOG_LEVEL_VAR, "ERROR"), (RUST_LOG_VAR, "")]);
         assert_eq!(empty.directives, None);
-        assert_eq!(
-            empty.env_filter().default_level(),
-            Some(LevelFilter::ERROR)
-        );
+        assert_eq!(empty.env_filter().default_level(), Some(LevelFilter::ERROR));
         let invalid = settings(&[(RUST_LOG_VAR, "sqs_worker=loud")]);
         assert_eq!(invalid.directives, None);
         assert_eq!(invalid.problems.len(), 1);

@@ -328,10 +328,7 @@ async fn main() -> ExitCode {
             emulator,
             bin_dir,
             messages,
-        } => match (
-            emulator.endpoints(),
-            bin_dir.or_else(workspace_bin_dir),
-        ) {
+        } => match (emulator.endpoints(), bin_dir.or_else(workspace_bin_dir)) {
             (Ok(endpoints), Some(bin_dir)) => {
                 sqs_worker_local::bench_cost::run(&endpoints, &bin_dir, messages)
                     .await

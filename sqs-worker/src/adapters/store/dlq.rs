@@ -152,16 +152,19 @@ async fn send_chunk(
                     ErrorClass::ServerError
                 };
                 if let Ok(index) = failed.id().parse::<usize>() {
-                    failures.push((index, ProcessError::new(
-                        class,
-                        format!(
-                            "DLQ rejected the message: {} {}",
-                            failed.code(),
-                            failed.message().unwrap_or("")
-                        ),
-                    )
-                    .with_code(failed.code())
-                    .with_step("dlq")));
+                    failures.push((
+                        index,
+                        ProcessError::new(
+                            class,
+                            format!(
+                                "DLQ rejected the message: {} {}",
+                                failed.code(),
+                                failed.message().unwrap_or("")
+                            ),
+                        )
+                        .with_code(failed.code())
+                        .with_step("dlq"),
+                    ));
                 }
             }
         }
