@@ -68,24 +68,40 @@ pub struct CostRun {
     pub modelled_gb_seconds_per_million: Vec<f64>,
 }
 
-/// The whole cost comparison.
+/// The contenders at one batch size.
 #[derive(Debug, Clone, Serialize)]
-pub struct CostBench {
-    /// Messages per contender.
-    pub messages: usize,
-    /// Records per invocation.
+pub struct CostScenario {
+    /// Records per invocation (the worker runs that many at once).
     pub batch_size: i32,
-    /// The downstream's latency per record, ms.
-    pub downstream_latency_ms: u64,
-    /// Memory sizes of the GB-second columns, MB.
-    pub memory_sizes_mb: Vec<u32>,
     /// One run per contender.
     pub runs: Vec<CostRun>,
     /// Ours ÷ the cheaper Powertools, measured, per memory size (goal ≤ 0.1).
     pub ratio: Vec<f64>,
     /// Ours ÷ the cheaper Powertools, modelled, per memory size.
     pub modelled_ratio: Vec<f64>,
+    /// The least any worker can be billed here, GB-s per million messages per memory size:
+    /// every invocation waits at least the downstream's latency (all its records at once).
+    pub latency_floor_gb_seconds_per_million: Vec<f64>,
+    /// That floor ÷ the cheaper Powertools, measured: no worker's ratio can be lower.
+    pub floor_ratio: Vec<f64>,
 }
+
+/// The whole cost comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct CostBench {
+    /// Messages per contender and batch size.
+    pub messages: usize,
+    /// The downstream's latency per record, ms.
+    pub downstream_latency_ms: u64,
+    /// Memory sizes of the GB-second columns, MB.
+    pub memory_sizes_mb: Vec<u32>,
+    /// One scenario per batch size.
+    pub scenarios: Vec<CostScenario>,
+}
+
+/// The batch sizes measured: SQS's most per receive (and the template's default), and a
+/// batch gathered over a batching window.
+pub const BATCH_SIZES: [i32; 2] = [10, 100];
 
 /// Times every invocation it passes on.
 struct TimedInvoker {
@@ -221,15 +237,18 @@ async fn run_one(
     tag: &str,
 ) -> Result<CostRun, String> {
     let name = contender.name();
-    let queue = format!("cost-{name}-{tag}");
+    let queue = format!("cost-{name}-{batch_size}-{tag}");
     let (url, arn) = fill_queue(sqs, &queue, messages).await?;
     let api = RuntimeApi::start(&format!(
         "arn:aws:lambda:us-east-1:000000000000:function:{name}"
     ))
     .await
     .map_err(|e| e.to_string())?;
+    let concurrency = batch_size.to_string();
     let env: Vec<(String, String)> = [
         ("WORKER_DOWNSTREAM_URL", downstream),
+        // The whole batch at once, as the async processor runs it.
+        ("WORKER_MAX_CONCURRENCY", concurrency.as_str()),
         ("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128"),
         ("AWS_REGION", "us-east-1"),
     ]
@@ -323,16 +342,29 @@ pub async fn run(
     let url = downstream.url();
     let worker = crate::bench_runtime::function_binary(bin_dir, "worker");
     let tag = chrono::Utc::now().format("%H%M%S").to_string();
-    let batch_size = 10;
-    let mut runs = Vec::new();
-    for contender in [
-        Contender::Binary(&worker),
-        Contender::Powertools("sync"),
-        Contender::Powertools("async"),
-    ] {
-        eprintln!("  {} ...", contender.name());
-        runs.push(run_one(&clients.sqs, &contender, &url, messages, batch_size, &tag).await?);
+    let mut scenarios = Vec::new();
+    for batch_size in BATCH_SIZES {
+        let mut runs = Vec::new();
+        for contender in [
+            Contender::Binary(&worker),
+            Contender::Powertools("sync"),
+            Contender::Powertools("async"),
+        ] {
+            eprintln!("  {} with batches of {batch_size} ...", contender.name());
+            runs.push(run_one(&clients.sqs, &contender, &url, messages, batch_size, &tag).await?);
+        }
+        scenarios.push(scenario(batch_size, runs));
     }
+    Ok(CostBench {
+        messages,
+        downstream_latency_ms: u64::try_from(DOWNSTREAM_LATENCY.as_millis()).unwrap_or(0),
+        memory_sizes_mb: MEMORY_SIZES_MB.to_vec(),
+        scenarios,
+    })
+}
+
+/// The ratios of one batch size's runs.
+fn scenario(batch_size: i32, runs: Vec<CostRun>) -> CostScenario {
     let ours = runs.iter().find(|r| r.contender == "worker");
     let cheapest = |f: fn(&CostRun) -> &Vec<f64>, i: usize| {
         runs.iter()
@@ -347,58 +379,82 @@ pub async fn run(
     };
     let ratio = ratio_of(|r| &r.gb_seconds_per_million);
     let modelled_ratio = ratio_of(|r| &r.modelled_gb_seconds_per_million);
-    Ok(CostBench {
-        messages,
+    let latency_floor: Vec<f64> = MEMORY_SIZES_MB
+        .iter()
+        .map(|&m| latency_floor_gb_seconds_per_million(batch_size, m))
+        .collect();
+    let floor_ratio = latency_floor
+        .iter()
+        .enumerate()
+        .map(|(i, floor)| floor / cheapest(|r| &r.gb_seconds_per_million, i))
+        .collect();
+    CostScenario {
         batch_size,
-        downstream_latency_ms: u64::try_from(DOWNSTREAM_LATENCY.as_millis()).unwrap_or(0),
-        memory_sizes_mb: MEMORY_SIZES_MB.to_vec(),
         runs,
         ratio,
         modelled_ratio,
-    })
+        latency_floor_gb_seconds_per_million: latency_floor,
+        floor_ratio,
+    }
 }
 
-/// The figures as a table.
+/// GB-s per million messages of invocations that each last exactly the downstream's
+/// latency and carry `batch_size` messages.
+fn latency_floor_gb_seconds_per_million(batch_size: i32, memory_mb: u32) -> f64 {
+    let per_message_ms = DOWNSTREAM_LATENCY.as_secs_f64() * 1000.0 / f64::from(batch_size.max(1));
+    gb_seconds_per_million(per_message_ms * 1_000.0, 1_000, memory_mb)
+}
+
+/// The figures as tables, one per batch size.
 pub fn render(bench: &CostBench) -> String {
-    let rows: Vec<Vec<String>> = bench
-        .runs
-        .iter()
-        .map(|r| {
-            let mut row = vec![
-                r.contender.clone(),
-                format!("{:.0}", r.init_ms),
-                format!("{:.0}", r.messages_per_second),
-                format!("{:.0}", r.cpu_ms),
-            ];
-            for (i, _) in MEMORY_SIZES_MB.iter().enumerate() {
-                row.push(format!(
-                    "{:.1} / {:.1}",
-                    r.gb_seconds_per_million.get(i).copied().unwrap_or(f64::NAN),
-                    r.modelled_gb_seconds_per_million
-                        .get(i)
-                        .copied()
-                        .unwrap_or(f64::NAN)
-                ));
-            }
-            row
-        })
-        .collect();
-    let mut out = sqs_worker::analysis::table(
-        &[
-            "CONTENDER",
-            "INIT ms",
-            "MSG/s PER SANDBOX",
-            "CPU ms",
-            "GB-s/M 128 MB (measured / modelled)",
-            "GB-s/M 512 MB (measured / modelled)",
-        ],
-        &rows,
-    );
-    out.push_str(&format!(
-        "\nours ÷ the cheaper Powertools: {} measured, {} modelled (goal ≤ 0.1)\n",
-        ratios(&bench.ratio),
-        ratios(&bench.modelled_ratio)
-    ));
+    let mut out = String::new();
+    for scenario in &bench.scenarios {
+        let rows: Vec<Vec<String>> = scenario
+            .runs
+            .iter()
+            .map(|r| {
+                let mut row = vec![
+                    r.contender.clone(),
+                    format!("{:.0}", r.init_ms),
+                    format!("{:.0}", r.messages_per_second),
+                    format!("{:.0}", r.cpu_ms),
+                ];
+                for (i, _) in MEMORY_SIZES_MB.iter().enumerate() {
+                    row.push(format!(
+                        "{:.1} / {:.1}",
+                        r.gb_seconds_per_million.get(i).copied().unwrap_or(f64::NAN),
+                        r.modelled_gb_seconds_per_million
+                            .get(i)
+                            .copied()
+                            .unwrap_or(f64::NAN)
+                    ));
+                }
+                row
+            })
+            .collect();
+        out.push_str(&format!(
+            "\n{} messages in batches of {}, downstream {} ms:\n",
+            bench.messages, scenario.batch_size, bench.downstream_latency_ms
+        ));
+        out.push_str(&sqs_worker::analysis::table(
+            &[
+                "CONTENDER",
+                "INIT ms",
+                "MSG/s PER SANDBOX",
+                "CPU ms",
+                "GB-s/M 128 MB (measured / modelled)",
+                "GB-s/M 512 MB (measured / modelled)",
+            ],
+            &rows,
+        ));
+        out.push_str(&format!(
+            "\nours ÷ the cheaper Powertools: {} measured, {} modelled (goal ≤ 0.1); \
+             the downstream's latency alone ÷ the cheaper Powertools: {}\n",
+            ratios(&scenario.ratio),
+            ratios(&scenario.modelled_ratio),
+            ratios(&scenario.floor_ratio)
+        ));
+    }
     out
 }
 
@@ -423,6 +479,13 @@ mod tests {
         assert_eq!(cpu_time_of_stat(stat), Some(Duration::from_millis(2_870)));
         assert_eq!(cpu_time_of_stat("4242 (worker) S 1"), None);
         assert_eq!(cpu_time_of_stat("no parentheses"), None);
+    }
+
+    #[test]
+    fn the_latency_floor_is_one_downstream_wait_per_batch() {
+        // 20 ms per batch of 10 at 128 MB: 2 ms per message, 2,000 s per million, 250 GB-s.
+        assert!((latency_floor_gb_seconds_per_million(10, 128) - 250.0).abs() < 1e-9);
+        assert!((latency_floor_gb_seconds_per_million(100, 128) - 25.0).abs() < 1e-9);
     }
 
     #[test]

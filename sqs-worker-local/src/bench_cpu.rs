@@ -220,9 +220,10 @@ fn floor(raw: &[u8]) -> usize {
         .unwrap_or(0)
 }
 
-/// The worker's decoder alone on the same bytes (sonic-rs behind the same serde derive).
+/// The worker's decoder alone on the same bytes: the records borrowing from them, as the
+/// worker decodes an invocation.
 fn decoder(raw: &[u8]) -> usize {
-    sqs_worker::event::decode_sqs_event(raw)
+    sqs_worker::event::decode_event(raw)
         .map(|e| e.records.len())
         .unwrap_or(0)
 }

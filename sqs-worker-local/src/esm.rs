@@ -48,7 +48,10 @@ pub struct EventSourceMapping {
 }
 
 impl EventSourceMapping {
-    /// A poller for `queue_url`, invoking with batches of up to `batch_size` (≤ 10).
+    /// A poller for `queue_url`, invoking with batches of up to `batch_size` (1 to 10,000,
+    /// Lambda's bounds for a standard queue). Above 10, SQS's most per receive, a batch is
+    /// gathered from several receives, as Lambda's poller does within its batching window,
+    /// until it is full or a receive comes back short.
     pub fn new(
         sqs: aws_sdk_sqs::Client,
         queue_url: &str,
@@ -61,7 +64,7 @@ impl EventSourceMapping {
             queue_url: queue_url.to_string(),
             queue_arn: queue_arn.to_string(),
             region: region.to_string(),
-            batch_size: batch_size.clamp(1, 10),
+            batch_size: batch_size.clamp(1, 10_000),
             release_failed: false,
         }
     }
@@ -82,18 +85,29 @@ impl EventSourceMapping {
         invoker: &I,
         stats: &mut EsmStats,
     ) -> Result<usize, String> {
-        let output = self
-            .sqs
-            .receive_message()
-            .queue_url(&self.queue_url)
-            .max_number_of_messages(self.batch_size)
-            .wait_time_seconds(1)
-            .message_system_attribute_names(MessageSystemAttributeName::All)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .map_err(|e| format!("receive: {}", sqs_worker::ProcessError::from_sdk(&e)))?;
-        let messages = output.messages();
+        let batch_size = usize::try_from(self.batch_size).unwrap_or(10);
+        let mut gathered: Vec<Message> = Vec::new();
+        while gathered.len() < batch_size {
+            let want = (batch_size - gathered.len()).min(10);
+            let output = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(i32::try_from(want).unwrap_or(10))
+                // Wait for the first messages; gather more only while they are there.
+                .wait_time_seconds(if gathered.is_empty() { 1 } else { 0 })
+                .message_system_attribute_names(MessageSystemAttributeName::All)
+                .message_attribute_names("All")
+                .send()
+                .await
+                .map_err(|e| format!("receive: {}", sqs_worker::ProcessError::from_sdk(&e)))?;
+            let received = output.messages().len();
+            gathered.extend(output.messages.unwrap_or_default());
+            if received < want {
+                break;
+            }
+        }
+        let messages = gathered.as_slice();
         if messages.is_empty() {
             return Ok(0);
         }
