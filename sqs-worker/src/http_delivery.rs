@@ -85,6 +85,22 @@ impl std::fmt::Debug for HttpDeliveryConfig {
 /// Most of a downstream error body kept as the error's detail: enough to explain, not a dump.
 const ERROR_BODY_LIMIT: usize = 256;
 
+/// Most of a successful answer read to keep its connection for the next item; a longer
+/// answer is dropped and its connection closed.
+const DRAIN_LIMIT: usize = 64 * 1024;
+
+/// Reads a response to its end (up to [`DRAIN_LIMIT`]), so its connection goes back to the
+/// pool. Its content is not needed: a success is a success whatever it says.
+async fn drain(mut response: reqwest::Response) {
+    let mut read = 0;
+    while let Ok(Some(chunk)) = response.chunk().await {
+        read += chunk.len();
+        if read > DRAIN_LIMIT {
+            return;
+        }
+    }
+}
+
 /// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
 /// skipped (the downstream had already processed this item: acked and counted apart);
 /// other statuses and transport failures are classified per docs/ARCHITECTURE.md §2. Sends `Idempotency-Key` (the item id) so the downstream can
@@ -188,12 +204,16 @@ impl Processor for HttpDelivery {
             .await
             .map_err(|e| self.transport_error(e))?;
         let status = response.status();
-        if status == reqwest::StatusCode::ALREADY_REPORTED {
-            return Ok(Outcome::Skipped {
-                reason: "downstream had already processed the item (208)".to_string(),
-            });
-        }
         if status.is_success() {
+            // Read the answer to its end: a connection whose response was dropped unread is
+            // closed rather than returned to the pool, and the next item would pay for a
+            // new connection (a TLS handshake, on an https downstream).
+            drain(response).await;
+            if status == reqwest::StatusCode::ALREADY_REPORTED {
+                return Ok(Outcome::Skipped {
+                    reason: "downstream had already processed the item (208)".to_string(),
+                });
+            }
             return Ok(Outcome::Done);
         }
         let retry_after = response
