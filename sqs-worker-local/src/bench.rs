@@ -454,6 +454,13 @@ const NOTES: &str = r#"
   300 bytes), its attributes (one string), its unescaped body, and its report. The event's
   share cannot fall below about 2× its size without reading the body into one buffer
   sized by its Content-Length, which `lambda_runtime` does not do.
+- *Cost per million messages* is mostly waiting: every invocation waits at least one
+  downstream answer (20 ms) whoever runs it, so the *latency floor* row is what any worker
+  is billed in that configuration, and *the latency floor ÷ the cheaper Powertools* is the
+  lowest ratio any worker can reach there. Only CPU sets the rest: the *modelled* columns
+  give it the weight it has at 128 MB and 512 MB. The CPU column is read from
+  `/proc/<pid>/stat` in the kernel's 10 ms ticks, so it is ±10 ms; init is included (one
+  cold start per contender and batch size).
 - The four Rust CPU measures take turns within each iteration (medians reported), so a
   slow spell on a shared machine slows all of them alike instead of skewing one ratio.
 - Dead-letter latency is bounded by the emulators' latency (DynamoDB Local for the

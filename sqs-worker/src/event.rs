@@ -120,7 +120,17 @@ impl Attributes {
 
     /// The value of attribute `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+        // Compared as bytes, and only the value found made a `str`: every name and value
+        // was pushed whole, so each range is on character boundaries.
+        let bytes = self.text.as_bytes();
+        let mut start = 0;
+        for &(name_end, value_end) in &self.ends {
+            if bytes.get(start..name_end) == Some(name.as_bytes()) {
+                return self.text.get(name_end..value_end);
+            }
+            start = value_end;
+        }
+        None
     }
 
     /// Sets `name` to `value`, replacing any value it had.
