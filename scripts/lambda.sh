@@ -11,7 +11,7 @@
 #   scripts/lambda.sh bench                 the worker and the hello-world peer for this
 #                                           machine, $TARGET/lambda/{worker,hello_lambda}/bootstrap,
 #                                           built exactly as `package` builds (what `make bench`
-#                                           measures)
+#                                           measures), and the worker's bootstrap.zip
 #
 # TARGET is $CARGO_TARGET_DIR, else target/. Each binary is built on its own (`-p`), as SAM
 # builds it: Cargo unifies features across what one build contains.
@@ -85,6 +85,8 @@ bench() {
   esac
   triple="$(triple_of "$arch")"
   install
+  # The zip first (its size is reported), then the binary beside it; one compilation.
+  build "$triple" worker worker zip
   build "$triple" worker worker binary
   build "$triple" sqs-worker-local hello_lambda binary
 }

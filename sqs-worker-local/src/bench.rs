@@ -219,6 +219,12 @@ pub fn markdown(run: &BenchRun) -> String {
             w.size_bytes as f64 / h.size_bytes.max(1) as f64,
             verdict(w.size_bytes <= 8 * 1_048_576)
         ));
+        if let Some(zip) = w.zip_bytes {
+            out.push_str(&format!(
+                "| deployable zip (`bootstrap.zip`) | {:.1} MB | — | — | — |\n",
+                mb(zip)
+            ));
+        }
     }
     out.push_str(&format!(
         "| peak RSS, 10,000 records | {:.1} MB | {:.1} MB (the event) | {:.2}× | — |\n",

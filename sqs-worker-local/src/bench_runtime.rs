@@ -29,6 +29,8 @@ pub struct ColdStart {
     pub runs: usize,
     /// File size in bytes (release profile strips symbols).
     pub size_bytes: u64,
+    /// The deployable `bootstrap.zip` beside the binary, when one was built, bytes.
+    pub zip_bytes: Option<u64>,
 }
 
 /// One concurrency measurement.
@@ -117,6 +119,10 @@ async fn cold_starts(
                 median_ms: samples.get(samples.len() / 2).copied().unwrap_or(0.0),
                 runs,
                 size_bytes: std::fs::metadata(binary).map(|m| m.len()).unwrap_or(0),
+                zip_bytes: binary
+                    .parent()
+                    .and_then(|dir| std::fs::metadata(dir.join("bootstrap.zip")).ok())
+                    .map(|m| m.len()),
             }
         })
         .collect())
