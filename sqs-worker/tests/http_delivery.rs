@@ -269,3 +269,79 @@ async fn a_redirect_is_not_followed_and_not_a_success() {
         "the redirect was followed"
     );
 }
+
+/// A keep-alive HTTP/1.1 server answering every request on a connection with 200 and a
+/// body; counts the connections it accepted.
+async fn keep_alive_server() -> (String, Arc<Mutex<usize>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/ingest", listener.local_addr().unwrap());
+    let connections = Arc::new(Mutex::new(0usize));
+    let counted = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            *counted.lock().unwrap() += 1;
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One whole request (head and body) at a time.
+                    let request_end = loop {
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let len: usize = text[..end]
+                                .lines()
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length:")
+                                        .map(|v| v.trim().parse().unwrap())
+                                })
+                                .unwrap_or(0);
+                            if buf.len() >= end + 4 + len {
+                                break end + 4 + len;
+                            }
+                        }
+                        let n = socket.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                    };
+                    buf.drain(..request_end);
+                    // An answer the worker does not need, its second half a moment after
+                    // the head: still arriving when the worker has the status.
+                    let body = format!("{{\"accepted\":true,\"note\":\"{}\"}}", "x".repeat(20_000));
+                    let (first, second) = body.split_at(body.len() / 2);
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/json\r\n\r\n",
+                        body.len()
+                    );
+                    if socket
+                        .write_all(format!("{head}{first}").as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    if socket.write_all(second.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, connections)
+}
+
+#[tokio::test]
+async fn successive_items_reuse_one_connection() {
+    let (url, connections) = keep_alive_server().await;
+    let delivery = delivery(&url, Duration::from_secs(5));
+    for n in 0..5 {
+        let item = WorkItem::new(format!("m-{n}"), format!("{{\"n\":{n}}}"));
+        assert_eq!(delivery.process(&item).await.unwrap(), Outcome::Done);
+    }
+    // An answer left unread would close its connection, and every item would open one
+    // (a TLS handshake each, on an https downstream).
+    assert_eq!(*connections.lock().unwrap(), 1);
+}
