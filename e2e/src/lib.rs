@@ -187,7 +187,7 @@ impl Pipeline {
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
             .with_ansi(false)
-            .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+            .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
             .try_init();
         let clients = clients().await;
         let spec = ResourceSpec {
