@@ -328,24 +328,14 @@ fn cost_markdown(c: &CostBench) -> String {
             scenario.batch_size
         ));
         for r in &scenario.runs {
-            let pair = |i: usize| {
-                format!(
-                    "{:.1} / {:.1}",
-                    r.gb_seconds_per_million.get(i).copied().unwrap_or(f64::NAN),
-                    r.modelled_gb_seconds_per_million
-                        .get(i)
-                        .copied()
-                        .unwrap_or(f64::NAN)
-                )
-            };
             out.push_str(&format!(
                 "| {} | {:.0} | {:.0} | {:.0} | {} | {} |\n",
                 r.contender,
                 r.init_ms,
                 r.messages_per_second,
                 r.cpu_ms,
-                pair(0),
-                pair(1)
+                r.gb_seconds_pair(0),
+                r.gb_seconds_pair(1)
             ));
         }
         let floor = |i: usize| {

@@ -68,6 +68,18 @@ pub struct CostRun {
     pub modelled_gb_seconds_per_million: Vec<f64>,
 }
 
+impl CostRun {
+    /// GB-s per million at the `i`th of [`MEMORY_SIZES_MB`]: `measured / modelled`.
+    pub fn gb_seconds_pair(&self, i: usize) -> String {
+        let at = |v: &[f64]| v.get(i).copied().unwrap_or(f64::NAN);
+        format!(
+            "{:.1} / {:.1}",
+            at(&self.gb_seconds_per_million),
+            at(&self.modelled_gb_seconds_per_million)
+        )
+    }
+}
+
 /// The contenders at one batch size.
 #[derive(Debug, Clone, Serialize)]
 pub struct CostScenario {
@@ -178,29 +190,19 @@ impl Contender<'_> {
 }
 
 async fn fill_queue(
-    sqs: &aws_sdk_sqs::Client,
+    clients: &AwsClients,
     name: &str,
     messages: usize,
 ) -> Result<(String, String), String> {
-    let url = sqs
-        .create_queue()
-        .queue_name(name)
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
-            "60",
-        )
-        .send()
-        .await
-        .map_err(|e| {
-            format!(
-                "create queue {name}: {}",
-                sqs_worker::ProcessError::from_sdk(&e)
-            )
-        })?
-        .queue_url()
-        .unwrap_or_default()
-        .to_string();
-    let arn = format!("arn:aws:sqs:us-east-1:000000000000:{name}");
+    let attributes = [(
+        aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+        "60".to_string(),
+    )]
+    .into_iter()
+    .collect();
+    let url = crate::resources::create_queue(clients, name, attributes).await?;
+    let arn = crate::resources::queue_arn(clients, &url).await?;
+    let sqs = &clients.sqs;
     let bodies: Vec<String> = (0..messages)
         .map(|i| {
             serde_json::json!({"id": format!("{name}-{i:06}"), "scenario": "slow"}).to_string()
@@ -229,7 +231,7 @@ async fn fill_queue(
 }
 
 async fn run_one(
-    sqs: &aws_sdk_sqs::Client,
+    clients: &AwsClients,
     contender: &Contender<'_>,
     downstream: &str,
     messages: usize,
@@ -238,7 +240,7 @@ async fn run_one(
 ) -> Result<CostRun, String> {
     let name = contender.name();
     let queue = format!("cost-{name}-{batch_size}-{tag}");
-    let (url, arn) = fill_queue(sqs, &queue, messages).await?;
+    let (url, arn) = fill_queue(clients, &queue, messages).await?;
     let api = RuntimeApi::start(&format!(
         "arn:aws:lambda:us-east-1:000000000000:function:{name}"
     ))
@@ -276,7 +278,7 @@ async fn run_one(
         },
         durations: Mutex::new(Vec::new()),
     };
-    let esm = EventSourceMapping::new(sqs.clone(), &url, &arn, "us-east-1", batch_size);
+    let esm = EventSourceMapping::new(clients.sqs.clone(), &url, &arn, "us-east-1", batch_size);
     let (stats, drained) = esm
         .run_until_drained(&invoker, Duration::from_secs(600))
         .await?;
@@ -351,7 +353,7 @@ pub async fn run(
             Contender::Powertools("async"),
         ] {
             eprintln!("  {} with batches of {batch_size} ...", contender.name());
-            runs.push(run_one(&clients.sqs, &contender, &url, messages, batch_size, &tag).await?);
+            runs.push(run_one(&clients, &contender, &url, messages, batch_size, &tag).await?);
         }
         scenarios.push(scenario(batch_size, runs));
     }
@@ -420,14 +422,7 @@ pub fn render(bench: &CostBench) -> String {
                     format!("{:.0}", r.cpu_ms),
                 ];
                 for (i, _) in MEMORY_SIZES_MB.iter().enumerate() {
-                    row.push(format!(
-                        "{:.1} / {:.1}",
-                        r.gb_seconds_per_million.get(i).copied().unwrap_or(f64::NAN),
-                        r.modelled_gb_seconds_per_million
-                            .get(i)
-                            .copied()
-                            .unwrap_or(f64::NAN)
-                    ));
+                    row.push(r.gb_seconds_pair(i));
                 }
                 row
             })

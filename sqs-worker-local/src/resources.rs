@@ -47,7 +47,7 @@ fn sdk_error<E: std::error::Error + 'static>(what: &str, e: E) -> SetupError {
     format!("{what}: {}", sqs_worker::ProcessError::from_error(&e))
 }
 
-async fn queue_arn(clients: &AwsClients, url: &str) -> Result<String, SetupError> {
+pub(crate) async fn queue_arn(clients: &AwsClients, url: &str) -> Result<String, SetupError> {
     let attrs = clients
         .sqs
         .get_queue_attributes()
@@ -63,7 +63,7 @@ async fn queue_arn(clients: &AwsClients, url: &str) -> Result<String, SetupError
         .ok_or_else(|| format!("queue {url} has no ARN"))
 }
 
-async fn create_queue(
+pub(crate) async fn create_queue(
     clients: &AwsClients,
     name: &str,
     attributes: HashMap<QueueAttributeName, String>,

@@ -451,15 +451,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 Ok(BatchReport {
                     records: message_ids
                         .into_iter()
-                        .map(|message_id| RecordReport {
-                            item_id: message_id.as_str().to_string(),
-                            message_id: message_id.into_owned(),
-                            attempts: 0,
-                            disposition: Disposition::NotStarted {
-                                reason: NotStartedReason::Deadline,
-                            },
-                            processing_time: None,
-                            retry_after: None,
+                        .map(|message_id| {
+                            not_started_report(message_id.into_owned(), NotStartedReason::Deadline)
                         })
                         .collect(),
                 })

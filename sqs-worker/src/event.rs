@@ -353,11 +353,10 @@ impl From<SqsMessage> for SqsRecord<'static> {
     }
 }
 
-/// An SQS event whose records borrow from the invocation body.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+/// An SQS event whose records borrow from the invocation body ([`decode_event`] reads it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SqsBatch<'a> {
     /// `Records`.
-    #[serde(rename = "Records", borrow)]
     pub records: Vec<SqsRecord<'a>>,
 }
 

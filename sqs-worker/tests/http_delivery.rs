@@ -18,6 +18,24 @@ struct Seen {
     body: String,
 }
 
+/// When `buf` starts with a whole request: its head, where its body starts, and where the
+/// request ends (by its `content-length`).
+fn whole_request(buf: &[u8]) -> Option<(String, usize, usize)> {
+    let text = String::from_utf8_lossy(buf);
+    let head_end = text.find("\r\n\r\n")?;
+    let head = text[..head_end].to_string();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let end = head_end + 4 + len;
+    (buf.len() >= end).then_some((head, head_end + 4, end))
+}
+
 /// A one-route HTTP/1.1 server answering every request with `status` and `extra` headers,
 /// after `delay`.
 async fn server(status: u16, extra: &'static str, delay: Duration) -> (String, Arc<Mutex<Seen>>) {
@@ -37,24 +55,13 @@ async fn server(status: u16, extra: &'static str, delay: Duration) -> (String, A
                         return;
                     }
                     buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let head = text[..end].to_string();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse().unwrap())
-                            })
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + len {
-                            *seen.lock().unwrap() = Seen {
-                                head,
-                                body: text[end + 4..end + 4 + len].to_string(),
-                            };
-                            break;
-                        }
+                    if let Some((head, body_start, end)) = whole_request(&buf) {
+                        let text = String::from_utf8_lossy(&buf).to_string();
+                        *seen.lock().unwrap() = Seen {
+                            head,
+                            body: text[body_start..end].to_string(),
+                        };
+                        break;
                     }
                 }
                 tokio::time::sleep(delay).await;
@@ -286,19 +293,8 @@ async fn keep_alive_server() -> (String, Arc<Mutex<usize>>) {
                 loop {
                     // One whole request (head and body) at a time.
                     let request_end = loop {
-                        let text = String::from_utf8_lossy(&buf).to_string();
-                        if let Some(end) = text.find("\r\n\r\n") {
-                            let len: usize = text[..end]
-                                .lines()
-                                .find_map(|l| {
-                                    l.to_ascii_lowercase()
-                                        .strip_prefix("content-length:")
-                                        .map(|v| v.trim().parse().unwrap())
-                                })
-                                .unwrap_or(0);
-                            if buf.len() >= end + 4 + len {
-                                break end + 4 + len;
-                            }
+                        if let Some((_, _, end)) = whole_request(&buf) {
+                            break end;
                         }
                         let n = socket.read(&mut chunk).await.unwrap_or(0);
                         if n == 0 {
