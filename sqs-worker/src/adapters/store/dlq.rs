@@ -180,6 +180,84 @@ async fn send_chunk(
 mod tests {
     use super::*;
 
+    /// 25 dead letters go out as three batches; the second fails as a whole (503) and the
+    /// third has one entry refused. Exactly those records fail, whether the batches go at
+    /// once (standard DLQ) or in order (FIFO).
+    #[tokio::test]
+    async fn each_record_gets_the_result_of_its_own_entry_across_batches() {
+        use aws_sdk_sqs::operation::send_message_batch::SendMessageBatchOutput;
+        use aws_sdk_sqs::types::BatchResultErrorEntry;
+        use aws_smithy_mocks::{mock, mock_client};
+        let first_id =
+            |input: &aws_sdk_sqs::operation::send_message_batch::SendMessageBatchInput,
+             id: &str| { input.entries().first().map(|e| e.id()) == Some(id) };
+        let accepted = mock!(aws_sdk_sqs::Client::send_message_batch)
+            .match_requests(move |input| first_id(input, "0"))
+            .then_output(|| {
+                SendMessageBatchOutput::builder()
+                    .set_successful(Some(Vec::new()))
+                    .set_failed(Some(Vec::new()))
+                    .build()
+                    .unwrap()
+            });
+        let unavailable = mock!(aws_sdk_sqs::Client::send_message_batch)
+            .match_requests(move |input| first_id(input, "10"))
+            .then_http_response(|| {
+                aws_smithy_runtime_api::http::Response::new(
+                    aws_smithy_runtime_api::http::StatusCode::try_from(503).unwrap(),
+                    aws_smithy_types::body::SdkBody::from(""),
+                )
+            });
+        let one_refused = mock!(aws_sdk_sqs::Client::send_message_batch)
+            .match_requests(move |input| first_id(input, "20"))
+            .then_output(|| {
+                SendMessageBatchOutput::builder()
+                    .set_successful(Some(Vec::new()))
+                    .failed(
+                        BatchResultErrorEntry::builder()
+                            .id("22")
+                            .sender_fault(true)
+                            .code("InvalidMessageContents")
+                            .build()
+                            .unwrap(),
+                    )
+                    .build()
+                    .unwrap()
+            });
+        let records: Vec<DeadLetteredItem> = (0..25)
+            .map(|n| crate::testing::dead_record(&format!("i{n}"), ErrorClass::Validation, 1))
+            .collect();
+        let refs: Vec<&DeadLetteredItem> = records.iter().collect();
+        for queue in ["https://sqs/q/dlq", "https://sqs/q/dlq.fifo"] {
+            let client = mock_client!(
+                aws_sdk_sqs,
+                aws_smithy_mocks::RuleMode::MatchAny,
+                &[&accepted, &unavailable, &one_refused]
+            );
+            let config = StoreConfig::new("t", queue, "b");
+            let results = send(&client, &config, &refs).await;
+            assert_eq!(results.len(), 25, "{queue}");
+            for (n, result) in results.iter().enumerate() {
+                let should_fail = (10..20).contains(&n) || n == 22;
+                assert_eq!(
+                    result.is_err(),
+                    should_fail,
+                    "{queue}: record {n}: {result:?}"
+                );
+            }
+            assert_eq!(
+                results[22].as_ref().unwrap_err().class,
+                ErrorClass::Validation,
+                "a sender fault"
+            );
+            assert_eq!(
+                results[10].as_ref().unwrap_err().class,
+                ErrorClass::ServerError,
+                "the batch's 503"
+            );
+        }
+    }
+
     #[test]
     fn group_ids_fall_back_to_a_valid_one() {
         // The source group wins when SQS accepts it.
