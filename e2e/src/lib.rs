@@ -9,6 +9,8 @@
 // A test harness: failing loudly is what it is for.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod stack;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -443,11 +445,17 @@ pub fn worker_binary() -> PathBuf {
 }
 
 /// A compiled function binary of the workspace (`worker`, or an example's), for tests that
-/// run it over the Runtime API. Built with cargo on first use in this process, for the
+/// run it over the Runtime API: the packaged `bootstrap` under `make test`
+/// (`sqs_worker_local::function::shipped_binary`), else built with cargo on first use in this process, for the
 /// profile this test was built with, so a test never runs a stale binary (a no-op when it
 /// is up to date, as after `make build`). Cargo releases its lock before it runs tests, so
 /// this works under `cargo test`.
 pub fn function_binary(name: &str) -> PathBuf {
+    match sqs_worker_local::function::shipped_binary(name) {
+        Ok(Some(path)) => return path,
+        Ok(None) => {}
+        Err(e) => panic!("{e}"),
+    }
     static BUILT: std::sync::Mutex<Option<HashMap<String, PathBuf>>> = std::sync::Mutex::new(None);
     let mut built = BUILT
         .lock()
@@ -494,9 +502,17 @@ fn build_function_binary(binary: &str) -> PathBuf {
                 .parent()
                 .expect("the tests package is inside the workspace"),
         )
-        // `--workspace`: features unified as `make build` (`--workspace --bins`)
-        // unifies them, so after it this is a no-op rather than another variant.
-        .args(["build", "--quiet", "--workspace", "--bin", binary]);
+        // The workspace but the simulation: features unified as `make build` unifies
+        // them, so after it this is a no-op rather than another variant.
+        .args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--exclude",
+            "sqs-worker-sim",
+            "--bin",
+            binary,
+        ]);
     if dir.ends_with("release") {
         command.arg("--release");
     }

@@ -456,3 +456,62 @@ fn the_examples_build_without_the_features_they_do_not_use() {
     let worker = crate_names(&tree("worker"));
     assert!(worker.contains("aws-sdk-secretsmanager") && !worker.contains("csv"));
 }
+
+/// A handler that panics, packaged as the functions are (under `make test`, cargo-lambda's
+/// release build, which makes panics abort unless the release profile says `unwind`): the
+/// panic fails its own record only, and the same process answers the next invocation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_its_record_only_and_the_process_serves_on() {
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:fixture")
+        .await
+        .unwrap();
+    let env: Vec<(String, String)> = vec![
+        ("WORKER_BODY_FORMAT".into(), "text".into()),
+        ("WORKER_RETRY_BASE_DELAY_MS".into(), "1".into()),
+    ];
+    let log = std::env::temp_dir().join(format!("fixture-panic-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let binary = e2e::function_binary("fixture-handler");
+    let mut process =
+        FunctionProcess::spawn(&binary, "fixture", &api.address(), &env, Some(&log)).unwrap();
+    let record = |id: &str, body: &str| {
+        json!({
+            "messageId": id, "receiptHandle": "rh", "body": body,
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1763700000000"},
+            "messageAttributes": {}, "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:fixture", "awsRegion": "us-east-1"
+        })
+    };
+    for round in 0..2 {
+        let event = json!({"Records": [
+            record(&format!("ok-{round}"), "fine"),
+            record(&format!("boom-{round}"), "panic"),
+            record(&format!("after-{round}"), "fine"),
+        ]});
+        let result = api
+            .invoke(
+                serde_json::to_vec(&event).unwrap().into(),
+                Duration::from_secs(20),
+            )
+            .await;
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        let Ok(InvocationResult::Response(body)) = result else {
+            panic!(
+                "round {round}: {} answered {result:?} (exit: {:?}); its output:\n{output}",
+                binary.display(),
+                process.exited()
+            );
+        };
+        // No dead-letter store: the panicked record (class unknown, not retried) is
+        // returned to the queue; its batch-mates are done.
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            format!(r#"{{"batchItemFailures":[{{"itemIdentifier":"boom-{round}"}}]}}"#),
+            "round {round}; output:\n{output}"
+        );
+        assert!(
+            process.exited().is_none(),
+            "the process ended after round {round}"
+        );
+    }
+}

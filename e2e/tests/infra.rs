@@ -5,30 +5,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use aws_sdk_cloudformation::types::{Parameter, StackStatus};
+use aws_sdk_cloudformation::types::StackStatus;
+use e2e::stack::{create_stack, percent_decoded, translated_template, EMPTY_ZIP};
 use serde_json::Value;
 use sqs_worker::adapters::aws::{AwsClients, Endpoints};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The translated template (runs `scripts/infra.sh translate`, which installs the tools
-/// on first use).
-fn translated() -> Value {
-    let status = std::process::Command::new(root().join("scripts/infra.sh"))
-        .arg("translate")
-        .status()
-        .unwrap();
-    assert!(status.success(), "translating the SAM template failed");
-    serde_json::from_str(
-        &std::fs::read_to_string(root().join("target/infra/template.json")).unwrap(),
-    )
-    .unwrap()
-}
 
 /// A rule assertion evaluated over parameter values, for the functions rules use
 /// (`Fn::Or`, `Fn::And`, `Fn::Not`, `Fn::Equals`, `Fn::Contains`, `Ref`); CloudFormation
@@ -192,7 +174,7 @@ fn defined_metrics(documents: &[Value]) -> BTreeSet<String> {
 fn dashboard_plots_what_the_functions_emit() {
     use sqs_worker::metrics::{emf_documents, redrive_document, InvocationTimings, NAMESPACE};
 
-    let template = translated();
+    let template = translated_template("main");
     let mut counts = sqs_worker::batch::BatchCounts {
         records: 1,
         ..Default::default()
@@ -268,7 +250,7 @@ fn dashboard_plots_what_the_functions_emit() {
 
 #[test]
 fn variable_names_match_the_code() {
-    let template = translated();
+    let template = translated_template("main");
     let worker = &template["Resources"]["WorkerFunction"];
     let redrive = &template["Resources"]["RedriveFunction"];
     let worker_code: BTreeSet<String> = sqs_worker::config::WorkerConfig::documented_variables()
@@ -291,7 +273,7 @@ fn variable_names_match_the_code() {
 
 #[test]
 fn event_source_alarms_and_iam_as_declared() {
-    let template = translated();
+    let template = translated_template("main");
     let mappings = resources_of_type(&template, "AWS::Lambda::EventSourceMapping");
     assert_eq!(mappings.len(), 1);
     let esm = &mappings[0].1["Properties"];
@@ -651,7 +633,7 @@ fn event_source_alarms_and_iam_as_declared() {
 
 #[test]
 fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
-    let template = translated();
+    let template = translated_template("main");
     let resources = &template["Resources"];
 
     // The created topic is encrypted with a key of the stack's own, which CloudWatch may
@@ -742,95 +724,9 @@ fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
     }
 }
 
-/// `text` with `%XX` escapes decoded (IAM returns policy documents URL-encoded).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A zip file with no entries: enough for the emulator to create a function.
-/// Creates a stack of `template` in the emulator and waits for it; returns its outputs.
-async fn create_stack(
-    cloudformation: &aws_sdk_cloudformation::Client,
-    stack: &str,
-    template: &Value,
-    parameters: &[(&str, &str)],
-) -> std::collections::HashMap<String, String> {
-    let created = cloudformation
-        .create_stack()
-        .stack_name(stack)
-        .template_body(template.to_string())
-        .set_parameters(Some(
-            parameters
-                .iter()
-                .map(|(k, v)| {
-                    Parameter::builder()
-                        .parameter_key(*k)
-                        .parameter_value(*v)
-                        .build()
-                })
-                .collect(),
-        ))
-        .send()
-        .await;
-    // A busy emulator can drop the first answer; the SDK's retry then finds the stack.
-    if let Err(e) = created {
-        let code = aws_sdk_cloudformation::error::ProvideErrorMetadata::code(&e);
-        assert_eq!(code, Some("AlreadyExistsException"), "create_stack: {e:?}");
-    }
-    let mut outputs = std::collections::HashMap::new();
-    for _ in 0..120 {
-        let described = cloudformation
-            .describe_stacks()
-            .stack_name(stack)
-            .send()
-            .await
-            .unwrap();
-        let s = &described.stacks()[0];
-        match s.stack_status() {
-            Some(StackStatus::CreateComplete) => {
-                for o in s.outputs() {
-                    outputs.insert(
-                        o.output_key().unwrap().to_string(),
-                        o.output_value().unwrap().to_string(),
-                    );
-                }
-                break;
-            }
-            Some(StackStatus::CreateInProgress) => {
-                tokio::time::sleep(Duration::from_millis(250)).await
-            }
-            other => panic!("stack ended in {other:?}: {:?}", s.stack_status_reason()),
-        }
-    }
-    outputs
-}
-
-const EMPTY_ZIP: &[u8] = &[
-    0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-];
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploys_into_the_emulator() {
-    let mut template = translated();
+    let mut template = translated_template("main");
     // The emulator would invoke the function on every send through a mapping, and does not
     // evaluate alarms (checked on the JSON above): deploy without them.
     let resources = template["Resources"].as_object_mut().unwrap();
@@ -1168,11 +1064,7 @@ async fn deploys_into_the_emulator() {
 /// variables pass the runner's own validation, which reads them at start-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_template_deploys_and_configures_a_valid_handler() {
-    translated();
-    let mut template: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("target/infra/handler.json")).unwrap(),
-    )
-    .unwrap();
+    let mut template = translated_template("handler");
     let resources = template["Resources"].as_object_mut().unwrap();
     assert!(resources.contains_key("HandlerFunction"));
     for alarm in [
@@ -1239,6 +1131,104 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
         assert!(
             known.contains_key(name.as_str()),
             "{name} is not a variable of the runner"
+        );
+    }
+}
+
+/// Every default the README states for a template parameter is the template's: the
+/// parameter table of "Deploy", and the inline `template \`Name\` value` and
+/// `` `Name`, default `value` `` forms of the other sections.
+#[test]
+fn the_readme_states_the_template_defaults() {
+    let readme = std::fs::read_to_string(e2e::stack::root().join("README.md")).unwrap();
+    let template = translated_template("main");
+    let default_of = |name: &str| -> Option<String> {
+        let parameter = template["Parameters"].get(name).unwrap_or_else(|| {
+            panic!("the README names a template parameter {name} that does not exist")
+        });
+        parameter.get("Default").map(|d| match d {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    };
+    let mut stated: Vec<(String, String)> = Vec::new();
+    let mut in_table = false;
+    for line in readme.lines() {
+        if line.starts_with("| parameter | default | meaning |") {
+            in_table = true;
+            continue;
+        }
+        if in_table && !line.starts_with('|') {
+            in_table = false;
+        }
+        if !in_table || line.starts_with("| ---") {
+            continue;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let names: Vec<String> = cells[1]
+            .split(", ")
+            .map(|n| n.trim_matches('`').to_string())
+            .collect();
+        let defaults: Vec<String> = cells[2]
+            .split(", ")
+            .map(|d| d.trim_matches('`').to_string())
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            let default = defaults.get(i).unwrap_or(&defaults[0]).clone();
+            stated.push((name.clone(), default));
+        }
+    }
+    assert!(
+        stated.len() >= 20,
+        "the parameter table was not found: {stated:?}"
+    );
+    // `template `Name` 300` and `template `Name=value`` and `` `Name`, default `value` ``.
+    let words: Vec<&str> = readme.split_whitespace().collect();
+    for (i, word) in words.iter().enumerate() {
+        let name = word.trim_matches(|c: char| c == '`' || c == ',' || c == '(' || c == ')');
+        if !name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            || template["Parameters"].get(name).is_none()
+        {
+            continue;
+        }
+        if i > 0 && words[i - 1] == "template" {
+            if let Some(value) = words.get(i + 1) {
+                let value = value.trim_end_matches([',', ')', '.', ';']);
+                if value.chars().all(|c| c.is_ascii_digit()) && !value.is_empty() {
+                    stated.push((name.to_string(), value.to_string()));
+                }
+            }
+        }
+        if word.ends_with("`,") && words.get(i + 1) == Some(&"default") {
+            if let Some(value) = words.get(i + 2) {
+                let value = value
+                    .trim_end_matches([',', ')', '.', ';'])
+                    .trim_matches('`');
+                stated.push((name.to_string(), value.to_string()));
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (name, default) in &stated {
+        let actual = default_of(name);
+        let matches = match default.as_str() {
+            "(required)" => actual.is_none(),
+            "(none)" | "(created)" => actual.as_deref().is_none_or(str::is_empty),
+            "(empty)" => actual.as_deref() == Some(""),
+            value => actual.as_deref() == Some(value),
+        };
+        if !matches {
+            wrong.push(format!("{name}: README {default}, template {actual:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "README defaults that are not the template's: {wrong:#?}"
+    );
+    for name in ["RedeliveryBaseSeconds", "EnableBreaker"] {
+        assert!(
+            stated.iter().any(|(n, _)| n == name),
+            "the README's statement of {name}'s default is not checked"
         );
     }
 }

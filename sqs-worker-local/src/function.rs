@@ -24,6 +24,53 @@ pub fn workspace_bin_dir() -> Option<PathBuf> {
     Some(dir)
 }
 
+/// The variable `make test` sets to the directory `scripts/lambda.sh shipped` builds into
+/// (`target/lambda`): the compiled-binary tests then run the `bootstrap`s cargo-lambda built
+/// with the release profile, exactly as they are deployed, not the binaries of the test
+/// build (another profile, and features unified with the whole workspace).
+pub const SHIPPED_BIN_DIR: &str = "SHIPPED_BIN_DIR";
+
+/// The binaries `scripts/lambda.sh shipped` packages.
+pub const SHIPPED: [&str; 4] = ["worker", "redrive", "orders-worker", "fixture-handler"];
+
+/// The packaged `bootstrap` of `binary` when [`SHIPPED_BIN_DIR`] is set and it is one of
+/// [`SHIPPED`]; `None` otherwise (the caller then uses the test build's binary).
+///
+/// # Errors
+/// The variable is set but the bootstrap is missing: a test must never fall back silently
+/// to another build than the one it was asked to check.
+pub fn shipped_binary(binary: &str) -> Result<Option<PathBuf>, String> {
+    let Some(dir) = std::env::var_os(SHIPPED_BIN_DIR).filter(|d| !d.is_empty()) else {
+        return Ok(None);
+    };
+    if !SHIPPED.contains(&binary) {
+        return Ok(None);
+    }
+    let path = PathBuf::from(dir).join(binary).join("bootstrap");
+    if path.is_file() {
+        Ok(Some(path))
+    } else {
+        Err(format!(
+            "{SHIPPED_BIN_DIR} is set but {} does not exist: run scripts/lambda.sh shipped",
+            path.display()
+        ))
+    }
+}
+
+/// The binary a compiled-binary test runs: the packaged one ([`shipped_binary`]) when
+/// `make test` asks for it, else `built` (the test build's, e.g. `CARGO_BIN_EXE_worker`).
+///
+/// # Panics
+/// When [`shipped_binary`] fails (a test helper: the test must fail loudly).
+#[allow(clippy::panic)]
+pub fn binary_under_test(binary: &str, built: &Path) -> PathBuf {
+    match shipped_binary(binary) {
+        Ok(Some(path)) => path,
+        Ok(None) => built.to_path_buf(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 impl FunctionProcess {
     /// Starts `binary` polling `runtime_api`, with the Lambda variables and `env`.
     /// `log_file`, when given, receives the function's stdout and stderr.

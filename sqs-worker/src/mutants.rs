@@ -7,6 +7,14 @@
 //! constant the compiler removes with the code behind it: no shipped binary enables the
 //! feature. See `docs/SIMULATION.md`.
 
+/// Whether this build has the simulation's hooks (the test-only `sim` feature: mutants that
+/// can be switched on, a virtual wall clock). The functions' binaries assert at compile
+/// time that it is `false`, so no build that has them can be a function binary: a
+/// workspace-wide build that unified the feature in fails to compile them instead of
+/// producing a binary that tests would take for the shipped one (the Makefile builds and
+/// tests the simulation apart).
+pub const SIMULATION_HOOKS: bool = cfg!(feature = "sim");
+
 /// A fixed defect that can be switched back on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Mutant {

@@ -10,6 +10,14 @@ use lambda_runtime::{service_fn, Error, LambdaEvent, Runtime};
 use sqs_worker::redrive_function::RedriveFunction;
 use sqs_worker::telemetry::InvocationLayer;
 
+// The simulation's test hooks (mutants, a virtual clock) must never be in a function
+// binary: Cargo unifies features across one build, so a build with the simulation in it
+// fails here instead (docs/SIMULATION.md).
+const _: () = assert!(
+    !sqs_worker::mutants::SIMULATION_HOOKS,
+    "built with the simulation's test hooks: build the simulation apart (make sim)"
+);
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     sqs_worker::telemetry::init();

@@ -37,7 +37,10 @@ async fn setup(name: &str) -> (Pipeline, Arc<RuntimeApi>, FunctionProcess, PathB
     let log = std::env::temp_dir().join(format!("redrive-{name}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let process = FunctionProcess::spawn(
-        std::path::Path::new(env!("CARGO_BIN_EXE_redrive")),
+        &sqs_worker_local::function::binary_under_test(
+            "redrive",
+            std::path::Path::new(env!("CARGO_BIN_EXE_redrive")),
+        ),
         "redrive",
         &api.address(),
         &env,

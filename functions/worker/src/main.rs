@@ -6,6 +6,14 @@
 //! invocation, and reused. The same call runs any other handler
 //! (`sqs_worker::runner`; README, "Write your own handler").
 
+// The simulation's test hooks (mutants, a virtual clock) must never be in a function
+// binary: Cargo unifies features across one build, so a build with the simulation in it
+// fails here instead (docs/SIMULATION.md).
+const _: () = assert!(
+    !sqs_worker::mutants::SIMULATION_HOOKS,
+    "built with the simulation's test hooks: build the simulation apart (make sim)"
+);
+
 // mimalloc: a batch allocates a few small strings per record and frees them together;
 // glibc's allocator spends a third of the decode time on that (docs/BENCHMARKS.md).
 #[global_allocator]

@@ -14,7 +14,10 @@ use sqs_worker_local::function::FunctionProcess;
 use sqs_worker_local::runtime_api::{InvocationResult, InvokeError, RuntimeApi};
 
 fn worker_binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_worker"))
+    sqs_worker_local::function::binary_under_test(
+        "worker",
+        std::path::Path::new(env!("CARGO_BIN_EXE_worker")),
+    )
 }
 
 fn record(id: &str) -> serde_json::Value {

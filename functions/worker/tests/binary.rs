@@ -10,9 +10,12 @@ use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
 use sqs_worker_local::function::FunctionProcess;
 use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
 
-/// The worker binary cargo built for this test run.
+/// The worker under test: the packaged bootstrap under `make test`, else the test build's.
 fn worker_binary() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_worker"))
+    sqs_worker_local::function::binary_under_test(
+        "worker",
+        std::path::Path::new(env!("CARGO_BIN_EXE_worker")),
+    )
 }
 
 fn record(n: u32, body: &str) -> serde_json::Value {

@@ -34,6 +34,7 @@
 //! | --- | --- |
 //! | `mod.rs` | [`FaultProxy`], the running proxy and its API: start, rules, counters |
 //! | `operation.rs` | [`Operation`] and [`Service`]: recognising the AWS operation of a request |
+//! | `audit.rs` | [`Access`]: the caller, IAM action and resource of each request, for holding calls to a role |
 //! | `rules.rs` | [`Rule`], [`Matcher`], [`Fault`], [`Trigger`] and [`Faults`]: which calls fail, how, and the counters |
 //! | `server.rs` | the hyper server: accepting connections, applying the decided fault, forwarding upstream |
 //! | `wire.rs` | the error responses, in each service's wire format (JSON protocol, S3 XML) |
@@ -53,6 +54,7 @@
 //! # Ok(()) }
 //! ```
 
+mod audit;
 mod operation;
 mod rules;
 mod server;
@@ -64,6 +66,7 @@ use std::net::SocketAddr;
 use sqs_worker::adapters::aws::Endpoints;
 use tokio::task::JoinHandle;
 
+pub use audit::{Access, AuditLog, Target};
 pub use operation::{s3_action, Operation, Service, UNKNOWN_ACTION};
 pub use rules::{Fault, Faults, Matcher, Rule, Trigger};
 
@@ -72,6 +75,7 @@ pub use rules::{Fault, Faults, Matcher, Rule, Trigger};
 pub struct FaultProxy {
     addr: SocketAddr,
     faults: Faults,
+    audit: AuditLog,
     task: JoinHandle<()>,
 }
 
@@ -81,8 +85,14 @@ impl FaultProxy {
     /// called inside a tokio runtime.
     pub async fn start(upstreams: &Endpoints) -> std::io::Result<FaultProxy> {
         let faults = Faults::new();
-        let (addr, task) = server::spawn(upstreams, faults.clone()).await?;
-        Ok(FaultProxy { addr, faults, task })
+        let audit = AuditLog::default();
+        let (addr, task) = server::spawn(upstreams, faults.clone(), audit.clone()).await?;
+        Ok(FaultProxy {
+            addr,
+            faults,
+            audit,
+            task,
+        })
     }
 
     /// The proxy's URL, `http://127.0.0.1:PORT`: the endpoint to give the SDK clients.
@@ -113,6 +123,12 @@ impl FaultProxy {
     /// Removes every rule; calls pass through again. Counters are kept.
     pub fn clear(&self) {
         self.faults.clear();
+    }
+
+    /// Every IAM authorisation the requests so far would need (caller, action, resource),
+    /// in order: what a test holds to the roles of the template.
+    pub fn accesses(&self) -> Vec<Access> {
+        self.audit.accesses()
     }
 
     /// Forgets the counters.

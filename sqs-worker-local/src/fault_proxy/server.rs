@@ -25,6 +25,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use sqs_worker::adapters::aws::Endpoints;
 
+use super::audit::{accesses, AuditLog};
 use super::operation::{Operation, Service};
 use super::rules::{Fault, Faults};
 use super::wire::error_response;
@@ -91,6 +92,7 @@ struct Shared {
     upstreams: Upstreams,
     client: Client<HttpConnector, Full<Bytes>>,
     faults: Faults,
+    audit: AuditLog,
     request_ids: AtomicU64,
 }
 
@@ -100,6 +102,7 @@ struct Shared {
 pub(super) async fn spawn(
     upstreams: &Endpoints,
     faults: Faults,
+    audit: AuditLog,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
     let upstreams = Upstreams {
         shared: Upstream::parse(&upstreams.shared)?,
@@ -111,6 +114,7 @@ pub(super) async fn spawn(
         upstreams,
         client: Client::builder(TokioExecutor::new()).build_http(),
         faults,
+        audit,
         request_ids: AtomicU64::new(0),
     });
     let task = tokio::spawn(accept_loop(listener, shared));
@@ -189,6 +193,13 @@ async fn handle(
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Err(ResetConnection),
     };
+    shared.audit.record(accesses(
+        &operation,
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        &body,
+    ));
     let fault = shared.faults.decide(&operation);
     tracing::debug!(
         operation = %operation,
