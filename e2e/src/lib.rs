@@ -76,13 +76,20 @@ pub fn unique_prefix(name: &str) -> String {
 /// A new on-demand table named after `name` (made unique) whose partition key is the
 /// string `key`: a handler's own table.
 pub async fn create_table(client: &aws_sdk_dynamodb::Client, name: &str, key: &str) -> String {
+    let table = unique_prefix(name);
+    create_table_named(client, &table, key).await;
+    table
+}
+
+/// A new on-demand table named exactly `table` whose partition key is the string `key`
+/// (a stack's table, recreated in DynamoDB Local under its physical name).
+pub async fn create_table_named(client: &aws_sdk_dynamodb::Client, table: &str, key: &str) {
     use aws_sdk_dynamodb::types::{
         AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
     };
-    let table = unique_prefix(name);
     client
         .create_table()
-        .table_name(&table)
+        .table_name(table)
         .billing_mode(BillingMode::PayPerRequest)
         .key_schema(
             KeySchemaElement::builder()
@@ -101,7 +108,6 @@ pub async fn create_table(client: &aws_sdk_dynamodb::Client, name: &str, key: &s
         .send()
         .await
         .unwrap();
-    table
 }
 
 /// A new idempotency table (key `id`, TTL on `expires_at`), as the template creates it.

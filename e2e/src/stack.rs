@@ -32,33 +32,34 @@ pub fn translated_template(which: &str) -> Value {
 }
 
 /// `text` with `%XX` escapes decoded (IAM returns policy documents URL-encoded).
-pub fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub use sqs_worker_local::fault_proxy::percent_decoded;
 
 /// A zip file with no entries: enough for the emulator to create a function.
 pub const EMPTY_ZIP: &[u8] = &[
     0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 ];
+
+/// `template` as the emulator can deploy it: without event source mappings (the emulator
+/// would invoke the function on every send), alarms and dashboards (it evaluates no alarm;
+/// they are checked on the JSON) and rules (parameter assertions, checked on the JSON).
+pub fn deployable(mut template: Value) -> Value {
+    if let Some(resources) = template["Resources"].as_object_mut() {
+        resources.retain(|_, r| {
+            !matches!(
+                r["Type"].as_str(),
+                Some(
+                    "AWS::Lambda::EventSourceMapping"
+                        | "AWS::CloudWatch::Alarm"
+                        | "AWS::CloudWatch::Dashboard"
+                )
+            )
+        });
+    }
+    if let Some(top) = template.as_object_mut() {
+        top.remove("Rules");
+    }
+    template
+}
 
 /// Creates a stack of `template` in the emulator and waits for it; returns its outputs.
 pub async fn create_stack(

@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use e2e::stack::{create_stack, percent_decoded, root, translated_template, EMPTY_ZIP};
+use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template, EMPTY_ZIP};
 use serde_json::{json, Value};
 use sqs_worker::adapters::aws::{AwsClients, Endpoints};
 use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
@@ -45,18 +45,9 @@ struct Deployed {
 
 /// Deploys `template` (its event source mappings, alarms, dashboards and rules left out:
 /// the emulator would invoke through a mapping and evaluates no alarm).
-async fn deploy(moto: &Endpoints, mut template: Value, parameters: &[(&str, &str)]) -> Deployed {
-    let resources = template["Resources"].as_object_mut().unwrap();
-    resources.retain(|_, r| {
-        !matches!(
-            r["Type"].as_str(),
-            Some(
-                "AWS::Lambda::EventSourceMapping"
-                    | "AWS::CloudWatch::Alarm"
-                    | "AWS::CloudWatch::Dashboard"
-            )
-        )
-    });
+async fn deploy(moto: &Endpoints, template: Value, parameters: &[(&str, &str)]) -> Deployed {
+    let template = deployable(template);
+    let resources = template["Resources"].as_object().unwrap();
     let functions: Vec<String> = resources
         .iter()
         .filter(|(_, r)| r["Type"] == "AWS::Lambda::Function")
@@ -67,7 +58,6 @@ async fn deploy(moto: &Endpoints, mut template: Value, parameters: &[(&str, &str
         .filter(|(_, r)| r["Type"] == "AWS::IAM::Role")
         .map(|(name, _)| name.clone())
         .collect();
-    template.as_object_mut().unwrap().remove("Rules");
 
     let shared = AwsClients::endpoint_config(moto, e2e::REGION).await;
     let clients = AwsClients::for_endpoints(moto, e2e::REGION).await;
@@ -152,15 +142,7 @@ async fn deploy(moto: &Endpoints, mut template: Value, parameters: &[(&str, &str
 
 /// The SDK configuration of a function that signs as `role`, through the proxy.
 async fn config_as(role: &str, proxy: &FaultProxy) -> aws_config::SdkConfig {
-    let credentials = aws_sdk_sqs::config::Credentials::new(role, "secret", None, None, "role");
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new(e2e::REGION))
-        .credentials_provider(credentials)
-        .load()
-        .await
-        .into_builder()
-        .service_config(proxy.endpoints())
-        .build()
+    AwsClients::endpoint_config_as(&proxy.endpoints(), e2e::REGION, role).await
 }
 
 /// A function's process as Lambda starts it: the deployed environment (the downstream's
@@ -216,32 +198,8 @@ async fn create_tables(clients: &AwsClients, dead_letters: &str, others: &[(&str
     sqs_worker::adapters::store::schema::create_table(&clients.dynamodb, dead_letters)
         .await
         .unwrap();
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    };
     for (table, key) in others {
-        clients
-            .dynamodb
-            .create_table()
-            .table_name(*table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name(*key)
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .unwrap(),
-            )
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(*key)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
+        e2e::create_table_named(&clients.dynamodb, table, key).await;
     }
 }
 

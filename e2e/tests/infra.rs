@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_cloudformation::types::StackStatus;
-use e2e::stack::{create_stack, percent_decoded, translated_template, EMPTY_ZIP};
+use e2e::stack::{create_stack, deployable, percent_decoded, translated_template, EMPTY_ZIP};
 use serde_json::Value;
 use sqs_worker::adapters::aws::{AwsClients, Endpoints};
 
@@ -726,21 +726,8 @@ fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploys_into_the_emulator() {
-    let mut template = translated_template("main");
-    // The emulator would invoke the function on every send through a mapping, and does not
-    // evaluate alarms (checked on the JSON above): deploy without them.
-    let resources = template["Resources"].as_object_mut().unwrap();
-    resources.retain(|_, r| {
-        !matches!(
-            r["Type"].as_str(),
-            Some(
-                "AWS::Lambda::EventSourceMapping"
-                    | "AWS::CloudWatch::Alarm"
-                    | "AWS::CloudWatch::Dashboard"
-            )
-        )
-    });
-    template.as_object_mut().unwrap().remove("Rules");
+    // Alarms, the mapping, the dashboard and rules are checked on the JSON above.
+    let template = deployable(translated_template("main"));
 
     // The stack is created by moto's CloudFormation, which makes every resource in moto,
     // its DynamoDB table included: read them all there, not from DynamoDB Local.
@@ -1064,8 +1051,8 @@ async fn deploys_into_the_emulator() {
 /// variables pass the runner's own validation, which reads them at start-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_handler_template_deploys_and_configures_a_valid_handler() {
-    let mut template = translated_template("handler");
-    let resources = template["Resources"].as_object_mut().unwrap();
+    let template = translated_template("handler");
+    let resources = template["Resources"].as_object().unwrap();
     assert!(resources.contains_key("HandlerFunction"));
     for alarm in [
         "DlqDepthAlarm",
@@ -1082,12 +1069,7 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
         redrive["deadLetterTargetArn"]["Fn::GetAtt"][0],
         "DeadLetterQueue"
     );
-    resources.retain(|_, r| {
-        !matches!(
-            r["Type"].as_str(),
-            Some("AWS::Lambda::EventSourceMapping" | "AWS::CloudWatch::Alarm")
-        )
-    });
+    let template = deployable(template);
 
     let moto = Endpoints::single(&e2e::emulator().await.shared);
     let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;

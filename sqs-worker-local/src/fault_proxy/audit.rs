@@ -312,8 +312,9 @@ fn xml_keys(body: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// `%XX` escapes of a path segment decoded.
-fn percent_decoded(text: &str) -> String {
+/// `text` with its `%XX` escapes decoded (an S3 key in a path, a policy document IAM
+/// returns URL-encoded); anything else is kept as it is.
+pub fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -66,7 +66,7 @@ use std::net::SocketAddr;
 use sqs_worker::adapters::aws::Endpoints;
 use tokio::task::JoinHandle;
 
-pub use audit::{Access, AuditLog, Target};
+pub use audit::{percent_decoded, Access, AuditLog, Target};
 pub use operation::{s3_action, Operation, Service, UNKNOWN_ACTION};
 pub use rules::{Fault, Faults, Matcher, Rule, Trigger};
 

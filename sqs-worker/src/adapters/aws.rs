@@ -59,8 +59,19 @@ impl AwsClients {
     /// client built from it (`Client::new`, `config::Builder::from`) takes its service's
     /// endpoint from `endpoints`.
     pub async fn endpoint_config(endpoints: &Endpoints, region: &str) -> aws_config::SdkConfig {
+        Self::endpoint_config_as(endpoints, region, "test").await
+    }
+
+    /// [`Self::endpoint_config`] signing with the access key id `access_key` (alphanumeric,
+    /// as DynamoDB Local requires): a test that tells callers apart by their key, as an IAM
+    /// check tells the functions' roles apart.
+    pub async fn endpoint_config_as(
+        endpoints: &Endpoints,
+        region: &str,
+        access_key: &str,
+    ) -> aws_config::SdkConfig {
         let credentials =
-            aws_sdk_sqs::config::Credentials::new("test", "test", None, None, "static");
+            aws_sdk_sqs::config::Credentials::new(access_key, "test", None, None, "static");
         aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(aws_config::Region::new(region.to_string()))
             .credentials_provider(credentials)
