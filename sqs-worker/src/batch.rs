@@ -930,7 +930,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     attempts,
                     disposition: Disposition::RetryLater { class: error.class },
                     processing_time: None,
-                    retry_after: None,
+                    // What the callee asked for (a `Retry-After`, the rest of the breaker's
+                    // open period) spaces the next delivery at least as far.
+                    retry_after: error.retry_after,
                 })
             }
         }
@@ -1093,7 +1095,7 @@ fn dead_letter_report(
         attempts,
         disposition,
         processing_time,
-        retry_after: None,
+        retry_after: candidate.error.retry_after,
     }
 }
 

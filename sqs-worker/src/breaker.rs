@@ -112,7 +112,12 @@ pub fn counts(error: &ProcessError) -> bool {
             | ErrorClass::Timeout
             | ErrorClass::Connection
             | ErrorClass::Throttled
-    ) && error.code.as_deref() != Some(CIRCUIT_OPEN)
+    ) && !is_refusal(error)
+}
+
+/// Whether an error is the breaker's refusal (the downstream was not called).
+pub fn is_refusal(error: &ProcessError) -> bool {
+    error.code.as_deref() == Some(CIRCUIT_OPEN)
 }
 
 /// The open period after `opens` openings in a row.
@@ -124,13 +129,27 @@ pub fn open_period(policy: &BreakerPolicy, opens: u32) -> Duration {
 }
 
 /// A processor behind a shared circuit breaker.
+///
+/// What one sandbox costs the shared item (docs/ARCHITECTURE.md §7): at most one read per
+/// [`BreakerPolicy::refresh`] whatever the number of records running at once (one read in
+/// flight, the others wait for it; a read that fails keeps the last state known for the
+/// period, so a throttled table neither fails the breaker open nor is read harder);
+/// failures are counted locally and written at most once per period (at once when this
+/// sandbox alone reaches the threshold); a probe is tried at most once per half-open
+/// period. The writes on the item are thus bounded by the breaker's transitions, not by
+/// the failures or records of a fleet.
 #[derive(Debug)]
 pub struct Breaker<P, S> {
     inner: P,
     store: S,
     policy: BreakerPolicy,
-    /// The state this sandbox last read, and when (tokio's clock).
+    /// The state this sandbox last read (or learnt from its own writes), and when
+    /// (tokio's clock).
     cached: Mutex<Option<(tokio::time::Instant, BreakerState)>>,
+    /// One read of the store at a time: the records waiting for it use its answer.
+    reading: tokio::sync::Mutex<()>,
+    /// Failures counted here and not yet written, and when they were last written.
+    unwritten: Mutex<(u32, Option<tokio::time::Instant>)>,
 }
 
 impl<P, S> Breaker<P, S> {
@@ -141,6 +160,8 @@ impl<P, S> Breaker<P, S> {
             store,
             policy,
             cached: Mutex::new(None),
+            reading: tokio::sync::Mutex::new(()),
+            unwritten: Mutex::new((0, None)),
         }
     }
 
@@ -151,6 +172,7 @@ impl<P, S> Breaker<P, S> {
 }
 
 fn refused(until: SystemTime, now: SystemTime, why: &str) -> ProcessError {
+    crate::context::add_metric("BreakerRefused", crate::context::Unit::Count, 1.0);
     let wait = until.duration_since(now).unwrap_or(Duration::ZERO);
     ProcessError::new(
         ErrorClass::ServerError,
@@ -164,26 +186,49 @@ fn refused(until: SystemTime, now: SystemTime, why: &str) -> ProcessError {
     .with_retry_after(wait)
 }
 
+/// What a probe may take beyond its call before the lock lapses.
+const PROBE_SLACK: Duration = Duration::from_secs(5);
+
 impl<P: Processor, S: BreakerStore> Breaker<P, S> {
-    async fn state(&self, now: SystemTime) -> BreakerState {
-        let fresh = self.cached.lock().ok().and_then(|c| {
+    fn fresh(&self) -> Option<BreakerState> {
+        self.cached.lock().ok().and_then(|c| {
             c.as_ref()
                 .filter(|(at, _)| at.elapsed() < self.policy.refresh)
                 .map(|(_, s)| s.clone())
-        });
-        if let Some(state) = fresh {
+        })
+    }
+
+    async fn state(&self) -> BreakerState {
+        if let Some(state) = self.fresh() {
+            return state;
+        }
+        let _reading = self.reading.lock().await;
+        // Another record may have read it while this one waited.
+        if let Some(state) = self.fresh() {
             return state;
         }
         match self.store.read().await {
             Ok(state) => {
+                if state.open_until.is_some() {
+                    // Failures counted here before it opened belong to the window that
+                    // opened it.
+                    self.forget_failures();
+                }
                 self.remember(&state);
                 state
             }
             Err(error) => {
-                // A breaker that cannot be read is closed: the work goes on as without one.
-                tracing::warn!(%error, "circuit breaker state unreadable; treated as closed");
-                let _ = now;
-                BreakerState::default()
+                // The last state known holds for the period (closed when none is known):
+                // an open breaker stays open, and the table is not read harder.
+                let known = self
+                    .cached
+                    .lock()
+                    .ok()
+                    .and_then(|c| c.as_ref().map(|(_, s)| s.clone()))
+                    .unwrap_or_default();
+                tracing::warn!(%error, open = known.open_until.is_some(), "circuit breaker state unreadable; the last state known holds for now");
+                self.remember(&known);
+                known
             }
         }
     }
@@ -194,23 +239,61 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         }
     }
 
-    async fn after_failure(&self, error: &ProcessError, state: &BreakerState, now: SystemTime) {
+    /// Counts one failure of the downstream; written now when this sandbox's count reaches
+    /// the threshold or its last write is a period old. The write that takes the window's
+    /// count across the threshold opens the breaker: one opening per outage, not one per
+    /// sandbox that sees the count.
+    async fn after_failure(&self, error: &ProcessError, state: &BreakerState) {
         if !counts(error) {
             return;
         }
-        let counted = match self.store.add_failures(1, now, self.policy.window).await {
-            Ok(counted) => counted,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not count a failure in the circuit breaker");
-                return;
-            }
+        if let Ok(mut unwritten) = self.unwritten.lock() {
+            unwritten.0 = unwritten.0.saturating_add(1);
+        }
+        let Some((written, counted)) = self.write_failures().await else {
+            return;
         };
-        if counted.failures >= self.policy.threshold && !counted.is_open(now) {
+        let now = SystemTime::from(crate::clock::now());
+        let crossed = counted.failures >= self.policy.threshold
+            && counted.failures.saturating_sub(written) < self.policy.threshold;
+        if crossed && !counted.is_open(now) {
             let opens = state.opens.max(counted.opens) + 1;
             self.open(opens, now, "failures in the window reached the threshold")
                 .await;
-        } else {
-            self.remember(&counted);
+        }
+    }
+
+    /// Writes the failures counted here when due: how many, and the state after.
+    async fn write_failures(&self) -> Option<(u32, BreakerState)> {
+        let n = {
+            let mut unwritten = self.unwritten.lock().ok()?;
+            let (n, last) = *unwritten;
+            let due = n >= self.policy.threshold
+                || last.is_none_or(|at| at.elapsed() >= self.policy.refresh);
+            if n == 0 || !due {
+                return None;
+            }
+            *unwritten = (0, Some(tokio::time::Instant::now()));
+            n
+        };
+        let now = SystemTime::from(crate::clock::now());
+        match self.store.add_failures(n, now, self.policy.window).await {
+            Ok(counted) => {
+                self.remember(&counted);
+                Some((n, counted))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, failures = n, "could not count failures in the circuit breaker");
+                None
+            }
+        }
+    }
+
+    /// Drops the failures counted here and not written: they belong to a window the
+    /// transition just ended.
+    fn forget_failures(&self) {
+        if let Ok(mut unwritten) = self.unwritten.lock() {
+            unwritten.0 = 0;
         }
     }
 
@@ -226,13 +309,42 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                     period.as_secs()
                 );
                 crate::context::add_metric("BreakerOpened", crate::context::Unit::Count, 1.0);
+                self.forget_failures();
+                self.remember(&BreakerState {
+                    open_until: Some(until),
+                    opens,
+                    ..BreakerState::default()
+                });
             }
-            Ok(false) => {}
+            Ok(false) => {
+                if let Ok(state) = self.store.read().await {
+                    self.remember(&state);
+                }
+            }
             Err(e) => tracing::warn!(error = %e, "could not open the circuit breaker"),
         }
-        if let Ok(state) = self.store.read().await {
-            self.remember(&state);
-        }
+    }
+
+    /// How long the probe's lock lasts: the configured time, and at least as long as the
+    /// probe's call can run (its timeout, bounded by the invocation's cut-off), so that
+    /// no second probe starts while the first still runs.
+    fn probe_lock(&self) -> Duration {
+        let call = match (self.inner.attempt_timeout(), crate::context::remaining()) {
+            (Some(timeout), Some(left)) => timeout.min(left),
+            (Some(timeout), None) => timeout,
+            (None, Some(left)) => left,
+            (None, None) => Duration::ZERO,
+        };
+        self.policy.probe_for.max(call.saturating_add(PROBE_SLACK))
+    }
+
+    /// The user's call, cut at the invocation's cut-off into a `timeout` failure that the
+    /// breaker counts (`crate::context::until_cut`).
+    async fn call(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let started = tokio::time::Instant::now();
+        crate::context::until_cut(self.inner.process(item))
+            .await
+            .unwrap_or_else(|| Err(crate::retry::deadline_cut(started.elapsed())))
     }
 
     async fn probe(
@@ -241,46 +353,46 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         state: &BreakerState,
         now: SystemTime,
     ) -> Result<Outcome, ProcessError> {
-        match self
-            .store
-            .take_probe(now + self.policy.probe_for, now)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err(refused(
-                    now + self.policy.probe_for,
-                    now,
-                    "another sandbox is probing",
-                ))
-            }
-            Err(e) => {
+        let lock = now + self.probe_lock();
+        let taken = self.store.take_probe(lock, now).await;
+        if !matches!(taken, Ok(true)) {
+            // Somebody else probes (or the lock cannot be taken): not tried again here
+            // until the lock lapses or the state is read again.
+            if let Err(e) = &taken {
                 tracing::warn!(error = %e, "could not take the circuit breaker's probe");
-                return Err(refused(
-                    now + self.policy.probe_for,
-                    now,
-                    "probe unavailable",
-                ));
             }
+            self.remember(&BreakerState {
+                probe_until: Some(lock),
+                ..state.clone()
+            });
+            return Err(refused(lock, now, "another sandbox is probing"));
         }
-        let result = self.inner.process(item).await;
-        let after = SystemTime::from(crate::clock::now());
-        match &result {
-            Err(error) if counts(error) => {
-                self.open(state.opens + 1, after, "the probe failed").await;
-            }
-            _ => match self.store.close().await {
-                Ok(()) => {
-                    tracing::info!(
-                        opens = state.opens,
-                        "circuit breaker closed: the probe succeeded"
-                    );
-                    crate::context::add_metric("BreakerClosed", crate::context::Unit::Count, 1.0);
-                    self.remember(&BreakerState::default());
+        let result = self.call(item).await;
+        crate::context::finishing(async {
+            let after = SystemTime::from(crate::clock::now());
+            match &result {
+                Err(error) if counts(error) => {
+                    self.open(state.opens + 1, after, "the probe failed").await;
                 }
-                Err(e) => tracing::warn!(error = %e, "could not close the circuit breaker"),
-            },
-        }
+                _ => match self.store.close().await {
+                    Ok(()) => {
+                        tracing::info!(
+                            opens = state.opens,
+                            "circuit breaker closed: the probe succeeded"
+                        );
+                        crate::context::add_metric(
+                            "BreakerClosed",
+                            crate::context::Unit::Count,
+                            1.0,
+                        );
+                        self.forget_failures();
+                        self.remember(&BreakerState::default());
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not close the circuit breaker"),
+                },
+            }
+        })
+        .await;
         result
     }
 }
@@ -291,24 +403,27 @@ impl<P: Processor, S: BreakerStore> Processor for Breaker<P, S> {
     }
 
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let state = self.state().await;
         let now = SystemTime::from(crate::clock::now());
-        let state = self.state(now).await;
         if let Some(until) = state.open_until.filter(|_| state.is_open(now)) {
-            crate::context::add_metric("BreakerRefused", crate::context::Unit::Count, 1.0);
             return Err(refused(until, now, "the downstream is failing"));
+        }
+        if let Some(until) = state
+            .probe_until
+            .filter(|until| state.is_half_open(now) && now < *until)
+        {
+            return Err(refused(until, now, "another sandbox is probing"));
         }
         if state.is_half_open(now) {
             return self.probe(item, &state, now).await;
         }
-        let result = self.inner.process(item).await;
+        let result = self.call(item).await;
         if let Err(error) = &result {
-            self.after_failure(error, &state, SystemTime::from(crate::clock::now()))
-                .await;
+            crate::context::finishing(self.after_failure(error, &state)).await;
         }
         result
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,5 +523,257 @@ mod tests {
         assert_eq!(open_period(&p, 1), Duration::from_millis(300));
         assert_eq!(open_period(&p, 2), Duration::from_millis(600));
         assert_eq!(open_period(&p, 40), Duration::from_secs(3));
+    }
+
+    /// The shared item's calls, by kind, each taking 10 ms as DynamoDB's do.
+    #[derive(Clone, Default)]
+    struct Counted {
+        inner: MemoryBreakerStore,
+        reads: Arc<AtomicU32>,
+        writes: Arc<AtomicU32>,
+    }
+
+    impl BreakerStore for Counted {
+        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                self.inner.read().await
+            })
+        }
+        fn add_failures(
+            &self,
+            n: u32,
+            now: SystemTime,
+            window: Duration,
+        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                self.inner.add_failures(n, now, window).await
+            })
+        }
+        fn open(
+            &self,
+            until: SystemTime,
+            opens: u32,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                self.inner.open(until, opens, now).await
+            })
+        }
+        fn take_probe(
+            &self,
+            until: SystemTime,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                self.inner.take_probe(until, now).await
+            })
+        }
+        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                self.inner.close().await
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fleet_reads_once_per_sandbox_per_period_and_writes_by_transitions() {
+        const SANDBOXES: usize = 1000;
+        const RECORDS: usize = 10;
+        let store = Counted::default();
+        let up = Arc::new(AtomicBool::new(false));
+        let calls = Arc::new(AtomicU32::new(0));
+        let policy = BreakerPolicy {
+            threshold: 50,
+            window: Duration::from_secs(60),
+            open_for: Duration::from_secs(600),
+            max_open: Duration::from_secs(600),
+            probe_for: Duration::from_secs(60),
+            refresh: Duration::from_secs(1),
+        };
+        let fleet: Vec<_> = (0..SANDBOXES)
+            .map(|_| {
+                Breaker::new(
+                    Downstream {
+                        up: up.clone(),
+                        calls: calls.clone(),
+                    },
+                    store.clone(),
+                    policy,
+                )
+            })
+            .collect();
+        let item = WorkItem::new("m", "{}");
+        let mut per_second = Vec::new();
+        for _ in 0..5 {
+            let (reads, writes, called) = (
+                store.reads.load(Ordering::SeqCst),
+                store.writes.load(Ordering::SeqCst),
+                calls.load(Ordering::SeqCst),
+            );
+            // Every sandbox runs a batch of records at once, four batches a second.
+            for _ in 0..4 {
+                futures::future::join_all(fleet.iter().map(|sandbox| {
+                    futures::future::join_all((0..RECORDS).map(|_| sandbox.process(&item)))
+                }))
+                .await;
+                tokio::time::advance(Duration::from_millis(250)).await;
+            }
+            per_second.push((
+                store.reads.load(Ordering::SeqCst) - reads,
+                store.writes.load(Ordering::SeqCst) - writes,
+                calls.load(Ordering::SeqCst) - called,
+            ));
+        }
+        for (second, (reads, writes, _)) in per_second.iter().enumerate() {
+            // A read per sandbox per period at most, whatever the 40 records a second
+            // each runs at ten at a time.
+            assert!(
+                *reads as usize <= SANDBOXES,
+                "second {second}: {reads} reads for {SANDBOXES} sandboxes: {per_second:?}"
+            );
+            // Writes: each sandbox's failures once a period, and one opening.
+            assert!(
+                *writes as usize <= SANDBOXES + 1,
+                "second {second}: {writes} writes: {per_second:?}"
+            );
+        }
+        // Open within a period of the threshold: from the second period on, nothing calls
+        // the downstream and nothing is written.
+        assert!(store.inner.state().is_open(SystemTime::now()));
+        assert_eq!(store.inner.state().opens, 1);
+        for (second, (_, writes, called)) in per_second.iter().enumerate().skip(1) {
+            assert_eq!(
+                (*writes, *called),
+                (0, 0),
+                "second {second}: {per_second:?}"
+            );
+        }
+    }
+
+    /// A downstream whose calls may take 15 minutes.
+    struct Patient;
+
+    impl Processor for Patient {
+        fn attempt_timeout(&self) -> Option<Duration> {
+            Some(Duration::from_secs(900))
+        }
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            Ok(Outcome::Done)
+        }
+    }
+
+    #[tokio::test]
+    async fn half_open_refusals_are_counted_and_the_probe_lock_outlasts_the_probe() {
+        let store = MemoryBreakerStore::default();
+        let now = SystemTime::now();
+        assert!(store
+            .open(
+                now - Duration::from_secs(1),
+                1,
+                now - Duration::from_secs(2)
+            )
+            .await
+            .unwrap());
+        // Another sandbox probes.
+        assert!(store
+            .take_probe(now + Duration::from_secs(60), now)
+            .await
+            .unwrap());
+        let sandbox = Breaker::new(Patient, store.clone(), policy());
+        let metrics = Arc::new(crate::context::MetricSink::default());
+        let context = crate::context::RecordContext::new(
+            now + Duration::from_secs(600),
+            now + Duration::from_secs(601),
+            metrics.clone(),
+        );
+        let (refused, _) = context
+            .scope(sandbox.process(&WorkItem::new("m", "{}")))
+            .await;
+        assert_eq!(refused.unwrap_err().code.as_deref(), Some(CIRCUIT_OPEN));
+        let names: Vec<String> = metrics.take().into_iter().map(|m| m.name).collect();
+        assert_eq!(
+            names,
+            ["BreakerRefused"],
+            "the alarm on refusals must see this one"
+        );
+
+        // The probe's lock covers a call of up to 15 minutes (bounded by the 10 minutes
+        // left in the invocation), not the configured 10 s.
+        let store = MemoryBreakerStore::default();
+        assert!(store
+            .open(
+                now - Duration::from_secs(1),
+                1,
+                now - Duration::from_secs(2)
+            )
+            .await
+            .unwrap());
+        let locking = Locks {
+            inner: store.clone(),
+            until: Arc::new(Mutex::new(None)),
+        };
+        let sandbox = Breaker::new(Patient, locking.clone(), policy());
+        let context = crate::context::RecordContext::new(
+            SystemTime::now() + Duration::from_secs(600),
+            SystemTime::now() + Duration::from_secs(601),
+            Arc::default(),
+        );
+        let (done, _) = context
+            .scope(sandbox.process(&WorkItem::new("m", "{}")))
+            .await;
+        assert_eq!(done.unwrap(), Outcome::Done);
+        let lock = locking.until.lock().unwrap().unwrap();
+        let lasts = lock.duration_since(now).unwrap();
+        assert!(lasts >= Duration::from_secs(600), "{lasts:?}");
+    }
+
+    /// Keeps the probe lock asked for.
+    #[derive(Clone)]
+    struct Locks {
+        inner: MemoryBreakerStore,
+        until: Arc<Mutex<Option<SystemTime>>>,
+    }
+
+    impl BreakerStore for Locks {
+        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.inner.read()
+        }
+        fn add_failures(
+            &self,
+            n: u32,
+            now: SystemTime,
+            window: Duration,
+        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.inner.add_failures(n, now, window)
+        }
+        fn open(
+            &self,
+            until: SystemTime,
+            opens: u32,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            self.inner.open(until, opens, now)
+        }
+        fn take_probe(
+            &self,
+            until: SystemTime,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            *self.until.lock().unwrap() = Some(until);
+            self.inner.take_probe(until, now)
+        }
+        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+            self.inner.close()
+        }
     }
 }

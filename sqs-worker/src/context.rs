@@ -24,7 +24,10 @@
 //! }
 //! ```
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Map, Value};
@@ -176,6 +179,26 @@ pub struct RecordContext {
     hard_stop: SystemTime,
     metrics: Arc<MetricSink>,
     fields: Mutex<Map<String, Value>>,
+    cut: CutState,
+}
+
+/// How the invocation's cut-off reaches a record's attempt (docs/ARCHITECTURE.md §1.7).
+///
+/// The engine cuts an attempt at the cut-off by dropping it, unless the attempt is inside
+/// a [`until_cut`] (the user's work, run by a layer that must see it end: the circuit
+/// breaker counts it, an idempotency claim is released) or a [`finishing`] section (a
+/// layer's bookkeeping after the work, such as an idempotency completion, which must not
+/// be lost to the cut-off once the side effect happened). Then the engine marks the
+/// cut-off passed and polls on until the hard stop: the innermost `until_cut` ends its
+/// work there, and the layers around it finish their writes.
+#[derive(Debug, Default)]
+struct CutState {
+    /// The engine reached the cut-off and left the attempt to end itself.
+    passed: AtomicBool,
+    /// `until_cut` sections open (nested layers: the innermost is the user's code).
+    depth: AtomicU32,
+    /// `finishing` sections open.
+    finishing: AtomicU32,
 }
 
 impl RecordContext {
@@ -187,6 +210,7 @@ impl RecordContext {
             hard_stop: hard_stop.max(deadline),
             metrics,
             fields: Mutex::new(Map::new()),
+            cut: CutState::default(),
         }
     }
 
@@ -227,6 +251,78 @@ pub fn remaining() -> Option<Duration> {
         d.duration_since(crate::clock::now().into())
             .unwrap_or(Duration::ZERO)
     })
+}
+
+/// Runs the user's `work` so that the invocation's cut-off ends it: `None` when it was
+/// cut there. Unlike the engine's own cut, the caller then goes on (until the hard stop)
+/// and can account for the cut attempt. Outside the worker it is `work` itself.
+pub(crate) async fn until_cut<F: Future>(work: F) -> Option<F::Output> {
+    let Ok(depth) = RECORD.try_with(|c| c.cut.depth.fetch_add(1, Ordering::SeqCst) + 1) else {
+        return Some(work.await);
+    };
+    let _open = Section(|c: &CutState| &c.depth);
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        // Cut only where the attempt stands: the innermost open section, with no layer's
+        // bookkeeping under way. The engine polls the attempt again as it marks the cut-off
+        // passed, so no waker is needed.
+        let cut = RECORD
+            .try_with(|c| {
+                c.cut.passed.load(Ordering::SeqCst)
+                    && c.cut.depth.load(Ordering::SeqCst) == depth
+                    && c.cut.finishing.load(Ordering::SeqCst) == 0
+            })
+            .unwrap_or(false);
+        if cut {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// Runs a layer's bookkeeping after the work (a completion, a failure count) so that the
+/// cut-off does not drop it: the engine lets it run until the hard stop.
+pub(crate) async fn finishing<F: Future>(work: F) -> F::Output {
+    if RECORD
+        .try_with(|c| c.cut.finishing.fetch_add(1, Ordering::SeqCst))
+        .is_err()
+    {
+        return work.await;
+    }
+    let _open = Section(|c: &CutState| &c.finishing);
+    work.await
+}
+
+/// The engine at the cut-off: `true` when the attempt ends itself (it is inside an
+/// [`until_cut`] or a [`finishing`] section), which is then told the cut-off has passed
+/// and must be polled on until the hard stop; `false` when it is to be dropped.
+pub(crate) fn pass_cutoff() -> bool {
+    RECORD
+        .try_with(|c| {
+            let ends_itself = c.cut.depth.load(Ordering::SeqCst) > 0
+                || c.cut.finishing.load(Ordering::SeqCst) > 0;
+            if ends_itself {
+                c.cut.passed.store(true, Ordering::SeqCst);
+            }
+            ends_itself
+        })
+        .unwrap_or(false)
+}
+
+/// An open section of the current record's [`CutState`], closed when dropped (also when
+/// the section's future is dropped at the hard stop).
+struct Section(fn(&CutState) -> &AtomicU32);
+
+impl Drop for Section {
+    fn drop(&mut self) {
+        let counter = self.0;
+        let _ = RECORD.try_with(|c| counter(&c.cut).fetch_sub(1, Ordering::SeqCst));
+    }
 }
 
 /// Adds a value to a custom metric of this invocation (see the module's documentation).

@@ -160,7 +160,25 @@ impl<S: IdempotencyStore> Idempotency<S> {
             }
             Claim::Claimed => {}
         }
-        match work().await {
+        // The work is cut at the invocation's cut-off like any attempt, but what follows it
+        // is not: once the side effect happened its completion must be written (until the
+        // hard stop), and a cut or failed work releases its claim
+        // (`crate::context::until_cut`).
+        let started = tokio::time::Instant::now();
+        let outcome = crate::context::until_cut(work())
+            .await
+            .unwrap_or_else(|| Err(crate::retry::deadline_cut(started.elapsed())));
+        crate::context::finishing(self.settle(key, &token, outcome)).await
+    }
+
+    /// Completes the claim after work that succeeded, releases it after work that failed.
+    async fn settle<T: Serialize>(
+        &self,
+        key: &str,
+        token: &str,
+        outcome: Result<T, ProcessError>,
+    ) -> Result<Once<T>, ProcessError> {
+        match outcome {
             Ok(value) => {
                 let text = serde_json::to_string(&value).ok();
                 let stored = text.as_deref().filter(|t| t.len() <= MAX_RESULT_BYTES);
@@ -168,13 +186,13 @@ impl<S: IdempotencyStore> Idempotency<S> {
                     tracing::warn!(key, limit = MAX_RESULT_BYTES, "result too large to store with the idempotency record; a duplicate will see no result");
                 }
                 let expires = SystemTime::from(crate::clock::now()) + self.ttl;
-                if let Err(error) = self.store.complete(key, &token, stored, expires).await {
+                if let Err(error) = self.store.complete(key, token, stored, expires).await {
                     tracing::warn!(key, %error, "the work completed but its idempotency record could not be written; a duplicate delivered after the claim expires would run it again");
                 }
                 Ok(Once::Ran(value))
             }
             Err(error) => {
-                if let Err(release) = self.store.release(key, &token).await {
+                if let Err(release) = self.store.release(key, token).await {
                     tracing::warn!(key, error = %release, "could not release the idempotency claim; it expires with the invocation's deadline");
                 }
                 Err(error)

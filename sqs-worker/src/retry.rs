@@ -202,6 +202,10 @@ pub enum StopReason {
     AttemptsExhausted,
     /// The next attempt could not start before the cut-off.
     Deadline,
+    /// The call was refused before reaching the callee (the circuit breaker is open): not
+    /// tried again in this invocation, where waiting would only hold the sandbox idle; the
+    /// record goes back to the queue, hidden for the refusal's `Retry-After`.
+    Refused,
 }
 
 /// The end of a retry loop.
@@ -243,20 +247,33 @@ where
         // The wall time an attempt started at is only kept when it fails: worked out then
         // from its duration, so a successful attempt reads the clock once.
         let started = Instant::now();
-        let (error, cut) = match finish_by(
+        let mut work = std::pin::pin!(op(attempt));
+        let (result, cut) = match finish_by(
             crate::mutants::deadline_guard(deadline.cutoff()),
-            op(attempt),
+            work.as_mut(),
         )
         .await
         {
-            Some(Ok(value)) => {
+            Some(result) => (result, false),
+            // The attempt ends itself at the cut-off (its layers account for the cut
+            // and finish their writes, `crate::context::until_cut`): polled on until
+            // the hard stop.
+            None if crate::context::pass_cutoff() => {
+                match finish_by(crate::mutants::deadline_guard(deadline.hard_stop()), work).await {
+                    Some(result) => (result, true),
+                    None => (Err(deadline_cut(started.elapsed())), true),
+                }
+            }
+            None => (Err(deadline_cut(started.elapsed())), true),
+        };
+        let error = match result {
+            Ok(value) => {
                 return RetryRun {
                     result: Ok(value),
                     failures,
                 }
             }
-            Some(Err(error)) => (error, false),
-            None => (deadline_cut(started.elapsed()), true),
+            Err(error) => error,
         };
         let duration = started.elapsed();
         let started_at = crate::clock::now()
@@ -271,6 +288,8 @@ where
             Some(StopReason::Deadline)
         } else if !error.class.is_retryable(policy.retry_unknown) {
             Some(StopReason::Permanent)
+        } else if crate::breaker::is_refusal(&error) {
+            Some(StopReason::Refused)
         } else if attempt >= policy.max_attempts {
             Some(StopReason::AttemptsExhausted)
         } else {
@@ -299,7 +318,7 @@ where
 }
 
 /// The failure of an attempt cut at the invocation's cut-off.
-fn deadline_cut(ran: Duration) -> ProcessError {
+pub(crate) fn deadline_cut(ran: Duration) -> ProcessError {
     ProcessError::new(
         crate::error::ErrorClass::Timeout,
         format!(

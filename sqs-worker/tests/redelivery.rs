@@ -131,3 +131,80 @@ async fn a_visibility_change_that_fails_still_reports_the_record() {
     assert_eq!(report.response().batch_item_failures.len(), 1);
     assert_eq!(port.seen.lock().unwrap().len(), 1);
 }
+
+/// One record that fails with `error`, hidden through a fresh port; returns the hide.
+async fn hide_of(
+    processor: impl sqs_worker::processor::Processor,
+    receives: u32,
+) -> (Hide, Duration) {
+    let port = Arc::new(Port::default());
+    let mut config = BatchConfig::default();
+    config.parser.id_source = "pointer:/id".parse().unwrap();
+    config.retry.max_attempts = 3;
+    config.max_receive_count = Some(5);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(
+        RedeliveryPolicy {
+            base: Duration::from_secs(60),
+            multiplier: 3,
+            max: Duration::from_secs(3600),
+        },
+        port.clone(),
+    );
+    let started = tokio::time::Instant::now();
+    let report = engine
+        .process_batch(
+            event(&[("a", receives)]),
+            Deadline::after(Duration::from_secs(60), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    let seen = port.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    (seen[0].clone(), took)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retry_after_spaces_the_next_delivery_at_least_that_far() {
+    let asks =
+        ProcessError::new(ErrorClass::Throttled, "429").with_retry_after(Duration::from_secs(3000));
+    let processor = ScriptedProcessor::new().script("a", vec![Step::Error(asks)]);
+    let (hide, _) = hide_of(processor, 1).await;
+    // The policy alone gives 30-60 s on a first receive; the callee asked for 3,000.
+    assert!(hide.delay >= Duration::from_secs(3000), "{:?}", hide.delay);
+}
+
+#[tokio::test(start_paused = true)]
+async fn records_the_open_breaker_refuses_are_returned_at_once_and_hidden_until_it_ends() {
+    use sqs_worker::breaker::{Breaker, BreakerPolicy, BreakerStore};
+    let store = sqs_worker::testing::MemoryBreakerStore::default();
+    let now = std::time::SystemTime::now();
+    // Open for 20 s more: shorter than the invocation, so sleeping it out would fit.
+    assert!(store
+        .open(now + Duration::from_secs(20), 1, now)
+        .await
+        .unwrap());
+    let breaker = Breaker::new(
+        ScriptedProcessor::new(),
+        store,
+        BreakerPolicy {
+            threshold: 1,
+            window: Duration::from_secs(60),
+            open_for: Duration::from_secs(20),
+            max_open: Duration::from_secs(900),
+            probe_for: Duration::from_secs(60),
+            refresh: Duration::from_secs(1),
+        },
+    );
+    let (hide, took) = hide_of(breaker, 1).await;
+    // Returned without waiting inside the invocation...
+    assert_eq!(
+        took,
+        Duration::ZERO,
+        "the refused record waited {took:?} in the invocation"
+    );
+    // ...and hidden until the open period is over (the policy alone gives 30-60 s).
+    assert!(hide.delay >= Duration::from_secs(19), "{:?}", hide.delay);
+}

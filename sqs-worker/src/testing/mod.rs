@@ -28,6 +28,8 @@ pub enum Step {
     Skip,
     /// Fail with this class.
     Fail(ErrorClass),
+    /// Fail with this error (a `Retry-After`, a code).
+    Error(ProcessError),
     /// Sleep (on tokio's clock), then succeed.
     Sleep(Duration),
     /// Panic, as a buggy processor would.
@@ -90,6 +92,7 @@ impl Processor for ScriptedProcessor {
                 class,
                 format!("scripted {class} failure"),
             )),
+            Step::Error(error) => Err(error),
             Step::Sleep(d) => {
                 tokio::time::sleep(d).await;
                 Ok(Outcome::Done)
