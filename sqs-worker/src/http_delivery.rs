@@ -91,6 +91,22 @@ const DRAIN_LIMIT: usize = 64 * 1024;
 
 /// Reads a response to its end (up to [`DRAIN_LIMIT`]), so its connection goes back to the
 /// pool. Its content is not needed: a success is a success whatever it says.
+/// The first `limit` bytes of an answer (fewer when it is shorter or breaks off); the
+/// rest is never read.
+async fn read_prefix(mut response: reqwest::Response, limit: usize) -> Vec<u8> {
+    let mut head = Vec::new();
+    while head.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = limit - head.len();
+                head.extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or(&chunk));
+            }
+            _ => break,
+        }
+    }
+    head
+}
+
 async fn drain(mut response: reqwest::Response) {
     let mut read = 0;
     while let Ok(Some(chunk)) = response.chunk().await {
@@ -222,7 +238,10 @@ impl Processor for HttpDelivery {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let text = response.text().await.unwrap_or_default();
+        // Only what the record keeps is read (an error page can be any size; reading it
+        // whole would put it in memory), then the connection is dropped.
+        let head = read_prefix(response, ERROR_BODY_LIMIT * 4).await;
+        let text = String::from_utf8_lossy(&head);
         let excerpt: String = text.trim().chars().take(ERROR_BODY_LIMIT).collect();
         // The response goes to the record's history, not into the message: messages are
         // logged, and a downstream's error body may echo the item's data.

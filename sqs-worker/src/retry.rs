@@ -28,13 +28,19 @@ pub const FALLBACK_INVOCATION_TIME: Duration = Duration::from_secs(60);
 /// Most time kept after the dead-letter writes for posting the response.
 const RESPONSE_RESERVE: Duration = Duration::from_millis(250);
 
+/// Least time kept for posting the response, whatever the margin: posting it takes a few
+/// milliseconds, and an answer that arrives after the deadline is lost with its batch (a
+/// margin of 0 would otherwise put the hard stop on the deadline itself).
+pub const MIN_RESPONSE_RESERVE: Duration = Duration::from_millis(50);
+
 /// The invocation's deadline, split in three (README "The deadline is respected"):
 ///
 /// - until the **cut-off** (`deadline − margin`) records and attempts start, and attempts
 ///   still running there are cut;
 /// - until the **hard stop** the dead-letter writes of what was cut or failed run (the
 ///   margin less a small reserve);
-/// - the rest (at most 250 ms, half the margin when the margin is small) posts the response.
+/// - the rest (at most 250 ms, half the margin when the margin is small, never less than
+///   [`MIN_RESPONSE_RESERVE`]) posts the response.
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
     cutoff: Instant,
@@ -44,7 +50,7 @@ pub struct Deadline {
 impl Deadline {
     /// A deadline at `at`, keeping `margin` free before it.
     pub fn new(at: Instant, margin: Duration) -> Self {
-        let reserve = RESPONSE_RESERVE.min(margin / 2);
+        let reserve = RESPONSE_RESERVE.min(margin / 2).max(MIN_RESPONSE_RESERVE);
         let hard_stop = at.checked_sub(reserve).unwrap_or(at);
         Deadline {
             cutoff: at.checked_sub(margin).unwrap_or(at).min(hard_stop),
@@ -524,8 +530,10 @@ mod tests {
         let small = Deadline::new(at, Duration::from_millis(100));
         assert_eq!(small.hard_stop(), at - Duration::from_millis(50));
         assert_eq!(small.cutoff(), at - Duration::from_millis(100));
+        // No margin still leaves the response its floor before the deadline.
         let none = Deadline::new(at, Duration::ZERO);
-        assert_eq!((none.cutoff(), none.hard_stop()), (at, at));
+        let floor = at - MIN_RESPONSE_RESERVE;
+        assert_eq!((none.cutoff(), none.hard_stop()), (floor, floor));
     }
 
     #[test]

@@ -341,3 +341,49 @@ async fn successive_items_reuse_one_connection() {
     // (a TLS handshake each, on an https downstream).
     assert_eq!(*connections.lock().unwrap(), 1);
 }
+
+#[tokio::test]
+async fn an_error_answer_is_read_only_as_far_as_the_record_keeps_it() {
+    // A 500 whose body is 200 MiB: the server counts what it managed to send before the
+    // client stopped reading.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/ingest", listener.local_addr().unwrap());
+    const BODY: usize = 200 << 20;
+    let sent = Arc::new(Mutex::new(None::<usize>));
+    let sent2 = sent.clone();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while whole_request(&buf).is_none() {
+            let n = socket.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let head = format!("HTTP/1.1 500 X\r\ncontent-length: {BODY}\r\n\r\n");
+        socket.write_all(head.as_bytes()).await.unwrap();
+        let block = vec![b'x'; 1 << 20];
+        let mut written = 0;
+        while written < BODY {
+            if socket.write_all(&block).await.is_err() {
+                break;
+            }
+            written += block.len();
+        }
+        *sent2.lock().unwrap() = Some(written);
+    });
+    let error = delivery(&url, Duration::from_secs(30))
+        .process(&item())
+        .await
+        .unwrap_err();
+    assert_eq!(error.class, ErrorClass::ServerError);
+    assert!(error.detail.as_deref().is_some_and(|d| d.starts_with("xxx")), "{error:?}");
+    // The client hung up after its first bytes: the server could not send it all (socket
+    // buffers hold a few MiB at most).
+    let sent = loop {
+        if let Some(n) = *sent.lock().unwrap() {
+            break n;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(sent < BODY / 4, "the server sent {sent} of {BODY} bytes: the answer was read whole");
+}
