@@ -56,6 +56,9 @@ impl Default for BatchConfig {
     }
 }
 
+/// The error code of a record dead-lettered on its last receive without having run.
+pub const NOT_STARTED: &str = "NotStarted";
+
 /// Why a record was not started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -571,23 +574,24 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             } else {
                 batch_failed.then_some(NotStartedReason::FifoShortCircuit)
             };
-            let report = match held_back {
-                Some(reason) => not_started(id, &msg, reason, &self.config.parser),
-                None => match self.run_record(id, msg, deadline, &shared).await {
-                    Step::Final(report) => report,
-                    Step::DeadLetter {
-                        candidate,
-                        attempts,
-                        time,
-                    } => {
-                        // Dead-letter at once: a dead-lettered record has left its group's
-                        // stream (as SQS's own redrive would move it), so the group goes on.
-                        let results = self
-                            .dead_letter(std::slice::from_ref(&*candidate), invocation, deadline)
-                            .await;
-                        dead_letter_report(&candidate, attempts, time, results.first())
-                    }
-                },
+            let step = match held_back {
+                Some(reason) => self.not_run(id, msg, reason),
+                None => self.run_record(id, msg, deadline, &shared).await,
+            };
+            let report = match step {
+                Step::Final(report) => report,
+                Step::DeadLetter {
+                    candidate,
+                    attempts,
+                    time,
+                } => {
+                    // Dead-letter at once: a dead-lettered record has left its group's
+                    // stream (as SQS's own redrive would move it), so the group goes on.
+                    let results = self
+                        .dead_letter(std::slice::from_ref(&*candidate), invocation, deadline)
+                        .await;
+                    dead_letter_report(&candidate, attempts, time, results.first())
+                }
             };
             if report.disposition.is_reported() {
                 batch_failed = true;
@@ -615,7 +619,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .filter(|r| {
                 matches!(
                     r.disposition,
-                    Disposition::RetryLater { .. } | Disposition::DeadLetterFailed { .. }
+                    Disposition::RetryLater { .. }
+                        | Disposition::DeadLetterFailed { .. }
+                        | Disposition::NotStarted { .. }
                 )
             })
             .filter_map(|r| {
@@ -706,12 +712,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     ) -> Step {
         let started = tokio::time::Instant::now();
         if started >= deadline.cutoff() {
-            return Step::Final(not_started(
-                message_id,
-                &msg,
-                NotStartedReason::Deadline,
-                &self.config.parser,
-            ));
+            return self.not_run(message_id, msg, NotStartedReason::Deadline);
         }
         // The record's context (deadline, custom metrics and log fields) for the handler.
         let context = crate::context::RecordContext::new(
@@ -893,6 +894,51 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 )
                 .with_step("finish-requeued"))
             })
+    }
+
+    /// A record the batch will not run (past the cut-off, or held back behind a FIFO
+    /// failure): reported as not started (and hidden like any record returned), except on
+    /// its last receive, where the queue's redrive policy would move it without a record:
+    /// then it is dead-lettered, class `timeout` (transient, so a redrive brings it back),
+    /// code [`NOT_STARTED`], with why (docs/ARCHITECTURE.md §1.3).
+    fn not_run(&self, message_id: Text<'_>, msg: SqsRecord<'_>, reason: NotStartedReason) -> Step {
+        let receive_count = msg
+            .attribute("ApproximateReceiveCount")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        if !self.receive_budget_spent(receive_count) {
+            return Step::Final(not_started(message_id, &msg, reason, &self.config.parser));
+        }
+        let item = self
+            .config
+            .parser
+            .parse_record(message_id.into_owned(), msg)
+            .unwrap_or_else(|invalid| invalid.item);
+        let why = match reason {
+            NotStartedReason::Deadline => {
+                "not started before the invocation's cut-off on its last receive"
+            }
+            NotStartedReason::FifoShortCircuit => {
+                "held back behind an earlier failure of its FIFO batch on its last receive"
+            }
+            NotStartedReason::FifoGroupFailed => {
+                "held back behind an earlier failure of its message group on its last receive"
+            }
+        };
+        let error = ProcessError::new(ErrorClass::Timeout, why)
+            .with_code(NOT_STARTED)
+            .with_step("not-started");
+        Step::DeadLetter {
+            candidate: Box::new(DeadLetterCandidate {
+                item,
+                // The history says what became of this delivery, as for any other.
+                failures: vec![immediate_failure(error.clone())],
+                error,
+                reason: DeadLetterReason::ReceiveBudgetExhausted,
+            }),
+            attempts: 0,
+            time: None,
+        }
     }
 
     /// Decides between dead-lettering a failed record and returning it for retry.

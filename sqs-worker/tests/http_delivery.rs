@@ -376,7 +376,13 @@ async fn an_error_answer_is_read_only_as_far_as_the_record_keeps_it() {
         .await
         .unwrap_err();
     assert_eq!(error.class, ErrorClass::ServerError);
-    assert!(error.detail.as_deref().is_some_and(|d| d.starts_with("xxx")), "{error:?}");
+    assert!(
+        error
+            .detail
+            .as_deref()
+            .is_some_and(|d| d.starts_with("xxx")),
+        "{error:?}"
+    );
     // The client hung up after its first bytes: the server could not send it all (socket
     // buffers hold a few MiB at most).
     let sent = loop {
@@ -385,5 +391,8 @@ async fn an_error_answer_is_read_only_as_far_as_the_record_keeps_it() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert!(sent < BODY / 4, "the server sent {sent} of {BODY} bytes: the answer was read whole");
+    assert!(
+        sent < BODY / 4,
+        "the server sent {sent} of {BODY} bytes: the answer was read whole"
+    );
 }

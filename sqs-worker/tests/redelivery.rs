@@ -208,3 +208,101 @@ async fn records_the_open_breaker_refuses_are_returned_at_once_and_hidden_until_
     // ...and hidden until the open period is over (the policy alone gives 30-60 s).
     assert!(hide.delay >= Duration::from_secs(19), "{:?}", hide.delay);
 }
+
+/// A FIFO batch: (id, group, receive count).
+fn fifo_event(records: &[(&str, &str, u32)]) -> SqsEvent {
+    serde_json::from_value(
+        json!({"Records": records.iter().map(|(id, group, receives)| json!({
+        "messageId": format!("m-{id}"),
+        "receiptHandle": format!("rh-{id}"),
+        "body": json!({"id": id}).to_string(),
+        "attributes": {"ApproximateReceiveCount": receives.to_string(), "MessageGroupId": group},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders.fifo"
+    })).collect::<Vec<_>>()}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn records_held_back_are_hidden_and_dead_lettered_with_why_on_their_last_receive() {
+    let port = Arc::new(Port::default());
+    let processor =
+        ScriptedProcessor::new().script("r1", vec![Step::Fail(ErrorClass::ServerError)]);
+    let mut config = BatchConfig::default();
+    config.parser.id_source = "pointer:/id".parse().unwrap();
+    config.retry.max_attempts = 1;
+    config.max_receive_count = Some(5);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(
+        RedeliveryPolicy {
+            base: Duration::from_secs(60),
+            multiplier: 3,
+            max: Duration::from_secs(3600),
+        },
+        port.clone(),
+    );
+    // r1 fails on its first receive; r2 (its last receive) and r3 are held back behind it.
+    let report = engine
+        .process_batch(
+            fifo_event(&[("r1", "g1", 1), ("r2", "g2", 5), ("r3", "g3", 2)]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let failures: Vec<String> = report
+        .response()
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect();
+    // r2 is not left to the queue's redrive policy (a DLQ message without a record).
+    assert_eq!(failures, ["m-r1", "m-r3"]);
+    let sink = engine.sink();
+    let accepted = sink.accepted.lock().unwrap();
+    assert_eq!(accepted.len(), 1);
+    assert_eq!(accepted[0].item.item_id, "r2");
+    assert_eq!(
+        accepted[0].error.code.as_deref(),
+        Some(sqs_worker::batch::NOT_STARTED)
+    );
+    assert!(accepted[0].error.class.is_reprocess_eligible());
+    // r3, given back unstarted, is hidden as r1 is (60 × 3 = 180 s ceiling on receive 2).
+    let seen = port.seen.lock().unwrap().clone();
+    let hidden: Vec<(&str, u64)> = seen
+        .iter()
+        .map(|h| (h.receipt_handle.as_str(), h.delay.as_secs()))
+        .collect();
+    assert_eq!(hidden.len(), 2, "{hidden:?}");
+    assert_eq!(hidden[0].0, "rh-r1");
+    assert_eq!(hidden[1].0, "rh-r3");
+    assert!((90..=180).contains(&hidden[1].1), "{hidden:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_record_not_started_before_the_cutoff_on_its_last_receive_is_dead_lettered() {
+    let processor =
+        ScriptedProcessor::new().script("slow", vec![Step::Sleep(Duration::from_secs(5))]);
+    let mut config = BatchConfig::default();
+    config.parser.id_source = "pointer:/id".parse().unwrap();
+    config.concurrency = 1;
+    config.max_receive_count = Some(3);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config);
+    // The cut-off comes while "slow" runs: "late" (receive 3 of 3) never starts.
+    let report = engine
+        .process_batch(
+            event(&[("slow", 1), ("late", 3), ("later", 1)]),
+            Deadline::after(Duration::from_secs(3), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let failures: Vec<String> = report
+        .response()
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect();
+    assert_eq!(failures, ["m-slow", "m-later"]);
+    assert_eq!(engine.sink().accepted_ids(), ["late"]);
+}
