@@ -17,8 +17,8 @@
 #                                           `package` builds: $TARGET/lambda/{worker,redrive,
 #                                           orders-worker,fixture-handler}/bootstrap
 #
-# TARGET is $CARGO_TARGET_DIR, else target/. Each binary is built on its own (`-p`), as SAM
-# builds it: Cargo unifies features across what one build contains.
+# TARGET is $CARGO_TARGET_DIR, else target/. Each binary is built as SAM builds it (see
+# build() below).
 set -euo pipefail
 
 CARGO_LAMBDA_VERSION="1.9.2"
@@ -54,11 +54,15 @@ triple_of() {
   echo "$triple"
 }
 
-# cargo lambda build --release for one binary of one package.
+# cargo lambda build --release for one binary, at the workspace root without `-p`, as
+# `sam build` runs it (aws-lambda-builders' rust-cargolambda: `--bin <Binary>` only): Cargo
+# selects the workspace's default members (the deployable functions, Cargo.toml) and unifies
+# their features, so what is built here is byte for byte the build SAM deploys. A package
+# outside the default members (a test fixture) is named as a fifth argument.
 build() {
-  local triple="$1" package="$2" binary="$3" format="$4"
+  local triple="$1" binary="$2" format="$3" package="${4:-}"
   PATH="$VENV/bin:$PATH" cargo lambda build --release --target "$triple" \
-    -p "$package" --bin "$binary" --output-format "$format" --lambda-dir "$TARGET/lambda"
+    ${package:+-p "$package"} --bin "$binary" --output-format "$format" --lambda-dir "$TARGET/lambda"
 }
 
 size_of() {
@@ -70,7 +74,7 @@ package() {
   triple="$(triple_of "$arch")"
   install
   for function in worker redrive; do
-    build "$triple" "$function" "$function" zip
+    build "$triple" "$function" zip
   done
   echo "deployable zips ($arch):"
   for function in worker redrive; do
@@ -93,11 +97,12 @@ shipped() {
   local triple
   triple="$(triple_of "$(native_arch)")"
   install
-  build "$triple" worker worker binary
-  build "$triple" redrive redrive binary
-  # The handler infra/handler.yaml deploys, and a handler that panics on request.
-  build "$triple" orders-example orders-worker binary
-  build "$triple" fixture-handler fixture-handler binary
+  build "$triple" worker binary
+  build "$triple" redrive binary
+  # The handler infra/handler.yaml deploys, and a handler that panics on request (a test
+  # fixture, outside the default members: built on its own).
+  build "$triple" orders-worker binary
+  build "$triple" fixture-handler binary fixture-handler
 }
 
 bench() {
@@ -105,9 +110,9 @@ bench() {
   triple="$(triple_of "$(native_arch)")"
   install
   # The zip first (its size is reported), then the binary beside it; one compilation.
-  build "$triple" worker worker zip
-  build "$triple" worker worker binary
-  build "$triple" sqs-worker-local hello_lambda binary
+  build "$triple" worker zip
+  build "$triple" worker binary
+  build "$triple" hello_lambda binary sqs-worker-local
 }
 
 case "${1:-}" in

@@ -287,6 +287,15 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         .await
         .unwrap();
     let secret_arn = secret.arn().unwrap().to_string();
+    // A producer's own bucket of Extended-Client payloads (the template's PayloadBuckets).
+    let producer_bucket = e2e::unique_prefix("producer").to_lowercase();
+    test_clients
+        .s3
+        .create_bucket()
+        .bucket(&producer_bucket)
+        .send()
+        .await
+        .unwrap();
     let deployed = deploy(
         &moto,
         translated_template("main"),
@@ -304,6 +313,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
             ("RetryBaseDelayMs", "10"),
             ("InlineMaxBytes", "1024"),
             ("ItemIdSource", "pointer:/id"),
+            ("PayloadBuckets", &producer_bucket),
         ],
     )
     .await;
@@ -419,6 +429,29 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
+    // An orphan in the DLQ (moved by the redrive policy, no record) whose body points at
+    // a producer's payload: the scheduled run's sweep adopts it by reading the payload.
+    test_clients
+        .s3
+        .put_object()
+        .bucket(&producer_bucket)
+        .key("orphan")
+        .body(e2e::body("orphan", "ok").into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    test_clients
+        .sqs
+        .send_message()
+        .queue_url(&deployed.physical["DeadLetterQueue"])
+        .message_body(
+            json!(["software.amazon.payloadoffloading.PayloadS3Pointer",
+                {"s3BucketName": producer_bucket, "s3Key": "orphan"}])
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
     let schedule = invoke(
         &redrive_api,
         json!({"mode": "reprocess", "max_items": 1000, "parallelism": 4}),
@@ -537,6 +570,11 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         ("WorkerRole", "s3:GetObject", "in/pointed"),
         ("WorkerRole", "secretsmanager:GetSecretValue", &secret_arn),
         ("RedriveRole", "dynamodb:UpdateItem", breaker_arn.as_str()),
+        (
+            "RedriveRole",
+            "s3:GetObject",
+            &format!("{producer_bucket}/orphan"),
+        ),
         (
             "RedriveRole",
             "sqs:SendMessage",

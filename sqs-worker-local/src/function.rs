@@ -40,9 +40,14 @@ pub const SHIPPED: [&str; 4] = ["worker", "redrive", "orders-worker", "fixture-h
 /// The variable is set but the bootstrap is missing: a test must never fall back silently
 /// to another build than the one it was asked to check.
 pub fn shipped_binary(binary: &str) -> Result<Option<PathBuf>, String> {
-    let Some(dir) = std::env::var_os(SHIPPED_BIN_DIR).filter(|d| !d.is_empty()) else {
+    let Some(dir) = std::env::var_os(SHIPPED_BIN_DIR) else {
         return Ok(None);
     };
+    if dir.is_empty() {
+        return Err(format!(
+            "{SHIPPED_BIN_DIR} is set but empty: point it at scripts/lambda.sh shipped's output (target/lambda) or unset it"
+        ));
+    }
     if !SHIPPED.contains(&binary) {
         return Ok(None);
     }

@@ -273,6 +273,14 @@ impl Setup {
 
     /// Runs `processor` for every invocation until the process ends.
     pub async fn run<P: Processor + 'static>(self, processor: P) -> Result<(), Error> {
+        // The simulation's hooks (mutants, a virtual clock) must never serve real traffic:
+        // Cargo unifies features across one build, so a handler built beside the
+        // simulation would carry them (docs/SIMULATION.md).
+        if crate::mutants::SIMULATION_HOOKS {
+            let why = "this binary was built with the simulation's test hooks (feature `sim` of sqs-worker, unified from another package of the build): build it on its own, e.g. `cargo build -p <your crate>`";
+            tracing::error!("{why}");
+            return Err(why.into());
+        }
         let worker = self.worker(processor).await;
         // The worker serves every invocation until the process ends.
         let worker: &'static _ = Box::leak(Box::new(worker));
