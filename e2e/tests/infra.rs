@@ -1164,7 +1164,7 @@ fn the_readme_states_the_template_defaults() {
         stated.len() >= 20,
         "the parameter table was not found: {stated:?}"
     );
-    // `template `Name` 300` and `template `Name=value`` and `` `Name`, default `value` ``.
+    // `` `Name` 300 ``, `` `Name` (15) `` and `` `Name`, default `value` `` in the prose.
     let words: Vec<&str> = readme.split_whitespace().collect();
     for (i, word) in words.iter().enumerate() {
         let name = word.trim_matches(|c: char| c == '`' || c == ',' || c == '(' || c == ')');
@@ -1173,9 +1173,13 @@ fn the_readme_states_the_template_defaults() {
         {
             continue;
         }
-        if i > 0 && words[i - 1] == "template" {
+        // `` `Name` 300 `` and `` `Name` (15) ``: a parameter followed by a number states
+        // its default, wherever it stands.
+        if word.starts_with('`') {
             if let Some(value) = words.get(i + 1) {
-                let value = value.trim_end_matches([',', ')', '.', ';']);
+                let value = value
+                    .trim_start_matches('(')
+                    .trim_end_matches([',', ')', '.', ';']);
                 if value.chars().all(|c| c.is_ascii_digit()) && !value.is_empty() {
                     stated.push((name.to_string(), value.to_string()));
                 }
@@ -1207,7 +1211,13 @@ fn the_readme_states_the_template_defaults() {
         wrong.is_empty(),
         "README defaults that are not the template's: {wrong:#?}"
     );
-    for name in ["RedeliveryBaseSeconds", "EnableBreaker"] {
+    for name in [
+        "RedeliveryBaseSeconds",
+        "RedeliveryMultiplier",
+        "RedeliveryMaxSeconds",
+        "EnableBreaker",
+        "BreakerAlarmMinutes",
+    ] {
         assert!(
             stated.iter().any(|(n, _)| n == name),
             "the README's statement of {name}'s default is not checked"
