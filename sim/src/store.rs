@@ -9,7 +9,7 @@
 //! engine) is the library's own code, unchanged. Every call may fail as the fault switches
 //! say, and every change is followed by the invariant checks of [`State::after_step`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +27,7 @@ use sqs_worker::ports::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
     SweepOptions,
 };
-use sqs_worker::recording::{self, Compaction, RecordTable, RecordingSettings};
+use sqs_worker::recording::{self, Compaction, Deliveries, RecordTable, RecordingSettings};
 use sqs_worker::removal::RecordRemoval;
 use sqs_worker::selection::{
     page_in_memory, token_after_record, Page, PageToken, RecordFilter, Unreadable,
@@ -231,6 +231,7 @@ impl RecordTable for SimStore {
                     record: r,
                     attempt_ids: Default::default(),
                     claims: Default::default(),
+                    sent: Default::default(),
                     lease_owner: None,
                     corrupt: false,
                 }
@@ -262,22 +263,32 @@ impl RecordTable for SimStore {
         Ok(Some(stored))
     }
 
-    async fn attempt_ids_and_claims(
-        &self,
-        item_id: &str,
-    ) -> Result<(HashSet<String>, HashSet<String>), ProcessError> {
+    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
         let mut state = self.world.lock();
         self.table_call(&mut state, "record")?;
         Ok(state
             .table
             .get(item_id)
-            .map(|row| {
-                (
-                    row.attempt_ids.iter().cloned().collect(),
-                    row.claims.iter().cloned().collect(),
-                )
+            .map(|row| Deliveries {
+                attempt_ids: row.attempt_ids.iter().cloned().collect(),
+                claims: row.claims.iter().cloned().collect(),
+                sent: row.sent.iter().cloned().collect(),
             })
             .unwrap_or_default())
+    }
+
+    async fn mark_sent(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "mark-sent")?;
+        if let Some(row) = state.table.get_mut(item_id) {
+            row.sent.insert(message_id.to_string());
+        }
+        state.after_step(
+            &self.actor,
+            item_id,
+            &format!("marked the DLQ message of {message_id} sent"),
+        );
+        Ok(())
     }
 
     async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
@@ -306,6 +317,9 @@ impl RecordTable for SimStore {
         row.record.failure_history = compaction.history.clone();
         row.attempt_ids = compaction.attempt_ids.iter().cloned().collect();
         row.claims = compaction.claims.iter().cloned().collect();
+        for forgotten in &compaction.forgotten {
+            row.sent.remove(forgotten);
+        }
         row.record.processed = compaction.processed.clone();
         row.record.history_omitted += compaction.dropped;
         Self::put_row(&mut state, id, row)?;

@@ -25,6 +25,8 @@ pub struct Row {
     pub attempt_ids: BTreeSet<String>,
     /// Source message ids whose one DLQ message was claimed.
     pub claims: BTreeSet<String>,
+    /// Source message ids whose DLQ message was sent.
+    pub sent: BTreeSet<String>,
     /// Who holds the lease.
     pub lease_owner: Option<String>,
     /// Damaged outside the pipeline (a hand edit, an older schema): it reads without a

@@ -86,6 +86,9 @@ pub struct Compaction {
     /// The source message ids of the kept entries, once each. Claims only matter while a
     /// message may still be delivered again: those of the messages in the kept entries stay.
     pub claims: Vec<String>,
+    /// The source message ids whose every entry goes: their "DLQ message sent" marks go
+    /// with them, as their claims do (`dlq_sent` would otherwise grow for ever).
+    pub forgotten: Vec<String>,
     /// The latest [`crate::dead_letter::PROCESSED_LIMIT`] entries of `processed` (a finished
     /// requeue appends to it without trimming it: trimmed here).
     pub processed: Vec<String>,
@@ -112,6 +115,13 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
         .filter(|f| seen.insert(f.message_id.as_str()))
         .map(|f| f.message_id.clone())
         .collect();
+    let claims: Vec<String> = claims;
+    let mut forgotten: Vec<String> = Vec::new();
+    for f in &stored.failure_history {
+        if !claims.contains(&f.message_id) && !forgotten.contains(&f.message_id) {
+            forgotten.push(f.message_id.clone());
+        }
+    }
     let skip = stored
         .processed
         .len()
@@ -119,6 +129,7 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
     Some(Compaction {
         attempt_ids,
         claims,
+        forgotten,
         processed: stored.processed[skip..].to_vec(),
         dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
         history,
@@ -150,12 +161,21 @@ pub trait RecordTable: Send + Sync {
         claim: Option<&str>,
     ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
 
-    /// The recorded attempt ids and claimed source message ids of a record (strongly
-    /// consistent).
-    fn attempt_ids_and_claims(
+    /// What a record holds of its deliveries (strongly consistent): its attempt ids, the
+    /// source message ids whose DLQ message was claimed, and those whose DLQ message was
+    /// sent.
+    fn deliveries(
         &self,
         item_id: &str,
-    ) -> impl Future<Output = Result<(HashSet<String>, HashSet<String>), ProcessError>> + Send;
+    ) -> impl Future<Output = Result<Deliveries, ProcessError>> + Send;
+
+    /// Marks `message_id`'s DLQ message as sent: a later delivery of that message (its
+    /// acknowledgement was lost) is then acknowledged instead of sent back.
+    fn mark_sent(
+        &self,
+        item_id: &str,
+        message_id: &str,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
     /// Sets `manual_review_required`.
     fn set_review_flag(
@@ -192,6 +212,31 @@ pub trait RecordTable: Send + Sync {
         &self,
         records: &[&DeadLetteredItem],
     ) -> impl Future<Output = Vec<Result<(), ProcessError>>> + Send;
+}
+
+/// What a record holds of its deliveries ([`RecordTable::deliveries`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deliveries {
+    /// The ids of the attempts recorded.
+    pub attempt_ids: HashSet<String>,
+    /// The source message ids whose one DLQ message a delivery undertook to send.
+    pub claims: HashSet<String>,
+    /// The source message ids whose DLQ message was sent.
+    pub sent: HashSet<String>,
+}
+
+/// What became of a delivery's record write ([`record_delivery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// This write holds the claim: it sends the DLQ message.
+    Claimed,
+    /// Recorded, without a claim asked for.
+    Recorded,
+    /// The message's DLQ message was sent by an earlier delivery: acknowledge it.
+    AlreadySent,
+    /// Another delivery holds the claim and has not sent yet (it may be sending now):
+    /// return it for retry.
+    ClaimedElsewhere,
 }
 
 /// What recording needs to know of the store (from its configuration).
@@ -248,33 +293,43 @@ pub async fn record<T: RecordTable>(
 }
 
 /// Upserts a record as [`record`] does and, with `claim` (a source message id), undertakes
-/// in the same conditional write to send that message's one DLQ message. Returns whether
-/// this write holds the claim: `false` when another delivery of the same message claimed
-/// it first (SQS delivers at least once), or when every attempt was already recorded (the
-/// same delivery, invoked twice).
+/// in the same conditional write to send that message's one DLQ message. Says whether this
+/// write holds the claim, or, when another delivery of the same message (SQS delivers at
+/// least once, and a delivery whose acknowledgement was lost comes back) or the same
+/// delivery invoked twice got there first, whether that message's DLQ message was sent.
 pub async fn record_delivery<T: RecordTable>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
     claim: Option<&str>,
-) -> Result<bool, ProcessError> {
+) -> Result<Delivery, ProcessError> {
+    let requested = claim;
     let mut pending: Vec<FailureDetail> = record.failure_history.clone();
     let mut claim = claim;
+    // Whether the requested claim's DLQ message is known sent (read after a conflict).
+    let mut sent = false;
+    let settled = |claim: Option<&str>, sent: bool| match (requested, claim) {
+        (None, _) => Delivery::Recorded,
+        (Some(_), Some(_)) => Delivery::Claimed,
+        (Some(_), None) if sent => Delivery::AlreadySent,
+        (Some(_), None) => Delivery::ClaimedElsewhere,
+    };
     // A conflict means another writer recorded some of these attempts (or claimed the
     // message); at most a few rounds are needed to converge.
     for _ in 0..5 {
         if pending.is_empty() {
-            return Ok(false);
+            return Ok(settled(None, sent));
         }
         match table.try_record(record, &pending, claim).await? {
             Some(stored) => {
                 after_append(table, settings, stored).await?;
-                return Ok(claim.is_some());
+                return Ok(settled(claim, sent));
             }
             None => {
-                let (known, claims) = table.attempt_ids_and_claims(&record.item_id).await?;
-                pending.retain(|f| !known.contains(&f.attempt_id));
-                if claim.is_some_and(|c| claims.contains(c)) {
+                let known = table.deliveries(&record.item_id).await?;
+                pending.retain(|f| !known.attempt_ids.contains(&f.attempt_id));
+                sent = requested.is_some_and(|c| known.sent.contains(c));
+                if claim.is_some_and(|c| known.claims.contains(c)) {
                     claim = None;
                 }
             }
@@ -313,31 +368,32 @@ pub async fn after_append<T: RecordTable>(
 }
 
 /// Steps 1 and 2 for one candidate: payload to the payload store if large, then the
-/// record, claiming the source message's DLQ message. A delivery that finds the claim taken
-/// (the same message delivered twice) gets [`dead_lettering_elsewhere`]: it sends nothing.
+/// record, claiming the source message's DLQ message: `Some(record)` to send. A delivery
+/// that finds the claim taken (the same message delivered twice) sends nothing: `None` when
+/// that message's DLQ message was sent already (it is acknowledged),
+/// [`dead_lettering_elsewhere`] while it is not (returned for retry).
 pub async fn persist<T: RecordTable>(
     table: &T,
     settings: &RecordingSettings,
     candidate: &DeadLetterCandidate,
     invocation: &InvocationInfo,
     now: DateTime<Utc>,
-) -> Result<DeadLetteredItem, ProcessError> {
+) -> Result<Option<DeadLetteredItem>, ProcessError> {
     let mut record =
         DeadLetteredItem::from_candidate(candidate, invocation, now, settings.retention);
     offload_payload(table, settings, &mut record).await?;
-    let claimed =
-        record_delivery(table, settings, &record, Some(&record.source.message_id)).await?;
-    if claimed {
-        Ok(record)
-    } else {
-        Err(dead_lettering_elsewhere())
+    match record_delivery(table, settings, &record, Some(&record.source.message_id)).await? {
+        Delivery::Claimed | Delivery::Recorded => Ok(Some(record)),
+        Delivery::AlreadySent => Ok(None),
+        Delivery::ClaimedElsewhere => Err(dead_lettering_elsewhere()),
     }
 }
 
 /// Dead-letters `candidates` (the module's three steps): each is persisted (a bounded
-/// number at once), the persisted ones are sent to the DLQ in batches, and the claim of
-/// each failed send is released. One result per candidate, in order: `Ok` only when all
-/// three steps succeeded.
+/// number at once), the persisted ones are sent to the DLQ in batches, each sent one is
+/// marked sent and the claim of each failed send released. One result per candidate, in
+/// order: `Ok` only when all three steps succeeded (or an earlier delivery of the message
+/// did them).
 pub async fn dead_letter<T: RecordTable>(
     table: &T,
     settings: &RecordingSettings,
@@ -350,35 +406,49 @@ pub async fn dead_letter<T: RecordTable>(
         .iter()
         .map(|candidate| persist(table, settings, candidate, invocation, now))
         .collect();
-    let persisted: Vec<Result<DeadLetteredItem, ProcessError>> = futures::stream::iter(writes)
-        .buffered(settings.write_concurrency.max(1))
-        .collect()
-        .await;
-    // Step 3, batched, for the records that were persisted.
-    let to_send: Vec<&DeadLetteredItem> =
-        persisted.iter().filter_map(|r| r.as_ref().ok()).collect();
+    let persisted: Vec<Result<Option<DeadLetteredItem>, ProcessError>> =
+        futures::stream::iter(writes)
+            .buffered(settings.write_concurrency.max(1))
+            .collect()
+            .await;
+    // Step 3, batched, for the records that were persisted and are this delivery's to send.
+    let to_send: Vec<&DeadLetteredItem> = persisted
+        .iter()
+        .filter_map(|r| r.as_ref().ok().and_then(Option::as_ref))
+        .collect();
     let sent_results = table.send_to_dlq(&to_send).await;
-    for (record, result) in to_send.iter().zip(&sent_results) {
-        if result.is_err() {
-            // The next delivery of this message must be free to send it.
-            if let Err(e) = table
-                .release_claim(&record.item_id, &record.source.message_id)
-                .await
-            {
-                tracing::warn!(item_id = %record.item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
+    let follow_ups: Vec<_> = to_send
+        .iter()
+        .zip(&sent_results)
+        .map(|(record, result)| async move {
+            let (item_id, message_id) = (&record.item_id, &record.source.message_id);
+            if result.is_ok() {
+                // A later delivery of this message (its acknowledgement lost) is then
+                // acknowledged rather than bounced to the redrive policy's second copy.
+                if let Err(e) = table.mark_sent(item_id, message_id).await {
+                    tracing::warn!(item_id = %item_id, error = %e, "DLQ message sent but not marked sent; a redelivery of this message is returned for retry until the queue's redrive policy moves it");
+                }
+            } else if let Err(e) = table.release_claim(item_id, message_id).await {
+                // The next delivery of this message must be free to send it.
+                tracing::warn!(item_id = %item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
             }
-        }
-    }
+        })
+        .collect();
+    futures::stream::iter(follow_ups)
+        .buffer_unordered(settings.write_concurrency.max(1))
+        .collect::<Vec<()>>()
+        .await;
     let mut sent = sent_results.into_iter();
     persisted
         .into_iter()
         .map(|result| match result {
-            Ok(_) => sent.next().unwrap_or_else(|| {
+            Ok(Some(_)) => sent.next().unwrap_or_else(|| {
                 Err(
                     ProcessError::new(ErrorClass::Unknown, "DLQ send returned no result")
                         .with_step("dlq"),
                 )
             }),
+            Ok(None) => Ok(()),
             Err(e) => Err(e),
         })
         .collect()
@@ -508,6 +578,8 @@ mod tests {
         records: Mutex<HashMap<String, Row>>,
         refuse_send: Mutex<HashSet<String>>,
         sent: Mutex<Vec<String>>,
+        /// Source message ids marked sent (`mark_sent`).
+        marked_sent: Mutex<HashSet<String>>,
     }
 
     impl MemoryTable {
@@ -543,12 +615,22 @@ mod tests {
             Ok(Some(stored.clone()))
         }
 
-        async fn attempt_ids_and_claims(
-            &self,
-            item_id: &str,
-        ) -> Result<(HashSet<String>, HashSet<String>), ProcessError> {
+        async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
             let (_, ids, claims) = self.get(item_id);
-            Ok((ids, claims))
+            let sent = self.marked_sent.lock().unwrap().clone();
+            Ok(Deliveries {
+                attempt_ids: ids,
+                claims,
+                sent,
+            })
+        }
+
+        async fn mark_sent(&self, _item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+            self.marked_sent
+                .lock()
+                .unwrap()
+                .insert(message_id.to_string());
+            Ok(())
         }
 
         async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
@@ -673,19 +755,30 @@ mod tests {
         assert_eq!(b.failure_count, 2, "recorded all the same");
         assert!(b_claims.is_empty(), "the next delivery may send it");
 
-        // The same delivery again (a retried invocation): nothing new, nothing sent.
+        // The same delivery again (a retried invocation, its answer lost): nothing new,
+        // nothing sent, and acknowledged, since the message's DLQ message was sent.
         let again = dead_letter(&table, &settings(), &[candidate("a", 3)], &info).await;
-        assert!(crate::dead_letter::is_dead_lettering_elsewhere(
-            again[0].as_ref().unwrap_err()
-        ));
-        // Another delivery of the same message: its attempts are recorded, but the message
-        // is claimed, so it sends nothing.
+        assert!(again[0].is_ok(), "{again:?}");
+        // Another delivery of the same message: its attempts are recorded, it sends
+        // nothing, and it is acknowledged rather than bounced to a second DLQ copy.
         let other = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
-        assert!(crate::dead_letter::is_dead_lettering_elsewhere(
-            other[0].as_ref().unwrap_err()
-        ));
+        assert!(other[0].is_ok(), "{other:?}");
         assert_eq!(table.get("a").0.failure_count, 4);
         assert_eq!(*table.sent.lock().unwrap(), ["a"]);
+        // A delivery that finds the claim held and the message not sent yet (the other
+        // delivery may be sending it now) is returned for retry.
+        let c = candidate("c", 3);
+        let in_flight =
+            DeadLetteredItem::from_candidate(&c, &info, crate::clock::now(), settings().retention);
+        assert!(table
+            .try_record(&in_flight, &in_flight.failure_history, Some("m-c"))
+            .await
+            .unwrap()
+            .is_some());
+        let racing = dead_letter(&table, &settings(), &[candidate("c", 4)], &info).await;
+        assert!(crate::dead_letter::is_dead_lettering_elsewhere(
+            racing[0].as_ref().unwrap_err()
+        ));
         // The freed claim of b is taken by its next delivery, which sends it.
         table.refuse_send.lock().unwrap().clear();
         let retried = dead_letter(&table, &settings(), &[candidate("b", 4)], &info).await;

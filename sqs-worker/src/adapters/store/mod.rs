@@ -37,7 +37,7 @@ use crate::dead_letter::{
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::{PayloadPolicy, S3Pointer};
-use crate::recording::{Compaction, RecordTable, RecordingSettings};
+use crate::recording::{Compaction, Deliveries, RecordTable, RecordingSettings};
 
 pub use crate::recording::{stays_inline, HISTORY_ENTRY_MAX, RECORD_BUDGET};
 
@@ -262,20 +262,18 @@ impl RecordTable for DeadLetterStore {
         }
     }
 
-    /// One `GetItem` of the two sets (strongly consistent).
-    async fn attempt_ids_and_claims(
-        &self,
-        item_id: &str,
-    ) -> Result<(HashSet<String>, HashSet<String>), ProcessError> {
+    /// One `GetItem` of the three sets (strongly consistent).
+    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
         let output = self
             .clients
             .dynamodb
             .get_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .projection_expression("#ids, #claims")
+            .projection_expression("#ids, #claims, #sent")
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
             .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_names("#sent", schema::DLQ_SENT)
             .consistent_read(true)
             .send()
             .await
@@ -288,7 +286,39 @@ impl RecordTable for DeadLetterStore {
                 .map(|ids| ids.iter().cloned().collect())
                 .unwrap_or_default()
         };
-        Ok((set(schema::ATTEMPT_IDS), set(schema::DLQ_CLAIMS)))
+        Ok(Deliveries {
+            attempt_ids: set(schema::ATTEMPT_IDS),
+            claims: set(schema::DLQ_CLAIMS),
+            sent: set(schema::DLQ_SENT),
+        })
+    }
+
+    /// One `UpdateItem` adding the message id to `dlq_sent`, on an existing record only.
+    async fn mark_sent(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        let result = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("ADD #sent :sent")
+            .condition_expression("attribute_exists(#id)")
+            .expression_attribute_names("#id", schema::ITEM_ID)
+            .expression_attribute_names("#sent", schema::DLQ_SENT)
+            .expression_attribute_values(":sent", AttributeValue::Ss(vec![message_id.to_string()]))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            // Deleted meanwhile (a purge): nothing to mark.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("mark-sent")),
+        }
     }
 
     /// `manual_review_required` depends on the whole history, which an update expression
@@ -316,7 +346,7 @@ impl RecordTable for DeadLetterStore {
         stored: &DeadLetteredItem,
         compaction: &Compaction,
     ) -> Result<(), ProcessError> {
-        let result = self
+        let request = self
             .clients
             .dynamodb
             .update_item()
@@ -324,10 +354,13 @@ impl RecordTable for DeadLetterStore {
             .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
             // The ids of dropped attempts go with them; claims only matter while a message
             // may still be delivered again ([`Compaction`]).
-            .update_expression(
+            .update_expression(if compaction.forgotten.is_empty() {
                 "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
-                 ADD #omitted :dropped",
-            )
+                 ADD #omitted :dropped"
+            } else {
+                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
+                 ADD #omitted :dropped DELETE #sent :forgotten"
+            })
             .expression_attribute_names("#processed", schema::PROCESSED)
             .expression_attribute_values(
                 ":kept_processed",
@@ -365,9 +398,20 @@ impl RecordTable for DeadLetterStore {
             .expression_attribute_values(
                 ":count",
                 AttributeValue::N(stored.failure_count.to_string()),
-            )
-            .send()
-            .await;
+            );
+        // The "sent" marks of the messages whose entries all go (DynamoDB refuses an empty
+        // set, hence only when there are some).
+        let request = if compaction.forgotten.is_empty() {
+            request
+        } else {
+            request
+                .expression_attribute_names("#sent", schema::DLQ_SENT)
+                .expression_attribute_values(
+                    ":forgotten",
+                    AttributeValue::Ss(compaction.forgotten.clone()),
+                )
+        };
+        let result = request.send().await;
         match result {
             Ok(_) => Ok(()),
             Err(e)

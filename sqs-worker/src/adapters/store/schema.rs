@@ -12,6 +12,7 @@
 //! | `history_omitted` | N | attempts counted in `failure_count` but dropped from the history |
 //! | `attempt_ids` | SS | ids of recorded attempts: makes recording idempotent |
 //! | `dlq_claims` | SS | source message ids whose DLQ message was undertaken (one per message) |
+//! | `dlq_sent` | SS | source message ids whose DLQ message was sent (a redelivery of one is acknowledged) |
 //! | `processed` | L of S | `msg:<source message id>` / `sha:<payload sha256>` known processed |
 //! | everything else | | the fields of [`DeadLetteredItem`], as native types |
 //!
@@ -58,6 +59,9 @@ pub const ATTEMPT_IDS: &str = "attempt_ids";
 /// Source message ids whose DLQ message a delivery has undertaken to send (SS): a second
 /// delivery of the same message sends none.
 pub const DLQ_CLAIMS: &str = "dlq_claims";
+/// Source message ids whose DLQ message was sent (SS): a later delivery of one (its
+/// acknowledgement was lost) is acknowledged, not sent back.
+pub const DLQ_SENT: &str = "dlq_sent";
 /// Source messages and payloads known processed (L of S).
 pub const PROCESSED: &str = "processed";
 /// While requeued: the message sent back to the source queue.
@@ -140,7 +144,7 @@ pub async fn create_table(
 }
 
 /// The record as a DynamoDB item: every field of [`DeadLetteredItem`], without the sets
-/// `attempt_ids` and `dlq_claims`, which the writes maintain themselves.
+/// `attempt_ids`, `dlq_claims` and `dlq_sent`, which the writes maintain themselves.
 pub fn record_to_item(
     record: &DeadLetteredItem,
 ) -> Result<HashMap<String, AttributeValue>, ProcessError> {
