@@ -395,6 +395,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: Deadline,
         invocation: &InvocationInfo,
     ) -> Result<BatchReport, BatchError> {
+        let received = tokio::time::Instant::now();
         // The ids come out of the records in place (the records are not collected again):
         // a copy only of ids that had escapes.
         let mut records = source;
@@ -443,7 +444,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .await
         {
             Ok(reports) => {
-                self.space_redeliveries(&reports, &handles, &deadline).await;
+                self.space_redeliveries(&reports, &handles, &deadline, received)
+                    .await;
                 Ok(BatchReport { records: reports })
             }
             Err(_) => {
@@ -610,10 +612,15 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         reports: &[RecordReport],
         handles: &HashMap<String, Handle>,
         deadline: &Deadline,
+        received: tokio::time::Instant,
     ) {
         let Some((policy, port)) = &self.redelivery else {
             return;
         };
+        // SQS refuses a visibility timeout reaching past 12 hours from the message's
+        // receive, not from the change: what the receive and the batching window before
+        // the invocation may have used, and this invocation so far, come off the cap.
+        let longest = crate::redelivery::longest_hide(received.elapsed());
         let hides: Vec<crate::redelivery::Hide> = reports
             .iter()
             .filter(|r| {
@@ -629,7 +636,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 Some(crate::redelivery::Hide {
                     queue_arn: handle.queue_arn.clone(),
                     receipt_handle: handle.receipt_handle.clone(),
-                    delay: policy.delay(handle.receive_count, r.retry_after, fastrand::f64()),
+                    delay: policy
+                        .delay(handle.receive_count, r.retry_after, fastrand::f64())
+                        .min(longest),
                 })
             })
             .collect();

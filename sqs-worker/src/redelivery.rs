@@ -18,6 +18,20 @@ use crate::error::ProcessError;
 /// The longest SQS lets a message stay invisible (12 hours).
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
 
+/// The most the event source mapping may hold a received message before it invokes the
+/// function: its longest batching window (`MaximumBatchingWindowInSeconds`, 300 s), with a
+/// minute for the receive and the invocation themselves.
+pub const RECEIVE_TO_INVOCATION: Duration = Duration::from_secs(360);
+
+/// The longest hide a visibility change can ask for `in_invocation` after the invocation
+/// started: SQS counts its 12 hours from the receive, which came at most
+/// [`RECEIVE_TO_INVOCATION`] before the invocation.
+pub fn longest_hide(in_invocation: Duration) -> Duration {
+    MAX_VISIBILITY
+        .saturating_sub(RECEIVE_TO_INVOCATION)
+        .saturating_sub(in_invocation)
+}
+
 /// How long a record returned for retry stays hidden, by its receive count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedeliveryPolicy {

@@ -306,3 +306,48 @@ async fn a_record_not_started_before_the_cutoff_on_its_last_receive_is_dead_lett
     assert_eq!(failures, ["m-slow", "m-later"]);
     assert_eq!(engine.sink().accepted_ids(), ["late"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hide_at_the_cap_stays_within_twelve_hours_of_the_receive() {
+    let port = Arc::new(Port::default());
+    // Fails after ten minutes, asking for twelve hours.
+    async fn slow_failure(
+        _item: &sqs_worker::WorkItem,
+    ) -> Result<sqs_worker::Outcome, ProcessError> {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        Err(ProcessError::new(ErrorClass::ServerError, "503")
+            .with_retry_after(Duration::from_secs(43_200)))
+    }
+    let processor = sqs_worker::processor::handler_fn(slow_failure);
+    let mut config = BatchConfig::default();
+    config.parser.id_source = "pointer:/id".parse().unwrap();
+    config.retry.max_attempts = 1;
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(
+        RedeliveryPolicy {
+            base: Duration::from_secs(43_200),
+            multiplier: 1,
+            max: Duration::from_secs(43_200),
+        },
+        port.clone(),
+    );
+    // Ten minutes into a fifteen-minute invocation, a hide at SQS's 12-hour maximum.
+    engine
+        .process_batch(
+            event(&[("a", 1)]),
+            Deadline::after(Duration::from_secs(900), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let seen = port.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    // 12 h from the receive, which came up to six minutes before the invocation, less the
+    // ten minutes spent in it.
+    let most = Duration::from_secs(43_200 - 360 - 600);
+    assert!(seen[0].delay <= most, "{:?} > {most:?}", seen[0].delay);
+    assert!(
+        seen[0].delay >= most - Duration::from_secs(1),
+        "{:?}",
+        seen[0].delay
+    );
+}
