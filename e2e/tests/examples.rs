@@ -487,6 +487,7 @@ async fn a_panicking_handler_fails_its_record_only_and_the_process_serves_on() {
             record(&format!("ok-{round}"), "fine"),
             record(&format!("boom-{round}"), "panic"),
             record(&format!("after-{round}"), "fine"),
+            record(&format!("quoting-{round}"), "panic:4111111111111111"),
         ]});
         let result = api
             .invoke(
@@ -506,8 +507,17 @@ async fn a_panicking_handler_fails_its_record_only_and_the_process_serves_on() {
         // returned to the queue; its batch-mates are done.
         assert_eq!(
             String::from_utf8_lossy(&body),
-            format!(r#"{{"batchItemFailures":[{{"itemIdentifier":"boom-{round}"}}]}}"#),
+            format!(
+                r#"{{"batchItemFailures":[{{"itemIdentifier":"boom-{round}"}},{{"itemIdentifier":"quoting-{round}"}}]}}"#
+            ),
             "round {round}; output:\n{output}"
+        );
+        // The panic is logged where it happened, without the value it quoted (Rust's own
+        // panic hook would print it to stderr, which Lambda sends to the logs).
+        assert!(output.contains("panicked"), "{output}");
+        assert!(
+            !output.contains("4111111111111111"),
+            "a payload value reached the log:\n{output}"
         );
         assert!(
             process.exited().is_none(),

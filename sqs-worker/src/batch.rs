@@ -1164,7 +1164,7 @@ fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
             body_bytes = item.body.len(),
             error_class = %error.class,
             error_signature = %error_signature(error.class, &error.message),
-            error = %error,
+            error = %error.loggable(),
             "record failed: {outcome}"
         ),
         Some(fields) => tracing::warn!(
@@ -1174,7 +1174,7 @@ fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
             body_bytes = item.body.len(),
             error_class = %error.class,
             error_signature = %error_signature(error.class, &error.message),
-            error = %error,
+            error = %error.loggable(),
             handler_fields = %fields,
             "record failed: {outcome}"
         ),

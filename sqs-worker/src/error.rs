@@ -209,6 +209,24 @@ impl ProcessError {
 }
 
 /// Class, message and causes; never [`ProcessError::detail`].
+impl ProcessError {
+    /// The error as a log line may carry it: class, code and a message with what it quotes
+    /// dropped and numbers masked ([`crate::signature::loggable_message`]); a panic's
+    /// message (the handler's own text, which may hold any value) not at all. The whole
+    /// message goes into the record only.
+    pub fn loggable(&self) -> String {
+        let message = if self.step.as_deref() == Some("panic") {
+            "the processor panicked (its message is in the record)".to_string()
+        } else {
+            crate::signature::loggable_message(&self.message)
+        };
+        match &self.code {
+            Some(code) => format!("{} ({code}): {message}", self.class),
+            None => format!("{}: {message}", self.class),
+        }
+    }
+}
+
 impl fmt::Display for ProcessError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.class, self.message)?;

@@ -135,7 +135,7 @@ where
                 Ok(Err(error)) => HandlerOutcome::Failed(error.into()),
                 Err(panic) => {
                     let message = crate::batch::panic_message(&*panic);
-                    tracing::error!(panic = %message, "the worker panicked; failing the whole invocation");
+                    tracing::error!(panic = %crate::signature::loggable_message(&message), "the worker panicked; failing the whole invocation");
                     HandlerOutcome::Failed(Diagnostic {
                         error_type: "Panic".to_string(),
                         error_message: format!("the worker panicked: {message}"),

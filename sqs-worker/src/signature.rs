@@ -11,6 +11,38 @@ const DURATION_UNITS: &[&str] = &[
     "minutes", "h", "hr", "hrs", "hour", "hours",
 ];
 
+/// An error message as it may be logged (docs/ARCHITECTURE.md §1.9): what it quotes
+/// (`"…"`, `` `…` ``, `'…'`: serde, envelope and most library errors quote the offending
+/// value) is dropped and the variable parts masked as for a signature, so a payload's
+/// values never reach the logs; the message itself is kept whole in the record.
+pub fn loggable_message(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut open: Option<char> = None;
+    for c in message.chars() {
+        match open {
+            Some(quote) if c == quote => {
+                out.push('…');
+                out.push(c);
+                open = None;
+            }
+            Some(_) => {}
+            // An apostrophe inside a word ("isn't") opens nothing.
+            None if c == '\'' && out.chars().last().is_some_and(char::is_alphanumeric) => {
+                out.push(c);
+            }
+            None if matches!(c, '"' | '`' | '\'') => {
+                out.push(c);
+                open = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    if open.is_some() {
+        out.push('…');
+    }
+    normalize_message(&out)
+}
+
 /// Masks the variable parts of an error message: UUIDs become `<uuid>`, numbers with a
 /// time unit `<duration>`, hex or mixed ids of 8+ characters `<id>`, other numbers `<n>`.
 pub fn normalize_message(message: &str) -> String {
@@ -200,5 +232,41 @@ mod tests {
     #[test]
     fn whitespace_is_normalised() {
         assert_eq!(normalize_message("  a \n b  "), "a b");
+    }
+
+    #[test]
+    fn a_loggable_message_carries_no_payload_value() {
+        let card = "4111 1111 1111 1111";
+        // What serde, an envelope and a panic put in a message.
+        let typed = format!(
+            "the payload does not fit Order: .card: invalid type: string \"{card}\", expected u64 at line 1 column 33"
+        );
+        let envelope = "the SNS envelope's Message must be a string, found invalid type: integer `4111111111111111`";
+        for message in [
+            typed.as_str(),
+            envelope,
+            "name 'Ada Lovelace' is not allowed",
+            "unterminated \"4111",
+        ] {
+            let logged = loggable_message(message);
+            for value in ["4111", "Ada", "Lovelace"] {
+                assert!(!logged.contains(value), "{logged}");
+            }
+        }
+        // What the message says about the error stays readable.
+        assert_eq!(
+            loggable_message(&typed),
+            "the payload does not fit Order: .card: invalid type: string \"…\", expected u<n> at line <n> column <n>"
+        );
+        assert_eq!(loggable_message("isn't a number"), "isn't a number");
+        let panic = crate::ProcessError::new(
+            crate::ErrorClass::Unknown,
+            format!("the processor panicked: card {card}"),
+        )
+        .with_step("panic");
+        assert_eq!(
+            panic.loggable(),
+            "unknown: the processor panicked (its message is in the record)"
+        );
     }
 }

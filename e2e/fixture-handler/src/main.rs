@@ -1,8 +1,8 @@
 //! A handler of one's own, as small as the README's, for the compiled-binary tests: it is
 //! packaged by `scripts/lambda.sh` with cargo-lambda and the release profile, exactly as
 //! the functions ship, so that what those tests see of a panic is what a deployed handler
-//! does. A record whose body is `panic` panics in the handler; `fail` is a validation
-//! failure; anything else is done.
+//! does. A record whose body is `panic` panics in the handler, `panic:<value>` panics
+//! quoting the value; `fail` is a validation failure; anything else is done.
 
 #![allow(clippy::panic)] // panicking on request is this binary's purpose
 
@@ -17,6 +17,10 @@ const _: () = assert!(
 );
 
 async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
+    if let Some(value) = item.body.strip_prefix("panic:") {
+        // As a handler's own `panic!` may quote the payload it choked on.
+        panic!("the fixture handler cannot take \"{value}\"");
+    }
     match item.body.as_str() {
         "panic" => panic!("the fixture handler panics on request"),
         "fail" => Err(ProcessError::validation(

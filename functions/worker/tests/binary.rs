@@ -622,3 +622,73 @@ async fn binary_at_error_level_writes_only_errors_and_metrics() {
         "{metrics:?}"
     );
 }
+
+/// A payload's values never reach the logs (docs/ARCHITECTURE.md §1.9): an SNS envelope
+/// whose `Message` is a card number, or which breaks off inside one, is dead-lettered with
+/// its whole error in the record, and the log line says its class and shape only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_values_in_error_messages_do_not_reach_the_logs() {
+    let p = e2e::Pipeline::new("values", e2e::Setup::default()).await;
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
+    env.extend(p.resources.store_env());
+    env.push(("WORKER_DOWNSTREAM_URL".to_string(), p.downstream.url()));
+    env.push(("WORKER_ENVELOPE".to_string(), "sns".to_string()));
+    env.push(("RUST_LOG".to_string(), String::new()));
+    let log = std::env::temp_dir().join(format!("worker-binary-values-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let _process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    let card = "4111111111111111";
+    let notification = |message: serde_json::Value| {
+        json!({
+            "Type": "Notification",
+            "MessageId": "n-1",
+            "TopicArn": "arn:aws:sns:us-east-1:000000000000:orders",
+            "Message": message,
+            "Timestamp": "2026-11-25T00:00:00.000Z"
+        })
+        .to_string()
+    };
+    let event = json!({"Records": [
+        record(1, &notification(json!(4_111_111_111_111_111_u64))),
+        record(2, &format!("{{\"Type\":\"Notification\",\"Message\":\"{card}\"")),
+    ]});
+    let result = api
+        .invoke(
+            serde_json::to_vec(&event).unwrap().into(),
+            Duration::from_secs(20),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(result, InvocationResult::Response(_)),
+        "{result:?}"
+    );
+    let (logs, _) = log_and_metrics(&log);
+    let failures: Vec<_> = logs
+        .iter()
+        .filter(|l| l["message"] == "record failed: dead-lettered")
+        .collect();
+    assert_eq!(failures.len(), 2, "{logs:?}");
+    for line in &failures {
+        assert_eq!(line["error_class"], "validation", "{line}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains(card),
+        "a payload value reached the log: {text}"
+    );
+    // The record keeps the whole message for the operator.
+    let records = p.records().await;
+    assert_eq!(records.len(), 2, "{records:?}");
+    assert!(
+        records
+            .iter()
+            .any(|r| r.failure_history[0].error_message.contains(card)),
+        "{records:?}"
+    );
+}
