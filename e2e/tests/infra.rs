@@ -987,7 +987,11 @@ async fn deploys_into_the_emulator() {
     );
     let redrive_policy = policy("RedriveRole", "redrive").await;
     assert!(redrive_policy.contains(secret_arn), "{redrive_policy}");
-    assert!(!redrive_policy.contains("producer-a"), "{redrive_policy}");
+    // Its DLQ sweep adopts a message whose body points at a producer's payload by reading
+    // that payload: the producers' buckets, read-only.
+    for arn in ["arn:aws:s3:::producer-a/*", "arn:aws:s3:::producer-b"] {
+        assert!(has(&redrive_policy, arn), "{arn} not in {redrive_policy}");
+    }
 
     // The alarm key, its alias and the topic are created (moto 5.2.5 does not create the
     // email subscription; checked on the JSON).
