@@ -171,19 +171,32 @@ impl<P, S> Breaker<P, S> {
     }
 }
 
+/// The error of a record the open breaker refused, with a `Retry-After` to the end of the
+/// open period (its next delivery is hidden until then).
 fn refused(until: SystemTime, now: SystemTime, why: &str) -> ProcessError {
-    crate::context::add_metric("BreakerRefused", crate::context::Unit::Count, 1.0);
     let wait = until.duration_since(now).unwrap_or(Duration::ZERO);
-    ProcessError::new(
-        ErrorClass::ServerError,
-        format!(
-            "the circuit breaker is open ({why}): the downstream was not called; retried in {} s",
-            wait.as_secs()
-        ),
-    )
-    .with_code(CIRCUIT_OPEN)
-    .with_step("breaker")
+    refusal(format!(
+        "the circuit breaker is open ({why}): the downstream was not called; retried in {} s",
+        wait.as_secs()
+    ))
     .with_retry_after(wait)
+}
+
+/// The error of a record refused while another sandbox probes: no `Retry-After`, since the
+/// probe's answer may come at any moment (its lock only bounds it); the record is spaced
+/// as any record returned for retry.
+fn refused_while_probing() -> ProcessError {
+    refusal(
+        "the circuit breaker is half-open and another sandbox is probing: the downstream was not called"
+            .to_string(),
+    )
+}
+
+fn refusal(message: String) -> ProcessError {
+    crate::context::add_metric("BreakerRefused", crate::context::Unit::Count, 1.0);
+    ProcessError::new(ErrorClass::ServerError, message)
+        .with_code(CIRCUIT_OPEN)
+        .with_step("breaker")
 }
 
 /// What a probe may take beyond its call before the lock lapses.
@@ -365,7 +378,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                 probe_until: Some(lock),
                 ..state.clone()
             });
-            return Err(refused(lock, now, "another sandbox is probing"));
+            return Err(refused_while_probing());
         }
         let result = self.call(item).await;
         crate::context::finishing(async {
@@ -408,11 +421,11 @@ impl<P: Processor, S: BreakerStore> Processor for Breaker<P, S> {
         if let Some(until) = state.open_until.filter(|_| state.is_open(now)) {
             return Err(refused(until, now, "the downstream is failing"));
         }
-        if let Some(until) = state
+        if state
             .probe_until
-            .filter(|until| state.is_half_open(now) && now < *until)
+            .is_some_and(|until| state.is_half_open(now) && now < until)
         {
-            return Err(refused(until, now, "another sandbox is probing"));
+            return Err(refused_while_probing());
         }
         if state.is_half_open(now) {
             return self.probe(item, &state, now).await;
