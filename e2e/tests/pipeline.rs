@@ -274,17 +274,52 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
     };
     let info = InvocationInfo::default();
     let first = candidate(3);
-    assert!(store.dead_letter(std::slice::from_ref(&first), &info).await[0].is_ok());
+    // Another item's failure in the same call: their DLQ messages are marked sent in one
+    // transaction.
+    let other = {
+        let mut c = candidate(3);
+        c.item.item_id = "dup-2".to_string();
+        c.item.message_id = "m-other".to_string();
+        c
+    };
+    let both = store
+        .dead_letter(&[first.clone(), other.clone()], &info)
+        .await;
+    assert!(both.iter().all(Result::is_ok), "{both:?}");
+    for item_id in ["dup", "dup-2"] {
+        let raw = p
+            .clients
+            .dynamodb
+            .get_item()
+            .table_name(&p.resources.table)
+            .key(
+                "item_id",
+                aws_sdk_dynamodb::types::AttributeValue::S(item_id.into()),
+            )
+            .send()
+            .await
+            .unwrap();
+        let sent = raw
+            .item()
+            .and_then(|i| i.get("dlq_sent"))
+            .and_then(|v| v.as_ss().ok())
+            .cloned();
+        assert!(sent.is_some_and(|s| s.len() == 1), "{item_id}: {raw:?}");
+    }
+    // The other item's redelivery is acknowledged and sends nothing (the DLQ holds two
+    // messages, counted below).
+    assert!(store.dead_letter(std::slice::from_ref(&other), &info).await[0].is_ok());
     // The same delivery again (Lambda invoked the batch twice, or its answer was lost):
     // nothing is appended, no second DLQ message is sent, and it is acknowledged, since
     // the message's DLQ message was sent (the record says so).
     let again = store.dead_letter(std::slice::from_ref(&first), &info).await;
     assert!(again[0].is_ok(), "{again:?}");
-    assert_eq!(p.dlq_messages().await.len(), 1);
+    assert_eq!(p.dlq_messages().await.len(), 2);
     let records = p.records().await;
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].failure_count, 2);
-    assert_eq!(records[0].failure_history.len(), 2);
+    assert_eq!(records.len(), 2);
+    let dup = records.iter().find(|r| r.item_id == "dup").unwrap();
+    assert_eq!(dup.failure_count, 2);
+    assert_eq!(dup.failure_history.len(), 2);
     // A later delivery of the same item (say, after a redrive) appends its attempts.
     assert!(store.dead_letter(&[candidate(4)], &info).await[0].is_ok());
     let r = store.get("dup").await.unwrap().unwrap();

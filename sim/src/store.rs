@@ -277,17 +277,19 @@ impl RecordTable for SimStore {
             .unwrap_or_default())
     }
 
-    async fn mark_sent(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+    async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
         let mut state = self.world.lock();
         self.table_call(&mut state, "mark-sent")?;
-        if let Some(row) = state.table.get_mut(item_id) {
-            row.sent.insert(message_id.to_string());
+        for (item_id, message_id) in sent {
+            if let Some(row) = state.table.get_mut(*item_id) {
+                row.sent.insert((*message_id).to_string());
+            }
+            state.after_step(
+                &self.actor,
+                item_id,
+                &format!("marked the DLQ message of {message_id} sent"),
+            );
         }
-        state.after_step(
-            &self.actor,
-            item_id,
-            &format!("marked the DLQ message of {message_id} sent"),
-        );
         Ok(())
     }
 

@@ -169,12 +169,12 @@ pub trait RecordTable: Send + Sync {
         item_id: &str,
     ) -> impl Future<Output = Result<Deliveries, ProcessError>> + Send;
 
-    /// Marks `message_id`'s DLQ message as sent: a later delivery of that message (its
-    /// acknowledgement was lost) is then acknowledged instead of sent back.
+    /// Marks DLQ messages sent, each `(item id, source message id)`: a later delivery of
+    /// such a message (its acknowledgement was lost) is then acknowledged instead of sent
+    /// back. Batched by the store (a dead letter should cost one write, not two).
     fn mark_sent(
         &self,
-        item_id: &str,
-        message_id: &str,
+        sent: &[(&str, &str)],
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
     /// Sets `manual_review_required`.
@@ -417,24 +417,34 @@ pub async fn dead_letter<T: RecordTable>(
         .filter_map(|r| r.as_ref().ok().and_then(Option::as_ref))
         .collect();
     let sent_results = table.send_to_dlq(&to_send).await;
-    let follow_ups: Vec<_> = to_send
+    // A later delivery of a sent message (its acknowledgement lost) is then acknowledged
+    // rather than bounced to the redrive policy's second copy.
+    let marks: Vec<(&str, &str)> = to_send
         .iter()
         .zip(&sent_results)
-        .map(|(record, result)| async move {
-            let (item_id, message_id) = (&record.item_id, &record.source.message_id);
-            if result.is_ok() {
-                // A later delivery of this message (its acknowledgement lost) is then
-                // acknowledged rather than bounced to the redrive policy's second copy.
-                if let Err(e) = table.mark_sent(item_id, message_id).await {
-                    tracing::warn!(item_id = %item_id, error = %e, "DLQ message sent but not marked sent; a redelivery of this message is returned for retry until the queue's redrive policy moves it");
-                }
-            } else if let Err(e) = table.release_claim(item_id, message_id).await {
-                // The next delivery of this message must be free to send it.
-                tracing::warn!(item_id = %item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
+        .filter(|(_, result)| result.is_ok())
+        .map(|(record, _)| (record.item_id.as_str(), record.source.message_id.as_str()))
+        .collect();
+    if !marks.is_empty() {
+        if let Err(e) = table.mark_sent(&marks).await {
+            tracing::warn!(records = marks.len(), error = %e, "DLQ messages sent but not all marked sent; a redelivery of one is returned for retry until the queue's redrive policy moves it");
+        }
+    }
+    let releases: Vec<_> = to_send
+        .iter()
+        .zip(&sent_results)
+        .filter(|(_, result)| result.is_err())
+        .map(|(record, _)| async move {
+            // The next delivery of this message must be free to send it.
+            if let Err(e) = table
+                .release_claim(&record.item_id, &record.source.message_id)
+                .await
+            {
+                tracing::warn!(item_id = %record.item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
             }
         })
         .collect();
-    futures::stream::iter(follow_ups)
+    futures::stream::iter(releases)
         .buffer_unordered(settings.write_concurrency.max(1))
         .collect::<Vec<()>>()
         .await;
@@ -625,11 +635,9 @@ mod tests {
             })
         }
 
-        async fn mark_sent(&self, _item_id: &str, message_id: &str) -> Result<(), ProcessError> {
-            self.marked_sent
-                .lock()
-                .unwrap()
-                .insert(message_id.to_string());
+        async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
+            let mut marked = self.marked_sent.lock().unwrap();
+            marked.extend(sent.iter().map(|(_, message_id)| message_id.to_string()));
             Ok(())
         }
 

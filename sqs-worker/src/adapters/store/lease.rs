@@ -63,6 +63,92 @@ impl DeadLetterStore {
             .await
     }
 
+    /// The update marking `message_id`'s DLQ message sent on its record (existing records
+    /// only: a record purged meanwhile is not recreated as a stub).
+    fn sent_update(&self, item_id: &str, message_id: &str) -> Result<Update, ProcessError> {
+        Update::builder()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("ADD #sent :sent")
+            .condition_expression("attribute_exists(#id)")
+            .expression_attribute_names("#id", schema::ITEM_ID)
+            .expression_attribute_names("#sent", schema::DLQ_SENT)
+            .expression_attribute_values(":sent", AttributeValue::Ss(vec![message_id.to_string()]))
+            .build()
+            .map_err(|e| {
+                ProcessError::new(ErrorClass::Unknown, e.to_string()).with_step("mark-sent")
+            })
+    }
+
+    /// Marks DLQ messages sent with few calls: one transaction per 100 records (a dead
+    /// letter then costs its record write and a share of one call, not two writes); a chunk
+    /// naming a record twice, or refused because one was deleted meanwhile, is written
+    /// record by record. The first error, if any.
+    pub(super) async fn mark_sent_all(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
+        let mut first_error = None;
+        for chunk in sent.chunks(TRANSACTION_ITEMS) {
+            let distinct = chunk
+                .iter()
+                .map(|(item_id, _)| *item_id)
+                .collect::<std::collections::HashSet<_>>()
+                .len()
+                == chunk.len();
+            let batched = if distinct && chunk.len() > 1 {
+                let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
+                    .iter()
+                    .map(|(item_id, message_id)| {
+                        Ok(TransactWriteItem::builder()
+                            .update(self.sent_update(item_id, message_id)?)
+                            .build())
+                    })
+                    .collect();
+                match updates {
+                    Ok(updates) => self
+                        .clients
+                        .dynamodb
+                        .transact_write_items()
+                        .set_transact_items(Some(updates))
+                        .send()
+                        .await
+                        .map(|_| true)
+                        .or_else(|e| {
+                            if e.as_service_error().is_some_and(is_conditional_failure) {
+                                Ok(false)
+                            } else {
+                                Err(ProcessError::from_sdk(&e).with_step("mark-sent"))
+                            }
+                        }),
+                    Err(e) => Err(e),
+                }
+            } else {
+                Ok(false)
+            };
+            let one_by_one = match batched {
+                Ok(true) => false,
+                Ok(false) => true,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    false
+                }
+            };
+            if one_by_one {
+                for (item_id, message_id) in chunk {
+                    let update = self.sent_update(item_id, message_id)?;
+                    match self.send_update(&update).await {
+                        Ok(_) => {}
+                        // Deleted meanwhile (a purge): nothing to mark.
+                        Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => {}
+                        Err(e) => {
+                            first_error
+                                .get_or_insert(ProcessError::from_sdk(&e).with_step("mark-sent"));
+                        }
+                    }
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     fn lease_update(
         &self,
         item_id: &str,

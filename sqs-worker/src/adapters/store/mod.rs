@@ -293,32 +293,9 @@ impl RecordTable for DeadLetterStore {
         })
     }
 
-    /// One `UpdateItem` adding the message id to `dlq_sent`, on an existing record only.
-    async fn mark_sent(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
-        let result = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression("ADD #sent :sent")
-            .condition_expression("attribute_exists(#id)")
-            .expression_attribute_names("#id", schema::ITEM_ID)
-            .expression_attribute_names("#sent", schema::DLQ_SENT)
-            .expression_attribute_values(":sent", AttributeValue::Ss(vec![message_id.to_string()]))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            // Deleted meanwhile (a purge): nothing to mark.
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(ProcessError::from_sdk(&e).with_step("mark-sent")),
-        }
+    /// One `TransactWriteItems` per 100 records ([`DeadLetterStore::mark_sent_all`]).
+    async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
+        self.mark_sent_all(sent).await
     }
 
     /// `manual_review_required` depends on the whole history, which an update expression
