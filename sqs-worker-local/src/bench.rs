@@ -384,8 +384,9 @@ const NOTES: &str = r#"
 - **Release profile.** The function binaries ship with the release profile (see
   `Cargo.toml`), which `sam build` and `make package` use through cargo-lambda: fat LTO, one codegen unit, symbols stripped, the AWS SDK and HTTP/TLS
   crates optimised for size (they wait on the network), everything else for speed. Panics
-  unwind (the default) so that `lambda_runtime`'s guard reports a panic as the invocation's
-  error instead of killing the sandbox; the code denies `unwrap`, `expect` and `panic!`.
+  unwind, said in the profile (cargo-lambda passes `panic = "abort"` when the profile is
+  silent), so that a handler's panic fails its record and any other panic the invocation
+  instead of killing the sandbox; the code denies `unwrap`, `expect` and `panic!`.
   `make bench` builds the worker and the hello-world peer with this same profile, through
   the same `scripts/lambda.sh`, and measures those `bootstrap` binaries.
 - **Allocator.** mimalloc, without transparent huge pages (`no_thp`). A batch allocates a
