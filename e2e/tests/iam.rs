@@ -407,7 +407,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         let breaker = sqs_worker::adapters::breaker::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
-            sqs_worker::runner::BREAKER_ID,
+            deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
         );
         let now = std::time::SystemTime::now();
         // Refused when the worker left it open already (for up to 16 open periods).

@@ -113,12 +113,26 @@ pub enum Once<T> {
 pub struct Idempotency<S> {
     store: S,
     ttl: Duration,
+    /// What every key starts with ([`Idempotency::with_key_prefix`]).
+    key_prefix: String,
 }
 
 impl<S: IdempotencyStore> Idempotency<S> {
     /// Completed keys expire `ttl` after completion.
     pub fn new(store: S, ttl: Duration) -> Self {
-        Idempotency { store, ttl }
+        Idempotency {
+            store,
+            ttl,
+            key_prefix: String::new(),
+        }
+    }
+
+    /// Every key starts with `prefix` (the runner uses the function's name and `#`,
+    /// `WORKER_IDEMPOTENCY_KEY_PREFIX`): functions sharing a table keep apart, and no item
+    /// id can name another kind of item in it (the circuit breaker's).
+    pub fn with_key_prefix(mut self, prefix: &str) -> Self {
+        self.key_prefix = prefix.to_string();
+        self
     }
 
     /// The store.
@@ -140,6 +154,13 @@ impl<S: IdempotencyStore> Idempotency<S> {
             .filter(|d| *d > now)
             .unwrap_or(now + FALLBACK_CLAIM);
         let token = attempt_token();
+        let prefixed;
+        let key = if self.key_prefix.is_empty() {
+            key
+        } else {
+            prefixed = format!("{}{key}", self.key_prefix);
+            prefixed.as_str()
+        };
         match self.store.claim(key, &token, until, now).await? {
             Claim::Completed { result } => {
                 let result = result.and_then(|text| serde_json::from_str(&text).ok());
@@ -392,5 +413,41 @@ mod tests {
         assert!(store.release("k", "old").await.is_err());
         let held = store.claim("k", "third", later, later).await.unwrap();
         assert!(matches!(held, Claim::InProgress { .. }));
+    }
+
+    #[tokio::test]
+    async fn functions_sharing_a_table_do_not_skip_each_others_items() {
+        let store = MemoryIdempotencyStore::default();
+        let runs = Arc::new(AtomicU32::new(0));
+        let function = |prefix: &str| {
+            Idempotent::new(
+                Counting {
+                    runs: runs.clone(),
+                    fail_first: false,
+                },
+                Idempotency::new(store.clone(), Duration::from_secs(3600)).with_key_prefix(prefix),
+            )
+        };
+        // Two subscribers of one topic get the same message (the same item id).
+        let item = WorkItem::new("sns-message-1", "{}");
+        assert_eq!(
+            function("orders#").process(&item).await.unwrap(),
+            Outcome::Done
+        );
+        assert_eq!(
+            function("audit#").process(&item).await.unwrap(),
+            Outcome::Done
+        );
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            2,
+            "each function did its own work"
+        );
+        // The same function's duplicate is still skipped.
+        assert!(matches!(
+            function("orders#").process(&item).await.unwrap(),
+            Outcome::Skipped { .. }
+        ));
+        assert!(store.is_completed("orders#sns-message-1"));
     }
 }

@@ -84,14 +84,14 @@ impl RedriveFunction {
             .processor
             .as_ref()
             .and_then(|worker| worker.handler.breaker.as_ref())
-            .map(|(table, policy)| {
+            .map(|breaker| {
                 (
                     crate::adapters::breaker::DynamoBreakerStore::new(
                         clients.dynamodb.clone(),
-                        table.clone(),
-                        crate::runner::BREAKER_ID,
+                        breaker.table.clone(),
+                        &breaker.key,
                     ),
-                    *policy,
+                    breaker.policy,
                 )
             });
         let store = DeadLetterStore::new(

@@ -204,10 +204,13 @@ impl Setup {
     pub async fn idempotency(&self) -> Option<Idempotency<DynamoIdempotencyStore>> {
         let config = self.config.idempotency.as_ref()?;
         let clients = self.aws_clients().await;
-        Some(Idempotency::new(
-            DynamoIdempotencyStore::new(clients.dynamodb, config.table.clone()),
-            config.ttl,
-        ))
+        Some(
+            Idempotency::new(
+                DynamoIdempotencyStore::new(clients.dynamodb, config.table.clone()),
+                config.ttl,
+            )
+            .with_key_prefix(&config.key_prefix),
+        )
     }
 
     /// The worker around `processor`: the dead-letter store and Extended-Client resolver
@@ -215,13 +218,13 @@ impl Setup {
     pub async fn worker<P: Processor>(self, processor: P) -> Worker<Handler<P>, ConfiguredSink> {
         let attempt_timeout = processor.attempt_timeout();
         let processor = match &self.config.breaker {
-            Some((table, policy)) => {
+            Some(breaker) => {
                 let store = DynamoBreakerStore::new(
                     self.aws_clients().await.dynamodb,
-                    table.clone(),
-                    BREAKER_ID,
+                    breaker.table.clone(),
+                    &breaker.key,
                 );
-                Guarded::Breaker(Box::new(Breaker::new(processor, store, *policy)))
+                Guarded::Breaker(Box::new(Breaker::new(processor, store, breaker.policy)))
             }
             None => Guarded::Direct(processor),
         };

@@ -341,17 +341,45 @@ pub struct HandlerConfig {
     pub idempotency: Option<IdempotencyConfig>,
     /// Spaced redelivery of records returned for retry; `None` when off.
     pub redelivery: Option<crate::redelivery::RedeliveryPolicy>,
-    /// The shared circuit breaker: its table and policy; `None` when off.
-    pub breaker: Option<(String, crate::breaker::BreakerPolicy)>,
+    /// The shared circuit breaker; `None` when off.
+    pub breaker: Option<BreakerConfig>,
 }
 
-/// `WORKER_IDEMPOTENCY_TABLE` and its TTL.
+/// `WORKER_BREAKER_TABLE`, its key and policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// The table.
+    pub table: String,
+    /// The breaker's item: one breaker per key (`WORKER_BREAKER_KEY`).
+    pub key: String,
+    /// When it opens and for how long.
+    pub policy: crate::breaker::BreakerPolicy,
+}
+
+/// `WORKER_IDEMPOTENCY_TABLE`, its TTL and key prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyConfig {
     /// The table.
     pub table: String,
     /// How long a completed item is remembered.
     pub ttl: Duration,
+    /// What every key starts with (`WORKER_IDEMPOTENCY_KEY_PREFIX`).
+    pub key_prefix: String,
+}
+
+/// The breaker key of a function that names none: its own, so that two functions sharing
+/// a table do not share a breaker (outside Lambda: [`crate::runner::BREAKER_ID`]).
+fn default_breaker_key(function: Option<&str>) -> String {
+    function.map_or_else(
+        || crate::runner::BREAKER_ID.to_string(),
+        |name| format!("breaker#{name}"),
+    )
+}
+
+/// The idempotency key prefix of a function that names none: its name and `#`, as
+/// Powertools prefixes its keys with the function's (outside Lambda: none).
+fn default_idempotency_prefix(function: Option<&str>) -> String {
+    function.map_or_else(String::new, |name| format!("{name}#"))
 }
 
 /// Everything the worker function needs: the handler's configuration and the downstream
@@ -512,15 +540,23 @@ impl HandlerConfig {
         let redelivery_multiplier = env.integer(&REDELIVERY_MULTIPLIER);
         let redelivery_max = env.integer(&REDELIVERY_MAX_SECS);
         let breaker_table: Option<String> = env.optional(&BREAKER_TABLE);
+        let function = env.lambda_variable("AWS_LAMBDA_FUNCTION_NAME");
+        let breaker_key: String = env
+            .optional(&BREAKER_KEY)
+            .unwrap_or_else(|| default_breaker_key(function.as_deref()));
+        let idempotency_prefix: String = env
+            .optional(&IDEMPOTENCY_KEY_PREFIX)
+            .unwrap_or_else(|| default_idempotency_prefix(function.as_deref()));
         let breaker_threshold = env.integer(&BREAKER_THRESHOLD);
         let breaker_window = env.integer(&BREAKER_WINDOW_SECS);
         let breaker_open = env.integer(&BREAKER_OPEN_SECS);
         HandlerConfig {
             breaker: breaker_table.map(|table| {
                 let open_for = Duration::from_secs(breaker_open);
-                (
+                BreakerConfig {
                     table,
-                    crate::breaker::BreakerPolicy {
+                    key: breaker_key,
+                    policy: crate::breaker::BreakerPolicy {
                         threshold: u32::try_from(breaker_threshold).unwrap_or(u32::MAX),
                         window: Duration::from_secs(breaker_window),
                         open_for,
@@ -530,7 +566,7 @@ impl HandlerConfig {
                         probe_for: Duration::from_secs(60),
                         refresh: Duration::from_secs(1),
                     },
-                )
+                }
             }),
             redelivery: (redelivery_base > 0).then(|| crate::redelivery::RedeliveryPolicy {
                 base: Duration::from_secs(redelivery_base),
@@ -561,6 +597,7 @@ impl HandlerConfig {
             idempotency: idempotency_table.map(|table| IdempotencyConfig {
                 table,
                 ttl: Duration::from_secs(idempotency_ttl),
+                key_prefix: idempotency_prefix,
             }),
         }
     }
@@ -692,6 +729,51 @@ mod tests {
         assert_eq!(c.handler.batch.retry.max_attempts, 3);
         assert_eq!(c.handler.deadline_margin, Duration::from_secs(2));
         assert!(!c.handler.batch.skip_group_on_error);
+    }
+
+    #[test]
+    fn breaker_and_idempotency_keys_are_the_functions_own_unless_named() {
+        let url = (DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest");
+        let tables = [
+            (BREAKER_TABLE.name, "shared"),
+            (IDEMPOTENCY_TABLE.name, "shared"),
+        ];
+        let keys = |vars: &[(&str, &str)]| {
+            let mut all = vec![url];
+            all.extend_from_slice(&tables);
+            all.extend_from_slice(vars);
+            let handler = read(&all).unwrap().handler;
+            (
+                handler.breaker.unwrap().key,
+                handler.idempotency.unwrap().key_prefix,
+            )
+        };
+        // Two functions sharing the tables keep apart by default.
+        assert_eq!(
+            keys(&[("AWS_LAMBDA_FUNCTION_NAME", "orders")]),
+            ("breaker#orders".to_string(), "orders#".to_string())
+        );
+        assert_eq!(
+            keys(&[("AWS_LAMBDA_FUNCTION_NAME", "audit")]),
+            ("breaker#audit".to_string(), "audit#".to_string())
+        );
+        // Named: shared on purpose (the template gives the redrive function the worker's).
+        assert_eq!(
+            keys(&[
+                ("AWS_LAMBDA_FUNCTION_NAME", "stack-redrive"),
+                (BREAKER_KEY.name, "breaker#stack-worker"),
+                (IDEMPOTENCY_KEY_PREFIX.name, "stack-worker#"),
+            ]),
+            (
+                "breaker#stack-worker".to_string(),
+                "stack-worker#".to_string()
+            )
+        );
+        // Outside Lambda.
+        assert_eq!(
+            keys(&[]),
+            (crate::runner::BREAKER_ID.to_string(), String::new())
+        );
     }
 
     #[test]

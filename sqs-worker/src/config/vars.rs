@@ -230,6 +230,13 @@ pub const BREAKER_TABLE: Var = text(
     "a DynamoDB table name",
     None,
 );
+/// `WORKER_BREAKER_KEY`
+pub const BREAKER_KEY: Var = text(
+    "WORKER_BREAKER_KEY",
+    "the circuit breaker's item in `WORKER_BREAKER_TABLE`: functions with the same key share one breaker; the template gives the worker and the redrive function the worker's; unset: `breaker#` and the function's name (`AWS_LAMBDA_FUNCTION_NAME`)",
+    "a key",
+    None,
+);
 /// `WORKER_BREAKER_THRESHOLD`
 pub const BREAKER_THRESHOLD: Var = integer(
     "WORKER_BREAKER_THRESHOLD",
@@ -268,6 +275,13 @@ pub const IDEMPOTENCY_TTL_SECS: Var = integer(
     60,
     31_536_000,
     86_400,
+);
+/// `WORKER_IDEMPOTENCY_KEY_PREFIX`
+pub const IDEMPOTENCY_KEY_PREFIX: Var = text(
+    "WORKER_IDEMPOTENCY_KEY_PREFIX",
+    "what every idempotency key starts with, before the item id, so that functions sharing a table (two subscribers of one topic) do not skip each other's items; the template gives the worker and the redrive function the worker's; unset: the function's name (`AWS_LAMBDA_FUNCTION_NAME`) and `#`",
+    "a prefix",
+    None,
 );
 /// `WORKER_BODY_FORMAT`
 pub const BODY_FORMAT: Var = text(
@@ -429,10 +443,12 @@ pub const WORKER_VARS: &[Var] = &[
     PAYLOAD_BUCKETS,
     IDEMPOTENCY_TABLE,
     IDEMPOTENCY_TTL_SECS,
+    IDEMPOTENCY_KEY_PREFIX,
     REDELIVERY_BASE_SECS,
     REDELIVERY_MULTIPLIER,
     REDELIVERY_MAX_SECS,
     BREAKER_TABLE,
+    BREAKER_KEY,
     BREAKER_THRESHOLD,
     BREAKER_WINDOW_SECS,
     BREAKER_OPEN_SECS,
