@@ -334,6 +334,7 @@ fn failures(result: &InvocationResult) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_notification_is_sent_once_despite_duplicates_and_concurrent_sandboxes() {
     let p = Pipeline::new("notify", Setup::default()).await;
+    // Keys are the function's name ("notify-worker" here), `#` and the item id.
     let table = e2e::idempotency_table(&p.clients.dynamodb, "notify").await;
     let env = [
         ("NOTIFY_URL", p.downstream.url()),
@@ -357,13 +358,13 @@ async fn a_notification_is_sent_once_despite_duplicates_and_concurrent_sandboxes
     assert_eq!(records[0].item_id, "n-4");
     assert_eq!(records[0].error_class, ErrorClass::Validation);
     assert!(
-        item(&p.clients.dynamodb, &table, "id", "n-4")
+        item(&p.clients.dynamodb, &table, "id", "notify-worker#n-4")
             .await
             .is_none(),
         "a failed item holds no claim"
     );
     assert_eq!(
-        item(&p.clients.dynamodb, &table, "id", "n-1")
+        item(&p.clients.dynamodb, &table, "id", "notify-worker#n-1")
             .await
             .unwrap()["status"]
             .as_s()
@@ -399,7 +400,7 @@ async fn a_notification_is_sent_once_despite_duplicates_and_concurrent_sandboxes
     );
     // The other either gave the record back to the queue (still in progress elsewhere) or
     // saw it completed meanwhile and skipped it: never sent it.
-    let after = item(&p.clients.dynamodb, &table, "id", "n-3")
+    let after = item(&p.clients.dynamodb, &table, "id", "notify-worker#n-3")
         .await
         .unwrap();
     assert_eq!(after["status"].as_s().unwrap(), "completed");
