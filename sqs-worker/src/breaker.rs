@@ -538,21 +538,36 @@ mod tests {
         assert_eq!(open_period(&p, 40), Duration::from_secs(3));
     }
 
-    /// The shared item's calls, by kind, each taking 10 ms as DynamoDB's do.
+    /// The shared item, watched: its calls by kind, the last probe lock asked for, and a
+    /// latency per call (DynamoDB's is about 10 ms).
     #[derive(Clone, Default)]
-    struct Counted {
+    struct Watched {
         inner: MemoryBreakerStore,
+        latency: Duration,
         reads: Arc<AtomicU32>,
         writes: Arc<AtomicU32>,
+        probe_lock: Arc<Mutex<Option<SystemTime>>>,
     }
 
-    impl BreakerStore for Counted {
-        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            self.reads.fetch_add(1, Ordering::SeqCst);
+    impl Watched {
+        /// `call` after the store's latency, counted as a read or a write.
+        fn call<'a, T: Send + 'a>(
+            &'a self,
+            write: bool,
+            call: BoxFuture<'a, Result<T, ProcessError>>,
+        ) -> BoxFuture<'a, Result<T, ProcessError>> {
+            let counter = if write { &self.writes } else { &self.reads };
+            counter.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                self.inner.read().await
+                tokio::time::sleep(self.latency).await;
+                call.await
             })
+        }
+    }
+
+    impl BreakerStore for Watched {
+        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.call(false, self.inner.read())
         }
         fn add_failures(
             &self,
@@ -560,11 +575,7 @@ mod tests {
             now: SystemTime,
             window: Duration,
         ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                self.inner.add_failures(n, now, window).await
-            })
+            self.call(true, self.inner.add_failures(n, now, window))
         }
         fn open(
             &self,
@@ -572,29 +583,18 @@ mod tests {
             opens: u32,
             now: SystemTime,
         ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                self.inner.open(until, opens, now).await
-            })
+            self.call(true, self.inner.open(until, opens, now))
         }
         fn take_probe(
             &self,
             until: SystemTime,
             now: SystemTime,
         ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                self.inner.take_probe(until, now).await
-            })
+            *self.probe_lock.lock().unwrap() = Some(until);
+            self.call(true, self.inner.take_probe(until, now))
         }
         fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            Box::pin(async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                self.inner.close().await
-            })
+            self.call(true, self.inner.close())
         }
     }
 
@@ -602,7 +602,10 @@ mod tests {
     async fn a_fleet_reads_once_per_sandbox_per_period_and_writes_by_transitions() {
         const SANDBOXES: usize = 1000;
         const RECORDS: usize = 10;
-        let store = Counted::default();
+        let store = Watched {
+            latency: Duration::from_millis(10),
+            ..Watched::default()
+        };
         let up = Arc::new(AtomicBool::new(false));
         let calls = Arc::new(AtomicU32::new(0));
         let policy = BreakerPolicy {
@@ -731,9 +734,9 @@ mod tests {
             )
             .await
             .unwrap());
-        let locking = Locks {
+        let locking = Watched {
             inner: store.clone(),
-            until: Arc::new(Mutex::new(None)),
+            ..Watched::default()
         };
         let sandbox = Breaker::new(Patient, locking.clone(), policy());
         let context = crate::context::RecordContext::new(
@@ -745,48 +748,8 @@ mod tests {
             .scope(sandbox.process(&WorkItem::new("m", "{}")))
             .await;
         assert_eq!(done.unwrap(), Outcome::Done);
-        let lock = locking.until.lock().unwrap().unwrap();
+        let lock = locking.probe_lock.lock().unwrap().unwrap();
         let lasts = lock.duration_since(now).unwrap();
         assert!(lasts >= Duration::from_secs(600), "{lasts:?}");
-    }
-
-    /// Keeps the probe lock asked for.
-    #[derive(Clone)]
-    struct Locks {
-        inner: MemoryBreakerStore,
-        until: Arc<Mutex<Option<SystemTime>>>,
-    }
-
-    impl BreakerStore for Locks {
-        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            self.inner.read()
-        }
-        fn add_failures(
-            &self,
-            n: u32,
-            now: SystemTime,
-            window: Duration,
-        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            self.inner.add_failures(n, now, window)
-        }
-        fn open(
-            &self,
-            until: SystemTime,
-            opens: u32,
-            now: SystemTime,
-        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            self.inner.open(until, opens, now)
-        }
-        fn take_probe(
-            &self,
-            until: SystemTime,
-            now: SystemTime,
-        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            *self.until.lock().unwrap() = Some(until);
-            self.inner.take_probe(until, now)
-        }
-        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
-            self.inner.close()
-        }
     }
 }
