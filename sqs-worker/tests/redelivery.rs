@@ -55,14 +55,16 @@ fn event(records: &[(&str, u32)]) -> SqsEvent {
     .unwrap()
 }
 
-fn engine(port: Arc<Port>) -> BatchProcessor<ScriptedProcessor, MemorySink> {
-    let processor = ScriptedProcessor::new()
-        .script("a", vec![Step::Fail(ErrorClass::Throttled)])
-        .script("b", vec![Step::Fail(ErrorClass::ServerError)])
-        .script("bad", vec![Step::Fail(ErrorClass::Validation)]);
+/// An engine over `processor` (ids from `/id`, `max_attempts` per invocation, five
+/// receives) spacing redeliveries 60 s × 3ⁿ up to an hour through `port`.
+fn spaced<P: sqs_worker::processor::Processor>(
+    processor: P,
+    max_attempts: u32,
+    port: Arc<Port>,
+) -> BatchProcessor<P, MemorySink> {
     let mut config = BatchConfig::default();
     config.parser.id_source = "pointer:/id".parse().unwrap();
-    config.retry.max_attempts = 1;
+    config.retry.max_attempts = max_attempts;
     config.max_receive_count = Some(5);
     BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(
         RedeliveryPolicy {
@@ -72,6 +74,14 @@ fn engine(port: Arc<Port>) -> BatchProcessor<ScriptedProcessor, MemorySink> {
         },
         port,
     )
+}
+
+fn engine(port: Arc<Port>) -> BatchProcessor<ScriptedProcessor, MemorySink> {
+    let processor = ScriptedProcessor::new()
+        .script("a", vec![Step::Fail(ErrorClass::Throttled)])
+        .script("b", vec![Step::Fail(ErrorClass::ServerError)])
+        .script("bad", vec![Step::Fail(ErrorClass::Validation)]);
+    spaced(processor, 1, port)
 }
 
 #[tokio::test]
@@ -138,18 +148,7 @@ async fn hide_of(
     receives: u32,
 ) -> (Hide, Duration) {
     let port = Arc::new(Port::default());
-    let mut config = BatchConfig::default();
-    config.parser.id_source = "pointer:/id".parse().unwrap();
-    config.retry.max_attempts = 3;
-    config.max_receive_count = Some(5);
-    let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(
-        RedeliveryPolicy {
-            base: Duration::from_secs(60),
-            multiplier: 3,
-            max: Duration::from_secs(3600),
-        },
-        port.clone(),
-    );
+    let engine = spaced(processor, 3, port.clone());
     let started = tokio::time::Instant::now();
     let report = engine
         .process_batch(
@@ -229,18 +228,7 @@ async fn records_held_back_are_hidden_and_dead_lettered_with_why_on_their_last_r
     let port = Arc::new(Port::default());
     let processor =
         ScriptedProcessor::new().script("r1", vec![Step::Fail(ErrorClass::ServerError)]);
-    let mut config = BatchConfig::default();
-    config.parser.id_source = "pointer:/id".parse().unwrap();
-    config.retry.max_attempts = 1;
-    config.max_receive_count = Some(5);
-    let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(
-        RedeliveryPolicy {
-            base: Duration::from_secs(60),
-            multiplier: 3,
-            max: Duration::from_secs(3600),
-        },
-        port.clone(),
-    );
+    let engine = spaced(processor, 1, port.clone());
     // r1 fails on its first receive; r2 (its last receive) and r3 are held back behind it.
     let report = engine
         .process_batch(
