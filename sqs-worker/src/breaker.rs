@@ -150,6 +150,9 @@ pub struct Breaker<P, S> {
     reading: tokio::sync::Mutex<()>,
     /// Failures counted here and not yet written, and when they were last written.
     unwritten: Mutex<(u32, Option<tokio::time::Instant>)>,
+    /// This sandbox's attempt to open failed (a throttled write): the next count it writes
+    /// at or over the threshold tries again, since no later write crosses it.
+    open_failed: std::sync::atomic::AtomicBool,
 }
 
 impl<P, S> Breaker<P, S> {
@@ -162,6 +165,7 @@ impl<P, S> Breaker<P, S> {
             cached: Mutex::new(None),
             reading: tokio::sync::Mutex::new(()),
             unwritten: Mutex::new((0, None)),
+            open_failed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -268,7 +272,8 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         };
         let now = SystemTime::from(crate::clock::now());
         let crossed = counted.failures >= self.policy.threshold
-            && counted.failures.saturating_sub(written) < self.policy.threshold;
+            && (counted.failures.saturating_sub(written) < self.policy.threshold
+                || self.open_failed.load(std::sync::atomic::Ordering::Relaxed));
         if crossed && !counted.is_open(now) {
             let opens = state.opens.max(counted.opens) + 1;
             self.open(opens, now, "failures in the window reached the threshold")
@@ -315,6 +320,8 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         let until = now + period;
         match self.store.open(until, opens, now).await {
             Ok(true) => {
+                self.open_failed
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
                     open_secs = period.as_secs(),
                     opens,
@@ -334,7 +341,11 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                     self.remember(&state);
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "could not open the circuit breaker"),
+            Err(e) => {
+                self.open_failed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(error = %e, "could not open the circuit breaker; the next failure counted tries again");
+            }
         }
     }
 

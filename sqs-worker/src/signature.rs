@@ -16,10 +16,20 @@ const DURATION_UNITS: &[&str] = &[
 /// value) is dropped and the variable parts masked as for a signature, so a payload's
 /// values never reach the logs; the message itself is kept whole in the record.
 pub fn loggable_message(message: &str) -> String {
+    let chars: Vec<char> = message.chars().collect();
     let mut out = String::with_capacity(message.len());
     let mut open: Option<char> = None;
-    for c in message.chars() {
+    let word = |c: Option<&char>| c.is_some_and(|c| c.is_alphanumeric());
+    let mut i = 0;
+    while let Some(&c) = chars.get(i) {
+        let before = i.checked_sub(1).and_then(|j| chars.get(j));
+        let after = chars.get(i + 1);
         match open {
+            // An escaped character (serde writes strings with Debug escapes) closes nothing.
+            Some(_) if c == '\\' => i += 1,
+            // An apostrophe closes a single-quoted value only before a space, punctuation
+            // or the end ("'O'Brien Ada'" is one value).
+            Some('\'') if c == '\'' && word(after) => {}
             Some(quote) if c == quote => {
                 out.push('…');
                 out.push(c);
@@ -27,15 +37,14 @@ pub fn loggable_message(message: &str) -> String {
             }
             Some(_) => {}
             // An apostrophe inside a word ("isn't") opens nothing.
-            None if c == '\'' && out.chars().last().is_some_and(char::is_alphanumeric) => {
-                out.push(c);
-            }
+            None if c == '\'' && word(before) => out.push(c),
             None if matches!(c, '"' | '`' | '\'') => {
                 out.push(c);
                 open = Some(c);
             }
             None => out.push(c),
         }
+        i += 1;
     }
     if open.is_some() {
         out.push('…');
@@ -242,10 +251,16 @@ mod tests {
             "the payload does not fit Order: .card: invalid type: string \"{card}\", expected u64 at line 1 column 33"
         );
         let envelope = "the SNS envelope's Message must be a string, found invalid type: integer `4111111111111111`";
+        // serde's own rendering of a value that holds quotes, and a name with an apostrophe.
+        let escaped = serde_json::from_str::<u64>(r#""x\" Ada Lovelace \"""#)
+            .unwrap_err()
+            .to_string();
         for message in [
             typed.as_str(),
             envelope,
+            escaped.as_str(),
             "name 'Ada Lovelace' is not allowed",
+            "name 'O'Brien Ada' is not allowed",
             "unterminated \"4111",
         ] {
             let logged = loggable_message(message);

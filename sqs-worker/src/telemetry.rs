@@ -198,20 +198,18 @@ pub fn init() {
             tracing::warn!("{problem}");
         }
         // Rust's own panic hook writes the panic's message to stderr, which Lambda sends
-        // to the logs: a handler's `panic!("bad card {card}")` would put the payload's
-        // value there. The worker catches a processor's panic and keeps its message in the
-        // record; the log gets where it happened and the message with its values masked
+        // to the logs: a handler's `panic!("declined for {holder}")` would put the
+        // payload's values there. The worker catches a processor's panic and keeps its
+        // message in the record; the log gets where it happened, never the message
         // (docs/ARCHITECTURE.md §1.9).
         std::panic::set_hook(Box::new(|info| {
-            let message = crate::batch::panic_message(info.payload());
             let location = info
                 .location()
                 .map(|l| format!("{}:{}", l.file(), l.line()))
                 .unwrap_or_default();
             tracing::error!(
                 location = %location,
-                panic = %crate::signature::loggable_message(&message),
-                "panicked"
+                "panicked (the message is kept in the record, not logged)"
             );
         }));
     }

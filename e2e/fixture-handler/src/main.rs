@@ -18,8 +18,8 @@ const _: () = assert!(
 
 async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
     if let Some(value) = item.body.strip_prefix("panic:") {
-        // As a handler's own `panic!` may quote the payload it choked on.
-        panic!("the fixture handler cannot take \"{value}\"");
+        // As a handler's own `panic!` may name the payload's values, quoted or not.
+        panic!("the fixture handler cannot take {value}");
     }
     match item.body.as_str() {
         "panic" => panic!("the fixture handler panics on request"),
