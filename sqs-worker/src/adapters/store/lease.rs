@@ -63,6 +63,27 @@ impl DeadLetterStore {
             .await
     }
 
+    /// One `TransactWriteItems` of `updates`: `Ok(true)` written, `Ok(false)` refused by a
+    /// condition (the caller then writes item by item), the error otherwise.
+    async fn transact(&self, updates: Vec<Update>) -> Result<bool, ProcessError> {
+        let items = updates
+            .into_iter()
+            .map(|update| TransactWriteItem::builder().update(update).build())
+            .collect();
+        match self
+            .clients
+            .dynamodb
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
+            Err(e) => Err(ProcessError::from_sdk(&e)),
+        }
+    }
+
     /// The update marking `message_id`'s DLQ message sent on its record (existing records
     /// only: a record purged meanwhile is not recreated as a stub).
     fn sent_update(&self, item_id: &str, message_id: &str) -> Result<Update, ProcessError> {
@@ -94,30 +115,15 @@ impl DeadLetterStore {
                 .len()
                 == chunk.len();
             let batched = if distinct && chunk.len() > 1 {
-                let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
+                let updates: Result<Vec<Update>, ProcessError> = chunk
                     .iter()
-                    .map(|(item_id, message_id)| {
-                        Ok(TransactWriteItem::builder()
-                            .update(self.sent_update(item_id, message_id)?)
-                            .build())
-                    })
+                    .map(|(item_id, message_id)| self.sent_update(item_id, message_id))
                     .collect();
                 match updates {
                     Ok(updates) => self
-                        .clients
-                        .dynamodb
-                        .transact_write_items()
-                        .set_transact_items(Some(updates))
-                        .send()
+                        .transact(updates)
                         .await
-                        .map(|_| true)
-                        .or_else(|e| {
-                            if e.as_service_error().is_some_and(is_conditional_failure) {
-                                Ok(false)
-                            } else {
-                                Err(ProcessError::from_sdk(&e).with_step("mark-sent"))
-                            }
-                        }),
+                        .map_err(|e| e.with_step("mark-sent")),
                     Err(e) => Err(e),
                 }
             } else {
@@ -206,40 +212,22 @@ impl DeadLetterStore {
         let mut results = Vec::with_capacity(item_ids.len());
         for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
             let now = crate::clock::now();
-            let updates: Result<Vec<TransactWriteItem>, ProcessError> = chunk
+            let updates: Result<Vec<Update>, ProcessError> = chunk
                 .iter()
-                .map(|id| {
-                    Ok(TransactWriteItem::builder()
-                        .update(self.lease_update(id, owner, ttl, now)?)
-                        .build())
-                })
+                .map(|id| self.lease_update(id, owner, ttl, now))
                 .collect();
             let outcome = match updates {
-                Ok(updates) => self
-                    .clients
-                    .dynamodb
-                    .transact_write_items()
-                    .set_transact_items(Some(updates))
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        (
-                            e.as_service_error().is_some_and(is_conditional_failure),
-                            ProcessError::from_sdk(&e),
-                        )
-                    }),
-                Err(e) => Err((false, e)),
+                Ok(updates) => self.transact(updates).await,
+                Err(e) => Err(e),
             };
             match outcome {
-                Ok(_) => results.extend(chunk.iter().map(|_| Ok(true))),
-                Err((true, _)) => {
+                Ok(true) => results.extend(chunk.iter().map(|_| Ok(true))),
+                Ok(false) => {
                     for id in chunk {
                         results.push(self.acquire_lease(id, owner, ttl).await);
                     }
                 }
-                Err((false, e)) => {
-                    results.extend(chunk.iter().map(|_| Err(e.clone().with_step("lease"))))
-                }
+                Err(e) => results.extend(chunk.iter().map(|_| Err(e.clone().with_step("lease")))),
             }
         }
         results
