@@ -179,26 +179,86 @@ pub struct RecordContext {
     hard_stop: SystemTime,
     metrics: Arc<MetricSink>,
     fields: Mutex<Map<String, Value>>,
-    cut: CutState,
+    cut: Arc<CutState>,
 }
 
 /// How the invocation's cut-off reaches a record's attempt (docs/ARCHITECTURE.md §1.7).
 ///
-/// The engine cuts an attempt at the cut-off by dropping it, unless the attempt is inside
-/// a [`until_cut`] (the user's work, run by a layer that must see it end: the circuit
+/// The engine cuts an attempt at the cut-off by dropping it, unless sections are open in
+/// it: an [`until_cut`] (the user's work, run by a layer that must see it end: the circuit
 /// breaker counts it, an idempotency claim is released) or a [`finishing`] section (a
-/// layer's bookkeeping after the work, such as an idempotency completion, which must not
-/// be lost to the cut-off once the side effect happened). Then the engine marks the
-/// cut-off passed and polls on until the hard stop: the innermost `until_cut` ends its
-/// work there, and the layers around it finish their writes.
+/// layer's bookkeeping after the work, such as an idempotency completion, which must not be
+/// lost to the cut-off once the side effect happened). Then the engine marks the cut-off
+/// passed and polls on until the hard stop.
+///
+/// Sections form a tree that follows the code's nesting (a task-local names the section a
+/// future runs in, so the children of a `join_all` or `buffer_unordered` are siblings).
+/// Past the cut-off, every place that can cut (each `until_cut`, and the engine at the
+/// root) cuts its work as soon as no section is open directly inside it: the innermost
+/// user work ends at once, a layer's bookkeeping runs to its end, and the user's code that
+/// would run after that bookkeeping is cut by the section around it, or by the engine.
 #[derive(Debug, Default)]
 struct CutState {
     /// The engine reached the cut-off and left the attempt to end itself.
     passed: AtomicBool,
-    /// `until_cut` sections open (nested layers: the innermost is the user's code).
-    depth: AtomicU32,
-    /// `finishing` sections open.
-    finishing: AtomicU32,
+    /// The attempt itself: the engine's place to cut.
+    root: Arc<SectionNode>,
+    /// The `until_cut` sections opened, woken when the cut-off passes (weak: a closed one
+    /// is simply gone).
+    cut_points: Mutex<Vec<std::sync::Weak<SectionNode>>>,
+}
+
+/// One place the attempt can be cut: the sections open directly inside it, and the waker
+/// of the future that cuts there.
+#[derive(Debug, Default)]
+struct SectionNode {
+    open_inside: AtomicU32,
+    waker: futures::task::AtomicWaker,
+}
+
+tokio::task_local! {
+    /// The `until_cut` section the current future runs in (none: the attempt itself).
+    static SECTION: Arc<SectionNode>;
+}
+
+impl CutState {
+    /// Opens a section inside the current one; closed when the guard is dropped (also when
+    /// the section's future is dropped at the hard stop).
+    fn open(&self) -> OpenSection {
+        let parent = SECTION
+            .try_with(Arc::clone)
+            .unwrap_or_else(|_| self.root.clone());
+        parent.open_inside.fetch_add(1, Ordering::SeqCst);
+        OpenSection { parent }
+    }
+
+    fn add_cut_point(&self, node: &Arc<SectionNode>) {
+        if let Ok(mut points) = self.cut_points.lock() {
+            if points.len() >= 64 {
+                points.retain(|p| p.strong_count() > 0);
+            }
+            points.push(Arc::downgrade(node));
+        }
+    }
+
+    /// Whether the work of `node` is to be cut now (its waker registered first, so that a
+    /// section closing inside it or the cut-off passing polls it again).
+    fn cuts(&self, node: &SectionNode, waker: &std::task::Waker) -> bool {
+        node.waker.register(waker);
+        self.passed.load(Ordering::SeqCst) && node.open_inside.load(Ordering::SeqCst) == 0
+    }
+}
+
+/// An open section; dropping it closes it and wakes the place that may cut around it.
+struct OpenSection {
+    parent: Arc<SectionNode>,
+}
+
+impl Drop for OpenSection {
+    fn drop(&mut self) {
+        self.parent.open_inside.fetch_sub(1, Ordering::SeqCst);
+        self.parent.waker.wake();
+    }
 }
 
 impl RecordContext {
@@ -210,7 +270,7 @@ impl RecordContext {
             hard_stop: hard_stop.max(deadline),
             metrics,
             fields: Mutex::new(Map::new()),
-            cut: CutState::default(),
+            cut: Arc::default(),
         }
     }
 
@@ -256,27 +316,23 @@ pub fn remaining() -> Option<Duration> {
 /// Runs the user's `work` so that the invocation's cut-off ends it: `None` when it was
 /// cut there. Unlike the engine's own cut, the caller then goes on (until the hard stop)
 /// and can account for the cut attempt. Outside the worker it is `work` itself.
+///
+/// Past the cut-off the work is cut as soon as no section is open inside it (a nested
+/// layer's `until_cut` or `finishing`): the innermost work ends first, and a layer's
+/// bookkeeping inside is never cut.
 pub(crate) async fn until_cut<F: Future>(work: F) -> Option<F::Output> {
-    let Ok(depth) = RECORD.try_with(|c| c.cut.depth.fetch_add(1, Ordering::SeqCst) + 1) else {
+    let Ok(state) = RECORD.try_with(|c| c.cut.clone()) else {
         return Some(work.await);
     };
-    let _open = Section(|c: &CutState| &c.depth);
-    let mut work = std::pin::pin!(work);
+    let _open = state.open();
+    let node = Arc::new(SectionNode::default());
+    state.add_cut_point(&node);
+    let mut work = std::pin::pin!(SECTION.scope(node.clone(), work));
     std::future::poll_fn(|cx| {
         if let Poll::Ready(output) = work.as_mut().poll(cx) {
             return Poll::Ready(Some(output));
         }
-        // Cut only where the attempt stands: the innermost open section, with no layer's
-        // bookkeeping under way. The engine polls the attempt again as it marks the cut-off
-        // passed, so no waker is needed.
-        let cut = RECORD
-            .try_with(|c| {
-                c.cut.passed.load(Ordering::SeqCst)
-                    && c.cut.depth.load(Ordering::SeqCst) == depth
-                    && c.cut.finishing.load(Ordering::SeqCst) == 0
-            })
-            .unwrap_or(false);
-        if cut {
+        if state.cuts(&node, cx.waker()) {
             Poll::Ready(None)
         } else {
             Poll::Pending
@@ -288,41 +344,54 @@ pub(crate) async fn until_cut<F: Future>(work: F) -> Option<F::Output> {
 /// Runs a layer's bookkeeping after the work (a completion, a failure count) so that the
 /// cut-off does not drop it: the engine lets it run until the hard stop.
 pub(crate) async fn finishing<F: Future>(work: F) -> F::Output {
-    if RECORD
-        .try_with(|c| c.cut.finishing.fetch_add(1, Ordering::SeqCst))
-        .is_err()
-    {
+    let Ok(state) = RECORD.try_with(|c| c.cut.clone()) else {
         return work.await;
-    }
-    let _open = Section(|c: &CutState| &c.finishing);
+    };
+    let _open = state.open();
     work.await
 }
 
-/// The engine at the cut-off: `true` when the attempt ends itself (it is inside an
-/// [`until_cut`] or a [`finishing`] section), which is then told the cut-off has passed
-/// and must be polled on until the hard stop; `false` when it is to be dropped.
+/// The engine at the cut-off: `true` when the attempt ends itself (a section is open in
+/// it), which is then told the cut-off has passed and must be polled on with
+/// [`past_cutoff`]; `false` when it is to be dropped.
 pub(crate) fn pass_cutoff() -> bool {
-    RECORD
-        .try_with(|c| {
-            let ends_itself = c.cut.depth.load(Ordering::SeqCst) > 0
-                || c.cut.finishing.load(Ordering::SeqCst) > 0;
-            if ends_itself {
-                c.cut.passed.store(true, Ordering::SeqCst);
-            }
-            ends_itself
-        })
-        .unwrap_or(false)
+    let Ok(state) = RECORD.try_with(|c| c.cut.clone()) else {
+        return false;
+    };
+    if state.root.open_inside.load(Ordering::SeqCst) == 0 {
+        return false;
+    }
+    state.passed.store(true, Ordering::SeqCst);
+    let points: Vec<_> = state
+        .cut_points
+        .lock()
+        .map(|p| p.iter().filter_map(std::sync::Weak::upgrade).collect())
+        .unwrap_or_default();
+    for point in points {
+        point.waker.wake();
+    }
+    true
 }
 
-/// An open section of the current record's [`CutState`], closed when dropped (also when
-/// the section's future is dropped at the hard stop).
-struct Section(fn(&CutState) -> &AtomicU32);
-
-impl Drop for Section {
-    fn drop(&mut self) {
-        let counter = self.0;
-        let _ = RECORD.try_with(|c| counter(&c.cut).fetch_sub(1, Ordering::SeqCst));
-    }
+/// The engine's attempt after [`pass_cutoff`]: polled until it ends, or `None` once no
+/// section is open in it (the user's code that runs on after the layers' bookkeeping is
+/// cut there).
+pub(crate) async fn past_cutoff<F: Future>(work: F) -> Option<F::Output> {
+    let Ok(state) = RECORD.try_with(|c| c.cut.clone()) else {
+        return Some(work.await);
+    };
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(output) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        if state.cuts(&state.root, cx.waker()) {
+            Poll::Ready(None)
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
 }
 
 /// Adds a value to a custom metric of this invocation (see the module's documentation).

@@ -78,6 +78,9 @@ pub enum DeadLetterReason {
     ReceiveBudgetExhausted,
     /// The message reached the DLQ through the queue's redrive policy, with no recorded failure.
     ExceededMaxReceiveCount,
+    /// A retryable failure too close to the end of the message's retention for another
+    /// delivery to run before SQS deletes it.
+    RetentionEnding,
 }
 
 impl DeadLetterReason {

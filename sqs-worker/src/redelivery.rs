@@ -8,6 +8,13 @@
 //! [`VisibilityPort`], which the SQS adapter implements. A visibility change that fails
 //! loses nothing: the record is reported in `batchItemFailures` either way, and then
 //! comes back after the queue's own visibility timeout.
+//!
+//! A hide never outlasts the message: SQS deletes a message when its retention period ends,
+//! hidden or not, without a trace. Each hide is capped by [`retry_room`] (what is left of
+//! the message's retention, from its `SentTimestamp` and the queue's
+//! `MessageRetentionPeriod`, less one visibility timeout for the next delivery to run in),
+//! and a message with no room left is dead-lettered instead of returned
+//! (docs/ARCHITECTURE.md §1.11).
 
 use std::time::Duration;
 
@@ -77,6 +84,32 @@ impl RedeliveryPolicy {
     }
 }
 
+/// What the worker reads once of a source queue (`GetQueueAttributes`) to keep its
+/// retries inside the message's retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueTiming {
+    /// `MessageRetentionPeriod`: how long after it was sent SQS deletes a message.
+    pub retention: Duration,
+    /// `VisibilityTimeout`: how long a delivery holds the message (what the next delivery
+    /// needs to run in before the message expires).
+    pub visibility_timeout: Duration,
+}
+
+/// The longest a message sent at `sent` may be hidden `now` so that its next delivery
+/// still has a whole visibility timeout before the message expires; `None` when even a
+/// delivery right now could not (the message is to be dead-lettered rather than returned).
+pub fn retry_room(
+    sent: std::time::SystemTime,
+    timing: &QueueTiming,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
+    let expires = sent.checked_add(timing.retention)?;
+    expires
+        .duration_since(now)
+        .ok()?
+        .checked_sub(timing.visibility_timeout)
+}
+
 /// One record to hide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hide {
@@ -92,11 +125,48 @@ pub struct Hide {
 pub trait VisibilityPort: Send + Sync {
     /// Hides each record for its delay; one result per entry, in order.
     fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>>;
+
+    /// The queue's retention and visibility timeout (read once per queue and kept);
+    /// `None` when they cannot be read, and then hides are capped by SQS's limits only.
+    fn queue_timing<'a>(&'a self, queue_arn: &'a str) -> BoxFuture<'a, Option<QueueTiming>> {
+        let _ = queue_arn;
+        Box::pin(async { None })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_room_for_a_retry_leaves_the_next_delivery_a_visibility_timeout() {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let timing = QueueTiming {
+            retention: Duration::from_secs(4 * 86_400),
+            visibility_timeout: Duration::from_secs(180),
+        };
+        let sent = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let now = sent + Duration::from_secs(86_400);
+        assert_eq!(
+            retry_room(sent, &timing, now),
+            Some(Duration::from_secs(3 * 86_400 - 180))
+        );
+        // Less than a visibility timeout left, expired, or sent in 1970: no room.
+        let late = sent + timing.retention - Duration::from_secs(179);
+        assert_eq!(retry_room(sent, &timing, late), None);
+        assert_eq!(
+            retry_room(sent, &timing, sent + timing.retention + Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(retry_room(UNIX_EPOCH, &timing, SystemTime::now()), None);
+        // A sending clock ahead of ours only adds room; a retention past time's end none.
+        assert!(retry_room(now + Duration::from_secs(60), &timing, now).is_some());
+        let endless = QueueTiming {
+            retention: Duration::MAX,
+            ..timing
+        };
+        assert_eq!(retry_room(sent, &endless, now), None);
+    }
 
     fn policy() -> RedeliveryPolicy {
         RedeliveryPolicy {

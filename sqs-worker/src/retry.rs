@@ -265,9 +265,14 @@ where
             // and finish their writes, `crate::context::until_cut`): polled on until
             // the hard stop.
             None if crate::context::pass_cutoff() => {
-                match finish_by(crate::mutants::deadline_guard(deadline.hard_stop()), work).await {
-                    Some(result) => (result, true),
-                    None => (Err(deadline_cut(started.elapsed())), true),
+                match finish_by(
+                    crate::mutants::deadline_guard(deadline.hard_stop()),
+                    crate::context::past_cutoff(work),
+                )
+                .await
+                {
+                    Some(Some(result)) => (result, true),
+                    Some(None) | None => (Err(deadline_cut(started.elapsed())), true),
                 }
             }
             None => (Err(deadline_cut(started.elapsed())), true),

@@ -5,7 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
 
 use serde_json::json;
 use sqs_worker::batch::{BatchConfig, BatchProcessor, Disposition};
@@ -13,7 +17,8 @@ use sqs_worker::breaker::{Breaker, BreakerPolicy, BreakerStore};
 use sqs_worker::dead_letter::InvocationInfo;
 use sqs_worker::error::{ErrorClass, ProcessError};
 use sqs_worker::idempotency::{Claim, Idempotency, IdempotencyStore, Idempotent};
-use sqs_worker::processor::Processor;
+use sqs_worker::item::WorkItem;
+use sqs_worker::processor::{Outcome, Processor};
 use sqs_worker::testing::{
     MemoryBreakerStore, MemoryIdempotencyStore, MemorySink, ScriptedProcessor, Step,
 };
@@ -101,9 +106,10 @@ async fn a_probe_cut_at_the_cutoff_reopens_the_breaker() {
     assert_eq!(state.opens, 2, "{state:?}");
 }
 
-/// An idempotency store whose completion takes 60 ms.
+/// An idempotency store whose completion takes 60 ms and whose release takes 10 ms (and is
+/// counted).
 #[derive(Clone, Default)]
-struct SlowCompletion(MemoryIdempotencyStore);
+struct SlowCompletion(MemoryIdempotencyStore, Arc<AtomicU32>);
 
 impl IdempotencyStore for SlowCompletion {
     async fn claim(
@@ -126,6 +132,8 @@ impl IdempotencyStore for SlowCompletion {
         self.0.complete(key, token, result, expires_at).await
     }
     async fn release(&self, key: &str, token: &str) -> Result<(), ProcessError> {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        self.1.fetch_add(1, Ordering::SeqCst);
         self.0.release(key, token).await
     }
 }
@@ -176,4 +184,151 @@ async fn work_cut_at_the_cutoff_releases_its_claim() {
         .await
         .unwrap();
     assert_eq!(claim, Claim::Claimed);
+}
+
+/// A handler in two steps: a side effect once per key, done 1 ms before the cut-off (its
+/// completion then takes 60 ms), and a second step of the user's own after it.
+struct TwoSteps {
+    idempotency: Idempotency<SlowCompletion>,
+    second_step_at: Arc<Mutex<Option<tokio::time::Instant>>>,
+}
+
+impl Processor for TwoSteps {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        self.idempotency
+            .once(&item.item_id, || async {
+                tokio::time::sleep(Duration::from_millis(999)).await;
+                Ok::<_, ProcessError>(())
+            })
+            .await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        *self.second_step_at.lock().unwrap() = Some(tokio::time::Instant::now());
+        Ok(Outcome::Done)
+    }
+}
+
+fn two_steps(store: &SlowCompletion) -> (TwoSteps, Arc<Mutex<Option<tokio::time::Instant>>>) {
+    let at = Arc::new(Mutex::new(None));
+    let handler = TwoSteps {
+        idempotency: Idempotency::new(store.clone(), Duration::from_secs(3600)),
+        second_step_at: at.clone(),
+    };
+    (handler, at)
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_users_code_after_a_completion_past_the_cutoff_is_cut() {
+    let cutoff = tokio::time::Instant::now() + Duration::from_secs(1);
+    let store = SlowCompletion::default();
+    let (handler, second_step_at) = two_steps(&store);
+    let outcome = run(handler, &["a"]).await;
+    assert!(store.0.is_completed("a"), "the completion must be written");
+    let at = *second_step_at.lock().unwrap();
+    assert_eq!(
+        at,
+        None,
+        "the second step ran {:?} past the cut-off",
+        at.map(|t| t - cutoff)
+    );
+    assert!(
+        matches!(
+            outcome[0],
+            Disposition::RetryLater {
+                class: ErrorClass::Timeout
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_a_breaker_the_users_code_after_a_completion_is_cut_and_counted() {
+    let breaker_store = MemoryBreakerStore::default();
+    let store = SlowCompletion::default();
+    let (handler, second_step_at) = two_steps(&store);
+    let outcome = run(
+        Breaker::new(handler, breaker_store.clone(), policy()),
+        &["a"],
+    )
+    .await;
+    assert!(store.0.is_completed("a"));
+    assert_eq!(*second_step_at.lock().unwrap(), None);
+    assert!(
+        matches!(
+            outcome[0],
+            Disposition::RetryLater {
+                class: ErrorClass::Timeout
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        breaker_store.state().failures,
+        1,
+        "the cut attempt is counted"
+    );
+}
+
+/// A handler that does one side effect per recipient, two at a time (`buffer_unordered`),
+/// each of which hangs.
+struct FanOut {
+    idempotency: Idempotency<SlowCompletion>,
+}
+
+impl Processor for FanOut {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let results: Vec<Result<_, ProcessError>> = futures::stream::iter(0..2)
+            .map(|n| {
+                let key = format!("{}-{n}", item.item_id);
+                async move {
+                    self.idempotency
+                        .once(&key, || async {
+                            tokio::time::sleep(Duration::from_secs(3600)).await;
+                            Ok::<_, ProcessError>(())
+                        })
+                        .await
+                }
+            })
+            .buffer_unordered(2)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(Outcome::Done)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_works_in_one_record_are_each_cut_and_release_their_claims() {
+    let store = SlowCompletion::default();
+    let handler = FanOut {
+        idempotency: Idempotency::new(store.clone(), Duration::from_secs(3600)),
+    };
+    let breaker_store = MemoryBreakerStore::default();
+    let started = tokio::time::Instant::now();
+    let outcome = run(
+        Breaker::new(handler, breaker_store.clone(), policy()),
+        &["a"],
+    )
+    .await;
+    assert_eq!(store.1.load(Ordering::SeqCst), 2, "both claims released");
+    assert!(
+        started.elapsed() < Duration::from_millis(1100),
+        "cut at the cut-off (1 s), not at the hard stop: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(
+            outcome[0],
+            Disposition::RetryLater {
+                class: ErrorClass::Timeout
+            }
+        ),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        breaker_store.state().failures,
+        1,
+        "{:?}",
+        breaker_store.state()
+    );
 }
