@@ -1228,3 +1228,46 @@ fn the_readme_states_the_template_defaults() {
         );
     }
 }
+
+/// The longest the default spacing keeps a message through `receives` deliveries (every
+/// delay at its jitter's top).
+fn default_spacing(template: &Value, receives: u32) -> Duration {
+    let number = |name: &str| template["Parameters"][name]["Default"].as_u64().unwrap();
+    let policy = sqs_worker::redelivery::RedeliveryPolicy {
+        base: Duration::from_secs(number("RedeliveryBaseSeconds")),
+        multiplier: u32::try_from(number("RedeliveryMultiplier")).unwrap(),
+        max: Duration::from_secs(number("RedeliveryMaxSeconds")),
+    };
+    (1..receives).map(|n| policy.delay(n, None, 1.0)).sum()
+}
+
+/// CloudFormation's rules cannot compare numbers, so the template cannot refuse a spacing
+/// that outlasts the source queue's retention (the worker caps each hide and dead-letters
+/// what has no room left, docs/ARCHITECTURE.md §1.11). What it can do is be right by
+/// default and say where the limit is: the default `MaxReceiveCount` fits the retention
+/// with the longest visibility timeout, and its description states how many receives fit.
+#[test]
+fn the_default_spacing_fits_the_source_queues_retention() {
+    let template = translated_template("template");
+    let source = &template["Resources"]["SourceQueue"]["Properties"];
+    let retention = Duration::from_secs(source["MessageRetentionPeriod"].as_u64().unwrap());
+    let longest_visibility = Duration::from_secs(5700);
+    let receives = u32::try_from(
+        template["Parameters"]["MaxReceiveCount"]["Default"]
+            .as_u64()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(default_spacing(&template, receives) + longest_visibility <= retention);
+    let fitting = (1..=1000)
+        .take_while(|n| default_spacing(&template, *n) + longest_visibility <= retention)
+        .last()
+        .unwrap();
+    let description = template["Parameters"]["MaxReceiveCount"]["Description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        description.contains(&format!("up to {fitting} receives")),
+        "the description must say that up to {fitting} receives fit: {description}"
+    );
+}

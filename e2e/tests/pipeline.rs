@@ -1067,3 +1067,46 @@ async fn an_outage_with_the_breaker_dead_letters_nothing_that_succeeds_after_rec
         "{calls_during_outage} calls during the outage; {stats:?} then {after:?}"
     );
 }
+
+/// A hide never outlasts the message: the worker reads the source queue's retention and
+/// visibility timeout (`GetQueueAttributes`, through the SDK against the emulator), and a
+/// message whose next delivery could not run before SQS deletes it is dead-lettered with
+/// its failure (reason `retention_ending`) instead of being hidden to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_would_outlast_the_messages_retention_is_dead_lettered() {
+    let p = Pipeline::new(
+        "retention",
+        Setup {
+            max_receive_count: 10,
+            worker_env: vec![("WORKER_REDELIVERY_BASE_SECS", "300".to_string())],
+            ..Setup::default()
+        },
+    )
+    .await;
+    // Retention 60 s, visibility timeout 60 s: no delivery after this one can finish in time.
+    p.clients
+        .sqs
+        .set_queue_attributes()
+        .queue_url(&p.resources.source_url)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::MessageRetentionPeriod,
+            "60",
+        )
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::VisibilityTimeout,
+            "60",
+        )
+        .send()
+        .await
+        .unwrap();
+    p.send(&[&body("t", "throttled")]).await;
+    let stats = p.drain().await;
+    assert_eq!(stats.reported, 0, "{stats:?}");
+    let records = p.records().await;
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].item_id, "t");
+    assert_eq!(records[0].reason, DeadLetterReason::RetentionEnding);
+    assert_eq!(records[0].error_class, ErrorClass::Throttled);
+    assert_eq!(p.dlq_depth().await, 1);
+    assert_eq!(p.source_depth().await, 0);
+}

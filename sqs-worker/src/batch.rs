@@ -300,6 +300,7 @@ struct Handle {
     receipt_handle: String,
     queue_arn: String,
     receive_count: u32,
+    sent: Option<std::time::SystemTime>,
 }
 
 /// Runs a processor over batches with the semantics above.
@@ -312,6 +313,9 @@ pub struct BatchProcessor<P, S> {
         crate::redelivery::RedeliveryPolicy,
         Arc<dyn crate::redelivery::VisibilityPort>,
     )>,
+    /// The source queues' retention and visibility timeout, read once per queue when
+    /// redeliveries are spaced (`crate::redelivery::retry_room`).
+    queue_timings: std::sync::Mutex<HashMap<String, crate::redelivery::QueueTiming>>,
 }
 
 impl<P: std::fmt::Debug, S: std::fmt::Debug> std::fmt::Debug for BatchProcessor<P, S> {
@@ -334,6 +338,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             config,
             resolver: None,
             redelivery: None,
+            queue_timings: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -421,6 +426,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                                 .attribute("ApproximateReceiveCount")
                                 .and_then(|v| v.parse().ok())
                                 .unwrap_or(1),
+                            sent: sent_time(m.attribute("SentTimestamp")),
                         },
                     ))
                 })
@@ -431,6 +437,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .first()
             .and_then(|m| m.event_source_arn())
             .is_some_and(is_fifo_arn);
+        if let Some(arn) = records.first().and_then(|m| m.event_source_arn()) {
+            self.learn_queue_timing(arn, &deadline).await;
+        }
         let ids = &message_ids;
         let work = async {
             if fifo {
@@ -621,6 +630,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // receive, not from the change: what the receive and the batching window before
         // the invocation may have used, and this invocation so far, come off the cap.
         let longest = crate::redelivery::longest_hide(received.elapsed());
+        let now = std::time::SystemTime::from(crate::clock::now());
         let hides: Vec<crate::redelivery::Hide> = reports
             .iter()
             .filter(|r| {
@@ -633,12 +643,19 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             })
             .filter_map(|r| {
                 let handle = handles.get(&r.message_id)?;
+                // Never past what is left of the message's retention (less a visibility
+                // timeout for its next delivery): a message that expires while hidden is
+                // gone without a trace.
+                let within_retention = self
+                    .retry_room(Some(&handle.queue_arn), handle.sent, now)
+                    .unwrap_or(Duration::MAX);
                 Some(crate::redelivery::Hide {
                     queue_arn: handle.queue_arn.clone(),
                     receipt_handle: handle.receipt_handle.clone(),
                     delay: policy
                         .delay(handle.receive_count, r.retry_after, fastrand::f64())
-                        .min(longest),
+                        .min(longest)
+                        .min(within_retention),
                 })
             })
             .collect();
@@ -915,7 +932,12 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .attribute("ApproximateReceiveCount")
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
-        if !self.receive_budget_spent(receive_count) {
+        let retention_ending = self.retention_ending(
+            msg.event_source_arn(),
+            sent_time(msg.attribute("SentTimestamp")),
+        );
+        let budget_spent = self.receive_budget_spent(receive_count);
+        if !budget_spent && !retention_ending {
             return Step::Final(not_started(message_id, &msg, reason, &self.config.parser));
         }
         let item = self
@@ -923,17 +945,27 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .parser
             .parse_record(message_id.into_owned(), msg)
             .unwrap_or_else(|invalid| invalid.item);
-        let why = match reason {
-            NotStartedReason::Deadline => {
-                "not started before the invocation's cut-off on its last receive"
-            }
+        let held = match reason {
+            NotStartedReason::Deadline => "not started before the invocation's cut-off",
             NotStartedReason::FifoShortCircuit => {
-                "held back behind an earlier failure of its FIFO batch on its last receive"
+                "held back behind an earlier failure of its FIFO batch"
             }
             NotStartedReason::FifoGroupFailed => {
-                "held back behind an earlier failure of its message group on its last receive"
+                "held back behind an earlier failure of its message group"
             }
         };
+        let (when, dead_letter_reason) = if budget_spent {
+            (
+                "on its last receive",
+                DeadLetterReason::ReceiveBudgetExhausted,
+            )
+        } else {
+            (
+                "too close to the end of its retention for another delivery",
+                DeadLetterReason::RetentionEnding,
+            )
+        };
+        let why = format!("{held} {when}");
         let error = ProcessError::new(ErrorClass::Timeout, why)
             .with_code(NOT_STARTED)
             .with_step("not-started");
@@ -943,7 +975,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 // The history says what became of this delivery, as for any other.
                 failures: vec![immediate_failure(error.clone())],
                 error,
-                reason: DeadLetterReason::ReceiveBudgetExhausted,
+                reason: dead_letter_reason,
             }),
             attempts: 0,
             time: None,
@@ -963,6 +995,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             Some(DeadLetterReason::Permanent)
         } else if self.receive_budget_spent(item.receive_count) {
             Some(DeadLetterReason::ReceiveBudgetExhausted)
+        } else if self.retention_ending(
+            item.event_source_arn.as_deref(),
+            item.sent_timestamp.map(std::time::SystemTime::from),
+        ) {
+            Some(DeadLetterReason::RetentionEnding)
         } else {
             None
         };
@@ -993,6 +1030,84 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
+    /// Reads the source queue's retention and visibility timeout once (when redeliveries
+    /// are spaced), bounded by the cut-off; a queue that cannot be read is tried again by
+    /// the next batch, and its hides meanwhile are capped by SQS's limits only.
+    async fn learn_queue_timing(&self, queue_arn: &str, deadline: &Deadline) {
+        let Some((policy, port)) = &self.redelivery else {
+            return;
+        };
+        let known = self
+            .queue_timings
+            .lock()
+            .is_ok_and(|t| t.contains_key(queue_arn));
+        if known {
+            return;
+        }
+        let read = tokio::time::timeout_at(deadline.cutoff(), port.queue_timing(queue_arn)).await;
+        match read {
+            Ok(Some(timing)) => {
+                // CloudFormation cannot compare numbers, so a template cannot refuse a
+                // spacing longer than the queue's retention: said here, once per sandbox.
+                // Nothing is lost either way (hides are capped, and a message with no room
+                // left is dead-lettered), but the receive budget cannot be spent.
+                if let Some(receives) = self.config.max_receive_count {
+                    let span = policy.least_span(receives);
+                    if span + timing.visibility_timeout > timing.retention {
+                        tracing::warn!(
+                            receives,
+                            spacing_hours = span.as_secs() / 3600,
+                            retention_hours = timing.retention.as_secs() / 3600,
+                            "the redelivery spacing of the queue's receives outlasts its retention: messages still failing near the end of their retention are dead-lettered (reason retention_ending) before their receives are spent"
+                        );
+                    }
+                }
+                if let Ok(mut timings) = self.queue_timings.lock() {
+                    timings.insert(queue_arn.to_string(), timing);
+                }
+            }
+            _ => tracing::warn!(
+                "the source queue's retention could not be read; redelivery delays are not capped by it in this batch"
+            ),
+        }
+    }
+
+    fn queue_timing(&self, queue_arn: Option<&str>) -> Option<crate::redelivery::QueueTiming> {
+        let timings = self.queue_timings.lock().ok()?;
+        timings.get(queue_arn?).copied()
+    }
+
+    /// How long a record of `queue_arn` sent at `sent` may be hidden `now` and still be
+    /// delivered once more before it expires (`crate::redelivery::retry_room`): `None`
+    /// when unknown (redeliveries not spaced, the queue's retention unread, no
+    /// `SentTimestamp`), `Some(ZERO)` when there is no room.
+    fn retry_room(
+        &self,
+        queue_arn: Option<&str>,
+        sent: Option<std::time::SystemTime>,
+        now: std::time::SystemTime,
+    ) -> Option<Duration> {
+        let timing = self.queue_timing(queue_arn)?;
+        Some(crate::redelivery::retry_room(sent?, &timing, now).unwrap_or(Duration::ZERO))
+    }
+
+    /// Whether a record returned now could not be delivered again before its retention
+    /// ends: it is then dead-lettered, never left to expire while hidden
+    /// (docs/ARCHITECTURE.md §1.11).
+    fn retention_ending(
+        &self,
+        queue_arn: Option<&str>,
+        sent: Option<std::time::SystemTime>,
+    ) -> bool {
+        let now = std::time::SystemTime::from(crate::clock::now());
+        match (self.queue_timing(queue_arn), sent) {
+            (Some(timing), Some(sent)) => {
+                crate::redelivery::retry_room(sent, &timing, now).is_none()
+            }
+            _ => false,
+        }
+    }
+
     /// Whether this delivery is the last one SQS will make before its redrive policy moves
     /// the message (less the configured margin).
     fn receive_budget_spent(&self, receive_count: u32) -> bool {
@@ -1000,6 +1115,13 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             receive_count >= max.saturating_sub(self.config.receive_budget_margin).max(1)
         })
     }
+}
+
+/// A record's `SentTimestamp` attribute (epoch milliseconds) as a time; `None` when absent
+/// or out of range.
+fn sent_time(attribute: Option<&str>) -> Option<std::time::SystemTime> {
+    let millis = attribute?.parse::<u64>().ok()?;
+    std::time::UNIX_EPOCH.checked_add(Duration::from_millis(millis))
 }
 
 /// A processor's future behind a pointer: one allocation per attempt, so that the engine's

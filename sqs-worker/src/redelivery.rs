@@ -155,7 +155,11 @@ mod tests {
         let late = sent + timing.retention - Duration::from_secs(179);
         assert_eq!(retry_room(sent, &timing, late), None);
         assert_eq!(
-            retry_room(sent, &timing, sent + timing.retention + Duration::from_secs(1)),
+            retry_room(
+                sent,
+                &timing,
+                sent + timing.retention + Duration::from_secs(1)
+            ),
             None
         );
         assert_eq!(retry_room(UNIX_EPOCH, &timing, SystemTime::now()), None);

@@ -12,15 +12,18 @@ use serde_json::json;
 use sqs_worker::batch::{BatchConfig, BatchProcessor};
 use sqs_worker::dead_letter::InvocationInfo;
 use sqs_worker::error::{ErrorClass, ProcessError};
-use sqs_worker::redelivery::{Hide, RedeliveryPolicy, VisibilityPort};
+use sqs_worker::redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
 use sqs_worker::testing::{MemorySink, ScriptedProcessor, Step};
 use sqs_worker::Deadline;
 
-/// Records what it was asked to hide; fails every entry when `fail` is set.
+/// Records what it was asked to hide; fails every entry when `fail` is set; answers the
+/// queue's retention and visibility timeout with `timing`.
 #[derive(Default)]
 struct Port {
     seen: Mutex<Vec<Hide>>,
     fail: bool,
+    timing: Option<QueueTiming>,
+    timing_reads: std::sync::atomic::AtomicU32,
 }
 
 impl VisibilityPort for Port {
@@ -38,6 +41,12 @@ impl VisibilityPort for Port {
                 })
                 .collect()
         })
+    }
+
+    fn queue_timing<'a>(&'a self, _queue_arn: &'a str) -> BoxFuture<'a, Option<QueueTiming>> {
+        self.timing_reads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async move { self.timing })
     }
 }
 
@@ -337,5 +346,157 @@ async fn a_hide_at_the_cap_stays_within_twelve_hours_of_the_receive() {
         seen[0].delay >= most - Duration::from_secs(1),
         "{:?}",
         seen[0].delay
+    );
+}
+
+/// Records `(id, receive count, sent this long ago)` of the orders queue.
+fn aged_event(records: &[(&str, u32, Duration)]) -> SqsEvent {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    serde_json::from_value(
+        json!({"Records": records.iter().map(|(id, receives, age)| json!({
+        "messageId": format!("m-{id}"),
+        "receiptHandle": format!("rh-{id}"),
+        "body": json!({"id": id}).to_string(),
+        "attributes": {
+            "ApproximateReceiveCount": receives.to_string(),
+            "SentTimestamp": (now - *age).as_millis().to_string(),
+        },
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders"
+    })).collect::<Vec<_>>()}),
+    )
+    .unwrap()
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn no_hide_outlasts_the_message_and_a_message_with_no_room_left_is_dead_lettered() {
+    // Retention 4 days, visibility timeout 180 s; spacing up to 12 hours.
+    let port = Arc::new(Port {
+        timing: Some(QueueTiming {
+            retention: 96 * HOUR,
+            visibility_timeout: Duration::from_secs(180),
+        }),
+        ..Port::default()
+    });
+    let processor = ScriptedProcessor::new()
+        .script("young", vec![Step::Fail(ErrorClass::ServerError)])
+        .script("old", vec![Step::Fail(ErrorClass::ServerError)])
+        .script("dying", vec![Step::Fail(ErrorClass::ServerError)]);
+    let mut config = BatchConfig::default();
+    config.parser.id_source = "pointer:/id".parse().unwrap();
+    config.retry.max_attempts = 1;
+    config.max_receive_count = Some(30);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(
+        RedeliveryPolicy {
+            base: Duration::from_secs(300),
+            multiplier: 3,
+            max: 12 * HOUR,
+        },
+        port.clone(),
+    );
+    // "old" has 2 hours of retention left, "dying" 100 s (less than a visibility timeout).
+    let report = engine
+        .process_batch(
+            aged_event(&[
+                ("young", 20, HOUR),
+                ("old", 20, 94 * HOUR),
+                ("dying", 3, 96 * HOUR - Duration::from_secs(100)),
+            ]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let failures: Vec<String> = report
+        .response()
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect();
+    assert_eq!(failures, ["m-young", "m-old"]);
+    let accepted = engine.sink().accepted.lock().unwrap().clone();
+    assert_eq!(accepted.len(), 1);
+    assert_eq!(accepted[0].item.item_id, "dying");
+    assert_eq!(
+        accepted[0].reason,
+        sqs_worker::dead_letter::DeadLetterReason::RetentionEnding
+    );
+    assert_eq!(accepted[0].error.class, ErrorClass::ServerError);
+    let seen = port.seen.lock().unwrap().clone();
+    let delay = |handle: &str| {
+        seen.iter()
+            .find(|h| h.receipt_handle == handle)
+            .unwrap()
+            .delay
+    };
+    // Receive 20 asks for the 12-hour cap (6 to 12 hours with jitter): "young" gets it,
+    // "old" only its 2 hours less a visibility timeout.
+    assert!(delay("rh-young") >= 6 * HOUR, "{:?}", delay("rh-young"));
+    let old = delay("rh-old");
+    assert!(
+        old <= 2 * HOUR - Duration::from_secs(180) && old > 2 * HOUR - Duration::from_secs(200),
+        "{old:?}"
+    );
+    // The queue is read once, not per batch.
+    engine
+        .process_batch(
+            aged_event(&[("young", 21, HOUR)]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        port.timing_reads.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_held_back_record_with_no_room_left_is_dead_lettered_with_why() {
+    let port = Arc::new(Port {
+        timing: Some(QueueTiming {
+            retention: 96 * HOUR,
+            visibility_timeout: Duration::from_secs(180),
+        }),
+        ..Port::default()
+    });
+    let processor =
+        ScriptedProcessor::new().script("r1", vec![Step::Fail(ErrorClass::ServerError)]);
+    let engine = spaced(processor, 1, port);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let mut event = fifo_event(&[("r1", "g1", 1), ("r2", "g2", 1)]);
+    event.records[1].attributes.insert(
+        "SentTimestamp".into(),
+        (now - 96 * HOUR + Duration::from_secs(60))
+            .as_millis()
+            .to_string(),
+    );
+    let report = engine
+        .process_batch(
+            event,
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.response().batch_item_failures.len(), 1);
+    let accepted = engine.sink().accepted.lock().unwrap().clone();
+    assert_eq!(accepted.len(), 1);
+    assert_eq!(accepted[0].item.item_id, "r2");
+    assert_eq!(
+        accepted[0].reason,
+        sqs_worker::dead_letter::DeadLetterReason::RetentionEnding
+    );
+    assert!(
+        accepted[0].error.message.contains("retention"),
+        "{}",
+        accepted[0].error.message
     );
 }

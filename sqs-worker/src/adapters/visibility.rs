@@ -1,6 +1,7 @@
 //! [`VisibilityPort`] over SQS: `ChangeMessageVisibilityBatch`, ten entries a call, on the
 //! queue each record came from (its URL found once per queue with `GetQueueUrl` and kept
-//! for the sandbox's life).
+//! for the sandbox's life), and the queue's retention and visibility timeout
+//! (`GetQueueAttributes`, which the engine asks once per queue).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -9,7 +10,7 @@ use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 use futures::future::BoxFuture;
 
 use crate::error::{ErrorClass, ProcessError};
-use crate::redelivery::{Hide, VisibilityPort};
+use crate::redelivery::{Hide, QueueTiming, VisibilityPort};
 
 /// Entries per `ChangeMessageVisibilityBatch` call (the API's limit).
 const BATCH: usize = 10;
@@ -146,6 +147,39 @@ impl VisibilityPort for SqsVisibility {
                 }
             }
             results
+        })
+    }
+
+    fn queue_timing<'a>(&'a self, queue_arn: &'a str) -> BoxFuture<'a, Option<QueueTiming>> {
+        Box::pin(async move {
+            use aws_sdk_sqs::types::QueueAttributeName;
+            let url = self.url(queue_arn).await.ok()?;
+            let read = self
+                .sqs
+                .get_queue_attributes()
+                .queue_url(url)
+                .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+                .attribute_names(QueueAttributeName::VisibilityTimeout)
+                .send()
+                .await;
+            let attributes = match read {
+                Ok(output) => output.attributes,
+                Err(e) => {
+                    let error = ProcessError::from_sdk(&e);
+                    tracing::warn!(%error, "could not read the source queue's attributes");
+                    return None;
+                }
+            }?;
+            let seconds = |name: QueueAttributeName| {
+                attributes
+                    .get(&name)
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map(std::time::Duration::from_secs)
+            };
+            Some(QueueTiming {
+                retention: seconds(QueueAttributeName::MessageRetentionPeriod)?,
+                visibility_timeout: seconds(QueueAttributeName::VisibilityTimeout)?,
+            })
         })
     }
 }
