@@ -11,7 +11,7 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName, QueueAttributeName,
 };
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
 /// Calls the function with raw event bytes; the batch item failures, or why the whole
@@ -45,6 +45,62 @@ pub struct EventSourceMapping {
     region: String,
     batch_size: i32,
     release_failed: bool,
+    switch: MappingState,
+}
+
+/// Whether a mapping polls, shared with the local Lambda API that enables and disables it
+/// (`crate::lambda_api`), and how often it was switched.
+#[derive(Debug, Clone)]
+pub struct MappingState {
+    inner: std::sync::Arc<MappingFlags>,
+}
+
+#[derive(Debug)]
+struct MappingFlags {
+    enabled: std::sync::atomic::AtomicBool,
+    disables: std::sync::atomic::AtomicU64,
+    enables: std::sync::atomic::AtomicU64,
+}
+
+impl Default for MappingState {
+    fn default() -> Self {
+        MappingState {
+            inner: std::sync::Arc::new(MappingFlags {
+                enabled: std::sync::atomic::AtomicBool::new(true),
+                disables: std::sync::atomic::AtomicU64::new(0),
+                enables: std::sync::atomic::AtomicU64::new(0),
+            }),
+        }
+    }
+}
+
+impl MappingState {
+    /// Whether it polls.
+    pub fn enabled(&self) -> bool {
+        self.inner.enabled.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Enables or disables it (counting each change).
+    pub fn set_enabled(&self, enabled: bool) {
+        use std::sync::atomic::Ordering;
+        if self.inner.enabled.swap(enabled, Ordering::SeqCst) != enabled {
+            let counter = if enabled {
+                &self.inner.enables
+            } else {
+                &self.inner.disables
+            };
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Times it was disabled and enabled again.
+    pub fn switches(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.inner.disables.load(Ordering::SeqCst),
+            self.inner.enables.load(Ordering::SeqCst),
+        )
+    }
 }
 
 impl EventSourceMapping {
@@ -66,7 +122,14 @@ impl EventSourceMapping {
             region: region.to_string(),
             batch_size: batch_size.clamp(1, 10_000),
             release_failed: false,
+            switch: MappingState::default(),
         }
+    }
+
+    /// Whether this mapping polls: disabled, [`EventSourceMapping::poll_once`] receives
+    /// nothing (it waits a second, as an idle poller would).
+    pub fn state(&self) -> MappingState {
+        self.switch.clone()
     }
 
     /// Makes reported messages visible again at once (visibility 0) instead of after the
@@ -85,6 +148,10 @@ impl EventSourceMapping {
         invoker: &I,
         stats: &mut EsmStats,
     ) -> Result<usize, String> {
+        if !self.switch.enabled() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            return Ok(0);
+        }
         let batch_size = usize::try_from(self.batch_size).unwrap_or(10);
         let mut gathered: Vec<Message> = Vec::new();
         while gathered.len() < batch_size {
@@ -200,55 +267,7 @@ impl EventSourceMapping {
 
     /// The Lambda event for a batch of received messages.
     pub fn event(&self, messages: &[Message]) -> Value {
-        let records: Vec<Value> = messages.iter().map(|m| self.record(m)).collect();
-        json!({ "Records": records })
-    }
-
-    fn record(&self, m: &Message) -> Value {
-        let attributes: Map<String, Value> = m
-            .attributes()
-            .map(|a| {
-                a.iter()
-                    .map(|(k, v)| (k.as_str().to_string(), Value::String(v.clone())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let message_attributes: Map<String, Value> = m
-            .message_attributes()
-            .map(|a| {
-                a.iter()
-                    .map(|(name, v)| {
-                        let mut attr = json!({
-                            "stringListValues": v.string_list_values(),
-                            "binaryListValues": v.binary_list_values().iter().map(|b| aws_smithy_types::base64::encode(b.as_ref())).collect::<Vec<_>>(),
-                            "dataType": v.data_type(),
-                        });
-                        if let Some(s) = v.string_value() {
-                            attr["stringValue"] = json!(s);
-                        }
-                        if let Some(b) = v.binary_value() {
-                            attr["binaryValue"] = json!(aws_smithy_types::base64::encode(b.as_ref()));
-                        }
-                        (name.clone(), attr)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut record = json!({
-            "messageId": m.message_id(),
-            "receiptHandle": m.receipt_handle(),
-            "body": m.body().unwrap_or_default(),
-            "attributes": attributes,
-            "messageAttributes": message_attributes,
-            "md5OfBody": m.md5_of_body(),
-            "eventSource": "aws:sqs",
-            "eventSourceARN": self.queue_arn,
-            "awsRegion": self.region,
-        });
-        if let Some(md5) = m.md5_of_message_attributes() {
-            record["md5OfMessageAttributes"] = json!(md5);
-        }
-        record
+        sqs_worker::adapters::polling::lambda_event(messages, &self.queue_arn, &self.region)
     }
 }
 

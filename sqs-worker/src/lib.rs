@@ -78,6 +78,7 @@ pub mod message;
 pub mod metrics;
 pub mod mutants;
 pub mod pointer;
+pub mod polling;
 pub mod ports;
 pub mod processor;
 pub mod recording;

@@ -56,9 +56,22 @@ pub struct RedriveFunction {
         crate::adapters::breaker::DynamoBreakerStore,
         crate::breaker::BreakerPolicy,
     )>,
+    /// Pauses the worker's polling while its breaker stays open (`crate::polling`).
+    polling: Option<
+        crate::polling::PollingControl<
+            crate::adapters::breaker::DynamoBreakerStore,
+            crate::adapters::polling::LambdaMapping,
+            crate::adapters::polling::DynamoPauseMarker,
+            crate::adapters::polling::InvokeWorkerProbe,
+        >,
+    >,
     /// The `FunctionName` dimension of the metrics.
     function_name: String,
 }
+
+/// The input of the scheduled polling control (`{"control": "polling"}`), told apart from
+/// a redrive request by its `control` key.
+const POLLING_CONTROL: &str = "polling";
 
 impl RedriveFunction {
     /// Builds the engine from the environment: the store is required; the processor is
@@ -94,6 +107,53 @@ impl RedriveFunction {
                     breaker.policy,
                 )
             });
+        let polling = match (
+            &config.polling,
+            config
+                .processor
+                .as_ref()
+                .and_then(|worker| worker.handler.breaker.as_ref()),
+        ) {
+            (Some(target), Some(breaker)) => {
+                let lambda = aws_sdk_lambda::Client::new(&clients.config);
+                let region = clients
+                    .config
+                    .region()
+                    .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
+                Some(crate::polling::PollingControl {
+                    breaker: crate::adapters::breaker::DynamoBreakerStore::new(
+                        clients.dynamodb.clone(),
+                        breaker.table.clone(),
+                        &breaker.key,
+                    ),
+                    mapping: crate::adapters::polling::LambdaMapping::new(
+                        lambda.clone(),
+                        &target.mapping,
+                    ),
+                    marker: crate::adapters::polling::DynamoPauseMarker::new(
+                        clients.dynamodb.clone(),
+                        breaker.table.clone(),
+                        &breaker.key,
+                    ),
+                    probe: crate::adapters::polling::InvokeWorkerProbe {
+                        sqs: clients.sqs.clone(),
+                        lambda,
+                        queue_url: target.queue_url.clone(),
+                        function: target.function.clone(),
+                        region,
+                    },
+                })
+            }
+            (Some(_), None) => {
+                tracing::warn!(
+                    "{} is set but the worker's breaker is not ({}): its polling is never paused",
+                    crate::config::vars::WORKER_MAPPING.name,
+                    crate::config::vars::BREAKER_TABLE.name
+                );
+                None
+            }
+            _ => None,
+        };
         let store = DeadLetterStore::new(
             clients,
             store.ok_or_else(|| ConfigError {
@@ -102,6 +162,7 @@ impl RedriveFunction {
         );
         Ok(RedriveFunction {
             breaker,
+            polling,
             engine: RedriveEngine::new(store, processor, config.settings),
             function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME")
                 .ok()
@@ -110,7 +171,62 @@ impl RedriveFunction {
         })
     }
 
-    /// Handles one invocation.
+    /// Handles one invocation of the function: the scheduled polling control
+    /// (`{"control": "polling"}`) or a redrive request.
+    pub async fn handle_event(
+        &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<serde_json::Value, Diagnostic> {
+        if let Some(control) = event.payload.get("control") {
+            if control.as_str() != Some(POLLING_CONTROL) {
+                return Err(Diagnostic {
+                    error_type: "InvalidRequest".to_string(),
+                    error_message: format!(
+                        "unknown control {control}; the only one is {POLLING_CONTROL:?}"
+                    ),
+                });
+            }
+            let action = match &self.polling {
+                Some(control) => {
+                    let action = control
+                        .run(std::time::SystemTime::from(crate::clock::now()))
+                        .await;
+                    match &action {
+                        crate::polling::ControlAction::Failed { error } => {
+                            tracing::warn!(%error, "the polling control could not finish; the next run goes on from here");
+                        }
+                        action => tracing::info!(?action, "polling control"),
+                    }
+                    action
+                }
+                None => {
+                    use crate::config::vars::{
+                        BREAKER_TABLE, SOURCE_QUEUE_URL, WORKER_FUNCTION, WORKER_MAPPING,
+                    };
+                    crate::polling::ControlAction::Failed {
+                        error: format!(
+                            "not configured: {}, {}, {} and {}",
+                            WORKER_FUNCTION.name,
+                            WORKER_MAPPING.name,
+                            SOURCE_QUEUE_URL.name,
+                            BREAKER_TABLE.name
+                        ),
+                    }
+                }
+            };
+            return serde_json::to_value(&action).map_err(|e| Diagnostic {
+                error_type: "Internal".to_string(),
+                error_message: e.to_string(),
+            });
+        }
+        let report = self.handle(event).await?;
+        serde_json::to_value(&report).map_err(|e| Diagnostic {
+            error_type: "Internal".to_string(),
+            error_message: e.to_string(),
+        })
+    }
+
+    /// Handles one redrive request.
     pub async fn handle(
         &self,
         event: LambdaEvent<serde_json::Value>,

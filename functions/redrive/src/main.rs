@@ -26,7 +26,7 @@ async fn main() -> Result<(), Error> {
         .inspect_err(|e| tracing::error!(error = %e, "redrive function cannot start"))?;
     let function = &function;
     Runtime::new(service_fn(move |event: LambdaEvent<_>| async move {
-        function.handle(event).await
+        function.handle_event(event).await
     }))
     .layer(InvocationLayer)
     .run()

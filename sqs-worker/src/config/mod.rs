@@ -665,6 +665,19 @@ pub struct RedriveConfig {
     /// The worker's configuration, when its downstream is configured (reprocess mode).
     /// It holds the store's configuration too, when that is set.
     pub processor: Option<WorkerConfig>,
+    /// The worker whose polling is paused during a long outage, when configured.
+    pub polling: Option<PollingTarget>,
+}
+
+/// The worker the redrive function pauses and probes (`crate::polling`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PollingTarget {
+    /// `REDRIVE_WORKER_FUNCTION`.
+    pub function: String,
+    /// `REDRIVE_WORKER_MAPPING`.
+    pub mapping: String,
+    /// `REDRIVE_SOURCE_QUEUE_URL`: where the probe takes its message.
+    pub queue_url: String,
 }
 
 #[cfg(feature = "http")]
@@ -699,9 +712,30 @@ impl RedriveConfig {
             },
             ..RedriveSettings::default()
         };
+        let function: Option<String> = env.optional(&WORKER_FUNCTION);
+        let mapping: Option<String> = env.optional(&WORKER_MAPPING);
+        let polling = match (function, mapping, &settings.source_queue_url) {
+            (Some(function), Some(mapping), Some(queue_url)) => Some(PollingTarget {
+                function,
+                mapping,
+                queue_url: queue_url.clone(),
+            }),
+            (None, None, _) => None,
+            _ => {
+                env.problem(
+                    WORKER_MAPPING.name,
+                    &format!(
+                        "{}, {} and {} go together (all set to pause the worker's polling, or the first two unset)",
+                        WORKER_FUNCTION.name, WORKER_MAPPING.name, SOURCE_QUEUE_URL.name
+                    ),
+                );
+                None
+            }
+        };
         RedriveConfig {
             settings,
             processor,
+            polling,
         }
     }
 }

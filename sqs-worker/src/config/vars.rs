@@ -420,6 +420,21 @@ pub const KEEP_PAYLOADS: Var = flag(
     "keep the S3 payloads of resolved items",
 );
 
+/// `REDRIVE_WORKER_FUNCTION`
+pub const WORKER_FUNCTION: Var = text(
+    "REDRIVE_WORKER_FUNCTION",
+    "the worker function a paused worker is probed through (one source message, invoked directly); with `REDRIVE_WORKER_MAPPING`, `REDRIVE_SOURCE_QUEUE_URL` and the breaker it turns on pausing the worker's polling during a long outage",
+    "a function name or ARN",
+    None,
+);
+/// `REDRIVE_WORKER_MAPPING`
+pub const WORKER_MAPPING: Var = text(
+    "REDRIVE_WORKER_MAPPING",
+    "the UUID of the worker's event source mapping, disabled while the breaker stays open and enabled again once a probe closes it",
+    "an event source mapping UUID",
+    None,
+);
+
 /// The worker's own variables.
 pub const WORKER_VARS: &[Var] = &[
     DOWNSTREAM_URL,
@@ -459,7 +474,12 @@ pub const STORE_VARS: &[Var] = &[TABLE, QUEUE_URL, BUCKET, INLINE_MAX_BYTES, RET
 
 /// The redrive function's own variables (it also reads the store's and, to reprocess, the
 /// worker's).
-pub const REDRIVE_VARS: &[Var] = &[SOURCE_QUEUE_URL, KEEP_PAYLOADS];
+pub const REDRIVE_VARS: &[Var] = &[
+    SOURCE_QUEUE_URL,
+    KEEP_PAYLOADS,
+    WORKER_FUNCTION,
+    WORKER_MAPPING,
+];
 
 #[cfg(test)]
 mod tests {
