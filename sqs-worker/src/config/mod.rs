@@ -724,7 +724,7 @@ impl RedriveConfig {
             _ => {
                 env.problem(
                     WORKER_MAPPING.name,
-                    &format!(
+                    format!(
                         "{}, {} and {} go together (all set to pause the worker's polling, or the first two unset)",
                         WORKER_FUNCTION.name, WORKER_MAPPING.name, SOURCE_QUEUE_URL.name
                     ),
