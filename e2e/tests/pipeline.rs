@@ -1110,3 +1110,41 @@ async fn a_retry_that_would_outlast_the_messages_retention_is_dead_lettered() {
     assert_eq!(p.dlq_depth().await, 1);
     assert_eq!(p.source_depth().await, 0);
 }
+
+/// A long outage costs each waiting message a few receives, whatever its length: the
+/// packaged redrive function, run as the breaker's polling schedule, disables the packaged
+/// worker's event source mapping (through the Lambda API) once the breaker opens a second
+/// time, probes with one source message when the open period ends, and restores polling
+/// once the probe closes the breaker. Without it (`make demo-outage -- --no-polling-control`)
+/// a 30 s outage spends all five receives of every message and dead-letters them as
+/// `CircuitOpen`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_outage_pauses_polling_and_costs_each_message_a_bounded_number_of_receives() {
+    let state_dir = std::env::temp_dir().join(e2e::unique_prefix("outage-state"));
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let options = sqs_worker_local::demo::DemoOptions {
+        endpoints: e2e::emulator().await,
+        region: e2e::REGION.to_string(),
+        prefix: e2e::unique_prefix("pause"),
+        worker_binary: e2e::function_binary("worker"),
+        state_dir,
+        items: 20,
+    };
+    let summary = sqs_worker_local::outage::run_outage_with(
+        &options,
+        &e2e::function_binary("redrive"),
+        std::time::Duration::from_secs(30),
+        true,
+    )
+    .await
+    .unwrap();
+    println!("{}", summary.render());
+    assert!(summary.adds_up(), "{summary:?}");
+    assert_eq!(summary.dead_lettered, 0, "{summary:?}");
+    assert!(summary.polling_paused >= 1, "{summary:?}");
+    assert_eq!(
+        summary.polling_resumed, summary.polling_paused,
+        "{summary:?}"
+    );
+    assert!(summary.max_receives <= 4, "{summary:?}");
+}

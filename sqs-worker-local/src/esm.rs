@@ -34,6 +34,8 @@ pub struct EsmStats {
     pub reported: u64,
     /// Invocations that failed as a whole.
     pub failed_invocations: u64,
+    /// The highest `ApproximateReceiveCount` a received message carried.
+    pub max_receive_count: u64,
 }
 
 /// The poller for one queue.
@@ -177,6 +179,14 @@ impl EventSourceMapping {
         let messages = gathered.as_slice();
         if messages.is_empty() {
             return Ok(0);
+        }
+        for message in messages {
+            let count = message
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::ApproximateReceiveCount))
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap_or(1);
+            stats.max_receive_count = stats.max_receive_count.max(count);
         }
         stats.invocations += 1;
         stats.received += messages.len() as u64;

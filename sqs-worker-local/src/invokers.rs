@@ -22,9 +22,33 @@ pub struct RuntimeApiInvoker {
 
 impl Invoker for RuntimeApiInvoker {
     async fn invoke(&self, event: Bytes) -> Result<Vec<String>, String> {
-        match self
-            .api
-            .invoke(event, self.timeout)
+        invoke_through(&self.api, event, self.timeout).await
+    }
+}
+
+/// A [`RuntimeApiInvoker`] over a runtime API shared with other callers (the local Lambda
+/// API's Invoke, for one).
+pub struct SharedRuntimeApiInvoker {
+    /// The endpoint the function polls.
+    pub api: std::sync::Arc<RuntimeApi>,
+    /// The invocation timeout (sent as the deadline).
+    pub timeout: Duration,
+}
+
+impl Invoker for SharedRuntimeApiInvoker {
+    async fn invoke(&self, event: Bytes) -> Result<Vec<String>, String> {
+        invoke_through(&self.api, event, self.timeout).await
+    }
+}
+
+async fn invoke_through(
+    api: &RuntimeApi,
+    event: Bytes,
+    timeout: Duration,
+) -> Result<Vec<String>, String> {
+    {
+        match api
+            .invoke(event, timeout)
             .await
             .map_err(|e| e.to_string())?
         {

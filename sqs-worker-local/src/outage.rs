@@ -2,11 +2,17 @@
 //! stretch longer than `maxReceiveCount` × the visibility timeout; the compiled worker runs
 //! with spaced redelivery and the shared circuit breaker (README, "Outages"), and the
 //! compiled redrive function runs as its schedule would, during the outage (it must not
-//! reprocess) and after it (it brings back the outage's dead letters). The summary shows
-//! how many records waited, how many receives they used, how many calls reached the
-//! downstream, how many were dead-lettered and redriven, and that the total adds up.
+//! reprocess) and after it (it brings back the outage's dead letters), and as the breaker's
+//! polling control (every 2 s here, once a minute deployed): it disables the worker's event
+//! source mapping once the breaker opens a second time in a row, probes with one source
+//! message when the open period ends, and enables the mapping once the probe closes it. The
+//! summary shows how many records waited, how many receives they used (in all and at most
+//! per message), how often polling was paused, how many calls reached the downstream, how
+//! many were dead-lettered and redriven, and that the total adds up.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
@@ -18,7 +24,8 @@ use crate::demo::{emulator_env, send_bodies, DemoOptions};
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{queue_depth, EsmStats, EventSourceMapping};
 use crate::function::FunctionProcess;
-use crate::invokers::RuntimeApiInvoker;
+use crate::invokers::SharedRuntimeApiInvoker;
+use crate::lambda_api::{LambdaApi, LocalFunction};
 use crate::resources::{PipelineResources, ResourceSpec};
 use crate::runtime_api::{InvocationResult, RuntimeApi};
 
@@ -39,6 +46,14 @@ pub struct OutageSummary {
     pub waited: u64,
     /// Receives in all, per message.
     pub receives_per_message: f64,
+    /// The most receives one message took (its `ApproximateReceiveCount`).
+    pub max_receives: u64,
+    /// Times the polling control disabled the worker's event source mapping.
+    pub polling_paused: u64,
+    /// Times it enabled it again.
+    pub polling_resumed: u64,
+    /// Probes it ran with a source message.
+    pub polling_probes: u64,
     /// Dead-lettered by the worker (on a last receive during the outage).
     pub dead_lettered: u64,
     /// What the scheduled redrive selected while the breaker was open.
@@ -89,6 +104,17 @@ impl OutageSummary {
         line(
             "receives per message, in all",
             format!("{:.2}", self.receives_per_message),
+        );
+        line(
+            "most receives of one message",
+            format!("{} (maxReceiveCount 5)", self.max_receives),
+        );
+        line(
+            "polling paused / restored",
+            format!(
+                "{} / {} ({} probes with a source message)",
+                self.polling_paused, self.polling_resumed, self.polling_probes
+            ),
         );
         line("dead-lettered", self.dead_lettered.to_string());
         line(
@@ -172,8 +198,71 @@ async fn scheduled_redrive(api: &RuntimeApi) -> Result<(u64, u64), String> {
     }
 }
 
+/// What the polling control runs did.
+#[derive(Debug, Default)]
+struct ControlCounts {
+    paused: AtomicU64,
+    resumed: AtomicU64,
+    probes: AtomicU64,
+}
+
+/// Invokes the redrive function as the breaker's polling schedule does, every `period`,
+/// until dropped.
+fn polling_schedule(
+    api: Arc<RuntimeApi>,
+    period: Duration,
+    counts: Arc<ControlCounts>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let answer = api
+                .invoke(
+                    bytes::Bytes::from_static(br#"{"control": "polling"}"#),
+                    Duration::from_secs(30),
+                )
+                .await;
+            if let Ok(InvocationResult::Response(body)) = answer {
+                let action: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                match action["polling"].as_str() {
+                    Some("paused") => {
+                        counts.paused.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Some("resumed") => {
+                        counts.resumed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {}
+                }
+                if action.get("probe").is_some_and(|p| p != "empty") {
+                    counts.probes.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            tokio::time::sleep(period).await;
+        }
+    })
+}
+
 /// Runs the outage scenario.
-pub async fn run_outage(options: &DemoOptions, outage: Duration) -> Result<OutageSummary, String> {
+pub async fn run_outage(
+    options: &DemoOptions,
+    outage: Duration,
+    pause_polling: bool,
+) -> Result<OutageSummary, String> {
+    let redrive_binary = options
+        .worker_binary
+        .parent()
+        .map(|d| d.join("redrive"))
+        .ok_or("cannot locate the redrive binary")?;
+    run_outage_with(options, &redrive_binary, outage, pause_polling).await
+}
+
+/// [`run_outage`] with the redrive function's binary named (the packaged `bootstrap` of
+/// each function lives in a directory of its own).
+pub async fn run_outage_with(
+    options: &DemoOptions,
+    redrive_binary: &std::path::Path,
+    outage: Duration,
+    pause_polling: bool,
+) -> Result<OutageSummary, String> {
     let clients = AwsClients::for_endpoints(&options.endpoints, &options.region).await;
     let max_receive_count = 5;
     let visibility = 2;
@@ -203,6 +292,9 @@ pub async fn run_outage(options: &DemoOptions, outage: Duration) -> Result<Outag
             ("WORKER_REDELIVERY_MULTIPLIER", "3"),
             ("WORKER_REDELIVERY_MAX_SECS", "30"),
             ("WORKER_BREAKER_TABLE", breaker.as_str()),
+            // The worker's breaker for both functions, as the template sets it: the
+            // redrive function is gated by it and pauses the worker's polling by it.
+            ("WORKER_BREAKER_KEY", "breaker#worker"),
             ("WORKER_BREAKER_THRESHOLD", "5"),
             ("WORKER_BREAKER_OPEN_SECS", "3"),
             ("REDRIVE_SOURCE_QUEUE_URL", resources.source_url.as_str()),
@@ -210,17 +302,49 @@ pub async fn run_outage(options: &DemoOptions, outage: Duration) -> Result<Outag
         ]
         .map(|(k, v)| (k.to_string(), v.to_string())),
     );
+    let esm = EventSourceMapping::new(
+        clients.sqs.clone(),
+        &resources.source_url,
+        &resources.source_arn,
+        &options.region,
+        10,
+    );
     let region = &options.region;
-    let worker_api = RuntimeApi::start(&format!(
-        "arn:aws:lambda:{region}:000000000000:function:worker"
-    ))
+    let worker_api = Arc::new(
+        RuntimeApi::start(&format!(
+            "arn:aws:lambda:{region}:000000000000:function:worker"
+        ))
+        .await
+        .map_err(|e| format!("cannot start the runtime API: {e}"))?,
+    );
+    let redrive_api = Arc::new(
+        RuntimeApi::start(&format!(
+            "arn:aws:lambda:{region}:000000000000:function:redrive"
+        ))
+        .await
+        .map_err(|e| format!("cannot start the runtime API: {e}"))?,
+    );
+    // The Lambda API the redrive function pauses the worker's mapping and invokes the
+    // worker through.
+    let lambda_api = LambdaApi::serve(
+        vec![LocalFunction {
+            name: "worker".to_string(),
+            runtime: worker_api.clone(),
+            timeout: Duration::from_secs(6),
+        }],
+        vec![("worker-mapping".to_string(), esm.state())],
+    )
     .await
-    .map_err(|e| format!("cannot start the runtime API: {e}"))?;
-    let redrive_api = RuntimeApi::start(&format!(
-        "arn:aws:lambda:{region}:000000000000:function:redrive"
-    ))
-    .await
-    .map_err(|e| format!("cannot start the runtime API: {e}"))?;
+    .map_err(|e| format!("cannot start the Lambda API: {e}"))?;
+    let mut redrive_env = env.clone();
+    redrive_env.extend(
+        [
+            ("REDRIVE_WORKER_FUNCTION", "worker".to_string()),
+            ("REDRIVE_WORKER_MAPPING", "worker-mapping".to_string()),
+            ("AWS_ENDPOINT_URL_LAMBDA", lambda_api.url()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
     let log = options.state_dir.join("worker-outage.log");
     let _ = std::fs::remove_file(&log);
     let _worker = FunctionProcess::spawn(
@@ -231,16 +355,11 @@ pub async fn run_outage(options: &DemoOptions, outage: Duration) -> Result<Outag
         Some(&log),
     )
     .map_err(|e| format!("cannot start {}: {e}", options.worker_binary.display()))?;
-    let redrive_binary = options
-        .worker_binary
-        .parent()
-        .map(|d| d.join("redrive"))
-        .ok_or("cannot locate the redrive binary")?;
     let _redrive = FunctionProcess::spawn(
-        &redrive_binary,
+        redrive_binary,
         "redrive",
         &redrive_api.address(),
-        &env,
+        &redrive_env,
         Some(&options.state_dir.join("redrive-outage.log")),
     )
     .map_err(|e| format!("cannot start {}: {e}", redrive_binary.display()))?;
@@ -259,17 +378,13 @@ pub async fn run_outage(options: &DemoOptions, outage: Duration) -> Result<Outag
         bodies.len(),
         outage.as_secs()
     );
-    let esm = EventSourceMapping::new(
-        clients.sqs.clone(),
-        &resources.source_url,
-        &resources.source_arn,
-        region,
-        10,
-    );
-    let invoker = RuntimeApiInvoker {
+    let invoker = SharedRuntimeApiInvoker {
         api: worker_api,
         timeout: Duration::from_secs(6),
     };
+    let counts = Arc::new(ControlCounts::default());
+    let control = pause_polling
+        .then(|| polling_schedule(redrive_api.clone(), Duration::from_secs(2), counts.clone()));
     let mut during = EsmStats::default();
     let end = tokio::time::Instant::now() + outage;
     let mut redriven_while_open = 0;
@@ -291,6 +406,9 @@ pub async fn run_outage(options: &DemoOptions, outage: Duration) -> Result<Outag
         .await?;
     if !drained {
         return Err("the source queue did not drain within 2 minutes".to_string());
+    }
+    if let Some(control) = control {
+        control.abort();
     }
     let dead_lettered = crate::demo::count_by(
         &clients,
@@ -326,6 +444,10 @@ pub async fn run_outage(options: &DemoOptions, outage: Duration) -> Result<Outag
         calls_during_outage,
         waited: ids.len() as u64,
         receives_per_message: received as f64 / bodies.len().max(1) as f64,
+        max_receives: during.max_receive_count.max(after.max_receive_count),
+        polling_paused: counts.paused.load(Ordering::SeqCst),
+        polling_resumed: counts.resumed.load(Ordering::SeqCst),
+        polling_probes: counts.probes.load(Ordering::SeqCst),
         dead_lettered,
         redriven_while_open,
         redriven_after,

@@ -109,6 +109,10 @@ enum Command {
         /// How long the downstream is down, in seconds.
         #[arg(long, default_value_t = 20)]
         outage_secs: u64,
+        /// Run without the breaker's polling control (the worker receives and hides every
+        /// waiting message throughout the outage), to compare the receives.
+        #[arg(long)]
+        no_polling_control: bool,
         /// Directory for the functions' logs.
         #[arg(long, default_value = ".emulator")]
         state_dir: PathBuf,
@@ -263,6 +267,7 @@ async fn main() -> ExitCode {
             prefix,
             items,
             outage_secs,
+            no_polling_control,
             state_dir,
             worker,
         } => match (emulator.endpoints(), worker_path(worker)) {
@@ -283,6 +288,7 @@ async fn main() -> ExitCode {
                     Ok(()) => sqs_worker_local::outage::run_outage(
                         &options,
                         Duration::from_secs(outage_secs),
+                        !no_polling_control,
                     )
                     .await
                     .map(|summary| {
