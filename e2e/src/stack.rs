@@ -39,21 +39,35 @@ pub const EMPTY_ZIP: &[u8] = &[
     0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 ];
 
-/// `template` as the emulator can deploy it: without event source mappings (the emulator
-/// would invoke the function on every send), alarms and dashboards (it evaluates no alarm;
-/// they are checked on the JSON) and rules (parameter assertions, checked on the JSON).
+/// `template` as the emulator can deploy it: event source mappings replaced by stand-ins
+/// whose `Ref` is a UUID-like id, as a mapping's is (the emulator would invoke the function
+/// on every send; the local event source mapping polls instead), without alarms and
+/// dashboards (it evaluates no alarm; they are checked on the JSON) and rules (parameter
+/// assertions, checked on the JSON).
 pub fn deployable(mut template: Value) -> Value {
     if let Some(resources) = template["Resources"].as_object_mut() {
         resources.retain(|_, r| {
             !matches!(
                 r["Type"].as_str(),
-                Some(
-                    "AWS::Lambda::EventSourceMapping"
-                        | "AWS::CloudWatch::Alarm"
-                        | "AWS::CloudWatch::Dashboard"
-                )
+                Some("AWS::CloudWatch::Alarm" | "AWS::CloudWatch::Dashboard")
             )
         });
+        for resource in resources.values_mut() {
+            if resource["Type"] == "AWS::Lambda::EventSourceMapping" {
+                let uuid = format!(
+                    "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                    fastrand::u32(..),
+                    fastrand::u16(..),
+                    fastrand::u16(..0x1000),
+                    fastrand::u16(..0x1000),
+                    fastrand::u64(..1 << 48)
+                );
+                *resource = serde_json::json!({
+                    "Type": "AWS::SSM::Parameter",
+                    "Properties": {"Name": uuid, "Type": "String", "Value": "event source mapping"}
+                });
+            }
+        }
     }
     if let Some(top) = template.as_object_mut() {
         top.remove("Rules");

@@ -29,7 +29,8 @@ use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
 use sqs_worker_local::esm::EventSourceMapping;
 use sqs_worker_local::fault_proxy::{Access, FaultProxy};
 use sqs_worker_local::function::FunctionProcess;
-use sqs_worker_local::invokers::RuntimeApiInvoker;
+use sqs_worker_local::invokers::{RuntimeApiInvoker, SharedRuntimeApiInvoker};
+use sqs_worker_local::lambda_api::{LambdaApi, LocalFunction};
 use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
 
 /// The account moto's CloudFormation deploys into.
@@ -350,10 +351,27 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         e2e::REGION,
         10,
     );
-    let worker = RuntimeApiInvoker {
-        api: worker_api,
+    let worker_api = std::sync::Arc::new(worker_api);
+    let worker = SharedRuntimeApiInvoker {
+        api: worker_api.clone(),
         timeout: Duration::from_secs(40),
     };
+    // The Lambda API the redrive function's polling control calls (the worker's mapping,
+    // the worker itself), behind a proxy of its own that audits those calls.
+    let redrive_env = &deployed.environments["RedriveFunction"];
+    let lambda_api = LambdaApi::serve(
+        vec![LocalFunction {
+            name: redrive_env["REDRIVE_WORKER_FUNCTION"].clone(),
+            runtime: worker_api.clone(),
+            timeout: Duration::from_secs(40),
+        }],
+        vec![(redrive_env["REDRIVE_WORKER_MAPPING"].clone(), esm.state())],
+    )
+    .await
+    .unwrap();
+    let lambda_proxy = FaultProxy::start(&Endpoints::single(&lambda_api.url()))
+        .await
+        .unwrap();
 
     // An Extended Client pointer to a payload in the store's bucket.
     test_clients
@@ -392,11 +410,15 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     assert!(drained, "the worker did not drain its queue: {stats:?}");
 
     // The scheduled redrive once the breaker's open period is over: it is the probe.
+    let redrive_overrides = [
+        url[0].clone(),
+        ("AWS_ENDPOINT_URL_LAMBDA", lambda_proxy.url()),
+    ];
     let (redrive_api, _redrive) = start_function(
         "redrive",
         "RedriveRole",
         &deployed.environments["RedriveFunction"],
-        &url,
+        &redrive_overrides,
         &proxy,
     )
     .await;
@@ -470,6 +492,41 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let forced = invoke(&redrive_api, json!({"mode": "reprocess", "force": true})).await;
 
+    // A long outage: the breaker opened a second time in a row; the polling control
+    // disables the worker's mapping, then probes with a source message once the open
+    // period is over (the worker, invoked directly, closes the breaker) and enables it.
+    {
+        use sqs_worker::breaker::BreakerStore;
+        let breaker = sqs_worker::adapters::breaker::DynamoBreakerStore::new(
+            test_clients.dynamodb.clone(),
+            breaker_table.clone(),
+            deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
+        );
+        breaker.close().await.unwrap();
+        let now = std::time::SystemTime::now();
+        assert!(breaker
+            .open(now + Duration::from_secs(2), 2, now)
+            .await
+            .unwrap());
+        let paused = invoke(&redrive_api, json!({"control": "polling"})).await;
+        assert_eq!(paused["polling"], "paused", "{paused}");
+        assert!(!esm.state().enabled());
+        test_clients
+            .sqs
+            .send_message()
+            .queue_url(&source_url)
+            .message_body(e2e::body("probe", "ok"))
+            .send()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let resumed = invoke(&redrive_api, json!({"control": "polling"})).await;
+        assert_eq!(resumed["polling"], "resumed", "{resumed}");
+        assert_eq!(resumed["probe"], "processed", "{resumed}");
+        assert!(esm.state().enabled());
+        assert_eq!(e2e_depth(&test_clients, &source_url).await, 0);
+    }
+
     // The handler of infra/handler.yaml, with its own stack.
     let handler = deploy(
         &moto,
@@ -526,7 +583,8 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         .unwrap();
     assert!(drained, "the handler did not drain its queue: {stats:?}");
 
-    let accesses = proxy.accesses();
+    let mut accesses = proxy.accesses();
+    accesses.extend(lambda_proxy.accesses());
     let by_role: BTreeMap<&str, BTreeSet<String>> = [
         ("WorkerRole", &deployed.policies["WorkerRole"]),
         ("RedriveRole", &deployed.policies["RedriveRole"]),
@@ -582,6 +640,29 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         ),
         (
             "RedriveRole",
+            "lambda:UpdateEventSourceMapping",
+            &format!(
+                "event-source-mapping:{}",
+                redrive_env["REDRIVE_WORKER_MAPPING"]
+            ),
+        ),
+        (
+            "RedriveRole",
+            "lambda:InvokeFunction",
+            &format!("function:{}", redrive_env["REDRIVE_WORKER_FUNCTION"]),
+        ),
+        (
+            "RedriveRole",
+            "sqs:ReceiveMessage",
+            source_url.rsplit('/').next().unwrap(),
+        ),
+        (
+            "RedriveRole",
+            "sqs:DeleteMessage",
+            source_url.rsplit('/').next().unwrap(),
+        ),
+        (
+            "RedriveRole",
             "sqs:ReceiveMessage",
             deployed.physical["DeadLetterQueue"]
                 .rsplit('/')
@@ -607,4 +688,10 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
             "{role} never made {action} on …{resource}; the scenario no longer covers it"
         );
     }
+}
+
+async fn e2e_depth(clients: &AwsClients, queue_url: &str) -> u64 {
+    sqs_worker_local::esm::queue_depth(&clients.sqs, queue_url)
+        .await
+        .unwrap()
 }

@@ -51,6 +51,10 @@ pub enum Target {
     },
     /// A Secrets Manager secret, by the id the request gives (a name or an ARN).
     Secret(String),
+    /// A Lambda function, by name.
+    Function(String),
+    /// A Lambda event source mapping, by UUID.
+    EventSourceMapping(String),
     /// An operation IAM authorises on `*` (e.g. `sqs:ListQueues`), or one not understood.
     Any,
 }
@@ -87,6 +91,11 @@ impl Access {
             Target::Secret(id) if id.starts_with("arn:") => id.clone(),
             Target::Secret(name) => {
                 format!("arn:aws:secretsmanager:{region}:{account}:secret:{name}")
+            }
+            Target::Function(name) if name.starts_with("arn:") => name.clone(),
+            Target::Function(name) => format!("arn:aws:lambda:{region}:{account}:function:{name}"),
+            Target::EventSourceMapping(uuid) => {
+                format!("arn:aws:lambda:{region}:{account}:event-source-mapping:{uuid}")
             }
             Target::Any => "*".to_string(),
         }
@@ -173,7 +182,9 @@ pub fn accesses(
                     .map_or(Target::Any, |id| Target::Secret(id.to_string()));
                 vec![access(format!("{prefix}:{action}"), target)]
             }
-            None => Vec::new(),
+            None => lambda_access(method, uri.path())
+                .map(|(action, target)| vec![access(action, target)])
+                .unwrap_or_default(),
         },
     }
 }
@@ -337,6 +348,30 @@ pub fn percent_decoded(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The IAM action and target of a Lambda REST request the functions make: Invoke, and
+/// reading or updating an event source mapping.
+fn lambda_access(method: &Method, path: &str) -> Option<(String, Target)> {
+    let path = percent_decoded(path);
+    if let Some(uuid) = path.strip_prefix("/2015-03-31/event-source-mappings/") {
+        let action = if *method == Method::PUT {
+            "lambda:UpdateEventSourceMapping"
+        } else {
+            "lambda:GetEventSourceMapping"
+        };
+        return Some((
+            action.to_string(),
+            Target::EventSourceMapping(uuid.to_string()),
+        ));
+    }
+    let name = path
+        .strip_prefix("/2015-03-31/functions/")?
+        .strip_suffix("/invocations")?;
+    Some((
+        "lambda:InvokeFunction".to_string(),
+        Target::Function(name.to_string()),
+    ))
+}
+
 /// The IAM prefix and action of a JSON-protocol request of another service
 /// (`X-Amz-Target: secretsmanager.GetSecretValue`).
 fn other_target(headers: &HeaderMap) -> Option<(String, String)> {
@@ -464,6 +499,40 @@ mod tests {
         let arns: Vec<String> = delete.iter().map(|a| a.arn("")).collect();
         assert_eq!(arns, ["arn:aws:s3:::b/k1", "arn:aws:s3:::b/k2"]);
         assert!(delete.iter().all(|a| a.action == "s3:DeleteObject"));
+    }
+
+    #[test]
+    fn lambda_invocations_and_event_source_mappings() {
+        let h = headers(None, "lambda");
+        let invoke = of(
+            Method::POST,
+            "/2015-03-31/functions/stack-worker/invocations",
+            &h,
+            "{}",
+        );
+        assert_eq!(invoke[0].action, "lambda:InvokeFunction");
+        assert_eq!(
+            invoke[0].arn("000000000000"),
+            "arn:aws:lambda:us-east-1:000000000000:function:stack-worker"
+        );
+        let update = of(
+            Method::PUT,
+            "/2015-03-31/event-source-mappings/6a1b-77",
+            &h,
+            r#"{"Enabled":false}"#,
+        );
+        assert_eq!(update[0].action, "lambda:UpdateEventSourceMapping");
+        assert_eq!(
+            update[0].arn("000000000000"),
+            "arn:aws:lambda:us-east-1:000000000000:event-source-mapping:6a1b-77"
+        );
+        let get = of(
+            Method::GET,
+            "/2015-03-31/event-source-mappings/6a1b-77",
+            &h,
+            "",
+        );
+        assert_eq!(get[0].action, "lambda:GetEventSourceMapping");
     }
 
     #[test]
