@@ -23,6 +23,7 @@
 //! | [`redelivery`] | retries spaced across deliveries: the delay by receive count, the visibility port | via trait |
 //! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
 //! | [`breaker`] | the circuit breaker every sandbox shares, around a processor; over a [`breaker::BreakerStore`] | via trait |
+//! | [`polling`] | a long outage stops the worker's polling: pause, probe with a source message, restore; over three ports | via traits |
 //! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
 //! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
 //! | [`signature`] | normalised error signatures for grouping | none |
