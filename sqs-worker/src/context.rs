@@ -324,6 +324,11 @@ pub(crate) async fn until_cut<F: Future>(work: F) -> Option<F::Output> {
     let Ok(state) = RECORD.try_with(|c| c.cut.clone()) else {
         return Some(work.await);
     };
+    if state.passed.load(Ordering::SeqCst) {
+        // Opened after the cut-off (the next item of a stream, a second step): the work
+        // never starts.
+        return None;
+    }
     let _open = state.open();
     let node = Arc::new(SectionNode::default());
     state.add_cut_point(&node);
@@ -339,6 +344,15 @@ pub(crate) async fn until_cut<F: Future>(work: F) -> Option<F::Output> {
         }
     })
     .await
+}
+
+/// Whether the current record's cut-off has passed and its attempt is ending itself: a
+/// layer starts no new work then (an idempotency claim is not taken). `false` outside the
+/// worker.
+pub(crate) fn cutoff_passed() -> bool {
+    RECORD
+        .try_with(|c| c.cut.passed.load(Ordering::SeqCst))
+        .unwrap_or(false)
 }
 
 /// Runs a layer's bookkeeping after the work (a completion, a failure count) so that the

@@ -149,6 +149,11 @@ impl<S: IdempotencyStore> Idempotency<S> {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, ProcessError>>,
     {
+        if crate::context::cutoff_passed() {
+            // Past the cut-off no new work starts (a stream's next item, a later step):
+            // nothing is claimed, the attempt ends as cut.
+            return Err(crate::retry::deadline_cut(Duration::ZERO));
+        }
         let now = SystemTime::from(crate::clock::now());
         let until = crate::context::hard_stop()
             .filter(|d| *d > now)
