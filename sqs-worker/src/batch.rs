@@ -315,8 +315,24 @@ pub struct BatchProcessor<P, S> {
     )>,
     /// The source queues' retention and visibility timeout, read once per queue when
     /// redeliveries are spaced (`crate::redelivery::retry_room`).
-    queue_timings: std::sync::Mutex<HashMap<String, crate::redelivery::QueueTiming>>,
+    queue_timings: std::sync::Mutex<HashMap<String, QueueTimingRead>>,
 }
+
+/// What is known of a source queue's retention.
+#[derive(Debug, Clone, Copy)]
+enum QueueTimingRead {
+    /// Read.
+    Known(crate::redelivery::QueueTiming),
+    /// The read failed or took too long; not tried again before this.
+    Unknown { retry_at: tokio::time::Instant },
+}
+
+/// The longest a batch waits for the source queue's attributes before it starts without
+/// them (hiding is an addition, never a condition).
+const QUEUE_TIMING_READ: Duration = Duration::from_secs(1);
+
+/// How long a failed read of the queue's attributes is not tried again.
+const QUEUE_TIMING_RETRY: Duration = Duration::from_secs(60);
 
 impl<P: std::fmt::Debug, S: std::fmt::Debug> std::fmt::Debug for BatchProcessor<P, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -586,7 +602,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 batch_failed.then_some(NotStartedReason::FifoShortCircuit)
             };
             let step = match held_back {
-                Some(reason) => self.not_run(id, msg, reason),
+                Some(reason) => self.not_run(id, msg, reason, deadline),
                 None => self.run_record(id, msg, deadline, &shared).await,
             };
             let report = match step {
@@ -646,9 +662,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 // Never past what is left of the message's retention (less a visibility
                 // timeout for its next delivery): a message that expires while hidden is
                 // gone without a trace.
+                // Whole seconds down: SQS rounds a hide up to whole seconds.
                 let within_retention = self
                     .retry_room(Some(&handle.queue_arn), handle.sent, now)
-                    .unwrap_or(Duration::MAX);
+                    .map_or(Duration::MAX, |room| Duration::from_secs(room.as_secs()));
                 Some(crate::redelivery::Hide {
                     queue_arn: handle.queue_arn.clone(),
                     receipt_handle: handle.receipt_handle.clone(),
@@ -738,7 +755,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     ) -> Step {
         let started = tokio::time::Instant::now();
         if started >= deadline.cutoff() {
-            return self.not_run(message_id, msg, NotStartedReason::Deadline);
+            return self.not_run(message_id, msg, NotStartedReason::Deadline, deadline);
         }
         // The record's context (deadline, custom metrics and log fields) for the handler.
         let context = crate::context::RecordContext::new(
@@ -827,7 +844,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 StopReason::Permanent
             };
             let failure = immediate_failure(error.clone());
-            return self.settle_failure(item, error, stop, vec![failure], 0);
+            return self.settle_failure(item, error, stop, vec![failure], 0, deadline);
         }
         let item = match parsed {
             Ok(item) => item,
@@ -840,6 +857,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     StopReason::Permanent,
                     vec![failure],
                     0,
+                    deadline,
                 );
             }
         };
@@ -884,7 +902,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     retry_after: None,
                 })
             }
-            Err((error, stop)) => self.settle_failure(item, error, stop, run.failures, attempts),
+            Err((error, stop)) => {
+                self.settle_failure(item, error, stop, run.failures, attempts, deadline)
+            }
         }
     }
 
@@ -927,7 +947,13 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     /// its last receive, where the queue's redrive policy would move it without a record:
     /// then it is dead-lettered, class `timeout` (transient, so a redrive brings it back),
     /// code [`NOT_STARTED`], with why (docs/ARCHITECTURE.md §1.3).
-    fn not_run(&self, message_id: Text<'_>, msg: SqsRecord<'_>, reason: NotStartedReason) -> Step {
+    fn not_run(
+        &self,
+        message_id: Text<'_>,
+        msg: SqsRecord<'_>,
+        reason: NotStartedReason,
+        deadline: &Deadline,
+    ) -> Step {
         let receive_count = msg
             .attribute("ApproximateReceiveCount")
             .and_then(|v| v.parse().ok())
@@ -935,6 +961,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let retention_ending = self.retention_ending(
             msg.event_source_arn(),
             sent_time(msg.attribute("SentTimestamp")),
+            deadline,
         );
         let budget_spent = self.receive_budget_spent(receive_count);
         if !budget_spent && !retention_ending {
@@ -990,6 +1017,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         stop: StopReason,
         failures: Vec<AttemptFailure>,
         attempts: u32,
+        deadline: &Deadline,
     ) -> Step {
         let reason = if stop == StopReason::Permanent {
             Some(DeadLetterReason::Permanent)
@@ -998,6 +1026,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         } else if self.retention_ending(
             item.event_source_arn.as_deref(),
             item.sent_timestamp.map(std::time::SystemTime::from),
+            deadline,
         ) {
             Some(DeadLetterReason::RetentionEnding)
         } else {
@@ -1037,14 +1066,20 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let Some((policy, port)) = &self.redelivery else {
             return;
         };
+        let now = tokio::time::Instant::now();
         let known = self
             .queue_timings
             .lock()
-            .is_ok_and(|t| t.contains_key(queue_arn));
+            .is_ok_and(|t| match t.get(queue_arn) {
+                Some(QueueTimingRead::Known(_)) => true,
+                Some(QueueTimingRead::Unknown { retry_at }) => now < *retry_at,
+                None => false,
+            });
         if known {
             return;
         }
-        let read = tokio::time::timeout_at(deadline.cutoff(), port.queue_timing(queue_arn)).await;
+        let bound = (now + QUEUE_TIMING_READ).min(deadline.cutoff());
+        let read = tokio::time::timeout_at(bound, port.queue_timing(queue_arn)).await;
         match read {
             Ok(Some(timing)) => {
                 // CloudFormation cannot compare numbers, so a template cannot refuse a
@@ -1063,18 +1098,32 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     }
                 }
                 if let Ok(mut timings) = self.queue_timings.lock() {
-                    timings.insert(queue_arn.to_string(), timing);
+                    timings.insert(queue_arn.to_string(), QueueTimingRead::Known(timing));
                 }
             }
-            _ => tracing::warn!(
-                "the source queue's retention could not be read; redelivery delays are not capped by it in this batch"
-            ),
+            _ => {
+                tracing::warn!(
+                    retry_secs = QUEUE_TIMING_RETRY.as_secs(),
+                    "the source queue's retention could not be read; redelivery delays are not capped by it until it is"
+                );
+                if let Ok(mut timings) = self.queue_timings.lock() {
+                    timings.insert(
+                        queue_arn.to_string(),
+                        QueueTimingRead::Unknown {
+                            retry_at: tokio::time::Instant::now() + QUEUE_TIMING_RETRY,
+                        },
+                    );
+                }
+            }
         }
     }
 
     fn queue_timing(&self, queue_arn: Option<&str>) -> Option<crate::redelivery::QueueTiming> {
         let timings = self.queue_timings.lock().ok()?;
-        timings.get(queue_arn?).copied()
+        match timings.get(queue_arn?)? {
+            QueueTimingRead::Known(timing) => Some(*timing),
+            QueueTimingRead::Unknown { .. } => None,
+        }
     }
 
     /// How long a record of `queue_arn` sent at `sent` may be hidden `now` and still be
@@ -1091,15 +1140,20 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         Some(crate::redelivery::retry_room(sent?, &timing, now).unwrap_or(Duration::ZERO))
     }
 
-    /// Whether a record returned now could not be delivered again before its retention
-    /// ends: it is then dead-lettered, never left to expire while hidden
-    /// (docs/ARCHITECTURE.md §1.11).
+    /// Whether a record returned by this invocation could not be delivered again before its
+    /// retention ends: it is then dead-lettered, never left to expire while hidden
+    /// (docs/ARCHITECTURE.md §1.11). Judged at the hard stop, the latest the batch answers
+    /// (the rest of the batch may run on after this record ended).
     fn retention_ending(
         &self,
         queue_arn: Option<&str>,
         sent: Option<std::time::SystemTime>,
+        deadline: &Deadline,
     ) -> bool {
-        let now = std::time::SystemTime::from(crate::clock::now());
+        let until_answer = deadline
+            .hard_stop()
+            .saturating_duration_since(tokio::time::Instant::now());
+        let now = std::time::SystemTime::from(crate::clock::now()) + until_answer;
         match (self.queue_timing(queue_arn), sent) {
             (Some(timing), Some(sent)) => {
                 crate::redelivery::retry_room(sent, &timing, now).is_none()
