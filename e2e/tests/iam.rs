@@ -663,6 +663,11 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         ),
         (
             "RedriveRole",
+            "sqs:GetQueueAttributes",
+            source_url.rsplit('/').next().unwrap(),
+        ),
+        (
+            "RedriveRole",
             "sqs:ReceiveMessage",
             deployed.physical["DeadLetterQueue"]
                 .rsplit('/')

@@ -316,6 +316,11 @@ pub struct BatchProcessor<P, S> {
     /// The source queues' retention and visibility timeout, read once per queue when
     /// redeliveries are spaced (`crate::redelivery::retry_room`).
     queue_timings: std::sync::Mutex<HashMap<String, QueueTimingRead>>,
+    /// Reads the queue's retention when redeliveries are not spaced but a sweep reserve is
+    /// kept ([`BatchProcessor::with_sweep_reserve`]).
+    timing_port: Option<Arc<dyn crate::redelivery::VisibilityPort>>,
+    /// Keep `crate::polling::sweep_interval` of each record's retention in reserve.
+    sweep_reserve: bool,
 }
 
 /// What is known of a source queue's retention.
@@ -355,6 +360,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             resolver: None,
             redelivery: None,
             queue_timings: std::sync::Mutex::new(HashMap::new()),
+            timing_port: None,
+            sweep_reserve: false,
         }
     }
 
@@ -366,6 +373,18 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         port: Arc<dyn crate::redelivery::VisibilityPort>,
     ) -> Self {
         self.redelivery = Some((policy, port));
+        self
+    }
+
+    /// Keeps a quarter of each record's retention in reserve (`crate::polling::sweep_interval`):
+    /// under a circuit breaker the worker's polling may be paused, and a paused queue is
+    /// swept (each waiting message received once) only that often, so a record returned for
+    /// retry must have room for a sweep besides its next delivery, or it is dead-lettered
+    /// now (reason `retention_ending`). Reads the queue's retention through `port` when
+    /// redeliveries are not spaced (docs/ARCHITECTURE.md §1.12).
+    pub fn with_sweep_reserve(mut self, port: Arc<dyn crate::redelivery::VisibilityPort>) -> Self {
+        self.timing_port = Some(port);
+        self.sweep_reserve = true;
         self
     }
 
@@ -1063,8 +1082,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     /// are spaced), bounded by the cut-off; a queue that cannot be read is tried again by
     /// the next batch, and its hides meanwhile are capped by SQS's limits only.
     async fn learn_queue_timing(&self, queue_arn: &str, deadline: &Deadline) {
-        let Some((policy, port)) = &self.redelivery else {
-            return;
+        let (policy, port) = match (&self.redelivery, &self.timing_port) {
+            (Some((policy, port)), _) => (Some(policy), port),
+            (None, Some(port)) => (None, port),
+            (None, None) => return,
         };
         let now = tokio::time::Instant::now();
         let known = self
@@ -1086,7 +1107,18 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 // spacing longer than the queue's retention: said here, once per sandbox.
                 // Nothing is lost either way (hides are capped, and a message with no room
                 // left is dead-lettered), but the receive budget cannot be spent.
-                if let Some(receives) = self.config.max_receive_count {
+                // Under a breaker whose control may pause polling, a record needs room for a
+                // sweep besides its next delivery: kept as part of the visibility timeout.
+                let timing = if self.sweep_reserve {
+                    crate::redelivery::QueueTiming {
+                        visibility_timeout: timing.visibility_timeout
+                            + crate::polling::sweep_interval(timing.retention),
+                        ..timing
+                    }
+                } else {
+                    timing
+                };
+                if let Some((receives, policy)) = self.config.max_receive_count.zip(policy) {
                     let span = policy.least_span(receives);
                     if span + timing.visibility_timeout > timing.retention {
                         tracing::warn!(

@@ -4,23 +4,31 @@
 //! While the circuit breaker is open the worker still receives every waiting message and
 //! hides it again: each message spends a receive per open period, and hours-long hides count
 //! against SQS's in-flight limit. Once the breaker has opened a second time in a row (its
-//! first probe failed: not a blip), a scheduled control run disables the worker's event
-//! source mapping, so no message is received at all; once the open period is over, it
-//! probes by taking one message from the source queue and invoking the worker with it (the
-//! worker's breaker runs that record as its probe), and enables the mapping again when the
-//! breaker has closed (or when the queue has nothing to probe with).
+//! first probe failed: not a blip) and every waiting message has been received since (the
+//! queue shows none visible), a scheduled control run disables the worker's event source
+//! mapping, so no message is received at all. Once the open period is over, it probes by
+//! taking one message from the source queue and invoking the worker with it (the worker's
+//! breaker runs that record as its probe), and enables the mapping again when the breaker
+//! has closed (or when the queue has nothing to probe with).
 //!
-//! Order makes a crash harmless: the pause is recorded (a marker item in the breaker's
-//! table) before the mapping is disabled, and cleared only after it is enabled again, so a
-//! mapping this control disabled is always one it will enable; a mapping an operator
-//! disabled (no marker) is never touched. Without the marker's table, the mapping's id or
-//! the permissions, receive-and-hide stays the behaviour (the control reports why).
+//! A pause never outlasts a message. Every [`sweep_interval`] (a quarter of the queue's
+//! retention) the mapping is enabled until the queue shows no visible message: each waiting
+//! message is received once, and the worker, which keeps that interval in reserve when it
+//! hides a record under a breaker (`crate::batch`), dead-letters those that could expire
+//! before the next sweep.
+//!
+//! Runs are serialised by a lease on the marker item (EventBridge may deliver a schedule
+//! twice, and a run waiting on a slow call overlaps the next); the pause is recorded before
+//! the mapping is disabled and cleared only after it is enabled again, so a mapping this
+//! control disabled is always one it will enable; a mapping an operator disabled (no
+//! record) is never touched. A breaker that cannot be read ends a pause (fail safe: the
+//! worker then polls as it would without the control).
 //!
 //! The control is pure logic over three ports ([`MappingSwitch`], [`PauseMarker`],
 //! [`SourceProbe`]) and the breaker's store; the AWS adapters are in
 //! `crate::adapters::polling`.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -36,12 +44,31 @@ pub trait MappingSwitch: Send + Sync {
     fn set_enabled(&self, enabled: bool) -> BoxFuture<'_, Result<(), ProcessError>>;
 }
 
-/// The record that this control paused the mapping (and must restore it).
+/// What the control recorded of its pause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PauseState {
+    /// The mapping is paused by this control (and must be restored by it).
+    pub paused: bool,
+    /// A sweep runs: the mapping is enabled until the queue shows no visible message.
+    pub sweeping: bool,
+    /// When the pause, or the sweep, began.
+    pub since: Option<SystemTime>,
+}
+
+/// The record of the pause, and the lease that serialises control runs.
 pub trait PauseMarker: Send + Sync {
-    /// Whether the mapping is paused by this control.
-    fn paused(&self) -> BoxFuture<'_, Result<bool, ProcessError>>;
-    /// Records (or clears) the pause.
-    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), ProcessError>>;
+    /// Takes the control's lease until `until`, unless another run holds it at `now`.
+    fn lease(
+        &self,
+        now: SystemTime,
+        until: SystemTime,
+    ) -> BoxFuture<'_, Result<bool, ProcessError>>;
+    /// Gives the lease back.
+    fn release(&self) -> BoxFuture<'_, Result<(), ProcessError>>;
+    /// The recorded pause.
+    fn read(&self) -> BoxFuture<'_, Result<PauseState, ProcessError>>;
+    /// Records the pause.
+    fn write(&self, state: PauseState) -> BoxFuture<'_, Result<(), ProcessError>>;
 }
 
 /// How a probe with one message of the source queue went.
@@ -53,13 +80,24 @@ pub enum ProbeOutcome {
     /// The worker processed (or dead-lettered) it; the message was deleted.
     Processed,
     /// The worker returned it for retry (its breaker refused it, or the downstream
-    /// failed); it stays in the queue, hidden as the worker decided.
+    /// failed), or its answer could not be read; it stays in the queue.
     Returned,
 }
 
-/// Takes one message of the source queue and has the worker process it, as the event source
-/// mapping would: deleted when the worker does not report it failed.
+/// What the control reads of the source queue (`GetQueueAttributes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceQueue {
+    /// `ApproximateNumberOfMessages`: visible messages.
+    pub visible: u64,
+    /// `MessageRetentionPeriod`.
+    pub retention: Duration,
+}
+
+/// The source queue: its state, and a probe with one of its messages run by the worker as
+/// the event source mapping would (deleted when the worker does not report it failed).
 pub trait SourceProbe: Send + Sync {
+    /// The queue's visible messages and retention.
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>>;
     /// Runs the probe.
     fn probe(&self) -> BoxFuture<'_, Result<ProbeOutcome, ProcessError>>;
 }
@@ -68,7 +106,8 @@ pub trait SourceProbe: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "polling", rename_all = "snake_case")]
 pub enum ControlAction {
-    /// Nothing to do: the breaker is closed (or open for the first time) and polling runs.
+    /// Nothing to do: polling runs (the breaker is closed, open for the first time, or
+    /// waiting messages have not all been received since it opened).
     Polling,
     /// The breaker is open again: polling was stopped.
     Paused,
@@ -78,12 +117,16 @@ pub enum ControlAction {
         #[serde(skip_serializing_if = "Option::is_none")]
         probe: Option<ProbeOutcome>,
     },
+    /// A sweep runs: polling is on until every waiting message has been received once.
+    Sweeping,
     /// Polling was restored.
     Resumed {
         /// The probe run this time, if any.
         #[serde(skip_serializing_if = "Option::is_none")]
         probe: Option<ProbeOutcome>,
     },
+    /// Another run holds the lease; this one did nothing.
+    Busy,
     /// A call failed; nothing changed that a later run cannot finish.
     Failed {
         /// What failed.
@@ -95,6 +138,17 @@ pub enum ControlAction {
 /// first probe failed, so the outage is not a blip.
 pub const PAUSE_AFTER_OPENS: u32 = 2;
 
+/// How long a run holds the lease at most (the redrive function's longest run).
+pub const LEASE: Duration = Duration::from_secs(900);
+
+/// How often a pause is interrupted by a sweep: a quarter of the queue's retention, so a
+/// message is received at least four times in its life whatever the outage's length. The
+/// worker keeps this much of a record's retention in reserve when it hides it under a
+/// breaker.
+pub fn sweep_interval(retention: Duration) -> Duration {
+    retention / 4
+}
+
 /// The control's ports.
 pub struct PollingControl<B, S, M, P> {
     /// The worker's circuit breaker.
@@ -103,46 +157,107 @@ pub struct PollingControl<B, S, M, P> {
     pub mapping: S,
     /// Where the pause is recorded.
     pub marker: M,
-    /// The probe with a source message.
+    /// The source queue and the probe with one of its messages.
     pub probe: P,
 }
 
 impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingControl<B, S, M, P> {
     /// One control run at `now`.
     pub async fn run(&self, now: SystemTime) -> ControlAction {
-        match self.step(now).await {
+        match self.marker.lease(now, now + LEASE).await {
+            Ok(true) => {}
+            Ok(false) => return ControlAction::Busy,
+            Err(error) => {
+                return ControlAction::Failed {
+                    error: error.to_string(),
+                }
+            }
+        }
+        let action = match self.step(now).await {
             Ok(action) => action,
             Err(error) => ControlAction::Failed {
                 error: error.to_string(),
             },
+        };
+        if let Err(error) = self.marker.release().await {
+            tracing::warn!(%error, "could not give the polling control's lease back; it lapses by itself");
         }
+        action
     }
 
     async fn step(&self, now: SystemTime) -> Result<ControlAction, ProcessError> {
-        let state = self.breaker.read().await?;
-        let paused = self.marker.paused().await?;
+        let pause = self.marker.read().await?;
+        let state = match self.breaker.read().await {
+            Ok(state) => state,
+            Err(error) if pause.paused => {
+                // Fail safe: without the breaker's state nothing says the pause may go on.
+                tracing::warn!(%error, "the breaker cannot be read: polling is restored");
+                return self.resume(None).await;
+            }
+            Err(error) => return Err(error),
+        };
         if state.is_open(now) {
-            if paused {
-                // Finish a pause a crash may have cut between the marker and the mapping.
+            let queue = self.probe.queue().await?;
+            if pause.sweeping {
+                if queue.visible > 0 {
+                    return Ok(ControlAction::Sweeping);
+                }
+                self.marker
+                    .write(PauseState {
+                        paused: true,
+                        sweeping: false,
+                        since: Some(now),
+                    })
+                    .await?;
+                self.mapping.set_enabled(false).await?;
+                return Ok(ControlAction::Paused);
+            }
+            if pause.paused {
+                let since = pause.since.unwrap_or(now);
+                if now.duration_since(since).unwrap_or(Duration::ZERO)
+                    >= sweep_interval(queue.retention)
+                {
+                    self.marker
+                        .write(PauseState {
+                            paused: true,
+                            sweeping: true,
+                            since: Some(now),
+                        })
+                        .await?;
+                    self.mapping.set_enabled(true).await?;
+                    return Ok(ControlAction::Sweeping);
+                }
+                // Finish a pause a crash may have cut between the record and the mapping.
                 if self.mapping.enabled().await? {
                     self.mapping.set_enabled(false).await?;
                 }
                 return Ok(ControlAction::StaysPaused { probe: None });
             }
-            if state.opens < PAUSE_AFTER_OPENS || !self.mapping.enabled().await? {
-                // A first open is left to receive-and-hide; a mapping disabled by somebody
-                // else is theirs.
+            if state.opens < PAUSE_AFTER_OPENS
+                || queue.visible > 0
+                || !self.mapping.enabled().await?
+            {
+                // A first open is left to receive-and-hide, and so is a queue whose waiting
+                // messages have not all been received (and judged against their retention)
+                // since; a mapping disabled by somebody else is theirs.
                 return Ok(ControlAction::Polling);
             }
-            self.marker.set_paused(true).await?;
+            self.marker
+                .write(PauseState {
+                    paused: true,
+                    sweeping: false,
+                    since: Some(now),
+                })
+                .await?;
             self.mapping.set_enabled(false).await?;
             return Ok(ControlAction::Paused);
         }
-        if !paused {
+        if !pause.paused {
             return Ok(ControlAction::Polling);
         }
         let mut probe = None;
-        if state.is_half_open(now) {
+        // During a sweep the mapping polls: the worker probes by itself.
+        if state.is_half_open(now) && !pause.sweeping {
             let outcome = self.probe.probe().await?;
             probe = Some(outcome);
             if outcome != ProbeOutcome::Empty {
@@ -154,8 +269,13 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
                 }
             }
         }
+        self.resume(probe).await
+    }
+
+    /// Enables the mapping, then clears the record.
+    async fn resume(&self, probe: Option<ProbeOutcome>) -> Result<ControlAction, ProcessError> {
         self.mapping.set_enabled(true).await?;
-        self.marker.set_paused(false).await?;
+        self.marker.write(PauseState::default()).await?;
         Ok(ControlAction::Resumed { probe })
     }
 }
@@ -164,19 +284,23 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
 mod tests {
     use super::*;
     use crate::testing::MemoryBreakerStore;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
+    const RETENTION: Duration = Duration::from_secs(4 * 86_400);
+
+    /// The mapping, the marker (with its lease) and the queue's visible count, in memory.
     #[derive(Clone, Default)]
-    struct Flags {
+    struct Fakes {
         enabled: Arc<AtomicBool>,
-        paused: Arc<AtomicBool>,
+        pause: Arc<Mutex<PauseState>>,
+        lease_until: Arc<Mutex<Option<SystemTime>>>,
+        visible: Arc<AtomicU64>,
         fail_disable: Arc<AtomicBool>,
         calls: Arc<Mutex<Vec<&'static str>>>,
     }
 
-    impl MappingSwitch for Flags {
+    impl MappingSwitch for Fakes {
         fn enabled(&self) -> BoxFuture<'_, Result<bool, ProcessError>> {
             Box::pin(async { Ok(self.enabled.load(Ordering::SeqCst)) })
         }
@@ -198,30 +322,60 @@ mod tests {
         }
     }
 
-    impl PauseMarker for Flags {
-        fn paused(&self) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            Box::pin(async { Ok(self.paused.load(Ordering::SeqCst)) })
-        }
-        fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), ProcessError>> {
+    impl PauseMarker for Fakes {
+        fn lease(
+            &self,
+            now: SystemTime,
+            until: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
             Box::pin(async move {
-                self.calls
-                    .lock()
-                    .unwrap()
-                    .push(if paused { "mark" } else { "unmark" });
-                self.paused.store(paused, Ordering::SeqCst);
+                let mut lease = self.lease_until.lock().unwrap();
+                if lease.is_some_and(|held| held > now) {
+                    return Ok(false);
+                }
+                *lease = Some(until);
+                Ok(true)
+            })
+        }
+        fn release(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+            Box::pin(async {
+                *self.lease_until.lock().unwrap() = None;
+                Ok(())
+            })
+        }
+        fn read(&self) -> BoxFuture<'_, Result<PauseState, ProcessError>> {
+            Box::pin(async { Ok(*self.pause.lock().unwrap()) })
+        }
+        fn write(&self, state: PauseState) -> BoxFuture<'_, Result<(), ProcessError>> {
+            Box::pin(async move {
+                self.calls.lock().unwrap().push(match state {
+                    PauseState { paused: false, .. } => "unmark",
+                    PauseState { sweeping: true, .. } => "mark sweep",
+                    _ => "mark",
+                });
+                *self.pause.lock().unwrap() = state;
                 Ok(())
             })
         }
     }
 
     /// A probe that closes the breaker (`Processed`), reopens it (`Returned`), or finds
-    /// nothing.
+    /// nothing; the queue's visible count comes from the fakes.
     struct Probe {
         breaker: MemoryBreakerStore,
         outcome: ProbeOutcome,
+        fakes: Fakes,
     }
 
     impl SourceProbe for Probe {
+        fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+            Box::pin(async move {
+                Ok(SourceQueue {
+                    visible: self.fakes.visible.load(Ordering::SeqCst),
+                    retention: RETENTION,
+                })
+            })
+        }
         fn probe(&self) -> BoxFuture<'_, Result<ProbeOutcome, ProcessError>> {
             Box::pin(async move {
                 let now = SystemTime::now();
@@ -242,24 +396,35 @@ mod tests {
 
     fn control(
         breaker: &MemoryBreakerStore,
-        flags: &Flags,
+        fakes: &Fakes,
         outcome: ProbeOutcome,
-    ) -> PollingControl<MemoryBreakerStore, Flags, Flags, Probe> {
+    ) -> PollingControl<MemoryBreakerStore, Fakes, Fakes, Probe> {
         PollingControl {
             breaker: breaker.clone(),
-            mapping: flags.clone(),
-            marker: flags.clone(),
+            mapping: fakes.clone(),
+            marker: fakes.clone(),
             probe: Probe {
                 breaker: breaker.clone(),
                 outcome,
+                fakes: fakes.clone(),
             },
         }
     }
 
-    fn enabled_flags() -> Flags {
-        let flags = Flags::default();
-        flags.enabled.store(true, Ordering::SeqCst);
-        flags
+    fn enabled_fakes() -> Fakes {
+        let fakes = Fakes::default();
+        fakes.enabled.store(true, Ordering::SeqCst);
+        fakes
+    }
+
+    fn paused_fakes(since: SystemTime) -> Fakes {
+        let fakes = Fakes::default();
+        *fakes.pause.lock().unwrap() = PauseState {
+            paused: true,
+            sweeping: false,
+            since: Some(since),
+        };
+        fakes
     }
 
     async fn opened(breaker: &MemoryBreakerStore, opens: u32, for_secs: i64, now: SystemTime) {
@@ -278,96 +443,208 @@ mod tests {
     async fn a_first_open_keeps_polling_a_second_pauses_it_marker_first() {
         let now = SystemTime::now();
         let breaker = MemoryBreakerStore::default();
-        let flags = enabled_flags();
-        let c = control(&breaker, &flags, ProbeOutcome::Processed);
+        let fakes = enabled_fakes();
+        let c = control(&breaker, &fakes, ProbeOutcome::Processed);
         assert_eq!(c.run(now).await, ControlAction::Polling);
         opened(&breaker, 1, 60, now).await;
         assert_eq!(c.run(now).await, ControlAction::Polling);
         breaker.close().await.unwrap();
         opened(&breaker, 2, 120, now).await;
         assert_eq!(c.run(now).await, ControlAction::Paused);
-        assert!(!flags.enabled.load(Ordering::SeqCst));
-        assert_eq!(*flags.calls.lock().unwrap(), ["mark", "disable"]);
+        assert!(!fakes.enabled.load(Ordering::SeqCst));
+        assert_eq!(*fakes.calls.lock().unwrap(), ["mark", "disable"]);
         assert_eq!(c.run(now).await, ControlAction::StaysPaused { probe: None });
+    }
+
+    #[tokio::test]
+    async fn no_pause_while_messages_wait_unreceived_since_the_opening() {
+        let now = SystemTime::now();
+        let breaker = MemoryBreakerStore::default();
+        let fakes = enabled_fakes();
+        fakes.visible.store(3, Ordering::SeqCst);
+        opened(&breaker, 2, 120, now).await;
+        let c = control(&breaker, &fakes, ProbeOutcome::Processed);
+        assert_eq!(c.run(now).await, ControlAction::Polling);
+        assert!(fakes.enabled.load(Ordering::SeqCst));
+        fakes.visible.store(0, Ordering::SeqCst);
+        assert_eq!(c.run(now).await, ControlAction::Paused);
     }
 
     #[tokio::test]
     async fn a_probe_that_closes_the_breaker_restores_polling_then_clears_the_marker() {
         let now = SystemTime::now();
         let breaker = MemoryBreakerStore::default();
-        let flags = Flags::default();
-        flags.paused.store(true, Ordering::SeqCst);
+        let fakes = paused_fakes(now);
         opened(&breaker, 2, -1, now).await;
-        let c = control(&breaker, &flags, ProbeOutcome::Processed);
+        let c = control(&breaker, &fakes, ProbeOutcome::Processed);
         assert_eq!(
             c.run(now).await,
             ControlAction::Resumed {
                 probe: Some(ProbeOutcome::Processed)
             }
         );
-        assert!(flags.enabled.load(Ordering::SeqCst));
-        assert!(!flags.paused.load(Ordering::SeqCst));
-        assert_eq!(*flags.calls.lock().unwrap(), ["enable", "unmark"]);
+        assert!(fakes.enabled.load(Ordering::SeqCst));
+        assert!(!fakes.pause.lock().unwrap().paused);
+        assert_eq!(*fakes.calls.lock().unwrap(), ["enable", "unmark"]);
     }
 
     #[tokio::test]
     async fn a_failed_probe_keeps_polling_stopped_and_an_empty_queue_restores_it() {
         let now = SystemTime::now();
         let breaker = MemoryBreakerStore::default();
-        let flags = Flags::default();
-        flags.paused.store(true, Ordering::SeqCst);
+        let fakes = paused_fakes(now);
         opened(&breaker, 2, -1, now).await;
-        let failing = control(&breaker, &flags, ProbeOutcome::Returned);
+        let failing = control(&breaker, &fakes, ProbeOutcome::Returned);
         assert_eq!(
             failing.run(now).await,
             ControlAction::StaysPaused {
                 probe: Some(ProbeOutcome::Returned)
             }
         );
-        assert!(!flags.enabled.load(Ordering::SeqCst));
+        assert!(!fakes.enabled.load(Ordering::SeqCst));
         // The reopened breaker's period ends; the queue is empty: nothing to wait for.
         let later = now + Duration::from_secs(121);
-        let empty = control(&breaker, &flags, ProbeOutcome::Empty);
+        let empty = control(&breaker, &fakes, ProbeOutcome::Empty);
         assert!(matches!(
             empty.run(later).await,
             ControlAction::Resumed {
                 probe: Some(ProbeOutcome::Empty)
             }
         ));
-        assert!(flags.enabled.load(Ordering::SeqCst));
+        assert!(fakes.enabled.load(Ordering::SeqCst));
     }
 
     #[tokio::test]
     async fn a_mapping_disabled_by_an_operator_is_never_enabled() {
         let now = SystemTime::now();
         let breaker = MemoryBreakerStore::default();
-        let flags = Flags::default();
-        let c = control(&breaker, &flags, ProbeOutcome::Processed);
+        let fakes = Fakes::default();
+        let c = control(&breaker, &fakes, ProbeOutcome::Processed);
         opened(&breaker, 3, 60, now).await;
         assert_eq!(c.run(now).await, ControlAction::Polling);
         breaker.close().await.unwrap();
         assert_eq!(c.run(now).await, ControlAction::Polling);
-        assert!(!flags.enabled.load(Ordering::SeqCst));
-        assert!(flags.calls.lock().unwrap().is_empty());
+        assert!(!fakes.enabled.load(Ordering::SeqCst));
+        assert!(fakes.calls.lock().unwrap().is_empty());
     }
 
     #[tokio::test]
     async fn a_pause_cut_between_marker_and_mapping_is_finished_and_undone_later() {
         let now = SystemTime::now();
         let breaker = MemoryBreakerStore::default();
-        let flags = enabled_flags();
-        flags.fail_disable.store(true, Ordering::SeqCst);
+        let fakes = enabled_fakes();
+        fakes.fail_disable.store(true, Ordering::SeqCst);
         opened(&breaker, 2, 60, now).await;
-        let c = control(&breaker, &flags, ProbeOutcome::Processed);
+        let c = control(&breaker, &fakes, ProbeOutcome::Processed);
         assert!(matches!(c.run(now).await, ControlAction::Failed { .. }));
         // Marked but still polling: the next run finishes the pause.
-        assert!(flags.paused.load(Ordering::SeqCst));
-        flags.fail_disable.store(false, Ordering::SeqCst);
+        assert!(fakes.pause.lock().unwrap().paused);
+        fakes.fail_disable.store(false, Ordering::SeqCst);
         assert_eq!(c.run(now).await, ControlAction::StaysPaused { probe: None });
-        assert!(!flags.enabled.load(Ordering::SeqCst));
+        assert!(!fakes.enabled.load(Ordering::SeqCst));
         // Closed by somebody else (the redrive's probe): polling comes back without a probe.
         breaker.close().await.unwrap();
         assert_eq!(c.run(now).await, ControlAction::Resumed { probe: None });
-        assert!(flags.enabled.load(Ordering::SeqCst));
+        assert!(fakes.enabled.load(Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_run_while_another_holds_the_lease_does_nothing() {
+        let now = SystemTime::now();
+        let breaker = MemoryBreakerStore::default();
+        let fakes = enabled_fakes();
+        opened(&breaker, 2, 60, now).await;
+        *fakes.lease_until.lock().unwrap() = Some(now + Duration::from_secs(30));
+        let c = control(&breaker, &fakes, ProbeOutcome::Processed);
+        assert_eq!(c.run(now).await, ControlAction::Busy);
+        assert!(fakes.enabled.load(Ordering::SeqCst));
+        // A lease whose run died lapses.
+        assert_eq!(
+            c.run(now + Duration::from_secs(31)).await,
+            ControlAction::Paused
+        );
+        assert_eq!(*fakes.lease_until.lock().unwrap(), None, "given back");
+    }
+
+    #[tokio::test]
+    async fn a_long_pause_is_swept_every_quarter_of_the_retention_until_nothing_is_visible() {
+        let now = SystemTime::now();
+        let breaker = MemoryBreakerStore::default();
+        let fakes = paused_fakes(now);
+        opened(&breaker, 6, 30 * 86_400, now).await;
+        let c = control(&breaker, &fakes, ProbeOutcome::Processed);
+        let day = Duration::from_secs(86_400);
+        assert_eq!(
+            c.run(now + day - Duration::from_secs(1)).await,
+            ControlAction::StaysPaused { probe: None }
+        );
+        fakes.visible.store(40, Ordering::SeqCst);
+        assert_eq!(c.run(now + day).await, ControlAction::Sweeping);
+        assert!(fakes.enabled.load(Ordering::SeqCst));
+        assert_eq!(
+            c.run(now + day + Duration::from_secs(60)).await,
+            ControlAction::Sweeping
+        );
+        fakes.visible.store(0, Ordering::SeqCst);
+        let swept = now + day + Duration::from_secs(120);
+        assert_eq!(c.run(swept).await, ControlAction::Paused);
+        assert!(!fakes.enabled.load(Ordering::SeqCst));
+        assert_eq!(fakes.pause.lock().unwrap().since, Some(swept));
+    }
+
+    #[tokio::test]
+    async fn a_breaker_that_cannot_be_read_ends_a_pause() {
+        struct Unreadable;
+        impl BreakerStore for Unreadable {
+            fn read(&self) -> BoxFuture<'_, Result<crate::breaker::BreakerState, ProcessError>> {
+                Box::pin(async {
+                    Err(ProcessError::new(
+                        crate::error::ErrorClass::Permission,
+                        "AccessDeniedException",
+                    ))
+                })
+            }
+            fn add_failures(
+                &self,
+                _: u32,
+                _: SystemTime,
+                _: Duration,
+            ) -> BoxFuture<'_, Result<crate::breaker::BreakerState, ProcessError>> {
+                self.read()
+            }
+            fn open(
+                &self,
+                _: SystemTime,
+                _: u32,
+                _: SystemTime,
+            ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+                Box::pin(async { Ok(false) })
+            }
+            fn take_probe(
+                &self,
+                _: SystemTime,
+                _: SystemTime,
+            ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+                Box::pin(async { Ok(false) })
+            }
+            fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+                Box::pin(async { Ok(()) })
+            }
+        }
+        let now = SystemTime::now();
+        let fakes = paused_fakes(now);
+        let c = PollingControl {
+            breaker: Unreadable,
+            mapping: fakes.clone(),
+            marker: fakes.clone(),
+            probe: Probe {
+                breaker: MemoryBreakerStore::default(),
+                outcome: ProbeOutcome::Empty,
+                fakes: fakes.clone(),
+            },
+        };
+        assert_eq!(c.run(now).await, ControlAction::Resumed { probe: None });
+        assert!(fakes.enabled.load(Ordering::SeqCst));
+        assert!(!fakes.pause.lock().unwrap().paused);
     }
 }

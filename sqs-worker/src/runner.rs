@@ -260,12 +260,19 @@ impl Setup {
         if let Some(resolver) = resolver {
             engine = engine.with_body_resolver(Arc::new(resolver));
         }
-        if let Some(policy) = config.redelivery {
+        if config.redelivery.is_some() || config.breaker.is_some() {
             let sqs = self.aws_clients().await.sqs;
-            engine = engine.with_redelivery(
-                policy,
-                Arc::new(crate::adapters::visibility::SqsVisibility::new(sqs)),
-            );
+            let port: Arc<dyn crate::redelivery::VisibilityPort> =
+                Arc::new(crate::adapters::visibility::SqsVisibility::new(sqs));
+            if let Some(policy) = config.redelivery {
+                engine = engine.with_redelivery(policy, port.clone());
+            }
+            // Under a breaker the worker's polling may be paused during a long outage, and
+            // a paused queue is swept only every quarter of its retention
+            // (docs/ARCHITECTURE.md §1.12).
+            if config.breaker.is_some() {
+                engine = engine.with_sweep_reserve(port);
+            }
         }
         let worker = Worker::new(engine, config.deadline_margin);
         match attempt_timeout {

@@ -9,7 +9,11 @@ use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
 use crate::error::{ErrorClass, ProcessError};
-use crate::polling::{MappingSwitch, PauseMarker, ProbeOutcome, SourceProbe};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::polling::{
+    MappingSwitch, PauseMarker, PauseState, ProbeOutcome, SourceProbe, SourceQueue,
+};
 
 /// The worker's event source mapping, by its UUID.
 #[derive(Debug, Clone)]
@@ -59,7 +63,8 @@ impl MappingSwitch for LambdaMapping {
 }
 
 /// The pause marker: an item `<breaker key>#polling` of the breaker's table, with no TTL
-/// (an expired marker would leave the mapping disabled for good).
+/// (an expired marker would leave the mapping disabled for good). Attributes: `paused`,
+/// `sweeping` (booleans), `since_ms`, and the control's lease `lease_until_ms`.
 #[derive(Debug, Clone)]
 pub struct DynamoPauseMarker {
     client: aws_sdk_dynamodb::Client,
@@ -80,10 +85,70 @@ impl DynamoPauseMarker {
             key: format!("{breaker_key}#polling"),
         }
     }
+
+    fn update(
+        &self,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("id", AttributeValue::S(self.key.clone()))
+    }
+}
+
+fn millis(at: SystemTime) -> AttributeValue {
+    let ms = at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    AttributeValue::N(ms.to_string())
+}
+
+fn step(e: ProcessError) -> ProcessError {
+    e.with_step("polling")
 }
 
 impl PauseMarker for DynamoPauseMarker {
-    fn paused(&self) -> BoxFuture<'_, Result<bool, ProcessError>> {
+    fn lease(
+        &self,
+        now: SystemTime,
+        until: SystemTime,
+    ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+        Box::pin(async move {
+            let taken = self
+                .update()
+                .update_expression("SET lease_until_ms = :until")
+                .condition_expression(
+                    "attribute_not_exists(lease_until_ms) OR lease_until_ms <= :now",
+                )
+                .expression_attribute_values(":until", millis(until))
+                .expression_attribute_values(":now", millis(now))
+                .send()
+                .await;
+            match taken {
+                Ok(_) => Ok(true),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(step(ProcessError::from_sdk(&e))),
+            }
+        })
+    }
+
+    fn release(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+        Box::pin(async move {
+            self.update()
+                .update_expression("REMOVE lease_until_ms")
+                .send()
+                .await
+                .map_err(|e| step(ProcessError::from_sdk(&e)))?;
+            Ok(())
+        })
+    }
+
+    fn read(&self) -> BoxFuture<'_, Result<PauseState, ProcessError>> {
         Box::pin(async move {
             let item = self
                 .client
@@ -93,25 +158,43 @@ impl PauseMarker for DynamoPauseMarker {
                 .consistent_read(true)
                 .send()
                 .await
-                .map_err(|e| ProcessError::from_sdk(&e).with_step("polling"))?;
-            Ok(matches!(
-                item.item().and_then(|i| i.get("paused")),
-                Some(AttributeValue::Bool(true))
-            ))
+                .map_err(|e| step(ProcessError::from_sdk(&e)))?;
+            let item = item.item();
+            let flag = |name: &str| {
+                matches!(
+                    item.and_then(|i| i.get(name)),
+                    Some(AttributeValue::Bool(true))
+                )
+            };
+            let since = item
+                .and_then(|i| i.get("since_ms"))
+                .and_then(|v| v.as_n().ok())
+                .and_then(|n| n.parse::<u64>().ok())
+                .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)));
+            Ok(PauseState {
+                paused: flag("paused"),
+                sweeping: flag("sweeping"),
+                since,
+            })
         })
     }
 
-    fn set_paused(&self, paused: bool) -> BoxFuture<'_, Result<(), ProcessError>> {
+    fn write(&self, state: PauseState) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
-            self.client
-                .update_item()
-                .table_name(&self.table)
-                .key("id", AttributeValue::S(self.key.clone()))
-                .update_expression("SET paused = :p")
-                .expression_attribute_values(":p", AttributeValue::Bool(paused))
+            let update = self
+                .update()
+                .expression_attribute_values(":p", AttributeValue::Bool(state.paused))
+                .expression_attribute_values(":s", AttributeValue::Bool(state.sweeping));
+            let update = match state.since {
+                Some(since) => update
+                    .update_expression("SET paused = :p, sweeping = :s, since_ms = :since")
+                    .expression_attribute_values(":since", millis(since)),
+                None => update.update_expression("SET paused = :p, sweeping = :s REMOVE since_ms"),
+            };
+            update
                 .send()
                 .await
-                .map_err(|e| ProcessError::from_sdk(&e).with_step("polling"))?;
+                .map_err(|e| step(ProcessError::from_sdk(&e)))?;
             Ok(())
         })
     }
@@ -133,6 +216,37 @@ pub struct InvokeWorkerProbe {
 }
 
 impl SourceProbe for InvokeWorkerProbe {
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+        Box::pin(async move {
+            use aws_sdk_sqs::types::QueueAttributeName;
+            let output = self
+                .sqs
+                .get_queue_attributes()
+                .queue_url(&self.queue_url)
+                .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+                .attribute_names(QueueAttributeName::MessageRetentionPeriod)
+                .send()
+                .await
+                .map_err(|e| step(ProcessError::from_sdk(&e)))?;
+            let number = |name: QueueAttributeName| {
+                output
+                    .attributes()
+                    .and_then(|a| a.get(&name))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        step(ProcessError::new(
+                            ErrorClass::Unknown,
+                            format!("the source queue did not answer its {}", name.as_str()),
+                        ))
+                    })
+            };
+            Ok(SourceQueue {
+                visible: number(QueueAttributeName::ApproximateNumberOfMessages)?,
+                retention: Duration::from_secs(number(QueueAttributeName::MessageRetentionPeriod)?),
+            })
+        })
+    }
+
     fn probe(&self) -> BoxFuture<'_, Result<ProbeOutcome, ProcessError>> {
         Box::pin(async move {
             let step = |e: ProcessError| e.with_step("polling-probe");
@@ -169,10 +283,13 @@ impl SourceProbe for InvokeWorkerProbe {
                 // timeout, as with the event source mapping.
                 return Ok(ProbeOutcome::Returned);
             }
-            let response: aws_lambda_events::sqs::SqsBatchResponse = answer
-                .payload()
-                .and_then(|p| serde_json::from_slice(p.as_ref()).ok())
-                .unwrap_or_default();
+            let Some(response) = answer.payload().and_then(|p| {
+                serde_json::from_slice::<aws_lambda_events::sqs::SqsBatchResponse>(p.as_ref()).ok()
+            }) else {
+                // An answer that is not a batch response says nothing was processed: the
+                // message stays, as with the event source mapping.
+                return Ok(ProbeOutcome::Returned);
+            };
             let id = message.message_id().unwrap_or_default();
             if response
                 .batch_item_failures
