@@ -1,7 +1,9 @@
 //! The invocation's cut-off against the layers around a handler: an attempt cut there is
-//! still seen by the circuit breaker (counted, a cut probe reopens it), and an idempotency
-//! completion that starts just before it is written rather than cut (docs/ARCHITECTURE.md
-//! §1.7, §7). Without I/O, on tokio's paused clock.
+//! still seen by the circuit breaker (counted, a cut probe reopens it), an idempotency
+//! completion that starts just before it is written rather than cut, the user's code after
+//! it and concurrent works in one record are cut, no work starts past the cut-off, and
+//! bookkeeping that hangs ends at the hard stop (docs/ARCHITECTURE.md §1.7, §7). Without
+//! I/O, on tokio's paused clock.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
@@ -106,12 +108,33 @@ async fn a_probe_cut_at_the_cutoff_reopens_the_breaker() {
     assert_eq!(state.opens, 2, "{state:?}");
 }
 
-/// An idempotency store whose completion takes 60 ms and whose release takes 10 ms (and is
-/// counted).
-#[derive(Clone, Default)]
-struct SlowCompletion(MemoryIdempotencyStore, Arc<AtomicU32>);
+/// An idempotency store whose completion takes `complete_ms` and whose release takes
+/// `release_ms` (and is counted).
+#[derive(Clone)]
+struct Slow {
+    inner: MemoryIdempotencyStore,
+    complete_ms: u64,
+    release_ms: u64,
+    releases: Arc<AtomicU32>,
+}
 
-impl IdempotencyStore for SlowCompletion {
+impl Slow {
+    fn new(complete_ms: u64, release_ms: u64) -> Self {
+        Slow {
+            inner: MemoryIdempotencyStore::default(),
+            complete_ms,
+            release_ms,
+            releases: Arc::default(),
+        }
+    }
+}
+
+/// A completion of 60 ms and a release of 10 ms.
+fn slow_completion() -> Slow {
+    Slow::new(60, 10)
+}
+
+impl IdempotencyStore for Slow {
     async fn claim(
         &self,
         key: &str,
@@ -119,7 +142,7 @@ impl IdempotencyStore for SlowCompletion {
         until: SystemTime,
         now: SystemTime,
     ) -> Result<Claim, ProcessError> {
-        self.0.claim(key, token, until, now).await
+        self.inner.claim(key, token, until, now).await
     }
     async fn complete(
         &self,
@@ -128,19 +151,19 @@ impl IdempotencyStore for SlowCompletion {
         result: Option<&str>,
         expires_at: SystemTime,
     ) -> Result<(), ProcessError> {
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        self.0.complete(key, token, result, expires_at).await
+        tokio::time::sleep(Duration::from_millis(self.complete_ms)).await;
+        self.inner.complete(key, token, result, expires_at).await
     }
     async fn release(&self, key: &str, token: &str) -> Result<(), ProcessError> {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        self.1.fetch_add(1, Ordering::SeqCst);
-        self.0.release(key, token).await
+        tokio::time::sleep(Duration::from_millis(self.release_ms)).await;
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        self.inner.release(key, token).await
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_completion_started_before_the_cutoff_is_written() {
-    let store = SlowCompletion::default();
+    let store = slow_completion();
     // Done 1 ms before the cut-off; its completion takes 60 ms.
     let handler =
         ScriptedProcessor::new().script("a", vec![Step::Sleep(Duration::from_millis(999))]);
@@ -151,14 +174,14 @@ async fn a_completion_started_before_the_cutoff_is_written() {
     let outcome = run(idempotent, &["a"]).await;
     assert_eq!(outcome, [Disposition::Done]);
     assert!(
-        store.0.is_completed("a"),
+        store.inner.is_completed("a"),
         "the side effect happened; its completion must be recorded"
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn work_cut_at_the_cutoff_releases_its_claim() {
-    let store = SlowCompletion::default();
+    let store = slow_completion();
     let handler =
         ScriptedProcessor::new().script("a", vec![Step::Sleep(Duration::from_secs(3600))]);
     let idempotent = Idempotent::new(
@@ -175,11 +198,11 @@ async fn work_cut_at_the_cutoff_releases_its_claim() {
         ),
         "{outcome:?}"
     );
-    assert!(!store.0.is_completed("a"));
+    assert!(!store.inner.is_completed("a"));
     // Released: the next delivery claims it at once.
     let now = SystemTime::now();
     let claim = store
-        .0
+        .inner
         .claim("a", "next", now + Duration::from_secs(60), now)
         .await
         .unwrap();
@@ -189,7 +212,7 @@ async fn work_cut_at_the_cutoff_releases_its_claim() {
 /// A handler in two steps: a side effect once per key, done 1 ms before the cut-off (its
 /// completion then takes 60 ms), and a second step of the user's own after it.
 struct TwoSteps {
-    idempotency: Idempotency<SlowCompletion>,
+    idempotency: Idempotency<Slow>,
     second_step_at: Arc<Mutex<Option<tokio::time::Instant>>>,
 }
 
@@ -207,7 +230,7 @@ impl Processor for TwoSteps {
     }
 }
 
-fn two_steps(store: &SlowCompletion) -> (TwoSteps, Arc<Mutex<Option<tokio::time::Instant>>>) {
+fn two_steps(store: &Slow) -> (TwoSteps, Arc<Mutex<Option<tokio::time::Instant>>>) {
     let at = Arc::new(Mutex::new(None));
     let handler = TwoSteps {
         idempotency: Idempotency::new(store.clone(), Duration::from_secs(3600)),
@@ -219,10 +242,13 @@ fn two_steps(store: &SlowCompletion) -> (TwoSteps, Arc<Mutex<Option<tokio::time:
 #[tokio::test(start_paused = true)]
 async fn the_users_code_after_a_completion_past_the_cutoff_is_cut() {
     let cutoff = tokio::time::Instant::now() + Duration::from_secs(1);
-    let store = SlowCompletion::default();
+    let store = slow_completion();
     let (handler, second_step_at) = two_steps(&store);
     let outcome = run(handler, &["a"]).await;
-    assert!(store.0.is_completed("a"), "the completion must be written");
+    assert!(
+        store.inner.is_completed("a"),
+        "the completion must be written"
+    );
     let at = *second_step_at.lock().unwrap();
     assert_eq!(
         at,
@@ -244,14 +270,14 @@ async fn the_users_code_after_a_completion_past_the_cutoff_is_cut() {
 #[tokio::test(start_paused = true)]
 async fn under_a_breaker_the_users_code_after_a_completion_is_cut_and_counted() {
     let breaker_store = MemoryBreakerStore::default();
-    let store = SlowCompletion::default();
+    let store = slow_completion();
     let (handler, second_step_at) = two_steps(&store);
     let outcome = run(
         Breaker::new(handler, breaker_store.clone(), policy()),
         &["a"],
     )
     .await;
-    assert!(store.0.is_completed("a"));
+    assert!(store.inner.is_completed("a"));
     assert_eq!(*second_step_at.lock().unwrap(), None);
     assert!(
         matches!(
@@ -272,7 +298,7 @@ async fn under_a_breaker_the_users_code_after_a_completion_is_cut_and_counted() 
 /// A handler that does one side effect per recipient, two at a time (`buffer_unordered`),
 /// each of which hangs.
 struct FanOut {
-    idempotency: Idempotency<SlowCompletion>,
+    idempotency: Idempotency<Slow>,
 }
 
 impl Processor for FanOut {
@@ -299,7 +325,7 @@ impl Processor for FanOut {
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_works_in_one_record_are_each_cut_and_release_their_claims() {
-    let store = SlowCompletion::default();
+    let store = slow_completion();
     let handler = FanOut {
         idempotency: Idempotency::new(store.clone(), Duration::from_secs(3600)),
     };
@@ -310,7 +336,11 @@ async fn concurrent_works_in_one_record_are_each_cut_and_release_their_claims() 
         &["a"],
     )
     .await;
-    assert_eq!(store.1.load(Ordering::SeqCst), 2, "both claims released");
+    assert_eq!(
+        store.releases.load(Ordering::SeqCst),
+        2,
+        "both claims released"
+    );
     assert!(
         started.elapsed() < Duration::from_millis(1100),
         "cut at the cut-off (1 s), not at the hard stop: {:?}",
@@ -331,4 +361,159 @@ async fn concurrent_works_in_one_record_are_each_cut_and_release_their_claims() 
         "{:?}",
         breaker_store.state()
     );
+}
+
+/// One side effect per recipient, two at a time (`buffer_unordered(2)`), ten recipients,
+/// each behind idempotency; every work hangs. Records when each work *started*.
+struct FanOutTen {
+    idempotency: Idempotency<Slow>,
+    started: Arc<Mutex<Vec<tokio::time::Instant>>>,
+}
+
+impl Processor for FanOutTen {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let results: Vec<Result<_, ProcessError>> = futures::stream::iter(0..10)
+            .map(|n| {
+                let key = format!("{}-{n}", item.item_id);
+                let started = self.started.clone();
+                async move {
+                    self.idempotency
+                        .once(&key, || async move {
+                            // The side effect begins at the first poll (a request sent).
+                            started.lock().unwrap().push(tokio::time::Instant::now());
+                            tokio::time::sleep(Duration::from_secs(3600)).await;
+                            Ok::<_, ProcessError>(())
+                        })
+                        .await
+                }
+            })
+            .buffer_unordered(2)
+            .collect()
+            .await;
+        results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(Outcome::Done)
+    }
+}
+
+/// §1.7: "No record, attempt or retry sleep starts after the cut-off; an attempt still
+/// running there is cut". At the cut-off the two running works are cut and their claims
+/// released (10 ms each). While a release runs, `buffer_unordered` pulls the next recipient:
+/// a new claim is written and a new user work is *started* past the cut-off, cut, released,
+/// and so on down the whole list.
+#[tokio::test(start_paused = true)]
+async fn no_new_user_work_starts_after_the_cutoff_under_buffer_unordered() {
+    let t0 = tokio::time::Instant::now();
+    let cutoff = t0 + Duration::from_secs(1);
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let store = Slow::new(10, 10);
+    let handler = FanOutTen {
+        idempotency: Idempotency::new(store.clone(), Duration::from_secs(3600)),
+        started: started.clone(),
+    };
+    let outcome = run(
+        Breaker::new(handler, MemoryBreakerStore::default(), policy()),
+        &["a"],
+    )
+    .await;
+    assert!(
+        matches!(
+            outcome[0],
+            Disposition::RetryLater {
+                class: ErrorClass::Timeout
+            }
+        ),
+        "{outcome:?}"
+    );
+    let started = started.lock().unwrap().clone();
+    let late: Vec<_> = started
+        .iter()
+        .filter(|t| **t >= cutoff)
+        .map(|t| *t - cutoff)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} of {} user works started after the cut-off (at cut-off + {:?})",
+        late.len(),
+        started.len(),
+        late
+    );
+}
+
+/// A record whose handler runs two things at once: an idempotent side effect that ends
+/// just before the cut-off (its completion then takes `complete_ms`), and the user's own
+/// loop of plain downstream calls, every 10 ms.
+struct SideBySide {
+    idempotency: Idempotency<Slow>,
+    calls_after_cutoff: Arc<AtomicU32>,
+    cutoff: tokio::time::Instant,
+}
+
+impl Processor for SideBySide {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let once = self.idempotency.once(&item.item_id, || async {
+            tokio::time::sleep(Duration::from_millis(995)).await;
+            Ok::<_, ProcessError>(())
+        });
+        let plain = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                // A downstream call of the user's own.
+                if tokio::time::Instant::now() > self.cutoff {
+                    self.calls_after_cutoff.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        };
+        tokio::select! {
+            r = once => { r?; }
+            () = plain => {}
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+/// Work beside a layer's bookkeeping (here the user's own loop of calls, racing an
+/// idempotent side effect whose completion takes 700 ms past the cut-off) runs while that
+/// bookkeeping does, and no longer: the record's future holds both, so it ends when the
+/// completion is written, well before the hard stop.
+#[tokio::test(start_paused = true)]
+async fn work_beside_a_layers_bookkeeping_ends_with_it() {
+    let t0 = tokio::time::Instant::now();
+    let cutoff = t0 + Duration::from_secs(1);
+    let after = Arc::new(AtomicU32::new(0));
+    let store = Slow::new(700, 0);
+    let handler = SideBySide {
+        idempotency: Idempotency::new(store.clone(), Duration::from_secs(3600)),
+        calls_after_cutoff: after.clone(),
+        cutoff,
+    };
+    let outcome = run(handler, &["a"]).await;
+    // The side effect happened and its completion was written: done.
+    assert_eq!(outcome, [Disposition::Done]);
+    let calls = after.load(Ordering::SeqCst);
+    assert!(calls <= 70, "{calls} calls past the cut-off");
+    assert!(
+        t0.elapsed() < Duration::from_millis(1710),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+/// A completion write that hangs ends at the hard stop, and the batch answers before the
+/// deadline.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_completion_ends_at_the_hard_stop() {
+    let t0 = tokio::time::Instant::now();
+    let store = Slow::new(3_600_000, 0);
+    let handler = SideBySide {
+        idempotency: Idempotency::new(store, Duration::from_secs(3600)),
+        calls_after_cutoff: Arc::new(AtomicU32::new(0)),
+        cutoff: t0 + Duration::from_secs(1),
+    };
+    let outcome = run(handler, &["a"]).await;
+    assert!(
+        t0.elapsed() <= Duration::from_millis(1750),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(outcome[0].is_reported(), "{outcome:?}");
 }
