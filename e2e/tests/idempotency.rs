@@ -1,10 +1,14 @@
 //! The idempotency table on DynamoDB Local, through the real SDK client: claims are atomic
 //! under concurrency, completions keep their result, stale attempts cannot overwrite their
-//! successors, and expired claims are taken over.
+//! successors, and expired claims are taken over. Beside it, the breaker's polling marker
+//! (a lease and a pause in one item of the same schema).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sqs_worker::adapters::polling::DynamoPauseMarker;
+use sqs_worker::polling::{PauseMarker, PauseState, LEASE};
 
 use sqs_worker::adapters::idempotency::DynamoIdempotencyStore;
 use sqs_worker::idempotency::{Claim, Idempotency, IdempotencyStore, Once};
@@ -149,4 +153,104 @@ async fn once_returns_the_stored_result_to_a_duplicate() {
         .await
         .unwrap();
     assert_eq!(retried, Once::Ran(7));
+}
+
+fn ms(t: SystemTime) -> SystemTime {
+    // The marker keeps milliseconds.
+    UNIX_EPOCH + Duration::from_millis(t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64)
+}
+
+/// The polling control's marker item (`DynamoPauseMarker`) through the real adapter: a lease
+/// on a missing item, refusal while held, lapse at its end, release, the pause written and
+/// read back (with and without `since`, on a fresh item too), the lease and the pause kept
+/// apart by each other's writes, and two concurrent leases with one winner.
+#[tokio::test]
+async fn the_polling_markers_lease_and_pause() {
+    let clients = e2e::clients().await;
+    let table = e2e::create_table(&clients.dynamodb, "polling-marker", "id").await;
+    let marker = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#w");
+    let now = ms(SystemTime::now());
+
+    assert_eq!(
+        marker.read().await.unwrap(),
+        PauseState::default(),
+        "missing item"
+    );
+    assert!(
+        marker.lease(now, now + LEASE).await.unwrap(),
+        "lease on a missing item"
+    );
+    assert!(!marker
+        .lease(now + Duration::from_secs(1), now + LEASE)
+        .await
+        .unwrap());
+    // A pause written under the lease keeps the lease.
+    let paused = PauseState {
+        paused: true,
+        sweeping: true,
+        sweep_enabled: true,
+        since: Some(now),
+    };
+    marker.write(paused).await.unwrap();
+    assert_eq!(marker.read().await.unwrap(), paused);
+    assert!(!marker
+        .lease(now + Duration::from_secs(2), now + LEASE)
+        .await
+        .unwrap());
+    // Lapses at its end.
+    assert!(marker.lease(now + LEASE, now + LEASE * 2).await.unwrap());
+    marker.release(now + LEASE * 2).await.unwrap();
+    assert_eq!(
+        marker.read().await.unwrap(),
+        paused,
+        "release keeps the pause"
+    );
+    assert!(marker.lease(now, now + LEASE).await.unwrap(), "released");
+    marker.write(PauseState::default()).await.unwrap();
+    assert_eq!(marker.read().await.unwrap(), PauseState::default());
+    marker.release(now + LEASE).await.unwrap();
+
+    // REMOVE of a missing attribute on a fresh item; release of a fresh item.
+    let fresh = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#fresh");
+    fresh.write(PauseState::default()).await.unwrap();
+    assert_eq!(fresh.read().await.unwrap(), PauseState::default());
+    let other = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#other");
+    other.release(now).await.unwrap();
+    assert!(other.lease(now, now + LEASE).await.unwrap());
+
+    // Two runs at once: one lease.
+    let racing = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#race");
+    let (a, b) = tokio::join!(
+        racing.lease(now, now + LEASE),
+        racing.lease(now, now + LEASE)
+    );
+    assert!(
+        a.unwrap() ^ b.unwrap(),
+        "exactly one of two concurrent leases"
+    );
+}
+
+/// A run whose lease lapsed (it ran past `LEASE`, or its clock was behind the next run's)
+/// does not give back the lease of the run that took it over: a third run cannot start
+/// beside the second.
+#[tokio::test]
+async fn a_lapsed_run_does_not_release_the_lease_of_the_run_that_took_it_over() {
+    let clients = e2e::clients().await;
+    let table = e2e::create_table(&clients.dynamodb, "polling-lease", "id").await;
+    let marker = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#w");
+    let t = ms(SystemTime::now());
+    // Run A.
+    assert!(marker.lease(t, t + LEASE).await.unwrap());
+    // Run B, after A's lease lapsed.
+    let b_at = t + LEASE + Duration::from_secs(1);
+    assert!(marker.lease(b_at, b_at + LEASE).await.unwrap());
+    // A finishes and gives its lease back.
+    marker.release(t + LEASE).await.unwrap();
+    // Run C, while B holds its lease.
+    let c_at = b_at + Duration::from_secs(60);
+    let c = marker.lease(c_at, c_at + LEASE).await.unwrap();
+    assert!(
+        !c,
+        "run C took the lease while run B held it: A's release removed B's lease"
+    );
 }

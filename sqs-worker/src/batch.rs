@@ -376,7 +376,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         self
     }
 
-    /// Keeps a quarter of each record's retention in reserve (`crate::polling::sweep_interval`):
+    /// Keeps a quarter of each record's retention in reserve (`crate::polling::sweep_reserve`):
     /// under a circuit breaker the worker's polling may be paused, and a paused queue is
     /// swept (each waiting message received once) only that often, so a record returned for
     /// retry must have room for a sweep besides its next delivery, or it is dead-lettered
@@ -1112,7 +1112,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 let timing = if self.sweep_reserve {
                     crate::redelivery::QueueTiming {
                         visibility_timeout: timing.visibility_timeout
-                            + crate::polling::sweep_interval(timing.retention),
+                            + crate::polling::sweep_reserve(timing.retention),
                         ..timing
                     }
                 } else {

@@ -11,11 +11,13 @@
 //! breaker runs that record as its probe), and enables the mapping again when the breaker
 //! has closed (or when the queue has nothing to probe with).
 //!
-//! A pause never outlasts a message. Every [`sweep_interval`] (a quarter of the queue's
-//! retention) the mapping is enabled until the queue shows no visible message: each waiting
-//! message is received once, and the worker, which keeps that interval in reserve when it
-//! hides a record under a breaker (`crate::batch`), dead-letters those that could expire
-//! before the next sweep.
+//! A pause never outlasts a message. Every [`sweep_interval`] (an eighth of the queue's
+//! retention, whatever the breaker's state) the mapping is enabled until the queue shows no
+//! visible message: each waiting message is received once, and the worker, which keeps
+//! [`sweep_reserve`] (a quarter) of a record's retention in reserve under a breaker
+//! (`crate::batch`), dead-letters those that could expire before the next sweep. The other
+//! eighth covers the schedule's period, the mapping's start and a visibility timeout: a
+//! queue whose retention is too short for that ([`MIN_SWEEP_INTERVAL`]) is never paused.
 //!
 //! Runs are serialised by a lease on the marker item (EventBridge may deliver a schedule
 //! twice, and a run waiting on a slow call overlaps the next); the pause is recorded before
@@ -51,6 +53,9 @@ pub struct PauseState {
     pub paused: bool,
     /// A sweep runs: the mapping is enabled until the queue shows no visible message.
     pub sweeping: bool,
+    /// The sweep's enable succeeded (a sweeping mapping found disabled after that was
+    /// disabled by somebody else).
+    pub sweep_enabled: bool,
     /// When the pause, or the sweep, began.
     pub since: Option<SystemTime>,
 }
@@ -63,8 +68,8 @@ pub trait PauseMarker: Send + Sync {
         now: SystemTime,
         until: SystemTime,
     ) -> BoxFuture<'_, Result<bool, ProcessError>>;
-    /// Gives the lease back.
-    fn release(&self) -> BoxFuture<'_, Result<(), ProcessError>>;
+    /// Gives back the lease taken until `until` (not one another run took since).
+    fn release(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>>;
     /// The recorded pause.
     fn read(&self) -> BoxFuture<'_, Result<PauseState, ProcessError>>;
     /// Records the pause.
@@ -141,13 +146,24 @@ pub const PAUSE_AFTER_OPENS: u32 = 2;
 /// How long a run holds the lease at most (the redrive function's longest run).
 pub const LEASE: Duration = Duration::from_secs(900);
 
-/// How often a pause is interrupted by a sweep: a quarter of the queue's retention, so a
-/// message is received at least four times in its life whatever the outage's length. The
-/// worker keeps this much of a record's retention in reserve when it hides it under a
-/// breaker.
+/// How often a pause is interrupted by a sweep: an eighth of the queue's retention, so a
+/// message is received at most eight times in its life by sweeps, whatever the outage's
+/// length.
 pub fn sweep_interval(retention: Duration) -> Duration {
+    retention / 8
+}
+
+/// What the worker keeps of a record's retention in reserve under a breaker: twice the
+/// sweep interval, so a record it returns is still there at the next sweep with room for
+/// one more delivery, the schedule's period and the mapping's start.
+pub fn sweep_reserve(retention: Duration) -> Duration {
     retention / 4
 }
+
+/// The shortest sweep interval the control pauses with (a queue with a retention under
+/// 40 minutes is never paused): it must cover the schedule's minute, the mapping's start
+/// and the sweep itself.
+pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(300);
 
 /// The control's ports.
 pub struct PollingControl<B, S, M, P> {
@@ -179,7 +195,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
                 error: error.to_string(),
             },
         };
-        if let Err(error) = self.marker.release().await {
+        if let Err(error) = self.marker.release(now + LEASE).await {
             tracing::warn!(%error, "could not give the polling control's lease back; it lapses by itself");
         }
         action
@@ -196,57 +212,47 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
             }
             Err(error) => return Err(error),
         };
-        if state.is_open(now) {
+        if pause.sweeping {
+            return self.sweep_on(pause, state.is_open(now), now).await;
+        }
+        if pause.paused {
+            // A sweep is due whatever the breaker's state: probes that never reach the
+            // breaker (a worker failing as a whole) must not keep the queue unswept.
             let queue = self.probe.queue().await?;
-            if pause.sweeping {
-                if queue.visible > 0 {
-                    return Ok(ControlAction::Sweeping);
-                }
-                self.marker
-                    .write(PauseState {
-                        paused: true,
-                        sweeping: false,
-                        since: Some(now),
-                    })
-                    .await?;
-                self.mapping.set_enabled(false).await?;
-                return Ok(ControlAction::Paused);
+            let since = pause.since.unwrap_or(now);
+            if now.duration_since(since).unwrap_or(Duration::ZERO)
+                >= sweep_interval(queue.retention)
+            {
+                return self.start_sweep(now).await;
             }
+        }
+        if state.is_open(now) {
             if pause.paused {
-                let since = pause.since.unwrap_or(now);
-                if now.duration_since(since).unwrap_or(Duration::ZERO)
-                    >= sweep_interval(queue.retention)
-                {
-                    self.marker
-                        .write(PauseState {
-                            paused: true,
-                            sweeping: true,
-                            since: Some(now),
-                        })
-                        .await?;
-                    self.mapping.set_enabled(true).await?;
-                    return Ok(ControlAction::Sweeping);
-                }
                 // Finish a pause a crash may have cut between the record and the mapping.
                 if self.mapping.enabled().await? {
                     self.mapping.set_enabled(false).await?;
                 }
                 return Ok(ControlAction::StaysPaused { probe: None });
             }
-            if state.opens < PAUSE_AFTER_OPENS
-                || queue.visible > 0
+            if state.opens < PAUSE_AFTER_OPENS {
+                return Ok(ControlAction::Polling);
+            }
+            let queue = self.probe.queue().await?;
+            if queue.visible > 0
+                || sweep_interval(queue.retention) < MIN_SWEEP_INTERVAL
                 || !self.mapping.enabled().await?
             {
                 // A first open is left to receive-and-hide, and so is a queue whose waiting
                 // messages have not all been received (and judged against their retention)
-                // since; a mapping disabled by somebody else is theirs.
+                // since, or whose retention is too short to sweep in time; a mapping
+                // disabled by somebody else is theirs.
                 return Ok(ControlAction::Polling);
             }
             self.marker
                 .write(PauseState {
                     paused: true,
-                    sweeping: false,
                     since: Some(now),
+                    ..PauseState::default()
                 })
                 .await?;
             self.mapping.set_enabled(false).await?;
@@ -256,8 +262,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
             return Ok(ControlAction::Polling);
         }
         let mut probe = None;
-        // During a sweep the mapping polls: the worker probes by itself.
-        if state.is_half_open(now) && !pause.sweeping {
+        if state.is_half_open(now) {
             let outcome = self.probe.probe().await?;
             probe = Some(outcome);
             if outcome != ProbeOutcome::Empty {
@@ -270,6 +275,65 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
             }
         }
         self.resume(probe).await
+    }
+
+    /// Records a sweep, enables the mapping, then records that the enable succeeded.
+    async fn start_sweep(&self, now: SystemTime) -> Result<ControlAction, ProcessError> {
+        let mut sweep = PauseState {
+            paused: true,
+            sweeping: true,
+            sweep_enabled: false,
+            since: Some(now),
+        };
+        self.marker.write(sweep).await?;
+        self.mapping.set_enabled(true).await?;
+        sweep.sweep_enabled = true;
+        self.marker.write(sweep).await?;
+        Ok(ControlAction::Sweeping)
+    }
+
+    /// A run during a sweep.
+    async fn sweep_on(
+        &self,
+        pause: PauseState,
+        open: bool,
+        now: SystemTime,
+    ) -> Result<ControlAction, ProcessError> {
+        let enabled = self.mapping.enabled().await?;
+        if !pause.sweep_enabled {
+            // Finish a sweep a crash cut between its record and its enable.
+            if !enabled {
+                self.mapping.set_enabled(true).await?;
+            }
+            self.marker
+                .write(PauseState {
+                    sweep_enabled: true,
+                    ..pause
+                })
+                .await?;
+            return Ok(ControlAction::Sweeping);
+        }
+        if !enabled {
+            // Disabled by somebody else since the sweep enabled it: theirs from now on.
+            self.marker.write(PauseState::default()).await?;
+            return Ok(ControlAction::Polling);
+        }
+        if !open {
+            // Closed (or the open period over: the polling worker probes by itself).
+            return self.resume(None).await;
+        }
+        if self.probe.queue().await?.visible > 0 {
+            return Ok(ControlAction::Sweeping);
+        }
+        self.marker
+            .write(PauseState {
+                paused: true,
+                since: Some(now),
+                ..PauseState::default()
+            })
+            .await?;
+        self.mapping.set_enabled(false).await?;
+        Ok(ControlAction::Paused)
     }
 
     /// Enables the mapping, then clears the record.
@@ -337,9 +401,12 @@ mod tests {
                 Ok(true)
             })
         }
-        fn release(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
-            Box::pin(async {
-                *self.lease_until.lock().unwrap() = None;
+        fn release(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+            Box::pin(async move {
+                let mut lease = self.lease_until.lock().unwrap();
+                if *lease == Some(until) {
+                    *lease = None;
+                }
                 Ok(())
             })
         }
@@ -421,8 +488,8 @@ mod tests {
         let fakes = Fakes::default();
         *fakes.pause.lock().unwrap() = PauseState {
             paused: true,
-            sweeping: false,
             since: Some(since),
+            ..PauseState::default()
         };
         fakes
     }
@@ -567,26 +634,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_long_pause_is_swept_every_quarter_of_the_retention_until_nothing_is_visible() {
+    async fn a_long_pause_is_swept_every_eighth_of_the_retention_until_nothing_is_visible() {
         let now = SystemTime::now();
         let breaker = MemoryBreakerStore::default();
         let fakes = paused_fakes(now);
         opened(&breaker, 6, 30 * 86_400, now).await;
         let c = control(&breaker, &fakes, ProbeOutcome::Processed);
-        let day = Duration::from_secs(86_400);
+        let interval = Duration::from_secs(12 * 3600);
         assert_eq!(
-            c.run(now + day - Duration::from_secs(1)).await,
+            c.run(now + interval - Duration::from_secs(1)).await,
             ControlAction::StaysPaused { probe: None }
         );
         fakes.visible.store(40, Ordering::SeqCst);
-        assert_eq!(c.run(now + day).await, ControlAction::Sweeping);
+        assert_eq!(c.run(now + interval).await, ControlAction::Sweeping);
         assert!(fakes.enabled.load(Ordering::SeqCst));
         assert_eq!(
-            c.run(now + day + Duration::from_secs(60)).await,
+            c.run(now + interval + Duration::from_secs(60)).await,
             ControlAction::Sweeping
         );
         fakes.visible.store(0, Ordering::SeqCst);
-        let swept = now + day + Duration::from_secs(120);
+        let swept = now + interval + Duration::from_secs(120);
         assert_eq!(c.run(swept).await, ControlAction::Paused);
         assert!(!fakes.enabled.load(Ordering::SeqCst));
         assert_eq!(fakes.pause.lock().unwrap().since, Some(swept));

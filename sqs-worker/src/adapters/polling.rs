@@ -64,7 +64,8 @@ impl MappingSwitch for LambdaMapping {
 
 /// The pause marker: an item `<breaker key>#polling` of the breaker's table, with no TTL
 /// (an expired marker would leave the mapping disabled for good). Attributes: `paused`,
-/// `sweeping` (booleans), `since_ms`, and the control's lease `lease_until_ms`.
+/// `sweeping`, `sweep_enabled` (booleans), `since_ms`, and the control's lease
+/// `lease_until_ms`.
 #[derive(Debug, Clone)]
 pub struct DynamoPauseMarker {
     client: aws_sdk_dynamodb::Client,
@@ -137,14 +138,26 @@ impl PauseMarker for DynamoPauseMarker {
         })
     }
 
-    fn release(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+    fn release(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
-            self.update()
+            let released = self
+                .update()
                 .update_expression("REMOVE lease_until_ms")
+                .condition_expression("lease_until_ms = :mine")
+                .expression_attribute_values(":mine", millis(until))
                 .send()
-                .await
-                .map_err(|e| step(ProcessError::from_sdk(&e)))?;
-            Ok(())
+                .await;
+            match released {
+                // Taken over by another run since ours lapsed: it is theirs to give back.
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(())
+                }
+                Err(e) => Err(step(ProcessError::from_sdk(&e))),
+                Ok(_) => Ok(()),
+            }
         })
     }
 
@@ -174,6 +187,7 @@ impl PauseMarker for DynamoPauseMarker {
             Ok(PauseState {
                 paused: flag("paused"),
                 sweeping: flag("sweeping"),
+                sweep_enabled: flag("sweep_enabled"),
                 since,
             })
         })
@@ -184,12 +198,17 @@ impl PauseMarker for DynamoPauseMarker {
             let update = self
                 .update()
                 .expression_attribute_values(":p", AttributeValue::Bool(state.paused))
-                .expression_attribute_values(":s", AttributeValue::Bool(state.sweeping));
+                .expression_attribute_values(":s", AttributeValue::Bool(state.sweeping))
+                .expression_attribute_values(":e", AttributeValue::Bool(state.sweep_enabled));
             let update = match state.since {
                 Some(since) => update
-                    .update_expression("SET paused = :p, sweeping = :s, since_ms = :since")
+                    .update_expression(
+                        "SET paused = :p, sweeping = :s, sweep_enabled = :e, since_ms = :since",
+                    )
                     .expression_attribute_values(":since", millis(since)),
-                None => update.update_expression("SET paused = :p, sweeping = :s REMOVE since_ms"),
+                None => update.update_expression(
+                    "SET paused = :p, sweeping = :s, sweep_enabled = :e REMOVE since_ms",
+                ),
             };
             update
                 .send()
