@@ -353,7 +353,7 @@ impl RedriveFunction {
             tracing::info!("circuit breaker closed: the scheduled redrive's probe succeeded");
             return Ok(Gate::Go(Some(report)));
         }
-        if report.failed_again > 0 {
+        if probe_failed_downstream(&report) {
             let opens = state.opens + 1;
             let until = now + crate::breaker::open_period(policy, opens);
             if let Err(error) = breaker.open(until, opens, now).await {
@@ -365,6 +365,19 @@ impl RedriveFunction {
         }
         Ok(Gate::Stop(report))
     }
+}
+
+/// Whether a probe run saw the downstream fail: an item failed again with a transient
+/// class, as the worker's breaker counts failures. A bad item taken as the probe (one of
+/// the poison items the open breaker refused during the outage, now a 400) says nothing of
+/// the downstream, and does not reopen the breaker for every worker.
+fn probe_failed_downstream(report: &RedriveReport) -> bool {
+    report.items.iter().any(|item| {
+        item.outcome == crate::redrive::ItemOutcomeKind::FailedAgain
+            && item.error_class.is_some_and(|class| {
+                crate::breaker::counts(&crate::error::ProcessError::new(class, ""))
+            })
+    })
 }
 
 /// What the circuit breaker lets a redrive do.
@@ -383,5 +396,46 @@ fn diagnostic(error: RedriveError) -> Diagnostic {
     Diagnostic {
         error_type: error_type.to_string(),
         error_message: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorClass;
+    use crate::redrive::{ItemOutcome, ItemOutcomeKind};
+
+    fn failed(class: ErrorClass) -> RedriveReport {
+        RedriveReport {
+            failed_again: 1,
+            items: vec![ItemOutcome {
+                item_id: "probe".to_string(),
+                outcome: ItemOutcomeKind::FailedAgain,
+                detail: None,
+                error_class: Some(class),
+            }],
+            ..RedriveReport::default()
+        }
+    }
+
+    #[test]
+    fn only_a_transient_failure_of_the_probe_reopens_the_breaker() {
+        for class in [
+            ErrorClass::ServerError,
+            ErrorClass::Throttled,
+            ErrorClass::Timeout,
+            ErrorClass::Connection,
+        ] {
+            assert!(probe_failed_downstream(&failed(class)), "{class:?}");
+        }
+        for class in [
+            ErrorClass::Validation,
+            ErrorClass::NotFound,
+            ErrorClass::Permission,
+            ErrorClass::Unknown,
+        ] {
+            assert!(!probe_failed_downstream(&failed(class)), "{class:?}");
+        }
+        assert!(!probe_failed_downstream(&RedriveReport::default()));
     }
 }

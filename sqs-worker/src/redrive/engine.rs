@@ -214,6 +214,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 report.errors += 1;
                 report.list(
                     ItemOutcome {
+                        error_class: None,
                         item_id,
                         outcome: ItemOutcomeKind::Error,
                         detail: Some(error),
@@ -319,6 +320,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                             // item's error, not the run's.
                             record(
                                 ItemOutcome {
+                                    error_class: None,
                                     item_id: id.clone(),
                                     outcome: ItemOutcomeKind::Error,
                                     detail: Some(e.to_string()),
@@ -332,6 +334,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                         Some(r) if plan.selects(&r) => records.push(r),
                         Some(r) => record(
                             ItemOutcome {
+                                error_class: None,
                                 item_id: id.clone(),
                                 outcome: ItemOutcomeKind::SkippedIneligible,
                                 detail: Some(format!("status is {}", r.status.as_str())),
@@ -340,6 +343,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                         ),
                         None => record(
                             ItemOutcome {
+                                error_class: None,
                                 item_id: id.clone(),
                                 outcome: ItemOutcomeKind::NotFound,
                                 detail: Some("no record with this item id".into()),
@@ -371,6 +375,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 for bad in &page.unreadable {
                     record(
                         ItemOutcome {
+                            error_class: None,
                             item_id: bad.item_id.clone(),
                             outcome: ItemOutcomeKind::Error,
                             detail: Some(bad.error.clone()),
@@ -430,6 +435,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             let ok = request.force || (record.reprocess_eligible && !record.manual_review_required);
             if !ok {
                 outcomes.push(ItemOutcome {
+                    error_class: None,
                     item_id: record.item_id.clone(),
                     outcome: ItemOutcomeKind::SkippedIneligible,
                     detail: Some(if record.manual_review_required {
@@ -443,6 +449,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 });
             } else if request.dry_run {
                 outcomes.push(ItemOutcome {
+                    error_class: None,
                     item_id: record.item_id.clone(),
                     outcome: ItemOutcomeKind::WouldRedrive,
                     detail: None,
@@ -497,6 +504,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         match tokio::time::timeout_at(run.items.hard_stop(), work).await {
             Ok(outcome) => outcome,
             Err(_) => ItemOutcome {
+                error_class: None,
                 item_id: record.item_id.clone(),
                 outcome: ItemOutcomeKind::Error,
                 detail: Some(format!(
@@ -514,6 +522,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         deadline: Deadline,
     ) -> ItemOutcome {
         let outcome = |kind, detail: Option<String>| ItemOutcome {
+            error_class: None,
             item_id: record.item_id.clone(),
             outcome: kind,
             detail,
@@ -592,12 +601,14 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             })
             .collect();
         let message = details.last().map(|d| d.error_message.clone());
+        let error_class = failures.last().map(|f| f.error.class);
         match self
             .store
             .record_redrive_failure(&record.item_id, run_id, &details)
             .await
         {
             Ok(()) => ItemOutcome {
+                error_class,
                 item_id: record.item_id.clone(),
                 outcome: ItemOutcomeKind::FailedAgain,
                 detail: message,
@@ -605,6 +616,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             Err(e) => {
                 let _ = self.store.release_lease(&record.item_id, run_id).await;
                 ItemOutcome {
+                    error_class: None,
                     item_id: record.item_id.clone(),
                     outcome: ItemOutcomeKind::Error,
                     detail: Some(e.to_string()),

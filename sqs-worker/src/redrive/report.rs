@@ -38,6 +38,10 @@ pub struct ItemOutcome {
     /// Why, for failures and errors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// The class of the last failure, for items that failed again (a transient class says
+    /// the downstream is unwell; the breaker's gate reopens only on those).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<crate::error::ErrorClass>,
 }
 
 /// The result of a run.

@@ -127,6 +127,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; records.len()];
         let fail = |i: usize, kind, detail| {
             Some(ItemOutcome {
+                error_class: None,
                 item_id: records[i].item_id.clone(),
                 outcome: kind,
                 detail,
@@ -208,11 +209,13 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             outcomes[i] = Some(
                 match marked {
                     Ok(()) => ItemOutcome {
+                        error_class: None,
                         item_id: record.item_id.clone(),
                         outcome: ItemOutcomeKind::Requeued,
                         detail: Some(format!("sent to the source queue as message {message_id}")),
                     },
                     Err(e) => ItemOutcome {
+                        error_class: None,
                         item_id: record.item_id.clone(),
                         outcome: ItemOutcomeKind::Error,
                         detail: Some(format!(
