@@ -466,7 +466,9 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             let pace = interval.saturating_mul(u32::try_from(eligible.len()).unwrap_or(u32::MAX));
             let next = Instant::now() + pace;
             outcomes.extend(self.redrive_eligible(&eligible, request, plan, run).await);
-            tokio::time::sleep_until(next).await;
+            // Never past the time no item may start after: nothing starts then anyway, and
+            // the run must still settle and answer before its deadline.
+            tokio::time::sleep_until(next.min(run.stop_at)).await;
         } else {
             outcomes.extend(self.redrive_eligible(&eligible, request, plan, run).await);
         }

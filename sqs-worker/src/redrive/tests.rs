@@ -460,3 +460,34 @@ async fn a_bad_continuation_token_is_an_invalid_request() {
         .unwrap_err();
     assert!(matches!(err, RedriveError::InvalidRequest(_)), "{err}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn rate_pacing_never_sleeps_past_the_runs_deadline() {
+    // A requeue chunk of 100 items at one every 4 s: pacing it takes 400 s; the run has
+    // 120 s.
+    let ids: Vec<String> = (0..400).map(|i| format!("i{i}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let engine = engine_with(records(&refs), ScriptedProcessor::new());
+    let started = Instant::now();
+    let deadline = started + std::time::Duration::from_secs(120);
+    let report = engine
+        .run_until(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                parallelism: Some(10),
+                rate: Some(0.25),
+                ..RedriveRequest::default()
+            },
+            Some(deadline),
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        Instant::now() <= deadline,
+        "answered {:?} after its deadline",
+        Instant::now() - deadline
+    );
+    assert!(report.selected > 0, "{report:?}");
+    assert!(engine.store().dlq_messages().iter().all(|m| !m.held));
+}
