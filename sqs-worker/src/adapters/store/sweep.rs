@@ -122,6 +122,10 @@ impl DeadLetterStore {
     }
 }
 
+/// Rounds of `BatchGetItem` for the keys DynamoDB leaves unprocessed (backing off 0.1 s to
+/// 1.6 s between them, about 6 s in all).
+const LOOKUP_ROUNDS: u32 = 8;
+
 impl DlqMessages for DeadLetterStore {
     type Message = Message;
 
@@ -161,7 +165,9 @@ impl DlqMessages for DeadLetterStore {
             .collect())
     }
 
-    /// One `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again.
+    /// One `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again
+    /// with backoff. Keys still unread after that are an error, never "no record": a record
+    /// taken for missing would be adopted over.
     async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
         use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
         let mut found = HashMap::new();
@@ -177,9 +183,13 @@ impl DlqMessages for DeadLetterStore {
                     )])
                 })
                 .collect();
-            for _ in 0..8 {
+            for round in 0..LOOKUP_ROUNDS {
                 if keys.is_empty() {
                     break;
+                }
+                if round > 0 {
+                    // DynamoDB leaves keys unprocessed when it throttles: back off.
+                    tokio::time::sleep(Duration::from_millis(50 << round.min(5))).await;
                 }
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(std::mem::take(&mut keys)))
@@ -251,6 +261,16 @@ impl DlqMessages for DeadLetterStore {
                     .and_then(|u| u.get(&self.config.table))
                     .map(|k| k.keys().to_vec())
                     .unwrap_or_default();
+            }
+            if !keys.is_empty() {
+                return Err(ProcessError::new(
+                    ErrorClass::Throttled,
+                    format!(
+                        "{} records could not be read (DynamoDB left them unprocessed {LOOKUP_ROUNDS} times)",
+                        keys.len()
+                    ),
+                )
+                .with_step("sweep-lookup"));
             }
         }
         Ok(found)
@@ -383,4 +403,45 @@ fn to_work_item(
     }))
     .unwrap_or_default();
     parser.parse(message_id, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lookup DynamoDB keeps throttling (every key left unprocessed) fails, rather than
+    /// answering that the record does not exist (which would have it adopted over).
+    #[tokio::test(start_paused = true)]
+    async fn keys_left_unprocessed_are_an_error_not_a_missing_record() {
+        use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+        use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+        use aws_smithy_mocks::{mock, mock_client};
+        let throttled = mock!(aws_sdk_dynamodb::Client::batch_get_item).then_output(|| {
+            let key = HashMap::from([(
+                schema::ITEM_ID.to_string(),
+                AttributeValue::S("order-1".to_string()),
+            )]);
+            BatchGetItemOutput::builder()
+                .unprocessed_keys("t", KeysAndAttributes::builder().keys(key).build().unwrap())
+                .build()
+        });
+        let shared = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        let mut clients = crate::adapters::aws::AwsClients::from_config(&shared, true);
+        clients.dynamodb = mock_client!(
+            aws_sdk_dynamodb,
+            aws_smithy_mocks::RuleMode::MatchAny,
+            &[&throttled]
+        );
+        let store = DeadLetterStore::new(
+            clients,
+            crate::adapters::store::StoreConfig::new("t", "q", "b"),
+        );
+        let error = store.standings(&["order-1".to_string()]).await.unwrap_err();
+        assert_eq!(error.class, ErrorClass::Throttled, "{error}");
+        assert_eq!(error.step.as_deref(), Some("sweep-lookup"));
+        assert_eq!(throttled.num_calls(), LOOKUP_ROUNDS as usize);
+    }
 }
