@@ -738,6 +738,61 @@ async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
     assert_eq!(p.dlq_depth().await, 0);
 }
 
+/// Adoption follows a pointer only as the worker would: an object in a bucket the worker
+/// does not read payloads from is never copied into a record nor delivered; the record
+/// keeps the pointer, class `permission`, for a human.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
+    let p = Pipeline::new("adopt-foreign", Setup::default()).await;
+    let foreign = e2e::unique_prefix("foreign").to_lowercase();
+    p.clients
+        .s3
+        .create_bucket()
+        .bucket(&foreign)
+        .send()
+        .await
+        .unwrap();
+    p.clients
+        .s3
+        .put_object()
+        .bucket(&foreign)
+        .key("secret")
+        .body(body("secret", "ok").into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let pointer = sqs_worker::pointer::S3Pointer {
+        bucket: foreign.clone(),
+        key: "secret".into(),
+    }
+    .to_body();
+    p.send_to_dlq(&[&pointer]).await;
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(report.adopted_from_dlq, 1, "{report:?}");
+    assert!(
+        p.downstream.delivered().is_empty(),
+        "the object was delivered"
+    );
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(
+        records[0].error_class,
+        sqs_worker::error::ErrorClass::Permission
+    );
+    assert!(!records[0].reprocess_eligible);
+    assert!(
+        records[0]
+            .last_error
+            .contains("not one the worker reads payloads from"),
+        "{}",
+        records[0].last_error
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overlong_item_id_in_the_dlq_does_not_block_the_sweep() {
     let p = dead_items("poison", &[("fine", "throttled")]).await;

@@ -154,16 +154,30 @@ impl RedriveFunction {
             }
             _ => None,
         };
-        let store = DeadLetterStore::new(
-            clients,
-            store.ok_or_else(|| ConfigError {
-                problems: Vec::new(),
-            })?,
-        );
+        let store_config = store.ok_or_else(|| ConfigError {
+            problems: Vec::new(),
+        })?;
+        // A record that kept an Extended-Client pointer (the worker could not fetch its
+        // payload then) is reprocessed with the payload, fetched as the worker would: the
+        // buckets it allows (its store's included) and its size cap.
+        let resolver = config.processor.as_ref().map(|worker| {
+            let mut policy = worker.handler.payload.clone();
+            policy.allowed_buckets.insert(store_config.bucket.clone());
+            crate::adapters::store::ExtendedClientResolver::new(clients.s3.clone(), policy)
+        });
+        let mut store = DeadLetterStore::new(clients, store_config);
+        if let Some(worker) = &config.processor {
+            // The sweep adopts pointed payloads under the same policy.
+            store = store.with_payload_policy(worker.handler.payload.clone());
+        }
+        let mut engine = RedriveEngine::new(store, processor, config.settings);
+        if let Some(resolver) = resolver {
+            engine = engine.with_body_resolver(std::sync::Arc::new(resolver));
+        }
         Ok(RedriveFunction {
             breaker,
             polling,
-            engine: RedriveEngine::new(store, processor, config.settings),
+            engine,
             function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME")
                 .ok()
                 .filter(|name| !name.is_empty())

@@ -128,6 +128,9 @@ pub struct RedriveEngine<P, S> {
     pub(super) settings: RedriveSettings,
     /// Source queue URLs by queue ARN, looked up once per run of the engine.
     pub(super) queue_urls: Mutex<HashMap<String, String>>,
+    /// Follows an Extended-Client pointer a record kept (the worker could not fetch its
+    /// payload) before reprocessing, under the worker's payload policy.
+    pub(super) resolver: Option<std::sync::Arc<dyn crate::batch::BodyResolver>>,
 }
 
 impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
@@ -138,7 +141,19 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             processor,
             settings,
             queue_urls: Mutex::new(HashMap::new()),
+            resolver: None,
         }
+    }
+
+    /// Resolves Extended-Client pointers a record kept before reprocessing it, as the
+    /// worker does (the buckets it allows, its size cap). Without one, such a record is
+    /// refused rather than the pointer delivered as the payload.
+    pub fn with_body_resolver(
+        mut self,
+        resolver: std::sync::Arc<dyn crate::batch::BodyResolver>,
+    ) -> Self {
+        self.resolver = Some(resolver);
+        self
     }
 
     /// The store.
@@ -544,7 +559,11 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             Ok(false) => return outcome(ItemOutcomeKind::LeasedElsewhere, None),
             Err(e) => return outcome(ItemOutcomeKind::Error, Some(e.to_string())),
         }
-        let mut item = match self.load_body(record).await {
+        let loaded = match self.load_body(record).await {
+            Ok(body) => self.resolve_pointer(body).await,
+            Err(error) => Err(error),
+        };
+        let mut item = match loaded {
             Ok(body) => work_item(record, body),
             Err(error) => {
                 let item = work_item(record, String::new());
@@ -650,6 +669,29 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 }
                 Ok(body)
             }
+        }
+    }
+
+    /// The payload behind a record that kept an Extended-Client pointer (the worker could
+    /// not fetch it then): fetched under the payload policy, or refused. The downstream is
+    /// never handed the pointer as if it were the payload.
+    async fn resolve_pointer(&self, body: String) -> Result<String, ProcessError> {
+        let Some(pointer) = S3Pointer::parse(&body) else {
+            return Ok(body);
+        };
+        match &self.resolver {
+            Some(resolver) => match resolver.resolve(&body).await {
+                Some(resolved) => resolved,
+                None => Ok(body),
+            },
+            None => Err(ProcessError::new(
+                crate::error::ErrorClass::Permission,
+                format!(
+                    "the record holds an Extended-Client pointer to s3://{}/{}, not its payload, and this engine follows no pointers",
+                    pointer.bucket, pointer.key
+                ),
+            )
+            .with_step("fetch-payload")),
         }
     }
 

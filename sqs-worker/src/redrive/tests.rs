@@ -8,9 +8,10 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::dead_letter::{DeadLetteredItem, ItemStatus, MessageAttribute, PayloadLocation};
-use crate::error::ErrorClass;
+use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::S3Pointer;
 use crate::ports::RecordStore;
+use crate::processor::Processor;
 use crate::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
 
 type Engine = RedriveEngine<ScriptedProcessor, MemoryStore>;
@@ -490,4 +491,84 @@ async fn rate_pacing_never_sleeps_past_the_runs_deadline() {
     );
     assert!(report.selected > 0, "{report:?}");
     assert!(engine.store().dlq_messages().iter().all(|m| !m.held));
+}
+
+/// Records the bodies it is given.
+#[derive(Clone, Default)]
+struct BodyRecorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Processor for BodyRecorder {
+    async fn process(
+        &self,
+        item: &crate::item::WorkItem,
+    ) -> Result<crate::processor::Outcome, ProcessError> {
+        self.0.lock().unwrap().push(item.body.clone());
+        Ok(crate::processor::Outcome::Done)
+    }
+}
+
+/// Resolves every pointer to one payload.
+struct OnePayload;
+
+impl crate::batch::BodyResolver for OnePayload {
+    fn resolve<'a>(
+        &'a self,
+        body: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<Result<String, ProcessError>>> {
+        Box::pin(async move {
+            S3Pointer::parse(body).map(|_| Ok(r#"{"id":"pointed","total":12}"#.to_string()))
+        })
+    }
+}
+
+/// A record that kept an Extended-Client pointer (the worker could not fetch its payload).
+fn pointer_record() -> DeadLetteredItem {
+    let mut record = dead_record("pointed", ErrorClass::Throttled, 1);
+    record.payload.location = PayloadLocation::Inline {
+        body: r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"producer","s3Key":"big"}]"#
+            .to_string(),
+    };
+    record
+}
+
+#[tokio::test]
+async fn a_kept_pointer_is_reprocessed_with_its_payload_or_refused_never_delivered_as_the_body() {
+    for resolving in [false, true] {
+        let store = MemoryStore::new();
+        store.insert_dead_lettered(pointer_record());
+        let processor = BodyRecorder::default();
+        let mut settings = RedriveSettings::default();
+        settings.retry.max_attempts = 1;
+        let mut engine = RedriveEngine::new(store, Some(processor.clone()), settings);
+        if resolving {
+            engine = engine.with_body_resolver(std::sync::Arc::new(OnePayload));
+        }
+        let report = engine
+            .run(
+                &RedriveRequest {
+                    force: true,
+                    ..RedriveRequest::default()
+                },
+                &*no_progress(),
+            )
+            .await
+            .unwrap();
+        let bodies = processor.0.lock().unwrap().clone();
+        assert!(
+            bodies.iter().all(|b| S3Pointer::parse(b).is_none()),
+            "the pointer reached the downstream: {bodies:?}"
+        );
+        if resolving {
+            assert_eq!(bodies, [r#"{"id":"pointed","total":12}"#]);
+            assert_eq!(report.succeeded, 1, "{report:?}");
+        } else {
+            assert_eq!(report.failed_again, 1, "{report:?}");
+            let detail = report.items[0].detail.clone().unwrap_or_default();
+            assert!(detail.contains("pointer"), "{detail}");
+            assert_eq!(
+                engine.store().record("pointed").map(|r| r.status),
+                Some(ItemStatus::Dead)
+            );
+        }
+    }
 }

@@ -96,12 +96,28 @@ impl StoreConfig {
 pub struct DeadLetterStore {
     clients: AwsClients,
     config: StoreConfig,
+    /// What an adoption may follow an Extended-Client pointer to (the store's own bucket,
+    /// with the default size cap, unless set).
+    payload_policy: PayloadPolicy,
 }
 
 impl DeadLetterStore {
     /// A store over existing clients.
     pub fn new(clients: AwsClients, config: StoreConfig) -> Self {
-        DeadLetterStore { clients, config }
+        let payload_policy = PayloadPolicy::allowing([config.bucket.clone()]);
+        DeadLetterStore {
+            clients,
+            config,
+            payload_policy,
+        }
+    }
+
+    /// Lets the sweep's adoption follow Extended-Client pointers as the worker does: to
+    /// the buckets `policy` allows (the store's own always) and no larger than its cap.
+    pub fn with_payload_policy(mut self, mut policy: PayloadPolicy) -> Self {
+        policy.allowed_buckets.insert(self.config.bucket.clone());
+        self.payload_policy = policy;
+        self
     }
 
     /// The configuration.

@@ -297,7 +297,28 @@ impl DlqMessages for DeadLetterStore {
         let mut error =
             ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
         if let Some(pointer) = S3Pointer::parse(&item.body) {
-            match super::payload::get_payload(&self.clients.s3, &pointer).await {
+            // Followed as the worker would: only to a bucket it reads payloads from, and
+            // no larger than its cap. A pointer is data from whoever could send to the
+            // queue.
+            let fetched = if self.payload_policy.allows(&pointer.bucket) {
+                super::payload::get_payload_limited(
+                    &self.clients.s3,
+                    &pointer,
+                    self.payload_policy.max_bytes,
+                )
+                .await
+            } else {
+                Err(ProcessError::new(
+                    ErrorClass::Permission,
+                    format!(
+                        "the payload pointer names bucket {:?}, which is not one the worker reads payloads from ({} or {})",
+                        pointer.bucket,
+                        crate::config::vars::PAYLOAD_BUCKETS,
+                        crate::config::vars::BUCKET
+                    ),
+                ))
+            };
+            match fetched {
                 Ok((payload, _)) => item.body = payload,
                 // See `Adoption::unfetched_payload`.
                 Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
