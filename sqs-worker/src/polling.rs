@@ -357,8 +357,7 @@ mod tests {
     #[derive(Clone, Default)]
     struct Fakes {
         enabled: Arc<AtomicBool>,
-        pause: Arc<Mutex<PauseState>>,
-        lease_until: Arc<Mutex<Option<SystemTime>>>,
+        marker: crate::testing::MemoryPauseMarker,
         visible: Arc<AtomicU64>,
         fail_disable: Arc<AtomicBool>,
         calls: Arc<Mutex<Vec<&'static str>>>,
@@ -386,43 +385,28 @@ mod tests {
         }
     }
 
+    /// The in-memory marker, its writes logged beside the mapping's calls.
     impl PauseMarker for Fakes {
         fn lease(
             &self,
             now: SystemTime,
             until: SystemTime,
         ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            Box::pin(async move {
-                let mut lease = self.lease_until.lock().unwrap();
-                if lease.is_some_and(|held| held > now) {
-                    return Ok(false);
-                }
-                *lease = Some(until);
-                Ok(true)
-            })
+            self.marker.lease(now, until)
         }
         fn release(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
-            Box::pin(async move {
-                let mut lease = self.lease_until.lock().unwrap();
-                if *lease == Some(until) {
-                    *lease = None;
-                }
-                Ok(())
-            })
+            self.marker.release(until)
         }
         fn read(&self) -> BoxFuture<'_, Result<PauseState, ProcessError>> {
-            Box::pin(async { Ok(*self.pause.lock().unwrap()) })
+            self.marker.read()
         }
         fn write(&self, state: PauseState) -> BoxFuture<'_, Result<(), ProcessError>> {
-            Box::pin(async move {
-                self.calls.lock().unwrap().push(match state {
-                    PauseState { paused: false, .. } => "unmark",
-                    PauseState { sweeping: true, .. } => "mark sweep",
-                    _ => "mark",
-                });
-                *self.pause.lock().unwrap() = state;
-                Ok(())
-            })
+            self.calls.lock().unwrap().push(match state {
+                PauseState { paused: false, .. } => "unmark",
+                PauseState { sweeping: true, .. } => "mark sweep",
+                _ => "mark",
+            });
+            self.marker.write(state)
         }
     }
 
@@ -486,11 +470,11 @@ mod tests {
 
     fn paused_fakes(since: SystemTime) -> Fakes {
         let fakes = Fakes::default();
-        *fakes.pause.lock().unwrap() = PauseState {
+        fakes.marker.set_state(PauseState {
             paused: true,
             since: Some(since),
             ..PauseState::default()
-        };
+        });
         fakes
     }
 
@@ -551,7 +535,7 @@ mod tests {
             }
         );
         assert!(fakes.enabled.load(Ordering::SeqCst));
-        assert!(!fakes.pause.lock().unwrap().paused);
+        assert!(!fakes.marker.state().paused);
         assert_eq!(*fakes.calls.lock().unwrap(), ["enable", "unmark"]);
     }
 
@@ -605,7 +589,7 @@ mod tests {
         let c = control(&breaker, &fakes, ProbeOutcome::Processed);
         assert!(matches!(c.run(now).await, ControlAction::Failed { .. }));
         // Marked but still polling: the next run finishes the pause.
-        assert!(fakes.pause.lock().unwrap().paused);
+        assert!(fakes.marker.state().paused);
         fakes.fail_disable.store(false, Ordering::SeqCst);
         assert_eq!(c.run(now).await, ControlAction::StaysPaused { probe: None });
         assert!(!fakes.enabled.load(Ordering::SeqCst));
@@ -621,7 +605,7 @@ mod tests {
         let breaker = MemoryBreakerStore::default();
         let fakes = enabled_fakes();
         opened(&breaker, 2, 60, now).await;
-        *fakes.lease_until.lock().unwrap() = Some(now + Duration::from_secs(30));
+        fakes.marker.hold_lease(now + Duration::from_secs(30));
         let c = control(&breaker, &fakes, ProbeOutcome::Processed);
         assert_eq!(c.run(now).await, ControlAction::Busy);
         assert!(fakes.enabled.load(Ordering::SeqCst));
@@ -630,7 +614,7 @@ mod tests {
             c.run(now + Duration::from_secs(31)).await,
             ControlAction::Paused
         );
-        assert_eq!(*fakes.lease_until.lock().unwrap(), None, "given back");
+        assert_eq!(fakes.marker.lease_until(), None, "given back");
     }
 
     #[tokio::test]
@@ -656,7 +640,7 @@ mod tests {
         let swept = now + interval + Duration::from_secs(120);
         assert_eq!(c.run(swept).await, ControlAction::Paused);
         assert!(!fakes.enabled.load(Ordering::SeqCst));
-        assert_eq!(fakes.pause.lock().unwrap().since, Some(swept));
+        assert_eq!(fakes.marker.state().since, Some(swept));
     }
 
     #[tokio::test]
@@ -712,6 +696,6 @@ mod tests {
         };
         assert_eq!(c.run(now).await, ControlAction::Resumed { probe: None });
         assert!(fakes.enabled.load(Ordering::SeqCst));
-        assert!(!fakes.pause.lock().unwrap().paused);
+        assert!(!fakes.marker.state().paused);
     }
 }

@@ -20,11 +20,13 @@ use sqs_worker::breaker::BreakerStore;
 use sqs_worker::dead_letter::InvocationInfo;
 use sqs_worker::error::{ErrorClass, ProcessError};
 use sqs_worker::polling::{
-    sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseMarker, PauseState,
-    PollingControl, ProbeOutcome, SourceProbe, SourceQueue,
+    sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseState, PollingControl,
+    ProbeOutcome, SourceProbe, SourceQueue,
 };
 use sqs_worker::redelivery::{Hide, QueueTiming, VisibilityPort};
-use sqs_worker::testing::{MemoryBreakerStore, MemorySink, ScriptedProcessor, Step};
+use sqs_worker::testing::{
+    MemoryBreakerStore, MemoryPauseMarker, MemorySink, ScriptedProcessor, Step,
+};
 use sqs_worker::Deadline;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -72,52 +74,7 @@ impl MappingSwitch for Mapping {
 }
 
 /// The marker item: the pause and the control's lease.
-#[derive(Clone, Default)]
-struct Marker {
-    pause: Arc<Mutex<PauseState>>,
-    lease: Arc<Mutex<Option<SystemTime>>>,
-}
-
-impl Marker {
-    fn paused(&self) -> bool {
-        self.pause.lock().unwrap().paused
-    }
-}
-
-impl PauseMarker for Marker {
-    fn lease(
-        &self,
-        now: SystemTime,
-        until: SystemTime,
-    ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-        Box::pin(async move {
-            let mut lease = self.lease.lock().unwrap();
-            if lease.is_some_and(|held| held > now) {
-                return Ok(false);
-            }
-            *lease = Some(until);
-            Ok(true)
-        })
-    }
-    fn release(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
-        Box::pin(async move {
-            let mut lease = self.lease.lock().unwrap();
-            if *lease == Some(until) {
-                *lease = None;
-            }
-            Ok(())
-        })
-    }
-    fn read(&self) -> BoxFuture<'_, Result<PauseState, ProcessError>> {
-        Box::pin(async move { Ok(*self.pause.lock().unwrap()) })
-    }
-    fn write(&self, state: PauseState) -> BoxFuture<'_, Result<(), ProcessError>> {
-        Box::pin(async move {
-            *self.pause.lock().unwrap() = state;
-            Ok(())
-        })
-    }
-}
+type Marker = MemoryPauseMarker;
 
 /// A probe whose message the worker processes, closing its breaker.
 #[derive(Clone)]
@@ -157,11 +114,11 @@ async fn overlapping_control_runs_never_leave_the_mapping_disabled_without_a_mar
         .unwrap());
     let enabled = Arc::new(AtomicBool::new(false));
     let marker = Marker::default();
-    *marker.pause.lock().unwrap() = PauseState {
+    marker.set_state(PauseState {
         paused: true,
         since: Some(now),
         ..PauseState::default()
-    };
+    });
 
     let b = PollingControl {
         breaker: breaker.clone(),
@@ -199,7 +156,7 @@ async fn overlapping_control_runs_never_leave_the_mapping_disabled_without_a_mar
         a.run(open_until + Duration::from_secs(60 * minute)).await;
     }
     assert!(
-        enabled.load(Ordering::SeqCst) && !marker.paused(),
+        enabled.load(Ordering::SeqCst) && !marker.state().paused,
         "run A answered {a_action:?}: polling was not restored (breaker {:?})",
         breaker.state()
     );
@@ -528,12 +485,12 @@ async fn a_sweep_cut_between_its_record_and_the_enable_is_finished_by_the_next_r
     let mapping = Mapping::default(); // disabled by the control's pause
     mapping.fail_enables.store(1, Ordering::SeqCst);
     let marker = Marker::default();
-    *marker.pause.lock().unwrap() = PauseState {
+    marker.set_state(PauseState {
         paused: true,
         sweeping: false,
         sweep_enabled: false,
         since: Some(t0 - sweep_interval(RETENTION)),
-    };
+    });
     let probe = Probe {
         visible: Arc::new(AtomicU64::new(25)),
         answer: ProbeAnswer::ReturnedUntouched,
@@ -545,10 +502,7 @@ async fn a_sweep_cut_between_its_record_and_the_enable_is_finished_by_the_next_r
         matches!(first, ControlAction::Failed { .. }),
         "the enable failed: {first:?}"
     );
-    assert!(
-        marker.pause.lock().unwrap().sweeping,
-        "the sweep is recorded"
-    );
+    assert!(marker.state().sweeping, "the sweep is recorded");
     let mut answers = Vec::new();
     for minute in 1..=30 {
         answers.push(c.run(t0 + MINUTE * minute).await);
@@ -559,7 +513,7 @@ async fn a_sweep_cut_between_its_record_and_the_enable_is_finished_by_the_next_r
     panic!(
         "30 runs after a sweep was cut between its record and the enable, the mapping is \
          still disabled (marker {:?}); the runs answered {:?}",
-        *marker.pause.lock().unwrap(),
+        marker.state(),
         &answers[..3]
     );
 }
@@ -587,12 +541,12 @@ async fn a_pause_whose_probes_never_reach_the_breaker_is_still_swept() {
             .unwrap());
         let mapping = Mapping::default();
         let marker = Marker::default();
-        *marker.pause.lock().unwrap() = PauseState {
+        marker.set_state(PauseState {
             paused: true,
             sweeping: false,
             sweep_enabled: false,
             since: Some(t0),
-        };
+        });
         let probe = Probe {
             visible: Arc::new(AtomicU64::new(40)),
             answer,
@@ -642,12 +596,12 @@ async fn a_mapping_an_operator_disabled_during_a_sweep_is_not_enabled_by_the_con
     let mapping = Mapping::default();
     mapping.enabled.store(true, Ordering::SeqCst);
     let marker = Marker::default();
-    *marker.pause.lock().unwrap() = PauseState {
+    marker.set_state(PauseState {
         paused: true,
         sweeping: true,
         sweep_enabled: true,
         since: Some(t0),
-    };
+    });
     let probe = Probe {
         visible: Arc::new(AtomicU64::new(3)),
         answer: ProbeAnswer::ReturnedUntouched,
@@ -819,7 +773,7 @@ async fn the_sweep_reserve_covers_the_control_schedule() {
                  the run of minute {k})",
                 expires.duration_since(visible_at).unwrap() - sweep_reserve(RETENTION),
                 at.duration_since(visible_at).unwrap() - sweep_reserve(RETENTION),
-                *marker.pause.lock().unwrap()
+                marker.state()
             );
         }
         *now.lock().unwrap() = at;

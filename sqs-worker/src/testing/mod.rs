@@ -1,14 +1,17 @@
 //! Test doubles for users' own tests and ours: a processor that follows a script per item,
 //! an in-memory dead-letter sink, [`MemoryStore`], the redrive engine's ports in memory,
-//! [`MemoryIdempotencyStore`] and [`MemoryBreakerStore`]. Pure, no I/O.
+//! [`MemoryIdempotencyStore`], [`MemoryBreakerStore`] and [`MemoryPauseMarker`]. Pure, no
+//! I/O.
 
 mod breaker_store;
 mod idempotency_store;
 mod memory_store;
+mod pause_marker;
 
 pub use breaker_store::MemoryBreakerStore;
 pub use idempotency_store::MemoryIdempotencyStore;
 pub use memory_store::{dead_record, MemoryStore};
+pub use pause_marker::MemoryPauseMarker;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
