@@ -52,21 +52,25 @@ impl DynamoBreakerStore {
     }
 }
 
-fn millis(at: SystemTime) -> i64 {
+/// Epoch milliseconds of `at` (0 before the epoch), as stored.
+pub(super) fn millis(at: SystemTime) -> i64 {
     at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn number(n: i64) -> AttributeValue {
+/// A DynamoDB number.
+pub(super) fn number(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
 
-fn time_of(
+/// The time an item's epoch-milliseconds attribute `name` holds (`None` when absent or
+/// out of range).
+pub(super) fn time_of(
     item: &std::collections::HashMap<String, AttributeValue>,
     name: &str,
 ) -> Option<SystemTime> {
     let ms: u64 = item.get(name)?.as_n().ok()?.parse().ok()?;
-    Some(UNIX_EPOCH + Duration::from_millis(ms))
+    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
 }
 
 fn count_of(item: &std::collections::HashMap<String, AttributeValue>, name: &str) -> u32 {

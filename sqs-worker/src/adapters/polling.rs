@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
 use crate::error::{ErrorClass, ProcessError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crate::polling::{
     MappingSwitch, PauseMarker, PauseState, ProbeOutcome, SourceProbe, SourceQueue,
@@ -97,11 +97,9 @@ impl DynamoPauseMarker {
     }
 }
 
+/// An epoch-milliseconds attribute, as the breaker's item stores its times.
 fn millis(at: SystemTime) -> AttributeValue {
-    let ms = at
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    AttributeValue::N(ms.to_string())
+    super::breaker::number(super::breaker::millis(at))
 }
 
 fn step(e: ProcessError) -> ProcessError {
@@ -179,11 +177,7 @@ impl PauseMarker for DynamoPauseMarker {
                     Some(AttributeValue::Bool(true))
                 )
             };
-            let since = item
-                .and_then(|i| i.get("since_ms"))
-                .and_then(|v| v.as_n().ok())
-                .and_then(|n| n.parse::<u64>().ok())
-                .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)));
+            let since = item.and_then(|i| super::breaker::time_of(i, "since_ms"));
             Ok(PauseState {
                 paused: flag("paused"),
                 sweeping: flag("sweeping"),
