@@ -1369,9 +1369,9 @@ async fn concurrent_redrives_leave_no_dlq_message_of_a_resolved_item() {
     );
 }
 
-/// A purge whose record deletes fail (DynamoDB down) has removed the DLQ messages and
-/// payloads of those records but kept the records: nothing is left in the DLQ without a
-/// record, and a second purge finishes the job.
+/// A purge whose record deletes fail (DynamoDB down) has removed the DLQ messages of
+/// those records but kept the records (and their payloads): nothing is left in the DLQ
+/// without a record, and a second purge finishes the job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purge_failing_midway_leaves_records_never_orphaned_dlq_messages() {
     let p =
@@ -1381,7 +1381,7 @@ async fn a_purge_failing_midway_leaves_records_never_orphaned_dlq_messages() {
     let store = DeadLetterStore::new(clients_via(&proxy).await, p.resources.store_config());
     let records = p.records().await;
     proxy.inject(Rule::new(
-        Operation::dynamodb("BatchWriteItem"),
+        Operation::dynamodb("DeleteItem"),
         Fault::ServiceUnavailable,
         Trigger::Always,
     ));

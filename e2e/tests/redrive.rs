@@ -948,3 +948,142 @@ async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
     let size = serde_json::to_string(&json).unwrap().len();
     assert!(size < 300_000, "record is {size} bytes");
 }
+
+fn pointer_parser() -> sqs_worker::item::ItemParser {
+    sqs_worker::item::ItemParser {
+        id_source: "pointer:/id".parse().unwrap(),
+        ..sqs_worker::item::ItemParser::default()
+    }
+}
+
+/// A purge deletes what it selected, not a failure of the same item id that arrived after
+/// it selected: that record is kept (its delete is conditional on the last attempt
+/// selected) with its DLQ message (matched by the delivery it holds, not the item id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_a_failure_that_arrived_after_it_selected() {
+    let p = dead_items("purge-race", &[("p1", "invalid"), ("p2", "invalid")]).await;
+    let selected = p.records().await;
+    // p1 fails again while the operator reads the confirmation.
+    p.send(&[&body("p1", "invalid")]).await;
+    p.drain().await;
+    assert_eq!(p.dlq_depth().await, 3);
+    let report = p
+        .store()
+        .remove_records(&selected, &pointer_parser(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.records_deleted,
+            report.records_changed,
+            report.dlq_messages_deleted
+        ),
+        (1, 1, 2),
+        "{report:?}"
+    );
+    let left = p.records().await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].item_id, "p1");
+    let messages = p.dlq_messages().await;
+    assert_eq!(messages.len(), 1, "the new failure's DLQ message stays");
+    let source = messages[0]
+        .message_attributes()
+        .and_then(|a| a.get("source_message_id"))
+        .and_then(|v| v.string_value())
+        .unwrap();
+    assert_eq!(source, left[0].source.message_id);
+}
+
+/// On a FIFO DLQ a sweep that holds a group's first messages sees nothing more of that
+/// group: the kept messages are moved behind their group, so an orphan behind twelve dead
+/// messages of its group is adopted by the first run, and nothing is lost or duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
+    let p = Pipeline::new(
+        "fifo-sweep",
+        Setup {
+            fifo: true,
+            max_receive_count: 1,
+            ..Setup::default()
+        },
+    )
+    .await;
+    for n in 0..12 {
+        let id = format!("d{n}");
+        p.send_fifo(&body(&id, "invalid"), "g1", &id).await;
+    }
+    p.drain().await;
+    assert_eq!(p.records().await.len(), 12);
+    // Moved by the source queue's redrive policy: no record, same group.
+    p.clients
+        .sqs
+        .send_message()
+        .queue_url(&p.resources.dlq_url)
+        .message_body(body("orphan", "ok"))
+        .message_group_id("g1")
+        .message_deduplication_id("orphan")
+        .send()
+        .await
+        .unwrap();
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                item_ids: vec!["none".into()],
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.adopted_from_dlq, 1, "{report:?}");
+    assert!(p.store().get("orphan").await.unwrap().is_some());
+    assert_eq!(p.dlq_depth().await, 13, "one message per item, none lost");
+    // Each message still names what it holds: a second run adopts nothing more.
+    let again = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                item_ids: vec!["none".into()],
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.adopted_from_dlq, 0, "{again:?}");
+    assert_eq!(p.records().await.len(), 13);
+    assert_eq!(p.dlq_depth().await, 13);
+}
+
+/// An adoption is written only if the record is still as the sweep judged it: a record
+/// that appeared (or changed status) meanwhile is never overwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adoption_never_overwrites_a_record() {
+    use sqs_worker::sweep::{Adoption, DlqMessages};
+    let p = dead_items("adopt-guard", &[("a1", "invalid")]).await;
+    let before = p.store().get("a1").await.unwrap().unwrap();
+    let message = p.dlq_messages().await.remove(0);
+    for expected_status in [None, Some(ItemStatus::Resolved)] {
+        let written = p
+            .store()
+            .adopt(
+                &message,
+                "a1",
+                &pointer_parser(),
+                &Adoption {
+                    reason: "judged without a record",
+                    reopen: expected_status.is_some(),
+                    known_queue_arn: None,
+                    expected_status,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(written.is_none(), "{expected_status:?}");
+    }
+    let after = p.store().get("a1").await.unwrap().unwrap();
+    assert_eq!(after.failure_count, before.failure_count);
+    assert_eq!(after.error_class, before.error_class);
+    assert_eq!(after.reprocess_eligible, before.reprocess_eligible);
+}

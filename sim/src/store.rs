@@ -184,6 +184,7 @@ impl RecordTable for SimStore {
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
         claim: Option<&str>,
+        expect: recording::Expect,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let mut state = self.world.lock();
         self.table_call(&mut state, "record")?;
@@ -191,6 +192,9 @@ impl RecordTable for SimStore {
         let existing = state.table.get(id).cloned();
         if existing.as_ref().is_some_and(|r| r.corrupt) {
             return Err(corrupt(id, "record"));
+        }
+        if !expect.admits(existing.as_ref().map(|r| r.record.status)) {
+            return Ok(None);
         }
         if let Some(row) = &existing {
             let known = pending
@@ -517,6 +521,7 @@ impl DlqMessages for SimStore {
                     receipt: m.receipt.clone().unwrap_or_default(),
                     item_id,
                     view: view_of(&m),
+                    marker: None,
                     message: m,
                 }
             })
@@ -555,7 +560,7 @@ impl DlqMessages for SimStore {
         item_id: &str,
         parser: &ItemParser,
         adoption: &Adoption,
-    ) -> Result<DeadLetteredItem, ProcessError> {
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let arn = self.world.lock().source.arn.clone();
         let mut item = to_work_item(message, parser, &arn);
         item.item_id = item_id.to_string();
@@ -579,8 +584,14 @@ impl DlqMessages for SimStore {
             self.settings.retention,
         );
         recording::offload_payload(self, &self.settings, &mut record).await?;
-        recording::record(self, &self.settings, &record).await?;
-        Ok(record)
+        let written = recording::adopt(
+            self,
+            &self.settings,
+            &record,
+            recording::Expect::from_status(adoption.expected_status),
+        )
+        .await?;
+        Ok(written.then_some(record))
     }
 
     async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
@@ -619,23 +630,38 @@ impl DlqMessages for SimStore {
         Ok(deleted)
     }
 
-    async fn release(&self, receipts: &[String]) -> Result<(), ProcessError> {
+    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
         let mut state = self.world.lock();
         for receipt in receipts {
-            state.dlq.change_visibility(receipt, Duration::ZERO);
+            state.dlq.change_visibility(receipt, hold);
         }
         Ok(())
     }
 }
 
 impl RecordRemoval for SimStore {
-    async fn delete_records(&self, item_ids: &[String]) -> Result<(), ProcessError> {
+    async fn delete_records(
+        &self,
+        records: &[DeadLetteredItem],
+    ) -> Result<Vec<String>, ProcessError> {
         let mut state = self.world.lock();
         self.table_call(&mut state, "delete-records")?;
-        for id in item_ids {
+        let mut deleted = Vec::new();
+        for selected in records {
+            let id = &selected.item_id;
+            // The adapter's condition: still the status and last attempt selected.
+            let unchanged = state.table.get(id).is_some_and(|row| {
+                !row.corrupt
+                    && row.record.status == selected.status
+                    && row.record.last_attempt == selected.last_attempt
+            });
+            if !unchanged {
+                continue;
+            }
             let Some(row) = state.table.remove(id) else {
                 continue;
             };
+            deleted.push(id.clone());
             let sha = row.record.payload.sha256.clone();
             if !state.payload_is_safe(&sha, None) {
                 state.violate(
@@ -648,7 +674,7 @@ impl RecordRemoval for SimStore {
             }
             state.after_step(&self.actor, id, "record deleted");
         }
-        Ok(())
+        Ok(deleted)
     }
 }
 
@@ -797,22 +823,17 @@ impl RecordStore for SimStore {
 }
 
 impl DeadLetterQueue for SimStore {
-    type Held = HeldMessage<SimMessage>;
-
-    async fn sweep(
-        &self,
-        hold: Duration,
-        options: &SweepOptions,
-    ) -> Result<Sweep<Self::Held>, ProcessError> {
-        sweep::sweep_dlq(self, hold, options).await
+    async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
+        sweep::sweep_dlq(self, options).await
     }
 
     async fn settle_held(
         &self,
-        held: std::collections::BTreeMap<String, Vec<Self::Held>>,
+        held: std::collections::BTreeMap<String, Vec<HeldMessage>>,
         wait: Duration,
-    ) -> Result<usize, ProcessError> {
-        sweep::settle_held(self, held, wait).await
+        then: Duration,
+    ) -> Result<sweep::Settled, ProcessError> {
+        sweep::settle_held(self, held, wait, then).await
     }
 }
 

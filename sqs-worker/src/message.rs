@@ -16,6 +16,9 @@ pub const SOURCE_MESSAGE_ID_ATTRIBUTE: &str = "source_message_id";
 /// Message attribute: sha256 of the payload the message holds (for an Extended Client
 /// pointer, of the payload it points to).
 pub const PAYLOAD_SHA256_ATTRIBUTE: &str = "payload_sha256";
+/// Message attribute: on a FIFO DLQ message the sweep moved behind its group, the source
+/// queue SQS's redrive policy named (`DeadLetterQueueSourceArn`, which a copy loses).
+pub const SOURCE_QUEUE_ARN_ATTRIBUTE: &str = "source_queue_arn";
 /// The attributes this project sets on messages it sends; never copied from a record's
 /// source attributes onto a message (a requeue would carry stale ones).
 pub const RESERVED_ATTRIBUTES: &[&str] = &[
@@ -25,6 +28,7 @@ pub const RESERVED_ATTRIBUTES: &[&str] = &[
     ERROR_SIGNATURE_ATTRIBUTE,
     SOURCE_MESSAGE_ID_ATTRIBUTE,
     PAYLOAD_SHA256_ATTRIBUTE,
+    SOURCE_QUEUE_ARN_ATTRIBUTE,
     crate::dead_letter::REQUEUED_BY_ATTRIBUTE,
 ];
 

@@ -14,7 +14,7 @@
 //! The worker wing's ports are [`crate::Processor`], [`crate::DeadLetterSink`] and
 //! [`crate::batch::BodyResolver`]. See `docs/ARCHITECTURE.md` §5 for the layout.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
@@ -26,33 +26,25 @@ use crate::item::ItemParser;
 use crate::pointer::S3Pointer;
 use crate::selection::{Page, PageToken, RecordFilter};
 
-/// What a sweep found and did.
-#[derive(Debug)]
-pub struct Sweep<H> {
-    /// DLQ messages seen.
+/// What a sweep pass found and did.
+#[derive(Debug, Default)]
+pub struct Sweep {
+    /// DLQ messages judged.
     pub seen: usize,
     /// Records created (or reopened) for messages no record held.
     pub adopted: usize,
     /// Messages of resolved, requeued or purged items deleted.
     pub deleted: usize,
+    /// Messages of a FIFO DLQ moved behind their group ([`crate::sweep::DlqMessages::rotate`]).
+    pub rotated: usize,
+    /// Whether the pass saw the DLQ empty of visible messages (else it stopped at its
+    /// `until`).
+    pub complete: bool,
     /// The messages still held, by item id (ordered: a run settles them in the same
     /// order every time, which keeps the simulation's runs reproducible).
-    pub held: BTreeMap<String, Vec<H>>,
+    pub held: BTreeMap<String, Vec<crate::sweep::HeldMessage>>,
     /// Messages that could not be handled, by item id, with why: left in the DLQ.
     pub errors: Vec<(String, String)>,
-}
-
-// By hand: a derived `Default` would require `H: Default`.
-impl<H> Default for Sweep<H> {
-    fn default() -> Self {
-        Sweep {
-            seen: 0,
-            adopted: 0,
-            deleted: 0,
-            held: BTreeMap::new(),
-            errors: Vec::new(),
-        }
-    }
 }
 
 /// What to do with messages during a sweep.
@@ -60,12 +52,17 @@ impl<H> Default for Sweep<H> {
 pub struct SweepOptions {
     /// Create (or reopen) records for messages no record holds.
     pub adopt: bool,
-    /// Also delete the messages of these items (e.g. purged ones).
-    pub delete_items: HashSet<String>,
+    /// Purging: the records selected, by item id, as they were selected. A message of one
+    /// of these items is deleted only when that record holds it
+    /// ([`crate::sweep::purge_takes`]); the others of the item are kept.
+    pub purge: HashMap<String, crate::sweep::Standing>,
     /// How the item id is read from a message without our `item_id` attribute.
     pub parser: ItemParser,
     /// Stop receiving at this instant (messages not received stay visible).
     pub until: Option<Instant>,
+    /// Keep the messages the pass holds invisible until at least this instant (when the
+    /// caller settles them).
+    pub hold_until: Option<Instant>,
 }
 
 /// Dead-letter records. Every write that changes an item's status is conditional on the
@@ -150,29 +147,25 @@ pub trait RecordStore: Send + Sync {
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 }
 
-/// The dead-letter queue. A run holds the DLQ's messages (invisible) while it works and
-/// settles them at its end: those of resolved items are deleted, the rest given back.
+/// The dead-letter queue. A run sweeps it (judging every message, adopting unrecorded ones,
+/// deleting those of finished items), holds what it kept while it works, and settles that
+/// at its end: those of resolved items are deleted, the rest given back.
 pub trait DeadLetterQueue: Send + Sync {
-    /// A message held by a sweep, until it is settled.
-    type Held: Send + Sync;
-
-    /// Receives the visible DLQ messages (until `options.until`), holding each for `hold`,
-    /// deleting those whose item is finished and, with `options.adopt`, creating records for
-    /// messages no record holds.
+    /// One sweep pass ([`crate::sweep::sweep_dlq`]).
     fn sweep(
         &self,
-        hold: Duration,
         options: &SweepOptions,
-    ) -> impl Future<Output = Result<Sweep<Self::Held>, ProcessError>> + Send;
+    ) -> impl Future<Output = Result<Sweep, ProcessError>> + Send;
 
     /// Settles held messages by their items' status, waiting up to `wait` for redrives in
-    /// progress on them to end: deletes those of finished items, gives the rest back.
-    /// Returns the number deleted.
+    /// progress on them to end: deletes those of finished items, holds the rest for
+    /// `then` more (zero: gives them back). What it did.
     fn settle_held(
         &self,
-        held: BTreeMap<String, Vec<Self::Held>>,
+        held: BTreeMap<String, Vec<crate::sweep::HeldMessage>>,
         wait: Duration,
-    ) -> impl Future<Output = Result<usize, ProcessError>> + Send;
+        then: Duration,
+    ) -> impl Future<Output = Result<crate::sweep::Settled, ProcessError>> + Send;
 }
 
 /// Payloads stored apart from their records.

@@ -33,7 +33,7 @@ use futures::StreamExt;
 
 use crate::dead_letter::{
     compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
-    DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
+    DeadLetteredItem, FailureDetail, InvocationInfo, ItemStatus, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::S3Pointer;
@@ -147,18 +147,70 @@ pub fn review_flag_change(stored: &DeadLetteredItem) -> Option<bool> {
     (wanted != stored.manual_review_required).then_some(wanted)
 }
 
+/// What a write expects of the record it would change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Anything, or nothing (the worker's upsert).
+    Any,
+    /// No record: the sweep adopting a DLQ message no record held.
+    Absent,
+    /// A record of this status: the sweep reopening a record it judged so.
+    Status(ItemStatus),
+}
+
+impl Expect {
+    /// What an adoption judged: no record (`None`), or one of that status.
+    pub fn from_status(status: Option<ItemStatus>) -> Expect {
+        status.map_or(Expect::Absent, Expect::Status)
+    }
+
+    /// Whether a record of `status` (`None`: no record) meets it.
+    pub fn admits(self, status: Option<ItemStatus>) -> bool {
+        match self {
+            Expect::Any => true,
+            Expect::Absent => status.is_none(),
+            Expect::Status(expected) => status == Some(expected),
+        }
+    }
+}
+
+/// Writes the record of a DLQ message the sweep adopted (or reopened), once, on the
+/// condition that the record is still what the sweep judged (`expect`): an adoption never
+/// overwrites a record that appeared or changed since (a redrive under a live lease, a
+/// resolution). `Ok(false)`: it had, and nothing was written (the next sweep judges the
+/// message again).
+pub async fn adopt<T: RecordTable>(
+    table: &T,
+    settings: &RecordingSettings,
+    record: &DeadLetteredItem,
+    expect: Expect,
+) -> Result<bool, ProcessError> {
+    match table
+        .try_record(record, &record.failure_history, None, expect)
+        .await?
+    {
+        Some(stored) => {
+            after_append(table, settings, stored).await?;
+            Ok(true)
+        }
+        None => Ok(false),
+    }
+}
+
 /// What recording needs of the record table, the payload store and the DLQ: each an
 /// operation that decides nothing.
 pub trait RecordTable: Send + Sync {
     /// One conditional write appending `pending` to the record (creating it if absent) and,
     /// with `claim`, adding it to the DLQ claims, refused when a pending attempt id is
     /// already recorded or the claim already taken: `Ok(Some(stored))` is the record as
-    /// written, `Ok(None)` a refused condition.
+    /// written, `Ok(None)` a refused condition (including `expect`, what the record must
+    /// be for the write to happen).
     fn try_record(
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
         claim: Option<&str>,
+        expect: Expect,
     ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
 
     /// What a record holds of its deliveries (strongly consistent): its attempt ids, the
@@ -320,7 +372,10 @@ pub async fn record_delivery<T: RecordTable>(
         if pending.is_empty() {
             return Ok(settled(None, sent));
         }
-        match table.try_record(record, &pending, claim).await? {
+        match table
+            .try_record(record, &pending, claim, Expect::Any)
+            .await?
+        {
             Some(stored) => {
                 after_append(table, settings, stored).await?;
                 return Ok(settled(claim, sent));
@@ -604,8 +659,13 @@ mod tests {
             record: &DeadLetteredItem,
             pending: &[FailureDetail],
             claim: Option<&str>,
+            expect: Expect,
         ) -> Result<Option<DeadLetteredItem>, ProcessError> {
             let mut records = self.records.lock().unwrap();
+            let status = records.get(&record.item_id).map(|(r, _, _)| r.status);
+            if !expect.admits(status) {
+                return Ok(None);
+            }
             let (stored, ids, claims) =
                 records.entry(record.item_id.clone()).or_insert_with(|| {
                     let mut empty = record.clone();
@@ -779,7 +839,12 @@ mod tests {
         let in_flight =
             DeadLetteredItem::from_candidate(&c, &info, crate::clock::now(), settings().retention);
         assert!(table
-            .try_record(&in_flight, &in_flight.failure_history, Some("m-c"))
+            .try_record(
+                &in_flight,
+                &in_flight.failure_history,
+                Some("m-c"),
+                Expect::Any
+            )
             .await
             .unwrap()
             .is_some());

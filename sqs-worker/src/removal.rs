@@ -1,9 +1,12 @@
-//! Removing records for good (`dlq purge`, `dlq clear`), over ports: the DLQ messages
-//! first, then the payload objects, then the records, so that a removal that fails midway
-//! leaves records (a second run finds them again), never DLQ messages or payload objects
-//! whose records are gone. Callers confirm with the operator first.
+//! Removing records for good (`dlq purge`, `dlq clear`), over ports: the DLQ messages the
+//! selected records hold first, then the records (each on the condition that it is still
+//! as selected), then their payload objects, so that a removal that fails midway leaves
+//! records (a second run finds them again), never a record without its payload; and a
+//! failure that arrived after the selection (the same item id dead-lettered again) is
+//! neither deleted nor stripped of its DLQ message (docs/ARCHITECTURE.md §4). Callers
+//! confirm with the operator first.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
@@ -14,15 +17,17 @@ use crate::error::ProcessError;
 use crate::item::ItemParser;
 use crate::pointer::S3Pointer;
 use crate::ports::{PayloadStore, SweepOptions};
-use crate::sweep::DlqMessages;
+use crate::sweep::{DlqMessages, Standing};
 
 /// Deleting records.
 pub trait RecordRemoval: Send + Sync {
-    /// Deletes the records of `item_ids` (at most 25): all of them, or an error.
+    /// Deletes each of `records` (at most 25) on the condition that it is still as it was
+    /// selected: the same status and the same last attempt. Returns the ids deleted; a record
+    /// that changed since (a new failure arrived, a redrive took it) is kept.
     fn delete_records(
         &self,
-        item_ids: &[String],
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+        records: &[DeadLetteredItem],
+    ) -> impl Future<Output = Result<Vec<String>, ProcessError>> + Send;
 }
 
 /// What a purge or clear removed.
@@ -30,17 +35,19 @@ pub trait RecordRemoval: Send + Sync {
 pub struct RemovalReport {
     /// Records deleted.
     pub records_deleted: usize,
+    /// Records selected but kept, because they changed after they were selected (a new
+    /// failure of the same item arrived meanwhile).
+    pub records_changed: usize,
     /// Payload objects deleted.
     pub payloads_deleted: usize,
     /// DLQ messages deleted.
     pub dlq_messages_deleted: usize,
 }
 
-/// How long the removal's sweep holds the DLQ messages it keeps.
-const REMOVAL_HOLD: Duration = Duration::from_secs(120);
-
-/// Deletes the DLQ messages of `records`, then their payload objects, then the records
-/// (25 at a time, `progress` told the running count).
+/// Deletes the DLQ messages `records` hold (only those: a message of the same item id that
+/// arrived after the selection is kept, [`crate::sweep::purge_takes`]), then the records
+/// still as selected (25 at a time, `progress` told the running count), then the payload
+/// objects of the records deleted.
 pub async fn remove_records<S>(
     store: &S,
     records: &[DeadLetteredItem],
@@ -51,15 +58,18 @@ where
     S: DlqMessages + PayloadStore + RecordRemoval,
 {
     let mut report = RemovalReport::default();
-    let ids: HashSet<String> = records.iter().map(|r| r.item_id.clone()).collect();
+    let purge: HashMap<String, Standing> = records
+        .iter()
+        .map(|r| (r.item_id.clone(), Standing::of(r)))
+        .collect();
     let sweep = crate::sweep::sweep_dlq(
         store,
-        REMOVAL_HOLD,
         &SweepOptions {
             adopt: false,
-            delete_items: ids,
+            purge,
             parser: parser.clone(),
             until: None,
+            hold_until: None,
         },
     )
     .await?;
@@ -70,8 +80,18 @@ where
         .flatten()
         .map(|m| m.receipt)
         .collect();
-    store.release(&held).await?;
-    for record in records {
+    store.hold(&held, Duration::ZERO).await?;
+    let mut deleted = Vec::new();
+    for chunk in records.chunks(25) {
+        let ids: HashSet<String> = store.delete_records(chunk).await?.into_iter().collect();
+        report.records_deleted += ids.len();
+        report.records_changed += chunk.len() - ids.len().min(chunk.len());
+        deleted.extend(chunk.iter().filter(|r| ids.contains(&r.item_id)));
+        progress(report.records_deleted + report.records_changed);
+    }
+    // Last: an object whose record is gone is only storage (the bucket's lifecycle expires
+    // it), while a record whose object is gone has lost its payload.
+    for record in deleted {
         if let PayloadLocation::S3 { bucket, key } = &record.payload.location {
             let pointer = S3Pointer {
                 bucket: bucket.clone(),
@@ -80,12 +100,6 @@ where
             PayloadStore::delete(store, &pointer).await?;
             report.payloads_deleted += 1;
         }
-    }
-    for chunk in records.chunks(25) {
-        let ids: Vec<String> = chunk.iter().map(|r| r.item_id.clone()).collect();
-        store.delete_records(&ids).await?;
-        report.records_deleted += chunk.len();
-        progress(report.records_deleted);
     }
     Ok(report)
 }

@@ -117,6 +117,19 @@ pub struct Standing {
 }
 
 impl Standing {
+    /// What the sweep judges of `record`.
+    pub fn of(record: &DeadLetteredItem) -> Standing {
+        Standing {
+            status: Some(record.status),
+            lease_expires_at: record.lease_expires_at,
+            source_message_id: Some(record.source.message_id.clone()),
+            payload_sha256: Some(record.payload.sha256.clone()),
+            processed: record.processed.clone(),
+            requeued_message_id: record.requeued_message_id.clone(),
+            source_queue_arn: record.source.queue_arn.clone(),
+        }
+    }
+
     /// Whether a live run is redriving the item (not one that died holding its lease).
     pub fn leased_at(&self, now: i64) -> bool {
         self.status == Some(ItemStatus::Redriving) && self.lease_expires_at.is_some_and(|e| e > now)
@@ -191,6 +204,8 @@ pub struct ReceivedMessage<M> {
     pub view: MessageView,
     /// The message itself (a record may have to be adopted from it).
     pub message: M,
+    /// The sweep pass whose FIFO rotation sent it, if one did ([`DlqMessages::rotate`]).
+    pub marker: Option<String>,
 }
 
 /// Why a DLQ message gets a record, or sets its record back to dead.
@@ -203,6 +218,9 @@ pub struct Adoption {
     pub reopen: bool,
     /// The source queue, for a message that does not name its own.
     pub known_queue_arn: Option<String>,
+    /// The status the sweep judged the record by (`None`: there was no record): the write
+    /// is conditional on it, so an adoption never overwrites a record that changed since.
+    pub expected_status: Option<ItemStatus>,
 }
 
 impl Adoption {
@@ -265,25 +283,25 @@ pub fn adopted_record(
     record
 }
 
-/// A DLQ message held invisible by a sweep, with what identifies it.
-#[derive(Debug, Clone)]
-pub struct HeldMessage<M> {
-    /// Its receipt handle.
+/// A DLQ message held invisible by a sweep until its run settles it: its receipt and what
+/// identifies it, not its body (a sweep of a large DLQ keeps thousands).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldMessage {
+    /// Its latest receipt handle.
     pub receipt: String,
     /// Its identity.
     pub view: MessageView,
-    /// The message itself (a record may have to be reopened with its payload).
-    pub message: M,
 }
 
 /// What the sweep needs of the DLQ and the records: receive, look up, adopt, delete and
-/// release. Each is one operation (or a few SDK calls) and decides nothing.
+/// hold. Each is one operation (or a few SDK calls) and decides nothing.
 pub trait DlqMessages: Send + Sync {
     /// The raw message a record may have to be adopted from.
     type Message: Clone + Send + Sync;
 
     /// Up to 10 visible DLQ messages, each held invisible for `hold`, with the item id each
-    /// is tracked by (via `parser`); empty when none is visible.
+    /// is tracked by (via `parser`); empty only when none is visible in the whole queue
+    /// (a long poll, not a sample of its servers).
     fn receive(
         &self,
         hold: Duration,
@@ -298,14 +316,16 @@ pub trait DlqMessages: Send + Sync {
 
     /// Creates (or reopens) the record of `message` under `item_id` (the id the message is
     /// tracked by), with the message's payload (an SQS Extended Client pointer resolved):
-    /// the record [`adopted_record`] makes, written as any dead-letter record is.
+    /// the record [`adopted_record`] makes, written as any dead-letter record is, on the
+    /// condition that the record is still as judged (none; or, reopening, the status the
+    /// sweep saw). `Ok(None)`: it changed meanwhile, and nothing was written.
     fn adopt(
         &self,
         message: &Self::Message,
         item_id: &str,
         parser: &ItemParser,
         adoption: &Adoption,
-    ) -> impl Future<Output = Result<DeadLetteredItem, ProcessError>> + Send;
+    ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
 
     /// Deletes messages by receipt; how many were deleted.
     fn delete(
@@ -313,109 +333,327 @@ pub trait DlqMessages: Send + Sync {
         receipts: &[String],
     ) -> impl Future<Output = Result<usize, ProcessError>> + Send;
 
-    /// Makes held messages visible again.
-    fn release(&self, receipts: &[String])
-        -> impl Future<Output = Result<(), ProcessError>> + Send;
-}
+    /// Holds messages invisible for `hold` from now (`Duration::ZERO`: visible at once).
+    fn hold(
+        &self,
+        receipts: &[String],
+        hold: Duration,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
-/// Receives every visible DLQ message (until `options.until`), holding each invisible for
-/// `hold`, and settles what [`decide`] can settle at once.
-pub async fn sweep_dlq<D: DlqMessages>(
-    dlq: &D,
-    hold: Duration,
-    options: &SweepOptions,
-) -> Result<Sweep<HeldMessage<D::Message>>, ProcessError> {
-    let mut sweep = Sweep::default();
-    loop {
-        if options.until.is_some_and(|until| Instant::now() >= until) {
-            return Ok(sweep);
-        }
-        let messages = dlq.receive(hold, &options.parser).await?;
-        if messages.is_empty() {
-            return Ok(sweep);
-        }
-        let mut to_delete = Vec::new();
-        let ids: Vec<String> = messages.iter().map(|m| m.item_id.clone()).collect();
-        let standings = dlq.standings(&ids).await;
-        for received in messages {
-            sweep.seen += 1;
-            let ReceivedMessage {
-                receipt,
-                item_id,
-                view,
-                message,
-            } = received;
-            if options.delete_items.contains(&item_id) {
-                to_delete.push(receipt);
-                continue;
-            }
-            let held = HeldMessage {
-                receipt: receipt.clone(),
-                view: view.clone(),
-                message,
-            };
-            let standing = match &standings {
-                Ok(found) => found.get(&item_id),
-                Err(error) => {
-                    sweep.errors.push((item_id.clone(), error.to_string()));
-                    sweep.held.entry(item_id).or_default().push(held);
-                    continue;
-                }
-            };
-            match decide(&view, standing) {
-                MessageFate::Delete => to_delete.push(receipt),
-                MessageFate::Keep => sweep.held.entry(item_id).or_default().push(held),
-                MessageFate::Adopt | MessageFate::Reopen(_) if !options.adopt => {
-                    sweep.held.entry(item_id).or_default().push(held)
-                }
-                fate @ (MessageFate::Adopt | MessageFate::Reopen(_)) => {
-                    let adoption = Adoption {
-                        reason: match fate {
-                            MessageFate::Reopen(reason) => reason,
-                            _ => "exceeded maxReceiveCount without a recorded failure (moved by the queue's redrive policy)",
-                        },
-                        reopen: matches!(fate, MessageFate::Reopen(_)),
-                        known_queue_arn: standing.and_then(|s| s.source_queue_arn.clone()),
-                    };
-                    match dlq
-                        .adopt(&held.message, &item_id, &options.parser, &adoption)
-                        .await
-                    {
-                        Ok(_) => sweep.adopted += 1,
-                        Err(error)
-                            if crate::mutants::is_on(
-                                crate::mutants::Mutant::PoisonMessageAbortsSweep,
-                            ) =>
-                        {
-                            return Err(error);
-                        }
-                        Err(error) => {
-                            tracing::warn!(item_id = %item_id, error = %error, "DLQ message could not be recorded; left in the DLQ");
-                            sweep.errors.push((item_id.clone(), error.to_string()));
-                        }
-                    }
-                    sweep.held.entry(item_id).or_default().push(held);
-                }
-            }
-        }
-        sweep.deleted += dlq.delete(&to_delete).await?;
+    /// Whether the DLQ is a FIFO queue, where a message held blocks every later message of
+    /// its group.
+    fn is_fifo(&self) -> bool {
+        false
+    }
+
+    /// Moves a message of a FIFO DLQ behind the rest of its group: sends a copy marked with
+    /// `pass` (same body, attributes and group; its source message id kept, so its record
+    /// still knows it), then deletes the original by `receipt`. `Ok(false)`: no copy could
+    /// be made (the original stays where it is). A crash between the two leaves both, with
+    /// the same content: each is judged as the other.
+    fn rotate(
+        &self,
+        message: &Self::Message,
+        receipt: &str,
+        pass: &str,
+    ) -> impl Future<Output = Result<bool, ProcessError>> + Send {
+        let _ = (message, receipt, pass);
+        async { Ok(false) }
     }
 }
 
-/// Deletes the held messages whose records now say so ([`decide`]) and makes the rest
-/// visible again; returns how many were deleted. Items another run is redriving at this
-/// moment (a live lease; not one left by a run that died) are looked at again every
-/// 250 ms, for at most `wait`, so that their messages are deleted if that run resolves
-/// them: it cannot delete messages it does not hold.
+/// The shortest hold of a sweep without an end: a message received at the start comes
+/// back after two minutes, and the hold grows with the pass ([`hold_for`]).
+const MIN_HOLD: Duration = Duration::from_secs(120);
+
+/// Added to a hold that must last until an instant: the settling that follows it.
+const HOLD_MARGIN: Duration = Duration::from_secs(30);
+
+/// SQS's longest visibility timeout.
+const MAX_HOLD: Duration = Duration::from_secs(43_200);
+
+/// How long a message received `elapsed` into a pass is held: until the instants the
+/// caller names (plus a margin), and at least twice as long as the pass has run so far
+/// (plus [`MIN_HOLD`]). The second bound is what ends a pass over a queue larger than one
+/// hold: a message given back while the pass goes on is received again, held twice as
+/// long, and so comes back at most a logarithmic number of times before the queue is seen
+/// empty (a fixed hold of 120 s took over a million receives for 50,000 messages).
+pub fn hold_for(elapsed: Duration, until: &[Option<Instant>], now: Instant) -> Duration {
+    let growing = elapsed.saturating_mul(2).saturating_add(MIN_HOLD);
+    let named = until
+        .iter()
+        .flatten()
+        .map(|t| t.saturating_duration_since(now) + HOLD_MARGIN)
+        .max()
+        .unwrap_or_default();
+    growing.max(named).min(MAX_HOLD)
+}
+
+/// The marker of one sweep pass, carried by the copies its FIFO rotations send.
+fn pass_marker() -> String {
+    format!("{:016x}", fastrand::u64(..))
+}
+
+/// Whether a purge deletes `message` of an item it selected: only when the record, as
+/// selected, holds this very delivery (its source message) or lists it processed. Not by
+/// the payload's digest alone: the same payload dead-lettered again after the selection is
+/// a new failure, never selected.
+pub fn purge_takes(message: &MessageView, selected: &Standing) -> bool {
+    selected.source_message_id.as_deref() == Some(message.source_message_id.as_str())
+        || message
+            .keys()
+            .iter()
+            .any(|k| selected.processed.contains(k))
+}
+
+/// One pass over the DLQ: receives every visible message (until `options.until`), judges
+/// each once by [`decide`] (or, purging, [`purge_takes`]), deletes, adopts and reopens at
+/// once, and returns the rest held (receipts and identities only) for the caller to settle
+/// with [`settle_held`]. On an error it gives back what it holds before returning it. On a
+/// FIFO DLQ every message it keeps is moved behind its group ([`DlqMessages::rotate`]), so
+/// that no held group head hides the messages after it.
+pub async fn sweep_dlq<D: DlqMessages>(
+    dlq: &D,
+    options: &SweepOptions,
+) -> Result<Sweep, ProcessError> {
+    let mut pass = Pass {
+        sweep: Sweep::default(),
+        receipts: HashMap::new(),
+        views: HashMap::new(),
+        judged: std::collections::HashSet::new(),
+        marker: pass_marker(),
+    };
+    match pass.run(dlq, options).await {
+        Ok(()) => Ok(pass.into_sweep()),
+        Err(error) => {
+            let receipts: Vec<String> = pass.receipts.into_values().collect();
+            if let Err(release) = dlq.hold(&receipts, Duration::ZERO).await {
+                tracing::warn!(error = %release, "could not give back the DLQ messages a failed sweep held; they come back when their hold ends");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// The state of one sweep pass.
+struct Pass {
+    sweep: Sweep,
+    /// Message id → latest receipt of every message held.
+    receipts: HashMap<String, String>,
+    /// Message id → (item id, identity) of every message held.
+    views: HashMap<String, (String, MessageView)>,
+    /// Messages already judged this pass (received again after their hold ended).
+    judged: std::collections::HashSet<String>,
+    /// This pass's marker ([`DlqMessages::rotate`]).
+    marker: String,
+}
+
+impl Pass {
+    async fn run<D: DlqMessages>(
+        &mut self,
+        dlq: &D,
+        options: &SweepOptions,
+    ) -> Result<(), ProcessError> {
+        let started = Instant::now();
+        loop {
+            let now = Instant::now();
+            if options.until.is_some_and(|until| now >= until) {
+                return Ok(());
+            }
+            let hold = hold_for(now - started, &[options.until, options.hold_until], now);
+            let messages = dlq.receive(hold, &options.parser).await?;
+            if messages.is_empty() {
+                self.sweep.complete = true;
+                return Ok(());
+            }
+            let fresh: Vec<String> = messages
+                .iter()
+                .filter(|m| !self.already_judged(m))
+                .map(|m| m.item_id.clone())
+                .collect();
+            let standings = if fresh.is_empty() {
+                Ok(HashMap::new())
+            } else {
+                dlq.standings(&fresh).await
+            };
+            let mut to_delete = Vec::new();
+            let mut to_rotate = Vec::new();
+            for received in messages {
+                let id = received.view.message_id.clone();
+                self.receipts.insert(id.clone(), received.receipt.clone());
+                self.views.insert(
+                    id.clone(),
+                    (received.item_id.clone(), received.view.clone()),
+                );
+                if self.already_judged(&received) {
+                    self.judged.insert(id);
+                    continue;
+                }
+                self.judged.insert(id.clone());
+                self.sweep.seen += 1;
+                match self.judge(dlq, options, &standings, &received).await? {
+                    Verdict::Delete => {
+                        self.forget(&id);
+                        to_delete.push(received.receipt);
+                    }
+                    Verdict::Keep => to_rotate.push(received),
+                }
+            }
+            self.sweep.deleted += dlq.delete(&to_delete).await?;
+            if dlq.is_fifo() {
+                for received in to_rotate {
+                    self.rotate(dlq, &received).await;
+                }
+            }
+        }
+    }
+
+    /// Whether `received` was judged earlier in this pass: received again after its hold
+    /// ended, or a copy this pass's rotation sent.
+    fn already_judged<M>(&self, received: &ReceivedMessage<M>) -> bool {
+        self.judged.contains(&received.view.message_id)
+            || received.marker.as_deref() == Some(self.marker.as_str())
+    }
+
+    fn forget(&mut self, message_id: &str) {
+        self.receipts.remove(message_id);
+        self.views.remove(message_id);
+    }
+
+    async fn judge<D: DlqMessages>(
+        &mut self,
+        dlq: &D,
+        options: &SweepOptions,
+        standings: &Result<HashMap<String, Standing>, ProcessError>,
+        received: &ReceivedMessage<D::Message>,
+    ) -> Result<Verdict, ProcessError> {
+        let item_id = &received.item_id;
+        if let Some(selected) = options.purge.get(item_id) {
+            return Ok(if purge_takes(&received.view, selected) {
+                Verdict::Delete
+            } else {
+                Verdict::Keep
+            });
+        }
+        let standing = match standings {
+            Ok(found) => found.get(item_id),
+            Err(error) => {
+                self.sweep.errors.push((item_id.clone(), error.to_string()));
+                return Ok(Verdict::Keep);
+            }
+        };
+        Ok(match decide(&received.view, standing) {
+            MessageFate::Delete => Verdict::Delete,
+            MessageFate::Keep => Verdict::Keep,
+            MessageFate::Adopt | MessageFate::Reopen(_) if !options.adopt => Verdict::Keep,
+            fate @ (MessageFate::Adopt | MessageFate::Reopen(_)) => {
+                let adoption = Adoption {
+                    reason: match fate {
+                        MessageFate::Reopen(reason) => reason,
+                        _ => "exceeded maxReceiveCount without a recorded failure (moved by the queue's redrive policy)",
+                    },
+                    reopen: matches!(fate, MessageFate::Reopen(_)),
+                    known_queue_arn: standing.and_then(|s| s.source_queue_arn.clone()),
+                    expected_status: standing.and_then(|s| s.status),
+                };
+                match dlq
+                    .adopt(&received.message, item_id, &options.parser, &adoption)
+                    .await
+                {
+                    Ok(Some(_)) => self.sweep.adopted += 1,
+                    Ok(None) => {
+                        tracing::info!(item_id = %item_id, "the record changed while its DLQ message was judged; the next sweep judges it again");
+                    }
+                    Err(error)
+                        if crate::mutants::is_on(
+                            crate::mutants::Mutant::PoisonMessageAbortsSweep,
+                        ) =>
+                    {
+                        return Err(error);
+                    }
+                    Err(error) => {
+                        tracing::warn!(item_id = %item_id, error = %error, "DLQ message could not be recorded; left in the DLQ");
+                        self.sweep.errors.push((item_id.clone(), error.to_string()));
+                    }
+                }
+                Verdict::Keep
+            }
+        })
+    }
+
+    /// Moves a kept message of a FIFO DLQ behind its group; a failure leaves it held where
+    /// it is (the pass goes on; that group's later messages wait for the next pass).
+    async fn rotate<D: DlqMessages>(&mut self, dlq: &D, received: &ReceivedMessage<D::Message>) {
+        match dlq
+            .rotate(&received.message, &received.receipt, &self.marker)
+            .await
+        {
+            Ok(true) => {
+                self.forget(&received.view.message_id);
+                self.sweep.rotated += 1;
+            }
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(item_id = %received.item_id, error = %error, "could not move a FIFO DLQ message behind its group; its group's later messages wait for the next sweep");
+            }
+        }
+    }
+
+    fn into_sweep(self) -> Sweep {
+        let mut sweep = self.sweep;
+        for (message_id, receipt) in self.receipts {
+            if let Some((item_id, view)) = self.views.get(&message_id) {
+                sweep
+                    .held
+                    .entry(item_id.clone())
+                    .or_default()
+                    .push(HeldMessage {
+                        receipt,
+                        view: view.clone(),
+                    });
+            }
+        }
+        sweep
+    }
+}
+
+/// What a pass does with one message it judged.
+enum Verdict {
+    Delete,
+    Keep,
+}
+
+/// What [`settle_held`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Messages deleted.
+    pub deleted: usize,
+    /// Messages given back at once because their record is to be reopened with their
+    /// payload: a sweep that receives them (with their bodies) reopens it.
+    pub to_reopen: usize,
+}
+
+/// Deletes the held messages whose records now say so ([`decide`]) and holds the rest for
+/// `then` more (`Duration::ZERO`: visible again at once; after a pass that could not see
+/// the whole DLQ, longer, so that the next runs reach the messages it did not see). Items
+/// another run is redriving at this moment (a live lease; not one left by a run that died)
+/// are looked at again every 250 ms, for at most `wait`, so that their messages are
+/// deleted if that run resolves them. A message whose record should be reopened is given
+/// back at once, for a sweep (which receives its body) to reopen.
 pub async fn settle_held<D: DlqMessages>(
     dlq: &D,
-    held: BTreeMap<String, Vec<HeldMessage<D::Message>>>,
+    held: BTreeMap<String, Vec<HeldMessage>>,
     wait: Duration,
-) -> Result<usize, ProcessError> {
+    then: Duration,
+) -> Result<Settled, ProcessError> {
     let ids: Vec<String> = held.keys().cloned().collect();
     let give_up = Instant::now() + wait;
-    // A lookup that fails leaves those messages kept (made visible again), never deleted.
-    let mut standings = dlq.standings(&ids).await.unwrap_or_default();
+    // A lookup that fails leaves those messages kept, never deleted.
+    let mut standings = if ids.is_empty() {
+        HashMap::new()
+    } else {
+        dlq.standings(&ids).await.unwrap_or_default()
+    };
     loop {
         let now = crate::clock::now().timestamp();
         let busy: Vec<String> = ids
@@ -435,49 +673,28 @@ pub async fn settle_held<D: DlqMessages>(
         }
     }
     let mut delete = Vec::new();
-    let mut release = Vec::new();
+    let mut reopen = Vec::new();
+    let mut keep = Vec::new();
     for (item_id, messages) in held {
-        // A message received twice (held by a sweep, given back, received again) is
-        // settled once, by its latest receipt: the earlier one no longer deletes it.
-        let mut latest: BTreeMap<String, HeldMessage<D::Message>> = BTreeMap::new();
         for held in messages {
-            latest.insert(held.view.message_id.clone(), held);
-        }
-        for held in latest.into_values() {
-            let Some(standing) = standings.get(&item_id) else {
-                release.push(held.receipt);
-                continue;
-            };
-            match decide(&held.view, Some(standing)) {
-                MessageFate::Delete => delete.push(held.receipt),
-                MessageFate::Reopen(reason) => {
-                    // E.g. a second body under the same item id, whose record this run
-                    // just resolved with the first: the record takes this payload, so
-                    // the next redrive delivers it.
-                    if let Err(error) = dlq
-                        .adopt(
-                            &held.message,
-                            &item_id,
-                            &ItemParser::default(),
-                            &Adoption {
-                                reason,
-                                reopen: true,
-                                known_queue_arn: standing.source_queue_arn.clone(),
-                            },
-                        )
-                        .await
-                    {
-                        tracing::warn!(item_id = %item_id, error = %error, "could not reopen the record of a DLQ message; the next sweep tries again");
-                    }
-                    release.push(held.receipt);
-                }
-                MessageFate::Keep | MessageFate::Adopt => release.push(held.receipt),
+            match standings.get(&item_id).map(|s| decide(&held.view, Some(s))) {
+                Some(MessageFate::Delete) => delete.push(held.receipt),
+                Some(MessageFate::Reopen(_)) => reopen.push(held.receipt),
+                _ => keep.push(held.receipt),
             }
         }
     }
-    let deleted = dlq.delete(&delete).await?;
-    dlq.release(&release).await?;
-    Ok(deleted)
+    let deleted = dlq.delete(&delete).await;
+    // Given back (or held on) even when the deletes failed.
+    let given_back = dlq.hold(&reopen, Duration::ZERO).await;
+    let kept = dlq.hold(&keep, then).await;
+    let deleted = deleted?;
+    given_back?;
+    kept?;
+    Ok(Settled {
+        deleted,
+        to_reopen: reopen.len(),
+    })
 }
 
 #[cfg(test)]
@@ -551,6 +768,7 @@ mod tests {
                     reason: "moved",
                     reopen,
                     known_queue_arn: item.source.queue_arn.clone(),
+                    expected_status: None,
                 },
                 Duration::from_secs(60),
             )
@@ -617,20 +835,53 @@ mod tests {
 
     use std::sync::Mutex;
 
-    /// A DLQ of messages (message id, item id, visible, receipt) and a table of standings,
-    /// in memory.
+    /// One message of [`MemoryDlq`].
+    #[derive(Debug, Clone)]
+    struct Held {
+        id: String,
+        item: String,
+        group: Option<String>,
+        visible: bool,
+        receipt: String,
+        marker: Option<String>,
+        source: String,
+    }
+
+    /// A DLQ in memory: standard, or FIFO (a group with a message in flight gives nothing
+    /// more, and messages come in order), with a table of standings.
     #[derive(Default)]
     struct MemoryDlq {
-        messages: Mutex<Vec<(String, String, bool, String)>>,
+        fifo: bool,
+        messages: Mutex<Vec<Held>>,
         standings: Mutex<HashMap<String, Standing>>,
         adopted: Mutex<Vec<(String, String)>>,
         receipts: Mutex<usize>,
+        receives: Mutex<usize>,
+        fail_receive_after: Mutex<Option<usize>>,
     }
 
     impl MemoryDlq {
+        fn fifo() -> Self {
+            MemoryDlq {
+                fifo: true,
+                ..MemoryDlq::default()
+            }
+        }
+
         fn add(&self, message_id: &str, item_id: &str) {
-            let message = (message_id.into(), item_id.into(), true, String::new());
-            self.messages.lock().unwrap().push(message);
+            self.add_in(message_id, item_id, None);
+        }
+
+        fn add_in(&self, message_id: &str, item_id: &str, group: Option<&str>) {
+            self.messages.lock().unwrap().push(Held {
+                id: message_id.into(),
+                item: item_id.into(),
+                group: group.map(str::to_string),
+                visible: true,
+                receipt: String::new(),
+                marker: None,
+                source: format!("s-{message_id}"),
+            });
         }
 
         fn set(&self, item_id: &str, standing: Standing) {
@@ -644,8 +895,8 @@ mod tests {
             let messages = self.messages.lock().unwrap();
             messages
                 .iter()
-                .filter(|m| m.2)
-                .map(|m| m.0.clone())
+                .filter(|m| m.visible)
+                .map(|m| m.id.clone())
                 .collect()
         }
 
@@ -662,18 +913,42 @@ mod tests {
             _hold: Duration,
             _parser: &ItemParser,
         ) -> Result<Vec<ReceivedMessage<String>>, ProcessError> {
+            let mut receives = self.receives.lock().unwrap();
+            *receives += 1;
+            if self
+                .fail_receive_after
+                .lock()
+                .unwrap()
+                .is_some_and(|n| *receives > n)
+            {
+                return Err(ProcessError::new(crate::ErrorClass::ServerError, "503"));
+            }
             let mut messages = self.messages.lock().unwrap();
             let mut receipts = self.receipts.lock().unwrap();
+            let blocked: std::collections::HashSet<Option<String>> = if self.fifo {
+                messages
+                    .iter()
+                    .filter(|m| !m.visible)
+                    .map(|m| m.group.clone())
+                    .collect()
+            } else {
+                Default::default()
+            };
             let mut received = Vec::new();
-            for message in messages.iter_mut().filter(|m| m.2).take(10) {
+            for message in messages
+                .iter_mut()
+                .filter(|m| m.visible && !blocked.contains(&m.group))
+                .take(10)
+            {
                 *receipts += 1;
-                message.2 = false;
-                message.3 = format!("r{receipts}");
+                message.visible = false;
+                message.receipt = format!("r{receipts}");
                 received.push(ReceivedMessage {
-                    receipt: message.3.clone(),
-                    item_id: message.1.clone(),
-                    view: view(&message.0, &format!("s-{}", message.0), "x"),
-                    message: message.0.clone(),
+                    receipt: message.receipt.clone(),
+                    item_id: message.item.clone(),
+                    view: view(&message.id, &message.source, "x"),
+                    marker: message.marker.clone(),
+                    message: message.id.clone(),
                 });
             }
             Ok(received)
@@ -696,55 +971,92 @@ mod tests {
             item_id: &str,
             _parser: &ItemParser,
             adoption: &Adoption,
-        ) -> Result<DeadLetteredItem, ProcessError> {
+        ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+            let current = self
+                .standings
+                .lock()
+                .unwrap()
+                .get(item_id)
+                .and_then(|s| s.status);
+            if !crate::recording::Expect::from_status(adoption.expected_status).admits(current) {
+                return Ok(None);
+            }
             let reason = adoption.reason;
-            let mut adopted = self.adopted.lock().unwrap();
-            adopted.push((message.clone(), reason.to_string()));
+            self.adopted
+                .lock()
+                .unwrap()
+                .push((message.clone(), reason.to_string()));
             let dead = record(ItemStatus::Dead, &format!("s-{message}"), "x", &[]);
             self.set(item_id, dead);
-            Ok(crate::testing::dead_record(
+            Ok(Some(crate::testing::dead_record(
                 item_id,
                 crate::error::ErrorClass::Unknown,
                 0,
-            ))
+            )))
         }
 
         async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
             let mut messages = self.messages.lock().unwrap();
             let before = messages.len();
-            messages.retain(|m| m.2 || !receipts.contains(&m.3));
+            messages.retain(|m| m.visible || !receipts.contains(&m.receipt));
             Ok(before - messages.len())
         }
 
-        async fn release(&self, receipts: &[String]) -> Result<(), ProcessError> {
+        async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
             let mut messages = self.messages.lock().unwrap();
-            for message in messages.iter_mut().filter(|m| receipts.contains(&m.3)) {
-                message.2 = true;
+            for message in messages
+                .iter_mut()
+                .filter(|m| receipts.contains(&m.receipt))
+            {
+                message.visible = hold.is_zero();
             }
             Ok(())
+        }
+
+        fn is_fifo(&self) -> bool {
+            self.fifo
+        }
+
+        async fn rotate(
+            &self,
+            _message: &String,
+            receipt: &str,
+            pass: &str,
+        ) -> Result<bool, ProcessError> {
+            let mut messages = self.messages.lock().unwrap();
+            let Some(at) = messages.iter().position(|m| m.receipt == receipt) else {
+                return Ok(false);
+            };
+            let mut copy = messages.remove(at);
+            copy.id = format!("{}+", copy.id);
+            copy.visible = true;
+            copy.receipt = String::new();
+            copy.marker = Some(pass.to_string());
+            messages.push(copy);
+            Ok(true)
+        }
+    }
+
+    fn adopting() -> SweepOptions {
+        SweepOptions {
+            adopt: true,
+            ..SweepOptions::default()
         }
     }
 
     #[tokio::test]
     async fn a_sweep_adopts_deletes_and_holds_by_the_rules_then_settles_by_the_final_state() {
         let dlq = MemoryDlq::default();
-        for (message, item) in [("a", "a"), ("b", "b"), ("c", "c"), ("d", "d")] {
+        for (message, item) in [("a", "a"), ("b", "b"), ("c", "c")] {
             dlq.add(message, item);
         }
         dlq.set("b", record(ItemStatus::Resolved, "s-b", "x", &["msg:s-b"]));
         dlq.set("c", record(ItemStatus::Dead, "s-c", "x", &[]));
-        let options = SweepOptions {
-            adopt: true,
-            delete_items: ["d".to_string()].into(),
-            ..SweepOptions::default()
-        };
-        let sweep = sweep_dlq(&dlq, Duration::from_secs(60), &options)
-            .await
-            .unwrap();
+        let sweep = sweep_dlq(&dlq, &adopting()).await.unwrap();
         assert_eq!(
-            (sweep.seen, sweep.adopted, sweep.deleted),
-            (4, 1, 2),
-            "a adopted; b (resolved by it) and d (purged) deleted"
+            (sweep.seen, sweep.adopted, sweep.deleted, sweep.complete),
+            (3, 1, 1, true),
+            "a adopted; b (resolved by it) deleted"
         );
         assert!(sweep.errors.is_empty(), "{:?}", sweep.errors);
         let mut held: Vec<&String> = sweep.held.keys().collect();
@@ -755,8 +1067,10 @@ mod tests {
 
         // Meanwhile c was resolved by its message: it goes; a (dead) comes back to view.
         dlq.set("c", record(ItemStatus::Resolved, "s-c", "x", &["msg:s-c"]));
-        let deleted = settle_held(&dlq, sweep.held, Duration::ZERO).await.unwrap();
-        assert_eq!(deleted, 1);
+        let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(settled.deleted, 1);
         assert_eq!(dlq.visible(), ["a"]);
         assert_eq!(dlq.left(), 1);
     }
@@ -765,15 +1079,134 @@ mod tests {
     async fn without_adopt_a_sweep_holds_what_no_record_holds() {
         let dlq = MemoryDlq::default();
         dlq.add("a", "a");
-        let sweep = sweep_dlq(&dlq, Duration::from_secs(60), &SweepOptions::default())
-            .await
-            .unwrap();
+        let sweep = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap();
         assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 0, 0));
         assert!(dlq.adopted.lock().unwrap().is_empty());
         assert_eq!(
-            settle_held(&dlq, sweep.held, Duration::ZERO).await.unwrap(),
+            settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
+                .await
+                .unwrap()
+                .deleted,
             0
         );
         assert_eq!(dlq.visible(), ["a"], "given back");
+    }
+
+    /// Issue: a purge deleted every DLQ message of a selected item id, including a failure
+    /// of the same id that arrived after the selection. Only what the selected record
+    /// holds goes.
+    #[tokio::test]
+    async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
+        let dlq = MemoryDlq::default();
+        dlq.add("old", "order-1");
+        dlq.add("new", "order-1");
+        let selected = record(ItemStatus::Dead, "s-old", "x-old", &[]);
+        let options = SweepOptions {
+            purge: [("order-1".to_string(), selected)].into(),
+            ..SweepOptions::default()
+        };
+        // The memory DLQ gives every message the digest "x": match by source message.
+        let sweep = sweep_dlq(&dlq, &options).await.unwrap();
+        assert_eq!(sweep.deleted, 1);
+        settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(dlq.visible(), ["new"], "the later failure stays");
+        assert!(purge_takes(
+            &view("d9", "s-old", "other"),
+            &record(ItemStatus::Dead, "s-old", "x", &[])
+        ));
+        assert!(!purge_takes(
+            &view("d9", "s-new", "y"),
+            &record(ItemStatus::Dead, "s-old", "x", &[])
+        ));
+        assert!(purge_takes(
+            &view("d9", "s-new", "y"),
+            &record(ItemStatus::Resolved, "s-old", "x", &["sha:y"])
+        ));
+        // The same payload delivered again is not the delivery selected.
+        assert!(!purge_takes(
+            &view("d9", "s-new", "x"),
+            &record(ItemStatus::Dead, "s-old", "x", &[])
+        ));
+    }
+
+    /// Issue: on a FIFO DLQ, once a sweep held a group's first messages SQS gave nothing
+    /// more of that group, and a message behind them (an orphan the redrive policy moved)
+    /// was never adopted. Kept messages are moved behind their group, so the pass reaches
+    /// every message, and judges each once.
+    #[tokio::test]
+    async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
+        let dlq = MemoryDlq::fifo();
+        for n in 0..12 {
+            let id = format!("dead-{n}");
+            dlq.add_in(&id, &id, Some("g1"));
+            dlq.set(&id, record(ItemStatus::Dead, &format!("s-{id}"), "x", &[]));
+        }
+        dlq.add_in("orphan", "orphan", Some("g1"));
+        let sweep = sweep_dlq(&dlq, &adopting()).await.unwrap();
+        assert!(sweep.complete);
+        assert_eq!(sweep.seen, 13, "each judged once");
+        assert_eq!(sweep.adopted, 1, "the orphan behind them");
+        assert_eq!(sweep.rotated, 13);
+        assert_eq!(
+            dlq.left(),
+            13,
+            "nothing lost: copies in place of the originals"
+        );
+        // The copies received again are held for the run to settle (which blocks their
+        // group again: the others wait, visible, for the next sweep, already judged).
+        let held: usize = sweep.held.values().map(Vec::len).sum();
+        assert!(held > 0);
+        assert_eq!(held + dlq.visible().len(), 13);
+        settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(dlq.visible().len(), 13);
+    }
+
+    /// A receive that fails midway gives back what the pass held, instead of stranding it
+    /// for the pass's whole hold.
+    #[tokio::test]
+    async fn a_sweep_that_fails_midway_gives_back_what_it_held() {
+        let dlq = MemoryDlq::default();
+        for n in 0..25 {
+            dlq.add(&format!("m{n}"), &format!("i{n}"));
+            dlq.set(&format!("i{n}"), record(ItemStatus::Dead, "s", "x", &[]));
+        }
+        *dlq.fail_receive_after.lock().unwrap() = Some(2);
+        let error = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap_err();
+        assert_eq!(error.class, crate::ErrorClass::ServerError);
+        assert_eq!(dlq.visible().len(), 25, "all given back");
+    }
+
+    /// A pass without an end holds each message at least twice as long as it has run: a
+    /// message given back while the pass goes on is received again a logarithmic number of
+    /// times, and the pass ends (a fixed two-minute hold never let a large purge end).
+    #[test]
+    fn holds_grow_with_the_pass_and_cover_the_instants_named() {
+        let now = Instant::now();
+        assert_eq!(hold_for(Duration::ZERO, &[None], now), MIN_HOLD);
+        assert_eq!(
+            hold_for(Duration::from_secs(600), &[None], now),
+            Duration::from_secs(1_320)
+        );
+        let later = now + Duration::from_secs(900);
+        assert_eq!(
+            hold_for(Duration::from_secs(10), &[None, Some(later)], now),
+            Duration::from_secs(930)
+        );
+        assert_eq!(
+            hold_for(Duration::from_secs(100_000), &[None], now),
+            MAX_HOLD
+        );
+        // A message held at 0 s comes back at 120 s, then at 120 + 360 s, ...: a pass of
+        // ten hours receives it fewer than ten times.
+        let (mut at, mut times) = (Duration::ZERO, 0);
+        while at < Duration::from_secs(36_000) {
+            at += hold_for(at, &[None], now);
+            times += 1;
+        }
+        assert!(times <= 8, "{times}");
     }
 }

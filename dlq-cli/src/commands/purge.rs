@@ -67,6 +67,14 @@ pub async fn purge(
             report.dlq_messages_deleted
         )
         .map_err(write_err)?;
+        if report.records_changed > 0 {
+            writeln!(
+                out(),
+                "kept {} record(s) that failed again after they were selected (run the purge again to select them as they are now)",
+                report.records_changed
+            )
+            .map_err(write_err)?;
+        }
     }
     Ok(Completion::Ok)
 }

@@ -22,6 +22,7 @@ use crate::ports::{RedrivePorts, SweepOptions};
 use crate::processor::Processor;
 use crate::retry::{run_with_retry, Deadline, RetryPolicy};
 use crate::selection::PageToken;
+use crate::sweep::HeldMessage;
 
 /// Settings of the engine itself (not of one run).
 #[derive(Debug, Clone)]
@@ -118,8 +119,11 @@ impl RunContext {
     }
 }
 
-/// How long the end-of-run sweep holds the messages it receives before they are settled.
-const FINAL_SWEEP_HOLD: Duration = Duration::from_secs(60);
+/// How long the messages a run judged and kept stay hidden after a sweep that could not
+/// see the whole DLQ: the next runs' sweeps reach the others first. An hour covers a DLQ
+/// many times larger than one run sweeps at the default schedule; a message's record is
+/// what the tools show, and the DLQ's depth alarm counts hidden messages too.
+pub const CARRY_HOLD: Duration = Duration::from_secs(3_600);
 
 /// Runs redrives.
 pub struct RedriveEngine<P, S> {
@@ -204,25 +208,28 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             dry_run: request.dry_run,
             ..RedriveReport::default()
         };
-        // Hold the DLQ messages for the run (plus a margin), adopting unrecorded ones.
+        // Sweep the DLQ, adopting unrecorded messages, and hold what it keeps for the run.
+        // The sweep takes at most half of the time items may start in, so that a DLQ too
+        // large for one run still leaves the run time to redrive (what it did not reach,
+        // the next runs do: see `CARRY_HOLD`).
         let mut held = BTreeMap::new();
+        let mut swept_whole_dlq = true;
         if !request.dry_run {
-            let hold = run.settle_by.saturating_duration_since(started) + Duration::from_secs(60);
+            let sweep_until = started + run.stop_at.saturating_duration_since(started) / 2;
             let sweep = self
                 .store
-                .sweep(
-                    hold,
-                    &SweepOptions {
-                        adopt: true,
-                        delete_items: HashSet::new(),
-                        parser: self.settings.parser.clone(),
-                        until: Some(run.stop_at),
-                    },
-                )
+                .sweep(&SweepOptions {
+                    adopt: true,
+                    purge: HashMap::new(),
+                    parser: self.settings.parser.clone(),
+                    until: Some(sweep_until),
+                    hold_until: Some(run.settle_by),
+                })
                 .await
                 .map_err(RedriveError::Store)?;
             report.adopted_from_dlq = sweep.adopted;
             report.dlq_messages_deleted = sweep.deleted;
+            swept_whole_dlq = sweep.complete;
             for (item_id, error) in sweep.errors {
                 // A DLQ message the sweep could not handle: an error of the run, not a
                 // selected item.
@@ -245,7 +252,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         // Settle the DLQ messages, even on error: delete those of what was resolved, give the
         // rest back.
         report.dlq_messages_deleted += self
-            .settle_dlq_messages(held, &run)
+            .settle_dlq_messages(held, &run, swept_whole_dlq)
             .await
             .map_err(RedriveError::Store)?;
         result?;
@@ -257,11 +264,14 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     /// received them), so: messages this run holds for items it did not resolve are settled
     /// by the item's status once any redrive in progress on it ends; and if this run
     /// resolved items whose messages it does not hold, it sweeps the DLQ once more, while
-    /// its own messages are still held, to delete those the other run has given back.
+    /// its own messages are still held, to delete those the other run has given back. A
+    /// held message whose record must be reopened (another body under the item id this run
+    /// resolved) is given back and a last sweep, which receives its body, reopens it.
     async fn settle_dlq_messages(
         &self,
-        mut held: BTreeMap<String, Vec<S::Held>>,
+        mut held: BTreeMap<String, Vec<HeldMessage>>,
         run: &RunContext,
+        swept_whole_dlq: bool,
     ) -> Result<usize, ProcessError> {
         let resolved = run.resolved_ids();
         let resolved_unheld = resolved.iter().any(|id| !held.contains_key(id));
@@ -269,15 +279,13 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         if resolved_unheld && Instant::now() < run.settle_by {
             let sweep = self
                 .store
-                .sweep(
-                    FINAL_SWEEP_HOLD,
-                    &SweepOptions {
-                        adopt: false,
-                        delete_items: HashSet::new(),
-                        parser: self.settings.parser.clone(),
-                        until: Some(run.settle_by),
-                    },
-                )
+                .sweep(&SweepOptions {
+                    adopt: true,
+                    purge: HashMap::new(),
+                    parser: self.settings.parser.clone(),
+                    until: Some(run.settle_by),
+                    hold_until: Some(run.settle_by),
+                })
                 .await?;
             deleted += sweep.deleted;
             for (item_id, messages) in sweep.held {
@@ -285,7 +293,35 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             }
         }
         let wait = SETTLE_WAIT.min(run.settle_by.saturating_duration_since(Instant::now()));
-        Ok(deleted + self.store.settle_held(held, wait).await?)
+        // After a sweep that saw the whole DLQ, what is kept is visible again at once; after
+        // one that did not, it stays hidden for `CARRY_HOLD`, so that the next runs reach
+        // the messages this one did not.
+        let then = if swept_whole_dlq {
+            Duration::ZERO
+        } else {
+            CARRY_HOLD
+        };
+        let settled = self.store.settle_held(held, wait, then).await?;
+        deleted += settled.deleted;
+        if settled.to_reopen > 0 && Instant::now() < run.settle_by {
+            let sweep = self
+                .store
+                .sweep(&SweepOptions {
+                    adopt: true,
+                    purge: HashMap::new(),
+                    parser: self.settings.parser.clone(),
+                    until: Some(run.settle_by),
+                    hold_until: None,
+                })
+                .await?;
+            deleted += sweep.deleted;
+            deleted += self
+                .store
+                .settle_held(sweep.held, Duration::ZERO, then)
+                .await?
+                .deleted;
+        }
+        Ok(deleted)
     }
 
     async fn select_and_redrive(

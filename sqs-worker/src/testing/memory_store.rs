@@ -25,6 +25,7 @@ use crate::ports::{
 use crate::ports::{Sweep, SweepOptions};
 use crate::retry::AttemptFailure;
 use crate::selection::{page_in_memory, token_after_record, Page, PageToken, RecordFilter};
+use crate::sweep::{HeldMessage, MessageView};
 
 /// A dead record of class `class` for item `id`, last tried `hours_ago` hours before now,
 /// with body `{"id":"<id>"}` inline.
@@ -340,17 +341,15 @@ impl RecordStore for MemoryStore {
 }
 
 impl DeadLetterQueue for MemoryStore {
-    /// The message id.
-    type Held = String;
-
-    async fn sweep(
-        &self,
-        _hold: Duration,
-        options: &SweepOptions,
-    ) -> Result<Sweep<String>, ProcessError> {
+    /// Receives every visible message at once (the pass is always complete); a message is
+    /// deleted when its item is resolved or requeued, or selected by a purge.
+    async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
         let mut state = self.state();
         Self::check(&state, "sweep")?;
-        let mut sweep = Sweep::default();
+        let mut sweep = Sweep {
+            complete: true,
+            ..Sweep::default()
+        };
         let State { records, dlq, .. } = &mut *state;
         dlq.retain_mut(|message| {
             if message.held {
@@ -360,7 +359,7 @@ impl DeadLetterQueue for MemoryStore {
             let finished = records
                 .get(&message.item_id)
                 .is_some_and(|r| matches!(r.status, ItemStatus::Resolved | ItemStatus::Requeued));
-            if finished || options.delete_items.contains(&message.item_id) {
+            if finished || options.purge.contains_key(&message.item_id) {
                 sweep.deleted += 1;
                 return false;
             }
@@ -369,32 +368,41 @@ impl DeadLetterQueue for MemoryStore {
                 .held
                 .entry(message.item_id.clone())
                 .or_default()
-                .push(message.message_id.clone());
+                .push(HeldMessage {
+                    receipt: message.message_id.clone(),
+                    view: MessageView::of(&message.message_id, "", |_| None),
+                });
             true
         });
         Ok(sweep)
     }
 
+    /// Deletes the held messages of resolved or requeued items; gives the rest back (held
+    /// on when `then` is not zero).
     async fn settle_held(
         &self,
-        held: BTreeMap<String, Vec<String>>,
+        held: BTreeMap<String, Vec<HeldMessage>>,
         _wait: Duration,
-    ) -> Result<usize, ProcessError> {
+        then: Duration,
+    ) -> Result<crate::sweep::Settled, ProcessError> {
         let mut state = self.state();
         Self::check(&state, "settle_held")?;
-        let held: HashSet<String> = held.into_values().flatten().collect();
+        let held: HashSet<String> = held.into_values().flatten().map(|m| m.receipt).collect();
         let State { records, dlq, .. } = &mut *state;
         let before = dlq.len();
         dlq.retain_mut(|message| {
             if !held.contains(&message.message_id) {
                 return true;
             }
-            message.held = false;
+            message.held = !then.is_zero();
             !records
                 .get(&message.item_id)
                 .is_some_and(|r| matches!(r.status, ItemStatus::Resolved | ItemStatus::Requeued))
         });
-        Ok(before - dlq.len())
+        Ok(crate::sweep::Settled {
+            deleted: before - dlq.len(),
+            to_reopen: 0,
+        })
     }
 }
 

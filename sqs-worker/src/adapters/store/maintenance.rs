@@ -2,9 +2,8 @@
 //! `clear` (everything), with the order and its reasons in [`crate::removal`]; here the
 //! DynamoDB deletes. Callers confirm with the operator first.
 
-use std::time::Duration;
-
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, WriteRequest};
+use aws_sdk_dynamodb::types::AttributeValue;
+use futures::StreamExt;
 
 use super::{schema, DeadLetterStore};
 use crate::dead_letter::DeadLetteredItem;
@@ -15,50 +14,72 @@ use crate::removal::RecordRemoval;
 pub use crate::removal::RemovalReport;
 
 impl RecordRemoval for DeadLetterStore {
-    async fn delete_records(&self, item_ids: &[String]) -> Result<(), ProcessError> {
-        let mut requests: Vec<WriteRequest> = item_ids
+    /// One conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few
+    /// at once: status and last attempt as selected.
+    async fn delete_records(
+        &self,
+        records: &[DeadLetteredItem],
+    ) -> Result<Vec<String>, ProcessError> {
+        let deletes: Vec<_> = records
             .iter()
-            .filter_map(|id| {
-                DeleteRequest::builder()
-                    .key(schema::ITEM_ID, AttributeValue::S(id.clone()))
-                    .build()
-                    .ok()
-                    .map(|d| WriteRequest::builder().delete_request(d).build())
-            })
+            .map(|record| self.delete_if_unchanged(record))
             .collect();
-        // BatchWriteItem may hand back unprocessed requests under load: send them again.
-        for round in 0..8 {
-            if requests.is_empty() {
-                break;
-            }
-            let output = self
+        let results: Vec<Result<Option<String>, ProcessError>> = futures::stream::iter(deletes)
+            .buffer_unordered(DELETE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut deleted = Vec::new();
+        for result in results {
+            deleted.extend(result?);
+        }
+        Ok(deleted)
+    }
+}
+
+impl DeadLetterStore {
+    /// Deletes `record` if its status and last attempt are still as selected: its id, or
+    /// `None` when it changed.
+    async fn delete_if_unchanged(
+        &self,
+        record: &DeadLetteredItem,
+    ) -> Result<Option<String>, ProcessError> {
+        {
+            let last_attempt = schema::record_to_item(record)?
+                .remove(schema::LAST_ATTEMPT)
+                .unwrap_or(AttributeValue::Null(true));
+            let result = self
                 .clients
                 .dynamodb
-                .batch_write_item()
-                .request_items(&self.config.table, requests.clone())
+                .delete_item()
+                .table_name(&self.config.table)
+                .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
+                .condition_expression("#status = :status AND #last = :last")
+                .expression_attribute_names("#status", schema::STATUS)
+                .expression_attribute_names("#last", schema::LAST_ATTEMPT)
+                .expression_attribute_values(
+                    ":status",
+                    AttributeValue::S(record.status.as_str().to_string()),
+                )
+                .expression_attribute_values(":last", last_attempt)
                 .send()
-                .await
-                .map_err(|e| ProcessError::from_sdk(&e).with_step("delete-records"))?;
-            requests = output
-                .unprocessed_items()
-                .and_then(|m| m.get(&self.config.table))
-                .cloned()
-                .unwrap_or_default();
-            if !requests.is_empty() {
-                tokio::time::sleep(Duration::from_millis(50 << round)).await;
+                .await;
+            match result {
+                Ok(_) => Ok(Some(record.item_id.clone())),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+                {
+                    tracing::info!(item_id = %record.item_id, "record changed since it was selected; kept");
+                    Ok(None)
+                }
+                Err(e) => Err(ProcessError::from_sdk(&e).with_step("delete-records")),
             }
-        }
-        if requests.is_empty() {
-            Ok(())
-        } else {
-            Err(ProcessError::new(
-                crate::error::ErrorClass::Throttled,
-                format!("{} deletes stayed unprocessed", requests.len()),
-            )
-            .with_step("delete-records"))
         }
     }
 }
+
+/// Conditional deletes in flight at once.
+const DELETE_CONCURRENCY: usize = 8;
 
 impl DeadLetterStore {
     /// Deletes the DLQ messages of `records`, then their payload objects, then the records

@@ -177,6 +177,7 @@ impl RecordTable for DeadLetterStore {
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
         claim: Option<&str>,
+        expect: crate::recording::Expect,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let mut fields = schema::record_to_item(record)?;
         fields.remove(schema::ITEM_ID);
@@ -243,6 +244,22 @@ impl RecordTable for DeadLetterStore {
                     ":claims",
                     AttributeValue::Ss(vec![claim.to_string()]),
                 );
+        }
+        match expect {
+            crate::recording::Expect::Any => {}
+            crate::recording::Expect::Absent => {
+                conditions.push("attribute_not_exists(#key)".to_string());
+                request = request.expression_attribute_names("#key", schema::ITEM_ID);
+            }
+            crate::recording::Expect::Status(status) => {
+                conditions.push("#expected_status = :expected_status".to_string());
+                request = request
+                    .expression_attribute_names("#expected_status", schema::STATUS)
+                    .expression_attribute_values(
+                        ":expected_status",
+                        AttributeValue::S(status.as_str().to_string()),
+                    );
+            }
         }
         let update = format!("SET {}{removes} ADD {adds}", sets.join(", "));
         let result = request
@@ -569,7 +586,12 @@ mod tests {
             ..full_record()
         };
         let stored = store
-            .try_record(&record, &record.failure_history, Some("m-1"))
+            .try_record(
+                &record,
+                &record.failure_history,
+                Some("m-1"),
+                crate::recording::Expect::Any,
+            )
             .await
             .unwrap();
         assert_eq!(stored, Some(record.clone()), "reads back as written");

@@ -84,22 +84,17 @@ impl RecordStore for DeadLetterStore {
 }
 
 impl DeadLetterQueue for DeadLetterStore {
-    type Held = HeldMessage<aws_sdk_sqs::types::Message>;
-
-    async fn sweep(
-        &self,
-        hold: Duration,
-        options: &SweepOptions,
-    ) -> Result<Sweep<Self::Held>, ProcessError> {
-        crate::sweep::sweep_dlq(self, hold, options).await
+    async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
+        crate::sweep::sweep_dlq(self, options).await
     }
 
     async fn settle_held(
         &self,
-        held: BTreeMap<String, Vec<Self::Held>>,
+        held: BTreeMap<String, Vec<HeldMessage>>,
         wait: Duration,
-    ) -> Result<usize, ProcessError> {
-        crate::sweep::settle_held(self, held, wait).await
+        then: Duration,
+    ) -> Result<crate::sweep::Settled, ProcessError> {
+        crate::sweep::settle_held(self, held, wait, then).await
     }
 }
 

@@ -20,23 +20,15 @@ use crate::item::ItemParser;
 use crate::message::ITEM_ID_ATTRIBUTE;
 use crate::pointer::S3Pointer;
 use crate::ports::{Sweep, SweepOptions};
-use crate::sweep::{
-    adopted_record, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
-};
+use crate::sweep::{adopted_record, Adoption, DlqMessages, MessageView, ReceivedMessage, Standing};
 
 /// The attribute real SQS adds to messages its redrive policy moved.
 const SOURCE_ARN_ATTRIBUTE: &str = "DeadLetterQueueSourceArn";
 
 impl DeadLetterStore {
-    /// Receives every visible DLQ message (until `options.until`), holding each invisible
-    /// for `hold`, and settles what [`crate::sweep::decide`] can settle at once
-    /// ([`crate::sweep::sweep_dlq`] over this store).
-    pub async fn sweep_dlq(
-        &self,
-        hold: Duration,
-        options: &SweepOptions,
-    ) -> Result<Sweep<HeldMessage<Message>>, ProcessError> {
-        crate::sweep::sweep_dlq(self, hold, options).await
+    /// One sweep pass over the DLQ ([`crate::sweep::sweep_dlq`] over this store).
+    pub async fn sweep_dlq(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
+        crate::sweep::sweep_dlq(self, options).await
     }
 
     /// Deletes DLQ messages by receipt handle; returns how many were deleted.
@@ -70,6 +62,18 @@ impl DeadLetterStore {
 
     /// Makes held DLQ messages visible again.
     pub async fn release_dlq_messages(&self, receipts: &[String]) -> Result<(), ProcessError> {
+        self.hold_dlq_messages(receipts, Duration::ZERO).await
+    }
+
+    /// Holds DLQ messages invisible for `hold` from now (zero: visible again). A receipt
+    /// that no longer holds its message (deleted meanwhile, or received again by another
+    /// sweep) is skipped: that message is no longer this caller's to give back.
+    pub async fn hold_dlq_messages(
+        &self,
+        receipts: &[String],
+        hold: Duration,
+    ) -> Result<(), ProcessError> {
+        let seconds = i32::try_from(hold.as_secs().min(43_200)).unwrap_or(43_200);
         for chunk in receipts.chunks(10) {
             let entries: Vec<ChangeMessageVisibilityBatchRequestEntry> = chunk
                 .iter()
@@ -78,7 +82,7 @@ impl DeadLetterStore {
                     ChangeMessageVisibilityBatchRequestEntry::builder()
                         .id(i.to_string())
                         .receipt_handle(r)
-                        .visibility_timeout(0)
+                        .visibility_timeout(seconds)
                         .build()
                         .ok()
                 })
@@ -122,6 +126,9 @@ impl DeadLetterStore {
     }
 }
 
+/// How long a sweep's receive waits for a message (a long poll asks every server).
+const SWEEP_WAIT_SECONDS: i32 = 1;
+
 /// Rounds of `BatchGetItem` for the keys DynamoDB leaves unprocessed (backing off 0.1 s to
 /// 1.6 s between them, about 6 s in all).
 const LOOKUP_ROUNDS: u32 = 8;
@@ -129,9 +136,11 @@ const LOOKUP_ROUNDS: u32 = 8;
 impl DlqMessages for DeadLetterStore {
     type Message = Message;
 
-    /// One `ReceiveMessage` of up to 10 messages, with all their attributes. A message
-    /// without a receipt handle (SQS always gives one) could be neither deleted nor given
-    /// back: it is left out.
+    /// One `ReceiveMessage` of up to 10 messages, with all their attributes, long-polling
+    /// for a second: an empty answer then means no server of the queue had a visible
+    /// message (a short poll samples a few, and answered empty while messages waited, which
+    /// ended sweeps early). A message without a receipt handle (SQS always gives one) could
+    /// be neither deleted nor given back: it is left out.
     async fn receive(
         &self,
         hold: Duration,
@@ -145,7 +154,7 @@ impl DlqMessages for DeadLetterStore {
             .queue_url(&self.config.queue_url)
             .max_number_of_messages(10)
             .visibility_timeout(hold_secs)
-            .wait_time_seconds(0)
+            .wait_time_seconds(SWEEP_WAIT_SECONDS)
             .message_system_attribute_names(MessageSystemAttributeName::All)
             .message_attribute_names("All")
             .send()
@@ -159,6 +168,7 @@ impl DlqMessages for DeadLetterStore {
                     receipt: message.receipt_handle()?.to_string(),
                     item_id: message_item_id(message, parser),
                     view: message_view(message),
+                    marker: rotation_marker(message),
                     message: message.clone(),
                 })
             })
@@ -285,7 +295,7 @@ impl DlqMessages for DeadLetterStore {
         item_id: &str,
         parser: &ItemParser,
         adoption: &Adoption,
-    ) -> Result<DeadLetteredItem, ProcessError> {
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let mut item = match to_work_item(message, parser) {
             Ok(item) => item,
             Err(invalid) => invalid.item,
@@ -333,17 +343,113 @@ impl DlqMessages for DeadLetterStore {
             self.config.retention,
         );
         self.offload_payload(&mut record).await?;
-        self.record(&record).await?;
-        Ok(record)
+        let written = crate::recording::adopt(
+            self,
+            &self.recording(),
+            &record,
+            crate::recording::Expect::from_status(adoption.expected_status),
+        )
+        .await?;
+        Ok(written.then_some(record))
     }
 
     async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
         self.delete_dlq_messages(receipts).await
     }
 
-    async fn release(&self, receipts: &[String]) -> Result<(), ProcessError> {
-        self.release_dlq_messages(receipts).await
+    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
+        self.hold_dlq_messages(receipts, hold).await
     }
+
+    fn is_fifo(&self) -> bool {
+        self.config.queue_url.ends_with(".fifo")
+    }
+
+    /// `SendMessage` of the copy (its deduplication id names the pass and the original),
+    /// then `DeleteMessage` of the original.
+    async fn rotate(
+        &self,
+        message: &Message,
+        receipt: &str,
+        pass: &str,
+    ) -> Result<bool, ProcessError> {
+        use aws_sdk_sqs::types::MessageAttributeValue;
+        let system = |name: &str| {
+            message
+                .attributes()
+                .and_then(|a| a.get(&MessageSystemAttributeName::from(name)))
+                .cloned()
+        };
+        let Some(group) = system("MessageGroupId") else {
+            return Ok(false);
+        };
+        let original_id = message.message_id().unwrap_or_default();
+        let mut attributes = message.message_attributes().cloned().unwrap_or_default();
+        let string = |value: &str| {
+            MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .ok()
+        };
+        // What identifies the original's content stays with the copy: the source message
+        // (a message moved by the redrive policy is its own source) and its source queue.
+        if !attributes.contains_key(crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE) {
+            if let Some(value) = string(original_id) {
+                attributes.insert(
+                    crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+                    value,
+                );
+            }
+        }
+        if let Some(arn) = system(SOURCE_ARN_ATTRIBUTE) {
+            if let Some(value) = string(&arn) {
+                attributes
+                    .entry(crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string())
+                    .or_insert(value);
+            }
+        }
+        if attributes.len() > 10 {
+            // SQS takes ten attributes at most: the copy could not say what it holds.
+            return Ok(false);
+        }
+        let dedup = format!(
+            "{ROTATION_PREFIX}{pass}:{}",
+            crate::hex::sha256_hex(original_id.as_bytes())
+        );
+        self.clients
+            .sqs
+            .send_message()
+            .queue_url(&self.config.queue_url)
+            .message_body(message.body().unwrap_or_default())
+            .set_message_attributes(Some(attributes))
+            .message_group_id(group)
+            .message_deduplication_id(&dedup[..dedup.len().min(128)])
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("dlq-rotate"))?;
+        self.clients
+            .sqs
+            .delete_message()
+            .queue_url(&self.config.queue_url)
+            .receipt_handle(receipt)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("dlq-rotate"))?;
+        Ok(true)
+    }
+}
+
+/// How the deduplication id of a copy a sweep's rotation sent begins.
+const ROTATION_PREFIX: &str = "sweep:";
+
+/// The pass whose rotation sent `message`, read from its deduplication id.
+fn rotation_marker(message: &Message) -> Option<String> {
+    let dedup = message
+        .attributes()
+        .and_then(|a| a.get(&MessageSystemAttributeName::MessageDeduplicationId))?;
+    let rest = dedup.strip_prefix(ROTATION_PREFIX)?;
+    rest.split(':').next().map(str::to_string)
 }
 
 /// The item id a DLQ message is tracked by: our `item_id` attribute, else the id the
@@ -413,7 +519,14 @@ fn to_work_item(
     let source_arn = message
         .attributes()
         .and_then(|a| a.get(&MessageSystemAttributeName::from(SOURCE_ARN_ATTRIBUTE)))
-        .cloned();
+        .cloned()
+        .or_else(|| {
+            message
+                .message_attributes()
+                .and_then(|a| a.get(crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE))
+                .and_then(|v| v.string_value())
+                .map(str::to_string)
+        });
     let message_id = message.message_id().unwrap_or_default().to_string();
     let msg = serde_json::from_value(serde_json::json!({
         "messageId": message_id,
@@ -464,5 +577,37 @@ mod tests {
         assert_eq!(error.class, ErrorClass::Throttled, "{error}");
         assert_eq!(error.step.as_deref(), Some("sweep-lookup"));
         assert_eq!(throttled.num_calls(), LOOKUP_ROUNDS as usize);
+    }
+
+    /// A sweep's receive long-polls: a short poll samples a few of the queue's servers and
+    /// may answer empty while messages wait, which ended sweeps (and purges) early, leaving
+    /// messages to be adopted later as unknown and delivered again.
+    #[tokio::test]
+    async fn a_sweep_receive_long_polls_so_an_empty_answer_means_an_empty_queue() {
+        use aws_sdk_sqs::operation::receive_message::ReceiveMessageOutput;
+        use aws_smithy_mocks::{mock, mock_client};
+        let receive = mock!(aws_sdk_sqs::Client::receive_message)
+            .match_requests(|r| r.wait_time_seconds().is_some_and(|w| w >= 1))
+            .then_output(|| ReceiveMessageOutput::builder().build());
+        let shared = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        let mut clients = crate::adapters::aws::AwsClients::from_config(&shared, true);
+        clients.sqs = mock_client!(
+            aws_sdk_sqs,
+            aws_smithy_mocks::RuleMode::MatchAny,
+            &[&receive]
+        );
+        let store = DeadLetterStore::new(
+            clients,
+            crate::adapters::store::StoreConfig::new("t", "q", "b"),
+        );
+        let received = store
+            .receive(Duration::from_secs(60), &ItemParser::default())
+            .await
+            .unwrap();
+        assert!(received.is_empty());
+        assert_eq!(receive.num_calls(), 1, "the request long-polled");
     }
 }
