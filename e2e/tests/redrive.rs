@@ -1087,3 +1087,45 @@ async fn an_adoption_never_overwrites_a_record() {
     assert_eq!(after.error_class, before.error_class);
     assert_eq!(after.reprocess_eligible, before.reprocess_eligible);
 }
+
+/// The worker can finish a requeued message before the run that sent it has marked the
+/// record requeued. It resolves the record then (the run still holds it, with that
+/// payload), and the run's mark finds it resolved: the record never waits, `requeued`, for
+/// a message already finished. A message of another run does not resolve it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeued_message_finished_before_its_record_is_marked_resolves_it() {
+    use sqs_worker::ports::RecordStore;
+    let p = dead_items("requeue-race", &[("q1", "invalid")]).await;
+    let store = p.store();
+    let record = store.get("q1").await.unwrap().unwrap();
+    let leases = store
+        .acquire_leases(&["q1".to_string()], "run-1", std::time::Duration::from_secs(900))
+        .await;
+    assert!(matches!(leases[..], [Ok(true)]));
+    let sha = record.payload.sha256.clone();
+    // Another run's message, or another payload, leaves it alone.
+    store
+        .finish_requeued("q1", "m-other", &sha, "run-2")
+        .await
+        .unwrap();
+    store
+        .finish_requeued("q1", "m-other", "not-the-payload", "run-1")
+        .await
+        .unwrap();
+    let held = store.get("q1").await.unwrap().unwrap();
+    assert_eq!(held.status, ItemStatus::Redriving);
+    // The worker finishes the run's message first.
+    store
+        .finish_requeued("q1", "m-requeued", &sha, "run-1")
+        .await
+        .unwrap();
+    let finished = store.get("q1").await.unwrap().unwrap();
+    assert_eq!(finished.status, ItemStatus::Resolved);
+    assert_eq!(finished.lease_expires_at, None);
+    assert!(finished.processed.contains(&"msg:m-requeued".to_string()));
+    // Then the run's mark is refused, and the record stays resolved.
+    assert!(store.mark_requeued(&record, "run-1", "m-requeued").await.is_err());
+    let after = store.get("q1").await.unwrap().unwrap();
+    assert_eq!(after.status, ItemStatus::Resolved);
+    assert_eq!(after.requeued_message_id, None);
+}

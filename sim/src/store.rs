@@ -954,18 +954,25 @@ impl DeadLetterSink for SimStore {
         item_id: &str,
         message_id: &str,
         payload_sha256: &str,
+        requeued_by: &str,
     ) -> Result<(), ProcessError> {
         let mut state = self.world.lock();
         self.table_call(&mut state, "finish-requeued")?;
         let Some(mut row) = state.table.get(item_id).cloned() else {
             return Ok(());
         };
-        if row.corrupt
-            || row.record.status != ItemStatus::Requeued
-            || row.record.requeued_message_id.as_deref() != Some(message_id)
-        {
+        // The adapter's condition: waiting for this message, or still held by the run that
+        // sent it, with this payload.
+        let waiting = row.record.status == ItemStatus::Requeued
+            && row.record.requeued_message_id.as_deref() == Some(message_id);
+        let held_by_sender = row.record.status == ItemStatus::Redriving
+            && row.lease_owner.as_deref() == Some(requeued_by)
+            && row.record.payload.sha256 == payload_sha256;
+        if row.corrupt || !(waiting || held_by_sender) {
             return Ok(());
         }
+        row.lease_owner = None;
+        row.record.lease_expires_at = None;
         row.record.status = ItemStatus::Resolved;
         row.record.resolved_at = Some(sqs_worker::clock::now());
         row.record.requeued_message_id = None;

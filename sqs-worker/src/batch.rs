@@ -941,15 +941,17 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 .get(name)
                 .and_then(|a| a.string_value.as_deref())
         };
-        let (Some(_), Some(record_id)) = (
+        let (Some(requeued_by), Some(record_id)) = (
             attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
             attribute(crate::message::ITEM_ID_ATTRIBUTE),
         ) else {
             return Ok(());
         };
         let sha = crate::hex::sha256_hex(item.body.as_bytes());
-        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> =
-            Box::pin(self.sink.finish_requeued(record_id, &item.message_id, &sha));
+        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> = Box::pin(
+            self.sink
+                .finish_requeued(record_id, &item.message_id, &sha, requeued_by),
+        );
         tokio::time::timeout_at(deadline.hard_stop(), finish)
             .await
             .unwrap_or_else(|_| {

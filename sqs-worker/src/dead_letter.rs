@@ -775,15 +775,19 @@ pub trait DeadLetterSink: Send + Sync {
     ) -> impl Future<Output = Vec<Result<(), ProcessError>>> + Send;
 
     /// Marks the record `item_id` resolved after the worker finished `message_id`, a message
-    /// a redrive sent back to the source queue (it carries [`REQUEUED_BY_ATTRIBUTE`]) with
-    /// a payload of digest `payload_sha256`. An error returns the message for retry.
+    /// the redrive run `requeued_by` sent back to the source queue (its
+    /// [`REQUEUED_BY_ATTRIBUTE`]) with a payload of digest `payload_sha256`: the record
+    /// waits for that message, or that run still holds it (the worker can finish the message
+    /// before the run has marked the record requeued). An error returns the message for
+    /// retry.
     fn finish_requeued(
         &self,
         item_id: &str,
         message_id: &str,
         payload_sha256: &str,
+        requeued_by: &str,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send {
-        let _ = (item_id, message_id, payload_sha256);
+        let _ = (item_id, message_id, payload_sha256, requeued_by);
         async { Ok(()) }
     }
 }

@@ -71,10 +71,18 @@ impl DeadLetterSink for ConfiguredSink {
         item_id: &str,
         message_id: &str,
         payload_sha256: &str,
+        requeued_by: &str,
     ) -> Result<(), ProcessError> {
         match self {
             ConfiguredSink::Store(store) => {
-                DeadLetterSink::finish_requeued(&**store, item_id, message_id, payload_sha256).await
+                DeadLetterSink::finish_requeued(
+                    &**store,
+                    item_id,
+                    message_id,
+                    payload_sha256,
+                    requeued_by,
+                )
+                .await
             }
             ConfiguredSink::Disabled(_) => Ok(()),
         }

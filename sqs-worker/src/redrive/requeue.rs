@@ -201,11 +201,17 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         // Requeued is not resolved: the record waits for the worker to finish the message.
         for (i, message_id) in sent {
             let record = records[i];
-            let marked = if crate::mutants::is_on(crate::mutants::Mutant::RequeueResolvesOnSend) {
+            let mut marked = if crate::mutants::is_on(crate::mutants::Mutant::RequeueResolvesOnSend)
+            {
                 self.store.resolve(record, run_id).await
             } else {
                 self.store.mark_requeued(record, run_id, &message_id).await
             };
+            if marked.is_err() && self.finished_before_marked(record).await {
+                // The worker finished the message while the run still held the record,
+                // and resolved it (under this run's lease): nothing is left to mark.
+                marked = Ok(());
+            }
             outcomes[i] = Some(
                 match marked {
                     Ok(()) => ItemOutcome {
@@ -227,6 +233,16 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             );
         }
         outcomes.into_iter().flatten().collect()
+    }
+
+    /// Whether the record was resolved since this run leased it: the worker finished the
+    /// requeued message before the run could mark the record requeued.
+    async fn finished_before_marked(&self, record: &DeadLetteredItem) -> bool {
+        matches!(
+            self.store.get(&record.item_id).await,
+            Ok(Some(now)) if now.status == crate::dead_letter::ItemStatus::Resolved
+                && now.resolved_at.is_some_and(|at| at >= record.last_attempt)
+        )
     }
 
     /// The queue and message that put `record` back: the body inline when it fits, else the

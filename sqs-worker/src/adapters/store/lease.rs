@@ -370,15 +370,18 @@ impl DeadLetterStore {
             .map_err(|e| ProcessError::from_sdk(&e).with_step(step))
     }
 
-    /// The worker finished `message_id`, the message a requeue sent for `item_id`: the record
-    /// is resolved, with that message and its payload listed as processed. A record that is
-    /// no longer waiting for this message (failed again meanwhile, or already resolved) is
-    /// left as it is.
+    /// The worker finished `message_id`, the message the run `requeued_by` sent for
+    /// `item_id`: the record is resolved, with that message and its payload listed as
+    /// processed, when it waits for that message (`requeued`) or that run still holds it
+    /// with that payload (the worker finished the message before the run marked the record
+    /// requeued; the run's mark then finds it resolved). A record that is no longer waiting
+    /// for this message (failed again meanwhile, or already resolved) is left as it is.
     pub async fn finish_requeued(
         &self,
         item_id: &str,
         message_id: &str,
         payload_sha256: &str,
+        requeued_by: &str,
     ) -> Result<(), ProcessError> {
         let keys = AttributeValue::L(vec![
             AttributeValue::S(schema::processed_key_for_message(message_id)),
@@ -392,9 +395,23 @@ impl DeadLetterStore {
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
             .update_expression(
                 "SET #status = :resolved, resolved_at = :now, \
-                 #processed = list_append(if_not_exists(#processed, :empty), :keys) REMOVE #requeued",
+                 #processed = list_append(if_not_exists(#processed, :empty), :keys) \
+                 REMOVE #requeued, #owner, #expires",
             )
-            .condition_expression("#status = :requeued AND #requeued = :message")
+            .condition_expression(
+                "(#status = :requeued AND #requeued = :message) OR \
+                 (#status = :redriving AND #owner = :run AND #payload.#sha = :sha)",
+            )
+            .expression_attribute_names("#owner", LEASE_OWNER)
+            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_names("#payload", "payload")
+            .expression_attribute_names("#sha", "sha256")
+            .expression_attribute_values(
+                ":redriving",
+                AttributeValue::S(ItemStatus::Redriving.as_str().into()),
+            )
+            .expression_attribute_values(":run", AttributeValue::S(requeued_by.to_string()))
+            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#processed", schema::PROCESSED)
             .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)

@@ -474,8 +474,10 @@ impl DeadLetterSink for DeadLetterStore {
         item_id: &str,
         message_id: &str,
         payload_sha256: &str,
+        requeued_by: &str,
     ) -> Result<(), ProcessError> {
-        DeadLetterStore::finish_requeued(self, item_id, message_id, payload_sha256).await
+        DeadLetterStore::finish_requeued(self, item_id, message_id, payload_sha256, requeued_by)
+            .await
     }
 
     async fn dead_letter(
