@@ -1094,7 +1094,6 @@ async fn an_adoption_never_overwrites_a_record() {
 /// a message already finished. A message of another run does not resolve it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_requeued_message_finished_before_its_record_is_marked_resolves_it() {
-    use sqs_worker::ports::RecordStore;
     let p = dead_items("requeue-race", &[("q1", "invalid")]).await;
     let store = p.store();
     let record = store.get("q1").await.unwrap().unwrap();
