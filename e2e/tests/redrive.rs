@@ -1098,7 +1098,11 @@ async fn a_requeued_message_finished_before_its_record_is_marked_resolves_it() {
     let store = p.store();
     let record = store.get("q1").await.unwrap().unwrap();
     let leases = store
-        .acquire_leases(&["q1".to_string()], "run-1", std::time::Duration::from_secs(900))
+        .acquire_leases(
+            &["q1".to_string()],
+            "run-1",
+            std::time::Duration::from_secs(900),
+        )
         .await;
     assert!(matches!(leases[..], [Ok(true)]));
     let sha = record.payload.sha256.clone();
@@ -1123,7 +1127,10 @@ async fn a_requeued_message_finished_before_its_record_is_marked_resolves_it() {
     assert_eq!(finished.lease_expires_at, None);
     assert!(finished.processed.contains(&"msg:m-requeued".to_string()));
     // Then the run's mark is refused, and the record stays resolved.
-    assert!(store.mark_requeued(&record, "run-1", "m-requeued").await.is_err());
+    assert!(store
+        .mark_requeued(&record, "run-1", "m-requeued")
+        .await
+        .is_err());
     let after = store.get("q1").await.unwrap().unwrap();
     assert_eq!(after.status, ItemStatus::Resolved);
     assert_eq!(after.requeued_message_id, None);

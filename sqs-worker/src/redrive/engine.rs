@@ -72,6 +72,20 @@ pub const OUTCOME_WRITE_SLICE: Duration = Duration::from_secs(5);
 /// Without a deadline (the CLI), how long items started within the budget may run on.
 pub const ITEM_GRACE: Duration = Duration::from_secs(60);
 
+/// Kept free at the end of a lease: the outcome write and the clocks' drift.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
+
+/// The run's item deadline, brought forward so that an item leased at `leased_at` for
+/// `ttl` is done (attempts cut, outcome written) [`LEASE_MARGIN`] before its lease ends.
+pub(super) fn within_lease(run: Deadline, leased_at: Instant, ttl: Duration) -> Deadline {
+    let lease_end = leased_at + ttl.saturating_sub(LEASE_MARGIN);
+    if lease_end < run.hard_stop() {
+        Deadline::new(lease_end, OUTCOME_WRITE_SLICE)
+    } else {
+        run
+    }
+}
+
 /// The clock of one run: when it stops starting items, when running items are cut, when
 /// settling must be over; and the items it resolved (its DLQ messages are settled by them).
 pub(super) struct RunContext {
@@ -595,6 +609,10 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             Ok(false) => return outcome(ItemOutcomeKind::LeasedElsewhere, None),
             Err(e) => return outcome(ItemOutcomeKind::Error, Some(e.to_string())),
         }
+        // No attempt runs past the lease: once it expires another run may take the item, and
+        // both would process it. The attempts are cut a margin before it, leaving the outcome
+        // write its slice within the lease.
+        let deadline = within_lease(deadline, Instant::now(), self.settings.lease_ttl);
         let loaded = match self.load_body(record).await {
             Ok(body) => self.resolve_pointer(body).await,
             Err(error) => Err(error),

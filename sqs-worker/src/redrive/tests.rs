@@ -572,3 +572,43 @@ async fn a_kept_pointer_is_reprocessed_with_its_payload_or_refused_never_deliver
         }
     }
 }
+
+/// Issue: a lease lasts 900 s and is never renewed, so an attempt (or a `Retry-After`
+/// sleep) that outlasted it ran on while a second run could take the item and process it
+/// too. No attempt runs past the lease: it is cut before the lease ends, and the item
+/// fails again (a timeout) within it.
+#[tokio::test(start_paused = true)]
+async fn no_item_runs_past_its_lease() {
+    let slow = ScriptedProcessor::new()
+        .script("slow", vec![Step::Sleep(Duration::from_secs(600))])
+        .script(
+            "told-to-wait",
+            vec![Step::Error(
+                ProcessError::new(ErrorClass::Throttled, "429")
+                    .with_retry_after(Duration::from_secs(3_000)),
+            )],
+        );
+    let mut engine = engine_with(records(&["slow", "told-to-wait"]), slow);
+    engine.settings_mut().lease_ttl = Duration::from_secs(120);
+    engine.settings_mut().retry.max_attempts = 3;
+    let started = Instant::now();
+    let report = run(
+        &engine,
+        RedriveRequest {
+            parallelism: Some(2),
+            ..RedriveRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(outcome(&report, "slow"), ItemOutcomeKind::FailedAgain);
+    assert_eq!(
+        outcome(&report, "told-to-wait"),
+        ItemOutcomeKind::FailedAgain
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(120),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(status(&engine, "slow"), Some(ItemStatus::Dead));
+}
