@@ -254,3 +254,63 @@ async fn a_lapsed_run_does_not_release_the_lease_of_the_run_that_took_it_over() 
         "run C took the lease while run B held it: A's release removed B's lease"
     );
 }
+
+/// A redrive reprocesses through the worker's idempotency table: an item the worker
+/// completed (another message of the same item id succeeded after this one was
+/// dead-lettered) is found completed and skipped, its record resolved, and the downstream
+/// is not called again. Before, the redrive delivered it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redrive_skips_an_item_the_worker_completed() {
+    use e2e::{body, Pipeline, Setup};
+    use sqs_worker::redrive::{no_progress, ItemOutcomeKind, RedriveEngine, RedriveRequest};
+    let clients = e2e::clients().await;
+    let table = e2e::idempotency_table(&clients.dynamodb, "redrive-idem").await;
+    let p = Pipeline::new(
+        "redrive-idem",
+        Setup {
+            max_receive_count: 1,
+            worker_env: vec![("WORKER_IDEMPOTENCY_TABLE", table.clone())],
+            ..Setup::default()
+        },
+    )
+    .await;
+    p.send(&[&body("x", "invalid")]).await;
+    p.drain().await;
+    assert_eq!(p.records().await.len(), 1);
+    p.send(&[&body("x", "ok")]).await;
+    p.drain().await;
+    let calls = p.downstream.calls("x");
+    // The redrive function's processor, from the same variables as the worker's.
+    let env: std::collections::HashMap<String, String> = p.worker_env.iter().cloned().collect();
+    let lookup = |name: &str| env.get(name).cloned();
+    let mut reader = sqs_worker::config::EnvReader::new(&lookup);
+    let config = sqs_worker::config::RedriveConfig::read(&mut reader);
+    reader.finish().unwrap();
+    let processor = sqs_worker::redrive_function::redrive_processor(&config, &p.clients)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        processor,
+        sqs_worker::redrive_function::RedriveProcessor::Idempotent(_)
+    ));
+    let mut settings = config.settings;
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(p.store(), Some(processor), settings);
+    let report = engine
+        .run(
+            &RedriveRequest {
+                force: true,
+                ..RedriveRequest::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        e2e::outcome_ids(&report, ItemOutcomeKind::Resolved),
+        ["x"],
+        "{report:?}"
+    );
+    assert_eq!(p.downstream.calls("x"), calls, "not delivered again");
+}

@@ -12,16 +12,48 @@ use crate::adapters::aws::AwsClients;
 use crate::adapters::store::DeadLetterStore;
 use crate::config::vars::{DOWNSTREAM_URL, TABLE};
 use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
-use crate::processor::HttpDelivery;
+use crate::adapters::idempotency::DynamoIdempotencyStore;
+use crate::error::ProcessError;
+use crate::idempotency::{Idempotency, Idempotent};
+use crate::item::WorkItem;
+use crate::processor::{HttpDelivery, Outcome, Processor};
 use crate::redrive::{no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest};
 
+/// The worker's processor as a redrive runs it: behind the worker's idempotency table when
+/// it has one (`WORKER_IDEMPOTENCY_TABLE`, the same key prefix), so that an item the worker
+/// completed is found completed and skipped, not delivered again (docs/ARCHITECTURE.md §6).
+#[derive(Debug)]
+pub enum RedriveProcessor {
+    /// Every redrive delivers.
+    Plain(HttpDelivery),
+    /// Once per item id, shared with the worker.
+    Idempotent(Idempotent<HttpDelivery, DynamoIdempotencyStore>),
+}
+
+impl Processor for RedriveProcessor {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        match self {
+            RedriveProcessor::Plain(p) => p.process(item).await,
+            RedriveProcessor::Idempotent(p) => p.process(item).await,
+        }
+    }
+
+    fn attempt_timeout(&self) -> Option<Duration> {
+        match self {
+            RedriveProcessor::Plain(p) => p.attempt_timeout(),
+            RedriveProcessor::Idempotent(p) => p.inner().attempt_timeout(),
+        }
+    }
+}
+
 /// The processor a redrive reprocesses with: the worker's, with its downstream credential
-/// read from Secrets Manager; `None` when no downstream is configured (requeue only). The
-/// redrive function and `dlq redrive` both build it here.
+/// read from Secrets Manager, behind its idempotency table when it has one; `None` when no
+/// downstream is configured (requeue only). The redrive function and `dlq redrive` both
+/// build it here.
 pub async fn redrive_processor(
     config: &RedriveConfig,
     clients: &AwsClients,
-) -> Result<Option<HttpDelivery>, ConfigError> {
+) -> Result<Option<RedriveProcessor>, ConfigError> {
     let Some(mut worker) = config.processor.clone() else {
         return Ok(None);
     };
@@ -35,12 +67,23 @@ pub async fn redrive_processor(
         .resolve_downstream_auth(clients)
         .await
         .map_err(|e| problem(e.variable, e.to_string()))?;
-    HttpDelivery::new(worker.delivery).map(Some).map_err(|e| {
+    let delivery = HttpDelivery::new(worker.delivery).map_err(|e| {
         problem(
             DOWNSTREAM_URL.name,
             format!("cannot build the HTTP client: {e}"),
         )
-    })
+    })?;
+    Ok(Some(match &worker.handler.idempotency {
+        Some(table) => RedriveProcessor::Idempotent(Idempotent::new(
+            delivery,
+            Idempotency::new(
+                DynamoIdempotencyStore::new(clients.dynamodb.clone(), table.table.clone()),
+                table.ttl,
+            )
+            .with_key_prefix(&table.key_prefix),
+        )),
+        None => RedriveProcessor::Plain(delivery),
+    }))
 }
 
 /// Time kept free before the Lambda deadline for answering: the engine keeps its own
@@ -49,7 +92,7 @@ const ANSWER_RESERVE: Duration = Duration::from_secs(2);
 
 /// The engine behind the redrive function.
 pub struct RedriveFunction {
-    engine: RedriveEngine<HttpDelivery, DeadLetterStore>,
+    engine: RedriveEngine<RedriveProcessor, DeadLetterStore>,
     /// The worker's circuit breaker (`WORKER_BREAKER_TABLE`): no reprocessing while it is
     /// open, so outage-caused dead letters come back once the downstream has recovered.
     breaker: Option<(
