@@ -633,3 +633,46 @@ async fn the_operator_cli_at_3am() {
     assert_eq!(cleared["dlq_messages_deleted"], 2);
     assert!(p.records().await.is_empty());
 }
+
+/// A local `dlq redrive` is gated by the worker's circuit breaker as the redrive function
+/// is: while it is open nothing is reprocessed (the downstream is not called) and the
+/// output says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_redrive_waits_for_an_open_breaker() {
+    use sqs_worker::breaker::BreakerStore;
+    let p = Pipeline::with_dead_items("cli-breaker", &[body("t1", "throttled")]).await;
+    let dlq = Dlq::new(&p).await;
+    let table = e2e::create_table(&p.clients.dynamodb, "cli-breaker", "id").await;
+    let breaker = sqs_worker::adapters::breaker::DynamoBreakerStore::new(
+        p.clients.dynamodb.clone(),
+        table.clone(),
+        "breaker#worker",
+    );
+    let now = std::time::SystemTime::now();
+    breaker
+        .open(now + std::time::Duration::from_secs(600), 1, now)
+        .await
+        .unwrap();
+    p.downstream.fix();
+    let url = p.downstream.url();
+    let calls = p.downstream.calls("t1");
+    let (code, out, err) = dlq.run_with(
+        &["redrive"],
+        &[
+            ("WORKER_DOWNSTREAM_URL", &url),
+            ("WORKER_BREAKER_TABLE", &table),
+            ("WORKER_BREAKER_KEY", "breaker#worker"),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("circuit breaker is open"), "{out}");
+    assert_eq!(
+        p.downstream.calls("t1"),
+        calls,
+        "the downstream was not called"
+    );
+    assert_eq!(
+        p.store().get("t1").await.unwrap().unwrap().status,
+        sqs_worker::dead_letter::ItemStatus::Dead
+    );
+}

@@ -9,10 +9,10 @@ use std::time::Duration;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 
 use crate::adapters::aws::AwsClients;
+use crate::adapters::idempotency::DynamoIdempotencyStore;
 use crate::adapters::store::DeadLetterStore;
 use crate::config::vars::{DOWNSTREAM_URL, TABLE};
 use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
-use crate::adapters::idempotency::DynamoIdempotencyStore;
 use crate::error::ProcessError;
 use crate::idempotency::{Idempotency, Idempotent};
 use crate::item::WorkItem;
@@ -95,10 +95,7 @@ pub struct RedriveFunction {
     engine: RedriveEngine<RedriveProcessor, DeadLetterStore>,
     /// The worker's circuit breaker (`WORKER_BREAKER_TABLE`): no reprocessing while it is
     /// open, so outage-caused dead letters come back once the downstream has recovered.
-    breaker: Option<(
-        crate::adapters::breaker::DynamoBreakerStore,
-        crate::breaker::BreakerPolicy,
-    )>,
+    breaker: Option<RedriveBreaker>,
     /// Pauses the worker's polling while its breaker stays open (`crate::polling`).
     polling: Option<
         crate::polling::PollingControl<
@@ -136,20 +133,7 @@ impl RedriveFunction {
         env.finish()?;
         let clients = AwsClients::from_env().await;
         let processor = redrive_processor(&config, &clients).await?;
-        let breaker = config
-            .processor
-            .as_ref()
-            .and_then(|worker| worker.handler.breaker.as_ref())
-            .map(|breaker| {
-                (
-                    crate::adapters::breaker::DynamoBreakerStore::new(
-                        clients.dynamodb.clone(),
-                        breaker.table.clone(),
-                        &breaker.key,
-                    ),
-                    breaker.policy,
-                )
-            });
+        let breaker = redrive_breaker(&config, &clients);
         let polling = match (
             &config.polling,
             config
@@ -313,18 +297,15 @@ impl RedriveFunction {
                 .unwrap_or(until_settling)
                 .min(until_settling),
         );
-        let probe = match self.gate(&request, deadline).await? {
-            Gate::Stop(report) => return Ok(report),
-            Gate::Go(probe) => probe,
-        };
-        let mut report = self
-            .engine
-            .run_until(&request, Some(deadline), &*no_progress())
-            .await
-            .map_err(diagnostic)?;
-        if let Some(probe) = probe {
-            report.absorb(probe);
-        }
+        let report = run_gated(
+            &self.engine,
+            self.breaker.as_ref().map(|(store, policy)| (store, policy)),
+            &request,
+            Some(deadline),
+            &*no_progress(),
+        )
+        .await
+        .map_err(diagnostic)?;
         tracing::info!(
             run_id = %report.run_id,
             selected = report.selected,
@@ -345,83 +326,130 @@ impl RedriveFunction {
     }
 }
 
-impl RedriveFunction {
-    /// The worker's circuit breaker decides whether a reprocessing run goes ahead: not
-    /// while it is open; once its open period is over, this run is the probe (one item
-    /// first: its success closes the breaker and the run goes on, its failure opens it
-    /// again), unless a worker is probing.
-    async fn gate(
-        &self,
-        request: &RedriveRequest,
-        deadline: tokio::time::Instant,
-    ) -> Result<Gate, Diagnostic> {
-        use crate::breaker::BreakerStore;
-        let Some((breaker, policy)) = &self.breaker else {
-            return Ok(Gate::Go(None));
-        };
-        if request.mode != crate::redrive::RedriveMode::Reprocess || request.dry_run {
-            return Ok(Gate::Go(None));
-        }
-        let skipped = |why: &str| {
-            tracing::info!(
-                "the worker's circuit breaker is open ({why}): nothing is reprocessed now"
-            );
-            Ok(Gate::Stop(RedriveReport {
-                mode: request.mode,
-                ..RedriveReport::default()
-            }))
-        };
-        let now = std::time::SystemTime::from(crate::clock::now());
-        let state = match breaker.read().await {
-            Ok(state) => state,
-            Err(error) => {
-                tracing::warn!(%error, "circuit breaker state unreadable; redriving as if closed");
-                return Ok(Gate::Go(None));
-            }
-        };
-        if state.is_open(now) {
-            return skipped("open period running");
-        }
-        if !state.is_half_open(now) {
-            return Ok(Gate::Go(None));
-        }
-        match breaker.take_probe(now + policy.probe_for, now).await {
-            Ok(true) => {}
-            Ok(false) => return skipped("a worker is probing"),
-            Err(error) => {
-                tracing::warn!(%error, "could not take the circuit breaker's probe");
-                return skipped("probe unavailable");
-            }
-        }
-        let probe = RedriveRequest {
-            max_items: Some(1),
-            continuation_token: None,
-            ..request.clone()
-        };
-        let report = self
-            .engine
-            .run_until(&probe, Some(deadline), &*no_progress())
-            .await
-            .map_err(diagnostic)?;
-        if report.succeeded > 0 {
-            if let Err(error) = breaker.close().await {
-                tracing::warn!(%error, "could not close the circuit breaker");
-            }
-            tracing::info!("circuit breaker closed: the scheduled redrive's probe succeeded");
-            return Ok(Gate::Go(Some(report)));
-        }
-        if probe_failed_downstream(&report) {
-            let opens = state.opens + 1;
-            let until = now + crate::breaker::open_period(policy, opens);
-            if let Err(error) = breaker.open(until, opens, now).await {
-                tracing::warn!(%error, "could not open the circuit breaker again");
-            }
-            tracing::warn!(
-                "the scheduled redrive's probe failed: the circuit breaker is open again"
-            );
-        }
-        Ok(Gate::Stop(report))
+/// The worker's circuit breaker as a redrive sees it: its store and policy.
+pub type RedriveBreaker = (
+    crate::adapters::breaker::DynamoBreakerStore,
+    crate::breaker::BreakerPolicy,
+);
+
+/// The worker's circuit breaker of `config`, when it has one (`WORKER_BREAKER_TABLE`).
+pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<RedriveBreaker> {
+    config
+        .processor
+        .as_ref()
+        .and_then(|worker| worker.handler.breaker.as_ref())
+        .map(|breaker| {
+            (
+                crate::adapters::breaker::DynamoBreakerStore::new(
+                    clients.dynamodb.clone(),
+                    breaker.table.clone(),
+                    &breaker.key,
+                ),
+                breaker.policy,
+            )
+        })
+}
+
+/// Runs a redrive behind the worker's circuit breaker (docs/ARCHITECTURE.md §7), as the
+/// redrive function and a local `dlq redrive` both do: a reprocessing run does not go ahead
+/// while the breaker is open; once its open period is over, this run is the probe (one
+/// item first: its success closes the breaker and the run goes on, its failure of the
+/// downstream opens it again), unless a worker is probing. Requeues and dry runs do not
+/// call the downstream and are not gated. A run the breaker held back answers with an
+/// empty report whose `held_by_breaker` says why.
+pub async fn run_gated<P, S, B>(
+    engine: &RedriveEngine<P, S>,
+    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
+    request: &RedriveRequest,
+    deadline: Option<tokio::time::Instant>,
+    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
+) -> Result<RedriveReport, RedriveError>
+where
+    P: Processor,
+    S: crate::ports::RedrivePorts,
+    B: crate::breaker::BreakerStore,
+{
+    let probe = match gate(engine, breaker, request, deadline, on_item).await? {
+        Gate::Stop(report) => return Ok(report),
+        Gate::Go(probe) => probe,
+    };
+    let mut report = engine.run_until(request, deadline, on_item).await?;
+    if let Some(probe) = probe {
+        report.absorb(probe);
     }
+    Ok(report)
+}
+
+async fn gate<P, S, B>(
+    engine: &RedriveEngine<P, S>,
+    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
+    request: &RedriveRequest,
+    deadline: Option<tokio::time::Instant>,
+    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
+) -> Result<Gate, RedriveError>
+where
+    P: Processor,
+    S: crate::ports::RedrivePorts,
+    B: crate::breaker::BreakerStore,
+{
+    let Some((breaker, policy)) = breaker else {
+        return Ok(Gate::Go(None));
+    };
+    if request.mode != crate::redrive::RedriveMode::Reprocess || request.dry_run {
+        return Ok(Gate::Go(None));
+    }
+    let skipped = |why: &str| {
+        tracing::info!("the worker's circuit breaker is open ({why}): nothing is reprocessed now");
+        Ok(Gate::Stop(RedriveReport {
+            mode: request.mode,
+            held_by_breaker: Some(why.to_string()),
+            ..RedriveReport::default()
+        }))
+    };
+    let now = std::time::SystemTime::from(crate::clock::now());
+    let state = match breaker.read().await {
+        Ok(state) => state,
+        Err(error) => {
+            tracing::warn!(%error, "circuit breaker state unreadable; redriving as if closed");
+            return Ok(Gate::Go(None));
+        }
+    };
+    if state.is_open(now) {
+        return skipped("open period running");
+    }
+    if !state.is_half_open(now) {
+        return Ok(Gate::Go(None));
+    }
+    match breaker.take_probe(now + policy.probe_for, now).await {
+        Ok(true) => {}
+        Ok(false) => return skipped("a worker is probing"),
+        Err(error) => {
+            tracing::warn!(%error, "could not take the circuit breaker's probe");
+            return skipped("probe unavailable");
+        }
+    }
+    let probe = RedriveRequest {
+        max_items: Some(1),
+        continuation_token: None,
+        ..request.clone()
+    };
+    let report = engine.run_until(&probe, deadline, on_item).await?;
+    if report.succeeded > 0 {
+        if let Err(error) = breaker.close().await {
+            tracing::warn!(%error, "could not close the circuit breaker");
+        }
+        tracing::info!("circuit breaker closed: the redrive's probe succeeded");
+        return Ok(Gate::Go(Some(report)));
+    }
+    if probe_failed_downstream(&report) {
+        let opens = state.opens + 1;
+        let until = now + crate::breaker::open_period(policy, opens);
+        if let Err(error) = breaker.open(until, opens, now).await {
+            tracing::warn!(%error, "could not open the circuit breaker again");
+        }
+        tracing::warn!("the redrive's probe failed: the circuit breaker is open again");
+    }
+    Ok(Gate::Stop(report))
 }
 
 /// Whether a probe run saw the downstream fail: an item failed again with a transient

@@ -87,6 +87,8 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
                 }
                 eprintln!("note: the dry run only selects; {advice}");
             }
+            // Behind the worker's circuit breaker, as the function runs it.
+            let breaker = sqs_worker::redrive_function::redrive_breaker(&config, store.clients());
             let mut settings = config.settings;
             if args.source_queue_url.is_some() {
                 settings.source_queue_url = args.source_queue_url.clone();
@@ -96,7 +98,15 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             let engine = RedriveEngine::new(store, processor, settings);
             let bar = progress(request.max_items.map(|n| n as u64), "redriving");
             let on_item = |_: &sqs_worker::redrive::ItemOutcome| bar.inc(1);
-            let report = engine.run(&request, &on_item).await.map_err(|e| match e {
+            let report = sqs_worker::redrive_function::run_gated(
+                &engine,
+                breaker.as_ref().map(|(store, policy)| (store, policy)),
+                &request,
+                None,
+                &on_item,
+            )
+            .await
+            .map_err(|e| match e {
                 sqs_worker::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
                 sqs_worker::redrive::RedriveError::Store(e) => CliError::from(e),
             })?;
@@ -160,6 +170,13 @@ fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
         )
         .map_err(write_err)?;
         return Ok(());
+    }
+    if let Some(why) = &report.held_by_breaker {
+        writeln!(
+            out,
+            "nothing reprocessed: the worker's circuit breaker is open ({why}); the scheduled redrive probes once its open period is over"
+        )
+        .map_err(write_err)?;
     }
     let rows: Vec<Vec<String>> = report
         .items

@@ -83,6 +83,10 @@ pub struct RedriveReport {
     pub items_omitted: usize,
     /// Set when the run stopped early: pass it back to resume.
     pub continuation_token: Option<String>,
+    /// Set when the worker's circuit breaker held the run back (nothing was reprocessed):
+    /// why (its open period running, a worker probing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by_breaker: Option<String>,
 }
 
 impl RedriveReport {
