@@ -711,7 +711,7 @@ impl RecordStore for SimStore {
                 selected.push(&row.record);
             }
         }
-        let mut page = page_in_memory(selected, limit, start)?;
+        let mut page = page_in_memory(selected, limit, start, filter.oldest_first)?;
         page.unreadable = unreadable;
         Ok(page)
     }

@@ -25,6 +25,10 @@ pub struct RecordFilter {
     /// Only records whose redrive lease expired before this time (epoch seconds): items a
     /// run that died left `redriving`.
     pub lease_expired_before: Option<i64>,
+    /// Oldest last attempt first (a redrive's selection: an item that failed again moves
+    /// to the back, so failing items do not head every run and starve older ones); else
+    /// newest first (a listing).
+    pub oldest_first: bool,
 }
 
 impl RecordFilter {
@@ -101,8 +105,19 @@ pub fn page_in_memory(
     mut selected: Vec<&DeadLetteredItem>,
     limit: i32,
     start: Option<&PageToken>,
+    oldest_first: bool,
 ) -> Result<Page, ProcessError> {
-    selected.sort_by(|a, b| listing_key(a).cmp(&listing_key(b)));
+    // Ordered as the index gives it: by last attempt (newest or oldest first), then by item
+    // id in the same direction.
+    let key = |r: &DeadLetteredItem| {
+        let micros = r.last_attempt.timestamp_micros();
+        if oldest_first {
+            (micros, r.item_id.clone())
+        } else {
+            (-micros, r.item_id.clone())
+        }
+    };
+    selected.sort_by_key(|a| key(a));
     let from = match start {
         Some(token) => {
             let (micros, item_id) = token
@@ -115,10 +130,11 @@ pub fn page_in_memory(
                         token.0
                     ))
                 })?;
-            let key = (std::cmp::Reverse(micros), item_id);
+            let at = if oldest_first { micros } else { -micros };
+            let position = (at, item_id.to_string());
             selected
                 .iter()
-                .take_while(|r| listing_key(r) <= key)
+                .take_while(|r| key(r) <= position)
                 .count()
         }
         None => 0,

@@ -91,6 +91,7 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
         until: time(&args.until, "until")?,
         eligible_only: args.eligible,
         lease_expired_before: None,
+        oldest_first: false,
     })
 }
 

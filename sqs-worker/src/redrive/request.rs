@@ -216,6 +216,9 @@ impl RedriveRequest {
             // `max_items`, newer validation failures would starve older eligible items.
             eligible_only: !self.force,
             lease_expired_before: None,
+            // Oldest first: an item that fails again goes to the back, and the items that
+            // keep failing cannot head every scheduled run.
+            oldest_first: true,
         };
         let mut filters = vec![base.clone()];
         if self.status.is_none()

@@ -177,8 +177,10 @@ async fn max_items_stops_with_a_token_that_resumes_without_repeating() {
             None => break,
         }
     }
-    // Newest last attempt first: "a" is the newest.
-    assert_eq!(seen, ids);
+    // Oldest last attempt first: "e" is the oldest.
+    let mut oldest_first = ids.to_vec();
+    oldest_first.reverse();
+    assert_eq!(seen, oldest_first);
     for id in ids {
         assert_eq!(engine.processor_calls(id), 1, "{id}");
     }
@@ -611,4 +613,30 @@ async fn no_item_runs_past_its_lease() {
         started.elapsed()
     );
     assert_eq!(status(&engine, "slow"), Some(ItemStatus::Dead));
+}
+
+/// Issue: each failure sets `last_attempt` to now and the selection read newest first, so
+/// items that kept failing headed every scheduled run (which sends no continuation) and an
+/// older eligible item was never reached. The selection reads oldest first: an item that
+/// failed again goes to the back.
+#[tokio::test]
+async fn items_that_keep_failing_do_not_starve_an_older_eligible_one() {
+    let failing = ScriptedProcessor::new()
+        .script("new-1", vec![Step::Fail(ErrorClass::Throttled)])
+        .script("new-2", vec![Step::Fail(ErrorClass::Throttled)]);
+    let mut rs = records(&["new-1", "new-2"]);
+    rs.push(dead_record("old", ErrorClass::Throttled, 48));
+    let engine = engine_with(rs, failing);
+    for _ in 0..2 {
+        run(
+            &engine,
+            RedriveRequest {
+                max_items: Some(2),
+                parallelism: Some(1),
+                ..Default::default()
+            },
+        )
+        .await;
+    }
+    assert_eq!(status(&engine, "old"), Some(ItemStatus::Resolved));
 }

@@ -261,7 +261,7 @@ impl RecordStore for MemoryStore {
             .values()
             .filter(|r| filter.matches(r))
             .collect();
-        page_in_memory(selected, limit, start)
+        page_in_memory(selected, limit, start, filter.oldest_first)
     }
 
     fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {

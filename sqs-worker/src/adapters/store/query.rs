@@ -181,7 +181,7 @@ impl DeadLetterStore {
                     .set_filter_expression(filter_expression)
                     .set_expression_attribute_names(names)
                     .set_expression_attribute_values(values)
-                    .scan_index_forward(false)
+                    .scan_index_forward(filter.oldest_first)
                     .limit(limit.max(1))
                     .set_exclusive_start_key(start_key)
                     .send()
