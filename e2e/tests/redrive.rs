@@ -1135,3 +1135,43 @@ async fn a_requeued_message_finished_before_its_record_is_marked_resolves_it() {
     assert_eq!(after.status, ItemStatus::Resolved);
     assert_eq!(after.requeued_message_id, None);
 }
+
+/// A DLQ message moved back to the source queue from outside (the console's "Start DLQ
+/// redrive", which the DLQ's `RedriveAllowPolicy` permits) keeps its attributes: the
+/// worker that finishes it resolves the record that holds that delivery, so the scheduled
+/// redrive does not deliver the item again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_moved_back_by_the_console_resolves_its_record_when_finished() {
+    let p = dead_items("console-move", &[("c1", "throttled")]).await;
+    // What StartMessageMoveTask does: the same body and attributes, sent to the source.
+    let moved = p.dlq_messages().await.remove(0);
+    p.clients
+        .sqs
+        .send_message()
+        .queue_url(&p.resources.source_url)
+        .message_body(moved.body().unwrap())
+        .set_message_attributes(moved.message_attributes().cloned())
+        .send()
+        .await
+        .unwrap();
+    p.clients
+        .sqs
+        .delete_message()
+        .queue_url(&p.resources.dlq_url)
+        .receipt_handle(moved.receipt_handle().unwrap())
+        .send()
+        .await
+        .unwrap();
+    p.downstream.fix();
+    p.drain().await;
+    let record = p.store().get("c1").await.unwrap().unwrap();
+    assert_eq!(record.status, ItemStatus::Resolved);
+    let calls = p.downstream.calls("c1");
+    let report = p
+        .redrive_engine()
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(report.selected, 0, "{report:?}");
+    assert_eq!(p.downstream.calls("c1"), calls, "not delivered again");
+}

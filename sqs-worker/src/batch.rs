@@ -927,7 +927,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
-    /// After a message a redrive requeued is processed, its record is resolved.
+    /// After a message a redrive requeued is processed, its record is resolved; so is the
+    /// record of a DLQ message moved back to the source queue from outside (the console's
+    /// "Start DLQ redrive", `StartMessageMoveTask`): it carries the DLQ message's attributes
+    /// (item id, source message id) and no requeue stamp.
     async fn finish_requeued(
         &self,
         item: &WorkItem,
@@ -941,17 +944,28 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 .get(name)
                 .and_then(|a| a.string_value.as_deref())
         };
-        let (Some(requeued_by), Some(record_id)) = (
-            attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
-            attribute(crate::message::ITEM_ID_ATTRIBUTE),
-        ) else {
+        let Some(record_id) = attribute(crate::message::ITEM_ID_ATTRIBUTE) else {
             return Ok(());
         };
         let sha = crate::hex::sha256_hex(item.body.as_bytes());
-        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> = Box::pin(
-            self.sink
-                .finish_requeued(record_id, &item.message_id, &sha, requeued_by),
-        );
+        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> = match (
+            attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
+            attribute(crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE),
+        ) {
+            (Some(requeued_by), _) => {
+                Box::pin(
+                    self.sink
+                        .finish_requeued(record_id, &item.message_id, &sha, requeued_by),
+                )
+            }
+            (None, Some(dead_lettered)) => Box::pin(self.sink.finish_moved_back(
+                record_id,
+                dead_lettered,
+                &item.message_id,
+                &sha,
+            )),
+            (None, None) => return Ok(()),
+        };
         tokio::time::timeout_at(deadline.hard_stop(), finish)
             .await
             .unwrap_or_else(|_| {

@@ -790,6 +790,22 @@ pub trait DeadLetterSink: Send + Sync {
         let _ = (item_id, message_id, payload_sha256, requeued_by);
         async { Ok(()) }
     }
+
+    /// Marks the record `item_id` resolved after the worker finished `message_id`, a DLQ
+    /// message moved back to the source queue from outside this project (the console's
+    /// "Start DLQ redrive"): it holds the delivery `dead_lettered` (its
+    /// `source_message_id` attribute). Only a dead record that holds that delivery is
+    /// resolved; anything else is left as it is. An error returns the message for retry.
+    fn finish_moved_back(
+        &self,
+        item_id: &str,
+        dead_lettered: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send {
+        let _ = (item_id, dead_lettered, message_id, payload_sha256);
+        async { Ok(()) }
+    }
 }
 
 /// A sink that refuses everything: dead-letter candidates are returned to the queue (and

@@ -132,10 +132,7 @@ pub fn page_in_memory(
                 })?;
             let at = if oldest_first { micros } else { -micros };
             let position = (at, item_id.to_string());
-            selected
-                .iter()
-                .take_while(|r| key(r) <= position)
-                .count()
+            selected.iter().take_while(|r| key(r) <= position).count()
         }
         None => 0,
     };

@@ -87,6 +87,28 @@ impl DeadLetterSink for ConfiguredSink {
             ConfiguredSink::Disabled(_) => Ok(()),
         }
     }
+
+    async fn finish_moved_back(
+        &self,
+        item_id: &str,
+        dead_lettered: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        match self {
+            ConfiguredSink::Store(store) => {
+                DeadLetterSink::finish_moved_back(
+                    &**store,
+                    item_id,
+                    dead_lettered,
+                    message_id,
+                    payload_sha256,
+                )
+                .await
+            }
+            ConfiguredSink::Disabled(_) => Ok(()),
+        }
+    }
 }
 
 /// A worker: the batch engine and the invocation-independent context.

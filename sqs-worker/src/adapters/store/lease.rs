@@ -439,6 +439,62 @@ impl DeadLetterStore {
         }
     }
 
+    /// The worker finished `message_id`, a DLQ message moved back to the source queue from
+    /// outside (the console's "Start DLQ redrive") holding the delivery `dead_lettered`:
+    /// a dead record that holds that delivery is resolved, with both messages and the
+    /// payload listed as processed. Anything else (another delivery since, a run holding
+    /// it, already resolved) is left as it is.
+    pub async fn finish_moved_back(
+        &self,
+        item_id: &str,
+        dead_lettered: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        let keys = AttributeValue::L(vec![
+            AttributeValue::S(schema::processed_key_for_message(dead_lettered)),
+            AttributeValue::S(schema::processed_key_for_message(message_id)),
+            AttributeValue::S(schema::processed_key_for_payload(payload_sha256)),
+        ]);
+        let result = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression(
+                "SET #status = :resolved, resolved_at = :now, \
+                 #processed = list_append(if_not_exists(#processed, :empty), :keys)",
+            )
+            .condition_expression("#status = :dead AND #source.#mid = :delivery")
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#processed", schema::PROCESSED)
+            .expression_attribute_names("#source", "source")
+            .expression_attribute_names("#mid", "message_id")
+            .expression_attribute_values(
+                ":resolved",
+                AttributeValue::S(ItemStatus::Resolved.as_str().into()),
+            )
+            .expression_attribute_values(
+                ":dead",
+                AttributeValue::S(ItemStatus::Dead.as_str().into()),
+            )
+            .expression_attribute_values(":delivery", AttributeValue::S(dead_lettered.to_string()))
+            .expression_attribute_values(
+                ":now",
+                AttributeValue::S(crate::time_format::format(&crate::clock::now())),
+            )
+            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+            .expression_attribute_values(":keys", keys)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(()),
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("finish-moved-back")),
+        }
+    }
+
     /// Gives a lease back without changing anything else (status returns to dead).
     pub async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
         self.end_lease(

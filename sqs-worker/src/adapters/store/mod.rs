@@ -480,6 +480,17 @@ impl DeadLetterSink for DeadLetterStore {
             .await
     }
 
+    async fn finish_moved_back(
+        &self,
+        item_id: &str,
+        dead_lettered: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        DeadLetterStore::finish_moved_back(self, item_id, dead_lettered, message_id, payload_sha256)
+            .await
+    }
+
     async fn dead_letter(
         &self,
         candidates: &[DeadLetterCandidate],
