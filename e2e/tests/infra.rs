@@ -388,27 +388,52 @@ fn event_source_alarms_and_iam_as_declared() {
             })
             .map(|(name, a)| (name.as_str(), &a["Properties"]))
     };
-    let (_, depth) =
-        find("AWS/SQS", "ApproximateNumberOfMessagesVisible").expect("DLQ depth alarm");
+    // The DLQ's depth counts visible and held messages (a sweep holds them while a
+    // redrive runs): its metric math adds the two.
+    let depth = &template["Resources"]["DlqDepthAlarm"]["Properties"];
     assert_eq!(depth["Threshold"], 0);
     assert_eq!(depth["ComparisonOperator"], "GreaterThanThreshold");
+    let metrics = depth["Metrics"].as_array().unwrap();
+    let stat = |id: &str| {
+        metrics
+            .iter()
+            .find(|m| m["Id"] == id)
+            .map(|m| &m["MetricStat"]["Metric"])
+            .unwrap()
+    };
     assert_eq!(
-        depth["Dimensions"][0]["Value"],
-        serde_json::json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]})
+        stat("visible")["MetricName"],
+        "ApproximateNumberOfMessagesVisible"
     );
-    let ages: Vec<_> = alarms
-        .iter()
-        .filter(|(_, a)| a["Properties"]["MetricName"] == "ApproximateAgeOfOldestMessage")
-        .map(|(_, a)| {
-            a["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
     assert_eq!(
-        BTreeSet::from_iter(ages),
-        BTreeSet::from(["DeadLetterQueue".to_string(), "SourceQueue".to_string()])
+        stat("held")["MetricName"],
+        "ApproximateNumberOfMessagesNotVisible"
+    );
+    for id in ["visible", "held"] {
+        assert_eq!(
+            stat(id)["Dimensions"][0]["Value"],
+            serde_json::json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]})
+        );
+    }
+    let returned: Vec<_> = metrics.iter().filter(|m| m["ReturnData"] == true).collect();
+    assert_eq!(returned.len(), 1);
+    assert_eq!(returned[0]["Expression"], "visible + held");
+    // The DLQ's age: SQS's own figure without a schedule; with one (whose sweeps receive
+    // every message, which takes it out of that figure), the redrive function's age of the
+    // oldest dead record.
+    let age = &template["Resources"]["DlqAgeAlarm"]["Properties"];
+    assert_eq!(
+        age["MetricName"],
+        serde_json::json!({"Fn::If": ["HasRedriveSchedule", "OldestDeadRecordAgeSeconds", "ApproximateAgeOfOldestMessage"]})
+    );
+    assert_eq!(
+        age["Dimensions"]["Fn::If"][1][0]["Value"],
+        serde_json::json!({"Ref": "RedriveFunction"})
+    );
+    let source_age = find("AWS/SQS", "ApproximateAgeOfOldestMessage").expect("source age alarm");
+    assert_eq!(
+        source_age.1["Dimensions"][0]["Value"]["Fn::GetAtt"][0],
+        "SourceQueue"
     );
     // Lambda's own metrics: errors of both functions, throttles of the worker.
     let lambda_alarms: BTreeSet<(String, String)> = alarms

@@ -29,6 +29,8 @@ pub const MAX_VALUES_PER_METRIC: usize = 100;
 const COUNT: &str = "Count";
 /// The unit of durations.
 const MILLISECONDS: &str = "Milliseconds";
+/// EMF unit of ages.
+const SECONDS: &str = "Seconds";
 
 /// What one worker invocation measured besides its counts.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -211,6 +213,10 @@ pub fn redrive_document(
     .into_iter()
     .map(|(name, value)| (name, COUNT, json!(value)))
     .collect();
+    let mut metrics = metrics;
+    if let Some(age) = report.oldest_dead_age_secs {
+        metrics.push(("OldestDeadRecordAgeSeconds", SECONDS, json!(age)));
+    }
     let mut doc = document(timestamp_ms, function_name, None, &metrics);
     // Searchable in Logs Insights, not dimensions: a run id is unique.
     doc["RunId"] = json!(report.run_id);

@@ -270,7 +270,25 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             .await
             .map_err(RedriveError::Store)?;
         result?;
+        if !request.dry_run {
+            report.oldest_dead_age_secs = self.oldest_dead_age().await;
+        }
         Ok(report)
+    }
+
+    /// How long the oldest dead record has waited since its last attempt: one query of one
+    /// record (`None` when there is none, or the query failed: the age is a metric, never a
+    /// reason to fail the run).
+    async fn oldest_dead_age(&self) -> Option<u64> {
+        let filter = crate::selection::RecordFilter {
+            status: Some(crate::dead_letter::ItemStatus::Dead),
+            oldest_first: true,
+            ..crate::selection::RecordFilter::default()
+        };
+        let page = self.store.query_page(&filter, 1, None).await.ok()?;
+        let oldest = page.records.first()?;
+        let age = crate::clock::now().signed_duration_since(oldest.last_attempt);
+        Some(u64::try_from(age.num_seconds()).unwrap_or(0))
     }
 
     /// Deletes the DLQ messages of resolved items and releases the rest. With two runs at

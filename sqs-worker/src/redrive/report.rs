@@ -83,6 +83,11 @@ pub struct RedriveReport {
     pub items_omitted: usize,
     /// Set when the run stopped early: pass it back to resume.
     pub continuation_token: Option<String>,
+    /// How long the oldest dead record has waited since its last attempt (seconds), read
+    /// at the end of the run: what the DLQ age alarm watches when a schedule sweeps the DLQ
+    /// (SQS leaves a message received three times out of its own age metric).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_dead_age_secs: Option<u64>,
     /// Set when the worker's circuit breaker held the run back (nothing was reprocessed):
     /// why (its open period running, a worker probing).
     #[serde(default, skip_serializing_if = "Option::is_none")]

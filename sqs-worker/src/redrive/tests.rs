@@ -640,3 +640,22 @@ async fn items_that_keep_failing_do_not_starve_an_older_eligible_one() {
     }
     assert_eq!(status(&engine, "old"), Some(ItemStatus::Resolved));
 }
+
+/// A run reports how long the oldest dead record has waited since its last attempt (what
+/// the DLQ age alarm watches when a schedule sweeps the DLQ), and the EMF line carries it.
+#[tokio::test]
+async fn a_run_reports_the_age_of_the_oldest_dead_record() {
+    let failing = ScriptedProcessor::new().script("b", vec![Step::Fail(ErrorClass::Validation)]);
+    let mut rs = records(&["a"]);
+    rs.push(dead_record("b", ErrorClass::Validation, 30));
+    let engine = engine_with(rs, failing);
+    let report = run(&engine, RedriveRequest::default()).await;
+    let age = report.oldest_dead_age_secs.unwrap();
+    assert!((30 * 3600 - 60..=30 * 3600 + 60).contains(&age), "{age}");
+    let doc = crate::metrics::redrive_document(&report, "redrive", 0).unwrap();
+    assert_eq!(doc["OldestDeadRecordAgeSeconds"], serde_json::json!(age));
+    // Nothing dead: no age.
+    let empty = engine_with(records(&["c"]), ScriptedProcessor::new());
+    let report = run(&empty, RedriveRequest::default()).await;
+    assert_eq!(report.oldest_dead_age_secs, None);
+}
