@@ -80,7 +80,17 @@ impl DeadLetterStore {
         {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
-            Err(e) => Err(ProcessError::from_sdk(&e)),
+            Err(e) => {
+                let error = ProcessError::from_sdk(&e);
+                if error.class == ErrorClass::Validation {
+                    // Refused as a whole (the items together pass the transaction's 4 MB,
+                    // or an item is named twice): the caller writes them one by one.
+                    tracing::info!(%error, "transaction refused; writing its items one by one");
+                    Ok(false)
+                } else {
+                    Err(error)
+                }
+            }
         }
     }
 
@@ -202,7 +212,8 @@ impl DeadLetterStore {
     }
 
     /// Takes leases on many items with few calls: one transaction per 100 items; a chunk
-    /// whose transaction is refused (some item is taken) is retried item by item.
+    /// whose transaction is refused (some item is taken, or the records together pass the
+    /// transaction's 4 MB) is retried item by item.
     pub async fn acquire_leases(
         &self,
         item_ids: &[String],
@@ -564,5 +575,52 @@ impl DeadLetterStore {
             Some(item) => self.after_append(schema::record_from_item(item)?).await,
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease transaction DynamoDB refuses as a whole (its records together pass the
+    /// transaction's 4 MB: up to 100 records of up to 350 KB) is not an error of every item
+    /// in it: they are leased one by one. DynamoDB Local does not enforce the limit, so the
+    /// refusal is DynamoDB's answer, mocked.
+    #[tokio::test]
+    async fn a_transaction_refused_for_its_size_leases_its_items_one_by_one() {
+        use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemOutput;
+        use aws_smithy_mocks::{mock, mock_client};
+        let refused = mock!(aws_sdk_dynamodb::Client::transact_write_items).then_error(|| {
+            TransactWriteItemsError::generic(
+                aws_smithy_types::error::ErrorMetadata::builder()
+                    .code("ValidationException")
+                    .message("Transaction request cannot be larger than 4 MB")
+                    .build(),
+            )
+        });
+        let single = mock!(aws_sdk_dynamodb::Client::update_item)
+            .then_output(|| UpdateItemOutput::builder().build());
+        let shared = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .build();
+        let mut clients = crate::adapters::aws::AwsClients::from_config(&shared, true);
+        clients.dynamodb = mock_client!(
+            aws_sdk_dynamodb,
+            aws_smithy_mocks::RuleMode::MatchAny,
+            &[&refused, &single]
+        );
+        let store = DeadLetterStore::new(
+            clients,
+            crate::adapters::store::StoreConfig::new("t", "q", "b"),
+        );
+        let ids: Vec<String> = (0..3).map(|n| format!("big-{n}")).collect();
+        let leases = store
+            .acquire_leases(&ids, "run-1", Duration::from_secs(900))
+            .await;
+        assert!(leases.iter().all(|l| matches!(l, Ok(true))), "{leases:?}");
+        assert_eq!(refused.num_calls(), 1);
+        assert_eq!(single.num_calls(), 3);
     }
 }
