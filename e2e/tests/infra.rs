@@ -1296,3 +1296,40 @@ fn the_default_spacing_fits_the_source_queues_retention() {
         "the description must say that up to {fitting} receives fit: {description}"
     );
 }
+
+/// The record table's indexes hold what the queries filter on, not whole records, in both
+/// templates and in the table the local pipeline creates (one list, the code's); a stack
+/// first deployed with whole-record indexes can keep them (`IndexProjection=ALL`).
+#[test]
+fn the_record_indexes_are_narrow_by_default_and_match_the_code() {
+    for which in ["main", "handler"] {
+        let template = translated_template(which);
+        assert_eq!(
+            template["Parameters"]["IndexProjection"]["Default"], "INCLUDE",
+            "{which}"
+        );
+        let table = resources_of_type(&template, "AWS::DynamoDB::Table")
+            .into_iter()
+            .find(|(_, t)| t["Properties"]["GlobalSecondaryIndexes"].is_array())
+            .map(|(_, t)| &t["Properties"])
+            .unwrap();
+        for index in table["GlobalSecondaryIndexes"].as_array().unwrap() {
+            let pk = index["KeySchema"][0]["AttributeName"].as_str().unwrap();
+            let projection = &index["Projection"]["Fn::If"];
+            assert_eq!(projection[0], "NarrowIndexes", "{which}");
+            assert_eq!(projection[1]["ProjectionType"], "INCLUDE");
+            let listed: Vec<String> = projection[1]["NonKeyAttributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(
+                listed,
+                sqs_worker::adapters::store::schema::index_attributes(pk),
+                "{which} {pk}"
+            );
+            assert_eq!(projection[2]["ProjectionType"], "ALL");
+        }
+    }
+}

@@ -63,7 +63,80 @@ impl PageToken {
     }
 }
 
+/// Rounds of `BatchGetItem` for the keys DynamoDB leaves unprocessed.
+const WHOLE_RECORD_ROUNDS: u32 = 8;
+
 impl DeadLetterStore {
+    /// The whole records of the index entries `entries`, in their order: one strongly
+    /// consistent `BatchGetItem` per 100, unprocessed keys asked again with backoff (still
+    /// unread: an error, never a record left out).
+    async fn whole_records(
+        &self,
+        entries: &[HashMap<String, AttributeValue>],
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, ProcessError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let ids: Vec<String> = entries
+            .iter()
+            .filter_map(|e| e.get(schema::ITEM_ID).and_then(|v| v.as_s().ok()).cloned())
+            .collect();
+        let mut found: HashMap<String, HashMap<String, AttributeValue>> = HashMap::new();
+        for chunk in ids.chunks(100) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|id| {
+                    HashMap::from([(schema::ITEM_ID.to_string(), AttributeValue::S(id.clone()))])
+                })
+                .collect();
+            for round in 0..WHOLE_RECORD_ROUNDS {
+                if keys.is_empty() {
+                    break;
+                }
+                if round > 0 {
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << round.min(5))).await;
+                }
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(std::mem::take(&mut keys)))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|e| ProcessError::validation(e.to_string()).with_step("query"))?;
+                let output = self
+                    .clients
+                    .dynamodb
+                    .batch_get_item()
+                    .request_items(&self.config.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| ProcessError::from_sdk(&e).with_step("query"))?;
+                for item in output
+                    .responses()
+                    .and_then(|r| r.get(&self.config.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(id) = item.get(schema::ITEM_ID).and_then(|v| v.as_s().ok()) {
+                        found.insert(id.clone(), item.clone());
+                    }
+                }
+                keys = output
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.config.table))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+            if !keys.is_empty() {
+                return Err(ProcessError::new(
+                    ErrorClass::Throttled,
+                    format!(
+                        "{} records could not be read (DynamoDB left them unprocessed)",
+                        keys.len()
+                    ),
+                )
+                .with_step("query"));
+            }
+        }
+        Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
+    }
+
     /// Reads one page. `limit` bounds the items DynamoDB evaluates, so a page may hold fewer
     /// records than `limit` and still have a next page.
     pub async fn query_page(
@@ -206,10 +279,20 @@ impl DeadLetterStore {
                 (output.items.unwrap_or_default(), output.last_evaluated_key)
             }
         };
+        // An index holds only what its queries filter on: the records themselves are read
+        // after it, in the index's order (a record deleted since is left out, one changed
+        // since is judged again by the filter).
+        let from_index = index.is_some();
+        let items = if from_index {
+            self.whole_records(&items).await?
+        } else {
+            items
+        };
         let mut records = Vec::with_capacity(items.len());
         let mut unreadable = Vec::new();
         for item in &items {
             match schema::record_from_item(item) {
+                Ok(record) if from_index && !filter.matches(&record) => {}
                 Ok(record) => records.push(record),
                 Err(error) => unreadable.push(Unreadable {
                     item_id: item
