@@ -1175,3 +1175,59 @@ async fn a_message_moved_back_by_the_console_resolves_its_record_when_finished()
     assert_eq!(report.selected, 0, "{report:?}");
     assert_eq!(p.downstream.calls("c1"), calls, "not delivered again");
 }
+
+/// On the emulator: a record requeued more than 14 days ago whose message is gone is set
+/// back to dead by the next run (the conditional update DynamoDB runs), with the failure
+/// in its history; a dry run changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let p = dead_items("requeue-outlived", &[("o1", "throttled")]).await;
+    let before = p.store().get("o1").await.unwrap().unwrap();
+    let long_ago = chrono::Utc::now() - chrono::Duration::days(15);
+    p.clients
+        .dynamodb
+        .update_item()
+        .table_name(&p.resources.table)
+        .key("item_id", AttributeValue::S("o1".into()))
+        .update_expression("SET #s = :r, requeued_message_id = :m, requeued_at = :at")
+        .expression_attribute_names("#s", "status")
+        .expression_attribute_values(":r", AttributeValue::S("requeued".into()))
+        .expression_attribute_values(":m", AttributeValue::S("m-gone".into()))
+        .expression_attribute_values(
+            ":at",
+            AttributeValue::S(sqs_worker::time_format::format(&long_ago)),
+        )
+        .send()
+        .await
+        .unwrap();
+    let dry = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                dry_run: true,
+                ..RedriveRequest::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(dry.requeues_outlived, 0);
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                item_ids: vec!["none".into()],
+                ..RedriveRequest::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.requeues_outlived, 1, "{report:?}");
+    let after = p.store().get("o1").await.unwrap().unwrap();
+    assert_eq!(after.status, ItemStatus::Dead);
+    assert_eq!(after.requeued_message_id, None);
+    assert_eq!(after.failure_count, before.failure_count + 1);
+    assert!(after.last_error.contains("m-gone"), "{}", after.last_error);
+}

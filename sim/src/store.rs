@@ -787,6 +787,7 @@ impl RecordStore for SimStore {
         self.end_lease("mark-requeued", &record.item_id, owner, sha, |row| {
             row.record.status = ItemStatus::Requeued;
             row.record.requeued_message_id = Some(message_id.to_string());
+            row.record.requeued_at = Some(sqs_worker::clock::now());
         })
     }
 
@@ -819,6 +820,50 @@ impl RecordStore for SimStore {
             Some(stored) => recording::after_append(self, &self.settings, stored).await,
             None => Ok(()),
         }
+    }
+
+    async fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &FailureDetail,
+    ) -> Result<bool, ProcessError> {
+        let stored = {
+            let mut state = self.world.lock();
+            self.table_call(&mut state, "reopen-requeued")?;
+            let Some(mut row) = state.table.get(&record.item_id).cloned() else {
+                return Ok(false);
+            };
+            // The adapter's condition: still requeued with the same message.
+            if row.corrupt
+                || row.record.status != ItemStatus::Requeued
+                || row.record.requeued_message_id != record.requeued_message_id
+                || row.attempt_ids.contains(&failure.attempt_id)
+            {
+                return Ok(false);
+            }
+            let r = &mut row.record;
+            r.status = ItemStatus::Dead;
+            r.requeued_message_id = None;
+            r.last_attempt = failure.timestamp;
+            r.error_class = failure.error_type;
+            r.error_signature =
+                sqs_worker::signature::error_signature(failure.error_type, &failure.error_message);
+            r.last_error = failure.error_message.clone();
+            r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
+            r.failure_history.push(failure.clone());
+            r.failure_count += 1;
+            row.attempt_ids.insert(failure.attempt_id.clone());
+            let stored = row.record.clone();
+            Self::put_row(&mut state, &record.item_id, row)?;
+            state.after_step(
+                &self.actor,
+                &record.item_id,
+                "reopened: the requeued message outlived its queue",
+            );
+            stored
+        };
+        recording::after_append(self, &self.settings, stored).await?;
+        Ok(true)
     }
 }
 

@@ -532,6 +532,14 @@ pub struct DeadLetteredItem {
     /// While requeued: the id of the message sent back to the source queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requeued_message_id: Option<String>,
+    /// When a redrive last sent it back to its source queue: a record still `requeued`
+    /// longer than any queue keeps a message is set back to dead by the next redrive run.
+    #[serde(
+        default,
+        with = "crate::time_format::option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub requeued_at: Option<DateTime<Utc>>,
     /// Source messages and payloads known processed (`msg:<id>`, `sha:<sha256>`, the latest
     /// [`PROCESSED_LIMIT`]): a DLQ message is deleted only when it is one of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -741,6 +749,7 @@ impl DeadLetteredItem {
             resolved_at: None,
             lease_expires_at: None,
             requeued_message_id: None,
+            requeued_at: None,
             processed: Vec::new(),
         }
     }

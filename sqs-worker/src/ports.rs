@@ -145,6 +145,15 @@ pub trait RecordStore: Send + Sync {
         owner: &str,
         failures: &[FailureDetail],
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
+
+    /// Sets a record still `requeued` with the same requeued message as `record` back to
+    /// dead, `failure` appended (the message outlived its queue unfinished). `Ok(false)`:
+    /// it changed meanwhile, and nothing was written.
+    fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &FailureDetail,
+    ) -> impl Future<Output = Result<bool, ProcessError>> + Send;
 }
 
 /// The dead-letter queue. A run sweeps it (judging every message, adopting unrecorded ones,

@@ -133,6 +133,10 @@ impl RunContext {
     }
 }
 
+/// Longer than any SQS queue keeps a message (14 days), plus a margin: a record still
+/// `requeued` after this has no message left that could finish it.
+pub const REQUEUE_OUTLIVED: Duration = Duration::from_secs(14 * 86_400 + 3_600);
+
 /// How long the messages a run judged and kept stay hidden after a sweep that could not
 /// see the whole DLQ: the next runs' sweeps reach the others first. An hour covers a DLQ
 /// many times larger than one run sweeps at the default schedule; a message's record is
@@ -260,6 +264,9 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             }
             held = sweep.held;
         }
+        if !request.dry_run {
+            report.requeues_outlived = self.reopen_outlived_requeues(&run).await;
+        }
         let result = self
             .select_and_redrive(request, &plan, &run, &mut report, on_item)
             .await;
@@ -274,6 +281,69 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             report.oldest_dead_age_secs = self.oldest_dead_age().await;
         }
         Ok(report)
+    }
+
+    /// Sets back to dead every record still `requeued` longer than any queue keeps a
+    /// message (its requeued message was neither finished nor dead-lettered: purged from
+    /// the queue, say), so that nothing waits `requeued` for ever. Bounded by the run's
+    /// item window; a failure is logged (the next run tries again). How many it reopened.
+    async fn reopen_outlived_requeues(&self, run: &RunContext) -> usize {
+        let filter = crate::selection::RecordFilter {
+            status: Some(crate::dead_letter::ItemStatus::Requeued),
+            oldest_first: true,
+            ..crate::selection::RecordFilter::default()
+        };
+        let cutoff = crate::clock::now()
+            - chrono::Duration::from_std(REQUEUE_OUTLIVED).unwrap_or(chrono::Duration::MAX);
+        let mut reopened = 0;
+        let mut token = None;
+        loop {
+            if Instant::now() >= run.stop_at {
+                return reopened;
+            }
+            let page = match self.store.query_page(&filter, 100, token.as_ref()).await {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::warn!(%error, "could not list requeued records; the next run looks again");
+                    return reopened;
+                }
+            };
+            for record in page
+                .records
+                .iter()
+                .filter(|r| r.requeued_at.is_some_and(|at| at < cutoff))
+            {
+                let item = work_item(record, String::new());
+                let failure = immediate(
+                    ProcessError::new(
+                        crate::error::ErrorClass::Timeout,
+                        format!(
+                            "requeued as message {} more than {} days ago and never finished nor dead-lettered: the message is gone",
+                            record.requeued_message_id.as_deref().unwrap_or("?"),
+                            REQUEUE_OUTLIVED.as_secs() / 86_400
+                        ),
+                    )
+                    .with_step("requeue"),
+                );
+                let mut detail =
+                    FailureDetail::from_attempt(&item, &failure, &self.settings.invocation);
+                detail.attempt_id = format!(
+                    "requeue-outlived:{}",
+                    record.requeued_message_id.as_deref().unwrap_or_default()
+                );
+                match self.store.reopen_requeued(record, &detail).await {
+                    Ok(true) => reopened += 1,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(item_id = %record.item_id, %error, "could not set an outlived requeue back to dead");
+                    }
+                }
+            }
+            match page.next {
+                Some(next) => token = Some(next),
+                None => return reopened,
+            }
+        }
     }
 
     /// How long the oldest dead record has waited since its last attempt: one query of one

@@ -88,6 +88,10 @@ pub struct RedriveReport {
     /// (SQS leaves a message received three times out of its own age metric).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oldest_dead_age_secs: Option<u64>,
+    /// Records set back to dead because they stayed `requeued` longer than any queue keeps
+    /// a message ([`crate::redrive::REQUEUE_OUTLIVED`]).
+    #[serde(default)]
+    pub requeues_outlived: usize,
     /// Set when the worker's circuit breaker held the run back (nothing was reprocessed):
     /// why (its open period running, a worker probing).
     #[serde(default, skip_serializing_if = "Option::is_none")]

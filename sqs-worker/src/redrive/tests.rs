@@ -659,3 +659,33 @@ async fn a_run_reports_the_age_of_the_oldest_dead_record() {
     let report = run(&empty, RedriveRequest::default()).await;
     assert_eq!(report.oldest_dead_age_secs, None);
 }
+
+/// Issue: a record could stay `requeued` for ever once its requeued message was gone
+/// without being finished or dead-lettered (purged from the queue, say). A run sets back to
+/// dead a record requeued longer than any queue keeps a message, and leaves a recent one.
+#[tokio::test]
+async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead() {
+    let engine = engine_with(Vec::new(), ScriptedProcessor::new());
+    for (id, days) in [("lost", 15), ("recent", 1)] {
+        let mut record = dead_record(id, ErrorClass::Throttled, 24 * days + 1);
+        record.status = ItemStatus::Requeued;
+        record.requeued_message_id = Some(format!("m-{id}"));
+        record.requeued_at = Some(crate::clock::now() - chrono::Duration::days(days));
+        engine.store().insert(record);
+    }
+    let report = run(
+        &engine,
+        RedriveRequest {
+            item_ids: vec!["none".into()],
+            ..RedriveRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeues_outlived, 1);
+    let lost = engine.store().record("lost").unwrap();
+    assert_eq!(lost.status, ItemStatus::Dead);
+    assert_eq!(lost.requeued_message_id, None);
+    assert!(lost.last_error.contains("m-lost"), "{}", lost.last_error);
+    assert!(lost.reprocess_eligible);
+    assert_eq!(status(&engine, "recent"), Some(ItemStatus::Requeued));
+}

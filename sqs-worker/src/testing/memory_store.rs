@@ -318,6 +318,7 @@ impl RecordStore for MemoryStore {
         self.end_lease("mark_requeued", &record.item_id, owner, sha, |r| {
             r.status = ItemStatus::Requeued;
             r.requeued_message_id = Some(message_id.to_string());
+            r.requeued_at = Some(crate::clock::now());
         })
     }
 
@@ -337,6 +338,30 @@ impl RecordStore for MemoryStore {
                 r.last_attempt = last.timestamp;
             }
         })
+    }
+
+    async fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &FailureDetail,
+    ) -> Result<bool, ProcessError> {
+        let mut state = self.state();
+        Self::check(&state, "reopen_requeued")?;
+        let Some(r) = state.records.get_mut(&record.item_id) else {
+            return Ok(false);
+        };
+        if r.status != ItemStatus::Requeued || r.requeued_message_id != record.requeued_message_id {
+            return Ok(false);
+        }
+        r.status = ItemStatus::Dead;
+        r.requeued_message_id = None;
+        r.failure_count += 1;
+        r.failure_history.push(failure.clone());
+        r.error_class = failure.error_type;
+        r.last_error = failure.error_message.clone();
+        r.last_attempt = failure.timestamp;
+        r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
+        Ok(true)
     }
 }
 

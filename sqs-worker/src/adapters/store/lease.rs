@@ -322,21 +322,27 @@ impl DeadLetterStore {
             &record.item_id,
             owner,
             ItemStatus::Requeued,
-            Some((schema::REQUEUED_MESSAGE_ID, message_id)),
+            &[
+                (schema::REQUEUED_MESSAGE_ID, message_id.to_string()),
+                (
+                    schema::REQUEUED_AT,
+                    crate::time_format::format(&crate::clock::now()),
+                ),
+            ],
             Some(&record.payload.sha256),
             "mark-requeued",
         )
         .await
     }
 
-    /// Ends `owner`'s lease on an item, setting its status (and one more attribute): the
-    /// one conditional write behind giving a lease back and marking an item requeued.
+    /// Ends `owner`'s lease on an item, setting its status (and a few more attributes):
+    /// the one conditional write behind giving a lease back and marking an item requeued.
     async fn end_lease(
         &self,
         item_id: &str,
         owner: &str,
         status: ItemStatus,
-        also: Option<(&str, &str)>,
+        also: &[(&str, String)],
         payload_sha256: Option<&str>,
         step: &str,
     ) -> Result<(), ProcessError> {
@@ -367,11 +373,11 @@ impl DeadLetterStore {
                 .expression_attribute_values(":sha", AttributeValue::S(sha.to_string()));
         }
         let mut set = "SET #status = :status".to_string();
-        if let Some((name, value)) = also {
-            set.push_str(", #also = :also");
+        for (n, (name, value)) in also.iter().enumerate() {
+            set.push_str(&format!(", #also{n} = :also{n}"));
             request = request
-                .expression_attribute_names("#also", name)
-                .expression_attribute_values(":also", AttributeValue::S(value.to_string()));
+                .expression_attribute_names(format!("#also{n}"), *name)
+                .expression_attribute_values(format!(":also{n}"), AttributeValue::S(value.clone()));
         }
         request
             .update_expression(format!("{set} REMOVE #owner, #expires"))
@@ -508,15 +514,8 @@ impl DeadLetterStore {
 
     /// Gives a lease back without changing anything else (status returns to dead).
     pub async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        self.end_lease(
-            item_id,
-            owner,
-            ItemStatus::Dead,
-            None,
-            None,
-            "release-lease",
-        )
-        .await
+        self.end_lease(item_id, owner, ItemStatus::Dead, &[], None, "release-lease")
+            .await
     }
 
     /// Records a failed redrive attempt: the item goes back to dead with the failure
@@ -527,29 +526,81 @@ impl DeadLetterStore {
         owner: &str,
         failures: &[FailureDetail],
     ) -> Result<(), ProcessError> {
-        let Some(failure) = failures.last() else {
+        if failures.is_empty() {
             return self.release_lease(item_id, owner).await;
+        }
+        self.back_to_dead(item_id, &BackFrom::Lease(owner), failures)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.with_step("record-redrive-failure"))
+    }
+
+    /// A record still `requeued` with the message `requeued_message_id` goes back to dead
+    /// with `failure` appended (the message outlived its queue unfinished); `Ok(false)`
+    /// when it changed meanwhile (finished, failed again, requeued anew).
+    pub async fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &FailureDetail,
+    ) -> Result<bool, ProcessError> {
+        let Some(message_id) = record.requeued_message_id.as_deref() else {
+            return Ok(false);
         };
-        let result = self
+        self.back_to_dead(
+            &record.item_id,
+            &BackFrom::Requeued(message_id),
+            std::slice::from_ref(failure),
+        )
+        .await
+        .map_err(|e| e.with_step("reopen-requeued"))
+    }
+
+    /// Sets an item back to dead with `failures` appended (count, signature, latest error,
+    /// eligibility), on the condition `from`; `Ok(false)` when the condition failed.
+    async fn back_to_dead(
+        &self,
+        item_id: &str,
+        from: &BackFrom<'_>,
+        failures: &[FailureDetail],
+    ) -> Result<bool, ProcessError> {
+        let Some(failure) = failures.last() else {
+            return Ok(false);
+        };
+        let (condition, removes, name, key, value) = match from {
+            BackFrom::Lease(owner) => (
+                "#owner = :owner",
+                "REMOVE #owner, #expires",
+                "#owner",
+                LEASE_OWNER,
+                *owner,
+            ),
+            BackFrom::Requeued(message_id) => (
+                "#status = :requeued AND #requeued = :owner",
+                "REMOVE #requeued",
+                "#requeued",
+                schema::REQUEUED_MESSAGE_ID,
+                *message_id,
+            ),
+        };
+        let mut request = self
             .clients
             .dynamodb
             .update_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression(
+            .update_expression(format!(
                 "SET #status = :dead, #last = :last, error_class = :class, #sig = :sig, last_error = :err, \
                  reprocess_eligible = :elig, #hist = list_append(if_not_exists(#hist, :empty), :entry) \
-                 REMOVE #owner, #expires ADD #count :one, #ids :ids",
-            )
-            .condition_expression("#owner = :owner")
+                 {removes} ADD #count :one, #ids :ids"
+            ))
+            .condition_expression(condition)
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#last", schema::LAST_ATTEMPT)
             .expression_attribute_names("#sig", schema::ERROR_SIGNATURE)
             .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
             .expression_attribute_names("#count", schema::FAILURE_COUNT)
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-            .expression_attribute_names("#owner", LEASE_OWNER)
-            .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+            .expression_attribute_names(name, key)
             .expression_attribute_values(":dead", AttributeValue::S(ItemStatus::Dead.as_str().into()))
             .expression_attribute_values(":last", AttributeValue::S(crate::time_format::format(&failure.timestamp)))
             .expression_attribute_values(":class", AttributeValue::S(failure.error_type.as_str().into()))
@@ -566,16 +617,43 @@ impl DeadLetterStore {
                 ":ids",
                 AttributeValue::Ss(failures.iter().map(|f| f.attempt_id.clone()).collect()),
             )
-            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .send()
-            .await
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("record-redrive-failure"))?;
-        match result.attributes() {
-            Some(item) => self.after_append(schema::record_from_item(item)?).await,
-            None => Ok(()),
+            .expression_attribute_values(":owner", AttributeValue::S(value.to_string()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
+        match from {
+            BackFrom::Lease(_) => {
+                request = request.expression_attribute_names("#expires", LEASE_EXPIRES_AT);
+            }
+            BackFrom::Requeued(_) => {
+                request = request.expression_attribute_values(
+                    ":requeued",
+                    AttributeValue::S(ItemStatus::Requeued.as_str().into()),
+                );
+            }
         }
+        let result = match request.send().await {
+            Ok(result) => result,
+            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => {
+                return match from {
+                    // The lease was lost: an error of the run, as before.
+                    BackFrom::Lease(_) => Err(ProcessError::from_sdk(&e)),
+                    BackFrom::Requeued(_) => Ok(false),
+                };
+            }
+            Err(e) => return Err(ProcessError::from_sdk(&e)),
+        };
+        if let Some(item) = result.attributes() {
+            self.after_append(schema::record_from_item(item)?).await?;
+        }
+        Ok(true)
     }
+}
+
+/// What [`DeadLetterStore::back_to_dead`] requires of the record.
+enum BackFrom<'a> {
+    /// This run's lease (owner).
+    Lease(&'a str),
+    /// Still requeued with this message.
+    Requeued(&'a str),
 }
 
 #[cfg(test)]

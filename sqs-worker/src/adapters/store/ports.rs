@@ -81,6 +81,14 @@ impl RecordStore for DeadLetterStore {
     ) -> Result<(), ProcessError> {
         DeadLetterStore::record_redrive_failure(self, item_id, owner, failures).await
     }
+
+    async fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &FailureDetail,
+    ) -> Result<bool, ProcessError> {
+        DeadLetterStore::reopen_requeued(self, record, failure).await
+    }
 }
 
 impl DeadLetterQueue for DeadLetterStore {

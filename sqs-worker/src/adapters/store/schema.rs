@@ -66,6 +66,8 @@ pub const DLQ_SENT: &str = "dlq_sent";
 pub const PROCESSED: &str = "processed";
 /// While requeued: the message sent back to the source queue.
 pub const REQUEUED_MESSAGE_ID: &str = "requeued_message_id";
+/// When the record was last requeued (S, RFC 3339).
+pub const REQUEUED_AT: &str = "requeued_at";
 /// Owner of a redrive lease (S).
 pub const LEASE_OWNER: &str = "lease_owner";
 /// Lease expiry, epoch seconds (N).
@@ -326,6 +328,7 @@ pub(crate) mod tests {
             resolved_at: Some(at(1_700_000_200)),
             lease_expires_at: Some(1_700_000_500),
             requeued_message_id: Some("m-2".into()),
+            requeued_at: Some(at(1_700_000_200)),
             processed: vec!["msg:m-0".into(), format!("sha:{}", "cd".repeat(32))],
         }
     }
@@ -357,7 +360,7 @@ pub(crate) mod tests {
     }
 
     /// The types of the record's attributes (the top level), as [`full_record`] stores them.
-    pub(crate) const FULL_RECORD_TYPES: [(&str, &str); 20] = [
+    pub(crate) const FULL_RECORD_TYPES: [(&str, &str); 21] = [
         ("error_class", "S"),
         ("error_signature", "S"),
         ("expires_at", "N"),
@@ -374,6 +377,7 @@ pub(crate) mod tests {
         ("processed", "L"),
         ("reason", "S"),
         ("reprocess_eligible", "BOOL"),
+        ("requeued_at", "S"),
         ("requeued_message_id", "S"),
         ("resolved_at", "S"),
         ("source", "M"),
@@ -475,6 +479,7 @@ pub(crate) mod tests {
         record.resolved_at = None;
         record.lease_expires_at = None;
         record.requeued_message_id = None;
+        record.requeued_at = None;
         record.processed.clear();
         record.source.queue_arn = None;
         record.source.attributes_omitted = 0;
@@ -482,7 +487,12 @@ pub(crate) mod tests {
         record.failure_history[0].response_excerpt = None;
         let item = record_to_item(&record).unwrap();
         // Fields skipped when absent are not stored; the others are NULL.
-        for gone in ["lease_expires_at", "requeued_message_id", "processed"] {
+        for gone in [
+            "lease_expires_at",
+            "requeued_message_id",
+            "requeued_at",
+            "processed",
+        ] {
             assert!(!item.contains_key(gone), "{gone}");
         }
         assert_eq!(item["resolved_at"], AttributeValue::Null(true));
@@ -716,6 +726,7 @@ pub(crate) mod tests {
             resolved_at: None,
             lease_expires_at: None,
             requeued_message_id: None,
+            requeued_at: None,
             processed: vec![],
         };
         assert_eq!(record_from_item(&item).unwrap(), expected);
