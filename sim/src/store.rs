@@ -193,7 +193,12 @@ impl RecordTable for SimStore {
         if existing.as_ref().is_some_and(|r| r.corrupt) {
             return Err(corrupt(id, "record"));
         }
-        if !expect.admits(existing.as_ref().map(|r| r.record.status)) {
+        if !expect.admits(
+            existing.as_ref().map(|r| r.record.status),
+            existing
+                .as_ref()
+                .map_or(&[][..], |r| &r.record.processed[..]),
+        ) {
             return Ok(None);
         }
         if let Some(row) = &existing {
@@ -588,7 +593,7 @@ impl DlqMessages for SimStore {
             self,
             &self.settings,
             &record,
-            recording::Expect::from_status(adoption.expected_status),
+            recording::Expect::judged(adoption.expected_status, &adoption.message_keys),
         )
         .await?;
         Ok(written.then_some(record))

@@ -952,12 +952,17 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
             attribute(crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE),
         ) {
-            (Some(requeued_by), _) => {
-                Box::pin(
-                    self.sink
-                        .finish_requeued(record_id, &item.message_id, &sha, requeued_by),
-                )
-            }
+            // A requeued message: its record waits for it, or (the message came back to
+            // the DLQ, reopening the record, and was moved back by the console) is dead
+            // holding its payload. Each write is conditional; at most one applies.
+            (Some(requeued_by), _) => Box::pin(async move {
+                self.sink
+                    .finish_requeued(record_id, &item.message_id, &sha, requeued_by)
+                    .await?;
+                self.sink
+                    .finish_moved_back(record_id, &item.message_id, &item.message_id, &sha)
+                    .await
+            }),
             (None, Some(dead_lettered)) => Box::pin(self.sink.finish_moved_back(
                 record_id,
                 dead_lettered,

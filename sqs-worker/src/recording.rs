@@ -148,28 +148,45 @@ pub fn review_flag_change(stored: &DeadLetteredItem) -> Option<bool> {
 }
 
 /// What a write expects of the record it would change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expect {
     /// Anything, or nothing (the worker's upsert).
     Any,
     /// No record: the sweep adopting a DLQ message no record held.
     Absent,
-    /// A record of this status: the sweep reopening a record it judged so.
-    Status(ItemStatus),
+    /// A record of this status that still lists none of `not_processed` as processed: the
+    /// sweep reopening a record it judged so, for a message (with those keys) the record
+    /// had not processed. A record that processed it since is not reopened.
+    Status {
+        /// The status judged.
+        status: ItemStatus,
+        /// The message's `processed` keys.
+        not_processed: Vec<String>,
+    },
 }
 
 impl Expect {
-    /// What an adoption judged: no record (`None`), or one of that status.
-    pub fn from_status(status: Option<ItemStatus>) -> Expect {
-        status.map_or(Expect::Absent, Expect::Status)
+    /// What an adoption judged: no record (`None`), or one of that status that had not
+    /// processed the message of `keys`.
+    pub fn judged(status: Option<ItemStatus>, keys: &[String]) -> Expect {
+        match status {
+            None => Expect::Absent,
+            Some(status) => Expect::Status {
+                status,
+                not_processed: keys.to_vec(),
+            },
+        }
     }
 
-    /// Whether a record of `status` (`None`: no record) meets it.
-    pub fn admits(self, status: Option<ItemStatus>) -> bool {
+    /// Whether a record of `status` listing `processed` (`None`: no record) meets it.
+    pub fn admits(&self, status: Option<ItemStatus>, processed: &[String]) -> bool {
         match self {
             Expect::Any => true,
             Expect::Absent => status.is_none(),
-            Expect::Status(expected) => status == Some(expected),
+            Expect::Status {
+                status: expected,
+                not_processed,
+            } => status == Some(*expected) && !not_processed.iter().any(|k| processed.contains(k)),
         }
     }
 }
@@ -662,8 +679,11 @@ mod tests {
             expect: Expect,
         ) -> Result<Option<DeadLetteredItem>, ProcessError> {
             let mut records = self.records.lock().unwrap();
-            let status = records.get(&record.item_id).map(|(r, _, _)| r.status);
-            if !expect.admits(status) {
+            let existing = records.get(&record.item_id).map(|(r, _, _)| r);
+            if !expect.admits(
+                existing.map(|r| r.status),
+                existing.map_or(&[][..], |r| &r.processed[..]),
+            ) {
                 return Ok(None);
             }
             let (stored, ids, claims) =

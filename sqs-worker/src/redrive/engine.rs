@@ -548,11 +548,13 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                                 next_index: None,
                                 after: token.as_ref().map(|t| t.0.clone()),
                                 phase,
+                                started_ms: plan.continuation.started_ms,
                             }
                             .encode(),
                         );
                         return Ok(());
                     }
+                    let cut = chunk.len() > limit - taken;
                     let chunk = &chunk[..chunk.len().min(limit - taken)];
                     for outcome in self.redrive_chunk(chunk, request, plan, run).await {
                         if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
@@ -562,6 +564,20 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     }
                     if let Some(last) = chunk.last() {
                         token = Some(self.store.token_after(last, filter));
+                    }
+                    if cut {
+                        // The page goes on after the last record handled: resume there,
+                        // not at the next page.
+                        report.continuation_token = Some(
+                            Continuation {
+                                next_index: None,
+                                after: token.as_ref().map(|t| t.0.clone()),
+                                phase,
+                                started_ms: plan.continuation.started_ms,
+                            }
+                            .encode(),
+                        );
+                        return Ok(());
                     }
                 }
                 match page.next {
@@ -717,6 +733,17 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         // The record keeps the body as it arrived; the processor gets what the worker's
         // would have, the envelope unwrapped.
         if let Err(error) = self.settings.parser.unwrap_envelope(&mut item) {
+            return self
+                .fail(record, run_id, &item, vec![immediate(error)])
+                .await;
+        }
+        if deadline.remaining().is_zero() {
+            // Reading the payload took what the lease had left: no attempt starts now.
+            let error = ProcessError::new(
+                crate::error::ErrorClass::Timeout,
+                "not attempted: reading the payload used up the item's lease",
+            )
+            .with_step("reprocess");
             return self
                 .fail(record, run_id, &item, vec![immediate(error)])
                 .await;

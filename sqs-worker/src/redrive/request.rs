@@ -78,6 +78,11 @@ pub(super) struct Continuation {
     /// Which of the selection's queries the run was in (see [`Plan::filters`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub(super) phase: usize,
+    /// When the chain of runs began (epoch milliseconds): the selection never takes a
+    /// record whose last attempt is later, so an item that failed again in the chain
+    /// (which moves it to the end of the oldest-first order) is not taken twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) started_ms: Option<i64>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -206,6 +211,18 @@ impl RedriveRequest {
             .map(Continuation::decode)
             .transpose()?
             .unwrap_or_default();
+        // A chain of runs (a continuation) selects what was there when it began.
+        let started = continuation
+            .started_ms
+            .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
+            .unwrap_or(now);
+        // (Never before `since`: a range DynamoDB would refuse; one in the future selects
+        // nothing either way.)
+        let until = Some(
+            until
+                .map_or(started, |u| u.min(started))
+                .max(since.unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC)),
+        );
         let base = RecordFilter {
             status: Some(self.status.unwrap_or(ItemStatus::Dead)),
             signature: self.error_signature.clone(),
@@ -220,16 +237,19 @@ impl RedriveRequest {
             // keep failing cannot head every scheduled run.
             oldest_first: true,
         };
-        let mut filters = vec![base.clone()];
+        // Items a dead run left leased first: they are few, and behind a dead selection
+        // that never runs out (items that keep failing) they would never be taken back.
+        let mut filters = Vec::new();
         if self.status.is_none()
             && !crate::mutants::is_on(crate::mutants::Mutant::LeasesNeverTakenBack)
         {
             filters.push(RecordFilter {
                 status: Some(ItemStatus::Redriving),
                 lease_expired_before: Some(now.timestamp()),
-                ..base
+                ..base.clone()
             });
         }
+        filters.push(base);
         Ok(Plan {
             filters,
             // Each id once: a repeat would be leased twice in one transaction, which
@@ -245,7 +265,10 @@ impl RedriveRequest {
             parallelism,
             interval,
             budget,
-            continuation,
+            continuation: Continuation {
+                started_ms: Some(started.timestamp_millis()),
+                ..continuation
+            },
         })
     }
 }

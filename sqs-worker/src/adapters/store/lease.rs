@@ -458,8 +458,9 @@ impl DeadLetterStore {
 
     /// The worker finished `message_id`, a DLQ message moved back to the source queue from
     /// outside (the console's "Start DLQ redrive") holding the delivery `dead_lettered`:
-    /// a dead record that holds that delivery is resolved, with both messages and the
-    /// payload listed as processed. Anything else (another delivery since, a run holding
+    /// a dead record that holds that delivery, or that very payload (just delivered
+    /// successfully), is resolved, with both messages and the payload listed as
+    /// processed. Anything else (another delivery since, a run holding
     /// it, already resolved) is left as it is.
     pub async fn finish_moved_back(
         &self,
@@ -483,7 +484,12 @@ impl DeadLetterStore {
                 "SET #status = :resolved, resolved_at = :now, \
                  #processed = list_append(if_not_exists(#processed, :empty), :keys)",
             )
-            .condition_expression("#status = :dead AND #source.#mid = :delivery")
+            .condition_expression(
+                "#status = :dead AND (#source.#mid = :delivery OR #payload.#sha = :sha)",
+            )
+            .expression_attribute_names("#payload", "payload")
+            .expression_attribute_names("#sha", "sha256")
+            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#processed", schema::PROCESSED)
             .expression_attribute_names("#source", "source")

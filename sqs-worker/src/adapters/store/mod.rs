@@ -251,7 +251,10 @@ impl RecordTable for DeadLetterStore {
                 conditions.push("attribute_not_exists(#key)".to_string());
                 request = request.expression_attribute_names("#key", schema::ITEM_ID);
             }
-            crate::recording::Expect::Status(status) => {
+            crate::recording::Expect::Status {
+                status,
+                not_processed,
+            } => {
                 conditions.push("#expected_status = :expected_status".to_string());
                 request = request
                     .expression_attribute_names("#expected_status", schema::STATUS)
@@ -259,6 +262,15 @@ impl RecordTable for DeadLetterStore {
                         ":expected_status",
                         AttributeValue::S(status.as_str().to_string()),
                     );
+                for (n, key) in not_processed.iter().enumerate() {
+                    conditions.push(format!("NOT contains(#processed_now, :unprocessed{n})"));
+                    request = request
+                        .expression_attribute_names("#processed_now", schema::PROCESSED)
+                        .expression_attribute_values(
+                            format!(":unprocessed{n}"),
+                            AttributeValue::S(key.clone()),
+                        );
+                }
             }
         }
         let update = format!("SET {}{removes} ADD {adds}", sets.join(", "));

@@ -347,7 +347,7 @@ impl DlqMessages for DeadLetterStore {
             self,
             &self.recording(),
             &record,
-            crate::recording::Expect::from_status(adoption.expected_status),
+            crate::recording::Expect::judged(adoption.expected_status, &adoption.message_keys),
         )
         .await?;
         Ok(written.then_some(record))
@@ -409,9 +409,22 @@ impl DlqMessages for DeadLetterStore {
                     .or_insert(value);
             }
         }
-        if attributes.len() > 10 {
-            // SQS takes ten attributes at most: the copy could not say what it holds.
-            return Ok(false);
+        if attributes.len() > MAX_MESSAGE_ATTRIBUTES {
+            // SQS takes ten attributes at most. What identifies the message (ours) stays;
+            // producer attributes past the tenth are left off the copy (the record, which
+            // an adopting sweep has written by now, keeps every one): a message that
+            // cannot move would hide its group's later messages for ever.
+            let mut names: Vec<String> = attributes.keys().cloned().collect();
+            names.sort_by_key(|name| {
+                (
+                    !crate::message::RESERVED_ATTRIBUTES.contains(&name.as_str()),
+                    name.clone(),
+                )
+            });
+            for dropped in names.split_off(MAX_MESSAGE_ATTRIBUTES) {
+                attributes.remove(&dropped);
+            }
+            tracing::warn!(message_id = %original_id, "a FIFO DLQ message moved behind its group lost the producer attributes past SQS's ten; its record keeps them");
         }
         let dedup = format!(
             "{ROTATION_PREFIX}{pass}:{}",
@@ -439,6 +452,9 @@ impl DlqMessages for DeadLetterStore {
         Ok(true)
     }
 }
+
+/// Most message attributes SQS takes on one message.
+const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 
 /// How the deduplication id of a copy a sweep's rotation sent begins.
 const ROTATION_PREFIX: &str = "sweep:";
