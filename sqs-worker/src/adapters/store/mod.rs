@@ -26,6 +26,7 @@ pub mod query;
 pub mod schema;
 pub mod sweep;
 
+use std::collections::HashMap;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -101,6 +102,10 @@ pub struct DeadLetterStore {
     payload_policy: PayloadPolicy,
 }
 
+/// Rounds of `BatchGetItem` for the keys DynamoDB leaves unprocessed (backing off 0.1 s to
+/// 1.6 s between them, about 6 s in all).
+pub(crate) const BATCH_GET_ROUNDS: u32 = 8;
+
 impl DeadLetterStore {
     /// A store over existing clients.
     pub fn new(clients: AwsClients, config: StoreConfig) -> Self {
@@ -151,6 +156,84 @@ impl DeadLetterStore {
     /// the history compacted ([`crate::recording::after_append`]).
     pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
         crate::recording::after_append(self, &self.recording(), stored).await
+    }
+
+    /// The items of `ids` (each once) by item id, read with strongly consistent
+    /// `BatchGetItem`s of 100 shaped by `shape` (a projection, say). Keys DynamoDB leaves
+    /// unprocessed (it throttles) are asked again with backoff; still unread after
+    /// [`BATCH_GET_ROUNDS`], they are an error named `step`, never a missing item (a record
+    /// taken for missing would be adopted over, or left out of a listing).
+    pub(crate) async fn batch_get(
+        &self,
+        ids: &[String],
+        step: &'static str,
+        shape: impl Fn(
+            aws_sdk_dynamodb::types::builders::KeysAndAttributesBuilder,
+        ) -> aws_sdk_dynamodb::types::builders::KeysAndAttributesBuilder,
+    ) -> Result<HashMap<String, HashMap<String, AttributeValue>>, ProcessError> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut found = HashMap::new();
+        let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+        let unique: Vec<&String> = unique.into_iter().collect();
+        for chunk in unique.chunks(100) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|id| {
+                    HashMap::from([(
+                        schema::ITEM_ID.to_string(),
+                        AttributeValue::S((*id).clone()),
+                    )])
+                })
+                .collect();
+            for round in 0..BATCH_GET_ROUNDS {
+                if keys.is_empty() {
+                    break;
+                }
+                if round > 0 {
+                    // DynamoDB leaves keys unprocessed when it throttles: back off.
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << round.min(5))).await;
+                }
+                let request =
+                    shape(KeysAndAttributes::builder().set_keys(Some(std::mem::take(&mut keys))))
+                        .consistent_read(true)
+                        .build()
+                        .map_err(|e| ProcessError::validation(e.to_string()).with_step(step))?;
+                let output = self
+                    .clients
+                    .dynamodb
+                    .batch_get_item()
+                    .request_items(&self.config.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| ProcessError::from_sdk(&e).with_step(step))?;
+                for item in output
+                    .responses()
+                    .and_then(|r| r.get(&self.config.table))
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(id) = item.get(schema::ITEM_ID).and_then(|v| v.as_s().ok()) {
+                        found.insert(id.clone(), item.clone());
+                    }
+                }
+                keys = output
+                    .unprocessed_keys()
+                    .and_then(|u| u.get(&self.config.table))
+                    .map(|k| k.keys().to_vec())
+                    .unwrap_or_default();
+            }
+            if !keys.is_empty() {
+                return Err(ProcessError::new(
+                    crate::error::ErrorClass::Throttled,
+                    format!(
+                        "{} records could not be read (DynamoDB left them unprocessed {BATCH_GET_ROUNDS} times)",
+                        keys.len()
+                    ),
+                )
+                .with_step(step));
+            }
+        }
+        Ok(found)
     }
 
     /// Reads one record (strongly consistent).

@@ -63,77 +63,18 @@ impl PageToken {
     }
 }
 
-/// Rounds of `BatchGetItem` for the keys DynamoDB leaves unprocessed.
-const WHOLE_RECORD_ROUNDS: u32 = 8;
-
 impl DeadLetterStore {
-    /// The whole records of the index entries `entries`, in their order: one strongly
-    /// consistent `BatchGetItem` per 100, unprocessed keys asked again with backoff (still
-    /// unread: an error, never a record left out).
+    /// The whole records of the index entries `entries`, in their order (strongly
+    /// consistent; a record deleted since is left out).
     async fn whole_records(
         &self,
         entries: &[HashMap<String, AttributeValue>],
     ) -> Result<Vec<HashMap<String, AttributeValue>>, ProcessError> {
-        use aws_sdk_dynamodb::types::KeysAndAttributes;
         let ids: Vec<String> = entries
             .iter()
             .filter_map(|e| e.get(schema::ITEM_ID).and_then(|v| v.as_s().ok()).cloned())
             .collect();
-        let mut found: HashMap<String, HashMap<String, AttributeValue>> = HashMap::new();
-        for chunk in ids.chunks(100) {
-            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|id| {
-                    HashMap::from([(schema::ITEM_ID.to_string(), AttributeValue::S(id.clone()))])
-                })
-                .collect();
-            for round in 0..WHOLE_RECORD_ROUNDS {
-                if keys.is_empty() {
-                    break;
-                }
-                if round > 0 {
-                    tokio::time::sleep(std::time::Duration::from_millis(50 << round.min(5))).await;
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut keys)))
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| ProcessError::validation(e.to_string()).with_step("query"))?;
-                let output = self
-                    .clients
-                    .dynamodb
-                    .batch_get_item()
-                    .request_items(&self.config.table, request)
-                    .send()
-                    .await
-                    .map_err(|e| ProcessError::from_sdk(&e).with_step("query"))?;
-                for item in output
-                    .responses()
-                    .and_then(|r| r.get(&self.config.table))
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(id) = item.get(schema::ITEM_ID).and_then(|v| v.as_s().ok()) {
-                        found.insert(id.clone(), item.clone());
-                    }
-                }
-                keys = output
-                    .unprocessed_keys()
-                    .and_then(|u| u.get(&self.config.table))
-                    .map(|k| k.keys().to_vec())
-                    .unwrap_or_default();
-            }
-            if !keys.is_empty() {
-                return Err(ProcessError::new(
-                    ErrorClass::Throttled,
-                    format!(
-                        "{} records could not be read (DynamoDB left them unprocessed)",
-                        keys.len()
-                    ),
-                )
-                .with_step("query"));
-            }
-        }
+        let mut found = self.batch_get(&ids, "query", |request| request).await?;
         Ok(ids.iter().filter_map(|id| found.remove(id)).collect())
     }
 

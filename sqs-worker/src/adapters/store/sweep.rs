@@ -4,7 +4,7 @@
 //! the SDK calls, and how an SQS message is read (its item id, its [`MessageView`], the work
 //! item it would have been).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{
@@ -129,10 +129,6 @@ impl DeadLetterStore {
 /// How long a sweep's receive waits for a message (a long poll asks every server).
 const SWEEP_WAIT_SECONDS: i32 = 1;
 
-/// Rounds of `BatchGetItem` for the keys DynamoDB leaves unprocessed (backing off 0.1 s to
-/// 1.6 s between them, about 6 s in all).
-const LOOKUP_ROUNDS: u32 = 8;
-
 impl DlqMessages for DeadLetterStore {
     type Message = Message;
 
@@ -179,30 +175,9 @@ impl DlqMessages for DeadLetterStore {
     /// with backoff. Keys still unread after that are an error, never "no record": a record
     /// taken for missing would be adopted over.
     async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
-        use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-        let mut found = HashMap::new();
-        let unique: HashSet<&String> = ids.iter().collect();
-        let unique: Vec<&String> = unique.into_iter().collect();
-        for chunk in unique.chunks(100) {
-            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|id| {
-                    HashMap::from([(
-                        schema::ITEM_ID.to_string(),
-                        AttributeValue::S((*id).clone()),
-                    )])
-                })
-                .collect();
-            for round in 0..LOOKUP_ROUNDS {
-                if keys.is_empty() {
-                    break;
-                }
-                if round > 0 {
-                    // DynamoDB leaves keys unprocessed when it throttles: back off.
-                    tokio::time::sleep(Duration::from_millis(50 << round.min(5))).await;
-                }
-                let request = KeysAndAttributes::builder()
-                    .set_keys(Some(std::mem::take(&mut keys)))
+        let items = self
+            .batch_get(ids, "sweep-lookup", |request| {
+                request
                     .projection_expression(
                         "#id, #status, #expires, #src.#mid, #src.#arn, #payload.#sha, #processed, #requeued",
                     )
@@ -216,74 +191,38 @@ impl DlqMessages for DeadLetterStore {
                     .expression_attribute_names("#sha", "sha256")
                     .expression_attribute_names("#processed", schema::PROCESSED)
                     .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
-                    .consistent_read(true)
-                    .build()
-                    .map_err(|e| {
-                        ProcessError::validation(e.to_string()).with_step("sweep-lookup")
-                    })?;
-                let output = self
-                    .clients
-                    .dynamodb
-                    .batch_get_item()
-                    .request_items(&self.config.table, request)
-                    .send()
-                    .await
-                    .map_err(|e| ProcessError::from_sdk(&e).with_step("sweep-lookup"))?;
-                for item in output
-                    .responses()
-                    .and_then(|r| r.get(&self.config.table))
-                    .into_iter()
-                    .flatten()
-                {
-                    let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-                    let nested = |map: &str, name: &str| {
-                        item.get(map)
-                            .and_then(|v| v.as_m().ok())
-                            .and_then(|m| m.get(name))
-                            .and_then(|v| v.as_s().ok())
-                            .cloned()
-                    };
-                    let Some(id) = text(schema::ITEM_ID) else {
-                        continue;
-                    };
-                    found.insert(
-                        id,
-                        Standing {
-                            status: text(schema::STATUS).and_then(|s| ItemStatus::parse(&s)),
-                            lease_expires_at: item
-                                .get(LEASE_EXPIRES_AT)
-                                .and_then(|v| v.as_n().ok())
-                                .and_then(|n| n.parse().ok()),
-                            source_message_id: nested("source", "message_id"),
-                            payload_sha256: nested("payload", "sha256"),
-                            processed: item
-                                .get(schema::PROCESSED)
-                                .and_then(|v| v.as_l().ok())
-                                .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
-                                .unwrap_or_default(),
-                            requeued_message_id: text(schema::REQUEUED_MESSAGE_ID),
-                            source_queue_arn: nested("source", "queue_arn"),
-                        },
-                    );
-                }
-                keys = output
-                    .unprocessed_keys()
-                    .and_then(|u| u.get(&self.config.table))
-                    .map(|k| k.keys().to_vec())
-                    .unwrap_or_default();
-            }
-            if !keys.is_empty() {
-                return Err(ProcessError::new(
-                    ErrorClass::Throttled,
-                    format!(
-                        "{} records could not be read (DynamoDB left them unprocessed {LOOKUP_ROUNDS} times)",
-                        keys.len()
-                    ),
-                )
-                .with_step("sweep-lookup"));
-            }
-        }
-        Ok(found)
+            })
+            .await?;
+        Ok(items
+            .into_iter()
+            .map(|(id, item)| {
+                let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+                let nested = |map: &str, name: &str| {
+                    item.get(map)
+                        .and_then(|v| v.as_m().ok())
+                        .and_then(|m| m.get(name))
+                        .and_then(|v| v.as_s().ok())
+                        .cloned()
+                };
+                let standing = Standing {
+                    status: text(schema::STATUS).and_then(|s| ItemStatus::parse(&s)),
+                    lease_expires_at: item
+                        .get(LEASE_EXPIRES_AT)
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse().ok()),
+                    source_message_id: nested("source", "message_id"),
+                    payload_sha256: nested("payload", "sha256"),
+                    processed: item
+                        .get(schema::PROCESSED)
+                        .and_then(|v| v.as_l().ok())
+                        .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
+                        .unwrap_or_default(),
+                    requeued_message_id: text(schema::REQUEUED_MESSAGE_ID),
+                    source_queue_arn: nested("source", "queue_arn"),
+                };
+                (id, standing)
+            })
+            .collect())
     }
 
     /// Creates (or reopens) the record of a DLQ message no record holds, under `item_id`
@@ -592,7 +531,10 @@ mod tests {
         let error = store.standings(&["order-1".to_string()]).await.unwrap_err();
         assert_eq!(error.class, ErrorClass::Throttled, "{error}");
         assert_eq!(error.step.as_deref(), Some("sweep-lookup"));
-        assert_eq!(throttled.num_calls(), LOOKUP_ROUNDS as usize);
+        assert_eq!(
+            throttled.num_calls(),
+            super::super::BATCH_GET_ROUNDS as usize
+        );
     }
 
     /// A sweep's receive long-polls: a short poll samples a few of the queue's servers and
