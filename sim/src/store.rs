@@ -97,6 +97,27 @@ impl SimStore {
         &self.world
     }
 
+    /// A call's latency: the task yields for a few simulated milliseconds, now and then a
+    /// few seconds (drawn from the seed), so that concurrent runs, sandboxes and operators interleave between one
+    /// call and the next, as they do against DynamoDB, SQS and S3 (a read and the write
+    /// that follows it are two steps another task can come between).
+    async fn latency(&self) {
+        let delay = {
+            let mut state = self.world.lock();
+            match state.rng.u32(0..100) {
+                0..50 => Duration::ZERO,
+                50..95 => Duration::from_millis(state.rng.u64(1..=40)),
+                // A slow call: the SDK retrying a throttled request, a cold connection.
+                _ => Duration::from_millis(state.rng.u64(200..=3_000)),
+            }
+        };
+        if delay.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
     fn table_call(&self, state: &mut State, step: &str) -> Result<(), ProcessError> {
         if state.chance_of(|f| f.table) {
             // Throttling and unavailability, half and half.
@@ -186,6 +207,7 @@ impl RecordTable for SimStore {
         claim: Option<&str>,
         expect: recording::Expect,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "record")?;
         let id = record.item_id.as_str();
@@ -273,6 +295,7 @@ impl RecordTable for SimStore {
     }
 
     async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "record")?;
         Ok(state
@@ -287,6 +310,7 @@ impl RecordTable for SimStore {
     }
 
     async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "mark-sent")?;
         for (item_id, message_id) in sent {
@@ -303,6 +327,7 @@ impl RecordTable for SimStore {
     }
 
     async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "record")?;
         if let Some(row) = state.table.get_mut(item_id) {
@@ -316,6 +341,7 @@ impl RecordTable for SimStore {
         stored: &DeadLetteredItem,
         compaction: &Compaction,
     ) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "compact-history")?;
         let id = stored.item_id.as_str();
@@ -343,6 +369,7 @@ impl RecordTable for SimStore {
     }
 
     async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "release-claim")?;
         if let Some(row) = state.table.get_mut(item_id) {
@@ -362,6 +389,7 @@ impl RecordTable for SimStore {
         body: &str,
         _sha256: &str,
     ) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         if state.chance_of(|f| f.bucket) {
             state.trace.note(
@@ -376,6 +404,7 @@ impl RecordTable for SimStore {
     }
 
     async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
+        self.latency().await;
         let mut state = self.world.lock();
         let now_ms = sqs_worker::clock::now().timestamp_millis();
         let mut results = Vec::with_capacity(records.len());
@@ -510,6 +539,7 @@ impl DlqMessages for SimStore {
         hold: Duration,
         parser: &ItemParser,
     ) -> Result<Vec<ReceivedMessage<SimMessage>>, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         let received = state.dlq.receive(10, hold, false);
         let arn = state.source.arn.clone();
@@ -534,6 +564,7 @@ impl DlqMessages for SimStore {
     }
 
     async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "sweep-lookup")?;
         Ok(ids
@@ -600,6 +631,7 @@ impl DlqMessages for SimStore {
     }
 
     async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         let mut deleted = 0;
         for receipt in receipts {
@@ -636,6 +668,7 @@ impl DlqMessages for SimStore {
     }
 
     async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         for receipt in receipts {
             state.dlq.change_visibility(receipt, hold);
@@ -649,6 +682,7 @@ impl RecordRemoval for SimStore {
         &self,
         records: &[DeadLetteredItem],
     ) -> Result<Vec<String>, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "delete-records")?;
         let mut deleted = Vec::new();
@@ -685,6 +719,7 @@ impl RecordRemoval for SimStore {
 
 impl RecordStore for SimStore {
     async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "read-record")?;
         match state.table.get(item_id) {
@@ -700,6 +735,7 @@ impl RecordStore for SimStore {
         limit: i32,
         start: Option<&PageToken>,
     ) -> Result<Page, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "query")?;
         let mut unreadable = Vec::new();
@@ -731,6 +767,7 @@ impl RecordStore for SimStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<bool, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "lease")?;
         let now = now_secs();
@@ -833,6 +870,7 @@ impl RecordStore for SimStore {
         failure: &FailureDetail,
     ) -> Result<bool, ProcessError> {
         let stored = {
+            self.latency().await;
             let mut state = self.world.lock();
             self.table_call(&mut state, "reopen-requeued")?;
             let Some(mut row) = state.table.get(&record.item_id).cloned() else {
@@ -889,6 +927,7 @@ impl DeadLetterQueue for SimStore {
 
 impl PayloadStore for SimStore {
     async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         if state.chance_of(|f| f.bucket) {
             state.trace.note(
@@ -908,6 +947,7 @@ impl PayloadStore for SimStore {
     }
 
     async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         if state.chance_of(|f| f.bucket) {
             return Err(unavailable("S3", "delete-payload"));
@@ -937,6 +977,7 @@ impl PayloadStore for SimStore {
 
 impl SourceQueue for SimStore {
     async fn queue_url(&self, name: &str, _account: &str) -> Result<String, ProcessError> {
+        self.latency().await;
         let state = self.world.lock();
         if state.source.arn.ends_with(&format!(":{name}")) {
             Ok(state.source.url.clone())
@@ -953,6 +994,7 @@ impl SourceQueue for SimStore {
         queue_url: &str,
         messages: &[OutgoingMessage],
     ) -> Result<Vec<SendResult>, ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         if queue_url != state.source.url {
             return Err(ProcessError::new(ErrorClass::NotFound, "no such queue"));
@@ -1006,19 +1048,21 @@ impl DeadLetterSink for SimStore {
         payload_sha256: &str,
         requeued_by: &str,
     ) -> Result<(), ProcessError> {
+        self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "finish-requeued")?;
         let Some(mut row) = state.table.get(item_id).cloned() else {
             return Ok(());
         };
-        // The adapter's condition: waiting for this message, or still held by the run that
-        // sent it, with this payload.
-        let waiting = row.record.status == ItemStatus::Requeued
-            && row.record.requeued_message_id.as_deref() == Some(message_id);
-        let held_by_sender = row.record.status == ItemStatus::Redriving
-            && row.lease_owner.as_deref() == Some(requeued_by)
-            && row.record.payload.sha256 == payload_sha256;
-        if row.corrupt || !(waiting || held_by_sender) {
+        // The adapter's condition, by the library's rule.
+        let finishes = sqs_worker::dead_letter::requeue_finished_by(
+            &row.record,
+            row.lease_owner.as_deref(),
+            message_id,
+            payload_sha256,
+            requeued_by,
+        );
+        if row.corrupt || !finishes {
             return Ok(());
         }
         row.lease_owner = None;

@@ -63,3 +63,8 @@ fn finds_a_poison_message_that_aborts_the_sweep() {
 fn finds_unbounded_attempt_ids() {
     finds(Mutant::UnboundedAttemptIds, &["attempt_ids"]);
 }
+
+#[test]
+fn finds_a_requeue_the_worker_finished_before_its_mark() {
+    finds(Mutant::RequeueFinishNeedsMark, &["left Requeued"]);
+}

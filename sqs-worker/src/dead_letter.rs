@@ -755,6 +755,28 @@ impl DeadLetteredItem {
     }
 }
 
+/// Whether the worker's finishing `message_id` (with a payload of digest `payload_sha256`),
+/// a message the run `requeued_by` sent back to the source queue, resolves `record` (whose
+/// lease, if any, `lease_owner` holds): the record waits for that message, or that run
+/// still holds it with that payload (the worker finished the message before the run marked
+/// the record requeued). The rule the DynamoDB adapter's condition expression states
+/// (`DeadLetterStore::finish_requeued`), and the in-memory stores apply.
+pub fn requeue_finished_by(
+    record: &DeadLetteredItem,
+    lease_owner: Option<&str>,
+    message_id: &str,
+    payload_sha256: &str,
+    requeued_by: &str,
+) -> bool {
+    let waiting = record.status == ItemStatus::Requeued
+        && record.requeued_message_id.as_deref() == Some(message_id);
+    let held_by_sender = record.status == ItemStatus::Redriving
+        && lease_owner == Some(requeued_by)
+        && record.payload.sha256 == payload_sha256
+        && !crate::mutants::is_on(crate::mutants::Mutant::RequeueFinishNeedsMark);
+    waiting || held_by_sender
+}
+
 /// The error a sink returns for a record whose source message another delivery is
 /// dead-lettering at this moment (SQS delivered it twice): that delivery sends the one DLQ
 /// message; this one is returned for retry, neither acknowledged nor sent again.

@@ -33,17 +33,21 @@ pub enum Mutant {
     PoisonMessageAbortsSweep,
     /// Compaction keeps the ids of dropped attempts: `attempt_ids` grows for ever.
     UnboundedAttemptIds,
+    /// The worker resolves a requeued record only once the run has marked it `requeued`:
+    /// a message it finishes first leaves the record `requeued` for ever.
+    RequeueFinishNeedsMark,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 6] = [
+    pub const ALL: [Mutant; 7] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
         Mutant::LeasesNeverTakenBack,
         Mutant::PoisonMessageAbortsSweep,
         Mutant::UnboundedAttemptIds,
+        Mutant::RequeueFinishNeedsMark,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -55,6 +59,7 @@ impl Mutant {
             Mutant::LeasesNeverTakenBack => "leases-never-taken-back",
             Mutant::PoisonMessageAbortsSweep => "poison-message-aborts-sweep",
             Mutant::UnboundedAttemptIds => "unbounded-attempt-ids",
+            Mutant::RequeueFinishNeedsMark => "requeue-finish-needs-mark",
         }
     }
 
