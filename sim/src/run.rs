@@ -729,20 +729,12 @@ async fn purge(store: &SimStore) {
         return;
     }
     {
-        // What the operator chose to discard: the selected records' payloads and those of
-        // their items' DLQ messages now.
+        // What the operator chose to discard: the selected records' payloads, nothing more
+        // (another body of the same item id, in the DLQ or arriving later, was not
+        // selected: a purge that deletes it loses it).
         let mut state = store.world().lock();
         let ids: Vec<String> = records.iter().map(|r| r.item_id.clone()).collect();
-        let mut shas: Vec<String> = records.iter().map(|r| r.payload.sha256.clone()).collect();
-        for m in state.dlq.messages() {
-            if ids.contains(&item_of(m)) {
-                shas.push(
-                    m.attribute(sqs_worker::message::PAYLOAD_SHA256_ATTRIBUTE)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| m.body_sha256.clone()),
-                );
-            }
-        }
+        let shas: Vec<String> = records.iter().map(|r| r.payload.sha256.clone()).collect();
         state.ledger.discarded.extend(shas);
         state.ledger.purged.extend(ids.iter().cloned());
         state

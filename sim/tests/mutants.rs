@@ -68,3 +68,8 @@ fn finds_unbounded_attempt_ids() {
 fn finds_a_requeue_the_worker_finished_before_its_mark() {
     finds(Mutant::RequeueFinishNeedsMark, &["left Requeued"]);
 }
+
+#[test]
+fn finds_a_purge_that_deletes_by_item_id() {
+    finds(Mutant::PurgeByItemId, &["lost"]);
+}

@@ -36,11 +36,14 @@ pub enum Mutant {
     /// The worker resolves a requeued record only once the run has marked it `requeued`:
     /// a message it finishes first leaves the record `requeued` for ever.
     RequeueFinishNeedsMark,
+    /// A purge deletes every DLQ message of a selected item id, whatever it holds and
+    /// however the record changed since the selection.
+    PurgeByItemId,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 8] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -48,6 +51,7 @@ impl Mutant {
         Mutant::PoisonMessageAbortsSweep,
         Mutant::UnboundedAttemptIds,
         Mutant::RequeueFinishNeedsMark,
+        Mutant::PurgeByItemId,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -60,6 +64,7 @@ impl Mutant {
             Mutant::PoisonMessageAbortsSweep => "poison-message-aborts-sweep",
             Mutant::UnboundedAttemptIds => "unbounded-attempt-ids",
             Mutant::RequeueFinishNeedsMark => "requeue-finish-needs-mark",
+            Mutant::PurgeByItemId => "purge-by-item-id",
         }
     }
 

@@ -546,6 +546,9 @@ impl Pass {
                 }),
                 Err(_) => false,
             };
+            if crate::mutants::is_on(crate::mutants::Mutant::PurgeByItemId) {
+                return Ok(Verdict::Delete);
+            }
             return Ok(if unchanged && purge_takes(&received.view, selected) {
                 Verdict::Delete
             } else {
