@@ -71,8 +71,8 @@ pub struct Ledger {
     /// invocation delivered the message without acknowledging it (crashed, killed, run
     /// twice, or reporting it for retry).
     pub causes: HashMap<String, u32>,
-    /// Payloads an operator purged: those of the records a purge selected and of the DLQ
-    /// messages of their items at that moment. Anything else a purge deletes is lost.
+    /// Payloads an operator purged: those of the records a purge selected. Anything else a
+    /// purge deletes (another body of a selected item id) is lost.
     pub discarded: BTreeSet<String>,
     /// Items an operator purged (a purge failing midway may leave a record without its DLQ
     /// message, as designed: the next purge finds the record again).
