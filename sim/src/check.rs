@@ -18,11 +18,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use sqs_worker::dead_letter::ItemStatus;
 use sqs_worker::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE};
 
-use crate::world::State;
+use crate::world::{Section, State};
 
 /// Checks the end-state invariants, recording each broken one.
 pub fn at_quiescence(state: &mut State) {
-    let mut broken: Vec<(String, String)> = Vec::new();
+    let mut broken: Vec<(Section, String, String)> = Vec::new();
     // Payload digests of the DLQ's messages, by item.
     let mut dlq: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for m in state.dlq.messages() {
@@ -61,6 +61,7 @@ pub fn at_quiescence(state: &mut State) {
         };
         if !held {
             broken.push((
+                Section::NothingLost,
                 item.clone(),
                 format!(
                     "payload {} was neither delivered nor held by a dead record: lost",
@@ -78,6 +79,7 @@ pub fn at_quiescence(state: &mut State) {
         let r = &row.record;
         match r.status {
             ItemStatus::Redriving | ItemStatus::Requeued => broken.push((
+                Section::Record,
                 id.clone(),
                 format!(
                     "left {:?} at the end (a lease never taken back, or a requeue never finished)",
@@ -86,10 +88,15 @@ pub fn at_quiescence(state: &mut State) {
             )),
             ItemStatus::Dead => {
                 if !dlq.contains_key(id) && !state.ledger.purged.contains(id) {
-                    broken.push((id.clone(), "dead, but no DLQ message holds it".to_string()));
+                    broken.push((
+                        Section::DlqRule,
+                        id.clone(),
+                        "dead, but no DLQ message holds it".to_string(),
+                    ));
                 }
                 if r.reprocess_eligible && !r.manual_review_required {
                     broken.push((
+                        Section::Record,
                         id.clone(),
                         format!(
                             "dead and eligible ({}) after the schedule ran with a healthy downstream",
@@ -109,6 +116,7 @@ pub fn at_quiescence(state: &mut State) {
             .is_some_and(|row| row.corrupt || row.record.status == ItemStatus::Dead);
         if !dead && !corrupted.contains(item) && !state.ledger.purged.contains(item) {
             broken.push((
+                Section::DlqRule,
                 item.clone(),
                 "a DLQ message is left for an item with no dead record".to_string(),
             ));
@@ -120,6 +128,7 @@ pub fn at_quiescence(state: &mut State) {
         let causes = state.ledger.causes.get(message).copied().unwrap_or(0);
         if *deliveries > 1 + causes {
             broken.push((
+                Section::RecordingIdempotent,
                 message.clone(),
                 format!(
                     "delivered {deliveries} times by the worker with {causes} at-least-once event(s) to explain it"
@@ -127,7 +136,7 @@ pub fn at_quiescence(state: &mut State) {
             ));
         }
     }
-    for (item, what) in broken {
-        state.violate(&item, what);
+    for (section, item, what) in broken {
+        state.violate(section, &item, what);
     }
 }

@@ -23,7 +23,7 @@ use tokio::time::{sleep, Instant};
 use crate::downstream::{Behaviour, Downstream};
 use crate::queue::{SimMessage, SimQueue};
 use crate::store::{to_sqs_message, SimStore, BUCKET};
-use crate::world::{State, Stats, World};
+use crate::world::{Section, State, Stats, World};
 
 /// The Lambda function's timeout.
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -78,7 +78,9 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
             }));
             if let Err(panic) = outcome {
                 let message = sqs_worker::batch::panic_message(&*panic);
-                world.lock().violate("-", format!("panic: {message}"));
+                world
+                    .lock()
+                    .violate(Section::NoPanic, "-", format!("panic: {message}"));
             }
             report_of(seed, &world)
         }
@@ -257,6 +259,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
         }
         if drain_started.elapsed() > DRAIN_LIMIT {
             world.lock().violate(
+                Section::NothingLost,
                 "-",
                 "the source queue did not drain within 24 h of the faults healing".into(),
             );
@@ -289,9 +292,11 @@ async fn join_reporting(world: &World, what: &str, task: tokio::task::JoinHandle
         } else {
             e.to_string()
         };
-        world
-            .lock()
-            .violate("-", format!("panic in the {what}: {message}"));
+        world.lock().violate(
+            Section::NoPanic,
+            "-",
+            format!("panic in the {what}: {message}"),
+        );
     }
 }
 
@@ -503,6 +508,7 @@ async fn invoke(
             let items: Vec<String> = messages.iter().map(item_of).collect();
             for item in &items {
                 state.violate(
+                    Section::Deadline,
                     item,
                     format!(
                         "invocation {name} was still running at its {} s deadline: Lambda killed it",
@@ -562,6 +568,7 @@ async fn invoke(
                     let sha = deleted.body_sha256.clone();
                     if !state.payload_is_safe(&sha, Some(&deleted.id)) {
                         state.violate(
+                            Section::NothingLost,
                             &item,
                             format!(
                                 "message {} acknowledged by {name}, but it was neither delivered nor dead-lettered: lost",

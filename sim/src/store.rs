@@ -37,7 +37,7 @@ use sqs_worker::sweep::{
 };
 
 use crate::queue::SimMessage;
-use crate::world::{Row, State, World, ITEM_SIZE_LIMIT};
+use crate::world::{Row, Section, State, World, ITEM_SIZE_LIMIT};
 
 /// The bucket payloads go to.
 pub const BUCKET: &str = "sim-payloads";
@@ -141,6 +141,7 @@ impl SimStore {
         state.stats.largest_record = state.stats.largest_record.max(size);
         if size > ITEM_SIZE_LIMIT {
             state.violate(
+                Section::Record,
                 item_id,
                 format!("a write of a {size}-byte record was refused: over DynamoDB's 400 KB"),
             );
@@ -650,6 +651,7 @@ impl DlqMessages for SimStore {
             };
             if !state.payload_is_safe(&sha, Some(&message.id)) {
                 state.violate(
+                    Section::DlqRule,
                     &item,
                     format!(
                         "DLQ message {} deleted, but its payload {} was never delivered and nothing else holds it: lost",
@@ -704,6 +706,7 @@ impl RecordRemoval for SimStore {
             let sha = row.record.payload.sha256.clone();
             if !state.payload_is_safe(&sha, None) {
                 state.violate(
+                    Section::NothingLost,
                     id,
                     format!(
                         "a purge deleted the record of {id} holding payload {}, which it had not selected: lost",
@@ -958,6 +961,7 @@ impl PayloadStore for SimStore {
                 && !state.ledger.discarded.contains(&sha)
             {
                 state.violate(
+                    Section::NothingLost,
                     &pointer.key,
                     format!(
                         "payload object {} deleted before its payload was delivered",

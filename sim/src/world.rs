@@ -166,8 +166,10 @@ impl State {
         }
     }
 
-    /// Records a broken invariant about `item` (an item id, or `-`).
-    pub fn violate(&mut self, item: &str, what: String) {
+    /// Records a broken invariant about `item` (an item id, or `-`), named after the
+    /// promise it breaks.
+    pub fn violate(&mut self, section: Section, item: &str, what: String) {
+        let what = format!("{}: {what}", section.label());
         self.trace.note("INVARIANT", item, &what);
         self.violations.push((item.to_string(), what));
     }
@@ -223,6 +225,7 @@ impl State {
             let count = r.failure_history.len() as u64 + u64::from(r.history_omitted);
             if u64::from(r.failure_count) != count {
                 broken.push((
+                    Section::Record,
                     id.clone(),
                     format!(
                         "failure_count {} is not the {} attempts kept plus the {} omitted",
@@ -234,6 +237,7 @@ impl State {
             }
             if row.attempt_ids.len() > r.failure_history.len() {
                 broken.push((
+                    Section::Record,
                     id.clone(),
                     format!(
                         "attempt_ids holds {} ids for {} attempts kept: it grows without bound",
@@ -252,20 +256,59 @@ impl State {
                     == 0
             {
                 broken.push((
+                    Section::NothingLost,
                     id.clone(),
                     "resolved, but its payload was never delivered".to_string(),
                 ));
             }
         }
-        for (item, what) in broken {
+        for (section, item, what) in broken {
             // Report each broken invariant once per item.
+            let key = format!(
+                "{}: {}",
+                section.label(),
+                what.split(' ').next().unwrap_or("")
+            );
             if !self
                 .violations
                 .iter()
-                .any(|(i, w)| *i == item && w.split(' ').next() == what.split(' ').next())
+                .any(|(i, w)| *i == item && w.starts_with(&key))
             {
-                self.violate(&item, what);
+                self.violate(section, &item, what);
             }
+        }
+    }
+}
+
+/// The promise of docs/ARCHITECTURE.md that a broken invariant breaks: every report names
+/// it, so that a break reads as the guarantee it is, at the step that broke it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// §1.1: every received record ends done, skipped, retried or dead-lettered.
+    NothingLost,
+    /// §1.5: an attempt is recorded once; a repeated delivery is explained.
+    RecordingIdempotent,
+    /// §1.7: nothing runs past the deadline.
+    Deadline,
+    /// §1.8: no panic takes the process down.
+    NoPanic,
+    /// §1.10 and §4: a DLQ message goes only when that very message is known processed;
+    /// the DLQ and the records agree.
+    DlqRule,
+    /// §3: the record's bounds, statuses and leases.
+    Record,
+}
+
+impl Section {
+    /// How a report names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Section::NothingLost => "§1.1 nothing is lost",
+            Section::RecordingIdempotent => "§1.5 recording is idempotent",
+            Section::Deadline => "§1.7 the deadline is respected",
+            Section::NoPanic => "§1.8 no panic takes the process down",
+            Section::DlqRule => "§4 the DLQ message rule",
+            Section::Record => "§3 the dead-letter record",
         }
     }
 }
