@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqs_worker::{Outcome, ProcessError, Processor, WorkItem};
 
-use crate::world::World;
+use crate::world::{Section, World};
 
 /// How a payload behaves at the downstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,8 +74,45 @@ impl Downstream {
     }
 }
 
+/// A redrive run's call of the downstream for an item, in progress: counted in the
+/// world while it lasts (also when the run is dropped midway, a run that dies).
+struct RedriveCall {
+    world: Arc<World>,
+    item_id: String,
+}
+
+impl Drop for RedriveCall {
+    fn drop(&mut self) {
+        let mut state = self.world.lock();
+        if let Some(n) = state.redriving_now.get_mut(&self.item_id) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
 impl Processor for Downstream {
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        // §3: one lease owner at a time. Two redrive runs never process one item at once
+        // (the worker may: another body under the same item id is another message).
+        let _call = (!self.actor.starts_with("worker")).then(|| {
+            let mut state = self.world.lock();
+            let running = state.redriving_now.entry(item.item_id.clone()).or_default();
+            *running += 1;
+            if *running > 1 {
+                state.violate(
+                    Section::Record,
+                    &item.item_id,
+                    format!(
+                        "{} processed it while another redrive run was processing it: one lease owner at a time",
+                        self.actor
+                    ),
+                );
+            }
+            RedriveCall {
+                world: self.world.clone(),
+                item_id: item.item_id.clone(),
+            }
+        });
         let behaviour = Behaviour::of_body(&item.body);
         let (latency, status) = {
             let mut state = self.world.lock();

@@ -104,6 +104,8 @@ pub struct Stats {
 /// The whole state.
 #[derive(Debug)]
 pub struct State {
+    /// Redrive runs processing each item at this moment (§3: at most one).
+    pub redriving_now: HashMap<String, u32>,
     /// The source queue.
     pub source: SimQueue,
     /// The dead-letter queue.
@@ -161,6 +163,7 @@ impl State {
             ledger: Ledger::default(),
             trace: Trace::default(),
             violations: Vec::new(),
+            redriving_now: HashMap::new(),
             stats: Stats::default(),
             rng: fastrand::Rng::with_seed(seed),
         }
