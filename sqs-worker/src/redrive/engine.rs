@@ -515,6 +515,16 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             }
             return Ok(());
         }
+        // The token that resumes the chain right after `token`, in query `phase`.
+        let resume_after = |token: &Option<PageToken>, phase: usize| {
+            Continuation {
+                next_index: None,
+                after: token.as_ref().map(|t| t.0.clone()),
+                phase,
+                started_ms: plan.continuation.started_ms,
+            }
+            .encode()
+        };
         let first_phase = plan.continuation.phase.min(plan.filters.len());
         let mut token = plan.continuation.after.clone().map(PageToken);
         let mut seen = HashSet::new();
@@ -543,15 +553,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     .collect();
                 for chunk in fresh.chunks(chunk_size) {
                     if taken >= limit || out_of_time() {
-                        report.continuation_token = Some(
-                            Continuation {
-                                next_index: None,
-                                after: token.as_ref().map(|t| t.0.clone()),
-                                phase,
-                                started_ms: plan.continuation.started_ms,
-                            }
-                            .encode(),
-                        );
+                        report.continuation_token = Some(resume_after(&token, phase));
                         return Ok(());
                     }
                     let cut = chunk.len() > limit - taken;
@@ -568,15 +570,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     if cut {
                         // The page goes on after the last record handled: resume there,
                         // not at the next page.
-                        report.continuation_token = Some(
-                            Continuation {
-                                next_index: None,
-                                after: token.as_ref().map(|t| t.0.clone()),
-                                phase,
-                                started_ms: plan.continuation.started_ms,
-                            }
-                            .encode(),
-                        );
+                        report.continuation_token = Some(resume_after(&token, phase));
                         return Ok(());
                     }
                 }

@@ -400,20 +400,14 @@ impl DeadLetterStore {
         payload_sha256: &str,
         requeued_by: &str,
     ) -> Result<(), ProcessError> {
-        let keys = AttributeValue::L(vec![
-            AttributeValue::S(schema::processed_key_for_message(message_id)),
-            AttributeValue::S(schema::processed_key_for_payload(payload_sha256)),
-        ]);
-        let result = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression(
-                "SET #status = :resolved, resolved_at = :now, \
-                 #processed = list_append(if_not_exists(#processed, :empty), :keys) \
-                 REMOVE #requeued, #owner, #expires",
+        let request = self
+            .resolving(
+                item_id,
+                &[
+                    schema::processed_key_for_message(message_id),
+                    schema::processed_key_for_payload(payload_sha256),
+                ],
+                " REMOVE #requeued, #owner, #expires",
             )
             .condition_expression(
                 "(#status = :requeued AND #requeued = :message) OR \
@@ -423,37 +417,19 @@ impl DeadLetterStore {
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
             .expression_attribute_names("#payload", "payload")
             .expression_attribute_names("#sha", "sha256")
+            .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
             .expression_attribute_values(
                 ":redriving",
                 AttributeValue::S(ItemStatus::Redriving.as_str().into()),
-            )
-            .expression_attribute_values(":run", AttributeValue::S(requeued_by.to_string()))
-            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
-            .expression_attribute_names("#status", schema::STATUS)
-            .expression_attribute_names("#processed", schema::PROCESSED)
-            .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
-            .expression_attribute_values(
-                ":resolved",
-                AttributeValue::S(ItemStatus::Resolved.as_str().into()),
             )
             .expression_attribute_values(
                 ":requeued",
                 AttributeValue::S(ItemStatus::Requeued.as_str().into()),
             )
-            .expression_attribute_values(
-                ":now",
-                AttributeValue::S(crate::time_format::format(&crate::clock::now())),
-            )
-            .expression_attribute_values(":message", AttributeValue::S(message_id.to_string()))
-            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":keys", keys)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(()),
-            Err(e) => Err(ProcessError::from_sdk(&e).with_step("finish-requeued")),
-        }
+            .expression_attribute_values(":run", AttributeValue::S(requeued_by.to_string()))
+            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
+            .expression_attribute_values(":message", AttributeValue::S(message_id.to_string()));
+        unless_changed(request, "finish-requeued").await
     }
 
     /// The worker finished `message_id`, a DLQ message moved back to the source queue from
@@ -469,53 +445,64 @@ impl DeadLetterStore {
         message_id: &str,
         payload_sha256: &str,
     ) -> Result<(), ProcessError> {
-        let keys = AttributeValue::L(vec![
-            AttributeValue::S(schema::processed_key_for_message(dead_lettered)),
-            AttributeValue::S(schema::processed_key_for_message(message_id)),
-            AttributeValue::S(schema::processed_key_for_payload(payload_sha256)),
-        ]);
-        let result = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression(
-                "SET #status = :resolved, resolved_at = :now, \
-                 #processed = list_append(if_not_exists(#processed, :empty), :keys)",
+        let request = self
+            .resolving(
+                item_id,
+                &[
+                    schema::processed_key_for_message(dead_lettered),
+                    schema::processed_key_for_message(message_id),
+                    schema::processed_key_for_payload(payload_sha256),
+                ],
+                "",
             )
             .condition_expression(
                 "#status = :dead AND (#source.#mid = :delivery OR #payload.#sha = :sha)",
             )
             .expression_attribute_names("#payload", "payload")
             .expression_attribute_names("#sha", "sha256")
-            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
-            .expression_attribute_names("#status", schema::STATUS)
-            .expression_attribute_names("#processed", schema::PROCESSED)
             .expression_attribute_names("#source", "source")
             .expression_attribute_names("#mid", "message_id")
+            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
+            .expression_attribute_values(
+                ":dead",
+                AttributeValue::S(ItemStatus::Dead.as_str().into()),
+            )
+            .expression_attribute_values(":delivery", AttributeValue::S(dead_lettered.to_string()));
+        unless_changed(request, "finish-moved-back").await
+    }
+
+    /// The update that resolves `item_id` (now), appending `keys` to `processed` and
+    /// ending with `removes` (` REMOVE ...`, or empty); the caller adds its condition.
+    fn resolving(
+        &self,
+        item_id: &str,
+        keys: &[String],
+        removes: &str,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression(format!(
+                "SET #status = :resolved, resolved_at = :now, \
+                 #processed = list_append(if_not_exists(#processed, :empty), :keys){removes}"
+            ))
+            .expression_attribute_names("#status", schema::STATUS)
+            .expression_attribute_names("#processed", schema::PROCESSED)
             .expression_attribute_values(
                 ":resolved",
                 AttributeValue::S(ItemStatus::Resolved.as_str().into()),
             )
             .expression_attribute_values(
-                ":dead",
-                AttributeValue::S(ItemStatus::Dead.as_str().into()),
-            )
-            .expression_attribute_values(":delivery", AttributeValue::S(dead_lettered.to_string()))
-            .expression_attribute_values(
                 ":now",
                 AttributeValue::S(crate::time_format::format(&crate::clock::now())),
             )
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":keys", keys)
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(()),
-            Err(e) => Err(ProcessError::from_sdk(&e).with_step("finish-moved-back")),
-        }
+            .expression_attribute_values(
+                ":keys",
+                AttributeValue::L(keys.iter().cloned().map(AttributeValue::S).collect()),
+            )
     }
 
     /// Gives a lease back without changing anything else (status returns to dead).
@@ -651,6 +638,19 @@ impl DeadLetterStore {
             self.after_append(schema::record_from_item(item)?).await?;
         }
         Ok(true)
+    }
+}
+
+/// Sends a conditional update: a refused condition (the record is no longer what the
+/// write expects) is no error, the write is left undone.
+async fn unless_changed(
+    request: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    step: &'static str,
+) -> Result<(), ProcessError> {
+    match request.send().await {
+        Ok(_) => Ok(()),
+        Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(()),
+        Err(e) => Err(ProcessError::from_sdk(&e).with_step(step)),
     }
 }
 
