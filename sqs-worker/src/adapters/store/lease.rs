@@ -685,20 +685,13 @@ mod tests {
         });
         let single = mock!(aws_sdk_dynamodb::Client::update_item)
             .then_output(|| UpdateItemOutput::builder().build());
-        let shared = aws_config::SdkConfig::builder()
-            .behavior_version(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .build();
-        let mut clients = crate::adapters::aws::AwsClients::from_config(&shared, true);
-        clients.dynamodb = mock_client!(
-            aws_sdk_dynamodb,
-            aws_smithy_mocks::RuleMode::MatchAny,
-            &[&refused, &single]
-        );
-        let store = DeadLetterStore::new(
-            clients,
-            crate::adapters::store::StoreConfig::new("t", "q", "b"),
-        );
+        let store = crate::adapters::store::mocked_store(|clients| {
+            clients.dynamodb = mock_client!(
+                aws_sdk_dynamodb,
+                aws_smithy_mocks::RuleMode::MatchAny,
+                &[&refused, &single]
+            );
+        });
         let ids: Vec<String> = (0..3).map(|n| format!("big-{n}")).collect();
         let leases = store
             .acquire_leases(&ids, "run-1", Duration::from_secs(900))

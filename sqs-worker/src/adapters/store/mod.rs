@@ -641,19 +641,26 @@ impl crate::batch::BodyResolver for ExtendedClientResolver {
     }
 }
 
+/// A store over table `t`, queue `q` and bucket `b` whose clients `mock` replaces (with
+/// `aws_smithy_mocks` clients); the others are never called.
+#[cfg(test)]
+pub(crate) fn mocked_store(mock: impl FnOnce(&mut AwsClients)) -> DeadLetterStore {
+    let shared = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .build();
+    let mut clients = AwsClients::from_config(&shared, true);
+    mock(&mut clients);
+    DeadLetterStore::new(clients, StoreConfig::new("t", "q", "b"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// A store whose DynamoDB client is `dynamodb` (the other clients are never called).
     fn store_over(dynamodb: aws_sdk_dynamodb::Client) -> DeadLetterStore {
-        let shared = aws_config::SdkConfig::builder()
-            .behavior_version(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .build();
-        let mut clients = AwsClients::from_config(&shared, true);
-        clients.dynamodb = dynamodb;
-        DeadLetterStore::new(clients, StoreConfig::new("t", "q", "b"))
+        mocked_store(|clients| clients.dynamodb = dynamodb)
     }
 
     #[tokio::test]

@@ -514,20 +514,13 @@ mod tests {
                 .unprocessed_keys("t", KeysAndAttributes::builder().keys(key).build().unwrap())
                 .build()
         });
-        let shared = aws_config::SdkConfig::builder()
-            .behavior_version(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .build();
-        let mut clients = crate::adapters::aws::AwsClients::from_config(&shared, true);
-        clients.dynamodb = mock_client!(
-            aws_sdk_dynamodb,
-            aws_smithy_mocks::RuleMode::MatchAny,
-            &[&throttled]
-        );
-        let store = DeadLetterStore::new(
-            clients,
-            crate::adapters::store::StoreConfig::new("t", "q", "b"),
-        );
+        let store = crate::adapters::store::mocked_store(|clients| {
+            clients.dynamodb = mock_client!(
+                aws_sdk_dynamodb,
+                aws_smithy_mocks::RuleMode::MatchAny,
+                &[&throttled]
+            );
+        });
         let error = store.standings(&["order-1".to_string()]).await.unwrap_err();
         assert_eq!(error.class, ErrorClass::Throttled, "{error}");
         assert_eq!(error.step.as_deref(), Some("sweep-lookup"));
@@ -547,20 +540,13 @@ mod tests {
         let receive = mock!(aws_sdk_sqs::Client::receive_message)
             .match_requests(|r| r.wait_time_seconds().is_some_and(|w| w >= 1))
             .then_output(|| ReceiveMessageOutput::builder().build());
-        let shared = aws_config::SdkConfig::builder()
-            .behavior_version(aws_config::BehaviorVersion::latest())
-            .region(aws_config::Region::new("us-east-1"))
-            .build();
-        let mut clients = crate::adapters::aws::AwsClients::from_config(&shared, true);
-        clients.sqs = mock_client!(
-            aws_sdk_sqs,
-            aws_smithy_mocks::RuleMode::MatchAny,
-            &[&receive]
-        );
-        let store = DeadLetterStore::new(
-            clients,
-            crate::adapters::store::StoreConfig::new("t", "q", "b"),
-        );
+        let store = crate::adapters::store::mocked_store(|clients| {
+            clients.sqs = mock_client!(
+                aws_sdk_sqs,
+                aws_smithy_mocks::RuleMode::MatchAny,
+                &[&receive]
+            );
+        });
         let received = store
             .receive(Duration::from_secs(60), &ItemParser::default())
             .await
