@@ -633,6 +633,21 @@ fn event_source_alarms_and_iam_as_declared() {
             "{sid}: {resource}"
         );
     }
+    // On a FIFO DLQ the sweep moves each message it keeps behind its group: a copy sent
+    // to the DLQ itself (`DlqMessages::rotate`), which the emulators' IAM-free runs and the
+    // standard-queue IAM audit would not catch missing.
+    let (sweep, _) = statement(&template["Resources"]["RedriveRole"], "SweepDlq");
+    assert!(
+        sweep["Action"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("sqs:SendMessage")),
+        "{sweep}"
+    );
+    assert_eq!(
+        sweep["Resource"],
+        serde_json::json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]})
+    );
     let (list, _) = statement(&template["Resources"]["RedriveRole"], "ListPayloads");
     assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
     assert_eq!(
