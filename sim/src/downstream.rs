@@ -114,7 +114,7 @@ impl Processor for Downstream {
             }
         });
         let behaviour = Behaviour::of_body(&item.body);
-        let (latency, status) = {
+        let (latency, status, retry_after) = {
             let mut state = self.world.lock();
             let healed = state.faults.healed;
             let latency = Duration::from_millis(5 + state.rng.u64(0..300));
@@ -132,7 +132,10 @@ impl Processor for Downstream {
                 Behaviour::Healthy if !healed && roll < 0.05 => (latency, 503),
                 _ => (latency, 200),
             };
-            (latency, status)
+            // Half the 429s say when to come back, from half a minute to a quarter hour.
+            let retry_after = (status == 429 && state.rng.bool())
+                .then(|| Duration::from_secs(state.rng.u64(30..900)));
+            (latency, status, retry_after)
         };
         tokio::time::sleep(latency).await;
         if status == 200 {
@@ -163,14 +166,28 @@ impl Processor for Downstream {
             );
             Ok(Outcome::Done)
         } else {
-            self.world.lock().trace.note(
-                &self.actor,
-                &item.item_id,
-                &format!(
-                    "downstream answered {status} to message {}",
-                    item.message_id
-                ),
-            );
+            {
+                let mut state = self.world.lock();
+                if self.actor.starts_with("worker") {
+                    let receipt = format!("{}#{}", item.message_id, item.receive_count);
+                    match retry_after {
+                        Some(after) => state.ledger.retry_after.insert(receipt, after),
+                        None => state.ledger.retry_after.remove(&receipt),
+                    };
+                }
+                state.trace.note(
+                    &self.actor,
+                    &item.item_id,
+                    &format!(
+                        "downstream answered {status}{} to message {}",
+                        retry_after.map_or(String::new(), |d| format!(
+                            " (Retry-After {} s)",
+                            d.as_secs()
+                        )),
+                        item.message_id
+                    ),
+                );
+            }
             // Some downstreams answer errors at length: the record must stay bounded.
             let verbose = item.body.len() > 50_000;
             let mut error = ProcessError::from_http_status(
@@ -181,6 +198,9 @@ impl Processor for Downstream {
                     format!("downstream answered {status}")
                 },
             );
+            if let Some(after) = retry_after {
+                error = error.with_retry_after(after);
+            }
             if verbose {
                 error = error
                     .with_detail("<html>".repeat(5_000))

@@ -33,6 +33,8 @@ pub struct SimMessage {
     pub first_receive_ms: Option<i64>,
     /// Invisible until then.
     pub visible_at: Instant,
+    /// When its latest receive was (SQS refuses to hide it past 12 hours from there).
+    pub received_at: Instant,
     /// The receipt handle of its latest receive; older ones no longer delete it.
     pub receipt: Option<String>,
     /// Set on messages the redrive policy moved: the queue they came from.
@@ -41,6 +43,19 @@ pub struct SimMessage {
 }
 
 impl SimMessage {
+    /// The item id it carries: the body's `id`, else its item id attribute, else its
+    /// message id (for the trace and the invariants' reports).
+    pub fn item_id(&self) -> String {
+        serde_json::from_str::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
+            .or_else(|| {
+                self.attribute(sqs_worker::message::ITEM_ID_ATTRIBUTE)
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| self.id.clone())
+    }
+
     /// A string attribute's value.
     pub fn attribute(&self, name: &str) -> Option<&str> {
         self.attributes
@@ -59,7 +74,12 @@ pub struct Received {
     pub moved: Vec<SimMessage>,
     /// Ids of messages returned although already in flight (at-least-once delivery).
     pub duplicated: Vec<String>,
+    /// Messages whose retention ended: SQS deleted them (`MessageRetentionPeriod`).
+    pub expired: Vec<SimMessage>,
 }
+
+/// SQS's longest visibility timeout, counted from the receive.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
 /// A queue.
 #[derive(Debug)]
@@ -72,6 +92,8 @@ pub struct SimQueue {
     pub fifo: bool,
     /// The redrive policy's `maxReceiveCount` (none: messages are never moved).
     pub max_receive_count: Option<u32>,
+    /// `MessageRetentionPeriod`: a message older than this is deleted by SQS.
+    pub retention: Duration,
     messages: Vec<SimMessage>,
     next: u64,
 }
@@ -84,6 +106,7 @@ impl SimQueue {
             url: format!("https://sqs.us-east-1.amazonaws.com/123456789012/{name}"),
             fifo: name.ends_with(".fifo"),
             max_receive_count,
+            retention: Duration::from_secs(4 * 86_400),
             messages: Vec::new(),
             next: 0,
         }
@@ -109,6 +132,7 @@ impl SimQueue {
             receive_count: 0,
             first_receive_ms: None,
             visible_at: Instant::now(),
+            received_at: Instant::now(),
             receipt: None,
             moved_from: None,
             seq: self.next,
@@ -141,6 +165,13 @@ impl SimQueue {
         let now = Instant::now();
         let now_ms = sqs_worker::clock::now().timestamp_millis();
         let mut received = Received::default();
+        let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
+        let (expired, kept): (Vec<SimMessage>, Vec<SimMessage>) =
+            std::mem::take(&mut self.messages)
+                .into_iter()
+                .partition(|m| m.sent_at_ms.saturating_add(retention_ms) <= now_ms);
+        self.messages = kept;
+        received.expired = expired;
         // FIFO: a group with a message in flight (or one skipped in this receive) yields
         // nothing more until it is done.
         let mut blocked: HashSet<String> = HashSet::new();
@@ -172,6 +203,7 @@ impl SimQueue {
             m.receive_count += 1;
             m.first_receive_ms.get_or_insert(now_ms);
             m.visible_at = now + visibility;
+            m.received_at = now;
             let receipt = format!("{}#{}", m.id, m.receive_count);
             m.receipt = Some(receipt);
             received.messages.push(m.clone());
@@ -188,6 +220,7 @@ impl SimQueue {
                 let receipt = format!("{}#{}", m.id, m.receive_count);
                 m.receipt = Some(receipt);
                 m.visible_at = now + visibility;
+                m.received_at = now;
                 received.duplicated.push(m.id.clone());
                 received.messages.push(m.clone());
             }
@@ -205,19 +238,31 @@ impl SimQueue {
         Some(self.messages.remove(index))
     }
 
-    /// Makes the message `receipt` was given for visible after `after`.
-    pub fn change_visibility(&mut self, receipt: &str, after: Duration) -> bool {
-        match self
+    /// Makes the message `receipt` was given for visible after `after`, as
+    /// `ChangeMessageVisibility` does: refused for a receipt that is no longer the latest
+    /// (or whose message is gone), and for a timeout reaching past 12 hours from the receive.
+    pub fn change_visibility(&mut self, receipt: &str, after: Duration) -> Result<(), String> {
+        let now = Instant::now();
+        let m = self
             .messages
             .iter_mut()
             .find(|m| m.receipt.as_deref() == Some(receipt))
-        {
-            Some(m) => {
-                m.visible_at = Instant::now() + after;
-                true
-            }
-            None => false,
+            .ok_or_else(|| format!("ReceiptHandleIsInvalid: {receipt}"))?;
+        if now + after > m.received_at + MAX_VISIBILITY {
+            return Err(format!(
+                "InvalidParameterValue: a visibility timeout of {} s reaches past 12 hours from the receive",
+                after.as_secs()
+            ));
         }
+        m.visible_at = now + after;
+        Ok(())
+    }
+
+    /// The message `receipt` was given for, while that receipt is its latest.
+    pub fn by_receipt(&self, receipt: &str) -> Option<&SimMessage> {
+        self.messages
+            .iter()
+            .find(|m| m.receipt.as_deref() == Some(receipt))
     }
 
     /// Every message, visible or not.
@@ -252,6 +297,32 @@ mod tests {
         let r = q.receive(10, Duration::from_secs(30), false);
         assert!(r.messages.is_empty());
         assert_eq!(r.moved.len(), 1);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_message_past_its_retention_is_gone_and_hides_stop_at_12_hours_from_the_receive() {
+        let mut q = SimQueue::new("orders", None);
+        q.retention = Duration::from_secs(3600);
+        let now_ms = sqs_worker::clock::now().timestamp_millis();
+        q.send("a".into(), Vec::new(), None, now_ms);
+        let first = q.receive(10, Duration::from_secs(30), false).messages;
+        let receipt = first[0].receipt.clone().unwrap_or_default();
+        assert!(q
+            .change_visibility(&receipt, MAX_VISIBILITY + Duration::from_secs(1))
+            .is_err());
+        assert!(q
+            .change_visibility(&receipt, Duration::from_secs(600))
+            .is_ok());
+        assert!(q
+            .change_visibility("stale#1", Duration::from_secs(60))
+            .is_err());
+        tokio::time::advance(Duration::from_secs(601)).await;
+        // The wall clock is not tokio's in this test: end the retention by hand.
+        q.retention = Duration::ZERO;
+        let r = q.receive(10, Duration::from_secs(30), false);
+        assert!(r.messages.is_empty());
+        assert_eq!(r.expired.len(), 1);
         assert!(q.is_empty());
     }
 

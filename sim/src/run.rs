@@ -15,6 +15,7 @@ use sqs_worker::dead_letter::InvocationInfo;
 use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser};
 use sqs_worker::mutants::Mutant;
 use sqs_worker::recording::RecordingSettings;
+use sqs_worker::redelivery::RedeliveryPolicy;
 use sqs_worker::redrive::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
 use sqs_worker::retry::{Deadline, Jitter, RetryPolicy};
 use sqs_worker::{BatchConfig, BatchProcessor};
@@ -30,7 +31,7 @@ const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time the worker keeps free before its deadline (`WORKER_DEADLINE_MARGIN_MS`).
 const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 /// The source queue's visibility timeout (6 × the function timeout).
-const VISIBILITY: Duration = Duration::from_secs(180);
+pub(crate) const VISIBILITY: Duration = Duration::from_secs(180);
 /// The source queue's redrive policy.
 const MAX_RECEIVE_COUNT: u32 = 5;
 /// How long a redrive's lease lasts if the run dies.
@@ -141,6 +142,11 @@ struct Shape {
     /// Production store limits (a history of 50, 64 KiB inline), bodies around 64 KiB, ten
     /// 3 KB attributes and verbose error responses: records near DynamoDB's 400 KB.
     big: bool,
+    /// Redelivery spacing (`WORKER_REDELIVERY_BASE_SECS`): base, multiplier and cap.
+    spacing: Option<RedeliveryPolicy>,
+    /// The source queue's retention: four days, or (some spaced worlds) 1–3 hours, short
+    /// enough for the spacing to reach it.
+    retention: Duration,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -154,6 +160,23 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         double_invoke_rate: [0.0, 0.05, 0.1][rng.usize(0..3)],
         duplicate_rate: [0.0, 0.05][rng.usize(0..2)],
         big: false,
+        spacing: None,
+        retention: Duration::from_secs(4 * 86_400),
+    }
+}
+
+/// The spacing and retention of a world, drawn apart from its other choices.
+fn draw_spacing(shape: &mut Shape, seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5ace);
+    if rng.f64() < 0.5 {
+        shape.spacing = Some(RedeliveryPolicy {
+            base: Duration::from_secs([30, 60, 300][rng.usize(0..3)]),
+            multiplier: rng.u32(2..4),
+            max: Duration::from_secs([900, 3_600, 14_400][rng.usize(0..3)]),
+        });
+        if rng.f64() < 0.4 {
+            shape.retention = Duration::from_secs(rng.u64(3_600..10_800));
+        }
     }
 }
 
@@ -184,10 +207,12 @@ async fn simulate(seed: u64, world: Arc<World>) {
     // Drawn apart from the world's sequence, so that adding this shape left every other
     // seed's world as it was (the seeds that found defects still make the same worlds).
     shape.big = fastrand::Rng::with_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).f64() < 0.05;
+    draw_spacing(&mut shape, seed);
     {
         let mut state = world.lock();
         let name = if shape.fifo { "orders.fifo" } else { "orders" };
         state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT));
+        state.source.retention = shape.retention;
         state.dlq = SimQueue::new(
             if shape.fifo {
                 "orders-dlq.fifo"
@@ -214,7 +239,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
             write_concurrency: 4,
         },
     );
-    let worker = Arc::new(BatchProcessor::new(
+    let mut worker = BatchProcessor::new(
         Downstream::new(world.clone(), "worker"),
         store.as_actor("worker"),
         BatchConfig {
@@ -225,7 +250,11 @@ async fn simulate(seed: u64, world: Arc<World>) {
             receive_budget_margin: 0,
             skip_group_on_error: shape.skip_group_on_error,
         },
-    ));
+    );
+    if let Some(policy) = shape.spacing.clone() {
+        worker = worker.with_redelivery(policy, Arc::new(store.as_actor("worker")));
+    }
+    let worker = Arc::new(worker);
     let stop_pollers = Arc::new(AtomicBool::new(false));
     let in_flight = Arc::new(AtomicUsize::new(0));
     let healed = Arc::new(AtomicBool::new(false));
@@ -379,6 +408,34 @@ async fn poll(
                 .source
                 .receive(shape.batch_size, VISIBILITY, duplicate);
             let arn = state.source.arn.clone();
+            for expired in received.expired {
+                let item = item_of(&expired);
+                let excused = state.ledger.hidden_blind.contains(&expired.id);
+                if !excused && !state.payload_is_safe(&expired.body_sha256, Some(&expired.id)) {
+                    state.violate(
+                        Section::NothingLost,
+                        &item,
+                        format!(
+                            "message {} reached the end of its retention after {} receives, neither delivered nor dead-lettered: SQS deleted it",
+                            expired.id, expired.receive_count
+                        ),
+                    );
+                }
+                let retention = state.source.retention.as_secs();
+                state.after_step(
+                    "sqs",
+                    &item,
+                    &format!(
+                        "message {} expired (retention {retention} s){}",
+                        expired.id,
+                        if excused {
+                            ", hidden while the retention was unknown"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
             for moved in received.moved {
                 let item = item_of(&moved);
                 let id = moved.id.clone();
@@ -415,7 +472,7 @@ async fn poll(
         let roll = rng.f64();
         if roll < shape.crash_rate {
             let at = Duration::from_millis(rng.u64(0..FUNCTION_TIMEOUT.as_millis() as u64));
-            let invocation = invoke(&world, &worker, &messages, &arn, &name);
+            let invocation = invoke(&world, &worker, &messages, &arn, &name, true);
             tokio::select! {
                 biased;
                 _ = invocation => {}
@@ -432,29 +489,25 @@ async fn poll(
                     .note(&name, "-", "the same batch invoked twice at once");
                 for m in &messages {
                     *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+                    if let Some(receipt) = &m.receipt {
+                        state.ledger.doubled.insert(receipt.clone());
+                    }
                 }
             }
             let (first, second) = (format!("{name}a"), format!("{name}b"));
             tokio::join!(
-                invoke(&world, &worker, &messages, &arn, &first),
-                invoke(&world, &worker, &messages, &arn, &second),
+                invoke(&world, &worker, &messages, &arn, &first, false),
+                invoke(&world, &worker, &messages, &arn, &second, false),
             );
         } else {
-            invoke(&world, &worker, &messages, &arn, &name).await;
+            invoke(&world, &worker, &messages, &arn, &name, true).await;
         }
         in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 fn item_of(m: &SimMessage) -> String {
-    serde_json::from_str::<serde_json::Value>(&m.body)
-        .ok()
-        .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
-        .or_else(|| {
-            m.attribute(sqs_worker::message::ITEM_ID_ATTRIBUTE)
-                .map(str::to_string)
-        })
-        .unwrap_or_else(|| m.id.clone())
+    m.item_id()
 }
 
 /// One invocation of the worker, with Lambda's deadline: a run past it is killed (and
@@ -465,6 +518,7 @@ async fn invoke(
     messages: &[SimMessage],
     arn: &str,
     name: &str,
+    alone: bool,
 ) -> bool {
     let before: Vec<u32> = {
         let mut state = world.lock();
@@ -564,6 +618,21 @@ async fn invoke(
                     continue;
                 };
                 let item = item_of(m);
+                // A batch run twice at once may see one copy fail (and hide it) while the
+                // other succeeds: only a lone invocation must list every record it hid.
+                if let Some(delay) = state.ledger.hidden.remove(receipt) {
+                    if alone {
+                        state.violate(
+                            Section::Spacing,
+                            &item,
+                            format!(
+                                "{name} hid message {} for {} s but did not report it for retry: a hidden record is always one reported for retry",
+                                m.id,
+                                delay.as_secs()
+                            ),
+                        );
+                    }
+                }
                 if let Some(deleted) = state.source.delete(receipt) {
                     let sha = deleted.body_sha256.clone();
                     if !state.payload_is_safe(&sha, Some(&deleted.id)) {

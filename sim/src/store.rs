@@ -10,6 +10,8 @@
 //! say, and every change is followed by the invariant checks of [`State::after_step`].
 
 use std::collections::HashMap;
+
+use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +37,8 @@ use sqs_worker::selection::{
 use sqs_worker::sweep::{
     self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
 };
+
+use sqs_worker::redelivery::{Hide, QueueTiming, VisibilityPort};
 
 use crate::queue::SimMessage;
 use crate::world::{Row, Section, State, World, ITEM_SIZE_LIMIT};
@@ -673,7 +677,8 @@ impl DlqMessages for SimStore {
         self.latency().await;
         let mut state = self.world.lock();
         for receipt in receipts {
-            state.dlq.change_visibility(receipt, hold);
+            // A receipt gone stale is refused, as SQS refuses it; the sweep does not rely on it.
+            let _ = state.dlq.change_visibility(receipt, hold);
         }
         Ok(())
     }
@@ -1033,6 +1038,108 @@ impl SourceQueue for SimStore {
             results.push(Ok(id));
         }
         Ok(results)
+    }
+}
+
+/// `ChangeMessageVisibility` on the source queue and its attributes, as the worker's
+/// redelivery spacing uses them (`sqs_worker::redelivery`).
+impl VisibilityPort for SimStore {
+    fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>> {
+        Box::pin(async move {
+            self.latency().await;
+            let mut state = self.world.lock();
+            records
+                .iter()
+                .map(|hide| self.hide_one(&mut state, hide))
+                .collect()
+        })
+    }
+
+    fn queue_timing<'a>(&'a self, queue_arn: &'a str) -> BoxFuture<'a, Option<QueueTiming>> {
+        Box::pin(async move {
+            self.latency().await;
+            let mut state = self.world.lock();
+            if queue_arn != state.source.arn {
+                return None;
+            }
+            if state.chance_of(|f| f.send) {
+                state.trace.note(
+                    "fault",
+                    "-",
+                    &format!(
+                        "{} could not read the source queue's attributes",
+                        self.actor
+                    ),
+                );
+                return None;
+            }
+            state.ledger.timing_known = true;
+            Some(QueueTiming {
+                retention: state.source.retention,
+                visibility_timeout: crate::run::VISIBILITY,
+            })
+        })
+    }
+}
+
+impl SimStore {
+    /// One entry of a `ChangeMessageVisibilityBatch`, with the §1.11 check that a hide
+    /// honours the downstream's `Retry-After` wherever the message's retention leaves
+    /// room for it.
+    fn hide_one(&self, state: &mut State, hide: &Hide) -> Result<(), ProcessError> {
+        if state.chance_of(|f| f.send) {
+            state
+                .trace
+                .note("fault", "-", &format!("{} hide failed", self.actor));
+            return Err(unavailable("SQS", "hide"));
+        }
+        let receipt = hide.receipt_handle.as_str();
+        let (item, message_id, sent_at_ms) = match state.source.by_receipt(receipt) {
+            Some(m) => (m.item_id(), m.id.clone(), m.sent_at_ms),
+            None => ("-".to_string(), String::new(), 0),
+        };
+        if let Some(asked) = state.ledger.retry_after.get(receipt).copied() {
+            let now_ms = sqs_worker::clock::now().timestamp_millis();
+            let retention_ms =
+                i64::try_from(state.source.retention.as_millis()).unwrap_or(i64::MAX);
+            let left = Duration::from_millis(
+                u64::try_from(sent_at_ms.saturating_add(retention_ms) - now_ms).unwrap_or(0),
+            );
+            let room = asked + crate::run::VISIBILITY + Duration::from_secs(60);
+            let doubled = state.ledger.doubled.contains(receipt);
+            if hide.delay < asked && left > room && !doubled {
+                state.violate(
+                    Section::Spacing,
+                    &item,
+                    format!(
+                        "message {message_id} hidden for {} s though the downstream asked for {} s (Retry-After), with {} s of retention left",
+                        hide.delay.as_secs(),
+                        asked.as_secs(),
+                        left.as_secs()
+                    ),
+                );
+            }
+        }
+        match state.source.change_visibility(receipt, hide.delay) {
+            Ok(()) => {
+                state.ledger.hidden.insert(receipt.to_string(), hide.delay);
+                if !state.ledger.timing_known {
+                    state.ledger.hidden_blind.insert(message_id.clone());
+                }
+                state.after_step(
+                    &self.actor,
+                    &item,
+                    &format!("hid message {message_id} for {} s", hide.delay.as_secs()),
+                );
+                Ok(())
+            }
+            Err(refused) => {
+                state
+                    .trace
+                    .note(&self.actor, &item, &format!("hide refused: {refused}"));
+                Err(ProcessError::new(ErrorClass::Validation, refused).with_step("hide"))
+            }
+        }
     }
 }
 

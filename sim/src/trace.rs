@@ -47,9 +47,10 @@ impl Trace {
         self.events.is_empty()
     }
 
-    /// The events that concern `items` or the world as a whole (faults, invocations that
-    /// crashed or were killed), at most `limit` of them, the last ones kept.
+    /// The events that concern `items` or the world as a whole (its shape, faults), at
+    /// most `limit` of them, the last ones kept; every event with `SIM_TRACE_ALL` set.
     pub fn relevant(&self, items: &[String], limit: usize) -> String {
+        let all = std::env::var_os("SIM_TRACE_ALL").is_some();
         let picked: Vec<&Event> = self
             .events
             .iter()
@@ -57,6 +58,8 @@ impl Trace {
                 items
                     .iter()
                     .any(|i| e.item == *i || e.what.contains(i.as_str()))
+                    || all
+                    || e.actor == "world"
                     || e.actor == "fault"
                     || e.actor == "INVARIANT"
             })

@@ -77,6 +77,20 @@ pub struct Ledger {
     /// Items an operator purged (a purge failing midway may leave a record without its DLQ
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
+    /// Hides the worker made for redelivery spacing, by receipt handle, with their delay.
+    pub hidden: HashMap<String, std::time::Duration>,
+    /// The downstream's `Retry-After` in its latest answer to the worker, by receipt
+    /// (`message id#receive count`); removed by an answer without one.
+    pub retry_after: HashMap<String, std::time::Duration>,
+    /// Receipts of batches Lambda invoked twice at once: the two copies race to hide
+    /// them, and the last hide wins whatever the other asked.
+    pub doubled: BTreeSet<String>,
+    /// Whether the worker has read the source queue's retention (until then its hides are
+    /// capped by nothing: docs/ARCHITECTURE.md §1.11, "unknown retention caps nothing").
+    pub timing_known: bool,
+    /// Messages hidden while the retention was unknown: an expiry of theirs is that
+    /// documented window, not a defect.
+    pub hidden_blind: BTreeSet<String>,
     /// Payloads whose record an operator damaged (exempt from the end checks but one: a
     /// DLQ message must still hold them).
     pub corrupted: BTreeSet<String>,
@@ -295,6 +309,8 @@ pub enum Section {
     Deadline,
     /// §1.8: no panic takes the process down.
     NoPanic,
+    /// §1.11: retries are spaced across deliveries, never past the message's retention.
+    Spacing,
     /// §1.10 and §4: a DLQ message goes only when that very message is known processed;
     /// the DLQ and the records agree.
     DlqRule,
@@ -310,6 +326,7 @@ impl Section {
             Section::RecordingIdempotent => "§1.5 recording is idempotent",
             Section::Deadline => "§1.7 the deadline is respected",
             Section::NoPanic => "§1.8 no panic takes the process down",
+            Section::Spacing => "§1.11 retries are spaced",
             Section::DlqRule => "§4 the DLQ message rule",
             Section::Record => "§3 the dead-letter record",
         }

@@ -73,3 +73,18 @@ fn finds_a_requeue_the_worker_finished_before_its_mark() {
 fn finds_a_purge_that_deletes_by_item_id() {
     finds(Mutant::PurgeByItemId, &["lost"]);
 }
+
+#[test]
+fn finds_fifo_hides_that_hold_a_group_past_its_first_records_retention() {
+    finds(Mutant::FifoHidesWholeGroup, &["end of its retention"]);
+}
+
+#[test]
+fn finds_a_retry_after_that_does_not_reach_the_hide() {
+    finds(Mutant::RetryAfterIgnored, &["Retry-After"]);
+}
+
+#[test]
+fn finds_hides_that_outlast_the_retention() {
+    finds(Mutant::RetentionIgnored, &["end of its retention"]);
+}

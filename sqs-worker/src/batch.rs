@@ -301,6 +301,8 @@ struct Handle {
     queue_arn: String,
     receive_count: u32,
     sent: Option<std::time::SystemTime>,
+    /// A FIFO queue's message group (none on a standard queue, fair queues included).
+    fifo_group: Option<String>,
 }
 
 /// Runs a processor over batches with the semantics above.
@@ -462,6 +464,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                                 .and_then(|v| v.parse().ok())
                                 .unwrap_or(1),
                             sent: sent_time(m.attribute("SentTimestamp")),
+                            fifo_group: m
+                                .event_source_arn()
+                                .filter(|arn| is_fifo_arn(arn))
+                                .and(m.attribute("MessageGroupId"))
+                                .map(str::to_string),
                         },
                     ))
                 })
@@ -666,6 +673,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // the invocation may have used, and this invocation so far, come off the cap.
         let longest = crate::redelivery::longest_hide(received.elapsed());
         let now = std::time::SystemTime::from(crate::clock::now());
+        // FIFO: only the first record of each message group going back is hidden. The
+        // rest of its group cannot be delivered before it (a group with a message in flight
+        // yields nothing), and one hidden longer would hold the whole group, its first
+        // record included, possibly past that record's retention (docs/ARCHITECTURE.md §1.6).
+        let mut groups_hidden: std::collections::HashSet<&str> = std::collections::HashSet::new();
         let hides: Vec<crate::redelivery::Hide> = reports
             .iter()
             .filter(|r| {
@@ -678,6 +690,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             })
             .filter_map(|r| {
                 let handle = handles.get(&r.message_id)?;
+                if let Some(group) = handle.fifo_group.as_deref() {
+                    let first_of_group = groups_hidden.insert(group);
+                    if !first_of_group
+                        && !crate::mutants::is_on(crate::mutants::Mutant::FifoHidesWholeGroup)
+                    {
+                        return None;
+                    }
+                }
                 // Never past what is left of the message's retention (less a visibility
                 // timeout for its next delivery): a message that expires while hidden is
                 // gone without a trace.
@@ -689,7 +709,13 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     queue_arn: handle.queue_arn.clone(),
                     receipt_handle: handle.receipt_handle.clone(),
                     delay: policy
-                        .delay(handle.receive_count, r.retry_after, fastrand::f64())
+                        .delay(
+                            handle.receive_count,
+                            r.retry_after.filter(|_| {
+                                !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored)
+                            }),
+                            fastrand::f64(),
+                        )
                         .min(longest)
                         .min(within_retention),
                 })
@@ -1189,6 +1215,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         sent: Option<std::time::SystemTime>,
         now: std::time::SystemTime,
     ) -> Option<Duration> {
+        if crate::mutants::is_on(crate::mutants::Mutant::RetentionIgnored) {
+            return None;
+        }
         let timing = self.queue_timing(queue_arn)?;
         Some(crate::redelivery::retry_room(sent?, &timing, now).unwrap_or(Duration::ZERO))
     }
@@ -1207,6 +1236,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .hard_stop()
             .saturating_duration_since(tokio::time::Instant::now());
         let now = std::time::SystemTime::from(crate::clock::now()) + until_answer;
+        if crate::mutants::is_on(crate::mutants::Mutant::RetentionIgnored) {
+            return false;
+        }
         match (self.queue_timing(queue_arn), sent) {
             (Some(timing), Some(sent)) => {
                 crate::redelivery::retry_room(sent, &timing, now).is_none()

@@ -39,11 +39,19 @@ pub enum Mutant {
     /// A purge deletes every DLQ message of a selected item id, whatever it holds and
     /// however the record changed since the selection.
     PurgeByItemId,
+    /// Every record of a FIFO group going back is hidden for its own delay: a later one
+    /// hidden longer holds the group's first record, which may expire behind it.
+    FifoHidesWholeGroup,
+    /// The downstream's `Retry-After` does not reach the redelivery delay.
+    RetryAfterIgnored,
+    /// Hides are not capped by the message's retention, and a record without room for
+    /// its next delivery is returned rather than dead-lettered.
+    RetentionIgnored,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 8] = [
+    pub const ALL: [Mutant; 11] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -52,6 +60,9 @@ impl Mutant {
         Mutant::UnboundedAttemptIds,
         Mutant::RequeueFinishNeedsMark,
         Mutant::PurgeByItemId,
+        Mutant::FifoHidesWholeGroup,
+        Mutant::RetryAfterIgnored,
+        Mutant::RetentionIgnored,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -65,6 +76,9 @@ impl Mutant {
             Mutant::UnboundedAttemptIds => "unbounded-attempt-ids",
             Mutant::RequeueFinishNeedsMark => "requeue-finish-needs-mark",
             Mutant::PurgeByItemId => "purge-by-item-id",
+            Mutant::FifoHidesWholeGroup => "fifo-hides-whole-group",
+            Mutant::RetryAfterIgnored => "retry-after-ignored",
+            Mutant::RetentionIgnored => "retention-ignored",
         }
     }
 

@@ -500,3 +500,39 @@ async fn a_held_back_record_with_no_room_left_is_dead_lettered_with_why() {
         accepted[0].error.message
     );
 }
+
+#[tokio::test]
+async fn in_a_fifo_group_only_the_first_record_going_back_is_hidden() {
+    // r1 fails on its first receive; r2 and r3 of its group, received more often (longer
+    // delays), are held back behind it. Were they hidden for their own delays, the group
+    // would stay blocked while they are invisible, and r1 with it, past its own delay and
+    // possibly past its retention.
+    let port = Arc::new(Port::default());
+    let processor =
+        ScriptedProcessor::new().script("r1", vec![Step::Fail(ErrorClass::ServerError)]);
+    let engine = spaced(processor, 1, port.clone());
+    let report = engine
+        .process_batch(
+            fifo_event(&[
+                ("r1", "g1", 1),
+                ("r2", "g1", 3),
+                ("r3", "g1", 4),
+                ("s1", "g2", 2),
+            ]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let failures: Vec<String> = report
+        .response()
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect();
+    assert_eq!(failures, ["m-r1", "m-r2", "m-r3", "m-s1"]);
+    let seen = port.seen.lock().unwrap().clone();
+    let hidden: Vec<&str> = seen.iter().map(|h| h.receipt_handle.as_str()).collect();
+    // The first of each group: g1's r1 and g2's s1, held back too but first of its group.
+    assert_eq!(hidden, ["rh-r1", "rh-s1"]);
+}
