@@ -281,7 +281,8 @@ mod tests {
     use super::*;
 
     fn send(q: &mut SimQueue, body: &str, group: Option<&str>) -> String {
-        q.send(body.into(), Vec::new(), group.map(str::to_string), 0)
+        let now_ms = sqs_worker::clock::now().timestamp_millis();
+        q.send(body.into(), Vec::new(), group.map(str::to_string), now_ms)
     }
 
     #[tokio::test(start_paused = true)]
@@ -304,8 +305,7 @@ mod tests {
     async fn a_message_past_its_retention_is_gone_and_hides_stop_at_12_hours_from_the_receive() {
         let mut q = SimQueue::new("orders", None);
         q.retention = Duration::from_secs(3600);
-        let now_ms = sqs_worker::clock::now().timestamp_millis();
-        q.send("a".into(), Vec::new(), None, now_ms);
+        send(&mut q, "a", None);
         let first = q.receive(10, Duration::from_secs(30), false).messages;
         let receipt = first[0].receipt.clone().unwrap_or_default();
         assert!(q

@@ -251,7 +251,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
             skip_group_on_error: shape.skip_group_on_error,
         },
     );
-    if let Some(policy) = shape.spacing.clone() {
+    if let Some(policy) = shape.spacing {
         worker = worker.with_redelivery(policy, Arc::new(store.as_actor("worker")));
     }
     let worker = Arc::new(worker);

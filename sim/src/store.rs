@@ -273,6 +273,25 @@ impl RecordTable for SimStore {
                 }
             }
         };
+        // §1.5: an attempt is appended once however often it is recorded, also after
+        // compaction dropped it from the history (and its id with it).
+        let ever = state.ledger.appended.entry(id.to_string()).or_default();
+        let again: Vec<String> = pending
+            .iter()
+            .filter(|f| !ever.insert(f.attempt_id.clone()))
+            .map(|f| f.attempt_id.clone())
+            .collect();
+        if !again.is_empty() {
+            state.violate(
+                Section::RecordingIdempotent,
+                id,
+                format!(
+                    "attempt {} appended a second time by {}: failure_count counts it twice",
+                    again.join(", "),
+                    self.actor
+                ),
+            );
+        }
         row.record.failure_history.extend(pending.iter().cloned());
         row.record.failure_count += u32::try_from(pending.len()).unwrap_or(u32::MAX);
         row.attempt_ids
@@ -704,6 +723,7 @@ impl RecordRemoval for SimStore {
             if !unchanged {
                 continue;
             }
+            state.ledger.appended.remove(id.as_str());
             let Some(row) = state.table.remove(id) else {
                 continue;
             };

@@ -77,6 +77,9 @@ pub struct Ledger {
     /// Items an operator purged (a purge failing midway may leave a record without its DLQ
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
+    /// Every attempt id ever appended to an item's record, compacted or not (cleared when
+    /// a purge deletes the record).
+    pub appended: HashMap<String, BTreeSet<String>>,
     /// Hides the worker made for redelivery spacing, by receipt handle, with their delay.
     pub hidden: HashMap<String, std::time::Duration>,
     /// The downstream's `Retry-After` in its latest answer to the worker, by receipt

@@ -88,3 +88,8 @@ fn finds_a_retry_after_that_does_not_reach_the_hide() {
 fn finds_hides_that_outlast_the_retention() {
     finds(Mutant::RetentionIgnored, &["end of its retention"]);
 }
+
+#[test]
+fn finds_an_attempt_appended_again_after_compaction_dropped_its_id() {
+    finds(Mutant::DroppedAttemptRecordedAgain, &["appended a second time"]);
+}

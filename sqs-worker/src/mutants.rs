@@ -47,11 +47,14 @@ pub enum Mutant {
     /// Hides are not capped by the message's retention, and a record without room for
     /// its next delivery is returned rather than dead-lettered.
     RetentionIgnored,
+    /// An attempt of a delivery invoked twice is appended again when compaction had dropped
+    /// its id, though its sibling attempts show the delivery recorded.
+    DroppedAttemptRecordedAgain,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 11] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -63,6 +66,7 @@ impl Mutant {
         Mutant::FifoHidesWholeGroup,
         Mutant::RetryAfterIgnored,
         Mutant::RetentionIgnored,
+        Mutant::DroppedAttemptRecordedAgain,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -79,6 +83,7 @@ impl Mutant {
             Mutant::FifoHidesWholeGroup => "fifo-hides-whole-group",
             Mutant::RetryAfterIgnored => "retry-after-ignored",
             Mutant::RetentionIgnored => "retention-ignored",
+            Mutant::DroppedAttemptRecordedAgain => "dropped-attempt-recorded-again",
         }
     }
 

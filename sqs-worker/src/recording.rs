@@ -15,7 +15,8 @@
 //! | the write finds | result |
 //! | --- | --- |
 //! | none of the pending attempt ids recorded, the claim free | appended; `failure_count` counts them; the claim taken |
-//! | some attempt ids recorded, or the claim taken (another writer) | refused: the known attempts and the taken claim are dropped and the write tried again (at most 5 rounds) |
+//! | some attempt ids recorded, or the claim taken (another writer) | refused: the known attempts (and those of a delivery with a sibling attempt known: its twin wrote them, [`is_recorded`]) and the taken claim are dropped and the write tried again (at most 5 rounds) |
+//! | the claim taken and its DLQ message marked sent | nothing appended: the delivery is acknowledged ([`Delivery::AlreadySent`]) |
 //! | every attempt already recorded (the same delivery, invoked twice) | nothing to write: the claim is not held |
 //! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
@@ -399,8 +400,17 @@ pub async fn record_delivery<T: RecordTable>(
             }
             None => {
                 let known = table.deliveries(&record.item_id).await?;
-                pending.retain(|f| !known.attempt_ids.contains(&f.attempt_id));
                 sent = requested.is_some_and(|c| known.sent.contains(c));
+                if sent
+                    && !crate::mutants::is_on(crate::mutants::Mutant::DroppedAttemptRecordedAgain)
+                {
+                    // The message's DLQ message is out: its failures were recorded by the
+                    // delivery that sent it. This one (a duplicate, or the same delivery
+                    // invoked twice) appends nothing; compaction may have dropped the ids
+                    // of the attempts it would repeat (docs/ARCHITECTURE.md §1.5).
+                    return Ok(Delivery::AlreadySent);
+                }
+                pending.retain(|f| !is_recorded(f, &known.attempt_ids));
                 if claim.is_some_and(|c| known.claims.contains(c)) {
                     claim = None;
                 }
@@ -415,6 +425,22 @@ pub async fn record_delivery<T: RecordTable>(
         ),
     )
     .with_step("record"))
+}
+
+/// Whether `attempt` is recorded: its id is, or another attempt of its delivery (the same
+/// message at the same receive) is. A delivery's attempts are appended together in one
+/// conditional write, so a known sibling means the same delivery, invoked twice, was
+/// recorded by its twin; compaction may since have dropped some of the twin's entries and
+/// their ids, and appending them again would count them twice (docs/ARCHITECTURE.md §1.5).
+fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
+    if known_ids.contains(&attempt.attempt_id) {
+        return true;
+    }
+    if crate::mutants::is_on(crate::mutants::Mutant::DroppedAttemptRecordedAgain) {
+        return false;
+    }
+    let delivery = format!("{}:{}:", attempt.message_id, attempt.receive_count);
+    known_ids.iter().any(|id| id.starts_with(&delivery))
 }
 
 /// What follows a write that appended to a record's history (`stored` is the record as
@@ -847,11 +873,12 @@ mod tests {
         // nothing sent, and acknowledged, since the message's DLQ message was sent.
         let again = dead_letter(&table, &settings(), &[candidate("a", 3)], &info).await;
         assert!(again[0].is_ok(), "{again:?}");
-        // Another delivery of the same message: its attempts are recorded, it sends
-        // nothing, and it is acknowledged rather than bounced to a second DLQ copy.
+        // Another delivery of the same message: it sends nothing, appends nothing (the
+        // failures that dead-lettered the message are recorded) and is acknowledged rather
+        // than bounced to a second DLQ copy.
         let other = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
         assert!(other[0].is_ok(), "{other:?}");
-        assert_eq!(table.get("a").0.failure_count, 4);
+        assert_eq!(table.get("a").0.failure_count, 2);
         assert_eq!(*table.sent.lock().unwrap(), ["a"]);
         // A delivery that finds the claim held and the message not sent yet (the other
         // delivery may be sending it now) is returned for retry.
@@ -877,6 +904,44 @@ mod tests {
         let retried = dead_letter(&table, &settings(), &[candidate("b", 4)], &info).await;
         assert!(retried[0].is_ok(), "{retried:?}");
         assert_eq!(*table.sent.lock().unwrap(), ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn a_delivery_invoked_twice_is_recorded_once_when_compaction_dropped_part_of_it() {
+        let table = MemoryTable::default();
+        let settings = settings();
+        let info = InvocationInfo::default();
+        for receive in 1..=2 {
+            let record = DeadLetteredItem::from_candidate(
+                &candidate("a", receive),
+                &info,
+                crate::clock::now(),
+                settings.retention,
+            );
+            super::record(&table, &settings, &record).await.unwrap();
+        }
+        // The last receive, three attempts: the history of 7 is compacted to the first two
+        // and the latest two, so the first attempt of this delivery and its id are dropped.
+        let mut last = candidate("a", 3);
+        let third = crate::retry::AttemptFailure {
+            attempt: 3,
+            ..last.failures[0].clone()
+        };
+        last.failures.push(third);
+        assert!(dead_letter(&table, &settings, &[last.clone()], &info).await[0].is_ok());
+        let (a, ids, _) = table.get("a");
+        assert_eq!(a.failure_count, 7);
+        assert!(
+            !ids.contains("m-a:3:1") && ids.contains("m-a:3:2"),
+            "{ids:?}"
+        );
+        // Its twin (the same batch, invoked twice) got one attempt in: that attempt was
+        // recorded by the first copy and is not counted again.
+        let mut twin = last;
+        twin.failures.truncate(1);
+        let again = dead_letter(&table, &settings, &[twin], &info).await;
+        assert!(again[0].is_ok(), "{again:?}");
+        assert_eq!(table.get("a").0.failure_count, 7);
     }
 
     #[tokio::test]

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `make mutants`: cargo-mutants over the modules that carry the guarantees
+# (.cargo/mutants.toml lists them and the test command), in shards that survive an
+# interruption: a finished shard is not run again, so the command resumes where it stopped.
+# Prints the score per module at the end (scripts/mutants_report.py), as committed in
+# docs/SIMULATION.md. Hours on two cores; not part of `make test`.
+#
+#   SHARDS=16            how many shards the mutants are split into
+#   ONLY="0 1"           run only these shards (default: every unfinished one)
+#   MUTANTS_OUT=dir      where shards write (default target/mutants)
+#   SIM_SEEDS=300        seeded worlds per mutant (the simulation's test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+shards=${SHARDS:-16}
+out=${MUTANTS_OUT:-target/mutants}
+export SIM_SEEDS=${SIM_SEEDS:-300}
+if ! command -v cargo-mutants >/dev/null 2>&1; then
+    cargo install --locked cargo-mutants
+fi
+command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+mkdir -p "$out"
+for k in ${ONLY:-$(seq 0 $((shards - 1)))}; do
+    dir="$out/shard-$k-of-$shards"
+    if [ -f "$dir/seconds" ]; then
+        echo "shard $k/$shards: done before ($(cat "$dir/seconds") s)"
+        continue
+    fi
+    started=$(date +%s)
+    status=0
+    cargo mutants --package sqs-worker --shard "$k/$shards" --output "$dir" --no-shuffle || status=$?
+    # 0: every mutant caught; 2: some missed; 3: some timed out. Anything else (the
+    # baseline failed, a usage error) leaves the shard unfinished.
+    case $status in
+        0 | 2 | 3) echo $(($(date +%s) - started)) >"$dir/seconds" ;;
+        *) echo "shard $k/$shards failed (cargo-mutants exit $status)" >&2; exit "$status" ;;
+    esac
+done
+python3 scripts/mutants_report.py "$out" "$shards"
