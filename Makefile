@@ -8,13 +8,14 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build shipped emulator demo demo-outage demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim package
+.PHONY: help build shipped emulator demo demo-outage demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim mutants package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-outage  the outage scenario: spaced retries, the circuit breaker, redrive after recovery"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
+	@echo "make mutants    cargo-mutants over the guarantee modules, in shards it resumes (hours; SHARDS=16, ONLY=\"0 1\")"
 	@echo "make sim        the deterministic simulation: SEEDS=N worlds (default 10000), or SEED=n to replay one; MUTANT=name switches a fixed defect back on"
 	@echo "make soak       the load test at full size (5,000 messages with downstream and AWS faults) and one item redriven 1,000 times"
 	@echo "make package    the worker and redrive functions as deployable zips (cargo-lambda, LAMBDA_ARCH=arm64 or x86_64)"
@@ -76,6 +77,11 @@ test: fmt-check clippy infra-check unit
 # `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.
 SEEDS ?= 10000
 FROM ?= 0
+# Mutation score of the guarantee modules (docs/SIMULATION.md): cargo-mutants, with the
+# unit tests and the simulation as the test command (.cargo/mutants.toml). Hours.
+mutants:
+	scripts/mutants.sh
+
 sim:
 	$(CARGO) build --profile sim -p sqs-worker-sim --bin sim
 	$(TARGET_DIR)/sim/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM)) $(if $(MUTANT),--mutant $(MUTANT))
