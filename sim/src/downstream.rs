@@ -11,6 +11,9 @@ use sqs_worker::{Outcome, ProcessError, Processor, WorkItem};
 
 use crate::world::{Section, World};
 
+/// How the simulated handler's panics begin (the runs silence these, and only these).
+pub const HANDLER_PANIC: &str = "simulated handler bug";
+
 /// How a payload behaves at the downstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Behaviour {
@@ -26,6 +29,8 @@ pub enum Behaviour {
     Gone,
     /// Always 403: a permission failure, held for manual review.
     Forbidden,
+    /// The handler panics on half its calls until the faults are healed.
+    Panicky,
 }
 
 impl Behaviour {
@@ -38,6 +43,7 @@ impl Behaviour {
             Behaviour::Poison => "poison",
             Behaviour::Gone => "gone",
             Behaviour::Forbidden => "forbidden",
+            Behaviour::Panicky => "panicky",
         }
     }
 
@@ -50,6 +56,7 @@ impl Behaviour {
             Behaviour::Poison,
             Behaviour::Gone,
             Behaviour::Forbidden,
+            Behaviour::Panicky,
         ]
         .into_iter()
         .find(|b| named(*b))
@@ -90,6 +97,44 @@ impl Drop for RedriveCall {
     }
 }
 
+impl Downstream {
+    /// The checks at the start of an attempt. §1.7: none starts after its invocation's
+    /// cut-off. §3: a redrive's attempt starts only while its run holds the item's lease.
+    fn check_start(&self, item: &WorkItem) {
+        let now = sqs_worker::clock::now();
+        let mut state = self.world.lock();
+        if self.actor.starts_with("worker") {
+            if let Some(cut_off) = sqs_worker::context::deadline() {
+                if std::time::SystemTime::from(now) > cut_off {
+                    state.violate(
+                        Section::Deadline,
+                        &item.item_id,
+                        format!(
+                            "an attempt on message {} started after its invocation's cut-off",
+                            item.message_id
+                        ),
+                    );
+                }
+            }
+            return;
+        }
+        let lease = state
+            .table
+            .get(&item.item_id)
+            .and_then(|row| row.record.lease_expires_at);
+        if lease.is_some_and(|expires| now.timestamp() >= expires) {
+            state.violate(
+                Section::Record,
+                &item.item_id,
+                format!(
+                    "{} started an attempt after the item's lease expired: another run may hold it",
+                    self.actor
+                ),
+            );
+        }
+    }
+}
+
 impl Processor for Downstream {
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
         // §3: one lease owner at a time. Two redrive runs never process one item at once
@@ -113,7 +158,25 @@ impl Processor for Downstream {
                 item_id: item.item_id.clone(),
             }
         });
+        self.check_start(item);
         let behaviour = Behaviour::of_body(&item.body);
+        if behaviour == Behaviour::Panicky {
+            let panics = {
+                let mut state = self.world.lock();
+                !state.faults.healed && state.rng.bool()
+            };
+            if panics {
+                self.world.lock().trace.note(
+                    &self.actor,
+                    &item.item_id,
+                    &format!("the handler panics on message {}", item.message_id),
+                );
+                #[allow(clippy::panic)] // the behaviour under test: a handler that panics
+                {
+                    panic!("{HANDLER_PANIC} on item {}", item.item_id);
+                }
+            }
+        }
         let (latency, status, retry_after) = {
             let mut state = self.world.lock();
             let healed = state.faults.healed;

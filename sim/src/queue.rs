@@ -39,6 +39,8 @@ pub struct SimMessage {
     pub receipt: Option<String>,
     /// Set on messages the redrive policy moved: the queue they came from.
     pub moved_from: Option<String>,
+    /// FIFO DLQ: the sweep pass whose rotation sent this copy (its deduplication id).
+    pub marker: Option<String>,
     seq: u64,
 }
 
@@ -135,9 +137,17 @@ impl SimQueue {
             received_at: Instant::now(),
             receipt: None,
             moved_from: None,
+            marker: None,
             seq: self.next,
         });
         id
+    }
+
+    /// Sets the sweep pass marker of the message `id` (a copy a rotation sent).
+    pub fn mark(&mut self, id: &str, marker: &str) {
+        if let Some(m) = self.messages.iter_mut().find(|m| m.id == id) {
+            m.marker = Some(marker.to_string());
+        }
     }
 
     fn prefix(&self) -> &'static str {

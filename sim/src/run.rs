@@ -34,8 +34,9 @@ const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
 pub(crate) const VISIBILITY: Duration = Duration::from_secs(180);
 /// The source queue's redrive policy.
 const MAX_RECEIVE_COUNT: u32 = 5;
-/// How long a redrive's lease lasts if the run dies.
-const LEASE_TTL: Duration = Duration::from_secs(900);
+/// How long a redrive's lease lasts: the default, or (some worlds) one shorter than a
+/// slow item's attempts, so that the lease cut is what keeps two runs apart.
+const LEASE_TTLS: [Duration; 2] = [Duration::from_secs(900), Duration::from_secs(150)];
 /// How long the redrive function may run.
 const REDRIVE_FUNCTION_TIMEOUT: Duration = Duration::from_secs(900);
 /// The longest the queue may take to drain once the faults are over.
@@ -58,8 +59,24 @@ pub struct RunReport {
     pub sent: usize,
 }
 
+/// Silences the panics of the simulated handler (`downstream::HANDLER_PANIC`), which the
+/// worker catches by design, and keeps every other panic's report.
+fn quiet_handler_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = sqs_worker::batch::panic_message(info.payload());
+            if !message.starts_with(crate::downstream::HANDLER_PANIC) {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// Runs the world of `seed` with `mutants` switched on; deterministic for a seed.
 pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
+    quiet_handler_panics();
     sqs_worker::mutants::switch_on(mutants);
     // The library's own randomness (backoff jitter, run ids) follows the seed too.
     fastrand::seed(seed);
@@ -147,6 +164,11 @@ struct Shape {
     /// The source queue's retention: four days, or (some spaced worlds) 1–3 hours, short
     /// enough for the spacing to reach it.
     retention: Duration,
+    /// The redrive's lease.
+    lease_ttl: Duration,
+    /// Records per page of a query (DynamoDB ends a page at 1 MB; a small page makes every
+    /// listing and selection go past its first page).
+    page_size: i32,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -162,6 +184,8 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         big: false,
         spacing: None,
         retention: Duration::from_secs(4 * 86_400),
+        lease_ttl: LEASE_TTLS[0],
+        page_size: 100,
     }
 }
 
@@ -178,6 +202,8 @@ fn draw_spacing(shape: &mut Shape, seed: u64) {
             shape.retention = Duration::from_secs(rng.u64(3_600..10_800));
         }
     }
+    shape.lease_ttl = LEASE_TTLS[usize::from(rng.f64() < 0.3)];
+    shape.page_size = if rng.bool() { 3 } else { 100 };
 }
 
 fn parser() -> ItemParser {
@@ -213,6 +239,8 @@ async fn simulate(seed: u64, world: Arc<World>) {
         let name = if shape.fifo { "orders.fifo" } else { "orders" };
         state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT));
         state.source.retention = shape.retention;
+        state.lease_ttl = shape.lease_ttl;
+        state.page_size = shape.page_size;
         state.dlq = SimQueue::new(
             if shape.fifo {
                 "orders-dlq.fifo"
@@ -302,8 +330,22 @@ async fn simulate(seed: u64, world: Arc<World>) {
     }
 
     // The schedule, after every lease a dead run left has expired.
-    sleep(LEASE_TTL + Duration::from_secs(60)).await;
+    sleep(shape.lease_ttl + Duration::from_secs(60)).await;
     for round in 0..6 {
+        // A DLQ message still held by a pass (one that died holding it, or a carried hold)
+        // is not seen by this one: wait until every hold is over, as the schedule would
+        // come round after it.
+        let held_until = world
+            .lock()
+            .dlq
+            .messages()
+            .iter()
+            .map(|m| m.visible_at)
+            .max()
+            .filter(|at| *at > Instant::now());
+        if let Some(at) = held_until {
+            tokio::time::sleep_until(at).await;
+        }
         let report = redrive(&store, "schedule", RedriveRequest::default(), true).await;
         let busy = report.is_some_and(|(selected, adopted)| selected + adopted > 0);
         if !busy && round > 0 {
@@ -348,6 +390,17 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             85..=92 => Behaviour::Poison,
             93..=97 => Behaviour::Gone,
             _ => Behaviour::Forbidden,
+        };
+        // One healthy payload in ten has a handler that panics on it, drawn apart so that
+        // the other choices of every world stay as they were.
+        let panicky =
+            fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0xA24B_AED4_963E_E407))
+                .u32(0..10)
+                == 0;
+        let behaviour = if behaviour == Behaviour::Healthy && panicky {
+            Behaviour::Panicky
+        } else {
+            behaviour
         };
         let pad = match rng.f64() {
             r if shape.big && r < 0.2 => rng.usize(60_000..70_000),
@@ -876,7 +929,7 @@ async fn redrive(
         RedriveSettings {
             retry: retry_policy(),
             parser: parser(),
-            lease_ttl: LEASE_TTL,
+            lease_ttl: world.lock().lease_ttl,
             ..RedriveSettings::default()
         },
     );

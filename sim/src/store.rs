@@ -447,7 +447,15 @@ impl RecordTable for SimStore {
                 sqs_worker::message::ERROR_CLASS_ATTRIBUTE.to_string(),
                 MessageAttribute::string(record.error_class.as_str()),
             ));
-            let id = state.dlq.send(body, attributes, None, now_ms);
+            // A FIFO DLQ's message goes in the source message's group (else the item's), as
+            // the adapter sends it.
+            let group = state.dlq.fifo.then(|| {
+                sqs_worker::message::fifo_group_id(
+                    record.source.message_group_id.as_deref(),
+                    &record.item_id,
+                )
+            });
+            let id = state.dlq.send(body, attributes, group, now_ms);
             state.after_step(
                 &self.actor,
                 &record.item_id,
@@ -566,6 +574,18 @@ impl DlqMessages for SimStore {
         self.latency().await;
         let mut state = self.world.lock();
         let received = state.dlq.receive(10, hold, false);
+        for m in &received.messages {
+            let item = m.item_id();
+            state.trace.note(
+                &self.actor,
+                &item,
+                &format!(
+                    "sweep received DLQ message {} (held {} s)",
+                    m.id,
+                    hold.as_secs()
+                ),
+            );
+        }
         let arn = state.source.arn.clone();
         Ok(received
             .messages
@@ -580,7 +600,7 @@ impl DlqMessages for SimStore {
                     receipt: m.receipt.clone().unwrap_or_default(),
                     item_id,
                     view: view_of(&m),
-                    marker: None,
+                    marker: m.marker.clone(),
                     message: m,
                 }
             })
@@ -692,6 +712,85 @@ impl DlqMessages for SimStore {
         Ok(deleted)
     }
 
+    fn is_fifo(&self) -> bool {
+        self.world.lock().dlq.fifo
+    }
+
+    /// As the adapter rotates: a copy sent behind the group (its source message id and
+    /// source queue kept as attributes, the pass as its marker), then the original deleted;
+    /// two calls, so a crash between them leaves both.
+    async fn rotate(
+        &self,
+        message: &SimMessage,
+        receipt: &str,
+        pass: &str,
+    ) -> Result<bool, ProcessError> {
+        let Some(group) = message.group.clone() else {
+            return Ok(false);
+        };
+        self.latency().await;
+        {
+            let mut state = self.world.lock();
+            if state.chance_of(|f| f.send) {
+                state.trace.note(
+                    "fault",
+                    "-",
+                    &format!("{} rotation send failed", self.actor),
+                );
+                return Err(unavailable("SQS", "dlq-rotate"));
+            }
+            let mut attributes = message.attributes.clone();
+            let has = |name: &str| message.attribute(name).is_some();
+            if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
+                attributes.push((
+                    SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+                    MessageAttribute::string(&message.id),
+                ));
+            }
+            if let Some(from) = &message.moved_from {
+                if !has(sqs_worker::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
+                    attributes.push((
+                        sqs_worker::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
+                        MessageAttribute::string(from),
+                    ));
+                }
+            }
+            let now_ms = sqs_worker::clock::now().timestamp_millis();
+            let id = state
+                .dlq
+                .send(message.body.clone(), attributes, Some(group), now_ms);
+            state.dlq.mark(&id, pass);
+            let item = message.item_id();
+            state.after_step(
+                &self.actor,
+                &item,
+                &format!(
+                    "rotated DLQ message {} behind its group as {id}",
+                    message.id
+                ),
+            );
+        }
+        self.latency().await;
+        let mut state = self.world.lock();
+        if state.chance_of(|f| f.send) {
+            state.trace.note(
+                "fault",
+                "-",
+                &format!("{} rotation delete failed", self.actor),
+            );
+            return Err(unavailable("SQS", "dlq-rotate"));
+        }
+        if let Some(deleted) = state.dlq.delete(receipt) {
+            let item = deleted.item_id();
+            state.after_step(
+                &self.actor,
+                &item,
+                &format!("deleted DLQ message {} (rotated)", deleted.id),
+            );
+        }
+        Ok(true)
+    }
+
     async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
         self.latency().await;
         let mut state = self.world.lock();
@@ -780,7 +879,12 @@ impl RecordStore for SimStore {
                 selected.push(&row.record);
             }
         }
-        let mut page = page_in_memory(selected, limit, start, filter.oldest_first)?;
+        let mut page = page_in_memory(
+            selected,
+            limit.min(state.page_size),
+            start,
+            filter.oldest_first,
+        )?;
         page.unreadable = unreadable;
         Ok(page)
     }

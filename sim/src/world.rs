@@ -121,6 +121,10 @@ pub struct Stats {
 /// The whole state.
 #[derive(Debug)]
 pub struct State {
+    /// The redrive's lease in this world.
+    pub lease_ttl: std::time::Duration,
+    /// Records per query page in this world.
+    pub page_size: i32,
     /// Redrive runs processing each item at this moment (§3: at most one).
     pub redriving_now: HashMap<String, u32>,
     /// The source queue.
@@ -172,6 +176,8 @@ impl State {
     /// A fresh world: empty queues, table and bucket.
     pub fn new(seed: u64, source: SimQueue, dlq: SimQueue) -> Self {
         State {
+            lease_ttl: std::time::Duration::from_secs(900),
+            page_size: 100,
             source,
             dlq,
             table: BTreeMap::new(),
@@ -308,7 +314,7 @@ pub enum Section {
     NothingLost,
     /// §1.5: an attempt is recorded once; a repeated delivery is explained.
     RecordingIdempotent,
-    /// §1.7: nothing runs past the deadline.
+    /// §1.7: nothing runs past the deadline; no attempt starts after the cut-off.
     Deadline,
     /// §1.8: no panic takes the process down.
     NoPanic,

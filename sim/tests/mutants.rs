@@ -91,5 +91,8 @@ fn finds_hides_that_outlast_the_retention() {
 
 #[test]
 fn finds_an_attempt_appended_again_after_compaction_dropped_its_id() {
-    finds(Mutant::DroppedAttemptRecordedAgain, &["appended a second time"]);
+    finds(
+        Mutant::DroppedAttemptRecordedAgain,
+        &["appended a second time"],
+    );
 }

@@ -673,11 +673,12 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // the invocation may have used, and this invocation so far, come off the cap.
         let longest = crate::redelivery::longest_hide(received.elapsed());
         let now = std::time::SystemTime::from(crate::clock::now());
-        // FIFO: only the first record of each message group going back is hidden. The
-        // rest of its group cannot be delivered before it (a group with a message in flight
-        // yields nothing), and one hidden longer would hold the whole group, its first
-        // record included, possibly past that record's retention (docs/ARCHITECTURE.md §1.6).
-        let mut groups_hidden: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        // FIFO: no record of a message group going back is hidden longer than the group's
+        // first. A group with a message in flight yields nothing, so one hidden longer (or
+        // left in flight for the rest of its visibility timeout) would hold the whole group,
+        // its first record included, past that record's delay and even its retention
+        // (docs/ARCHITECTURE.md §1.6).
+        let mut group_caps: HashMap<&str, Duration> = HashMap::new();
         let hides: Vec<crate::redelivery::Hide> = reports
             .iter()
             .filter(|r| {
@@ -690,14 +691,6 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             })
             .filter_map(|r| {
                 let handle = handles.get(&r.message_id)?;
-                if let Some(group) = handle.fifo_group.as_deref() {
-                    let first_of_group = groups_hidden.insert(group);
-                    if !first_of_group
-                        && !crate::mutants::is_on(crate::mutants::Mutant::FifoHidesWholeGroup)
-                    {
-                        return None;
-                    }
-                }
                 // Never past what is left of the message's retention (less a visibility
                 // timeout for its next delivery): a message that expires while hidden is
                 // gone without a trace.
@@ -705,19 +698,26 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 let within_retention = self
                     .retry_room(Some(&handle.queue_arn), handle.sent, now)
                     .map_or(Duration::MAX, |room| Duration::from_secs(room.as_secs()));
+                let mut delay = policy
+                    .delay(
+                        handle.receive_count,
+                        r.retry_after.filter(|_| {
+                            !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored)
+                        }),
+                        fastrand::f64(),
+                    )
+                    .min(longest)
+                    .min(within_retention);
+                if let Some(group) = handle.fifo_group.as_deref() {
+                    let cap = *group_caps.entry(group).or_insert(delay);
+                    if !crate::mutants::is_on(crate::mutants::Mutant::FifoHidesWholeGroup) {
+                        delay = delay.min(cap);
+                    }
+                }
                 Some(crate::redelivery::Hide {
                     queue_arn: handle.queue_arn.clone(),
                     receipt_handle: handle.receipt_handle.clone(),
-                    delay: policy
-                        .delay(
-                            handle.receive_count,
-                            r.retry_after.filter(|_| {
-                                !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored)
-                            }),
-                            fastrand::f64(),
-                        )
-                        .min(longest)
-                        .min(within_retention),
+                    delay,
                 })
             })
             .collect();

@@ -40,7 +40,7 @@ pub enum Mutant {
     /// however the record changed since the selection.
     PurgeByItemId,
     /// Every record of a FIFO group going back is hidden for its own delay: a later one
-    /// hidden longer holds the group's first record, which may expire behind it.
+    /// hidden longer than the group's first holds it, and it may expire behind it.
     FifoHidesWholeGroup,
     /// The downstream's `Retry-After` does not reach the redelivery delay.
     RetryAfterIgnored,
@@ -50,11 +50,14 @@ pub enum Mutant {
     /// An attempt of a delivery invoked twice is appended again when compaction had dropped
     /// its id, though its sibling attempts show the delivery recorded.
     DroppedAttemptRecordedAgain,
+    /// A redrive's attempts are cut at the run's deadline only, not before the item's
+    /// lease ends: a slow item runs on after another run may have taken it.
+    AttemptsPastLease,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 13] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -67,6 +70,7 @@ impl Mutant {
         Mutant::RetryAfterIgnored,
         Mutant::RetentionIgnored,
         Mutant::DroppedAttemptRecordedAgain,
+        Mutant::AttemptsPastLease,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -84,6 +88,7 @@ impl Mutant {
             Mutant::RetryAfterIgnored => "retry-after-ignored",
             Mutant::RetentionIgnored => "retention-ignored",
             Mutant::DroppedAttemptRecordedAgain => "dropped-attempt-recorded-again",
+            Mutant::AttemptsPastLease => "attempts-past-lease",
         }
     }
 

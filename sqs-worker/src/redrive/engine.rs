@@ -79,7 +79,9 @@ pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 /// `ttl` is done (attempts cut, outcome written) [`LEASE_MARGIN`] before its lease ends.
 pub(super) fn within_lease(run: Deadline, leased_at: Instant, ttl: Duration) -> Deadline {
     let lease_end = leased_at + ttl.saturating_sub(LEASE_MARGIN);
-    if lease_end < run.hard_stop() {
+    if lease_end < run.hard_stop()
+        && !crate::mutants::is_on(crate::mutants::Mutant::AttemptsPastLease)
+    {
         Deadline::new(lease_end, OUTCOME_WRITE_SLICE)
     } else {
         run
