@@ -97,13 +97,40 @@ impl Drop for RedriveCall {
     }
 }
 
+/// §1.6: in a FIFO queue, the message still in the queue before `item` in its group whose
+/// payload is neither delivered nor held by the DLQ or a dead record (it has not left the
+/// group's stream), if any.
+fn unsettled_before(state: &crate::world::State, item: &WorkItem) -> Option<String> {
+    let group = item.message_group_id.as_deref()?;
+    if !state.source.fifo {
+        return None;
+    }
+    state
+        .source
+        .messages()
+        .iter()
+        .filter(|m| m.group.as_deref() == Some(group) && m.id < item.message_id)
+        .find(|m| !state.payload_is_safe(&m.body_sha256, Some(&m.id)))
+        .map(|m| m.id.clone())
+}
+
 impl Downstream {
-    /// The checks at the start of an attempt. §1.7: none starts after its invocation's
-    /// cut-off. §3: a redrive's attempt starts only while its run holds the item's lease.
+    /// The checks at the start of an attempt. §1.6: a FIFO group's order is kept. §1.7:
+    /// none starts after its invocation's cut-off. §3: a redrive's attempt starts only while its run holds the item's lease.
     fn check_start(&self, item: &WorkItem) {
         let now = sqs_worker::clock::now();
         let mut state = self.world.lock();
         if self.actor.starts_with("worker") {
+            if let Some(earlier) = unsettled_before(&state, item) {
+                state.violate(
+                    Section::FifoOrder,
+                    &item.item_id,
+                    format!(
+                        "message {} attempted while {earlier}, earlier in its group, is neither delivered nor dead-lettered",
+                        item.message_id
+                    ),
+                );
+            }
             if let Some(cut_off) = sqs_worker::context::deadline() {
                 if std::time::SystemTime::from(now) > cut_off {
                     state.violate(

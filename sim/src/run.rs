@@ -653,6 +653,9 @@ async fn invoke(
                     messages.len()
                 ),
             );
+            if alone {
+                left_to_the_redrive_policy(&mut state, &report, messages, name);
+            }
             for (i, m) in messages.iter().enumerate() {
                 let delivered_now = state
                     .ledger
@@ -702,6 +705,53 @@ async fn invoke(
                 }
             }
             true
+        }
+    }
+}
+
+/// §1.1 and §1.6: a record on its last receive is run or dead-lettered, never given back
+/// for the queue's redrive policy to move without a record; only a dead-letter write that
+/// failed (the store down) may return it, and the sweep adopts what the policy moves.
+fn left_to_the_redrive_policy(
+    state: &mut State,
+    report: &sqs_worker::batch::BatchReport,
+    messages: &[SimMessage],
+    name: &str,
+) {
+    use sqs_worker::batch::Disposition;
+    for record in &report.records {
+        let Some(m) = messages.iter().find(|m| m.id == record.message_id) else {
+            continue;
+        };
+        let last_receive = m.receive_count >= MAX_RECEIVE_COUNT;
+        // Returned because another delivery holds the message's DLQ claim (it may be
+        // sending it; a crash between claim and send leaves it to the redrive policy, whose
+        // DLQ message the sweep adopts): the documented exception.
+        let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
+            && state
+                .table
+                .get(&record.item_id)
+                .is_some_and(|row| row.claims.contains(&m.id));
+        // Or delivered, with the record's update failing (a requeued message the store
+        // could not mark finished): the policy moves a message whose payload arrived.
+        let delivered = state
+            .ledger
+            .delivered
+            .get(&m.body_sha256)
+            .is_some_and(|n| *n > 0);
+        let given_back = matches!(
+            record.disposition,
+            Disposition::RetryLater { .. } | Disposition::NotStarted { .. }
+        );
+        if last_receive && given_back && !claimed_elsewhere && !delivered {
+            state.violate(
+                Section::NothingLost,
+                &item_of(m),
+                format!(
+                    "{name} returned message {} on its last receive ({:?}): the queue's redrive policy moves it without a record",
+                    m.id, record.disposition
+                ),
+            );
         }
     }
 }

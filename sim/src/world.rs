@@ -314,6 +314,8 @@ pub enum Section {
     NothingLost,
     /// §1.5: an attempt is recorded once; a repeated delivery is explained.
     RecordingIdempotent,
+    /// §1.6: FIFO order is kept.
+    FifoOrder,
     /// §1.7: nothing runs past the deadline; no attempt starts after the cut-off.
     Deadline,
     /// §1.8: no panic takes the process down.
@@ -333,6 +335,7 @@ impl Section {
         match self {
             Section::NothingLost => "§1.1 nothing is lost",
             Section::RecordingIdempotent => "§1.5 recording is idempotent",
+            Section::FifoOrder => "§1.6 FIFO order is kept",
             Section::Deadline => "§1.7 the deadline is respected",
             Section::NoPanic => "§1.8 no panic takes the process down",
             Section::Spacing => "§1.11 retries are spaced",

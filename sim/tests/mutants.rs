@@ -96,3 +96,24 @@ fn finds_an_attempt_appended_again_after_compaction_dropped_its_id() {
         &["appended a second time"],
     );
 }
+
+#[test]
+fn finds_redrive_attempts_that_run_past_the_lease() {
+    finds(
+        Mutant::AttemptsPastLease,
+        &["after the item's lease expired"],
+    );
+}
+
+#[test]
+fn finds_a_fifo_batch_that_goes_on_after_a_failure() {
+    finds(Mutant::FifoGoesOnAfterFailure, &["earlier in its group"]);
+}
+
+#[test]
+fn finds_an_unstarted_record_left_to_the_redrive_policy() {
+    finds(
+        Mutant::UnstartedLeftToRedrivePolicy,
+        &["on its last receive"],
+    );
+}

@@ -620,7 +620,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let shared = RecordShared::of(deadline);
         for (id, msg) in ids.iter().cloned().zip(records) {
             let group = msg.attribute("MessageGroupId").map(str::to_string);
-            let held_back = if self.config.skip_group_on_error {
+            let held_back = if crate::mutants::is_on(crate::mutants::Mutant::FifoGoesOnAfterFailure)
+            {
+                None
+            } else if self.config.skip_group_on_error {
                 failed_groups
                     .contains(&group)
                     .then_some(NotStartedReason::FifoGroupFailed)
@@ -1029,7 +1032,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             sent_time(msg.attribute("SentTimestamp")),
             deadline,
         );
-        let budget_spent = self.receive_budget_spent(receive_count);
+        let budget_spent = self.receive_budget_spent(receive_count)
+            && !crate::mutants::is_on(crate::mutants::Mutant::UnstartedLeftToRedrivePolicy);
         if !budget_spent && !retention_ending {
             return Step::Final(not_started(message_id, &msg, reason, &self.config.parser));
         }

@@ -53,11 +53,18 @@ pub enum Mutant {
     /// A redrive's attempts are cut at the run's deadline only, not before the item's
     /// lease ends: a slow item runs on after another run may have taken it.
     AttemptsPastLease,
+    /// A FIFO batch goes on after a failure: a group's later records run while an earlier
+    /// one goes back to the queue.
+    FifoGoesOnAfterFailure,
+    /// A record the batch does not run on its last receive (held back, or not started
+    /// before the cut-off) is returned unstarted: the queue's redrive policy moves it
+    /// without a record.
+    UnstartedLeftToRedrivePolicy,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 13] = [
+    pub const ALL: [Mutant; 15] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -71,6 +78,8 @@ impl Mutant {
         Mutant::RetentionIgnored,
         Mutant::DroppedAttemptRecordedAgain,
         Mutant::AttemptsPastLease,
+        Mutant::FifoGoesOnAfterFailure,
+        Mutant::UnstartedLeftToRedrivePolicy,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -89,6 +98,8 @@ impl Mutant {
             Mutant::RetentionIgnored => "retention-ignored",
             Mutant::DroppedAttemptRecordedAgain => "dropped-attempt-recorded-again",
             Mutant::AttemptsPastLease => "attempts-past-lease",
+            Mutant::FifoGoesOnAfterFailure => "fifo-goes-on-after-failure",
+            Mutant::UnstartedLeftToRedrivePolicy => "unstarted-left-to-redrive-policy",
         }
     }
 
