@@ -131,6 +131,11 @@ impl Downstream {
                     ),
                 );
             }
+            if let Some(broken) =
+                crate::breaker::call_refused_by_what_it_knew(&state, &self.actor, now.into())
+            {
+                state.violate(Section::Breaker, &item.item_id, broken);
+            }
             if let Some(cut_off) = sqs_worker::context::deadline() {
                 if std::time::SystemTime::from(now) > cut_off {
                     state.violate(

@@ -21,6 +21,7 @@
 //! services, which no crate models, and tokio's paused clock already gives the
 //! determinism of time that turmoil-style frameworks provide for networks.
 
+pub mod breaker;
 pub mod check;
 pub mod downstream;
 pub mod queue;

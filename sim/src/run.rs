@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
+use sqs_worker::breaker::{Breaker, BreakerPolicy};
 use sqs_worker::dead_letter::InvocationInfo;
 use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser};
 use sqs_worker::mutants::Mutant;
@@ -18,9 +19,11 @@ use sqs_worker::recording::RecordingSettings;
 use sqs_worker::redelivery::RedeliveryPolicy;
 use sqs_worker::redrive::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
 use sqs_worker::retry::{Deadline, Jitter, RetryPolicy};
+use sqs_worker::testing::MemoryBreakerStore;
 use sqs_worker::{BatchConfig, BatchProcessor};
 use tokio::time::{sleep, Instant};
 
+use crate::breaker::SimBreakerStore;
 use crate::downstream::{Behaviour, Downstream};
 use crate::queue::{SimMessage, SimQueue};
 use crate::store::{to_sqs_message, SimStore, BUCKET};
@@ -169,6 +172,8 @@ struct Shape {
     /// Records per page of a query (DynamoDB ends a page at 1 MB; a small page makes every
     /// listing and selection go past its first page).
     page_size: i32,
+    /// The worker's circuit breaker (shared by its sandboxes, one per poller).
+    breaker: Option<BreakerPolicy>,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -186,6 +191,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         retention: Duration::from_secs(4 * 86_400),
         lease_ttl: LEASE_TTLS[0],
         page_size: 100,
+        breaker: None,
     }
 }
 
@@ -204,7 +210,37 @@ fn draw_spacing(shape: &mut Shape, seed: u64) {
     }
     shape.lease_ttl = LEASE_TTLS[usize::from(rng.f64() < 0.3)];
     shape.page_size = if rng.bool() { 3 } else { 100 };
+    shape.breaker = (rng.f64() < 0.4).then_some(BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_secs(60),
+        max_open: Duration::from_secs(600),
+        probe_for: Duration::from_secs(30),
+        refresh: Duration::from_secs(5),
+    });
 }
+
+/// The worker's processor in one sandbox: the downstream, behind the circuit breaker in
+/// the worlds that have one (its state shared by every sandbox).
+#[derive(Debug)]
+enum SimHandler {
+    Plain(Downstream),
+    Guarded(Box<Breaker<Downstream, SimBreakerStore>>),
+}
+
+impl sqs_worker::Processor for SimHandler {
+    async fn process(
+        &self,
+        item: &sqs_worker::WorkItem,
+    ) -> Result<sqs_worker::Outcome, sqs_worker::ProcessError> {
+        match self {
+            SimHandler::Plain(downstream) => downstream.process(item).await,
+            SimHandler::Guarded(breaker) => breaker.process(item).await,
+        }
+    }
+}
+
+type SimWorker = BatchProcessor<SimHandler, SimStore>;
 
 fn parser() -> ItemParser {
     ItemParser {
@@ -267,22 +303,36 @@ async fn simulate(seed: u64, world: Arc<World>) {
             write_concurrency: 4,
         },
     );
-    let mut worker = BatchProcessor::new(
-        Downstream::new(world.clone(), "worker"),
-        store.as_actor("worker"),
-        BatchConfig {
-            parser: parser(),
-            retry: retry_policy(),
-            concurrency: 4,
-            max_receive_count: Some(MAX_RECEIVE_COUNT),
-            receive_budget_margin: 0,
-            skip_group_on_error: shape.skip_group_on_error,
-        },
-    );
-    if let Some(policy) = shape.spacing {
-        worker = worker.with_redelivery(policy, Arc::new(store.as_actor("worker")));
-    }
-    let worker = Arc::new(worker);
+    // One sandbox per poller: its own engine and breaker, the breaker's state shared.
+    let breaker_state = MemoryBreakerStore::default();
+    let sandbox = |n: usize| {
+        let name = format!("worker#{n}");
+        let downstream = Downstream::new(world.clone(), &name);
+        let handler = match shape.breaker {
+            Some(policy) => SimHandler::Guarded(Box::new(Breaker::new(
+                downstream,
+                SimBreakerStore::new(world.clone(), breaker_state.clone(), &name),
+                policy,
+            ))),
+            None => SimHandler::Plain(downstream),
+        };
+        let mut worker = BatchProcessor::new(
+            handler,
+            store.as_actor(&name),
+            BatchConfig {
+                parser: parser(),
+                retry: retry_policy(),
+                concurrency: 4,
+                max_receive_count: Some(MAX_RECEIVE_COUNT),
+                receive_budget_margin: 0,
+                skip_group_on_error: shape.skip_group_on_error,
+            },
+        );
+        if let Some(policy) = shape.spacing {
+            worker = worker.with_redelivery(policy, Arc::new(store.as_actor(&name)));
+        }
+        Arc::new(worker)
+    };
     let stop_pollers = Arc::new(AtomicBool::new(false));
     let in_flight = Arc::new(AtomicUsize::new(0));
     let healed = Arc::new(AtomicBool::new(false));
@@ -292,7 +342,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
     for n in 0..shape.pollers {
         pollers.push(tokio::spawn(poll(
             world.clone(),
-            worker.clone(),
+            sandbox(n),
             shape.clone(),
             n,
             rng.u64(..),
@@ -443,7 +493,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
 /// the records the response does not list.
 async fn poll(
     world: Arc<World>,
-    worker: Arc<BatchProcessor<Downstream, SimStore>>,
+    worker: Arc<SimWorker>,
     shape: Shape,
     n: usize,
     seed: u64,
@@ -567,7 +617,7 @@ fn item_of(m: &SimMessage) -> String {
 /// breaks the deadline invariant). Returns whether it answered.
 async fn invoke(
     world: &Arc<World>,
-    worker: &BatchProcessor<Downstream, SimStore>,
+    worker: &SimWorker,
     messages: &[SimMessage],
     arn: &str,
     name: &str,
@@ -654,7 +704,20 @@ async fn invoke(
                 ),
             );
             if alone {
-                left_to_the_redrive_policy(&mut state, &report, messages, name);
+                let delivered_now: Vec<bool> = messages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        state
+                            .ledger
+                            .worker_deliveries
+                            .get(&m.id)
+                            .copied()
+                            .unwrap_or(0)
+                            > before.get(i).copied().unwrap_or(0)
+                    })
+                    .collect();
+                left_to_the_redrive_policy(&mut state, &report, messages, &delivered_now, name);
             }
             for (i, m) in messages.iter().enumerate() {
                 let delivered_now = state
@@ -716,13 +779,15 @@ fn left_to_the_redrive_policy(
     state: &mut State,
     report: &sqs_worker::batch::BatchReport,
     messages: &[SimMessage],
+    delivered_now: &[bool],
     name: &str,
 ) {
     use sqs_worker::batch::Disposition;
     for record in &report.records {
-        let Some(m) = messages.iter().find(|m| m.id == record.message_id) else {
+        let Some(i) = messages.iter().position(|m| m.id == record.message_id) else {
             continue;
         };
+        let m = &messages[i];
         let last_receive = m.receive_count >= MAX_RECEIVE_COUNT;
         // Returned because another delivery holds the message's DLQ claim (it may be
         // sending it; a crash between claim and send leaves it to the redrive policy, whose
@@ -732,13 +797,10 @@ fn left_to_the_redrive_policy(
                 .table
                 .get(&record.item_id)
                 .is_some_and(|row| row.claims.contains(&m.id));
-        // Or delivered, with the record's update failing (a requeued message the store
-        // could not mark finished): the policy moves a message whose payload arrived.
-        let delivered = state
-            .ledger
-            .delivered
-            .get(&m.body_sha256)
-            .is_some_and(|n| *n > 0);
+        // Or delivered by this invocation, with the record's update failing (a requeued
+        // message the store could not mark finished): the policy moves a message whose
+        // payload arrived.
+        let delivered = delivered_now.get(i).copied().unwrap_or(false);
         let given_back = matches!(
             record.disposition,
             Disposition::RetryLater { .. } | Disposition::NotStarted { .. }
@@ -1011,6 +1073,17 @@ async fn redrive(
                     report.dlq_messages_deleted
                 ),
             );
+            for item in report.items.iter().filter(|i| i.detail.is_some()) {
+                state.trace.note(
+                    actor,
+                    &item.item_id,
+                    &format!(
+                        "{:?}: {}",
+                        item.outcome,
+                        item.detail.as_deref().unwrap_or_default()
+                    ),
+                );
+            }
             Some((report.selected, report.adopted_from_dlq))
         }
         Err(e) => {

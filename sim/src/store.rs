@@ -43,6 +43,27 @@ use sqs_worker::redelivery::{Hide, QueueTiming, VisibilityPort};
 use crate::queue::SimMessage;
 use crate::world::{Row, Section, State, World, ITEM_SIZE_LIMIT};
 
+/// A call's latency: the task yields for a few simulated milliseconds, now and then a few
+/// seconds (drawn from the seed), so that concurrent runs, sandboxes and operators
+/// interleave between one call and the next, as they do against DynamoDB, SQS and S3 (a
+/// read and the write that follows it are two steps another task can come between).
+pub async fn call_latency(world: &World) {
+    let delay = {
+        let mut state = world.lock();
+        match state.rng.u32(0..100) {
+            0..50 => Duration::ZERO,
+            50..95 => Duration::from_millis(state.rng.u64(1..=40)),
+            // A slow call: the SDK retrying a throttled request, a cold connection.
+            _ => Duration::from_millis(state.rng.u64(200..=3_000)),
+        }
+    };
+    if delay.is_zero() {
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(delay).await;
+    }
+}
+
 /// The bucket payloads go to.
 pub const BUCKET: &str = "sim-payloads";
 
@@ -101,25 +122,9 @@ impl SimStore {
         &self.world
     }
 
-    /// A call's latency: the task yields for a few simulated milliseconds, now and then a
-    /// few seconds (drawn from the seed), so that concurrent runs, sandboxes and operators interleave between one
-    /// call and the next, as they do against DynamoDB, SQS and S3 (a read and the write
-    /// that follows it are two steps another task can come between).
+    /// A call's latency ([`call_latency`]).
     async fn latency(&self) {
-        let delay = {
-            let mut state = self.world.lock();
-            match state.rng.u32(0..100) {
-                0..50 => Duration::ZERO,
-                50..95 => Duration::from_millis(state.rng.u64(1..=40)),
-                // A slow call: the SDK retrying a throttled request, a cold connection.
-                _ => Duration::from_millis(state.rng.u64(200..=3_000)),
-            }
-        };
-        if delay.is_zero() {
-            tokio::task::yield_now().await;
-        } else {
-            tokio::time::sleep(delay).await;
-        }
+        call_latency(&self.world).await;
     }
 
     fn table_call(&self, state: &mut State, step: &str) -> Result<(), ProcessError> {

@@ -77,6 +77,10 @@ pub struct Ledger {
     /// Items an operator purged (a purge failing midway may leave a record without its DLQ
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
+    /// What each sandbox last read or wrote of the circuit breaker's state.
+    pub breaker_known: HashMap<String, sqs_worker::breaker::BreakerState>,
+    /// The probe each sandbox took last, until when.
+    pub probes: HashMap<String, std::time::SystemTime>,
     /// Every attempt id ever appended to an item's record, compacted or not (cleared when
     /// a purge deletes the record).
     pub appended: HashMap<String, BTreeSet<String>>,
@@ -322,6 +326,8 @@ pub enum Section {
     NoPanic,
     /// §1.11: retries are spaced across deliveries, never past the message's retention.
     Spacing,
+    /// §1.12 and §7: the circuit breaker withholds the downstream while open.
+    Breaker,
     /// §1.10 and §4: a DLQ message goes only when that very message is known processed;
     /// the DLQ and the records agree.
     DlqRule,
@@ -339,6 +345,7 @@ impl Section {
             Section::Deadline => "§1.7 the deadline is respected",
             Section::NoPanic => "§1.8 no panic takes the process down",
             Section::Spacing => "§1.11 retries are spaced",
+            Section::Breaker => "§1.12 the circuit breaker",
             Section::DlqRule => "§4 the DLQ message rule",
             Section::Record => "§3 the dead-letter record",
         }

@@ -117,3 +117,13 @@ fn finds_an_unstarted_record_left_to_the_redrive_policy() {
         &["on its last receive"],
     );
 }
+
+#[test]
+fn finds_a_reopening_refused_for_keys_processed_before_it_was_judged() {
+    finds(Mutant::ReopenGuardedByEarlierKeys, &["left Requeued"]);
+}
+
+#[test]
+fn finds_a_half_open_breaker_that_lets_every_record_through() {
+    finds(Mutant::HalfOpenWithoutProbe, &["without holding the probe"]);
+}

@@ -438,7 +438,9 @@ impl<P: Processor, S: BreakerStore> Processor for Breaker<P, S> {
         {
             return Err(refused_while_probing());
         }
-        if state.is_half_open(now) {
+        if state.is_half_open(now)
+            && !crate::mutants::is_on(crate::mutants::Mutant::HalfOpenWithoutProbe)
+        {
             return self.probe(item, &state, now).await;
         }
         let result = self.call(item).await;

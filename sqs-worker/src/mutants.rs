@@ -60,11 +60,16 @@ pub enum Mutant {
     /// before the cut-off) is returned unstarted: the queue's redrive policy moves it
     /// without a record.
     UnstartedLeftToRedrivePolicy,
+    /// A reopening is guarded by every key of the message, also those its record listed
+    /// processed before the sweep judged it: refused at every pass.
+    ReopenGuardedByEarlierKeys,
+    /// A half-open breaker lets every record through, not the one probe.
+    HalfOpenWithoutProbe,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 15] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -80,6 +85,8 @@ impl Mutant {
         Mutant::AttemptsPastLease,
         Mutant::FifoGoesOnAfterFailure,
         Mutant::UnstartedLeftToRedrivePolicy,
+        Mutant::ReopenGuardedByEarlierKeys,
+        Mutant::HalfOpenWithoutProbe,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -100,6 +107,8 @@ impl Mutant {
             Mutant::AttemptsPastLease => "attempts-past-lease",
             Mutant::FifoGoesOnAfterFailure => "fifo-goes-on-after-failure",
             Mutant::UnstartedLeftToRedrivePolicy => "unstarted-left-to-redrive-policy",
+            Mutant::ReopenGuardedByEarlierKeys => "reopen-guarded-by-earlier-keys",
+            Mutant::HalfOpenWithoutProbe => "half-open-without-probe",
         }
     }
 

@@ -193,6 +193,22 @@ pub fn decide(message: &MessageView, record: Option<&Standing>) -> MessageFate {
     }
 }
 
+/// The keys of `message` its record did not list processed when the sweep judged it: an
+/// adoption is written only while the record lists none of them, so that it never
+/// overwrites a record that processed this message *since*. A key listed before (the same
+/// payload, delivered once, then failed again and requeued) does not guard: it would refuse
+/// the reopening at every pass, leaving the record `requeued` and its message in the DLQ
+/// (found by the simulation).
+fn unprocessed_keys(message: &MessageView, standing: Option<&Standing>) -> Vec<String> {
+    let keys = message.keys();
+    if crate::mutants::is_on(crate::mutants::Mutant::ReopenGuardedByEarlierKeys) {
+        return keys;
+    }
+    keys.into_iter()
+        .filter(|k| standing.is_none_or(|s| !s.processed.contains(k)))
+        .collect()
+}
+
 /// A DLQ message just received (and held invisible), with what identifies it.
 #[derive(Debug, Clone)]
 pub struct ReceivedMessage<M> {
@@ -575,7 +591,7 @@ impl Pass {
                     reopen: matches!(fate, MessageFate::Reopen(_)),
                     known_queue_arn: standing.and_then(|s| s.source_queue_arn.clone()),
                     expected_status: standing.and_then(|s| s.status),
-                    message_keys: received.view.keys(),
+                    message_keys: unprocessed_keys(&received.view, standing),
                 };
                 match dlq
                     .adopt(&received.message, item_id, &options.parser, &adoption)

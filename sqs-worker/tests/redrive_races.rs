@@ -667,3 +667,43 @@ async fn items_that_keep_failing_do_not_starve_an_item_a_crashed_run_left_redriv
         f1.failure_count - 1
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// A requeued message that came back reopens its record, also when its payload was
+// processed once before (found by the simulation).
+// ---------------------------------------------------------------------------------------
+
+/// The item's payload `P` was delivered once (the record lists `sha:P` processed), then a
+/// twin delivery failed it again and a redrive requeued it as `q1`. `q1` fails at every
+/// receive and the source queue's redrive policy moves it to the DLQ. The sweep must set
+/// the record back to dead with it: were the reopening guarded by `sha:P` (listed before
+/// the sweep judged it), it would be refused at every pass, and the record left `requeued`
+/// with its message in the DLQ.
+#[tokio::test]
+async fn a_requeued_message_back_in_the_dlq_reopens_its_record_though_its_payload_was_processed_before(
+) {
+    let dlq = Dlq::default();
+    let mut record = with(
+        "a",
+        ItemStatus::Requeued,
+        "s2",
+        "P",
+        &["msg:s1", "sha:P"],
+        5,
+    );
+    record.requeued_message_id = Some("q1".into());
+    dlq.records.lock().unwrap().insert("a".into(), record);
+    dlq.add("q1", "a", "q1", "P", None);
+    let sweep = sweep_dlq(
+        &dlq,
+        &SweepOptions {
+            adopt: true,
+            ..SweepOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(sweep.errors.is_empty(), "{:?}", sweep.errors);
+    assert_eq!(*dlq.adopted.lock().unwrap(), ["q1"]);
+    assert_eq!(dlq.records.lock().unwrap()["a"].status, ItemStatus::Dead);
+}
