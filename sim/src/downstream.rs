@@ -81,17 +81,24 @@ impl Downstream {
     }
 }
 
-/// A redrive run's call of the downstream for an item, in progress: counted in the
-/// world while it lasts (also when the run is dropped midway, a run that dies).
-struct RedriveCall {
+/// A call of the downstream for an item, in progress: counted in the world while it lasts
+/// (also when its caller is dropped midway, a run that dies): a redrive run's among the
+/// runs' (§3), and in the worlds with idempotency every caller's (§6).
+struct RunningCall {
     world: Arc<World>,
     item_id: String,
+    redrive: bool,
 }
 
-impl Drop for RedriveCall {
+impl Drop for RunningCall {
     fn drop(&mut self) {
         let mut state = self.world.lock();
-        if let Some(n) = state.redriving_now.get_mut(&self.item_id) {
+        if self.redrive {
+            if let Some(n) = state.redriving_now.get_mut(&self.item_id) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        if let Some(n) = state.running_now.get_mut(&self.item_id) {
             *n = n.saturating_sub(1);
         }
     }
@@ -170,26 +177,45 @@ impl Downstream {
 impl Processor for Downstream {
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
         // §3: one lease owner at a time. Two redrive runs never process one item at once
-        // (the worker may: another body under the same item id is another message).
-        let _call = (!self.actor.starts_with("worker")).then(|| {
+        // (the worker may: another body under the same item id is another message). §6:
+        // with idempotency, nobody does.
+        let _call = {
             let mut state = self.world.lock();
-            let running = state.redriving_now.entry(item.item_id.clone()).or_default();
-            *running += 1;
-            if *running > 1 {
-                state.violate(
-                    Section::Record,
-                    &item.item_id,
-                    format!(
-                        "{} processed it while another redrive run was processing it: one lease owner at a time",
-                        self.actor
-                    ),
-                );
+            let redrive = !self.actor.starts_with("worker");
+            if redrive {
+                let running = state.redriving_now.entry(item.item_id.clone()).or_default();
+                *running += 1;
+                if *running > 1 {
+                    state.violate(
+                        Section::Record,
+                        &item.item_id,
+                        format!(
+                            "{} processed it while another redrive run was processing it: one lease owner at a time",
+                            self.actor
+                        ),
+                    );
+                }
             }
-            RedriveCall {
+            if state.idempotency.is_some() {
+                let running = state.running_now.entry(item.item_id.clone()).or_default();
+                *running += 1;
+                if *running > 1 {
+                    state.violate(
+                        Section::Idempotency,
+                        &item.item_id,
+                        format!(
+                            "{} called the downstream for it while another call for the same idempotency key was running",
+                            self.actor
+                        ),
+                    );
+                }
+            }
+            RunningCall {
                 world: self.world.clone(),
                 item_id: item.item_id.clone(),
+                redrive,
             }
-        });
+        };
         self.check_start(item);
         let behaviour = Behaviour::of_body(&item.body);
         if behaviour == Behaviour::Panicky {

@@ -221,8 +221,15 @@ impl SimQueue {
         }
         if duplicate && !self.fifo && received.messages.len() < max {
             let taken: HashSet<&str> = received.messages.iter().map(|m| m.id.as_str()).collect();
+            // A message past its last receive is not delivered again: SQS's redrive policy
+            // moves it at its next receive instead.
             let in_flight = self.messages.iter().position(|m| {
-                m.visible_at > now && m.receipt.is_some() && !taken.contains(m.id.as_str())
+                m.visible_at > now
+                    && m.receipt.is_some()
+                    && !taken.contains(m.id.as_str())
+                    && self
+                        .max_receive_count
+                        .is_none_or(|max| m.receive_count < max)
             });
             if let Some(i) = in_flight {
                 let m = &mut self.messages[i];

@@ -13,18 +13,20 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use sqs_worker::breaker::{Breaker, BreakerPolicy};
 use sqs_worker::dead_letter::InvocationInfo;
+use sqs_worker::idempotency::{Idempotency, Idempotent};
 use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser};
 use sqs_worker::mutants::Mutant;
 use sqs_worker::recording::RecordingSettings;
 use sqs_worker::redelivery::RedeliveryPolicy;
 use sqs_worker::redrive::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
 use sqs_worker::retry::{Deadline, Jitter, RetryPolicy};
-use sqs_worker::testing::MemoryBreakerStore;
+use sqs_worker::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
 use sqs_worker::{BatchConfig, BatchProcessor};
 use tokio::time::{sleep, Instant};
 
 use crate::breaker::SimBreakerStore;
 use crate::downstream::{Behaviour, Downstream};
+use crate::idempotency::SimIdempotencyStore;
 use crate::queue::{SimMessage, SimQueue};
 use crate::store::{to_sqs_message, SimStore, BUCKET};
 use crate::world::{Section, State, Stats, World};
@@ -174,6 +176,10 @@ struct Shape {
     page_size: i32,
     /// The worker's circuit breaker (shared by its sandboxes, one per poller).
     breaker: Option<BreakerPolicy>,
+    /// Idempotency by item id, in the worker and the redrive (its table shared). The
+    /// producer then never reuses an item id for another payload: a handler that declares
+    /// work once per item id skips the second as done, by design.
+    idempotency: bool,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -192,6 +198,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         lease_ttl: LEASE_TTLS[0],
         page_size: 100,
         breaker: None,
+        idempotency: false,
     }
 }
 
@@ -218,29 +225,83 @@ fn draw_spacing(shape: &mut Shape, seed: u64) {
         probe_for: Duration::from_secs(30),
         refresh: Duration::from_secs(5),
     });
+    shape.idempotency = rng.f64() < 0.3;
 }
 
-/// The worker's processor in one sandbox: the downstream, behind the circuit breaker in
-/// the worlds that have one (its state shared by every sandbox).
+/// The downstream as one sandbox calls it: behind the circuit breaker in the worlds that
+/// have one (its state shared by every sandbox).
 #[derive(Debug)]
-enum SimHandler {
+enum Guard {
     Plain(Downstream),
-    Guarded(Box<Breaker<Downstream, SimBreakerStore>>),
+    Breaker(Box<Breaker<Downstream, SimBreakerStore>>),
 }
 
-impl sqs_worker::Processor for SimHandler {
+impl sqs_worker::Processor for Guard {
     async fn process(
         &self,
         item: &sqs_worker::WorkItem,
     ) -> Result<sqs_worker::Outcome, sqs_worker::ProcessError> {
         match self {
-            SimHandler::Plain(downstream) => downstream.process(item).await,
-            SimHandler::Guarded(breaker) => breaker.process(item).await,
+            Guard::Plain(downstream) => downstream.process(item).await,
+            Guard::Breaker(breaker) => breaker.process(item).await,
         }
     }
 }
 
-type SimWorker = BatchProcessor<SimHandler, SimStore>;
+/// A processor, once per item id in the worlds with idempotency (outside the breaker, as
+/// the runner composes them). Notes the deliveries whose work ended well (done, or skipped
+/// as done before), so the checks can tell a record given back for its bookkeeping from
+/// one given back undone.
+#[derive(Debug)]
+struct SimHandler<P> {
+    inner: Handled<P>,
+    world: Arc<World>,
+}
+
+#[derive(Debug)]
+enum Handled<P> {
+    Direct(P),
+    Once(Box<Idempotent<P, SimIdempotencyStore>>),
+}
+
+impl<P: sqs_worker::Processor> SimHandler<P> {
+    fn new(inner: P, world: &Arc<World>, actor: &str) -> Self {
+        let table = world.lock().idempotency.clone();
+        let inner = match table {
+            Some(table) => Handled::Once(Box::new(Idempotent::new(
+                inner,
+                Idempotency::new(
+                    SimIdempotencyStore::new(world.clone(), table, actor),
+                    Duration::from_secs(86_400),
+                ),
+            ))),
+            None => Handled::Direct(inner),
+        };
+        SimHandler {
+            inner,
+            world: world.clone(),
+        }
+    }
+}
+
+impl<P: sqs_worker::Processor> sqs_worker::Processor for SimHandler<P> {
+    async fn process(
+        &self,
+        item: &sqs_worker::WorkItem,
+    ) -> Result<sqs_worker::Outcome, sqs_worker::ProcessError> {
+        let result = match &self.inner {
+            Handled::Direct(p) => p.process(item).await,
+            Handled::Once(p) => p.process(item).await,
+        };
+        if result.is_ok() {
+            let receipt = format!("{}#{}", item.message_id, item.receive_count);
+            self.world.lock().ledger.handled.insert(receipt);
+        }
+        result
+    }
+}
+
+type SimWorker = BatchProcessor<SimHandler<Guard>, SimStore>;
 
 fn parser() -> ItemParser {
     ItemParser {
@@ -276,6 +337,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
         state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT));
         state.source.retention = shape.retention;
         state.lease_ttl = shape.lease_ttl;
+        state.idempotency = shape.idempotency.then(MemoryIdempotencyStore::default);
         state.page_size = shape.page_size;
         state.dlq = SimQueue::new(
             if shape.fifo {
@@ -308,14 +370,15 @@ async fn simulate(seed: u64, world: Arc<World>) {
     let sandbox = |n: usize| {
         let name = format!("worker#{n}");
         let downstream = Downstream::new(world.clone(), &name);
-        let handler = match shape.breaker {
-            Some(policy) => SimHandler::Guarded(Box::new(Breaker::new(
+        let guard = match shape.breaker {
+            Some(policy) => Guard::Breaker(Box::new(Breaker::new(
                 downstream,
                 SimBreakerStore::new(world.clone(), breaker_state.clone(), &name),
                 policy,
             ))),
-            None => SimHandler::Plain(downstream),
+            None => Guard::Plain(downstream),
         };
+        let handler = SimHandler::new(guard, &world, &name);
         let mut worker = BatchProcessor::new(
             handler,
             store.as_actor(&name),
@@ -427,7 +490,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
     let mut ids: Vec<String> = Vec::new();
     for n in 0..shape.messages {
         sleep(Duration::from_millis(rng.u64(0..90_000))).await;
-        let id = if !ids.is_empty() && rng.f64() < 0.12 {
+        let id = if !shape.idempotency && !ids.is_empty() && rng.f64() < 0.12 {
             ids[rng.usize(0..ids.len())].clone()
         } else {
             format!("item-{n}")
@@ -797,10 +860,14 @@ fn left_to_the_redrive_policy(
                 .table
                 .get(&record.item_id)
                 .is_some_and(|row| row.claims.contains(&m.id));
-        // Or delivered by this invocation, with the record's update failing (a requeued
-        // message the store could not mark finished): the policy moves a message whose
-        // payload arrived.
-        let delivered = delivered_now.get(i).copied().unwrap_or(false);
+        // Or its work ended well in this invocation (delivered, or skipped as done by its
+        // idempotency key) and the record's update failed (a requeued message the store
+        // could not mark finished): the policy moves a message whose payload arrived.
+        let handled = m
+            .receipt
+            .as_ref()
+            .is_some_and(|receipt| state.ledger.handled.contains(receipt));
+        let delivered = handled || delivered_now.get(i).copied().unwrap_or(false);
         let given_back = matches!(
             record.disposition,
             Disposition::RetryLater { .. } | Disposition::NotStarted { .. }
@@ -1035,9 +1102,10 @@ async fn redrive(
 ) -> Option<(usize, usize)> {
     let world = store.world().clone();
     world.lock().stats.redrives += 1;
+    let processor = SimHandler::new(Downstream::new(world.clone(), actor), &world, actor);
     let engine = RedriveEngine::new(
         store.as_actor(actor),
-        Some(Downstream::new(world.clone(), actor)),
+        Some(processor),
         RedriveSettings {
             retry: retry_policy(),
             parser: parser(),

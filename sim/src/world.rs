@@ -81,6 +81,8 @@ pub struct Ledger {
     pub breaker_known: HashMap<String, sqs_worker::breaker::BreakerState>,
     /// The probe each sandbox took last, until when.
     pub probes: HashMap<String, std::time::SystemTime>,
+    /// Deliveries (`message id#receive count`) whose work ended well in the worker.
+    pub handled: BTreeSet<String>,
     /// Every attempt id ever appended to an item's record, compacted or not (cleared when
     /// a purge deletes the record).
     pub appended: HashMap<String, BTreeSet<String>>,
@@ -127,6 +129,10 @@ pub struct Stats {
 pub struct State {
     /// The redrive's lease in this world.
     pub lease_ttl: std::time::Duration,
+    /// The idempotency table, in the worlds with idempotency.
+    pub idempotency: Option<sqs_worker::testing::MemoryIdempotencyStore>,
+    /// Downstream calls running now, by item id (worlds with idempotency: at most one).
+    pub running_now: HashMap<String, u32>,
     /// Records per query page in this world.
     pub page_size: i32,
     /// Redrive runs processing each item at this moment (§3: at most one).
@@ -181,6 +187,8 @@ impl State {
     pub fn new(seed: u64, source: SimQueue, dlq: SimQueue) -> Self {
         State {
             lease_ttl: std::time::Duration::from_secs(900),
+            idempotency: None,
+            running_now: HashMap::new(),
             page_size: 100,
             source,
             dlq,
@@ -328,6 +336,8 @@ pub enum Section {
     Spacing,
     /// §1.12 and §7: the circuit breaker withholds the downstream while open.
     Breaker,
+    /// §6: idempotency runs an item's work once, never twice at once.
+    Idempotency,
     /// §1.10 and §4: a DLQ message goes only when that very message is known processed;
     /// the DLQ and the records agree.
     DlqRule,
@@ -346,6 +356,7 @@ impl Section {
             Section::NoPanic => "§1.8 no panic takes the process down",
             Section::Spacing => "§1.11 retries are spaced",
             Section::Breaker => "§1.12 the circuit breaker",
+            Section::Idempotency => "§6 idempotency",
             Section::DlqRule => "§4 the DLQ message rule",
             Section::Record => "§3 the dead-letter record",
         }

@@ -127,3 +127,8 @@ fn finds_a_reopening_refused_for_keys_processed_before_it_was_judged() {
 fn finds_a_half_open_breaker_that_lets_every_record_through() {
     finds(Mutant::HalfOpenWithoutProbe, &["without holding the probe"]);
 }
+
+#[test]
+fn finds_work_that_runs_past_another_attempts_idempotency_claim() {
+    finds(Mutant::InProgressClaimIgnored, &["same idempotency key"]);
+}

@@ -65,11 +65,13 @@ pub enum Mutant {
     ReopenGuardedByEarlierKeys,
     /// A half-open breaker lets every record through, not the one probe.
     HalfOpenWithoutProbe,
+    /// Work runs although another attempt holds the item's idempotency claim.
+    InProgressClaimIgnored,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 18] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -87,6 +89,7 @@ impl Mutant {
         Mutant::UnstartedLeftToRedrivePolicy,
         Mutant::ReopenGuardedByEarlierKeys,
         Mutant::HalfOpenWithoutProbe,
+        Mutant::InProgressClaimIgnored,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -109,6 +112,7 @@ impl Mutant {
             Mutant::UnstartedLeftToRedrivePolicy => "unstarted-left-to-redrive-policy",
             Mutant::ReopenGuardedByEarlierKeys => "reopen-guarded-by-earlier-keys",
             Mutant::HalfOpenWithoutProbe => "half-open-without-probe",
+            Mutant::InProgressClaimIgnored => "in-progress-claim-ignored",
         }
     }
 
