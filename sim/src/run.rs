@@ -953,10 +953,12 @@ async fn inject_faults(world: Arc<World>, seed: u64, healed: Arc<AtomicBool>) {
 /// two at once, now and then one that dies midway) and, rarely, a record damaged by hand.
 async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
     let mut rng = fastrand::Rng::with_seed(seed);
+    // The options an operator adds, drawn apart so that every other choice stays as it was.
+    let mut options = fastrand::Rng::with_seed(seed ^ 0x0b7e_a7e5);
     let mut corrupted = false;
     while !healed.load(Ordering::SeqCst) {
         sleep(Duration::from_secs(rng.u64(120..1_200))).await;
-        let request = RedriveRequest {
+        let mut request = RedriveRequest {
             mode: if rng.f64() < 0.35 {
                 RedriveMode::Requeue
             } else {
@@ -966,6 +968,7 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
             parallelism: Some(rng.usize(1..5)),
             ..RedriveRequest::default()
         };
+        operator_options(&store, &mut request, &mut options);
         match rng.u32(0..20) {
             0 if !corrupted => {
                 corrupted = corrupt_a_record(&store, &mut rng);
@@ -1000,6 +1003,37 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
                 redrive(&store, "redrive", request, false).await;
             }
         }
+    }
+}
+
+/// What an operator adds to a redrive now and then: the items named (`--item-id`), a class
+/// or status filter, `--force` (permanent failures too), a rate, a time budget, and a
+/// continuation of a run cut by `max_items` (the token it printed).
+fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fastrand::Rng) {
+    match rng.u32(0..10) {
+        0 => {
+            let state = store.world().lock();
+            let ids: Vec<&String> = state.table.keys().collect();
+            if !ids.is_empty() {
+                request.item_ids = (0..rng.usize(1..4))
+                    .map(|_| ids[rng.usize(0..ids.len())].clone())
+                    .collect();
+            }
+        }
+        1 => {
+            request.error_class = Some(
+                [
+                    sqs_worker::ErrorClass::ServerError,
+                    sqs_worker::ErrorClass::Throttled,
+                    sqs_worker::ErrorClass::Timeout,
+                ][rng.usize(0..3)],
+            );
+        }
+        2 => request.force = true,
+        3 => request.rate = Some([0.5, 2.0][rng.usize(0..2)]),
+        4 => request.time_budget_secs = Some(rng.u64(5..60)),
+        5 => request.status = Some(sqs_worker::dead_letter::ItemStatus::Dead),
+        _ => {}
     }
 }
 
@@ -1110,6 +1144,7 @@ async fn redrive(
             retry: retry_policy(),
             parser: parser(),
             lease_ttl: world.lock().lease_ttl,
+            report_items: 50,
             ..RedriveSettings::default()
         },
     );
@@ -1123,42 +1158,64 @@ async fn redrive(
     );
     let deadline = function.then(|| Instant::now() + REDRIVE_FUNCTION_TIMEOUT);
     let result = engine.run_until(&request, deadline, &|_| {}).await;
-    let mut state = world.lock();
-    match result {
-        Ok(report) => {
-            state.trace.note(
-                actor,
-                "-",
-                &format!(
-                    "redrive done: selected {}, succeeded {}, requeued {}, failed again {}, leased elsewhere {}, errors {}, adopted {}, DLQ deleted {}",
-                    report.selected,
-                    report.succeeded,
-                    report.requeued,
-                    report.failed_again,
-                    report.leased_elsewhere,
-                    report.errors,
-                    report.adopted_from_dlq,
-                    report.dlq_messages_deleted
-                ),
-            );
-            for item in report.items.iter().filter(|i| i.detail.is_some()) {
+    let (ran, next) = {
+        let mut state = world.lock();
+        match result {
+            Ok(report) => {
                 state.trace.note(
                     actor,
-                    &item.item_id,
+                    "-",
                     &format!(
-                        "{:?}: {}",
-                        item.outcome,
-                        item.detail.as_deref().unwrap_or_default()
+                        "redrive done: selected {}, succeeded {}, requeued {}, failed again {}, leased elsewhere {}, errors {}, adopted {}, DLQ deleted {}",
+                        report.selected,
+                        report.succeeded,
+                        report.requeued,
+                        report.failed_again,
+                        report.leased_elsewhere,
+                        report.errors,
+                        report.adopted_from_dlq,
+                        report.dlq_messages_deleted
                     ),
                 );
+                for item in report.items.iter().filter(|i| i.detail.is_some()) {
+                    state.trace.note(
+                        actor,
+                        &item.item_id,
+                        &format!(
+                            "{:?}: {}",
+                            item.outcome,
+                            item.detail.as_deref().unwrap_or_default()
+                        ),
+                    );
+                }
+                (
+                    Some((report.selected, report.adopted_from_dlq)),
+                    report.continuation_token.clone(),
+                )
             }
-            Some((report.selected, report.adopted_from_dlq))
+            Err(e) => {
+                state
+                    .trace
+                    .note(actor, "-", &format!("redrive failed: {e}"));
+                (None, None)
+            }
         }
-        Err(e) => {
-            state
+    };
+    if let (Some(token), false) = (next, function) {
+        // The operator runs the command the report printed: the same selection, on from
+        // where the cut left it.
+        let mut again = request.clone();
+        again.continuation_token = Some(token);
+        world
+            .lock()
+            .trace
+            .note(actor, "-", "redrive continues from its token");
+        if let Err(e) = engine.run_until(&again, None, &|_| {}).await {
+            world
+                .lock()
                 .trace
-                .note(actor, "-", &format!("redrive failed: {e}"));
-            None
+                .note(actor, "-", &format!("redrive continuation failed: {e}"));
         }
     }
+    ran
 }

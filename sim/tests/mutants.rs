@@ -132,3 +132,8 @@ fn finds_a_half_open_breaker_that_lets_every_record_through() {
 fn finds_work_that_runs_past_another_attempts_idempotency_claim() {
     finds(Mutant::InProgressClaimIgnored, &["same idempotency key"]);
 }
+
+#[test]
+fn finds_an_ineligible_lease_a_forced_run_left_that_nothing_takes_back() {
+    finds(Mutant::IneligibleLeasesNeverTakenBack, &["left Redriving"]);
+}

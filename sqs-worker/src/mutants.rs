@@ -67,11 +67,14 @@ pub enum Mutant {
     HalfOpenWithoutProbe,
     /// Work runs although another attempt holds the item's idempotency claim.
     InProgressClaimIgnored,
+    /// An ineligible item a forced run left leased is never taken back by a run that is not
+    /// forced: it stays `redriving`.
+    IneligibleLeasesNeverTakenBack,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 18] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -90,6 +93,7 @@ impl Mutant {
         Mutant::ReopenGuardedByEarlierKeys,
         Mutant::HalfOpenWithoutProbe,
         Mutant::InProgressClaimIgnored,
+        Mutant::IneligibleLeasesNeverTakenBack,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -113,6 +117,7 @@ impl Mutant {
             Mutant::ReopenGuardedByEarlierKeys => "reopen-guarded-by-earlier-keys",
             Mutant::HalfOpenWithoutProbe => "half-open-without-probe",
             Mutant::InProgressClaimIgnored => "in-progress-claim-ignored",
+            Mutant::IneligibleLeasesNeverTakenBack => "ineligible-leases-never-taken-back",
         }
     }
 

@@ -14,7 +14,9 @@ use tokio::time::Instant;
 
 use super::report::{ItemOutcome, ItemOutcomeKind, RedriveReport};
 use super::request::{Continuation, Plan, RedriveError, RedriveMode, RedriveRequest};
-use crate::dead_letter::{DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation};
+use crate::dead_letter::{
+    DeadLetteredItem, FailureDetail, InvocationInfo, ItemStatus, PayloadLocation,
+};
 use crate::error::ProcessError;
 use crate::item::{ItemParser, WorkItem};
 use crate::pointer::S3Pointer;
@@ -587,6 +589,35 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     }
 
     /// Redrives a chunk of selected records, honouring eligibility, rate and parallelism.
+    /// Takes back the expired lease of an item this run will not reprocess: leased, then
+    /// released (dead again).
+    async fn take_back(&self, record: &DeadLetteredItem, run_id: &str) -> ItemOutcome {
+        let outcome = |outcome, detail: String| ItemOutcome {
+            error_class: None,
+            item_id: record.item_id.clone(),
+            outcome,
+            detail: Some(detail),
+        };
+        match self
+            .store
+            .acquire_lease(&record.item_id, run_id, self.settings.lease_ttl)
+            .await
+        {
+            Ok(true) => match self.store.release_lease(&record.item_id, run_id).await {
+                Ok(()) => outcome(
+                    ItemOutcomeKind::SkippedIneligible,
+                    format!(
+                        "an expired lease taken back; {} errors are not reprocess-eligible (use force to override)",
+                        record.error_class
+                    ),
+                ),
+                Err(e) => outcome(ItemOutcomeKind::Error, e.to_string()),
+            },
+            Ok(false) => outcome(ItemOutcomeKind::LeasedElsewhere, "leased elsewhere".into()),
+            Err(e) => outcome(ItemOutcomeKind::Error, e.to_string()),
+        }
+    }
+
     async fn redrive_chunk(
         &self,
         records: &[DeadLetteredItem],
@@ -598,7 +629,12 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         let mut eligible = Vec::new();
         for record in records {
             let ok = request.force || (record.reprocess_eligible && !record.manual_review_required);
-            if !ok {
+            if !ok && record.status == ItemStatus::Redriving && !request.dry_run {
+                // An ineligible item a forced run left leased (it died, or its outcome
+                // write failed): taken back and set dead again, not reprocessed. Left so,
+                // only another forced run would ever take it back.
+                outcomes.push(self.take_back(record, &run.run_id).await);
+            } else if !ok {
                 outcomes.push(ItemOutcome {
                     error_class: None,
                     item_id: record.item_id.clone(),

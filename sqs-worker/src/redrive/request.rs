@@ -246,6 +246,11 @@ impl RedriveRequest {
             filters.push(RecordFilter {
                 status: Some(ItemStatus::Redriving),
                 lease_expired_before: Some(now.timestamp()),
+                // Ineligible ones too (a forced run left them): they are taken back and
+                // set dead, never reprocessed unless forced.
+                eligible_only: crate::mutants::is_on(
+                    crate::mutants::Mutant::IneligibleLeasesNeverTakenBack,
+                ) && !self.force,
                 ..base.clone()
             });
         }

@@ -248,6 +248,25 @@ async fn an_item_whose_redrive_died_is_taken_back_when_its_lease_expires() {
 }
 
 #[tokio::test]
+async fn an_ineligible_item_a_forced_run_left_leased_is_set_dead_again_not_reprocessed() {
+    // A forced redrive of a validation failure died (or its outcome write failed) holding
+    // the lease. A later run, not forced, takes the lease back and sets the item dead
+    // again without calling the processor: else only another forced run would ever free it.
+    let mut stale = dead_record("poison", ErrorClass::Validation, 1);
+    stale.status = ItemStatus::Redriving;
+    stale.lease_expires_at = Some(chrono::Utc::now().timestamp() - 10);
+    let engine = engine_with(vec![stale], ScriptedProcessor::new());
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!(
+        outcome(&report, "poison"),
+        ItemOutcomeKind::SkippedIneligible
+    );
+    assert_eq!(status(&engine, "poison"), Some(ItemStatus::Dead));
+    assert_eq!(engine.store().lease_owner("poison"), None);
+    assert_eq!(engine.processor_calls("poison"), 0);
+}
+
+#[tokio::test]
 async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued() {
     let mut rs = records(&["a", "b"]);
     rs[0]
