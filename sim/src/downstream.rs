@@ -11,6 +11,18 @@ use sqs_worker::{Outcome, ProcessError, Processor, WorkItem};
 
 use crate::world::{Section, World};
 
+/// The payload's secret (its `note`), which no log line may carry.
+fn secret_of(body: &str) -> String {
+    body.find(crate::logs::SECRET)
+        .map(|at| {
+            body[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// How the simulated handler's panics begin (the runs silence these, and only these).
 pub const HANDLER_PANIC: &str = "simulated handler bug";
 
@@ -231,7 +243,11 @@ impl Processor for Downstream {
                 );
                 #[allow(clippy::panic)] // the behaviour under test: a handler that panics
                 {
-                    panic!("{HANDLER_PANIC} on item {}", item.item_id);
+                    panic!(
+                        "{HANDLER_PANIC} on item {} ({})",
+                        item.item_id,
+                        secret_of(&item.body)
+                    );
                 }
             }
         }
@@ -311,12 +327,17 @@ impl Processor for Downstream {
             }
             // Some downstreams answer errors at length: the record must stay bounded.
             let verbose = item.body.len() > 50_000;
+            // The answer quotes what it refused, as real services do: the payload's note.
+            let quoted = secret_of(&item.body);
             let mut error = ProcessError::from_http_status(
                 status,
                 if verbose {
-                    format!("downstream answered {status}: {}", "e".repeat(20_000))
+                    format!(
+                        "downstream answered {status}: refused \"{quoted}\" {}",
+                        "e".repeat(20_000)
+                    )
                 } else {
-                    format!("downstream answered {status}")
+                    format!("downstream answered {status}: refused \"{quoted}\"")
                 },
             );
             if let Some(after) = retry_after {

@@ -25,6 +25,7 @@ pub mod breaker;
 pub mod check;
 pub mod downstream;
 pub mod idempotency;
+pub mod logs;
 pub mod queue;
 pub mod run;
 pub mod store;

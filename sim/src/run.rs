@@ -96,9 +96,15 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
                 SimQueue::new("orders", None),
                 SimQueue::new("orders-dlq", None),
             )));
-            let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                runtime.block_on(simulate(seed, world.clone()))
-            }));
+            // Every log line of the world is read for payloads (§1.9).
+            use tracing_subscriber::layer::SubscriberExt as _;
+            let logs =
+                tracing_subscriber::registry().with(crate::logs::PayloadWatch::new(world.clone()));
+            let outcome = tracing::subscriber::with_default(logs, || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    runtime.block_on(simulate(seed, world.clone()))
+                }))
+            });
             if let Err(panic) = outcome {
                 let message = sqs_worker::batch::panic_message(&*panic);
                 world
@@ -521,8 +527,9 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             _ => rng.usize(0..80),
         };
         let body = format!(
-            "{{\"id\":\"{id}\",\"n\":{n},\"behaviour\":\"{}\",\"pad\":\"{}\"}}",
+            "{{\"id\":\"{id}\",\"n\":{n},\"behaviour\":\"{}\",\"note\":\"{}{n}\",\"pad\":\"{}\"}}",
             behaviour.name(),
+            crate::logs::SECRET,
             "x".repeat(pad)
         );
         let sha = sqs_worker::hex::sha256_hex(body.as_bytes());

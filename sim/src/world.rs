@@ -332,6 +332,8 @@ pub enum Section {
     Deadline,
     /// §1.8: no panic takes the process down.
     NoPanic,
+    /// §1.9: payloads are data, not logs.
+    Logs,
     /// §1.11: retries are spaced across deliveries, never past the message's retention.
     Spacing,
     /// §1.12 and §7: the circuit breaker withholds the downstream while open.
@@ -354,6 +356,7 @@ impl Section {
             Section::FifoOrder => "§1.6 FIFO order is kept",
             Section::Deadline => "§1.7 the deadline is respected",
             Section::NoPanic => "§1.8 no panic takes the process down",
+            Section::Logs => "§1.9 payloads are data, not logs",
             Section::Spacing => "§1.11 retries are spaced",
             Section::Breaker => "§1.12 the circuit breaker",
             Section::Idempotency => "§6 idempotency",

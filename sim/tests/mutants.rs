@@ -137,3 +137,8 @@ fn finds_work_that_runs_past_another_attempts_idempotency_claim() {
 fn finds_an_ineligible_lease_a_forced_run_left_that_nothing_takes_back() {
     finds(Mutant::IneligibleLeasesNeverTakenBack, &["left Redriving"]);
 }
+
+#[test]
+fn finds_an_error_logged_with_the_payload_it_quotes() {
+    finds(Mutant::ErrorsLoggedWhole, &["carries a payload"]);
+}

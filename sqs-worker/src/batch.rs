@@ -1421,6 +1421,10 @@ fn dead_letter_report(
 
 /// Logs a failed record with ids, class and signature; never the body (docs/ARCHITECTURE.md §1.9).
 fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
+    if crate::mutants::is_on(crate::mutants::Mutant::ErrorsLoggedWhole) {
+        tracing::warn!(item_id = %item.item_id, error = %error, "record failed: {outcome}");
+        return;
+    }
     match crate::context::fields_json() {
         None => tracing::warn!(
             message_id = %item.message_id,

@@ -70,11 +70,13 @@ pub enum Mutant {
     /// An ineligible item a forced run left leased is never taken back by a run that is not
     /// forced: it stays `redriving`.
     IneligibleLeasesNeverTakenBack,
+    /// A failed record's error is logged whole, with the values its message quotes.
+    ErrorsLoggedWhole,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -94,6 +96,7 @@ impl Mutant {
         Mutant::HalfOpenWithoutProbe,
         Mutant::InProgressClaimIgnored,
         Mutant::IneligibleLeasesNeverTakenBack,
+        Mutant::ErrorsLoggedWhole,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -118,6 +121,7 @@ impl Mutant {
             Mutant::HalfOpenWithoutProbe => "half-open-without-probe",
             Mutant::InProgressClaimIgnored => "in-progress-claim-ignored",
             Mutant::IneligibleLeasesNeverTakenBack => "ineligible-leases-never-taken-back",
+            Mutant::ErrorsLoggedWhole => "errors-logged-whole",
         }
     }
 
