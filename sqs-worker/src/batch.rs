@@ -1449,3 +1449,23 @@ fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reported_records_are_those_going_back_to_the_queue() {
+        let counts = BatchCounts {
+            records: 15,
+            done: 3,
+            skipped: 2,
+            retry_later: 1,
+            dead_lettered: 2,
+            dead_letter_failed: 3,
+            not_started: 4,
+            by_class: BTreeMap::new(),
+        };
+        assert_eq!(counts.reported(), 8);
+    }
+}

@@ -143,6 +143,8 @@ async fn mixed_batch_ends_each_record_exactly_once() {
     );
     assert_eq!(counts.records, 5);
     assert_eq!(counts.by_class.get(&ErrorClass::Validation), Some(&2));
+    // What the response lists is what the counts call reported.
+    assert_eq!(counts.reported(), failed_ids(&report).len());
 }
 
 #[tokio::test(start_paused = true)]
