@@ -333,6 +333,76 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
     assert_eq!(r.source.message_id, "m-4");
 }
 
+/// The same batch invoked twice on a last receive, the first copy's DLQ send failed and it
+/// released the claim: the second copy, whose attempts are all recorded, takes the free
+/// claim in a write that appends nothing (DynamoDB refuses empty sets: the write must
+/// leave the history, its count and its ids alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
+    use sqs_worker::dead_letter::{DeadLetterCandidate, DeadLetteredItem, InvocationInfo};
+    use sqs_worker::item::ItemParser;
+    use sqs_worker::recording::{Expect, RecordTable};
+    use sqs_worker::retry::AttemptFailure;
+
+    let p = Pipeline::new("claimonly", Setup::default()).await;
+    let store = p.store();
+    let msg = serde_json::from_value(json!({
+        "messageId": "m-twin",
+        "body": body("twin", "invalid"),
+        "attributes": {"ApproximateReceiveCount": "5"},
+        "eventSourceARN": p.resources.source_arn,
+    }))
+    .unwrap();
+    let item = ItemParser {
+        id_source: "pointer:/id".parse().unwrap(),
+        ..ItemParser::default()
+    }
+    .parse("m-twin".to_string(), msg)
+    .unwrap();
+    let error = sqs_worker::ProcessError::new(ErrorClass::Timeout, "timeout after 3s");
+    let candidate = DeadLetterCandidate {
+        item,
+        failures: (1..=2)
+            .map(|attempt| AttemptFailure {
+                attempt,
+                started_at: chrono_now(),
+                duration: std::time::Duration::from_millis(5),
+                error: error.clone(),
+            })
+            .collect(),
+        error,
+        reason: DeadLetterReason::ReceiveBudgetExhausted,
+    };
+    let record = DeadLetteredItem::from_candidate(
+        &candidate,
+        &InvocationInfo::default(),
+        chrono_now(),
+        std::time::Duration::from_secs(86_400),
+    );
+    let history = record.failure_history.clone();
+    let first = RecordTable::try_record(&store, &record, &history, Some("m-twin"), Expect::Any)
+        .await
+        .unwrap();
+    assert!(first.is_some());
+    RecordTable::release_claim(&store, "twin", "m-twin")
+        .await
+        .unwrap();
+    let claimed = RecordTable::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
+        .await
+        .unwrap()
+        .expect("the freed claim is taken");
+    assert_eq!(claimed.failure_count, u32::try_from(history.len()).unwrap());
+    assert_eq!(claimed.failure_history.len(), history.len());
+    let known = RecordTable::deliveries(&store, "twin").await.unwrap();
+    assert!(known.claims.contains("m-twin"), "{known:?}");
+    assert_eq!(known.attempt_ids.len(), history.len());
+    // Taken now: a second claim-only write is refused.
+    let again = RecordTable::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
+        .await
+        .unwrap();
+    assert!(again.is_none());
+}
+
 fn chrono_now() -> chrono::DateTime<chrono::Utc> {
     chrono::Utc::now()
 }

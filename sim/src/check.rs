@@ -47,6 +47,7 @@ pub fn at_quiescence(state: &mut State) {
         state.stats.checks += 1;
         if state.ledger.delivered.get(sha).copied().unwrap_or(0) > 0
             || state.ledger.discarded.contains(sha)
+            || state.ledger.expired_in_window.contains(sha)
         {
             continue;
         }

@@ -173,12 +173,15 @@ impl Downstream {
             .table
             .get(&item.item_id)
             .and_then(|row| row.record.lease_expires_at);
-        if lease.is_some_and(|expires| now.timestamp() >= expires) {
+        // Attempts are cut 30 s before the lease ends (`redrive::LEASE_MARGIN`) and none
+        // starts past that cut; a second of allowance for the expiry's whole seconds.
+        let cut = |expires: i64| expires - sqs_worker::redrive::LEASE_MARGIN.as_secs() as i64 + 1;
+        if lease.is_some_and(|expires| now.timestamp() >= cut(expires)) {
             state.violate(
                 Section::Record,
                 &item.item_id,
                 format!(
-                    "{} started an attempt after the item's lease expired: another run may hold it",
+                    "{} started an attempt after the item's lease cut (30 s before it expires): another run may take it",
                     self.actor
                 ),
             );

@@ -59,6 +59,17 @@ impl<S: tracing::Subscriber> Layer<S> for PayloadWatch {
         self.check("line", &fields.0);
     }
 
+    fn on_record(
+        &self,
+        _span: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: Context<'_, S>,
+    ) {
+        let mut fields = Fields::default();
+        values.record(&mut fields);
+        self.check("span field", &fields.0);
+    }
+
     fn on_new_span(
         &self,
         attrs: &tracing::span::Attributes<'_>,

@@ -549,6 +549,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         let mut state = world.lock();
         let now_ms = sqs_worker::clock::now().timestamp_millis();
         let message_id = state.source.send(body, attributes, group, now_ms);
+        world.arrivals.notify_waiters();
         state.ledger.sent.push((id.clone(), sha));
         state.after_step(
             "producer",
@@ -583,8 +584,17 @@ async fn poll(
             let arn = state.source.arn.clone();
             for expired in received.expired {
                 let item = item_of(&expired);
-                let excused = state.ledger.hidden_blind.contains(&expired.id);
-                if !excused && !state.payload_is_safe(&expired.body_sha256, Some(&expired.id)) {
+                let excused = state.ledger.hidden_blind.contains(&expired.id)
+                    || state
+                        .ledger
+                        .unhidden_failed_dead_letters
+                        .contains(&expired.id);
+                if excused {
+                    state
+                        .ledger
+                        .expired_in_window
+                        .insert(expired.body_sha256.clone());
+                } else if !state.payload_is_safe(&expired.body_sha256, Some(&expired.id)) {
                     state.violate(
                         Section::NothingLost,
                         &item,
@@ -602,7 +612,7 @@ async fn poll(
                         "message {} expired (retention {retention} s){}",
                         expired.id,
                         if excused {
-                            ", hidden while the retention was unknown"
+                            ", in a documented window (hidden while the retention was unknown, or a failed dead-letter write and hide)"
                         } else {
                             ""
                         }
@@ -636,7 +646,13 @@ async fn poll(
             (received.messages, arn)
         };
         if messages.is_empty() {
-            sleep(Duration::from_millis(rng.u64(500..5_000))).await;
+            // Idle: the next receive after a few seconds, or at once when a message is sent
+            // (a long poll returns as soon as one arrives).
+            let idle = sleep(Duration::from_millis(rng.u64(500..5_000)));
+            tokio::select! {
+                _ = idle => {}
+                _ = world.arrivals.notified() => {}
+            }
             continue;
         }
         in_flight.fetch_add(1, Ordering::SeqCst);
@@ -773,7 +789,7 @@ async fn invoke(
                     messages.len()
                 ),
             );
-            if alone {
+            {
                 let delivered_now: Vec<bool> = messages
                     .iter()
                     .enumerate()
@@ -858,15 +874,28 @@ fn left_to_the_redrive_policy(
             continue;
         };
         let m = &messages[i];
+        // A dead-letter write that failed, and a hide that failed with it: the record comes
+        // back after the visibility timeout, which may be past its retention (the window of
+        // two failed calls docs/ARCHITECTURE.md §1.11 names).
+        let hidden = m
+            .receipt
+            .as_ref()
+            .is_some_and(|r| state.ledger.hidden.contains_key(r));
+        if matches!(record.disposition, Disposition::DeadLetterFailed { .. }) && !hidden {
+            state
+                .ledger
+                .unhidden_failed_dead_letters
+                .insert(m.id.clone());
+        } else {
+            state.ledger.unhidden_failed_dead_letters.remove(&m.id);
+        }
         let last_receive = m.receive_count >= MAX_RECEIVE_COUNT;
-        // Returned because another delivery holds the message's DLQ claim (it may be
-        // sending it; a crash between claim and send leaves it to the redrive policy, whose
-        // DLQ message the sweep adopts): the documented exception.
+        // Returned because another delivery held the message's DLQ claim, unsent, when this
+        // one wrote (it may have been sending it; a crash between claim and send leaves the
+        // message to the redrive policy, whose DLQ message the sweep adopts): the documented
+        // exception, judged by what the store saw at the write (`claims_held_elsewhere`).
         let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
-            && state
-                .table
-                .get(&record.item_id)
-                .is_some_and(|row| row.claims.contains(&m.id));
+            && state.ledger.claims_held_elsewhere.contains(&m.id);
         // Or its work ended well in this invocation (delivered, or skipped as done by its
         // idempotency key) and the record's update failed (a requeued message the store
         // could not mark finished): the policy moves a message whose payload arrived.

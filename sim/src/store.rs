@@ -238,6 +238,11 @@ impl RecordTable for SimStore {
                 .iter()
                 .any(|f| row.attempt_ids.contains(&f.attempt_id));
             let claimed = claim.is_some_and(|c| row.claims.contains(c));
+            if let Some(c) = claim.filter(|c| claimed && !row.sent.contains(*c)) {
+                // Another delivery holds the claim and has not sent yet: this one will be
+                // returned for retry (`dead_letter::dead_lettering_elsewhere`).
+                state.ledger.claims_held_elsewhere.insert(c.to_string());
+            }
             if known || claimed {
                 return Ok(None);
             }
@@ -1164,6 +1169,7 @@ impl SourceQueue for SimStore {
                 &item,
                 &format!("requeued as source message {id}"),
             );
+            self.world.arrivals.notify_waiters();
             results.push(Ok(id));
         }
         Ok(results)
@@ -1202,7 +1208,7 @@ impl VisibilityPort for SimStore {
                 );
                 return None;
             }
-            state.ledger.timing_known = true;
+            state.ledger.timing_known.insert(self.actor.clone());
             Some(QueueTiming {
                 retention: state.source.retention,
                 visibility_timeout: crate::run::VISIBILITY,
@@ -1252,7 +1258,9 @@ impl SimStore {
         match state.source.change_visibility(receipt, hide.delay) {
             Ok(()) => {
                 state.ledger.hidden.insert(receipt.to_string(), hide.delay);
-                if !state.ledger.timing_known {
+                if state.ledger.timing_known.contains(&self.actor) {
+                    state.ledger.hidden_blind.remove(&message_id);
+                } else {
                     state.ledger.hidden_blind.insert(message_id.clone());
                 }
                 state.after_step(

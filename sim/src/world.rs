@@ -81,6 +81,12 @@ pub struct Ledger {
     pub breaker_known: HashMap<String, sqs_worker::breaker::BreakerState>,
     /// The probe each sandbox took last, until when.
     pub probes: HashMap<String, std::time::SystemTime>,
+    /// Payloads of messages that expired in a documented window (excused at the end too).
+    pub expired_in_window: BTreeSet<String>,
+    /// Messages whose latest delivery failed to dead-letter them and could not hide them.
+    pub unhidden_failed_dead_letters: BTreeSet<String>,
+    /// Source messages a delivery found claimed by another, not yet sent, when it wrote.
+    pub claims_held_elsewhere: BTreeSet<String>,
     /// Deliveries (`message id#receive count`) whose work ended well in the worker.
     pub handled: BTreeSet<String>,
     /// Every attempt id ever appended to an item's record, compacted or not (cleared when
@@ -94,11 +100,12 @@ pub struct Ledger {
     /// Receipts of batches Lambda invoked twice at once: the two copies race to hide
     /// them, and the last hide wins whatever the other asked.
     pub doubled: BTreeSet<String>,
-    /// Whether the worker has read the source queue's retention (until then its hides are
-    /// capped by nothing: docs/ARCHITECTURE.md §1.11, "unknown retention caps nothing").
-    pub timing_known: bool,
-    /// Messages hidden while the retention was unknown: an expiry of theirs is that
-    /// documented window, not a defect.
+    /// The sandboxes that have read the source queue's retention (until then a sandbox's
+    /// hides are capped by nothing: docs/ARCHITECTURE.md §1.11, "unknown retention caps
+    /// nothing").
+    pub timing_known: BTreeSet<String>,
+    /// Messages whose latest hide was made while its sandbox did not know the retention: an
+    /// expiry of theirs is that documented window, not a defect.
     pub hidden_blind: BTreeSet<String>,
     /// Payloads whose record an operator damaged (exempt from the end checks but one: a
     /// DLQ message must still hold them).
@@ -163,6 +170,9 @@ pub struct State {
 #[derive(Debug)]
 pub struct World {
     state: Mutex<State>,
+    /// Wakes the idle pollers when a message is sent to the source queue (long polling
+    /// returns as soon as one arrives).
+    pub arrivals: tokio::sync::Notify,
 }
 
 impl World {
@@ -170,6 +180,7 @@ impl World {
     pub fn new(state: State) -> Self {
         World {
             state: Mutex::new(state),
+            arrivals: tokio::sync::Notify::new(),
         }
     }
 

@@ -46,7 +46,9 @@ fn a_seed_replays_exactly() {
 /// own in the library: they must stay clean (docs/SIMULATION.md lists what each found).
 #[test]
 fn the_seeds_that_found_defects_stay_clean() {
-    for seed in [11, 26, 63, 74, 89, 1153, 2246, 2690, 3833, 6114, 6685, 7291, 7384, 9167, 9849, 9938, 10404] {
+    for seed in [
+        11, 26, 63, 74, 89, 1153, 2246, 2690, 3833, 6114, 6685, 7291, 7384, 9167, 9849, 9938, 10404,
+    ] {
         let report = run_seed(seed, &[]);
         assert!(
             report.violations.is_empty(),

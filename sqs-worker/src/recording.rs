@@ -387,7 +387,10 @@ pub async fn record_delivery<T: RecordTable>(
     // A conflict means another writer recorded some of these attempts (or claimed the
     // message); at most a few rounds are needed to converge.
     for _ in 0..5 {
-        if pending.is_empty() {
+        // Nothing left to append: done, unless the requested claim is free and unsent (the
+        // twin that took it released it after a failed send): then a claim-only write takes
+        // it, and this delivery sends the DLQ message.
+        if pending.is_empty() && (claim.is_none() || sent) {
             return Ok(settled(None, sent));
         }
         match table
@@ -427,11 +430,12 @@ pub async fn record_delivery<T: RecordTable>(
     .with_step("record"))
 }
 
-/// Whether `attempt` is recorded: its id is, or another attempt of its delivery (the same
+/// Whether `attempt` is recorded: its id is, or a later attempt of its delivery (the same
 /// message at the same receive) is. A delivery's attempts are appended together in one
-/// conditional write, so a known sibling means the same delivery, invoked twice, was
-/// recorded by its twin; compaction may since have dropped some of the twin's entries and
-/// their ids, and appending them again would count them twice (docs/ARCHITECTURE.md §1.5).
+/// conditional write, so a known later sibling means the same delivery, invoked twice, was
+/// recorded by its twin up to there; compaction may since have dropped some of the twin's
+/// entries and their ids, and appending them again would count them twice
+/// (docs/ARCHITECTURE.md §1.5).
 fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
     if known_ids.contains(&attempt.attempt_id) {
         return true;
@@ -439,8 +443,18 @@ fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
     if crate::mutants::is_on(crate::mutants::Mutant::DroppedAttemptRecordedAgain) {
         return false;
     }
-    let delivery = format!("{}:{}:", attempt.message_id, attempt.receive_count);
-    known_ids.iter().any(|id| id.starts_with(&delivery))
+    // Ids are `message id:receive count:attempt`; split from the right, so a message id
+    // holding ':' matches only itself. A twin that made fewer attempts did not record the
+    // later ones: only a known attempt at least as far along covers this one.
+    let delivery = format!("{}:{}", attempt.message_id, attempt.receive_count);
+    known_ids.iter().any(|id| {
+        id.rsplit_once(':').is_some_and(|(known_delivery, number)| {
+            known_delivery == delivery
+                && number
+                    .parse::<u32>()
+                    .is_ok_and(|n| n >= attempt.attempt_number)
+        })
+    })
 }
 
 /// What follows a write that appended to a record's history (`stored` is the record as
@@ -942,6 +956,74 @@ mod tests {
         let again = dead_letter(&table, &settings, &[twin], &info).await;
         assert!(again[0].is_ok(), "{again:?}");
         assert_eq!(table.get("a").0.failure_count, 7);
+    }
+
+    /// `candidate` with `attempts` attempts.
+    fn with_attempts(id: &str, receive: u32, attempts: u32) -> DeadLetterCandidate {
+        let mut c = candidate(id, receive);
+        let first = c.failures[0].clone();
+        c.failures = (1..=attempts)
+            .map(|attempt| crate::retry::AttemptFailure {
+                attempt,
+                ..first.clone()
+            })
+            .collect();
+        c
+    }
+
+    #[tokio::test]
+    async fn a_twin_takes_the_claim_its_twin_freed_and_records_its_extra_attempt() {
+        let table = MemoryTable::default();
+        let info = InvocationInfo::default();
+        // Copy 1 of the batch (last receive): two attempts, its DLQ send fails, the claim is
+        // released.
+        table.refuse_send.lock().unwrap().insert("a".into());
+        let first = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
+        assert!(first[0].is_err());
+        assert!(table.get("a").2.is_empty(), "claim released");
+        table.refuse_send.lock().unwrap().clear();
+        // Copy 2: three attempts. Its third, a call copy 1 never made, is recorded, and it
+        // takes the free claim and sends the DLQ message rather than bounce the message to
+        // the queue's redrive policy.
+        let twin = dead_letter(&table, &settings(), &[with_attempts("a", 5, 3)], &info).await;
+        assert!(twin[0].is_ok(), "{twin:?}");
+        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
+        let (a, ids, _) = table.get("a");
+        assert!(ids.contains("m-a:5:3"), "{ids:?}");
+        assert_eq!(a.failure_count, 3);
+    }
+
+    #[tokio::test]
+    async fn an_identical_twin_takes_the_claim_its_twin_freed() {
+        let table = MemoryTable::default();
+        let info = InvocationInfo::default();
+        table.refuse_send.lock().unwrap().insert("a".into());
+        let first = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
+        assert!(first[0].is_err());
+        table.refuse_send.lock().unwrap().clear();
+        let twin = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
+        assert!(twin[0].is_ok(), "{twin:?}");
+        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
+        assert_eq!(table.get("a").0.failure_count, 2, "nothing appended twice");
+    }
+
+    #[test]
+    fn a_sibling_covers_an_attempt_only_of_the_same_delivery_and_no_further_along() {
+        let attempt = |message: &str, receive: u32, n: u32| FailureDetail {
+            attempt_id: format!("{message}:{receive}:{n}"),
+            message_id: message.to_string(),
+            receive_count: receive,
+            attempt_number: n,
+            ..crate::testing::dead_record("a", ErrorClass::Throttled, 1).failure_history[0].clone()
+        };
+        let known: HashSet<String> = ["m:5:2".to_string(), "a:b:5:1".to_string()].into();
+        assert!(is_recorded(&attempt("m", 5, 1), &known));
+        assert!(is_recorded(&attempt("m", 5, 2), &known));
+        assert!(!is_recorded(&attempt("m", 5, 3), &known), "further along");
+        assert!(!is_recorded(&attempt("m", 4, 1), &known), "another receive");
+        // A message id holding ':' matches itself only.
+        assert!(is_recorded(&attempt("a:b", 5, 1), &known));
+        assert!(!is_recorded(&attempt("b", 5, 1), &known));
     }
 
     #[tokio::test]

@@ -307,7 +307,25 @@ impl RecordTable for DeadLetterStore {
         // A new failure ends a requeue: the item is dead again.
         let removes = " REMOVE #requeued";
         request = request.expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID);
-        sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
+        // A claim-only write (no attempt left to append: the twin that recorded them freed
+        // the claim) leaves the history and its count alone; DynamoDB refuses empty sets.
+        let appends = !pending.is_empty();
+        if appends {
+            sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
+            request = request
+                .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
+                .expression_attribute_names("#count", schema::FAILURE_COUNT)
+                .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+                .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+                .expression_attribute_values(":hist", schema::history_to_attr(pending)?)
+                .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
+                .expression_attribute_values(
+                    ":ids",
+                    AttributeValue::Ss(pending.iter().map(|f| f.attempt_id.clone()).collect()),
+                );
+        } else if claim.is_none() {
+            return Ok(None);
+        }
         let mut conditions = Vec::new();
         for (n, attempt) in pending.iter().enumerate() {
             conditions.push(format!("NOT contains(#ids, :a{n})"));
@@ -316,10 +334,14 @@ impl RecordTable for DeadLetterStore {
                 AttributeValue::S(attempt.attempt_id.clone()),
             );
         }
-        let mut adds = "#count :count, #ids :ids".to_string();
+        let mut adds: Vec<&str> = if appends {
+            vec!["#count :count", "#ids :ids"]
+        } else {
+            Vec::new()
+        };
         if let Some(claim) = claim {
             conditions.push("NOT contains(#claims, :claim)".to_string());
-            adds.push_str(", #claims :claims");
+            adds.push("#claims :claims");
             request = request
                 .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
                 .expression_attribute_values(":claim", AttributeValue::S(claim.to_string()))
@@ -356,20 +378,10 @@ impl RecordTable for DeadLetterStore {
                 }
             }
         }
-        let update = format!("SET {}{removes} ADD {adds}", sets.join(", "));
+        let update = format!("SET {}{removes} ADD {}", sets.join(", "), adds.join(", "));
         let result = request
             .update_expression(update)
             .condition_expression(conditions.join(" AND "))
-            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
-            .expression_attribute_names("#count", schema::FAILURE_COUNT)
-            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-            .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-            .expression_attribute_values(":hist", schema::history_to_attr(pending)?)
-            .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
-            .expression_attribute_values(
-                ":ids",
-                AttributeValue::Ss(pending.iter().map(|f| f.attempt_id.clone()).collect()),
-            )
             .send()
             .await;
         match result {
