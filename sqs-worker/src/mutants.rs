@@ -60,9 +60,6 @@ pub enum Mutant {
     /// before the cut-off) is returned unstarted: the queue's redrive policy moves it
     /// without a record.
     UnstartedLeftToRedrivePolicy,
-    /// A reopening is guarded by every key of the message, also those its record listed
-    /// processed before the sweep judged it: refused at every pass.
-    ReopenGuardedByEarlierKeys,
     /// A half-open breaker lets every record through, not the one probe.
     HalfOpenWithoutProbe,
     /// Work runs although another attempt holds the item's idempotency claim.
@@ -76,7 +73,7 @@ pub enum Mutant {
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -92,7 +89,6 @@ impl Mutant {
         Mutant::AttemptsPastLease,
         Mutant::FifoGoesOnAfterFailure,
         Mutant::UnstartedLeftToRedrivePolicy,
-        Mutant::ReopenGuardedByEarlierKeys,
         Mutant::HalfOpenWithoutProbe,
         Mutant::InProgressClaimIgnored,
         Mutant::IneligibleLeasesNeverTakenBack,
@@ -117,7 +113,6 @@ impl Mutant {
             Mutant::AttemptsPastLease => "attempts-past-lease",
             Mutant::FifoGoesOnAfterFailure => "fifo-goes-on-after-failure",
             Mutant::UnstartedLeftToRedrivePolicy => "unstarted-left-to-redrive-policy",
-            Mutant::ReopenGuardedByEarlierKeys => "reopen-guarded-by-earlier-keys",
             Mutant::HalfOpenWithoutProbe => "half-open-without-probe",
             Mutant::InProgressClaimIgnored => "in-progress-claim-ignored",
             Mutant::IneligibleLeasesNeverTakenBack => "ineligible-leases-never-taken-back",

@@ -200,11 +200,9 @@ pub fn decide(message: &MessageView, record: Option<&Standing>) -> MessageFate {
 /// the reopening at every pass, leaving the record `requeued` and its message in the DLQ
 /// (found by the simulation).
 fn unprocessed_keys(message: &MessageView, standing: Option<&Standing>) -> Vec<String> {
-    let keys = message.keys();
-    if crate::mutants::is_on(crate::mutants::Mutant::ReopenGuardedByEarlierKeys) {
-        return keys;
-    }
-    keys.into_iter()
+    message
+        .keys()
+        .into_iter()
         .filter(|k| standing.is_none_or(|s| !s.processed.contains(k)))
         .collect()
 }
