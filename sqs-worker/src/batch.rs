@@ -681,62 +681,81 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // left in flight for the rest of its visibility timeout) would hold the whole group,
         // its first record included, past that record's delay and even its retention
         // (docs/ARCHITECTURE.md §1.6).
-        let mut group_caps: HashMap<&str, Duration> = HashMap::new();
-        let hides: Vec<crate::redelivery::Hide> = reports
-            .iter()
-            .filter(|r| {
-                matches!(
-                    r.disposition,
-                    Disposition::RetryLater { .. }
-                        | Disposition::DeadLetterFailed { .. }
-                        | Disposition::NotStarted { .. }
+        //
+        // A later record of a group is hidden only once the group's first is: were the
+        // first's hide to fail, the first comes back after its visibility timeout, and a
+        // later record hidden for the first's intended delay would hold it past that
+        // (and past its retention), so it is left to come back with the first.
+        let mut firsts: Vec<crate::redelivery::Hide> = Vec::new();
+        let mut first_of_group: HashMap<&str, (usize, Duration)> = HashMap::new();
+        let mut followers: Vec<(usize, crate::redelivery::Hide)> = Vec::new();
+        for r in reports.iter().filter(|r| {
+            matches!(
+                r.disposition,
+                Disposition::RetryLater { .. }
+                    | Disposition::DeadLetterFailed { .. }
+                    | Disposition::NotStarted { .. }
+            )
+        }) {
+            let Some(handle) = handles.get(&r.message_id) else {
+                continue;
+            };
+            // Never past what is left of the message's retention (less a visibility
+            // timeout for its next delivery): a message that expires while hidden is
+            // gone without a trace.
+            // Whole seconds down: SQS rounds a hide up to whole seconds.
+            let within_retention = self
+                .retry_room(Some(&handle.queue_arn), handle.sent, now)
+                .map_or(Duration::MAX, |room| Duration::from_secs(room.as_secs()));
+            let delay = policy
+                .delay(
+                    handle.receive_count,
+                    r.retry_after.filter(|_| {
+                        !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored)
+                    }),
+                    fastrand::f64(),
                 )
-            })
-            .filter_map(|r| {
-                let handle = handles.get(&r.message_id)?;
-                // Never past what is left of the message's retention (less a visibility
-                // timeout for its next delivery): a message that expires while hidden is
-                // gone without a trace.
-                // Whole seconds down: SQS rounds a hide up to whole seconds.
-                let within_retention = self
-                    .retry_room(Some(&handle.queue_arn), handle.sent, now)
-                    .map_or(Duration::MAX, |room| Duration::from_secs(room.as_secs()));
-                let mut delay = policy
-                    .delay(
-                        handle.receive_count,
-                        r.retry_after.filter(|_| {
-                            !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored)
-                        }),
-                        fastrand::f64(),
-                    )
-                    .min(longest)
-                    .min(within_retention);
-                if let Some(group) = handle.fifo_group.as_deref() {
-                    let cap = *group_caps.entry(group).or_insert(delay);
-                    if !crate::mutants::is_on(crate::mutants::Mutant::FifoHidesWholeGroup) {
-                        delay = delay.min(cap);
+                .min(longest)
+                .min(within_retention);
+            let hide = |delay| crate::redelivery::Hide {
+                queue_arn: handle.queue_arn.clone(),
+                receipt_handle: handle.receipt_handle.clone(),
+                delay,
+            };
+            match handle.fifo_group.as_deref() {
+                Some(group)
+                    if !crate::mutants::is_on(crate::mutants::Mutant::FifoHidesWholeGroup) =>
+                {
+                    if let Some(&(first, cap)) = first_of_group.get(group) {
+                        followers.push((first, hide(delay.min(cap))));
+                    } else {
+                        first_of_group.insert(group, (firsts.len(), delay));
+                        firsts.push(hide(delay));
                     }
                 }
-                Some(crate::redelivery::Hide {
-                    queue_arn: handle.queue_arn.clone(),
-                    receipt_handle: handle.receipt_handle.clone(),
-                    delay,
-                })
-            })
-            .collect();
-        if hides.is_empty() {
+                _ => firsts.push(hide(delay)),
+            }
+        }
+        if firsts.is_empty() {
             return;
         }
-        let call = port.hide(&hides);
-        let results = tokio::time::timeout_at(deadline.hard_stop(), call)
-            .await
-            .unwrap_or_default();
+        let mut results = self.hide_until(port.as_ref(), &firsts, deadline).await;
+        let mut tried = firsts.len();
+        let followers: Vec<crate::redelivery::Hide> = followers
+            .into_iter()
+            .filter(|(first, _)| matches!(results.get(*first), Some(Ok(()))))
+            .map(|(_, hide)| hide)
+            .collect();
+        if !followers.is_empty() {
+            tried += followers.len();
+            results.extend(self.hide_until(port.as_ref(), &followers, deadline).await);
+        }
         let hidden = results.iter().filter(|r| r.is_ok()).count();
-        if hidden < hides.len() {
+        if hidden < tried {
             let error = results.iter().find_map(|r| r.as_ref().err());
             tracing::warn!(
                 hidden,
-                returned = hides.len(),
+                returned = tried,
                 error = %error.map_or_else(|| "cut at the deadline's hard stop".to_string(), ToString::to_string),
                 "some records going back to the queue could not be hidden for their redelivery delay; they come back after the queue's visibility timeout"
             );
@@ -746,6 +765,19 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 "records going back to the queue hidden for their redelivery delay"
             );
         }
+    }
+
+    /// One `ChangeMessageVisibilityBatch` (per queue, by the port), bounded by the
+    /// deadline's hard stop: a call cut there counts as no record hidden.
+    async fn hide_until(
+        &self,
+        port: &dyn crate::redelivery::VisibilityPort,
+        hides: &[crate::redelivery::Hide],
+        deadline: &Deadline,
+    ) -> Vec<Result<(), ProcessError>> {
+        tokio::time::timeout_at(deadline.hard_stop(), port.hide(hides))
+            .await
+            .unwrap_or_default()
     }
 
     /// Hands candidates to the sink, bounded by the deadline's hard stop: writes still

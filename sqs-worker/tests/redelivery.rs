@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,6 +23,8 @@ use sqs_worker::Deadline;
 struct Port {
     seen: Mutex<Vec<Hide>>,
     fail: bool,
+    /// Receipt handles whose hide fails (one entry of the batch call).
+    fail_receipts: Vec<&'static str>,
     timing: Option<QueueTiming>,
     timing_reads: std::sync::atomic::AtomicU32,
 }
@@ -32,8 +35,8 @@ impl VisibilityPort for Port {
             self.seen.lock().unwrap().extend_from_slice(records);
             records
                 .iter()
-                .map(|_| {
-                    if self.fail {
+                .map(|h| {
+                    if self.fail || self.fail_receipts.contains(&h.receipt_handle.as_str()) {
                         Err(ProcessError::new(ErrorClass::Permission, "AccessDenied"))
                     } else {
                         Ok(())
@@ -533,16 +536,56 @@ async fn no_record_of_a_fifo_group_is_hidden_longer_than_the_groups_first() {
         .collect();
     assert_eq!(failures, ["m-r1", "m-r2", "m-r3", "m-s1"]);
     let seen = port.seen.lock().unwrap().clone();
-    let hidden: Vec<(&str, u64)> = seen
+    let hidden: HashMap<&str, u64> = seen
         .iter()
         .map(|h| (h.receipt_handle.as_str(), h.delay.as_secs()))
         .collect();
     assert_eq!(hidden.len(), 4, "{hidden:?}");
     // r1 on its first receive: 30-60 s; r2 and r3 no longer than r1 (their own delays
     // would be 270-540 s and 810-1620 s).
-    let r1 = hidden[0].1;
+    let r1 = hidden["rh-r1"];
     assert!((30..=60).contains(&r1), "{hidden:?}");
-    assert!(hidden[1].1 <= r1 && hidden[2].1 <= r1, "{hidden:?}");
+    assert!(hidden["rh-r2"] <= r1 && hidden["rh-r3"] <= r1, "{hidden:?}");
     // s1 heads its own group: its own delay (270-540 s on its third receive).
-    assert!((270..=540).contains(&hidden[3].1), "{hidden:?}");
+    assert!((270..=540).contains(&hidden["rh-s1"]), "{hidden:?}");
+    // The groups' firsts are hidden before the records behind them.
+    assert_eq!(seen[0].receipt_handle, "rh-r1");
+    assert_eq!(seen[1].receipt_handle, "rh-s1");
+}
+
+#[tokio::test]
+async fn a_fifo_groups_later_records_are_not_hidden_when_its_firsts_hide_fails() {
+    // r1's hide fails: r1 comes back after the visibility timeout. Were r2 and r3 hidden
+    // for r1's intended delay anyway, the group would be held behind them past r1's
+    // return, up to r1's retention, and SQS would delete r1 unrecorded. They are left
+    // to come back with r1; s1, first of its own group, is hidden as usual.
+    let port = Arc::new(Port {
+        fail_receipts: vec!["rh-r1"],
+        ..Port::default()
+    });
+    let processor =
+        ScriptedProcessor::new().script("r1", vec![Step::Fail(ErrorClass::ServerError)]);
+    let engine = spaced(processor, 1, port.clone());
+    let report = engine
+        .process_batch(
+            fifo_event(&[
+                ("r1", "g1", 1),
+                ("r2", "g1", 3),
+                ("r3", "g1", 4),
+                ("s1", "g2", 3),
+            ]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.response().batch_item_failures.len(), 4);
+    let tried: Vec<String> = port
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| h.receipt_handle.clone())
+        .collect();
+    assert_eq!(tried, ["rh-r1", "rh-s1"]);
 }
