@@ -237,9 +237,8 @@ async fn extended_client_pointer_body_is_resolved() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() {
-    use sqs_worker::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo};
+    use sqs_worker::dead_letter::{DeadLetterSink, InvocationInfo};
     use sqs_worker::item::ItemParser;
-    use sqs_worker::retry::AttemptFailure;
 
     let p = Pipeline::new("idem", Setup::default()).await;
     let store = p.store();
@@ -257,20 +256,7 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
         }
         .parse(format!("m-{receive_count}"), msg)
         .unwrap();
-        let error = sqs_worker::ProcessError::new(ErrorClass::Timeout, "timeout after 3s");
-        DeadLetterCandidate {
-            item,
-            failures: (1..=2)
-                .map(|attempt| AttemptFailure {
-                    attempt,
-                    started_at: chrono_now(),
-                    duration: std::time::Duration::from_millis(5),
-                    error: error.clone(),
-                })
-                .collect(),
-            error,
-            reason: DeadLetterReason::ReceiveBudgetExhausted,
-        }
+        timed_out_twice(item)
     };
     let info = InvocationInfo::default();
     let first = candidate(3);
@@ -339,10 +325,9 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
 /// leave the history, its count and its ids alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
-    use sqs_worker::dead_letter::{DeadLetterCandidate, DeadLetteredItem, InvocationInfo};
+    use sqs_worker::dead_letter::{DeadLetteredItem, InvocationInfo};
     use sqs_worker::item::ItemParser;
     use sqs_worker::recording::{Expect, RecordTable};
-    use sqs_worker::retry::AttemptFailure;
 
     let p = Pipeline::new("claimonly", Setup::default()).await;
     let store = p.store();
@@ -359,20 +344,7 @@ async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
     }
     .parse("m-twin".to_string(), msg)
     .unwrap();
-    let error = sqs_worker::ProcessError::new(ErrorClass::Timeout, "timeout after 3s");
-    let candidate = DeadLetterCandidate {
-        item,
-        failures: (1..=2)
-            .map(|attempt| AttemptFailure {
-                attempt,
-                started_at: chrono_now(),
-                duration: std::time::Duration::from_millis(5),
-                error: error.clone(),
-            })
-            .collect(),
-        error,
-        reason: DeadLetterReason::ReceiveBudgetExhausted,
-    };
+    let candidate = timed_out_twice(item);
     let record = DeadLetteredItem::from_candidate(
         &candidate,
         &InvocationInfo::default(),
@@ -1224,4 +1196,26 @@ async fn a_long_outage_pauses_polling_and_costs_each_message_a_bounded_number_of
         summary.receives_during_outage <= 3 * summary.sent,
         "{summary:?}"
     );
+}
+
+/// A candidate for `item` on its last receive after two attempts that timed out.
+fn timed_out_twice(
+    item: sqs_worker::item::WorkItem,
+) -> sqs_worker::dead_letter::DeadLetterCandidate {
+    use sqs_worker::dead_letter::DeadLetterCandidate;
+    use sqs_worker::retry::AttemptFailure;
+    let error = sqs_worker::ProcessError::new(ErrorClass::Timeout, "timeout after 3s");
+    DeadLetterCandidate {
+        item,
+        failures: (1..=2)
+            .map(|attempt| AttemptFailure {
+                attempt,
+                started_at: chrono_now(),
+                duration: std::time::Duration::from_millis(5),
+                error: error.clone(),
+            })
+            .collect(),
+        error,
+        reason: DeadLetterReason::ReceiveBudgetExhausted,
+    }
 }

@@ -36,12 +36,12 @@ impl SimBreakerStore {
     async fn call(&self, step: &str) -> Result<(), ProcessError> {
         crate::store::call_latency(&self.world).await;
         let mut state = self.world.lock();
-        if state.chance_of(|f| f.table) {
-            state.trace.note(
-                "fault",
-                "-",
-                &format!("{} breaker {step} failed", self.sandbox),
-            );
+        if state.call_fails(
+            |f| f.table,
+            &self.sandbox,
+            "-",
+            &format!("breaker {step} failed"),
+        ) {
             return Err(ProcessError::new(
                 sqs_worker::ErrorClass::Throttled,
                 "breaker table throttled (injected)",

@@ -34,12 +34,12 @@ impl SimIdempotencyStore {
     async fn call(&self, step: &str, key: &str) -> Result<(), ProcessError> {
         crate::store::call_latency(&self.world).await;
         let mut state = self.world.lock();
-        if state.chance_of(|f| f.table) {
-            state.trace.note(
-                "fault",
-                key,
-                &format!("{} idempotency {step} failed", self.actor),
-            );
+        if state.call_fails(
+            |f| f.table,
+            &self.actor,
+            key,
+            &format!("idempotency {step} failed"),
+        ) {
             return Err(ProcessError::new(
                 sqs_worker::ErrorClass::Throttled,
                 "idempotency table throttled (injected)",

@@ -721,14 +721,7 @@ async fn invoke(
             .note(name, "-", &format!("invoked with {}", ids.join(" ")));
         messages
             .iter()
-            .map(|m| {
-                state
-                    .ledger
-                    .worker_deliveries
-                    .get(&m.id)
-                    .copied()
-                    .unwrap_or(0)
-            })
+            .map(|m| state.ledger.worker_deliveries_of(&m.id))
             .collect()
     };
     let mut event = SqsEvent::default();
@@ -789,30 +782,9 @@ async fn invoke(
                     messages.len()
                 ),
             );
-            {
-                let delivered_now: Vec<bool> = messages
-                    .iter()
-                    .enumerate()
-                    .map(|(i, m)| {
-                        state
-                            .ledger
-                            .worker_deliveries
-                            .get(&m.id)
-                            .copied()
-                            .unwrap_or(0)
-                            > before.get(i).copied().unwrap_or(0)
-                    })
-                    .collect();
-                left_to_the_redrive_policy(&mut state, &report, messages, &delivered_now, name);
-            }
-            for (i, m) in messages.iter().enumerate() {
-                let delivered_now = state
-                    .ledger
-                    .worker_deliveries
-                    .get(&m.id)
-                    .copied()
-                    .unwrap_or(0)
-                    > before.get(i).copied().unwrap_or(0);
+            let delivered_now = state.ledger.delivered_since(messages, &before);
+            left_to_the_redrive_policy(&mut state, &report, messages, &delivered_now, name);
+            for (m, &delivered_now) in messages.iter().zip(&delivered_now) {
                 if failed.contains(&m.id) {
                     if delivered_now {
                         *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
@@ -929,14 +901,9 @@ fn note_unacked(world: &World, messages: &[SimMessage], before: &[u32], name: &s
         "-",
         &format!("invocation {how}; its messages return after the visibility timeout"),
     );
-    for (i, m) in messages.iter().enumerate() {
-        let now = state
-            .ledger
-            .worker_deliveries
-            .get(&m.id)
-            .copied()
-            .unwrap_or(0);
-        if before.is_empty() || now > before.get(i).copied().unwrap_or(0) {
+    let delivered_now = state.ledger.delivered_since(messages, before);
+    for (m, delivered_now) in messages.iter().zip(delivered_now) {
+        if delivered_now {
             *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
         }
     }

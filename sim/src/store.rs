@@ -425,12 +425,12 @@ impl RecordTable for SimStore {
     ) -> Result<(), ProcessError> {
         self.latency().await;
         let mut state = self.world.lock();
-        if state.chance_of(|f| f.bucket) {
-            state.trace.note(
-                "fault",
-                "-",
-                &format!("{} put-payload: S3 unavailable", self.actor),
-            );
+        if state.call_fails(
+            |f| f.bucket,
+            &self.actor,
+            "-",
+            "put-payload: S3 unavailable",
+        ) {
             return Err(unavailable("S3", "put-payload"));
         }
         state.bucket.insert(pointer.key.clone(), body.to_string());
@@ -443,12 +443,7 @@ impl RecordTable for SimStore {
         let now_ms = sqs_worker::clock::now().timestamp_millis();
         let mut results = Vec::with_capacity(records.len());
         for record in records {
-            if state.chance_of(|f| f.send) {
-                state.trace.note(
-                    "fault",
-                    &record.item_id,
-                    &format!("{} DLQ send failed", self.actor),
-                );
+            if state.sqs_call_fails(&self.actor, &record.item_id, "DLQ send failed") {
                 results.push(Err(unavailable("SQS", "dlq")));
                 continue;
             }
@@ -741,12 +736,7 @@ impl DlqMessages for SimStore {
         self.latency().await;
         {
             let mut state = self.world.lock();
-            if state.chance_of(|f| f.send) {
-                state.trace.note(
-                    "fault",
-                    "-",
-                    &format!("{} rotation send failed", self.actor),
-                );
+            if state.sqs_call_fails(&self.actor, "-", "rotation send failed") {
                 return Err(unavailable("SQS", "dlq-rotate"));
             }
             let mut attributes = message.attributes.clone();
@@ -782,12 +772,7 @@ impl DlqMessages for SimStore {
         }
         self.latency().await;
         let mut state = self.world.lock();
-        if state.chance_of(|f| f.send) {
-            state.trace.note(
-                "fault",
-                "-",
-                &format!("{} rotation delete failed", self.actor),
-            );
+        if state.sqs_call_fails(&self.actor, "-", "rotation delete failed") {
             return Err(unavailable("SQS", "dlq-rotate"));
         }
         if let Some(deleted) = state.dlq.delete(receipt) {
@@ -1071,12 +1056,12 @@ impl PayloadStore for SimStore {
     async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
         self.latency().await;
         let mut state = self.world.lock();
-        if state.chance_of(|f| f.bucket) {
-            state.trace.note(
-                "fault",
-                "-",
-                &format!("{} fetch-payload: S3 unavailable", self.actor),
-            );
+        if state.call_fails(
+            |f| f.bucket,
+            &self.actor,
+            "-",
+            "fetch-payload: S3 unavailable",
+        ) {
             return Err(unavailable("S3", "fetch-payload"));
         }
         state.bucket.get(&pointer.key).cloned().ok_or_else(|| {
@@ -1142,10 +1127,7 @@ impl SourceQueue for SimStore {
         if queue_url != state.source.url {
             return Err(ProcessError::new(ErrorClass::NotFound, "no such queue"));
         }
-        if state.chance_of(|f| f.send) {
-            state
-                .trace
-                .note("fault", "-", &format!("{} requeue send failed", self.actor));
+        if state.sqs_call_fails(&self.actor, "-", "requeue send failed") {
             return Err(unavailable("SQS", "requeue"));
         }
         let now_ms = sqs_worker::clock::now().timestamp_millis();
@@ -1197,15 +1179,11 @@ impl VisibilityPort for SimStore {
             if queue_arn != state.source.arn {
                 return None;
             }
-            if state.chance_of(|f| f.send) {
-                state.trace.note(
-                    "fault",
-                    "-",
-                    &format!(
-                        "{} could not read the source queue's attributes",
-                        self.actor
-                    ),
-                );
+            if state.sqs_call_fails(
+                &self.actor,
+                "-",
+                "could not read the source queue's attributes",
+            ) {
                 return None;
             }
             state.ledger.timing_known.insert(self.actor.clone());
@@ -1222,10 +1200,7 @@ impl SimStore {
     /// honours the downstream's `Retry-After` wherever the message's retention leaves
     /// room for it.
     fn hide_one(&self, state: &mut State, hide: &Hide) -> Result<(), ProcessError> {
-        if state.chance_of(|f| f.send) {
-            state
-                .trace
-                .note("fault", "-", &format!("{} hide failed", self.actor));
+        if state.sqs_call_fails(&self.actor, "-", "hide failed") {
             return Err(unavailable("SQS", "hide"));
         }
         let receipt = hide.receipt_handle.as_str();

@@ -112,6 +112,31 @@ pub struct Ledger {
     pub corrupted: BTreeSet<String>,
 }
 
+impl Ledger {
+    /// How many times the worker delivered source message `message_id` successfully.
+    pub fn worker_deliveries_of(&self, message_id: &str) -> u32 {
+        self.worker_deliveries.get(message_id).copied().unwrap_or(0)
+    }
+
+    /// Whether the worker delivered each of `messages` since `before` was read (by
+    /// [`Ledger::worker_deliveries_of`], in the same order); an empty `before` counts
+    /// every message as delivered.
+    pub fn delivered_since(
+        &self,
+        messages: &[crate::queue::SimMessage],
+        before: &[u32],
+    ) -> Vec<bool> {
+        messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                before.is_empty()
+                    || self.worker_deliveries_of(&m.id) > before.get(i).copied().unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
 /// Counters for the report.
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
@@ -227,6 +252,28 @@ impl State {
     pub fn chance_of(&mut self, pick: fn(&Faults) -> f64) -> bool {
         let p = pick(&self.faults);
         self.chance(p)
+    }
+
+    /// Whether a call of `actor` fails now, at the rate `pick` reads from the world's
+    /// faults, noted in the trace against `item` as `"{actor} {what}"` when it does, so
+    /// failing seeds show it.
+    pub fn call_fails(
+        &mut self,
+        pick: fn(&Faults) -> f64,
+        actor: &str,
+        item: &str,
+        what: &str,
+    ) -> bool {
+        let fails = self.chance_of(pick);
+        if fails {
+            self.trace.note("fault", item, &format!("{actor} {what}"));
+        }
+        fails
+    }
+
+    /// [`State::call_fails`] for an SQS call (the world's send failure rate).
+    pub fn sqs_call_fails(&mut self, actor: &str, item: &str, what: &str) -> bool {
+        self.call_fails(|f| f.send, actor, item, what)
     }
 
     /// Whether a failure is injected now, with probability `p`.
