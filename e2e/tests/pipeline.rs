@@ -8,6 +8,7 @@ use serde_json::json;
 use sqs_worker::dead_letter::{DeadLetterReason, PayloadLocation};
 use sqs_worker::error::ErrorClass;
 use sqs_worker::pointer::S3Pointer;
+use std::collections::HashMap;
 
 fn attr<'a>(m: &'a aws_sdk_sqs::types::Message, name: &str) -> Option<&'a str> {
     m.message_attributes()?.get(name)?.string_value()
@@ -1217,5 +1218,277 @@ fn timed_out_twice(
             .collect(),
         error,
         reason: DeadLetterReason::ReceiveBudgetExhausted,
+    }
+}
+
+/// The store's conditions are defined once (`sqs_worker::condition::conditions`): the
+/// adapter sends each as a condition expression and the in-memory stores (the
+/// simulation's) evaluate the same value. Here both readings of every condition meet
+/// every kind of stored record, and an absent one, on DynamoDB Local: a condition that
+/// DynamoDB reads otherwise than the evaluator fails the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
+    use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
+    use sqs_worker::adapters::condition::WithCondition;
+    use sqs_worker::adapters::store::schema;
+    use sqs_worker::condition::{conditions, Condition, StoredRecord};
+    use sqs_worker::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};
+    use sqs_worker::item::ItemParser;
+    use sqs_worker::recording::Expect;
+
+    let p = Pipeline::new("conditions", Setup::default()).await;
+    let dynamodb = &p.clients.dynamodb;
+    let table = &p.resources.table;
+    let now = chrono_now().timestamp();
+
+    /// A stored record and what the store keeps beside it.
+    struct Fixture {
+        record: DeadLetteredItem,
+        lease_owner: Option<&'static str>,
+        attempt_ids: Vec<&'static str>,
+        claims: Vec<&'static str>,
+    }
+    let base = |id: &str| {
+        let msg = serde_json::from_value(json!({
+            "messageId": format!("m-{id}"),
+            "body": body(id, "invalid"),
+            "attributes": {"ApproximateReceiveCount": "5"},
+            "eventSourceARN": p.resources.source_arn,
+        }))
+        .unwrap();
+        let item = ItemParser {
+            id_source: "pointer:/id".parse().unwrap(),
+            ..ItemParser::default()
+        }
+        .parse(format!("m-{id}"), msg)
+        .unwrap();
+        DeadLetteredItem::from_candidate(
+            &timed_out_twice(item),
+            &InvocationInfo::default(),
+            chrono_now(),
+            std::time::Duration::from_secs(86_400),
+        )
+    };
+    let with = |id: &str, change: &dyn Fn(&mut DeadLetteredItem)| {
+        let mut r = base(id);
+        change(&mut r);
+        r
+    };
+    let fixtures = [
+        Fixture {
+            record: with("dead", &|_| {}),
+            lease_owner: None,
+            attempt_ids: vec!["a1", "a2"],
+            claims: vec!["m-1"],
+        },
+        Fixture {
+            record: with("expired", &|r| {
+                r.status = ItemStatus::Redriving;
+                r.lease_expires_at = Some(now - 10);
+            }),
+            lease_owner: Some("run-1"),
+            attempt_ids: vec!["a1"],
+            claims: vec![],
+        },
+        Fixture {
+            record: with("leased", &|r| {
+                r.status = ItemStatus::Redriving;
+                r.lease_expires_at = Some(now + 100);
+            }),
+            lease_owner: Some("run-1"),
+            attempt_ids: vec![],
+            claims: vec![],
+        },
+        Fixture {
+            record: with("requeued", &|r| {
+                r.status = ItemStatus::Requeued;
+                r.requeued_message_id = Some("q-1".into());
+                r.processed = vec!["msg:x".into()];
+            }),
+            lease_owner: None,
+            attempt_ids: vec!["a1"],
+            claims: vec!["m-1", "m-2"],
+        },
+        Fixture {
+            record: with("resolved", &|r| r.status = ItemStatus::Resolved),
+            lease_owner: None,
+            attempt_ids: vec!["a1"],
+            claims: vec![],
+        },
+    ];
+    for f in &fixtures {
+        let mut item = schema::record_to_item(&f.record).unwrap();
+        if let Some(owner) = f.lease_owner {
+            item.insert(schema::LEASE_OWNER.into(), AttributeValue::S(owner.into()));
+        }
+        let set = |v: &[&str]| AttributeValue::Ss(v.iter().map(|s| s.to_string()).collect());
+        if !f.attempt_ids.is_empty() {
+            item.insert(schema::ATTEMPT_IDS.into(), set(&f.attempt_ids));
+        }
+        if !f.claims.is_empty() {
+            item.insert(schema::DLQ_CLAIMS.into(), set(&f.claims));
+        }
+        dynamodb
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let record = &fixtures[0].record;
+    let sha = record.payload.sha256.clone();
+    let leased_sha = fixtures[2].record.payload.sha256.clone();
+    let last = sqs_worker::time_format::format(&record.last_attempt);
+    let status = |s, keys: &[&str]| Expect::Status {
+        status: s,
+        not_processed: keys.iter().map(|k| k.to_string()).collect(),
+    };
+    let cases: Vec<(&str, Condition)> = vec![
+        ("lease_is_free", conditions::lease_is_free(now)),
+        ("leased_by", conditions::leased_by("run-1")),
+        ("leased_by", conditions::leased_by("run-2")),
+        (
+            "leased_with_payload",
+            conditions::leased_with_payload("run-1", &leased_sha),
+        ),
+        (
+            "leased_with_payload",
+            conditions::leased_with_payload("run-1", "other"),
+        ),
+        ("requeued_as", conditions::requeued_as("q-1")),
+        ("requeued_as", conditions::requeued_as("q-2")),
+        (
+            "finishes_requeued",
+            conditions::finishes_requeued("q-1", "run-9", "x"),
+        ),
+        (
+            "finishes_requeued",
+            conditions::finishes_requeued("q-9", "run-1", &leased_sha),
+        ),
+        (
+            "finishes_requeued",
+            conditions::finishes_requeued("q-9", "run-2", &leased_sha),
+        ),
+        (
+            "finishes_moved_back",
+            conditions::finishes_moved_back(&record.source.message_id, "other"),
+        ),
+        (
+            "finishes_moved_back",
+            conditions::finishes_moved_back("other", &sha),
+        ),
+        (
+            "finishes_moved_back",
+            conditions::finishes_moved_back("other", "other"),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(&["a1"], None, &Expect::Any),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(&["a3", "a4"], Some("m-1"), &Expect::Any),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(&["a3"], Some("m-2"), &Expect::Any),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(&[], Some("m-9"), &Expect::Absent),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(&["a3"], None, &status(ItemStatus::Requeued, &["msg:x"])),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(
+                &["a3"],
+                None,
+                &status(ItemStatus::Requeued, &["msg:y", "pay:z"]),
+            ),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(&[], Some("m-3"), &status(ItemStatus::Dead, &[])),
+        ),
+        ("counts", conditions::counts(record.failure_count)),
+        ("counts", conditions::counts(record.failure_count + 1)),
+        (
+            "unchanged_since",
+            conditions::unchanged_since(ItemStatus::Dead, &last),
+        ),
+        (
+            "unchanged_since",
+            conditions::unchanged_since(ItemStatus::Dead, "1970-01-01T00:00:00.000Z"),
+        ),
+        ("exists", conditions::exists()),
+    ];
+
+    let mut outcomes: HashMap<&str, (usize, usize)> = HashMap::new();
+    let keys: Vec<Option<&Fixture>> = fixtures.iter().map(Some).chain([None]).collect();
+    for (name, condition) in &cases {
+        for fixture in &keys {
+            let item_id = fixture.map_or("absent", |f| f.record.item_id.as_str());
+            let in_memory = match fixture {
+                None => condition.holds(None),
+                Some(f) => {
+                    let ids = |id: &str| f.attempt_ids.contains(&id);
+                    let claims = |id: &str| f.claims.contains(&id);
+                    condition.holds(Some(&StoredRecord {
+                        record: &f.record,
+                        lease_owner: f.lease_owner,
+                        attempt_ids: (!f.attempt_ids.is_empty())
+                            .then_some(&ids as &dyn Fn(&str) -> bool),
+                        claims: (!f.claims.is_empty()).then_some(&claims as &dyn Fn(&str) -> bool),
+                    }))
+                }
+            };
+            let check = ConditionCheck::builder()
+                .table_name(table)
+                .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+                .with_condition(condition)
+                .build()
+                .unwrap();
+            let on_dynamodb = match dynamodb
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().condition_check(check).build())
+                .send()
+                .await
+            {
+                Ok(_) => true,
+                Err(e) => {
+                    let e = e.into_service_error();
+                    assert!(
+                        e.is_transaction_canceled_exception(),
+                        "{name} on {item_id}: {e:?}"
+                    );
+                    false
+                }
+            };
+            assert_eq!(
+                in_memory,
+                on_dynamodb,
+                "{name} on {item_id}: in memory {in_memory}, on DynamoDB {on_dynamodb}: {:?}",
+                condition.render()
+            );
+            let seen = outcomes.entry(name).or_default();
+            if on_dynamodb {
+                seen.0 += 1;
+            } else {
+                seen.1 += 1;
+            }
+        }
+    }
+    // Each condition both held and failed somewhere: none passes by always agreeing on one
+    // answer.
+    for (name, (held, failed)) in &outcomes {
+        assert!(
+            *held > 0 && *failed > 0,
+            "{name}: held {held}, failed {failed}"
+        );
     }
 }

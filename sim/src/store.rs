@@ -9,6 +9,7 @@
 //! engine) is the library's own code, unchanged. Every call may fail as the fault switches
 //! say, and every change is followed by the invariant checks of [`State::after_step`].
 
+use sqs_worker::condition::conditions;
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqs_worker::dead_letter::{
-    lease_is_free, leased_with_payload, processed_after, DeadLetterCandidate, DeadLetterSink,
-    DeadLetteredItem, FailureDetail, InvocationInfo, ItemStatus, MessageAttribute, PayloadLocation,
+    processed_after, DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail,
+    InvocationInfo, ItemStatus, MessageAttribute, PayloadLocation,
 };
 use sqs_worker::error::{ErrorClass, ProcessError};
 use sqs_worker::item::{bounded_item_id, ItemParser, WorkItem};
@@ -41,7 +42,7 @@ use sqs_worker::sweep::{
 use sqs_worker::redelivery::{Hide, QueueTiming, VisibilityPort};
 
 use crate::queue::SimMessage;
-use crate::world::{Row, Section, State, World, ITEM_SIZE_LIMIT};
+use crate::world::{satisfied, Row, Section, State, World, ITEM_SIZE_LIMIT};
 
 /// A call's latency: the task yields for a few simulated milliseconds, now and then a few
 /// seconds (drawn from the seed), so that concurrent runs, sandboxes and operators
@@ -177,11 +178,11 @@ impl SimStore {
         let Some(mut row) = state.table.get(item_id).cloned() else {
             return Err(lease_lost(item_id, step));
         };
-        let holds = match payload_sha256 {
-            Some(sha) => leased_with_payload(&row.record, row.lease_owner.as_deref(), owner, sha),
-            None => row.lease_owner.as_deref() == Some(owner),
+        let condition = match payload_sha256 {
+            Some(sha) => conditions::leased_with_payload(owner, sha),
+            None => conditions::leased_by(owner),
         };
-        if !holds {
+        if !row.satisfies(&condition) {
             return Err(lease_lost(item_id, step));
         }
         if row.corrupt {
@@ -225,27 +226,19 @@ impl RecordTable for SimStore {
         if existing.as_ref().is_some_and(|r| r.corrupt) {
             return Err(corrupt(id, "record"));
         }
-        if !expect.admits(
-            existing.as_ref().map(|r| r.record.status),
-            existing
-                .as_ref()
-                .map_or(&[][..], |r| &r.record.processed[..]),
+        let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
+        if !satisfied(
+            existing.as_ref(),
+            &conditions::records_attempts(&attempt_ids, claim, &expect),
         ) {
+            if let (Some(row), Some(c)) = (&existing, claim) {
+                if row.claims.contains(c) && !row.sent.contains(c) {
+                    // Another delivery holds the claim and has not sent yet: this one will
+                    // be returned for retry (`dead_letter::dead_lettering_elsewhere`).
+                    state.ledger.claims_held_elsewhere.insert(c.to_string());
+                }
+            }
             return Ok(None);
-        }
-        if let Some(row) = &existing {
-            let known = pending
-                .iter()
-                .any(|f| row.attempt_ids.contains(&f.attempt_id));
-            let claimed = claim.is_some_and(|c| row.claims.contains(c));
-            if let Some(c) = claim.filter(|c| claimed && !row.sent.contains(*c)) {
-                // Another delivery holds the claim and has not sent yet: this one will be
-                // returned for retry (`dead_letter::dead_lettering_elsewhere`).
-                state.ledger.claims_held_elsewhere.insert(c.to_string());
-            }
-            if known || claimed {
-                return Ok(None);
-            }
         }
         let mut row = match existing {
             Some(mut row) => {
@@ -348,7 +341,11 @@ impl RecordTable for SimStore {
         let mut state = self.world.lock();
         self.table_call(&mut state, "mark-sent")?;
         for (item_id, message_id) in sent {
-            if let Some(row) = state.table.get_mut(*item_id) {
+            if let Some(row) = state
+                .table
+                .get_mut(*item_id)
+                .filter(|row| row.satisfies(&conditions::exists()))
+            {
                 row.sent.insert((*message_id).to_string());
             }
             state.after_step(
@@ -382,7 +379,7 @@ impl RecordTable for SimStore {
         let Some(mut row) = state.table.get(id).cloned() else {
             return Ok(());
         };
-        if row.record.failure_count != stored.failure_count {
+        if !row.satisfies(&conditions::counts(stored.failure_count)) {
             return Ok(());
         }
         row.record.failure_history = compaction.history.clone();
@@ -808,12 +805,15 @@ impl RecordRemoval for SimStore {
         let mut deleted = Vec::new();
         for selected in records {
             let id = &selected.item_id;
-            // The adapter's condition: still the status and last attempt selected.
-            let unchanged = state.table.get(id).is_some_and(|row| {
-                !row.corrupt
-                    && row.record.status == selected.status
-                    && row.record.last_attempt == selected.last_attempt
-            });
+            // Still the status and last attempt selected.
+            let condition = conditions::unchanged_since(
+                selected.status,
+                &sqs_worker::time_format::format(&selected.last_attempt),
+            );
+            let unchanged = state
+                .table
+                .get(id)
+                .is_some_and(|row| !row.corrupt && row.satisfies(&condition));
             if !unchanged {
                 continue;
             }
@@ -901,7 +901,7 @@ impl RecordStore for SimStore {
         let Some(mut row) = state.table.get(item_id).cloned() else {
             return Ok(false);
         };
-        if row.corrupt || !lease_is_free(row.record.status, row.record.lease_expires_at, now) {
+        if row.corrupt || !row.satisfies(&conditions::lease_is_free(now)) {
             return Ok(false);
         }
         let taken_back = row.record.status == ItemStatus::Redriving;
@@ -1003,12 +1003,11 @@ impl RecordStore for SimStore {
             let Some(mut row) = state.table.get(&record.item_id).cloned() else {
                 return Ok(false);
             };
-            // The adapter's condition: still requeued with the same message.
-            if row.corrupt
-                || row.record.status != ItemStatus::Requeued
-                || row.record.requeued_message_id != record.requeued_message_id
-                || row.attempt_ids.contains(&failure.attempt_id)
-            {
+            // Still requeued with the same message.
+            let Some(message_id) = record.requeued_message_id.as_deref() else {
+                return Ok(false);
+            };
+            if row.corrupt || !row.satisfies(&conditions::requeued_as(message_id)) {
                 return Ok(false);
             }
             let r = &mut row.record;
@@ -1277,14 +1276,11 @@ impl DeadLetterSink for SimStore {
         let Some(mut row) = state.table.get(item_id).cloned() else {
             return Ok(());
         };
-        // The adapter's condition, by the library's rule.
-        let finishes = sqs_worker::dead_letter::requeue_finished_by(
-            &row.record,
-            row.lease_owner.as_deref(),
+        let finishes = row.satisfies(&conditions::finishes_requeued(
             message_id,
-            payload_sha256,
             requeued_by,
-        );
+            payload_sha256,
+        ));
         if row.corrupt || !finishes {
             return Ok(());
         }

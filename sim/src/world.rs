@@ -4,6 +4,7 @@
 //! change is one atomic step, and the invariants that must hold at every step are checked
 //! right after it ([`State::after_step`]).
 
+use sqs_worker::condition::{Condition, StoredRecord};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
@@ -32,6 +33,28 @@ pub struct Row {
     /// Damaged outside the pipeline (a hand edit, an older schema): it reads without a
     /// status and refuses every write, a poison the tools must survive.
     pub corrupt: bool,
+}
+
+impl Row {
+    /// Whether `condition` (the one the DynamoDB adapter sends, from
+    /// [`sqs_worker::condition::conditions`]) holds for this row as stored.
+    pub fn satisfies(&self, condition: &Condition) -> bool {
+        let ids = |id: &str| self.attempt_ids.contains(id);
+        let claims = |id: &str| self.claims.contains(id);
+        let stored = StoredRecord {
+            record: &self.record,
+            lease_owner: self.lease_owner.as_deref(),
+            // DynamoDB keeps no empty set: the attribute is missing.
+            attempt_ids: (!self.attempt_ids.is_empty()).then_some(&ids as &dyn Fn(&str) -> bool),
+            claims: (!self.claims.is_empty()).then_some(&claims as &dyn Fn(&str) -> bool),
+        };
+        condition.holds(Some(&stored))
+    }
+}
+
+/// Whether `condition` holds for the row `row` (`None`: no item), as DynamoDB evaluates it.
+pub fn satisfied(row: Option<&Row>, condition: &Condition) -> bool {
+    row.map_or_else(|| condition.holds(None), |row| row.satisfies(condition))
 }
 
 impl Row {

@@ -649,28 +649,15 @@ pub const LEASED_WITH_PAYLOAD: &str =
     "lease owner is the run, status is redriving, payload sha256 is the one processed";
 
 /// Whether [`LEASED_WITH_PAYLOAD`] holds for `record` (as stored, with its lease owner)
-/// and a run `owner` that processed the payload `processed_sha256`.
-pub fn leased_with_payload(
-    record: &DeadLetteredItem,
-    lease_owner: Option<&str>,
-    owner: &str,
-    processed_sha256: &str,
-) -> bool {
-    lease_owner == Some(owner)
-        && record.status == ItemStatus::Redriving
-        && record.payload.sha256 == processed_sha256
-}
+/// and a run `owner` that processed the payload `processed_sha256`: the condition the
+/// DynamoDB adapter sends ([`crate::condition::conditions::leased_with_payload`]).
+pub use crate::condition::leased_with_payload;
 
 /// Whether a run may take the lease on an item of `status` whose lease (if any) expires at
 /// `lease_expires_at` (epoch seconds): a dead item, or one whose redrive died holding an
-/// expired lease (docs/ARCHITECTURE.md §3). The DynamoDB adapter writes the same rule as
-/// its condition expression.
-pub fn lease_is_free(status: ItemStatus, lease_expires_at: Option<i64>, now: i64) -> bool {
-    status == ItemStatus::Dead
-        || (status == ItemStatus::Redriving
-            && lease_expires_at.is_some_and(|e| e < now)
-            && !crate::mutants::is_on(crate::mutants::Mutant::LeasesNeverTakenBack))
-}
+/// expired lease (docs/ARCHITECTURE.md §3); the condition the DynamoDB adapter sends
+/// ([`crate::condition::conditions::lease_is_free`]).
+pub use crate::condition::lease_is_free;
 
 /// `manual_review_required`: any permission failure, or validation failing more than once
 /// (a second validation failure after a redrive means the fix did not work).
@@ -753,28 +740,6 @@ impl DeadLetteredItem {
             processed: Vec::new(),
         }
     }
-}
-
-/// Whether the worker's finishing `message_id` (with a payload of digest `payload_sha256`),
-/// a message the run `requeued_by` sent back to the source queue, resolves `record` (whose
-/// lease, if any, `lease_owner` holds): the record waits for that message, or that run
-/// still holds it with that payload (the worker finished the message before the run marked
-/// the record requeued). The rule the DynamoDB adapter's condition expression states
-/// (`DeadLetterStore::finish_requeued`), and the in-memory stores apply.
-pub fn requeue_finished_by(
-    record: &DeadLetteredItem,
-    lease_owner: Option<&str>,
-    message_id: &str,
-    payload_sha256: &str,
-    requeued_by: &str,
-) -> bool {
-    let waiting = record.status == ItemStatus::Requeued
-        && record.requeued_message_id.as_deref() == Some(message_id);
-    let held_by_sender = record.status == ItemStatus::Redriving
-        && lease_owner == Some(requeued_by)
-        && record.payload.sha256 == payload_sha256
-        && !crate::mutants::is_on(crate::mutants::Mutant::RequeueFinishNeedsMark);
-    waiting || held_by_sender
 }
 
 /// The error a sink returns for a record whose source message another delivery is

@@ -63,6 +63,7 @@ pub mod batch;
 pub mod breaker;
 pub mod classify;
 pub mod clock;
+pub mod condition;
 pub mod config;
 pub mod context;
 pub mod dead_letter;

@@ -7,6 +7,7 @@
 //! | --- | --- |
 //! | [`aws`] | the AWS clients, built once from the standard configuration chain |
 //! | [`breaker`] | the circuit breaker's shared state in DynamoDB |
+//! | [`condition`] | the conditions of [`crate::condition`] sent with a DynamoDB request |
 //! | [`idempotency`] | the idempotency table in DynamoDB |
 //! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`http` feature) |
 //! | [`polling`] | the worker's event source mapping, the pause marker and the probe with a source message ([`crate::polling`]) |
@@ -15,6 +16,7 @@
 
 pub mod aws;
 pub mod breaker;
+pub mod condition;
 pub mod idempotency;
 pub mod polling;
 #[cfg(feature = "http")]

@@ -10,6 +10,8 @@ use chrono::{DateTime, Utc};
 
 use super::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
 use super::{schema, DeadLetterStore};
+use crate::adapters::condition::WithCondition;
+use crate::condition::conditions;
 use crate::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus};
 use crate::error::{ErrorClass, ProcessError};
 use crate::signature::error_signature;
@@ -26,10 +28,6 @@ fn processed_after(record: &DeadLetteredItem) -> AttributeValue {
             .collect(),
     )
 }
-
-/// [`crate::dead_letter::LEASED_WITH_PAYLOAD`] as a condition expression.
-const LEASED_WITH_PAYLOAD_CONDITION: &str =
-    "#owner = :owner AND #status = :redriving AND #payload.#sha = :sha";
 
 fn is_conditional_failure<E: aws_sdk_dynamodb::error::ProvideErrorMetadata>(e: &E) -> bool {
     matches!(
@@ -101,8 +99,7 @@ impl DeadLetterStore {
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
             .update_expression("ADD #sent :sent")
-            .condition_expression("attribute_exists(#id)")
-            .expression_attribute_names("#id", schema::ITEM_ID)
+            .with_condition(&conditions::exists())
             .expression_attribute_names("#sent", schema::DLQ_SENT)
             .expression_attribute_values(":sent", AttributeValue::Ss(vec![message_id.to_string()]))
             .build()
@@ -177,7 +174,7 @@ impl DeadLetterStore {
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
             .update_expression("SET #status = :redriving, #owner = :owner, #expires = :expires")
-            .condition_expression("#status = :dead OR (#status = :redriving AND #expires < :now)")
+            .with_condition(&conditions::lease_is_free(now.timestamp()))
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
@@ -185,13 +182,8 @@ impl DeadLetterStore {
                 ":redriving",
                 AttributeValue::S(ItemStatus::Redriving.as_str().into()),
             )
-            .expression_attribute_values(
-                ":dead",
-                AttributeValue::S(ItemStatus::Dead.as_str().into()),
-            )
             .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
             .expression_attribute_values(":expires", AttributeValue::N(expires.to_string()))
-            .expression_attribute_values(":now", AttributeValue::N(now.timestamp().to_string()))
             .build()
             .map_err(|e| ProcessError::validation(e.to_string()).with_step("lease"))
     }
@@ -260,15 +252,11 @@ impl DeadLetterStore {
             .update_expression(
                 "SET #status = :resolved, resolved_at = :now, #processed = :processed REMOVE #owner, #expires",
             )
-            .condition_expression(LEASED_WITH_PAYLOAD_CONDITION)
+            .with_condition(&conditions::leased_with_payload(owner, &record.payload.sha256))
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
             .expression_attribute_names("#processed", schema::PROCESSED)
-            .expression_attribute_names("#payload", "payload")
-            .expression_attribute_names("#sha", "sha256")
-            .expression_attribute_values(":redriving", AttributeValue::S(ItemStatus::Redriving.as_str().into()))
-            .expression_attribute_values(":sha", AttributeValue::S(record.payload.sha256.clone()))
             .expression_attribute_values(
                 ":resolved",
                 AttributeValue::S(ItemStatus::Resolved.as_str().into()),
@@ -277,7 +265,6 @@ impl DeadLetterStore {
                 ":now",
                 AttributeValue::S(crate::time_format::format(&now)),
             )
-            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()))
             .expression_attribute_values(":processed", processed_after(record))
             .build()
             .map_err(|e| ProcessError::validation(e.to_string()).with_step("resolve"))
@@ -352,26 +339,14 @@ impl DeadLetterStore {
             .update_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .condition_expression(if payload_sha256.is_some() {
-                LEASED_WITH_PAYLOAD_CONDITION
-            } else {
-                "#owner = :owner"
+            .with_condition(&match payload_sha256 {
+                Some(sha) => conditions::leased_with_payload(owner, sha),
+                None => conditions::leased_by(owner),
             })
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
-            .expression_attribute_values(":status", AttributeValue::S(status.as_str().into()))
-            .expression_attribute_values(":owner", AttributeValue::S(owner.to_string()));
-        if let Some(sha) = payload_sha256 {
-            request = request
-                .expression_attribute_names("#payload", "payload")
-                .expression_attribute_names("#sha", "sha256")
-                .expression_attribute_values(
-                    ":redriving",
-                    AttributeValue::S(ItemStatus::Redriving.as_str().into()),
-                )
-                .expression_attribute_values(":sha", AttributeValue::S(sha.to_string()));
-        }
+            .expression_attribute_values(":status", AttributeValue::S(status.as_str().into()));
         let mut set = "SET #status = :status".to_string();
         for (n, (name, value)) in also.iter().enumerate() {
             set.push_str(&format!(", #also{n} = :also{n}"));
@@ -409,26 +384,14 @@ impl DeadLetterStore {
                 ],
                 " REMOVE #requeued, #owner, #expires",
             )
-            .condition_expression(
-                "(#status = :requeued AND #requeued = :message) OR \
-                 (#status = :redriving AND #owner = :run AND #payload.#sha = :sha)",
-            )
+            .with_condition(&conditions::finishes_requeued(
+                message_id,
+                requeued_by,
+                payload_sha256,
+            ))
             .expression_attribute_names("#owner", LEASE_OWNER)
             .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
-            .expression_attribute_names("#payload", "payload")
-            .expression_attribute_names("#sha", "sha256")
-            .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
-            .expression_attribute_values(
-                ":redriving",
-                AttributeValue::S(ItemStatus::Redriving.as_str().into()),
-            )
-            .expression_attribute_values(
-                ":requeued",
-                AttributeValue::S(ItemStatus::Requeued.as_str().into()),
-            )
-            .expression_attribute_values(":run", AttributeValue::S(requeued_by.to_string()))
-            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
-            .expression_attribute_values(":message", AttributeValue::S(message_id.to_string()));
+            .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID);
         unless_changed(request, "finish-requeued").await
     }
 
@@ -455,19 +418,10 @@ impl DeadLetterStore {
                 ],
                 "",
             )
-            .condition_expression(
-                "#status = :dead AND (#source.#mid = :delivery OR #payload.#sha = :sha)",
-            )
-            .expression_attribute_names("#payload", "payload")
-            .expression_attribute_names("#sha", "sha256")
-            .expression_attribute_names("#source", "source")
-            .expression_attribute_names("#mid", "message_id")
-            .expression_attribute_values(":sha", AttributeValue::S(payload_sha256.to_string()))
-            .expression_attribute_values(
-                ":dead",
-                AttributeValue::S(ItemStatus::Dead.as_str().into()),
-            )
-            .expression_attribute_values(":delivery", AttributeValue::S(dead_lettered.to_string()));
+            .with_condition(&conditions::finishes_moved_back(
+                dead_lettered,
+                payload_sha256,
+            ));
         unless_changed(request, "finish-moved-back").await
     }
 
@@ -559,20 +513,18 @@ impl DeadLetterStore {
         let Some(failure) = failures.last() else {
             return Ok(false);
         };
-        let (condition, removes, name, key, value) = match from {
+        let (condition, removes, name, key) = match from {
             BackFrom::Lease(owner) => (
-                "#owner = :owner",
+                conditions::leased_by(owner),
                 "REMOVE #owner, #expires",
                 "#owner",
                 LEASE_OWNER,
-                *owner,
             ),
             BackFrom::Requeued(message_id) => (
-                "#status = :requeued AND #requeued = :owner",
+                conditions::requeued_as(message_id),
                 "REMOVE #requeued",
                 "#requeued",
                 schema::REQUEUED_MESSAGE_ID,
-                *message_id,
             ),
         };
         let mut request = self
@@ -586,7 +538,7 @@ impl DeadLetterStore {
                  reprocess_eligible = :elig, #hist = list_append(if_not_exists(#hist, :empty), :entry) \
                  {removes} ADD #count :one, #ids :ids"
             ))
-            .condition_expression(condition)
+            .with_condition(&condition)
             .expression_attribute_names("#status", schema::STATUS)
             .expression_attribute_names("#last", schema::LAST_ATTEMPT)
             .expression_attribute_names("#sig", schema::ERROR_SIGNATURE)
@@ -610,18 +562,9 @@ impl DeadLetterStore {
                 ":ids",
                 AttributeValue::Ss(failures.iter().map(|f| f.attempt_id.clone()).collect()),
             )
-            .expression_attribute_values(":owner", AttributeValue::S(value.to_string()))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
-        match from {
-            BackFrom::Lease(_) => {
-                request = request.expression_attribute_names("#expires", LEASE_EXPIRES_AT);
-            }
-            BackFrom::Requeued(_) => {
-                request = request.expression_attribute_values(
-                    ":requeued",
-                    AttributeValue::S(ItemStatus::Requeued.as_str().into()),
-                );
-            }
+        if let BackFrom::Lease(_) = from {
+            request = request.expression_attribute_names("#expires", LEASE_EXPIRES_AT);
         }
         let result = match request.send().await {
             Ok(result) => result,

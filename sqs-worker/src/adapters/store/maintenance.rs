@@ -6,6 +6,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
 
 use super::{schema, DeadLetterStore};
+use crate::adapters::condition::WithCondition;
+use crate::condition::conditions;
 use crate::dead_letter::DeadLetteredItem;
 use crate::error::ProcessError;
 use crate::item::ItemParser;
@@ -44,23 +46,16 @@ impl DeadLetterStore {
         record: &DeadLetteredItem,
     ) -> Result<Option<String>, ProcessError> {
         {
-            let last_attempt = schema::record_to_item(record)?
-                .remove(schema::LAST_ATTEMPT)
-                .unwrap_or(AttributeValue::Null(true));
             let result = self
                 .clients
                 .dynamodb
                 .delete_item()
                 .table_name(&self.config.table)
                 .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
-                .condition_expression("#status = :status AND #last = :last")
-                .expression_attribute_names("#status", schema::STATUS)
-                .expression_attribute_names("#last", schema::LAST_ATTEMPT)
-                .expression_attribute_values(
-                    ":status",
-                    AttributeValue::S(record.status.as_str().to_string()),
-                )
-                .expression_attribute_values(":last", last_attempt)
+                .with_condition(&conditions::unchanged_since(
+                    record.status,
+                    &crate::time_format::format(&record.last_attempt),
+                ))
                 .send()
                 .await;
             match result {

@@ -33,6 +33,8 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use crate::adapters::aws::AwsClients;
+use crate::adapters::condition::WithCondition;
+use crate::condition::conditions;
 use crate::dead_letter::{
     DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,
 };
@@ -326,62 +328,26 @@ impl RecordTable for DeadLetterStore {
         } else if claim.is_none() {
             return Ok(None);
         }
-        let mut conditions = Vec::new();
-        for (n, attempt) in pending.iter().enumerate() {
-            conditions.push(format!("NOT contains(#ids, :a{n})"));
-            request = request.expression_attribute_values(
-                format!(":a{n}"),
-                AttributeValue::S(attempt.attempt_id.clone()),
-            );
-        }
         let mut adds: Vec<&str> = if appends {
             vec!["#count :count", "#ids :ids"]
         } else {
             Vec::new()
         };
         if let Some(claim) = claim {
-            conditions.push("NOT contains(#claims, :claim)".to_string());
             adds.push("#claims :claims");
             request = request
                 .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-                .expression_attribute_values(":claim", AttributeValue::S(claim.to_string()))
                 .expression_attribute_values(
                     ":claims",
                     AttributeValue::Ss(vec![claim.to_string()]),
                 );
         }
-        match expect {
-            crate::recording::Expect::Any => {}
-            crate::recording::Expect::Absent => {
-                conditions.push("attribute_not_exists(#key)".to_string());
-                request = request.expression_attribute_names("#key", schema::ITEM_ID);
-            }
-            crate::recording::Expect::Status {
-                status,
-                not_processed,
-            } => {
-                conditions.push("#expected_status = :expected_status".to_string());
-                request = request
-                    .expression_attribute_names("#expected_status", schema::STATUS)
-                    .expression_attribute_values(
-                        ":expected_status",
-                        AttributeValue::S(status.as_str().to_string()),
-                    );
-                for (n, key) in not_processed.iter().enumerate() {
-                    conditions.push(format!("NOT contains(#processed_now, :unprocessed{n})"));
-                    request = request
-                        .expression_attribute_names("#processed_now", schema::PROCESSED)
-                        .expression_attribute_values(
-                            format!(":unprocessed{n}"),
-                            AttributeValue::S(key.clone()),
-                        );
-                }
-            }
-        }
+        let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
+        let condition = conditions::records_attempts(&attempt_ids, claim, &expect);
         let update = format!("SET {}{removes} ADD {}", sets.join(", "), adds.join(", "));
         let result = request
             .update_expression(update)
-            .condition_expression(conditions.join(" AND "))
+            .with_condition(&condition)
             .send()
             .await;
         match result {
@@ -500,10 +466,9 @@ impl RecordTable for DeadLetterStore {
                 ":kept_ids",
                 AttributeValue::Ss(compaction.attempt_ids.clone()),
             )
-            .condition_expression("#count = :count")
+            .with_condition(&conditions::counts(stored.failure_count))
             .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
             .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
-            .expression_attribute_names("#count", schema::FAILURE_COUNT)
             .expression_attribute_values(
                 ":kept",
                 schema::history_to_attr(&compaction.history)?,
@@ -511,10 +476,6 @@ impl RecordTable for DeadLetterStore {
             .expression_attribute_values(
                 ":dropped",
                 AttributeValue::N(compaction.dropped.to_string()),
-            )
-            .expression_attribute_values(
-                ":count",
-                AttributeValue::N(stored.failure_count.to_string()),
             );
         // The "sent" marks of the messages whose entries all go (DynamoDB refuses an empty
         // set, hence only when there are some).

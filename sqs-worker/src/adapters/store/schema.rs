@@ -37,11 +37,11 @@ use crate::dead_letter::{DeadLetteredItem, FailureDetail};
 use crate::error::{ErrorClass, ProcessError};
 
 /// Partition key.
-pub const ITEM_ID: &str = "item_id";
+pub const ITEM_ID: &str = crate::condition::names::ITEM_ID;
 /// Status attribute and `by-status` partition key.
-pub const STATUS: &str = "status";
+pub const STATUS: &str = crate::condition::names::STATUS;
 /// Sort key of both indexes.
-pub const LAST_ATTEMPT: &str = "last_attempt";
+pub const LAST_ATTEMPT: &str = crate::condition::names::LAST_ATTEMPT;
 /// `by-signature` partition key.
 pub const ERROR_SIGNATURE: &str = "error_signature";
 /// TTL attribute.
@@ -49,29 +49,29 @@ pub const EXPIRES_AT: &str = "expires_at";
 /// The attempt history.
 pub const FAILURE_HISTORY: &str = "failure_history";
 /// Count of recorded attempts.
-pub const FAILURE_COUNT: &str = "failure_count";
+pub const FAILURE_COUNT: &str = crate::condition::names::FAILURE_COUNT;
 /// Attempts dropped from `failure_history` by compaction (N).
 pub const HISTORY_OMITTED: &str = "history_omitted";
 /// Whether an operator must look before a redrive (BOOL).
 pub const MANUAL_REVIEW_REQUIRED: &str = "manual_review_required";
 /// Ids of recorded attempts.
-pub const ATTEMPT_IDS: &str = "attempt_ids";
+pub const ATTEMPT_IDS: &str = crate::condition::names::ATTEMPT_IDS;
 /// Source message ids whose DLQ message a delivery has undertaken to send (SS): a second
 /// delivery of the same message sends none.
-pub const DLQ_CLAIMS: &str = "dlq_claims";
+pub const DLQ_CLAIMS: &str = crate::condition::names::DLQ_CLAIMS;
 /// Source message ids whose DLQ message was sent (SS): a later delivery of one (its
 /// acknowledgement was lost) is acknowledged, not sent back.
 pub const DLQ_SENT: &str = "dlq_sent";
 /// Source messages and payloads known processed (L of S).
-pub const PROCESSED: &str = "processed";
+pub const PROCESSED: &str = crate::condition::names::PROCESSED;
 /// While requeued: the message sent back to the source queue.
-pub const REQUEUED_MESSAGE_ID: &str = "requeued_message_id";
+pub const REQUEUED_MESSAGE_ID: &str = crate::condition::names::REQUEUED_MESSAGE_ID;
 /// When the record was last requeued (S, RFC 3339).
 pub const REQUEUED_AT: &str = "requeued_at";
 /// Owner of a redrive lease (S).
-pub const LEASE_OWNER: &str = "lease_owner";
+pub const LEASE_OWNER: &str = crate::condition::names::LEASE_OWNER;
 /// Lease expiry, epoch seconds (N).
-pub const LEASE_EXPIRES_AT: &str = "lease_expires_at";
+pub const LEASE_EXPIRES_AT: &str = crate::condition::names::LEASE_EXPIRES_AT;
 
 // The `processed` entries of a source message id and of a payload digest (the record's
 // own format, so the core's DLQ sweep reads them too).
