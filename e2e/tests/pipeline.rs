@@ -1492,3 +1492,240 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
         );
     }
 }
+
+/// More records for the store's conditions on DynamoDB Local: no `processed` attribute, no
+/// sets at all, a redriving item without an expiry, a lease expiring at `now`, and odd
+/// unicode (NUL included) and 2 KB strings in every value a condition compares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
+    use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
+    use sqs_worker::adapters::condition::WithCondition;
+    use sqs_worker::adapters::store::schema;
+    use sqs_worker::condition::{conditions, Condition, StoredRecord};
+    use sqs_worker::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};
+    use sqs_worker::item::ItemParser;
+    use sqs_worker::recording::Expect;
+
+    let p = Pipeline::new("condrev", Setup::default()).await;
+    let dynamodb = &p.clients.dynamodb;
+    let table = &p.resources.table;
+    let now = chrono::Utc::now().timestamp();
+    let odd = "\u{202e}ä\u{0}🦀\u{feff}\u{10ffff}q".to_string();
+    let big = "é".repeat(1024); // 2 KB
+    let base = |id: &str| {
+        let msg = serde_json::from_value(json!({
+            "messageId": format!("m-{id}"),
+            "body": body(id, "invalid"),
+            "attributes": {"ApproximateReceiveCount": "5"},
+            "eventSourceARN": p.resources.source_arn,
+        }))
+        .unwrap();
+        let item = ItemParser {
+            id_source: "pointer:/id".parse().unwrap(),
+            ..ItemParser::default()
+        }
+        .parse(format!("m-{id}"), msg)
+        .unwrap();
+        DeadLetteredItem::from_candidate(
+            &timed_out_twice(item),
+            &InvocationInfo::default(),
+            chrono::Utc::now(),
+            std::time::Duration::from_secs(86_400),
+        )
+    };
+    struct Fixture {
+        record: DeadLetteredItem,
+        lease_owner: Option<String>,
+        attempt_ids: Vec<String>,
+        claims: Vec<String>,
+    }
+    let mut bare = base("bare");
+    bare.processed = Vec::new();
+    let mut no_expiry = base("noexpiry");
+    no_expiry.status = ItemStatus::Redriving;
+    no_expiry.lease_expires_at = None;
+    let mut at_expiry = base("atexpiry");
+    at_expiry.status = ItemStatus::Redriving;
+    at_expiry.lease_expires_at = Some(now);
+    let mut weird = base("weird");
+    weird.status = ItemStatus::Requeued;
+    weird.requeued_message_id = Some(odd.clone());
+    weird.source.message_id = odd.clone();
+    weird.payload.sha256 = big.clone();
+    weird.processed = vec![odd.clone(), big.clone()];
+    let mut leased_weird = base("leasedweird");
+    leased_weird.status = ItemStatus::Redriving;
+    leased_weird.lease_expires_at = Some(now + 100);
+    leased_weird.payload.sha256 = big.clone();
+    let fixtures = vec![
+        Fixture {
+            record: bare,
+            lease_owner: None,
+            attempt_ids: vec![],
+            claims: vec![],
+        },
+        Fixture {
+            record: no_expiry,
+            lease_owner: Some("run-1".into()),
+            attempt_ids: vec![],
+            claims: vec![],
+        },
+        Fixture {
+            record: at_expiry,
+            lease_owner: Some("run-1".into()),
+            attempt_ids: vec![],
+            claims: vec![],
+        },
+        Fixture {
+            record: weird,
+            lease_owner: None,
+            attempt_ids: vec![odd.clone(), big.clone()],
+            claims: vec![odd.clone()],
+        },
+        Fixture {
+            record: leased_weird,
+            lease_owner: Some(odd.clone()),
+            attempt_ids: vec!["a1".into()],
+            claims: vec![big.clone()],
+        },
+    ];
+    for f in &fixtures {
+        let mut item = schema::record_to_item(&f.record).unwrap();
+        if let Some(owner) = &f.lease_owner {
+            item.insert(schema::LEASE_OWNER.into(), AttributeValue::S(owner.clone()));
+        }
+        if !f.attempt_ids.is_empty() {
+            item.insert(
+                schema::ATTEMPT_IDS.into(),
+                AttributeValue::Ss(f.attempt_ids.clone()),
+            );
+        }
+        if !f.claims.is_empty() {
+            item.insert(
+                schema::DLQ_CLAIMS.into(),
+                AttributeValue::Ss(f.claims.clone()),
+            );
+        }
+        dynamodb
+            .put_item()
+            .table_name(table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .unwrap();
+    }
+    let st = |s, keys: &[&str]| Expect::Status {
+        status: s,
+        not_processed: keys.iter().map(|k| k.to_string()).collect(),
+    };
+    let bare_last = sqs_worker::time_format::format(&fixtures[0].record.last_attempt);
+    let cases: Vec<(String, Condition)> = vec![
+        ("lease_is_free".into(), conditions::lease_is_free(now)),
+        ("lease_is_free+1".into(), conditions::lease_is_free(now + 1)),
+        ("leased_by odd".into(), conditions::leased_by(&odd)),
+        (
+            "leased_with_payload odd big".into(),
+            conditions::leased_with_payload(&odd, &big),
+        ),
+        ("requeued_as odd".into(), conditions::requeued_as(&odd)),
+        (
+            "finishes_requeued odd".into(),
+            conditions::finishes_requeued(&odd, "r", "x"),
+        ),
+        (
+            "finishes_requeued big".into(),
+            conditions::finishes_requeued("q", &odd, &big),
+        ),
+        (
+            "finishes_moved_back odd".into(),
+            conditions::finishes_moved_back(&odd, "x"),
+        ),
+        (
+            "finishes_moved_back big".into(),
+            conditions::finishes_moved_back("x", &big),
+        ),
+        (
+            "records_attempts odd".into(),
+            conditions::records_attempts(&[&odd, "a9"], Some(&odd), &Expect::Any),
+        ),
+        (
+            "records_attempts big".into(),
+            conditions::records_attempts(&[&big], Some(&big), &Expect::Any),
+        ),
+        (
+            "records_attempts new".into(),
+            conditions::records_attempts(&["a9"], Some("m-9"), &Expect::Any),
+        ),
+        (
+            "records_attempts status".into(),
+            conditions::records_attempts(&["a9"], None, &st(ItemStatus::Requeued, &[&odd])),
+        ),
+        (
+            "records_attempts status2".into(),
+            conditions::records_attempts(&["a9"], None, &st(ItemStatus::Dead, &["msg:zz"])),
+        ),
+        (
+            "records_attempts status3".into(),
+            conditions::records_attempts(&[], Some("c"), &st(ItemStatus::Requeued, &[&big, "x"])),
+        ),
+        (
+            "records_attempts absent".into(),
+            conditions::records_attempts(&[], Some("c"), &Expect::Absent),
+        ),
+        (
+            "unchanged_since".into(),
+            conditions::unchanged_since(ItemStatus::Dead, &bare_last),
+        ),
+        ("counts".into(), conditions::counts(2)),
+        ("exists".into(), conditions::exists()),
+    ];
+    let mut disagreements = Vec::new();
+    let keys: Vec<Option<&Fixture>> = fixtures.iter().map(Some).chain([None]).collect();
+    for (name, condition) in &cases {
+        for fixture in &keys {
+            let item_id = fixture.map_or("absent", |f| f.record.item_id.as_str());
+            let in_memory = match fixture {
+                None => condition.holds(None),
+                Some(f) => {
+                    let ids = |id: &str| f.attempt_ids.iter().any(|a| a == id);
+                    let claims = |id: &str| f.claims.iter().any(|a| a == id);
+                    condition.holds(Some(&StoredRecord {
+                        record: &f.record,
+                        lease_owner: f.lease_owner.as_deref(),
+                        attempt_ids: (!f.attempt_ids.is_empty())
+                            .then_some(&ids as &dyn Fn(&str) -> bool),
+                        claims: (!f.claims.is_empty()).then_some(&claims as &dyn Fn(&str) -> bool),
+                    }))
+                }
+            };
+            let check = ConditionCheck::builder()
+                .table_name(table)
+                .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+                .with_condition(condition)
+                .build()
+                .unwrap();
+            let on_dynamodb = match dynamodb
+                .transact_write_items()
+                .transact_items(TransactWriteItem::builder().condition_check(check).build())
+                .send()
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(e) => {
+                    let e = e.into_service_error();
+                    if e.is_transaction_canceled_exception() {
+                        Ok(false)
+                    } else {
+                        Err(format!("{e:?}"))
+                    }
+                }
+            };
+            if on_dynamodb != Ok(in_memory) {
+                disagreements.push(format!(
+                    "{name} on {item_id}: in memory {in_memory}, on DynamoDB {on_dynamodb:?}"
+                ));
+            }
+        }
+    }
+    assert!(disagreements.is_empty(), "{disagreements:#?}");
+}

@@ -736,6 +736,11 @@ async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
         "the payload, not the pointer"
     );
     assert_eq!(p.dlq_depth().await, 0);
+    // Tracked and recorded by the item its payload names, as the worker names it: not by
+    // its message id, beside the worker's record of the same message.
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].item_id, "ec-payload");
 }
 
 /// Adoption follows a pointer only as the worker would: an object in a bucket the worker

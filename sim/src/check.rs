@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use sqs_worker::dead_letter::ItemStatus;
-use sqs_worker::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE};
+use sqs_worker::message::PAYLOAD_SHA256_ATTRIBUTE;
 
 use crate::world::{Section, State};
 
@@ -26,15 +26,17 @@ pub fn at_quiescence(state: &mut State) {
     // Payload digests of the DLQ's messages, by item.
     let mut dlq: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for m in state.dlq.messages() {
-        let item = m
-            .attribute(ITEM_ID_ATTRIBUTE)
-            .map(str::to_string)
-            .unwrap_or_else(|| {
-                serde_json::from_str::<serde_json::Value>(&m.body)
-                    .ok()
-                    .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
-                    .unwrap_or_else(|| m.id.clone())
-            });
+        // A producer's pointer names its item in the payload it points to.
+        let body = sqs_worker::pointer::S3Pointer::parse(&m.body)
+            .and_then(|p| state.bucket.get(&p.key))
+            .unwrap_or(&m.body);
+        let item = sqs_worker::message::dlq_item_id(
+            |name| m.attribute(name),
+            serde_json::from_str::<serde_json::Value>(body)
+                .ok()
+                .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string)),
+            &m.id,
+        );
         let sha = m
             .attribute(PAYLOAD_SHA256_ATTRIBUTE)
             .map(str::to_string)
@@ -45,21 +47,30 @@ pub fn at_quiescence(state: &mut State) {
 
     for (item, sha) in &state.ledger.sent {
         state.stats.checks += 1;
-        if state.ledger.delivered.get(sha).copied().unwrap_or(0) > 0
-            || state.ledger.discarded.contains(sha)
-            || state.ledger.expired_in_window.contains(sha)
+        let copies = state.copies_of(sha);
+        if state.deliveries_of(sha) > 0
+            || copies.iter().any(|c| {
+                state.ledger.discarded.contains(c) || state.ledger.expired_in_window.contains(c)
+            })
         {
             continue;
         }
-        let in_dlq = dlq.get(item).is_some_and(|s| s.contains(sha));
+        let in_dlq = dlq
+            .get(item)
+            .is_some_and(|s| copies.iter().any(|c| s.contains(c)));
         let held = match state.table.get(item) {
             Some(row) if row.corrupt => in_dlq,
             Some(row) => {
                 row.record.status == ItemStatus::Dead
-                    && (row.record.payload.sha256 == *sha || in_dlq)
+                    && (copies.contains(&row.record.payload.sha256) || in_dlq)
             }
             None => false,
-        };
+        } || (copies.len() > 1
+            // A pointer the worker could not follow is recorded under the message's id
+            // (its text has no item id): held if a dead record keeps it.
+            && state.table.values().any(|row| {
+                row.record.status == ItemStatus::Dead && copies.contains(&row.record.payload.sha256)
+            }));
         if !held {
             broken.push((
                 Section::NothingLost,

@@ -232,6 +232,16 @@ impl Processor for Downstream {
             }
         };
         self.check_start(item);
+        if sqs_worker::pointer::S3Pointer::parse(&item.body).is_some() {
+            self.world.lock().violate(
+                Section::NoPointer,
+                &item.item_id,
+                format!(
+                    "{} handed the downstream a pointer's text as the payload of message {}",
+                    self.actor, item.message_id
+                ),
+            );
+        }
         let behaviour = Behaviour::of_body(&item.body);
         if behaviour == Behaviour::Panicky {
             let panics = {

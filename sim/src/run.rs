@@ -28,7 +28,7 @@ use crate::breaker::SimBreakerStore;
 use crate::downstream::{Behaviour, Downstream};
 use crate::idempotency::SimIdempotencyStore;
 use crate::queue::{SimMessage, SimQueue};
-use crate::store::{to_sqs_message, SimStore, BUCKET};
+use crate::store::{to_sqs_message, SimResolver, SimStore, BUCKET, PRODUCER_BUCKET};
 use crate::world::{Section, State, Stats, World};
 
 /// The Lambda function's timeout.
@@ -186,6 +186,9 @@ struct Shape {
     /// producer then never reuses an item id for another payload: a handler that declares
     /// work once per item id skips the second as done, by design.
     idempotency: bool,
+    /// The producer offloads some payloads to its bucket and sends Extended-Client
+    /// pointers in their place, which the worker and the redrive follow.
+    pointers: bool,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -205,6 +208,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         page_size: 100,
         breaker: None,
         idempotency: false,
+        pointers: false,
     }
 }
 
@@ -336,6 +340,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
     // Drawn apart from the world's sequence, so that adding this shape left every other
     // seed's world as it was (the seeds that found defects still make the same worlds).
     shape.big = fastrand::Rng::with_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).f64() < 0.05;
+    shape.pointers = fastrand::Rng::with_seed(seed ^ 0x00F0_1A7E_5EED_0001).f64() < 0.25;
     draw_spacing(&mut shape, seed);
     {
         let mut state = world.lock();
@@ -400,6 +405,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
         if let Some(policy) = shape.spacing {
             worker = worker.with_redelivery(policy, Arc::new(store.as_actor(&name)));
         }
+        let worker = worker.with_body_resolver(Arc::new(SimResolver::new(store.as_actor(&name))));
         Arc::new(worker)
     };
     let stop_pollers = Arc::new(AtomicBool::new(false));
@@ -547,6 +553,25 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             Vec::new()
         };
         let mut state = world.lock();
+        // Some payloads go by pointer (drawn apart, as the panics are).
+        let by_pointer = shape.pointers
+            && fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25))
+                .bool();
+        let body = if by_pointer {
+            let pointer = sqs_worker::pointer::S3Pointer {
+                bucket: PRODUCER_BUCKET.to_string(),
+                key: format!("producer/{n}"),
+            };
+            state.bucket.insert(pointer.key.clone(), body);
+            let text = pointer.to_body();
+            state
+                .ledger
+                .pointers
+                .insert(sqs_worker::hex::sha256_hex(text.as_bytes()), sha.clone());
+            text
+        } else {
+            body
+        };
         let now_ms = sqs_worker::clock::now().timestamp_millis();
         let message_id = state.source.send(body, attributes, group, now_ms);
         world.arrivals.notify_waiters();
@@ -1150,7 +1175,8 @@ async fn redrive(
             report_items: 50,
             ..RedriveSettings::default()
         },
-    );
+    )
+    .with_body_resolver(Arc::new(SimResolver::new(store.as_actor(actor))));
     world.lock().trace.note(
         actor,
         "-",

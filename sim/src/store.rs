@@ -21,7 +21,7 @@ use sqs_worker::dead_letter::{
     InvocationInfo, ItemStatus, MessageAttribute, PayloadLocation,
 };
 use sqs_worker::error::{ErrorClass, ProcessError};
-use sqs_worker::item::{bounded_item_id, ItemParser, WorkItem};
+use sqs_worker::item::{ItemParser, WorkItem};
 use sqs_worker::message::{
     ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE,
 };
@@ -589,14 +589,38 @@ impl DlqMessages for SimStore {
             );
         }
         let arn = state.source.arn.clone();
+        let policy = SimResolver::new(self.clone()).policy;
         Ok(received
             .messages
             .into_iter()
             .map(|m| {
-                let item_id = bounded_item_id(
-                    m.attribute(ITEM_ID_ATTRIBUTE)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| to_work_item(&m, parser, &arn).item_id),
+                // As the adapter tracks it (`DeadLetterStore::tracked_item_id`): a pointer
+                // without our `item_id` attribute names its item in the payload, read
+                // here (an S3 call that may fail; the message id then).
+                let mut readable = to_sqs_message(&m, &arn);
+                let pointer = Some(&m.body)
+                    .filter(|_| m.attribute(ITEM_ID_ATTRIBUTE).is_none())
+                    .and_then(|body| policy.pointer_in(body))
+                    .and_then(Result::ok);
+                if let Some(pointer) = pointer {
+                    if !state.call_fails(
+                        |f| f.bucket,
+                        &self.actor,
+                        "-",
+                        "sweep payload read: S3 unavailable",
+                    ) {
+                        if let Some(payload) = state.bucket.get(&pointer.key) {
+                            readable.body = Some(payload.clone());
+                        }
+                    }
+                }
+                let item_id = sqs_worker::message::dlq_item_id(
+                    |name| m.attribute(name),
+                    parser
+                        .parse(m.id.clone(), readable)
+                        .ok()
+                        .map(|item| item.item_id),
+                    &m.id,
                 );
                 ReceivedMessage {
                     receipt: m.receipt.clone().unwrap_or_default(),
@@ -653,7 +677,14 @@ impl DlqMessages for SimStore {
             ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
         if let Some(pointer) = S3Pointer::parse(&item.body) {
             match PayloadStore::fetch(self, &pointer).await {
-                Ok(payload) => item.body = payload,
+                Ok(payload) => {
+                    item.body = payload;
+                    sweep::tracked_as_its_payload_names(
+                        message.attribute(ITEM_ID_ATTRIBUTE).is_some(),
+                        item_id,
+                        parser.id_named_by(&item).as_deref(),
+                    )?;
+                }
                 Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
             }
         }
@@ -1051,6 +1082,41 @@ impl DeadLetterQueue for SimStore {
     }
 }
 
+/// The bucket the producer offloads payloads to (an Extended-Client sender's), which the
+/// worker's payload policy allows.
+pub const PRODUCER_BUCKET: &str = "producer-payloads";
+
+/// The worker's and the redrive's Extended-Client resolver: the library's policy check
+/// (`PayloadPolicy::pointer_in`, as the adapter's resolver makes it), then the object from
+/// the simulated bucket, with its latency and S3 faults.
+pub struct SimResolver {
+    store: SimStore,
+    /// The worker's payload policy.
+    pub policy: sqs_worker::pointer::PayloadPolicy,
+}
+
+impl SimResolver {
+    /// A resolver for `store`'s actor, allowing the producer's bucket and the store's.
+    pub fn new(store: SimStore) -> Self {
+        Self {
+            store,
+            policy: sqs_worker::pointer::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET]),
+        }
+    }
+}
+
+impl sqs_worker::batch::BodyResolver for SimResolver {
+    fn resolve<'a>(&'a self, body: &'a str) -> BoxFuture<'a, Option<Result<String, ProcessError>>> {
+        Box::pin(async move {
+            let pointer = match self.policy.pointer_in(body)? {
+                Ok(pointer) => pointer,
+                Err(refused) => return Some(Err(refused)),
+            };
+            Some(PayloadStore::fetch(&self.store, &pointer).await)
+        })
+    }
+}
+
 impl PayloadStore for SimStore {
     async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
         self.latency().await;
@@ -1080,9 +1146,7 @@ impl PayloadStore for SimStore {
         }
         if let Some(body) = state.bucket.remove(&pointer.key) {
             let sha = sqs_worker::hex::sha256_hex(body.as_bytes());
-            if state.ledger.delivered.get(&sha).copied().unwrap_or(0) == 0
-                && !state.ledger.discarded.contains(&sha)
-            {
+            if state.deliveries_of(&sha) == 0 && !state.ledger.discarded.contains(&sha) {
                 state.violate(
                     Section::NothingLost,
                     &pointer.key,

@@ -97,6 +97,9 @@ pub struct Ledger {
     /// Payloads an operator purged: those of the records a purge selected. Anything else a
     /// purge deletes (another body of a selected item id) is lost.
     pub discarded: BTreeSet<String>,
+    /// Extended-Client pointers the producer sent in place of a payload (kept in the
+    /// producer's bucket for ever): the pointer text's sha256 → the payload's.
+    pub pointers: HashMap<String, String>,
     /// Items an operator purged (a purge failing midway may leave a record without its DLQ
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
@@ -308,6 +311,36 @@ impl State {
     /// message being deleted: delivered, in the source queue, in another DLQ message, or
     /// held by a record that is not finished.
     pub fn payload_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool {
+        self.copies_of(sha)
+            .iter()
+            .any(|copy| self.copy_is_safe(copy, deleting))
+    }
+
+    /// What holds the payload `sha` as well as itself: the producer's pointers to it, and
+    /// for a pointer, its payload.
+    pub fn copies_of(&self, sha: &str) -> Vec<String> {
+        let mut copies = vec![sha.to_string()];
+        copies.extend(self.ledger.pointers.get(sha).cloned());
+        copies.extend(
+            self.ledger
+                .pointers
+                .iter()
+                .filter(|(_, payload)| payload.as_str() == sha)
+                .map(|(pointer, _)| pointer.clone()),
+        );
+        copies
+    }
+
+    /// How often the downstream received the payload `sha` (or, for a producer's pointer,
+    /// the payload it names).
+    pub fn deliveries_of(&self, sha: &str) -> u32 {
+        self.copies_of(sha)
+            .iter()
+            .map(|copy| self.ledger.delivered.get(copy).copied().unwrap_or(0))
+            .sum()
+    }
+
+    fn copy_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool {
         if self.ledger.delivered.get(sha).copied().unwrap_or(0) > 0
             || self.ledger.discarded.contains(sha)
         {
@@ -365,15 +398,7 @@ impl State {
                     ),
                 ));
             }
-            if r.status == ItemStatus::Resolved
-                && self
-                    .ledger
-                    .delivered
-                    .get(&r.payload.sha256)
-                    .copied()
-                    .unwrap_or(0)
-                    == 0
-            {
+            if r.status == ItemStatus::Resolved && self.deliveries_of(&r.payload.sha256) == 0 {
                 broken.push((
                     Section::NothingLost,
                     id.clone(),
@@ -421,6 +446,8 @@ pub enum Section {
     Breaker,
     /// §6: idempotency runs an item's work once, never twice at once.
     Idempotency,
+    /// §4: the downstream never receives an Extended-Client pointer's text as a payload.
+    NoPointer,
     /// §1.10 and §4: a DLQ message goes only when that very message is known processed;
     /// the DLQ and the records agree.
     DlqRule,
@@ -442,6 +469,7 @@ impl Section {
             Section::Breaker => "§1.12 the circuit breaker",
             Section::Idempotency => "§6 idempotency",
             Section::DlqRule => "§4 the DLQ message rule",
+            Section::NoPointer => "§4 no pointer is handed over as the payload",
             Section::Record => "§3 the dead-letter record",
         }
     }

@@ -48,7 +48,7 @@ fn a_seed_replays_exactly() {
 fn the_seeds_that_found_defects_stay_clean() {
     for seed in [
         11, 26, 63, 74, 89, 1153, 2246, 2690, 3833, 6114, 6685, 7291, 7384, 9167, 9849, 9938,
-        10404, 11942,
+        10404, 11942, 169, 788, 1099, 3293, 3947, 6922, 16919,
     ] {
         let report = run_seed(seed, &[]);
         assert!(

@@ -297,7 +297,9 @@ impl RecordShared {
 
 /// What a record needs to be hidden after the batch: from its SQS record.
 struct Handle {
-    receipt_handle: String,
+    /// `None` for a record without one: it cannot be hidden (nor, when it leads its FIFO
+    /// group, may the records behind it).
+    receipt_handle: Option<String>,
     queue_arn: String,
     receive_count: u32,
     sent: Option<std::time::SystemTime>,
@@ -457,7 +459,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     Some((
                         id.as_str().to_string(),
                         Handle {
-                            receipt_handle: m.receipt_handle()?.to_string(),
+                            receipt_handle: m.receipt_handle().map(str::to_string),
                             queue_arn: m.event_source_arn()?.to_string(),
                             receive_count: m
                                 .attribute("ApproximateReceiveCount")
@@ -479,7 +481,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .first()
             .and_then(|m| m.event_source_arn())
             .is_some_and(is_fifo_arn);
-        if let Some(arn) = records.first().and_then(|m| m.event_source_arn()) {
+        // Every queue of the batch (one, from an event source mapping).
+        let mut queues: Vec<&str> = records
+            .iter()
+            .filter_map(|m| m.event_source_arn())
+            .collect();
+        queues.sort_unstable();
+        queues.dedup();
+        for arn in queues {
             self.learn_queue_timing(arn, &deadline).await;
         }
         let ids = &message_ids;
@@ -683,11 +692,13 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // (docs/ARCHITECTURE.md §1.6).
         //
         // A later record of a group is hidden only once the group's first is: were the
-        // first's hide to fail, the first comes back after its visibility timeout, and a
-        // later record hidden for the first's intended delay would hold it past that
-        // (and past its retention), so it is left to come back with the first.
+        // first's hide to fail (or the first to have no receipt handle), the first comes
+        // back after its visibility timeout, and a later record hidden for the first's
+        // intended delay would hold it past that (and past its retention), so it is left
+        // to come back with the first. A group is a queue's: the same group id on two
+        // queues is two groups.
         let mut firsts: Vec<crate::redelivery::Hide> = Vec::new();
-        let mut first_of_group: HashMap<&str, (usize, Duration)> = HashMap::new();
+        let mut first_of_group: HashMap<(&str, &str), Option<(usize, Duration)>> = HashMap::new();
         let mut followers: Vec<(usize, crate::redelivery::Hide)> = Vec::new();
         for r in reports.iter().filter(|r| {
             matches!(
@@ -698,6 +709,17 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             )
         }) {
             let Some(handle) = handles.get(&r.message_id) else {
+                continue;
+            };
+            let group = handle
+                .fifo_group
+                .as_deref()
+                .filter(|_| !crate::mutants::is_on(crate::mutants::Mutant::FifoHidesWholeGroup))
+                .map(|g| (handle.queue_arn.as_str(), g));
+            let Some(receipt_handle) = handle.receipt_handle.clone() else {
+                if let Some(group) = group {
+                    first_of_group.entry(group).or_insert(None);
+                }
                 continue;
             };
             // Never past what is left of the message's retention (less a visibility
@@ -719,32 +741,39 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 .min(within_retention);
             let hide = |delay| crate::redelivery::Hide {
                 queue_arn: handle.queue_arn.clone(),
-                receipt_handle: handle.receipt_handle.clone(),
+                receipt_handle,
                 delay,
             };
-            match handle.fifo_group.as_deref() {
-                Some(group)
-                    if !crate::mutants::is_on(crate::mutants::Mutant::FifoHidesWholeGroup) =>
-                {
-                    if let Some(&(first, cap)) = first_of_group.get(group) {
-                        followers.push((first, hide(delay.min(cap))));
-                    } else {
-                        first_of_group.insert(group, (firsts.len(), delay));
+            match group {
+                Some(group) => match first_of_group.get(&group) {
+                    Some(Some((first, cap))) => followers.push((*first, hide(delay.min(*cap)))),
+                    // Its group's first cannot be hidden: left to come back with it.
+                    Some(None) => {}
+                    None => {
+                        first_of_group.insert(group, Some((firsts.len(), delay)));
                         firsts.push(hide(delay));
                     }
-                }
-                _ => firsts.push(hide(delay)),
+                },
+                None => firsts.push(hide(delay)),
             }
         }
         if firsts.is_empty() {
             return;
         }
+        let first_call = tokio::time::Instant::now();
         let mut results = self.hide_until(port.as_ref(), &firsts, deadline).await;
         let mut tried = firsts.len();
+        // The later records' hides count from the second call: what the first took comes
+        // off them, so none ends after its group's first does, nor past the caps (12 h
+        // from the receive, the retention) computed before the first call.
+        let took = first_call.elapsed();
         let followers: Vec<crate::redelivery::Hide> = followers
             .into_iter()
             .filter(|(first, _)| matches!(results.get(*first), Some(Ok(()))))
-            .map(|(_, hide)| hide)
+            .map(|(_, mut hide)| {
+                hide.delay = hide.delay.saturating_sub(took);
+                hide
+            })
             .collect();
         if !followers.is_empty() {
             tried += followers.len();
@@ -1008,7 +1037,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let Some(record_id) = attribute(crate::message::ITEM_ID_ATTRIBUTE) else {
             return Ok(());
         };
-        let sha = crate::hex::sha256_hex(item.body.as_bytes());
+        // The record's payload as the message that carried it states it: for a body
+        // fetched through an Extended-Client pointer the record holds what was sent (the
+        // pointer, when the worker could not follow it), not the payload fetched here, and
+        // the conditions compare the record's digest (found by the simulation, seed 788).
+        let sha = attribute(crate::message::PAYLOAD_SHA256_ATTRIBUTE).map_or_else(
+            || crate::hex::sha256_hex(item.body.as_bytes()),
+            str::to_string,
+        );
         let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> = match (
             attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
             attribute(crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE),

@@ -310,10 +310,9 @@ impl Item for StoredRecord<'_> {
             attr::FAILURE_COUNT => Some(Found::N(i64::from(r.failure_count))),
             attr::ATTEMPT_IDS => self.attempt_ids.map(|has| Found::Strings(Box::new(has))),
             attr::DLQ_CLAIMS => self.claims.map(|has| Found::Strings(Box::new(has))),
-            // Written as a list, also when empty.
-            attr::PROCESSED => Some(Found::Strings(Box::new(|k| {
-                r.processed.iter().any(|p| p == k)
-            }))),
+            // A list, left out of the item when empty (as `schema::record_to_item` writes it).
+            attr::PROCESSED => (!r.processed.is_empty())
+                .then(|| Found::Strings(Box::new(|k| r.processed.iter().any(|p| p == k)))),
             attr::REQUEUED_MESSAGE_ID => {
                 r.requeued_message_id.as_deref().map(|m| Found::S(m.into()))
             }

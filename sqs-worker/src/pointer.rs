@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::{ErrorClass, ProcessError};
+
 /// The Extended Client's pointer class name (first element of the pointer array).
 pub const POINTER_CLASS: &str = "software.amazon.payloadoffloading.PayloadS3Pointer";
 /// Message attribute the Extended Client sets to the payload size.
@@ -73,5 +75,27 @@ impl PayloadPolicy {
     /// Whether a pointer to `bucket` may be followed.
     pub fn allows(&self, bucket: &str) -> bool {
         self.allowed_buckets.contains(bucket)
+    }
+
+    /// The pointer `body` holds, if it is one, and whether it may be followed: `None` for
+    /// a body that is no pointer; a `permission` failure for a pointer to a bucket this
+    /// policy does not allow (not followed at all: the sender chose the bucket, and the
+    /// worker's role may read more than the sender should; a human looks before any
+    /// redrive).
+    pub fn pointer_in(&self, body: &str) -> Option<Result<S3Pointer, ProcessError>> {
+        let pointer = S3Pointer::parse(body)?;
+        if self.allows(&pointer.bucket) {
+            return Some(Ok(pointer));
+        }
+        Some(Err(ProcessError::new(
+            ErrorClass::Permission,
+            format!(
+                "the payload pointer names bucket {:?}, which is not one the worker reads payloads from ({} or {})",
+                pointer.bucket,
+                crate::config::vars::PAYLOAD_BUCKETS,
+                crate::config::vars::BUCKET
+            ),
+        )
+        .with_step("fetch-payload")))
     }
 }

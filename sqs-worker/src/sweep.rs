@@ -35,7 +35,7 @@ use crate::dead_letter::{
     processed_key_for_message, processed_key_for_payload, DeadLetterCandidate, DeadLetterReason,
     DeadLetteredItem, InvocationInfo, ItemStatus,
 };
-use crate::error::ProcessError;
+use crate::error::{ErrorClass, ProcessError};
 use crate::item::{ItemParser, WorkItem};
 use crate::message::{PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
 use crate::pointer::S3Pointer;
@@ -220,6 +220,30 @@ pub struct ReceivedMessage<M> {
     pub message: M,
     /// The sweep pass whose FIFO rotation sent it, if one did ([`DlqMessages::rotate`]).
     pub marker: Option<String>,
+}
+
+/// Whether a DLQ message tracked by `tracked` may be adopted now that its payload, read
+/// through an Extended-Client pointer, names `named`. A message without our `item_id`
+/// attribute (`ours`) is tracked by the item its payload names; when that payload could
+/// not be read as the message was received, it was tracked by its message id instead, and
+/// adopted so it would make a second record beside the one the worker keeps under the
+/// payload's id. The adoption then fails for the moment, and the next sweep tracks the
+/// message by the payload's id (found by the simulation, seed 3293).
+pub fn tracked_as_its_payload_names(
+    ours: bool,
+    tracked: &str,
+    named: Option<&str>,
+) -> Result<(), ProcessError> {
+    match named {
+        Some(named) if !ours && named != tracked => Err(ProcessError::new(
+            ErrorClass::ServerError,
+            format!(
+                "the DLQ message was tracked by {tracked:?} while its payload names item {named:?} (the payload could not be read as it was received); the next sweep tracks it by its payload's item"
+            ),
+        )
+        .with_step("dlq-adopt")),
+        _ => Ok(()),
+    }
 }
 
 /// Why a DLQ message gets a record, or sets its record back to dead.
@@ -823,6 +847,19 @@ mod tests {
     /// Found by the simulation (seed 1153): a payload that could not be fetched for the
     /// moment must not become the record's payload (its pointer text would be redriven and
     /// the message deleted); only one that is gone or denied is recorded, unredrivable.
+    #[test]
+    fn a_message_tracked_by_its_id_while_its_payload_names_an_item_is_not_adopted_yet() {
+        // Tracked by its message id because its payload could not be read on receipt: a
+        // second record beside the worker's would follow, so not now.
+        assert!(tracked_as_its_payload_names(false, "m-1", Some("order-1")).is_err());
+        let refused = tracked_as_its_payload_names(false, "m-1", Some("order-1")).unwrap_err();
+        assert!(refused.class.is_reprocess_eligible(), "{refused}");
+        // Tracked by the item its payload names, by our attribute, or a payload naming none.
+        assert!(tracked_as_its_payload_names(false, "order-1", Some("order-1")).is_ok());
+        assert!(tracked_as_its_payload_names(true, "record-9", Some("order-1")).is_ok());
+        assert!(tracked_as_its_payload_names(false, "m-1", None).is_ok());
+    }
+
     #[test]
     fn only_a_payload_gone_for_good_is_recorded_as_its_pointer() {
         use crate::ErrorClass::*;

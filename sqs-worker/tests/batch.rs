@@ -886,3 +886,104 @@ async fn records_are_timed_from_start_to_disposition() {
     assert!(report.records.iter().all(|r| r.processing_time.is_none()));
     assert!(report.record_times().is_empty());
 }
+
+/// One `finish_requeued` call: item id, message id, payload digest, run.
+type Finished = (String, String, String, String);
+
+/// Records the worker's calls finishing requeued messages.
+#[derive(Default)]
+struct FinishSink {
+    finished: std::sync::Arc<std::sync::Mutex<Vec<Finished>>>,
+}
+
+impl sqs_worker::DeadLetterSink for FinishSink {
+    async fn dead_letter(
+        &self,
+        candidates: &[sqs_worker::dead_letter::DeadLetterCandidate],
+        _invocation: &InvocationInfo,
+    ) -> Vec<Result<(), sqs_worker::ProcessError>> {
+        candidates.iter().map(|_| Ok(())).collect()
+    }
+
+    async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+        requeued_by: &str,
+    ) -> Result<(), sqs_worker::ProcessError> {
+        self.finished.lock().unwrap().push((
+            item_id.into(),
+            message_id.into(),
+            payload_sha256.into(),
+            requeued_by.into(),
+        ));
+        Ok(())
+    }
+}
+
+/// Resolves one pointer text to one payload.
+struct OnePointer {
+    pointer: String,
+    payload: String,
+}
+
+impl sqs_worker::batch::BodyResolver for OnePointer {
+    fn resolve<'a>(
+        &'a self,
+        body: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<Result<String, sqs_worker::ProcessError>>> {
+        Box::pin(async move { (body == self.pointer).then(|| Ok(self.payload.clone())) })
+    }
+}
+
+#[tokio::test]
+async fn a_requeued_pointer_is_finished_with_the_digest_its_record_holds_not_the_fetched_payloads()
+{
+    // The record holds an Extended-Client pointer (the worker could not follow it when it
+    // failed); a run requeued it, and the worker now follows it. The record's conditions
+    // compare the digest the record holds, which the requeue stamped on the message: the
+    // digest of what the worker fetched would never match, and a record the worker
+    // finished before the run marked it requeued would stay requeued.
+    let pointer = sqs_worker::pointer::S3Pointer {
+        bucket: "b".into(),
+        key: "k".into(),
+    }
+    .to_body();
+    let payload = json!({"id": "order-1"}).to_string();
+    let record_sha = sqs_worker::hex::sha256_hex(pointer.as_bytes());
+    let mut r = record("x", 1);
+    r["body"] = json!(pointer);
+    let string = |v: &str| json!({"dataType": "String", "stringValue": v});
+    r["messageAttributes"] = json!({
+        "item_id": string("m-lost-id"),
+        "requeued_by": string("run-1"),
+        "payload_sha256": string(&record_sha),
+    });
+    let sink = FinishSink::default();
+    let finished = sink.finished.clone();
+    let engine = BatchProcessor::new(ScriptedProcessor::new(), sink, config())
+        .with_body_resolver(std::sync::Arc::new(OnePointer { pointer, payload }));
+    let report = engine
+        .process_batch(
+            event(vec![r]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        report.response().batch_item_failures.is_empty(),
+        "{report:?}"
+    );
+    let finished = finished.lock().unwrap().clone();
+    assert_eq!(
+        finished,
+        [(
+            "m-lost-id".to_string(),
+            "m-x".to_string(),
+            record_sha,
+            "run-1".to_string()
+        )]
+    );
+}

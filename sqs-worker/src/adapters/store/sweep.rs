@@ -156,19 +156,20 @@ impl DlqMessages for DeadLetterStore {
             .send()
             .await
             .map_err(|e| ProcessError::from_sdk(&e).with_step("sweep-receive"))?;
-        Ok(output
-            .messages()
-            .iter()
-            .filter_map(|message| {
-                Some(ReceivedMessage {
-                    receipt: message.receipt_handle()?.to_string(),
-                    item_id: message_item_id(message, parser),
-                    view: message_view(message),
-                    marker: rotation_marker(message),
-                    message: message.clone(),
-                })
-            })
-            .collect())
+        let mut received = Vec::with_capacity(output.messages().len());
+        for message in output.messages() {
+            let Some(receipt) = message.receipt_handle() else {
+                continue;
+            };
+            received.push(ReceivedMessage {
+                receipt: receipt.to_string(),
+                item_id: self.tracked_item_id(message, parser).await,
+                view: message_view(message),
+                marker: rotation_marker(message),
+                message: message.clone(),
+            });
+        }
+        Ok(received)
     }
 
     /// One `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again
@@ -268,7 +269,17 @@ impl DlqMessages for DeadLetterStore {
                 ))
             };
             match fetched {
-                Ok((payload, _)) => item.body = payload,
+                Ok((payload, _)) => {
+                    item.body = payload;
+                    let ours = message
+                        .message_attributes()
+                        .is_some_and(|a| a.contains_key(ITEM_ID_ATTRIBUTE));
+                    crate::sweep::tracked_as_its_payload_names(
+                        ours,
+                        item_id,
+                        parser.id_named_by(&item).as_deref(),
+                    )?;
+                }
                 // See `Adoption::unfetched_payload`.
                 Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
             }
@@ -410,19 +421,52 @@ fn rotation_marker(message: &Message) -> Option<String> {
 /// The item id a DLQ message is tracked by: our `item_id` attribute, else the id the
 /// parser finds in it, else its message id; kept within DynamoDB's key size
 /// ([`crate::item::bounded_item_id`]).
+impl DeadLetterStore {
+    /// The item id a DLQ message is tracked by ([`message_item_id`]). A message without
+    /// our `item_id` attribute whose body is an Extended-Client pointer (one SQS's redrive
+    /// policy moved from a producer using the Extended Client) names its item in the
+    /// payload, as the worker read it: the payload is read (under the worker's payload
+    /// policy) for the id, so the message is tracked by the item the worker recorded it
+    /// under, not by a second record under its message id (found by the simulation, seeds
+    /// 3947, 6922, 16919). A payload that cannot be read leaves the message id: its
+    /// adoption fails for the moment too, and a later sweep reads it again.
+    async fn tracked_item_id(&self, message: &Message, parser: &ItemParser) -> String {
+        let ours = message
+            .message_attributes()
+            .is_some_and(|a| a.contains_key(ITEM_ID_ATTRIBUTE));
+        let pointer = message
+            .body()
+            .filter(|_| !ours)
+            .and_then(|body| self.payload_policy.pointer_in(body))
+            .and_then(Result::ok);
+        if let Some(pointer) = pointer {
+            let fetched = super::payload::get_payload_limited(
+                &self.clients.s3,
+                &pointer,
+                self.payload_policy.max_bytes,
+            )
+            .await;
+            if let Ok((payload, _)) = fetched {
+                let mut resolved = message.clone();
+                resolved.body = Some(payload);
+                return message_item_id(&resolved, parser);
+            }
+        }
+        message_item_id(message, parser)
+    }
+}
+
 fn message_item_id(message: &Message, parser: &ItemParser) -> String {
-    let id = match message
-        .message_attributes()
-        .and_then(|a| a.get(ITEM_ID_ATTRIBUTE))
-        .and_then(|v| v.string_value())
-    {
-        Some(id) => id.to_string(),
-        None => match to_work_item(message, parser) {
-            Ok(item) => item.item_id,
-            Err(_) => message.message_id().unwrap_or_default().to_string(),
+    crate::message::dlq_item_id(
+        |name| {
+            message
+                .message_attributes()
+                .and_then(|a| a.get(name))
+                .and_then(|v| v.string_value())
         },
-    };
-    crate::item::bounded_item_id(id)
+        to_work_item(message, parser).ok().map(|item| item.item_id),
+        message.message_id().unwrap_or_default(),
+    )
 }
 
 /// What identifies a DLQ message's content ([`MessageView::of`]).
