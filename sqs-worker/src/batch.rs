@@ -1523,6 +1523,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_engine_prints_its_parts_for_a_log_or_a_failing_test() {
+        let engine = BatchProcessor::new(
+            crate::testing::ScriptedProcessor::new(),
+            crate::testing::MemorySink::new(),
+            BatchConfig::default(),
+        );
+        let printed = format!("{engine:?}");
+        for part in [
+            "BatchProcessor",
+            "processor",
+            "sink",
+            "config",
+            "resolver: false",
+        ] {
+            assert!(printed.contains(part), "{part} in {printed}");
+        }
+    }
+
+    #[test]
     fn the_reported_records_are_those_going_back_to_the_queue() {
         let counts = BatchCounts {
             records: 15,

@@ -499,6 +499,97 @@ mod tests {
         )
     }
 
+    /// The memory store, counting the probes asked of it.
+    #[derive(Clone, Default)]
+    struct CountingProbes {
+        inner: MemoryBreakerStore,
+        asked: Arc<AtomicU32>,
+    }
+
+    impl BreakerStore for CountingProbes {
+        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.inner.read()
+        }
+        fn add_failures(
+            &self,
+            n: u32,
+            now: SystemTime,
+            window: Duration,
+        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.inner.add_failures(n, now, window)
+        }
+        fn open(
+            &self,
+            until: SystemTime,
+            opens: u32,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            self.inner.open(until, opens, now)
+        }
+        fn take_probe(
+            &self,
+            until: SystemTime,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            self.asked.fetch_add(1, Ordering::SeqCst);
+            self.inner.take_probe(until, now)
+        }
+        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+            self.inner.close()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_that_found_the_probe_taken_refuses_without_asking_again_until_its_lock_lapses(
+    ) {
+        // Open, then past the open period another sandbox holds the probe. This one asks
+        // once, finds it taken, and remembers the lock: the calls that follow within its
+        // refresh period are refused without a write to the table each.
+        let store = CountingProbes::default();
+        let now = SystemTime::now();
+        assert!(store
+            .inner
+            .open(now + Duration::from_millis(200), 1, now)
+            .await
+            .unwrap());
+        let up = Arc::new(AtomicBool::new(true));
+        let calls = Arc::new(AtomicU32::new(0));
+        let sandbox = Breaker::new(
+            Downstream {
+                up: up.clone(),
+                calls: calls.clone(),
+            },
+            store.clone(),
+            BreakerPolicy {
+                refresh: Duration::from_secs(60),
+                ..policy()
+            },
+        );
+        let item = WorkItem::new("m", "{}");
+        // Read while open: refused, and the state is kept for the refresh period.
+        assert!(sandbox.process(&item).await.is_err());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let later = SystemTime::now();
+        assert!(store
+            .inner
+            .take_probe(later + Duration::from_secs(10), later)
+            .await
+            .unwrap());
+        for _ in 0..3 {
+            assert!(sandbox.process(&item).await.is_err());
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "the downstream is never called"
+        );
+        assert_eq!(
+            store.asked.load(Ordering::SeqCst),
+            1,
+            "the probe is asked for once"
+        );
+    }
+
     #[tokio::test]
     async fn an_outage_opens_the_breaker_for_every_sandbox_and_one_probe_closes_it() {
         let store = MemoryBreakerStore::default();

@@ -334,6 +334,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_result_up_to_64_kib_is_kept_for_duplicates_and_a_larger_one_is_not() {
+        let store = MemoryIdempotencyStore::default();
+        let once = Idempotency::new(store, Duration::from_secs(3600));
+        // A JSON string of n bytes serialises to n + 2 (its quotes).
+        let fits = "a".repeat(MAX_RESULT_BYTES - 2);
+        let too_big = "a".repeat(MAX_RESULT_BYTES - 1);
+        for (key, value, kept) in [("fits", fits, true), ("too-big", too_big, false)] {
+            let ran = once
+                .once(key, || async { Ok(value.clone()) })
+                .await
+                .unwrap();
+            assert_eq!(ran, Once::Ran(value.clone()));
+            let again = once
+                .once(key, || async {
+                    Ok::<String, ProcessError>("ran twice".into())
+                })
+                .await
+                .unwrap();
+            assert_eq!(again, Once::AlreadyDone(kept.then_some(value)), "{key}");
+        }
+    }
+
+    #[tokio::test]
     async fn a_completed_item_is_skipped_on_redelivery() {
         let store = MemoryIdempotencyStore::default();
         let (p, runs) = processor(&store, false);

@@ -1151,6 +1151,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
+        let dlq = MemoryDlq::default();
+        dlq.add("a", "a");
+        dlq.set("a", record(ItemStatus::Dead, "s-a", "x", &[]));
+        let sweep = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap();
+        assert!(dlq.visible().is_empty(), "held while its record is dead");
+        // Meanwhile a run resolves the item with another payload: this message holds one
+        // the record did not process, so the next sweep must see it to reopen the record,
+        // not wait out the hold the others get.
+        dlq.set(
+            "a",
+            record(ItemStatus::Resolved, "s-other", "y", &["msg:s-other"]),
+        );
+        let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert_eq!((settled.deleted, settled.to_reopen), (0, 1));
+        assert_eq!(dlq.visible(), ["a"], "given back at once");
+    }
+
+    #[tokio::test]
     async fn without_adopt_a_sweep_holds_what_no_record_holds() {
         let dlq = MemoryDlq::default();
         dlq.add("a", "a");

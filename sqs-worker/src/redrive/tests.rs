@@ -708,3 +708,44 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead() {
     assert!(lost.reprocess_eligible);
     assert_eq!(status(&engine, "recent"), Some(ItemStatus::Requeued));
 }
+
+#[tokio::test]
+async fn named_items_stop_at_max_items_with_a_token_for_the_rest() {
+    let ids = ["a", "b", "c"];
+    let engine = engine_with(records(&ids), ScriptedProcessor::new());
+    let request = RedriveRequest {
+        item_ids: ids.iter().map(|id| id.to_string()).collect(),
+        max_items: Some(2),
+        parallelism: Some(1),
+        ..Default::default()
+    };
+    let report = run(&engine, request.clone()).await;
+    assert_eq!(report.items.len(), 2, "{report:?}");
+    let token = report
+        .continuation_token
+        .clone()
+        .expect("a token for the rest");
+    let rest = run(
+        &engine,
+        RedriveRequest {
+            continuation_token: Some(token),
+            ..request
+        },
+    )
+    .await;
+    assert_eq!(rest.items.len(), 1, "{rest:?}");
+    for id in ids {
+        assert_eq!(engine.processor_calls(id), 1, "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_redrive_failure_names_its_run_as_the_attempts_request() {
+    let processor = ScriptedProcessor::new().script("a", vec![Step::Fail(ErrorClass::Throttled)]);
+    let engine = engine_with(records(&["a"]), processor);
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!(outcome(&report, "a"), ItemOutcomeKind::FailedAgain);
+    let record = engine.store().record("a").unwrap();
+    let last = record.failure_history.last().unwrap();
+    assert_eq!(last.request_id.as_deref(), Some(report.run_id.as_str()));
+}
