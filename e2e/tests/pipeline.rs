@@ -1373,15 +1373,12 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
         ),
         (
             "finishes_moved_back",
-            conditions::finishes_moved_back(&record.source.message_id, "other"),
+            conditions::finishes_moved_back("other"),
         ),
+        ("finishes_moved_back", conditions::finishes_moved_back(&sha)),
         (
             "finishes_moved_back",
-            conditions::finishes_moved_back("other", &sha),
-        ),
-        (
-            "finishes_moved_back",
-            conditions::finishes_moved_back("other", "other"),
+            conditions::finishes_moved_back(&leased_sha),
         ),
         (
             "records_attempts",
@@ -1638,11 +1635,11 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
         ),
         (
             "finishes_moved_back odd".into(),
-            conditions::finishes_moved_back(&odd, "x"),
+            conditions::finishes_moved_back(&odd),
         ),
         (
             "finishes_moved_back big".into(),
-            conditions::finishes_moved_back("x", &big),
+            conditions::finishes_moved_back(&big),
         ),
         (
             "records_attempts odd".into(),

@@ -304,6 +304,12 @@ impl RecordTable for SimStore {
         }
         let stored = row.record.clone();
         Self::put_row(&mut state, id, row)?;
+        state
+            .ledger
+            .recorded_under
+            .entry(record.source.message_id.clone())
+            .or_default()
+            .insert(id.to_string());
         state.after_step(
             &self.actor,
             id,
@@ -757,6 +763,7 @@ impl DlqMessages for SimStore {
         message: &SimMessage,
         receipt: &str,
         pass: &str,
+        item_id: &str,
     ) -> Result<bool, ProcessError> {
         let Some(group) = message.group.clone() else {
             return Ok(false);
@@ -769,6 +776,12 @@ impl DlqMessages for SimStore {
             }
             let mut attributes = message.attributes.clone();
             let has = |name: &str| message.attribute(name).is_some();
+            if !has(ITEM_ID_ATTRIBUTE) {
+                attributes.push((
+                    ITEM_ID_ATTRIBUTE.to_string(),
+                    MessageAttribute::string(item_id),
+                ));
+            }
             if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
                 attributes.push((
                     SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),

@@ -100,6 +100,8 @@ pub struct Ledger {
     /// Extended-Client pointers the producer sent in place of a payload (kept in the
     /// producer's bucket for ever): the pointer text's sha256 → the payload's.
     pub pointers: HashMap<String, String>,
+    /// Every item a source message's failure was ever recorded under, by message id.
+    pub recorded_under: HashMap<String, BTreeSet<String>>,
     /// Items an operator purged (a purge failing midway may leave a record without its DLQ
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,

@@ -922,10 +922,16 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: &Deadline,
     ) -> Step {
         let mut resolve_error = None;
+        // The digest of the body as received, when a pointer was followed: the record of a
+        // requeued pointer holds that, not the payload fetched.
+        let mut pointer_sha = None;
         if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_ref()) {
             match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body.as_str())).await
             {
-                Ok(Some(Ok(payload))) => msg.body = Some(Text::from(payload)),
+                Ok(Some(Ok(payload))) => {
+                    pointer_sha = Some(crate::hex::sha256_hex(body.as_str().as_bytes()));
+                    msg.body = Some(Text::from(payload));
+                }
                 Ok(Some(Err(error))) => resolve_error = Some(error),
                 Ok(None) => {}
                 Err(_) => {
@@ -994,7 +1000,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     Outcome::Done => Disposition::Done,
                     Outcome::Skipped { reason } => Disposition::Skipped { reason },
                 };
-                if let Err(error) = self.finish_requeued(&item, deadline).await {
+                if let Err(error) = self
+                    .finish_requeued(&item, pointer_sha.as_deref(), deadline)
+                    .await
+                {
                     // Processed, but its record still says requeued: returned for retry so
                     // the record ends true (the downstream's idempotency key covers the
                     // repeat).
@@ -1024,6 +1033,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     async fn finish_requeued(
         &self,
         item: &WorkItem,
+        pointer_sha: Option<&str>,
         deadline: &Deadline,
     ) -> Result<(), ProcessError> {
         if item.message_attributes.is_empty() {
@@ -1037,37 +1047,60 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let Some(record_id) = attribute(crate::message::ITEM_ID_ATTRIBUTE) else {
             return Ok(());
         };
-        // The record's payload as the message that carried it states it: for a body
-        // fetched through an Extended-Client pointer the record holds what was sent (the
-        // pointer, when the worker could not follow it), not the payload fetched here, and
-        // the conditions compare the record's digest (found by the simulation, seed 788).
-        let sha = attribute(crate::message::PAYLOAD_SHA256_ATTRIBUTE).map_or_else(
-            || crate::hex::sha256_hex(item.body.as_bytes()),
-            str::to_string,
-        );
-        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> = match (
+        // The key the record is stored under (an id past DynamoDB's key limit is stored
+        // by its digest).
+        let record_id = crate::item::bounded_item_id(record_id.to_string());
+        // The digests of what this message carried, never a digest it merely states (a
+        // producer's attribute could name another item's): the payload processed and, for
+        // a pointer followed, the pointer itself, which the record of a requeued pointer
+        // holds (found by the simulation, seed 788). Each write is conditional on the
+        // record holding the digest; at most one applies.
+        let mut digests = vec![crate::hex::sha256_hex(item.body.as_bytes())];
+        digests.extend(pointer_sha.map(str::to_string));
+        let (requeued_by, dead_lettered) = match (
             attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
             attribute(crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE),
         ) {
-            // A requeued message: its record waits for it, or (the message came back to
-            // the DLQ, reopening the record, and was moved back by the console) is dead
-            // holding its payload. Each write is conditional; at most one applies.
-            (Some(requeued_by), _) => Box::pin(async move {
-                self.sink
-                    .finish_requeued(record_id, &item.message_id, &sha, requeued_by)
-                    .await?;
-                self.sink
-                    .finish_moved_back(record_id, &item.message_id, &item.message_id, &sha)
-                    .await
-            }),
-            (None, Some(dead_lettered)) => Box::pin(self.sink.finish_moved_back(
-                record_id,
-                dead_lettered,
-                &item.message_id,
-                &sha,
-            )),
             (None, None) => return Ok(()),
+            found => found,
         };
+        let record_id = record_id.as_str();
+        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> =
+            Box::pin(async move {
+                for sha in &digests {
+                    match requeued_by {
+                        // A requeued message: its record waits for it, or (the message
+                        // came back to the DLQ, reopening the record, and was moved back
+                        // by the console) is dead holding its payload.
+                        Some(requeued_by) => {
+                            self.sink
+                                .finish_requeued(record_id, &item.message_id, sha, requeued_by)
+                                .await?;
+                            self.sink
+                                .finish_moved_back(
+                                    record_id,
+                                    &item.message_id,
+                                    &item.message_id,
+                                    sha,
+                                )
+                                .await?;
+                        }
+                        None => {
+                            if let Some(dead_lettered) = dead_lettered {
+                                self.sink
+                                    .finish_moved_back(
+                                        record_id,
+                                        dead_lettered,
+                                        &item.message_id,
+                                        sha,
+                                    )
+                                    .await?;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            });
         tokio::time::timeout_at(deadline.hard_stop(), finish)
             .await
             .unwrap_or_else(|_| {

@@ -387,16 +387,15 @@ pub mod conditions {
         ])
     }
 
-    /// The worker finished a DLQ message moved back from outside, holding the delivery
-    /// `dead_lettered` with the payload `sha256`: the record is dead with that delivery or
-    /// that payload.
-    pub fn finishes_moved_back(dead_lettered: &str, sha256: &str) -> Condition {
+    /// The worker finished a DLQ message moved back from outside, carrying the payload
+    /// `sha256` (the digest of what it carried, never one it states): the record is dead
+    /// holding that payload. Its source message id alone is not enough: a producer's
+    /// message can carry any attributes, and would resolve a record whose payload it
+    /// never delivered.
+    pub fn finishes_moved_back(sha256: &str) -> Condition {
         Condition::All(vec![
             status(ItemStatus::Dead),
-            Condition::Any(vec![
-                Condition::eq(attr::SOURCE_MESSAGE_ID, Value::s(dead_lettered)),
-                Condition::eq(attr::PAYLOAD_SHA256, Value::s(sha256)),
-            ]),
+            Condition::eq(attr::PAYLOAD_SHA256, Value::s(sha256)),
         ])
     }
 

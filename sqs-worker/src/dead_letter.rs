@@ -790,8 +790,9 @@ pub trait DeadLetterSink: Send + Sync {
     /// Marks the record `item_id` resolved after the worker finished `message_id`, a DLQ
     /// message moved back to the source queue from outside this project (the console's
     /// "Start DLQ redrive"): it holds the delivery `dead_lettered` (its
-    /// `source_message_id` attribute). Only a dead record that holds that delivery is
-    /// resolved; anything else is left as it is. An error returns the message for retry.
+    /// `source_message_id` attribute) and the payload `payload_sha256` (the digest of what
+    /// it carried). Only a dead record that holds that payload is resolved; anything else
+    /// is left as it is. An error returns the message for retry.
     fn finish_moved_back(
         &self,
         item_id: &str,

@@ -201,18 +201,6 @@ pub struct InvalidRecord {
     pub error: ProcessError,
 }
 
-/// The record a requeued message belongs to: its `item_id` attribute, on a message that
-/// carries the `requeued_by` attribute a redrive's requeue stamps.
-fn requeued_record_id(item: &WorkItem) -> Option<String> {
-    let attribute = |name: &str| {
-        item.message_attributes
-            .get(name)
-            .and_then(|a| a.string_value.clone())
-    };
-    attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE)?;
-    attribute(crate::message::ITEM_ID_ATTRIBUTE)
-}
-
 impl ItemParser {
     /// Builds a work item from a record whose message id is known. Never fails the batch:
     /// an invalid body gives an [`InvalidRecord`] for this record only.
@@ -260,23 +248,12 @@ impl ItemParser {
             message_attributes,
             envelope: None,
         };
-        // A message a redrive requeued belongs to the record it names: a body that names
-        // no id (the message id is then the item's, and a requeue is a new message) would
-        // record its next failure under another item and leave that record waiting,
-        // `requeued`, for a message already dead-lettered (found by the simulation, seed
-        // 1099; docs/ARCHITECTURE.md §3).
-        let requeued_record = requeued_record_id(&item);
-        if let Some(id) = &requeued_record {
-            item.item_id = bounded_item_id(id.clone());
-        }
         let checked = self
             .unwrap_envelope(&mut item)
             .and_then(|()| self.item_id_and_check(&item));
         match checked {
             Ok(Some(id)) => {
-                if requeued_record.is_none() {
-                    item.item_id = bounded_item_id(id);
-                }
+                item.item_id = bounded_item_id(id);
                 Ok(item)
             }
             Ok(None) => Ok(item),
@@ -402,36 +379,6 @@ mod tests {
             body_format: format,
             envelope: Default::default(),
         }
-    }
-
-    #[test]
-    fn a_requeued_message_belongs_to_the_record_it_names_whatever_its_body_says() {
-        let requeued = |body: &str| -> SqsMessage {
-            serde_json::from_value(json!({
-                "messageId": "m-new",
-                "body": body,
-                "attributes": {"ApproximateReceiveCount": "1"},
-                "messageAttributes": {
-                    "item_id": {"stringValue": "m-original", "dataType": "String"},
-                    "requeued_by": {"stringValue": "run-1", "dataType": "String"}
-                }
-            }))
-            .unwrap()
-        };
-        let p = parser("pointer:/id", BodyFormat::Json);
-        // A body with no id, one with another, and one that is not even valid.
-        let no_id = p.parse("m-new".into(), requeued(r#"{"n":1}"#)).unwrap();
-        assert_eq!(no_id.item_id, "m-original");
-        let other = p
-            .parse("m-new".into(), requeued(r#"{"id":"o-1"}"#))
-            .unwrap();
-        assert_eq!(other.item_id, "m-original");
-        let invalid = p.parse("m-new".into(), requeued("not json")).unwrap_err();
-        assert_eq!(invalid.item.item_id, "m-original");
-        // Without `requeued_by`, the `item_id` attribute is the producer's, not ours.
-        let mut plain = requeued(r#"{"id":"o-1"}"#);
-        plain.message_attributes.remove("requeued_by");
-        assert_eq!(p.parse("m-new".into(), plain).unwrap().item_id, "o-1");
     }
 
     #[test]

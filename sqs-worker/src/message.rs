@@ -32,13 +32,12 @@ pub const RESERVED_ATTRIBUTES: &[&str] = &[
     crate::dead_letter::REQUEUED_BY_ATTRIBUTE,
 ];
 
-/// The item id a DLQ message is tracked by: its `item_id` attribute; else the id its body
-/// gives (`from_body`: what the parser named the item, which is the message id when the
-/// body names none); else the source message it holds: the `source_message_id`
-/// attribute a FIFO rotation's copy carries, or its own id. A body that names no id (an
-/// Extended-Client pointer, say, in a message SQS's redrive policy moved) is then tracked
-/// by the same id after the sweep moves it behind its group as before; tracked by the
-/// copy's new id, it would leave its record behind (found by the simulation, seed 169).
+/// The item id a DLQ message is tracked by: its `item_id` attribute (our DLQ messages,
+/// requeues and FIFO rotations' copies carry it); else the id its body gives
+/// (`from_body`: what the parser named the item, which is the message id when the body
+/// names none); else its own message id (SQS's redrive policy keeps a message's id). A
+/// producer's `source_message_id` attribute is never taken for it: it could name another
+/// item's message.
 pub fn dlq_item_id<'a>(
     attribute: impl Fn(&str) -> Option<&'a str>,
     from_body: Option<String>,
@@ -46,11 +45,7 @@ pub fn dlq_item_id<'a>(
 ) -> String {
     let id = match attribute(ITEM_ID_ATTRIBUTE) {
         Some(id) => id.to_string(),
-        None => from_body.filter(|id| id != message_id).unwrap_or_else(|| {
-            attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
-                .unwrap_or(message_id)
-                .to_string()
-        }),
+        None => from_body.unwrap_or_else(|| message_id.to_string()),
     };
     crate::item::bounded_item_id(id)
 }
@@ -138,17 +133,20 @@ mod dlq_item_id_tests {
     use super::*;
 
     #[test]
-    fn a_dlq_message_without_an_id_is_tracked_by_its_source_message_through_rotations() {
+    fn a_dlq_message_is_tracked_by_our_attribute_then_its_body_then_its_own_id() {
         let none = |_: &str| None;
         assert_eq!(dlq_item_id(none, None, "m-1"), "m-1");
-        // The copy a rotation sent: a new message id, the original's as an attribute.
-        let copy = |name: &str| (name == SOURCE_MESSAGE_ID_ATTRIBUTE).then_some("m-1");
-        assert_eq!(dlq_item_id(copy, None, "m-2"), "m-1");
-        // The parser names an item whose body gives no id by its message id.
-        assert_eq!(dlq_item_id(copy, Some("m-2".into()), "m-2"), "m-1");
-        // The body's id and our attribute come first.
-        assert_eq!(dlq_item_id(copy, Some("order-7".into()), "m-2"), "order-7");
+        // A producer's `source_message_id` names no item.
+        let theirs = |name: &str| (name == SOURCE_MESSAGE_ID_ATTRIBUTE).then_some("victim");
+        assert_eq!(dlq_item_id(theirs, None, "m-2"), "m-2");
+        assert_eq!(
+            dlq_item_id(theirs, Some("order-7".into()), "m-2"),
+            "order-7"
+        );
         let ours = |name: &str| (name == ITEM_ID_ATTRIBUTE).then_some("order-8");
         assert_eq!(dlq_item_id(ours, Some("order-7".into()), "m-2"), "order-8");
+        // Bounded as every item id.
+        let long = "x".repeat(3000);
+        assert!(dlq_item_id(none, Some(long), "m-3").len() < 100);
     }
 }

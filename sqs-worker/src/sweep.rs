@@ -389,7 +389,10 @@ pub trait DlqMessages: Send + Sync {
 
     /// Moves a message of a FIFO DLQ behind the rest of its group: sends a copy marked with
     /// `pass` (same body, attributes and group; its source message id kept, so its record
-    /// still knows it), then deletes the original by `receipt`. `Ok(false)`: no copy could
+    /// still knows it; stamped with `item_id`, the item it is tracked by, when it carries
+    /// no `item_id` attribute, so that the copy is tracked as the original was: a body that
+    /// names no item would otherwise be tracked by the copy's new message id, found by the
+    /// simulation, seed 169), then deletes the original by `receipt`. `Ok(false)`: no copy could
     /// be made (the original stays where it is). A crash between the two leaves both, with
     /// the same content: each is judged as the other.
     fn rotate(
@@ -397,8 +400,9 @@ pub trait DlqMessages: Send + Sync {
         message: &Self::Message,
         receipt: &str,
         pass: &str,
+        item_id: &str,
     ) -> impl Future<Output = Result<bool, ProcessError>> + Send {
-        let _ = (message, receipt, pass);
+        let _ = (message, receipt, pass, item_id);
         async { Ok(false) }
     }
 }
@@ -644,7 +648,12 @@ impl Pass {
     /// it is (the pass goes on; that group's later messages wait for the next pass).
     async fn rotate<D: DlqMessages>(&mut self, dlq: &D, received: &ReceivedMessage<D::Message>) {
         match dlq
-            .rotate(&received.message, &received.receipt, &self.marker)
+            .rotate(
+                &received.message,
+                &received.receipt,
+                &self.marker,
+                &received.item_id,
+            )
             .await
         {
             Ok(true) => {
@@ -1097,6 +1106,7 @@ mod tests {
             _message: &String,
             receipt: &str,
             pass: &str,
+            _item_id: &str,
         ) -> Result<bool, ProcessError> {
             let mut messages = self.messages.lock().unwrap();
             let Some(at) = messages.iter().position(|m| m.receipt == receipt) else {

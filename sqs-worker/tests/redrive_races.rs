@@ -477,6 +477,7 @@ impl DlqMessages for Dlq {
         _message: &String,
         receipt: &str,
         pass: &str,
+        _item_id: &str,
     ) -> Result<bool, ProcessError> {
         let mut messages = self.messages.lock().unwrap();
         let Some(at) = messages.iter().position(|m| m.receipt == receipt) else {

@@ -397,10 +397,9 @@ impl DeadLetterStore {
 
     /// The worker finished `message_id`, a DLQ message moved back to the source queue from
     /// outside (the console's "Start DLQ redrive") holding the delivery `dead_lettered`:
-    /// a dead record that holds that delivery, or that very payload (just delivered
-    /// successfully), is resolved, with both messages and the payload listed as
-    /// processed. Anything else (another delivery since, a run holding
-    /// it, already resolved) is left as it is.
+    /// a dead record that holds that very payload (just delivered successfully) is
+    /// resolved, with both messages and the payload listed as processed. Anything else
+    /// (another payload since, a run holding it, already resolved) is left as it is.
     pub async fn finish_moved_back(
         &self,
         item_id: &str,
@@ -418,10 +417,7 @@ impl DeadLetterStore {
                 ],
                 "",
             )
-            .with_condition(&conditions::finishes_moved_back(
-                dead_lettered,
-                payload_sha256,
-            ));
+            .with_condition(&conditions::finishes_moved_back(payload_sha256));
         unless_changed(request, "finish-moved-back").await
     }
 

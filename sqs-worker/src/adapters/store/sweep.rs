@@ -129,6 +129,37 @@ impl DeadLetterStore {
 /// How long a sweep's receive waits for a message (a long poll asks every server).
 const SWEEP_WAIT_SECONDS: i32 = 1;
 
+/// The longest a sweep waits for one Extended-Client payload (to name its item, or to
+/// adopt it): S3's client sets no timeout of its own, and a read that never answers would
+/// hold the sweep, and the redrive run behind it, past its end. A read cut there fails the
+/// adoption for the moment, as any transient failure does.
+const SWEEP_PAYLOAD_READ: Duration = Duration::from_secs(10);
+
+/// [`super::payload::get_payload_limited`] within [`SWEEP_PAYLOAD_READ`].
+async fn read_payload(
+    store: &DeadLetterStore,
+    pointer: &S3Pointer,
+) -> Result<String, ProcessError> {
+    let read = super::payload::get_payload_limited(
+        &store.clients.s3,
+        pointer,
+        store.payload_policy.max_bytes,
+    );
+    match tokio::time::timeout(SWEEP_PAYLOAD_READ, read).await {
+        Ok(read) => read.map(|(text, _)| text),
+        Err(_) => Err(ProcessError::new(
+            ErrorClass::Timeout,
+            format!(
+                "reading s3://{}/{} took more than {} s",
+                pointer.bucket,
+                pointer.key,
+                SWEEP_PAYLOAD_READ.as_secs()
+            ),
+        )
+        .with_step("fetch-payload")),
+    }
+}
+
 impl DlqMessages for DeadLetterStore {
     type Message = Message;
 
@@ -250,26 +281,13 @@ impl DlqMessages for DeadLetterStore {
             // Followed as the worker would: only to a bucket it reads payloads from, and
             // no larger than its cap. A pointer is data from whoever could send to the
             // queue.
-            let fetched = if self.payload_policy.allows(&pointer.bucket) {
-                super::payload::get_payload_limited(
-                    &self.clients.s3,
-                    &pointer,
-                    self.payload_policy.max_bytes,
-                )
-                .await
-            } else {
-                Err(ProcessError::new(
-                    ErrorClass::Permission,
-                    format!(
-                        "the payload pointer names bucket {:?}, which is not one the worker reads payloads from ({} or {})",
-                        pointer.bucket,
-                        crate::config::vars::PAYLOAD_BUCKETS,
-                        crate::config::vars::BUCKET
-                    ),
-                ))
+            let fetched = match self.payload_policy.pointer_in(&item.body) {
+                Some(Ok(_)) => read_payload(self, &pointer).await,
+                Some(Err(refused)) => Err(refused),
+                None => Ok(item.body.clone()),
             };
             match fetched {
-                Ok((payload, _)) => {
+                Ok(payload) => {
                     item.body = payload;
                     let ours = message
                         .message_attributes()
@@ -322,6 +340,7 @@ impl DlqMessages for DeadLetterStore {
         message: &Message,
         receipt: &str,
         pass: &str,
+        item_id: &str,
     ) -> Result<bool, ProcessError> {
         use aws_sdk_sqs::types::MessageAttributeValue;
         let system = |name: &str| {
@@ -350,6 +369,12 @@ impl DlqMessages for DeadLetterStore {
                     crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
                     value,
                 );
+            }
+        }
+        // And the item it is tracked by (`DlqMessages::rotate`).
+        if !attributes.contains_key(ITEM_ID_ATTRIBUTE) {
+            if let Some(value) = string(item_id) {
+                attributes.insert(ITEM_ID_ATTRIBUTE.to_string(), value);
             }
         }
         if let Some(arn) = system(SOURCE_ARN_ATTRIBUTE) {
@@ -440,13 +465,7 @@ impl DeadLetterStore {
             .and_then(|body| self.payload_policy.pointer_in(body))
             .and_then(Result::ok);
         if let Some(pointer) = pointer {
-            let fetched = super::payload::get_payload_limited(
-                &self.clients.s3,
-                &pointer,
-                self.payload_policy.max_bytes,
-            )
-            .await;
-            if let Ok((payload, _)) = fetched {
+            if let Ok(payload) = read_payload(self, &pointer).await {
                 let mut resolved = message.clone();
                 resolved.body = Some(payload);
                 return message_item_id(&resolved, parser);
