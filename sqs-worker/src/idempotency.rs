@@ -337,9 +337,11 @@ mod tests {
     async fn a_result_up_to_64_kib_is_kept_for_duplicates_and_a_larger_one_is_not() {
         let store = MemoryIdempotencyStore::default();
         let once = Idempotency::new(store, Duration::from_secs(3600));
-        // A JSON string of n bytes serialises to n + 2 (its quotes).
-        let fits = "a".repeat(MAX_RESULT_BYTES - 2);
-        let too_big = "a".repeat(MAX_RESULT_BYTES - 1);
+        // A JSON string of n bytes serialises to n + 2 (its quotes): 64 KiB exactly is
+        // kept, a byte more is not.
+        assert_eq!(MAX_RESULT_BYTES, 65_536);
+        let fits = "a".repeat(65_536 - 2);
+        let too_big = "a".repeat(65_536 - 1);
         for (key, value, kept) in [("fits", fits, true), ("too-big", too_big, false)] {
             let ran = once
                 .once(key, || async { Ok(value.clone()) })
