@@ -64,8 +64,8 @@ impl MessageView {
     /// The view of DLQ message `message_id` with `body`, whose string message attributes
     /// `attribute` gives: the source message is our `source_message_id` attribute, or (a
     /// message the queue's redrive policy moved, or a requeued one, which keep their ids) its
-    /// own id; the payload digest is our `payload_sha256` attribute, or the body's own digest
-    /// unless the body is an Extended-Client pointer.
+    /// own id; the payload digest is the body's own, or for an Extended-Client pointer our
+    /// `payload_sha256` attribute.
     pub fn of<'a>(
         message_id: &str,
         body: &str,
@@ -76,13 +76,14 @@ impl MessageView {
             source_message_id: attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
                 .unwrap_or(message_id)
                 .to_string(),
-            payload_sha256: attribute(PAYLOAD_SHA256_ATTRIBUTE)
-                .map(str::to_string)
-                .or_else(|| {
-                    S3Pointer::parse(body)
-                        .is_none()
-                        .then(|| crate::hex::sha256_hex(body.as_bytes()))
-                }),
+            // A body that is its payload is its own digest, whatever an attribute states
+            // (a producer's message keeps its attributes into the DLQ, and one stating
+            // another payload's digest would be deleted as that payload, processed); only
+            // a pointer's payload is known by the digest stated beside it.
+            payload_sha256: match S3Pointer::parse(body) {
+                None => Some(crate::hex::sha256_hex(body.as_bytes())),
+                Some(_) => attribute(PAYLOAD_SHA256_ATTRIBUTE).map(str::to_string),
+            },
             requeued_by: attribute(REQUEUED_BY_ATTRIBUTE).map(str::to_string),
         }
     }
@@ -1158,6 +1159,27 @@ mod tests {
         assert_eq!(settled.deleted, 1);
         assert_eq!(dlq.visible(), ["a"]);
         assert_eq!(dlq.left(), 1);
+    }
+
+    #[test]
+    fn a_body_is_its_own_digest_whatever_an_attribute_states() {
+        let stated = |name: &str| (name == PAYLOAD_SHA256_ATTRIBUTE).then_some("a-victims-digest");
+        let inline = MessageView::of("m-1", "{\"id\":\"attacker\"}", stated);
+        assert_eq!(
+            inline.payload_sha256.as_deref(),
+            Some(crate::hex::sha256_hex(b"{\"id\":\"attacker\"}").as_str())
+        );
+        // A pointer's payload is known only by the digest stated beside it.
+        let pointer = S3Pointer {
+            bucket: "b".into(),
+            key: "k".into(),
+        }
+        .to_body();
+        let offloaded = MessageView::of("m-2", &pointer, stated);
+        assert_eq!(
+            offloaded.payload_sha256.as_deref(),
+            Some("a-victims-digest")
+        );
     }
 
     #[tokio::test]
