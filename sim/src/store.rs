@@ -595,7 +595,7 @@ impl DlqMessages for SimStore {
             );
         }
         let arn = state.source.arn.clone();
-        let policy = SimResolver::new(self.clone()).policy;
+        let policy = worker_payload_policy();
         Ok(received
             .messages
             .into_iter()
@@ -1104,16 +1104,20 @@ pub const PRODUCER_BUCKET: &str = "producer-payloads";
 /// the simulated bucket, with its latency and S3 faults.
 pub struct SimResolver {
     store: SimStore,
-    /// The worker's payload policy.
-    pub policy: sqs_worker::pointer::PayloadPolicy,
+    policy: sqs_worker::pointer::PayloadPolicy,
+}
+
+/// The worker's payload policy in every world: the producer's bucket and the store's.
+fn worker_payload_policy() -> sqs_worker::pointer::PayloadPolicy {
+    sqs_worker::pointer::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET])
 }
 
 impl SimResolver {
-    /// A resolver for `store`'s actor, allowing the producer's bucket and the store's.
+    /// A resolver for `store`'s actor, under the worker's payload policy.
     pub fn new(store: SimStore) -> Self {
         Self {
             store,
-            policy: sqs_worker::pointer::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET]),
+            policy: worker_payload_policy(),
         }
     }
 }

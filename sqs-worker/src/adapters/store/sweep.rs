@@ -277,14 +277,12 @@ impl DlqMessages for DeadLetterStore {
         }
         let mut error =
             ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
-        if let Some(pointer) = S3Pointer::parse(&item.body) {
-            // Followed as the worker would: only to a bucket it reads payloads from, and
-            // no larger than its cap. A pointer is data from whoever could send to the
-            // queue.
-            let fetched = match self.payload_policy.pointer_in(&item.body) {
-                Some(Ok(_)) => read_payload(self, &pointer).await,
-                Some(Err(refused)) => Err(refused),
-                None => Ok(item.body.clone()),
+        // Followed as the worker would: only to a bucket it reads payloads from, and no
+        // larger than its cap. A pointer is data from whoever could send to the queue.
+        if let Some(pointer) = self.payload_policy.pointer_in(&item.body) {
+            let fetched = match pointer {
+                Ok(pointer) => read_payload(self, &pointer).await,
+                Err(refused) => Err(refused),
             };
             match fetched {
                 Ok(payload) => {
