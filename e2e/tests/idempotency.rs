@@ -314,3 +314,142 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
     );
     assert_eq!(p.downstream.calls("x"), calls, "not delivered again");
 }
+
+/// The breaker's and the idempotency table's conditions are defined once
+/// (`sqs_worker::condition::{breaker, idempotency}`): the adapters send them, the memory
+/// stores (the unit tests' and the simulation's) evaluate them. The same calls, at the
+/// same instants (each boundary to the millisecond), give the same answers and leave the
+/// same state on DynamoDB Local and in memory.
+#[tokio::test]
+async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
+    use sqs_worker::adapters::breaker::DynamoBreakerStore;
+    use sqs_worker::breaker::BreakerStore;
+    use sqs_worker::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
+
+    let clients = e2e::clients().await;
+    let table = e2e::idempotency_table(&clients.dynamodb, "conditions").await;
+    let t0 = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000);
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let window = Duration::from_secs(10);
+
+    let dynamo = DynamoBreakerStore::new(clients.dynamodb.clone(), table.clone(), "b-1");
+    let memory = MemoryBreakerStore::default();
+    // (what, the answer of each) for every call, then the state read back.
+    enum Call {
+        Fail(u32, u64),
+        Open(u64, u32, u64),
+        Probe(u64, u64),
+        Close,
+    }
+    let calls = [
+        Call::Fail(1, 0),
+        Call::Fail(2, 10_000), // the window's start is its floor: still current
+        Call::Fail(1, 10_001), // one millisecond later: a new window
+        Call::Probe(25_000, 10_500), // never opened: no probe
+        Call::Open(20_000, 1, 11_000),
+        Call::Open(30_000, 2, 12_000), // open: refused
+        Call::Probe(25_000, 19_999),   // still open
+        Call::Probe(25_000, 20_000),   // its end is half-open
+        Call::Probe(26_000, 21_000),   // the probe is held
+        Call::Probe(30_000, 25_000),   // the probe's end frees it
+        Call::Open(40_000, 2, 26_000), // half-open: opens again
+        Call::Close,
+        Call::Probe(50_000, 45_000), // closed: no probe
+    ];
+    for (n, call) in calls.iter().enumerate() {
+        let (d, m) = match call {
+            Call::Fail(k, now) => (
+                format!(
+                    "{:?}",
+                    dynamo.add_failures(*k, at(*now), window).await.map(|_| ())
+                ),
+                format!(
+                    "{:?}",
+                    memory.add_failures(*k, at(*now), window).await.map(|_| ())
+                ),
+            ),
+            Call::Open(until, opens, now) => (
+                format!("{:?}", dynamo.open(at(*until), *opens, at(*now)).await),
+                format!("{:?}", memory.open(at(*until), *opens, at(*now)).await),
+            ),
+            Call::Probe(until, now) => (
+                format!("{:?}", dynamo.take_probe(at(*until), at(*now)).await),
+                format!("{:?}", memory.take_probe(at(*until), at(*now)).await),
+            ),
+            Call::Close => (
+                format!("{:?}", dynamo.close().await),
+                format!("{:?}", memory.close().await),
+            ),
+        };
+        assert_eq!(d, m, "breaker call {n}: DynamoDB answered {d}, memory {m}");
+        let (d, m) = (dynamo.read().await.unwrap(), memory.read().await.unwrap());
+        assert_eq!(d, m, "breaker state after call {n}");
+    }
+
+    let dynamo = DynamoIdempotencyStore::new(clients.dynamodb, table);
+    let memory = MemoryIdempotencyStore::default();
+    enum Op {
+        Claim(&'static str, u64, u64),
+        Complete(&'static str, Option<&'static str>, u64),
+        Release(&'static str),
+    }
+    let ops = [
+        Op::Claim("a", 5_000, 0),
+        Op::Claim("b", 9_000, 5_000), // the claim's end is still its own
+        Op::Claim("b", 10_000, 5_001), // one millisecond later it is free
+        Op::Complete("a", Some("late"), 60_000), // a's claim was taken over
+        Op::Release("a"),
+        Op::Complete("b", Some("r"), 60_000),
+        Op::Release("b"),               // completed: not released
+        Op::Claim("c", 70_000, 60_000), // completed until its expiry
+        Op::Claim("c", 70_000, 60_001),
+        Op::Release("c"),
+        Op::Claim("d", 80_000, 61_000), // released: no item
+    ];
+    for (n, op) in ops.iter().enumerate() {
+        // The error texts differ (the SDK's, the memory store's): compare what a caller
+        // acts on, the claim or whether the write was taken.
+        let (d, m) = match op {
+            Op::Claim(token, until, now) => (
+                format!(
+                    "{:?}",
+                    dynamo
+                        .claim("k", token, at(*until), at(*now))
+                        .await
+                        .unwrap()
+                ),
+                format!(
+                    "{:?}",
+                    memory
+                        .claim("k", token, at(*until), at(*now))
+                        .await
+                        .unwrap()
+                ),
+            ),
+            Op::Complete(token, result, expires) => (
+                format!(
+                    "{}",
+                    dynamo
+                        .complete("k", token, *result, at(*expires))
+                        .await
+                        .is_ok()
+                ),
+                format!(
+                    "{}",
+                    memory
+                        .complete("k", token, *result, at(*expires))
+                        .await
+                        .is_ok()
+                ),
+            ),
+            Op::Release(token) => (
+                format!("{}", dynamo.release("k", token).await.is_ok()),
+                format!("{}", memory.release("k", token).await.is_ok()),
+            ),
+        };
+        assert_eq!(
+            d, m,
+            "idempotency call {n}: DynamoDB answered {d}, memory {m}"
+        );
+    }
+}

@@ -666,23 +666,78 @@ async fn two_bodies_under_one_item_id_are_each_delivered_before_their_messages_g
 /// Sends one message to the DLQ with an `item_id` attribute, as this project's DLQ
 /// messages carry.
 async fn send_to_dlq_with_item_id(p: &Pipeline, body: &str, item_id: &str) {
+    send_to_dlq_with(p, body, &[("item_id", item_id)]).await;
+}
+
+/// Sends one message to the DLQ with string message attributes `attributes` (as a
+/// producer's message keeps its own when the queue's redrive policy moves it).
+async fn send_to_dlq_with(p: &Pipeline, body: &str, attributes: &[(&str, &str)]) {
     use aws_sdk_sqs::types::MessageAttributeValue;
-    p.clients
+    let mut send = p
+        .clients
         .sqs
         .send_message()
         .queue_url(&p.resources.dlq_url)
-        .message_body(body)
-        .message_attributes(
-            "item_id",
+        .message_body(body);
+    for (name, value) in attributes {
+        send = send.message_attributes(
+            *name,
             MessageAttributeValue::builder()
                 .data_type("String")
-                .string_value(item_id)
+                .string_value(*value)
                 .build()
                 .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
+        );
+    }
+    send.send().await.unwrap();
+}
+
+/// A producer's message keeps its attributes into the DLQ. One whose `item_id` and
+/// `source_message_id` name a delivery an item's resolution processed, but whose body is
+/// another payload, was deleted by the sweep as processed: the payload was lost. It is
+/// judged by its content, so it reopens the item and is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_naming_a_processed_delivery_is_kept_by_its_content() {
+    let p = Pipeline::new(
+        "named-delivery",
+        Setup {
+            max_receive_count: 1,
+            ..Setup::default()
+        },
+    )
+    .await;
+    p.send(&[&json!({"id": "same", "scenario": "throttled", "v": 1}).to_string()])
+        .await;
+    p.drain().await;
+    p.downstream.fix();
+    let redrive = || async {
+        p.redrive_engine()
+            .run(&RedriveRequest::default(), &*no_progress())
+            .await
+            .unwrap()
+    };
+    redrive().await;
+    let resolved = p.store().get("same").await.unwrap().unwrap();
+    assert_eq!(resolved.status, ItemStatus::Resolved);
+    assert_eq!(p.dlq_depth().await, 0);
+    let other = json!({"id": "same", "scenario": "throttled", "v": 2}).to_string();
+    send_to_dlq_with(
+        &p,
+        &other,
+        &[
+            ("item_id", "same"),
+            ("source_message_id", &resolved.source.message_id),
+        ],
+    )
+    .await;
+    let report = redrive().await;
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["same"]);
+    assert_eq!(
+        p.downstream.delivered(),
+        ["same", "same"],
+        "the other payload is delivered, not deleted as the one processed"
+    );
+    assert_eq!(p.dlq_depth().await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

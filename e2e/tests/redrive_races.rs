@@ -152,7 +152,8 @@ struct ChangesBeforeAdopt {
     dynamodb: aws_sdk_dynamodb::Client,
     table: String,
     item: String,
-    key: String,
+    /// The `processed` entries the change appends.
+    keys: Vec<String>,
     fired: AtomicBool,
 }
 
@@ -187,7 +188,7 @@ impl DlqMessages for ChangesBeforeAdopt {
                 .expression_attribute_names("#p", "processed")
                 .expression_attribute_values(
                     ":k",
-                    AttributeValue::L(vec![AttributeValue::S(self.key.clone())]),
+                    AttributeValue::L(self.keys.iter().cloned().map(AttributeValue::S).collect()),
                 )
                 .send()
                 .await
@@ -207,7 +208,8 @@ impl DlqMessages for ChangesBeforeAdopt {
 
 /// The record is resolved by another body; the sweep judges the DLQ message `d1` (not
 /// listed processed): reopen, expecting `resolved`. Before the write, the record changes
-/// (d1's own delivery is listed processed), its status still `resolved`. The reopening does
+/// (d1's own delivery is listed processed, by its message id and its payload digest, as
+/// the worker lists it), its status still `resolved`. The reopening does
 /// not overwrite it: its condition is the status and that the record still lists none of
 /// the message's keys as processed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,7 +242,8 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
         dynamodb: p.clients.dynamodb.clone(),
         table: p.resources.table.clone(),
         item: "x".into(),
-        key: format!("msg:{s1}"),
+        // As the worker lists a processed delivery: by its message id and its payload digest.
+        keys: vec![format!("msg:{s1}"), format!("sha:{}", dead.payload.sha256)],
         fired: AtomicBool::new(false),
     };
     let sweep = sqs_worker::sweep::sweep_dlq(&hooked, &adopting())

@@ -32,9 +32,7 @@ pub fn at_quiescence(state: &mut State) {
             .unwrap_or(&m.body);
         let item = sqs_worker::message::dlq_item_id(
             |name| m.attribute(name),
-            serde_json::from_str::<serde_json::Value>(body)
-                .ok()
-                .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string)),
+            crate::queue::payload_id(body),
             &m.id,
         );
         let sha = m

@@ -242,7 +242,20 @@ impl Processor for Downstream {
                 ),
             );
         }
-        let behaviour = Behaviour::of_body(&item.body);
+        // §6: a handler receives the payload, its envelope unwrapped (the record keeps the
+        // body as it arrived, so a redrive unwraps it again).
+        let payload = item.payload();
+        if payload.contains("\"Type\":\"Notification\"") || payload.contains("\"detail-type\"") {
+            self.world.lock().violate(
+                Section::Envelope,
+                &item.item_id,
+                format!(
+                    "{} handed the downstream the envelope of message {}, not its payload",
+                    self.actor, item.message_id
+                ),
+            );
+        }
+        let behaviour = Behaviour::of_body(payload);
         if behaviour == Behaviour::Panicky {
             let panics = {
                 let mut state = self.world.lock();
@@ -259,7 +272,7 @@ impl Processor for Downstream {
                     panic!(
                         "{HANDLER_PANIC} on item {} ({})",
                         item.item_id,
-                        secret_of(&item.body)
+                        secret_of(item.payload())
                     );
                 }
             }
@@ -341,7 +354,7 @@ impl Processor for Downstream {
             // Some downstreams answer errors at length: the record must stay bounded.
             let verbose = item.body.len() > 50_000;
             // The answer quotes what it refused, as real services do: the payload's note.
-            let quoted = secret_of(&item.body);
+            let quoted = secret_of(item.payload());
             let mut error = ProcessError::from_http_status(
                 status,
                 if verbose {

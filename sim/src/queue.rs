@@ -48,9 +48,7 @@ impl SimMessage {
     /// The item id it carries: the body's `id`, else its item id attribute, else its
     /// message id (for the trace and the invariants' reports).
     pub fn item_id(&self) -> String {
-        serde_json::from_str::<serde_json::Value>(&self.body)
-            .ok()
-            .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
+        payload_id(&self.body)
             .or_else(|| {
                 self.attribute(sqs_worker::message::ITEM_ID_ATTRIBUTE)
                     .map(str::to_string)
@@ -65,6 +63,34 @@ impl SimMessage {
             .find(|(n, _)| n == name)
             .and_then(|(_, v)| v.string_value())
     }
+}
+
+/// The payload inside an SNS notification (its `Message`) or an EventBridge event (its
+/// `detail`), or the body itself: the producer's envelopes, opened by their shape.
+fn unwrapped(body: serde_json::Value) -> serde_json::Value {
+    if body.get("Type").and_then(|t| t.as_str()) == Some("Notification") {
+        if let Some(inner) = body
+            .get("Message")
+            .and_then(|m| m.as_str())
+            .and_then(|m| serde_json::from_str(m).ok())
+        {
+            return inner;
+        }
+    }
+    if body.get("detail-type").is_some() {
+        if let Some(detail) = body.get("detail") {
+            return detail.clone();
+        }
+    }
+    body
+}
+
+/// The `id` of the payload in `body` (inside its envelope, if any).
+pub fn payload_id(body: &str) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .map(unwrapped)
+        .and_then(|v| v.get("id").and_then(|i| i.as_str()).map(str::to_string))
 }
 
 /// What one receive returned, and what it moved to the DLQ on the way.

@@ -13,6 +13,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use sqs_worker::breaker::{Breaker, BreakerPolicy};
 use sqs_worker::dead_letter::InvocationInfo;
+use sqs_worker::envelope::Envelope;
 use sqs_worker::idempotency::{Idempotency, Idempotent};
 use sqs_worker::item::{BodyFormat, ItemIdSource, ItemParser};
 use sqs_worker::mutants::Mutant;
@@ -189,6 +190,11 @@ struct Shape {
     /// The producer offloads some payloads to its bucket and sends Extended-Client
     /// pointers in their place, which the worker and the redrive follow.
     pointers: bool,
+    /// The producer wraps every payload in this envelope (an SNS topic or an EventBridge
+    /// rule in front of the queue), which the worker and the redrive unwrap.
+    envelope: Option<Envelope>,
+    /// The worker dead-letters this many deliveries before the last one SQS would make.
+    receive_budget_margin: u32,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -209,6 +215,8 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         breaker: None,
         idempotency: false,
         pointers: false,
+        envelope: None,
+        receive_budget_margin: 0,
     }
 }
 
@@ -313,11 +321,12 @@ impl<P: sqs_worker::Processor> sqs_worker::Processor for SimHandler<P> {
 
 type SimWorker = BatchProcessor<SimHandler<Guard>, SimStore>;
 
-fn parser() -> ItemParser {
+/// The parser of a world: the payload's `id`, inside the world's envelope.
+fn parser(world: &World) -> ItemParser {
     ItemParser {
         id_source: ItemIdSource::JsonPointer("/id".into()),
         body_format: BodyFormat::Json,
-        envelope: Default::default(),
+        envelope: world.lock().envelopes.clone(),
     }
 }
 
@@ -341,6 +350,17 @@ async fn simulate(seed: u64, world: Arc<World>) {
     // seed's world as it was (the seeds that found defects still make the same worlds).
     shape.big = fastrand::Rng::with_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).f64() < 0.05;
     shape.pointers = fastrand::Rng::with_seed(seed ^ 0x00F0_1A7E_5EED_0001).f64() < 0.25;
+    // A fifth of the other worlds put an envelope around every payload (their producers
+    // are an SNS topic or an EventBridge rule; the Extended Client does not go through
+    // either).
+    let mut envelope_rng = fastrand::Rng::with_seed(seed ^ 0x0E57_E10F_5EED_0002);
+    if !shape.pointers && envelope_rng.f64() < 0.2 {
+        shape.envelope = Some([Envelope::Sns, Envelope::EventBridge][envelope_rng.usize(0..2)]);
+    }
+    // A third of the worlds keep a margin of one or two receives (a queue whose batches
+    // may be invoked twice, or whose timeouts kill invocations).
+    shape.receive_budget_margin =
+        [0, 0, 0, 0, 1, 2][fastrand::Rng::with_seed(seed ^ 0x3A26_1B0D_5EED_0003).usize(0..6)];
     draw_spacing(&mut shape, seed);
     {
         let mut state = world.lock();
@@ -350,6 +370,8 @@ async fn simulate(seed: u64, world: Arc<World>) {
         state.lease_ttl = shape.lease_ttl;
         state.idempotency = shape.idempotency.then(MemoryIdempotencyStore::default);
         state.page_size = shape.page_size;
+        state.envelopes = sqs_worker::envelope::Envelopes(shape.envelope.into_iter().collect());
+        state.receive_budget_margin = shape.receive_budget_margin;
         state.dlq = SimQueue::new(
             if shape.fifo {
                 "orders-dlq.fifo"
@@ -394,11 +416,11 @@ async fn simulate(seed: u64, world: Arc<World>) {
             handler,
             store.as_actor(&name),
             BatchConfig {
-                parser: parser(),
+                parser: parser(&world),
                 retry: retry_policy(),
                 concurrency: 4,
                 max_receive_count: Some(MAX_RECEIVE_COUNT),
-                receive_budget_margin: 0,
+                receive_budget_margin: shape.receive_budget_margin,
                 skip_group_on_error: shape.skip_group_on_error,
             },
         );
@@ -538,6 +560,10 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             crate::logs::SECRET,
             "x".repeat(pad)
         );
+        let body = match shape.envelope {
+            Some(envelope) => wrapped(envelope, &body, n),
+            None => body,
+        };
         let sha = sqs_worker::hex::sha256_hex(body.as_bytes());
         let group = shape.fifo.then(|| format!("group-{}", rng.u32(0..3)));
         let attributes = if shape.big && rng.bool() {
@@ -581,6 +607,25 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             &id,
             &format!("sent message {message_id} ({})", behaviour.name()),
         );
+    }
+}
+
+/// `payload` as the `n`th event of `envelope` delivers it to the queue: an SNS
+/// notification (raw delivery off) holds it as its `Message` string, an EventBridge event
+/// as its `detail` object.
+fn wrapped(envelope: Envelope, payload: &str, n: usize) -> String {
+    match envelope {
+        Envelope::EventBridge => format!(
+            "{{\"version\":\"0\",\"id\":\"event-{n}\",\"detail-type\":\"order\",\"source\":\"sim.orders\",\"time\":\"2026-01-01T00:00:00Z\",\"detail\":{payload}}}"
+        ),
+        _ => serde_json::json!({
+            "Type": "Notification",
+            "MessageId": format!("notification-{n}"),
+            "TopicArn": "arn:aws:sns:us-east-1:000000000000:orders",
+            "Message": payload,
+            "Timestamp": "2026-01-01T00:00:00.000Z",
+        })
+        .to_string(),
     }
 }
 
@@ -886,7 +931,11 @@ fn left_to_the_redrive_policy(
         } else {
             state.ledger.unhidden_failed_dead_letters.remove(&m.id);
         }
-        let last_receive = m.receive_count >= MAX_RECEIVE_COUNT;
+        // The worker's last receive: SQS's, less the margin it keeps.
+        let last_receive = m.receive_count
+            >= MAX_RECEIVE_COUNT
+                .saturating_sub(state.receive_budget_margin)
+                .max(1);
         // Returned because another delivery held the message's DLQ claim, unsent, when this
         // one wrote (it may have been sending it; a crash between claim and send leaves the
         // message to the redrive policy, whose DLQ message the sweep adopts): the documented
@@ -1111,7 +1160,8 @@ async fn purge(store: &SimStore) {
             .trace
             .note("purge", "-", &format!("purging {}", ids.join(" ")));
     }
-    let result = sqs_worker::removal::remove_records(&actor, &records, &parser(), |_| {}).await;
+    let result =
+        sqs_worker::removal::remove_records(&actor, &records, &parser(store.world()), |_| {}).await;
     let what = match result {
         Ok(report) => {
             store.world().lock().stats.purges += 1;
@@ -1170,7 +1220,7 @@ async fn redrive(
         Some(processor),
         RedriveSettings {
             retry: retry_policy(),
-            parser: parser(),
+            parser: parser(&world),
             lease_ttl: world.lock().lease_ttl,
             report_items: 50,
             ..RedriveSettings::default()

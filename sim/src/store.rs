@@ -561,7 +561,7 @@ pub fn to_sqs_message(m: &SimMessage, queue_arn: &str) -> aws_lambda_events::sqs
 
 /// What identifies a DLQ message's content, by the library's rule.
 fn view_of(m: &SimMessage) -> MessageView {
-    MessageView::of(&m.id, &m.body, |name| m.attribute(name))
+    MessageView::of(&m.id, &m.body, |name| m.attribute(name), BUCKET)
 }
 
 fn to_work_item(m: &SimMessage, parser: &ItemParser, arn: &str) -> WorkItem {

@@ -195,6 +195,10 @@ pub struct State {
     pub running_now: HashMap<String, u32>,
     /// Records per query page in this world.
     pub page_size: i32,
+    /// The envelope the producer wraps its payloads in (none in most worlds).
+    pub envelopes: sqs_worker::envelope::Envelopes,
+    /// The worker's `receive_budget_margin`: its last receive comes this many early.
+    pub receive_budget_margin: u32,
     /// Redrive runs processing each item at this moment (§3: at most one).
     pub redriving_now: HashMap<String, u32>,
     /// The source queue.
@@ -254,6 +258,8 @@ impl State {
             idempotency: None,
             running_now: HashMap::new(),
             page_size: 100,
+            envelopes: Default::default(),
+            receive_budget_margin: 0,
             source,
             dlq,
             table: BTreeMap::new(),
@@ -450,6 +456,8 @@ pub enum Section {
     Idempotency,
     /// §4: the downstream never receives an Extended-Client pointer's text as a payload.
     NoPointer,
+    /// §6: the downstream receives the payload, never the envelope around it.
+    Envelope,
     /// §1.10 and §4: a DLQ message goes only when that very message is known processed;
     /// the DLQ and the records agree.
     DlqRule,
@@ -472,6 +480,7 @@ impl Section {
             Section::Idempotency => "§6 idempotency",
             Section::DlqRule => "§4 the DLQ message rule",
             Section::NoPointer => "§4 no pointer is handed over as the payload",
+            Section::Envelope => "§6 envelopes are unwrapped",
             Section::Record => "§3 the dead-letter record",
         }
     }

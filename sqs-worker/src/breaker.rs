@@ -274,7 +274,11 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         let crossed = counted.failures >= self.policy.threshold
             && (counted.failures.saturating_sub(written) < self.policy.threshold
                 || self.open_failed.load(std::sync::atomic::Ordering::Relaxed));
-        if crossed && !counted.is_open(now) {
+        // A probe running decides alone: failures of calls that began before the breaker
+        // opened do not reopen it under the probe (a reopening drops the probe's lock, and
+        // a second probe then ran beside the first).
+        let probing = counted.is_half_open(now) && counted.probe_until.is_some_and(|p| p > now);
+        if crossed && !counted.is_open(now) && !probing {
             let opens = state.opens.max(counted.opens) + 1;
             self.open(opens, now, "failures in the window reached the threshold")
                 .await;
@@ -631,6 +635,54 @@ mod tests {
         assert!(!store.state().is_open(SystemTime::now()));
     }
 
+    /// A downstream up, refusing every item as bad.
+    struct RefusesBadItems {
+        calls: Arc<AtomicU32>,
+    }
+
+    impl Processor for RefusesBadItems {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Err(ProcessError::validation("no such order"))
+        }
+    }
+
+    /// A probe whose item is bad found the downstream answering: it closes the breaker.
+    /// Counted as a failed probe, it opened the breaker again for twice as long, and a
+    /// downstream that was up stayed cut off for as long as bad items came first.
+    #[tokio::test]
+    async fn a_probe_refused_as_a_bad_item_closes_the_breaker() {
+        let store = MemoryBreakerStore::default();
+        let now = SystemTime::now();
+        assert!(store
+            .open(
+                now - Duration::from_secs(1),
+                1,
+                now - Duration::from_secs(2)
+            )
+            .await
+            .unwrap());
+        let calls = Arc::new(AtomicU32::new(0));
+        let sandbox = Breaker::new(
+            RefusesBadItems {
+                calls: calls.clone(),
+            },
+            store.clone(),
+            policy(),
+        );
+        let item = WorkItem::new("m", "{}");
+        let probe = sandbox.process(&item).await.unwrap_err();
+        assert_eq!(probe.class, ErrorClass::Validation);
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "the probe ran");
+        let state = store.state();
+        assert!(!state.is_open(SystemTime::now()), "{state:?}");
+        assert_eq!(state.opens, 0, "{state:?}");
+        // Closed: the next item reaches the downstream, not a refusal.
+        let next = sandbox.process(&item).await.unwrap_err();
+        assert_eq!(next.class, ErrorClass::Validation);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
     #[test]
     fn bad_items_do_not_open_it_and_open_periods_are_capped() {
         assert!(!counts(&ProcessError::validation("bad")));
@@ -855,5 +907,126 @@ mod tests {
         let lock = locking.probe_lock.lock().unwrap().unwrap();
         let lasts = lock.duration_since(now).unwrap();
         assert!(lasts >= Duration::from_secs(600), "{lasts:?}");
+    }
+
+    /// A downstream whose calls take `delay`, failing (503) or not, counting how many run at once.
+    struct Timed {
+        delay: Duration,
+        fail: bool,
+        running: Arc<AtomicU32>,
+        most: Arc<AtomicU32>,
+    }
+
+    impl Processor for Timed {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            self.running.fetch_sub(1, Ordering::SeqCst);
+            if self.fail {
+                Err(ProcessError::new(ErrorClass::ServerError, "503"))
+            } else {
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    /// One probe at a time: sandbox A probes (a slow call). Calls started before the
+    /// breaker opened fail meanwhile and cross the threshold in a new window. They reopened
+    /// the breaker (a reopening removes the probe's lock), and once that short open period
+    /// ended sandbox C took a second probe while A's still ran; a running probe now decides
+    /// alone.
+    #[tokio::test]
+    async fn a_reopening_during_a_probe_does_not_let_a_second_probe_run() {
+        let store = MemoryBreakerStore::default();
+        let probes_running = Arc::new(AtomicU32::new(0));
+        let probes_most = Arc::new(AtomicU32::new(0));
+        let in_flight = Arc::new(AtomicU32::new(0));
+        let in_flight_most = Arc::new(AtomicU32::new(0));
+        let old_call = || {
+            Breaker::new(
+                Timed {
+                    delay: Duration::from_millis(1_000),
+                    fail: true,
+                    running: in_flight.clone(),
+                    most: in_flight_most.clone(),
+                },
+                store.clone(),
+                policy(),
+            )
+        };
+        let prober = || {
+            Breaker::new(
+                Timed {
+                    delay: Duration::from_millis(4_000),
+                    fail: false,
+                    running: probes_running.clone(),
+                    most: probes_most.clone(),
+                },
+                store.clone(),
+                policy(),
+            )
+        };
+        let (b1, b2, b3) = (old_call(), old_call(), old_call());
+        let (a, c) = (prober(), prober());
+        let item = WorkItem::new("m", "{}");
+        let opened_elsewhere = async {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            let now = SystemTime::now();
+            assert!(store
+                .open(now + Duration::from_millis(600), 1, now)
+                .await
+                .unwrap());
+        };
+        let probe_a = async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            a.process(&item).await
+        };
+        let probe_c = async {
+            tokio::time::sleep(Duration::from_millis(2_600)).await;
+            c.process(&item).await
+        };
+        let (r1, r2, r3, (), ra, rc) = tokio::join!(
+            b1.process(&item),
+            b2.process(&item),
+            b3.process(&item),
+            opened_elsewhere,
+            probe_a,
+            probe_c
+        );
+        assert!(r1.is_err() && r2.is_err() && r3.is_err());
+        assert!(ra.is_ok(), "A probed: {ra:?}");
+        assert_eq!(
+            probes_most.load(Ordering::SeqCst),
+            1,
+            "a second probe ran beside the first (C: {rc:?})"
+        );
+    }
+
+    /// The memory store keeps times to the nanosecond, DynamoDB to the
+    /// millisecond: read back, the memory breaker is still open where DynamoDB's is half
+    /// open, and its own probe condition (evaluated in milliseconds) already lets a probe
+    /// in while the state it returns says open.
+    #[tokio::test]
+    async fn the_memory_breaker_reads_back_what_dynamodb_would() {
+        let store = MemoryBreakerStore::default();
+        let epoch = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let until = epoch + Duration::from_micros(1_000_500);
+        assert!(store.open(until, 1, epoch).await.unwrap());
+        let now = epoch + Duration::from_micros(1_000_200);
+        let state = store.read().await.unwrap();
+        let taken = store
+            .take_probe(now + Duration::from_secs(10), now)
+            .await
+            .unwrap();
+        assert!(
+            !(taken && state.is_open(now)),
+            "a probe taken while the state read says open"
+        );
+        assert_eq!(
+            state.open_until,
+            Some(epoch + Duration::from_millis(1_000)),
+            "DynamoDB stores open_until_ms"
+        );
     }
 }

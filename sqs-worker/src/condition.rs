@@ -1,4 +1,5 @@
-//! The conditions of the dead-letter store's conditional writes, defined once, as data.
+//! The conditions of the dead-letter store's conditional writes (and of the breaker's and
+//! the idempotency table's), defined once, as data.
 //!
 //! Every write that must not overwrite another actor's work (a lease taken, an item
 //! finished, an attempt appended, a claim taken) is conditional. Each condition is built
@@ -495,6 +496,155 @@ pub fn leased_with_payload(
         expires_at: record.lease_expires_at,
         payload_sha256: &record.payload.sha256,
     }))
+}
+
+/// Epoch milliseconds of `at` (0 before the epoch), as the breaker and idempotency items
+/// store their times and their conditions compare them.
+pub fn epoch_millis(at: std::time::SystemTime) -> i64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The circuit breaker's item (one per breaker, key `id`) and the conditions of its
+/// writes, defined once: the DynamoDB adapter sends them, the in-memory store (the unit
+/// tests' and the simulation's) evaluates them (docs/ARCHITECTURE.md §7).
+pub mod breaker {
+    use super::{epoch_millis, Attr, Compare, Condition, Found, Item, Value};
+    use crate::breaker::BreakerState;
+
+    /// When the open period ends (epoch ms); missing while closed.
+    pub const OPEN_UNTIL: Attr = Attr(&["open_until_ms"]);
+    /// Times it opened in a row.
+    pub const OPENS: Attr = Attr(&["opens"]);
+    /// Failures counted in the current window.
+    pub const FAILURES: Attr = Attr(&["failures"]);
+    /// When the current window started (epoch ms).
+    pub const WINDOW_START: Attr = Attr(&["window_start_ms"]);
+    /// Until when the probe is taken (epoch ms).
+    pub const PROBE_UNTIL: Attr = Attr(&["probe_until_ms"]);
+
+    fn at(attr: Attr, op: Compare, ms: i64) -> Condition {
+        Condition::Compare(attr, op, Value::N(ms))
+    }
+
+    /// A window started at or after `floor_ms` is current: failures are added to it.
+    pub fn window_current(floor_ms: i64) -> Condition {
+        at(WINDOW_START, Compare::Ge, floor_ms)
+    }
+
+    /// No window, or one started before `floor_ms`: a new one starts.
+    pub fn window_lapsed(floor_ms: i64) -> Condition {
+        Condition::Any(vec![
+            Condition::NotExists(WINDOW_START),
+            at(WINDOW_START, Compare::Lt, floor_ms),
+        ])
+    }
+
+    /// Not open at `now_ms`: it may open (one sandbox opens it; the others find it open).
+    pub fn may_open(now_ms: i64) -> Condition {
+        Condition::Any(vec![
+            Condition::NotExists(OPEN_UNTIL),
+            at(OPEN_UNTIL, Compare::Le, now_ms),
+        ])
+    }
+
+    /// Half-open at `now_ms` with no probe running: one sandbox takes the probe.
+    pub fn probe_free(now_ms: i64) -> Condition {
+        Condition::All(vec![
+            at(OPEN_UNTIL, Compare::Le, now_ms),
+            Condition::Any(vec![
+                Condition::NotExists(PROBE_UNTIL),
+                at(PROBE_UNTIL, Compare::Le, now_ms),
+            ]),
+        ])
+    }
+
+    /// A breaker's state as its item holds it.
+    pub struct StoredBreaker<'a>(pub &'a BreakerState);
+
+    impl Item for StoredBreaker<'_> {
+        fn at(&self, attr: Attr) -> Option<Found<'_>> {
+            let s = self.0;
+            let time = |t: Option<std::time::SystemTime>| t.map(|t| Found::N(epoch_millis(t)));
+            match attr {
+                OPEN_UNTIL => time(s.open_until),
+                WINDOW_START => time(s.window_start),
+                PROBE_UNTIL => time(s.probe_until),
+                OPENS => Some(Found::N(i64::from(s.opens))),
+                FAILURES => Some(Found::N(i64::from(s.failures))),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// The idempotency table's item (one per key) and the conditions of its writes, defined
+/// once: the DynamoDB adapter sends them, the in-memory store evaluates them
+/// (docs/ARCHITECTURE.md §6).
+pub mod idempotency {
+    use super::{Attr, Compare, Condition, Found, Item, Value};
+
+    /// The partition key.
+    pub const ID: Attr = Attr(&["id"]);
+    /// `in_progress` or `completed`.
+    pub const STATUS: Attr = Attr(&["status"]);
+    /// The attempt holding the claim.
+    pub const TOKEN: Attr = Attr(&["token"]);
+    /// When a claim ends or a completion expires (epoch ms).
+    pub const UNTIL: Attr = Attr(&["until_ms"]);
+    /// [`STATUS`] of a claim being worked on.
+    pub const IN_PROGRESS: &str = "in_progress";
+    /// [`STATUS`] of a key done.
+    pub const COMPLETED: &str = "completed";
+
+    /// The key may be claimed at `now_ms`: no item, or one whose claim or completion has
+    /// ended (DynamoDB's TTL deletes expired items late, so expiry is read, not awaited).
+    pub fn claimable(now_ms: i64) -> Condition {
+        Condition::Any(vec![
+            Condition::NotExists(ID),
+            Condition::Compare(UNTIL, Compare::Lt, Value::N(now_ms)),
+        ])
+    }
+
+    /// The attempt `token` holds the claim, still in progress: it may complete or release
+    /// it (a claim taken over after it ended is no longer its own).
+    pub fn held_by(token: &str) -> Condition {
+        Condition::All(vec![
+            Condition::eq(TOKEN, Value::s(token)),
+            Condition::eq(STATUS, Value::s(IN_PROGRESS)),
+        ])
+    }
+
+    /// An idempotency item as its conditions read it.
+    pub struct StoredClaim<'a> {
+        /// The key.
+        pub key: &'a str,
+        /// The attempt holding it.
+        pub token: &'a str,
+        /// Whether it is completed.
+        pub completed: bool,
+        /// When its claim ends or its completion expires (epoch ms).
+        pub until_ms: i64,
+    }
+
+    impl Item for StoredClaim<'_> {
+        fn at(&self, attr: Attr) -> Option<Found<'_>> {
+            match attr {
+                ID => Some(Found::S(self.key.into())),
+                TOKEN => Some(Found::S(self.token.into())),
+                STATUS => Some(Found::S(
+                    if self.completed {
+                        COMPLETED
+                    } else {
+                        IN_PROGRESS
+                    }
+                    .into(),
+                )),
+                UNTIL => Some(Found::N(self.until_ms)),
+                _ => None,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -71,7 +71,19 @@ pub fn payload_key(item_id: &str, sha256: &str) -> String {
         })
         .take(200)
         .collect();
-    format!("payloads/{safe}/{sha256}")
+    format!("{PAYLOAD_PREFIX}{safe}/{sha256}")
+}
+
+/// Where [`payload_key`] puts every payload.
+const PAYLOAD_PREFIX: &str = "payloads/";
+
+/// Whether `key` has the shape of a [`payload_key`]: an object the store wrote under its
+/// payload's digest and never rewrites. A producer sharing the bucket uses keys of its
+/// own, whose objects it may rewrite.
+pub fn is_payload_key(key: &str) -> bool {
+    key.strip_prefix(PAYLOAD_PREFIX)
+        .and_then(|rest| rest.rsplit_once('/'))
+        .is_some_and(|(_, sha)| sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// What compacting a record's history writes: the history kept, and with it the attempt
@@ -581,6 +593,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_payload_key_is_known_as_one_and_nothing_else_is() {
+        let sha = crate::hex::sha256_hex(b"payload");
+        for item in ["order-1", "a/b c", &"x".repeat(300)] {
+            assert!(is_payload_key(&payload_key(item, &sha)), "{item}");
+        }
+        for key in [
+            "k",
+            "payloads/i/short",
+            "producer/ec-1",
+            &format!("other/i/{sha}"),
+        ] {
+            assert!(!is_payload_key(key), "{key}");
+        }
+    }
+
+    #[test]
     fn a_body_stays_inline_only_while_a_full_record_fits_its_budget() {
         assert!(stays_inline(65_536, 65_536), "the default limit fits");
         assert!(!stays_inline(65_537, 65_536));
@@ -592,6 +620,39 @@ mod tests {
             .find(|n| stays_inline(*n, 262_144))
             .unwrap_or(0);
         assert!(largest > 65_536 && largest < 120_000, "{largest}");
+    }
+
+    /// The largest body kept inline leaves room for a history one entry past its limit:
+    /// 350,000 B less 51 entries of 4 KiB, 16 KiB of attributes and 16 KiB for the rest is
+    /// 108,336 B. Counting one entry under the limit instead let bodies 8 KiB larger stay
+    /// inline, and such a record could pass its budget.
+    #[test]
+    fn a_body_stays_inline_only_with_room_for_a_history_one_entry_past_its_limit() {
+        assert!(stays_inline(108_336, 262_144));
+        assert!(!stays_inline(108_337, 262_144));
+    }
+
+    /// A reopening writes only over a record still of the status judged that has not
+    /// processed the message since: either change alone refuses it. Admitted on one of the
+    /// two, a reopening overwrote a record that processed the message meanwhile (resolved
+    /// again with it), or one whose status changed under it (a run's lease).
+    #[test]
+    fn a_reopening_expects_the_status_judged_and_the_message_still_unprocessed() {
+        let keys = vec!["msg:s1".to_string(), "sha:x1".to_string()];
+        let expect = Expect::judged(Some(ItemStatus::Resolved), &keys);
+        let other = ["msg:s0".to_string(), "sha:x0".to_string()];
+        assert!(expect.admits(Some(ItemStatus::Resolved), &other));
+        assert!(
+            !expect.admits(Some(ItemStatus::Resolved), &["sha:x1".to_string()]),
+            "processed since"
+        );
+        assert!(
+            !expect.admits(Some(ItemStatus::Redriving), &other),
+            "changed since"
+        );
+        assert!(!expect.admits(None, &[]), "deleted since");
+        assert!(Expect::judged(None, &keys).admits(None, &[]));
+        assert!(!Expect::judged(None, &keys).admits(Some(ItemStatus::Dead), &[]));
     }
 
     #[test]
@@ -654,6 +715,17 @@ mod tests {
         // The first entry (half the limit, rounded down) and the latest two.
         assert_eq!(compaction.attempt_ids, ["m-0:1:1", "m-0:1:3", "m-1:1:1"]);
         assert_eq!(compaction.claims, ["m-0", "m-1"]);
+    }
+
+    /// Compaction forgets exactly the deliveries whose every entry it drops, once each: their
+    /// "DLQ message sent" marks go. Forgetting a delivery still in the kept history dropped
+    /// a mark it still needs, and a delivery listed once per dropped entry made the string
+    /// set the store deletes invalid (duplicates), failing the compaction.
+    #[test]
+    fn compaction_forgets_only_the_deliveries_whose_every_entry_goes_each_once() {
+        // Entries 10..20 go: m-3 and m-6 keep some, every entry of m-4 and m-5 goes.
+        let compaction = compaction_of(&stored(60, 0), 50).unwrap();
+        assert_eq!(compaction.forgotten, ["m-4", "m-5"]);
     }
 
     #[test]

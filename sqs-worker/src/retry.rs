@@ -490,6 +490,26 @@ mod tests {
         assert_eq!(start.elapsed(), Duration::from_secs(3));
     }
 
+    /// A `Retry-After` past the cap is honoured for the cap, twelve hours, when the
+    /// deadline leaves room: an hour's cap retried a callee that asked for twenty hours
+    /// eleven hours early.
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_after_past_the_cap_is_honoured_for_twelve_hours() {
+        let start = Instant::now();
+        let deadline = Deadline::after(Duration::from_secs(24 * 3600), Duration::ZERO);
+        let run = run_with_retry(&policy(2), &deadline, |attempt| async move {
+            if attempt == 1 {
+                Err(ProcessError::new(ErrorClass::Throttled, "429")
+                    .with_retry_after(Duration::from_secs(20 * 3600)))
+            } else {
+                Ok(attempt)
+            }
+        })
+        .await;
+        assert_eq!(run.result.ok(), Some(2));
+        assert_eq!(start.elapsed(), Duration::from_secs(12 * 3600));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_huge_retry_after_neither_panics_nor_sleeps_past_the_cutoff() {
         let start = Instant::now();

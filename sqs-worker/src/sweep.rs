@@ -56,45 +56,85 @@ pub struct MessageView {
     /// sha256 of its payload, when known without fetching it: our `payload_sha256`
     /// attribute, or the body's own digest when the body is not a pointer.
     pub payload_sha256: Option<String>,
+    /// For an Extended-Client pointer into the store's own bucket: the digest of the
+    /// pointer's own text, which a record holds when it kept the pointer as its payload
+    /// (its object could not be read). Content too: our objects are never rewritten.
+    pub pointer_sha256: Option<String>,
     /// Set on messages a requeue sent back to the source queue (the run's id).
     pub requeued_by: Option<String>,
 }
 
 impl MessageView {
     /// The view of DLQ message `message_id` with `body`, whose string message attributes
-    /// `attribute` gives: the source message is our `source_message_id` attribute, or (a
-    /// message the queue's redrive policy moved, or a requeued one, which keep their ids) its
-    /// own id; the payload digest is the body's own, or for an Extended-Client pointer our
-    /// `payload_sha256` attribute.
+    /// `attribute` gives (docs/ARCHITECTURE.md §4):
+    ///
+    /// - the source message is our `source_message_id` attribute where the message carries
+    ///   our `item_id` too (our DLQ messages, requeues and rotation copies carry both),
+    ///   else its own id (a message the queue's redrive policy moved keeps its id);
+    /// - the payload digest is the body's own; for an Extended-Client pointer into
+    ///   `own_bucket` (the dead-letter store's payloads, content-addressed by
+    ///   [`crate::recording::payload_key`]) the digest its key ends with, when our
+    ///   `payload_sha256` attribute states the same, and the digest of the pointer's own
+    ///   text; any other pointer's payload is unknown.
     pub fn of<'a>(
         message_id: &str,
         body: &str,
         attribute: impl Fn(&str) -> Option<&'a str>,
+        own_bucket: &str,
     ) -> MessageView {
+        let pointer = S3Pointer::parse(body);
+        let ours = attribute(crate::message::ITEM_ID_ATTRIBUTE).is_some();
         MessageView {
             message_id: message_id.to_string(),
+            // A producer's message keeps its attributes into the DLQ: one naming a processed
+            // delivery, holding a pointer whose payload is unknown, would be deleted as that
+            // delivery.
             source_message_id: attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
+                .filter(|_| ours)
                 .unwrap_or(message_id)
                 .to_string(),
-            // A body that is its payload is its own digest, whatever an attribute states
-            // (a producer's message keeps its attributes into the DLQ, and one stating
-            // another payload's digest would be deleted as that payload, processed); only
-            // a pointer's payload is known by the digest stated beside it.
-            payload_sha256: match S3Pointer::parse(body) {
+            // A digest is believed only where it cannot lie: a body that is its payload is
+            // its own digest, whatever an attribute states, and a pointer's payload is known
+            // only when it points into our own bucket at the key that digest names, where
+            // we wrote that payload and nothing else.
+            payload_sha256: match &pointer {
                 None => Some(crate::hex::sha256_hex(body.as_bytes())),
-                Some(_) => attribute(PAYLOAD_SHA256_ATTRIBUTE).map(str::to_string),
+                Some(pointer) => attribute(PAYLOAD_SHA256_ATTRIBUTE)
+                    .filter(|sha| {
+                        pointer.bucket == own_bucket
+                            && pointer
+                                .key
+                                .strip_suffix(sha)
+                                .is_some_and(|k| k.ends_with('/'))
+                    })
+                    .map(str::to_string),
             },
+            pointer_sha256: pointer
+                .filter(|p| p.bucket == own_bucket && crate::recording::is_payload_key(&p.key))
+                .map(|_| crate::hex::sha256_hex(body.as_bytes())),
             requeued_by: attribute(REQUEUED_BY_ATTRIBUTE).map(str::to_string),
         }
     }
 
-    /// The keys under which a record lists this message as processed.
+    /// The keys under which a record lists this message as processed: its content's
+    /// digests when known, else its source message. Never both: a message whose content
+    /// is known is judged by its content alone, and one holding a payload no record
+    /// processed is never deleted because an attribute names a delivery that was.
     pub fn keys(&self) -> Vec<String> {
-        let mut keys = vec![processed_key_for_message(&self.source_message_id)];
-        if let Some(sha) = &self.payload_sha256 {
-            keys.push(processed_key_for_payload(sha));
+        let digests: Vec<String> = self.digests().map(processed_key_for_payload).collect();
+        if digests.is_empty() {
+            vec![processed_key_for_message(&self.source_message_id)]
+        } else {
+            digests
         }
-        keys
+    }
+
+    /// The digests its content is known by (none: unknown).
+    pub fn digests(&self) -> impl Iterator<Item = &str> {
+        self.payload_sha256
+            .iter()
+            .chain(self.pointer_sha256.iter())
+            .map(String::as_str)
     }
 }
 
@@ -137,9 +177,15 @@ impl Standing {
     }
 
     /// Whether `message` holds the record's current payload.
+    /// By its content when the message's is known ([`MessageView::keys`]), else by its
+    /// source message.
     pub fn holds_current_payload(&self, message: &MessageView) -> bool {
-        self.source_message_id.as_deref() == Some(message.source_message_id.as_str())
-            || (message.payload_sha256.is_some() && message.payload_sha256 == self.payload_sha256)
+        if message.digests().next().is_none() {
+            return self.source_message_id.as_deref() == Some(message.source_message_id.as_str());
+        }
+        message
+            .digests()
+            .any(|sha| self.payload_sha256.as_deref() == Some(sha))
     }
 }
 
@@ -441,11 +487,16 @@ fn pass_marker() -> String {
 }
 
 /// Whether a purge deletes `message` of an item it selected: only when the record, as
-/// selected, holds this very delivery (its source message) or lists it processed. Not by
+/// selected, holds this very delivery (its source message, with the record's payload when
+/// the message's is known) or lists it processed. Not by
 /// the payload's digest alone: the same payload dead-lettered again after the selection is
 /// a new failure, never selected.
 pub fn purge_takes(message: &MessageView, selected: &Standing) -> bool {
-    selected.source_message_id.as_deref() == Some(message.source_message_id.as_str())
+    (selected.source_message_id.as_deref() == Some(message.source_message_id.as_str())
+        && (message.digests().next().is_none()
+            || message
+                .digests()
+                .any(|sha| selected.payload_sha256.as_deref() == Some(sha))))
         || message
             .keys()
             .iter()
@@ -526,6 +577,7 @@ impl Pass {
             };
             let mut to_delete = Vec::new();
             let mut to_rotate = Vec::new();
+            let mut out_of_time = false;
             for received in messages {
                 let id = received.view.message_id.clone();
                 self.receipts.insert(id.clone(), received.receipt.clone());
@@ -535,6 +587,14 @@ impl Pass {
                 );
                 if self.already_judged(&received) {
                     self.judged.insert(id);
+                    continue;
+                }
+                // One judgement may take long (an adoption reads a payload from S3): the
+                // pass ends at `until` between two, and what it did not judge stays held
+                // with the rest, for the next pass (a page of ten unreadable pointers ran
+                // a sweep 100 s past its end).
+                out_of_time = out_of_time || options.until.is_some_and(|u| Instant::now() >= u);
+                if out_of_time {
                     continue;
                 }
                 self.judged.insert(id.clone());
@@ -555,6 +615,9 @@ impl Pass {
                 for received in to_rotate {
                     self.rotate(dlq, &received).await;
                 }
+            }
+            if out_of_time {
+                return Ok(());
             }
         }
     }
@@ -775,6 +838,7 @@ mod tests {
             message_id: message_id.into(),
             source_message_id: source.into(),
             payload_sha256: Some(sha.into()),
+            pointer_sha256: None,
             requeued_by: None,
         }
     }
@@ -793,8 +857,19 @@ mod tests {
     fn a_message_is_deleted_only_when_its_record_processed_that_very_message() {
         let m = view("d1", "s1", "x1");
         assert_eq!(decide(&m, None), MessageFate::Adopt);
+        // Listed by its source message only: its content is known and not listed.
         let resolved_by_id = record(ItemStatus::Resolved, "s1", "x1", &["msg:s1"]);
-        assert_eq!(decide(&m, Some(&resolved_by_id)), MessageFate::Delete);
+        assert!(matches!(
+            decide(&m, Some(&resolved_by_id)),
+            MessageFate::Reopen(_)
+        ));
+        // A message whose content is unknown (a pointer into another bucket) is judged by
+        // its source message.
+        let unknown = MessageView {
+            payload_sha256: None,
+            ..m.clone()
+        };
+        assert_eq!(decide(&unknown, Some(&resolved_by_id)), MessageFate::Delete);
         let resolved_by_sha = record(ItemStatus::Resolved, "s9", "x1", &["sha:x1"]);
         assert_eq!(decide(&m, Some(&resolved_by_sha)), MessageFate::Delete);
         // Resolved by its item id alone is not enough: another body was processed.
@@ -916,6 +991,21 @@ mod tests {
         ));
     }
 
+    /// The worker's own DLQ message for a failed delivery of the requeued message names
+    /// that message as its source and carries no requeue stamp: the requeue did not
+    /// finish, and the record is reopened. Known only by the requeued payload it holds, it
+    /// was deleted as the copy the requeue moved, and the record stayed requeued until the
+    /// requeue outlived every queue.
+    #[test]
+    fn a_dlq_message_whose_source_is_the_requeued_message_reopens_its_record() {
+        let mut requeued = record(ItemStatus::Requeued, "s1", "x1", &[]);
+        requeued.requeued_message_id = Some("r1".into());
+        assert!(matches!(
+            decide(&view("d2", "r1", "x1"), Some(&requeued)),
+            MessageFate::Reopen(_)
+        ));
+    }
+
     use std::sync::Mutex;
 
     /// One message of [`MemoryDlq`].
@@ -941,6 +1031,8 @@ mod tests {
         receipts: Mutex<usize>,
         receives: Mutex<usize>,
         fail_receive_after: Mutex<Option<usize>>,
+        /// How long each adoption takes (a payload read from S3).
+        adoption_takes: Duration,
     }
 
     impl MemoryDlq {
@@ -1029,7 +1121,7 @@ mod tests {
                 received.push(ReceivedMessage {
                     receipt: message.receipt.clone(),
                     item_id: message.item.clone(),
-                    view: view(&message.id, &message.source, "x"),
+                    view: view(&message.id, &message.source, &format!("p-{}", message.id)),
                     marker: message.marker.clone(),
                     message: message.id.clone(),
                 });
@@ -1066,6 +1158,7 @@ mod tests {
             {
                 return Ok(None);
             }
+            tokio::time::sleep(self.adoption_takes).await;
             let reason = adoption.reason;
             self.adopted
                 .lock()
@@ -1136,8 +1229,11 @@ mod tests {
         for (message, item) in [("a", "a"), ("b", "b"), ("c", "c")] {
             dlq.add(message, item);
         }
-        dlq.set("b", record(ItemStatus::Resolved, "s-b", "x", &["msg:s-b"]));
-        dlq.set("c", record(ItemStatus::Dead, "s-c", "x", &[]));
+        dlq.set(
+            "b",
+            record(ItemStatus::Resolved, "s-b", "p-b", &["msg:s-b", "sha:p-b"]),
+        );
+        dlq.set("c", record(ItemStatus::Dead, "s-c", "p-c", &[]));
         let sweep = sweep_dlq(&dlq, &adopting()).await.unwrap();
         assert_eq!(
             (sweep.seen, sweep.adopted, sweep.deleted, sweep.complete),
@@ -1152,7 +1248,10 @@ mod tests {
         assert!(dlq.visible().is_empty(), "the rest held");
 
         // Meanwhile c was resolved by its message: it goes; a (dead) comes back to view.
-        dlq.set("c", record(ItemStatus::Resolved, "s-c", "x", &["msg:s-c"]));
+        dlq.set(
+            "c",
+            record(ItemStatus::Resolved, "s-c", "p-c", &["msg:s-c", "sha:p-c"]),
+        );
         let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
             .await
             .unwrap();
@@ -1164,22 +1263,138 @@ mod tests {
     #[test]
     fn a_body_is_its_own_digest_whatever_an_attribute_states() {
         let stated = |name: &str| (name == PAYLOAD_SHA256_ATTRIBUTE).then_some("a-victims-digest");
-        let inline = MessageView::of("m-1", "{\"id\":\"attacker\"}", stated);
+        let inline = MessageView::of("m-1", "{\"id\":\"attacker\"}", stated, "ours");
         assert_eq!(
             inline.payload_sha256.as_deref(),
             Some(crate::hex::sha256_hex(b"{\"id\":\"attacker\"}").as_str())
         );
-        // A pointer's payload is known only by the digest stated beside it.
-        let pointer = S3Pointer {
-            bucket: "b".into(),
-            key: "k".into(),
-        }
-        .to_body();
-        let offloaded = MessageView::of("m-2", &pointer, stated);
-        assert_eq!(
-            offloaded.payload_sha256.as_deref(),
-            Some("a-victims-digest")
+        let pointer = |bucket: &str, key: &str| {
+            S3Pointer {
+                bucket: bucket.into(),
+                key: key.into(),
+            }
+            .to_body()
+        };
+        // A pointer's payload is known by the digest stated beside it only where that
+        // digest is the key we wrote it under, in our own bucket.
+        let ours = MessageView::of(
+            "m-2",
+            &pointer("ours", "payloads/i/a-victims-digest"),
+            stated,
+            "ours",
         );
+        assert_eq!(ours.payload_sha256.as_deref(), Some("a-victims-digest"));
+        // Into another bucket: the payload is unknown; judged by its source message.
+        let theirs = MessageView::of(
+            "m-3",
+            &pointer("producers", "payloads/i/a-victims-digest"),
+            stated,
+            "ours",
+        );
+        assert_eq!(
+            (&theirs.payload_sha256, &theirs.pointer_sha256),
+            (&None, &None)
+        );
+        assert_eq!(theirs.keys(), ["msg:m-3"]);
+        // Into ours at a key the store writes, naming another digest than the one stated:
+        // known by its own text only.
+        let addressed = format!("payloads/i/{}", "0".repeat(64));
+        let text = pointer("ours", &addressed);
+        let view = MessageView::of("m-3", &text, stated, "ours");
+        assert_eq!(view.payload_sha256, None);
+        assert_eq!(
+            view.keys(),
+            [format!("sha:{}", crate::hex::sha256_hex(text.as_bytes()))]
+        );
+        // Into ours at a key the store never writes (a producer sharing the bucket):
+        // unknown.
+        for key in ["k", "payloads/i/x-a-victims-digest", "producer/ec-1"] {
+            let view = MessageView::of("m-3", &pointer("ours", key), stated, "ours");
+            assert_eq!(
+                (&view.payload_sha256, &view.pointer_sha256),
+                (&None, &None),
+                "{key}"
+            );
+            assert_eq!(view.keys(), ["msg:m-3"], "{key}");
+        }
+    }
+
+    #[test]
+    fn a_message_naming_a_processed_delivery_is_judged_by_its_own_content() {
+        // A producer's message keeps its attributes into the DLQ: one whose
+        // `source_message_id` names a delivery the record processed, but whose body is
+        // another payload, is that other payload, never deleted as processed.
+        let forged = |name: &str| (name == SOURCE_MESSAGE_ID_ATTRIBUTE).then_some("src-1");
+        let message = MessageView::of("m-9", "{\"id\":\"a\",\"v\":2}", forged, "ours");
+        let processed = crate::hex::sha256_hex(b"{\"id\":\"a\",\"v\":1}");
+        let resolved = record(
+            ItemStatus::Resolved,
+            "src-1",
+            &processed,
+            &["msg:src-1", &format!("sha:{processed}")],
+        );
+        assert!(matches!(
+            decide(&message, Some(&resolved)),
+            MessageFate::Reopen(_)
+        ));
+        let requeued = Standing {
+            status: Some(ItemStatus::Requeued),
+            ..resolved.clone()
+        };
+        assert!(matches!(
+            decide(&message, Some(&requeued)),
+            MessageFate::Reopen(_)
+        ));
+        let dead = Standing {
+            status: Some(ItemStatus::Dead),
+            ..resolved
+        };
+        assert!(!purge_takes(&message, &dead));
+        // The same body is the payload processed, whatever message holds it.
+        let same = MessageView::of("m-10", "{\"id\":\"a\",\"v\":1}", |_| None, "ours");
+        assert_eq!(
+            decide(
+                &same,
+                Some(&Standing {
+                    status: Some(ItemStatus::Resolved),
+                    ..dead.clone()
+                })
+            ),
+            MessageFate::Delete
+        );
+        assert!(purge_takes(&same, &dead));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_ends_at_its_deadline_between_two_slow_adoptions() {
+        let dlq = MemoryDlq {
+            adoption_takes: Duration::from_secs(10),
+            ..MemoryDlq::default()
+        };
+        for n in 0..10 {
+            dlq.add(&format!("m{n}"), &format!("i{n}"));
+        }
+        let started = Instant::now();
+        let options = SweepOptions {
+            until: Some(started + Duration::from_secs(15)),
+            ..adopting()
+        };
+        let sweep = sweep_dlq(&dlq, &options).await.unwrap();
+        assert!(
+            started.elapsed() <= Duration::from_secs(20),
+            "ended {:?} after it started, its deadline was 15 s",
+            started.elapsed()
+        );
+        assert_eq!((sweep.seen, sweep.adopted, sweep.complete), (2, 2, false));
+        let held: usize = sweep.held.values().map(Vec::len).sum();
+        assert_eq!(
+            held, 10,
+            "the eight not judged are held with the two adopted"
+        );
+        settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!(dlq.visible().len(), 10, "nothing lost, all back in view");
     }
 
     #[tokio::test]
@@ -1194,13 +1409,50 @@ mod tests {
         // not wait out the hold the others get.
         dlq.set(
             "a",
-            record(ItemStatus::Resolved, "s-other", "y", &["msg:s-other"]),
+            record(
+                ItemStatus::Resolved,
+                "s-other",
+                "y",
+                &["msg:s-other", "sha:y"],
+            ),
         );
         let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::from_secs(600))
             .await
             .unwrap();
         assert_eq!((settled.deleted, settled.to_reopen), (0, 1));
         assert_eq!(dlq.visible(), ["a"], "given back at once");
+    }
+
+    /// Settling waits for a run that holds a live lease on a held message's item, and
+    /// deletes the message once that run resolves the item. Taken for a lease no run
+    /// holds, the wait ended at once and the message was given back, to stay in the DLQ
+    /// beside its resolved record until a later sweep.
+    #[tokio::test(start_paused = true)]
+    async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved() {
+        let dlq = MemoryDlq::default();
+        dlq.add("a", "a");
+        dlq.set(
+            "a",
+            Standing {
+                lease_expires_at: Some(crate::clock::now().timestamp() + 600),
+                ..record(ItemStatus::Redriving, "s-a", "p-a", &[])
+            },
+        );
+        let sweep = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap();
+        assert!(dlq.visible().is_empty(), "held while its item is redriven");
+        let the_run_resolves_it = async {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            dlq.set(
+                "a",
+                record(ItemStatus::Resolved, "s-a", "p-a", &["msg:s-a", "sha:p-a"]),
+            );
+        };
+        let (settled, ()) = tokio::join!(
+            settle_held(&dlq, sweep.held, Duration::from_secs(15), Duration::ZERO),
+            the_run_resolves_it
+        );
+        assert_eq!(settled.unwrap().deleted, 1);
+        assert_eq!(dlq.left(), 0);
     }
 
     #[tokio::test]
@@ -1228,20 +1480,29 @@ mod tests {
         let dlq = MemoryDlq::default();
         dlq.add("old", "order-1");
         dlq.add("new", "order-1");
-        let selected = record(ItemStatus::Dead, "s-old", "x-old", &[]);
+        let selected = record(ItemStatus::Dead, "s-old", "p-old", &[]);
         let options = SweepOptions {
             purge: [("order-1".to_string(), selected)].into(),
             ..SweepOptions::default()
         };
-        // The memory DLQ gives every message the digest "x": match by source message.
         let sweep = sweep_dlq(&dlq, &options).await.unwrap();
         assert_eq!(sweep.deleted, 1);
         settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
             .await
             .unwrap();
         assert_eq!(dlq.visible(), ["new"], "the later failure stays");
-        assert!(purge_takes(
+        // The selected delivery's id on another payload is not that delivery (a producer
+        // may set the attribute); with its content unknown, its source message decides.
+        assert!(!purge_takes(
             &view("d9", "s-old", "other"),
+            &record(ItemStatus::Dead, "s-old", "x", &[])
+        ));
+        let unknown = MessageView {
+            payload_sha256: None,
+            ..view("d9", "s-old", "")
+        };
+        assert!(purge_takes(
+            &unknown,
             &record(ItemStatus::Dead, "s-old", "x", &[])
         ));
         assert!(!purge_takes(
@@ -1293,6 +1554,41 @@ mod tests {
         assert_eq!(dlq.visible().len(), 13);
     }
 
+    /// A pass judges each message once: one received again by its id (its hold ended) and a
+    /// copy the pass's own rotation sent (a new id, the pass's marker) are already judged;
+    /// a copy another pass sent is not. Taken as judged only when both held, a message was
+    /// judged (counted, adopted) again, and a FIFO pass rotated its copies for ever.
+    #[test]
+    fn a_pass_judges_a_message_received_again_or_its_own_rotated_copy_only_once() {
+        let pass = Pass {
+            sweep: Sweep::default(),
+            receipts: HashMap::new(),
+            views: HashMap::new(),
+            judged: std::iter::once("m-1".to_string()).collect(),
+            marker: "pass-1".to_string(),
+        };
+        let received = |message_id: &str, marker: Option<&str>| ReceivedMessage {
+            receipt: "r".to_string(),
+            item_id: "a".to_string(),
+            view: view(message_id, "s-1", "p-1"),
+            message: (),
+            marker: marker.map(str::to_string),
+        };
+        assert!(
+            pass.already_judged(&received("m-1", None)),
+            "received again"
+        );
+        assert!(
+            pass.already_judged(&received("m-2", Some("pass-1"))),
+            "its own copy"
+        );
+        assert!(!pass.already_judged(&received("m-2", None)));
+        assert!(
+            !pass.already_judged(&received("m-2", Some("pass-0"))),
+            "another pass's copy"
+        );
+    }
+
     /// A receive that fails midway gives back what the pass held, instead of stranding it
     /// for the pass's whole hold.
     #[tokio::test]
@@ -1336,5 +1632,149 @@ mod tests {
             times += 1;
         }
         assert!(times <= 8, "{times}");
+    }
+
+    /// A requeued pointer (a payload over 256 KiB, requeued as an Extended-Client
+    /// pointer into our own bucket) whose read failed in the worker is recorded with the
+    /// pointer's text as its payload (record sha = sha256(pointer text), `batch.rs`
+    /// `pointer_sha`); its DLQ message states that digest, which is not the key's, so its
+    /// content is "unknown" and it is judged by its source message (r1). Requeued again, the
+    /// worker reads the pointer and `finish_requeued` lists `msg:r2` and the record's digest.
+    /// The DLQ message holds exactly the body the record processed, and must go.
+    #[test]
+    fn a_dlq_message_holding_a_requeued_pointers_text_goes_once_its_record_resolved() {
+        let own = "ours";
+        let payload = crate::hex::sha256_hex(b"a payload over 256 KiB");
+        let pointer = S3Pointer {
+            bucket: own.into(),
+            key: crate::recording::payload_key("order-1", &payload),
+        }
+        .to_body();
+        let recorded = crate::hex::sha256_hex(pointer.as_bytes());
+        let attributes = |name: &str| match name {
+            SOURCE_MESSAGE_ID_ATTRIBUTE => Some("r1"),
+            PAYLOAD_SHA256_ATTRIBUTE => Some(recorded.as_str()),
+            crate::message::ITEM_ID_ATTRIBUTE => Some("order-1"),
+            _ => None,
+        };
+        let dlq_message = MessageView::of("d2", &pointer, attributes, own);
+        let resolved = record(
+            ItemStatus::Resolved,
+            "r1",
+            &recorded,
+            &["msg:r2", &format!("sha:{recorded}")],
+        );
+        assert_eq!(
+            decide(&dlq_message, Some(&resolved)),
+            MessageFate::Delete,
+            "the record processed this very body; reopening it redelivers the payload"
+        );
+    }
+
+    /// Our own offloaded DLQ message whose object is gone (a purge deleted it
+    /// while the message was in flight; a lifecycle rule) is adopted with its pointer as
+    /// its payload (`Adoption::unfetched_payload`: not found). `dlq purge` of that record
+    /// must take the message: nothing else ever can (the record can never resolve), and
+    /// the record's removal leaves the message to be adopted again at every sweep.
+    #[test]
+    fn a_purge_takes_our_own_pointer_message_adopted_with_its_object_gone() {
+        let own = "ours";
+        let payload = crate::hex::sha256_hex(b"a payload that was offloaded");
+        let pointer = S3Pointer {
+            bucket: own.into(),
+            key: crate::recording::payload_key("order-1", &payload),
+        }
+        .to_body();
+        let attributes = |name: &str| match name {
+            SOURCE_MESSAGE_ID_ATTRIBUTE => Some("s1"),
+            PAYLOAD_SHA256_ATTRIBUTE => Some(payload.as_str()),
+            crate::message::ITEM_ID_ATTRIBUTE => Some("order-1"),
+            _ => None,
+        };
+        let dlq_message = MessageView::of("d1", &pointer, attributes, own);
+        assert_eq!(
+            dlq_message.payload_sha256.as_deref(),
+            Some(payload.as_str())
+        );
+        let mut item = WorkItem::new("d1", pointer.clone());
+        item.item_id = "order-1".into();
+        let adopted = adopted_record(
+            item,
+            ProcessError::new(crate::ErrorClass::NotFound, "NoSuchKey").with_step("dlq-adopt"),
+            "d1",
+            dlq_message.source_message_id.clone(),
+            &Adoption {
+                reason: "moved",
+                reopen: false,
+                known_queue_arn: None,
+                expected_status: None,
+                message_keys: dlq_message.keys(),
+            },
+            Duration::from_secs(60),
+        );
+        let selected = Standing::of(&adopted);
+        assert!(
+            purge_takes(&dlq_message, &selected),
+            "the purge keeps the very message its record was adopted from"
+        );
+    }
+
+    /// A producer's Extended-Client pointer (into its own bucket) keeps its attributes into
+    /// the DLQ: a `source_message_id` naming a delivery the record processed got it deleted
+    /// as that delivery, its payload never read by anyone. Without our `item_id` beside it,
+    /// the attribute is not believed.
+    #[test]
+    fn a_producers_pointer_naming_a_processed_delivery_is_not_deleted() {
+        let pointer = S3Pointer {
+            bucket: "producers".into(),
+            key: "large/other-payload".into(),
+        }
+        .to_body();
+        let forged = |name: &str| (name == SOURCE_MESSAGE_ID_ATTRIBUTE).then_some("src-1");
+        let message = MessageView::of("m-9", &pointer, forged, "ours");
+        let processed = crate::hex::sha256_hex(b"{\"id\":\"a\",\"v\":1}");
+        let resolved = record(
+            ItemStatus::Resolved,
+            "src-1",
+            &processed,
+            &["msg:src-1", &format!("sha:{processed}")],
+        );
+        assert_ne!(decide(&message, Some(&resolved)), MessageFate::Delete);
+    }
+
+    /// A pass out of time mid-page: the messages it did not judge are neither
+    /// deleted nor adopted by the pass, and are settled by their records afterwards (the
+    /// processed one deleted, the one to reopen given back, the unrecorded one visible).
+    #[tokio::test(start_paused = true)]
+    async fn unjudged_messages_are_settled_by_their_records_and_none_is_lost() {
+        let dlq = MemoryDlq {
+            adoption_takes: Duration::from_secs(10),
+            ..MemoryDlq::default()
+        };
+        for (message, item) in [("m0", "i0"), ("m1", "i1"), ("m2", "i2"), ("m3", "i3")] {
+            dlq.add(message, item);
+        }
+        dlq.set(
+            "i1",
+            record(ItemStatus::Resolved, "s-m1", "p-m1", &["sha:p-m1"]),
+        );
+        dlq.set(
+            "i3",
+            record(ItemStatus::Resolved, "s-x", "p-x", &["msg:s-x", "sha:p-x"]),
+        );
+        let options = SweepOptions {
+            until: Some(Instant::now() + Duration::from_secs(5)),
+            ..adopting()
+        };
+        let sweep = sweep_dlq(&dlq, &options).await.unwrap();
+        assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 1, 0));
+        assert_eq!(dlq.left(), 4, "nothing deleted unjudged");
+        let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap();
+        assert_eq!((settled.deleted, settled.to_reopen), (1, 1));
+        let mut visible = dlq.visible();
+        visible.sort();
+        assert_eq!(visible, ["m0", "m2", "m3"]);
     }
 }

@@ -364,6 +364,7 @@ impl Dlq {
             message_id: m.id.clone(),
             source_message_id: m.source.clone(),
             payload_sha256: Some(m.sha.clone()),
+            pointer_sha256: None,
             requeued_by: None,
         }
     }

@@ -14,7 +14,9 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use futures::future::BoxFuture;
 
+use super::condition::WithCondition;
 use crate::breaker::{BreakerState, BreakerStore};
+use crate::condition::breaker as conditions;
 use crate::error::ProcessError;
 
 /// How long an untouched breaker item is kept (TTL).
@@ -53,10 +55,7 @@ impl DynamoBreakerStore {
 }
 
 /// Epoch milliseconds of `at` (0 before the epoch), as stored.
-pub(super) fn millis(at: SystemTime) -> i64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(super) use crate::condition::epoch_millis as millis;
 
 /// A DynamoDB number.
 pub(super) fn number(n: i64) -> AttributeValue {
@@ -85,11 +84,11 @@ fn state_of(item: Option<&std::collections::HashMap<String, AttributeValue>>) ->
         return BreakerState::default();
     };
     BreakerState {
-        open_until: time_of(item, "open_until_ms"),
-        opens: count_of(item, "opens"),
-        failures: count_of(item, "failures"),
-        window_start: time_of(item, "window_start_ms"),
-        probe_until: time_of(item, "probe_until_ms"),
+        open_until: time_of(item, conditions::OPEN_UNTIL.0[0]),
+        opens: count_of(item, conditions::OPENS.0[0]),
+        failures: count_of(item, conditions::FAILURES.0[0]),
+        window_start: time_of(item, conditions::WINDOW_START.0[0]),
+        probe_until: time_of(item, conditions::PROBE_UNTIL.0[0]),
     }
 }
 
@@ -134,15 +133,14 @@ impl BreakerStore for DynamoBreakerStore {
         window: Duration,
     ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
         Box::pin(async move {
-            let floor = number(millis(now.checked_sub(window).unwrap_or(UNIX_EPOCH)));
+            let floor = millis(now.checked_sub(window).unwrap_or(UNIX_EPOCH));
             for _ in 0..3 {
                 // Within the current window: add.
                 let added = self
                     .update()
                     .update_expression("ADD failures :n SET expires_at = :keep")
-                    .condition_expression("window_start_ms >= :floor")
+                    .with_condition(&conditions::window_current(floor))
                     .expression_attribute_values(":n", number(i64::from(n)))
-                    .expression_attribute_values(":floor", floor.clone())
                     .expression_attribute_values(":keep", expiry(now))
                     .return_values(ReturnValue::AllNew)
                     .send()
@@ -158,12 +156,9 @@ impl BreakerStore for DynamoBreakerStore {
                     .update_expression(
                         "SET failures = :n, window_start_ms = :now, expires_at = :keep",
                     )
-                    .condition_expression(
-                        "attribute_not_exists(window_start_ms) OR window_start_ms < :floor",
-                    )
+                    .with_condition(&conditions::window_lapsed(floor))
                     .expression_attribute_values(":n", number(i64::from(n)))
                     .expression_attribute_values(":now", number(millis(now)))
-                    .expression_attribute_values(":floor", floor.clone())
                     .expression_attribute_values(":keep", expiry(now))
                     .return_values(ReturnValue::AllNew)
                     .send()
@@ -189,10 +184,9 @@ impl BreakerStore for DynamoBreakerStore {
             let opened = self
                 .update()
                 .update_expression("SET open_until_ms = :until, opens = :opens, expires_at = :keep REMOVE probe_until_ms")
-                .condition_expression("attribute_not_exists(open_until_ms) OR open_until_ms <= :now")
+                .with_condition(&conditions::may_open(millis(now)))
                 .expression_attribute_values(":until", number(millis(until)))
                 .expression_attribute_values(":opens", number(i64::from(opens)))
-                .expression_attribute_values(":now", number(millis(now)))
                 .expression_attribute_values(":keep", expiry(now))
                 .send()
                 .await;
@@ -213,9 +207,8 @@ impl BreakerStore for DynamoBreakerStore {
             let taken = self
                 .update()
                 .update_expression("SET probe_until_ms = :until")
-                .condition_expression("open_until_ms <= :now AND (attribute_not_exists(probe_until_ms) OR probe_until_ms <= :now)")
+                .with_condition(&conditions::probe_free(millis(now)))
                 .expression_attribute_values(":until", number(millis(until)))
-                .expression_attribute_values(":now", number(millis(now)))
                 .send()
                 .await;
             match taken {

@@ -14,18 +14,18 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
+use super::condition::WithCondition;
+use crate::condition::idempotency::{self as conditions, COMPLETED, IN_PROGRESS};
 use crate::error::ProcessError;
 use crate::idempotency::{Claim, IdempotencyStore};
 
-const ID: &str = "id";
-const STATUS: &str = "status";
-const TOKEN: &str = "token";
-const UNTIL: &str = "until_ms";
+const ID: &str = conditions::ID.0[0];
+const STATUS: &str = conditions::STATUS.0[0];
+const TOKEN: &str = conditions::TOKEN.0[0];
+const UNTIL: &str = conditions::UNTIL.0[0];
 /// The TTL attribute the table must be configured with.
 pub const TTL_ATTRIBUTE: &str = "expires_at";
 const RESULT: &str = "result";
-const IN_PROGRESS: &str = "in_progress";
-const COMPLETED: &str = "completed";
 
 /// Idempotency records in a DynamoDB table (partition key `id`, string; TTL on
 /// [`TTL_ATTRIBUTE`]).
@@ -50,10 +50,7 @@ impl DynamoIdempotencyStore {
     }
 }
 
-fn millis(at: SystemTime) -> i64 {
-    at.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use crate::condition::epoch_millis as millis;
 
 fn number(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())
@@ -111,10 +108,7 @@ impl IdempotencyStore for DynamoIdempotencyStore {
             .item(TOKEN, text(token))
             .item(UNTIL, number(until))
             .item(TTL_ATTRIBUTE, number(until / 1000 + 1))
-            .condition_expression("attribute_not_exists(#id) OR #until < :now")
-            .expression_attribute_names("#id", ID)
-            .expression_attribute_names("#until", UNTIL)
-            .expression_attribute_values(":now", number(millis(now)))
+            .with_condition(&conditions::claimable(millis(now)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
@@ -166,14 +160,11 @@ impl IdempotencyStore for DynamoIdempotencyStore {
             .update_item()
             .table_name(&self.table)
             .key(ID, text(key))
-            .condition_expression("#token = :token AND #status = :in_progress")
-            .expression_attribute_names("#token", TOKEN)
+            .with_condition(&conditions::held_by(token))
             .expression_attribute_names("#status", STATUS)
             .expression_attribute_names("#until", UNTIL)
             .expression_attribute_names("#ttl", TTL_ATTRIBUTE)
             .expression_attribute_names("#result", RESULT)
-            .expression_attribute_values(":token", text(token))
-            .expression_attribute_values(":in_progress", text(IN_PROGRESS))
             .expression_attribute_values(":completed", text(COMPLETED))
             .expression_attribute_values(":until", number(until))
             .expression_attribute_values(":ttl", number(until / 1000 + 1));
@@ -196,11 +187,7 @@ impl IdempotencyStore for DynamoIdempotencyStore {
             .delete_item()
             .table_name(&self.table)
             .key(ID, text(key))
-            .condition_expression("#token = :token AND #status = :in_progress")
-            .expression_attribute_names("#token", TOKEN)
-            .expression_attribute_names("#status", STATUS)
-            .expression_attribute_values(":token", text(token))
-            .expression_attribute_values(":in_progress", text(IN_PROGRESS))
+            .with_condition(&conditions::held_by(token))
             .send()
             .await
             .map_err(|e| error(&e))?;

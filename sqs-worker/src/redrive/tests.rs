@@ -10,7 +10,7 @@ use super::*;
 use crate::dead_letter::{DeadLetteredItem, ItemStatus, MessageAttribute, PayloadLocation};
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::S3Pointer;
-use crate::ports::RecordStore;
+use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore, SourceQueue, SweepOptions};
 use crate::processor::Processor;
 use crate::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
 
@@ -748,4 +748,223 @@ async fn a_redrive_failure_names_its_run_as_the_attempts_request() {
     let record = engine.store().record("a").unwrap();
     let last = record.failure_history.last().unwrap();
     assert_eq!(last.request_id.as_deref(), Some(report.run_id.as_str()));
+}
+
+/// A run that resolves an item whose DLQ message another run's sweep held sweeps the DLQ
+/// once more at its end, and the message that run gave back meanwhile is deleted and
+/// counted. The report said no message was deleted: that sweep's deletions were multiplied
+/// into the count instead of added.
+#[tokio::test(start_paused = true)]
+async fn a_message_the_settling_sweep_deletes_is_counted_in_the_report() {
+    let slow = ScriptedProcessor::new().script("a", vec![Step::Sleep(Duration::from_secs(10))]);
+    let engine = engine_with(records(&["a"]), slow);
+    // Another run's sweep holds the message; it gives it back while this run redrives "a".
+    let other = DeadLetterQueue::sweep(engine.store(), &SweepOptions::default())
+        .await
+        .unwrap();
+    let other_run_ends = async {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        DeadLetterQueue::settle_held(engine.store(), other.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap();
+    };
+    let (report, ()) = tokio::join!(run(&engine, RedriveRequest::default()), other_run_ends);
+    assert_eq!(outcome(&report, "a"), ItemOutcomeKind::Resolved);
+    assert_eq!(report.dlq_messages_deleted, 1, "{report:?}");
+    assert!(engine.store().dlq_messages().is_empty());
+}
+
+/// A requeue sends ten messages per item in parallel at once: with more than ten in
+/// parallel (up to the 64 a request may ask for) it still runs, and requeues every item.
+/// A chunk of ten divided by the parallelism was no chunk at all, and the run panicked.
+#[tokio::test]
+async fn a_requeue_with_more_than_ten_in_parallel_requeues_every_item() {
+    let engine = engine_with(records(&["a", "b", "c"]), ScriptedProcessor::new());
+    let report = run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            parallelism: Some(64),
+            ..RedriveRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeued, 3, "{report:?}");
+    for id in ["a", "b", "c"] {
+        assert_eq!(status(&engine, id), Some(ItemStatus::Requeued));
+    }
+}
+
+/// [`MemoryStore`] behind a DLQ its sweeps do not get through: with `endless`, one too
+/// large to sweep in one run (each pass takes all the time it is given, and does not see
+/// the whole DLQ); each pass reports the messages of `unhandled` as ones it could not
+/// handle.
+#[derive(Default)]
+struct OddDlq {
+    store: MemoryStore,
+    endless: bool,
+    unhandled: Vec<(String, String)>,
+}
+
+impl RecordStore for OddDlq {
+    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        self.store.get(item_id).await
+    }
+    async fn query_page(
+        &self,
+        filter: &crate::selection::RecordFilter,
+        limit: i32,
+        start: Option<&crate::selection::PageToken>,
+    ) -> Result<crate::selection::Page, ProcessError> {
+        self.store.query_page(filter, limit, start).await
+    }
+    fn token_after(
+        &self,
+        record: &DeadLetteredItem,
+        filter: &crate::selection::RecordFilter,
+    ) -> crate::selection::PageToken {
+        self.store.token_after(record, filter)
+    }
+    async fn acquire_lease(
+        &self,
+        item_id: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, ProcessError> {
+        self.store.acquire_lease(item_id, owner, ttl).await
+    }
+    async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
+        self.store.release_lease(item_id, owner).await
+    }
+    async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
+        self.store.resolve(record, owner).await
+    }
+    async fn mark_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<(), ProcessError> {
+        self.store.mark_requeued(record, owner, message_id).await
+    }
+    async fn record_redrive_failure(
+        &self,
+        item_id: &str,
+        owner: &str,
+        failures: &[crate::dead_letter::FailureDetail],
+    ) -> Result<(), ProcessError> {
+        self.store
+            .record_redrive_failure(item_id, owner, failures)
+            .await
+    }
+    async fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &crate::dead_letter::FailureDetail,
+    ) -> Result<bool, ProcessError> {
+        self.store.reopen_requeued(record, failure).await
+    }
+}
+
+impl DeadLetterQueue for OddDlq {
+    async fn sweep(&self, options: &SweepOptions) -> Result<crate::ports::Sweep, ProcessError> {
+        if let Some(until) = options.until.filter(|_| self.endless) {
+            tokio::time::sleep_until(until).await;
+        }
+        let sweep = self.store.sweep(options).await?;
+        Ok(crate::ports::Sweep {
+            complete: sweep.complete && !self.endless,
+            errors: sweep
+                .errors
+                .into_iter()
+                .chain(self.unhandled.clone())
+                .collect(),
+            ..sweep
+        })
+    }
+    async fn settle_held(
+        &self,
+        held: std::collections::BTreeMap<String, Vec<crate::sweep::HeldMessage>>,
+        wait: Duration,
+        then: Duration,
+    ) -> Result<crate::sweep::Settled, ProcessError> {
+        DeadLetterQueue::settle_held(&self.store, held, wait, then).await
+    }
+}
+
+impl PayloadStore for OddDlq {
+    async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
+        self.store.fetch(pointer).await
+    }
+    async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
+        PayloadStore::delete(&self.store, pointer).await
+    }
+}
+
+impl SourceQueue for OddDlq {
+    async fn queue_url(&self, name: &str, account: &str) -> Result<String, ProcessError> {
+        self.store.queue_url(name, account).await
+    }
+    async fn send_batch(
+        &self,
+        queue_url: &str,
+        messages: &[crate::ports::OutgoingMessage],
+    ) -> Result<Vec<crate::ports::SendResult>, ProcessError> {
+        self.store.send_batch(queue_url, messages).await
+    }
+}
+
+/// A run's sweep takes at most half the time items may start in, so that a DLQ too large
+/// for one run still leaves the run time to redrive. Given twice that time, the sweep ran
+/// past the time items may start in and past the run's deadline: no run redrove anything.
+#[tokio::test(start_paused = true)]
+async fn a_dlq_too_large_for_one_run_leaves_the_run_half_its_time_to_redrive() {
+    let store = OddDlq {
+        endless: true,
+        ..OddDlq::default()
+    };
+    for record in records(&["a", "b"]) {
+        store.store.insert_dead_lettered(record);
+    }
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let report = engine
+        .run_until(&RedriveRequest::default(), Some(deadline), &*no_progress())
+        .await
+        .unwrap();
+    assert!(
+        Instant::now() <= deadline,
+        "answered {:?} after its deadline",
+        Instant::now() - deadline
+    );
+    assert_eq!(report.succeeded, 2, "{report:?}");
+}
+
+/// The DLQ messages a run's sweep could not handle are errors of the run, each counted
+/// and listed with why. Multiplied instead of added, the count stayed at zero: a run that
+/// left messages it could not handle in the DLQ reported no error and no partial failure.
+#[tokio::test]
+async fn the_dlq_messages_a_sweep_could_not_handle_are_counted_as_errors_of_the_run() {
+    let unhandled = |item: &str| (item.to_string(), "adopt failed (injected)".to_string());
+    let store = OddDlq {
+        unhandled: vec![unhandled("x"), unhandled("y")],
+        ..OddDlq::default()
+    };
+    for record in records(&["a"]) {
+        store.store.insert_dead_lettered(record);
+    }
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
+    let report = engine
+        .run(&RedriveRequest::default(), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.errors), (1, 2), "{report:?}");
+    assert!(report.is_partial_failure());
+    for item in ["x", "y"] {
+        assert_eq!(outcome(&report, item), ItemOutcomeKind::Error);
+    }
 }

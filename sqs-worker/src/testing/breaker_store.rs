@@ -1,5 +1,7 @@
-//! [`crate::breaker::BreakerStore`] in memory, with the DynamoDB adapter's conditions, for
-//! unit tests of the breaker and of handlers behind one.
+//! [`crate::breaker::BreakerStore`] in memory, for unit tests of the breaker and of
+//! handlers behind one, and for the simulation: each write is taken or refused by the very
+//! condition the DynamoDB adapter sends ([`crate::condition::breaker`]), evaluated on the
+//! state as the item holds it.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -7,7 +9,20 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 
 use crate::breaker::{BreakerState, BreakerStore};
+use crate::condition::breaker::{self as conditions, StoredBreaker};
+use crate::condition::{epoch_millis, Condition};
 use crate::error::ProcessError;
+
+/// `at` as the table stores it: to the millisecond.
+fn stored(at: SystemTime) -> SystemTime {
+    std::time::UNIX_EPOCH
+        + Duration::from_millis(u64::try_from(epoch_millis(at)).unwrap_or_default())
+}
+
+/// Whether `condition` holds on the stored `state`.
+fn holds(condition: &Condition, state: &BreakerState) -> bool {
+    condition.holds(Some(&StoredBreaker(state)))
+}
 
 /// The breaker's state in memory; clones share it (as sandboxes share the table).
 #[derive(Debug, Clone, Default)]
@@ -41,15 +56,15 @@ impl BreakerStore for MemoryBreakerStore {
         window: Duration,
     ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
         Box::pin(async move {
+            let floor = epoch_millis(now.checked_sub(window).unwrap_or(std::time::UNIX_EPOCH));
             self.with(|s| {
-                let current = s
-                    .window_start
-                    .is_some_and(|start| now.duration_since(start).unwrap_or_default() < window);
-                if !current {
-                    s.window_start = Some(now);
-                    s.failures = 0;
+                // As the adapter writes: add within the current window, else start one.
+                if holds(&conditions::window_current(floor), s) {
+                    s.failures += n;
+                } else if holds(&conditions::window_lapsed(floor), s) {
+                    s.window_start = Some(stored(now));
+                    s.failures = n;
                 }
-                s.failures += n;
                 s.clone()
             })
         })
@@ -63,10 +78,10 @@ impl BreakerStore for MemoryBreakerStore {
     ) -> BoxFuture<'_, Result<bool, ProcessError>> {
         Box::pin(async move {
             self.with(|s| {
-                if s.is_open(now) {
+                if !holds(&conditions::may_open(epoch_millis(now)), s) {
                     return false;
                 }
-                s.open_until = Some(until);
+                s.open_until = Some(stored(until));
                 s.opens = opens;
                 s.probe_until = None;
                 true
@@ -81,9 +96,9 @@ impl BreakerStore for MemoryBreakerStore {
     ) -> BoxFuture<'_, Result<bool, ProcessError>> {
         Box::pin(async move {
             self.with(|s| {
-                let free = s.is_half_open(now) && s.probe_until.is_none_or(|p| p <= now);
+                let free = holds(&conditions::probe_free(epoch_millis(now)), s);
                 if free {
-                    s.probe_until = Some(until);
+                    s.probe_until = Some(stored(until));
                 }
                 free
             })

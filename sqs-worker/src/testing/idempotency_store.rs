@@ -1,10 +1,13 @@
-//! [`crate::idempotency::IdempotencyStore`] in memory, with the DynamoDB adapter's
-//! conditions, for unit tests of handlers that use idempotency.
+//! [`crate::idempotency::IdempotencyStore`] in memory, for unit tests of handlers that use
+//! idempotency and for the simulation: each write is taken or refused by the very
+//! condition the DynamoDB adapter sends ([`crate::condition::idempotency`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use crate::condition::idempotency::{self as conditions, StoredClaim};
+use crate::condition::{epoch_millis, Condition};
 use crate::error::{ErrorClass, ProcessError};
 use crate::idempotency::{Claim, IdempotencyStore};
 
@@ -38,6 +41,17 @@ impl MemoryIdempotencyStore {
     }
 }
 
+/// Whether `condition` holds on the item of `key` (`None`: no item).
+fn holds(condition: &Condition, key: &str, entry: Option<&Entry>) -> bool {
+    let stored = entry.map(|e| StoredClaim {
+        key,
+        token: &e.token,
+        completed: e.completed,
+        until_ms: epoch_millis(e.until),
+    });
+    condition.holds(stored.as_ref().map(|s| s as &dyn crate::condition::Item))
+}
+
 fn conflict(what: &str) -> ProcessError {
     ProcessError::new(
         ErrorClass::Validation,
@@ -55,16 +69,17 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         now: SystemTime,
     ) -> Result<Claim, ProcessError> {
         let mut entries = self.entries()?;
-        if let Some(entry) = entries.get(key) {
-            if entry.until > now {
-                return Ok(if entry.completed {
-                    Claim::Completed {
-                        result: entry.result.clone(),
-                    }
-                } else {
-                    Claim::InProgress { until: entry.until }
-                });
-            }
+        if let Some(entry) = entries
+            .get(key)
+            .filter(|e| !holds(&conditions::claimable(epoch_millis(now)), key, Some(e)))
+        {
+            return Ok(if entry.completed {
+                Claim::Completed {
+                    result: entry.result.clone(),
+                }
+            } else {
+                Claim::InProgress { until: entry.until }
+            });
         }
         entries.insert(
             key.to_string(),
@@ -86,8 +101,9 @@ impl IdempotencyStore for MemoryIdempotencyStore {
         expires_at: SystemTime,
     ) -> Result<(), ProcessError> {
         let mut entries = self.entries()?;
+        let held = holds(&conditions::held_by(token), key, entries.get(key));
         match entries.get_mut(key) {
-            Some(entry) if entry.token == token && !entry.completed => {
+            Some(entry) if held => {
                 entry.completed = true;
                 entry.result = result.map(str::to_string);
                 entry.until = expires_at;
@@ -99,12 +115,10 @@ impl IdempotencyStore for MemoryIdempotencyStore {
 
     async fn release(&self, key: &str, token: &str) -> Result<(), ProcessError> {
         let mut entries = self.entries()?;
-        match entries.get(key) {
-            Some(entry) if entry.token == token && !entry.completed => {
-                entries.remove(key);
-                Ok(())
-            }
-            _ => Err(conflict("release")),
+        if holds(&conditions::held_by(token), key, entries.get(key)) {
+            entries.remove(key);
+            return Ok(());
         }
+        Err(conflict("release"))
     }
 }

@@ -395,7 +395,7 @@ impl DeadLetterQueue for MemoryStore {
                 .or_default()
                 .push(HeldMessage {
                     receipt: message.message_id.clone(),
-                    view: MessageView::of(&message.message_id, "", |_| None),
+                    view: MessageView::of(&message.message_id, "", |_| None, ""),
                 });
             true
         });

@@ -187,20 +187,30 @@ impl DlqMessages for DeadLetterStore {
             .send()
             .await
             .map_err(|e| ProcessError::from_sdk(&e).with_step("sweep-receive"))?;
-        let mut received = Vec::with_capacity(output.messages().len());
-        for message in output.messages() {
-            let Some(receipt) = message.receipt_handle() else {
-                continue;
-            };
-            received.push(ReceivedMessage {
+        let with_receipts: Vec<(&Message, &str)> = output
+            .messages()
+            .iter()
+            .filter_map(|m| Some((m, m.receipt_handle()?)))
+            .collect();
+        // The page's payload reads (to name items) run together: ten pointers whose
+        // bucket never answers cost one read's time limit, not ten.
+        let item_ids = futures::future::join_all(
+            with_receipts
+                .iter()
+                .map(|(message, _)| self.tracked_item_id(message, parser)),
+        )
+        .await;
+        Ok(with_receipts
+            .into_iter()
+            .zip(item_ids)
+            .map(|((message, receipt), item_id)| ReceivedMessage {
                 receipt: receipt.to_string(),
-                item_id: self.tracked_item_id(message, parser).await,
-                view: message_view(message),
+                item_id,
+                view: message_view(message, &self.config.bucket),
                 marker: rotation_marker(message),
                 message: message.clone(),
-            });
-        }
-        Ok(received)
+            })
+            .collect())
     }
 
     /// One `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again
@@ -304,7 +314,7 @@ impl DlqMessages for DeadLetterStore {
             item,
             error,
             message.message_id().unwrap_or_default(),
-            message_view(message).source_message_id,
+            message_view(message, &self.config.bucket).source_message_id,
             adoption,
             self.config.retention,
         );
@@ -487,7 +497,7 @@ fn message_item_id(message: &Message, parser: &ItemParser) -> String {
 }
 
 /// What identifies a DLQ message's content ([`MessageView::of`]).
-fn message_view(message: &Message) -> MessageView {
+fn message_view(message: &Message, own_bucket: &str) -> MessageView {
     MessageView::of(
         message.message_id().unwrap_or_default(),
         message.body().unwrap_or_default(),
@@ -497,6 +507,7 @@ fn message_view(message: &Message) -> MessageView {
                 .and_then(|a| a.get(name))
                 .and_then(|v| v.string_value())
         },
+        own_bucket,
     )
 }
 
