@@ -23,10 +23,10 @@ help:
 	@echo "make bench-store  operator reads over 10,000 records and redrive throughput (minutes)"
 	@echo "make bench-runtime  worker cold start, size, peak RSS, batch concurrency"
 
-# The simulation (`sim/`) is built apart everywhere: it turns on the library's test-only
+# The simulation (`tests/sim/`) is built apart everywhere: it turns on the library's test-only
 # hooks, which Cargo would unify into every binary built with it, and the function binaries
-# refuse to compile with them (sqs_worker::mutants::SIMULATION_HOOKS).
-NOT_SIM := --workspace --exclude sqs-worker-sim
+# refuse to compile with them (sqs_keeper::mutants::SIMULATION_HOOKS).
+NOT_SIM := --workspace --exclude sqs-keeper-sim
 
 build:
 	$(CARGO) build $(NOT_SIM) --bins
@@ -52,7 +52,7 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy $(NOT_SIM) --all-targets -- -D warnings
-	$(CARGO) clippy -p sqs-worker-sim --all-targets -- -D warnings
+	$(CARGO) clippy -p sqs-keeper-sim --all-targets -- -D warnings
 
 # The compiled-binary tests run the functions as they ship: `shipped` builds their
 # `bootstrap`s with cargo-lambda and the release profile (scripts/lambda.sh, as `make
@@ -67,7 +67,7 @@ shipped:
 # known-mutant test searches up to 10,000 worlds, twenty times slower unoptimised.
 unit: emulator shipped
 	env $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) $(CARGO) test $(NOT_SIM)
-	$(CARGO) test --profile sim -p sqs-worker-sim
+	$(CARGO) test --profile sim -p sqs-keeper-sim
 
 # cfn-lint (SAM and translated), checkov (zero failed checks); installs the tools on first use.
 infra-check:
@@ -85,7 +85,7 @@ mutants:
 	scripts/mutants.sh
 
 sim:
-	$(CARGO) build --profile sim -p sqs-worker-sim --bin sim
+	$(CARGO) build --profile sim -p sqs-keeper-sim --bin sim
 	$(TARGET_DIR)/sim/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM)) $(if $(MUTANT),--mutant $(MUTANT))
 
 # The load test of `make test` (300 messages) at full size; prints the throughput seen.
@@ -105,13 +105,13 @@ package:
 # Powertools' workers, on the function binaries built exactly as `make package` builds them.
 # Figures go to target/bench/bench.json and docs/BENCHMARKS.md.
 bench: emulator
-	$(CARGO) build --release -p sqs-worker-local --bin local
+	$(CARGO) build --release -p sqs-keeper-local --bin local
 	scripts/lambda.sh bench
 	env $$($(EMULATOR) env) $(TARGET_DIR)/release/local bench --bin-dir $(TARGET_DIR)/lambda
 
 # Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
 bench-store: emulator
-	$(CARGO) build --release -p sqs-worker-local
+	$(CARGO) build --release -p sqs-keeper-local
 	env $$($(EMULATOR) env) $(TARGET_DIR)/release/local bench-store
 
 # Not part of `make test`. Figures go to target/bench/runtime.json.

@@ -1,7 +1,7 @@
 """Evaluates AWS calls against a role's IAM policies, with moto's policy evaluator.
 
 The emulators enforce no IAM, so the tests hold every call a function makes to the role
-the template grants it (e2e/tests/iam.rs). This is the evaluation step: moto implements
+the template grants it (tests/e2e/tests/iam.rs). This is the evaluation step: moto implements
 IAM's statement logic (Allow/Deny, Action/NotAction, wildcards in actions and resources)
 for its own access control, maintained with moto; it runs in the emulator's virtualenv.
 

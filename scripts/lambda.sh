@@ -112,7 +112,7 @@ bench() {
   # The zip first (its size is reported), then the binary beside it; one compilation.
   build "$triple" worker zip
   build "$triple" worker binary
-  build "$triple" hello_lambda binary sqs-worker-local
+  build "$triple" hello_lambda binary sqs-keeper-local
 }
 
 case "${1:-}" in

@@ -7,7 +7,7 @@
 //!
 //! What it shows: `WORKER_ENVELOPE=sns` unwraps the SNS notification (raw message delivery
 //! off) and keys each item by the SNS message id; the topic is on the item
-//! ([`sqs_worker::envelope::Layer::Sns`]); a body that is not an SNS notification is
+//! ([`sqs_keeper::envelope::Layer::Sns`]); a body that is not an SNS notification is
 //! dead-lettered as a validation failure with the body as it arrived; and a replayed
 //! movement (the same `seq` again) is recognised by a conditional write and skipped.
 
@@ -15,8 +15,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Deserialize;
-use sqs_worker::envelope::Layer;
-use sqs_worker::{context, Outcome, ProcessError, Processor, WorkItem};
+use sqs_keeper::envelope::Layer;
+use sqs_keeper::{context, Outcome, ProcessError, Processor, WorkItem};
 
 /// One movement of an account's balance.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

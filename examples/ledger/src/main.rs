@@ -2,8 +2,8 @@
 //! SQS FIFO queue (`WORKER_ENVELOPE=sns`), to the DynamoDB table `LEDGER_TABLE`.
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), sqs_worker::runner::Error> {
-    let setup = sqs_worker::Setup::from_env().await?;
+async fn main() -> Result<(), sqs_keeper::runner::Error> {
+    let setup = sqs_keeper::Setup::from_env().await?;
     let table = std::env::var("LEDGER_TABLE").map_err(|_| "LEDGER_TABLE is not set")?;
     let client = aws_sdk_dynamodb::Client::new(setup.aws_config().await);
     setup.run(ledger_example::Ledger::new(client, table)).await

@@ -6,11 +6,11 @@
 //! each item id in that table before calling the handler, skips an item whose notification
 //! was already sent (a duplicate delivery, a redrive of a completed item), and returns an
 //! item that another invocation is sending right now for a later retry instead of sending
-//! it a second time ([`sqs_worker::idempotency`]).
+//! it a second time ([`sqs_keeper::idempotency`]).
 
 use std::time::Duration;
 
-use sqs_worker::{context, Outcome, ProcessError, Processor, WorkItem};
+use sqs_keeper::{context, Outcome, ProcessError, Processor, WorkItem};
 
 /// Sends each item's payload to a notification service.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! A typed order processor that writes each order to DynamoDB exactly once.
 //!
-//! What it shows: a body read as a type ([`sqs_worker::WorkItem::json`]: a body that does
+//! What it shows: a body read as a type ([`sqs_keeper::WorkItem::json`]: a body that does
 //! not fit is dead-lettered on first sight, the serde path in its record); business
 //! validation as a permanent failure; the handler's own AWS errors classified by `?`
 //! (throttling retried, a missing table or a denied call dead-lettered); a conditional
@@ -12,8 +12,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Deserialize;
-use sqs_worker::context::{self, Unit};
-use sqs_worker::{Outcome, ProcessError, Processor, WorkItem};
+use sqs_keeper::context::{self, Unit};
+use sqs_keeper::{Outcome, ProcessError, Processor, WorkItem};
 
 /// An order as producers send it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -149,7 +149,7 @@ mod tests {
         ] {
             let order: Order = order(lines).json().unwrap();
             let error = order.total_cents().unwrap_err();
-            assert_eq!(error.class, sqs_worker::ErrorClass::Validation, "{lines}");
+            assert_eq!(error.class, sqs_keeper::ErrorClass::Validation, "{lines}");
         }
     }
 
@@ -158,7 +158,7 @@ mod tests {
         let error = order(r#"[{"sku":"a","qty":"2","unit_price_cents":1}]"#)
             .json::<Order>()
             .unwrap_err();
-        assert_eq!(error.class, sqs_worker::ErrorClass::Validation);
+        assert_eq!(error.class, sqs_keeper::ErrorClass::Validation);
         assert!(error.message.contains("lines[0].qty"), "{}", error.message);
         assert!(error.message.contains("Order"), "{}", error.message);
     }

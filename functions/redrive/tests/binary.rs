@@ -11,10 +11,10 @@ use std::time::Duration;
 use clap::Parser;
 use e2e::Pipeline;
 use serde_json::Value;
-use sqs_worker::dead_letter::ItemStatus;
-use sqs_worker_local::function::FunctionProcess;
-use sqs_worker_local::lambda_api::LambdaApi;
-use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
+use sqs_keeper::dead_letter::ItemStatus;
+use sqs_keeper_local::function::FunctionProcess;
+use sqs_keeper_local::lambda_api::LambdaApi;
+use sqs_keeper_local::runtime_api::{InvocationResult, RuntimeApi};
 
 async fn setup(name: &str) -> (Pipeline, Arc<RuntimeApi>, FunctionProcess, PathBuf) {
     let bodies: Vec<String> = ["a", "b", "c"]
@@ -28,7 +28,7 @@ async fn setup(name: &str) -> (Pipeline, Arc<RuntimeApi>, FunctionProcess, PathB
             .await
             .unwrap(),
     );
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
+    let mut env = sqs_keeper_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
     env.extend(p.resources.store_env());
     env.push(("WORKER_DOWNSTREAM_URL".into(), p.downstream.url()));
     env.push(("WORKER_ITEM_ID_SOURCE".into(), "pointer:/id".into()));
@@ -37,7 +37,7 @@ async fn setup(name: &str) -> (Pipeline, Arc<RuntimeApi>, FunctionProcess, PathB
     let log = std::env::temp_dir().join(format!("redrive-{name}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let process = FunctionProcess::spawn(
-        &sqs_worker_local::function::binary_under_test(
+        &sqs_keeper_local::function::binary_under_test(
             "redrive",
             std::path::Path::new(env!("CARGO_BIN_EXE_redrive")),
         ),
@@ -116,7 +116,7 @@ async fn function_answers_requests_with_reports() {
     );
     let run = &metrics[0];
     let directive = &run["_aws"]["CloudWatchMetrics"][0];
-    assert_eq!(directive["Namespace"], sqs_worker::metrics::NAMESPACE);
+    assert_eq!(directive["Namespace"], sqs_keeper::metrics::NAMESPACE);
     assert_eq!(
         directive["Dimensions"],
         serde_json::json!([["FunctionName"]])
@@ -165,7 +165,7 @@ async fn dlq_redrive_via_function() {
     let lambda = LambdaApi::start("my-redrive", api.clone(), Duration::from_secs(30))
         .await
         .unwrap();
-    let cli = dlq_cli::Cli::parse_from([
+    let cli = sqs_keeper_cli::Cli::parse_from([
         "dlq",
         "--endpoint-url",
         &lambda.url(),
@@ -180,7 +180,7 @@ async fn dlq_redrive_via_function() {
     // Credentials for the Lambda client (the endpoint ignores them).
     std::env::set_var("AWS_ACCESS_KEY_ID", "test");
     std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
-    let code = dlq_cli::run(cli).await;
+    let code = sqs_keeper_cli::run(cli).await;
     assert_eq!(code, std::process::ExitCode::SUCCESS);
     for id in ["a", "b", "c"] {
         assert_eq!(
@@ -197,7 +197,7 @@ async fn dlq_redrive_via_function() {
     assert_eq!(metrics[0]["Selected"], 3);
     assert_eq!(metrics[0]["Mode"], "requeue");
 
-    let missing = dlq_cli::Cli::parse_from([
+    let missing = sqs_keeper_cli::Cli::parse_from([
         "dlq",
         "--endpoint-url",
         &lambda.url(),
@@ -207,5 +207,8 @@ async fn dlq_redrive_via_function() {
         "--via-function",
         "no-such-function",
     ]);
-    assert_ne!(dlq_cli::run(missing).await, std::process::ExitCode::SUCCESS);
+    assert_ne!(
+        sqs_keeper_cli::run(missing).await,
+        std::process::ExitCode::SUCCESS
+    );
 }

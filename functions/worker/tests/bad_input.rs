@@ -9,12 +9,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
-use sqs_worker_local::function::FunctionProcess;
-use sqs_worker_local::runtime_api::{InvocationResult, InvokeError, RuntimeApi};
+use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
+use sqs_keeper_local::function::FunctionProcess;
+use sqs_keeper_local::runtime_api::{InvocationResult, InvokeError, RuntimeApi};
 
 fn worker_binary() -> PathBuf {
-    sqs_worker_local::function::binary_under_test(
+    sqs_keeper_local::function::binary_under_test(
         "worker",
         std::path::Path::new(env!("CARGO_BIN_EXE_worker")),
     )

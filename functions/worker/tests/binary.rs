@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
-use sqs_worker_local::downstream::{Downstream, DownstreamConfig};
-use sqs_worker_local::function::FunctionProcess;
-use sqs_worker_local::runtime_api::{InvocationResult, RuntimeApi};
+use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
+use sqs_keeper_local::function::FunctionProcess;
+use sqs_keeper_local::runtime_api::{InvocationResult, RuntimeApi};
 
 /// The worker under test: the packaged bootstrap under `make test`, else the test build's.
 fn worker_binary() -> PathBuf {
-    sqs_worker_local::function::binary_under_test(
+    sqs_keeper_local::function::binary_under_test(
         "worker",
         std::path::Path::new(env!("CARGO_BIN_EXE_worker")),
     )
@@ -305,7 +305,7 @@ async fn binary_refuses_to_start_without_its_downstream_credential() {
     ));
     let _ = std::fs::remove_file(&log);
     let secret = e2e::unique_prefix("no-such-secret");
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
+    let mut env = sqs_keeper_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
     env.extend([
         (
             "WORKER_DOWNSTREAM_URL".to_string(),
@@ -343,14 +343,14 @@ async fn binary_refuses_to_start_without_its_downstream_credential() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_dead_letters_into_the_emulator() {
     use e2e::{Pipeline, Setup};
-    use sqs_worker_local::esm::EventSourceMapping;
-    use sqs_worker_local::invokers::RuntimeApiInvoker;
+    use sqs_keeper_local::esm::EventSourceMapping;
+    use sqs_keeper_local::invokers::RuntimeApiInvoker;
 
     let p = Pipeline::new("binary", Setup::default()).await;
     let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
         .await
         .unwrap();
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
+    let mut env = sqs_keeper_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
     env.extend(p.resources.store_env());
     env.push(("WORKER_DOWNSTREAM_URL".to_string(), p.downstream.url()));
     env.push((
@@ -632,7 +632,7 @@ async fn payload_values_in_error_messages_do_not_reach_the_logs() {
     let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
         .await
         .unwrap();
-    let mut env = sqs_worker_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
+    let mut env = sqs_keeper_local::demo::emulator_env(&e2e::emulator().await, e2e::REGION);
     env.extend(p.resources.store_env());
     env.push(("WORKER_DOWNSTREAM_URL".to_string(), p.downstream.url()));
     env.push(("WORKER_ENVELOPE".to_string(), "sns".to_string()));

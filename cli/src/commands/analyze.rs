@@ -1,0 +1,94 @@
+//! `dlq analyze`: failures grouped by error signature, the distribution by class, and
+//! failed attempts per hour.
+
+use std::io::Write;
+
+use sqs_keeper::analysis;
+
+use super::render::{out, table, write_err};
+use crate::args::{FilterArgs, GlobalArgs};
+use crate::context::{progress, store};
+use crate::{CliError, Completion};
+
+/// Analyses the selection, with `samples` item ids per group.
+pub async fn analyze(
+    global: &GlobalArgs,
+    args: &FilterArgs,
+    samples: usize,
+    json: bool,
+) -> Result<Completion, CliError> {
+    let filter = super::filter_from(args)?;
+    let store = store(global).await?;
+    let bar = progress(None, "reading records");
+    let records = store
+        .query_all(&filter, None, |n| bar.set_position(n as u64))
+        .await?;
+    bar.finish_and_clear();
+    let a = analysis::analyze(&records, samples);
+    let mut out = out();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&a).unwrap_or_default()
+        )
+        .map_err(write_err)?;
+        return Ok(Completion::Ok);
+    }
+    writeln!(
+        out,
+        "{} record(s) in {} pattern group(s)\n",
+        a.records,
+        a.groups.len()
+    )
+    .map_err(write_err)?;
+    let rows: Vec<Vec<String>> = a
+        .groups
+        .iter()
+        .map(|g| {
+            vec![
+                g.count.to_string(),
+                g.error_class.clone(),
+                g.signature.clone(),
+                sqs_keeper::time_format::format(&g.first_seen),
+                sqs_keeper::time_format::format(&g.last_seen),
+                g.eligible.to_string(),
+                g.sample_ids.join(" "),
+                analysis::ellipsize(&g.sample_error, 50),
+            ]
+        })
+        .collect();
+    let headers = [
+        "COUNT",
+        "CLASS",
+        "SIGNATURE",
+        "FIRST SEEN",
+        "LAST SEEN",
+        "ELIGIBLE",
+        "SAMPLE IDS",
+        "SAMPLE ERROR",
+    ];
+    write!(
+        out,
+        "{}",
+        table(&headers, &["SAMPLE IDS", "SAMPLE ERROR"], rows)
+    )
+    .map_err(write_err)?;
+    writeln!(out, "\nby class:").map_err(write_err)?;
+    for (class, n) in &a.by_class {
+        writeln!(out, "  {class:<14} {n}").map_err(write_err)?;
+    }
+    writeln!(out, "\nfailed attempts per hour:").map_err(write_err)?;
+    let peak = a
+        .failures_per_hour
+        .iter()
+        .map(|(_, n)| *n)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    for (hour, n) in &a.failures_per_hour {
+        let bar = "#".repeat((n * 40).div_ceil(peak));
+        writeln!(out, "  {}  {n:>6}  {bar}", hour.format("%Y-%m-%d %H:00")).map_err(write_err)?;
+    }
+    Ok(Completion::Ok)
+}

@@ -1,0 +1,43 @@
+//! `dlq clear`: deletes every record, payload and DLQ message, after confirmation.
+
+use std::io::Write;
+
+use sqs_keeper::selection::RecordFilter;
+
+use super::render::{out, write_err};
+use crate::args::GlobalArgs;
+use crate::context::{confirm, progress, store};
+use crate::{CliError, Completion};
+
+/// Empties the store.
+pub async fn clear(global: &GlobalArgs, yes: bool, json: bool) -> Result<Completion, CliError> {
+    let store = store(global).await?;
+    let (depth, in_flight) = store.dlq_depth().await?;
+    let count = store
+        .query_all(&RecordFilter::default(), None, |_| {})
+        .await?
+        .len();
+    confirm(
+        &format!(
+            "Delete ALL {count} record(s), their payloads and all {} DLQ message(s)?",
+            depth + in_flight
+        ),
+        yes,
+    )?;
+    let bar = progress(Some(count as u64), "clearing");
+    let report = store.clear(|n| bar.set_position(n as u64)).await?;
+    bar.finish_and_clear();
+    if json {
+        super::purge::print_json_report(&report)?;
+    } else {
+        writeln!(
+            out(),
+            "cleared {} record(s), {} payload(s), {} DLQ message(s)",
+            report.records_deleted,
+            report.payloads_deleted,
+            report.dlq_messages_deleted
+        )
+        .map_err(write_err)?;
+    }
+    Ok(Completion::Ok)
+}

@@ -1,0 +1,82 @@
+//! `dlq list`: dead-lettered items, newest first, as a table or JSON lines.
+
+use std::io::Write;
+
+use sqs_keeper::analysis;
+
+use super::render::{out, safe, table, write_err};
+use crate::args::{FilterArgs, GlobalArgs};
+use crate::context::store;
+use crate::{CliError, Completion};
+
+/// Lists at most `limit` records of the selection.
+pub async fn list(
+    global: &GlobalArgs,
+    args: &FilterArgs,
+    limit: usize,
+    json: bool,
+) -> Result<Completion, CliError> {
+    let filter = super::filter_from(args)?;
+    let store = store(global).await?;
+    let mut unreadable = Vec::new();
+    let mut records = store
+        .newest_noting(&filter, limit + 1, &mut unreadable)
+        .await?;
+    for bad in &unreadable {
+        eprintln!(
+            "warning: stored item {} is not a valid record, left out: {}",
+            safe(&bad.item_id),
+            safe(&bad.error)
+        );
+    }
+    let more = records.len() > limit;
+    records.truncate(limit);
+    let mut out = out();
+    if json {
+        for r in &records {
+            writeln!(out, "{}", serde_json::to_string(r).unwrap_or_default()).map_err(write_err)?;
+        }
+    } else {
+        let rows: Vec<Vec<String>> = records
+            .iter()
+            .map(|r| {
+                vec![
+                    r.item_id.clone(),
+                    r.status.as_str().to_string(),
+                    r.error_class.as_str().to_string(),
+                    r.failure_count.to_string(),
+                    sqs_keeper::time_format::format(&r.last_attempt),
+                    r.error_signature.clone(),
+                    analysis::ellipsize(&r.last_error, 60),
+                ]
+            })
+            .collect();
+        let headers = [
+            "ITEM ID",
+            "STATUS",
+            "CLASS",
+            "FAILURES",
+            "LAST ATTEMPT",
+            "SIGNATURE",
+            "LAST ERROR",
+        ];
+        write!(out, "{}", table(&headers, &["LAST ERROR"], rows)).map_err(write_err)?;
+        writeln!(
+            out,
+            "{} record(s){}",
+            records.len(),
+            if more {
+                "; more match (raise --limit or filter)"
+            } else {
+                ""
+            }
+        )
+        .map_err(write_err)?;
+    }
+    // Unreadable records were left out: say so in the exit code too.
+    Ok(if unreadable.is_empty() {
+        Completion::Ok
+    } else {
+        Completion::Partial
+    })
+}

@@ -1,0 +1,90 @@
+//! `dlq purge`: deletes records whose last attempt is older than a duration, with their
+//! payloads and DLQ messages, after confirmation.
+
+use std::io::Write;
+
+use chrono::Utc;
+use sqs_keeper::removal::RemovalReport;
+use sqs_keeper::selection::RecordFilter;
+
+use super::render::{out, write_err};
+use crate::args::{GlobalArgs, StatusChoice};
+use crate::context::{confirm, progress, store};
+use crate::{CliError, Completion};
+
+/// Purges the records of `status` older than `older_than` (a duration such as `30d`).
+pub async fn purge(
+    global: &GlobalArgs,
+    older_than: &str,
+    status: StatusChoice,
+    yes: bool,
+    json: bool,
+) -> Result<Completion, CliError> {
+    let age = sqs_keeper::duration::parse_duration(older_than)
+        .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
+    let cutoff = chrono::Duration::from_std(age)
+        .ok()
+        .and_then(|age| Utc::now().checked_sub_signed(age))
+        .ok_or_else(|| CliError::Usage("--older-than is too long".into()))?;
+    let filter = RecordFilter {
+        status: status.0,
+        until: Some(cutoff),
+        ..RecordFilter::default()
+    };
+    let store = store(global).await?;
+    let records = store.query_all(&filter, None, |_| {}).await?;
+    if records.is_empty() {
+        if json {
+            print_json_report(&RemovalReport::default())?;
+        } else {
+            writeln!(
+                out(),
+                "nothing to purge: no {status} record older than {older_than}"
+            )
+            .map_err(write_err)?;
+        }
+        return Ok(Completion::Ok);
+    }
+    confirm(
+        &format!("Delete {} {status} record(s) older than {older_than} with their payloads and DLQ messages?", records.len()),
+        yes,
+    )?;
+    let bar = progress(Some(records.len() as u64), "purging");
+    let report = store
+        .remove_records(&records, &sqs_keeper::item::ItemParser::default(), |n| {
+            bar.set_position(n as u64)
+        })
+        .await?;
+    bar.finish_and_clear();
+    if json {
+        print_json_report(&report)?;
+    } else {
+        writeln!(
+            out(),
+            "purged {} record(s), {} payload(s), {} DLQ message(s)",
+            report.records_deleted,
+            report.payloads_deleted,
+            report.dlq_messages_deleted
+        )
+        .map_err(write_err)?;
+        if report.records_changed > 0 {
+            writeln!(
+                out(),
+                "kept {} record(s) that failed again after they were selected (run the purge again to select them as they are now)",
+                report.records_changed
+            )
+            .map_err(write_err)?;
+        }
+    }
+    Ok(Completion::Ok)
+}
+
+/// What was removed, as one JSON object (`dlq purge --json`, `dlq clear --json`).
+pub fn print_json_report(report: &RemovalReport) -> Result<(), CliError> {
+    writeln!(
+        out(),
+        "{}",
+        serde_json::to_string(report).unwrap_or_default()
+    )
+    .map_err(write_err)
+}

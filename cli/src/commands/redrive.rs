@@ -1,0 +1,238 @@
+//! `dlq redrive`: builds a redrive request from the options (or a request file), runs it
+//! here through the library's engine or in the deployed redrive function, and prints the
+//! report.
+//!
+//! The engine is built here from the same configuration as the redrive function's
+//! ([`sqs_keeper::config::RedriveConfig`]: the worker's retries and processor,
+//! `REDRIVE_KEEP_PAYLOADS`, `REDRIVE_SOURCE_QUEUE_URL`); `invoke_function` runs the
+//! request remotely.
+
+use std::io::Write;
+
+use sqs_keeper::analysis;
+use sqs_keeper::redrive::{
+    ItemOutcomeKind, RedriveEngine, RedriveMode, RedriveReport, RedriveRequest,
+};
+use sqs_keeper::redrive_function::redrive_processor;
+
+use super::render::{out, table, write_err};
+use crate::args::{GlobalArgs, RedriveArgs};
+use crate::context::{progress, store};
+use crate::{CliError, Completion};
+
+/// The request the options describe; run options apply on top of a request file.
+fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
+    let mut request = match &args.request {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+            RedriveRequest::from_json(&text)
+                .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?
+        }
+        None => RedriveRequest {
+            item_ids: args
+                .item_id
+                .iter()
+                .map(|id| super::stored_item_id(id))
+                .collect::<Result<_, _>>()?,
+            error_signature: args.signature.clone(),
+            error_class: args.class,
+            since: args.since.clone(),
+            until: args.until.clone(),
+            // `any` leaves the status unset: the engine's default (dead).
+            status: args.status.and_then(|s| s.0),
+            ..RedriveRequest::default()
+        },
+    };
+    // Run options apply on top of a request file too.
+    request.force |= args.force;
+    request.dry_run |= args.dry_run;
+    if let Some(mode) = args.mode {
+        request.mode = mode;
+    }
+    request.max_items = args.max_items.or(request.max_items);
+    request.parallelism = args.parallelism.or(request.parallelism);
+    request.rate = args.rate.or(request.rate);
+    if let Some(budget) = &args.time_budget {
+        let d = sqs_keeper::duration::parse_duration(budget)
+            .map_err(|e| CliError::Usage(format!("--time-budget: {e}")))?;
+        request.time_budget_secs = Some(d.as_secs());
+    }
+    if args.continuation.is_some() {
+        request.continuation_token = args.continuation.clone();
+    }
+    Ok(request)
+}
+
+/// Runs the redrive (here, or in `--via-function`) and prints its report.
+pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, CliError> {
+    let request = redrive_request(&args)?;
+    let report = match &args.via_function {
+        Some(function) => invoke_function(global, function, &request).await?,
+        None => {
+            // The same configuration as the redrive function's (retries, processor, item
+            // ids, requeue target, payload keeping), from the same variables.
+            let lookup = |name: &str| std::env::var(name).ok();
+            let mut env = sqs_keeper::config::EnvReader::new(&lookup);
+            let config = sqs_keeper::config::RedriveConfig::read(&mut env);
+            env.finish().map_err(|e| CliError::Usage(e.to_string()))?;
+            let store = store(global).await?;
+            let processor = redrive_processor(&config, store.clients())
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            if processor.is_none() && request.mode == RedriveMode::Reprocess {
+                let advice = "reprocessing here needs the worker's downstream: set WORKER_DOWNSTREAM_URL (and the worker's other WORKER_* variables), or run it in the deployed redrive function with --via-function <stack>-redrive, or send the items back to their queue with --mode requeue";
+                if !request.dry_run {
+                    return Err(CliError::Usage(advice.to_string()));
+                }
+                eprintln!("note: the dry run only selects; {advice}");
+            }
+            // Behind the worker's circuit breaker, as the function runs it.
+            let breaker = sqs_keeper::redrive_function::redrive_breaker(&config, store.clients());
+            let mut settings = config.settings;
+            if args.source_queue_url.is_some() {
+                settings.source_queue_url = args.source_queue_url.clone();
+            }
+            // A local run has no response size limit: the report lists every item.
+            settings.report_items = usize::MAX;
+            let engine = RedriveEngine::new(store, processor, settings);
+            let bar = progress(request.max_items.map(|n| n as u64), "redriving");
+            let on_item = |_: &sqs_keeper::redrive::ItemOutcome| bar.inc(1);
+            let report = sqs_keeper::redrive_function::run_gated(
+                &engine,
+                breaker.as_ref().map(|(store, policy)| (store, policy)),
+                &request,
+                None,
+                &on_item,
+            )
+            .await
+            .map_err(|e| match e {
+                sqs_keeper::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
+                sqs_keeper::redrive::RedriveError::Store(e) => CliError::from(e),
+            })?;
+            bar.finish_and_clear();
+            report
+        }
+    };
+    print_report(&report, args.json)?;
+    Ok(if report.is_partial_failure() {
+        Completion::Partial
+    } else {
+        Completion::Ok
+    })
+}
+
+/// Runs the request in the deployed redrive function and returns its report.
+async fn invoke_function(
+    global: &GlobalArgs,
+    function: &str,
+    request: &RedriveRequest,
+) -> Result<RedriveReport, CliError> {
+    let lambda = aws_sdk_lambda::Client::new(&crate::context::sdk_config(global).await);
+    let payload = serde_json::to_vec(request).map_err(|e| CliError::Failed(e.to_string()))?;
+    let output = lambda
+        .invoke()
+        .function_name(function)
+        .payload(aws_sdk_lambda::primitives::Blob::new(payload))
+        .send()
+        .await
+        .map_err(|e| {
+            CliError::Failed(format!(
+                "invoking {function}: {}",
+                sqs_keeper::ProcessError::from_sdk(&e)
+            ))
+        })?;
+    let body = output
+        .payload()
+        .map(|b| b.as_ref().to_vec())
+        .unwrap_or_default();
+    if let Some(kind) = output.function_error() {
+        return Err(CliError::Failed(format!(
+            "{function} failed ({kind}): {}",
+            String::from_utf8_lossy(&body)
+        )));
+    }
+    serde_json::from_slice::<RedriveReport>(&body).map_err(|e| {
+        CliError::Failed(format!(
+            "{function} answered something that is not a redrive report: {e}"
+        ))
+    })
+}
+
+/// The report: one row per item, the totals, and how to continue a run that stopped early.
+fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
+    let mut out = out();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(report).unwrap_or_default()
+        )
+        .map_err(write_err)?;
+        return Ok(());
+    }
+    if let Some(why) = &report.held_by_breaker {
+        writeln!(
+            out,
+            "nothing reprocessed: the worker's circuit breaker is open ({why}); the scheduled redrive probes once its open period is over"
+        )
+        .map_err(write_err)?;
+    }
+    let rows: Vec<Vec<String>> = report
+        .items
+        .iter()
+        .map(|o| {
+            vec![
+                o.item_id.clone(),
+                serde_json::to_value(o.outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+                analysis::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        write!(
+            out,
+            "{}",
+            table(&["ITEM ID", "OUTCOME", "DETAIL"], &["DETAIL"], rows)
+        )
+        .map_err(write_err)?;
+    }
+    writeln!(
+        out,
+        "{}{} selected: {} resolved, {} failed again, {} skipped (ineligible), {} leased by another run, {} not found, {} errors; {} adopted from the DLQ, {} DLQ messages deleted",
+        if report.dry_run { "dry run: " } else { "" },
+        report.selected,
+        report.succeeded,
+        report.failed_again,
+        report.skipped_ineligible,
+        report.leased_elsewhere,
+        report.not_found,
+        report.errors,
+        report.adopted_from_dlq,
+        report.dlq_messages_deleted,
+    )
+    .map_err(write_err)?;
+    if report.dry_run {
+        let would = report
+            .items
+            .iter()
+            .filter(|o| o.outcome == ItemOutcomeKind::WouldRedrive)
+            .count();
+        writeln!(
+            out,
+            "{would} item(s) would be redriven; nothing was changed"
+        )
+        .map_err(write_err)?;
+    }
+    if let Some(token) = &report.continuation_token {
+        writeln!(
+            out,
+            "stopped early; continue with: dlq redrive --continue {token}"
+        )
+        .map_err(write_err)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! `dlq stats`: totals by status and class, eligible vs manual review, the DLQ's depth and
+//! the age of the oldest dead item.
+
+use std::io::Write;
+
+use chrono::Utc;
+use sqs_keeper::analysis;
+use sqs_keeper::selection::RecordFilter;
+
+use super::render::{human_age, out, write_err};
+use crate::args::GlobalArgs;
+use crate::context::store;
+use crate::{CliError, Completion};
+
+/// Prints the totals over every record, as aligned `label: value` lines or JSON.
+pub async fn stats(global: &GlobalArgs, json: bool) -> Result<Completion, CliError> {
+    let store = store(global).await?;
+    let records = store
+        .query_all(&RecordFilter::default(), None, |_| {})
+        .await?;
+    let dlq = store.dlq_depth().await?;
+    let s = analysis::stats(&records, dlq, Utc::now());
+    let mut out = out();
+    if json {
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&s).unwrap_or_default()
+        )
+        .map_err(write_err)?;
+        return Ok(Completion::Ok);
+    }
+    let mut text = format!("records:            {}\n", s.records);
+    for (status, n) in &s.by_status {
+        text.push_str(&format!("  {status:<18}{n}\n"));
+    }
+    text.push_str(&format!(
+        "dead, eligible:     {}\ndead, manual review: {}\ndead, payload in S3: {}\n",
+        s.dead_eligible, s.dead_manual_review, s.dead_payloads_in_s3
+    ));
+    text.push_str("dead by class:\n");
+    for (class, n) in &s.dead_by_class {
+        text.push_str(&format!("  {class:<18}{n}\n"));
+    }
+    text.push_str(&format!(
+        "DLQ depth:          {} visible, {} in flight\n",
+        s.dlq_visible, s.dlq_in_flight
+    ));
+    text.push_str(&format!(
+        "oldest dead item:   {}\n",
+        s.oldest_dead_age_secs
+            .map(human_age)
+            .unwrap_or_else(|| "none".into())
+    ));
+    write!(out, "{text}").map_err(write_err)?;
+    Ok(Completion::Ok)
+}

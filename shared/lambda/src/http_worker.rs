@@ -1,0 +1,62 @@
+//! The worker the function binary ships: [`HttpDelivery`] into the configured dead-letter
+//! store, built from the environment. It sits above both the runner ([`Setup`], [`Handler`])
+//! and the Lambda glue ([`Worker`]) it wires together, so neither imports the other back.
+
+use crate::adapters::aws::AwsClients;
+use crate::config::WorkerConfig;
+use crate::http_delivery::HttpDelivery;
+use crate::runner::{Handler, Setup};
+use crate::worker::{ConfiguredSink, StartupError, Worker};
+
+/// The worker the function binary runs: HTTP delivery into the configured store.
+pub type DefaultWorker = Worker<Handler<HttpDelivery>, ConfiguredSink>;
+
+impl DefaultWorker {
+    /// Builds the worker from the environment (clients once, reused by every invocation).
+    pub async fn from_env() -> Result<Self, StartupError> {
+        let config = WorkerConfig::from_env()?;
+        Self::from_config(config, None).await
+    }
+
+    /// Builds the worker from a configuration; `clients` overrides the AWS clients that
+    /// would otherwise be loaded from the environment.
+    pub async fn from_config(
+        mut config: WorkerConfig,
+        clients: Option<AwsClients>,
+    ) -> Result<Self, StartupError> {
+        let mut setup = Setup::new(config.handler.clone());
+        if let Some(clients) = clients {
+            setup = setup.with_clients(clients);
+        }
+        // AWS clients only when something needs them: loading the configuration chain is
+        // a noticeable part of a cold start.
+        if config.downstream_auth.is_some() {
+            config
+                .resolve_downstream_auth(&setup.aws_clients().await)
+                .await?;
+        }
+        let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+        Ok(setup.worker(delivery).await)
+    }
+}
+
+/// The shipped worker's start: the logs, every variable (the handler's and the
+/// downstream's, all problems named at once), the downstream credential from Secrets
+/// Manager when one is configured. Returns the [`Setup`] to run the delivery with, so the
+/// shipped worker runs the way any handler does. A failure is logged and returned.
+pub async fn http_delivery_from_env() -> Result<(Setup, HttpDelivery), StartupError> {
+    crate::telemetry::init();
+    async {
+        let mut config = WorkerConfig::from_env()?;
+        let setup = Setup::new(config.handler.clone());
+        if config.downstream_auth.is_some() {
+            config
+                .resolve_downstream_auth(&setup.aws_clients().await)
+                .await?;
+        }
+        let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+        Ok((setup, delivery))
+    }
+    .await
+    .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
+}

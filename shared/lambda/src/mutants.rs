@@ -1,0 +1,179 @@
+//! Defects fixed earlier, kept so that they can be switched back on in the deterministic
+//! simulation (`sqs-keeper-sim`), which must find each one: a simulator that cannot find
+//! known bugs proves nothing about the unknown ones.
+//!
+//! Only the test-only `sim` feature can switch a mutant on, and only on the calling thread
+//! (each simulated world runs on one). Without the feature [`is_on`] is `false`, a
+//! constant the compiler removes with the code behind it: no shipped binary enables the
+//! feature. See `docs/SIMULATION.md`.
+
+/// Whether this build has the simulation's hooks (the test-only `sim` feature: mutants that
+/// can be switched on, a virtual wall clock). The functions' binaries assert at compile
+/// time that it is `false`, so no build that has them can be a function binary: a
+/// workspace-wide build that unified the feature in fails to compile them instead of
+/// producing a binary that tests would take for the shipped one (the Makefile builds and
+/// tests the simulation apart).
+pub const SIMULATION_HOOKS: bool = cfg!(feature = "sim");
+
+/// A fixed defect that can be switched back on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mutant {
+    /// Attempts are not cut at the deadline's cut-off and the batch is not guarded at the
+    /// hard stop: a hanging downstream runs the invocation past its deadline.
+    DeadlineOverrun,
+    /// A requeue marks the record resolved when the message is sent, not when the worker
+    /// has finished it.
+    RequeueResolvesOnSend,
+    /// The sweep deletes a DLQ message because its item is resolved, whatever payload the
+    /// message holds.
+    SweepDeletesByItemId,
+    /// A lease left by a run that died is never taken back: the item stays `redriving`.
+    LeasesNeverTakenBack,
+    /// One DLQ message that cannot be recorded aborts the whole sweep (and the run).
+    PoisonMessageAbortsSweep,
+    /// Compaction keeps the ids of dropped attempts: `attempt_ids` grows for ever.
+    UnboundedAttemptIds,
+    /// The worker resolves a requeued record only once the run has marked it `requeued`:
+    /// a message it finishes first leaves the record `requeued` for ever.
+    RequeueFinishNeedsMark,
+    /// A purge deletes every DLQ message of a selected item id, whatever it holds and
+    /// however the record changed since the selection.
+    PurgeByItemId,
+    /// Every record of a FIFO group going back is hidden for its own delay: a later one
+    /// hidden longer than the group's first holds it, and it may expire behind it.
+    FifoHidesWholeGroup,
+    /// The downstream's `Retry-After` does not reach the redelivery delay.
+    RetryAfterIgnored,
+    /// Hides are not capped by the message's retention, and a record without room for
+    /// its next delivery is returned rather than dead-lettered.
+    RetentionIgnored,
+    /// An attempt of a delivery invoked twice is appended again when compaction had dropped
+    /// its id, though its sibling attempts show the delivery recorded.
+    DroppedAttemptRecordedAgain,
+    /// A redrive's attempts are cut at the run's deadline only, not before the item's
+    /// lease ends: a slow item runs on after another run may have taken it.
+    AttemptsPastLease,
+    /// A FIFO batch goes on after a failure: a group's later records run while an earlier
+    /// one goes back to the queue.
+    FifoGoesOnAfterFailure,
+    /// A record the batch does not run on its last receive (held back, or not started
+    /// before the cut-off) is returned unstarted: the queue's redrive policy moves it
+    /// without a record.
+    UnstartedLeftToRedrivePolicy,
+    /// A half-open breaker lets every record through, not the one probe.
+    HalfOpenWithoutProbe,
+    /// Work runs although another attempt holds the item's idempotency claim.
+    InProgressClaimIgnored,
+    /// An ineligible item a forced run left leased is never taken back by a run that is not
+    /// forced: it stays `redriving`.
+    IneligibleLeasesNeverTakenBack,
+    /// A failed record's error is logged whole, with the values its message quotes.
+    ErrorsLoggedWhole,
+}
+
+impl Mutant {
+    /// Every mutant.
+    pub const ALL: [Mutant; 19] = [
+        Mutant::DeadlineOverrun,
+        Mutant::RequeueResolvesOnSend,
+        Mutant::SweepDeletesByItemId,
+        Mutant::LeasesNeverTakenBack,
+        Mutant::PoisonMessageAbortsSweep,
+        Mutant::UnboundedAttemptIds,
+        Mutant::RequeueFinishNeedsMark,
+        Mutant::PurgeByItemId,
+        Mutant::FifoHidesWholeGroup,
+        Mutant::RetryAfterIgnored,
+        Mutant::RetentionIgnored,
+        Mutant::DroppedAttemptRecordedAgain,
+        Mutant::AttemptsPastLease,
+        Mutant::FifoGoesOnAfterFailure,
+        Mutant::UnstartedLeftToRedrivePolicy,
+        Mutant::HalfOpenWithoutProbe,
+        Mutant::InProgressClaimIgnored,
+        Mutant::IneligibleLeasesNeverTakenBack,
+        Mutant::ErrorsLoggedWhole,
+    ];
+
+    /// Its name on a command line (`deadline-overrun`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::DeadlineOverrun => "deadline-overrun",
+            Mutant::RequeueResolvesOnSend => "requeue-resolves-on-send",
+            Mutant::SweepDeletesByItemId => "sweep-deletes-by-item-id",
+            Mutant::LeasesNeverTakenBack => "leases-never-taken-back",
+            Mutant::PoisonMessageAbortsSweep => "poison-message-aborts-sweep",
+            Mutant::UnboundedAttemptIds => "unbounded-attempt-ids",
+            Mutant::RequeueFinishNeedsMark => "requeue-finish-needs-mark",
+            Mutant::PurgeByItemId => "purge-by-item-id",
+            Mutant::FifoHidesWholeGroup => "fifo-hides-whole-group",
+            Mutant::RetryAfterIgnored => "retry-after-ignored",
+            Mutant::RetentionIgnored => "retention-ignored",
+            Mutant::DroppedAttemptRecordedAgain => "dropped-attempt-recorded-again",
+            Mutant::AttemptsPastLease => "attempts-past-lease",
+            Mutant::FifoGoesOnAfterFailure => "fifo-goes-on-after-failure",
+            Mutant::UnstartedLeftToRedrivePolicy => "unstarted-left-to-redrive-policy",
+            Mutant::HalfOpenWithoutProbe => "half-open-without-probe",
+            Mutant::InProgressClaimIgnored => "in-progress-claim-ignored",
+            Mutant::IneligibleLeasesNeverTakenBack => "ineligible-leases-never-taken-back",
+            Mutant::ErrorsLoggedWhole => "errors-logged-whole",
+        }
+    }
+
+    /// The mutant of that name.
+    pub fn parse(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// `at`, or (with [`Mutant::DeadlineOverrun`]) an instant a year on: the guard that
+/// should stop work at `at` no longer does.
+pub(crate) fn deadline_guard(at: tokio::time::Instant) -> tokio::time::Instant {
+    if is_on(Mutant::DeadlineOverrun) {
+        at + std::time::Duration::from_secs(365 * 86_400)
+    } else {
+        at
+    }
+}
+
+#[cfg(feature = "sim")]
+thread_local! {
+    static ACTIVE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether `mutant` is switched on (on this thread); always `false` without `sim`.
+#[inline]
+pub fn is_on(mutant: Mutant) -> bool {
+    #[cfg(feature = "sim")]
+    {
+        ACTIVE.with(|a| a.get() & mutant.bit() != 0)
+    }
+    #[cfg(not(feature = "sim"))]
+    {
+        let _ = mutant.bit();
+        false
+    }
+}
+
+/// Switches exactly `mutants` on, on this thread (an empty slice: the fixed code).
+#[cfg(feature = "sim")]
+pub fn switch_on(mutants: &[Mutant]) {
+    ACTIVE.with(|a| a.set(mutants.iter().fold(0, |bits, m| bits | m.bit())));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for m in Mutant::ALL {
+            assert_eq!(Mutant::parse(m.name()), Some(m));
+        }
+        assert_eq!(Mutant::parse("nope"), None);
+    }
+}

@@ -1,0 +1,527 @@
+//! The Lambda glue of the redrive function: builds the engine once from the environment
+//! and answers each invocation (a [`RedriveRequest`] as JSON) with a [`RedriveReport`].
+//! The run's time budget is capped by the invocation's deadline, so a large redrive stops
+//! cleanly with a continuation token instead of being killed at the Lambda timeout. Each
+//! run that changed something prints its counts as an EMF line ([`crate::metrics`]).
+
+use std::time::Duration;
+
+use lambda_runtime::{Diagnostic, LambdaEvent};
+
+use crate::adapters::aws::AwsClients;
+use crate::adapters::idempotency::DynamoIdempotencyStore;
+use crate::adapters::store::DeadLetterStore;
+use crate::config::vars::{DOWNSTREAM_URL, TABLE};
+use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
+use crate::error::ProcessError;
+use crate::http_delivery::HttpDelivery;
+use crate::idempotency::{Idempotency, Idempotent};
+use crate::item::WorkItem;
+use crate::processor::{Outcome, Processor};
+use crate::redrive::{no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest};
+
+/// The worker's processor as a redrive runs it: behind the worker's idempotency table when
+/// it has one (`WORKER_IDEMPOTENCY_TABLE`, the same key prefix), so that an item the worker
+/// completed is found completed and skipped, not delivered again (docs/ARCHITECTURE.md §6).
+#[derive(Debug)]
+pub enum RedriveProcessor {
+    /// Every redrive delivers.
+    Plain(HttpDelivery),
+    /// Once per item id, shared with the worker.
+    Idempotent(Idempotent<HttpDelivery, DynamoIdempotencyStore>),
+}
+
+impl Processor for RedriveProcessor {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        match self {
+            RedriveProcessor::Plain(p) => p.process(item).await,
+            RedriveProcessor::Idempotent(p) => p.process(item).await,
+        }
+    }
+
+    fn attempt_timeout(&self) -> Option<Duration> {
+        match self {
+            RedriveProcessor::Plain(p) => p.attempt_timeout(),
+            RedriveProcessor::Idempotent(p) => p.inner().attempt_timeout(),
+        }
+    }
+}
+
+/// The processor a redrive reprocesses with: the worker's, with its downstream credential
+/// read from Secrets Manager, behind its idempotency table when it has one; `None` when no
+/// downstream is configured (requeue only). The redrive function and `dlq redrive` both
+/// build it here.
+pub async fn redrive_processor(
+    config: &RedriveConfig,
+    clients: &AwsClients,
+) -> Result<Option<RedriveProcessor>, ConfigError> {
+    let Some(mut worker) = config.processor.clone() else {
+        return Ok(None);
+    };
+    let problem = |variable: &str, problem: String| ConfigError {
+        problems: vec![ConfigProblem {
+            variable: variable.to_string(),
+            problem,
+        }],
+    };
+    worker
+        .resolve_downstream_auth(clients)
+        .await
+        .map_err(|e| problem(e.variable, e.to_string()))?;
+    let delivery = HttpDelivery::new(worker.delivery).map_err(|e| {
+        problem(
+            DOWNSTREAM_URL.name,
+            format!("cannot build the HTTP client: {e}"),
+        )
+    })?;
+    Ok(Some(match &worker.handler.idempotency {
+        Some(table) => RedriveProcessor::Idempotent(Idempotent::new(
+            delivery,
+            Idempotency::new(
+                DynamoIdempotencyStore::new(clients.dynamodb.clone(), table.table.clone()),
+                table.ttl,
+            )
+            .with_key_prefix(&table.key_prefix),
+        )),
+        None => RedriveProcessor::Plain(delivery),
+    }))
+}
+
+/// Time kept free before the Lambda deadline for answering: the engine keeps its own
+/// reserves before this (settling the DLQ messages, writing the items' outcomes).
+const ANSWER_RESERVE: Duration = Duration::from_secs(2);
+
+/// The engine behind the redrive function.
+pub struct RedriveFunction {
+    engine: RedriveEngine<RedriveProcessor, DeadLetterStore>,
+    /// The worker's circuit breaker (`WORKER_BREAKER_TABLE`): no reprocessing while it is
+    /// open, so outage-caused dead letters come back once the downstream has recovered.
+    breaker: Option<RedriveBreaker>,
+    /// Pauses the worker's polling while its breaker stays open (`crate::polling`).
+    polling: Option<
+        crate::polling::PollingControl<
+            crate::adapters::breaker::DynamoBreakerStore,
+            crate::adapters::polling::LambdaMapping,
+            crate::adapters::polling::DynamoPauseMarker,
+            crate::adapters::polling::InvokeWorkerProbe,
+        >,
+    >,
+    /// The `FunctionName` dimension of the metrics.
+    function_name: String,
+}
+
+/// The input of the scheduled polling control (`{"control": "polling"}`), told apart from
+/// a redrive request by its `control` key.
+const POLLING_CONTROL: &str = "polling";
+
+impl RedriveFunction {
+    /// Builds the engine from the environment: the store is required; the processor is
+    /// configured when `WORKER_DOWNSTREAM_URL` is set (otherwise only `requeue` works).
+    pub async fn from_env() -> Result<RedriveFunction, ConfigError> {
+        let lookup = |name: &str| std::env::var(name).ok();
+        let mut env = EnvReader::new(&lookup);
+        let config = RedriveConfig::read(&mut env);
+        let store = match &config.processor {
+            Some(worker) => worker.handler.store.clone(),
+            None => read_store_config(&mut env),
+        };
+        if store.is_none() {
+            env.problem(
+                TABLE.name,
+                "is not set; the redrive function needs the dead-letter store",
+            );
+        }
+        env.finish()?;
+        let clients = AwsClients::from_env().await;
+        let processor = redrive_processor(&config, &clients).await?;
+        let breaker = redrive_breaker(&config, &clients);
+        let polling = match (
+            &config.polling,
+            config
+                .processor
+                .as_ref()
+                .and_then(|worker| worker.handler.breaker.as_ref()),
+        ) {
+            (Some(target), Some(breaker)) => {
+                let lambda = aws_sdk_lambda::Client::new(&clients.config);
+                let region = clients
+                    .config
+                    .region()
+                    .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
+                Some(crate::polling::PollingControl {
+                    breaker: crate::adapters::breaker::DynamoBreakerStore::new(
+                        clients.dynamodb.clone(),
+                        breaker.table.clone(),
+                        &breaker.key,
+                    ),
+                    mapping: crate::adapters::polling::LambdaMapping::new(
+                        lambda.clone(),
+                        &target.mapping,
+                    ),
+                    marker: crate::adapters::polling::DynamoPauseMarker::new(
+                        clients.dynamodb.clone(),
+                        breaker.table.clone(),
+                        &breaker.key,
+                    ),
+                    probe: crate::adapters::polling::InvokeWorkerProbe {
+                        sqs: clients.sqs.clone(),
+                        lambda,
+                        queue_url: target.queue_url.clone(),
+                        function: target.function.clone(),
+                        region,
+                    },
+                })
+            }
+            (Some(_), None) => {
+                tracing::warn!(
+                    "{} is set but the worker's breaker is not ({}): its polling is never paused",
+                    crate::config::vars::WORKER_MAPPING.name,
+                    crate::config::vars::BREAKER_TABLE.name
+                );
+                None
+            }
+            _ => None,
+        };
+        let store_config = store.ok_or_else(|| ConfigError {
+            problems: Vec::new(),
+        })?;
+        // A record that kept an Extended-Client pointer (the worker could not fetch its
+        // payload then) is reprocessed with the payload, fetched as the worker would: the
+        // buckets it allows (its store's included) and its size cap.
+        let resolver = config.processor.as_ref().map(|worker| {
+            let mut policy = worker.handler.payload.clone();
+            policy.allowed_buckets.insert(store_config.bucket.clone());
+            crate::adapters::store::ExtendedClientResolver::new(clients.s3.clone(), policy)
+        });
+        let mut store = DeadLetterStore::new(clients, store_config);
+        if let Some(worker) = &config.processor {
+            // The sweep adopts pointed payloads under the same policy.
+            store = store.with_payload_policy(worker.handler.payload.clone());
+        }
+        let mut engine = RedriveEngine::new(store, processor, config.settings);
+        if let Some(resolver) = resolver {
+            engine = engine.with_body_resolver(std::sync::Arc::new(resolver));
+        }
+        Ok(RedriveFunction {
+            breaker,
+            polling,
+            engine,
+            function_name: std::env::var("AWS_LAMBDA_FUNCTION_NAME")
+                .ok()
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "redrive".to_string()),
+        })
+    }
+
+    /// Handles one invocation of the function: the scheduled polling control
+    /// (`{"control": "polling"}`) or a redrive request.
+    pub async fn handle_event(
+        &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<serde_json::Value, Diagnostic> {
+        if let Some(control) = event.payload.get("control") {
+            if control.as_str() != Some(POLLING_CONTROL) {
+                return Err(Diagnostic {
+                    error_type: "InvalidRequest".to_string(),
+                    error_message: format!(
+                        "unknown control {control}; the only one is {POLLING_CONTROL:?}"
+                    ),
+                });
+            }
+            let action = match &self.polling {
+                Some(control) => {
+                    let action = control
+                        .run(std::time::SystemTime::from(crate::clock::now()))
+                        .await;
+                    match &action {
+                        crate::polling::ControlAction::Failed { error } => {
+                            tracing::warn!(%error, "the polling control could not finish; the next run goes on from here");
+                        }
+                        action => tracing::info!(?action, "polling control"),
+                    }
+                    action
+                }
+                None => {
+                    use crate::config::vars::{
+                        BREAKER_TABLE, SOURCE_QUEUE_URL, WORKER_FUNCTION, WORKER_MAPPING,
+                    };
+                    crate::polling::ControlAction::Failed {
+                        error: format!(
+                            "not configured: {}, {}, {} and {}",
+                            WORKER_FUNCTION.name,
+                            WORKER_MAPPING.name,
+                            SOURCE_QUEUE_URL.name,
+                            BREAKER_TABLE.name
+                        ),
+                    }
+                }
+            };
+            return serde_json::to_value(&action).map_err(|e| Diagnostic {
+                error_type: "Internal".to_string(),
+                error_message: e.to_string(),
+            });
+        }
+        let report = self.handle(event).await?;
+        serde_json::to_value(&report).map_err(|e| Diagnostic {
+            error_type: "Internal".to_string(),
+            error_message: e.to_string(),
+        })
+    }
+
+    /// Handles one redrive request.
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<serde_json::Value>,
+    ) -> Result<RedriveReport, Diagnostic> {
+        let text = event.payload.to_string();
+        let mut request = RedriveRequest::from_json(&text).map_err(diagnostic)?;
+        // A deadline already past on arrival (as `cargo lambda watch` sends) gets the
+        // worker's fallback budget rather than none.
+        let budget = crate::retry::InvocationBudget::of(
+            event.context.deadline(),
+            std::time::SystemTime::now(),
+        )
+        .time();
+        let now = tokio::time::Instant::now();
+        let deadline = now + budget.saturating_sub(ANSWER_RESERVE);
+        let until_settling = budget
+            .saturating_sub(
+                ANSWER_RESERVE
+                    + crate::redrive::SETTLE_RESERVE
+                    + crate::redrive::OUTCOME_WRITE_SLICE,
+            )
+            .as_secs()
+            .max(1);
+        request.time_budget_secs = Some(
+            request
+                .time_budget_secs
+                .unwrap_or(until_settling)
+                .min(until_settling),
+        );
+        let report = run_gated(
+            &self.engine,
+            self.breaker.as_ref().map(|(store, policy)| (store, policy)),
+            &request,
+            Some(deadline),
+            &*no_progress(),
+        )
+        .await
+        .map_err(diagnostic)?;
+        tracing::info!(
+            run_id = %report.run_id,
+            selected = report.selected,
+            succeeded = report.succeeded,
+            requeued = report.requeued,
+            failed_again = report.failed_again,
+            skipped_ineligible = report.skipped_ineligible,
+            leased_elsewhere = report.leased_elsewhere,
+            not_found = report.not_found,
+            errors = report.errors,
+            adopted = report.adopted_from_dlq,
+            dry_run = report.dry_run,
+            more = report.continuation_token.is_some(),
+            "redrive finished"
+        );
+        crate::metrics::emit_redrive(&report, &self.function_name);
+        Ok(report)
+    }
+}
+
+/// The worker's circuit breaker as a redrive sees it: its store and policy.
+pub type RedriveBreaker = (
+    crate::adapters::breaker::DynamoBreakerStore,
+    crate::breaker::BreakerPolicy,
+);
+
+/// The worker's circuit breaker of `config`, when it has one (`WORKER_BREAKER_TABLE`).
+pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<RedriveBreaker> {
+    config
+        .processor
+        .as_ref()
+        .and_then(|worker| worker.handler.breaker.as_ref())
+        .map(|breaker| {
+            (
+                crate::adapters::breaker::DynamoBreakerStore::new(
+                    clients.dynamodb.clone(),
+                    breaker.table.clone(),
+                    &breaker.key,
+                ),
+                breaker.policy,
+            )
+        })
+}
+
+/// Runs a redrive behind the worker's circuit breaker (docs/ARCHITECTURE.md §7), as the
+/// redrive function and a local `dlq redrive` both do: a reprocessing run does not go ahead
+/// while the breaker is open; once its open period is over, this run is the probe (one
+/// item first: its success closes the breaker and the run goes on, its failure of the
+/// downstream opens it again), unless a worker is probing. Requeues and dry runs do not
+/// call the downstream and are not gated. A run the breaker held back answers with an
+/// empty report whose `held_by_breaker` says why.
+pub async fn run_gated<P, S, B>(
+    engine: &RedriveEngine<P, S>,
+    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
+    request: &RedriveRequest,
+    deadline: Option<tokio::time::Instant>,
+    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
+) -> Result<RedriveReport, RedriveError>
+where
+    P: Processor,
+    S: crate::ports::RedrivePorts,
+    B: crate::breaker::BreakerStore,
+{
+    let probe = match gate(engine, breaker, request, deadline, on_item).await? {
+        Gate::Stop(report) => return Ok(report),
+        Gate::Go(probe) => probe,
+    };
+    let mut report = engine.run_until(request, deadline, on_item).await?;
+    if let Some(probe) = probe {
+        report.absorb(probe);
+    }
+    Ok(report)
+}
+
+async fn gate<P, S, B>(
+    engine: &RedriveEngine<P, S>,
+    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
+    request: &RedriveRequest,
+    deadline: Option<tokio::time::Instant>,
+    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
+) -> Result<Gate, RedriveError>
+where
+    P: Processor,
+    S: crate::ports::RedrivePorts,
+    B: crate::breaker::BreakerStore,
+{
+    let Some((breaker, policy)) = breaker else {
+        return Ok(Gate::Go(None));
+    };
+    if request.mode != crate::redrive::RedriveMode::Reprocess || request.dry_run {
+        return Ok(Gate::Go(None));
+    }
+    let skipped = |why: &str| {
+        tracing::info!("the worker's circuit breaker is open ({why}): nothing is reprocessed now");
+        Ok(Gate::Stop(RedriveReport {
+            mode: request.mode,
+            held_by_breaker: Some(why.to_string()),
+            ..RedriveReport::default()
+        }))
+    };
+    let now = std::time::SystemTime::from(crate::clock::now());
+    let state = match breaker.read().await {
+        Ok(state) => state,
+        Err(error) => {
+            tracing::warn!(%error, "circuit breaker state unreadable; redriving as if closed");
+            return Ok(Gate::Go(None));
+        }
+    };
+    if state.is_open(now) {
+        return skipped("open period running");
+    }
+    if !state.is_half_open(now) {
+        return Ok(Gate::Go(None));
+    }
+    match breaker.take_probe(now + policy.probe_for, now).await {
+        Ok(true) => {}
+        Ok(false) => return skipped("a worker is probing"),
+        Err(error) => {
+            tracing::warn!(%error, "could not take the circuit breaker's probe");
+            return skipped("probe unavailable");
+        }
+    }
+    let probe = RedriveRequest {
+        max_items: Some(1),
+        continuation_token: None,
+        ..request.clone()
+    };
+    let report = engine.run_until(&probe, deadline, on_item).await?;
+    if report.succeeded > 0 {
+        if let Err(error) = breaker.close().await {
+            tracing::warn!(%error, "could not close the circuit breaker");
+        }
+        tracing::info!("circuit breaker closed: the redrive's probe succeeded");
+        return Ok(Gate::Go(Some(report)));
+    }
+    if probe_failed_downstream(&report) {
+        let opens = state.opens + 1;
+        let until = now + crate::breaker::open_period(policy, opens);
+        if let Err(error) = breaker.open(until, opens, now).await {
+            tracing::warn!(%error, "could not open the circuit breaker again");
+        }
+        tracing::warn!("the redrive's probe failed: the circuit breaker is open again");
+    }
+    Ok(Gate::Stop(report))
+}
+
+/// Whether a probe run saw the downstream fail: an item failed again with a transient
+/// class, as the worker's breaker counts failures. A bad item taken as the probe (one of
+/// the poison items the open breaker refused during the outage, now a 400) says nothing of
+/// the downstream, and does not reopen the breaker for every worker.
+fn probe_failed_downstream(report: &RedriveReport) -> bool {
+    report.items.iter().any(|item| {
+        item.outcome == crate::redrive::ItemOutcomeKind::FailedAgain
+            && item.error_class.is_some_and(|class| {
+                crate::breaker::counts(&crate::error::ProcessError::new(class, ""))
+            })
+    })
+}
+
+/// What the circuit breaker lets a redrive do.
+enum Gate {
+    /// Run (after the probe run, when this invocation was the probe).
+    Go(Option<RedriveReport>),
+    /// Answer with this report and run nothing more.
+    Stop(RedriveReport),
+}
+
+fn diagnostic(error: RedriveError) -> Diagnostic {
+    let error_type = match error {
+        RedriveError::InvalidRequest(_) => "InvalidRequest",
+        RedriveError::Store(_) => "StoreError",
+    };
+    Diagnostic {
+        error_type: error_type.to_string(),
+        error_message: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorClass;
+    use crate::redrive::{ItemOutcome, ItemOutcomeKind};
+
+    fn failed(class: ErrorClass) -> RedriveReport {
+        RedriveReport {
+            failed_again: 1,
+            items: vec![ItemOutcome {
+                item_id: "probe".to_string(),
+                outcome: ItemOutcomeKind::FailedAgain,
+                detail: None,
+                error_class: Some(class),
+            }],
+            ..RedriveReport::default()
+        }
+    }
+
+    #[test]
+    fn only_a_transient_failure_of_the_probe_reopens_the_breaker() {
+        for class in [
+            ErrorClass::ServerError,
+            ErrorClass::Throttled,
+            ErrorClass::Timeout,
+            ErrorClass::Connection,
+        ] {
+            assert!(probe_failed_downstream(&failed(class)), "{class:?}");
+        }
+        for class in [
+            ErrorClass::Validation,
+            ErrorClass::NotFound,
+            ErrorClass::Permission,
+            ErrorClass::Unknown,
+        ] {
+            assert!(!probe_failed_downstream(&failed(class)), "{class:?}");
+        }
+        assert!(!probe_failed_downstream(&RedriveReport::default()));
+    }
+}

@@ -1,0 +1,300 @@
+//! One call to run a handler as a Lambda function, with everything the shipped worker has:
+//! configuration and the dead-letter store from the environment, classified retries, the
+//! receive budget, FIFO ordering, the deadline, Extended-Client payloads, envelopes,
+//! per-record idempotency, EMF metrics and JSON logs (docs/ARCHITECTURE.md §6).
+//!
+//! ```no_run
+//! use sqs_keeper::{handler_fn, Outcome, ProcessError, WorkItem};
+//!
+//! async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
+//!     let order: serde_json::Value = item.json()?; // a body that is not JSON: dead-lettered
+//!     println!("order {}", order["id"]);
+//!     Ok(Outcome::Done)
+//! }
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() -> Result<(), sqs_keeper::runner::Error> {
+//!     sqs_keeper::run(handler_fn(handle)).await
+//! }
+//! ```
+//!
+//! A handler that needs AWS clients or other set-up builds them from a [`Setup`], whose
+//! [`Setup::aws_config`] is the configuration the worker's own clients use (region,
+//! credentials, and the per-service endpoints of `AWS_ENDPOINT_URL*`), then runs:
+//!
+//! ```no_run
+//! # struct Orders(aws_sdk_dynamodb::Client);
+//! # impl sqs_keeper::Processor for Orders {
+//! #     async fn process(&self, _: &sqs_keeper::WorkItem) -> Result<sqs_keeper::Outcome, sqs_keeper::ProcessError> { Ok(sqs_keeper::Outcome::Done) }
+//! # }
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() -> Result<(), sqs_keeper::runner::Error> {
+//!     let setup = sqs_keeper::Setup::from_env().await?;
+//!     let orders = Orders(aws_sdk_dynamodb::Client::new(setup.aws_config().await));
+//!     setup.run(orders).await
+//! }
+//! ```
+
+use std::sync::Arc;
+
+use lambda_runtime::{service_fn, Runtime};
+use tokio::sync::OnceCell;
+
+use crate::adapters::aws::AwsClients;
+use crate::adapters::breaker::DynamoBreakerStore;
+use crate::adapters::idempotency::DynamoIdempotencyStore;
+use crate::adapters::store::{DeadLetterStore, ExtendedClientResolver};
+use crate::batch::BatchProcessor;
+use crate::breaker::Breaker;
+use crate::config::HandlerConfig;
+use crate::dead_letter::NoDeadLetterStore;
+use crate::error::ProcessError;
+use crate::idempotency::{Idempotency, Idempotent};
+use crate::item::WorkItem;
+use crate::processor::{Outcome, Processor};
+use crate::runtime::{respond, WorkerLayer};
+use crate::telemetry::InvocationLayer;
+use crate::worker::{ConfiguredSink, StartupError, Worker};
+
+/// What a function's `main` returns: any start-up or runtime error, reported by Lambda
+/// as the function's init or runtime error.
+pub type Error = lambda_runtime::Error;
+
+/// Reads the configuration from the environment and runs `processor` for every
+/// invocation until the process ends. The whole `main` of a handler (see the module's
+/// documentation).
+pub async fn run<P: Processor + 'static>(processor: P) -> Result<(), Error> {
+    Setup::from_env().await?.run(processor).await
+}
+
+/// The processor as the runner runs it: once per item id when an idempotency table is
+/// configured (`WORKER_IDEMPOTENCY_TABLE`), as it is otherwise; behind the shared circuit
+/// breaker when one is (`WORKER_BREAKER_TABLE`). Idempotency is outside the breaker: a
+/// duplicate of a completed item is skipped without asking it.
+#[derive(Debug)]
+pub enum Handler<P> {
+    /// Every delivery runs the processor.
+    Plain(Guarded<P>),
+    /// A completed item's duplicates are skipped ([`crate::idempotency`]).
+    Idempotent(Idempotent<Guarded<P>, DynamoIdempotencyStore>),
+}
+
+/// The processor, behind the circuit breaker or not.
+#[derive(Debug)]
+pub enum Guarded<P> {
+    /// Called for every item.
+    Direct(P),
+    /// Not called while the shared breaker is open ([`crate::breaker`]). Boxed: it holds
+    /// a DynamoDB client beside the processor.
+    Breaker(Box<Breaker<P, DynamoBreakerStore>>),
+}
+
+impl<P> Handler<P> {
+    /// The user's processor.
+    pub fn inner(&self) -> &P {
+        let guarded = match self {
+            Handler::Plain(p) => p,
+            Handler::Idempotent(p) => p.inner(),
+        };
+        match guarded {
+            Guarded::Direct(p) => p,
+            Guarded::Breaker(b) => b.inner(),
+        }
+    }
+}
+
+impl<P: Processor> Processor for Guarded<P> {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        match self {
+            Guarded::Direct(p) => p.process(item).await,
+            Guarded::Breaker(p) => p.process(item).await,
+        }
+    }
+
+    fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        match self {
+            Guarded::Direct(p) => p.attempt_timeout(),
+            Guarded::Breaker(p) => p.attempt_timeout(),
+        }
+    }
+}
+
+impl<P: Processor> Processor for Handler<P> {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        match self {
+            Handler::Plain(p) => p.process(item).await,
+            Handler::Idempotent(p) => p.process(item).await,
+        }
+    }
+
+    fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        self.inner().attempt_timeout()
+    }
+}
+
+/// The configuration a handler runs with, and the AWS configuration its clients share.
+#[derive(Debug)]
+pub struct Setup {
+    config: HandlerConfig,
+    aws: OnceCell<aws_config::SdkConfig>,
+    clients: Option<AwsClients>,
+}
+
+impl Setup {
+    /// Starts the logs as Lambda's logging controls say (`AWS_LAMBDA_LOG_FORMAT`,
+    /// `AWS_LAMBDA_LOG_LEVEL`) and reads the worker's variables; a bad value is logged and
+    /// returned, naming the variable.
+    pub async fn from_env() -> Result<Setup, StartupError> {
+        crate::telemetry::init();
+        HandlerConfig::from_env()
+            .map(Setup::new)
+            .map_err(StartupError::from)
+            .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
+    }
+
+    /// A set-up from a configuration read elsewhere.
+    pub fn new(config: HandlerConfig) -> Setup {
+        Setup {
+            config,
+            aws: OnceCell::new(),
+            clients: None,
+        }
+    }
+
+    /// Uses these clients (and their configuration) instead of loading them from the
+    /// environment: tests against emulators, embedders.
+    pub fn with_clients(mut self, clients: AwsClients) -> Setup {
+        let _ = self.aws.set(clients.config.clone());
+        self.clients = Some(clients);
+        self
+    }
+
+    /// The configuration read from the environment.
+    pub fn config(&self) -> &HandlerConfig {
+        &self.config
+    }
+
+    /// The AWS configuration (region, credentials, endpoints), loaded once on first use:
+    /// build the handler's own clients from it.
+    pub async fn aws_config(&self) -> &aws_config::SdkConfig {
+        self.aws
+            .get_or_init(|| async {
+                aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+            })
+            .await
+    }
+
+    /// The worker's AWS clients, built from [`Setup::aws_config`].
+    pub async fn aws_clients(&self) -> AwsClients {
+        match &self.clients {
+            Some(clients) => clients.clone(),
+            None => AwsClients::from_config(
+                self.aws_config().await,
+                crate::adapters::aws::s3_path_style_from_env(),
+            ),
+        }
+    }
+
+    /// The idempotency table, when `WORKER_IDEMPOTENCY_TABLE` names one: for handlers that
+    /// make parts of their work idempotent themselves ([`Idempotency::once`]).
+    pub async fn idempotency(&self) -> Option<Idempotency<DynamoIdempotencyStore>> {
+        let config = self.config.idempotency.as_ref()?;
+        let clients = self.aws_clients().await;
+        Some(
+            Idempotency::new(
+                DynamoIdempotencyStore::new(clients.dynamodb, config.table.clone()),
+                config.ttl,
+            )
+            .with_key_prefix(&config.key_prefix),
+        )
+    }
+
+    /// The worker around `processor`: the dead-letter store and Extended-Client resolver
+    /// when one is configured, idempotency when a table is.
+    pub async fn worker<P: Processor>(self, processor: P) -> Worker<Handler<P>, ConfiguredSink> {
+        let attempt_timeout = processor.attempt_timeout();
+        let processor = match &self.config.breaker {
+            Some(breaker) => {
+                let store = DynamoBreakerStore::new(
+                    self.aws_clients().await.dynamodb,
+                    breaker.table.clone(),
+                    &breaker.key,
+                );
+                Guarded::Breaker(Box::new(Breaker::new(processor, store, breaker.policy)))
+            }
+            None => Guarded::Direct(processor),
+        };
+        let handler = match self.idempotency().await {
+            Some(idempotency) => Handler::Idempotent(Idempotent::new(processor, idempotency)),
+            None => Handler::Plain(processor),
+        };
+        let config = &self.config;
+        let (sink, resolver) = match &config.store {
+            Some(store_config) => {
+                let clients = self.aws_clients().await;
+                // The store's own bucket holds the pointers the DLQ and a requeue carry.
+                let mut policy = config.payload.clone();
+                policy.allowed_buckets.insert(store_config.bucket.clone());
+                let resolver = ExtendedClientResolver::new(clients.s3.clone(), policy);
+                (
+                    ConfiguredSink::Store(Box::new(DeadLetterStore::new(
+                        clients,
+                        store_config.clone(),
+                    ))),
+                    Some(resolver),
+                )
+            }
+            None => {
+                tracing::warn!(
+                    "no dead-letter store configured (DLQ_TABLE, DLQ_QUEUE_URL, DLQ_BUCKET): \
+                     permanent failures are returned to the queue"
+                );
+                (ConfiguredSink::Disabled(NoDeadLetterStore), None)
+            }
+        };
+        let mut engine = BatchProcessor::new(handler, sink, config.batch.clone());
+        if let Some(resolver) = resolver {
+            engine = engine.with_body_resolver(Arc::new(resolver));
+        }
+        if config.redelivery.is_some() || config.breaker.is_some() {
+            let sqs = self.aws_clients().await.sqs;
+            let port: Arc<dyn crate::redelivery::VisibilityPort> =
+                Arc::new(crate::adapters::visibility::SqsVisibility::new(sqs));
+            if let Some(policy) = config.redelivery {
+                engine = engine.with_redelivery(policy, port.clone());
+            }
+            // Under a breaker the worker's polling may be paused during a long outage, and
+            // a paused queue is swept only every quarter of its retention
+            // (docs/ARCHITECTURE.md §1.12).
+            if config.breaker.is_some() {
+                engine = engine.with_sweep_reserve(port);
+            }
+        }
+        let worker = Worker::new(engine, config.deadline_margin);
+        match attempt_timeout {
+            Some(timeout) => worker.with_attempt_timeout(timeout),
+            None => worker,
+        }
+    }
+
+    /// Runs `processor` for every invocation until the process ends.
+    pub async fn run<P: Processor + 'static>(self, processor: P) -> Result<(), Error> {
+        // The simulation's hooks (mutants, a virtual clock) must never serve real traffic:
+        // Cargo unifies features across one build, so a handler built beside the
+        // simulation would carry them (docs/SIMULATION.md).
+        if crate::mutants::SIMULATION_HOOKS {
+            let why = "this binary was built with the simulation's test hooks (feature `sim` of sqs-keeper, unified from another package of the build): build it on its own, e.g. `cargo build -p <your crate>`";
+            tracing::error!("{why}");
+            return Err(why.into());
+        }
+        let worker = self.worker(processor).await;
+        // The worker serves every invocation until the process ends.
+        let worker: &'static _ = Box::leak(Box::new(worker));
+        // Added last, so it runs first: the batch runs inside each invocation's span.
+        Runtime::new(service_fn(respond))
+            .layer(WorkerLayer::new(worker))
+            .layer(InvocationLayer)
+            .run()
+            .await
+    }
+}

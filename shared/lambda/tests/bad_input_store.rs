@@ -1,0 +1,778 @@
+//! The bad-input suite, the cases that need S3, SQS or DynamoDB: an Extended Client pointer
+//! to a missing object, redrive requests with bad limits or with unknown or repeated ids,
+//! an error too large for a dead-letter record, an item that keeps failing. Each ends in a
+//! clear error, a dead-letter or a per-item outcome, and nothing is lost or counted twice.
+//!
+//! They run against the local emulators: `EMULATOR_URL` and `EMULATOR_DYNAMODB_URL`, or
+//! `scripts/emulator.sh start` when they are unset. Only loopback URLs are accepted. The cases that need no AWS are in
+//! `bad_input.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::json;
+use sqs_keeper::adapters::aws::{AwsClients, Endpoints};
+use sqs_keeper::adapters::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
+use sqs_keeper::batch::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper::dead_letter::{
+    DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo,
+};
+use sqs_keeper::error::{ErrorClass, ProcessError};
+use sqs_keeper::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
+use sqs_keeper::pointer::S3Pointer;
+use sqs_keeper::processor::{Outcome, Processor};
+use sqs_keeper::redrive::{
+    no_progress, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveRequest,
+    RedriveSettings,
+};
+use sqs_keeper::retry::AttemptFailure;
+use sqs_keeper::testing::{MemorySink, ScriptedProcessor, Step};
+
+use common::{
+    assert_accounted, config, disposition, event, far_deadline, json_parser, record, run,
+    validation_dead_letter, Recording, ARN,
+};
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+fn unique(name: &str) -> String {
+    format!(
+        "bad-input-{}-{}-{name}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// The emulators' endpoints (`EMULATOR_URL` and `EMULATOR_DYNAMODB_URL`, else
+/// `scripts/emulator.sh start`); loopback only.
+fn emulator() -> Endpoints {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/emulator.sh");
+    let run = |verb: &str| {
+        let output = std::process::Command::new(script)
+            .arg(verb)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+        assert!(
+            output.status.success(),
+            "{script} {verb}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let endpoints = match var("EMULATOR_URL") {
+        Some(shared) => Endpoints {
+            dynamodb: var("EMULATOR_DYNAMODB_URL").unwrap_or_else(|| shared.clone()),
+            shared,
+        },
+        None => Endpoints {
+            shared: run("start"),
+            dynamodb: run("dynamodb-url"),
+        },
+    };
+    for url in [&endpoints.shared, &endpoints.dynamodb] {
+        assert!(
+            url.starts_with("http://127.") || url.starts_with("http://localhost"),
+            "the emulator must be on loopback, got {url}"
+        );
+    }
+    endpoints
+}
+
+async fn emulator_clients() -> AwsClients {
+    AwsClients::for_endpoints(&emulator(), "us-east-1").await
+}
+
+/// A store on emulator resources made for one test: table, DLQ and bucket.
+async fn emulator_store(name: &str) -> DeadLetterStore {
+    let (clients, config) = emulator_store_resources(name).await;
+    DeadLetterStore::new(clients, config)
+}
+
+/// A fresh table, DLQ and bucket on the emulator, and the store configuration naming them.
+async fn emulator_store_resources(name: &str) -> (AwsClients, StoreConfig) {
+    let clients = emulator_clients().await;
+    let prefix = unique(name);
+    let table = format!("{prefix}-dead-letters");
+    sqs_keeper::adapters::store::schema::create_table(&clients.dynamodb, &table)
+        .await
+        .unwrap();
+    let dlq = clients
+        .sqs
+        .create_queue()
+        .queue_name(format!("{prefix}-dlq"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let bucket = format!("{prefix}-payloads");
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let config = StoreConfig::new(&table, &dlq, &bucket);
+    (clients, config)
+}
+
+// ---------------------------------------------------------------------------------------
+// Extended Client pointers
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_client_pointer_to_a_missing_object_is_dead_lettered_not_found() {
+    let clients = emulator_clients().await;
+    let bucket = unique("payloads");
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    clients
+        .s3
+        .put_object()
+        .bucket(&bucket)
+        .key("present")
+        .body(r#"{"id":"resolved"}"#.as_bytes().to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    clients
+        .s3
+        .put_object()
+        .bucket(&bucket)
+        .key("binary")
+        .body(vec![0xff, 0xfe, 0x00].into())
+        .send()
+        .await
+        .unwrap();
+    let pointer = |bucket: &str, key: &str| {
+        S3Pointer {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        }
+        .to_body()
+    };
+    let missing_key = pointer(&bucket, "payloads/missing/0123");
+    let missing_bucket_name = unique("no-such-bucket");
+    let missing_bucket = pointer(&missing_bucket_name, "k");
+    let present = pointer(&bucket, "present");
+    let binary = pointer(&bucket, "binary");
+    // Looks like a pointer but is not one (no bucket/key): an ordinary JSON body.
+    let not_a_pointer = r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{}]"#;
+
+    let engine = BatchProcessor::new(
+        Recording::default(),
+        MemorySink::new(),
+        config(json_parser()),
+    )
+    .with_body_resolver(std::sync::Arc::new(ExtendedClientResolver::new(
+        clients.s3.clone(),
+        sqs_keeper::pointer::PayloadPolicy::allowing([bucket.clone(), missing_bucket_name.clone()]),
+    )));
+    let ids = ["m-key", "m-bucket", "m-present", "m-binary", "m-fake"];
+    let report = run(
+        &engine,
+        vec![
+            record("m-key", &missing_key),
+            record("m-bucket", &missing_bucket),
+            record("m-present", &present),
+            record("m-binary", &binary),
+            record("m-fake", not_a_pointer),
+        ],
+    )
+    .await;
+    assert_accounted(&ids, &report, engine.sink());
+    let not_found = Disposition::DeadLettered {
+        class: ErrorClass::NotFound,
+        reason: DeadLetterReason::Permanent,
+    };
+    assert_eq!(disposition(&report, "m-key"), &not_found);
+    assert_eq!(disposition(&report, "m-bucket"), &not_found);
+    assert_eq!(disposition(&report, "m-binary"), &validation_dead_letter());
+    assert_eq!(disposition(&report, "m-present"), &Disposition::Done);
+    assert_eq!(disposition(&report, "m-fake"), &Disposition::Done);
+    // The processor saw the payload for the present object, never a pointer it could not
+    // resolve.
+    let items = engine.processor().items();
+    let processed: HashMap<&str, &str> = items
+        .iter()
+        .map(|i| (i.message_id.as_str(), i.body.as_str()))
+        .collect();
+    assert_eq!(processed.len(), 2, "{processed:?}");
+    assert_eq!(processed["m-present"], r#"{"id":"resolved"}"#);
+    assert_eq!(processed["m-fake"], not_a_pointer);
+    // The dead-letter candidates keep the pointer body (the payload is not there) and say
+    // which step failed.
+    for candidate in engine.sink().accepted.lock().unwrap().iter() {
+        assert_eq!(candidate.error.step.as_deref(), Some("fetch-payload"));
+        assert_eq!(candidate.failures.len(), 1);
+        let expected_body = match candidate.item.message_id.as_str() {
+            "m-key" => &missing_key,
+            "m-bucket" => &missing_bucket,
+            "m-binary" => &binary,
+            other => panic!("unexpected candidate {other}"),
+        };
+        assert_eq!(&candidate.item.body, expected_body);
+        assert!(!candidate.error.message.is_empty());
+    }
+    let key_error = &engine
+        .sink()
+        .accepted
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|c| c.item.message_id == "m-key")
+        .unwrap()
+        .error
+        .clone();
+    assert_eq!(key_error.code.as_deref(), Some("NoSuchKey"), "{key_error}");
+    assert_eq!(key_error.status, Some(404));
+}
+// ---------------------------------------------------------------------------------------
+// Redrive requests
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_with_bad_durations_or_limits_is_refused_before_anything_happens() {
+    let store = emulator_store("redrive-bad").await;
+    let engine = RedriveEngine::new(
+        store,
+        Some(ScriptedProcessor::new()),
+        RedriveSettings::default(),
+    );
+    let cases: Vec<(RedriveRequest, &str)> = vec![
+        (
+            RedriveRequest {
+                since: Some("yesterday".into()),
+                ..Default::default()
+            },
+            "since: ",
+        ),
+        (
+            RedriveRequest {
+                until: Some("3y".into()),
+                ..Default::default()
+            },
+            "until: ",
+        ),
+        (
+            RedriveRequest {
+                since: Some("-5h".into()),
+                ..Default::default()
+            },
+            "since: ",
+        ),
+        (
+            RedriveRequest {
+                since: Some("99999999999999999999d".into()),
+                ..Default::default()
+            },
+            "since: ",
+        ),
+        (
+            RedriveRequest {
+                since: Some("99999999999w".into()),
+                ..Default::default()
+            },
+            "too far back",
+        ),
+        (
+            RedriveRequest {
+                since: Some("1h".into()),
+                until: Some("2h".into()),
+                ..Default::default()
+            },
+            "since is after until",
+        ),
+        (
+            RedriveRequest {
+                since: Some("2026-13-01T00:00:00Z".into()),
+                ..Default::default()
+            },
+            "since: ",
+        ),
+        (
+            RedriveRequest {
+                parallelism: Some(65),
+                ..Default::default()
+            },
+            "parallelism",
+        ),
+        (
+            RedriveRequest {
+                rate: Some(0.0),
+                ..Default::default()
+            },
+            "rate",
+        ),
+        (
+            RedriveRequest {
+                rate: Some(f64::NAN),
+                ..Default::default()
+            },
+            "rate",
+        ),
+        (
+            RedriveRequest {
+                max_items: Some(0),
+                ..Default::default()
+            },
+            "max_items",
+        ),
+        (
+            RedriveRequest {
+                time_budget_secs: Some(0),
+                ..Default::default()
+            },
+            "time_budget_secs",
+        ),
+        (
+            RedriveRequest {
+                item_ids: vec!["a".into(), String::new()],
+                ..Default::default()
+            },
+            "empty ids",
+        ),
+        (
+            RedriveRequest {
+                continuation_token: Some("not a token".into()),
+                ..Default::default()
+            },
+            "continuation token",
+        ),
+    ];
+    for (request, needle) in cases {
+        let err = engine.run(&request, &*no_progress()).await.unwrap_err();
+        assert!(
+            matches!(err, RedriveError::InvalidRequest(_)),
+            "{request:?}: {err}"
+        );
+        assert!(err.to_string().contains(needle), "{request:?}: {err}");
+    }
+    // Reprocess needs a processor; the engine says so instead of doing nothing.
+    let store = emulator_store("redrive-noproc").await;
+    let engine: RedriveEngine<ScriptedProcessor, _> =
+        RedriveEngine::new(store, None, RedriveSettings::default());
+    let err = engine
+        .run(
+            &RedriveRequest {
+                item_ids: vec!["a".into()],
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("WORKER_DOWNSTREAM_URL"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_of_unknown_ids_is_a_per_item_not_found() {
+    let store = emulator_store("redrive-unknown").await;
+    let engine = RedriveEngine::new(
+        store,
+        Some(ScriptedProcessor::new()),
+        RedriveSettings::default(),
+    );
+    for (mode, dry_run) in [
+        (RedriveMode::Reprocess, true),
+        (RedriveMode::Reprocess, false),
+        (RedriveMode::Requeue, false),
+    ] {
+        let request = RedriveRequest {
+            item_ids: vec!["does-not-exist".into(), "😀/also missing".into()],
+            mode,
+            dry_run,
+            ..Default::default()
+        };
+        let seen = Mutex::new(Vec::new());
+        let report = engine
+            .run(&request, &|o| seen.lock().unwrap().push(o.clone()))
+            .await
+            .unwrap();
+        assert_eq!(report.selected, 2, "{mode:?} {dry_run}");
+        assert_eq!(report.not_found, 2);
+        assert_eq!(report.succeeded, 0);
+        assert!(report.is_partial_failure(), "unknown ids are not a success");
+        for (outcome, id) in report.items.iter().zip(&request.item_ids) {
+            assert_eq!(&outcome.item_id, id);
+            assert_eq!(outcome.outcome, ItemOutcomeKind::NotFound);
+            assert_eq!(
+                outcome.detail.as_deref(),
+                Some("no record with this item id")
+            );
+        }
+        assert_eq!(*seen.lock().unwrap(), report.items, "progress saw each");
+    }
+}
+
+/// A record to redrive: dead-letters one throttled item through the real store.
+async fn dead_item(store: &DeadLetterStore, item_id: &str) {
+    let engine = BatchProcessor::new(
+        ScriptedProcessor::new().script(item_id, vec![Step::Fail(ErrorClass::Throttled)]),
+        store.clone(),
+        BatchConfig {
+            max_receive_count: Some(1),
+            ..config(ItemParser {
+                id_source: ItemIdSource::JsonPointer("/id".into()),
+                body_format: BodyFormat::Json,
+                envelope: Default::default(),
+            })
+        },
+    );
+    let report = engine
+        .process_batch(
+            event(vec![record(
+                &format!("m-{item_id}"),
+                &json!({"id": item_id}).to_string(),
+            )]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            report.records[0].disposition,
+            Disposition::DeadLettered { .. }
+        ),
+        "{report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redrive_of_known_and_unknown_ids_reports_each_once() {
+    let store = emulator_store("redrive-mixed").await;
+    dead_item(&store, "known").await;
+    let engine = RedriveEngine::new(
+        store.clone(),
+        Some(ScriptedProcessor::new()),
+        RedriveSettings::default(),
+    );
+    let report = engine
+        .run(
+            &RedriveRequest {
+                item_ids: vec!["nope".into(), "known".into()],
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    let outcomes: Vec<(&str, ItemOutcomeKind)> = report
+        .items
+        .iter()
+        .map(|o| (o.item_id.as_str(), o.outcome))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("nope", ItemOutcomeKind::NotFound),
+            ("known", ItemOutcomeKind::Resolved)
+        ]
+    );
+    assert!(report.is_partial_failure());
+}
+
+/// Redrives `item_ids` (after dead-lettering each distinct one) in `mode`, requeueing to a
+/// fresh source queue; the report and the source queue's depth.
+async fn redrive_ids(
+    name: &str,
+    item_ids: &[&str],
+    mode: RedriveMode,
+) -> (sqs_keeper::redrive::RedriveReport, String) {
+    let store = emulator_store(name).await;
+    let distinct: HashSet<&str> = item_ids.iter().copied().collect();
+    for id in distinct {
+        dead_item(&store, id).await;
+    }
+    let source = store
+        .clients()
+        .sqs
+        .create_queue()
+        .queue_name(unique("source"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let engine = RedriveEngine::new(
+        store.clone(),
+        Some(ScriptedProcessor::new()),
+        RedriveSettings {
+            source_queue_url: Some(source.clone()),
+            ..RedriveSettings::default()
+        },
+    );
+    let report = engine
+        .run(
+            &RedriveRequest {
+                item_ids: item_ids.iter().map(|s| s.to_string()).collect(),
+                mode,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    let name = aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages;
+    let attrs = store
+        .clients()
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&source)
+        .attribute_names(name.clone())
+        .send()
+        .await
+        .unwrap();
+    let depth = attrs
+        .attributes()
+        .and_then(|a| a.get(&name))
+        .cloned()
+        .unwrap_or_default();
+    (report, depth)
+}
+
+/// The same id twice in one reprocess request: selected, processed and reported once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reprocess_of_a_repeated_id_processes_it_once() {
+    let (report, _) = redrive_ids("redrive-dup", &["twice", "twice"], RedriveMode::Reprocess).await;
+    assert_eq!(report.selected, 1, "{report:?}");
+    assert_eq!(report.succeeded, 1, "{report:?}");
+    assert_eq!(report.items.len(), 1);
+}
+
+/// The same id twice in one requeue request. Leases are taken in one DynamoDB transaction
+/// per chunk, and DynamoDB refuses a transaction with two operations on one item
+/// (`ValidationException`), which would fail every item of the chunk: the request's ids
+/// are made unique first, so the item is requeued once and the others too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_of_a_repeated_id_requeues_it_once_and_the_others_too() {
+    let (report, depth) = redrive_ids(
+        "requeue-dup",
+        &["other", "twice", "twice"],
+        RedriveMode::Requeue,
+    )
+    .await;
+    assert_eq!(report.selected, 2, "{report:?}");
+    assert_eq!(report.requeued, 2, "other and twice requeued: {report:?}");
+    assert_eq!(depth, "2", "each requeued exactly once");
+}
+// ---------------------------------------------------------------------------------------
+// Dead-letter records
+// ---------------------------------------------------------------------------------------
+
+/// A processor that fails permanently with a message and a cause chain far larger than a
+/// DynamoDB item may hold (400 KB), as a verbose downstream client might.
+struct Verbose;
+
+impl Processor for Verbose {
+    async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+        let mut error =
+            ProcessError::validation(format!("rejected: {}", "é".repeat(300_000))).with_step("x");
+        error.causes = (0..50)
+            .map(|n| format!("cause {n}: {}", "x".repeat(10_000)))
+            .collect();
+        Err(error)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_too_large_for_a_record_is_clipped_and_recorded() {
+    use sqs_keeper::dead_letter::{CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT};
+    let store = emulator_store("verbose").await;
+    let engine = BatchProcessor::new(Verbose, store.clone(), config(json_parser()));
+    let report = engine
+        .process_batch(
+            event(vec![record("m-verbose", r#"{"id":"v1"}"#)]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        disposition(&report, "m-verbose"),
+        &validation_dead_letter(),
+        "recorded and dead-lettered, not returned for a record that cannot be written"
+    );
+    let stored = store.get("m-verbose").await.unwrap().expect("the record");
+    assert!(stored.last_error.len() <= ERROR_MESSAGE_LIMIT);
+    assert!(stored.last_error.starts_with("rejected: éé"));
+    assert!(
+        stored.last_error.ends_with("bytes omitted]"),
+        "{}",
+        &stored.last_error[stored.last_error.len() - 40..]
+    );
+    let attempt = &stored.failure_history[0];
+    assert_eq!(attempt.error_message, stored.last_error);
+    assert_eq!(attempt.causes.len(), CAUSES_LIMIT);
+    assert!(attempt.causes.iter().all(|c| c.len() <= CAUSE_LIMIT));
+    assert!(attempt.causes[0].starts_with("cause 0: xxx"));
+}
+
+/// A record of `item_id` for one failed attempt of delivery `delivery`.
+fn failed_delivery(item_id: &str, delivery: u32, class: ErrorClass) -> DeadLetteredItem {
+    let message = serde_json::from_value(json!({
+        "messageId": format!("m-{item_id}"),
+        "body": json!({"id": item_id}).to_string(),
+        "attributes": {"ApproximateReceiveCount": delivery.to_string(), "SentTimestamp": "1700000000000"},
+        "eventSourceARN": ARN,
+    }))
+    .unwrap();
+    let parser = ItemParser {
+        id_source: ItemIdSource::JsonPointer("/id".into()),
+        body_format: BodyFormat::Json,
+        envelope: Default::default(),
+    };
+    let item = parser.parse(format!("m-{item_id}"), message).unwrap();
+    let error = ProcessError::new(class, format!("delivery {delivery} failed"));
+    let candidate = DeadLetterCandidate {
+        failures: vec![AttemptFailure {
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration: Duration::from_millis(3),
+            error: error.clone(),
+        }],
+        item,
+        error,
+        reason: DeadLetterReason::Permanent,
+    };
+    DeadLetteredItem::from_candidate(
+        &candidate,
+        &InvocationInfo::default(),
+        chrono::Utc::now(),
+        Duration::from_secs(86_400),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_that_keeps_failing_keeps_a_bounded_history_and_an_exact_count() {
+    let (clients, mut config) = emulator_store_resources("history").await;
+    config.history_limit = 4;
+    let store = DeadLetterStore::new(clients, config);
+    // Ten deliveries; the third is a permission failure, which requires manual review
+    // even after its entry has been dropped from the history.
+    for delivery in 1..=10 {
+        let class = if delivery == 3 {
+            ErrorClass::Permission
+        } else {
+            ErrorClass::Throttled
+        };
+        store
+            .record(&failed_delivery("h1", delivery, class))
+            .await
+            .unwrap();
+    }
+    // Recording a known attempt again changes nothing.
+    store
+        .record(&failed_delivery("h1", 10, ErrorClass::Throttled))
+        .await
+        .unwrap();
+    let stored = store.get("h1").await.unwrap().expect("the record");
+    assert_eq!(stored.failure_count, 10);
+    let deliveries: Vec<u32> = stored
+        .failure_history
+        .iter()
+        .map(|f| f.receive_count)
+        .collect();
+    assert_eq!(
+        deliveries,
+        [1, 2, 9, 10],
+        "the first and the latest attempts"
+    );
+    assert_eq!(stored.history_omitted, 6);
+    assert_eq!(
+        u32::try_from(stored.failure_history.len()).unwrap() + stored.history_omitted,
+        stored.failure_count
+    );
+    assert!(
+        stored.manual_review_required,
+        "the dropped permission failure still counts"
+    );
+    assert_eq!(stored.last_error, "delivery 10 failed");
+}
+
+/// A worker that dead-letters a new delivery of an item while a redrive holds its lease
+/// (found by the simulation, seed 7291): the run may neither resolve the record nor mark it
+/// requeued with the payload it read, since the record now holds another one. The
+/// DynamoDB conditions refuse both; the item stays dead with the new payload for the next
+/// run, and the lease can be given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cannot_finish_an_item_whose_payload_a_new_failure_replaced() {
+    use sqs_keeper::dead_letter::ItemStatus;
+    let store = emulator_store("replaced").await;
+    let id = unique("replaced-item");
+    dead_item(&store, &id).await;
+    let read = store.get(&id).await.unwrap().unwrap();
+    assert!(store
+        .acquire_lease(&id, "run-1", Duration::from_secs(60))
+        .await
+        .unwrap());
+
+    // A new delivery of the same item, another body, dead-lettered by the worker.
+    let engine = BatchProcessor::new(
+        ScriptedProcessor::new().script(&id, vec![Step::Fail(ErrorClass::Validation)]),
+        store.clone(),
+        config(ItemParser {
+            id_source: ItemIdSource::JsonPointer("/id".into()),
+            body_format: BodyFormat::Json,
+            envelope: Default::default(),
+        }),
+    );
+    engine
+        .process_batch(
+            event(vec![record(
+                &format!("m2-{id}"),
+                &json!({"id": id, "version": 2}).to_string(),
+            )]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let now = store.get(&id).await.unwrap().unwrap();
+    assert_ne!(now.payload.sha256, read.payload.sha256);
+
+    let resolved = store.resolve(&read, "run-1").await;
+    assert!(
+        resolved.is_err(),
+        "resolved with a payload it did not process"
+    );
+    let requeued = store.mark_requeued(&read, "run-1", "sent-1").await;
+    assert!(
+        requeued.is_err(),
+        "marked requeued with a payload it did not send"
+    );
+    let after = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(after.status, ItemStatus::Dead);
+    assert_eq!(after.payload.sha256, now.payload.sha256);
+    store.release_lease(&id, "run-1").await.unwrap();
+
+    // Unchanged, the same calls go through.
+    assert!(store
+        .acquire_lease(&id, "run-2", Duration::from_secs(60))
+        .await
+        .unwrap());
+    store.resolve(&after, "run-2").await.unwrap();
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        ItemStatus::Resolved
+    );
+}

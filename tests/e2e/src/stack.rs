@@ -1,0 +1,133 @@
+//! Stacks of the project's templates deployed into the emulator's CloudFormation: the
+//! template translated offline, created with parameters, and what it made.
+
+#![allow(clippy::unwrap_used, clippy::panic)] // test helpers fail loudly
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aws_sdk_cloudformation::types::{Parameter, StackStatus};
+use serde_json::Value;
+
+/// The workspace's root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A translated template, `main` (`infra/template.yaml`) or `handler` (`infra/handler.yaml`).
+/// Runs `scripts/infra.sh translate`, which installs the tools on first use.
+pub fn translated_template(which: &str) -> Value {
+    let status = std::process::Command::new(root().join("scripts/infra.sh"))
+        .arg("translate")
+        .status()
+        .unwrap();
+    assert!(status.success(), "translating the SAM templates failed");
+    let file = if which == "handler" {
+        "handler.json"
+    } else {
+        "template.json"
+    };
+    serde_json::from_str(&std::fs::read_to_string(root().join("target/infra").join(file)).unwrap())
+        .unwrap()
+}
+
+/// `text` with `%XX` escapes decoded (IAM returns policy documents URL-encoded).
+pub use sqs_keeper_local::fault_proxy::percent_decoded;
+
+/// A zip file with no entries: enough for the emulator to create a function.
+pub const EMPTY_ZIP: &[u8] = &[
+    0x50, 0x4b, 0x05, 0x06, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+];
+
+/// `template` as the emulator can deploy it: event source mappings replaced by stand-ins
+/// whose `Ref` is a UUID-like id, as a mapping's is (the emulator would invoke the function
+/// on every send; the local event source mapping polls instead), without alarms and
+/// dashboards (it evaluates no alarm; they are checked on the JSON) and rules (parameter
+/// assertions, checked on the JSON).
+pub fn deployable(mut template: Value) -> Value {
+    if let Some(resources) = template["Resources"].as_object_mut() {
+        resources.retain(|_, r| {
+            !matches!(
+                r["Type"].as_str(),
+                Some("AWS::CloudWatch::Alarm" | "AWS::CloudWatch::Dashboard")
+            )
+        });
+        for resource in resources.values_mut() {
+            if resource["Type"] == "AWS::Lambda::EventSourceMapping" {
+                let uuid = format!(
+                    "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+                    fastrand::u32(..),
+                    fastrand::u16(..),
+                    fastrand::u16(..0x1000),
+                    fastrand::u16(..0x1000),
+                    fastrand::u64(..1 << 48)
+                );
+                *resource = serde_json::json!({
+                    "Type": "AWS::SSM::Parameter",
+                    "Properties": {"Name": uuid, "Type": "String", "Value": "event source mapping"}
+                });
+            }
+        }
+    }
+    if let Some(top) = template.as_object_mut() {
+        top.remove("Rules");
+    }
+    template
+}
+
+/// Creates a stack of `template` in the emulator and waits for it; returns its outputs.
+pub async fn create_stack(
+    cloudformation: &aws_sdk_cloudformation::Client,
+    stack: &str,
+    template: &Value,
+    parameters: &[(&str, &str)],
+) -> std::collections::HashMap<String, String> {
+    let created = cloudformation
+        .create_stack()
+        .stack_name(stack)
+        .template_body(template.to_string())
+        .set_parameters(Some(
+            parameters
+                .iter()
+                .map(|(k, v)| {
+                    Parameter::builder()
+                        .parameter_key(*k)
+                        .parameter_value(*v)
+                        .build()
+                })
+                .collect(),
+        ))
+        .send()
+        .await;
+    // A busy emulator can drop the first answer; the SDK's retry then finds the stack.
+    if let Err(e) = created {
+        let code = aws_sdk_cloudformation::error::ProvideErrorMetadata::code(&e);
+        assert_eq!(code, Some("AlreadyExistsException"), "create_stack: {e:?}");
+    }
+    let mut outputs = std::collections::HashMap::new();
+    for _ in 0..120 {
+        let described = cloudformation
+            .describe_stacks()
+            .stack_name(stack)
+            .send()
+            .await
+            .unwrap();
+        let s = &described.stacks()[0];
+        match s.stack_status() {
+            Some(StackStatus::CreateComplete) => {
+                for o in s.outputs() {
+                    outputs.insert(
+                        o.output_key().unwrap().to_string(),
+                        o.output_value().unwrap().to_string(),
+                    );
+                }
+                break;
+            }
+            Some(StackStatus::CreateInProgress) => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            other => panic!("stack ended in {other:?}: {:?}", s.stack_status_reason()),
+        }
+    }
+    outputs
+}

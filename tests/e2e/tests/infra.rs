@@ -1,0 +1,1350 @@
+//! The infrastructure template: translated offline, checked as JSON (alarms, event source,
+//! IAM, variable names), and deployed into the emulator with CloudFormation to check the
+//! resources it really creates.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aws_sdk_cloudformation::types::StackStatus;
+use e2e::stack::{create_stack, deployable, percent_decoded, translated_template, EMPTY_ZIP};
+use serde_json::Value;
+use sqs_keeper::adapters::aws::{AwsClients, Endpoints};
+
+/// A rule assertion evaluated over parameter values, for the functions rules use
+/// (`Fn::Or`, `Fn::And`, `Fn::Not`, `Fn::Equals`, `Fn::Contains`, `Ref`); CloudFormation
+/// compares parameter values as strings.
+fn rule_holds(expression: &Value, parameters: &[(&str, &str)]) -> Value {
+    let eval = |e: &Value| rule_holds(e, parameters);
+    let Some((function, argument)) = expression.as_object().and_then(|o| o.iter().next()) else {
+        return match expression {
+            Value::Array(items) => Value::Array(items.iter().map(eval).collect()),
+            other => other.clone(),
+        };
+    };
+    let args = || argument.as_array().unwrap().iter().map(eval);
+    match function.as_str() {
+        "Ref" => {
+            let name = argument.as_str().unwrap();
+            let value = parameters.iter().find(|(p, _)| *p == name).unwrap().1;
+            Value::String(value.to_string())
+        }
+        "Fn::Or" => Value::Bool(args().any(|v| v == Value::Bool(true))),
+        "Fn::And" => Value::Bool(args().all(|v| v == Value::Bool(true))),
+        "Fn::Not" => Value::Bool(args().next() == Some(Value::Bool(false))),
+        "Fn::Equals" => {
+            let v: Vec<Value> = args().collect();
+            Value::Bool(v[0] == v[1])
+        }
+        "Fn::Contains" => {
+            let v: Vec<Value> = args().collect();
+            Value::Bool(v[0].as_array().unwrap().contains(&v[1]))
+        }
+        other => panic!("rule function {other} is not evaluated here"),
+    }
+}
+
+fn resources_of_type<'a>(template: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
+    template["Resources"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == kind)
+        .collect()
+}
+
+/// A policy document's statements, conditional ones (`Fn::If`) in each of their forms.
+fn statements(document: &Value) -> Vec<&Value> {
+    let mut all = Vec::new();
+    for statement in document["Statement"].as_array().unwrap() {
+        match statement.get("Fn::If") {
+            Some(branches) => all.extend(
+                branches.as_array().unwrap()[1..]
+                    .iter()
+                    .filter(|b| b.get("Ref") != Some(&Value::from("AWS::NoValue"))),
+            ),
+            None => all.push(statement),
+        }
+    }
+    all
+}
+
+/// The statement with this `Sid` in a role's inline policy, and the condition it is under.
+fn statement<'a>(role: &'a Value, sid: &str) -> (&'a Value, Option<&'a str>) {
+    for statement in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+    {
+        if statement["Sid"] == sid {
+            return (statement, None);
+        }
+        if let Some(branches) = statement.get("Fn::If") {
+            if branches[1]["Sid"] == sid {
+                return (&branches[1], branches[0].as_str());
+            }
+        }
+    }
+    panic!("no statement {sid}")
+}
+
+fn env_names(function: &Value) -> BTreeSet<String> {
+    function["Properties"]["Environment"]["Variables"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// One metric line of a dashboard widget, its shorthand resolved.
+#[derive(Debug)]
+struct Plotted {
+    namespace: String,
+    metric: String,
+    /// The `FunctionName` dimension's value (a `${...}` reference), if any.
+    function: Option<String>,
+    stat: Option<String>,
+}
+
+/// Every metric the dashboard plots, by widget title. Rows use the dashboard shorthand:
+/// `"."` repeats the previous row's value at that position, `"..."` the whole previous row.
+fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
+    let body = &template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0];
+    // The `${...}` references are inside JSON strings: the body parses as it is.
+    let body: Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
+    let mut plotted = Vec::new();
+    for widget in body["widgets"].as_array().unwrap() {
+        let properties = &widget["properties"];
+        let title = properties["title"].as_str().unwrap().to_string();
+        let mut previous: Vec<String> = Vec::new();
+        for row in properties["metrics"].as_array().unwrap() {
+            let row = row.as_array().unwrap();
+            let options = row.last().filter(|v| v.is_object());
+            let names: Vec<&str> = row.iter().filter_map(Value::as_str).collect();
+            let resolved: Vec<String> = if names == ["..."] {
+                previous.clone()
+            } else {
+                names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| match *n {
+                        "." => previous[i].clone(),
+                        other => other.to_string(),
+                    })
+                    .collect()
+            };
+            let function = resolved
+                .iter()
+                .position(|d| d == "FunctionName")
+                .map(|i| resolved[i + 1].clone());
+            let stat = options
+                .and_then(|o| o["stat"].as_str())
+                .or(properties["stat"].as_str())
+                .map(str::to_string);
+            plotted.push((
+                title.clone(),
+                Plotted {
+                    namespace: resolved[0].clone(),
+                    metric: resolved[1].clone(),
+                    function,
+                    stat,
+                },
+            ));
+            previous = resolved;
+        }
+    }
+    plotted
+}
+
+/// The metric names a set of EMF documents defines.
+fn defined_metrics(documents: &[Value]) -> BTreeSet<String> {
+    documents
+        .iter()
+        .flat_map(|d| {
+            d["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                .as_array()
+                .unwrap()
+        })
+        .map(|m| m["Name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn dashboard_plots_what_the_functions_emit() {
+    use sqs_keeper::metrics::{emf_documents, redrive_document, InvocationTimings, NAMESPACE};
+
+    let template = translated_template("main");
+    let mut counts = sqs_keeper::batch::BatchCounts {
+        records: 1,
+        ..Default::default()
+    };
+    counts.by_class.insert(sqs_keeper::ErrorClass::Throttled, 1);
+    let timings = InvocationTimings {
+        custom: Vec::new(),
+        cold_start: true,
+        batch_duration: Duration::from_millis(5),
+        record_times: vec![Duration::from_millis(1)],
+    };
+    let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
+    let redrive_metrics = defined_metrics(&[redrive_document(
+        &sqs_keeper::redrive::RedriveReport::default(),
+        "r",
+        0,
+    )
+    .unwrap()]);
+
+    let plotted = dashboard_metrics(&template);
+    // Every custom metric the dashboard plots is one the function it names emits.
+    for (title, p) in plotted.iter().filter(|(_, p)| p.namespace == NAMESPACE) {
+        let emitted = match p.function.as_deref() {
+            Some("${WorkerFunction}") => &worker_metrics,
+            Some("${RedriveFunction}") => &redrive_metrics,
+            other => panic!("{title}: {} for {other:?}", p.metric),
+        };
+        assert!(emitted.contains(&p.metric), "{title}: {p:?} is not emitted");
+    }
+    let shows = |namespace: &str, metric: &str, function: &str| {
+        plotted
+            .iter()
+            .filter(|(_, p)| {
+                p.namespace == namespace
+                    && p.metric == metric
+                    && p.function.as_deref() == Some(function)
+            })
+            .map(|(_, p)| p.stat.clone().unwrap_or_default())
+            .collect::<BTreeSet<_>>()
+    };
+    let worker = "${WorkerFunction}";
+    let redrive = "${RedriveFunction}";
+    assert_eq!(
+        shows(NAMESPACE, "ColdStart", worker),
+        BTreeSet::from(["Sum".to_string()])
+    );
+    for timing in ["BatchDuration", "RecordProcessingTime"] {
+        let stats = shows(NAMESPACE, timing, worker);
+        assert!(
+            stats.contains("p50") && stats.contains("p99") && stats.contains("Maximum"),
+            "{timing}: {stats:?}"
+        );
+    }
+    for metric in [
+        "Selected",
+        "Resolved",
+        "Requeued",
+        "FailedAgain",
+        "Errors",
+        "Adopted",
+    ] {
+        assert_eq!(
+            shows(NAMESPACE, metric, redrive),
+            BTreeSet::from(["Sum".to_string()]),
+            "{metric}"
+        );
+    }
+    for metric in ["Invocations", "Errors"] {
+        assert!(!shows("AWS/Lambda", metric, redrive).is_empty(), "{metric}");
+        assert!(!shows("AWS/Lambda", metric, worker).is_empty(), "{metric}");
+    }
+}
+
+#[test]
+fn variable_names_match_the_code() {
+    let template = translated_template("main");
+    let worker = &template["Resources"]["WorkerFunction"];
+    let redrive = &template["Resources"]["RedriveFunction"];
+    let worker_code: BTreeSet<String> = sqs_keeper::config::WorkerConfig::documented_variables()
+        .keys()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(env_names(worker), worker_code, "worker variables drifted");
+    let mut redrive_code = worker_code.clone();
+    redrive_code.extend(
+        sqs_keeper::config::REDRIVE_VARS
+            .iter()
+            .map(|v| v.name.to_string()),
+    );
+    assert_eq!(
+        env_names(redrive),
+        redrive_code,
+        "redrive variables drifted"
+    );
+}
+
+#[test]
+fn event_source_alarms_and_iam_as_declared() {
+    let template = translated_template("main");
+    let mappings = resources_of_type(&template, "AWS::Lambda::EventSourceMapping");
+    assert_eq!(mappings.len(), 1);
+    let esm = &mappings[0].1["Properties"];
+    assert_eq!(
+        esm["FunctionResponseTypes"],
+        serde_json::json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(
+        esm["ScalingConfig"]["MaximumConcurrency"],
+        serde_json::json!({"Ref": "MaximumConcurrency"})
+    );
+    assert_eq!(esm["BatchSize"], serde_json::json!({"Ref": "BatchSize"}));
+
+    // Visibility timeout is 6 x the function timeout plus the batching window, for every
+    // allowed pair, and the queue reads it from that mapping.
+    let allowed = template["Parameters"]["WorkerTimeoutSeconds"]["AllowedValues"]
+        .as_array()
+        .unwrap();
+    let windows = template["Parameters"]["MaximumBatchingWindowInSeconds"]["AllowedValues"]
+        .as_array()
+        .unwrap();
+    assert!(windows.len() > 5 && windows.iter().any(|w| w == "300"));
+    for timeout in allowed {
+        let t: u64 = timeout.as_str().unwrap().parse().unwrap();
+        assert_eq!(
+            template["Mappings"]["Timeouts"][t.to_string()]["Function"].as_u64(),
+            Some(t)
+        );
+        for window in windows {
+            let w: u64 = window.as_str().unwrap().parse().unwrap();
+            assert_eq!(
+                template["Mappings"]["VisibilityTimeouts"][t.to_string()][w.to_string()].as_u64(),
+                Some(6 * t + w),
+                "visibility for timeout {t} and window {w}"
+            );
+        }
+    }
+    assert_eq!(
+        template["Resources"]["SourceQueue"]["Properties"]["VisibilityTimeout"],
+        serde_json::json!({"Fn::FindInMap": ["VisibilityTimeouts", {"Ref": "WorkerTimeoutSeconds"}, {"Ref": "MaximumBatchingWindowInSeconds"}]})
+    );
+    // AWS refuses a mapping of more than 10 records without a batching window: a rule
+    // refuses the stack first. Its assertion, evaluated as CloudFormation would:
+    let rule = &template["Rules"]["BatchingWindowForLargeBatches"]["Assertions"][0]["Assert"];
+    for (batch, window, allowed) in [
+        ("10", "0", true),
+        ("1", "0", true),
+        ("11", "0", false),
+        ("10000", "0", false),
+        ("11", "1", true),
+        ("10000", "300", true),
+    ] {
+        let parameters = [
+            ("BatchSize", batch),
+            ("MaximumBatchingWindowInSeconds", window),
+        ];
+        assert_eq!(
+            rule_holds(rule, &parameters),
+            Value::Bool(allowed),
+            "BatchSize {batch}, window {window}"
+        );
+    }
+
+    // Concurrency and retries are parameters, with the bounds and defaults the worker's
+    // configuration accepts, and reach both functions.
+    for (parameter, var) in [
+        (
+            "WorkerMaxConcurrency",
+            sqs_keeper::config::vars::MAX_CONCURRENCY,
+        ),
+        (
+            "RetryMaxAttempts",
+            sqs_keeper::config::vars::RETRY_MAX_ATTEMPTS,
+        ),
+        (
+            "RetryBaseDelayMs",
+            sqs_keeper::config::vars::RETRY_BASE_DELAY_MS,
+        ),
+        (
+            "RetryMaxDelayMs",
+            sqs_keeper::config::vars::RETRY_MAX_DELAY_MS,
+        ),
+    ] {
+        let p = &template["Parameters"][parameter];
+        let sqs_keeper::config::vars::Form::Integer {
+            min,
+            max,
+            default: Some(default),
+        } = var.form
+        else {
+            panic!("{} is not an integer with a default", var.name);
+        };
+        assert_eq!(p["MinValue"].as_u64(), Some(min), "{parameter}");
+        assert_eq!(p["MaxValue"].as_u64(), Some(max), "{parameter}");
+        assert_eq!(p["Default"].as_u64(), Some(default), "{parameter}");
+        for function in ["WorkerFunction", "RedriveFunction"] {
+            assert_eq!(
+                template["Resources"][function]["Properties"]["Environment"]["Variables"][var.name],
+                serde_json::json!({"Fn::Sub": format!("${{{parameter}}}")}),
+                "{function} {}",
+                var.name
+            );
+        }
+    }
+
+    let alarms = resources_of_type(&template, "AWS::CloudWatch::Alarm");
+    let find = |namespace: &str, metric: &str| {
+        alarms
+            .iter()
+            .find(|(_, a)| {
+                a["Properties"]["Namespace"] == namespace && a["Properties"]["MetricName"] == metric
+            })
+            .map(|(name, a)| (name.as_str(), &a["Properties"]))
+    };
+    // The DLQ's depth counts visible and held messages (a sweep holds them while a
+    // redrive runs): its metric math adds the two.
+    let depth = &template["Resources"]["DlqDepthAlarm"]["Properties"];
+    assert_eq!(depth["Threshold"], 0);
+    assert_eq!(depth["ComparisonOperator"], "GreaterThanThreshold");
+    let metrics = depth["Metrics"].as_array().unwrap();
+    let stat = |id: &str| {
+        metrics
+            .iter()
+            .find(|m| m["Id"] == id)
+            .map(|m| &m["MetricStat"]["Metric"])
+            .unwrap()
+    };
+    assert_eq!(
+        stat("visible")["MetricName"],
+        "ApproximateNumberOfMessagesVisible"
+    );
+    assert_eq!(
+        stat("held")["MetricName"],
+        "ApproximateNumberOfMessagesNotVisible"
+    );
+    for id in ["visible", "held"] {
+        assert_eq!(
+            stat(id)["Dimensions"][0]["Value"],
+            serde_json::json!({"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]})
+        );
+    }
+    let returned: Vec<_> = metrics.iter().filter(|m| m["ReturnData"] == true).collect();
+    assert_eq!(returned.len(), 1);
+    assert_eq!(returned[0]["Expression"], "visible + held");
+    // The DLQ's age: SQS's own figure without a schedule; with one (whose sweeps receive
+    // every message, which takes it out of that figure), the redrive function's age of the
+    // oldest dead record.
+    let age = &template["Resources"]["DlqAgeAlarm"]["Properties"];
+    assert_eq!(
+        age["MetricName"],
+        serde_json::json!({"Fn::If": ["HasRedriveSchedule", "OldestDeadRecordAgeSeconds", "ApproximateAgeOfOldestMessage"]})
+    );
+    assert_eq!(
+        age["Dimensions"]["Fn::If"][1][0]["Value"],
+        serde_json::json!({"Ref": "RedriveFunction"})
+    );
+    let source_age = find("AWS/SQS", "ApproximateAgeOfOldestMessage").expect("source age alarm");
+    assert_eq!(
+        source_age.1["Dimensions"][0]["Value"]["Fn::GetAtt"][0],
+        "SourceQueue"
+    );
+    // Lambda's own metrics: errors of both functions, throttles of the worker.
+    let lambda_alarms: BTreeSet<(String, String)> = alarms
+        .iter()
+        .filter(|(_, a)| a["Properties"]["Namespace"] == "AWS/Lambda")
+        .map(|(_, a)| {
+            let p = &a["Properties"];
+            assert_eq!(p["Statistic"], "Sum");
+            assert_eq!(p["Threshold"], 0);
+            assert_eq!(p["ComparisonOperator"], "GreaterThanThreshold");
+            (
+                p["MetricName"].as_str().unwrap().to_string(),
+                p["Dimensions"][0]["Value"]["Ref"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lambda_alarms,
+        BTreeSet::from([
+            ("Errors".to_string(), "WorkerFunction".to_string()),
+            ("Errors".to_string(), "RedriveFunction".to_string()),
+            ("Throttles".to_string(), "WorkerFunction".to_string()),
+        ])
+    );
+    assert_eq!(
+        template["Resources"]["RedriveErrorsAlarm"]["Properties"]["MetricName"],
+        "Errors"
+    );
+    for metric in ["DeadLettered", "DeadLetterFailed"] {
+        let (_, a) = find(sqs_keeper::metrics::NAMESPACE, metric)
+            .unwrap_or_else(|| panic!("{metric} alarm"));
+        assert_eq!(a["Statistic"], "Sum");
+    }
+    for (name, alarm) in &alarms {
+        assert!(
+            alarm["Properties"]["AlarmActions"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty()),
+            "{name} has no action"
+        );
+    }
+    assert_eq!(
+        resources_of_type(&template, "AWS::CloudWatch::Dashboard").len(),
+        1
+    );
+
+    // Both functions log through Lambda's advanced logging controls, in JSON, at a level
+    // that keeps the EMF lines (Lambda takes a line without a level for INFO).
+    for function in ["WorkerFunction", "RedriveFunction"] {
+        let logging = &template["Resources"][function]["Properties"]["LoggingConfig"];
+        assert_eq!(logging["LogFormat"], "JSON", "{function}");
+        assert_eq!(logging["ApplicationLogLevel"], "INFO", "{function}");
+    }
+
+    let table = &template["Resources"]["DeadLetterTable"]["Properties"];
+    assert_eq!(
+        table["TimeToLiveSpecification"]["AttributeName"],
+        sqs_keeper::adapters::store::schema::EXPIRES_AT
+    );
+    assert_eq!(table["TimeToLiveSpecification"]["Enabled"], true);
+    assert_eq!(
+        table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"],
+        true
+    );
+    assert_eq!(table["SSESpecification"]["SSEEnabled"], true);
+
+    let bucket = &template["Resources"]["PayloadBucket"]["Properties"];
+    for flag in [
+        "BlockPublicAcls",
+        "BlockPublicPolicy",
+        "IgnorePublicAcls",
+        "RestrictPublicBuckets",
+    ] {
+        assert_eq!(
+            bucket["PublicAccessBlockConfiguration"][flag], true,
+            "{flag}"
+        );
+    }
+    assert_eq!(
+        bucket["LifecycleConfiguration"]["Rules"][0]["ExpirationInDays"],
+        serde_json::json!({"Ref": "RetentionDays"}),
+        "payloads expire with their records"
+    );
+    let tls = &template["Resources"]["PayloadBucketPolicy"]["Properties"]["PolicyDocument"]
+        ["Statement"][0];
+    assert_eq!(tls["Effect"], "Deny");
+    assert_eq!(tls["Condition"]["Bool"]["aws:SecureTransport"], "false");
+
+    // The DLQ accepts redrives only from the source queue.
+    let allow = &template["Resources"]["DeadLetterQueue"]["Properties"]["RedriveAllowPolicy"];
+    assert_eq!(allow["redrivePermission"], "byQueue");
+    assert!(
+        allow["sourceQueueArns"][0]
+            .to_string()
+            .contains("${AWS::StackName}-source"),
+        "{allow}"
+    );
+
+    // Least privilege: no wildcard actions; wildcard resources only for X-Ray.
+    for (name, role) in resources_of_type(&template, "AWS::IAM::Role") {
+        for policy in role["Properties"]["Policies"].as_array().unwrap() {
+            for statement in statements(&policy["PolicyDocument"]) {
+                let actions: Vec<&str> = statement["Action"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap())
+                    .collect();
+                assert!(
+                    actions.iter().all(|a| !a.contains('*')),
+                    "{name}: wildcard action in {actions:?}"
+                );
+                if statement["Resource"] == "*" {
+                    assert!(
+                        actions.iter().all(|a| a.starts_with("xray:")),
+                        "{name}: * resource for {actions:?}"
+                    );
+                }
+            }
+        }
+        assert!(
+            role["Properties"].get("ManagedPolicyArns").is_none(),
+            "{name} uses managed policies"
+        );
+    }
+
+    // The downstream credential: both functions may read that one secret, and only when
+    // one is configured; the parameters go together.
+    for role in ["WorkerRole", "RedriveRole"] {
+        let (secret, condition) = statement(&template["Resources"][role], "DownstreamCredential");
+        assert_eq!(condition, Some("HasDownstreamAuth"), "{role}");
+        assert_eq!(
+            secret["Action"],
+            serde_json::json!(["secretsmanager:GetSecretValue"])
+        );
+        assert_eq!(
+            secret["Resource"],
+            serde_json::json!({"Ref": "DownstreamAuthSecretArn"}),
+            "{role}"
+        );
+    }
+    assert_eq!(
+        template["Conditions"]["HasDownstreamAuth"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "DownstreamAuthSecretArn"}, ""]}]})
+    );
+    for function in ["WorkerFunction", "RedriveFunction"] {
+        let vars = &template["Resources"][function]["Properties"]["Environment"]["Variables"];
+        assert_eq!(
+            vars["WORKER_DOWNSTREAM_AUTH_HEADER"],
+            serde_json::json!({"Ref": "DownstreamAuthHeader"})
+        );
+        assert_eq!(
+            vars["WORKER_DOWNSTREAM_AUTH_SECRET"],
+            serde_json::json!({"Ref": "DownstreamAuthSecretArn"})
+        );
+    }
+    assert!(
+        template["Rules"]["DownstreamAuthTogether"].is_object(),
+        "header and secret are checked together"
+    );
+    for parameter in ["DownstreamAuthHeader", "DownstreamAuthSecretArn"] {
+        assert_eq!(
+            template["Parameters"][parameter]["Default"], "",
+            "{parameter}"
+        );
+    }
+
+    // Extended Client payloads: the worker reads and lists its own bucket and the
+    // producers' (a missing object is then a 404, not_found, rather than a 403), within
+    // the size cap; the variables come from the parameters.
+    let worker_role = &template["Resources"]["WorkerRole"];
+    let (list, condition) = statement(worker_role, "ListPayloads");
+    assert_eq!(condition, None);
+    assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
+    assert_eq!(
+        list["Resource"],
+        serde_json::json!({"Fn::GetAtt": ["PayloadBucket", "Arn"]})
+    );
+    for (sid, action, suffix) in [
+        ("ProducerPayloads", "s3:GetObject", "/*"),
+        ("ListProducerPayloads", "s3:ListBucket", ""),
+    ] {
+        let (producer, condition) = statement(worker_role, sid);
+        assert_eq!(condition, Some("HasPayloadBuckets"), "{sid}");
+        assert_eq!(producer["Action"], serde_json::json!([action]), "{sid}");
+        let resource = producer["Resource"].to_string();
+        assert!(resource.contains("PayloadBuckets"), "{sid}: {resource}");
+        assert!(
+            resource.contains("arn:${AWS::Partition}:s3:::${"),
+            "{sid}: {resource}"
+        );
+        assert!(
+            resource.contains(&format!("{suffix},arn:aws:s3:::")),
+            "{sid}: {resource}"
+        );
+    }
+    // On a FIFO DLQ the sweep moves each message it keeps behind its group: a copy sent
+    // to the DLQ itself (`DlqMessages::rotate`), which the emulators' IAM-free runs and the
+    // standard-queue IAM audit would not catch missing.
+    let (sweep, _) = statement(&template["Resources"]["RedriveRole"], "SweepDlq");
+    assert!(
+        sweep["Action"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("sqs:SendMessage")),
+        "{sweep}"
+    );
+    assert_eq!(
+        sweep["Resource"],
+        serde_json::json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]})
+    );
+    let (list, _) = statement(&template["Resources"]["RedriveRole"], "ListPayloads");
+    assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
+    assert_eq!(
+        template["Parameters"]["PayloadBuckets"]["Type"],
+        "CommaDelimitedList"
+    );
+    assert_eq!(template["Parameters"]["PayloadBuckets"]["Default"], "");
+    assert_eq!(
+        template["Parameters"]["PayloadMaxBytes"]["Default"],
+        33_554_432
+    );
+    let worker_vars =
+        &template["Resources"]["WorkerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        worker_vars["WORKER_PAYLOAD_BUCKETS"],
+        serde_json::json!({"Fn::Join": [",", {"Ref": "PayloadBuckets"}]})
+    );
+    assert_eq!(
+        worker_vars["WORKER_PAYLOAD_MAX_BYTES"],
+        serde_json::json!({"Fn::Sub": "${PayloadMaxBytes}"})
+    );
+}
+
+#[test]
+fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
+    let template = translated_template("main");
+    let resources = &template["Resources"];
+
+    // The created topic is encrypted with a key of the stack's own, which CloudWatch may
+    // use; the AWS managed alias/aws/sns key would silently drop every alarm.
+    let topic = &resources["AlarmTopic"];
+    assert_eq!(topic["Condition"], "CreateAlarmTopic");
+    assert_eq!(
+        topic["Properties"]["KmsMasterKeyId"],
+        serde_json::json!({"Ref": "AlarmKey"})
+    );
+    let key = &resources["AlarmKey"];
+    assert_eq!(key["Type"], "AWS::KMS::Key");
+    assert_eq!(key["Condition"], "CreateAlarmTopic");
+    assert_eq!(key["Properties"]["EnableKeyRotation"], true);
+    let policy = &key["Properties"]["KeyPolicy"]["Statement"];
+    let by_principal = |principal: &Value| {
+        policy
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| &s["Principal"] == principal)
+            .unwrap_or_else(|| panic!("no key policy statement for {principal}"))
+    };
+    let root = by_principal(&serde_json::json!({
+        "AWS": {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}
+    }));
+    assert_eq!(
+        (root["Effect"].clone(), root["Action"].clone()),
+        ("Allow".into(), "kms:*".into())
+    );
+    let cloudwatch = by_principal(&serde_json::json!({"Service": "cloudwatch.amazonaws.com"}));
+    assert_eq!(cloudwatch["Effect"], "Allow");
+    assert_eq!(
+        cloudwatch["Action"],
+        serde_json::json!(["kms:Decrypt", "kms:GenerateDataKey*"])
+    );
+    assert_eq!(policy.as_array().unwrap().len(), 2, "nobody else: {policy}");
+    let alias = &resources["AlarmKeyAlias"];
+    assert_eq!(alias["Type"], "AWS::KMS::Alias");
+    assert_eq!(
+        alias["Properties"]["TargetKeyId"],
+        serde_json::json!({"Ref": "AlarmKey"})
+    );
+    for (name, r) in resources.as_object().unwrap() {
+        let kms = r["Properties"]["KmsMasterKeyId"].to_string();
+        assert!(
+            !kms.contains("alias/aws/"),
+            "{name} uses an AWS managed key: {kms}"
+        );
+    }
+
+    // An optional email subscription, to whichever topic the alarms use.
+    let subscription = &resources["AlarmEmailSubscription"];
+    assert_eq!(subscription["Type"], "AWS::SNS::Subscription");
+    assert_eq!(subscription["Condition"], "HasAlarmEmail");
+    assert_eq!(subscription["Properties"]["Protocol"], "email");
+    assert_eq!(
+        subscription["Properties"]["Endpoint"],
+        serde_json::json!({"Ref": "AlarmEmail"})
+    );
+    assert_eq!(
+        subscription["Properties"]["TopicArn"],
+        serde_json::json!({"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]})
+    );
+    assert_eq!(
+        template["Conditions"]["HasAlarmEmail"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmEmail"}, ""]}]})
+    );
+    assert_eq!(template["Parameters"]["AlarmEmail"]["Default"], "");
+
+    // Queues use SSE-SQS: producers such as SNS, EventBridge and S3 notifications cannot
+    // send to a queue encrypted with the AWS managed alias/aws/sqs key.
+    for queue in ["SourceQueue", "DeadLetterQueue"] {
+        let properties = &resources[queue]["Properties"];
+        assert_eq!(properties["SqsManagedSseEnabled"], true, "{queue}");
+        assert!(properties.get("KmsMasterKeyId").is_none(), "{queue}");
+    }
+
+    // What holds messages and records outlives the stack and any replacement.
+    for name in [
+        "SourceQueue",
+        "DeadLetterQueue",
+        "DeadLetterTable",
+        "PayloadBucket",
+    ] {
+        assert_eq!(resources[name]["DeletionPolicy"], "Retain", "{name}");
+        assert_eq!(resources[name]["UpdateReplacePolicy"], "Retain", "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploys_into_the_emulator() {
+    // Alarms, the mapping, the dashboard and rules are checked on the JSON above.
+    let template = deployable(translated_template("main"));
+
+    // The stack is created by moto's CloudFormation, which makes every resource in moto,
+    // its DynamoDB table included: read them all there, not from DynamoDB Local.
+    let moto = Endpoints::single(&e2e::emulator().await.shared);
+    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
+    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
+    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
+    let lambda = aws_sdk_lambda::Client::new(&shared);
+    // The translated template points at the code where `sam package` would put it.
+    let artifacts = "sam-artifacts-placeholder";
+    let _ = clients.s3.create_bucket().bucket(artifacts).send().await;
+    for key in ["WorkerFunction.zip", "RedriveFunction.zip"] {
+        clients
+            .s3
+            .put_object()
+            .bucket(artifacts)
+            .key(key)
+            .body(EMPTY_ZIP.to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let stack = e2e::unique_prefix("stack");
+    let secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:downstream-AbCdEf";
+    let parameters = [
+        ("DownstreamUrl", "https://downstream.example.com/ingest"),
+        ("DownstreamAuthHeader", "x-api-key"),
+        ("DownstreamAuthSecretArn", secret_arn),
+        ("PayloadBuckets", "producer-a,producer-b"),
+        ("PayloadMaxBytes", "1048576"),
+        ("AlarmEmail", "oncall@example.com"),
+    ];
+    let outputs = create_stack(&cloudformation, &stack, &template, &parameters).await;
+    for key in [
+        "SourceQueueUrl",
+        "DeadLetterQueueUrl",
+        "DeadLetterTableName",
+        "PayloadBucketName",
+        "WorkerFunctionName",
+        "RedriveFunctionName",
+    ] {
+        assert!(
+            outputs.contains_key(key),
+            "output {key} missing: {outputs:?}"
+        );
+    }
+
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let source = clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&outputs["SourceQueueUrl"])
+        .attribute_names(Q::All)
+        .send()
+        .await
+        .unwrap();
+    let source = source.attributes().unwrap();
+    let redrive: Value = serde_json::from_str(&source[&Q::RedrivePolicy]).unwrap();
+    assert_eq!(
+        redrive["maxReceiveCount"].to_string().trim_matches('"'),
+        "5"
+    );
+    assert_eq!(
+        redrive["deadLetterTargetArn"],
+        outputs["DeadLetterQueueArn"]
+    );
+    assert_eq!(
+        source[&Q::VisibilityTimeout],
+        "180",
+        "6 x the 30 s default timeout"
+    );
+    assert_eq!(source[&Q::SqsManagedSseEnabled], "true");
+    assert!(!source.contains_key(&Q::KmsMasterKeyId), "{source:?}");
+    let dlq = clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&outputs["DeadLetterQueueUrl"])
+        .attribute_names(Q::All)
+        .send()
+        .await
+        .unwrap();
+    let dlq = dlq.attributes().unwrap();
+    assert_eq!(dlq[&Q::SqsManagedSseEnabled], "true");
+    assert!(!dlq.contains_key(&Q::KmsMasterKeyId), "{dlq:?}");
+    let retention = |a: &std::collections::HashMap<Q, String>| {
+        a[&Q::MessageRetentionPeriod].parse::<u64>().unwrap()
+    };
+    assert!(
+        retention(dlq) > retention(source),
+        "DLQ keeps messages longer than the source"
+    );
+    // (moto 5.2.5 does not keep RedriveAllowPolicy from CloudFormation; checked on the JSON.)
+
+    let table = clients
+        .dynamodb
+        .describe_table()
+        .table_name(&outputs["DeadLetterTableName"])
+        .send()
+        .await
+        .unwrap();
+    let table = table.table().unwrap();
+    let mut indexes: Vec<(String, Vec<String>)> = table
+        .global_secondary_indexes()
+        .iter()
+        .map(|i| {
+            (
+                i.index_name().unwrap().to_string(),
+                i.key_schema()
+                    .iter()
+                    .map(|k| k.attribute_name().to_string())
+                    .collect(),
+            )
+        })
+        .collect();
+    indexes.sort();
+    assert_eq!(
+        indexes,
+        [
+            (
+                "by-signature".to_string(),
+                vec!["error_signature".to_string(), "last_attempt".to_string()]
+            ),
+            (
+                "by-status".to_string(),
+                vec!["status".to_string(), "last_attempt".to_string()]
+            ),
+        ]
+    );
+    assert_eq!(
+        table.key_schema()[0].attribute_name(),
+        sqs_keeper::adapters::store::schema::ITEM_ID
+    );
+    // (moto 5.2.5 ignores TimeToLiveSpecification in CloudFormation; checked on the JSON.)
+    assert_eq!(
+        table.billing_mode_summary().and_then(|b| b.billing_mode()),
+        Some(&aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+    );
+
+    // (moto 5.2.5 ignores the bucket's public access block in CloudFormation; checked on
+    // the JSON.)
+    clients
+        .s3
+        .head_bucket()
+        .bucket(&outputs["PayloadBucketName"])
+        .send()
+        .await
+        .unwrap();
+
+    let worker = lambda
+        .get_function_configuration()
+        .function_name(&outputs["WorkerFunctionName"])
+        .send()
+        .await
+        .unwrap();
+    let vars = worker.environment().unwrap().variables().unwrap();
+    let names: BTreeSet<String> = vars.keys().cloned().collect();
+    let code: BTreeSet<String> = sqs_keeper::config::WorkerConfig::documented_variables()
+        .keys()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(names, code);
+    assert_eq!(vars["DLQ_TABLE"], outputs["DeadLetterTableName"]);
+    assert_eq!(vars["DLQ_QUEUE_URL"], outputs["DeadLetterQueueUrl"]);
+    assert_eq!(vars["WORKER_MAX_RECEIVE_COUNT"], "5");
+    // The deployed values pass the worker's own validation.
+    let config = sqs_keeper::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
+    assert_eq!(config.handler.batch.max_receive_count, Some(5));
+    assert_eq!(
+        config.handler.store.unwrap().table,
+        outputs["DeadLetterTableName"]
+    );
+    assert_eq!(worker.timeout(), Some(30));
+    assert_eq!(worker.handler(), Some("bootstrap"));
+
+    assert_eq!(vars["WORKER_PAYLOAD_BUCKETS"], "producer-a,producer-b");
+    assert_eq!(vars["WORKER_PAYLOAD_MAX_BYTES"], "1048576");
+    assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
+    let config = sqs_keeper::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
+    assert_eq!(
+        config
+            .handler
+            .payload
+            .allowed_buckets
+            .iter()
+            .collect::<Vec<_>>(),
+        ["producer-a", "producer-b"]
+    );
+    assert_eq!(config.handler.payload.max_bytes, 1_048_576);
+    let auth = config.downstream_auth.unwrap();
+    assert_eq!(
+        (auth.header.as_str(), auth.secret_id.as_str()),
+        ("x-api-key", secret_arn)
+    );
+
+    let redrive_fn = lambda
+        .get_function_configuration()
+        .function_name(&outputs["RedriveFunctionName"])
+        .send()
+        .await
+        .unwrap();
+    let vars = redrive_fn.environment().unwrap().variables().unwrap();
+    assert_eq!(vars["REDRIVE_SOURCE_QUEUE_URL"], outputs["SourceQueueUrl"]);
+    assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
+    assert_eq!(redrive_fn.timeout(), Some(900));
+
+    // The roles as deployed: one GetObject and one ListBucket ARN per producer bucket,
+    // ListBucket on the payload bucket, the one secret.
+    let physical: std::collections::HashMap<String, String> = cloudformation
+        .describe_stack_resources()
+        .stack_name(&stack)
+        .send()
+        .await
+        .unwrap()
+        .stack_resources()
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.logical_resource_id()?.to_string(),
+                r.physical_resource_id()?.to_string(),
+            ))
+        })
+        .collect();
+    let iam = aws_sdk_iam::Client::new(&shared);
+    let policy = |role: &str, name: &'static str| {
+        let iam = iam.clone();
+        let role = physical[role].clone();
+        async move {
+            let output = iam
+                .get_role_policy()
+                .role_name(role)
+                .policy_name(name)
+                .send()
+                .await
+                .unwrap();
+            percent_decoded(output.policy_document())
+        }
+    };
+    let worker_policy = policy("WorkerRole", "worker").await;
+    let bucket = &outputs["PayloadBucketName"];
+    // A whole ARN, closed by the quote of a JSON (AWS) or Python (moto) string.
+    let has = |document: &str, arn: &str| {
+        document.contains(&format!("{arn}\"")) || document.contains(&format!("{arn}'"))
+    };
+    for arn in [
+        "arn:aws:s3:::producer-a/*".to_string(),
+        "arn:aws:s3:::producer-b/*".to_string(),
+        "arn:aws:s3:::producer-a".to_string(),
+        "arn:aws:s3:::producer-b".to_string(),
+        format!("arn:aws:s3:::{bucket}"),
+        secret_arn.to_string(),
+    ] {
+        assert!(has(&worker_policy, &arn), "{arn} not in {worker_policy}");
+    }
+    assert!(
+        !worker_policy.contains("arn:aws:s3:::/*") && !worker_policy.contains("arn:aws:s3:::,"),
+        "an empty bucket name slipped in: {worker_policy}"
+    );
+    let redrive_policy = policy("RedriveRole", "redrive").await;
+    assert!(redrive_policy.contains(secret_arn), "{redrive_policy}");
+    // Its DLQ sweep adopts a message whose body points at a producer's payload by reading
+    // that payload: the producers' buckets, read-only.
+    for arn in ["arn:aws:s3:::producer-a/*", "arn:aws:s3:::producer-b"] {
+        assert!(has(&redrive_policy, arn), "{arn} not in {redrive_policy}");
+    }
+
+    // The alarm key, its alias and the topic are created (moto 5.2.5 does not create the
+    // email subscription; checked on the JSON).
+    for name in ["AlarmKey", "AlarmKeyAlias", "AlarmTopic"] {
+        assert!(
+            physical.contains_key(name),
+            "{name} not created: {physical:?}"
+        );
+    }
+
+    // Deleting the stack keeps the queues, the table and the payload bucket.
+    cloudformation
+        .delete_stack()
+        .stack_name(&stack)
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..120 {
+        let described = cloudformation
+            .describe_stacks()
+            .stack_name(&stack)
+            .send()
+            .await;
+        match described
+            .ok()
+            .and_then(|d| d.stacks().first().and_then(|s| s.stack_status().cloned()))
+        {
+            Some(StackStatus::DeleteInProgress) => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            _ => break,
+        }
+    }
+    for queue in ["SourceQueueUrl", "DeadLetterQueueUrl"] {
+        clients
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&outputs[queue])
+            .attribute_names(Q::QueueArn)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{queue} deleted with the stack: {e:?}"));
+    }
+    clients
+        .dynamodb
+        .describe_table()
+        .table_name(&outputs["DeadLetterTableName"])
+        .send()
+        .await
+        .expect("table deleted with the stack");
+    clients
+        .s3
+        .head_bucket()
+        .bucket(&outputs["PayloadBucketName"])
+        .send()
+        .await
+        .expect("payload bucket deleted with the stack");
+}
+
+/// The handler template (`infra/handler.yaml`): deployable as it is, and the handler's
+/// variables pass the runner's own validation, which reads them at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handler_template_deploys_and_configures_a_valid_handler() {
+    let template = translated_template("handler");
+    let resources = template["Resources"].as_object().unwrap();
+    assert!(resources.contains_key("HandlerFunction"));
+    for alarm in [
+        "DlqDepthAlarm",
+        "HandlerErrorsAlarm",
+        "DeadLetterFailedAlarm",
+    ] {
+        assert_eq!(
+            resources[alarm]["Type"], "AWS::CloudWatch::Alarm",
+            "{alarm}"
+        );
+    }
+    let redrive = &resources["SourceQueue"]["Properties"]["RedrivePolicy"];
+    assert_eq!(
+        redrive["deadLetterTargetArn"]["Fn::GetAtt"][0],
+        "DeadLetterQueue"
+    );
+    let template = deployable(template);
+
+    let moto = Endpoints::single(&e2e::emulator().await.shared);
+    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
+    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
+    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
+    let lambda = aws_sdk_lambda::Client::new(&shared);
+    let artifacts = "sam-artifacts-placeholder";
+    let _ = clients.s3.create_bucket().bucket(artifacts).send().await;
+    clients
+        .s3
+        .put_object()
+        .bucket(artifacts)
+        .key("HandlerFunction.zip")
+        .body(EMPTY_ZIP.to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let stack = e2e::unique_prefix("handler");
+    let parameters = [
+        ("AlarmTopicArn", "arn:aws:sns:us-east-1:123456789012:alarms"),
+        ("EnableIdempotency", "true"),
+    ];
+    let outputs = create_stack(&cloudformation, &stack, &template, &parameters).await;
+    let function = lambda
+        .get_function_configuration()
+        .function_name(&outputs["HandlerFunctionName"])
+        .send()
+        .await
+        .unwrap();
+    let vars = function.environment().unwrap().variables().unwrap().clone();
+    let config = sqs_keeper::config::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
+        .unwrap_or_else(|e| panic!("the template's variables do not validate: {e}"));
+    let store = config.store.expect("the dead-letter store is configured");
+    assert!(outputs["CliEnvironment"].contains(&store.table));
+    assert_eq!(config.batch.max_receive_count, Some(5));
+    assert!(config.idempotency.is_some(), "{vars:?}");
+    assert!(vars.contains_key("ORDERS_TABLE"));
+    // Every variable is one the runner documents, or the handler's own.
+    let known = sqs_keeper::config::WorkerConfig::documented_variables();
+    for name in vars.keys().filter(|k| k.as_str() != "ORDERS_TABLE") {
+        assert!(
+            known.contains_key(name.as_str()),
+            "{name} is not a variable of the runner"
+        );
+    }
+}
+
+/// Every default the README states for a template parameter is the template's: the
+/// parameter table of "Deploy", and the inline `template \`Name\` value` and
+/// `` `Name`, default `value` `` forms of the other sections.
+#[test]
+fn the_readme_states_the_template_defaults() {
+    let readme = std::fs::read_to_string(e2e::stack::root().join("README.md")).unwrap();
+    let template = translated_template("main");
+    let default_of = |name: &str| -> Option<String> {
+        let parameter = template["Parameters"].get(name).unwrap_or_else(|| {
+            panic!("the README names a template parameter {name} that does not exist")
+        });
+        parameter.get("Default").map(|d| match d {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+    };
+    let mut stated: Vec<(String, String)> = Vec::new();
+    let mut in_table = false;
+    for line in readme.lines() {
+        if line.starts_with("| parameter | default | meaning |") {
+            in_table = true;
+            continue;
+        }
+        if in_table && !line.starts_with('|') {
+            in_table = false;
+        }
+        if !in_table || line.starts_with("| ---") {
+            continue;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let names: Vec<String> = cells[1]
+            .split(", ")
+            .map(|n| n.trim_matches('`').to_string())
+            .collect();
+        let defaults: Vec<String> = cells[2]
+            .split(", ")
+            .map(|d| d.trim_matches('`').to_string())
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            let default = defaults.get(i).unwrap_or(&defaults[0]).clone();
+            stated.push((name.clone(), default));
+        }
+    }
+    assert!(
+        stated.len() >= 20,
+        "the parameter table was not found: {stated:?}"
+    );
+    // `` `Name` 300 ``, `` `Name` (15) `` and `` `Name`, default `value` `` in the prose.
+    let words: Vec<&str> = readme.split_whitespace().collect();
+    for (i, word) in words.iter().enumerate() {
+        let name = word.trim_matches(|c: char| c == '`' || c == ',' || c == '(' || c == ')');
+        if !name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            || template["Parameters"].get(name).is_none()
+        {
+            continue;
+        }
+        // `` `Name` 300 `` and `` `Name` (15) ``: a parameter followed by a number states
+        // its default, wherever it stands.
+        if word.starts_with('`') {
+            if let Some(value) = words.get(i + 1) {
+                let value = value
+                    .trim_start_matches('(')
+                    .trim_end_matches([',', ')', '.', ';']);
+                if value.chars().all(|c| c.is_ascii_digit()) && !value.is_empty() {
+                    stated.push((name.to_string(), value.to_string()));
+                }
+            }
+        }
+        if word.ends_with("`,") && words.get(i + 1) == Some(&"default") {
+            if let Some(value) = words.get(i + 2) {
+                let value = value
+                    .trim_end_matches([',', ')', '.', ';'])
+                    .trim_matches('`');
+                stated.push((name.to_string(), value.to_string()));
+            }
+        }
+    }
+    let mut wrong = Vec::new();
+    for (name, default) in &stated {
+        let actual = default_of(name);
+        let matches = match default.as_str() {
+            "(required)" => actual.is_none(),
+            "(none)" | "(created)" => actual.as_deref().is_none_or(str::is_empty),
+            "(empty)" => actual.as_deref() == Some(""),
+            value => actual.as_deref() == Some(value),
+        };
+        if !matches {
+            wrong.push(format!("{name}: README {default}, template {actual:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "README defaults that are not the template's: {wrong:#?}"
+    );
+    for name in [
+        "RedeliveryBaseSeconds",
+        "RedeliveryMultiplier",
+        "RedeliveryMaxSeconds",
+        "EnableBreaker",
+        "BreakerAlarmMinutes",
+    ] {
+        assert!(
+            stated.iter().any(|(n, _)| n == name),
+            "the README's statement of {name}'s default is not checked"
+        );
+    }
+}
+
+/// The longest the default spacing keeps a message through `receives` deliveries (every
+/// delay at its jitter's top).
+fn default_spacing(template: &Value, receives: u32) -> Duration {
+    let number = |name: &str| template["Parameters"][name]["Default"].as_u64().unwrap();
+    let policy = sqs_keeper::redelivery::RedeliveryPolicy {
+        base: Duration::from_secs(number("RedeliveryBaseSeconds")),
+        multiplier: u32::try_from(number("RedeliveryMultiplier")).unwrap(),
+        max: Duration::from_secs(number("RedeliveryMaxSeconds")),
+    };
+    (1..receives).map(|n| policy.delay(n, None, 1.0)).sum()
+}
+
+/// CloudFormation's rules cannot compare numbers, so the template cannot refuse a spacing
+/// that outlasts the source queue's retention (the worker caps each hide and dead-letters
+/// what has no room left, docs/ARCHITECTURE.md §1.11). What it can do is be right by
+/// default and say where the limit is: the default `MaxReceiveCount` fits the retention
+/// with the longest visibility timeout, and its description states how many receives fit.
+#[test]
+fn the_default_spacing_fits_the_source_queues_retention() {
+    let template = translated_template("template");
+    let source = &template["Resources"]["SourceQueue"]["Properties"];
+    let retention = Duration::from_secs(source["MessageRetentionPeriod"].as_u64().unwrap());
+    let longest_visibility = Duration::from_secs(5700);
+    let receives = u32::try_from(
+        template["Parameters"]["MaxReceiveCount"]["Default"]
+            .as_u64()
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(default_spacing(&template, receives) + longest_visibility <= retention);
+    let fitting = (1..=1000)
+        .take_while(|n| default_spacing(&template, *n) + longest_visibility <= retention)
+        .last()
+        .unwrap();
+    let description = template["Parameters"]["MaxReceiveCount"]["Description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        description.contains(&format!("up to {fitting} receives")),
+        "the description must say that up to {fitting} receives fit: {description}"
+    );
+}
+
+/// The record table's indexes hold what the queries filter on, not whole records, in both
+/// templates and in the table the local pipeline creates (one list, the code's); a stack
+/// first deployed with whole-record indexes can keep them (`IndexProjection=ALL`).
+#[test]
+fn the_record_indexes_are_narrow_by_default_and_match_the_code() {
+    for which in ["main", "handler"] {
+        let template = translated_template(which);
+        assert_eq!(
+            template["Parameters"]["IndexProjection"]["Default"], "INCLUDE",
+            "{which}"
+        );
+        let table = resources_of_type(&template, "AWS::DynamoDB::Table")
+            .into_iter()
+            .find(|(_, t)| t["Properties"]["GlobalSecondaryIndexes"].is_array())
+            .map(|(_, t)| &t["Properties"])
+            .unwrap();
+        for index in table["GlobalSecondaryIndexes"].as_array().unwrap() {
+            let pk = index["KeySchema"][0]["AttributeName"].as_str().unwrap();
+            let projection = &index["Projection"]["Fn::If"];
+            assert_eq!(projection[0], "NarrowIndexes", "{which}");
+            assert_eq!(projection[1]["ProjectionType"], "INCLUDE");
+            let listed: Vec<String> = projection[1]["NonKeyAttributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(
+                listed,
+                sqs_keeper::adapters::store::schema::index_attributes(pk),
+                "{which} {pk}"
+            );
+            assert_eq!(projection[2]["ProjectionType"], "ALL");
+        }
+    }
+}

@@ -1,0 +1,514 @@
+//! `local`: runs the worker pipeline on this machine (see `local --help`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+// The allocator the worker binary ships with, so `bench-cpu` measures what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use sqs_keeper::adapters::aws::Endpoints;
+use sqs_keeper_local::demo::{self, DemoOptions};
+use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
+use sqs_keeper_local::function::{workspace_bin_dir, FunctionProcess};
+use sqs_keeper_local::runtime_api::{InvocationResult, RuntimeApi};
+
+/// Runs the worker pipeline locally, with no AWS account.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the emulators are (`scripts/emulator.sh env` prints both).
+#[derive(Args)]
+struct EmulatorArgs {
+    /// The URL of the emulator that serves SQS, S3 and the other services but DynamoDB
+    /// (`scripts/emulator.sh url`).
+    #[arg(long, env = "EMULATOR_URL")]
+    endpoint_url: String,
+    /// DynamoDB Local's URL (`scripts/emulator.sh dynamodb-url`); default: `--endpoint-url`,
+    /// for an emulator that serves every service.
+    #[arg(long, env = "EMULATOR_DYNAMODB_URL")]
+    dynamodb_endpoint_url: Option<String>,
+}
+
+impl EmulatorArgs {
+    /// The endpoints, refused unless both are on loopback: these commands create, fill and
+    /// delete resources, which must never reach a real account.
+    fn endpoints(self) -> Result<Endpoints, String> {
+        let endpoints = Endpoints {
+            dynamodb: self
+                .dynamodb_endpoint_url
+                .unwrap_or_else(|| self.endpoint_url.clone()),
+            shared: self.endpoint_url,
+        };
+        for url in [&endpoints.shared, &endpoints.dynamodb] {
+            if !url.starts_with("http://127.") && !url.starts_with("http://localhost") {
+                return Err(format!(
+                    "only a local emulator (http://127.x.x.x or localhost) is allowed, not {url}"
+                ));
+            }
+        }
+        Ok(endpoints)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Runs the whole pipeline against the emulator: creates the queues, table and bucket,
+    /// sends a mixed workload, drives the compiled worker through a local event source
+    /// mapping until the source queue is empty, and prints a summary that must add up.
+    /// Then plays the operator: `dlq stats`, `dlq analyze`, fixes the downstream, and
+    /// `dlq redrive`s what is eligible, printing the before and after.
+    ///
+    /// The data is left in place; the environment to reach it is written to
+    /// `<state-dir>/demo.env` and the worker's log to `<state-dir>/worker.log`.
+    ///
+    /// Example: local demo --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
+    Demo {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Region name used with the emulator.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// Resource name prefix.
+        #[arg(long, default_value = "demo")]
+        prefix: String,
+        /// Messages to send.
+        #[arg(long, default_value_t = 300)]
+        items: usize,
+        /// Directory for the worker log and `demo.env`.
+        #[arg(long, default_value = ".emulator")]
+        state_dir: PathBuf,
+        /// The worker binary (default: `worker` next to this binary).
+        #[arg(long)]
+        worker: Option<PathBuf>,
+    },
+    /// The outage scenario: the downstream is down for longer than maxReceiveCount x the
+    /// visibility timeout while the compiled worker runs with spaced redelivery and the
+    /// shared circuit breaker, and the compiled redrive function runs as its schedule
+    /// would (during the outage, then after). Prints a summary that must add up.
+    ///
+    /// Example: local demo-outage --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --outage-secs 20
+    DemoOutage {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Region name used with the emulator.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// Resource name prefix.
+        #[arg(long, default_value = "demo")]
+        prefix: String,
+        /// Messages to send (at most 200).
+        #[arg(long, default_value_t = 50)]
+        items: usize,
+        /// How long the downstream is down, in seconds.
+        #[arg(long, default_value_t = 20)]
+        outage_secs: u64,
+        /// Run without the breaker's polling control (the worker receives and hides every
+        /// waiting message throughout the outage), to compare the receives.
+        #[arg(long)]
+        no_polling_control: bool,
+        /// Directory for the functions' logs.
+        #[arg(long, default_value = ".emulator")]
+        state_dir: PathBuf,
+        /// The worker binary (default: `worker` next to this binary; `redrive` is taken
+        /// from the same directory).
+        #[arg(long)]
+        worker: Option<PathBuf>,
+    },
+    /// Measures the operator's reads (`list`, `analyze`, `stats`) over a seeded table
+    /// and redrive throughput and AWS calls per item, against the emulator. Prints a
+    /// table and writes the figures as JSON.
+    ///
+    /// Example: local bench-store --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --records 10000
+    BenchStore {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Records to seed.
+        #[arg(long, default_value_t = 10_000)]
+        records: usize,
+        /// Items per redrive measurement (0 skips them).
+        #[arg(long, default_value_t = 1_000)]
+        redrive_items: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/store.json")]
+        output: PathBuf,
+    },
+    /// Measures the worker binary: cold start against a hello-world `lambda_runtime`
+    /// binary of the same profile, stripped size, peak RSS on a 10,000-record event, and
+    /// a 100-record batch at concurrency 1, 10 and 50 against the ideal. Run it from a
+    /// release build (`make bench-runtime`).
+    ///
+    /// Example: local bench-runtime --spawns 20
+    BenchRuntime {
+        /// Spawns per binary for the cold-start medians.
+        #[arg(long, default_value_t = 20)]
+        spawns: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/runtime.json")]
+        output: PathBuf,
+    },
+    /// Every benchmark in one run (what `make bench` runs): per-record CPU against
+    /// Powertools and the serde_json floor, cold start, size, peak RSS, batch concurrency,
+    /// and dead-letter overhead against the emulator. Prints tables, writes the figures as
+    /// JSON and renders docs/BENCHMARKS.md. Run it from a release build.
+    ///
+    /// Example: local bench --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
+    Bench {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Iterations per CPU measurement (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        iterations: usize,
+        /// Spawns per binary for the cold-start medians (the two binaries take turns).
+        #[arg(long, default_value_t = 50)]
+        spawns: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/bench.json")]
+        output: PathBuf,
+        /// Where the markdown report goes.
+        #[arg(long, default_value = "docs/BENCHMARKS.md")]
+        markdown: PathBuf,
+        /// Where the `worker` and `hello_lambda` binaries measured for start-up, size and
+        /// memory are (default: next to this binary). `make bench` passes `target/lambda`,
+        /// the profile the functions ship with.
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Messages each contender of the end-to-end cost benchmark processes.
+        #[arg(long, default_value_t = 1000)]
+        cost_messages: usize,
+    },
+    /// Lambda GB-seconds per million messages and messages per second per sandbox, end to
+    /// end (event source mapping, Runtime API, a 20 ms downstream), for the worker binary
+    /// against Powertools for AWS Lambda (Python) with BatchProcessor and AsyncBatchProcessor.
+    ///
+    /// Example: local bench-cost --bin-dir target/lambda --messages 1000
+    BenchCost {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Where the `worker` binary is (default: next to this binary).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Messages each contender processes.
+        #[arg(long, default_value_t = 1000)]
+        messages: usize,
+    },
+    /// Per-record CPU of the worker's invocation path against the serde_json floor and
+    /// Powertools for AWS Lambda (Python) on the same event bytes.
+    ///
+    /// Example: local bench-cpu --iterations 20
+    BenchCpu {
+        /// Iterations per event shape (the median is reported).
+        #[arg(long, default_value_t = 20)]
+        iterations: usize,
+        /// Where the JSON figures go.
+        #[arg(long, default_value = "target/bench/cpu.json")]
+        output: PathBuf,
+    },
+    /// Invokes the compiled worker binary once with an SQS event file, against a local
+    /// deterministic downstream and no dead-letter store, and prints the batch response.
+    ///
+    /// Example: local invoke --event samples/demo-event.json
+    Invoke {
+        /// The SQS event (JSON, as Lambda delivers it).
+        #[arg(long)]
+        event: PathBuf,
+        /// Time the invocation may take (sent as its deadline).
+        #[arg(long, default_value_t = 30)]
+        timeout_secs: u64,
+        /// The worker binary (default: `worker` next to this binary).
+        #[arg(long)]
+        worker: Option<PathBuf>,
+    },
+}
+
+fn worker_path(worker: Option<PathBuf>) -> Result<PathBuf, String> {
+    worker
+        .or_else(|| workspace_bin_dir().map(|d| d.join("worker")))
+        .filter(|p| p.exists())
+        .ok_or_else(|| {
+            "cannot find the worker binary; build it (cargo build) or pass --worker".to_string()
+        })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo {
+            emulator,
+            region,
+            prefix,
+            items,
+            state_dir,
+            worker,
+        } => match (emulator.endpoints(), worker_path(worker)) {
+            (Ok(endpoints), Ok(worker_binary)) => {
+                run_demo(DemoOptions {
+                    endpoints,
+                    region,
+                    prefix,
+                    worker_binary,
+                    state_dir,
+                    items,
+                })
+                .await
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        Command::DemoOutage {
+            emulator,
+            region,
+            prefix,
+            items,
+            outage_secs,
+            no_polling_control,
+            state_dir,
+            worker,
+        } => match (emulator.endpoints(), worker_path(worker)) {
+            (Ok(endpoints), Ok(worker_binary)) => {
+                let options = DemoOptions {
+                    endpoints,
+                    region,
+                    prefix,
+                    worker_binary,
+                    state_dir,
+                    items,
+                };
+                match std::fs::create_dir_all(&options.state_dir) {
+                    Err(e) => Err(format!(
+                        "cannot create {}: {e}",
+                        options.state_dir.display()
+                    )),
+                    Ok(()) => sqs_keeper_local::outage::run_outage(
+                        &options,
+                        Duration::from_secs(outage_secs),
+                        !no_polling_control,
+                    )
+                    .await
+                    .map(|summary| {
+                        if summary.adds_up() {
+                            ExitCode::SUCCESS
+                        } else {
+                            ExitCode::from(1)
+                        }
+                    }),
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
+        Command::Invoke {
+            event,
+            timeout_secs,
+            worker,
+        } => invoke(event, Duration::from_secs(timeout_secs), worker).await,
+        Command::Bench {
+            emulator,
+            iterations,
+            spawns,
+            output,
+            markdown,
+            bin_dir,
+            cost_messages,
+        } => match emulator.endpoints() {
+            Ok(endpoints) => {
+                bench_all(
+                    endpoints,
+                    iterations,
+                    spawns,
+                    &output,
+                    &markdown,
+                    bin_dir,
+                    cost_messages,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        },
+        Command::BenchCost {
+            emulator,
+            bin_dir,
+            messages,
+        } => match (emulator.endpoints(), bin_dir.or_else(workspace_bin_dir)) {
+            (Ok(endpoints), Some(bin_dir)) => {
+                sqs_keeper_local::bench_cost::run(&endpoints, &bin_dir, messages)
+                    .await
+                    .map(|cost| {
+                        println!("{}", sqs_keeper_local::bench_cost::render(&cost));
+                        ExitCode::SUCCESS
+                    })
+            }
+            (Err(e), _) => Err(e),
+            (_, None) => Err("cannot locate the binaries; pass --bin-dir".to_string()),
+        },
+        Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
+        Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
+        Command::BenchStore {
+            emulator,
+            records,
+            redrive_items,
+            output,
+        } => match emulator.endpoints() {
+            Ok(endpoints) => bench_store(&endpoints, records, redrive_items, &output).await,
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
+    std::fs::create_dir_all(&options.state_dir)
+        .map_err(|e| format!("cannot create {}: {e}", options.state_dir.display()))?;
+    let (summary, redrive) = demo::run(&options).await?;
+    println!(
+        "\nbefore the redrive: {} dead; after: {} dead, {} resolved, DLQ depth {} (the rest need a fix to the data or a human: validation and permission failures)",
+        redrive.dead_before, redrive.dead_after, redrive.resolved_after, redrive.dlq_after
+    );
+    println!(
+        "The data is left in place; its environment is in {}.",
+        options.state_dir.join("demo.env").display()
+    );
+    Ok(if summary.adds_up() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn bench_all(
+    endpoints: Endpoints,
+    iterations: usize,
+    spawns: usize,
+    output: &std::path::Path,
+    markdown: &std::path::Path,
+    bin_dir: Option<PathBuf>,
+    cost_messages: usize,
+) -> Result<ExitCode, String> {
+    let bin_dir = match bin_dir {
+        Some(dir) => dir,
+        None => workspace_bin_dir().ok_or("cannot locate the binaries")?,
+    };
+    let options = sqs_keeper_local::bench::BenchOptions {
+        endpoints,
+        iterations,
+        spawns,
+        bin_dir,
+        work_dir: PathBuf::from("target/bench"),
+        cost_messages,
+    };
+    let run = sqs_keeper_local::bench::run(&options).await?;
+    println!("{}", sqs_keeper_local::bench::render(&run));
+    sqs_keeper_local::bench::write(&run, output, markdown)?;
+    println!(
+        "figures written to {} and {}",
+        output.display(),
+        markdown.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench_cpu(iterations: usize, output: &std::path::Path) -> Result<ExitCode, String> {
+    let figures =
+        sqs_keeper_local::bench_cpu::run(iterations, std::path::Path::new("target/bench/cpu"))
+            .await?;
+    println!("{}", sqs_keeper_local::bench_cpu::render(&figures));
+    write_json(output, &figures)
+}
+
+async fn bench_runtime(spawns: usize, output: &std::path::Path) -> Result<ExitCode, String> {
+    let dir = workspace_bin_dir().ok_or("cannot locate the binaries")?;
+    let figures = sqs_keeper_local::bench_runtime::run(&dir, spawns).await?;
+    println!("{}", sqs_keeper_local::bench_runtime::render(&figures));
+    write_json(output, &figures)
+}
+
+fn write_json(
+    output: &std::path::Path,
+    figures: &impl serde::Serialize,
+) -> Result<ExitCode, String> {
+    if let Some(dir) = output.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let json = serde_json::to_string_pretty(figures).map_err(|e| e.to_string())?;
+    std::fs::write(output, json).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    println!("figures written to {}", output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn bench_store(
+    endpoints: &Endpoints,
+    records: usize,
+    redrive_items: usize,
+    output: &std::path::Path,
+) -> Result<ExitCode, String> {
+    let figures =
+        sqs_keeper_local::bench_store::run(endpoints, "us-east-1", records, redrive_items).await?;
+    println!("{}", sqs_keeper_local::bench_store::render(&figures));
+    if let Some(dir) = output.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let json = serde_json::to_string_pretty(&figures).map_err(|e| e.to_string())?;
+    std::fs::write(output, json).map_err(|e| format!("cannot write {}: {e}", output.display()))?;
+    println!("figures written to {}", output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn invoke(
+    event: PathBuf,
+    timeout: Duration,
+    worker: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    let bytes = tokio::fs::read(&event)
+        .await
+        .map_err(|e| format!("cannot read {}: {e}", event.display()))?;
+    serde_json::from_slice::<aws_lambda_events::sqs::SqsEvent>(&bytes)
+        .map_err(|e| format!("{} is not an SQS event: {e}", event.display()))?;
+    let worker = worker_path(worker)?;
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .map_err(|e| format!("cannot start the downstream: {e}"))?;
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .map_err(|e| format!("cannot start the runtime API: {e}"))?;
+    let env = vec![
+        ("WORKER_DOWNSTREAM_URL".to_string(), downstream.url()),
+        (
+            "WORKER_DOWNSTREAM_TIMEOUT_MS".to_string(),
+            "1000".to_string(),
+        ),
+        (
+            "WORKER_ITEM_ID_SOURCE".to_string(),
+            "pointer:/id".to_string(),
+        ),
+        ("WORKER_MAX_RECEIVE_COUNT".to_string(), "3".to_string()),
+        ("WORKER_RETRY_BASE_DELAY_MS".to_string(), "50".to_string()),
+    ];
+    let mut process = FunctionProcess::spawn(&worker, "worker", &api.address(), &env, None)
+        .map_err(|e| format!("cannot start {}: {e}", worker.display()))?;
+    let result = api.invoke(bytes.into(), timeout).await;
+    let _ = process.kill().await;
+    match result.map_err(|e| e.to_string())? {
+        InvocationResult::Response(body) => {
+            println!("{}", String::from_utf8_lossy(&body));
+            Ok(ExitCode::SUCCESS)
+        }
+        InvocationResult::Error(body) => {
+            println!("{}", String::from_utf8_lossy(&body));
+            eprintln!("the worker failed the whole invocation");
+            Ok(ExitCode::from(1))
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The circuit breaker's shared state as the simulation keeps it: the library's own
+//! [`MemoryBreakerStore`] (the DynamoDB adapter's conditions, in memory), with each call
+//! taking simulated latency and failing as the table's fault rate says, and what each
+//! sandbox last learnt of it kept in the world, so the checks can judge a call by what its
+//! sandbox knew ([`known`]).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use sqs_keeper::breaker::{BreakerState, BreakerStore};
+use sqs_keeper::error::ProcessError;
+use sqs_keeper::testing::MemoryBreakerStore;
+
+use crate::world::World;
+
+/// One sandbox's handle on the shared breaker state.
+#[derive(Debug, Clone)]
+pub struct SimBreakerStore {
+    world: Arc<World>,
+    inner: MemoryBreakerStore,
+    sandbox: String,
+}
+
+impl SimBreakerStore {
+    /// `sandbox`'s handle on `inner` (clones of one memory store share its state).
+    pub fn new(world: Arc<World>, inner: MemoryBreakerStore, sandbox: &str) -> Self {
+        SimBreakerStore {
+            world,
+            inner,
+            sandbox: sandbox.to_string(),
+        }
+    }
+
+    /// A call's latency and its fault, as every table call has them.
+    async fn call(&self, step: &str) -> Result<(), ProcessError> {
+        crate::store::call_latency(&self.world).await;
+        let mut state = self.world.lock();
+        if state.call_fails(
+            |f| f.table,
+            &self.sandbox,
+            "-",
+            &format!("breaker {step} failed"),
+        ) {
+            return Err(ProcessError::new(
+                sqs_keeper::ErrorClass::Throttled,
+                "breaker table throttled (injected)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// What this sandbox now knows of the state.
+    fn learn(&self, what: &str) {
+        let known = self.inner.state();
+        let mut state = self.world.lock();
+        state
+            .ledger
+            .breaker_known
+            .insert(self.sandbox.clone(), known);
+        state.after_step(&self.sandbox, "-", what);
+    }
+}
+
+impl BreakerStore for SimBreakerStore {
+    fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+        Box::pin(async move {
+            self.call("read").await?;
+            let read = self.inner.read().await?;
+            self.world
+                .lock()
+                .ledger
+                .breaker_known
+                .insert(self.sandbox.clone(), read.clone());
+            Ok(read)
+        })
+    }
+
+    fn add_failures(
+        &self,
+        n: u32,
+        now: SystemTime,
+        window: Duration,
+    ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+        Box::pin(async move {
+            self.call("count").await?;
+            let after = self.inner.add_failures(n, now, window).await?;
+            self.learn(&format!(
+                "breaker: {n} failure(s) counted, {} in the window",
+                after.failures
+            ));
+            Ok(after)
+        })
+    }
+
+    fn open(
+        &self,
+        until: SystemTime,
+        opens: u32,
+        now: SystemTime,
+    ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+        Box::pin(async move {
+            self.call("open").await?;
+            let opened = self.inner.open(until, opens, now).await?;
+            if opened {
+                let secs = until.duration_since(now).unwrap_or_default().as_secs();
+                self.learn(&format!(
+                    "breaker opened for {secs} s (opening {opens} in a row)"
+                ));
+            }
+            Ok(opened)
+        })
+    }
+
+    fn take_probe(
+        &self,
+        until: SystemTime,
+        now: SystemTime,
+    ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+        Box::pin(async move {
+            self.call("probe").await?;
+            let taken = self.inner.take_probe(until, now).await?;
+            if taken {
+                self.world
+                    .lock()
+                    .ledger
+                    .probes
+                    .insert(self.sandbox.clone(), until);
+                self.learn("breaker: probe taken");
+            }
+            Ok(taken)
+        })
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+        Box::pin(async move {
+            self.call("close").await?;
+            self.inner.close().await?;
+            self.learn("breaker closed");
+            Ok(())
+        })
+    }
+}
+
+/// §1.12: the breaker withholds the downstream from a sandbox that knows it open, and
+/// lets through only the sandbox that holds the probe while it is half-open (one at a
+/// time: taking the probe is conditional). Judged by what `sandbox` last read or wrote: a
+/// sandbox trusts its read for the refresh period, and a read that fails keeps the last
+/// state known, so calls on a stale "closed" are the design, not a break.
+pub fn call_refused_by_what_it_knew(
+    state: &crate::world::State,
+    sandbox: &str,
+    now: SystemTime,
+) -> Option<String> {
+    let known = state.ledger.breaker_known.get(sandbox)?;
+    if known.is_open(now) {
+        return Some(format!(
+            "{sandbox} called the downstream while the breaker it had read was open"
+        ));
+    }
+    let holds_probe = state
+        .ledger
+        .probes
+        .get(sandbox)
+        .is_some_and(|until| *until > now);
+    (known.is_half_open(now) && !holds_probe).then(|| {
+        format!(
+            "{sandbox} called the downstream while the breaker it had read was half-open, without holding the probe"
+        )
+    })
+}

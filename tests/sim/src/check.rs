@@ -1,0 +1,194 @@
+//! The invariants checked once the world is quiet: the faults healed, the source queue
+//! drained, the leases of dead runs expired and the schedule run. (Those that must hold at
+//! every step are in [`crate::world::State::after_step`] and at each deletion.)
+//!
+//! 1. Nothing is silently gone: every payload sent was delivered, purged by an operator,
+//!    or is held by a dead record (as its payload, or by a DLQ message of its item).
+//! 2. No record is left `redriving` or `requeued`: leases are taken back, requeues finish.
+//! 3. The DLQ and the table agree: a DLQ message exists for each dead record, and every DLQ
+//!    message belongs to a dead record.
+//! 4. The schedule did its work: no dead record is left that it would redrive (eligible,
+//!    not for manual review), since the downstream is healthy again.
+//! 5. Duplicates are explained: the worker delivered a message more than once only as
+//!    often as at-least-once events (a duplicate receive, an invocation that delivered it
+//!    but did not acknowledge it) allow.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sqs_keeper::dead_letter::ItemStatus;
+use sqs_keeper::message::PAYLOAD_SHA256_ATTRIBUTE;
+
+use crate::world::{Section, State};
+
+/// Checks the end-state invariants, recording each broken one.
+pub fn at_quiescence(state: &mut State) {
+    let mut broken: Vec<(Section, String, String)> = Vec::new();
+    // Payload digests of the DLQ's messages, by item.
+    let mut dlq: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for m in state.dlq.messages() {
+        // A producer's pointer names its item in the payload it points to.
+        let body = sqs_keeper::pointer::S3Pointer::parse(&m.body)
+            .and_then(|p| state.bucket.get(&p.key))
+            .unwrap_or(&m.body);
+        let item = sqs_keeper::message::dlq_item_id(
+            |name| m.attribute(name),
+            crate::queue::payload_id(body),
+            &m.id,
+        );
+        let sha = m
+            .attribute(PAYLOAD_SHA256_ATTRIBUTE)
+            .map(str::to_string)
+            .unwrap_or_else(|| m.body_sha256.clone());
+        dlq.entry(item).or_default().insert(sha);
+    }
+    let corrupted = state.ledger.corrupted.clone();
+
+    for (item, sha) in &state.ledger.sent {
+        state.stats.checks += 1;
+        let copies = state.copies_of(sha);
+        if state.deliveries_of(sha) > 0
+            || copies.iter().any(|c| {
+                state.ledger.discarded.contains(c) || state.ledger.expired_in_window.contains(c)
+            })
+        {
+            continue;
+        }
+        let in_dlq = dlq
+            .get(item)
+            .is_some_and(|s| copies.iter().any(|c| s.contains(c)));
+        let held = match state.table.get(item) {
+            Some(row) if row.corrupt => in_dlq,
+            Some(row) => {
+                row.record.status == ItemStatus::Dead
+                    && (copies.contains(&row.record.payload.sha256) || in_dlq)
+            }
+            None => false,
+        } || (copies.len() > 1
+            // A pointer the worker could not follow is recorded under the message's id
+            // (its text has no item id): held if a dead record keeps it.
+            && state.table.values().any(|row| {
+                row.record.status == ItemStatus::Dead && copies.contains(&row.record.payload.sha256)
+            }));
+        if !held {
+            broken.push((
+                Section::NothingLost,
+                item.clone(),
+                format!(
+                    "payload {} was neither delivered nor held by a dead record: lost",
+                    &sha[..12]
+                ),
+            ));
+        }
+    }
+
+    for (id, row) in &state.table {
+        state.stats.checks += 3;
+        if row.corrupt {
+            continue;
+        }
+        let r = &row.record;
+        match r.status {
+            // A documented window (docs/SIMULATION.md, "Windows excused"): a requeued
+            // message whose body names no item is an item of its own to the worker (its
+            // new message id); failing again, it is recorded there, and the record it was
+            // requeued from waits, `requeued`, until the redrive sets it back to dead 14
+            // days and an hour after the requeue (§3). Its payload is held meanwhile.
+            ItemStatus::Requeued
+                if r.requeued_message_id
+                    .as_ref()
+                    .is_some_and(|m| held_under_another_item(state, &dlq, m, id)) => {}
+            ItemStatus::Redriving | ItemStatus::Requeued => broken.push((
+                Section::Record,
+                id.clone(),
+                format!(
+                    "left {:?} at the end (a lease never taken back, or a requeue never finished)",
+                    r.status
+                ),
+            )),
+            ItemStatus::Dead => {
+                // The same window the other way round: the record a failure of a
+                // pointer was filed under while its payload could not be read, whose
+                // message SQS's redrive policy then moved, tracked by another record.
+                if !dlq.contains_key(id)
+                    && !state.ledger.purged.contains(id)
+                    && !held_under_another_item(state, &dlq, &r.source.message_id, id)
+                {
+                    broken.push((
+                        Section::DlqRule,
+                        id.clone(),
+                        "dead, but no DLQ message holds it".to_string(),
+                    ));
+                }
+                if r.reprocess_eligible && !r.manual_review_required {
+                    broken.push((
+                        Section::Record,
+                        id.clone(),
+                        format!(
+                            "dead and eligible ({}) after the schedule ran with a healthy downstream",
+                            r.error_class
+                        ),
+                    ));
+                }
+            }
+            ItemStatus::Resolved => {}
+        }
+    }
+    for item in dlq.keys() {
+        state.stats.checks += 1;
+        let dead = state
+            .table
+            .get(item)
+            .is_some_and(|row| row.corrupt || row.record.status == ItemStatus::Dead);
+        if !dead && !corrupted.contains(item) && !state.ledger.purged.contains(item) {
+            broken.push((
+                Section::DlqRule,
+                item.clone(),
+                "a DLQ message is left for an item with no dead record".to_string(),
+            ));
+        }
+    }
+
+    for (message, deliveries) in &state.ledger.worker_deliveries {
+        state.stats.checks += 1;
+        let causes = state.ledger.causes.get(message).copied().unwrap_or(0);
+        if *deliveries > 1 + causes {
+            broken.push((
+                Section::RecordingIdempotent,
+                message.clone(),
+                format!(
+                    "delivered {deliveries} times by the worker with {causes} at-least-once event(s) to explain it"
+                ),
+            ));
+        }
+    }
+    for (section, item, what) in broken {
+        state.violate(section, &item, what);
+    }
+}
+
+/// Whether source message `message` is held under another item than `id`: a record of
+/// another item lists one of its attempts (or it as its source), or a DLQ message of it is
+/// tracked by another item. The documented window of an Extended-Client message whose
+/// payload could not be read when it was recorded (docs/SIMULATION.md, "Windows
+/// excused"): recorded under its message id then, under the item its payload names once
+/// read, one payload under two records, each holding it.
+fn held_under_another_item(
+    state: &State,
+    dlq: &BTreeMap<String, BTreeSet<String>>,
+    message: &str,
+    id: &str,
+) -> bool {
+    let recorded = state
+        .ledger
+        .recorded_under
+        .get(message)
+        .is_some_and(|items| items.iter().any(|item| item != id));
+    let in_dlq = state.dlq.messages().iter().any(|m| {
+        let tracked = sqs_keeper::message::dlq_item_id(|n| m.attribute(n), None, &m.id);
+        (m.id == message
+            || m.attribute(sqs_keeper::message::SOURCE_MESSAGE_ID_ATTRIBUTE) == Some(message))
+            && tracked != id
+            && dlq.contains_key(&tracked)
+    });
+    recorded || in_dlq
+}

@@ -1,0 +1,1300 @@
+//! One simulated run, from its seed: the producer, the event source mapping's pollers, the
+//! worker, the downstream, the faults and the operators all run as tasks on one thread
+//! under tokio's paused clock, so an afternoon of pipeline time takes milliseconds and the
+//! same seed makes the same run. At the end the faults heal, the queue drains, the leases
+//! of runs that died expire, the schedule runs, and the end-state invariants are checked
+//! ([`crate::check`]).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsEvent;
+use sqs_keeper::breaker::{Breaker, BreakerPolicy};
+use sqs_keeper::dead_letter::InvocationInfo;
+use sqs_keeper::envelope::Envelope;
+use sqs_keeper::idempotency::{Idempotency, Idempotent};
+use sqs_keeper::item::{BodyFormat, ItemIdSource, ItemParser};
+use sqs_keeper::mutants::Mutant;
+use sqs_keeper::recording::RecordingSettings;
+use sqs_keeper::redelivery::RedeliveryPolicy;
+use sqs_keeper::redrive::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
+use sqs_keeper::retry::{Deadline, Jitter, RetryPolicy};
+use sqs_keeper::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
+use sqs_keeper::{BatchConfig, BatchProcessor};
+use tokio::time::{sleep, Instant};
+
+use crate::breaker::SimBreakerStore;
+use crate::downstream::{Behaviour, Downstream};
+use crate::idempotency::SimIdempotencyStore;
+use crate::queue::{SimMessage, SimQueue};
+use crate::store::{to_sqs_message, SimResolver, SimStore, BUCKET, PRODUCER_BUCKET};
+use crate::world::{Section, State, Stats, World};
+
+/// The Lambda function's timeout.
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time the worker keeps free before its deadline (`WORKER_DEADLINE_MARGIN_MS`).
+const DEADLINE_MARGIN: Duration = Duration::from_secs(2);
+/// The source queue's visibility timeout (6 × the function timeout).
+pub(crate) const VISIBILITY: Duration = Duration::from_secs(180);
+/// The source queue's redrive policy.
+const MAX_RECEIVE_COUNT: u32 = 5;
+/// How long a redrive's lease lasts: the default, or (some worlds) one shorter than a
+/// slow item's attempts, so that the lease cut is what keeps two runs apart.
+const LEASE_TTLS: [Duration; 2] = [Duration::from_secs(900), Duration::from_secs(150)];
+/// How long the redrive function may run.
+const REDRIVE_FUNCTION_TIMEOUT: Duration = Duration::from_secs(900);
+/// The longest the queue may take to drain once the faults are over.
+const DRAIN_LIMIT: Duration = Duration::from_secs(24 * 3600);
+
+/// What one seed's run found.
+#[derive(Debug)]
+pub struct RunReport {
+    /// The seed.
+    pub seed: u64,
+    /// Broken invariants: (item, what).
+    pub violations: Vec<(String, String)>,
+    /// The events that concern the first broken invariant's item.
+    pub trace: String,
+    /// Counters.
+    pub stats: Stats,
+    /// Events traced.
+    pub events: usize,
+    /// Messages the producer sent.
+    pub sent: usize,
+}
+
+/// Silences the panics of the simulated handler (`downstream::HANDLER_PANIC`), which the
+/// worker catches by design, and keeps every other panic's report.
+fn quiet_handler_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = sqs_keeper::batch::panic_message(info.payload());
+            if !message.starts_with(crate::downstream::HANDLER_PANIC) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs the world of `seed` with `mutants` switched on; deterministic for a seed.
+pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
+    quiet_handler_panics();
+    sqs_keeper::mutants::switch_on(mutants);
+    // The library's own randomness (backoff jitter, run ids) follows the seed too.
+    fastrand::seed(seed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build();
+    let report = match runtime {
+        Ok(runtime) => {
+            let world = Arc::new(World::new(State::new(
+                seed,
+                SimQueue::new("orders", None),
+                SimQueue::new("orders-dlq", None),
+            )));
+            // Every log line of the world is read for payloads (§1.9).
+            use tracing_subscriber::layer::SubscriberExt as _;
+            let logs =
+                tracing_subscriber::registry().with(crate::logs::PayloadWatch::new(world.clone()));
+            let outcome = tracing::subscriber::with_default(logs, || {
+                std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    runtime.block_on(simulate(seed, world.clone()))
+                }))
+            });
+            if let Err(panic) = outcome {
+                let message = sqs_keeper::batch::panic_message(&*panic);
+                world
+                    .lock()
+                    .violate(Section::NoPanic, "-", format!("panic: {message}"));
+            }
+            report_of(seed, &world)
+        }
+        Err(e) => RunReport {
+            seed,
+            violations: vec![("-".into(), format!("no runtime: {e}"))],
+            trace: String::new(),
+            stats: Stats::default(),
+            events: 0,
+            sent: 0,
+        },
+    };
+    sqs_keeper::clock::virtual_clock::stop();
+    sqs_keeper::mutants::switch_on(&[]);
+    report
+}
+
+/// Events shown for a failure: `SIM_TRACE_EVENTS`, 60 by default.
+fn trace_limit() -> usize {
+    std::env::var("SIM_TRACE_EVENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+fn report_of(seed: u64, world: &World) -> RunReport {
+    let state = world.lock();
+    let items: Vec<String> = state
+        .violations
+        .first()
+        .map(|(item, _)| vec![item.clone()])
+        .unwrap_or_default();
+    RunReport {
+        seed,
+        violations: state.violations.clone(),
+        trace: if items.is_empty() {
+            String::new()
+        } else {
+            state.trace.relevant(&items, trace_limit())
+        },
+        stats: state.stats.clone(),
+        events: state.trace.len(),
+        sent: state.ledger.sent.len(),
+    }
+}
+
+/// The world's shape, drawn from the seed.
+#[derive(Debug, Clone)]
+struct Shape {
+    fifo: bool,
+    messages: usize,
+    batch_size: usize,
+    pollers: usize,
+    skip_group_on_error: bool,
+    crash_rate: f64,
+    double_invoke_rate: f64,
+    duplicate_rate: f64,
+    /// Production store limits (a history of 50, 64 KiB inline), bodies around 64 KiB, ten
+    /// 3 KB attributes and verbose error responses: records near DynamoDB's 400 KB.
+    big: bool,
+    /// Redelivery spacing (`WORKER_REDELIVERY_BASE_SECS`): base, multiplier and cap.
+    spacing: Option<RedeliveryPolicy>,
+    /// The source queue's retention: four days, or (some spaced worlds) 1–3 hours, short
+    /// enough for the spacing to reach it.
+    retention: Duration,
+    /// The redrive's lease.
+    lease_ttl: Duration,
+    /// Records per page of a query (DynamoDB ends a page at 1 MB; a small page makes every
+    /// listing and selection go past its first page).
+    page_size: i32,
+    /// The worker's circuit breaker (shared by its sandboxes, one per poller).
+    breaker: Option<BreakerPolicy>,
+    /// Idempotency by item id, in the worker and the redrive (its table shared). The
+    /// producer then never reuses an item id for another payload: a handler that declares
+    /// work once per item id skips the second as done, by design.
+    idempotency: bool,
+    /// The producer offloads some payloads to its bucket and sends Extended-Client
+    /// pointers in their place, which the worker and the redrive follow.
+    pointers: bool,
+    /// The producer wraps every payload in this envelope (an SNS topic or an EventBridge
+    /// rule in front of the queue), which the worker and the redrive unwrap.
+    envelope: Option<Envelope>,
+    /// The worker dead-letters this many deliveries before the last one SQS would make.
+    receive_budget_margin: u32,
+}
+
+fn shape_of(rng: &mut fastrand::Rng) -> Shape {
+    Shape {
+        fifo: rng.f64() < 0.25,
+        messages: rng.usize(8..30),
+        batch_size: rng.usize(1..11),
+        pollers: rng.usize(1..4),
+        skip_group_on_error: rng.bool(),
+        crash_rate: [0.0, 0.05, 0.15][rng.usize(0..3)],
+        double_invoke_rate: [0.0, 0.05, 0.1][rng.usize(0..3)],
+        duplicate_rate: [0.0, 0.05][rng.usize(0..2)],
+        big: false,
+        spacing: None,
+        retention: Duration::from_secs(4 * 86_400),
+        lease_ttl: LEASE_TTLS[0],
+        page_size: 100,
+        breaker: None,
+        idempotency: false,
+        pointers: false,
+        envelope: None,
+        receive_budget_margin: 0,
+    }
+}
+
+/// The spacing and retention of a world, drawn apart from its other choices.
+fn draw_spacing(shape: &mut Shape, seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5ace);
+    if rng.f64() < 0.5 {
+        shape.spacing = Some(RedeliveryPolicy {
+            base: Duration::from_secs([30, 60, 300][rng.usize(0..3)]),
+            multiplier: rng.u32(2..4),
+            max: Duration::from_secs([900, 3_600, 14_400][rng.usize(0..3)]),
+        });
+        if rng.f64() < 0.4 {
+            shape.retention = Duration::from_secs(rng.u64(3_600..10_800));
+        }
+    }
+    shape.lease_ttl = LEASE_TTLS[usize::from(rng.f64() < 0.3)];
+    shape.page_size = if rng.bool() { 3 } else { 100 };
+    shape.breaker = (rng.f64() < 0.4).then_some(BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_secs(60),
+        max_open: Duration::from_secs(600),
+        probe_for: Duration::from_secs(30),
+        refresh: Duration::from_secs(5),
+    });
+    shape.idempotency = rng.f64() < 0.3;
+}
+
+/// The downstream as one sandbox calls it: behind the circuit breaker in the worlds that
+/// have one (its state shared by every sandbox).
+#[derive(Debug)]
+enum Guard {
+    Plain(Downstream),
+    Breaker(Box<Breaker<Downstream, SimBreakerStore>>),
+}
+
+impl sqs_keeper::Processor for Guard {
+    async fn process(
+        &self,
+        item: &sqs_keeper::WorkItem,
+    ) -> Result<sqs_keeper::Outcome, sqs_keeper::ProcessError> {
+        match self {
+            Guard::Plain(downstream) => downstream.process(item).await,
+            Guard::Breaker(breaker) => breaker.process(item).await,
+        }
+    }
+}
+
+/// A processor, once per item id in the worlds with idempotency (outside the breaker, as
+/// the runner composes them). Notes the deliveries whose work ended well (done, or skipped
+/// as done before), so the checks can tell a record given back for its bookkeeping from
+/// one given back undone.
+#[derive(Debug)]
+struct SimHandler<P> {
+    inner: Handled<P>,
+    world: Arc<World>,
+}
+
+#[derive(Debug)]
+enum Handled<P> {
+    Direct(P),
+    Once(Box<Idempotent<P, SimIdempotencyStore>>),
+}
+
+impl<P: sqs_keeper::Processor> SimHandler<P> {
+    fn new(inner: P, world: &Arc<World>, actor: &str) -> Self {
+        let table = world.lock().idempotency.clone();
+        let inner = match table {
+            Some(table) => Handled::Once(Box::new(Idempotent::new(
+                inner,
+                Idempotency::new(
+                    SimIdempotencyStore::new(world.clone(), table, actor),
+                    Duration::from_secs(86_400),
+                ),
+            ))),
+            None => Handled::Direct(inner),
+        };
+        SimHandler {
+            inner,
+            world: world.clone(),
+        }
+    }
+}
+
+impl<P: sqs_keeper::Processor> sqs_keeper::Processor for SimHandler<P> {
+    async fn process(
+        &self,
+        item: &sqs_keeper::WorkItem,
+    ) -> Result<sqs_keeper::Outcome, sqs_keeper::ProcessError> {
+        let result = match &self.inner {
+            Handled::Direct(p) => p.process(item).await,
+            Handled::Once(p) => p.process(item).await,
+        };
+        if result.is_ok() {
+            let receipt = format!("{}#{}", item.message_id, item.receive_count);
+            self.world.lock().ledger.handled.insert(receipt);
+        }
+        result
+    }
+}
+
+type SimWorker = BatchProcessor<SimHandler<Guard>, SimStore>;
+
+/// The parser of a world: the payload's `id`, inside the world's envelope.
+fn parser(world: &World) -> ItemParser {
+    ItemParser {
+        id_source: ItemIdSource::JsonPointer("/id".into()),
+        body_format: BodyFormat::Json,
+        envelope: world.lock().envelopes.clone(),
+    }
+}
+
+fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 3,
+        base_delay: Duration::from_millis(200),
+        max_delay: Duration::from_secs(2),
+        retry_unknown: false,
+        jitter: Jitter::Full,
+    }
+}
+
+async fn simulate(seed: u64, world: Arc<World>) {
+    sqs_keeper::clock::virtual_clock::start(
+        chrono::DateTime::from_timestamp(1_767_225_600, 0).unwrap_or_default(),
+    );
+    let mut rng = fastrand::Rng::with_seed(seed.rotate_left(17) ^ 0x5eed);
+    let mut shape = shape_of(&mut rng);
+    // Drawn apart from the world's sequence, so that adding this shape left every other
+    // seed's world as it was (the seeds that found defects still make the same worlds).
+    shape.big = fastrand::Rng::with_seed(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)).f64() < 0.05;
+    shape.pointers = fastrand::Rng::with_seed(seed ^ 0x00F0_1A7E_5EED_0001).f64() < 0.25;
+    // A fifth of the other worlds put an envelope around every payload (their producers
+    // are an SNS topic or an EventBridge rule; the Extended Client does not go through
+    // either).
+    let mut envelope_rng = fastrand::Rng::with_seed(seed ^ 0x0E57_E10F_5EED_0002);
+    if !shape.pointers && envelope_rng.f64() < 0.2 {
+        shape.envelope = Some([Envelope::Sns, Envelope::EventBridge][envelope_rng.usize(0..2)]);
+    }
+    // A third of the worlds keep a margin of one or two receives (a queue whose batches
+    // may be invoked twice, or whose timeouts kill invocations).
+    shape.receive_budget_margin =
+        [0, 0, 0, 0, 1, 2][fastrand::Rng::with_seed(seed ^ 0x3A26_1B0D_5EED_0003).usize(0..6)];
+    draw_spacing(&mut shape, seed);
+    {
+        let mut state = world.lock();
+        let name = if shape.fifo { "orders.fifo" } else { "orders" };
+        state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT));
+        state.source.retention = shape.retention;
+        state.lease_ttl = shape.lease_ttl;
+        state.idempotency = shape.idempotency.then(MemoryIdempotencyStore::default);
+        state.page_size = shape.page_size;
+        state.envelopes = sqs_keeper::envelope::Envelopes(shape.envelope.into_iter().collect());
+        state.receive_budget_margin = shape.receive_budget_margin;
+        state.dlq = SimQueue::new(
+            if shape.fifo {
+                "orders-dlq.fifo"
+            } else {
+                "orders-dlq"
+            },
+            None,
+        );
+        state
+            .trace
+            .note("world", "-", &format!("seed {seed}: {shape:?}"));
+    }
+    let store = SimStore::new(
+        world.clone(),
+        RecordingSettings {
+            bucket: BUCKET.into(),
+            inline_max_bytes: if shape.big { 65_536 } else { 2048 },
+            history_limit: if shape.big {
+                sqs_keeper::dead_letter::HISTORY_LIMIT
+            } else {
+                4
+            },
+            retention: Duration::from_secs(14 * 86_400),
+            write_concurrency: 4,
+        },
+    );
+    // One sandbox per poller: its own engine and breaker, the breaker's state shared.
+    let breaker_state = MemoryBreakerStore::default();
+    let sandbox = |n: usize| {
+        let name = format!("worker#{n}");
+        let downstream = Downstream::new(world.clone(), &name);
+        let guard = match shape.breaker {
+            Some(policy) => Guard::Breaker(Box::new(Breaker::new(
+                downstream,
+                SimBreakerStore::new(world.clone(), breaker_state.clone(), &name),
+                policy,
+            ))),
+            None => Guard::Plain(downstream),
+        };
+        let handler = SimHandler::new(guard, &world, &name);
+        let mut worker = BatchProcessor::new(
+            handler,
+            store.as_actor(&name),
+            BatchConfig {
+                parser: parser(&world),
+                retry: retry_policy(),
+                concurrency: 4,
+                max_receive_count: Some(MAX_RECEIVE_COUNT),
+                receive_budget_margin: shape.receive_budget_margin,
+                skip_group_on_error: shape.skip_group_on_error,
+            },
+        );
+        if let Some(policy) = shape.spacing {
+            worker = worker.with_redelivery(policy, Arc::new(store.as_actor(&name)));
+        }
+        let worker = worker.with_body_resolver(Arc::new(SimResolver::new(store.as_actor(&name))));
+        Arc::new(worker)
+    };
+    let stop_pollers = Arc::new(AtomicBool::new(false));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let healed = Arc::new(AtomicBool::new(false));
+
+    let producer = tokio::spawn(produce(world.clone(), shape.clone(), rng.u64(..)));
+    let mut pollers = Vec::new();
+    for n in 0..shape.pollers {
+        pollers.push(tokio::spawn(poll(
+            world.clone(),
+            sandbox(n),
+            shape.clone(),
+            n,
+            rng.u64(..),
+            stop_pollers.clone(),
+            in_flight.clone(),
+        )));
+    }
+    let faults = tokio::spawn(inject_faults(world.clone(), rng.u64(..), healed.clone()));
+    let operators = tokio::spawn(operate(store.clone(), rng.u64(..), healed.clone()));
+
+    join_reporting(&world, "producer", producer).await;
+    join_reporting(&world, "faults", faults).await;
+    join_reporting(&world, "operators", operators).await;
+
+    // Drain: the pollers go on until the queue is empty and nothing is in flight.
+    let drain_started = Instant::now();
+    loop {
+        let empty = world.lock().source.is_empty() && in_flight.load(Ordering::SeqCst) == 0;
+        if empty {
+            break;
+        }
+        if drain_started.elapsed() > DRAIN_LIMIT {
+            world.lock().violate(
+                Section::NothingLost,
+                "-",
+                "the source queue did not drain within 24 h of the faults healing".into(),
+            );
+            break;
+        }
+        sleep(Duration::from_secs(10)).await;
+    }
+    stop_pollers.store(true, Ordering::SeqCst);
+    for poller in pollers {
+        join_reporting(&world, "poller", poller).await;
+    }
+
+    // The schedule, after every lease a dead run left has expired.
+    sleep(shape.lease_ttl + Duration::from_secs(60)).await;
+    for round in 0..6 {
+        // A DLQ message still held by a pass (one that died holding it, or a carried hold)
+        // is not seen by this one: wait until every hold is over, as the schedule would
+        // come round after it.
+        let held_until = world
+            .lock()
+            .dlq
+            .messages()
+            .iter()
+            .map(|m| m.visible_at)
+            .max()
+            .filter(|at| *at > Instant::now());
+        if let Some(at) = held_until {
+            tokio::time::sleep_until(at).await;
+        }
+        let report = redrive(&store, "schedule", RedriveRequest::default(), true).await;
+        let busy = report.is_some_and(|(selected, adopted)| selected + adopted > 0);
+        if !busy && round > 0 {
+            break;
+        }
+        sleep(Duration::from_secs(300)).await;
+    }
+    crate::check::at_quiescence(&mut world.lock());
+}
+
+async fn join_reporting(world: &World, what: &str, task: tokio::task::JoinHandle<()>) {
+    if let Err(e) = task.await {
+        let message = if e.is_panic() {
+            sqs_keeper::batch::panic_message(&*e.into_panic())
+        } else {
+            e.to_string()
+        };
+        world.lock().violate(
+            Section::NoPanic,
+            "-",
+            format!("panic in the {what}: {message}"),
+        );
+    }
+}
+
+/// Sends the messages, at random intervals; some reuse an item id with a new body.
+async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut ids: Vec<String> = Vec::new();
+    for n in 0..shape.messages {
+        sleep(Duration::from_millis(rng.u64(0..90_000))).await;
+        let id = if !shape.idempotency && !ids.is_empty() && rng.f64() < 0.12 {
+            ids[rng.usize(0..ids.len())].clone()
+        } else {
+            format!("item-{n}")
+        };
+        ids.push(id.clone());
+        let behaviour = match rng.u32(0..100) {
+            0..=54 => Behaviour::Healthy,
+            55..=74 => Behaviour::Flaky,
+            75..=84 => Behaviour::Slow,
+            85..=92 => Behaviour::Poison,
+            93..=97 => Behaviour::Gone,
+            _ => Behaviour::Forbidden,
+        };
+        // One healthy payload in ten has a handler that panics on it, drawn apart so that
+        // the other choices of every world stay as they were.
+        let panicky =
+            fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0xA24B_AED4_963E_E407))
+                .u32(0..10)
+                == 0;
+        let behaviour = if behaviour == Behaviour::Healthy && panicky {
+            Behaviour::Panicky
+        } else {
+            behaviour
+        };
+        let pad = match rng.f64() {
+            r if shape.big && r < 0.2 => rng.usize(60_000..70_000),
+            r if r < 0.15 => 3000,
+            _ => rng.usize(0..80),
+        };
+        let body = format!(
+            "{{\"id\":\"{id}\",\"n\":{n},\"behaviour\":\"{}\",\"note\":\"{}{n}\",\"pad\":\"{}\"}}",
+            behaviour.name(),
+            crate::logs::SECRET,
+            "x".repeat(pad)
+        );
+        let body = match shape.envelope {
+            Some(envelope) => wrapped(envelope, &body, n),
+            None => body,
+        };
+        let sha = sqs_keeper::hex::sha256_hex(body.as_bytes());
+        let group = shape.fifo.then(|| format!("group-{}", rng.u32(0..3)));
+        let attributes = if shape.big && rng.bool() {
+            (0..10)
+                .map(|a| {
+                    (
+                        format!("attribute-{a}"),
+                        sqs_keeper::dead_letter::MessageAttribute::string("a".repeat(3000)),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut state = world.lock();
+        // Some payloads go by pointer (drawn apart, as the panics are).
+        let by_pointer = shape.pointers
+            && fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25))
+                .bool();
+        let body = if by_pointer {
+            let pointer = sqs_keeper::pointer::S3Pointer {
+                bucket: PRODUCER_BUCKET.to_string(),
+                key: format!("producer/{n}"),
+            };
+            state.bucket.insert(pointer.key.clone(), body);
+            let text = pointer.to_body();
+            state
+                .ledger
+                .pointers
+                .insert(sqs_keeper::hex::sha256_hex(text.as_bytes()), sha.clone());
+            text
+        } else {
+            body
+        };
+        let now_ms = sqs_keeper::clock::now().timestamp_millis();
+        let message_id = state.source.send(body, attributes, group, now_ms);
+        world.arrivals.notify_waiters();
+        state.ledger.sent.push((id.clone(), sha));
+        state.after_step(
+            "producer",
+            &id,
+            &format!("sent message {message_id} ({})", behaviour.name()),
+        );
+    }
+}
+
+/// `payload` as the `n`th event of `envelope` delivers it to the queue: an SNS
+/// notification (raw delivery off) holds it as its `Message` string, an EventBridge event
+/// as its `detail` object.
+fn wrapped(envelope: Envelope, payload: &str, n: usize) -> String {
+    match envelope {
+        Envelope::EventBridge => format!(
+            "{{\"version\":\"0\",\"id\":\"event-{n}\",\"detail-type\":\"order\",\"source\":\"sim.orders\",\"time\":\"2026-01-01T00:00:00Z\",\"detail\":{payload}}}"
+        ),
+        _ => serde_json::json!({
+            "Type": "Notification",
+            "MessageId": format!("notification-{n}"),
+            "TopicArn": "arn:aws:sns:us-east-1:000000000000:orders",
+            "Message": payload,
+            "Timestamp": "2026-01-01T00:00:00.000Z",
+        })
+        .to_string(),
+    }
+}
+
+/// One poller of the event source mapping: receives a batch, invokes the worker with it
+/// (sometimes crashing the invocation midway, or invoking it twice at once), and deletes
+/// the records the response does not list.
+async fn poll(
+    world: Arc<World>,
+    worker: Arc<SimWorker>,
+    shape: Shape,
+    n: usize,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    in_flight: Arc<AtomicUsize>,
+) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let actor = format!("poller#{n}");
+    let mut invocation_no = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let (messages, arn) = {
+            let mut state = world.lock();
+            let duplicate = state.chance(shape.duplicate_rate);
+            let received = state
+                .source
+                .receive(shape.batch_size, VISIBILITY, duplicate);
+            let arn = state.source.arn.clone();
+            for expired in received.expired {
+                let item = item_of(&expired);
+                let excused = state.ledger.hidden_blind.contains(&expired.id)
+                    || state
+                        .ledger
+                        .unhidden_failed_dead_letters
+                        .contains(&expired.id);
+                if excused {
+                    state
+                        .ledger
+                        .expired_in_window
+                        .insert(expired.body_sha256.clone());
+                } else if !state.payload_is_safe(&expired.body_sha256, Some(&expired.id)) {
+                    state.violate(
+                        Section::NothingLost,
+                        &item,
+                        format!(
+                            "message {} reached the end of its retention after {} receives, neither delivered nor dead-lettered: SQS deleted it",
+                            expired.id, expired.receive_count
+                        ),
+                    );
+                }
+                let retention = state.source.retention.as_secs();
+                state.after_step(
+                    "sqs",
+                    &item,
+                    &format!(
+                        "message {} expired (retention {retention} s){}",
+                        expired.id,
+                        if excused {
+                            ", in a documented window (hidden while the retention was unknown, or a failed dead-letter write and hide)"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+            for moved in received.moved {
+                let item = item_of(&moved);
+                let id = moved.id.clone();
+                state.dlq.accept_moved(moved, &arn);
+                state.after_step(
+                    "sqs",
+                    &item,
+                    &format!("redrive policy moved message {id} to the DLQ after {MAX_RECEIVE_COUNT} receives"),
+                );
+            }
+            for id in &received.duplicated {
+                *state.ledger.causes.entry(id.clone()).or_default() += 1;
+                let item = received
+                    .messages
+                    .iter()
+                    .find(|m| m.id == *id)
+                    .map(item_of)
+                    .unwrap_or_default();
+                state.trace.note(
+                    "sqs",
+                    &item,
+                    &format!("message {id} delivered again while in flight"),
+                );
+            }
+            (received.messages, arn)
+        };
+        if messages.is_empty() {
+            // Idle: the next receive after a few seconds, or at once when a message is sent
+            // (a long poll returns as soon as one arrives).
+            let idle = sleep(Duration::from_millis(rng.u64(500..5_000)));
+            tokio::select! {
+                _ = idle => {}
+                _ = world.arrivals.notified() => {}
+            }
+            continue;
+        }
+        in_flight.fetch_add(1, Ordering::SeqCst);
+        invocation_no += 1;
+        let name = format!("{actor}/{invocation_no}");
+        let roll = rng.f64();
+        if roll < shape.crash_rate {
+            let at = Duration::from_millis(rng.u64(0..FUNCTION_TIMEOUT.as_millis() as u64));
+            let invocation = invoke(&world, &worker, &messages, &arn, &name, true);
+            tokio::select! {
+                biased;
+                _ = invocation => {}
+                _ = sleep(at) => {
+                    note_unacked(&world, &messages, &[], &name, "crashed");
+                }
+            }
+        } else if roll < shape.crash_rate + shape.double_invoke_rate {
+            {
+                // Lambda may run one batch twice: each of its messages may be delivered twice.
+                let mut state = world.lock();
+                state
+                    .trace
+                    .note(&name, "-", "the same batch invoked twice at once");
+                for m in &messages {
+                    *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+                    if let Some(receipt) = &m.receipt {
+                        state.ledger.doubled.insert(receipt.clone());
+                    }
+                }
+            }
+            let (first, second) = (format!("{name}a"), format!("{name}b"));
+            tokio::join!(
+                invoke(&world, &worker, &messages, &arn, &first, false),
+                invoke(&world, &worker, &messages, &arn, &second, false),
+            );
+        } else {
+            invoke(&world, &worker, &messages, &arn, &name, true).await;
+        }
+        in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn item_of(m: &SimMessage) -> String {
+    m.item_id()
+}
+
+/// One invocation of the worker, with Lambda's deadline: a run past it is killed (and
+/// breaks the deadline invariant). Returns whether it answered.
+async fn invoke(
+    world: &Arc<World>,
+    worker: &SimWorker,
+    messages: &[SimMessage],
+    arn: &str,
+    name: &str,
+    alone: bool,
+) -> bool {
+    let before: Vec<u32> = {
+        let mut state = world.lock();
+        state.stats.invocations += 1;
+        let ids: Vec<String> = messages
+            .iter()
+            .map(|m| format!("{}#{}", m.id, m.receive_count))
+            .collect();
+        state
+            .trace
+            .note(name, "-", &format!("invoked with {}", ids.join(" ")));
+        messages
+            .iter()
+            .map(|m| state.ledger.worker_deliveries_of(&m.id))
+            .collect()
+    };
+    let mut event = SqsEvent::default();
+    event.records = messages.iter().map(|m| to_sqs_message(m, arn)).collect();
+    let started = Instant::now();
+    let invocation = InvocationInfo {
+        request_id: Some(name.to_string()),
+        ..InvocationInfo::default()
+    };
+    let deadline = Deadline::after(FUNCTION_TIMEOUT, DEADLINE_MARGIN);
+    let result = tokio::time::timeout(
+        FUNCTION_TIMEOUT,
+        worker.process_batch(event, deadline, &invocation),
+    )
+    .await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(_) => {
+            let mut state = world.lock();
+            let items: Vec<String> = messages.iter().map(item_of).collect();
+            for item in &items {
+                state.violate(
+                    Section::Deadline,
+                    item,
+                    format!(
+                        "invocation {name} was still running at its {} s deadline: Lambda killed it",
+                        FUNCTION_TIMEOUT.as_secs()
+                    ),
+                );
+            }
+            drop(state);
+            note_unacked(world, messages, &before, name, "killed at the deadline");
+            false
+        }
+        Ok(Err(e)) => {
+            world
+                .lock()
+                .trace
+                .note(name, "-", &format!("invocation failed: {e}"));
+            note_unacked(world, messages, &before, name, "failed");
+            true
+        }
+        Ok(Ok(report)) => {
+            let response = report.response();
+            let failed: Vec<String> = response
+                .batch_item_failures
+                .iter()
+                .map(|f| f.item_identifier.clone())
+                .collect();
+            let mut state = world.lock();
+            state.trace.note(
+                name,
+                "-",
+                &format!(
+                    "answered after {:.3}s, {} of {} listed for retry",
+                    elapsed.as_secs_f64(),
+                    failed.len(),
+                    messages.len()
+                ),
+            );
+            let delivered_now = state.ledger.delivered_since(messages, &before);
+            left_to_the_redrive_policy(&mut state, &report, messages, &delivered_now, name);
+            for (m, &delivered_now) in messages.iter().zip(&delivered_now) {
+                if failed.contains(&m.id) {
+                    if delivered_now {
+                        *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+                    }
+                    continue;
+                }
+                let Some(receipt) = m.receipt.as_deref() else {
+                    continue;
+                };
+                let item = item_of(m);
+                // A batch run twice at once may see one copy fail (and hide it) while the
+                // other succeeds: only a lone invocation must list every record it hid.
+                if let Some(delay) = state.ledger.hidden.remove(receipt) {
+                    if alone {
+                        state.violate(
+                            Section::Spacing,
+                            &item,
+                            format!(
+                                "{name} hid message {} for {} s but did not report it for retry: a hidden record is always one reported for retry",
+                                m.id,
+                                delay.as_secs()
+                            ),
+                        );
+                    }
+                }
+                if let Some(deleted) = state.source.delete(receipt) {
+                    let sha = deleted.body_sha256.clone();
+                    if !state.payload_is_safe(&sha, Some(&deleted.id)) {
+                        state.violate(
+                            Section::NothingLost,
+                            &item,
+                            format!(
+                                "message {} acknowledged by {name}, but it was neither delivered nor dead-lettered: lost",
+                                deleted.id
+                            ),
+                        );
+                    }
+                    state.after_step(name, &item, &format!("acknowledged message {}", deleted.id));
+                }
+            }
+            true
+        }
+    }
+}
+
+/// §1.1 and §1.6: a record on its last receive is run or dead-lettered, never given back
+/// for the queue's redrive policy to move without a record; only a dead-letter write that
+/// failed (the store down) may return it, and the sweep adopts what the policy moves.
+fn left_to_the_redrive_policy(
+    state: &mut State,
+    report: &sqs_keeper::batch::BatchReport,
+    messages: &[SimMessage],
+    delivered_now: &[bool],
+    name: &str,
+) {
+    use sqs_keeper::batch::Disposition;
+    for record in &report.records {
+        let Some(i) = messages.iter().position(|m| m.id == record.message_id) else {
+            continue;
+        };
+        let m = &messages[i];
+        // A dead-letter write that failed, and a hide that failed with it: the record comes
+        // back after the visibility timeout, which may be past its retention (the window of
+        // two failed calls docs/ARCHITECTURE.md §1.11 names).
+        let hidden = m
+            .receipt
+            .as_ref()
+            .is_some_and(|r| state.ledger.hidden.contains_key(r));
+        if matches!(record.disposition, Disposition::DeadLetterFailed { .. }) && !hidden {
+            state
+                .ledger
+                .unhidden_failed_dead_letters
+                .insert(m.id.clone());
+        } else {
+            state.ledger.unhidden_failed_dead_letters.remove(&m.id);
+        }
+        // The worker's last receive: SQS's, less the margin it keeps.
+        let last_receive = m.receive_count
+            >= MAX_RECEIVE_COUNT
+                .saturating_sub(state.receive_budget_margin)
+                .max(1);
+        // Returned because another delivery held the message's DLQ claim, unsent, when this
+        // one wrote (it may have been sending it; a crash between claim and send leaves the
+        // message to the redrive policy, whose DLQ message the sweep adopts): the documented
+        // exception, judged by what the store saw at the write (`claims_held_elsewhere`).
+        let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
+            && state.ledger.claims_held_elsewhere.contains(&m.id);
+        // Or its work ended well in this invocation (delivered, or skipped as done by its
+        // idempotency key) and the record's update failed (a requeued message the store
+        // could not mark finished): the policy moves a message whose payload arrived.
+        let handled = m
+            .receipt
+            .as_ref()
+            .is_some_and(|receipt| state.ledger.handled.contains(receipt));
+        let delivered = handled || delivered_now.get(i).copied().unwrap_or(false);
+        let given_back = matches!(
+            record.disposition,
+            Disposition::RetryLater { .. } | Disposition::NotStarted { .. }
+        );
+        if last_receive && given_back && !claimed_elsewhere && !delivered {
+            state.violate(
+                Section::NothingLost,
+                &item_of(m),
+                format!(
+                    "{name} returned message {} on its last receive ({:?}): the queue's redrive policy moves it without a record",
+                    m.id, record.disposition
+                ),
+            );
+        }
+    }
+}
+
+/// An invocation that ended without answering: messages it delivered will come again.
+fn note_unacked(world: &World, messages: &[SimMessage], before: &[u32], name: &str, how: &str) {
+    let mut state = world.lock();
+    state.trace.note(
+        name,
+        "-",
+        &format!("invocation {how}; its messages return after the visibility timeout"),
+    );
+    let delivered_now = state.ledger.delivered_since(messages, before);
+    for (m, delivered_now) in messages.iter().zip(delivered_now) {
+        if delivered_now {
+            *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+        }
+    }
+}
+
+/// Switches faults on and off until the producer's time is over, then heals the world.
+async fn inject_faults(world: Arc<World>, seed: u64, healed: Arc<AtomicBool>) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let until = Instant::now() + Duration::from_secs(rng.u64(1_800..5_400));
+    while Instant::now() < until {
+        sleep(Duration::from_secs(rng.u64(60..900))).await;
+        let mut state = world.lock();
+        let what = match rng.u32(0..5) {
+            0 => {
+                state.faults.table = [0.0, 0.05, 0.2, 0.5][rng.usize(0..4)];
+                format!("DynamoDB failure rate now {}", state.faults.table)
+            }
+            1 => {
+                state.faults.bucket = [0.0, 0.2][rng.usize(0..2)];
+                format!("S3 failure rate now {}", state.faults.bucket)
+            }
+            2 => {
+                state.faults.send = [0.0, 0.1, 0.3][rng.usize(0..3)];
+                format!("SQS send failure rate now {}", state.faults.send)
+            }
+            _ => {
+                state.faults.outage = !state.faults.outage;
+                format!(
+                    "downstream outage {}",
+                    if state.faults.outage {
+                        "begins"
+                    } else {
+                        "ends"
+                    }
+                )
+            }
+        };
+        state.trace.note("fault", "-", &what);
+    }
+    let mut state = world.lock();
+    state.faults = crate::world::Faults {
+        healed: true,
+        ..Default::default()
+    };
+    state.trace.note("fault", "-", "every fault healed");
+    healed.store(true, Ordering::SeqCst);
+}
+
+/// Operators: redrives (reprocess and requeue, by hand and on the schedule, now and then
+/// two at once, now and then one that dies midway) and, rarely, a record damaged by hand.
+async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    // The options an operator adds, drawn apart so that every other choice stays as it was.
+    let mut options = fastrand::Rng::with_seed(seed ^ 0x0b7e_a7e5);
+    let mut corrupted = false;
+    while !healed.load(Ordering::SeqCst) {
+        sleep(Duration::from_secs(rng.u64(120..1_200))).await;
+        let mut request = RedriveRequest {
+            mode: if rng.f64() < 0.35 {
+                RedriveMode::Requeue
+            } else {
+                RedriveMode::Reprocess
+            },
+            max_items: (rng.f64() < 0.3).then(|| rng.usize(1..4)),
+            parallelism: Some(rng.usize(1..5)),
+            ..RedriveRequest::default()
+        };
+        operator_options(&store, &mut request, &mut options);
+        match rng.u32(0..20) {
+            0 if !corrupted => {
+                corrupted = corrupt_a_record(&store, &mut rng);
+            }
+            10..=11 => purge(&store).await,
+            1..=3 => {
+                // A run that dies midway (the CLI's machine, a killed function), holding
+                // the leases it took.
+                let at = Duration::from_millis(rng.u64(0..20_000));
+                tokio::select! {
+                biased;
+                    _ = redrive(&store, "redrive", request, false) => {}
+                    _ = sleep(at) => {
+                        store.world().lock().trace.note("redrive", "-", "the run died midway");
+                    }
+                }
+            }
+            4..=5 => {
+                let other = RedriveRequest {
+                    mode: RedriveMode::Reprocess,
+                    ..RedriveRequest::default()
+                };
+                tokio::join!(
+                    redrive(&store, "redrive-a", request, false),
+                    redrive(&store, "redrive-b", other, false)
+                );
+            }
+            6..=9 => {
+                redrive(&store, "schedule", RedriveRequest::default(), true).await;
+            }
+            _ => {
+                redrive(&store, "redrive", request, false).await;
+            }
+        }
+    }
+}
+
+/// What an operator adds to a redrive now and then: the items named (`--item-id`), a class
+/// or status filter, `--force` (permanent failures too), a rate, a time budget, and a
+/// continuation of a run cut by `max_items` (the token it printed).
+fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fastrand::Rng) {
+    match rng.u32(0..10) {
+        0 => {
+            let state = store.world().lock();
+            let ids: Vec<&String> = state.table.keys().collect();
+            if !ids.is_empty() {
+                request.item_ids = (0..rng.usize(1..4))
+                    .map(|_| ids[rng.usize(0..ids.len())].clone())
+                    .collect();
+            }
+        }
+        1 => {
+            request.error_class = Some(
+                [
+                    sqs_keeper::ErrorClass::ServerError,
+                    sqs_keeper::ErrorClass::Throttled,
+                    sqs_keeper::ErrorClass::Timeout,
+                ][rng.usize(0..3)],
+            );
+        }
+        2 => request.force = true,
+        3 => request.rate = Some([0.5, 2.0][rng.usize(0..2)]),
+        4 => request.time_budget_secs = Some(rng.u64(5..60)),
+        5 => request.status = Some(sqs_keeper::dead_letter::ItemStatus::Dead),
+        _ => {}
+    }
+}
+
+/// An operator purges the dead records of permanent failures last tried more than ten
+/// minutes ago (`dlq purge --class validation --until 10m`, and the same for `not_found`),
+/// through the library's own removal.
+async fn purge(store: &SimStore) {
+    use sqs_keeper::ports::RecordStore;
+    let actor = store.as_actor("purge");
+    let until = sqs_keeper::clock::now() - chrono::Duration::minutes(10);
+    let mut records = Vec::new();
+    for class in [
+        sqs_keeper::ErrorClass::Validation,
+        sqs_keeper::ErrorClass::NotFound,
+    ] {
+        let filter = sqs_keeper::selection::RecordFilter {
+            status: Some(sqs_keeper::dead_letter::ItemStatus::Dead),
+            class: Some(class),
+            until: Some(until),
+            ..Default::default()
+        };
+        match actor.query_page(&filter, 100, None).await {
+            Ok(page) => records.extend(page.records),
+            Err(e) => {
+                store.world().lock().trace.note(
+                    "purge",
+                    "-",
+                    &format!("purge could not select: {e}"),
+                );
+                return;
+            }
+        }
+    }
+    if records.is_empty() {
+        return;
+    }
+    {
+        // What the operator chose to discard: the selected records' payloads, nothing more
+        // (another body of the same item id, in the DLQ or arriving later, was not
+        // selected: a purge that deletes it loses it).
+        let mut state = store.world().lock();
+        let ids: Vec<String> = records.iter().map(|r| r.item_id.clone()).collect();
+        let shas: Vec<String> = records.iter().map(|r| r.payload.sha256.clone()).collect();
+        state.ledger.discarded.extend(shas);
+        state.ledger.purged.extend(ids.iter().cloned());
+        state
+            .trace
+            .note("purge", "-", &format!("purging {}", ids.join(" ")));
+    }
+    let result =
+        sqs_keeper::removal::remove_records(&actor, &records, &parser(store.world()), |_| {}).await;
+    let what = match result {
+        Ok(report) => {
+            store.world().lock().stats.purges += 1;
+            format!("purge done: {report:?}")
+        }
+        Err(e) => format!("purge failed midway: {e}"),
+    };
+    store.world().lock().trace.note("purge", "-", &what);
+}
+
+/// Damages one dead record that has a DLQ message (an operator's hand edit).
+fn corrupt_a_record(store: &SimStore, rng: &mut fastrand::Rng) -> bool {
+    let mut state = store.world().lock();
+    let candidates: Vec<String> = state
+        .table
+        .iter()
+        .filter(|(id, row)| {
+            row.record.status == sqs_keeper::dead_letter::ItemStatus::Dead
+                && state.dlq.messages().iter().any(|m| {
+                    m.attribute(sqs_keeper::message::ITEM_ID_ATTRIBUTE) == Some(id.as_str())
+                })
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    if candidates.is_empty() {
+        return false;
+    }
+    let id = candidates[rng.usize(0..candidates.len())].clone();
+    let Some(row) = state.table.get_mut(&id) else {
+        return false;
+    };
+    row.corrupt = true;
+    let sha = row.record.payload.sha256.clone();
+    state.ledger.corrupted.insert(id.clone());
+    state.trace.note(
+        "operator",
+        &id,
+        &format!("damaged the record by hand (payload {})", &sha[..12]),
+    );
+    true
+}
+
+/// One redrive run; `function`: as the redrive function runs it (with its deadline).
+/// Returns (items selected, DLQ messages adopted) when it ran.
+async fn redrive(
+    store: &SimStore,
+    actor: &str,
+    request: RedriveRequest,
+    function: bool,
+) -> Option<(usize, usize)> {
+    let world = store.world().clone();
+    world.lock().stats.redrives += 1;
+    let processor = SimHandler::new(Downstream::new(world.clone(), actor), &world, actor);
+    let engine = RedriveEngine::new(
+        store.as_actor(actor),
+        Some(processor),
+        RedriveSettings {
+            retry: retry_policy(),
+            parser: parser(&world),
+            lease_ttl: world.lock().lease_ttl,
+            report_items: 50,
+            ..RedriveSettings::default()
+        },
+    )
+    .with_body_resolver(Arc::new(SimResolver::new(store.as_actor(actor))));
+    world.lock().trace.note(
+        actor,
+        "-",
+        &format!(
+            "redrive starts: mode {:?}, max_items {:?}",
+            request.mode, request.max_items
+        ),
+    );
+    let deadline = function.then(|| Instant::now() + REDRIVE_FUNCTION_TIMEOUT);
+    let result = engine.run_until(&request, deadline, &|_| {}).await;
+    let (ran, next) = {
+        let mut state = world.lock();
+        match result {
+            Ok(report) => {
+                state.trace.note(
+                    actor,
+                    "-",
+                    &format!(
+                        "redrive done: selected {}, succeeded {}, requeued {}, failed again {}, leased elsewhere {}, errors {}, adopted {}, DLQ deleted {}",
+                        report.selected,
+                        report.succeeded,
+                        report.requeued,
+                        report.failed_again,
+                        report.leased_elsewhere,
+                        report.errors,
+                        report.adopted_from_dlq,
+                        report.dlq_messages_deleted
+                    ),
+                );
+                for item in report.items.iter().filter(|i| i.detail.is_some()) {
+                    state.trace.note(
+                        actor,
+                        &item.item_id,
+                        &format!(
+                            "{:?}: {}",
+                            item.outcome,
+                            item.detail.as_deref().unwrap_or_default()
+                        ),
+                    );
+                }
+                (
+                    Some((report.selected, report.adopted_from_dlq)),
+                    report.continuation_token.clone(),
+                )
+            }
+            Err(e) => {
+                state
+                    .trace
+                    .note(actor, "-", &format!("redrive failed: {e}"));
+                (None, None)
+            }
+        }
+    };
+    if let (Some(token), false) = (next, function) {
+        // The operator runs the command the report printed: the same selection, on from
+        // where the cut left it.
+        let mut again = request.clone();
+        again.continuation_token = Some(token);
+        world
+            .lock()
+            .trace
+            .note(actor, "-", "redrive continues from its token");
+        if let Err(e) = engine.run_until(&again, None, &|_| {}).await {
+            world
+                .lock()
+                .trace
+                .note(actor, "-", &format!("redrive continuation failed: {e}"));
+        }
+    }
+    ran
+}

@@ -1,0 +1,136 @@
+//! The simulation has teeth: each defect fixed earlier, switched back on, is found within
+//! 10,000 seeds. A simulation that cannot find known bugs proves nothing about others.
+
+#![allow(clippy::panic)] // a test fails loudly
+
+use sqs_keeper::mutants::Mutant;
+use sqs_keeper_sim::{describe_failure, run_seeds};
+
+/// Runs seeds with `mutant` on until one fails, and checks that the invariant it broke is
+/// one of `expected` (the one that guards what the fix fixed), not an incidental one.
+fn finds(mutant: Mutant, expected: &[&str]) {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let summary = run_seeds(0..10_000, &[mutant], threads, 1);
+    let Some(failure) = summary.failures.first() else {
+        panic!("{} was not found in 10,000 seeds", mutant.name());
+    };
+    assert!(
+        failure
+            .violations
+            .iter()
+            .any(|(_, what)| expected.iter().any(|e| what.contains(e))),
+        "{} broke other invariants than expected:\n{}",
+        mutant.name(),
+        describe_failure(failure, &[mutant])
+    );
+    println!(
+        "{} found after {} seeds:\n{}",
+        mutant.name(),
+        summary.seeds,
+        describe_failure(failure, &[mutant])
+    );
+}
+
+#[test]
+fn finds_a_deadline_overrun() {
+    finds(Mutant::DeadlineOverrun, &["deadline"]);
+}
+
+#[test]
+fn finds_a_requeue_that_resolves_on_send() {
+    finds(Mutant::RequeueResolvesOnSend, &["never delivered"]);
+}
+
+#[test]
+fn finds_a_sweep_that_deletes_by_item_id_alone() {
+    finds(Mutant::SweepDeletesByItemId, &["lost"]);
+}
+
+#[test]
+fn finds_leases_never_taken_back() {
+    finds(Mutant::LeasesNeverTakenBack, &["left Redriving"]);
+}
+
+#[test]
+fn finds_a_poison_message_that_aborts_the_sweep() {
+    finds(
+        Mutant::PoisonMessageAbortsSweep,
+        &["a DLQ message is left", "eligible"],
+    );
+}
+
+#[test]
+fn finds_unbounded_attempt_ids() {
+    finds(Mutant::UnboundedAttemptIds, &["attempt_ids"]);
+}
+
+#[test]
+fn finds_a_requeue_the_worker_finished_before_its_mark() {
+    finds(Mutant::RequeueFinishNeedsMark, &["left Requeued"]);
+}
+
+#[test]
+fn finds_a_purge_that_deletes_by_item_id() {
+    finds(Mutant::PurgeByItemId, &["lost"]);
+}
+
+#[test]
+fn finds_fifo_hides_that_hold_a_group_past_its_first_records_retention() {
+    finds(Mutant::FifoHidesWholeGroup, &["end of its retention"]);
+}
+
+#[test]
+fn finds_a_retry_after_that_does_not_reach_the_hide() {
+    finds(Mutant::RetryAfterIgnored, &["Retry-After"]);
+}
+
+#[test]
+fn finds_hides_that_outlast_the_retention() {
+    finds(Mutant::RetentionIgnored, &["end of its retention"]);
+}
+
+#[test]
+fn finds_an_attempt_appended_again_after_compaction_dropped_its_id() {
+    finds(
+        Mutant::DroppedAttemptRecordedAgain,
+        &["appended a second time"],
+    );
+}
+
+#[test]
+fn finds_redrive_attempts_that_run_past_the_lease() {
+    finds(Mutant::AttemptsPastLease, &["after the item's lease cut"]);
+}
+
+#[test]
+fn finds_a_fifo_batch_that_goes_on_after_a_failure() {
+    finds(Mutant::FifoGoesOnAfterFailure, &["earlier in its group"]);
+}
+
+#[test]
+fn finds_an_unstarted_record_left_to_the_redrive_policy() {
+    finds(
+        Mutant::UnstartedLeftToRedrivePolicy,
+        &["on its last receive"],
+    );
+}
+
+#[test]
+fn finds_a_half_open_breaker_that_lets_every_record_through() {
+    finds(Mutant::HalfOpenWithoutProbe, &["without holding the probe"]);
+}
+
+#[test]
+fn finds_work_that_runs_past_another_attempts_idempotency_claim() {
+    finds(Mutant::InProgressClaimIgnored, &["same idempotency key"]);
+}
+
+#[test]
+fn finds_an_ineligible_lease_a_forced_run_left_that_nothing_takes_back() {
+    finds(Mutant::IneligibleLeasesNeverTakenBack, &["left Redriving"]);
+}
+
+#[test]
+fn finds_an_error_logged_with_the_payload_it_quotes() {
+    finds(Mutant::ErrorsLoggedWhole, &["carries a payload"]);
+}
