@@ -32,8 +32,8 @@ fi
 # The test command (.cargo/mutants.toml) spans two packages, which cargo-mutants' own
 # baseline (the mutated package alone) cannot run: the unmutated tree is checked here.
 if [ ! -f "$out/baseline-ok" ]; then
-    cargo nextest run -p sqs-keeper -p sqs-keeper-sim \
-        --features shared/lambda/sim,shared/lambda/http,shared/lambda/operator,shared/lambda/clap \
+    cargo nextest run -p sqs-keeper-core -p sqs-keeper -p sqs-keeper-sim \
+        --features sqs-keeper/sim,sqs-keeper/http,sqs-keeper/operator,sqs-keeper/clap \
         --lib --test seeds --test batch --test redelivery --test retention --test cutoff \
         --test breaker_open_retry --test redrive_races
     touch "$out/baseline-ok"
@@ -46,7 +46,7 @@ for k in ${ONLY:-$(seq 0 $((shards - 1)))}; do
     fi
     started=$(date +%s)
     status=0
-    cargo mutants --package sqs-keeper --shard "$k/$shards" --sharding round-robin --output "$dir" --no-shuffle \
+    cargo mutants --package sqs-keeper-core --shard "$k/$shards" --sharding round-robin --output "$dir" --no-shuffle \
         --baseline skip --timeout 300 --build-timeout 900 || status=$?
     # 0: every mutant caught; 2: some missed; 3: some timed out. Anything else (a usage
     # error, an interruption) leaves the shard unfinished.

@@ -372,6 +372,19 @@ mod tests {
     }
 
     #[test]
+    fn redrive_document_carries_the_age_of_the_oldest_dead_record() {
+        let aged = RedriveReport {
+            oldest_dead_age_secs: Some(108_000),
+            ..RedriveReport::default()
+        };
+        let doc = redrive_document(&aged, "redrive", 0).unwrap();
+        assert_valid(&doc);
+        assert_eq!(doc["OldestDeadRecordAgeSeconds"], json!(108_000));
+        let none = redrive_document(&RedriveReport::default(), "redrive", 0);
+        assert!(none.is_none_or(|doc| doc.get("OldestDeadRecordAgeSeconds").is_none()));
+    }
+
+    #[test]
     fn redrive_document_carries_the_reports_counts() {
         let report = RedriveReport {
             run_id: "run-1".to_string(),

@@ -743,7 +743,7 @@ async fn empty_event_is_full_success() {
 
 #[test]
 fn real_event_fixture_round_trips() {
-    let text = include_str!("fixtures/sqs_event.json");
+    let text = include_str!("../../core/tests/fixtures/sqs_event.json");
     let ev: SqsEvent = serde_json::from_str(text).unwrap();
     let again: SqsEvent = serde_json::from_str(&serde_json::to_string(&ev).unwrap()).unwrap();
     assert_eq!(ev, again);
@@ -804,7 +804,8 @@ fn real_event_fixture_round_trips() {
 
 #[tokio::test]
 async fn fifo_fixture_is_detected_as_fifo() {
-    let ev: SqsEvent = serde_json::from_str(include_str!("fixtures/fifo_event.json")).unwrap();
+    let ev: SqsEvent =
+        serde_json::from_str(include_str!("../../core/tests/fixtures/fifo_event.json")).unwrap();
     let processor =
         ScriptedProcessor::new().script("a-1", vec![Step::Fail(ErrorClass::ServerError)]);
     let engine = BatchProcessor::new(

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
-use sqs_keeper::breaker::{BreakerState, BreakerStore};
-use sqs_keeper::error::ProcessError;
-use sqs_keeper::testing::MemoryBreakerStore;
+use sqs_keeper_core::breaker::{BreakerState, BreakerStore};
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::testing::MemoryBreakerStore;
 
 use crate::world::World;
 
@@ -43,7 +43,7 @@ impl SimBreakerStore {
             &format!("breaker {step} failed"),
         ) {
             return Err(ProcessError::new(
-                sqs_keeper::ErrorClass::Throttled,
+                sqs_keeper_core::ErrorClass::Throttled,
                 "breaker table throttled (injected)",
             ));
         }

@@ -1,5 +1,5 @@
 //! The simulated downstream: the service the worker delivers to, as a
-//! [`sqs_keeper::Processor`]. Each payload carries its behaviour (`healthy`, `flaky`,
+//! [`sqs_keeper_core::Processor`]. Each payload carries its behaviour (`healthy`, `flaky`,
 //! `slow`, `poison`, `gone`, `forbidden`); latencies and failures are drawn from the world's seed, and an
 //! outage makes every call fail with 503. Errors are built from HTTP statuses through the
 //! library's own classification, as the HTTP processor's are.
@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqs_keeper::{Outcome, ProcessError, Processor, WorkItem};
+use sqs_keeper_core::{Outcome, ProcessError, Processor, WorkItem};
 
 use crate::world::{Section, World};
 
@@ -137,7 +137,7 @@ impl Downstream {
     /// The checks at the start of an attempt. §1.6: a FIFO group's order is kept. §1.7:
     /// none starts after its invocation's cut-off. §3: a redrive's attempt starts only while its run holds the item's lease.
     fn check_start(&self, item: &WorkItem) {
-        let now = sqs_keeper::clock::now();
+        let now = sqs_keeper_core::clock::now();
         let mut state = self.world.lock();
         if self.actor.starts_with("worker") {
             if let Some(earlier) = unsettled_before(&state, item) {
@@ -155,7 +155,7 @@ impl Downstream {
             {
                 state.violate(Section::Breaker, &item.item_id, broken);
             }
-            if let Some(cut_off) = sqs_keeper::context::deadline() {
+            if let Some(cut_off) = sqs_keeper_core::context::deadline() {
                 if std::time::SystemTime::from(now) > cut_off {
                     state.violate(
                         Section::Deadline,
@@ -175,7 +175,8 @@ impl Downstream {
             .and_then(|row| row.record.lease_expires_at);
         // Attempts are cut 30 s before the lease ends (`redrive::LEASE_MARGIN`) and none
         // starts past that cut; a second of allowance for the expiry's whole seconds.
-        let cut = |expires: i64| expires - sqs_keeper::redrive::LEASE_MARGIN.as_secs() as i64 + 1;
+        let cut =
+            |expires: i64| expires - sqs_keeper_core::redrive::LEASE_MARGIN.as_secs() as i64 + 1;
         if lease.is_some_and(|expires| now.timestamp() >= cut(expires)) {
             state.violate(
                 Section::Record,
@@ -232,7 +233,7 @@ impl Processor for Downstream {
             }
         };
         self.check_start(item);
-        if sqs_keeper::pointer::S3Pointer::parse(&item.body).is_some() {
+        if sqs_keeper_core::pointer::S3Pointer::parse(&item.body).is_some() {
             self.world.lock().violate(
                 Section::NoPointer,
                 &item.item_id,
@@ -302,7 +303,7 @@ impl Processor for Downstream {
         };
         tokio::time::sleep(latency).await;
         if status == 200 {
-            let sha = sqs_keeper::hex::sha256_hex(item.body.as_bytes());
+            let sha = sqs_keeper_core::hex::sha256_hex(item.body.as_bytes());
             let mut state = self.world.lock();
             let n = state.ledger.delivered.entry(sha).or_default();
             *n += 1;

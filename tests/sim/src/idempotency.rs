@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use sqs_keeper::error::ProcessError;
-use sqs_keeper::idempotency::{Claim, IdempotencyStore};
-use sqs_keeper::testing::MemoryIdempotencyStore;
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::idempotency::{Claim, IdempotencyStore};
+use sqs_keeper_core::testing::MemoryIdempotencyStore;
 
 use crate::world::World;
 
@@ -41,7 +41,7 @@ impl SimIdempotencyStore {
             &format!("idempotency {step} failed"),
         ) {
             return Err(ProcessError::new(
-                sqs_keeper::ErrorClass::Throttled,
+                sqs_keeper_core::ErrorClass::Throttled,
                 "idempotency table throttled (injected)",
             ));
         }

@@ -9,37 +9,37 @@
 //! engine) is the library's own code, unchanged. Every call may fail as the fault switches
 //! say, and every change is followed by the invariant checks of [`State::after_step`].
 
-use sqs_keeper::condition::conditions;
+use sqs_keeper_core::condition::conditions;
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqs_keeper::dead_letter::{
+use sqs_keeper_core::dead_letter::{
     processed_after, DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail,
     InvocationInfo, ItemStatus, MessageAttribute, PayloadLocation,
 };
-use sqs_keeper::error::{ErrorClass, ProcessError};
-use sqs_keeper::item::{ItemParser, WorkItem};
-use sqs_keeper::message::{
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::item::{ItemParser, WorkItem};
+use sqs_keeper_core::message::{
     ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE,
 };
-use sqs_keeper::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
-use sqs_keeper::ports::{
+use sqs_keeper_core::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
+use sqs_keeper_core::ports::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
     SweepOptions,
 };
-use sqs_keeper::recording::{self, Compaction, Deliveries, RecordTable, RecordingSettings};
-use sqs_keeper::removal::RecordRemoval;
-use sqs_keeper::selection::{
+use sqs_keeper_core::recording::{self, Compaction, Deliveries, RecordTable, RecordingSettings};
+use sqs_keeper_core::removal::RecordRemoval;
+use sqs_keeper_core::selection::{
     page_in_memory, token_after_record, Page, PageToken, RecordFilter, Unreadable,
 };
-use sqs_keeper::sweep::{
+use sqs_keeper_core::sweep::{
     self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
 };
 
-use sqs_keeper::redelivery::{Hide, QueueTiming, VisibilityPort};
+use sqs_keeper_core::redelivery::{Hide, QueueTiming, VisibilityPort};
 
 use crate::queue::SimMessage;
 use crate::world::{satisfied, Row, Section, State, World, ITEM_SIZE_LIMIT};
@@ -164,7 +164,7 @@ impl SimStore {
     }
 
     /// Ends `owner`'s lease, changing the record with `change` (condition: `owner` holds
-    /// it; with `payload_sha256`, [`sqs_keeper::dead_letter::LEASED_WITH_PAYLOAD`]).
+    /// it; with `payload_sha256`, [`sqs_keeper_core::dead_letter::LEASED_WITH_PAYLOAD`]).
     fn end_lease(
         &self,
         step: &str,
@@ -207,7 +207,7 @@ fn lease_lost(item_id: &str, step: &str) -> ProcessError {
 }
 
 fn now_secs() -> i64 {
-    sqs_keeper::clock::now().timestamp()
+    sqs_keeper_core::clock::now().timestamp()
 }
 
 impl RecordTable for SimStore {
@@ -443,7 +443,7 @@ impl RecordTable for SimStore {
     async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
         self.latency().await;
         let mut state = self.world.lock();
-        let now_ms = sqs_keeper::clock::now().timestamp_millis();
+        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
         let mut results = Vec::with_capacity(records.len());
         for record in records {
             if state.sqs_call_fails(&self.actor, &record.item_id, "DLQ send failed") {
@@ -452,13 +452,13 @@ impl RecordTable for SimStore {
             }
             let (body, mut attributes) = dlq_message(record);
             attributes.push((
-                sqs_keeper::message::ERROR_CLASS_ATTRIBUTE.to_string(),
+                sqs_keeper_core::message::ERROR_CLASS_ATTRIBUTE.to_string(),
                 MessageAttribute::string(record.error_class.as_str()),
             ));
             // A FIFO DLQ's message goes in the source message's group (else the item's), as
             // the adapter sends it.
             let group = state.dlq.fifo.then(|| {
-                sqs_keeper::message::fifo_group_id(
+                sqs_keeper_core::message::fifo_group_id(
                     record.source.message_group_id.as_deref(),
                     &record.item_id,
                 )
@@ -620,7 +620,7 @@ impl DlqMessages for SimStore {
                         }
                     }
                 }
-                let item_id = sqs_keeper::message::dlq_item_id(
+                let item_id = sqs_keeper_core::message::dlq_item_id(
                     |name| m.attribute(name),
                     parser
                         .parse(m.id.clone(), readable)
@@ -789,14 +789,14 @@ impl DlqMessages for SimStore {
                 ));
             }
             if let Some(from) = &message.moved_from {
-                if !has(sqs_keeper::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
+                if !has(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
                     attributes.push((
-                        sqs_keeper::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
+                        sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
                         MessageAttribute::string(from),
                     ));
                 }
             }
-            let now_ms = sqs_keeper::clock::now().timestamp_millis();
+            let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
             let id = state
                 .dlq
                 .send(message.body.clone(), attributes, Some(group), now_ms);
@@ -852,7 +852,7 @@ impl RecordRemoval for SimStore {
             // Still the status and last attempt selected.
             let condition = conditions::unchanged_since(
                 selected.status,
-                &sqs_keeper::time_format::format(&selected.last_attempt),
+                &sqs_keeper_core::time_format::format(&selected.last_attempt),
             );
             let unchanged = state
                 .table
@@ -984,7 +984,7 @@ impl RecordStore for SimStore {
             Some(&record.payload.sha256),
             |row| {
                 row.record.status = ItemStatus::Resolved;
-                row.record.resolved_at = Some(sqs_keeper::clock::now());
+                row.record.resolved_at = Some(sqs_keeper_core::clock::now());
                 row.record.processed = processed;
             },
         )
@@ -1000,7 +1000,7 @@ impl RecordStore for SimStore {
         self.end_lease("mark-requeued", &record.item_id, owner, sha, |row| {
             row.record.status = ItemStatus::Requeued;
             row.record.requeued_message_id = Some(message_id.to_string());
-            row.record.requeued_at = Some(sqs_keeper::clock::now());
+            row.record.requeued_at = Some(sqs_keeper_core::clock::now());
         })
     }
 
@@ -1020,7 +1020,7 @@ impl RecordStore for SimStore {
             r.last_attempt = last.timestamp;
             r.error_class = last.error_type;
             r.error_signature =
-                sqs_keeper::signature::error_signature(last.error_type, &last.error_message);
+                sqs_keeper_core::signature::error_signature(last.error_type, &last.error_message);
             r.last_error = last.error_message.clone();
             r.reprocess_eligible = last.error_type.is_reprocess_eligible();
             r.failure_history.extend(failures.iter().cloned());
@@ -1059,8 +1059,10 @@ impl RecordStore for SimStore {
             r.requeued_message_id = None;
             r.last_attempt = failure.timestamp;
             r.error_class = failure.error_type;
-            r.error_signature =
-                sqs_keeper::signature::error_signature(failure.error_type, &failure.error_message);
+            r.error_signature = sqs_keeper_core::signature::error_signature(
+                failure.error_type,
+                &failure.error_message,
+            );
             r.last_error = failure.error_message.clone();
             r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
             r.failure_history.push(failure.clone());
@@ -1104,12 +1106,12 @@ pub const PRODUCER_BUCKET: &str = "producer-payloads";
 /// the simulated bucket, with its latency and S3 faults.
 pub struct SimResolver {
     store: SimStore,
-    policy: sqs_keeper::pointer::PayloadPolicy,
+    policy: sqs_keeper_core::pointer::PayloadPolicy,
 }
 
 /// The worker's payload policy in every world: the producer's bucket and the store's.
-fn worker_payload_policy() -> sqs_keeper::pointer::PayloadPolicy {
-    sqs_keeper::pointer::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET])
+fn worker_payload_policy() -> sqs_keeper_core::pointer::PayloadPolicy {
+    sqs_keeper_core::pointer::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET])
 }
 
 impl SimResolver {
@@ -1122,7 +1124,7 @@ impl SimResolver {
     }
 }
 
-impl sqs_keeper::batch::BodyResolver for SimResolver {
+impl sqs_keeper_core::batch::BodyResolver for SimResolver {
     fn resolve<'a>(&'a self, body: &'a str) -> BoxFuture<'a, Option<Result<String, ProcessError>>> {
         Box::pin(async move {
             let pointer = match self.policy.pointer_in(body)? {
@@ -1162,7 +1164,7 @@ impl PayloadStore for SimStore {
             return Err(unavailable("S3", "delete-payload"));
         }
         if let Some(body) = state.bucket.remove(&pointer.key) {
-            let sha = sqs_keeper::hex::sha256_hex(body.as_bytes());
+            let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
             if state.deliveries_of(&sha) == 0 && !state.ledger.discarded.contains(&sha) {
                 state.violate(
                     Section::NothingLost,
@@ -1210,7 +1212,7 @@ impl SourceQueue for SimStore {
         if state.sqs_call_fails(&self.actor, "-", "requeue send failed") {
             return Err(unavailable("SQS", "requeue"));
         }
-        let now_ms = sqs_keeper::clock::now().timestamp_millis();
+        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
         let mut results = Vec::new();
         for m in messages {
             let item = m
@@ -1239,7 +1241,7 @@ impl SourceQueue for SimStore {
 }
 
 /// `ChangeMessageVisibility` on the source queue and its attributes, as the worker's
-/// redelivery spacing uses them (`sqs_keeper::redelivery`).
+/// redelivery spacing uses them (`sqs_keeper_core::redelivery`).
 impl VisibilityPort for SimStore {
     fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>> {
         Box::pin(async move {
@@ -1289,7 +1291,7 @@ impl SimStore {
             None => ("-".to_string(), String::new(), 0),
         };
         if let Some(asked) = state.ledger.retry_after.get(receipt).copied() {
-            let now_ms = sqs_keeper::clock::now().timestamp_millis();
+            let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
             let retention_ms =
                 i64::try_from(state.source.retention.as_millis()).unwrap_or(i64::MAX);
             let left = Duration::from_millis(
@@ -1368,14 +1370,18 @@ impl DeadLetterSink for SimStore {
         row.lease_owner = None;
         row.record.lease_expires_at = None;
         row.record.status = ItemStatus::Resolved;
-        row.record.resolved_at = Some(sqs_keeper::clock::now());
+        row.record.resolved_at = Some(sqs_keeper_core::clock::now());
         row.record.requeued_message_id = None;
         row.record
             .processed
-            .push(sqs_keeper::adapters::store::schema::processed_key_for_message(message_id));
+            .push(sqs_keeper_core::dead_letter::processed_key_for_message(
+                message_id,
+            ));
         row.record
             .processed
-            .push(sqs_keeper::adapters::store::schema::processed_key_for_payload(payload_sha256));
+            .push(sqs_keeper_core::dead_letter::processed_key_for_payload(
+                payload_sha256,
+            ));
         Self::put_row(&mut state, item_id, row)?;
         state.after_step(
             &self.actor,

@@ -4,11 +4,11 @@
 //! change is one atomic step, and the invariants that must hold at every step are checked
 //! right after it ([`State::after_step`]).
 
-use sqs_keeper::condition::{Condition, StoredRecord};
+use sqs_keeper_core::condition::{Condition, StoredRecord};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
-use sqs_keeper::dead_letter::{DeadLetteredItem, ItemStatus};
+use sqs_keeper_core::dead_letter::{DeadLetteredItem, ItemStatus};
 
 use crate::queue::SimQueue;
 use crate::trace::Trace;
@@ -37,7 +37,7 @@ pub struct Row {
 
 impl Row {
     /// Whether `condition` (the one the DynamoDB adapter sends, from
-    /// [`sqs_keeper::condition::conditions`]) holds for this row as stored.
+    /// [`sqs_keeper_core::condition::conditions`]) holds for this row as stored.
     pub fn satisfies(&self, condition: &Condition) -> bool {
         let ids = |id: &str| self.attempt_ids.contains(id);
         let claims = |id: &str| self.claims.contains(id);
@@ -106,7 +106,7 @@ pub struct Ledger {
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
     /// What each sandbox last read or wrote of the circuit breaker's state.
-    pub breaker_known: HashMap<String, sqs_keeper::breaker::BreakerState>,
+    pub breaker_known: HashMap<String, sqs_keeper_core::breaker::BreakerState>,
     /// The probe each sandbox took last, until when.
     pub probes: HashMap<String, std::time::SystemTime>,
     /// Payloads of messages that expired in a documented window (excused at the end too).
@@ -190,13 +190,13 @@ pub struct State {
     /// The redrive's lease in this world.
     pub lease_ttl: std::time::Duration,
     /// The idempotency table, in the worlds with idempotency.
-    pub idempotency: Option<sqs_keeper::testing::MemoryIdempotencyStore>,
+    pub idempotency: Option<sqs_keeper_core::testing::MemoryIdempotencyStore>,
     /// Downstream calls running now, by item id (worlds with idempotency: at most one).
     pub running_now: HashMap<String, u32>,
     /// Records per query page in this world.
     pub page_size: i32,
     /// The envelope the producer wraps its payloads in (none in most worlds).
-    pub envelopes: sqs_keeper::envelope::Envelopes,
+    pub envelopes: sqs_keeper_core::envelope::Envelopes,
     /// The worker's `receive_budget_margin`: its last receive comes this many early.
     pub receive_budget_margin: u32,
     /// Redrive runs processing each item at this moment (§3: at most one).
@@ -358,7 +358,8 @@ impl State {
             q.messages().iter().any(|m| {
                 Some(m.id.as_str()) != deleting
                     && (m.body_sha256 == sha
-                        || m.attribute(sqs_keeper::message::PAYLOAD_SHA256_ATTRIBUTE) == Some(sha))
+                        || m.attribute(sqs_keeper_core::message::PAYLOAD_SHA256_ATTRIBUTE)
+                            == Some(sha))
             })
         };
         in_queue(&self.source)

@@ -35,7 +35,7 @@ impl RecordStore for DeadLetterStore {
     }
 
     fn token_after(&self, record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
-        PageToken::after(record, filter)
+        super::query::token_after(record, filter)
     }
 
     async fn acquire_lease(

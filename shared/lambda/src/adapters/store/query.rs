@@ -12,55 +12,52 @@ use crate::dead_letter::DeadLetteredItem;
 use crate::error::{ErrorClass, ProcessError};
 use crate::selection::{Page, PageToken, RecordFilter, Unreadable};
 
-impl PageToken {
-    /// The token of a key DynamoDB returned: the key as a JSON object, in base64.
-    fn encode(key: HashMap<String, AttributeValue>) -> Result<PageToken, ProcessError> {
-        let json: serde_json::Map<String, serde_json::Value> =
-            dynamo::from_item(key).map_err(|e| {
-                ProcessError::new(
-                    ErrorClass::Unknown,
-                    format!("the last key read does not make a continuation token: {e}"),
-                )
-                .with_step("query")
-            })?;
-        Ok(PageToken::of_json(json))
-    }
+/// The token of a key DynamoDB returned: the key as a JSON object, in base64.
+fn token_of_key(key: HashMap<String, AttributeValue>) -> Result<PageToken, ProcessError> {
+    let json: serde_json::Map<String, serde_json::Value> = dynamo::from_item(key).map_err(|e| {
+        ProcessError::new(
+            ErrorClass::Unknown,
+            format!("the last key read does not make a continuation token: {e}"),
+        )
+        .with_step("query")
+    })?;
+    Ok(token_of_json(json))
+}
 
-    fn of_json(json: serde_json::Map<String, serde_json::Value>) -> PageToken {
-        let text = serde_json::Value::Object(json).to_string();
-        PageToken(aws_smithy_types::base64::encode(text.as_bytes()))
-    }
+fn token_of_json(json: serde_json::Map<String, serde_json::Value>) -> PageToken {
+    let text = serde_json::Value::Object(json).to_string();
+    PageToken(aws_smithy_types::base64::encode(text.as_bytes()))
+}
 
-    fn decode(&self) -> Result<HashMap<String, AttributeValue>, ProcessError> {
-        let bad =
-            || ProcessError::validation(format!("continuation token {:?} is not valid", self.0));
-        let bytes = aws_smithy_types::base64::decode(&self.0).map_err(|_| bad())?;
-        match serde_json::from_slice::<serde_json::Value>(&bytes) {
-            Ok(serde_json::Value::Object(map)) if map.contains_key(schema::ITEM_ID) => {
-                dynamo::to_item(map).map_err(|_| bad())
-            }
-            _ => Err(bad()),
+/// The key a token this store made names; a validation failure for any other text.
+fn key_of_token(token: &PageToken) -> Result<HashMap<String, AttributeValue>, ProcessError> {
+    let bad = || ProcessError::validation(format!("continuation token {:?} is not valid", token.0));
+    let bytes = aws_smithy_types::base64::decode(&token.0).map_err(|_| bad())?;
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(map)) if map.contains_key(schema::ITEM_ID) => {
+            dynamo::to_item(map).map_err(|_| bad())
         }
+        _ => Err(bad()),
     }
+}
 
-    /// The token for resuming right after `record` in a query with `filter`.
-    pub fn after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
-        let text = |s: &str| serde_json::Value::String(s.to_string());
-        let mut key = serde_json::Map::new();
-        key.insert(schema::ITEM_ID.to_string(), text(&record.item_id));
-        let last = text(&crate::time_format::format(&record.last_attempt));
-        if filter.signature.is_some() {
-            key.insert(
-                schema::ERROR_SIGNATURE.into(),
-                text(&record.error_signature),
-            );
-            key.insert(schema::LAST_ATTEMPT.into(), last);
-        } else if let Some(status) = filter.status {
-            key.insert(schema::STATUS.into(), text(status.as_str()));
-            key.insert(schema::LAST_ATTEMPT.into(), last);
-        }
-        PageToken::of_json(key)
+/// The token for resuming right after `record` in a query with `filter`.
+pub fn token_after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
+    let text = |s: &str| serde_json::Value::String(s.to_string());
+    let mut key = serde_json::Map::new();
+    key.insert(schema::ITEM_ID.to_string(), text(&record.item_id));
+    let last = text(&crate::time_format::format(&record.last_attempt));
+    if filter.signature.is_some() {
+        key.insert(
+            schema::ERROR_SIGNATURE.into(),
+            text(&record.error_signature),
+        );
+        key.insert(schema::LAST_ATTEMPT.into(), last);
+    } else if let Some(status) = filter.status {
+        key.insert(schema::STATUS.into(), text(status.as_str()));
+        key.insert(schema::LAST_ATTEMPT.into(), last);
     }
+    token_of_json(key)
 }
 
 impl DeadLetterStore {
@@ -86,7 +83,7 @@ impl DeadLetterStore {
         limit: i32,
         start: Option<&PageToken>,
     ) -> Result<Page, ProcessError> {
-        let start_key = start.map(PageToken::decode).transpose()?;
+        let start_key = start.map(key_of_token).transpose()?;
         let mut names = HashMap::new();
         let mut values = HashMap::new();
         let mut filters = Vec::new();
@@ -253,7 +250,7 @@ impl DeadLetterStore {
             unreadable,
             next: last_key
                 .filter(|k| !k.is_empty())
-                .map(PageToken::encode)
+                .map(token_of_key)
                 .transpose()?,
         })
     }

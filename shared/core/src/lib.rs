@@ -1,0 +1,91 @@
+//! # sqs-keeper-core
+//!
+//! The pure core of `sqs-keeper`: what happens to each record of an SQS batch, decided
+//! without I/O of its own. The batch engine, retries, error classes, the dead-letter record
+//! and the DLQ message rule, the redrive plan and engine: all over small ports
+//! ([`ports`], [`recording::RecordTable`], [`sweep::DlqMessages`], the breaker's, the
+//! idempotency table's and the visibility port) that the AWS adapters (`sqs-keeper-aws`
+//! modules in `sqs-keeper`) implement for production and [`testing`] implements in memory.
+//! No AWS SDK client, no environment variable and no `lambda_runtime` here: a handler
+//! author uses this crate through `sqs-keeper`, which re-exports it.
+//!
+//! | module | what it holds | I/O |
+//! | --- | --- | --- |
+//! | [`error`] | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
+//! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
+//! | [`clock`] | the wall clock (virtual in the simulation) | clock |
+//! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
+//! | [`item`] | [`WorkItem`]: one record, parsed per record; typed bodies ([`WorkItem::json`]) | none |
+//! | [`envelope`] | SNS, EventBridge and S3 envelopes around a body, unwrapped per record | none |
+//! | [`context`] | the record being processed: its deadline, custom metrics and log fields | task-local |
+//! | [`idempotency`] | once per item id: the claim rules over an [`idempotency::IdempotencyStore`] | via trait |
+//! | [`redelivery`] | retries spaced across deliveries: the delay by receive count, the visibility port | via trait |
+//! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
+//! | [`breaker`] | the circuit breaker every sandbox shares, around a processor; over a [`breaker::BreakerStore`] | via trait |
+//! | [`polling`] | a long outage stops the worker's polling: pause, probe with a source message, restore; over three ports | via traits |
+//! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
+//! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
+//! | [`signature`] | normalised error signatures for grouping | none |
+//! | `analysis` | grouping, statistics and export of records for operators (`operator` feature) | none |
+//! | [`pointer`](mod@pointer) | SQS Extended Client pointers and the policy for following them | none |
+//! | [`message`] | what our messages carry: attribute names, FIFO group, batching | none |
+//! | [`selection`] | record filters, pages and continuation tokens | none |
+//! | [`condition`] | each conditional write's condition, once: the DynamoDB expression and its meaning in memory | none |
+//! | [`ports`] | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
+//! | [`recording`] | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over [`recording::RecordTable`] | via trait |
+//! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over [`sweep::DlqMessages`] | via trait |
+//! | [`removal`] | purge and clear: DLQ messages, then payloads, then records; over ports | via ports |
+//! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
+//! | [`processor`] | the [`Processor`] trait, [`handler_fn`] | none |
+//! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
+//! | [`duration`], [`time_format`], [`hex`] | durations and times as operators write them; record timestamps; sha256 in hex | none |
+//! | [`testing`] | scripted processor, in-memory sink, [`testing::MemoryStore`] | none |
+//!
+//! ## Guarantees
+//!
+//! Every record ends as exactly one of done, skipped, returned for retry (listed in
+//! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
+//! after the sink has persisted it. Bodies are never logged. The whole list, with the
+//! windows each leaves, is docs/ARCHITECTURE.md §1.
+
+#![deny(missing_docs)]
+
+#[cfg(feature = "operator")]
+pub mod analysis;
+pub mod batch;
+pub mod breaker;
+pub mod classify;
+pub mod clock;
+pub mod condition;
+pub mod context;
+pub mod dead_letter;
+pub mod duration;
+pub mod envelope;
+pub mod error;
+pub mod event;
+pub mod hex;
+pub mod idempotency;
+pub mod item;
+pub mod message;
+pub mod mutants;
+pub mod pointer;
+pub mod polling;
+pub mod ports;
+pub mod processor;
+pub mod recording;
+pub mod redelivery;
+pub mod redrive;
+pub mod removal;
+pub mod retry;
+pub mod selection;
+pub mod signature;
+pub mod sweep;
+pub mod testing;
+pub mod time_format;
+
+pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Disposition};
+pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
+pub use error::{ErrorClass, ProcessError};
+pub use item::WorkItem;
+pub use processor::{handler_fn, Outcome, Processor};
+pub use retry::{Deadline, RetryPolicy};
