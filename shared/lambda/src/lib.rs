@@ -31,8 +31,8 @@
 //! | module | what it holds | I/O |
 //! | --- | --- | --- |
 //! | core modules ([`batch`], [`retry`], [`error`], [`item`], [`sweep`], [`redrive`], …) | the batch engine, retries, classification, records, the DLQ message rule, the redrive engine (`sqs-keeper-core`) | via ports |
-//! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS; implements the core's ports) | AWS |
-//! | `http_delivery` | `HttpDelivery`, the processor the worker binary ships (`http` feature) | HTTP |
+//! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS; implements the core's ports; `sqs-keeper-aws`) | AWS |
+//! | `http_delivery` | `HttpDelivery`, the processor the worker binary ships (`sqs-keeper-http`, `http` feature) | HTTP |
 //! | `http_worker` | the shipped worker's start-up: `HttpDelivery` into the configured store (`http` feature) | env, AWS |
 //! | [`config`] | every environment variable once ([`config::vars`]) and the configurations read from them | env |
 //! | [`runner`] | one call that runs any [`Processor`] as a Lambda function ([`run`], [`Setup`]) | env, AWS |
@@ -48,10 +48,7 @@
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged.
 
-pub mod adapters;
 pub mod config;
-#[cfg(feature = "http")]
-pub mod http_delivery;
 #[cfg(feature = "http")]
 pub mod http_worker;
 pub mod metrics;
@@ -62,6 +59,7 @@ pub mod runtime;
 pub mod telemetry;
 pub mod worker;
 
+pub use sqs_keeper_aws as adapters;
 #[cfg(feature = "operator")]
 pub use sqs_keeper_core::analysis;
 pub use sqs_keeper_core::{
@@ -69,6 +67,8 @@ pub use sqs_keeper_core::{
     event, hex, idempotency, item, message, mutants, pointer, polling, ports, processor, recording,
     redelivery, redrive, removal, retry, selection, signature, sweep, testing, time_format,
 };
+#[cfg(feature = "http")]
+pub use sqs_keeper_http as http_delivery;
 
 pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Disposition};
 pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};

@@ -1103,7 +1103,7 @@ mod tests {
         // be a variable without a meaning, default or template check.
         let sources = [
             include_str!("mod.rs"),
-            include_str!("../adapters/store/mod.rs"),
+            include_str!("../../../aws/src/store/mod.rs"),
             include_str!("../redrive_function.rs"),
             include_str!("../worker.rs"),
         ];

@@ -1,13 +1,16 @@
+//! # sqs-keeper-http
+//!
 //! [`HttpDelivery`], the processor the shipped worker runs: POST each item's payload to a
-//! downstream URL, classify the answer (`http` feature).
+//! downstream URL, classify the answer. `sqs-keeper` re-exports it as `http_delivery` with
+//! its `http` feature; the worker and redrive functions and the `dlq` CLI deliver through it.
 
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
-use crate::error::ProcessError;
-use crate::item::WorkItem;
-use crate::processor::{Outcome, Processor};
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::item::WorkItem;
+use sqs_keeper_core::processor::{Outcome, Processor};
 
 /// `url` as it may be shown in errors, logs and records: without a user name or password,
 /// and with its query (and fragment) replaced by `?<redacted>`, since a query string is
@@ -61,7 +64,7 @@ pub struct HttpDeliveryConfig {
     /// The `Content-Type` sent with the body.
     pub content_type: String,
     /// A credential sent on every request (header name, value marked sensitive); see
-    /// [`crate::adapters::secrets`]. Never shown by `Debug`.
+    /// `sqs_keeper::adapters::secrets`. Never shown by `Debug`.
     pub auth_header: Option<(HeaderName, HeaderValue)>,
 }
 

@@ -22,7 +22,7 @@ pub struct AwsClients {
     /// S3 (large payloads).
     pub s3: aws_sdk_s3::Client,
     /// Secrets Manager (`WORKER_DOWNSTREAM_AUTH_SECRET`; `http` feature).
-    #[cfg(feature = "http")]
+    #[cfg(feature = "secrets")]
     pub secretsmanager: aws_sdk_secretsmanager::Client,
     /// The configuration the clients were built from, for building more alike.
     pub config: aws_config::SdkConfig,
@@ -44,7 +44,7 @@ impl AwsClients {
             sqs: aws_sdk_sqs::Client::new(shared),
             dynamodb: aws_sdk_dynamodb::Client::new(shared),
             s3: aws_sdk_s3::Client::from_conf(s3_config),
-            #[cfg(feature = "http")]
+            #[cfg(feature = "secrets")]
             secretsmanager: aws_sdk_secretsmanager::Client::new(shared),
             config: shared.clone(),
         }
@@ -254,7 +254,7 @@ impl AwsClients {
                     .interceptor(counter.clone())
                     .build(),
             ),
-            #[cfg(feature = "http")]
+            #[cfg(feature = "secrets")]
             secretsmanager: aws_sdk_secretsmanager::Client::from_conf(
                 aws_sdk_secretsmanager::config::Builder::from(shared)
                     .interceptor(counter.clone())

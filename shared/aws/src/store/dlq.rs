@@ -4,10 +4,10 @@
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::StoreConfig;
-use crate::dead_letter::{DeadLetteredItem, PayloadLocation};
-use crate::error::{ErrorClass, ProcessError};
-use crate::message::*;
-use crate::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
+use sqs_keeper_core::dead_letter::{DeadLetteredItem, PayloadLocation};
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::message::*;
+use sqs_keeper_core::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
 
 /// The DLQ body for a record: the original body, or a pointer to the S3 payload.
 pub fn message_body(record: &DeadLetteredItem) -> String {
@@ -75,7 +75,7 @@ fn entry(
     if config.queue_url.ends_with(".fifo") {
         let group = fifo_group_id(record.source.message_group_id.as_deref(), &record.item_id);
         // Deduplicate re-sends of the same delivery, not later failures of the same item.
-        let dedup = crate::hex::sha256_hex(
+        let dedup = sqs_keeper_core::hex::sha256_hex(
             format!(
                 "{}:{}:{}",
                 record.item_id, record.source.message_id, record.source.receive_count
@@ -225,7 +225,9 @@ mod tests {
                     .unwrap()
             });
         let records: Vec<DeadLetteredItem> = (0..25)
-            .map(|n| crate::testing::dead_record(&format!("i{n}"), ErrorClass::Validation, 1))
+            .map(|n| {
+                sqs_keeper_core::testing::dead_record(&format!("i{n}"), ErrorClass::Validation, 1)
+            })
             .collect();
         let refs: Vec<&DeadLetteredItem> = records.iter().collect();
         for queue in ["https://sqs/q/dlq", "https://sqs/q/dlq.fifo"] {
@@ -282,7 +284,7 @@ mod tests {
             hashed,
             format!(
                 "item-{}",
-                &crate::hex::sha256_hex("odd id/ü".as_bytes())[..32]
+                &sqs_keeper_core::hex::sha256_hex("odd id/ü".as_bytes())[..32]
             )
         );
         assert_eq!(hashed.len(), 37);
@@ -290,7 +292,7 @@ mod tests {
         assert_eq!(fifo_group_id(Some(""), "odd id/ü"), hashed);
         assert_eq!(
             fifo_group_id(None, ""),
-            format!("item-{}", &crate::hex::sha256_hex(b"")[..32])
+            format!("item-{}", &sqs_keeper_core::hex::sha256_hex(b"")[..32])
         );
         assert!(!is_valid_message_group_id(&"x".repeat(129)));
     }

@@ -10,19 +10,19 @@ use chrono::{DateTime, Utc};
 
 use super::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
 use super::{schema, DeadLetterStore};
-use crate::adapters::condition::WithCondition;
-use crate::condition::conditions;
-use crate::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus};
-use crate::error::{ErrorClass, ProcessError};
-use crate::signature::error_signature;
+use crate::condition::WithCondition;
+use sqs_keeper_core::condition::conditions;
+use sqs_keeper_core::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus};
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::signature::error_signature;
 
 /// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
 const TRANSACTION_ITEMS: usize = 100;
 
-/// [`crate::dead_letter::processed_after`] as the attribute to write.
+/// [`sqs_keeper_core::dead_letter::processed_after`] as the attribute to write.
 fn processed_after(record: &DeadLetteredItem) -> AttributeValue {
     AttributeValue::L(
-        crate::dead_letter::processed_after(record)
+        sqs_keeper_core::dead_letter::processed_after(record)
             .into_iter()
             .map(AttributeValue::S)
             .collect(),
@@ -195,7 +195,7 @@ impl DeadLetterStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<bool, ProcessError> {
-        let update = self.lease_update(item_id, owner, ttl, crate::clock::now())?;
+        let update = self.lease_update(item_id, owner, ttl, sqs_keeper_core::clock::now())?;
         match self.send_update(&update).await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
@@ -214,7 +214,7 @@ impl DeadLetterStore {
     ) -> Vec<Result<bool, ProcessError>> {
         let mut results = Vec::with_capacity(item_ids.len());
         for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
-            let now = crate::clock::now();
+            let now = sqs_keeper_core::clock::now();
             let updates: Result<Vec<Update>, ProcessError> = chunk
                 .iter()
                 .map(|id| self.lease_update(id, owner, ttl, now))
@@ -239,7 +239,7 @@ impl DeadLetterStore {
     /// `record` resolved by `owner`: its current payload (and source message) joins the
     /// `processed` list, so that exactly the DLQ messages holding it are deleted. Only while
     /// the item is still redriving with the payload the run processed
-    /// ([`crate::dead_letter::LEASED_WITH_PAYLOAD`]).
+    /// ([`sqs_keeper_core::dead_letter::LEASED_WITH_PAYLOAD`]).
     fn resolve_update(
         &self,
         record: &DeadLetteredItem,
@@ -263,7 +263,7 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(crate::time_format::format(&now)),
+                AttributeValue::S(sqs_keeper_core::time_format::format(&now)),
             )
             .expression_attribute_values(":processed", processed_after(record))
             .build()
@@ -276,7 +276,7 @@ impl DeadLetterStore {
         record: &DeadLetteredItem,
         owner: &str,
     ) -> Result<(), ProcessError> {
-        let update = self.resolve_update(record, owner, crate::clock::now())?;
+        let update = self.resolve_update(record, owner, sqs_keeper_core::clock::now())?;
         self.send_update(&update).await.map(|_| ()).map_err(|e| {
             if e.as_service_error().is_some_and(is_conditional_failure) {
                 ProcessError::new(
@@ -313,7 +313,7 @@ impl DeadLetterStore {
                 (schema::REQUEUED_MESSAGE_ID, message_id.to_string()),
                 (
                     schema::REQUEUED_AT,
-                    crate::time_format::format(&crate::clock::now()),
+                    sqs_keeper_core::time_format::format(&sqs_keeper_core::clock::now()),
                 ),
             ],
             Some(&record.payload.sha256),
@@ -446,7 +446,9 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(crate::time_format::format(&crate::clock::now())),
+                AttributeValue::S(sqs_keeper_core::time_format::format(
+                    &sqs_keeper_core::clock::now(),
+                )),
             )
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
             .expression_attribute_values(
@@ -543,7 +545,7 @@ impl DeadLetterStore {
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
             .expression_attribute_names(name, key)
             .expression_attribute_values(":dead", AttributeValue::S(ItemStatus::Dead.as_str().into()))
-            .expression_attribute_values(":last", AttributeValue::S(crate::time_format::format(&failure.timestamp)))
+            .expression_attribute_values(":last", AttributeValue::S(sqs_keeper_core::time_format::format(&failure.timestamp)))
             .expression_attribute_values(":class", AttributeValue::S(failure.error_type.as_str().into()))
             .expression_attribute_values(
                 ":sig",
@@ -624,7 +626,7 @@ mod tests {
         });
         let single = mock!(aws_sdk_dynamodb::Client::update_item)
             .then_output(|| UpdateItemOutput::builder().build());
-        let store = crate::adapters::store::mocked_store(|clients| {
+        let store = crate::store::mocked_store(|clients| {
             clients.dynamodb = mock_client!(
                 aws_sdk_dynamodb,
                 aws_smithy_mocks::RuleMode::MatchAny,

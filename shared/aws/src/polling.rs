@@ -1,4 +1,4 @@
-//! The ports of [`crate::polling`] over AWS: the worker's event source mapping through the
+//! The ports of [`sqs_keeper_core::polling`] over AWS: the worker's event source mapping through the
 //! Lambda API (`GetEventSourceMapping`, `UpdateEventSourceMapping`), the pause marker as an
 //! item of the breaker's table, and the probe that receives one source message and invokes
 //! the worker with it (`ReceiveMessage`, `Invoke`, `DeleteMessage`) as the mapping would.
@@ -8,10 +8,10 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
-use crate::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
 use std::time::{Duration, SystemTime};
 
-use crate::polling::{
+use sqs_keeper_core::polling::{
     MappingSwitch, PauseMarker, PauseState, ProbeOutcome, SourceProbe, SourceQueue,
 };
 

@@ -5,10 +5,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqs_keeper::error::ErrorClass;
-use sqs_keeper::http_delivery::{HttpDelivery, HttpDeliveryConfig};
-use sqs_keeper::item::{ItemParser, WorkItem};
-use sqs_keeper::processor::{Outcome, Processor};
+use sqs_keeper_core::error::ErrorClass;
+use sqs_keeper_core::item::{ItemParser, WorkItem};
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

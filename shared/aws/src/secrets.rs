@@ -5,9 +5,9 @@
 //! The value never appears in a URL, an error, a log line or a `Debug` dump: errors name
 //! the variable and the secret's id, and the header is marked sensitive.
 
-use reqwest::header::{HeaderName, HeaderValue};
+use http::header::{HeaderName, HeaderValue};
 
-use crate::error::ProcessError;
+use sqs_keeper_core::error::ProcessError;
 
 /// The downstream credential could not be read; the function must not start without it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

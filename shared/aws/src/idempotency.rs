@@ -1,4 +1,4 @@
-//! The idempotency table in DynamoDB ([`crate::idempotency::IdempotencyStore`]).
+//! The idempotency table in DynamoDB ([`sqs_keeper_core::idempotency::IdempotencyStore`]).
 //!
 //! One item per key: `id` (the partition key, a string), `status` (`in_progress` or
 //! `completed`), `token` (the attempt holding it), `until_ms` (when a claim ends or a
@@ -15,9 +15,9 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::condition::WithCondition;
-use crate::condition::idempotency::{self as conditions, COMPLETED, IN_PROGRESS};
-use crate::error::ProcessError;
-use crate::idempotency::{Claim, IdempotencyStore};
+use sqs_keeper_core::condition::idempotency::{self as conditions, COMPLETED, IN_PROGRESS};
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::idempotency::{Claim, IdempotencyStore};
 
 const ID: &str = conditions::ID.0[0];
 const STATUS: &str = conditions::STATUS.0[0];
@@ -50,7 +50,7 @@ impl DynamoIdempotencyStore {
     }
 }
 
-use crate::condition::epoch_millis as millis;
+use sqs_keeper_core::condition::epoch_millis as millis;
 
 fn number(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())

@@ -12,10 +12,10 @@
 //! Only when all three succeed is the record reported as dead-lettered (and acked); a
 //! failure at any step leaves it in `batchItemFailures`, so SQS delivers it again.
 //!
-//! The order and the merge rules are the core's ([`crate::recording`]); the store gives it
+//! The order and the merge rules are the core's ([`sqs_keeper_core::recording`]); the store gives it
 //! the writes ([`RecordTable`]: the conditional `UpdateItem`s, the S3 `PutObject`, the
-//! batched DLQ send). Likewise the DLQ sweep is [`crate::sweep`] over the store's
-//! [`crate::sweep::DlqMessages`] ([`sweep`]).
+//! batched DLQ send). Likewise the DLQ sweep is [`sqs_keeper_core::sweep`] over the store's
+//! [`sqs_keeper_core::sweep::DlqMessages`] ([`sweep`]).
 
 pub mod dlq;
 pub mod lease;
@@ -32,17 +32,17 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
-use crate::adapters::aws::AwsClients;
-use crate::adapters::condition::WithCondition;
-use crate::condition::conditions;
-use crate::dead_letter::{
+use crate::aws::AwsClients;
+use crate::condition::WithCondition;
+use sqs_keeper_core::condition::conditions;
+use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,
 };
-use crate::error::ProcessError;
-use crate::pointer::{PayloadPolicy, S3Pointer};
-use crate::recording::{Compaction, Deliveries, RecordTable, RecordingSettings};
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::pointer::{PayloadPolicy, S3Pointer};
+use sqs_keeper_core::recording::{Compaction, Deliveries, RecordTable, RecordingSettings};
 
-pub use crate::recording::{stays_inline, HISTORY_ENTRY_MAX, RECORD_BUDGET};
+pub use sqs_keeper_core::recording::{stays_inline, HISTORY_ENTRY_MAX, RECORD_BUDGET};
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,7 +60,7 @@ pub struct StoreConfig {
     pub retention: Duration,
     /// Records written at once.
     pub write_concurrency: usize,
-    /// Most entries a record's history keeps ([`crate::dead_letter::HISTORY_LIMIT`]).
+    /// Most entries a record's history keeps ([`sqs_keeper_core::dead_letter::HISTORY_LIMIT`]).
     pub history_limit: usize,
 }
 
@@ -78,11 +78,11 @@ impl StoreConfig {
             // letters cost a few round trips instead of one per record. Each write in
             // flight may open its own connection on a sandbox's first dead letters.
             write_concurrency: 50,
-            history_limit: crate::dead_letter::HISTORY_LIMIT,
+            history_limit: sqs_keeper_core::dead_letter::HISTORY_LIMIT,
         }
     }
 
-    /// What [`crate::recording`] needs of it.
+    /// What [`sqs_keeper_core::recording`] needs of it.
     pub fn recording_settings(&self) -> RecordingSettings {
         RecordingSettings {
             bucket: self.bucket.clone(),
@@ -137,27 +137,27 @@ impl DeadLetterStore {
         &self.clients
     }
 
-    /// The settings [`crate::recording`] runs with.
+    /// The settings [`sqs_keeper_core::recording`] runs with.
     fn recording(&self) -> RecordingSettings {
         self.config.recording_settings()
     }
 
     /// Moves the payload to S3 when it would not stay inline
-    /// ([`crate::recording::offload_payload`]).
+    /// ([`sqs_keeper_core::recording::offload_payload`]).
     pub async fn offload_payload(&self, record: &mut DeadLetteredItem) -> Result<(), ProcessError> {
-        crate::recording::offload_payload(self, &self.recording(), record).await
+        sqs_keeper_core::recording::offload_payload(self, &self.recording(), record).await
     }
 
     /// Upserts a record: new attempts are appended once, known ones are ignored
-    /// ([`crate::recording::record`]).
+    /// ([`sqs_keeper_core::recording::record`]).
     pub async fn record(&self, record: &DeadLetteredItem) -> Result<(), ProcessError> {
-        crate::recording::record(self, &self.recording(), record).await
+        sqs_keeper_core::recording::record(self, &self.recording(), record).await
     }
 
     /// What follows a write that appended to a record's history: the review flag settled,
-    /// the history compacted ([`crate::recording::after_append`]).
+    /// the history compacted ([`sqs_keeper_core::recording::after_append`]).
     pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
-        crate::recording::after_append(self, &self.recording(), stored).await
+        sqs_keeper_core::recording::after_append(self, &self.recording(), stored).await
     }
 
     /// The items of `ids` (each once) by item id, read with strongly consistent
@@ -226,7 +226,7 @@ impl DeadLetterStore {
             }
             if !keys.is_empty() {
                 return Err(ProcessError::new(
-                    crate::error::ErrorClass::Throttled,
+                    sqs_keeper_core::error::ErrorClass::Throttled,
                     format!(
                         "{} records could not be read (DynamoDB left them unprocessed {BATCH_GET_ROUNDS} times)",
                         keys.len()
@@ -262,7 +262,7 @@ impl RecordTable for DeadLetterStore {
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
         claim: Option<&str>,
-        expect: crate::recording::Expect,
+        expect: sqs_keeper_core::recording::Expect,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let mut fields = schema::record_to_item(record)?;
         fields.remove(schema::ITEM_ID);
@@ -405,7 +405,7 @@ impl RecordTable for DeadLetterStore {
     }
 
     /// `manual_review_required` depends on the whole history, which an update expression
-    /// cannot see: set afterwards ([`crate::recording::review_flag_change`]).
+    /// cannot see: set afterwards ([`sqs_keeper_core::recording::review_flag_change`]).
     async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
         self.clients
             .dynamodb
@@ -564,7 +564,8 @@ impl DeadLetterSink for DeadLetterStore {
         candidates: &[DeadLetterCandidate],
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
-        crate::recording::dead_letter(self, &self.recording(), candidates, invocation).await
+        sqs_keeper_core::recording::dead_letter(self, &self.recording(), candidates, invocation)
+            .await
     }
 }
 
@@ -583,7 +584,7 @@ impl ExtendedClientResolver {
     }
 }
 
-impl crate::batch::BodyResolver for ExtendedClientResolver {
+impl sqs_keeper_core::batch::BodyResolver for ExtendedClientResolver {
     fn resolve<'a>(
         &'a self,
         body: &'a str,
@@ -673,7 +674,7 @@ mod tests {
                 &record,
                 &record.failure_history,
                 Some("m-1"),
-                crate::recording::Expect::Any,
+                sqs_keeper_core::recording::Expect::Any,
             )
             .await
             .unwrap();

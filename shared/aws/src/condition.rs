@@ -1,11 +1,11 @@
-//! Sends a [`crate::condition::Condition`] with a DynamoDB request: its rendered text as
+//! Sends a [`sqs_keeper_core::condition::Condition`] with a DynamoDB request: its rendered text as
 //! the request's condition expression, its placeholders beside the request's own. The
-//! conditions themselves are defined once in [`crate::condition::conditions`], where the
+//! conditions themselves are defined once in [`sqs_keeper_core::condition::conditions`], where the
 //! in-memory stores evaluate them too.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::condition::{Condition, Value};
+use sqs_keeper_core::condition::{Condition, Value};
 
 /// A DynamoDB value for a condition's value.
 pub fn attribute(value: &Value) -> AttributeValue {
@@ -54,9 +54,9 @@ with_condition!(
 /// attribute (the in-memory stores read records as the adapter writes them).
 #[cfg(test)]
 mod tests {
-    use crate::adapters::store::schema;
-    use crate::condition::*;
+    use crate::store::schema;
     use aws_sdk_dynamodb::types::AttributeValue;
+    use sqs_keeper_core::condition::*;
 
     /// The attribute at `attr` in a written item, as the conditions would find it.
     fn written(
