@@ -8,7 +8,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build shipped emulator demo demo-outage demo-down test soak fmt-check clippy unit bench bench-store bench-runtime infra-check sim mutants package
+.PHONY: help build shipped emulator demo demo-outage demo-down test soak fmt-check clippy doc unit bench bench-store bench-runtime infra-check sim mutants package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
@@ -69,11 +69,17 @@ unit: emulator shipped
 	env $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) $(CARGO) test $(NOT_SIM)
 	$(CARGO) test --profile sim -p sqs-keeper-sim
 
+# The library crates' documentation, as docs.rs builds it: every link resolves, every item
+# is documented (their doctests, crate-level examples included, run in `unit`).
+LIBRARIES := -p sqs-keeper-core -p sqs-keeper-aws -p sqs-keeper-http -p sqs-keeper
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(LIBRARIES) --all-features
+
 # cfn-lint (SAM and translated), checkov (zero failed checks); installs the tools on first use.
 infra-check:
 	scripts/infra.sh check
 
-test: fmt-check clippy infra-check unit
+test: fmt-check clippy doc infra-check unit
 
 # The deterministic simulation (docs/SIMULATION.md), optimised build; no emulator needed.
 # `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.
@@ -91,8 +97,8 @@ sim:
 # The load test of `make test` (300 messages) at full size; prints the throughput seen.
 SOAK_MESSAGES ?= 5000
 soak: build emulator
-	env $$($(EMULATOR) env) LOAD_MESSAGES=$(SOAK_MESSAGES) $(CARGO) test -p e2e --test load -- --nocapture
-	env $$($(EMULATOR) env) REDRIVE_REPEATS=1000 $(CARGO) test -p e2e --test redrive -- --nocapture a_record_redriven
+	env $$($(EMULATOR) env) LOAD_MESSAGES=$(SOAK_MESSAGES) $(CARGO) test -p e2e --test integration -- --nocapture load::
+	env $$($(EMULATOR) env) REDRIVE_REPEATS=1000 $(CARGO) test -p e2e --test integration -- --nocapture redrive::a_record_redriven
 
 # The deployable zips, built as `sam build` builds the functions (cargo-lambda, release
 # profile); installs cargo-lambda into .venv-lambda on first use. Prints the zip sizes.

@@ -31,11 +31,13 @@ if command -v mold >/dev/null 2>&1; then
 fi
 # The test command (.cargo/mutants.toml) spans two packages, which cargo-mutants' own
 # baseline (the mutated package alone) cannot run: the unmutated tree is checked here.
+# The library's integration tests but those that need the emulator or take long (bad input
+# on the store, polling, properties): the logic-only modules (.cargo/mutants.toml).
+LOGIC_ONLY='not (package(sqs-keeper) & test(/^(bad_input|bad_input_store|polling|properties)::/))'
 if [ ! -f "$out/baseline-ok" ]; then
     cargo nextest run -p sqs-keeper-core -p sqs-keeper -p sqs-keeper-sim \
         --features sqs-keeper/sim,sqs-keeper/http,sqs-keeper/operator,sqs-keeper/clap \
-        --lib --test seeds --test batch --test redelivery --test retention --test cutoff \
-        --test breaker_open_retry --test redrive_races
+        --lib --test seeds --test integration -E "$LOGIC_ONLY"
     touch "$out/baseline-ok"
 fi
 for k in ${ONLY:-$(seq 0 $((shards - 1)))}; do

@@ -1,7 +1,31 @@
-//! Every AWS SDK call of the library, behind the ports ([`sqs_keeper_core::ports`],
-//! [`sqs_keeper_core::DeadLetterSink`], [`sqs_keeper_core::batch::BodyResolver`]) and the core's primitive
-//! traits ([`sqs_keeper_core::recording::RecordTable`], [`sqs_keeper_core::sweep::DlqMessages`]): the rest of
-//! the crate decides, these modules talk to DynamoDB, SQS, S3, Lambda and Secrets Manager.
+//! # sqs-keeper-aws
+//!
+//! Every AWS SDK call of `sqs-keeper`, behind the core's ports
+//! ([`sqs_keeper_core::ports`], [`sqs_keeper_core::DeadLetterSink`],
+//! [`sqs_keeper_core::batch::BodyResolver`]) and its primitive traits
+//! ([`sqs_keeper_core::recording::RecordTable`], [`sqs_keeper_core::sweep::DlqMessages`]):
+//! the core decides, these modules talk to DynamoDB, SQS, S3, Lambda and Secrets Manager.
+//! `sqs-keeper` re-exports this crate as `adapters`.
+//!
+//! ```no_run
+//! use sqs_keeper_aws::aws::AwsClients;
+//! use sqs_keeper_aws::store::{DeadLetterStore, StoreConfig};
+//!
+//! # async fn example() {
+//! // Clients from the standard configuration chain, built once and shared.
+//! let clients = AwsClients::from_env().await;
+//! let store = DeadLetterStore::new(
+//!     clients,
+//!     StoreConfig::new(
+//!         "dead-letters",
+//!         "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq",
+//!         "orders-dead-letter-payloads",
+//!     ),
+//! );
+//! // `store` is the worker's `DeadLetterSink` and every port of the redrive.
+//! # let _ = store;
+//! # }
+//! ```
 //!
 //! | module | what it holds |
 //! | --- | --- |

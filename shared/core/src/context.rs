@@ -14,7 +14,7 @@
 //!   line, and the failure lines), flat beside the worker's own keys in the JSON format.
 //!
 //! ```
-//! use sqs_keeper::{context, Outcome, ProcessError, WorkItem};
+//! use sqs_keeper_core::{context, Outcome, ProcessError, WorkItem};
 //!
 //! async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
 //!     let order: serde_json::Value = item.json()?;

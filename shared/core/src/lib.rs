@@ -9,6 +9,20 @@
 //! No AWS SDK client, no environment variable and no `lambda_runtime` here: a handler
 //! author uses this crate through `sqs-keeper`, which re-exports it.
 //!
+//! Every failure is classified, and the class decides what happens to the record:
+//!
+//! ```
+//! use sqs_keeper_core::{ErrorClass, ProcessError};
+//!
+//! let unavailable = ProcessError::from_http_status(503, "the downstream is unavailable");
+//! assert_eq!(unavailable.class, ErrorClass::ServerError);
+//! assert!(unavailable.class.is_retryable(false)); // retried, then returned to the queue
+//!
+//! let rejected = ProcessError::from_http_status(422, "the order has no lines");
+//! assert_eq!(rejected.class, ErrorClass::Validation);
+//! assert!(!rejected.class.is_retryable(false)); // dead-lettered on first sight
+//! ```
+//!
 //! | module | what it holds | I/O |
 //! | --- | --- | --- |
 //! | [`error`] | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |

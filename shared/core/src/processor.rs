@@ -26,7 +26,7 @@ pub enum Outcome {
 /// ([`crate::classify`]).
 ///
 /// ```
-/// use sqs_keeper::{Outcome, ProcessError, Processor, WorkItem};
+/// use sqs_keeper_core::{Outcome, ProcessError, Processor, WorkItem};
 ///
 /// #[derive(serde::Deserialize)]
 /// struct Order { id: String, qty: u32 }

@@ -15,14 +15,14 @@
 //! | the write finds | result |
 //! | --- | --- |
 //! | none of the pending attempt ids recorded, the claim free | appended; `failure_count` counts them; the claim taken |
-//! | some attempt ids recorded, or the claim taken (another writer) | refused: the known attempts (and those of a delivery with a sibling attempt known: its twin wrote them, [`is_recorded`]) and the taken claim are dropped and the write tried again (at most 5 rounds) |
+//! | some attempt ids recorded, or the claim taken (another writer) | refused: the known attempts (and those of a delivery with a sibling attempt known: its twin wrote them, `is_recorded`) and the taken claim are dropped and the write tried again (at most 5 rounds) |
 //! | the claim taken and its DLQ message marked sent | nothing appended: the delivery is acknowledged ([`Delivery::AlreadySent`]) |
 //! | every attempt already recorded (the same delivery, invoked twice) | nothing to write: the claim is not held |
 //! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
 //!
 //! The logic runs over [`RecordTable`], the few primitive writes and reads it needs:
-//! DynamoDB, S3 and SQS in production ([`crate::adapters::store::DeadLetterStore`]),
+//! DynamoDB, S3 and SQS in production (`sqs_keeper_aws::store::DeadLetterStore`),
 //! memory in a simulation. No I/O of its own.
 
 use std::collections::HashSet;

@@ -22,7 +22,7 @@
 //!
 //! The loops ([`sweep_dlq`], [`settle_held`]) run over [`DlqMessages`], the few primitive
 //! operations they need of the DLQ and the records: SQS and DynamoDB in production
-//! ([`crate::adapters::store::DeadLetterStore`]), memory in a simulation. No I/O of their own.
+//! (`sqs_keeper_aws::store::DeadLetterStore`), memory in a simulation. No I/O of their own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -466,7 +466,7 @@ const MAX_HOLD: Duration = Duration::from_secs(43_200);
 
 /// How long a message received `elapsed` into a pass is held: until the instants the
 /// caller names (plus a margin), and at least twice as long as the pass has run so far
-/// (plus [`MIN_HOLD`]). The second bound is what ends a pass over a queue larger than one
+/// (plus `MIN_HOLD`). The second bound is what ends a pass over a queue larger than one
 /// hold: a message given back while the pass goes on is received again, held twice as
 /// long, and so comes back at most a logarithmic number of times before the queue is seen
 /// empty (a fixed hold of 120 s took over a million receives for 50,000 messages).

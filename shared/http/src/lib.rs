@@ -3,6 +3,23 @@
 //! [`HttpDelivery`], the processor the shipped worker runs: POST each item's payload to a
 //! downstream URL, classify the answer. `sqs-keeper` re-exports it as `http_delivery` with
 //! its `http` feature; the worker and redrive functions and the `dlq` CLI deliver through it.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let delivery = HttpDelivery::new(HttpDeliveryConfig {
+//!     url: "https://orders.example.com/ingest".parse()?,
+//!     timeout: Duration::from_secs(10),
+//!     content_type: "application/json".into(),
+//!     auth_header: None,
+//! })?;
+//! // `delivery` is a `Processor`: run it with `sqs_keeper::run(delivery)`.
+//! # let _ = delivery;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::time::Duration;
 

@@ -9,7 +9,6 @@
 //! letter records at their limits) are in `bad_input_store.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
-mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -32,7 +31,7 @@ use sqs_keeper::testing::{MemorySink, ScriptedProcessor, Step};
 use sqs_keeper::worker::InvocationError;
 use sqs_keeper::Worker;
 
-use common::{
+use crate::common::{
     assert_accounted, config, disposition, far_deadline, json_parser, record, run,
     validation_dead_letter, Recording,
 };

@@ -8,7 +8,6 @@
 //! `bad_input.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
-mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -33,7 +32,7 @@ use sqs_keeper::redrive::{
 use sqs_keeper::retry::AttemptFailure;
 use sqs_keeper::testing::{MemorySink, ScriptedProcessor, Step};
 
-use common::{
+use crate::common::{
     assert_accounted, config, disposition, event, far_deadline, json_parser, record, run,
     validation_dead_letter, Recording, ARN,
 };

@@ -399,7 +399,7 @@ impl RecordTable for DeadLetterStore {
         })
     }
 
-    /// One `TransactWriteItems` per 100 records ([`DeadLetterStore::mark_sent_all`]).
+    /// One `TransactWriteItems` per 100 records (`DeadLetterStore::mark_sent_all`).
     async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
         self.mark_sent_all(sent).await
     }

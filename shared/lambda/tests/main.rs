@@ -1,0 +1,18 @@
+//! Integration tests of the library: the batch engine, redelivery, retention, the cut-off, the breaker, the redrive races, bad input (in memory and on the emulator) and properties.
+//!
+//! One test binary for the package (`autotests = false`): every module links the
+//! dependencies once. Run one module with `cargo test -p sqs-keeper --test integration -- <module>::`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+mod bad_input;
+mod bad_input_store;
+mod batch;
+mod breaker_open_retry;
+mod common;
+mod cutoff;
+mod polling;
+mod properties;
+mod redelivery;
+mod redrive_races;
+mod retention;
