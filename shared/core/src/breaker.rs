@@ -372,7 +372,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         let started = tokio::time::Instant::now();
         crate::context::until_cut(self.inner.process(item))
             .await
-            .unwrap_or_else(|| Err(crate::retry::deadline_cut(started.elapsed())))
+            .unwrap_or_else(|| Err(ProcessError::deadline_cut(started.elapsed())))
     }
 
     async fn probe(

@@ -206,24 +206,17 @@ impl ProcessError {
         self.retry_after = Some(delay);
         self
     }
-}
 
-/// Class, message and causes; never [`ProcessError::detail`].
-impl ProcessError {
-    /// The error as a log line may carry it: class, code and a message with what it quotes
-    /// dropped and numbers masked ([`crate::signature::loggable_message`]); a panic's
-    /// message (the handler's own text, which may hold any value) not at all. The whole
-    /// message goes into the record only.
-    pub fn loggable(&self) -> String {
-        let message = if self.step.as_deref() == Some("panic") {
-            "the processor panicked (its message is in the record)".to_string()
-        } else {
-            crate::signature::loggable_message(&self.message)
-        };
-        match &self.code {
-            Some(code) => format!("{} ({code}): {message}", self.class),
-            None => format!("{}: {message}", self.class),
-        }
+    /// The failure of an attempt cut at the invocation's cut-off.
+    pub(crate) fn deadline_cut(ran: Duration) -> ProcessError {
+        ProcessError::new(
+            ErrorClass::Timeout,
+            format!(
+                "attempt cut after {} ms: the invocation reached its cut-off (deadline less WORKER_DEADLINE_MARGIN_MS)",
+                ran.as_millis()
+            ),
+        )
+        .with_step("deadline")
     }
 }
 

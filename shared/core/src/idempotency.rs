@@ -152,7 +152,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
         if crate::context::cutoff_passed() {
             // Past the cut-off no new work starts (a stream's next item, a later step):
             // nothing is claimed, the attempt ends as cut.
-            return Err(crate::retry::deadline_cut(Duration::ZERO));
+            return Err(ProcessError::deadline_cut(Duration::ZERO));
         }
         let now = SystemTime::from(crate::clock::now());
         let until = crate::context::hard_stop()
@@ -195,7 +195,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
         let started = tokio::time::Instant::now();
         let outcome = crate::context::until_cut(work())
             .await
-            .unwrap_or_else(|| Err(crate::retry::deadline_cut(started.elapsed())));
+            .unwrap_or_else(|| Err(ProcessError::deadline_cut(started.elapsed())));
         crate::context::finishing(self.settle(key, &token, outcome)).await
     }
 

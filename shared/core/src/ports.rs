@@ -14,56 +14,16 @@
 //! The worker wing's ports are [`crate::Processor`], [`crate::DeadLetterSink`] and
 //! [`crate::batch::BodyResolver`]. See `docs/ARCHITECTURE.md` §5 for the layout.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use crate::dead_letter::{DeadLetteredItem, FailureDetail, MessageAttribute};
 use crate::error::ProcessError;
-use crate::item::ItemParser;
 use crate::pointer::S3Pointer;
 use crate::selection::{Page, PageToken, RecordFilter};
 
-/// What a sweep pass found and did.
-#[derive(Debug, Default)]
-pub struct Sweep {
-    /// DLQ messages judged.
-    pub seen: usize,
-    /// Records created (or reopened) for messages no record held.
-    pub adopted: usize,
-    /// Messages of resolved, requeued or purged items deleted.
-    pub deleted: usize,
-    /// Messages of a FIFO DLQ moved behind their group ([`crate::sweep::DlqMessages::rotate`]).
-    pub rotated: usize,
-    /// Whether the pass saw the DLQ empty of visible messages (else it stopped at its
-    /// `until`).
-    pub complete: bool,
-    /// The messages still held, by item id (ordered: a run settles them in the same
-    /// order every time, which keeps the simulation's runs reproducible).
-    pub held: BTreeMap<String, Vec<crate::sweep::HeldMessage>>,
-    /// Messages that could not be handled, by item id, with why: left in the DLQ.
-    pub errors: Vec<(String, String)>,
-}
-
-/// What to do with messages during a sweep.
-#[derive(Debug, Clone, Default)]
-pub struct SweepOptions {
-    /// Create (or reopen) records for messages no record holds.
-    pub adopt: bool,
-    /// Purging: the records selected, by item id, as they were selected. A message of one
-    /// of these items is deleted only when that record holds it
-    /// ([`crate::sweep::purge_takes`]); the others of the item are kept.
-    pub purge: HashMap<String, crate::sweep::Standing>,
-    /// How the item id is read from a message without our `item_id` attribute.
-    pub parser: ItemParser,
-    /// Stop receiving at this instant (messages not received stay visible).
-    pub until: Option<Instant>,
-    /// Keep the messages the pass holds invisible until at least this instant (when the
-    /// caller settles them).
-    pub hold_until: Option<Instant>,
-}
+pub use crate::sweep::{Sweep, SweepOptions};
 
 /// Dead-letter records. Every write that changes an item's status is conditional on the
 /// lease (see `docs/ARCHITECTURE.md` §3): two runs never both act on one item.

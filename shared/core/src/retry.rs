@@ -272,10 +272,10 @@ where
                 .await
                 {
                     Some(Some(result)) => (result, true),
-                    Some(None) | None => (Err(deadline_cut(started.elapsed())), true),
+                    Some(None) | None => (Err(ProcessError::deadline_cut(started.elapsed())), true),
                 }
             }
-            None => (Err(deadline_cut(started.elapsed())), true),
+            None => (Err(ProcessError::deadline_cut(started.elapsed())), true),
         };
         let error = match result {
             Ok(value) => {
@@ -326,18 +326,6 @@ where
         }
         attempt += 1;
     }
-}
-
-/// The failure of an attempt cut at the invocation's cut-off.
-pub(crate) fn deadline_cut(ran: Duration) -> ProcessError {
-    ProcessError::new(
-        crate::error::ErrorClass::Timeout,
-        format!(
-            "attempt cut after {} ms: the invocation reached its cut-off (deadline less WORKER_DEADLINE_MARGIN_MS)",
-            ran.as_millis()
-        ),
-    )
-    .with_step("deadline")
 }
 
 /// The longest one record can take with `policy` when every attempt runs for its whole

@@ -3,7 +3,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::error::ErrorClass;
+use crate::error::{ErrorClass, ProcessError};
 
 /// Units that turn a number into a duration ("31s", "250 ms").
 const DURATION_UNITS: &[&str] = &[
@@ -191,6 +191,25 @@ fn mask_digit_runs(token: &str) -> String {
         }
     }
     out
+}
+
+/// Class, message and causes; never [`ProcessError::detail`].
+impl ProcessError {
+    /// The error as a log line may carry it: class, code and a message with what it quotes
+    /// dropped and numbers masked ([`loggable_message`]); a panic's
+    /// message (the handler's own text, which may hold any value) not at all. The whole
+    /// message goes into the record only.
+    pub fn loggable(&self) -> String {
+        let message = if self.step.as_deref() == Some("panic") {
+            "the processor panicked (its message is in the record)".to_string()
+        } else {
+            loggable_message(&self.message)
+        };
+        match &self.code {
+            Some(code) => format!("{} ({code}): {message}", self.class),
+            None => format!("{}: {message}", self.class),
+        }
+    }
 }
 
 #[cfg(test)]
