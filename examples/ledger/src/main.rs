@@ -2,7 +2,7 @@
 //! SQS FIFO queue (`WORKER_ENVELOPE=sns`), to the DynamoDB table `LEDGER_TABLE`.
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), sqs_keeper::runner::Error> {
+async fn main() -> Result<(), sqs_keeper::Error> {
     let setup = sqs_keeper::Setup::from_env().await?;
     let table = std::env::var("LEDGER_TABLE").map_err(|_| "LEDGER_TABLE is not set")?;
     let client = aws_sdk_dynamodb::Client::new(setup.aws_config().await);

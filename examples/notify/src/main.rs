@@ -2,7 +2,7 @@
 //! once per item id when `WORKER_IDEMPOTENCY_TABLE` is set.
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), sqs_keeper::runner::Error> {
+async fn main() -> Result<(), sqs_keeper::Error> {
     let url = std::env::var("NOTIFY_URL").map_err(|_| "NOTIFY_URL is not set")?;
     sqs_keeper::run(notify_example::Notifier::new(&url)?).await
 }

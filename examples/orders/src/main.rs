@@ -3,7 +3,7 @@
 //! configuration, read by `Setup::from_env` (README, "Write your own handler").
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), sqs_keeper::runner::Error> {
+async fn main() -> Result<(), sqs_keeper::Error> {
     let setup = sqs_keeper::Setup::from_env().await?;
     let table = std::env::var("ORDERS_TABLE").map_err(|_| "ORDERS_TABLE is not set")?;
     let client = aws_sdk_dynamodb::Client::new(setup.aws_config().await);

@@ -22,7 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 // One thread: the work is I/O-bound (records overlap on the downstream and AWS calls), the
 // CPU-bound decode is one pass, and fewer threads mean a faster start and less memory.
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), sqs_keeper::runner::Error> {
+async fn main() -> Result<(), sqs_keeper::Error> {
     let (setup, delivery) = sqs_keeper::http_worker::http_delivery_from_env().await?;
     setup.run(delivery).await
 }

@@ -16,7 +16,7 @@
 //! }
 //!
 //! #[tokio::main(flavor = "current_thread")]
-//! async fn main() -> Result<(), sqs_keeper::runner::Error> {
+//! async fn main() -> Result<(), sqs_keeper::Error> {
 //!     sqs_keeper::run(handler_fn(handle)).await
 //! }
 //! ```
@@ -75,8 +75,9 @@ pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, Inv
 pub use error::{ErrorClass, ProcessError};
 #[cfg(feature = "http")]
 pub use http_delivery::HttpDelivery;
+pub use idempotency::Idempotency;
 pub use item::WorkItem;
 pub use processor::{handler_fn, Outcome, Processor};
 pub use retry::{Deadline, RetryPolicy};
-pub use runner::{run, Setup};
+pub use runner::{run, Error, Setup};
 pub use worker::Worker;

@@ -13,7 +13,7 @@
 //! }
 //!
 //! #[tokio::main(flavor = "current_thread")]
-//! async fn main() -> Result<(), sqs_keeper::runner::Error> {
+//! async fn main() -> Result<(), sqs_keeper::Error> {
 //!     sqs_keeper::run(handler_fn(handle)).await
 //! }
 //! ```
@@ -28,7 +28,7 @@
 //! #     async fn process(&self, _: &sqs_keeper::WorkItem) -> Result<sqs_keeper::Outcome, sqs_keeper::ProcessError> { Ok(sqs_keeper::Outcome::Done) }
 //! # }
 //! #[tokio::main(flavor = "current_thread")]
-//! async fn main() -> Result<(), sqs_keeper::runner::Error> {
+//! async fn main() -> Result<(), sqs_keeper::Error> {
 //!     let setup = sqs_keeper::Setup::from_env().await?;
 //!     let orders = Orders(aws_sdk_dynamodb::Client::new(setup.aws_config().await));
 //!     setup.run(orders).await

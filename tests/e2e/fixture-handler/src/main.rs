@@ -31,6 +31,6 @@ async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
 }
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), sqs_keeper::runner::Error> {
+async fn main() -> Result<(), sqs_keeper::Error> {
     sqs_keeper::run(handler_fn(handle)).await
 }
