@@ -1,0 +1,611 @@
+//! One record's run: its attempts under the retry policy and the deadline, the handler's
+//! panics caught, a requeued message finished, and the outcome settled as a disposition:
+//! done, skipped, returned for retry (and logged), or dead-lettered through the sink.
+
+use super::*;
+
+impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
+    /// Hands candidates to the sink, bounded by the deadline's hard stop: writes still
+    /// running there are abandoned and their records returned for retry (every write is
+    /// idempotent, so the next delivery completes what was cut).
+    pub(super) async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        invocation: &InvocationInfo,
+        deadline: &Deadline,
+    ) -> Vec<Result<(), ProcessError>> {
+        // Boxed, as the processor's calls are (see `boxed`).
+        let writes: futures::future::BoxFuture<'_, Vec<Result<(), ProcessError>>> =
+            Box::pin(self.sink.dead_letter(candidates, invocation));
+        match tokio::time::timeout_at(crate::mutants::deadline_guard(deadline.hard_stop()), writes)
+            .await
+        {
+            Ok(results) => results,
+            Err(_) => candidates
+                .iter()
+                .map(|_| {
+                    Err(ProcessError::new(
+                        ErrorClass::Timeout,
+                        "dead-letter writes cut at the deadline's hard stop",
+                    )
+                    .with_step("dead-letter"))
+                })
+                .collect(),
+        }
+    }
+
+    /// [`BatchProcessor::run_record`] with the record's place in the batch.
+    pub(super) async fn run_indexed(
+        &self,
+        index: usize,
+        message_id: Text<'_>,
+        msg: SqsRecord<'_>,
+        deadline: &Deadline,
+        shared: &RecordShared,
+    ) -> (usize, Step) {
+        (
+            index,
+            self.run_record(message_id, msg, deadline, shared).await,
+        )
+    }
+
+    /// Runs one record unless the cut-off has passed, and times it: one clock read at each
+    /// end, nothing per attempt.
+    pub(super) async fn run_record(
+        &self,
+        message_id: Text<'_>,
+        msg: SqsRecord<'_>,
+        deadline: &Deadline,
+        shared: &RecordShared,
+    ) -> Step {
+        let started = tokio::time::Instant::now();
+        if started >= deadline.cutoff() {
+            return self.not_run(message_id, msg, NotStartedReason::Deadline, deadline);
+        }
+        // The record's context (deadline, custom metrics and log fields) for the handler.
+        let context = crate::context::RecordContext::new(
+            shared.cutoff_at,
+            shared.hard_stop_at,
+            shared.metrics.clone(),
+        );
+        let (step, fields) = context
+            .scope(self.process_record(message_id, msg, deadline))
+            .await;
+        let took = Some(started.elapsed());
+        if !fields.is_empty() {
+            let (message_id, item_id, outcome) = match &step {
+                Step::Final(report) => (
+                    &report.message_id,
+                    &report.item_id,
+                    outcome_name(&report.disposition),
+                ),
+                Step::DeadLetter { candidate, .. } => (
+                    &candidate.item.message_id,
+                    &candidate.item.item_id,
+                    "dead_letter",
+                ),
+            };
+            tracing::info!(
+                message_id = %message_id,
+                item_id = %item_id,
+                outcome,
+                handler_fields = %serde_json::Value::Object(fields),
+                "record processed"
+            );
+        }
+        match step {
+            Step::Final(report) => Step::Final(RecordReport {
+                processing_time: took,
+                ..report
+            }),
+            Step::DeadLetter {
+                candidate,
+                attempts,
+                time: _,
+            } => Step::DeadLetter {
+                candidate,
+                attempts,
+                time: took,
+            },
+        }
+    }
+
+    /// Parses and processes one record, retrying within the invocation.
+    pub(super) async fn process_record(
+        &self,
+        message_id: Text<'_>,
+        mut msg: SqsRecord<'_>,
+        deadline: &Deadline,
+    ) -> Step {
+        let mut resolve_error = None;
+        // The digest of the body as received, when a pointer was followed: the record of a
+        // requeued pointer holds that, not the payload fetched.
+        let mut pointer_sha = None;
+        if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_ref()) {
+            match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body.as_str())).await
+            {
+                Ok(Some(Ok(payload))) => {
+                    pointer_sha = Some(crate::hex::sha256_hex(body.as_str().as_bytes()));
+                    msg.body = Some(Text::from(payload));
+                }
+                Ok(Some(Err(error))) => resolve_error = Some(error),
+                Ok(None) => {}
+                Err(_) => {
+                    resolve_error = Some(
+                        ProcessError::new(
+                            ErrorClass::Timeout,
+                            "fetching the payload was cut at the invocation's cut-off",
+                        )
+                        .with_step("fetch-payload"),
+                    )
+                }
+            }
+        }
+        let parsed = self
+            .config
+            .parser
+            .parse_record(message_id.into_owned(), msg);
+        if let Some(error) = resolve_error {
+            // The payload could not be fetched: decide as for a failed attempt, without
+            // running the processor on a pointer (nor judging the pointer as the payload).
+            let item = parsed.unwrap_or_else(|invalid| invalid.item);
+            let stop = if error.class.is_retryable(self.config.retry.retry_unknown) {
+                StopReason::AttemptsExhausted
+            } else {
+                StopReason::Permanent
+            };
+            let failure = immediate_failure(error.clone());
+            return self.settle_failure(item, error, stop, vec![failure], 0, deadline);
+        }
+        let item = match parsed {
+            Ok(item) => item,
+            Err(invalid) => {
+                let invalid = *invalid;
+                let failure = immediate_failure(invalid.error.clone());
+                return self.settle_failure(
+                    invalid.item,
+                    invalid.error,
+                    StopReason::Permanent,
+                    vec![failure],
+                    0,
+                    deadline,
+                );
+            }
+        };
+        if let Some(notice) = item.envelope.as_ref().and_then(|e| e.notice.clone()) {
+            // A service notice, not an event: nothing to process, nothing to keep.
+            tracing::warn!(message_id = %item.message_id, notice = %notice, "skipped a service notice");
+            return Step::Final(RecordReport {
+                message_id: item.message_id,
+                item_id: item.item_id,
+                attempts: 0,
+                disposition: Disposition::Skipped { reason: notice },
+                processing_time: None,
+                retry_after: None,
+            });
+        }
+        let run = run_with_retry(&self.config.retry, deadline, |_| {
+            guard_panics(boxed(self.processor.process(&item)))
+        })
+        .await;
+        let attempts =
+            u32::try_from(run.failures.len()).unwrap_or(u32::MAX) + u32::from(run.result.is_ok());
+        match run.result {
+            Ok(outcome) => {
+                let mut disposition = match outcome {
+                    Outcome::Done => Disposition::Done,
+                    Outcome::Skipped { reason } => Disposition::Skipped { reason },
+                };
+                if let Err(error) = self
+                    .finish_requeued(&item, pointer_sha.as_deref(), deadline)
+                    .await
+                {
+                    // Processed, but its record still says requeued: returned for retry so
+                    // the record ends true (the downstream's idempotency key covers the
+                    // repeat).
+                    tracing::warn!(message_id = %item.message_id, item_id = %item.item_id, error = %error,
+                        "requeued item processed but its record could not be resolved; returned for retry");
+                    disposition = Disposition::RetryLater { class: error.class };
+                }
+                Step::Final(RecordReport {
+                    message_id: item.message_id,
+                    item_id: item.item_id,
+                    attempts,
+                    disposition,
+                    processing_time: None,
+                    retry_after: None,
+                })
+            }
+            Err((error, stop)) => {
+                self.settle_failure(item, error, stop, run.failures, attempts, deadline)
+            }
+        }
+    }
+
+    /// After a message a redrive requeued is processed, its record is resolved; so is the
+    /// record of a DLQ message moved back to the source queue from outside (the console's
+    /// "Start DLQ redrive", `StartMessageMoveTask`): it carries the DLQ message's attributes
+    /// (item id, source message id) and no requeue stamp.
+    pub(super) async fn finish_requeued(
+        &self,
+        item: &WorkItem,
+        pointer_sha: Option<&str>,
+        deadline: &Deadline,
+    ) -> Result<(), ProcessError> {
+        if item.message_attributes.is_empty() {
+            return Ok(());
+        }
+        let attribute = |name: &str| {
+            item.message_attributes
+                .get(name)
+                .and_then(|a| a.string_value.as_deref())
+        };
+        let Some(record_id) = attribute(crate::message::ITEM_ID_ATTRIBUTE) else {
+            return Ok(());
+        };
+        // The key the record is stored under (an id past DynamoDB's key limit is stored
+        // by its digest).
+        let record_id = crate::item::bounded_item_id(record_id.to_string());
+        // The digests of what this message carried, never a digest it merely states (a
+        // producer's attribute could name another item's): the payload processed and, for
+        // a pointer followed, the pointer itself, which the record of a requeued pointer
+        // holds (found by the simulation, seed 788). Each write is conditional on the
+        // record holding the digest; at most one applies.
+        let mut digests = vec![crate::hex::sha256_hex(item.body.as_bytes())];
+        digests.extend(pointer_sha.map(str::to_string));
+        let (requeued_by, dead_lettered) = match (
+            attribute(crate::dead_letter::REQUEUED_BY_ATTRIBUTE),
+            attribute(crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE),
+        ) {
+            (None, None) => return Ok(()),
+            found => found,
+        };
+        let record_id = record_id.as_str();
+        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> =
+            Box::pin(async move {
+                for sha in &digests {
+                    match requeued_by {
+                        // A requeued message: its record waits for it, or (the message
+                        // came back to the DLQ, reopening the record, and was moved back
+                        // by the console) is dead holding its payload.
+                        Some(requeued_by) => {
+                            self.sink
+                                .finish_requeued(record_id, &item.message_id, sha, requeued_by)
+                                .await?;
+                            self.sink
+                                .finish_moved_back(
+                                    record_id,
+                                    &item.message_id,
+                                    &item.message_id,
+                                    sha,
+                                )
+                                .await?;
+                        }
+                        None => {
+                            if let Some(dead_lettered) = dead_lettered {
+                                self.sink
+                                    .finish_moved_back(
+                                        record_id,
+                                        dead_lettered,
+                                        &item.message_id,
+                                        sha,
+                                    )
+                                    .await?;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            });
+        tokio::time::timeout_at(deadline.hard_stop(), finish)
+            .await
+            .unwrap_or_else(|_| {
+                Err(ProcessError::new(
+                    ErrorClass::Timeout,
+                    "resolving the requeued record was cut at the deadline",
+                )
+                .with_step("finish-requeued"))
+            })
+    }
+
+    /// A record the batch will not run (past the cut-off, or held back behind a FIFO
+    /// failure): reported as not started (and hidden like any record returned), except on
+    /// its last receive, where the queue's redrive policy would move it without a record:
+    /// then it is dead-lettered, class `timeout` (transient, so a redrive brings it back),
+    /// code [`NOT_STARTED`], with why (docs/ARCHITECTURE.md §1.3).
+    pub(super) fn not_run(
+        &self,
+        message_id: Text<'_>,
+        msg: SqsRecord<'_>,
+        reason: NotStartedReason,
+        deadline: &Deadline,
+    ) -> Step {
+        let receive_count = msg
+            .attribute("ApproximateReceiveCount")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let retention_ending = self.retention_ending(
+            msg.event_source_arn(),
+            sent_time(msg.attribute("SentTimestamp")),
+            deadline,
+        );
+        let budget_spent = self.receive_budget_spent(receive_count)
+            && !crate::mutants::is_on(crate::mutants::Mutant::UnstartedLeftToRedrivePolicy);
+        if !budget_spent && !retention_ending {
+            return Step::Final(not_started(message_id, &msg, reason, &self.config.parser));
+        }
+        let item = self
+            .config
+            .parser
+            .parse_record(message_id.into_owned(), msg)
+            .unwrap_or_else(|invalid| invalid.item);
+        let held = match reason {
+            NotStartedReason::Deadline => "not started before the invocation's cut-off",
+            NotStartedReason::FifoShortCircuit => {
+                "held back behind an earlier failure of its FIFO batch"
+            }
+            NotStartedReason::FifoGroupFailed => {
+                "held back behind an earlier failure of its message group"
+            }
+        };
+        let (when, dead_letter_reason) = if budget_spent {
+            (
+                "on its last receive",
+                DeadLetterReason::ReceiveBudgetExhausted,
+            )
+        } else {
+            (
+                "too close to the end of its retention for another delivery",
+                DeadLetterReason::RetentionEnding,
+            )
+        };
+        let why = format!("{held} {when}");
+        let error = ProcessError::new(ErrorClass::Timeout, why)
+            .with_code(NOT_STARTED)
+            .with_step("not-started");
+        Step::DeadLetter {
+            candidate: Box::new(DeadLetterCandidate {
+                item,
+                // The history says what became of this delivery, as for any other.
+                failures: vec![immediate_failure(error.clone())],
+                error,
+                reason: dead_letter_reason,
+            }),
+            attempts: 0,
+            time: None,
+        }
+    }
+
+    /// Decides between dead-lettering a failed record and returning it for retry.
+    pub(super) fn settle_failure(
+        &self,
+        item: WorkItem,
+        error: ProcessError,
+        stop: StopReason,
+        failures: Vec<AttemptFailure>,
+        attempts: u32,
+        deadline: &Deadline,
+    ) -> Step {
+        let reason = if stop == StopReason::Permanent {
+            Some(DeadLetterReason::Permanent)
+        } else if self.receive_budget_spent(item.receive_count) {
+            Some(DeadLetterReason::ReceiveBudgetExhausted)
+        } else if self.retention_ending(
+            item.event_source_arn.as_deref(),
+            item.sent_timestamp.map(std::time::SystemTime::from),
+            deadline,
+        ) {
+            Some(DeadLetterReason::RetentionEnding)
+        } else {
+            None
+        };
+        match reason {
+            Some(reason) => Step::DeadLetter {
+                candidate: Box::new(DeadLetterCandidate {
+                    item,
+                    error,
+                    failures,
+                    reason,
+                }),
+                attempts,
+                time: None,
+            },
+            None => {
+                log_failure(&item, &error, "returned for retry");
+                Step::Final(RecordReport {
+                    message_id: item.message_id,
+                    item_id: item.item_id,
+                    attempts,
+                    disposition: Disposition::RetryLater { class: error.class },
+                    processing_time: None,
+                    // What the callee asked for (a `Retry-After`, the rest of the breaker's
+                    // open period) spaces the next delivery at least as far.
+                    retry_after: error.retry_after,
+                })
+            }
+        }
+    }
+}
+
+/// A processor's future behind a pointer: one allocation per attempt, so that the engine's
+/// own future does not nest the handler's (an AWS SDK call nests deeply) and a handler
+/// crate compiles without raising its `recursion_limit`.
+pub(super) fn boxed<'a, T>(
+    call: impl Future<Output = Result<T, ProcessError>> + Send + 'a,
+) -> futures::future::BoxFuture<'a, Result<T, ProcessError>> {
+    Box::pin(call)
+}
+
+/// Runs one processor call so that a panic in it fails this record, not the process: the
+/// panic becomes an error of class `unknown` (not retried unless configured, so the record
+/// is dead-lettered with the panic's message) instead of unwinding through the batch.
+pub async fn guard_panics<T>(
+    call: impl Future<Output = Result<T, ProcessError>>,
+) -> Result<T, ProcessError> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(call).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(ProcessError::new(
+            ErrorClass::Unknown,
+            format!("the processor panicked: {}", panic_message(&*panic)),
+        )
+        .with_step("panic")),
+    }
+}
+
+/// The text of a panic's payload (`panic!` with a message gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// The name of a disposition on log lines.
+pub(super) fn outcome_name(disposition: &Disposition) -> &'static str {
+    match disposition {
+        Disposition::Done => "done",
+        Disposition::Skipped { .. } => "skipped",
+        Disposition::RetryLater { .. } => "retry_later",
+        Disposition::DeadLettered { .. } => "dead_lettered",
+        Disposition::DeadLetterFailed { .. } => "dead_letter_failed",
+        Disposition::NotStarted { .. } => "not_started",
+    }
+}
+
+/// A failure found before the processor ran (bad body, unfetchable payload).
+pub(super) fn immediate_failure(error: ProcessError) -> AttemptFailure {
+    AttemptFailure {
+        attempt: 1,
+        started_at: crate::clock::now(),
+        duration: std::time::Duration::ZERO,
+        error,
+    }
+}
+
+pub(super) fn not_started(
+    message_id: Text<'_>,
+    msg: &SqsRecord<'_>,
+    reason: NotStartedReason,
+    parser: &ItemParser,
+) -> RecordReport {
+    // The item id is only for reports here; a cheap attribute lookup, no body parsing.
+    let item_id = match &parser.id_source {
+        crate::item::ItemIdSource::MessageAttribute(name) => msg
+            .message_attributes
+            .get(name)
+            .and_then(|a| a.string_value.clone()),
+        _ => None,
+    }
+    .unwrap_or_else(|| message_id.as_str().to_string());
+    RecordReport {
+        message_id: message_id.into_owned(),
+        item_id,
+        attempts: 0,
+        disposition: Disposition::NotStarted { reason },
+        processing_time: None,
+        retry_after: None,
+    }
+}
+
+/// A record that was not started, keyed by its message id.
+pub(super) fn not_started_report(message_id: String, reason: NotStartedReason) -> RecordReport {
+    RecordReport {
+        item_id: message_id.clone(),
+        message_id,
+        attempts: 0,
+        disposition: Disposition::NotStarted { reason },
+        processing_time: None,
+        retry_after: None,
+    }
+}
+
+pub(super) fn dead_letter_report(
+    candidate: &DeadLetterCandidate,
+    attempts: u32,
+    processing_time: Option<Duration>,
+    result: Option<&Result<(), ProcessError>>,
+) -> RecordReport {
+    let item = &candidate.item;
+    let class = candidate.error.class;
+    let disposition = match result {
+        Some(Ok(())) => {
+            log_failure(item, &candidate.error, "dead-lettered");
+            Disposition::DeadLettered {
+                class,
+                reason: candidate.reason,
+            }
+        }
+        Some(Err(sink_error)) if crate::dead_letter::is_dead_lettering_elsewhere(sink_error) => {
+            tracing::info!(
+                message_id = %item.message_id,
+                item_id = %item.item_id,
+                "another delivery of this message is dead-lettering it; returned for retry"
+            );
+            Disposition::RetryLater { class }
+        }
+        Some(Err(sink_error)) => {
+            tracing::error!(
+                message_id = %item.message_id,
+                item_id = %item.item_id,
+                error_class = %class,
+                sink_error = %sink_error,
+                "dead-lettering failed; record returned to the queue"
+            );
+            Disposition::DeadLetterFailed {
+                class,
+                sink_error: sink_error.to_string(),
+            }
+        }
+        None => {
+            tracing::error!(
+                message_id = %item.message_id,
+                "dead-letter store returned no result for the record; returned to the queue"
+            );
+            Disposition::DeadLetterFailed {
+                class,
+                sink_error: "dead-letter store returned no result".to_string(),
+            }
+        }
+    };
+    RecordReport {
+        message_id: item.message_id.clone(),
+        item_id: item.item_id.clone(),
+        attempts,
+        disposition,
+        processing_time,
+        retry_after: candidate.error.retry_after,
+    }
+}
+
+/// Logs a failed record with ids, class and signature; never the body (docs/ARCHITECTURE.md §1.9).
+pub(super) fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
+    if crate::mutants::is_on(crate::mutants::Mutant::ErrorsLoggedWhole) {
+        tracing::warn!(item_id = %item.item_id, error = %error, "record failed: {outcome}");
+        return;
+    }
+    match crate::context::fields_json() {
+        None => tracing::warn!(
+            message_id = %item.message_id,
+            item_id = %item.item_id,
+            receive_count = item.receive_count,
+            body_bytes = item.body.len(),
+            error_class = %error.class,
+            error_signature = %error_signature(error.class, &error.message),
+            error = %error.loggable(),
+            "record failed: {outcome}"
+        ),
+        Some(fields) => tracing::warn!(
+            message_id = %item.message_id,
+            item_id = %item.item_id,
+            receive_count = item.receive_count,
+            body_bytes = item.body.len(),
+            error_class = %error.class,
+            error_signature = %error_signature(error.class, &error.message),
+            error = %error.loggable(),
+            handler_fields = %fields,
+            "record failed: {outcome}"
+        ),
+    }
+}

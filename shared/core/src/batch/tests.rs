@@ -1,0 +1,208 @@
+use super::record::log_failure;
+use super::*;
+
+#[test]
+fn an_engine_prints_its_parts_for_a_log_or_a_failing_test() {
+    let engine = BatchProcessor::new(
+        crate::testing::ScriptedProcessor::new(),
+        crate::testing::MemorySink::new(),
+        BatchConfig::default(),
+    );
+    let printed = format!("{engine:?}");
+    for part in [
+        "BatchProcessor",
+        "processor",
+        "sink",
+        "config",
+        "resolver: false",
+    ] {
+        assert!(printed.contains(part), "{part} in {printed}");
+    }
+}
+
+#[test]
+fn the_reported_records_are_those_going_back_to_the_queue() {
+    let counts = BatchCounts {
+        records: 15,
+        done: 3,
+        skipped: 2,
+        retry_later: 1,
+        dead_lettered: 2,
+        dead_letter_failed: 3,
+        not_started: 4,
+        by_class: BTreeMap::new(),
+    };
+    assert_eq!(counts.reported(), 8);
+}
+
+/// A sink's answer that another delivery of the message is dead-lettering it returns
+/// the record for retry: read as a failure of the sink, the record was reported (and
+/// counted, and logged as an error) as a failed dead-lettering while its other
+/// delivery was sending the one DLQ message.
+#[test]
+fn a_record_another_delivery_is_dead_lettering_is_returned_for_retry_not_failed() {
+    let candidate = DeadLetterCandidate {
+        item: WorkItem::new("m-1", "{\"id\":\"a\"}"),
+        error: ProcessError::new(ErrorClass::Throttled, "slow down"),
+        failures: Vec::new(),
+        reason: DeadLetterReason::ReceiveBudgetExhausted,
+    };
+    let elsewhere = Err(crate::dead_letter::dead_lettering_elsewhere());
+    let report = dead_letter_report(&candidate, 3, None, Some(&elsewhere));
+    assert_eq!(
+        report.disposition,
+        Disposition::RetryLater {
+            class: ErrorClass::Throttled
+        }
+    );
+    let failed = Err(ProcessError::new(ErrorClass::ServerError, "503"));
+    let report = dead_letter_report(&candidate, 3, None, Some(&failed));
+    assert!(
+        matches!(
+            report.disposition,
+            Disposition::DeadLetterFailed {
+                class: ErrorClass::Throttled,
+                ..
+            }
+        ),
+        "{report:?}"
+    );
+}
+
+/// Answers a queue's timing; hides every record asked.
+struct Timing(crate::redelivery::QueueTiming);
+
+impl crate::redelivery::VisibilityPort for Timing {
+    fn hide<'a>(
+        &'a self,
+        records: &'a [crate::redelivery::Hide],
+    ) -> futures::future::BoxFuture<'a, Vec<Result<(), ProcessError>>> {
+        Box::pin(async move { records.iter().map(|_| Ok(())).collect() })
+    }
+
+    fn queue_timing<'a>(
+        &'a self,
+        _queue_arn: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<crate::redelivery::QueueTiming>> {
+        let timing = self.0;
+        Box::pin(async move { Some(timing) })
+    }
+}
+
+/// What is logged, as text.
+#[derive(Clone, Default)]
+struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logged {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logged {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// A failed record is logged with what finds it (message and item ids, receive count,
+/// class, signature) and what happened to it, never its body: the line is all an
+/// operator has of a record returned for retry.
+#[test]
+fn a_failed_record_is_logged_with_its_ids_class_and_signature_never_its_body() {
+    let logged = Logged::default();
+    let writer = logged.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let item = WorkItem {
+        item_id: "order-7".to_string(),
+        receive_count: 3,
+        ..WorkItem::new("m-1", "{\"card\":\"4111-secret\"}")
+    };
+    let error = ProcessError::new(ErrorClass::Throttled, "slow down");
+    log_failure(&item, &error, "returned for retry");
+    let text = logged.text();
+    let signature = error_signature(ErrorClass::Throttled, "slow down");
+    for part in [
+        "WARN".to_string(),
+        "record failed: returned for retry".to_string(),
+        "message_id=m-1".to_string(),
+        "item_id=order-7".to_string(),
+        "receive_count=3".to_string(),
+        format!("body_bytes={}", item.body.len()),
+        format!("error_class={}", ErrorClass::Throttled),
+        format!("error_signature={signature}"),
+    ] {
+        assert!(text.contains(&part), "{part} in {text}");
+    }
+    assert!(!text.contains("4111-secret"), "{text}");
+}
+
+/// The spacing of a queue's receives is warned of when it leaves the last delivery no
+/// visibility timeout inside the retention: the spacing and that timeout together
+/// outlast it, not the spacing less the timeout (which hid the warning from a queue
+/// whose failing messages are dead-lettered before their receives are spent).
+#[tokio::test]
+async fn a_spacing_that_leaves_the_last_delivery_no_room_in_the_retention_is_warned_of() {
+    let policy = crate::redelivery::RedeliveryPolicy {
+        base: Duration::from_secs(60),
+        multiplier: 3,
+        max: Duration::from_secs(3600),
+    };
+    // Five receives: 30 + 90 + 270 + 810 s of spacing at least; each delivery 600 s.
+    assert_eq!(policy.least_span(5), Duration::from_secs(1_200));
+    for (retention, warned) in [(1_500, true), (1_800, false)] {
+        let logged = Logged::default();
+        let writer = logged.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let timing = crate::redelivery::QueueTiming {
+            retention: Duration::from_secs(retention),
+            visibility_timeout: Duration::from_secs(600),
+        };
+        let config = BatchConfig {
+            max_receive_count: Some(5),
+            ..BatchConfig::default()
+        };
+        let engine = BatchProcessor::new(
+            crate::testing::ScriptedProcessor::new(),
+            crate::testing::MemorySink::new(),
+            config,
+        )
+        .with_redelivery(policy, Arc::new(Timing(timing)));
+        let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [{
+            "messageId": "m-1",
+            "receiptHandle": "rh-1",
+            "body": "{\"id\":\"a\"}",
+            "attributes": {"ApproximateReceiveCount": "1"},
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders"
+        }]}))
+        .unwrap();
+        engine
+            .process_batch(
+                event,
+                Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+                &InvocationInfo::default(),
+            )
+            .await
+            .unwrap();
+        let text = logged.text();
+        assert_eq!(
+            text.contains("outlasts its retention"),
+            warned,
+            "retention {retention} s: {text}"
+        );
+    }
+}
