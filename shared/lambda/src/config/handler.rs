@@ -1,0 +1,254 @@
+//! A handler's configuration ([`HandlerConfig`]): the batch engine, retries, spacing, the breaker,
+//! idempotency, item ids and envelopes, the payload policy and the dead-letter store, read from
+//! the variables of [`super::vars`].
+
+use super::*;
+
+/// Whether `name` is a valid S3 bucket name: 3 to 63 lowercase letters, digits, dots and
+/// hyphens, starting and ending with a letter or digit.
+pub(super) fn is_bucket_name(name: &str) -> bool {
+    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    (3..=63).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+        && edge(name.chars().next())
+        && edge(name.chars().last())
+}
+
+/// `WORKER_PAYLOAD_MAX_BYTES` and `WORKER_PAYLOAD_BUCKETS`. The store's own bucket is
+/// added by the worker, which knows it.
+pub(super) fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
+    let max_bytes = env.integer(&PAYLOAD_MAX_BYTES);
+    let mut allowed_buckets = std::collections::BTreeSet::new();
+    for name in env
+        .raw(&PAYLOAD_BUCKETS)
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        if is_bucket_name(name) {
+            allowed_buckets.insert(name.to_string());
+        } else {
+            env.problem(
+                PAYLOAD_BUCKETS.name,
+                format!("{name:?} is not a bucket name; expected comma-separated S3 bucket names"),
+            );
+        }
+    }
+    PayloadPolicy {
+        max_bytes,
+        allowed_buckets,
+    }
+}
+
+/// What any handler's worker reads from the environment: the batch engine, deadline,
+/// payload policy, dead-letter store, envelope and idempotency. The shipped HTTP worker
+/// reads `WorkerConfig` (`http` feature), which is this and its downstream.
+#[derive(Debug, Clone)]
+pub struct HandlerConfig {
+    /// What SQS Extended Client pointers may make the worker read (the store's bucket is
+    /// added at start-up).
+    pub payload: PayloadPolicy,
+    /// The batch engine (with the envelope, in its parser).
+    pub batch: BatchConfig,
+    /// Safety margin before the invocation deadline.
+    pub deadline_margin: Duration,
+    /// Where dead-lettered items go; `None` when no store is configured.
+    pub store: Option<crate::adapters::store::StoreConfig>,
+    /// The idempotency table, when one is configured.
+    pub idempotency: Option<IdempotencyConfig>,
+    /// Spaced redelivery of records returned for retry; `None` when off.
+    pub redelivery: Option<crate::redelivery::RedeliveryPolicy>,
+    /// The shared circuit breaker; `None` when off.
+    pub breaker: Option<BreakerConfig>,
+}
+
+/// `WORKER_BREAKER_TABLE`, its key and policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BreakerConfig {
+    /// The table.
+    pub table: String,
+    /// The breaker's item: one breaker per key (`WORKER_BREAKER_KEY`).
+    pub key: String,
+    /// When it opens and for how long.
+    pub policy: crate::breaker::BreakerPolicy,
+}
+
+/// `WORKER_IDEMPOTENCY_TABLE`, its TTL and key prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyConfig {
+    /// The table.
+    pub table: String,
+    /// How long a completed item is remembered.
+    pub ttl: Duration,
+    /// What every key starts with (`WORKER_IDEMPOTENCY_KEY_PREFIX`).
+    pub key_prefix: String,
+}
+
+/// The breaker key of a function that names none: its own, so that two functions sharing
+/// a table do not share a breaker (outside Lambda: [`BREAKER_ID`]).
+pub(super) fn default_breaker_key(function: Option<&str>) -> String {
+    function.map_or_else(|| BREAKER_ID.to_string(), |name| format!("breaker#{name}"))
+}
+
+/// The idempotency key prefix of a function that names none: its name and `#`, as
+/// Powertools prefixes its keys with the function's (outside Lambda: none).
+pub(super) fn default_idempotency_prefix(function: Option<&str>) -> String {
+    function.map_or_else(String::new, |name| format!("{name}#"))
+}
+
+impl HandlerConfig {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+
+    /// Reads any variable lookup (for tests).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        EnvReader::read_all(lookup, Self::read)
+    }
+
+    /// Reads the handler's variables into `env`, noting problems there.
+    pub fn read(env: &mut EnvReader<'_>) -> Self {
+        let (id_source, envelope) = read_ids_and_envelope(env);
+        let body_format = env
+            .text_or_default::<BodyFormat>(&BODY_FORMAT)
+            .unwrap_or_default();
+        let concurrency = env.integer(&MAX_CONCURRENCY);
+        let max_receive_count = env
+            .integer_if_set(&MAX_RECEIVE_COUNT)
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+        let margin = env.integer(&RECEIVE_BUDGET_MARGIN);
+        let max_attempts = env.integer(&RETRY_MAX_ATTEMPTS);
+        let base_delay = env.integer(&RETRY_BASE_DELAY_MS);
+        let max_delay = env.integer(&RETRY_MAX_DELAY_MS);
+        if base_delay > max_delay {
+            env.problem(
+                RETRY_BASE_DELAY_MS.name,
+                format!("{base_delay} is larger than {RETRY_MAX_DELAY_MS} ({max_delay}); expected base <= max"),
+            );
+        }
+        let retry_unknown = env.flag(&RETRY_UNKNOWN_ERRORS);
+        let deadline_margin = env.integer(&DEADLINE_MARGIN_MS);
+        let skip_group_on_error = env.flag(&SKIP_GROUP_ON_ERROR);
+        let payload = read_payload_policy(env);
+        let store = read_store_config(env);
+        let idempotency_table: Option<String> = env.optional(&IDEMPOTENCY_TABLE);
+        let idempotency_ttl = env.integer(&IDEMPOTENCY_TTL_SECS);
+        let redelivery_base = env.integer(&REDELIVERY_BASE_SECS);
+        let redelivery_multiplier = env.integer(&REDELIVERY_MULTIPLIER);
+        let redelivery_max = env.integer(&REDELIVERY_MAX_SECS);
+        let breaker_table: Option<String> = env.optional(&BREAKER_TABLE);
+        let function = env.lambda_variable("AWS_LAMBDA_FUNCTION_NAME");
+        let breaker_key: String = env
+            .optional(&BREAKER_KEY)
+            .unwrap_or_else(|| default_breaker_key(function.as_deref()));
+        let idempotency_prefix: String = env
+            .optional(&IDEMPOTENCY_KEY_PREFIX)
+            .unwrap_or_else(|| default_idempotency_prefix(function.as_deref()));
+        let breaker_threshold = env.integer(&BREAKER_THRESHOLD);
+        let breaker_window = env.integer(&BREAKER_WINDOW_SECS);
+        let breaker_open = env.integer(&BREAKER_OPEN_SECS);
+        HandlerConfig {
+            breaker: breaker_table.map(|table| {
+                let open_for = Duration::from_secs(breaker_open);
+                BreakerConfig {
+                    table,
+                    key: breaker_key,
+                    policy: crate::breaker::BreakerPolicy {
+                        threshold: u32::try_from(breaker_threshold).unwrap_or(u32::MAX),
+                        window: Duration::from_secs(breaker_window),
+                        open_for,
+                        max_open: open_for
+                            .saturating_mul(16)
+                            .min(crate::redelivery::MAX_VISIBILITY),
+                        probe_for: Duration::from_secs(60),
+                        refresh: Duration::from_secs(1),
+                    },
+                }
+            }),
+            redelivery: (redelivery_base > 0).then(|| crate::redelivery::RedeliveryPolicy {
+                base: Duration::from_secs(redelivery_base),
+                multiplier: u32::try_from(redelivery_multiplier).unwrap_or(u32::MAX),
+                max: Duration::from_secs(redelivery_max.max(redelivery_base)),
+            }),
+            store,
+            payload,
+            batch: BatchConfig {
+                parser: ItemParser {
+                    id_source,
+                    body_format,
+                    envelope,
+                },
+                retry: RetryPolicy {
+                    max_attempts: u32::try_from(max_attempts).unwrap_or(u32::MAX),
+                    base_delay: Duration::from_millis(base_delay),
+                    max_delay: Duration::from_millis(max_delay),
+                    retry_unknown,
+                    jitter: Jitter::Full,
+                },
+                concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
+                max_receive_count,
+                receive_budget_margin: u32::try_from(margin).unwrap_or(u32::MAX),
+                skip_group_on_error,
+            },
+            deadline_margin: Duration::from_millis(deadline_margin),
+            idempotency: idempotency_table.map(|table| IdempotencyConfig {
+                table,
+                ttl: Duration::from_secs(idempotency_ttl),
+                key_prefix: idempotency_prefix,
+            }),
+        }
+    }
+}
+
+/// `WORKER_ITEM_ID_SOURCE` and `WORKER_ENVELOPE`, read the same by the worker and the
+/// redrive engine: with an envelope and no id source set, the item id is the event's own.
+pub fn read_ids_and_envelope(env: &mut EnvReader<'_>) -> (ItemIdSource, Envelopes) {
+    let envelope = env
+        .text_or_default::<Envelopes>(&ENVELOPE)
+        .unwrap_or_default();
+    let id_source = if env.raw(&ITEM_ID_SOURCE).is_none() && !envelope.is_none() {
+        ItemIdSource::Envelope
+    } else {
+        read_item_id_source(env)
+    };
+    (id_source, envelope)
+}
+
+/// `WORKER_ITEM_ID_SOURCE`, read the same by the worker and the redrive engine.
+pub fn read_item_id_source(env: &mut EnvReader<'_>) -> ItemIdSource {
+    env.text_or_default::<ItemIdSource>(&ITEM_ID_SOURCE)
+        .unwrap_or(ItemIdSource::MessageId)
+}
+
+/// Reads the store variables: `None` when none of the three names is set, a problem for
+/// each missing one when only some are.
+pub fn read_store_config(env: &mut EnvReader<'_>) -> Option<StoreConfig> {
+    let table: Option<String> = env.optional(&TABLE);
+    let queue_url: Option<String> = env.optional(&QUEUE_URL);
+    let bucket: Option<String> = env.optional(&BUCKET);
+    let inline = env.integer(&INLINE_MAX_BYTES);
+    let days = env.integer(&RETENTION_DAYS);
+    match (table, queue_url, bucket) {
+        (None, None, None) => None,
+        (Some(table), Some(queue_url), Some(bucket)) => Some(StoreConfig {
+            inline_max_bytes: usize::try_from(inline).unwrap_or(usize::MAX),
+            retention: Duration::from_secs(days.saturating_mul(86_400)),
+            ..StoreConfig::new(&table, &queue_url, &bucket)
+        }),
+        (table, queue_url, bucket) => {
+            for (var, value) in [(TABLE, table), (QUEUE_URL, queue_url), (BUCKET, bucket)] {
+                if value.is_none() {
+                    env.problem(
+                        var.name,
+                        format!("is not set; {TABLE}, {QUEUE_URL} and {BUCKET} go together"),
+                    );
+                }
+            }
+            None
+        }
+    }
+}
