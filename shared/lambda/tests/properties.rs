@@ -9,7 +9,7 @@
 //!   it returns the item (with a non-empty item id) or a validation error, exactly as the
 //!   body's JSON validity decides.
 //! - **classifier**: any HTTP status, AWS error code, SDK error or message classifies
-//!   without panic, following the rules of `classify.rs`.
+//!   without panic, following the rules of `classify`.
 //! - **batch engine**: for any batch of scripted records, the report matches a model of the
 //!   documented semantics, every record appears once, the batch response lists exactly the
 //!   reported records (never an empty or unknown id), and every dead-lettered record
