@@ -71,7 +71,7 @@ unit: emulator shipped
 
 # The library crates' documentation, as docs.rs builds it: every link resolves, every item
 # is documented (their doctests, crate-level examples included, run in `unit`).
-LIBRARIES := -p sqs-keeper-core -p sqs-keeper-aws -p sqs-keeper-http -p sqs-keeper
+LIBRARIES := -p sqs-keeper-core -p sqs-keeper-aws -p sqs-keeper-http -p sqs-keeper-lambda -p sqs-keeper
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(LIBRARIES) --all-features
 

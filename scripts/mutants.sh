@@ -33,10 +33,10 @@ fi
 # baseline (the mutated package alone) cannot run: the unmutated tree is checked here.
 # The library's integration tests but those that need the emulator or take long (bad input
 # on the store, polling, properties): the logic-only modules (.cargo/mutants.toml).
-LOGIC_ONLY='not (package(sqs-keeper) & test(/^(bad_input|bad_input_store|polling|properties)::/))'
+LOGIC_ONLY='not (package(sqs-keeper-lambda) & test(/^(bad_input|bad_input_store|polling|properties)::/))'
 if [ ! -f "$out/baseline-ok" ]; then
-    cargo nextest run -p sqs-keeper-core -p sqs-keeper -p sqs-keeper-sim \
-        --features sqs-keeper/sim,sqs-keeper/http,sqs-keeper/operator,sqs-keeper/clap \
+    cargo nextest run -p sqs-keeper-core -p sqs-keeper-lambda -p sqs-keeper-sim \
+        --features sqs-keeper-lambda/sim,sqs-keeper-lambda/http,sqs-keeper-lambda/operator,sqs-keeper-lambda/clap \
         --lib --test seeds --test integration -E "$LOGIC_ONLY"
     touch "$out/baseline-ok"
 fi

@@ -34,11 +34,11 @@ pub enum CliError {
     NotFound(String),
     /// An AWS call failed: [`run`] says what it means for the options given (a table
     /// that does not exist is a configuration error, exit 2) or reports it (exit 1).
-    Aws(Box<sqs_keeper::ProcessError>),
+    Aws(Box<sqs_keeper_lambda::ProcessError>),
 }
 
-impl From<sqs_keeper::ProcessError> for CliError {
-    fn from(e: sqs_keeper::ProcessError) -> Self {
+impl From<sqs_keeper_lambda::ProcessError> for CliError {
+    fn from(e: sqs_keeper_lambda::ProcessError) -> Self {
         CliError::Aws(Box::new(e))
     }
 }
@@ -63,7 +63,7 @@ impl CliError {
 /// queue or bucket that does not exist where the options point, or credentials without
 /// access.
 fn configuration_problem(
-    e: &sqs_keeper::ProcessError,
+    e: &sqs_keeper_lambda::ProcessError,
     global: &args::GlobalArgs,
     region: &str,
 ) -> Option<String> {

@@ -287,11 +287,11 @@ fn assert_no_controls(what: &str, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
-    use sqs_keeper::dead_letter::{
+    use sqs_keeper_lambda::dead_letter::{
         DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo,
     };
-    use sqs_keeper::item::{BodyFormat, ItemParser};
-    use sqs_keeper::retry::AttemptFailure;
+    use sqs_keeper_lambda::item::{BodyFormat, ItemParser};
+    use sqs_keeper_lambda::retry::AttemptFailure;
 
     let p = Pipeline::new("cliterm", e2e::Setup::default()).await;
     let dlq = Dlq::new(&p).await;
@@ -312,8 +312,8 @@ async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
     }
     .parse(item_id.clone(), msg)
     .unwrap();
-    let error =
-        sqs_keeper::ProcessError::validation(format!("@bad {EVIL}\nsecond line")).with_cause(EVIL);
+    let error = sqs_keeper_lambda::ProcessError::validation(format!("@bad {EVIL}\nsecond line"))
+        .with_cause(EVIL);
     let candidate = DeadLetterCandidate {
         item,
         failures: vec![AttemptFailure {
@@ -639,11 +639,11 @@ async fn the_operator_cli_at_3am() {
 /// output says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_redrive_waits_for_an_open_breaker() {
-    use sqs_keeper::breaker::BreakerStore;
+    use sqs_keeper_lambda::breaker::BreakerStore;
     let p = Pipeline::with_dead_items("cli-breaker", &[body("t1", "throttled")]).await;
     let dlq = Dlq::new(&p).await;
     let table = e2e::create_table(&p.clients.dynamodb, "cli-breaker", "id").await;
-    let breaker = sqs_keeper::adapters::breaker::DynamoBreakerStore::new(
+    let breaker = sqs_keeper_lambda::adapters::breaker::DynamoBreakerStore::new(
         p.clients.dynamodb.clone(),
         table.clone(),
         "breaker#worker",
@@ -673,6 +673,6 @@ async fn a_local_redrive_waits_for_an_open_breaker() {
     );
     assert_eq!(
         p.store().get("t1").await.unwrap().unwrap().status,
-        sqs_keeper::dead_letter::ItemStatus::Dead
+        sqs_keeper_lambda::dead_letter::ItemStatus::Dead
     );
 }

@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use chrono::Utc;
-use sqs_keeper::analysis;
-use sqs_keeper::selection::RecordFilter;
+use sqs_keeper_lambda::analysis;
+use sqs_keeper_lambda::selection::RecordFilter;
 
 use super::render::{human_age, out, write_err};
 use crate::args::GlobalArgs;

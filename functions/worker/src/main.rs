@@ -1,16 +1,16 @@
 //! The worker Lambda function: processes SQS batches with partial batch responses,
 //! delivering each item to `WORKER_DOWNSTREAM_URL`.
 //!
-//! Configuration comes from `WORKER_*` environment variables (see `sqs_keeper::config`).
+//! Configuration comes from `WORKER_*` environment variables (see `sqs_keeper_lambda::config`).
 //! Everything expensive (HTTP client, connection pool) is built once, before the first
 //! invocation, and reused. The same call runs any other handler
-//! (`sqs_keeper::runner`; README, "Write your own handler").
+//! (`sqs_keeper_lambda::runner`; README, "Write your own handler").
 
 // The simulation's test hooks (mutants, a virtual clock) must never be in a function
 // binary: Cargo unifies features across one build, so a build with the simulation in it
 // fails here instead (docs/SIMULATION.md).
 const _: () = assert!(
-    !sqs_keeper::mutants::SIMULATION_HOOKS,
+    !sqs_keeper_lambda::mutants::SIMULATION_HOOKS,
     "built with the simulation's test hooks: build the simulation apart (make sim)"
 );
 
@@ -22,7 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 // One thread: the work is I/O-bound (records overlap on the downstream and AWS calls), the
 // CPU-bound decode is one pass, and fewer threads mean a faster start and less memory.
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), sqs_keeper::Error> {
-    let (setup, delivery) = sqs_keeper::http_worker::http_delivery_from_env().await?;
+async fn main() -> Result<(), sqs_keeper_lambda::Error> {
+    let (setup, delivery) = sqs_keeper_lambda::http_worker::http_delivery_from_env().await?;
     setup.run(delivery).await
 }

@@ -1,23 +1,24 @@
-//! # sqs-keeper
+//! # sqs-keeper-lambda
 //!
-//! Correct SQS batch semantics for AWS Lambda queue workers that never lose a message:
-//! classified retries, valid partial batch responses, FIFO ordering, deadline awareness,
-//! and dead-lettering with a full failure history.
-//!
-//! A handler author adds this crate and writes a [`Processor`]; [`run`] serves it as a
-//! Lambda function:
+//! The Lambda glue of `sqs-keeper`: [`run`] and [`Setup`] serve any [`Processor`] as a
+//! Lambda function, [`worker`] and [`runtime`] answer its invocations, `redrive_function`
+//! runs the scheduled and operator redrive, [`config`] reads every variable once, and
+//! [`telemetry`] and [`metrics`] write logs and EMF lines as Lambda expects. The shipped
+//! functions, the `dlq` CLI and the tests build on it; a handler author depends on
+//! `sqs-keeper`, which re-exports the few names a handler needs.
 //!
 //! ```no_run
-//! use sqs_keeper::{handler_fn, Outcome, ProcessError, WorkItem};
+//! use sqs_keeper_lambda::{handler_fn, Outcome, ProcessError, Setup, WorkItem};
 //!
-//! async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
-//!     let _payload = item.payload();
+//! async fn handle(_item: &WorkItem) -> Result<Outcome, ProcessError> {
 //!     Ok(Outcome::Done)
 //! }
 //!
 //! #[tokio::main(flavor = "current_thread")]
-//! async fn main() -> Result<(), sqs_keeper::Error> {
-//!     sqs_keeper::run(handler_fn(handle)).await
+//! async fn main() -> Result<(), sqs_keeper_lambda::Error> {
+//!     // The configuration every variable names, read once; clients built once.
+//!     let setup = Setup::from_env().await?;
+//!     setup.run(handler_fn(handle)).await
 //! }
 //! ```
 //!
@@ -75,7 +76,6 @@ pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, Inv
 pub use error::{ErrorClass, ProcessError};
 #[cfg(feature = "http")]
 pub use http_delivery::HttpDelivery;
-pub use idempotency::Idempotency;
 pub use item::WorkItem;
 pub use processor::{handler_fn, Outcome, Processor};
 pub use retry::{Deadline, RetryPolicy};

@@ -4,7 +4,7 @@
 //! per-record idempotency, EMF metrics and JSON logs (docs/ARCHITECTURE.md §6).
 //!
 //! ```no_run
-//! use sqs_keeper::{handler_fn, Outcome, ProcessError, WorkItem};
+//! use sqs_keeper_lambda::{handler_fn, Outcome, ProcessError, WorkItem};
 //!
 //! async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
 //!     let order: serde_json::Value = item.json()?; // a body that is not JSON: dead-lettered
@@ -13,8 +13,8 @@
 //! }
 //!
 //! #[tokio::main(flavor = "current_thread")]
-//! async fn main() -> Result<(), sqs_keeper::Error> {
-//!     sqs_keeper::run(handler_fn(handle)).await
+//! async fn main() -> Result<(), sqs_keeper_lambda::Error> {
+//!     sqs_keeper_lambda::run(handler_fn(handle)).await
 //! }
 //! ```
 //!
@@ -24,12 +24,12 @@
 //!
 //! ```no_run
 //! # struct Orders(aws_sdk_dynamodb::Client);
-//! # impl sqs_keeper::Processor for Orders {
-//! #     async fn process(&self, _: &sqs_keeper::WorkItem) -> Result<sqs_keeper::Outcome, sqs_keeper::ProcessError> { Ok(sqs_keeper::Outcome::Done) }
+//! # impl sqs_keeper_lambda::Processor for Orders {
+//! #     async fn process(&self, _: &sqs_keeper_lambda::WorkItem) -> Result<sqs_keeper_lambda::Outcome, sqs_keeper_lambda::ProcessError> { Ok(sqs_keeper_lambda::Outcome::Done) }
 //! # }
 //! #[tokio::main(flavor = "current_thread")]
-//! async fn main() -> Result<(), sqs_keeper::Error> {
-//!     let setup = sqs_keeper::Setup::from_env().await?;
+//! async fn main() -> Result<(), sqs_keeper_lambda::Error> {
+//!     let setup = sqs_keeper_lambda::Setup::from_env().await?;
 //!     let orders = Orders(aws_sdk_dynamodb::Client::new(setup.aws_config().await));
 //!     setup.run(orders).await
 //! }

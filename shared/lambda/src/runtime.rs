@@ -13,10 +13,11 @@
 //! whose request id and cold start every log line carries.
 //!
 //! ```no_run
-//! # async fn example(worker: &'static sqs_keeper::http_worker::DefaultWorker) -> Result<(), lambda_runtime::Error> {
+//! # use sqs_keeper_lambda::{DeadLetterSink, Processor, Worker};
+//! # async fn example<P: Processor + 'static, S: DeadLetterSink + 'static>(worker: &'static Worker<P, S>) -> Result<(), lambda_runtime::Error> {
 //! use lambda_runtime::{service_fn, Runtime};
-//! use sqs_keeper::runtime::{respond, WorkerLayer};
-//! use sqs_keeper::telemetry::InvocationLayer;
+//! use sqs_keeper_lambda::runtime::{respond, WorkerLayer};
+//! use sqs_keeper_lambda::telemetry::InvocationLayer;
 //!
 //! Runtime::new(service_fn(respond))
 //!     .layer(WorkerLayer::new(worker))

@@ -19,17 +19,17 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
-use sqs_keeper::batch::{BatchError, BatchProcessor, Disposition};
-use sqs_keeper::config::WorkerConfig;
-use sqs_keeper::dead_letter::{DeadLetterReason, InvocationInfo};
-use sqs_keeper::error::{ErrorClass, ProcessError};
-use sqs_keeper::event::{decode_sqs_event, EventError};
-use sqs_keeper::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
-use sqs_keeper::processor::{Outcome, Processor};
-use sqs_keeper::redrive::{RedriveError, RedriveRequest};
-use sqs_keeper::testing::{MemorySink, ScriptedProcessor, Step};
-use sqs_keeper::worker::InvocationError;
-use sqs_keeper::Worker;
+use sqs_keeper_lambda::batch::{BatchError, BatchProcessor, Disposition};
+use sqs_keeper_lambda::config::WorkerConfig;
+use sqs_keeper_lambda::dead_letter::{DeadLetterReason, InvocationInfo};
+use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
+use sqs_keeper_lambda::event::{decode_sqs_event, EventError};
+use sqs_keeper_lambda::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
+use sqs_keeper_lambda::processor::{Outcome, Processor};
+use sqs_keeper_lambda::redrive::{RedriveError, RedriveRequest};
+use sqs_keeper_lambda::testing::{MemorySink, ScriptedProcessor, Step};
+use sqs_keeper_lambda::worker::InvocationError;
+use sqs_keeper_lambda::Worker;
 
 use crate::common::{
     assert_accounted, config, disposition, far_deadline, json_parser, record, run,
@@ -39,7 +39,7 @@ use crate::common::{
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
 
 /// The decoder under test, on text (it takes the invocation's bytes).
-fn decode(text: &str) -> Result<SqsEvent, sqs_keeper::event::EventError> {
+fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_lambda::event::EventError> {
     decode_sqs_event(text.as_bytes())
 }
 
@@ -724,7 +724,9 @@ async fn binary_message_attributes_are_accepted() {
 // Configuration
 // ---------------------------------------------------------------------------------------
 
-fn read_config(vars: &[(&str, &str)]) -> Result<WorkerConfig, sqs_keeper::config::ConfigError> {
+fn read_config(
+    vars: &[(&str, &str)],
+) -> Result<WorkerConfig, sqs_keeper_lambda::config::ConfigError> {
     let map: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

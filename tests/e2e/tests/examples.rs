@@ -11,7 +11,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use e2e::{Pipeline, Setup};
 use serde_json::{json, Value};
-use sqs_keeper::ErrorClass;
+use sqs_keeper_lambda::ErrorClass;
 use sqs_keeper_local::function::FunctionProcess;
 use sqs_keeper_local::invokers::RuntimeApiInvoker;
 use sqs_keeper_local::runtime_api::{InvocationResult, RuntimeApi};
@@ -287,7 +287,7 @@ async fn sns_to_fifo_movements_apply_in_order_once_and_a_foreign_body_is_dead_le
     // Kept as it arrived, for a redrive once the subscription is fixed.
     assert_eq!(
         records[0].payload.location,
-        sqs_keeper::dead_letter::PayloadLocation::Inline {
+        sqs_keeper_lambda::dead_letter::PayloadLocation::Inline {
             body: foreign.clone()
         }
     );

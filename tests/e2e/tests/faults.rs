@@ -35,20 +35,22 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName
 use bytes::Bytes;
 use e2e::{body, outcome_ids, Pipeline, Setup, REGION};
 use serde_json::json;
-use sqs_keeper::adapters::aws::AwsClients;
-use sqs_keeper::adapters::store::DeadLetterStore;
-use sqs_keeper::batch::{BatchReport, Disposition, NotStartedReason};
-use sqs_keeper::dead_letter::{DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation};
-use sqs_keeper::error::ErrorClass;
-use sqs_keeper::http_delivery::HttpDeliveryConfig;
-use sqs_keeper::http_worker::DefaultWorker;
-use sqs_keeper::item::ItemParser;
-use sqs_keeper::pointer::S3Pointer;
-use sqs_keeper::redrive::{
+use sqs_keeper_lambda::adapters::aws::AwsClients;
+use sqs_keeper_lambda::adapters::store::DeadLetterStore;
+use sqs_keeper_lambda::batch::{BatchReport, Disposition, NotStartedReason};
+use sqs_keeper_lambda::dead_letter::{
+    DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation,
+};
+use sqs_keeper_lambda::error::ErrorClass;
+use sqs_keeper_lambda::http_delivery::HttpDeliveryConfig;
+use sqs_keeper_lambda::http_worker::DefaultWorker;
+use sqs_keeper_lambda::item::ItemParser;
+use sqs_keeper_lambda::pointer::S3Pointer;
+use sqs_keeper_lambda::redrive::{
     no_progress, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
 };
-use sqs_keeper::retry::Deadline;
-use sqs_keeper::{HttpDelivery, Outcome, ProcessError, Processor, RetryPolicy, WorkItem};
+use sqs_keeper_lambda::retry::Deadline;
+use sqs_keeper_lambda::{HttpDelivery, Outcome, ProcessError, Processor, RetryPolicy, WorkItem};
 use sqs_keeper_local::esm::{EsmStats, Invoker};
 use sqs_keeper_local::fault_proxy::{Fault, FaultProxy, Faults, Operation, Rule, Trigger};
 use sqs_keeper_local::function::FunctionProcess;
@@ -245,7 +247,7 @@ async fn lease_owner(p: &Pipeline, item_id: &str) -> Option<String> {
         .await
         .unwrap()
         .item()
-        .and_then(|i| i.get(sqs_keeper::adapters::store::schema::LEASE_OWNER))
+        .and_then(|i| i.get(sqs_keeper_lambda::adapters::store::schema::LEASE_OWNER))
         .and_then(|v| v.as_s().ok().cloned())
 }
 
@@ -275,7 +277,7 @@ async fn dangling_payloads(clients: &AwsClients, table: &str, strict: bool) -> V
         .unwrap();
     let mut dangling = Vec::new();
     for item in scan.items() {
-        let record = match sqs_keeper::adapters::store::schema::record_from_item(item) {
+        let record = match sqs_keeper_lambda::adapters::store::schema::record_from_item(item) {
             Ok(record) => record,
             Err(_) if !strict => continue,
             Err(e) => panic!("not a record: {e}: {item:?}"),
@@ -519,7 +521,10 @@ async fn s3_failing_while_offloading_never_leaves_a_record_without_its_object() 
         .await
         .unwrap();
     let stored = object.body.collect().await.unwrap().into_bytes();
-    assert_eq!(sqs_keeper::hex::sha256_hex(&stored), big.payload.sha256);
+    assert_eq!(
+        sqs_keeper_lambda::hex::sha256_hex(&stored),
+        big.payload.sha256
+    );
     assert_eq!(big.source.receive_count, 4);
     assert_eq!(attempt_ids(big), [format!("{}:4:1", big.source.message_id)]);
     assert_eq!(big.failure_count, 1);

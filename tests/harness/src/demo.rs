@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use serde_json::json;
-use sqs_keeper::adapters::aws::{AwsClients, Endpoints};
+use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{queue_depth, EsmStats, EventSourceMapping};
@@ -129,7 +129,7 @@ async fn send_batch(
         .set_entries(Some(entries))
         .send()
         .await
-        .map_err(|e| format!("send: {}", sqs_keeper::ProcessError::from_sdk(&e)))?;
+        .map_err(|e| format!("send: {}", sqs_keeper_lambda::ProcessError::from_sdk(&e)))?;
     match output.failed().first() {
         Some(failed) => Err(format!(
             "send: entry {} rejected: {}",
@@ -259,7 +259,7 @@ pub async fn count_by(
             .set_exclusive_start_key(start)
             .send()
             .await
-            .map_err(|e| format!("scan: {}", sqs_keeper::ProcessError::from_sdk(&e)))?;
+            .map_err(|e| format!("scan: {}", sqs_keeper_lambda::ProcessError::from_sdk(&e)))?;
         for item in page.items() {
             let value = item
                 .get(attribute)
@@ -287,7 +287,12 @@ pub async fn object_count(clients: &AwsClients, bucket: &str) -> Result<u64, Str
             .set_continuation_token(token)
             .send()
             .await
-            .map_err(|e| format!("list objects: {}", sqs_keeper::ProcessError::from_sdk(&e)))?;
+            .map_err(|e| {
+                format!(
+                    "list objects: {}",
+                    sqs_keeper_lambda::ProcessError::from_sdk(&e)
+                )
+            })?;
         count += page.contents().len() as u64;
         token = page.next_continuation_token().map(str::to_string);
         if token.is_none() {
@@ -381,7 +386,7 @@ pub async fn operate(
     let before = count_by(
         clients,
         &resources.table,
-        sqs_keeper::adapters::store::schema::STATUS,
+        sqs_keeper_lambda::adapters::store::schema::STATUS,
     )
     .await?;
     dlq(options, &env, &["stats"], true)?;
@@ -412,7 +417,7 @@ pub async fn operate(
     let after = count_by(
         clients,
         &resources.table,
-        sqs_keeper::adapters::store::schema::STATUS,
+        sqs_keeper_lambda::adapters::store::schema::STATUS,
     )
     .await?;
     Ok(RedriveSummary {

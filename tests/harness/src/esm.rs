@@ -169,7 +169,9 @@ impl EventSourceMapping {
                 .message_attribute_names("All")
                 .send()
                 .await
-                .map_err(|e| format!("receive: {}", sqs_keeper::ProcessError::from_sdk(&e)))?;
+                .map_err(|e| {
+                    format!("receive: {}", sqs_keeper_lambda::ProcessError::from_sdk(&e))
+                })?;
             let received = output.messages().len();
             gathered.extend(output.messages.unwrap_or_default());
             if received < want {
@@ -227,7 +229,9 @@ impl EventSourceMapping {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|e| format!("delete: {}", sqs_keeper::ProcessError::from_sdk(&e)))?;
+                .map_err(|e| {
+                    format!("delete: {}", sqs_keeper_lambda::ProcessError::from_sdk(&e))
+                })?;
             stats.deleted += deleted.successful().len() as u64;
         }
         Ok(messages.len())
@@ -245,7 +249,9 @@ impl EventSourceMapping {
                 .visibility_timeout(0)
                 .send()
                 .await
-                .map_err(|e| format!("release: {}", sqs_keeper::ProcessError::from_sdk(&e)))?;
+                .map_err(|e| {
+                    format!("release: {}", sqs_keeper_lambda::ProcessError::from_sdk(&e))
+                })?;
         }
         Ok(())
     }
@@ -277,7 +283,7 @@ impl EventSourceMapping {
 
     /// The Lambda event for a batch of received messages.
     pub fn event(&self, messages: &[Message]) -> Value {
-        sqs_keeper::adapters::polling::lambda_event(messages, &self.queue_arn, &self.region)
+        sqs_keeper_lambda::adapters::polling::lambda_event(messages, &self.queue_arn, &self.region)
     }
 }
 
@@ -294,7 +300,7 @@ pub async fn queue_depth(sqs: &aws_sdk_sqs::Client, queue_url: &str) -> Result<u
         .map_err(|e| {
             format!(
                 "queue attributes: {}",
-                sqs_keeper::ProcessError::from_sdk(&e)
+                sqs_keeper_lambda::ProcessError::from_sdk(&e)
             )
         })?;
     let attrs = output.attributes();

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
-use sqs_keeper::dead_letter::DeadLetterSink;
-use sqs_keeper::retry::Deadline;
-use sqs_keeper::{Processor, Worker};
+use sqs_keeper_lambda::dead_letter::DeadLetterSink;
+use sqs_keeper_lambda::retry::Deadline;
+use sqs_keeper_lambda::{Processor, Worker};
 
 use crate::esm::Invoker;
 use crate::runtime_api::{InvocationResult, RuntimeApi};

@@ -18,7 +18,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
-use sqs_keeper::adapters::aws::AwsClients;
+use sqs_keeper_lambda::adapters::aws::AwsClients;
 
 use crate::demo::{emulator_env, send_bodies, DemoOptions};
 use crate::downstream::{Downstream, DownstreamConfig};
@@ -170,7 +170,12 @@ async fn breaker_table(clients: &AwsClients, name: &str) -> Result<String, Strin
         )
         .send()
         .await
-        .map_err(|e| format!("breaker table: {}", sqs_keeper::ProcessError::from_sdk(&e)))?;
+        .map_err(|e| {
+            format!(
+                "breaker table: {}",
+                sqs_keeper_lambda::ProcessError::from_sdk(&e)
+            )
+        })?;
     Ok(name.to_string())
 }
 
@@ -413,7 +418,7 @@ pub async fn run_outage_with(
     let dead_lettered = crate::demo::count_by(
         &clients,
         &resources.table,
-        sqs_keeper::adapters::store::schema::STATUS,
+        sqs_keeper_lambda::adapters::store::schema::STATUS,
     )
     .await?
     .values()

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use sqs_keeper::adapters::aws::AwsClients;
-use sqs_keeper::adapters::store::{schema, StoreConfig};
+use sqs_keeper_lambda::adapters::aws::AwsClients;
+use sqs_keeper_lambda::adapters::store::{schema, StoreConfig};
 
 /// Names and addresses of one pipeline's resources.
 #[derive(Debug, Clone)]
@@ -44,7 +44,10 @@ pub struct ResourceSpec {
 pub type SetupError = String;
 
 fn sdk_error<E: std::error::Error + 'static>(what: &str, e: E) -> SetupError {
-    format!("{what}: {}", sqs_keeper::ProcessError::from_error(&e))
+    format!(
+        "{what}: {}",
+        sqs_keeper_lambda::ProcessError::from_error(&e)
+    )
 }
 
 pub(crate) async fn queue_arn(clients: &AwsClients, url: &str) -> Result<String, SetupError> {

@@ -1,0 +1,43 @@
+//! # sqs-keeper
+//!
+//! SQS-triggered AWS Lambda queue workers that never lose a message: classified retries,
+//! valid partial batch responses, FIFO ordering, deadline awareness, and dead-lettering
+//! with a full failure history (DynamoDB records, large payloads in S3, a DLQ).
+//!
+//! A handler author adds this crate, writes a [`Processor`] (or an `async fn` wrapped in
+//! [`handler_fn`]) and serves it with [`run`]; everything else (the batch engine, the
+//! dead-letter store, idempotency, the circuit breaker, spaced redelivery) is configured
+//! from the environment (README, "Write your own handler"):
+//!
+//! ```no_run
+//! use sqs_keeper::{handler_fn, Outcome, ProcessError, WorkItem};
+//!
+//! async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
+//!     let _payload = item.payload();
+//!     Ok(Outcome::Done)
+//! }
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() -> Result<(), sqs_keeper::Error> {
+//!     sqs_keeper::run(handler_fn(handle)).await
+//! }
+//! ```
+//!
+//! This crate is the handler author's few names, re-exported from the crates that hold
+//! them: `sqs-keeper-core` (the batch engine and its rules, no I/O), `sqs-keeper-aws` (every
+//! AWS call), `sqs-keeper-http` (the HTTP delivery) and `sqs-keeper-lambda` (the Lambda
+//! glue). Depend on those for more than a handler needs.
+//!
+//! ## Guarantees
+//!
+//! Every record ends as exactly one of done, skipped, returned for retry (listed in
+//! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
+//! after it is persisted. Bodies are never logged. The whole list, with the windows each
+//! leaves, is docs/ARCHITECTURE.md §1.
+
+pub use sqs_keeper_core::idempotency::Idempotency;
+pub use sqs_keeper_core::{context, envelope, idempotency, testing};
+pub use sqs_keeper_core::{handler_fn, ErrorClass, Outcome, ProcessError, Processor, WorkItem};
+#[cfg(feature = "http")]
+pub use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
+pub use sqs_keeper_lambda::{run, Error, Setup};
