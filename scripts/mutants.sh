@@ -29,7 +29,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/mutants-build}
 if command -v mold >/dev/null 2>&1; then
     export RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-fuse-ld=mold"
 fi
-# The test command (.cargo/mutants.toml) spans two packages, which cargo-mutants' own
+# The test command (.cargo/mutants.toml) spans three packages, which cargo-mutants' own
 # baseline (the mutated package alone) cannot run: the unmutated tree is checked here.
 # The library's integration tests but those that need the emulator or take long (bad input
 # on the store, polling, properties): the logic-only modules (.cargo/mutants.toml).

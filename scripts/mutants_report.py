@@ -51,7 +51,7 @@ def main() -> int:
     for module in sorted(counts):
         c = counts[module]
         total.update(c)
-        print(row(module.removeprefix("shared/lambda/src/"), c))
+        print(row(module.removeprefix("shared/core/src/"), c))
     print(row("**all**", total))
     print()
     print(

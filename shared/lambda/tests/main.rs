@@ -1,7 +1,7 @@
 //! Integration tests of the library: the batch engine, redelivery, retention, the cut-off, the breaker, the redrive races, bad input (in memory and on the emulator) and properties.
 //!
 //! One test binary for the package (`autotests = false`): every module links the
-//! dependencies once. Run one module with `cargo test -p sqs-keeper --test integration -- <module>::`.
+//! dependencies once. Run one module with `cargo test -p sqs-keeper-lambda --features http --test integration -- <module>::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 

@@ -17,7 +17,7 @@
 //! - **operator input**: durations, times and redrive requests never panic.
 //!
 //! Case counts: proptest's default (256 per property), or `PROPTEST_CASES`, e.g.
-//! `PROPTEST_CASES=20000 cargo test -p sqs-keeper --test integration --release -- properties::`.
+//! `PROPTEST_CASES=20000 cargo test -p sqs-keeper-lambda --features http --test integration --release -- properties::`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
