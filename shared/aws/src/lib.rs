@@ -30,19 +30,19 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`aws`] | the AWS clients, built once from the standard configuration chain |
-//! | [`breaker`] | the circuit breaker's shared state in DynamoDB |
-//! | [`condition`] | the conditions of [`sqs_keeper_core::condition`] sent with a DynamoDB request |
-//! | [`idempotency`] | the idempotency table in DynamoDB |
+//! | [`breaker_table`] | the circuit breaker's shared state in DynamoDB |
+//! | [`condition_expression`] | the conditions of [`sqs_keeper_core::condition`] sent with a DynamoDB request |
+//! | [`idempotency_table`] | the idempotency table in DynamoDB |
 //! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`secrets` feature) |
-//! | [`polling`] | the worker's event source mapping, the pause marker and the probe with a source message ([`sqs_keeper_core::polling`]) |
+//! | [`event_source`] | the worker's event source mapping, the pause marker and the probe with a source message ([`sqs_keeper_core::polling`]) |
 //! | [`visibility`] | `ChangeMessageVisibilityBatch` for spaced redelivery |
 //! | [`store`] | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS; implements every port and the primitives of [`sqs_keeper_core::recording`] and [`sqs_keeper_core::sweep`] |
 
 pub mod aws;
-pub mod breaker;
-pub mod condition;
-pub mod idempotency;
-pub mod polling;
+pub mod breaker_table;
+pub mod condition_expression;
+pub mod event_source;
+pub mod idempotency_table;
 #[cfg(feature = "secrets")]
 pub mod secrets;
 pub mod store;

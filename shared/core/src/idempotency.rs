@@ -8,7 +8,7 @@
 //! a handler whose side effect has no such key (an email, a payment without one) needs a
 //! record of what it did. This module keeps one, per item id, in a store with a TTL
 //! (DynamoDB in production: `WORKER_IDEMPOTENCY_TABLE`, see
-//! `sqs_keeper_aws::idempotency`; docs/ARCHITECTURE.md §6):
+//! `sqs_keeper_aws::idempotency_table`; docs/ARCHITECTURE.md §6):
 //!
 //! 1. Before the work, one conditional write claims the key `in progress` until the
 //!    invocation's deadline, unless it is already there: `completed` (not expired) means

@@ -28,7 +28,7 @@
 //!
 //! The control is pure logic over three ports ([`MappingSwitch`], [`PauseMarker`],
 //! [`SourceProbe`]) and the breaker's store; the AWS adapters are in
-//! `sqs_keeper_aws::polling`.
+//! `sqs_keeper_aws::event_source`.
 
 use std::time::{Duration, SystemTime};
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use lambda_runtime::{Diagnostic, LambdaEvent};
 
 use crate::adapters::aws::AwsClients;
-use crate::adapters::idempotency::DynamoIdempotencyStore;
+use crate::adapters::idempotency_table::DynamoIdempotencyStore;
 use crate::adapters::store::DeadLetterStore;
 use crate::config::vars::{DOWNSTREAM_URL, TABLE};
 use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
@@ -100,10 +100,10 @@ pub struct RedriveFunction {
     /// Pauses the worker's polling while its breaker stays open (`crate::polling`).
     polling: Option<
         crate::polling::PollingControl<
-            crate::adapters::breaker::DynamoBreakerStore,
-            crate::adapters::polling::LambdaMapping,
-            crate::adapters::polling::DynamoPauseMarker,
-            crate::adapters::polling::InvokeWorkerProbe,
+            crate::adapters::breaker_table::DynamoBreakerStore,
+            crate::adapters::event_source::LambdaMapping,
+            crate::adapters::event_source::DynamoPauseMarker,
+            crate::adapters::event_source::InvokeWorkerProbe,
         >,
     >,
     /// The `FunctionName` dimension of the metrics.
@@ -149,21 +149,21 @@ impl RedriveFunction {
                     .region()
                     .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
                 Some(crate::polling::PollingControl {
-                    breaker: crate::adapters::breaker::DynamoBreakerStore::new(
+                    breaker: crate::adapters::breaker_table::DynamoBreakerStore::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
                         &breaker.key,
                     ),
-                    mapping: crate::adapters::polling::LambdaMapping::new(
+                    mapping: crate::adapters::event_source::LambdaMapping::new(
                         lambda.clone(),
                         &target.mapping,
                     ),
-                    marker: crate::adapters::polling::DynamoPauseMarker::new(
+                    marker: crate::adapters::event_source::DynamoPauseMarker::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
                         &breaker.key,
                     ),
-                    probe: crate::adapters::polling::InvokeWorkerProbe {
+                    probe: crate::adapters::event_source::InvokeWorkerProbe {
                         sqs: clients.sqs.clone(),
                         lambda,
                         queue_url: target.queue_url.clone(),
@@ -329,7 +329,7 @@ impl RedriveFunction {
 
 /// The worker's circuit breaker as a redrive sees it: its store and policy.
 pub type RedriveBreaker = (
-    crate::adapters::breaker::DynamoBreakerStore,
+    crate::adapters::breaker_table::DynamoBreakerStore,
     crate::breaker::BreakerPolicy,
 );
 
@@ -341,7 +341,7 @@ pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<R
         .and_then(|worker| worker.handler.breaker.as_ref())
         .map(|breaker| {
             (
-                crate::adapters::breaker::DynamoBreakerStore::new(
+                crate::adapters::breaker_table::DynamoBreakerStore::new(
                     clients.dynamodb.clone(),
                     breaker.table.clone(),
                     &breaker.key,

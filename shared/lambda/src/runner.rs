@@ -41,8 +41,8 @@ use lambda_runtime::{service_fn, Runtime};
 use tokio::sync::OnceCell;
 
 use crate::adapters::aws::AwsClients;
-use crate::adapters::breaker::DynamoBreakerStore;
-use crate::adapters::idempotency::DynamoIdempotencyStore;
+use crate::adapters::breaker_table::DynamoBreakerStore;
+use crate::adapters::idempotency_table::DynamoIdempotencyStore;
 use crate::adapters::store::{DeadLetterStore, ExtendedClientResolver};
 use crate::batch::BatchProcessor;
 use crate::breaker::Breaker;

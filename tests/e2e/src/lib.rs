@@ -120,7 +120,7 @@ pub async fn idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) ->
         .table_name(&table)
         .time_to_live_specification(
             TimeToLiveSpecification::builder()
-                .attribute_name(sqs_keeper_lambda::adapters::idempotency::TTL_ATTRIBUTE)
+                .attribute_name(sqs_keeper_lambda::adapters::idempotency_table::TTL_ATTRIBUTE)
                 .enabled(true)
                 .build()
                 .unwrap(),

@@ -426,7 +426,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // period end: no worker invocation is left to probe, so the schedule must.
     {
         use sqs_keeper_lambda::breaker::BreakerStore;
-        let breaker = sqs_keeper_lambda::adapters::breaker::DynamoBreakerStore::new(
+        let breaker = sqs_keeper_lambda::adapters::breaker_table::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
             deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
@@ -497,7 +497,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // period is over (the worker, invoked directly, closes the breaker) and enables it.
     {
         use sqs_keeper_lambda::breaker::BreakerStore;
-        let breaker = sqs_keeper_lambda::adapters::breaker::DynamoBreakerStore::new(
+        let breaker = sqs_keeper_lambda::adapters::breaker_table::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
             deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),

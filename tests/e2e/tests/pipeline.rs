@@ -1234,7 +1234,7 @@ fn timed_out_twice(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
-    use sqs_keeper_lambda::adapters::condition::WithCondition;
+    use sqs_keeper_lambda::adapters::condition_expression::WithCondition;
     use sqs_keeper_lambda::adapters::store::schema;
     use sqs_keeper_lambda::condition::{conditions, Condition, StoredRecord};
     use sqs_keeper_lambda::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};
@@ -1501,7 +1501,7 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
-    use sqs_keeper_lambda::adapters::condition::WithCondition;
+    use sqs_keeper_lambda::adapters::condition_expression::WithCondition;
     use sqs_keeper_lambda::adapters::store::schema;
     use sqs_keeper_lambda::condition::{conditions, Condition, StoredRecord};
     use sqs_keeper_lambda::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
 use super::{schema, DeadLetterStore};
-use crate::condition::WithCondition;
+use crate::condition_expression::WithCondition;
 use sqs_keeper_core::condition::conditions;
 use sqs_keeper_core::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus};
 use sqs_keeper_core::error::{ErrorClass, ProcessError};

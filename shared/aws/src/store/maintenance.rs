@@ -6,7 +6,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use futures::StreamExt;
 
 use super::{schema, DeadLetterStore};
-use crate::condition::WithCondition;
+use crate::condition_expression::WithCondition;
 use sqs_keeper_core::condition::conditions;
 use sqs_keeper_core::dead_letter::DeadLetteredItem;
 use sqs_keeper_core::error::ProcessError;

@@ -15,16 +15,16 @@
 //! The order and the merge rules are the core's ([`sqs_keeper_core::recording`]); the store gives it
 //! the writes ([`RecordTable`]: the conditional `UpdateItem`s, the S3 `PutObject`, the
 //! batched DLQ send). Likewise the DLQ sweep is [`sqs_keeper_core::sweep`] over the store's
-//! [`sqs_keeper_core::sweep::DlqMessages`] ([`sweep`]).
+//! [`sqs_keeper_core::sweep::DlqMessages`] ([`dlq_messages`]).
 
 pub mod dlq;
+pub mod dlq_messages;
 pub mod lease;
 pub mod maintenance;
 pub mod payload;
-pub mod ports;
 pub mod query;
+pub mod redrive_ports;
 pub mod schema;
-pub mod sweep;
 
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -33,7 +33,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use crate::aws::AwsClients;
-use crate::condition::WithCondition;
+use crate::condition_expression::WithCondition;
 use sqs_keeper_core::condition::conditions;
 use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,

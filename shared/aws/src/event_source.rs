@@ -99,7 +99,7 @@ impl DynamoPauseMarker {
 
 /// An epoch-milliseconds attribute, as the breaker's item stores its times.
 fn millis(at: SystemTime) -> AttributeValue {
-    super::breaker::number(super::breaker::millis(at))
+    super::breaker_table::number(super::breaker_table::millis(at))
 }
 
 fn step(e: ProcessError) -> ProcessError {
@@ -177,7 +177,7 @@ impl PauseMarker for DynamoPauseMarker {
                     Some(AttributeValue::Bool(true))
                 )
             };
-            let since = item.and_then(|i| super::breaker::time_of(i, "since_ms"));
+            let since = item.and_then(|i| super::breaker_table::time_of(i, "since_ms"));
             Ok(PauseState {
                 paused: flag("paused"),
                 sweeping: flag("sweeping"),

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
-use super::condition::WithCondition;
+use super::condition_expression::WithCondition;
 use sqs_keeper_core::condition::idempotency::{self as conditions, COMPLETED, IN_PROGRESS};
 use sqs_keeper_core::error::ProcessError;
 use sqs_keeper_core::idempotency::{Claim, IdempotencyStore};

@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use futures::future::BoxFuture;
 
-use super::condition::WithCondition;
+use super::condition_expression::WithCondition;
 use sqs_keeper_core::breaker::{BreakerState, BreakerStore};
 use sqs_keeper_core::condition::breaker as conditions;
 use sqs_keeper_core::error::ProcessError;
