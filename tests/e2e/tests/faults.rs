@@ -912,11 +912,27 @@ async fn duplicate_deliveries_keep_one_record_without_repeated_history() {
     delete(&p, &late).await;
     let b = p.store().get("b").await.unwrap().unwrap();
     let m = &b.source.message_id;
-    // The two overlapping writes land in either order; each attempt exactly once.
+    // The two overlapping writes land in either order, each attempt at most once. A
+    // delivery that finds its message's DLQ message already sent appends nothing
+    // (docs/ARCHITECTURE.md §1.5): when one delivery's record write and DLQ send both end
+    // before the other's write, only the first is kept; when they overlap, both are.
     let mut attempts = attempt_ids(&b);
     attempts.sort_unstable();
-    assert_eq!(attempts, [format!("{m}:1:1"), format!("{m}:2:1")]);
-    assert_eq!(b.failure_count, 2);
+    let both = [format!("{m}:1:1"), format!("{m}:2:1")];
+    assert!(
+        !attempts.is_empty()
+            && attempts
+                .iter()
+                .all(|a| both.iter().any(|x| x.as_str() == *a)),
+        "{attempts:?}"
+    );
+    attempts.dedup();
+    assert_eq!(
+        attempts.len(),
+        attempt_ids(&b).len(),
+        "an attempt recorded twice"
+    );
+    assert_eq!(b.failure_count as usize, attempts.len());
     assert_eq!(p.downstream.calls("b"), 3);
 
     assert_eq!(record_ids(&records(&p).await), ["a", "b"]);
