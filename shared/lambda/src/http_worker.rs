@@ -21,23 +21,34 @@ impl DefaultWorker {
     /// Builds the worker from a configuration; `clients` overrides the AWS clients that
     /// would otherwise be loaded from the environment.
     pub async fn from_config(
-        mut config: WorkerConfig,
+        config: WorkerConfig,
         clients: Option<AwsClients>,
     ) -> Result<Self, StartupError> {
-        let mut setup = Setup::new(config.handler.clone());
-        if let Some(clients) = clients {
-            setup = setup.with_clients(clients);
-        }
-        // AWS clients only when something needs them: loading the configuration chain is
-        // a noticeable part of a cold start.
-        if config.downstream_auth.is_some() {
-            config
-                .resolve_downstream_auth(&setup.aws_clients().await)
-                .await?;
-        }
-        let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+        let (setup, delivery) = setup_and_delivery(config, clients).await?;
         Ok(setup.worker(delivery).await)
     }
+}
+
+/// The runner's [`Setup`] for `config` and the delivery it runs, with the downstream
+/// credential read when one is configured; `clients` overrides the AWS clients that would
+/// otherwise be loaded from the environment.
+async fn setup_and_delivery(
+    mut config: WorkerConfig,
+    clients: Option<AwsClients>,
+) -> Result<(Setup, HttpDelivery), StartupError> {
+    let mut setup = Setup::new(config.handler.clone());
+    if let Some(clients) = clients {
+        setup = setup.with_clients(clients);
+    }
+    // AWS clients only when something needs them: loading the configuration chain is
+    // a noticeable part of a cold start.
+    if config.downstream_auth.is_some() {
+        config
+            .resolve_downstream_auth(&setup.aws_clients().await)
+            .await?;
+    }
+    let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+    Ok((setup, delivery))
 }
 
 /// The shipped worker's start: the logs, every variable (the handler's and the
@@ -46,17 +57,7 @@ impl DefaultWorker {
 /// shipped worker runs the way any handler does. A failure is logged and returned.
 pub async fn http_delivery_from_env() -> Result<(Setup, HttpDelivery), StartupError> {
     crate::telemetry::init();
-    async {
-        let mut config = WorkerConfig::from_env()?;
-        let setup = Setup::new(config.handler.clone());
-        if config.downstream_auth.is_some() {
-            config
-                .resolve_downstream_auth(&setup.aws_clients().await)
-                .await?;
-        }
-        let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
-        Ok((setup, delivery))
-    }
-    .await
-    .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
+    async { setup_and_delivery(WorkerConfig::from_env()?, None).await }
+        .await
+        .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
 }

@@ -283,7 +283,7 @@ impl Setup {
         // Cargo unifies features across one build, so a handler built beside the
         // simulation would carry them (docs/SIMULATION.md).
         if crate::mutants::SIMULATION_HOOKS {
-            let why = "this binary was built with the simulation's test hooks (feature `sim` of sqs-keeper, unified from another package of the build): build it on its own, e.g. `cargo build -p <your crate>`";
+            let why = "this binary was built with the simulation's test hooks (feature `sim` of sqs-keeper-core, unified from another package of the build): build it on its own, e.g. `cargo build -p <your crate>`";
             tracing::error!("{why}");
             return Err(why.into());
         }

@@ -111,7 +111,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     }
 
     /// Parses and processes one record, retrying within the invocation.
-    pub(super) async fn process_record(
+    async fn process_record(
         &self,
         message_id: Text<'_>,
         mut msg: SqsRecord<'_>,
@@ -226,7 +226,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     /// record of a DLQ message moved back to the source queue from outside (the console's
     /// "Start DLQ redrive", `StartMessageMoveTask`): it carries the DLQ message's attributes
     /// (item id, source message id) and no requeue stamp.
-    pub(super) async fn finish_requeued(
+    async fn finish_requeued(
         &self,
         item: &WorkItem,
         pointer_sha: Option<&str>,
@@ -377,7 +377,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     }
 
     /// Decides between dead-lettering a failed record and returning it for retry.
-    pub(super) fn settle_failure(
+    fn settle_failure(
         &self,
         item: WorkItem,
         error: ProcessError,
@@ -430,7 +430,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 /// A processor's future behind a pointer: one allocation per attempt, so that the engine's
 /// own future does not nest the handler's (an AWS SDK call nests deeply) and a handler
 /// crate compiles without raising its `recursion_limit`.
-pub(super) fn boxed<'a, T>(
+fn boxed<'a, T>(
     call: impl Future<Output = Result<T, ProcessError>> + Send + 'a,
 ) -> futures::future::BoxFuture<'a, Result<T, ProcessError>> {
     Box::pin(call)
@@ -463,7 +463,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// The name of a disposition on log lines.
-pub(super) fn outcome_name(disposition: &Disposition) -> &'static str {
+fn outcome_name(disposition: &Disposition) -> &'static str {
     match disposition {
         Disposition::Done => "done",
         Disposition::Skipped { .. } => "skipped",
@@ -475,7 +475,7 @@ pub(super) fn outcome_name(disposition: &Disposition) -> &'static str {
 }
 
 /// A failure found before the processor ran (bad body, unfetchable payload).
-pub(super) fn immediate_failure(error: ProcessError) -> AttemptFailure {
+fn immediate_failure(error: ProcessError) -> AttemptFailure {
     AttemptFailure {
         attempt: 1,
         started_at: crate::clock::now(),

@@ -137,7 +137,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 
     /// One `ChangeMessageVisibilityBatch` (per queue, by the port), bounded by the
     /// deadline's hard stop: a call cut there counts as no record hidden.
-    pub(super) async fn hide_until(
+    async fn hide_until(
         &self,
         port: &dyn crate::redelivery::VisibilityPort,
         hides: &[crate::redelivery::Hide],

@@ -110,7 +110,7 @@ impl MessageAttribute {
 
 /// The stored shape of an attribute (and of SQS's API): a data type and one value field.
 #[derive(Serialize)]
-pub(super) struct TypedAttribute {
+struct TypedAttribute {
     data_type: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     string_value: Option<String>,
@@ -138,7 +138,7 @@ impl From<MessageAttribute> for TypedAttribute {
 /// string, where `<Binary>` stood for a binary value that was not kept.
 #[derive(Deserialize)]
 #[serde(untagged)]
-pub(super) enum StoredAttribute {
+enum StoredAttribute {
     Typed {
         data_type: String,
         #[serde(default)]

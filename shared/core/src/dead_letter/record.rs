@@ -192,7 +192,7 @@ pub struct SourceContext {
     pub attributes_omitted: u32,
 }
 
-pub(super) fn is_zero(n: &u32) -> bool {
+fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 

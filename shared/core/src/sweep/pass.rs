@@ -9,7 +9,7 @@ use super::*;
 pub(super) const MIN_HOLD: Duration = Duration::from_secs(120);
 
 /// Added to a hold that must last until an instant: the settling that follows it.
-pub(super) const HOLD_MARGIN: Duration = Duration::from_secs(30);
+const HOLD_MARGIN: Duration = Duration::from_secs(30);
 
 /// SQS's longest visibility timeout.
 pub(super) const MAX_HOLD: Duration = Duration::from_secs(43_200);
@@ -32,7 +32,7 @@ pub fn hold_for(elapsed: Duration, until: &[Option<Instant>], now: Instant) -> D
 }
 
 /// The marker of one sweep pass, carried by the copies its FIFO rotations send.
-pub(super) fn pass_marker() -> String {
+fn pass_marker() -> String {
     format!("{:016x}", fastrand::u64(..))
 }
 
@@ -283,7 +283,7 @@ impl Pass {
 }
 
 /// What a pass does with one message it judged.
-pub(super) enum Verdict {
+enum Verdict {
     Delete,
     Keep,
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 /// How often [`settle_held`] looks again at items another run is redriving.
-pub(super) const SETTLE_POLL: Duration = Duration::from_millis(250);
+const SETTLE_POLL: Duration = Duration::from_millis(250);
 
 /// What [`settle_held`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

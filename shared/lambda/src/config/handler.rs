@@ -6,7 +6,7 @@ use super::*;
 
 /// Whether `name` is a valid S3 bucket name: 3 to 63 lowercase letters, digits, dots and
 /// hyphens, starting and ending with a letter or digit.
-pub(super) fn is_bucket_name(name: &str) -> bool {
+fn is_bucket_name(name: &str) -> bool {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
     (3..=63).contains(&name.len())
         && name
@@ -18,7 +18,7 @@ pub(super) fn is_bucket_name(name: &str) -> bool {
 
 /// `WORKER_PAYLOAD_MAX_BYTES` and `WORKER_PAYLOAD_BUCKETS`. The store's own bucket is
 /// added by the worker, which knows it.
-pub(super) fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
+fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
     let max_bytes = env.integer(&PAYLOAD_MAX_BYTES);
     let mut allowed_buckets = std::collections::BTreeSet::new();
     for name in env
@@ -89,13 +89,13 @@ pub struct IdempotencyConfig {
 
 /// The breaker key of a function that names none: its own, so that two functions sharing
 /// a table do not share a breaker (outside Lambda: [`BREAKER_ID`]).
-pub(super) fn default_breaker_key(function: Option<&str>) -> String {
+fn default_breaker_key(function: Option<&str>) -> String {
     function.map_or_else(|| BREAKER_ID.to_string(), |name| format!("breaker#{name}"))
 }
 
 /// The idempotency key prefix of a function that names none: its name and `#`, as
 /// Powertools prefixes its keys with the function's (outside Lambda: none).
-pub(super) fn default_idempotency_prefix(function: Option<&str>) -> String {
+fn default_idempotency_prefix(function: Option<&str>) -> String {
     function.map_or_else(String::new, |name| format!("{name}#"))
 }
 

@@ -16,7 +16,7 @@ pub struct DownstreamAuth {
 
 /// Headers `HttpDelivery` sets itself; a credential may not replace them.
 #[cfg(feature = "http")]
-pub(super) const RESERVED_HEADERS: &[&str] = &[
+const RESERVED_HEADERS: &[&str] = &[
     "content-type",
     "content-length",
     "host",
@@ -28,7 +28,7 @@ pub(super) const RESERVED_HEADERS: &[&str] = &[
 
 /// `WORKER_DOWNSTREAM_AUTH_HEADER` and `WORKER_DOWNSTREAM_AUTH_SECRET`: both or neither.
 #[cfg(feature = "http")]
-pub(super) fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
+fn read_downstream_auth(env: &mut EnvReader<'_>) -> Option<DownstreamAuth> {
     let header: Option<String> = env.optional(&DOWNSTREAM_AUTH_HEADER);
     let secret_id: Option<String> = env.optional(&DOWNSTREAM_AUTH_SECRET);
     let header = header.and_then(|name| {
@@ -93,7 +93,7 @@ pub struct WorkerConfig {
 /// ever quoted redacted (a query string may hold an API key), and a `user:password@` is
 /// refused: credentials belong in a header, from Secrets Manager.
 #[cfg(feature = "http")]
-pub(super) fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
+fn read_downstream_url(env: &mut EnvReader<'_>) -> Option<reqwest::Url> {
     let raw: String = env.required(&DOWNSTREAM_URL)?;
     let url = match raw.parse::<reqwest::Url>() {
         Ok(url) => url,
@@ -189,10 +189,7 @@ impl WorkerConfig {
             .map(|v| (v.name, v.describe()))
             .collect()
     }
-}
 
-#[cfg(feature = "http")]
-impl WorkerConfig {
     /// Completes the delivery configuration with the downstream credential, when one is
     /// configured: reads the secret once through `clients`.
     pub async fn resolve_downstream_auth(
