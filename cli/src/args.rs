@@ -105,6 +105,10 @@ pub struct FilterArgs {
     /// Only items that may be redriven without --force.
     #[arg(long)]
     pub eligible: bool,
+    /// Only items of this message group: a FIFO group, or a fair queue's tenant (the
+    /// MessageGroupId of a standard queue's message).
+    #[arg(long)]
+    pub group: Option<String>,
 }
 
 /// The commands.
@@ -226,7 +230,7 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct RedriveArgs {
     /// A request file (JSON, as the redrive function takes); selection flags are then not allowed.
-    #[arg(long, conflicts_with_all = ["item_id", "signature", "class", "since", "until", "status"])]
+    #[arg(long, conflicts_with_all = ["item_id", "signature", "class", "group", "since", "until", "status"])]
     pub request: Option<PathBuf>,
     /// Exactly these items (repeatable).
     #[arg(long)]
@@ -234,6 +238,9 @@ pub struct RedriveArgs {
     /// Only this error signature.
     #[arg(long)]
     pub signature: Option<String>,
+    /// Only items of this message group (a FIFO group, or a fair queue's tenant).
+    #[arg(long)]
+    pub group: Option<String>,
     /// Only this error class.
     #[arg(long, value_enum)]
     pub class: Option<ErrorClass>,

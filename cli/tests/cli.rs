@@ -137,6 +137,26 @@ async fn read_commands() {
     assert_eq!(code, 0);
     let s: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(s["dead_eligible"], 2);
+    // The two validation failures are neither eligible nor for manual review: they need a
+    // fix, and every dead item is in exactly one of the three.
+    assert_eq!(s["dead_manual_review"], 0);
+    assert_eq!(s["dead_needs_fix"], 2);
+    assert_eq!(s["by_status"]["dead"], 4);
+    let (code, out, _) = dlq.run(&["stats"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("dead, needs a fix:   2"), "{out}");
+    let (code, out, _) = dlq.run(&["inspect", "v1"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("stands:         needs a fix: a run does not retry it"),
+        "{out}"
+    );
+    let (code, out, _) = dlq.run(&["inspect", "t1"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("stands:         eligible: a redrive run retries it"),
+        "{out}"
+    );
 
     let dir = std::env::temp_dir().join(format!("dlq-export-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

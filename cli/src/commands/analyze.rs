@@ -78,6 +78,21 @@ pub async fn analyze(
     for (class, n) in &a.by_class {
         writeln!(out, "  {class:<14} {n}").map_err(write_err)?;
     }
+    if !a.by_group.is_empty() {
+        // A FIFO group or a fair queue's tenant: the most records first, the first ten.
+        let mut groups: Vec<(&String, &usize)> = a.by_group.iter().collect();
+        groups.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
+        writeln!(
+            out,
+            "
+by message group ({} group(s); the ten with most records):",
+            groups.len()
+        )
+        .map_err(write_err)?;
+        for (group, n) in groups.into_iter().take(10) {
+            writeln!(out, "  {:<30} {n}", super::render::safe(group)).map_err(write_err)?;
+        }
+    }
     writeln!(out, "\nfailed attempts per hour:").map_err(write_err)?;
     let peak = a
         .failures_per_hour

@@ -91,6 +91,16 @@ pub async fn inspect(
     Ok(Completion::Ok)
 }
 
+/// Where a dead item stands and what happens next; other statuses are where they are.
+fn standing(r: &DeadLetteredItem) -> String {
+    if r.status == sqs_keeper_lambda::dead_letter::ItemStatus::Dead {
+        let triage = r.triage();
+        format!("{}: {}", triage.as_str(), triage.next_step())
+    } else {
+        format!("not dead ({})", r.status.as_str())
+    }
+}
+
 /// The record as text: fields, attributes, then every attempt kept.
 fn describe(r: &DeadLetteredItem) -> String {
     let yes_no = |b: bool| if b { "yes" } else { "no" };
@@ -113,7 +123,7 @@ fn describe(r: &DeadLetteredItem) -> String {
         }
     };
     let mut text = format!(
-        "item id:        {}\nstatus:         {}{}\nreason:         {}\nerror:          {} ({}), signature {}\nlast error:     {}\nfailures:       {} (first {}, last {})\neligible:       {}   manual review: {}\npayload:        {}\nsource:         queue {}, message {}, group {}, sent {}, receive count {}\n",
+        "item id:        {}\nstatus:         {}{}\nreason:         {}\nerror:          {} ({}), signature {}\nlast error:     {}\nfailures:       {} (first {}, last {})\neligible:       {}   manual review: {}\nstands:         {}\npayload:        {}\nsource:         queue {}, message {}, group {}, sent {}, receive count {}\n",
         safe(&r.item_id),
         r.status.as_str(),
         r.resolved_at.map(|t| format!(" at {}", sqs_keeper_lambda::time_format::format(&t))).unwrap_or_default(),
@@ -127,6 +137,7 @@ fn describe(r: &DeadLetteredItem) -> String {
         sqs_keeper_lambda::time_format::format(&r.last_attempt),
         yes_no(r.reprocess_eligible),
         yes_no(r.manual_review_required),
+        standing(r),
         payload,
         safe(r.source.queue_arn.as_deref().unwrap_or("?")),
         safe(&r.source.message_id),

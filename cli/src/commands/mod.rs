@@ -90,6 +90,7 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
         since: time(&args.since, "since")?,
         until: time(&args.until, "until")?,
         eligible_only: args.eligible,
+        message_group: args.group.clone(),
         lease_expired_before: None,
         oldest_first: false,
     })

@@ -37,6 +37,7 @@ fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
                 .collect::<Result<_, _>>()?,
             error_signature: args.signature.clone(),
             error_class: args.class,
+            message_group_id: args.group.clone(),
             since: args.since.clone(),
             until: args.until.clone(),
             // `any` leaves the status unset: the engine's default (dead).

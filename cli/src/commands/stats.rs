@@ -1,5 +1,6 @@
-//! `dlq stats`: totals by status and class, eligible vs manual review, the DLQ's depth and
-//! the age of the oldest dead item.
+//! `dlq stats`: totals by status and class, where every dead item stands (eligible, manual
+//! review, needs a fix: the three add up to the dead records), the DLQ's depth and the age
+//! of the oldest dead item.
 
 use std::io::Write;
 
@@ -35,8 +36,8 @@ pub async fn stats(global: &GlobalArgs, json: bool) -> Result<Completion, CliErr
         text.push_str(&format!("  {status:<18}{n}\n"));
     }
     text.push_str(&format!(
-        "dead, eligible:     {}\ndead, manual review: {}\ndead, payload in S3: {}\n",
-        s.dead_eligible, s.dead_manual_review, s.dead_payloads_in_s3
+        "dead, eligible:      {} (a redrive run retries them)\ndead, manual review: {} (a human looks first)\ndead, needs a fix:   {} (fix the data or the handler, then redrive with --force)\ndead, payload in S3: {}\n",
+        s.dead_eligible, s.dead_manual_review, s.dead_needs_fix, s.dead_payloads_in_s3
     ));
     text.push_str("dead by class:\n");
     for (class, n) in &s.dead_by_class {

@@ -24,11 +24,14 @@ async fn main() -> Result<(), Error> {
     let function = RedriveFunction::from_env()
         .await
         .inspect_err(|e| tracing::error!(error = %e, "redrive function cannot start"))?;
-    let function = &function;
+    // The function serves every invocation until the process ends; on Lambda Managed
+    // Instances several at once (`run_concurrent`), each a run of its own (runs are
+    // serialised per item by their leases, and the polling control by its marker's).
+    let function: &'static RedriveFunction = Box::leak(Box::new(function));
     Runtime::new(service_fn(move |event: LambdaEvent<_>| async move {
         function.handle_event(event).await
     }))
     .layer(InvocationLayer)
-    .run()
+    .run_concurrent()
     .await
 }

@@ -692,3 +692,102 @@ async fn payload_values_in_error_messages_do_not_reach_the_logs() {
         "{records:?}"
     );
 }
+
+/// Lambda Managed Instances: with `AWS_LAMBDA_MAX_CONCURRENCY` set, one process serves that
+/// many invocations at once, and each is answered with its own records and writes its own
+/// metrics (its request id on each EMF document, one cold start between them).
+#[tokio::test]
+async fn binary_serves_concurrent_invocations_each_with_its_own_records_and_metrics() {
+    const INVOCATIONS: u32 = 4;
+    let downstream = Downstream::start(
+        0,
+        DownstreamConfig {
+            slow_delay: Duration::from_millis(1500),
+            ..DownstreamConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:worker")
+        .await
+        .unwrap();
+    let env = vec![
+        ("WORKER_DOWNSTREAM_URL".to_string(), downstream.url()),
+        (
+            "WORKER_ITEM_ID_SOURCE".to_string(),
+            "pointer:/id".to_string(),
+        ),
+        (
+            "AWS_LAMBDA_MAX_CONCURRENCY".to_string(),
+            INVOCATIONS.to_string(),
+        ),
+    ];
+    let log = std::env::temp_dir().join(format!(
+        "worker-binary-concurrent-{}.log",
+        std::process::id()
+    ));
+    let _process =
+        FunctionProcess::spawn(&worker_binary(), "worker", &api.address(), &env, Some(&log))
+            .unwrap();
+    // Each invocation: a record the downstream takes 1.5 s over, and one it refuses (no
+    // dead-letter store: returned to the queue), with message ids of its own.
+    let events: Vec<serde_json::Value> = (0..INVOCATIONS)
+        .map(|i| {
+            json!({"Records": [
+                record(10 * i + 1, &json!({"id": format!("slow-{i}"), "scenario": "slow"}).to_string()),
+                record(10 * i + 2, &json!({"id": format!("bad-{i}"), "scenario": "invalid"}).to_string()),
+            ]})
+        })
+        .collect();
+    let results = futures::future::join_all(events.iter().map(|event| {
+        api.invoke(
+            serde_json::to_vec(event).unwrap().into(),
+            Duration::from_secs(30),
+        )
+    }))
+    .await;
+    for (i, result) in (0..INVOCATIONS).zip(results) {
+        assert_eq!(
+            batch_response_ids(&result.unwrap()),
+            [format!("msg-{}", 10 * i + 2)],
+            "invocation {i} answered with another's records"
+        );
+    }
+    // Served at once, not one after another (which would keep this at 1).
+    assert!(
+        downstream.peak_in_flight() >= 2,
+        "the downstream saw at most {} requests at once",
+        downstream.peak_in_flight()
+    );
+    // One summary document per invocation, each with its own request id and counts.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let summaries: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|doc| doc.get("_aws").is_some() && doc.get("Records").is_some())
+        .collect();
+    assert_eq!(summaries.len(), INVOCATIONS as usize, "{text}");
+    let request_ids: std::collections::BTreeSet<&str> = summaries
+        .iter()
+        .map(|doc| doc["requestId"].as_str().unwrap())
+        .collect();
+    assert_eq!(request_ids.len(), INVOCATIONS as usize, "{text}");
+    for doc in &summaries {
+        assert_eq!(
+            (doc["Records"].as_u64(), doc["Done"].as_u64()),
+            (Some(2), Some(1)),
+            "{doc}"
+        );
+        assert_eq!(doc["ReportedFailures"], 1, "{doc}");
+    }
+    let cold_starts: u64 = summaries
+        .iter()
+        .map(|d| d["ColdStart"].as_u64().unwrap())
+        .sum();
+    assert_eq!(cold_starts, 1, "one cold start per process: {text}");
+    // No warning that the variable is set without the runtime's concurrency.
+    assert!(
+        !text.contains("concurrency-tokio feature is not enabled"),
+        "{text}"
+    );
+}

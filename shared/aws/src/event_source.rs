@@ -48,6 +48,25 @@ impl MappingSwitch for LambdaMapping {
         })
     }
 
+    fn disabled_since(&self) -> BoxFuture<'_, Result<Option<SystemTime>, ProcessError>> {
+        Box::pin(async move {
+            let mapping = self
+                .client
+                .get_event_source_mapping()
+                .uuid(&self.uuid)
+                .send()
+                .await
+                .map_err(|e| ProcessError::from_sdk(&e).with_step("polling"))?;
+            if !matches!(mapping.state(), Some("Disabled")) {
+                return Ok(None);
+            }
+            // `LastModified`: the mapping's last change, its disabling when it is disabled.
+            Ok(mapping
+                .last_modified()
+                .and_then(|at| SystemTime::try_from(*at).ok()))
+        })
+    }
+
     fn set_enabled(&self, enabled: bool) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
             self.client

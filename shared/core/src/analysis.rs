@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, DurationRound, Utc};
 use serde::Serialize;
 
-use crate::dead_letter::{DeadLetteredItem, PayloadLocation};
+use crate::dead_letter::{DeadLetteredItem, PayloadLocation, Triage};
 
 /// Records sharing one error signature.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -38,6 +38,9 @@ pub struct Analysis {
     pub groups: Vec<SignatureGroup>,
     /// Records by error class.
     pub by_class: BTreeMap<String, usize>,
+    /// Records by message group (a FIFO group, or a fair queue's tenant), for records that
+    /// name one: a tenant whose own downstream fails stands out here.
+    pub by_group: BTreeMap<String, usize>,
     /// Failed attempts per hour (from every record's history), oldest first.
     pub failures_per_hour: Vec<(DateTime<Utc>, usize)>,
 }
@@ -46,11 +49,15 @@ pub struct Analysis {
 pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
     let mut groups: BTreeMap<&str, SignatureGroup> = BTreeMap::new();
     let mut by_class = BTreeMap::new();
+    let mut by_group: BTreeMap<String, usize> = BTreeMap::new();
     let mut per_hour: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
     for r in records {
         *by_class
             .entry(r.error_class.as_str().to_string())
             .or_default() += 1;
+        if let Some(group) = &r.source.message_group_id {
+            *by_group.entry(group.clone()).or_default() += 1;
+        }
         let g = groups
             .entry(&r.error_signature)
             .or_insert_with(|| SignatureGroup {
@@ -69,7 +76,7 @@ pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
         if g.sample_ids.len() < samples {
             g.sample_ids.push(r.item_id.clone());
         }
-        if r.reprocess_eligible && !r.manual_review_required {
+        if r.triage() == Triage::Eligible {
             g.eligible += 1;
         }
         for f in &r.failure_history {
@@ -84,6 +91,7 @@ pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
         records: records.len(),
         groups,
         by_class,
+        by_group,
         failures_per_hour: per_hour.into_iter().collect(),
     }
 }
@@ -97,10 +105,14 @@ pub struct Stats {
     pub by_status: BTreeMap<String, usize>,
     /// Dead records by class.
     pub dead_by_class: BTreeMap<String, usize>,
-    /// Dead records that may be redriven without `force`.
+    /// Dead records a redrive run retries ([`Triage::Eligible`]).
     pub dead_eligible: usize,
-    /// Dead records that need a human first.
+    /// Dead records that need a human first ([`Triage::ManualReview`]).
     pub dead_manual_review: usize,
+    /// Dead records a run does not retry until the data or the handler is fixed
+    /// ([`Triage::NeedsFix`]: validation or not-found failures seen once).
+    /// The three counts add up to the dead records.
+    pub dead_needs_fix: usize,
     /// Dead records with their payload in S3.
     pub dead_payloads_in_s3: usize,
     /// DLQ messages visible.
@@ -130,11 +142,11 @@ pub fn stats(records: &[DeadLetteredItem], dlq: (u64, u64), now: DateTime<Utc>) 
         *s.dead_by_class
             .entry(r.error_class.as_str().to_string())
             .or_default() += 1;
-        if r.manual_review_required {
-            s.dead_manual_review += 1;
-        } else if r.reprocess_eligible {
-            s.dead_eligible += 1;
-        }
+        *match r.triage() {
+            Triage::Eligible => &mut s.dead_eligible,
+            Triage::ManualReview => &mut s.dead_manual_review,
+            Triage::NeedsFix => &mut s.dead_needs_fix,
+        } += 1;
         if matches!(r.payload.location, PayloadLocation::S3 { .. }) {
             s.dead_payloads_in_s3 += 1;
         }
@@ -388,6 +400,56 @@ mod tests {
     }
 
     #[test]
+    fn records_are_counted_by_message_group_and_filtered_by_it() {
+        let mut records = vec![
+            record("a", ErrorClass::Timeout, "t", 0),
+            record("b", ErrorClass::Timeout, "t", 0),
+            record("c", ErrorClass::Timeout, "t", 0),
+        ];
+        records[0].source.message_group_id = Some("tenant-1".into());
+        records[1].source.message_group_id = Some("tenant-1".into());
+        let a = analyze(&records, 1);
+        assert_eq!(a.by_group.len(), 1);
+        assert_eq!(a.by_group["tenant-1"], 2, "c names no group");
+        let filter = crate::selection::RecordFilter {
+            message_group: Some("tenant-1".into()),
+            ..Default::default()
+        };
+        let kept: Vec<&str> = records
+            .iter()
+            .filter(|r| filter.matches(r))
+            .map(|r| r.item_id.as_str())
+            .collect();
+        assert_eq!(kept, ["a", "b"]);
+    }
+
+    #[test]
+    fn every_dead_item_is_counted_in_exactly_one_standing() {
+        // A validation failure seen once is neither eligible nor for manual review: it
+        // needs a fix, and the three counts add up to the dead records.
+        let records = vec![
+            record("a", ErrorClass::Timeout, "t", 0),
+            record("b", ErrorClass::Permission, "denied", 0),
+            record("c", ErrorClass::Validation, "missing field `id`", 0),
+            record("d", ErrorClass::NotFound, "no such order", 0),
+            record("e", ErrorClass::Unknown, "boom", 0),
+        ];
+        let s = stats(&records, (0, 0), records[0].first_attempt);
+        // An unknown error is eligible (a redrive may meet a fixed handler).
+        assert_eq!(
+            (s.dead_eligible, s.dead_manual_review, s.dead_needs_fix),
+            (2, 1, 2)
+        );
+        assert_eq!(
+            s.dead_eligible + s.dead_manual_review + s.dead_needs_fix,
+            s.by_status["dead"]
+        );
+        assert_eq!(records[2].triage(), Triage::NeedsFix);
+        assert_eq!(records[1].triage(), Triage::ManualReview);
+        assert_eq!(records[0].triage(), Triage::Eligible);
+    }
+
+    #[test]
     fn stats_and_exports() {
         let records = vec![
             record("a", ErrorClass::Timeout, "t", 0),
@@ -398,6 +460,7 @@ mod tests {
         assert_eq!(s.by_status["dead"], 2);
         assert_eq!(s.dead_eligible, 1);
         assert_eq!(s.dead_manual_review, 1);
+        assert_eq!(s.dead_needs_fix, 0);
         assert_eq!(s.oldest_dead_age_secs, Some(90));
         let mut csv = Vec::new();
         export(&records, ExportFormat::Csv, &mut csv).unwrap();

@@ -153,6 +153,9 @@ pub struct Breaker<P, S> {
     /// This sandbox's attempt to open failed (a throttled write): the next count it writes
     /// at or over the threshold tries again, since no later write crosses it.
     open_failed: std::sync::atomic::AtomicBool,
+    /// When a call to the store last succeeded (tokio's clock): a sandbox out of touch
+    /// with it for a whole open period probes on its own ([`Breaker::out_of_touch`]).
+    last_contact: Mutex<Option<tokio::time::Instant>>,
 }
 
 impl<P, S> Breaker<P, S> {
@@ -166,6 +169,7 @@ impl<P, S> Breaker<P, S> {
             reading: tokio::sync::Mutex::new(()),
             unwritten: Mutex::new((0, None)),
             open_failed: std::sync::atomic::AtomicBool::new(false),
+            last_contact: Mutex::new(None),
         }
     }
 
@@ -204,7 +208,7 @@ fn refusal(message: String) -> ProcessError {
 }
 
 /// What a probe may take beyond its call before the lock lapses.
-const PROBE_SLACK: Duration = Duration::from_secs(5);
+pub const PROBE_SLACK: Duration = Duration::from_secs(5);
 
 impl<P: Processor, S: BreakerStore> Breaker<P, S> {
     fn fresh(&self) -> Option<BreakerState> {
@@ -226,6 +230,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         }
         match self.store.read().await {
             Ok(state) => {
+                self.touch();
                 if state.open_until.is_some() {
                     // Failures counted here before it opened belong to the window that
                     // opened it.
@@ -248,6 +253,25 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                 known
             }
         }
+    }
+
+    /// A call to the store succeeded.
+    fn touch(&self) {
+        if let Ok(mut last) = self.last_contact.lock() {
+            *last = Some(tokio::time::Instant::now());
+        }
+    }
+
+    /// Whether no call to the store has succeeded for a whole open period (the table is
+    /// unavailable, not just throttling a hot item): the sandbox then keeps a breaker of
+    /// its own rather than refuse every record until the table is back while the
+    /// downstream may have recovered long ago.
+    fn out_of_touch(&self) -> bool {
+        self.last_contact
+            .lock()
+            .ok()
+            .and_then(|last| *last)
+            .is_none_or(|at| at.elapsed() >= self.policy.open_for)
     }
 
     fn remember(&self, state: &BreakerState) {
@@ -301,6 +325,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         let now = SystemTime::from(crate::clock::now());
         match self.store.add_failures(n, now, self.policy.window).await {
             Ok(counted) => {
+                self.touch();
                 self.remember(&counted);
                 Some((n, counted))
             }
@@ -319,11 +344,13 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         }
     }
 
-    async fn open(&self, opens: u32, now: SystemTime, why: &str) {
+    /// Opens the breaker (the `opens`-th time); whether the store took the write.
+    async fn open(&self, opens: u32, now: SystemTime, why: &str) -> bool {
         let period = open_period(&self.policy, opens);
         let until = now + period;
         match self.store.open(until, opens, now).await {
             Ok(true) => {
+                self.touch();
                 self.open_failed
                     .store(false, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
@@ -339,16 +366,20 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                     opens,
                     ..BreakerState::default()
                 });
+                true
             }
             Ok(false) => {
+                self.touch();
                 if let Ok(state) = self.store.read().await {
                     self.remember(&state);
                 }
+                true
             }
             Err(e) => {
                 self.open_failed
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(error = %e, "could not open the circuit breaker; the next failure counted tries again");
+                false
             }
         }
     }
@@ -383,7 +414,15 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
     ) -> Result<Outcome, ProcessError> {
         let lock = now + self.probe_lock();
         let taken = self.store.take_probe(lock, now).await;
-        if !matches!(taken, Ok(true)) {
+        // The table out of reach for a whole open period: this sandbox probes on its own
+        // (its other records wait for it), and keeps what the probe says to itself if the
+        // table still takes no write: one probe per sandbox and open period, not a
+        // refusal of every record for as long as the table is down.
+        let on_its_own = taken.is_err() && self.out_of_touch();
+        if taken.is_ok() {
+            self.touch();
+        }
+        if !matches!(taken, Ok(true)) && !on_its_own {
             // Somebody else probes (or the lock cannot be taken): not tried again here
             // until the lock lapses or the state is read again.
             if let Err(e) = &taken {
@@ -395,15 +434,33 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
             });
             return Err(refused_while_probing());
         }
+        if on_its_own {
+            tracing::warn!(
+                "the circuit breaker's table has been out of reach for an open period: this sandbox probes on its own"
+            );
+            self.remember(&BreakerState {
+                probe_until: Some(lock),
+                ..state.clone()
+            });
+        }
         let result = self.call(item).await;
         crate::context::finishing(async {
             let after = SystemTime::from(crate::clock::now());
             match &result {
                 Err(error) if counts(error) => {
-                    self.open(state.opens + 1, after, "the probe failed").await;
+                    let opens = state.opens + 1;
+                    if !self.open(opens, after, "the probe failed").await {
+                        // Open here, for as long as the store would have been told.
+                        self.remember(&BreakerState {
+                            open_until: Some(after + open_period(&self.policy, opens)),
+                            opens,
+                            ..BreakerState::default()
+                        });
+                    }
                 }
                 _ => match self.store.close().await {
                     Ok(()) => {
+                        self.touch();
                         tracing::info!(
                             opens = state.opens,
                             "circuit breaker closed: the probe succeeded"
@@ -416,7 +473,14 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                         self.forget_failures();
                         self.remember(&BreakerState::default());
                     }
-                    Err(e) => tracing::warn!(error = %e, "could not close the circuit breaker"),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not close the circuit breaker");
+                        if on_its_own {
+                            // Closed here: the downstream answered this sandbox's probe.
+                            self.forget_failures();
+                            self.remember(&BreakerState::default());
+                        }
+                    }
                 },
             }
         })
@@ -428,6 +492,15 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
 impl<P: Processor, S: BreakerStore> Processor for Breaker<P, S> {
     fn attempt_timeout(&self) -> Option<Duration> {
         self.inner.attempt_timeout()
+    }
+
+    async fn on_dead_letter(
+        &self,
+        dead: &crate::processor::DeadLettered<'_>,
+    ) -> Result<(), ProcessError> {
+        // The hook is the handler's, not a call of the downstream: the breaker does not
+        // hold it back.
+        self.inner.on_dead_letter(dead).await
     }
 
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {

@@ -129,7 +129,8 @@ impl<S: IdempotencyStore> Idempotency<S> {
 
     /// Every key starts with `prefix` (the runner uses the function's name and `#`,
     /// `WORKER_IDEMPOTENCY_KEY_PREFIX`): functions sharing a table keep apart, and no item
-    /// id can name another kind of item in it (the circuit breaker's).
+    /// id can name another kind of item in it (the circuit breaker's: the configuration
+    /// refuses a prefix that could, in a table shared with the breaker).
     pub fn with_key_prefix(mut self, prefix: &str) -> Self {
         self.key_prefix = prefix.to_string();
         self
@@ -293,6 +294,17 @@ impl<P: Processor, S: IdempotencyStore> Processor for Idempotent<P, S> {
                 reason: "already processed (idempotency record)".to_string(),
             },
         })
+    }
+
+    fn attempt_timeout(&self) -> Option<std::time::Duration> {
+        self.inner.attempt_timeout()
+    }
+
+    async fn on_dead_letter(
+        &self,
+        dead: &crate::processor::DeadLettered<'_>,
+    ) -> Result<(), ProcessError> {
+        self.inner.on_dead_letter(dead).await
     }
 }
 

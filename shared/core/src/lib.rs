@@ -101,5 +101,8 @@ pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Dispositio
 pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
 pub use error::{ErrorClass, ProcessError};
 pub use item::WorkItem;
-pub use processor::{handler_fn, Outcome, Processor};
+pub use processor::{handler_fn, DeadLettered, Outcome, Processor};
 pub use retry::{Deadline, RetryPolicy};
+
+#[cfg(test)]
+mod unreachable_store_tests;

@@ -38,6 +38,32 @@ impl S3Pointer {
         (class == POINTER_CLASS).then_some(pointer)
     }
 
+    /// Parses the bare-object pointer (`{"s3BucketName": "...", "s3Key": "..."}`, the
+    /// `MessageS3Pointer` of the Java Extended Client 1.x and of the Python extended
+    /// clients): exactly those two string fields, nothing else. Such an object may be a
+    /// producer's own data, so [`PayloadPolicy::pointer_in`] follows it only into an
+    /// allowed bucket and otherwise treats the body as data.
+    pub fn parse_bare(body: &str) -> Option<S3Pointer> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Bare {
+            #[serde(rename = "s3BucketName")]
+            bucket: String,
+            #[serde(rename = "s3Key")]
+            key: String,
+        }
+        let trimmed = body.trim_start();
+        // Cheap test first: nearly every body is not a pointer.
+        if !trimmed.starts_with('{') || !trimmed.contains("s3BucketName") {
+            return None;
+        }
+        let bare: Bare = serde_json::from_str(body).ok()?;
+        (!bare.bucket.is_empty() && !bare.key.is_empty()).then_some(S3Pointer {
+            bucket: bare.bucket,
+            key: bare.key,
+        })
+    }
+
     /// The pointer as an Extended Client body.
     pub fn to_body(&self) -> String {
         serde_json::json!([POINTER_CLASS, {"s3BucketName": self.bucket, "s3Key": self.key}])
@@ -82,8 +108,19 @@ impl PayloadPolicy {
     /// policy does not allow (not followed at all: the sender chose the bucket, and the
     /// worker's role may read more than the sender should; a human looks before any
     /// redrive).
+    ///
+    /// Both Extended-Client forms are read: the `PayloadS3Pointer` array (Java 2.x, the
+    /// Python and JavaScript clients) and the bare object ([`S3Pointer::parse_bare`]),
+    /// the latter only into an allowed bucket (elsewhere it is the producer's data).
     pub fn pointer_in(&self, body: &str) -> Option<Result<S3Pointer, ProcessError>> {
-        let pointer = S3Pointer::parse(body)?;
+        let pointer = match S3Pointer::parse(body) {
+            Some(pointer) => pointer,
+            None => {
+                return S3Pointer::parse_bare(body)
+                    .filter(|bare| self.allows(&bare.bucket))
+                    .map(Ok)
+            }
+        };
         if self.allows(&pointer.bucket) {
             return Some(Ok(pointer));
         }
@@ -95,5 +132,44 @@ impl PayloadPolicy {
             ),
         )
         .with_step("fetch-payload")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_extended_client_forms_are_read_the_bare_one_only_into_an_allowed_bucket() {
+        let policy = PayloadPolicy::allowing(["payloads"]);
+        let expected = S3Pointer {
+            bucket: "payloads".into(),
+            key: "k/1".into(),
+        };
+        let array = r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"payloads","s3Key":"k/1"}]"#;
+        let bare = r#"{"s3BucketName":"payloads","s3Key":"k/1"}"#;
+        assert_eq!(policy.pointer_in(array), Some(Ok(expected.clone())));
+        assert_eq!(policy.pointer_in(bare), Some(Ok(expected)));
+        // A bare object naming another bucket may be the producer's own data: it is
+        // passed on as the body, not refused as a pointer (the array form is refused).
+        assert_eq!(
+            policy.pointer_in(r#"{"s3BucketName":"elsewhere","s3Key":"k"}"#),
+            None
+        );
+        assert!(matches!(
+            policy.pointer_in(r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"elsewhere","s3Key":"k"}]"#),
+            Some(Err(e)) if e.class == ErrorClass::Permission
+        ));
+        // Anything more than the two fields is data.
+        for body in [
+            r#"{"s3BucketName":"payloads","s3Key":"k","size":3}"#,
+            r#"{"s3BucketName":"payloads"}"#,
+            r#"{"s3BucketName":"payloads","s3Key":""}"#,
+            r#"{"s3BucketName":1,"s3Key":"k"}"#,
+        ] {
+            assert_eq!(policy.pointer_in(body), None, "{body}");
+        }
+        // The DLQ rule reads only the array form our own messages carry.
+        assert_eq!(S3Pointer::parse(bare), None);
     }
 }

@@ -44,6 +44,12 @@ pub trait MappingSwitch: Send + Sync {
     fn enabled(&self) -> BoxFuture<'_, Result<bool, ProcessError>>;
     /// Enables or disables it.
     fn set_enabled(&self, enabled: bool) -> BoxFuture<'_, Result<(), ProcessError>>;
+    /// Since when the mapping is disabled (its last change), `None` when it is not, or
+    /// when the adapter cannot tell: what the control goes by when it cannot read its own
+    /// record ([`blind_restore_after`]).
+    fn disabled_since(&self) -> BoxFuture<'_, Result<Option<SystemTime>, ProcessError>> {
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// What the control recorded of its pause.
@@ -160,10 +166,34 @@ pub fn sweep_reserve(retention: Duration) -> Duration {
     retention / 4
 }
 
+/// How long a mapping must have been disabled before a run that cannot read its own record
+/// (the breaker table is unavailable: no lease, no marker) enables it anyway: a sweep
+/// interval of the queue's retention, or an hour when that cannot be read either. The
+/// record it cannot read may be its own pause, and a pause must never outlast a message:
+/// this is the one case where a mapping an operator disabled may be enabled, after that
+/// long (docs/ARCHITECTURE.md §1.12).
+pub fn blind_restore_after(retention: Option<Duration>) -> Duration {
+    retention.map_or(Duration::from_secs(3600), sweep_interval)
+}
+
 /// The shortest sweep interval the control pauses with (a queue with a retention under
 /// 40 minutes is never paused): it must cover the schedule's minute, the mapping's start
 /// and the sweep itself.
 pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Why a run's step failed: its own record could not be read ([`PollingControl::blind`]
+/// then decides), or any other call failed (the next run finishes what this one began).
+enum StepError {
+    Blind(ProcessError),
+    Seen(ProcessError),
+}
+use StepError::{Blind, Seen};
+
+impl From<ProcessError> for StepError {
+    fn from(error: ProcessError) -> Self {
+        Seen(error)
+    }
+}
 
 /// The control's ports.
 pub struct PollingControl<B, S, M, P> {
@@ -183,15 +213,12 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         match self.marker.lease(now, now + LEASE).await {
             Ok(true) => {}
             Ok(false) => return ControlAction::Busy,
-            Err(error) => {
-                return ControlAction::Failed {
-                    error: error.to_string(),
-                }
-            }
+            Err(error) => return self.blind(now, error).await,
         }
         let action = match self.step(now).await {
             Ok(action) => action,
-            Err(error) => ControlAction::Failed {
+            Err(Blind(error)) => self.blind(now, error).await,
+            Err(Seen(error)) => ControlAction::Failed {
                 error: error.to_string(),
             },
         };
@@ -201,31 +228,79 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         action
     }
 
-    async fn step(&self, now: SystemTime) -> Result<ControlAction, ProcessError> {
-        let pause = self.marker.read().await?;
+    /// A run that cannot read its own record (no lease, no marker: the breaker table is
+    /// unavailable): a mapping disabled for longer than [`blind_restore_after`] is enabled,
+    /// since the record it cannot read may be its pause; anything else waits for the next
+    /// run. The record is left as it is (a later run that reads it again finds the mapping
+    /// enabled, and a pause's record then ends or sweeps as usual).
+    async fn blind(&self, now: SystemTime, error: ProcessError) -> ControlAction {
+        let failed = |error: ProcessError| ControlAction::Failed {
+            error: error.to_string(),
+        };
+        let disabled_since = match self.mapping.disabled_since().await {
+            Ok(Some(since)) => since,
+            Ok(None) => return failed(error),
+            Err(mapping_error) => {
+                tracing::warn!(%mapping_error, "nor can the mapping be read");
+                return failed(error);
+            }
+        };
+        let retention = self.probe.queue().await.ok().map(|q| q.retention);
+        if now.duration_since(disabled_since).unwrap_or(Duration::ZERO)
+            < blind_restore_after(retention)
+        {
+            return failed(error);
+        }
+        tracing::warn!(%error, "the polling control cannot read its record, and the mapping has been disabled for longer than a sweep interval: polling is restored");
+        match self.mapping.set_enabled(true).await {
+            Ok(()) => ControlAction::Resumed { probe: None },
+            Err(enable_error) => failed(enable_error),
+        }
+    }
+
+    async fn step(&self, now: SystemTime) -> Result<ControlAction, StepError> {
+        let pause = self.marker.read().await.map_err(Blind)?;
         let state = match self.breaker.read().await {
             Ok(state) => state,
             Err(error) if pause.paused => {
                 // Fail safe: without the breaker's state nothing says the pause may go on.
                 tracing::warn!(%error, "the breaker cannot be read: polling is restored");
-                return self.resume(None).await;
+                return Ok(self.resume(None).await?);
             }
-            Err(error) => return Err(error),
+            Err(error) => return Err(Seen(error)),
         };
         if pause.sweeping {
-            return self.sweep_on(pause, state.is_open(now), now).await;
+            return Ok(self.sweep_on(pause, state.is_open(now), now).await?);
         }
         if pause.paused {
             // A sweep is due whatever the breaker's state: probes that never reach the
             // breaker (a worker failing as a whole) must not keep the queue unswept.
-            let queue = self.probe.queue().await?;
+            let queue = match self.probe.queue().await {
+                Ok(queue) => queue,
+                Err(error) => {
+                    // Fail safe: without the queue's retention nothing says when the next
+                    // sweep is due, and a pause must not outlast a message.
+                    tracing::warn!(%error, "the source queue cannot be read: polling is restored");
+                    return Ok(self.resume(None).await?);
+                }
+            };
             let since = pause.since.unwrap_or(now);
             if now.duration_since(since).unwrap_or(Duration::ZERO)
                 >= sweep_interval(queue.retention)
             {
-                return self.start_sweep(now).await;
+                return Ok(self.start_sweep(now).await?);
             }
         }
+        Ok(self.decide(pause, state, now).await?)
+    }
+
+    /// The rest of a run, with the record and the breaker read and no sweep due.
+    async fn decide(
+        &self,
+        pause: PauseState,
+        state: crate::breaker::BreakerState,
+        now: SystemTime,
+    ) -> Result<ControlAction, ProcessError> {
         if state.is_open(now) {
             if pause.paused {
                 // Finish a pause a crash may have cut between the record and the mapping.

@@ -187,6 +187,10 @@ impl OutgoingMessage {
 /// refused.
 pub type SendResult = Result<String, String>;
 
+/// SQS's largest message before 2025 (256 KiB), and what a queue takes whose
+/// `MaximumMessageSize` cannot be read.
+pub const CLASSIC_MESSAGE_MAX: u64 = 262_144;
+
 /// The queues items are requeued to.
 pub trait SourceQueue: Send + Sync {
     /// The URL of the queue `name` owned by `account`.
@@ -195,6 +199,17 @@ pub trait SourceQueue: Send + Sync {
         name: &str,
         account: &str,
     ) -> impl Future<Output = Result<String, ProcessError>> + Send;
+
+    /// The largest message `queue_url` takes, in bytes (its `MaximumMessageSize`: up to
+    /// 1 MiB), so that a requeue sends a payload inline whenever the queue takes it. An
+    /// adapter that cannot ask keeps this default, [`CLASSIC_MESSAGE_MAX`].
+    fn maximum_message_size(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<u64, ProcessError>> + Send {
+        let _ = queue_url;
+        std::future::ready(Ok(CLASSIC_MESSAGE_MAX))
+    }
 
     /// Sends up to 10 messages (1 MiB in all) in one call; one result per message, in
     /// order. An error means the call failed as a whole and no message is known sent.

@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use crate::dead_letter::DeadLetterReason;
 use crate::error::ProcessError;
 use crate::item::WorkItem;
 
@@ -55,6 +56,56 @@ pub trait Processor: Send + Sync {
     fn attempt_timeout(&self) -> Option<Duration> {
         None
     }
+
+    /// Called after a record was dead-lettered: its failure is durable (the payload, the
+    /// DynamoDB record and the DLQ message are written) before this runs, so nothing the
+    /// hook does can lose it. For a metric, a notification, a compensation. An error it
+    /// returns, a panic, or running past the invocation's hard stop is logged (class and
+    /// signature, never the message's values) and changes nothing: the record stays
+    /// dead-lettered and acknowledged. At least once per dead-lettering: a delivery of a
+    /// message already dead-lettered (its acknowledgement was lost) calls it again. Hooks of
+    /// one batch run concurrently, before the batch answers. Not called for the records a
+    /// worker without a dead-letter store returns to the queue.
+    ///
+    /// ```
+    /// use sqs_keeper_core::{DeadLettered, Outcome, ProcessError, Processor, WorkItem};
+    ///
+    /// struct Orders;
+    ///
+    /// impl Processor for Orders {
+    ///     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+    ///         Err(ProcessError::validation("no such product"))
+    ///     }
+    ///
+    ///     async fn on_dead_letter(&self, dead: &DeadLettered<'_>) -> Result<(), ProcessError> {
+    ///         // e.g. release the stock the order held
+    ///         println!("order {} dead-lettered: {}", dead.item.item_id, dead.reason.as_str());
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    fn on_dead_letter(
+        &self,
+        dead: &DeadLettered<'_>,
+    ) -> impl Future<Output = Result<(), ProcessError>> + Send {
+        let _ = dead;
+        std::future::ready(Ok(()))
+    }
+}
+
+/// A record the worker has just dead-lettered, as [`Processor::on_dead_letter`] sees it.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct DeadLettered<'a> {
+    /// The record, as the processor saw it.
+    pub item: &'a WorkItem,
+    /// Its final error (the whole message; log it with [`ProcessError::loggable`]).
+    pub error: &'a ProcessError,
+    /// Why it was dead-lettered now.
+    pub reason: DeadLetterReason,
+    /// The attempts this delivery made (0 when it never ran: a bad body, a record held
+    /// back on its last receive).
+    pub attempts: usize,
 }
 
 /// An async function of a `&WorkItem`, for [`handler_fn`]. Implemented for every

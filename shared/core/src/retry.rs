@@ -145,6 +145,82 @@ pub struct RetryPolicy {
     pub retry_unknown: bool,
     /// How the delay is randomised.
     pub jitter: Jitter,
+    /// Attempts per error class where a class is tried more or less than `max_attempts`,
+    /// and whether a throttled attempt with a `Retry-After` counts.
+    pub class_attempts: ClassAttempts,
+}
+
+/// Most attempts a record makes in one invocation whatever its budgets: free throttled
+/// attempts ([`ClassAttempts::retry_after_free`]) included.
+pub const MAX_ATTEMPTS_PER_INVOCATION: u32 = 20;
+
+/// Retry budgets by error class, within one invocation (`WORKER_RETRY_ATTEMPTS_BY_CLASS`,
+/// `WORKER_RETRY_AFTER_FREE`): throttling may be tried longer than a server error, and a
+/// callee that asks for time (`Retry-After`) is given it without spending the record's
+/// attempts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClassAttempts {
+    /// The most attempts for a failure of this class, in place of `max_attempts` (the
+    /// last failure's class decides whether another attempt is made).
+    pub by_class: std::collections::BTreeMap<crate::error::ErrorClass, u32>,
+    /// A `throttled` failure that carries a `Retry-After` does not count against the
+    /// record's attempts: the callee asked for time, not for a different answer. The
+    /// invocation's cut-off still ends the waiting, and no record makes more than
+    /// [`MAX_ATTEMPTS_PER_INVOCATION`] attempts.
+    pub retry_after_free: bool,
+}
+
+impl ClassAttempts {
+    /// Whether `error` spends one of the record's attempts.
+    pub fn counts(&self, error: &ProcessError) -> bool {
+        !(self.retry_after_free
+            && error.class == crate::error::ErrorClass::Throttled
+            && error.retry_after.is_some())
+    }
+
+    /// The attempts a record may make when its last failure is of `class`.
+    pub fn limit(&self, class: crate::error::ErrorClass, default: u32) -> u32 {
+        self.by_class.get(&class).copied().unwrap_or(default)
+    }
+}
+
+/// `class=n` pairs joined by `,` (`throttled=6,server_error=2`), each `n` from 1 to
+/// [`MAX_ATTEMPTS_PER_INVOCATION`], each class once.
+impl std::str::FromStr for ClassAttempts {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut by_class = std::collections::BTreeMap::new();
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (class, attempts) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?} is not class=attempts"))?;
+            let class: crate::error::ErrorClass = class.trim().parse().map_err(|_| {
+                format!(
+                    "{:?} is not an error class (throttled, server_error, timeout, connection, unknown, ...)",
+                    class.trim()
+                )
+            })?;
+            let attempts: u32 = attempts
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=MAX_ATTEMPTS_PER_INVOCATION).contains(n))
+                .ok_or_else(|| {
+                    format!(
+                        "{:?} attempts for {class}: expected 1 to {MAX_ATTEMPTS_PER_INVOCATION}",
+                        attempts.trim()
+                    )
+                })?;
+            if by_class.insert(class, attempts).is_some() {
+                return Err(format!("{class} is given twice"));
+            }
+        }
+        Ok(ClassAttempts {
+            by_class,
+            retry_after_free: false,
+        })
+    }
 }
 
 impl Default for RetryPolicy {
@@ -155,6 +231,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(2),
             retry_unknown: false,
             jitter: Jitter::Full,
+            class_attempts: ClassAttempts::default(),
         }
     }
 }
@@ -249,6 +326,8 @@ where
 {
     let mut failures = Vec::new();
     let mut attempt = 1;
+    // The attempts that spent the record's budget (a free throttled one does not).
+    let mut counted = 0;
     loop {
         // The wall time an attempt started at is only kept when it fails: worked out then
         // from its duration, so a successful attempt reads the clock once.
@@ -295,13 +374,19 @@ where
             duration,
             error: error.clone(),
         });
+        if policy.class_attempts.counts(&error) {
+            counted += 1;
+        }
+        let limit = policy
+            .class_attempts
+            .limit(error.class, policy.max_attempts);
         let stop = if cut {
             Some(StopReason::Deadline)
         } else if !error.class.is_retryable(policy.retry_unknown) {
             Some(StopReason::Permanent)
         } else if crate::breaker::is_refusal(&error) {
             Some(StopReason::Refused)
-        } else if attempt >= policy.max_attempts {
+        } else if counted >= limit || attempt >= MAX_ATTEMPTS_PER_INVOCATION {
             Some(StopReason::AttemptsExhausted)
         } else {
             let delay = policy.backoff(attempt).max(
@@ -331,7 +416,15 @@ where
 /// The longest one record can take with `policy` when every attempt runs for its whole
 /// `attempt_timeout`: attempts × timeout plus the longest backoffs between them.
 pub fn worst_case_record_time(policy: &RetryPolicy, attempt_timeout: Duration) -> Duration {
-    let attempts = policy.max_attempts.max(1);
+    // The largest budget of any class (free throttled attempts aside: they wait as long as
+    // the callee asks, which only the cut-off bounds).
+    let attempts = policy
+        .class_attempts
+        .by_class
+        .values()
+        .copied()
+        .fold(policy.max_attempts, u32::max)
+        .clamp(1, MAX_ATTEMPTS_PER_INVOCATION);
     let sleeps: Duration = (1..attempts)
         .map(|a| policy.backoff_ceiling(a))
         .fold(Duration::ZERO, Duration::saturating_add);
@@ -353,6 +446,7 @@ mod tests {
             max_delay: Duration::from_millis(700),
             retry_unknown: false,
             jitter: Jitter::None,
+            class_attempts: Default::default(),
         }
     }
 
@@ -594,5 +688,144 @@ mod tests {
         tokio::time::advance(Duration::from_secs(6)).await;
         assert!(!d.can_start());
         assert_eq!(d.remaining(), Duration::ZERO);
+    }
+
+    fn failing_with(
+        class: ErrorClass,
+        retry_after: Option<Duration>,
+        failures: u32,
+    ) -> impl FnMut(u32) -> std::future::Ready<Result<u32, ProcessError>> {
+        move |attempt| {
+            std::future::ready(if attempt <= failures {
+                let mut e = ProcessError::new(class, "no");
+                e.retry_after = retry_after;
+                Err(e)
+            } else {
+                Ok(attempt)
+            })
+        }
+    }
+
+    /// Budgets by class: the class of the last failure decides how many attempts a record
+    /// makes, the rest take `max_attempts`.
+    #[tokio::test(start_paused = true)]
+    async fn each_class_has_its_own_attempts() {
+        let deadline = Deadline::after(Duration::from_secs(600), Duration::from_secs(1));
+        let p = RetryPolicy {
+            class_attempts: "throttled=5, server_error=1".parse().unwrap(),
+            ..policy(2)
+        };
+        let run =
+            run_with_retry(&p, &deadline, failing_with(ErrorClass::Throttled, None, 99)).await;
+        assert_eq!(run.failures.len(), 5);
+        assert!(matches!(
+            run.result,
+            Err((_, StopReason::AttemptsExhausted))
+        ));
+        let run = run_with_retry(
+            &p,
+            &deadline,
+            failing_with(ErrorClass::ServerError, None, 99),
+        )
+        .await;
+        assert_eq!(run.failures.len(), 1);
+        let run = run_with_retry(&p, &deadline, failing_with(ErrorClass::Timeout, None, 99)).await;
+        assert_eq!(
+            run.failures.len(),
+            2,
+            "max_attempts for the classes not named"
+        );
+        let run = run_with_retry(&p, &deadline, failing_with(ErrorClass::Throttled, None, 4)).await;
+        assert_eq!(run.result.ok(), Some(5));
+    }
+
+    /// A throttled attempt with a `Retry-After` spends no attempt when that is asked for:
+    /// four such answers and a success fit a budget of two; without it they do not. Never
+    /// more than twenty attempts, and the cut-off ends the waiting.
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_attempt_with_retry_after_is_free_when_asked() {
+        let deadline = Deadline::after(Duration::from_secs(600), Duration::from_secs(1));
+        let wait = Some(Duration::from_secs(1));
+        let free = RetryPolicy {
+            class_attempts: ClassAttempts {
+                retry_after_free: true,
+                ..ClassAttempts::default()
+            },
+            ..policy(2)
+        };
+        let run = run_with_retry(
+            &free,
+            &deadline,
+            failing_with(ErrorClass::Throttled, wait, 4),
+        )
+        .await;
+        assert_eq!(run.result.ok(), Some(5));
+        let run = run_with_retry(
+            &policy(2),
+            &deadline,
+            failing_with(ErrorClass::Throttled, wait, 4),
+        )
+        .await;
+        assert_eq!(run.failures.len(), 2);
+        assert!(run.result.is_err());
+        // Without a Retry-After, or of another class, an attempt counts.
+        let run = run_with_retry(
+            &free,
+            &deadline,
+            failing_with(ErrorClass::Throttled, None, 4),
+        )
+        .await;
+        assert_eq!(run.failures.len(), 2);
+        let run = run_with_retry(
+            &free,
+            &deadline,
+            failing_with(ErrorClass::ServerError, wait, 4),
+        )
+        .await;
+        assert_eq!(run.failures.len(), 2);
+        // A callee that always asks for time: at most twenty attempts.
+        let run = run_with_retry(
+            &free,
+            &deadline,
+            failing_with(ErrorClass::Throttled, wait, 99),
+        )
+        .await;
+        assert_eq!(run.failures.len(), MAX_ATTEMPTS_PER_INVOCATION as usize);
+        assert!(matches!(
+            run.result,
+            Err((_, StopReason::AttemptsExhausted))
+        ));
+        // The cut-off ends the waiting first when it comes first.
+        let short = Deadline::after(Duration::from_secs(5), Duration::from_secs(1));
+        let long_wait = Some(Duration::from_secs(3));
+        let run = run_with_retry(
+            &free,
+            &short,
+            failing_with(ErrorClass::Throttled, long_wait, 99),
+        )
+        .await;
+        assert_eq!(run.failures.len(), 2);
+        assert!(matches!(run.result, Err((_, StopReason::Deadline))));
+    }
+
+    #[test]
+    fn class_budgets_are_read_as_class_attempts_pairs() {
+        let parsed: ClassAttempts = "throttled=6,server_error=2".parse().unwrap();
+        assert_eq!(parsed.by_class[&ErrorClass::Throttled], 6);
+        assert_eq!(parsed.by_class[&ErrorClass::ServerError], 2);
+        assert_eq!(
+            "".parse::<ClassAttempts>().unwrap(),
+            ClassAttempts::default()
+        );
+        for bad in [
+            "throttled",
+            "throttling=3",
+            "throttled=0",
+            "throttled=21",
+            "throttled=x",
+            "throttled=2,throttled=3",
+        ] {
+            assert!(bad.parse::<ClassAttempts>().is_err(), "{bad}");
+        }
     }
 }

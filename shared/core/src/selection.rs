@@ -22,6 +22,9 @@ pub struct RecordFilter {
     pub until: Option<DateTime<Utc>>,
     /// Only `reprocess_eligible` records not requiring manual review.
     pub eligible_only: bool,
+    /// Only records of this message group: a FIFO queue's group, or a fair queue's tenant
+    /// (a standard queue's `MessageGroupId`).
+    pub message_group: Option<String>,
     /// Only records whose redrive lease expired before this time (epoch seconds): items a
     /// run that died left `redriving`.
     pub lease_expired_before: Option<i64>,
@@ -43,6 +46,10 @@ impl RecordFilter {
             && self.since.is_none_or(|t| r.last_attempt >= t)
             && self.until.is_none_or(|t| r.last_attempt <= t)
             && (!self.eligible_only || (r.reprocess_eligible && !r.manual_review_required))
+            && self
+                .message_group
+                .as_ref()
+                .is_none_or(|g| r.source.message_group_id.as_ref() == Some(g))
             && self
                 .lease_expired_before
                 .is_none_or(|t| r.lease_expires_at.is_some_and(|e| e < t))

@@ -77,7 +77,7 @@ pub use error::{ErrorClass, ProcessError};
 #[cfg(feature = "http")]
 pub use http_delivery::HttpDelivery;
 pub use item::WorkItem;
-pub use processor::{handler_fn, Outcome, Processor};
+pub use processor::{handler_fn, DeadLettered, Outcome, Processor};
 pub use retry::{Deadline, RetryPolicy};
 pub use runner::{run, Error, Setup};
 pub use worker::Worker;

@@ -45,6 +45,10 @@ pub struct InvocationTimings {
     pub record_times: Vec<Duration>,
     /// The handler's own metrics ([`crate::context::add_metric`]).
     pub custom: Vec<crate::context::CustomMetric>,
+    /// The invocation's request id, written on each of its documents as the property
+    /// `requestId` (not a dimension: it costs no metric): on Lambda Managed Instances one
+    /// process serves several invocations at once, and their lines interleave in one stream.
+    pub request_id: Option<String>,
 }
 
 /// A duration in milliseconds, to the microsecond.
@@ -173,6 +177,11 @@ pub fn emf_documents(
             &[("FailedRecords", COUNT, json!(failed))],
         ));
     }
+    if let Some(request_id) = &timings.request_id {
+        for doc in &mut documents {
+            doc["requestId"] = json!(request_id);
+        }
+    }
     documents
 }
 
@@ -293,10 +302,13 @@ mod tests {
             cold_start: true,
             batch_duration: Duration::from_micros(1_234_567),
             record_times: vec![Duration::from_millis(12), Duration::from_micros(3_500)],
+            request_id: Some("req-1".to_string()),
         };
         let docs = emf_documents(&counts, &timings, "worker", 1_700_000_000_000);
         assert_eq!(docs.len(), 3);
         docs.iter().for_each(assert_valid);
+        // Every document names its invocation, and the request id is no metric.
+        assert!(docs.iter().all(|d| d["requestId"] == "req-1"));
         let summary = &docs[0];
         assert_eq!(summary["FunctionName"], "worker");
         assert_eq!(summary["Records"], 10);
@@ -351,6 +363,7 @@ mod tests {
             cold_start: false,
             batch_duration: Duration::from_secs(1),
             record_times: (1..=250).map(Duration::from_millis).collect(),
+            request_id: None,
         };
         let counts = BatchCounts {
             records: 250,

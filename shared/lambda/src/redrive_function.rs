@@ -421,7 +421,18 @@ where
     if !state.is_half_open(now) {
         return Ok(Gate::Go(None));
     }
-    match breaker.take_probe(now + policy.probe_for, now).await {
+    // The lock lasts as long as the probe run can: to its deadline, and never past its one
+    // item's lease (no attempt outlives it), with the worker's slack; so no worker sandbox
+    // probes beside it (the configured `probe_for` alone is a minute, an item's attempts
+    // may take longer).
+    let run_bound = deadline
+        .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+        .unwrap_or(engine.settings().lease_ttl)
+        .min(engine.settings().lease_ttl);
+    let lock = policy
+        .probe_for
+        .max(run_bound.saturating_add(crate::breaker::PROBE_SLACK));
+    match breaker.take_probe(now + lock, now).await {
         Ok(true) => {}
         Ok(false) => return skipped("a worker is probing"),
         Err(error) => {

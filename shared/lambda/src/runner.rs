@@ -51,7 +51,7 @@ use crate::dead_letter::NoDeadLetterStore;
 use crate::error::ProcessError;
 use crate::idempotency::{Idempotency, Idempotent};
 use crate::item::WorkItem;
-use crate::processor::{Outcome, Processor};
+use crate::processor::{DeadLettered, Outcome, Processor};
 use crate::runtime::{respond, WorkerLayer};
 use crate::telemetry::InvocationLayer;
 use crate::worker::{ConfiguredSink, StartupError, Worker};
@@ -117,6 +117,13 @@ impl<P: Processor> Processor for Guarded<P> {
             Guarded::Breaker(p) => p.attempt_timeout(),
         }
     }
+
+    async fn on_dead_letter(&self, dead: &DeadLettered<'_>) -> Result<(), ProcessError> {
+        match self {
+            Guarded::Direct(p) => p.on_dead_letter(dead).await,
+            Guarded::Breaker(p) => p.on_dead_letter(dead).await,
+        }
+    }
 }
 
 impl<P: Processor> Processor for Handler<P> {
@@ -129,6 +136,13 @@ impl<P: Processor> Processor for Handler<P> {
 
     fn attempt_timeout(&self) -> Option<std::time::Duration> {
         self.inner().attempt_timeout()
+    }
+
+    async fn on_dead_letter(&self, dead: &DeadLettered<'_>) -> Result<(), ProcessError> {
+        match self {
+            Handler::Plain(p) => p.on_dead_letter(dead).await,
+            Handler::Idempotent(p) => p.on_dead_letter(dead).await,
+        }
     }
 }
 
@@ -291,10 +305,13 @@ impl Setup {
         // The worker serves every invocation until the process ends.
         let worker: &'static _ = Box::leak(Box::new(worker));
         // Added last, so it runs first: the batch runs inside each invocation's span.
+        // `run_concurrent` serves `AWS_LAMBDA_MAX_CONCURRENCY` invocations at once where
+        // Lambda sets it (Managed Instances) and one at a time where it does not (README,
+        // "Lambda Managed Instances").
         Runtime::new(service_fn(respond))
             .layer(WorkerLayer::new(worker))
             .layer(InvocationLayer)
-            .run()
+            .run_concurrent()
             .await
     }
 }

@@ -90,11 +90,23 @@ impl<P: 'static, S: 'static, Inner> Layer<Inner> for WorkerLayer<P, S> {
     }
 }
 
-/// The service [`WorkerLayer`] builds.
+/// The service [`WorkerLayer`] builds. Cloned once per concurrent invocation slot by
+/// `lambda_runtime`'s `run_concurrent` (Lambda Managed Instances): every clone shares the
+/// one worker, and everything of one invocation (its deadline, records, metrics, span)
+/// lives in that invocation's future.
 #[derive(Debug)]
 pub struct WorkerService<P: 'static, S: 'static, Inner> {
     worker: &'static Worker<P, S>,
     inner: Inner,
+}
+
+impl<P: 'static, S: 'static, Inner: Clone> Clone for WorkerService<P, S, Inner> {
+    fn clone(&self) -> Self {
+        WorkerService {
+            worker: self.worker,
+            inner: self.inner.clone(),
+        }
+    }
 }
 
 impl<P, S, Inner> Service<LambdaInvocation> for WorkerService<P, S, Inner>

@@ -261,6 +261,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
                 batch_duration,
                 record_times: report.record_times(),
                 custom: custom_metrics.take(),
+                request_id: invocation.request_id.clone(),
             };
             crate::metrics::emit(
                 &counts,

@@ -58,6 +58,7 @@ fn config() -> BatchConfig {
             max_delay: Duration::from_secs(1),
             retry_unknown: false,
             jitter: Jitter::None,
+            class_attempts: Default::default(),
         },
         concurrency: 4,
         max_receive_count: Some(5),
@@ -619,6 +620,7 @@ async fn deadline_bounds_retry_sleeps() {
                 max_delay: Duration::from_secs(10),
                 retry_unknown: false,
                 jitter: Jitter::None,
+                class_attempts: Default::default(),
             },
             ..config()
         },
@@ -1022,4 +1024,217 @@ async fn a_stated_digest_never_finishes_a_record_the_message_does_not_carry() {
     let finished = finished.lock().unwrap().clone();
     assert!(!finished.is_empty());
     assert!(finished.iter().all(|f| f.2 == body_sha), "{finished:?}");
+}
+
+/// Log lines written while a test runs, for assertions on them.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Every record leaves a line, whatever it became: done, skipped with its reason, failed
+/// (returned or dead-lettered), or not started with why; an operator searching the logs
+/// by message id finds each one.
+#[tokio::test(start_paused = true)]
+async fn every_record_leaves_one_log_line_with_what_became_of_it() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let processor = ScriptedProcessor::new()
+        .script("skip", vec![Step::Skip])
+        .script("bad", vec![Step::Fail(ErrorClass::Validation)])
+        .script("busy", vec![Step::Fail(ErrorClass::ServerError)]);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config());
+    let ev = event(vec![
+        record("ok", 1),
+        record("skip", 1),
+        record("bad", 1),
+        record("busy", 1),
+    ]);
+    engine
+        .process_batch(ev, far_deadline(), &InvocationInfo::default())
+        .await
+        .unwrap();
+    // FIFO: the record held back behind a failure.
+    let processor =
+        ScriptedProcessor::new().script("f1", vec![Step::Fail(ErrorClass::ServerError)]);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config());
+    engine
+        .process_batch(
+            event(vec![fifo_record("f1", "g"), fifo_record("f2", "g")]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let line = |message_id: &str| -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.contains(&format!("message_id={message_id} ")))
+            .collect()
+    };
+    let expect = [
+        ("m-ok", "record done"),
+        ("m-skip", "record skipped"),
+        ("m-bad", "record failed: dead-lettered"),
+        ("m-busy", "record failed: returned for retry"),
+        ("m-f1", "record failed: returned for retry"),
+        ("m-f2", "record not started: returned for retry"),
+    ];
+    for (message_id, what) in expect {
+        let lines = line(message_id);
+        assert_eq!(
+            lines.iter().filter(|l| l.contains(what)).count(),
+            1,
+            "{message_id}: one line saying {what:?} in\n{text}"
+        );
+    }
+    assert!(line("m-skip")[0].contains("reason=scripted skip"), "{text}");
+    assert!(
+        line("m-f2")[0].contains("held back behind an earlier failure of its FIFO batch"),
+        "{text}"
+    );
+}
+
+/// A processor that rejects every item, with a death hook that records what it saw, and
+/// fails, panics or hangs for the items named so.
+#[derive(Default)]
+struct Mourner {
+    seen: std::sync::Mutex<Vec<(String, String, usize)>>,
+}
+
+impl sqs_keeper_lambda::Processor for Mourner {
+    async fn process(
+        &self,
+        item: &sqs_keeper_lambda::WorkItem,
+    ) -> Result<sqs_keeper_lambda::Outcome, sqs_keeper_lambda::ProcessError> {
+        Err(sqs_keeper_lambda::ProcessError::validation(format!(
+            "order {} is not valid",
+            item.item_id
+        )))
+    }
+
+    async fn on_dead_letter(
+        &self,
+        dead: &sqs_keeper_lambda::DeadLettered<'_>,
+    ) -> Result<(), sqs_keeper_lambda::ProcessError> {
+        self.seen.lock().unwrap().push((
+            dead.item.item_id.clone(),
+            dead.reason.as_str().to_string(),
+            dead.attempts,
+        ));
+        match dead.item.item_id.as_str() {
+            "hook-fails" => Err(sqs_keeper_lambda::ProcessError::new(
+                ErrorClass::ServerError,
+                "the notification service is down",
+            )),
+            "hook-panics" => panic!("hook panicked over card 4111 1111 1111 1111"),
+            "hook-hangs" => std::future::pending().await,
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The death hook runs once per record the sink made durable, after it did; whatever it
+/// does (fail, panic, hang past the hard stop) the record stays dead-lettered and
+/// acknowledged, and the batch answers before its deadline.
+#[tokio::test(start_paused = true)]
+async fn the_death_hook_sees_each_durable_dead_letter_and_cannot_undo_it() {
+    let engine = BatchProcessor::new(Mourner::default(), MemorySink::new(), config());
+    let ev = event(vec![
+        record("fine", 1),
+        record("hook-fails", 1),
+        record("hook-panics", 1),
+        record("hook-hangs", 1),
+    ]);
+    let deadline = Deadline::after(Duration::from_secs(30), Duration::from_secs(2));
+    let hard_stop = deadline.hard_stop();
+    let report = engine
+        .process_batch(ev, deadline, &InvocationInfo::default())
+        .await
+        .unwrap();
+    assert!(
+        tokio::time::Instant::now() <= hard_stop,
+        "answered after the hard stop"
+    );
+    // Nothing goes back to the queue: all four are dead-lettered, and stay so.
+    assert!(failed_ids(&report).is_empty(), "{:?}", failed_ids(&report));
+    for r in &report.records {
+        assert!(
+            matches!(r.disposition, Disposition::DeadLettered { .. }),
+            "{r:?}"
+        );
+    }
+    assert_eq!(engine.sink().accepted_ids().len(), 4);
+    let mut seen = engine.processor().seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["fine", "hook-fails", "hook-hangs", "hook-panics"].map(|id| (
+            id.to_string(),
+            "permanent".to_string(),
+            1
+        ))
+    );
+}
+
+/// A record whose dead-lettering failed (a store outage) is returned for retry, and its
+/// death hook is not called: nothing was made durable.
+#[tokio::test(start_paused = true)]
+async fn the_death_hook_is_not_called_when_the_dead_letter_write_failed() {
+    let engine = BatchProcessor::new(Mourner::default(), MemorySink::failing(), config());
+    let report = engine
+        .process_batch(
+            event(vec![record("a", 1)]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed_ids(&report), ["m-a"]);
+    assert!(engine.processor().seen.lock().unwrap().is_empty());
+}
+
+/// A fair queue: a standard queue whose messages carry a `MessageGroupId` (a tenant). It
+/// keeps standard batch semantics: a failure holds nothing back, in its group or any other,
+/// and records run concurrently.
+#[tokio::test(start_paused = true)]
+async fn a_fair_queue_keeps_standard_semantics_whatever_its_groups() {
+    let tenant = |id: &str, group: &str| {
+        let mut r = record(id, 1);
+        r["attributes"]["MessageGroupId"] = json!(group);
+        r
+    };
+    let processor = ScriptedProcessor::new().script("a", vec![Step::Fail(ErrorClass::ServerError)]);
+    let engine = BatchProcessor::new(processor, MemorySink::new(), config());
+    let report = engine
+        .process_batch(
+            event(vec![
+                tenant("a", "t1"),
+                tenant("b", "t1"),
+                tenant("c", "t2"),
+            ]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed_ids(&report), ["m-a"]);
+    assert_eq!(engine.processor().calls("b"), 1, "not held back behind a");
+    assert_eq!(engine.processor().calls("c"), 1);
 }

@@ -1175,6 +1175,7 @@ fn spec_engine(spec: &BatchSpec) -> BatchProcessor<ScriptedProcessor, MemorySink
                 max_delay: Duration::from_millis(40),
                 retry_unknown: false,
                 jitter: Jitter::Full,
+                class_attempts: Default::default(),
             },
             concurrency: spec.concurrency,
             max_receive_count: spec.max_receive_count,

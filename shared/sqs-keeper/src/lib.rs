@@ -35,9 +35,18 @@
 //! after it is persisted. Bodies are never logged. The whole list, with the windows each
 //! leaves, is docs/ARCHITECTURE.md §1.
 
+pub use sqs_keeper_core::dead_letter::DeadLetterReason;
 pub use sqs_keeper_core::idempotency::Idempotency;
 pub use sqs_keeper_core::{context, envelope, idempotency, testing};
-pub use sqs_keeper_core::{handler_fn, ErrorClass, Outcome, ProcessError, Processor, WorkItem};
+pub use sqs_keeper_core::{
+    handler_fn, DeadLettered, ErrorClass, Outcome, ProcessError, Processor, WorkItem,
+};
 #[cfg(feature = "http")]
 pub use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 pub use sqs_keeper_lambda::{run, Error, Setup};
+
+/// The README's Rust blocks, compiled as doctests by `cargo test` (`make test`), so that
+/// what a new user copies from it builds.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -165,7 +165,7 @@ async fn orders_are_stored_once_and_what_never_fits_is_dead_lettered_on_first_si
     let (logs, metrics) = output(&log);
     // The handler's fields are flat on the worker's own line for the record.
     assert!(
-        logs.iter().any(|l| l["message"] == "record processed"
+        logs.iter().any(|l| l["message"] == "record done"
             && l["order_id"] == "o-1"
             && l["customer"] == "c-9"
             && l["item_id"] == "o-1"),
@@ -294,7 +294,7 @@ async fn sns_to_fifo_movements_apply_in_order_once_and_a_foreign_body_is_dead_le
     let (logs, _) = output(&log);
     // Items are keyed by the SNS message id; the topic rides on the record's log line.
     assert!(
-        logs.iter().any(|l| l["message"] == "record processed"
+        logs.iter().any(|l| l["message"] == "record done"
             && l["item_id"] == "sns-2"
             && l["account"] == "a-1"
             && l["topic"] == "arn:aws:sns:us-east-1:000000000000:ledger.fifo"),

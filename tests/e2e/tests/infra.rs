@@ -189,6 +189,7 @@ fn dashboard_plots_what_the_functions_emit() {
         cold_start: true,
         batch_duration: Duration::from_millis(5),
         record_times: vec![Duration::from_millis(1)],
+        request_id: None,
     };
     let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
     let redrive_metrics = defined_metrics(&[redrive_document(
@@ -286,9 +287,36 @@ fn event_source_alarms_and_iam_as_declared() {
         esm["FunctionResponseTypes"],
         serde_json::json!(["ReportBatchItemFailures"])
     );
+    // On-demand polling capped by MaximumConcurrency, or provisioned mode: never both (AWS
+    // refuses the pair), chosen by one condition; the mapping's metrics by another.
     assert_eq!(
-        esm["ScalingConfig"]["MaximumConcurrency"],
-        serde_json::json!({"Ref": "MaximumConcurrency"})
+        esm["ScalingConfig"],
+        serde_json::json!({"Fn::If": ["UseProvisionedPollers", {"Ref": "AWS::NoValue"}, {"MaximumConcurrency": {"Ref": "MaximumConcurrency"}}]})
+    );
+    assert_eq!(
+        esm["ProvisionedPollerConfig"],
+        serde_json::json!({"Fn::If": ["UseProvisionedPollers", {"MinimumPollers": {"Ref": "ProvisionedMinimumPollers"}, "MaximumPollers": {"Ref": "ProvisionedMaximumPollers"}}, {"Ref": "AWS::NoValue"}]})
+    );
+    assert_eq!(
+        esm["MetricsConfig"],
+        serde_json::json!({"Fn::If": ["UseMappingMetrics", {"Metrics": ["EventCount"]}, {"Ref": "AWS::NoValue"}]})
+    );
+    assert_eq!(
+        template["Conditions"]["UseProvisionedPollers"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "ProvisionedMinimumPollers"}, "0"]}]})
+    );
+    // Provisioned mode keeps at least 2 pollers (AWS's least for SQS); 0 is on-demand.
+    let rule = &template["Rules"]["ProvisionedPollersAtLeastTwo"]["Assertions"][0]["Assert"];
+    for (min, allowed) in [("0", true), ("2", true), ("200", true), ("1", false)] {
+        assert_eq!(
+            rule_holds(rule, &[("ProvisionedMinimumPollers", min)]),
+            Value::Bool(allowed),
+            "minimum pollers {min}"
+        );
+    }
+    assert_eq!(
+        template["Parameters"]["ProvisionedMaximumPollers"]["MinValue"],
+        serde_json::json!(2)
     );
     assert_eq!(esm["BatchSize"], serde_json::json!({"Ref": "BatchSize"}));
 

@@ -5,9 +5,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
+mod emulator_script;
 mod esm;
 mod examples;
 mod faults;
+mod handler_loop;
 mod iam;
 mod idempotency;
 mod infra;

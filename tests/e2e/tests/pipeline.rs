@@ -239,6 +239,51 @@ async fn extended_client_pointer_body_is_resolved() {
     assert_eq!(p.dlq_messages().await.len(), 1);
 }
 
+/// Both Extended-Client pointer forms are read, with 900 KB payloads: the
+/// `PayloadS3Pointer` array and the bare `{"s3BucketName", "s3Key"}` object of the Java 1.x
+/// and Python clients; a bare object naming a bucket not allowed is the producer's data,
+/// delivered as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_extended_client_pointer_forms_are_read_with_900_kb_payloads() {
+    let p = Pipeline::new("extforms", Setup::default()).await;
+    let mut pointers = Vec::new();
+    for (id, form) in [("array-form", "array"), ("bare-form", "bare")] {
+        let payload = json!({"id": id, "scenario": "ok", "blob": "y".repeat(900_000)}).to_string();
+        let key = format!("incoming/{id}");
+        p.clients
+            .s3
+            .put_object()
+            .bucket(&p.resources.bucket)
+            .key(&key)
+            .body(payload.into_bytes().into())
+            .send()
+            .await
+            .unwrap();
+        pointers.push(match form {
+            "array" => S3Pointer {
+                bucket: p.resources.bucket.clone(),
+                key,
+            }
+            .to_body(),
+            _ => json!({"s3BucketName": p.resources.bucket, "s3Key": key}).to_string(),
+        });
+    }
+    let data = json!({"s3BucketName": "someone-elses", "s3Key": "k", "id": "plain"}).to_string();
+    let not_ours = json!({"s3BucketName": "someone-elses", "s3Key": "k"}).to_string();
+    p.send(&[&pointers[0], &pointers[1], &data, &not_ours])
+        .await;
+    let stats = p.drain().await;
+    assert_eq!(stats.received, 4);
+    let mut delivered = p.downstream.delivered();
+    delivered.sort();
+    // The last body has no `id`: the downstream names it by its whole body.
+    assert_eq!(
+        delivered,
+        ["array-form", "bare-form", "plain", not_ours.as_str()]
+    );
+    assert!(p.records().await.is_empty(), "{:?}", p.records().await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() {
     use sqs_keeper_lambda::dead_letter::{DeadLetterSink, InvocationInfo};
@@ -1730,4 +1775,80 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
         }
     }
     assert!(disagreements.is_empty(), "{disagreements:#?}");
+}
+
+/// A fair queue's tenant (a standard queue's `MessageGroupId`) stays with its dead letter:
+/// on the record, on the standard DLQ's message, and as a filter of the listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_queue_tenant_is_kept_on_the_record_and_the_dlq_message() {
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
+    use sqs_keeper_lambda::selection::RecordFilter;
+
+    let p = Pipeline::new("fair", Setup::default()).await;
+    for (id, tenant) in [("f1", Some("tenant-a")), ("f2", None)] {
+        p.clients
+            .sqs
+            .send_message()
+            .queue_url(&p.resources.source_url)
+            .message_body(body(id, "invalid"))
+            .set_message_group_id(tenant.map(str::to_string))
+            .send()
+            .await
+            .unwrap();
+    }
+    p.drain().await;
+    let records = p.records().await;
+    assert_eq!(records.len(), 2);
+    let f1 = records.iter().find(|r| r.item_id == "f1").unwrap();
+    assert_eq!(f1.source.message_group_id.as_deref(), Some("tenant-a"));
+    let dlq = p
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(&p.resources.dlq_url)
+        .max_number_of_messages(10)
+        .visibility_timeout(0)
+        .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+        .message_attribute_names("All")
+        .send()
+        .await
+        .unwrap();
+    let groups: Vec<(String, Option<String>)> = dlq
+        .messages()
+        .iter()
+        .map(|m| {
+            (
+                m.message_attributes().unwrap()["item_id"]
+                    .string_value()
+                    .unwrap()
+                    .to_string(),
+                m.attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+                    .cloned(),
+            )
+        })
+        .collect();
+    assert!(
+        groups.contains(&("f1".to_string(), Some("tenant-a".to_string()))),
+        "{groups:?}"
+    );
+    assert!(groups.contains(&("f2".to_string(), None)), "{groups:?}");
+    // The listing's filter, through the status index (records read whole) and a scan.
+    for status in [Some(sqs_keeper_lambda::dead_letter::ItemStatus::Dead), None] {
+        let listed = p
+            .store()
+            .query_all(
+                &RecordFilter {
+                    status,
+                    message_group: Some("tenant-a".into()),
+                    ..RecordFilter::default()
+                },
+                None,
+                |_| {},
+            )
+            .await
+            .unwrap();
+        let ids: Vec<&str> = listed.iter().map(|r| r.item_id.as_str()).collect();
+        assert_eq!(ids, ["f1"], "status {status:?}");
+    }
 }

@@ -1301,3 +1301,80 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
     assert_eq!(after.failure_count, before.failure_count + 1);
     assert!(after.last_error.contains("m-gone"), "{}", after.last_error);
 }
+
+/// 1 MiB messages (SQS's limit since 2025): a 900 KB body is dead-lettered with its
+/// payload in S3 (a DynamoDB record holds 400 KB at most) and a pointer in its DLQ
+/// message, requeued inline (the source queue takes 1 MiB: its `MaximumMessageSize`,
+/// read once), and read back and delivered whole by the worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_900_kb_message_is_dead_lettered_to_s3_requeued_inline_and_delivered() {
+    let big =
+        json!({"id": "big", "scenario": "throttled", "blob": "x".repeat(900_000)}).to_string();
+    let p = Pipeline::with_dead_items("onemib", std::slice::from_ref(&big)).await;
+    let record = p.store().get("big").await.unwrap().unwrap();
+    assert!(
+        matches!(record.payload.location, PayloadLocation::S3 { .. }),
+        "{:?}",
+        record.payload.location
+    );
+    assert_eq!(record.payload.size_bytes, big.len() as u64);
+    // Looked at without hiding it: the run below sweeps the DLQ.
+    let dlq = p
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(&p.resources.dlq_url)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(dlq.messages().len(), 1);
+    assert!(
+        sqs_keeper_lambda::pointer::S3Pointer::parse(dlq.messages()[0].body().unwrap()).is_some(),
+        "the DLQ message points at the payload"
+    );
+
+    let report = p
+        .redrive_engine()
+        .run(
+            &RedriveRequest {
+                mode: RedriveMode::Requeue,
+                ..Default::default()
+            },
+            &*no_progress(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome_ids(&report, ItemOutcomeKind::Requeued), ["big"]);
+    // Inline: the body itself went back, not a pointer. Looked at without hiding it, the
+    // look counting as a receive: the queue's redrive policy is given room for it first.
+    p.clients
+        .sqs
+        .set_queue_attributes()
+        .queue_url(&p.resources.source_url)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy,
+            json!({"deadLetterTargetArn": p.resources.dlq_arn, "maxReceiveCount": 5}).to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let output = p
+        .clients
+        .sqs
+        .receive_message()
+        .queue_url(&p.resources.source_url)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(output.messages().len(), 1);
+    assert_eq!(output.messages()[0].body().unwrap(), big, "requeued inline");
+
+    // The worker reads it back whole and delivers it.
+    p.downstream.fix();
+    p.drain().await;
+    assert_eq!(p.downstream.delivered(), ["big"]);
+    let record = p.store().get("big").await.unwrap().unwrap();
+    assert_eq!(record.status, ItemStatus::Resolved);
+}

@@ -13,10 +13,11 @@
 //! | `huge_retry_after` | 429 with `Retry-After: 10000000000000000000` (a peer's absurd header) |
 //!
 //! `POST /control/fix` makes every later request succeed (the operator "fixed" the
-//! downstream); `GET /stats` returns request counts.
+//! downstream); `GET /stats` returns request counts. [`Downstream::peak_in_flight`] says how
+//! many requests it answered at once at most (a worker serving invocations concurrently).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +50,25 @@ struct State {
     calls: Mutex<HashMap<String, u32>>,
     answers: Mutex<HashMap<u16, u64>>,
     delivered: Mutex<Vec<String>>,
+    in_flight: AtomicU32,
+    peak_in_flight: AtomicU32,
+}
+
+/// Counts a request in flight while it lives.
+struct InFlight<'a>(&'a State);
+
+impl<'a> InFlight<'a> {
+    fn enter(state: &'a State) -> Self {
+        let now = state.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        state.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        InFlight(state)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A running downstream.
@@ -102,6 +122,11 @@ impl Downstream {
             .unwrap_or(0)
     }
 
+    /// The most `/ingest` requests it was answering at one time.
+    pub fn peak_in_flight(&self) -> u32 {
+        self.state.peak_in_flight.load(Ordering::SeqCst)
+    }
+
     /// Requests answered so far, by status.
     pub fn answers(&self) -> HashMap<u16, u64> {
         self.state
@@ -130,6 +155,7 @@ async fn answer(
         (&Method::POST, "/ingest") => {}
         _ => return text(StatusCode::NOT_FOUND, "unknown path"),
     }
+    let _in_flight = InFlight::enter(state);
     let doc: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
     let scenario = doc.get("scenario").and_then(|s| s.as_str()).unwrap_or("ok");
     let id = match doc.get("id") {

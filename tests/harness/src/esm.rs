@@ -62,6 +62,14 @@ struct MappingFlags {
     enabled: std::sync::atomic::AtomicBool,
     disables: std::sync::atomic::AtomicU64,
     enables: std::sync::atomic::AtomicU64,
+    /// When it was created or last switched, in milliseconds since the epoch.
+    last_modified_ms: std::sync::atomic::AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 impl Default for MappingState {
@@ -71,6 +79,7 @@ impl Default for MappingState {
                 enabled: std::sync::atomic::AtomicBool::new(true),
                 disables: std::sync::atomic::AtomicU64::new(0),
                 enables: std::sync::atomic::AtomicU64::new(0),
+                last_modified_ms: std::sync::atomic::AtomicU64::new(now_ms()),
             }),
         }
     }
@@ -92,7 +101,17 @@ impl MappingState {
                 &self.inner.disables
             };
             counter.fetch_add(1, Ordering::SeqCst);
+            self.inner
+                .last_modified_ms
+                .store(now_ms(), Ordering::SeqCst);
         }
+    }
+
+    /// When it was created or last switched, in seconds since the epoch (Lambda's
+    /// `LastModified`).
+    pub fn last_modified_secs(&self) -> f64 {
+        use std::sync::atomic::Ordering;
+        self.inner.last_modified_ms.load(Ordering::SeqCst) as f64 / 1000.0
     }
 
     /// Times it was disabled and enabled again.

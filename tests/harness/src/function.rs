@@ -98,11 +98,33 @@ impl FunctionProcess {
     /// [`FunctionProcess::spawn`] of any command (a runtime interface client and its
     /// handler, say), with the same environment.
     pub fn spawn_command(
-        mut command: Command,
+        command: Command,
         function_name: &str,
         runtime_api: &str,
         env: &[(String, String)],
         log_file: Option<&Path>,
+    ) -> std::io::Result<FunctionProcess> {
+        let output = match log_file {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?;
+                (Stdio::from(file.try_clone()?), Stdio::from(file))
+            }
+            None => (Stdio::null(), Stdio::inherit()),
+        };
+        Self::launch(command, function_name, runtime_api, env, output)
+    }
+
+    /// Starts `command` as a function with the Lambda variables, `env`, and its stdout and
+    /// stderr going to `output`.
+    fn launch(
+        mut command: Command,
+        function_name: &str,
+        runtime_api: &str,
+        env: &[(String, String)],
+        (stdout, stderr): (Stdio, Stdio),
     ) -> std::io::Result<FunctionProcess> {
         command
             .env("AWS_LAMBDA_RUNTIME_API", runtime_api)
@@ -116,22 +138,32 @@ impl FunctionProcess {
             .env("AWS_LAMBDA_LOG_STREAM_NAME", "local/[$LATEST]0")
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
             .kill_on_drop(true);
-        match log_file {
-            Some(path) => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)?;
-                command.stdout(file.try_clone()?).stderr(file);
-            }
-            None => {
-                command.stdout(Stdio::null()).stderr(Stdio::inherit());
-            }
-        }
         Ok(FunctionProcess {
             child: command.spawn()?,
         })
+    }
+
+    /// [`FunctionProcess::spawn`] with the function's output on this process's stderr (both
+    /// its stdout, where Lambda functions log, and its stderr): a developer watching a
+    /// local run sees the handler's lines, and this process's stdout stays its own.
+    pub fn spawn_to_terminal(
+        binary: &Path,
+        function_name: &str,
+        runtime_api: &str,
+        env: &[(String, String)],
+    ) -> std::io::Result<FunctionProcess> {
+        use std::os::fd::AsFd;
+        let stderr = std::io::stderr().as_fd().try_clone_to_owned()?;
+        Self::launch(
+            Command::new(binary),
+            function_name,
+            runtime_api,
+            env,
+            (Stdio::from(stderr), Stdio::inherit()),
+        )
     }
 
     /// The process id, while it runs.

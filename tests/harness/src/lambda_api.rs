@@ -83,6 +83,8 @@ impl LambdaApi {
                     let mapping = serde_json::json!({
                         "UUID": uuid,
                         "State": if state.enabled() { "Enabled" } else { "Disabled" },
+                        // Epoch seconds, as Lambda's REST API writes a timestamp.
+                        "LastModified": state.last_modified_secs(),
                         "BatchSize": 10,
                     });
                     return text(StatusCode::OK, mapping.to_string());

@@ -14,6 +14,7 @@
 //! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
 //! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |
 //! | [`demo`] | the `make demo` workload, run and summary |
+//! | [`handler_loop`] | a handler author's loop: `local store` (a dead-letter store on the emulator) and `local run` (your binary fed from a queue) |
 //! | [`bench`](mod@bench) | `local bench` (`make bench`): every benchmark in one run, JSON and docs/BENCHMARKS.md |
 //! | [`bench_cpu`] | per-record CPU against Powertools (Python) and the serde_json floor |
 //! | [`bench_deadletter`] | latency and AWS calls each dead-lettered item adds |
@@ -36,6 +37,7 @@ pub mod emulator;
 pub mod esm;
 pub mod fault_proxy;
 pub mod function;
+pub mod handler_loop;
 pub mod http_server;
 pub mod invokers;
 pub mod lambda_api;

@@ -47,6 +47,10 @@ impl SimBreakerStore {
                 "breaker table throttled (injected)",
             ));
         }
+        state.ledger.breaker_contact.insert(
+            self.sandbox.clone(),
+            SystemTime::from(sqs_keeper_core::clock::now()),
+        );
         Ok(())
     }
 
@@ -146,7 +150,10 @@ impl BreakerStore for SimBreakerStore {
 /// lets through only the sandbox that holds the probe while it is half-open (one at a
 /// time: taking the probe is conditional). Judged by what `sandbox` last read or wrote: a
 /// sandbox trusts its read for the refresh period, and a read that fails keeps the last
-/// state known, so calls on a stale "closed" are the design, not a break.
+/// state known, so calls on a stale "closed" are the design, not a break. A sandbox whose
+/// calls to the table have all failed for an open period probes on its own once the period
+/// is over and follows its probe's answer (the table cannot tell it otherwise): its calls
+/// past a half-open it knew are excused (docs/SIMULATION.md, "Windows excused").
 pub fn call_refused_by_what_it_knew(
     state: &crate::world::State,
     sandbox: &str,
@@ -163,7 +170,16 @@ pub fn call_refused_by_what_it_knew(
         .probes
         .get(sandbox)
         .is_some_and(|until| *until > now);
-    (known.is_half_open(now) && !holds_probe).then(|| {
+    let out_of_touch = match (
+        state.ledger.breaker_contact.get(sandbox),
+        state.ledger.breaker_open_for,
+    ) {
+        (Some(contact), Some(open_for)) => {
+            now.duration_since(*contact).unwrap_or_default() >= open_for
+        }
+        _ => false,
+    };
+    (known.is_half_open(now) && !holds_probe && !out_of_touch).then(|| {
         format!(
             "{sandbox} called the downstream while the breaker it had read was half-open, without holding the probe"
         )

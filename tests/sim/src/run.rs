@@ -195,6 +195,10 @@ struct Shape {
     envelope: Option<Envelope>,
     /// The worker dead-letters this many deliveries before the last one SQS would make.
     receive_budget_margin: u32,
+    /// Invocations one sandbox serves at once: 1 on classic Lambda; 2 or 3 on Lambda
+    /// Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY`), where that many pollers share one
+    /// engine, one breaker cache and one idempotency view, as one process's invocations do.
+    invocations_per_sandbox: usize,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -217,6 +221,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         pointers: false,
         envelope: None,
         receive_budget_margin: 0,
+        invocations_per_sandbox: 1,
     }
 }
 
@@ -337,6 +342,7 @@ fn retry_policy() -> RetryPolicy {
         max_delay: Duration::from_secs(2),
         retry_unknown: false,
         jitter: Jitter::Full,
+        class_attempts: Default::default(),
     }
 }
 
@@ -362,6 +368,12 @@ async fn simulate(seed: u64, world: Arc<World>) {
     shape.receive_budget_margin =
         [0, 0, 0, 0, 1, 2][fastrand::Rng::with_seed(seed ^ 0x3A26_1B0D_5EED_0003).usize(0..6)];
     draw_spacing(&mut shape, seed);
+    // A quarter of the worlds with two pollers or more run on Managed Instances (drawn
+    // apart, so that the other draws stay as they were).
+    let mut instances_rng = fastrand::Rng::with_seed(seed ^ 0x4D41_4E41_5EED_0004);
+    if shape.pollers > 1 && instances_rng.f64() < 0.25 {
+        shape.invocations_per_sandbox = instances_rng.usize(2..=shape.pollers);
+    }
     {
         let mut state = world.lock();
         let name = if shape.fifo { "orders.fifo" } else { "orders" };
@@ -369,6 +381,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
         state.source.retention = shape.retention;
         state.lease_ttl = shape.lease_ttl;
         state.idempotency = shape.idempotency.then(MemoryIdempotencyStore::default);
+        state.ledger.breaker_open_for = shape.breaker.map(|policy| policy.open_for);
         state.page_size = shape.page_size;
         state.envelopes =
             sqs_keeper_core::envelope::Envelopes(shape.envelope.into_iter().collect());
@@ -437,10 +450,16 @@ async fn simulate(seed: u64, world: Arc<World>) {
 
     let producer = tokio::spawn(produce(world.clone(), shape.clone(), rng.u64(..)));
     let mut pollers = Vec::new();
+    // On Managed Instances consecutive pollers are the concurrent invocations of one
+    // sandbox: they share its engine.
+    let per_sandbox = shape.invocations_per_sandbox.max(1);
+    let sandboxes: Vec<_> = (0..shape.pollers.div_ceil(per_sandbox))
+        .map(sandbox)
+        .collect();
     for n in 0..shape.pollers {
         pollers.push(tokio::spawn(poll(
             world.clone(),
-            sandbox(n),
+            sandboxes[n / per_sandbox].clone(),
             shape.clone(),
             n,
             rng.u64(..),

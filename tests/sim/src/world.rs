@@ -109,6 +109,11 @@ pub struct Ledger {
     pub breaker_known: HashMap<String, sqs_keeper_core::breaker::BreakerState>,
     /// The probe each sandbox took last, until when.
     pub probes: HashMap<String, std::time::SystemTime>,
+    /// When each sandbox's last call to the breaker's table succeeded.
+    pub breaker_contact: HashMap<String, std::time::SystemTime>,
+    /// The breaker's open period (its first): a sandbox out of touch with the table for
+    /// that long probes on its own.
+    pub breaker_open_for: Option<std::time::Duration>,
     /// Payloads of messages that expired in a documented window (excused at the end too).
     pub expired_in_window: BTreeSet<String>,
     /// Messages whose latest delivery failed to dead-letter them and could not hide them.

@@ -85,6 +85,10 @@ fn entry(
         builder = builder
             .message_group_id(group)
             .message_deduplication_id(dedup);
+    } else if let Some(group) = &record.source.message_group_id {
+        // A fair queue's tenant: the standard DLQ keeps it (SQS shares a standard queue's
+        // consumers fairly between the groups its messages name).
+        builder = builder.message_group_id(group);
     }
     let entry = builder
         .message_body(body)

@@ -177,6 +177,15 @@ impl DeadLetterStore {
             values.insert(":false".to_string(), AttributeValue::Bool(false));
             filters.push("#elig = :true AND #review = :false".to_string());
         }
+        // The group is inside the record's `source` map, which the indexes do not project:
+        // a scan filters on it; an index query's records are judged by the filter once read
+        // whole (below).
+        if let (Some(group), None) = (&filter.message_group, index) {
+            names.insert("#source".to_string(), "source".to_string());
+            names.insert("#group".to_string(), "message_group_id".to_string());
+            values.insert(":group".to_string(), AttributeValue::S(group.clone()));
+            filters.push("#source.#group = :group".to_string());
+        }
         let filter_expression = (!filters.is_empty()).then(|| filters.join(" AND "));
         let names = (!names.is_empty()).then_some(names);
         let values = (!values.is_empty()).then_some(values);

@@ -140,6 +140,29 @@ impl SourceQueue for DeadLetterStore {
         Ok(output.queue_url().unwrap_or_default().to_string())
     }
 
+    async fn maximum_message_size(&self, queue_url: &str) -> Result<u64, ProcessError> {
+        let output = self
+            .clients()
+            .sqs
+            .get_queue_attributes()
+            .queue_url(queue_url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::MaximumMessageSize)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("requeue"))?;
+        output
+            .attributes()
+            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::MaximumMessageSize))
+            .and_then(|size| size.parse().ok())
+            .ok_or_else(|| {
+                ProcessError::new(
+                    sqs_keeper_core::ErrorClass::Unknown,
+                    "the queue's attributes name no MaximumMessageSize",
+                )
+                .with_step("requeue")
+            })
+    }
+
     async fn send_batch(
         &self,
         queue_url: &str,

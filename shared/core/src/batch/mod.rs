@@ -511,6 +511,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .await
         {
             Ok(reports) => {
+                record::log_not_started(&reports);
                 self.space_redeliveries(&reports, &handles, &deadline, received)
                     .await;
                 Ok(BatchReport { records: reports })
@@ -520,14 +521,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     records = message_ids.len(),
                     "the batch was still running at the deadline's hard stop; every record is returned for retry"
                 );
-                Ok(BatchReport {
-                    records: message_ids
-                        .into_iter()
-                        .map(|message_id| {
-                            not_started_report(message_id.into_owned(), NotStartedReason::Deadline)
-                        })
-                        .collect(),
-                })
+                let reports: Vec<RecordReport> = message_ids
+                    .into_iter()
+                    .map(|message_id| {
+                        not_started_report(message_id.into_owned(), NotStartedReason::Deadline)
+                    })
+                    .collect();
+                record::log_not_started(&reports);
+                Ok(BatchReport { records: reports })
             }
         }
     }

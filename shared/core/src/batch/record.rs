@@ -17,8 +17,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // Boxed, as the processor's calls are (see `boxed`).
         let writes: futures::future::BoxFuture<'_, Vec<Result<(), ProcessError>>> =
             Box::pin(self.sink.dead_letter(candidates, invocation));
-        match tokio::time::timeout_at(crate::mutants::deadline_guard(deadline.hard_stop()), writes)
-            .await
+        let results = match tokio::time::timeout_at(
+            crate::mutants::deadline_guard(deadline.hard_stop()),
+            writes,
+        )
+        .await
         {
             Ok(results) => results,
             Err(_) => candidates
@@ -31,7 +34,59 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     .with_step("dead-letter"))
                 })
                 .collect(),
-        }
+        };
+        self.after_dead_letter(candidates, &results, deadline).await;
+        results
+    }
+
+    /// The processor's death hooks ([`Processor::on_dead_letter`]) for the candidates the
+    /// sink made durable: concurrently, each bounded by the hard stop, its error or panic
+    /// logged and nothing else (the records stay dead-lettered).
+    async fn after_dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        results: &[Result<(), ProcessError>],
+        deadline: &Deadline,
+    ) {
+        let hooks = candidates
+            .iter()
+            .zip(results)
+            .filter(|(_, result)| result.is_ok())
+            .map(|(candidate, _)| async move {
+                let dead = crate::processor::DeadLettered {
+                    item: &candidate.item,
+                    error: &candidate.error,
+                    reason: candidate.reason,
+                    attempts: candidate.failures.len(),
+                };
+                let hook: futures::future::BoxFuture<'_, Result<(), ProcessError>> =
+                    Box::pin(self.processor.on_dead_letter(&dead));
+                let hook = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(hook));
+                let item = &candidate.item;
+                match tokio::time::timeout_at(deadline.hard_stop(), hook).await {
+                    Ok(Ok(Ok(()))) => {}
+                    Ok(Ok(Err(error))) => tracing::warn!(
+                        message_id = %item.message_id,
+                        item_id = %item.item_id,
+                        error_class = %error.class,
+                        error_signature = %error_signature(error.class, &error.message),
+                        error = %error.loggable(),
+                        "the dead-letter hook failed; the record stays dead-lettered"
+                    ),
+                    // The panic's message may quote the record's data: not logged (§1.9).
+                    Ok(Err(_panic)) => tracing::error!(
+                        message_id = %item.message_id,
+                        item_id = %item.item_id,
+                        "the dead-letter hook panicked; the record stays dead-lettered"
+                    ),
+                    Err(_) => tracing::warn!(
+                        message_id = %item.message_id,
+                        item_id = %item.item_id,
+                        "the dead-letter hook was cut at the invocation's hard stop; the record stays dead-lettered"
+                    ),
+                }
+            });
+        futures::future::join_all(hooks).await;
     }
 
     /// [`BatchProcessor::run_record`] with the record's place in the batch.
@@ -72,6 +127,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .scope(self.process_record(message_id, msg, deadline))
             .await;
         let took = Some(started.elapsed());
+        // Every record leaves a line: a failure is logged where it is decided (with its
+        // class and signature, `log_failure`); a record done or skipped is logged here,
+        // with the handler's fields when it added any.
+        if let Step::Final(report) = &step {
+            if log_success(report, started.elapsed(), &fields) {
+                return finish(step, took);
+            }
+        }
         if !fields.is_empty() {
             let (message_id, item_id, outcome) = match &step {
                 Step::Final(report) => (
@@ -93,21 +156,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 "record processed"
             );
         }
-        match step {
-            Step::Final(report) => Step::Final(RecordReport {
-                processing_time: took,
-                ..report
-            }),
-            Step::DeadLetter {
-                candidate,
-                attempts,
-                time: _,
-            } => Step::DeadLetter {
-                candidate,
-                attempts,
-                time: took,
-            },
-        }
+        finish(step, took)
     }
 
     /// Parses and processes one record, retrying within the invocation.
@@ -339,15 +388,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .parser
             .parse_record(message_id.into_owned(), msg)
             .unwrap_or_else(|invalid| invalid.item);
-        let held = match reason {
-            NotStartedReason::Deadline => "not started before the invocation's cut-off",
-            NotStartedReason::FifoShortCircuit => {
-                "held back behind an earlier failure of its FIFO batch"
-            }
-            NotStartedReason::FifoGroupFailed => {
-                "held back behind an earlier failure of its message group"
-            }
-        };
+        let held = not_started_text(reason);
         let (when, dead_letter_reason) = if budget_spent {
             (
                 "on its last receive",
@@ -463,6 +504,87 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// The name of a disposition on log lines.
+/// The step with the record's processing time.
+fn finish(step: Step, took: Option<Duration>) -> Step {
+    match step {
+        Step::Final(report) => Step::Final(RecordReport {
+            processing_time: took,
+            ..report
+        }),
+        Step::DeadLetter {
+            candidate,
+            attempts,
+            time: _,
+        } => Step::DeadLetter {
+            candidate,
+            attempts,
+            time: took,
+        },
+    }
+}
+
+/// Logs a record that was done or skipped (its reason with what it quotes dropped and its
+/// numbers masked, as an error's message is: docs/ARCHITECTURE.md §1.9), with the
+/// handler's fields; whether it was one of those.
+fn log_success(
+    report: &RecordReport,
+    took: Duration,
+    fields: &serde_json::Map<String, serde_json::Value>,
+) -> bool {
+    let took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+    let handler_fields = (!fields.is_empty()).then(|| serde_json::Value::Object(fields.clone()));
+    let handler_fields = handler_fields.as_ref().map(tracing::field::display);
+    match &report.disposition {
+        Disposition::Done => tracing::info!(
+            message_id = %report.message_id,
+            item_id = %report.item_id,
+            attempts = report.attempts,
+            took_ms,
+            handler_fields,
+            "record done"
+        ),
+        Disposition::Skipped { reason } => tracing::info!(
+            message_id = %report.message_id,
+            item_id = %report.item_id,
+            attempts = report.attempts,
+            took_ms,
+            reason = %crate::signature::loggable_message(reason),
+            handler_fields,
+            "record skipped"
+        ),
+        _ => return false,
+    }
+    true
+}
+
+/// Logs the records a batch did not start (and did not dead-letter): returned for retry,
+/// with why (a record run or dead-lettered is logged where that was decided).
+pub(super) fn log_not_started(reports: &[RecordReport]) {
+    for report in reports {
+        if let Disposition::NotStarted { reason } = &report.disposition {
+            tracing::warn!(
+                message_id = %report.message_id,
+                item_id = %report.item_id,
+                reason = %not_started_text(*reason),
+                "record not started: returned for retry"
+            );
+        }
+    }
+}
+
+/// Why a record was not started, in words.
+fn not_started_text(reason: NotStartedReason) -> &'static str {
+    match reason {
+        NotStartedReason::Deadline => "not started before the invocation's cut-off",
+        NotStartedReason::FifoShortCircuit => {
+            "held back behind an earlier failure of its FIFO batch"
+        }
+        NotStartedReason::FifoGroupFailed => {
+            "held back behind an earlier failure of its message group"
+        }
+    }
+}
+
 fn outcome_name(disposition: &Disposition) -> &'static str {
     match disposition {
         Disposition::Done => "done",

@@ -387,7 +387,60 @@ pub fn needs_manual_review(history: &[FailureDetail]) -> bool {
         || validations >= 2
 }
 
+/// Where a dead item stands, and so what happens to it next: every dead item is in exactly
+/// one of these (`dlq stats` counts them, `dlq inspect` names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Triage {
+    /// A redrive run retries it (`dlq redrive`, the scheduled redrive): its failure was
+    /// transient (or of a class the configuration retries) and no human needs to look first.
+    Eligible,
+    /// A human must look before anything retries it: a permission failure, or a validation
+    /// failure that came back after a redrive (the fix did not work).
+    ManualReview,
+    /// Not retried by a run, because retrying unchanged fails the same way (a validation or
+    /// not-found failure seen once): fix the data, the downstream or the handler, then
+    /// redrive it by name with `--force`, or purge it.
+    NeedsFix,
+}
+
+impl Triage {
+    /// The name `dlq stats` and `dlq inspect` print.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Triage::Eligible => "eligible",
+            Triage::ManualReview => "manual review",
+            Triage::NeedsFix => "needs a fix",
+        }
+    }
+
+    /// What an operator does next, in one line.
+    pub fn next_step(self) -> &'static str {
+        match self {
+            Triage::Eligible => "a redrive run retries it",
+            Triage::ManualReview => {
+                "a human must look first; after the fix, redrive it with --item-id and --force"
+            }
+            Triage::NeedsFix => {
+                "a run does not retry it: fix the data or the handler, then redrive it with --item-id and --force, or purge it"
+            }
+        }
+    }
+}
+
 impl DeadLetteredItem {
+    /// Where this item stands (meaningful for a dead item; see [`Triage`]). Manual review
+    /// comes first: an item that needs a human is never taken by a run, eligible or not.
+    pub fn triage(&self) -> Triage {
+        if self.manual_review_required {
+            Triage::ManualReview
+        } else if self.reprocess_eligible {
+            Triage::Eligible
+        } else {
+            Triage::NeedsFix
+        }
+    }
+
     /// The record for a candidate, with the payload inline (a sink may move it to S3).
     pub fn from_candidate(
         candidate: &DeadLetterCandidate,

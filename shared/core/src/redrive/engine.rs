@@ -154,6 +154,8 @@ pub struct RedriveEngine<P, S> {
     pub(super) settings: RedriveSettings,
     /// Source queue URLs by queue ARN, looked up once per run of the engine.
     pub(super) queue_urls: Mutex<HashMap<String, String>>,
+    /// Each source queue's largest message, by URL, read once per run of the engine.
+    pub(super) queue_sizes: Mutex<HashMap<String, u64>>,
     /// Follows an Extended-Client pointer a record kept (the worker could not fetch its
     /// payload) before reprocessing, under the worker's payload policy.
     pub(super) resolver: Option<std::sync::Arc<dyn crate::batch::BodyResolver>>,
@@ -167,6 +169,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             processor,
             settings,
             queue_urls: Mutex::new(HashMap::new()),
+            queue_sizes: Mutex::new(HashMap::new()),
             resolver: None,
         }
     }
@@ -187,7 +190,12 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         &self.store
     }
 
-    /// The engine's settings, to adjust after building it.
+    /// The engine's settings.
+    pub fn settings(&self) -> &RedriveSettings {
+        &self.settings
+    }
+
+    /// The settings, to change them.
     pub fn settings_mut(&mut self) -> &mut RedriveSettings {
         &mut self.settings
     }

@@ -32,6 +32,8 @@ pub struct RedriveRequest {
     pub error_signature: Option<String>,
     /// Only items of this error class.
     pub error_class: Option<ErrorClass>,
+    /// Only items of this message group (a FIFO group, or a fair queue's tenant).
+    pub message_group_id: Option<String>,
     /// Last attempt at or after: RFC 3339 or a duration ago (`24h`).
     pub since: Option<String>,
     /// Last attempt at or before: RFC 3339 or a duration ago.
@@ -232,6 +234,7 @@ impl RedriveRequest {
             // Ineligible records are not even read unless forced: counted against
             // `max_items`, newer validation failures would starve older eligible items.
             eligible_only: !self.force,
+            message_group: self.message_group_id.clone(),
             lease_expired_before: None,
             // Oldest first: an item that fails again goes to the back, and the items that
             // keep failing cannot head every scheduled run.

@@ -20,9 +20,6 @@ use crate::pointer::S3Pointer;
 use crate::ports::{OutgoingMessage, RedrivePorts};
 use crate::processor::Processor;
 
-/// Largest body requeued inline; larger S3 payloads are sent as Extended Client pointers.
-pub const INLINE_REQUEUE_MAX: u64 = 262_144;
-
 /// SQS takes 10 message attributes; ours take three, so at most seven are restored.
 const RESTORED_ATTRIBUTES_MAX: usize = 7;
 
@@ -71,7 +68,10 @@ pub fn outgoing_message(
             )),
         )
     } else {
-        (None, None)
+        // A fair queue (a standard queue whose messages name a tenant): the message goes
+        // back under its tenant, so the queue keeps sharing its consumers fairly. No
+        // deduplication id: a standard queue takes none.
+        (record.source.message_group_id.clone(), None)
     };
     OutgoingMessage {
         id,
@@ -110,6 +110,35 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             m.insert(arn, url.clone());
         }
         Ok(url)
+    }
+
+    /// The largest message the queue at `url` takes, read once per run; SQS's classic
+    /// 256 KiB when it cannot be read (a larger payload then goes as a pointer, which every
+    /// queue takes).
+    async fn queue_message_max(&self, url: &str) -> u64 {
+        if let Some(size) = self
+            .queue_sizes
+            .lock()
+            .ok()
+            .and_then(|m| m.get(url).copied())
+        {
+            return size;
+        }
+        let size = match self.store.maximum_message_size(url).await {
+            Ok(size) => size,
+            Err(error) => {
+                tracing::warn!(
+                    queue_url = %url,
+                    error = %error.loggable(),
+                    "cannot read the queue's MaximumMessageSize (sqs:GetQueueAttributes); requeuing payloads over 256 KiB as pointers"
+                );
+                crate::ports::CLASSIC_MESSAGE_MAX
+            }
+        };
+        if let Ok(mut m) = self.queue_sizes.lock() {
+            m.insert(url.to_string(), size);
+        }
+        size
     }
 
     /// Requeues records: leases in transactions, sends in batches of 10, marks each sent
@@ -245,8 +274,10 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         )
     }
 
-    /// The queue and message that put `record` back: the body inline when it fits, else the
-    /// S3 payload as an Extended Client pointer.
+    /// The queue and message that put `record` back: the body inline when the queue takes
+    /// it with the message's attributes (its `MaximumMessageSize`, up to 1 MiB, read once
+    /// per queue; 256 KiB when it cannot be read), else the S3 payload as an Extended
+    /// Client pointer.
     async fn requeue_message(
         &self,
         index: usize,
@@ -254,22 +285,21 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         run_id: &str,
     ) -> Result<(String, OutgoingMessage), ProcessError> {
         let url = self.queue_url(record).await?;
-        let body = match &record.payload.location {
-            PayloadLocation::S3 { bucket, key }
-                if record.payload.size_bytes > INLINE_REQUEUE_MAX =>
-            {
-                S3Pointer {
-                    bucket: bucket.clone(),
-                    key: key.clone(),
-                }
-                .to_body()
+        let fifo = url.ends_with(".fifo");
+        let mut message = outgoing_message(index.to_string(), record, String::new(), run_id, fifo);
+        let limit = self.queue_message_max(&url).await;
+        let fits = u64::try_from(message.size())
+            .unwrap_or(u64::MAX)
+            .saturating_add(record.payload.size_bytes)
+            <= limit;
+        message.body = match &record.payload.location {
+            PayloadLocation::S3 { bucket, key } if !fits => S3Pointer {
+                bucket: bucket.clone(),
+                key: key.clone(),
             }
+            .to_body(),
             _ => self.load_body(record).await?,
         };
-        let fifo = url.ends_with(".fifo");
-        Ok((
-            url,
-            outgoing_message(index.to_string(), record, body, run_id, fifo),
-        ))
+        Ok((url, message))
     }
 }

@@ -304,7 +304,10 @@ async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued(
         attribute("requeued_by"),
         std::slice::from_ref(&report.run_id)
     );
-    assert_eq!(a.group_id, None);
+    assert_eq!(
+        a.group_id, None,
+        "a standard queue's message without a group"
+    );
     let record = engine.store().record("a").unwrap();
     assert_eq!(record.status, ItemStatus::Requeued);
     assert!(record.requeued_message_id.is_some());
@@ -333,6 +336,29 @@ async fn a_refused_or_failed_send_gives_the_items_back() {
     assert_eq!(engine.store().lease_owner("b"), None);
     let dlq = engine.store().dlq_messages();
     assert_eq!(dlq.len(), 1, "b's message stays: {dlq:?}");
+}
+
+/// A fair queue: a standard queue whose messages carry a `MessageGroupId` (the tenant). The
+/// requeued message keeps its tenant, with no deduplication id (a standard queue takes
+/// none).
+#[tokio::test]
+async fn requeue_to_a_fair_queue_keeps_the_tenant_and_sets_no_deduplication_id() {
+    let mut r = dead_record("a", ErrorClass::Throttled, 1);
+    r.source.message_group_id = Some("tenant-9".into());
+    let engine = engine_with(vec![r], ScriptedProcessor::new());
+    run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            ..Default::default()
+        },
+    )
+    .await;
+    let sent = engine.store().sent();
+    assert_eq!(sent.len(), 1);
+    assert!(!sent[0].0.ends_with(".fifo"));
+    assert_eq!(sent[0].1.group_id.as_deref(), Some("tenant-9"));
+    assert_eq!(sent[0].1.deduplication_id, None);
 }
 
 #[tokio::test]

@@ -99,6 +99,22 @@ fn default_idempotency_prefix(function: Option<&str>) -> String {
     function.map_or_else(String::new, |name| format!("{name}#"))
 }
 
+/// Why an idempotency key could name a circuit breaker's item, when the two share a table
+/// (both key their items by `id`): a key is the prefix and an item id, which is data, so
+/// no breaker key (this function's, its pause marker's, any function's `breaker#...`) may
+/// start with the prefix, nor the prefix with `breaker#`.
+fn shared_table_clash(prefix: &str, breaker_key: &str) -> Option<String> {
+    let breakers = "breaker#";
+    (breaker_key.starts_with(prefix)
+        || breakers.starts_with(prefix)
+        || prefix.starts_with(breakers))
+    .then(|| {
+        format!(
+            "idempotency keys start with {prefix:?} and share their table with the circuit breaker's item {breaker_key:?} (and every breaker#... item): an item id could name a breaker item; set {IDEMPOTENCY_KEY_PREFIX} to a prefix of its own (a function named `breaker` needs one), or give the breaker a table of its own"
+        )
+    })
+}
+
 impl HandlerConfig {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -131,6 +147,9 @@ impl HandlerConfig {
             );
         }
         let retry_unknown = env.flag(&RETRY_UNKNOWN_ERRORS);
+        let attempts_by_class: crate::retry::ClassAttempts =
+            env.optional(&RETRY_ATTEMPTS_BY_CLASS).unwrap_or_default();
+        let retry_after_free = env.flag(&RETRY_AFTER_FREE);
         let deadline_margin = env.integer(&DEADLINE_MARGIN_MS);
         let skip_group_on_error = env.flag(&SKIP_GROUP_ON_ERROR);
         let payload = read_payload_policy(env);
@@ -148,6 +167,13 @@ impl HandlerConfig {
         let idempotency_prefix: String = env
             .optional(&IDEMPOTENCY_KEY_PREFIX)
             .unwrap_or_else(|| default_idempotency_prefix(function.as_deref()));
+        if let (Some(breakers), Some(claims)) = (&breaker_table, &idempotency_table) {
+            if breakers == claims {
+                if let Some(reason) = shared_table_clash(&idempotency_prefix, &breaker_key) {
+                    env.problem(IDEMPOTENCY_KEY_PREFIX.name, reason);
+                }
+            }
+        }
         let breaker_threshold = env.integer(&BREAKER_THRESHOLD);
         let breaker_window = env.integer(&BREAKER_WINDOW_SECS);
         let breaker_open = env.integer(&BREAKER_OPEN_SECS);
@@ -188,6 +214,10 @@ impl HandlerConfig {
                     max_delay: Duration::from_millis(max_delay),
                     retry_unknown,
                     jitter: Jitter::Full,
+                    class_attempts: crate::retry::ClassAttempts {
+                        retry_after_free,
+                        ..attempts_by_class
+                    },
                 },
                 concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
                 max_receive_count,

@@ -294,8 +294,67 @@ mod tests {
                 "stack-worker#".to_string()
             )
         );
-        // Outside Lambda.
-        assert_eq!(keys(&[]), (BREAKER_ID.to_string(), String::new()));
+        // Outside Lambda, in tables of their own (an empty prefix in the breaker's table
+        // would let an item id name the breaker: refused below).
+        let alone = read(&[
+            url,
+            (BREAKER_TABLE.name, "breakers"),
+            (IDEMPOTENCY_TABLE.name, "claims"),
+        ])
+        .unwrap()
+        .handler;
+        assert_eq!(
+            handler_keys(&alone),
+            (BREAKER_ID.to_string(), String::new())
+        );
+    }
+
+    #[allow(clippy::unwrap_used)] // a test helper: fails loudly
+    fn handler_keys(handler: &crate::config::HandlerConfig) -> (String, String) {
+        (
+            handler.breaker.as_ref().unwrap().key.clone(),
+            handler.idempotency.as_ref().unwrap().key_prefix.clone(),
+        )
+    }
+
+    /// In one table, an idempotency key (a prefix and an item id, which is data) must never
+    /// be a breaker's item: a function named `breaker` (prefix `breaker#`), an empty prefix,
+    /// or a prefix the breaker key starts with is refused, naming the variable; in tables
+    /// of their own they are fine.
+    #[test]
+    fn an_idempotency_prefix_that_could_name_a_breaker_item_in_its_table_is_refused() {
+        let url = (DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest");
+        for extra in [
+            vec![("AWS_LAMBDA_FUNCTION_NAME", "breaker")],
+            vec![],
+            vec![
+                ("AWS_LAMBDA_FUNCTION_NAME", "orders"),
+                (IDEMPOTENCY_KEY_PREFIX.name, "breaker#or"),
+            ],
+            vec![
+                ("AWS_LAMBDA_FUNCTION_NAME", "orders"),
+                (IDEMPOTENCY_KEY_PREFIX.name, "b"),
+            ],
+        ] {
+            let mut shared = vec![
+                url,
+                (BREAKER_TABLE.name, "one"),
+                (IDEMPOTENCY_TABLE.name, "one"),
+            ];
+            shared.extend_from_slice(&extra);
+            let error = read(&shared).unwrap_err().to_string();
+            assert!(
+                error.contains(IDEMPOTENCY_KEY_PREFIX.name),
+                "{extra:?}: {error}"
+            );
+            let mut apart = vec![
+                url,
+                (BREAKER_TABLE.name, "breakers"),
+                (IDEMPOTENCY_TABLE.name, "claims"),
+            ];
+            apart.extend_from_slice(&extra);
+            assert!(read(&apart).is_ok(), "{extra:?}");
+        }
     }
 
     #[test]

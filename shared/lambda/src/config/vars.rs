@@ -345,6 +345,18 @@ pub const RETRY_UNKNOWN_ERRORS: Var = flag(
     "WORKER_RETRY_UNKNOWN_ERRORS",
     "retry errors of class unknown",
 );
+/// `WORKER_RETRY_ATTEMPTS_BY_CLASS`
+pub const RETRY_ATTEMPTS_BY_CLASS: Var = text(
+    "WORKER_RETRY_ATTEMPTS_BY_CLASS",
+    "attempts per record per invocation for the error classes named, in place of `WORKER_RETRY_MAX_ATTEMPTS` (e.g. `throttled=6,server_error=2`: throttling tried longer than a server error); the last failure's class decides",
+    "class=attempts pairs joined by commas, each 1 to 20",
+    None,
+);
+/// `WORKER_RETRY_AFTER_FREE`
+pub const RETRY_AFTER_FREE: Var = flag(
+    "WORKER_RETRY_AFTER_FREE",
+    "a `throttled` attempt answered with a `Retry-After` (the callee asked for time) does not count against the record's attempts; the cut-off still ends the waiting, and a record makes at most 20 attempts an invocation",
+);
 /// `WORKER_DEADLINE_MARGIN_MS`
 pub const DEADLINE_MARGIN_MS: Var = integer(
     "WORKER_DEADLINE_MARGIN_MS",
@@ -452,6 +464,8 @@ pub const WORKER_VARS: &[Var] = &[
     RETRY_BASE_DELAY_MS,
     RETRY_MAX_DELAY_MS,
     RETRY_UNKNOWN_ERRORS,
+    RETRY_ATTEMPTS_BY_CLASS,
+    RETRY_AFTER_FREE,
     DEADLINE_MARGIN_MS,
     SKIP_GROUP_ON_ERROR,
     PAYLOAD_MAX_BYTES,

@@ -47,6 +47,7 @@ pub fn config(parser: ItemParser) -> BatchConfig {
             max_delay: Duration::from_millis(2),
             retry_unknown: false,
             jitter: Jitter::None,
+            class_attempts: Default::default(),
         },
         concurrency: 4,
         max_receive_count: None,

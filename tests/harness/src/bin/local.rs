@@ -210,8 +210,79 @@ enum Command {
         #[arg(long, default_value = "target/bench/cpu.json")]
         output: PathBuf,
     },
-    /// Invokes the compiled worker binary once with an SQS event file, against a local
-    /// deterministic downstream and no dead-letter store, and prints the batch response.
+    /// Creates a handler's dead-letter store on the emulator: the record table (with its two
+    /// indexes and TTL), the DLQ, the payload bucket, and a source queue whose redrive
+    /// policy names that DLQ, shaped as the templates shape them. Prints the variables
+    /// that point a handler and `dlq` at them (`NAME=value` lines; `export $(local store
+    /// ...)` sets them in a shell).
+    ///
+    /// Example: local store --prefix orders
+    Store {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Region name used with the emulator.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// What every name starts with: <prefix>-source, <prefix>-dlq,
+        /// <prefix>-dead-letters (the table) and <prefix>-payloads (lower-case letters,
+        /// digits and dashes).
+        #[arg(long)]
+        prefix: String,
+        /// FIFO queues (source and DLQ, as SQS requires).
+        #[arg(long)]
+        fifo: bool,
+        /// The source queue's maxReceiveCount (printed as WORKER_MAX_RECEIVE_COUNT).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        max_receive_count: u32,
+        /// The source queue's visibility timeout, in seconds: how soon a record returned
+        /// for retry comes back.
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(0..=43200))]
+        visibility_timeout: u32,
+        /// Delete the resources of that prefix first, with their data.
+        #[arg(long)]
+        replace: bool,
+    },
+    /// Runs your own handler binary as Lambda would, fed from a queue on the emulator by a
+    /// local event source mapping, with its log lines on this terminal (stderr), until the
+    /// queue is empty (nothing visible, nothing in flight) or --max-secs pass. The
+    /// handler gets this shell's environment (its own variables, and the DLQ_* ones that
+    /// `local store` prints for a dead-letter store), with the emulators' endpoints and
+    /// test credentials set over it. Prints the totals; exits 1 when the queue was not
+    /// emptied in time.
+    ///
+    /// Example: local run --worker target/debug/my-handler --queue-url "$SOURCE_QUEUE_URL"
+    Run {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Region name used with the emulator.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// Your handler's compiled binary.
+        #[arg(long)]
+        worker: PathBuf,
+        /// The queue to feed it from (`SOURCE_QUEUE_URL` from `local store`).
+        #[arg(long, env = "SOURCE_QUEUE_URL")]
+        queue_url: String,
+        /// Records per invocation (above 10, gathered from several receives).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(1..=10000))]
+        batch_size: i32,
+        /// Each invocation's time, in seconds (sent as its deadline).
+        #[arg(long, default_value_t = 30)]
+        timeout_secs: u64,
+        /// The longest the run polls, in seconds.
+        #[arg(long, default_value_t = 300)]
+        max_secs: u64,
+        /// The function's name (AWS_LAMBDA_FUNCTION_NAME: it prefixes idempotency keys and
+        /// names the breaker).
+        #[arg(long, default_value = "local-handler")]
+        function_name: String,
+    },
+    /// Invokes a compiled worker binary once with an SQS event file and prints the batch
+    /// response on stdout, the function's log lines on stderr. The shipped worker is given
+    /// a local deterministic downstream (the body's `scenario` decides its answer); a
+    /// dead-letter store is used only when this shell sets DLQ_TABLE, DLQ_QUEUE_URL and
+    /// DLQ_BUCKET (then also AWS_ENDPOINT_URL for the emulator), else permanent failures
+    /// are returned. For a handler of your own fed from a queue, see `local run`.
     ///
     /// Example: local invoke --event samples/demo-event.json
     Invoke {
@@ -307,6 +378,78 @@ async fn main() -> ExitCode {
             timeout_secs,
             worker,
         } => invoke(event, Duration::from_secs(timeout_secs), worker).await,
+        Command::Store {
+            emulator,
+            region,
+            prefix,
+            fifo,
+            max_receive_count,
+            visibility_timeout,
+            replace,
+        } => match emulator.endpoints() {
+            Ok(endpoints) => {
+                let options = sqs_keeper_local::handler_loop::StoreOptions {
+                    endpoints,
+                    region,
+                    prefix,
+                    fifo,
+                    max_receive_count,
+                    visibility_timeout_secs: visibility_timeout,
+                    replace,
+                };
+                sqs_keeper_local::handler_loop::create_store(&options)
+                    .await
+                    .map(|env| {
+                        for (name, value) in env {
+                            println!("{name}={value}");
+                        }
+                        ExitCode::SUCCESS
+                    })
+            }
+            Err(e) => Err(e),
+        },
+        Command::Run {
+            emulator,
+            region,
+            worker,
+            queue_url,
+            batch_size,
+            timeout_secs,
+            max_secs,
+            function_name,
+        } => match emulator.endpoints() {
+            Ok(endpoints) => {
+                let options = sqs_keeper_local::handler_loop::RunOptions {
+                    endpoints,
+                    region,
+                    worker,
+                    queue_url,
+                    batch_size,
+                    timeout: Duration::from_secs(timeout_secs),
+                    max: Duration::from_secs(max_secs),
+                    function_name,
+                };
+                sqs_keeper_local::handler_loop::run(&options)
+                    .await
+                    .map(|(stats, drained)| {
+                        println!(
+                            "invocations {}, messages received {} (redeliveries included), deleted after success {}, reported failed {}, invocations failed whole {}; queue {}",
+                            stats.invocations,
+                            stats.received,
+                            stats.deleted,
+                            stats.reported,
+                            stats.failed_invocations,
+                            if drained { "empty" } else { "not empty when --max-secs ran out" }
+                        );
+                        if drained {
+                            ExitCode::SUCCESS
+                        } else {
+                            ExitCode::from(1)
+                        }
+                    })
+            }
+            Err(e) => Err(e),
+        },
         Command::Bench {
             emulator,
             iterations,
@@ -496,7 +639,7 @@ async fn invoke(
         ("WORKER_MAX_RECEIVE_COUNT".to_string(), "3".to_string()),
         ("WORKER_RETRY_BASE_DELAY_MS".to_string(), "50".to_string()),
     ];
-    let mut process = FunctionProcess::spawn(&worker, "worker", &api.address(), &env, None)
+    let mut process = FunctionProcess::spawn_to_terminal(&worker, "worker", &api.address(), &env)
         .map_err(|e| format!("cannot start {}: {e}", worker.display()))?;
     let result = api.invoke(bytes.into(), timeout).await;
     let _ = process.kill().await;

@@ -1,0 +1,172 @@
+//! The redrive function as the circuit breaker's probe: its lock lasts as long as its probe
+//! run can, so no worker sandbox probes beside it, and a probe cut at the run's deadline
+//! opens the breaker again. Real time where the breaker compares wall-clock times.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use sqs_keeper_lambda::breaker::{Breaker, BreakerPolicy, BreakerStore};
+use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
+use sqs_keeper_lambda::item::WorkItem;
+use sqs_keeper_lambda::processor::{Outcome, Processor};
+use sqs_keeper_lambda::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_lambda::testing::{dead_record, MemoryBreakerStore, MemoryStore};
+
+/// The downstream, shared by the redrive function and a worker sandbox: each call takes
+/// `latency` and succeeds; the most calls in flight at once is kept.
+#[derive(Clone, Default)]
+struct Downstream {
+    latency: Duration,
+    in_flight: Arc<AtomicU32>,
+    most_in_flight: Arc<AtomicU32>,
+    calls: Arc<AtomicU32>,
+}
+
+impl Processor for Downstream {
+    async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.latency).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        Ok(Outcome::Done)
+    }
+
+    fn attempt_timeout(&self) -> Option<Duration> {
+        Some(self.latency + Duration::from_millis(100))
+    }
+}
+
+/// Guarantee 10 / docs §7: "Past the open period one sandbox takes the probe (conditional on
+/// no probe running; locked for the configured time and at least as long as the probe's
+/// call can run, so two probes never overlap)", and a scheduled redrive "is itself the
+/// probe".
+///
+/// The redrive function's probe (`redrive_function::gate`) once took the probe lock for
+/// `policy.probe_for` only, not for as long as its probe item can run (attempts × the
+/// downstream timeout + backoff, up to the run's deadline): with probe_for a fixed 60 s and
+/// one item's attempts taking e.g. 3 × 30 s, a worker sandbox found the lock lapsed and
+/// probed beside it. Scaled down here: `probe_for` 200 ms, the probe's call 600 ms, a run
+/// without a deadline (bounded by its item's lease); a worker sandbox coming at 300 ms must be
+/// refused.
+#[tokio::test]
+async fn a_redrive_probe_longer_than_probe_for_holds_the_lock_until_it_ends() {
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_millis(100),
+        max_open: Duration::from_secs(10),
+        probe_for: Duration::from_millis(200),
+        refresh: Duration::ZERO,
+    };
+    let breaker = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    // Opened a while ago; its open period is over: half-open, no probe running.
+    assert!(breaker
+        .open(
+            now - Duration::from_millis(10),
+            1,
+            now - Duration::from_secs(1)
+        )
+        .await
+        .unwrap());
+    let downstream = Downstream {
+        latency: Duration::from_millis(600),
+        ..Downstream::default()
+    };
+    // The redrive function: one dead item of a transient class (eligible).
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("a", ErrorClass::Throttled, 1));
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(downstream.clone()), settings);
+    let request = RedriveRequest::default();
+    // A worker sandbox behind the same breaker.
+    let sandbox = Breaker::new(downstream.clone(), breaker.clone(), policy);
+    let item = WorkItem::new("m-worker", "{}");
+    let progress = no_progress();
+    let (report, worker) = tokio::join!(
+        sqs_keeper_lambda::redrive_function::run_gated(
+            &engine,
+            Some((&breaker, &policy)),
+            &request,
+            None,
+            &*progress,
+        ),
+        async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            sandbox.process(&item).await
+        }
+    );
+    let report = report.unwrap();
+    assert_eq!(report.succeeded, 1, "the redrive's probe ran: {report:?}");
+    assert_eq!(
+        downstream.most_in_flight.load(Ordering::SeqCst),
+        1,
+        "two probes ran at once (the redrive's, still in its call, and a worker's that took \
+         the lapsed lock); the worker's answer: {worker:?}; downstream calls: {}",
+        downstream.calls.load(Ordering::SeqCst)
+    );
+}
+
+/// Guarantee 6 / docs §7: "a transient failure or a probe cut at the cut-off opens it again"
+/// — for the redrive function's probe: "a transient failure opens it again".
+///
+/// The redrive's probe item is cut at the run's deadline (the downstream hangs): the
+/// breaker opens again for twice as long (`opens` 2, which the polling control counts),
+/// rather than being left half-open for the next record to probe at once.
+#[tokio::test(start_paused = true)]
+async fn a_redrive_probe_cut_at_its_deadline_opens_the_breaker_again() {
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_millis(100),
+        max_open: Duration::from_secs(10),
+        probe_for: Duration::from_millis(200),
+        refresh: Duration::ZERO,
+    };
+    let breaker = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    assert!(breaker
+        .open(
+            now - Duration::from_millis(10),
+            1,
+            now - Duration::from_secs(1)
+        )
+        .await
+        .unwrap());
+    // A downstream that hangs (far longer than the run's deadline).
+    let downstream = Downstream {
+        latency: Duration::from_secs(3600),
+        ..Downstream::default()
+    };
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("a", ErrorClass::Throttled, 1));
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(downstream.clone()), settings);
+    let request = RedriveRequest::default();
+    // The redrive function's deadline (items are cut 25 s before it); tokio's clock is
+    // paused, so the hang and the cut take no real time.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
+        &engine,
+        Some((&breaker, &policy)),
+        &request,
+        Some(deadline),
+        &*no_progress(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(downstream.calls.load(Ordering::SeqCst), 1, "{report:?}");
+    let after = breaker.state();
+    assert!(
+        after.is_open(SystemTime::now()) && after.opens == 2,
+        "the redrive's probe hung and was cut, yet the breaker was not opened again: {after:?}; \
+         report items: {:?}",
+        report.items
+    );
+}

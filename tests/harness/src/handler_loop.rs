@@ -1,0 +1,151 @@
+//! A handler author's local loop, on the emulators:
+//!
+//! - [`create_store`] (`local store`): a handler's dead-letter store (the table with its
+//!   indexes and TTL, the DLQ, the payload bucket) and its source queue (with the redrive
+//!   policy to that DLQ), shaped as the templates shape them, and the variables that point a
+//!   handler and `dlq` at them, printed as `NAME=value` lines.
+//! - [`run`] (`local run --worker <bin>`): the author's own compiled handler served through
+//!   the Lambda Runtime API and fed by the local event source mapping from a queue, as
+//!   Lambda would run it, with the handler's log lines on this terminal (stderr).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
+
+use crate::demo::emulator_env;
+use crate::esm::{EsmStats, EventSourceMapping};
+use crate::function::FunctionProcess;
+use crate::invokers::RuntimeApiInvoker;
+use crate::resources::{PipelineResources, ResourceSpec};
+use crate::runtime_api::RuntimeApi;
+
+/// What `local store` creates.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The emulators.
+    pub endpoints: Endpoints,
+    /// The region the resources are in.
+    pub region: String,
+    /// What every name starts with (`<prefix>-source`, `-dlq`, `-dead-letters`, `-payloads`).
+    pub prefix: String,
+    /// FIFO queues (both).
+    pub fifo: bool,
+    /// The source queue's `maxReceiveCount`.
+    pub max_receive_count: u32,
+    /// The source queue's visibility timeout.
+    pub visibility_timeout_secs: u32,
+    /// Delete what exists under these names first (its data goes with it).
+    pub replace: bool,
+}
+
+/// Creates the store and the source queue, and returns the variables for them: the
+/// emulators' endpoints and test credentials, `DLQ_*`, `WORKER_MAX_RECEIVE_COUNT` and
+/// `SOURCE_QUEUE_URL`.
+pub async fn create_store(options: &StoreOptions) -> Result<Vec<(String, String)>, String> {
+    if options.prefix.is_empty()
+        || !options
+            .prefix
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(format!(
+            "--prefix {:?}: use lower-case letters, digits and dashes (it names a bucket)",
+            options.prefix
+        ));
+    }
+    let clients = AwsClients::for_endpoints(&options.endpoints, &options.region).await;
+    let spec = ResourceSpec {
+        prefix: options.prefix.clone(),
+        fifo: options.fifo,
+        max_receive_count: options.max_receive_count,
+        visibility_timeout_secs: options.visibility_timeout_secs,
+    };
+    if options.replace {
+        PipelineResources::delete_existing(&clients, &spec).await;
+    }
+    let resources = PipelineResources::create(&clients, &spec)
+        .await
+        .map_err(|e| {
+            format!("{e}\n(a store named {:?} may exist already: pass --replace to delete it and create it again)", options.prefix)
+        })?;
+    let mut env = emulator_env(&options.endpoints, &options.region);
+    env.extend(resources.store_env());
+    env.push(("SOURCE_QUEUE_URL".to_string(), resources.source_url));
+    Ok(env)
+}
+
+/// What `local run` runs.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The emulators.
+    pub endpoints: Endpoints,
+    /// The region.
+    pub region: String,
+    /// The handler's compiled binary.
+    pub worker: PathBuf,
+    /// The queue it is fed from.
+    pub queue_url: String,
+    /// Records per invocation (1–10,000).
+    pub batch_size: i32,
+    /// Each invocation's time (sent as its deadline).
+    pub timeout: Duration,
+    /// The longest the run polls; it ends sooner once the queue is empty (nothing visible,
+    /// nothing in flight).
+    pub max: Duration,
+    /// The function's name (`AWS_LAMBDA_FUNCTION_NAME`).
+    pub function_name: String,
+}
+
+/// Runs the handler until the queue is empty or `max` passes; the totals, and whether the
+/// queue was emptied.
+pub async fn run(options: &RunOptions) -> Result<(EsmStats, bool), String> {
+    if !options.worker.is_file() {
+        return Err(format!(
+            "{} is not a file: build your handler (cargo build) and pass its binary to --worker",
+            options.worker.display()
+        ));
+    }
+    let clients = AwsClients::for_endpoints(&options.endpoints, &options.region).await;
+    let queue_arn = crate::resources::queue_arn(&clients, &options.queue_url)
+        .await
+        .map_err(|e| format!("{e} (is {} a queue on the emulator?)", options.queue_url))?;
+    let api = RuntimeApi::start(&format!(
+        "arn:aws:lambda:{}:000000000000:function:{}",
+        options.region, options.function_name
+    ))
+    .await
+    .map_err(|e| format!("cannot start the runtime API: {e}"))?;
+    // The caller's environment (the handler's own variables, `DLQ_*`) goes through; the
+    // emulators' endpoints and test credentials are set over it, so that nothing it does
+    // leaves this machine.
+    let env = emulator_env(&options.endpoints, &options.region);
+    let mut process = FunctionProcess::spawn_to_terminal(
+        &options.worker,
+        &options.function_name,
+        &api.address(),
+        &env,
+    )
+    .map_err(|e| format!("cannot start {}: {e}", options.worker.display()))?;
+    let mapping = EventSourceMapping::new(
+        clients.sqs.clone(),
+        &options.queue_url,
+        &queue_arn,
+        &options.region,
+        options.batch_size,
+    );
+    let invoker = RuntimeApiInvoker {
+        api,
+        timeout: options.timeout,
+    };
+    let result = mapping.run_until_drained(&invoker, options.max).await;
+    if let Some(status) = process.exited() {
+        let _ = process.kill().await;
+        return Err(format!(
+            "{} exited ({status}); its log lines above say why",
+            options.worker.display()
+        ));
+    }
+    let _ = process.kill().await;
+    result
+}
