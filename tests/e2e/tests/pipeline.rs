@@ -1852,3 +1852,36 @@ async fn a_fair_queue_tenant_is_kept_on_the_record_and_the_dlq_message() {
         assert_eq!(ids, ["f1"], "status {status:?}");
     }
 }
+
+/// The DLQ's own `MaximumMessageSize` (read once) decides which bodies go to it inline: with
+/// a DLQ of 4 KiB, a 5 KB body (inline by `DLQ_INLINE_MAX_BYTES`) is dead-lettered with its
+/// payload in S3 and a pointer in its DLQ message, instead of a send the DLQ refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dlq_message_size_decides_what_goes_to_it_inline() {
+    let p = Pipeline::new("smalldlq", Setup::default()).await;
+    p.clients
+        .sqs
+        .set_queue_attributes()
+        .queue_url(&p.resources.dlq_url)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::MaximumMessageSize,
+            "4096",
+        )
+        .send()
+        .await
+        .unwrap();
+    let big =
+        json!({"id": "five-kb", "scenario": "invalid", "blob": "z".repeat(5_000)}).to_string();
+    p.send(&[&big]).await;
+    p.drain().await;
+    let records = p.records().await;
+    assert_eq!(records.len(), 1);
+    assert!(
+        matches!(records[0].payload.location, PayloadLocation::S3 { .. }),
+        "{:?}",
+        records[0].payload.location
+    );
+    let dlq = p.dlq_messages().await;
+    assert_eq!(dlq.len(), 1, "one DLQ message, which the DLQ took");
+    assert!(S3Pointer::parse(dlq[0].body().unwrap()).is_some());
+}

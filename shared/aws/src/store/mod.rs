@@ -102,7 +102,15 @@ pub struct DeadLetterStore {
     /// What an adoption may follow an Extended-Client pointer to (the store's own bucket,
     /// with the default size cap, unless set).
     payload_policy: PayloadPolicy,
+    /// The DLQ's `MaximumMessageSize`, read once (on the first dead letter): a body is kept
+    /// inline, and sent inline to the DLQ, only when the DLQ takes it.
+    dlq_max: std::sync::Arc<tokio::sync::OnceCell<u64>>,
 }
+
+/// What a DLQ message's attributes may take beside its body (item id, table, class,
+/// signature, source message id, digest and size, names and types included): an inline
+/// body is kept under the DLQ's `MaximumMessageSize` less this.
+pub const DLQ_ATTRIBUTES_ALLOWANCE: u64 = 8 * 1024;
 
 /// Rounds of `BatchGetItem` for the keys DynamoDB leaves unprocessed (backing off 0.1 s to
 /// 1.6 s between them, about 6 s in all).
@@ -116,6 +124,7 @@ impl DeadLetterStore {
             clients,
             config,
             payload_policy,
+            dlq_max: std::sync::Arc::new(tokio::sync::OnceCell::new()),
         }
     }
 
@@ -140,6 +149,55 @@ impl DeadLetterStore {
     /// The settings [`sqs_keeper_core::recording`] runs with.
     fn recording(&self) -> RecordingSettings {
         self.config.recording_settings()
+    }
+
+    /// [`DeadLetterStore::recording`] for dead-lettering: a body stays inline (and goes to
+    /// the DLQ inline) only when the DLQ takes it with its attributes, whatever
+    /// `DLQ_INLINE_MAX_BYTES` allows; larger goes to S3 and the DLQ message is a pointer.
+    /// The DLQ's size is read once (`sqs:GetQueueAttributes`); a failed read is tried again
+    /// on the next dead letter, the configured limit holding meanwhile.
+    async fn recording_for_dlq(&self) -> RecordingSettings {
+        let mut settings = self.recording();
+        let dlq_max = self
+            .dlq_max
+            .get_or_try_init(|| self.dlq_maximum_message_size())
+            .await;
+        match dlq_max {
+            Ok(max) => {
+                let room = usize::try_from(max.saturating_sub(DLQ_ATTRIBUTES_ALLOWANCE))
+                    .unwrap_or(usize::MAX);
+                settings.inline_max_bytes = settings.inline_max_bytes.min(room);
+            }
+            Err(error) => tracing::warn!(
+                error = %error.loggable(),
+                "cannot read the DLQ's MaximumMessageSize; bodies up to DLQ_INLINE_MAX_BYTES stay inline"
+            ),
+        }
+        settings
+    }
+
+    async fn dlq_maximum_message_size(&self) -> Result<u64, ProcessError> {
+        use aws_sdk_sqs::types::QueueAttributeName;
+        let output = self
+            .clients
+            .sqs
+            .get_queue_attributes()
+            .queue_url(&self.config.queue_url)
+            .attribute_names(QueueAttributeName::MaximumMessageSize)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("dlq"))?;
+        output
+            .attributes()
+            .and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize))
+            .and_then(|size| size.parse().ok())
+            .ok_or_else(|| {
+                ProcessError::new(
+                    sqs_keeper_core::error::ErrorClass::Unknown,
+                    "the DLQ's attributes name no MaximumMessageSize",
+                )
+                .with_step("dlq")
+            })
     }
 
     /// Moves the payload to S3 when it would not stay inline
@@ -564,8 +622,8 @@ impl DeadLetterSink for DeadLetterStore {
         candidates: &[DeadLetterCandidate],
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
-        sqs_keeper_core::recording::dead_letter(self, &self.recording(), candidates, invocation)
-            .await
+        let settings = self.recording_for_dlq().await;
+        sqs_keeper_core::recording::dead_letter(self, &settings, candidates, invocation).await
     }
 }
 
