@@ -16,6 +16,7 @@
 //! outage-caused, and a redrive of eligible items (transient classes) brings it back once
 //! the breaker has closed.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
@@ -177,6 +178,152 @@ impl<P, S> Breaker<P, S> {
     pub fn inner(&self) -> &P {
         &self.inner
     }
+
+    /// Whether this sandbox knows nothing of it worth keeping: closed as last known, no
+    /// probe, no failure counted and unwritten (a breaker of a group that went quiet,
+    /// which [`GroupBreakers`] may drop).
+    fn is_idle(&self) -> bool {
+        let quiet = self
+            .unwritten
+            .lock()
+            .map(|unwritten| unwritten.0 == 0)
+            .unwrap_or(false);
+        let closed = self.cached.lock().is_ok_and(|cached| {
+            cached
+                .as_ref()
+                .is_none_or(|(_, state)| state.open_until.is_none() && state.probe_until.is_none())
+        });
+        quiet && closed
+    }
+}
+
+/// The user's processor shared by the breakers of every message group.
+#[derive(Debug)]
+pub struct SharedProcessor<P>(std::sync::Arc<P>);
+
+impl<P: Processor> Processor for SharedProcessor<P> {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        self.0.process(item).await
+    }
+
+    fn attempt_timeout(&self) -> Option<Duration> {
+        self.0.attempt_timeout()
+    }
+
+    async fn on_dead_letter(
+        &self,
+        dead: &crate::processor::DeadLettered<'_>,
+    ) -> Result<(), ProcessError> {
+        self.0.on_dead_letter(dead).await
+    }
+}
+
+/// Most group breakers a sandbox keeps; past it, those of quiet groups are dropped, and a
+/// group that finds no room runs behind a breaker of its own for that record only.
+pub const MAX_GROUP_BREAKERS: usize = 4096;
+
+/// One group's breaker, shared by the records of the group running at once.
+type GroupBreaker<P, S> = std::sync::Arc<Breaker<SharedProcessor<P>, S>>;
+
+/// A circuit breaker per message group (`WORKER_BREAKER_SCOPE=message-group`): on a fair
+/// queue each tenant (a standard queue's `MessageGroupId`) or on a FIFO queue each group
+/// has its own breaker, its own item in the table (`<breaker key>#group#<group>`), so that
+/// a tenant whose own downstream fails opens the breaker for its records only. Records
+/// without a group share the function's breaker. Each group's breaker is the [`Breaker`]
+/// (its reads, writes and probe as for the function's); a sandbox keeps at most
+/// [`MAX_GROUP_BREAKERS`] of them. The polling control watches the function's breaker only:
+/// one tenant's outage never stops the worker's polling.
+pub struct GroupBreakers<P, S, F> {
+    inner: std::sync::Arc<P>,
+    stores: F,
+    policy: BreakerPolicy,
+    breakers: Mutex<HashMap<Option<String>, GroupBreaker<P, S>>>,
+}
+
+impl<P, S, F> std::fmt::Debug for GroupBreakers<P, S, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let groups = self.breakers.lock().map_or(0, |b| b.len());
+        f.debug_struct("GroupBreakers")
+            .field("policy", &self.policy)
+            .field("groups", &groups)
+            .finish()
+    }
+}
+
+impl<P, S, F> GroupBreakers<P, S, F>
+where
+    F: Fn(Option<&str>) -> S,
+{
+    /// `inner` behind a breaker per message group; `stores` gives the store of a group's
+    /// breaker (`None`: the function's, for records without a group).
+    pub fn new(inner: P, stores: F, policy: BreakerPolicy) -> Self {
+        GroupBreakers {
+            inner: std::sync::Arc::new(inner),
+            stores,
+            policy,
+            breakers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The processor inside.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
+    /// The breaker of `group`, kept for the next records of the group when there is room.
+    fn breaker(&self, group: Option<&str>) -> GroupBreaker<P, S> {
+        let key = group.map(str::to_string);
+        let make = || {
+            std::sync::Arc::new(Breaker::new(
+                SharedProcessor(self.inner.clone()),
+                (self.stores)(group),
+                self.policy,
+            ))
+        };
+        let Ok(mut breakers) = self.breakers.lock() else {
+            return make();
+        };
+        if let Some(breaker) = breakers.get(&key) {
+            return breaker.clone();
+        }
+        if breakers.len() >= MAX_GROUP_BREAKERS {
+            breakers.retain(|_, b| std::sync::Arc::strong_count(b) > 1 || !b.is_idle());
+        }
+        let breaker = make();
+        if breakers.len() < MAX_GROUP_BREAKERS {
+            breakers.insert(key, breaker.clone());
+        }
+        breaker
+    }
+}
+
+impl<P, S, F> Processor for GroupBreakers<P, S, F>
+where
+    P: Processor,
+    S: BreakerStore,
+    F: Fn(Option<&str>) -> S + Send + Sync,
+{
+    fn attempt_timeout(&self) -> Option<Duration> {
+        self.inner.attempt_timeout()
+    }
+
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        self.breaker(item.message_group_id.as_deref())
+            .process(item)
+            .await
+    }
+
+    async fn on_dead_letter(
+        &self,
+        dead: &crate::processor::DeadLettered<'_>,
+    ) -> Result<(), ProcessError> {
+        self.inner.on_dead_letter(dead).await
+    }
+}
+
+/// The item of `group`'s breaker beside the function's breaker item `key`.
+pub fn group_key(key: &str, group: &str) -> String {
+    format!("{key}#group#{group}")
 }
 
 /// The error of a record the open breaker refused, with a `Retry-After` to the end of the
@@ -1100,6 +1247,81 @@ mod tests {
             state.open_until,
             Some(epoch + Duration::from_millis(1_000)),
             "DynamoDB stores open_until_ms"
+        );
+    }
+
+    /// A downstream per tenant: tenant `t-bad`'s fails, the others answer.
+    struct Tenants {
+        calls: Arc<Mutex<HashMap<String, u32>>>,
+    }
+
+    impl Processor for Tenants {
+        async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+            let tenant = item.message_group_id.clone().unwrap_or_default();
+            *self
+                .calls
+                .lock()
+                .unwrap()
+                .entry(tenant.clone())
+                .or_default() += 1;
+            if tenant == "t-bad" {
+                Err(ProcessError::new(ErrorClass::ServerError, "503"))
+            } else {
+                Ok(Outcome::Done)
+            }
+        }
+    }
+
+    /// `WORKER_BREAKER_SCOPE=message-group`: a tenant whose own downstream fails opens its
+    /// own breaker (its own item), and the other tenants, and records without a group,
+    /// are still served.
+    #[tokio::test]
+    async fn a_noisy_tenant_opens_its_own_breaker_only() {
+        let calls = Arc::new(Mutex::new(HashMap::new()));
+        let stores: Arc<Mutex<HashMap<Option<String>, MemoryBreakerStore>>> = Arc::default();
+        let kept = stores.clone();
+        let breakers = GroupBreakers::new(
+            Tenants {
+                calls: calls.clone(),
+            },
+            move |group: Option<&str>| {
+                kept.lock()
+                    .unwrap()
+                    .entry(group.map(str::to_string))
+                    .or_default()
+                    .clone()
+            },
+            policy(),
+        );
+        let item = |tenant: Option<&str>| WorkItem {
+            message_group_id: tenant.map(str::to_string),
+            ..WorkItem::new("m", "{}")
+        };
+        for _ in 0..10 {
+            let _ = breakers.process(&item(Some("t-bad"))).await;
+            assert!(breakers.process(&item(Some("t-good"))).await.is_ok());
+            assert!(breakers.process(&item(None)).await.is_ok());
+        }
+        let refused = breakers.process(&item(Some("t-bad"))).await.unwrap_err();
+        assert_eq!(refused.code.as_deref(), Some(CIRCUIT_OPEN));
+        let calls = calls.lock().unwrap().clone();
+        assert_eq!(
+            calls["t-bad"], 3,
+            "held back after the threshold: {calls:?}"
+        );
+        assert_eq!(calls["t-good"], 10);
+        assert_eq!(calls[""], 10);
+        let stores = stores.lock().unwrap();
+        let now = SystemTime::now();
+        assert!(stores[&Some("t-bad".to_string())].state().is_open(now));
+        assert!(!stores[&Some("t-good".to_string())].state().is_open(now));
+        assert!(
+            !stores[&None].state().is_open(now),
+            "the function's breaker stays closed"
+        );
+        assert_eq!(
+            group_key("breaker#orders", "t-bad"),
+            "breaker#orders#group#t-bad"
         );
     }
 }

@@ -79,6 +79,9 @@ pub enum Handler<P> {
     Idempotent(Idempotent<Guarded<P>, DynamoIdempotencyStore>),
 }
 
+/// The store of a message group's breaker (`None`: the function's).
+pub type GroupStores = Box<dyn Fn(Option<&str>) -> DynamoBreakerStore + Send + Sync>;
+
 /// The processor, behind the circuit breaker or not.
 #[derive(Debug)]
 pub enum Guarded<P> {
@@ -87,6 +90,8 @@ pub enum Guarded<P> {
     /// Not called while the shared breaker is open ([`crate::breaker`]). Boxed: it holds
     /// a DynamoDB client beside the processor.
     Breaker(Box<Breaker<P, DynamoBreakerStore>>),
+    /// Behind a breaker per message group (`WORKER_BREAKER_SCOPE=message-group`).
+    Groups(Box<crate::breaker::GroupBreakers<P, DynamoBreakerStore, GroupStores>>),
 }
 
 impl<P> Handler<P> {
@@ -99,6 +104,7 @@ impl<P> Handler<P> {
         match guarded {
             Guarded::Direct(p) => p,
             Guarded::Breaker(b) => b.inner(),
+            Guarded::Groups(g) => g.inner(),
         }
     }
 }
@@ -108,6 +114,7 @@ impl<P: Processor> Processor for Guarded<P> {
         match self {
             Guarded::Direct(p) => p.process(item).await,
             Guarded::Breaker(p) => p.process(item).await,
+            Guarded::Groups(p) => p.process(item).await,
         }
     }
 
@@ -115,6 +122,7 @@ impl<P: Processor> Processor for Guarded<P> {
         match self {
             Guarded::Direct(p) => p.attempt_timeout(),
             Guarded::Breaker(p) => p.attempt_timeout(),
+            Guarded::Groups(p) => p.attempt_timeout(),
         }
     }
 
@@ -122,6 +130,7 @@ impl<P: Processor> Processor for Guarded<P> {
         match self {
             Guarded::Direct(p) => p.on_dead_letter(dead).await,
             Guarded::Breaker(p) => p.on_dead_letter(dead).await,
+            Guarded::Groups(p) => p.on_dead_letter(dead).await,
         }
     }
 }
@@ -228,6 +237,25 @@ impl Setup {
     pub async fn worker<P: Processor>(self, processor: P) -> Worker<Handler<P>, ConfiguredSink> {
         let attempt_timeout = processor.attempt_timeout();
         let processor = match &self.config.breaker {
+            Some(breaker) if breaker.per_group => {
+                let (client, table, key) = (
+                    self.aws_clients().await.dynamodb,
+                    breaker.table.clone(),
+                    breaker.key.clone(),
+                );
+                let stores: GroupStores = Box::new(move |group| {
+                    let key = match group {
+                        Some(group) => crate::breaker::group_key(&key, group),
+                        None => key.clone(),
+                    };
+                    DynamoBreakerStore::new(client.clone(), table.clone(), &key)
+                });
+                Guarded::Groups(Box::new(crate::breaker::GroupBreakers::new(
+                    processor,
+                    stores,
+                    breaker.policy,
+                )))
+            }
             Some(breaker) => {
                 let store = DynamoBreakerStore::new(
                     self.aws_clients().await.dynamodb,

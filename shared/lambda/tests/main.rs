@@ -1,4 +1,4 @@
-//! Integration tests of the library: the batch engine, redelivery, retention, the cut-off, the breaker, the redrive's probe, the redrive races, bad input (in memory and on the emulator) and properties.
+//! Integration tests of the library: the batch engine, redelivery, retention, the cut-off, the death hooks, the breaker, the redrive's probe, the redrive races, bad input (in memory and on the emulator) and properties.
 //!
 //! One test binary for the package (`autotests = false`): every module links the
 //! dependencies once. Run one module with `cargo test -p sqs-keeper-lambda --features http --test integration -- <module>::`.
@@ -11,6 +11,7 @@ mod batch;
 mod breaker_open_retry;
 mod common;
 mod cutoff;
+mod death_hooks;
 mod polling;
 mod properties;
 mod redelivery;

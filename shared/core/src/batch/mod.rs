@@ -499,11 +499,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             self.learn_queue_timing(arn, &deadline).await;
         }
         let ids = &message_ids;
+        // The dead letters the sink made durable, for the death hooks after every write.
+        let mut durable = Vec::new();
         let work = async {
             if fifo {
-                self.process_fifo(ids, records, &deadline, invocation).await
+                self.process_fifo(ids, records, &deadline, invocation, &mut durable)
+                    .await
             } else {
-                self.process_standard(ids, records, &deadline, invocation)
+                self.process_standard(ids, records, &deadline, invocation, &mut durable)
                     .await
             }
         };
@@ -514,6 +517,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 record::log_not_started(&reports);
                 self.space_redeliveries(&reports, &handles, &deadline, received)
                     .await;
+                self.after_dead_letter(&durable, &deadline).await;
                 Ok(BatchReport { records: reports })
             }
             Err(_) => {
@@ -539,6 +543,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         records: Vec<SqsRecord<'_>>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
+        durable: &mut Vec<DeadLetterCandidate>,
     ) -> Vec<RecordReport> {
         let count = records.len();
         // Each report goes straight to its record's place as the record ends.
@@ -598,15 +603,18 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 .unzip();
             let results = self.dead_letter(&candidates, invocation, deadline).await;
             for (n, (candidate, (index, attempts, time))) in
-                candidates.iter().zip(slots).enumerate()
+                candidates.into_iter().zip(slots).enumerate()
             {
                 if let Some(slot) = reports.get_mut(index) {
                     *slot = Some(dead_letter_report(
-                        candidate,
+                        &candidate,
                         attempts,
                         time,
                         results.get(n),
                     ));
+                }
+                if matches!(results.get(n), Some(Ok(()))) {
+                    durable.push(candidate);
                 }
             }
         }
@@ -630,6 +638,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         records: Vec<SqsRecord<'_>>,
         deadline: &Deadline,
         invocation: &InvocationInfo,
+        durable: &mut Vec<DeadLetterCandidate>,
     ) -> Vec<RecordReport> {
         let mut reports = Vec::with_capacity(records.len());
         let mut batch_failed = false;
@@ -663,7 +672,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     let results = self
                         .dead_letter(std::slice::from_ref(&*candidate), invocation, deadline)
                         .await;
-                    dead_letter_report(&candidate, attempts, time, results.first())
+                    let report = dead_letter_report(&candidate, attempts, time, results.first());
+                    if matches!(results.first(), Some(Ok(()))) {
+                        durable.push(*candidate);
+                    }
+                    report
                 }
             };
             if report.disposition.is_reported() {

@@ -35,24 +35,30 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 })
                 .collect(),
         };
-        self.after_dead_letter(candidates, &results, deadline).await;
         results
     }
 
     /// The processor's death hooks ([`Processor::on_dead_letter`]) for the candidates the
-    /// sink made durable: concurrently, each bounded by the hard stop, its error or panic
-    /// logged and nothing else (the records stay dead-lettered).
-    async fn after_dead_letter(
+    /// sink made durable, once the batch's every write (its dead letters, its hides) is
+    /// done, so that no hook can take their time: concurrently, each in a record context of
+    /// its own (its metrics go to the invocation's), bounded by the hard stop, its error or
+    /// panic logged and nothing else (the records stay dead-lettered).
+    pub(super) async fn after_dead_letter(
         &self,
-        candidates: &[DeadLetterCandidate],
-        results: &[Result<(), ProcessError>],
+        durable: &[DeadLetterCandidate],
         deadline: &Deadline,
     ) {
-        let hooks = candidates
-            .iter()
-            .zip(results)
-            .filter(|(_, result)| result.is_ok())
-            .map(|(candidate, _)| async move {
+        if durable.is_empty() {
+            return;
+        }
+        let shared = RecordShared::of(deadline);
+        let hooks = durable.iter().map(|candidate| {
+            let context = crate::context::RecordContext::new(
+                shared.cutoff_at,
+                shared.hard_stop_at,
+                shared.metrics.clone(),
+            );
+            context.scope(async move {
                 let dead = crate::processor::DeadLettered {
                     item: &candidate.item,
                     error: &candidate.error,
@@ -85,7 +91,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                         "the dead-letter hook was cut at the invocation's hard stop; the record stays dead-lettered"
                     ),
                 }
-            });
+            })
+        });
         futures::future::join_all(hooks).await;
     }
 

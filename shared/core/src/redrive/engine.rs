@@ -886,6 +886,15 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     /// never handed the pointer as if it were the payload.
     async fn resolve_pointer(&self, body: String) -> Result<String, ProcessError> {
         let Some(pointer) = S3Pointer::parse(&body) else {
+            // The bare form is a pointer only where the worker's policy says so (an allowed
+            // bucket): the resolver, which applies it, decides; elsewhere it is data.
+            if S3Pointer::parse_bare(&body).is_some() {
+                if let Some(resolver) = &self.resolver {
+                    if let Some(resolved) = resolver.resolve(&body).await {
+                        return resolved;
+                    }
+                }
+            }
             return Ok(body);
         };
         match &self.resolver {

@@ -993,3 +993,57 @@ async fn the_dlq_messages_a_sweep_could_not_handle_are_counted_as_errors_of_the_
         assert_eq!(outcome(&report, item), ItemOutcomeKind::Error);
     }
 }
+
+/// A record that kept a bare Extended-Client pointer (`{"s3BucketName", "s3Key"}`: the
+/// worker followed it into an allowed bucket and could not fetch it) is reprocessed with the
+/// payload the pointer names, never with the pointer as its body.
+mod kept_bare_pointer {
+    use super::*;
+
+    /// Follows both pointer forms into bucket `producer`, as the worker's
+    /// `ExtendedClientResolver` does (`PayloadPolicy::pointer_in`).
+    struct BothForms;
+
+    impl crate::batch::BodyResolver for BothForms {
+        fn resolve<'a>(
+            &'a self,
+            body: &'a str,
+        ) -> futures::future::BoxFuture<'a, Option<Result<String, ProcessError>>> {
+            Box::pin(async move {
+                crate::pointer::PayloadPolicy::allowing(["producer"])
+                    .pointer_in(body)
+                    .map(|p| p.map(|_| r#"{"id":"pointed","total":12}"#.to_string()))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kept_bare_pointer_is_never_delivered_as_the_body() {
+        let store = MemoryStore::new();
+        let mut record = dead_record("pointed", ErrorClass::Throttled, 1);
+        record.payload.location = PayloadLocation::Inline {
+            body: r#"{"s3BucketName":"producer","s3Key":"big"}"#.to_string(),
+        };
+        store.insert_dead_lettered(record);
+        let processor = BodyRecorder::default();
+        let mut settings = RedriveSettings::default();
+        settings.retry.max_attempts = 1;
+        let engine = RedriveEngine::new(store, Some(processor.clone()), settings)
+            .with_body_resolver(std::sync::Arc::new(BothForms));
+        engine
+            .run(
+                &RedriveRequest {
+                    force: true,
+                    ..RedriveRequest::default()
+                },
+                &*no_progress(),
+            )
+            .await
+            .unwrap();
+        let bodies = processor.0.lock().unwrap().clone();
+        assert!(
+            bodies.iter().all(|b| S3Pointer::parse_bare(b).is_none()),
+            "the bare pointer reached the downstream as the body: {bodies:?}"
+        );
+    }
+}

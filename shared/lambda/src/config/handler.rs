@@ -74,6 +74,9 @@ pub struct BreakerConfig {
     pub key: String,
     /// When it opens and for how long.
     pub policy: crate::breaker::BreakerPolicy,
+    /// One breaker per message group (`WORKER_BREAKER_SCOPE=message-group`), each under
+    /// [`crate::breaker::group_key`] of `key`; else one for the function.
+    pub per_group: bool,
 }
 
 /// `WORKER_IDEMPOTENCY_TABLE`, its TTL and key prefix.
@@ -104,8 +107,12 @@ fn default_idempotency_prefix(function: Option<&str>) -> String {
 /// no breaker key (this function's, its pause marker's, any function's `breaker#...`) may
 /// start with the prefix, nor the prefix with `breaker#`.
 fn shared_table_clash(prefix: &str, breaker_key: &str) -> Option<String> {
+    // Every item of the breaker's family starts with its key (the key itself, its pause
+    // marker `<key>#polling`, a group's `<key>#group#<group>`): a clash is either of the
+    // two a prefix of the other.
     let breakers = "breaker#";
     (breaker_key.starts_with(prefix)
+        || prefix.starts_with(breaker_key)
         || breakers.starts_with(prefix)
         || prefix.starts_with(breakers))
     .then(|| {
@@ -177,6 +184,20 @@ impl HandlerConfig {
         let breaker_threshold = env.integer(&BREAKER_THRESHOLD);
         let breaker_window = env.integer(&BREAKER_WINDOW_SECS);
         let breaker_open = env.integer(&BREAKER_OPEN_SECS);
+        let per_group = match env.text_or_default::<String>(&BREAKER_SCOPE).as_deref() {
+            Some("message-group") => true,
+            Some("function") | None => false,
+            Some(other) => {
+                env.problem(
+                    BREAKER_SCOPE.name,
+                    format!(
+                        "{other:?} is not valid; expected {}",
+                        BREAKER_SCOPE.expected()
+                    ),
+                );
+                false
+            }
+        };
         HandlerConfig {
             breaker: breaker_table.map(|table| {
                 let open_for = Duration::from_secs(breaker_open);
@@ -193,6 +214,7 @@ impl HandlerConfig {
                         probe_for: Duration::from_secs(60),
                         refresh: Duration::from_secs(1),
                     },
+                    per_group,
                 }
             }),
             redelivery: (redelivery_base > 0).then(|| crate::redelivery::RedeliveryPolicy {

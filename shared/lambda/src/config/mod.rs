@@ -317,6 +317,22 @@ mod tests {
         )
     }
 
+    #[test]
+    fn the_breaker_is_the_functions_unless_scoped_by_message_group() {
+        let url = (DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest");
+        let table = (BREAKER_TABLE.name, "breakers");
+        let scoped = |scope: Option<&str>| {
+            let mut vars = vec![url, table];
+            vars.extend(scope.map(|s| (BREAKER_SCOPE.name, s)));
+            read(&vars).map(|c| c.handler.breaker.map(|b| b.per_group))
+        };
+        assert_eq!(scoped(None).unwrap(), Some(false));
+        assert_eq!(scoped(Some("function")).unwrap(), Some(false));
+        assert_eq!(scoped(Some("message-group")).unwrap(), Some(true));
+        let error = scoped(Some("tenant")).unwrap_err().to_string();
+        assert!(error.contains(BREAKER_SCOPE.name), "{error}");
+    }
+
     /// In one table, an idempotency key (a prefix and an item id, which is data) must never
     /// be a breaker's item: a function named `breaker` (prefix `breaker#`), an empty prefix,
     /// or a prefix the breaker key starts with is refused, naming the variable; in tables
@@ -334,6 +350,11 @@ mod tests {
             vec![
                 ("AWS_LAMBDA_FUNCTION_NAME", "orders"),
                 (IDEMPOTENCY_KEY_PREFIX.name, "b"),
+            ],
+            // Item id `polling` would name the pause marker `orders#polling`.
+            vec![
+                ("AWS_LAMBDA_FUNCTION_NAME", "orders"),
+                (BREAKER_KEY.name, "orders"),
             ],
         ] {
             let mut shared = vec![

@@ -261,6 +261,13 @@ pub const BREAKER_OPEN_SECS: Var = integer(
     43_200,
     60,
 );
+/// `WORKER_BREAKER_SCOPE`
+pub const BREAKER_SCOPE: Var = text(
+    "WORKER_BREAKER_SCOPE",
+    "`function`: one breaker for every record; `message-group`: one per message group (a FIFO group, or a fair queue's tenant: a standard queue's `MessageGroupId`), each its own item `<WORKER_BREAKER_KEY>#group#<group>`, so a tenant whose own downstream fails is held back alone; records without a group share the function's, which alone pauses polling",
+    "function or message-group",
+    Some("function"),
+);
 /// `WORKER_IDEMPOTENCY_TABLE`
 pub const IDEMPOTENCY_TABLE: Var = text(
     "WORKER_IDEMPOTENCY_TABLE",
@@ -481,6 +488,7 @@ pub const WORKER_VARS: &[Var] = &[
     BREAKER_THRESHOLD,
     BREAKER_WINDOW_SECS,
     BREAKER_OPEN_SECS,
+    BREAKER_SCOPE,
 ];
 
 /// The dead-letter store's variables (worker, redrive function and `dlq`).

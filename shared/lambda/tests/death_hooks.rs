@@ -1,0 +1,150 @@
+//! The death hooks (`Processor::on_dead_letter`) in their context: a hook's metric reaches
+//! the invocation's EMF line, and a hook that hangs takes no time from the batch's writes
+//! (hooks run once every dead letter and hide of the batch is written).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsEvent;
+use serde_json::json;
+use sqs_keeper_lambda::batch::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_lambda::context::{self, MetricSink, Unit};
+use sqs_keeper_lambda::dead_letter::InvocationInfo;
+use sqs_keeper_lambda::item::{ItemIdSource, ItemParser};
+use sqs_keeper_lambda::retry::{Deadline, Jitter, RetryPolicy};
+use sqs_keeper_lambda::testing::MemorySink;
+use sqs_keeper_lambda::{DeadLettered, Outcome, ProcessError, Processor, WorkItem};
+
+const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
+const STANDARD_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
+
+fn record(arn: &str, id: &str, group: &str, receive_count: u32) -> serde_json::Value {
+    json!({
+        "messageId": format!("m-{id}"),
+        "receiptHandle": "rh",
+        "body": json!({"id": id}).to_string(),
+        "attributes": {
+            "ApproximateReceiveCount": receive_count.to_string(),
+            "SentTimestamp": "1700000000000",
+            "MessageGroupId": group,
+        },
+        "messageAttributes": {},
+        "eventSource": "aws:sqs",
+        "eventSourceARN": arn,
+        "awsRegion": "us-east-1"
+    })
+}
+
+fn event(records: Vec<serde_json::Value>) -> SqsEvent {
+    serde_json::from_value(json!({ "Records": records })).unwrap()
+}
+
+fn config() -> BatchConfig {
+    BatchConfig {
+        parser: ItemParser {
+            id_source: ItemIdSource::JsonPointer("/id".into()),
+            ..ItemParser::default()
+        },
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(1),
+            retry_unknown: false,
+            jitter: Jitter::None,
+            class_attempts: Default::default(),
+        },
+        concurrency: 4,
+        max_receive_count: Some(5),
+        receive_budget_margin: 0,
+        skip_group_on_error: false,
+    }
+}
+
+/// Items whose id starts with `bad` fail validation; the others are done. The hook hangs
+/// for `hang*` items, and adds a custom metric and a log field otherwise.
+struct Hooked;
+
+impl Processor for Hooked {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        if item.item_id.starts_with("bad") {
+            Err(ProcessError::validation("not valid"))
+        } else {
+            Ok(Outcome::Done)
+        }
+    }
+
+    async fn on_dead_letter(&self, dead: &DeadLettered<'_>) -> Result<(), ProcessError> {
+        if dead.item.item_id.contains("hang") {
+            std::future::pending::<()>().await;
+        }
+        context::add_metric("OrdersDeadLettered", Unit::Count, 1.0);
+        Ok(())
+    }
+}
+
+/// README "Death hooks": the hook is "for a metric", and `context::add_metric` adds to the
+/// worker's EMF line: a hook's metric reaches the invocation's metric sink.
+#[tokio::test(start_paused = true)]
+async fn a_death_hooks_metric_reaches_the_invocations_metrics() {
+    let engine = BatchProcessor::new(Hooked, MemorySink::new(), config());
+    let sink = Arc::new(MetricSink::default());
+    let report = context::with_invocation_metrics(
+        sink.clone(),
+        engine.process_batch(
+            event(vec![record(STANDARD_ARN, "bad-1", "g", 1)]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(2)),
+            &InvocationInfo::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        report.records[0].disposition,
+        Disposition::DeadLettered { .. }
+    ));
+    let metrics = sink.take();
+    assert!(
+        metrics.iter().any(|m| m.name == "OrdersDeadLettered"),
+        "the hook's metric was dropped: {metrics:?}"
+    );
+}
+
+/// §1.6: a FIFO record on its last receive is dead-lettered or run, never left to the
+/// queue's redrive policy without a record. A FIFO batch once ran a record's death hook
+/// inline, bounded by the hard stop: a hook that hung ate the margin, and the next record's
+/// dead-letter write was cut at once. Hooks now run after the batch's writes.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_fifo_hook_does_not_cost_the_next_records_dead_letter_write() {
+    let engine = BatchProcessor::new(
+        Hooked,
+        MemorySink::slow(Duration::from_millis(10)),
+        config(),
+    );
+    let deadline = Deadline::after(Duration::from_secs(30), Duration::from_secs(2));
+    let hard_stop = deadline.hard_stop();
+    let report = engine
+        .process_batch(
+            event(vec![
+                record(FIFO_ARN, "bad-hang", "g1", 1),
+                // on its last receive (max_receive_count 5), another group
+                record(FIFO_ARN, "next", "g2", 5),
+            ]),
+            deadline,
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert!(tokio::time::Instant::now() <= hard_stop);
+    assert!(matches!(
+        report.records[0].disposition,
+        Disposition::DeadLettered { .. }
+    ));
+    assert!(
+        matches!(
+            report.records[1].disposition,
+            Disposition::DeadLettered { .. } | Disposition::Done
+        ),
+        "the record on its last receive is left to the redrive policy because the previous record's hook hung: {:?}",
+        report.records[1]
+    );
+}
