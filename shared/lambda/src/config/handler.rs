@@ -157,6 +157,22 @@ impl HandlerConfig {
         let attempts_by_class: crate::retry::ClassAttempts =
             env.optional(&RETRY_ATTEMPTS_BY_CLASS).unwrap_or_default();
         let retry_after_free = env.flag(&RETRY_AFTER_FREE);
+        // A budget for a class that is never retried would be silently without effect.
+        for class in attempts_by_class.by_class.keys() {
+            if !class.is_retryable(retry_unknown) {
+                env.problem(
+                    RETRY_ATTEMPTS_BY_CLASS.name,
+                    format!(
+                        "{class} is never retried (a permanent class{}): a budget for it has no effect",
+                        if *class == crate::error::ErrorClass::Unknown {
+                            ", unless WORKER_RETRY_UNKNOWN_ERRORS=true"
+                        } else {
+                            ""
+                        }
+                    ),
+                );
+            }
+        }
         let deadline_margin = env.integer(&DEADLINE_MARGIN_MS);
         let skip_group_on_error = env.flag(&SKIP_GROUP_ON_ERROR);
         let payload = read_payload_policy(env);

@@ -318,6 +318,36 @@ mod tests {
     }
 
     #[test]
+    fn retry_budgets_name_only_classes_that_are_retried() {
+        let url = (DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest");
+        let budget = |value: &str, unknown: &str| {
+            read(&[
+                url,
+                (RETRY_ATTEMPTS_BY_CLASS.name, value),
+                (RETRY_UNKNOWN_ERRORS.name, unknown),
+            ])
+        };
+        let ok = budget("throttled=6,server_error=2", "false").unwrap();
+        assert_eq!(
+            ok.handler.batch.retry.class_attempts.by_class.len(),
+            2,
+            "{ok:?}"
+        );
+        for (value, unknown) in [
+            ("validation=5", "false"),
+            ("unknown=4", "false"),
+            ("throttled=0", "false"),
+        ] {
+            let error = budget(value, unknown).unwrap_err().to_string();
+            assert!(
+                error.contains(RETRY_ATTEMPTS_BY_CLASS.name),
+                "{value}: {error}"
+            );
+        }
+        assert!(budget("unknown=4", "true").is_ok());
+    }
+
+    #[test]
     fn the_breaker_is_the_functions_unless_scoped_by_message_group() {
         let url = (DOWNSTREAM_URL.name, "http://127.0.0.1:9000/ingest");
         let table = (BREAKER_TABLE.name, "breakers");
