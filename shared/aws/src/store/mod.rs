@@ -177,27 +177,7 @@ impl DeadLetterStore {
     }
 
     async fn dlq_maximum_message_size(&self) -> Result<u64, ProcessError> {
-        use aws_sdk_sqs::types::QueueAttributeName;
-        let output = self
-            .clients
-            .sqs
-            .get_queue_attributes()
-            .queue_url(&self.config.queue_url)
-            .attribute_names(QueueAttributeName::MaximumMessageSize)
-            .send()
-            .await
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("dlq"))?;
-        output
-            .attributes()
-            .and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize))
-            .and_then(|size| size.parse().ok())
-            .ok_or_else(|| {
-                ProcessError::new(
-                    sqs_keeper_core::error::ErrorClass::Unknown,
-                    "the DLQ's attributes name no MaximumMessageSize",
-                )
-                .with_step("dlq")
-            })
+        maximum_message_size(&self.clients.sqs, &self.config.queue_url, "dlq").await
     }
 
     /// Moves the payload to S3 when it would not stay inline
@@ -625,6 +605,34 @@ impl DeadLetterSink for DeadLetterStore {
         let settings = self.recording_for_dlq().await;
         sqs_keeper_core::recording::dead_letter(self, &settings, candidates, invocation).await
     }
+}
+
+/// The largest message the queue at `queue_url` takes (its `MaximumMessageSize`, one
+/// `GetQueueAttributes`); `step` names the caller's step in an error.
+pub(crate) async fn maximum_message_size(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    step: &str,
+) -> Result<u64, ProcessError> {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let output = sqs
+        .get_queue_attributes()
+        .queue_url(queue_url)
+        .attribute_names(QueueAttributeName::MaximumMessageSize)
+        .send()
+        .await
+        .map_err(|e| ProcessError::from_sdk(&e).with_step(step))?;
+    output
+        .attributes()
+        .and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize))
+        .and_then(|size| size.parse().ok())
+        .ok_or_else(|| {
+            ProcessError::new(
+                sqs_keeper_core::error::ErrorClass::Unknown,
+                "the queue's attributes name no MaximumMessageSize",
+            )
+            .with_step(step)
+        })
 }
 
 /// Resolves SQS Extended Client pointer bodies from S3 before processing, within a

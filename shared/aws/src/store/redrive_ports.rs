@@ -141,26 +141,7 @@ impl SourceQueue for DeadLetterStore {
     }
 
     async fn maximum_message_size(&self, queue_url: &str) -> Result<u64, ProcessError> {
-        let output = self
-            .clients()
-            .sqs
-            .get_queue_attributes()
-            .queue_url(queue_url)
-            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::MaximumMessageSize)
-            .send()
-            .await
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("requeue"))?;
-        output
-            .attributes()
-            .and_then(|a| a.get(&aws_sdk_sqs::types::QueueAttributeName::MaximumMessageSize))
-            .and_then(|size| size.parse().ok())
-            .ok_or_else(|| {
-                ProcessError::new(
-                    sqs_keeper_core::ErrorClass::Unknown,
-                    "the queue's attributes name no MaximumMessageSize",
-                )
-                .with_step("requeue")
-            })
+        super::maximum_message_size(&self.clients().sqs, queue_url, "requeue").await
     }
 
     async fn send_batch(
