@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use sqs_keeper_lambda::analysis;
+use sqs_keeper_core::analysis;
 
 use super::render::{out, table, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
@@ -50,8 +50,8 @@ pub async fn analyze(
                 g.count.to_string(),
                 g.error_class.clone(),
                 g.signature.clone(),
-                sqs_keeper_lambda::time_format::format(&g.first_seen),
-                sqs_keeper_lambda::time_format::format(&g.last_seen),
+                sqs_keeper_core::time_format::format(&g.first_seen),
+                sqs_keeper_core::time_format::format(&g.last_seen),
                 g.eligible.to_string(),
                 g.sample_ids.join(" "),
                 analysis::ellipsize(&g.sample_error, 50),

@@ -1,9 +1,9 @@
 //! `dlq export`: records to a file (or stdout, `-`) as JSON, JSON lines or CSV (the
-//! writers are the library's, [`sqs_keeper_lambda::analysis::export`]).
+//! writers are the library's, [`sqs_keeper_core::analysis::export`]).
 
 use std::io::Write;
 
-use sqs_keeper_lambda::analysis::{self, ExportFormat};
+use sqs_keeper_core::analysis::{self, ExportFormat};
 
 use super::render::{out, write_err};
 use crate::args::{FilterArgs, GlobalArgs};

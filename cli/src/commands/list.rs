@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use sqs_keeper_lambda::analysis;
+use sqs_keeper_core::analysis;
 
 use super::render::{out, safe, table, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
@@ -45,7 +45,7 @@ pub async fn list(
                     r.status.as_str().to_string(),
                     r.error_class.as_str().to_string(),
                     r.failure_count.to_string(),
-                    sqs_keeper_lambda::time_format::format(&r.last_attempt),
+                    sqs_keeper_core::time_format::format(&r.last_attempt),
                     r.error_signature.clone(),
                     analysis::ellipsize(&r.last_error, 60),
                 ]

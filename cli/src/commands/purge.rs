@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use chrono::Utc;
-use sqs_keeper_lambda::removal::RemovalReport;
-use sqs_keeper_lambda::selection::RecordFilter;
+use sqs_keeper_core::removal::RemovalReport;
+use sqs_keeper_core::selection::RecordFilter;
 
 use super::render::{out, write_err};
 use crate::args::{GlobalArgs, StatusChoice};
@@ -20,7 +20,7 @@ pub async fn purge(
     yes: bool,
     json: bool,
 ) -> Result<Completion, CliError> {
-    let age = sqs_keeper_lambda::duration::parse_duration(older_than)
+    let age = sqs_keeper_core::duration::parse_duration(older_than)
         .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
     let cutoff = chrono::Duration::from_std(age)
         .ok()
@@ -53,7 +53,7 @@ pub async fn purge(
     let report = store
         .remove_records(
             &records,
-            &sqs_keeper_lambda::item::ItemParser::default(),
+            &sqs_keeper_core::item::ItemParser::default(),
             |n| bar.set_position(n as u64),
         )
         .await?;

@@ -9,7 +9,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use comfy_table::{ColumnConstraint, ContentArrangement, Row, Table};
-use sqs_keeper_lambda::analysis;
+use sqs_keeper_core::analysis;
 
 use crate::CliError;
 

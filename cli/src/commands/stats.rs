@@ -5,8 +5,8 @@
 use std::io::Write;
 
 use chrono::Utc;
-use sqs_keeper_lambda::analysis;
-use sqs_keeper_lambda::selection::RecordFilter;
+use sqs_keeper_core::analysis;
+use sqs_keeper_core::selection::RecordFilter;
 
 use super::render::{human_age, out, write_err};
 use crate::args::GlobalArgs;

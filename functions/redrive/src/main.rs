@@ -7,20 +7,20 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{service_fn, Error, LambdaEvent, Runtime};
-use sqs_keeper_lambda::redrive_function::RedriveFunction;
-use sqs_keeper_lambda::telemetry::InvocationLayer;
+use sqs_keeper_lambda::InvocationLayer;
+use sqs_keeper_lambda::RedriveFunction;
 
 // The simulation's test hooks (mutants, a virtual clock) must never be in a function
 // binary: Cargo unifies features across one build, so a build with the simulation in it
 // fails here instead (docs/SIMULATION.md).
 const _: () = assert!(
-    !sqs_keeper_lambda::mutants::SIMULATION_HOOKS,
+    !sqs_keeper_lambda::SIMULATION_HOOKS,
     "built with the simulation's test hooks: build the simulation apart (make sim)"
 );
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    sqs_keeper_lambda::telemetry::init();
+    sqs_keeper_lambda::init_telemetry();
     let function = RedriveFunction::from_env()
         .await
         .inspect_err(|e| tracing::error!(error = %e, "redrive function cannot start"))?;

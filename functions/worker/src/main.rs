@@ -10,7 +10,7 @@
 // binary: Cargo unifies features across one build, so a build with the simulation in it
 // fails here instead (docs/SIMULATION.md).
 const _: () = assert!(
-    !sqs_keeper_lambda::mutants::SIMULATION_HOOKS,
+    !sqs_keeper_lambda::SIMULATION_HOOKS,
     "built with the simulation's test hooks: build the simulation apart (make sim)"
 );
 
@@ -23,6 +23,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 // CPU-bound decode is one pass, and fewer threads mean a faster start and less memory.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), sqs_keeper_lambda::Error> {
-    let (setup, delivery) = sqs_keeper_lambda::http_worker::http_delivery_from_env().await?;
+    let (setup, delivery) = sqs_keeper_lambda::http_delivery_from_env().await?;
     setup.run(delivery).await
 }

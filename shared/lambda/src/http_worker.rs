@@ -2,11 +2,11 @@
 //! store, built from the environment. It sits above both the runner ([`Setup`], [`Handler`])
 //! and the Lambda glue ([`Worker`]) it wires together, so neither imports the other back.
 
-use crate::adapters::aws::AwsClients;
 use crate::config::WorkerConfig;
-use crate::http_delivery::HttpDelivery;
 use crate::runner::{Handler, Setup};
 use crate::worker::{ConfiguredSink, StartupError, Worker};
+use sqs_keeper_aws::aws::AwsClients;
+use sqs_keeper_http::HttpDelivery;
 
 /// The worker the function binary runs: HTTP delivery into the configured store.
 pub type DefaultWorker = Worker<Handler<HttpDelivery>, ConfiguredSink>;

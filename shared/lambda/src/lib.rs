@@ -1,11 +1,12 @@
 //! # sqs-keeper-lambda
 //!
 //! The Lambda glue of `sqs-keeper`: [`run`] and [`Setup`] serve any [`Processor`] as a
-//! Lambda function, [`worker`] and [`runtime`] answer its invocations, `redrive_function`
-//! runs the scheduled and operator redrive, [`config`] reads every variable once, and
-//! [`telemetry`] and [`metrics`] write logs and EMF lines as Lambda expects. The shipped
-//! functions, the `dlq` CLI and the tests build on it; a handler author depends on
-//! `sqs-keeper`, which re-exports the few names a handler needs.
+//! Lambda function, [`Worker`] and [`WorkerLayer`] answer its invocations,
+//! `RedriveFunction` runs the scheduled and operator redrive, [`WorkerConfig`],
+//! [`RedriveConfig`] and [`HandlerConfig`] read every variable once ([`vars`] names them),
+//! and [`init_telemetry`] and [`emf_documents`] write logs and EMF lines as Lambda expects.
+//! The shipped functions, the `dlq` CLI and the tests build on it; a handler author
+//! depends on `sqs-keeper`, which re-exports the few names a handler needs.
 //!
 //! ```no_run
 //! use sqs_keeper_lambda::{handler_fn, Outcome, ProcessError, Setup, WorkItem};
@@ -24,24 +25,21 @@
 //!
 //! ## Layout
 //!
-//! The core (`sqs-keeper-core`, re-exported here module by module) decides and does no I/O
-//! of its own; [`adapters`] holds every AWS SDK call, behind the core's ports; the Lambda
-//! glue and [`config`] wire them together. The whole map, with the data's path, is in
-//! `docs/ARCHITECTURE.md` §5.
+//! The core (`sqs-keeper-core`) decides and does no I/O of its own; `sqs-keeper-aws` holds
+//! every AWS SDK call, behind the core's ports; this crate wires them together for Lambda.
+//! Its modules are private and everything it offers is re-exported at its root. The whole
+//! map, with the data's path, is in `docs/ARCHITECTURE.md` §5.
 //!
-//! | module | what it holds | I/O |
+//! | module (private) | what it holds | I/O |
 //! | --- | --- | --- |
-//! | core modules ([`batch`], [`retry`], [`error`], [`item`], [`sweep`], [`redrive`], …) | the batch engine, retries, classification, records, the DLQ message rule, the redrive engine (`sqs-keeper-core`) | via ports |
-//! | [`adapters`] | AWS clients, Secrets Manager, the dead-letter store (DynamoDB, S3, SQS; implements the core's ports; `sqs-keeper-aws`) | AWS |
-//! | `http_delivery` | `HttpDelivery`, the processor the worker binary ships (`sqs-keeper-http`, `http` feature) | HTTP |
+//! | `config` | every environment variable once ([`vars`]) and the configurations read from them ([`WorkerConfig`], [`RedriveConfig`], [`HandlerConfig`]) | env |
+//! | `runner` | one call that runs any [`Processor`] as a Lambda function ([`run`], [`Setup`]) | env, AWS |
+//! | `worker` | the Lambda handler a runner serves ([`Worker`]) | via traits |
+//! | `runtime` | plugs the worker into `lambda_runtime` ahead of its serde decode ([`WorkerLayer`]) | via traits |
 //! | `http_worker` | the shipped worker's start-up: `HttpDelivery` into the configured store (`http` feature) | env, AWS |
-//! | [`config`] | every environment variable once ([`config::vars`]) and the configurations read from them | env |
-//! | [`runner`] | one call that runs any [`Processor`] as a Lambda function ([`run`], [`Setup`]) | env, AWS |
-//! | [`worker`] | the Lambda handler a runner serves | via traits |
-//! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode | via traits |
 //! | `redrive_function` | the Lambda handler the `redrive` binary runs (`http` feature) | via ports |
-//! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation (worker and redrive) | stdout |
-//! | [`telemetry`] | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span | stdout |
+//! | `metrics` | CloudWatch Embedded Metric Format lines per invocation, worker and redrive ([`emf_documents`]) | stdout |
+//! | `telemetry` | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span ([`init_telemetry`], [`InvocationLayer`]) | stdout |
 //!
 //! ## Guarantees
 //!
@@ -49,35 +47,46 @@
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged.
 
-pub mod config;
+mod config;
 #[cfg(feature = "http")]
-pub mod http_worker;
-pub mod metrics;
+mod http_worker;
+mod metrics;
 #[cfg(feature = "http")]
-pub mod redrive_function;
-pub mod runner;
-pub mod runtime;
-pub mod telemetry;
-pub mod worker;
+mod redrive_function;
+mod runner;
+mod runtime;
+mod telemetry;
+mod worker;
 
-pub use sqs_keeper_aws as adapters;
-#[cfg(feature = "operator")]
-pub use sqs_keeper_core::analysis;
-pub use sqs_keeper_core::{
-    batch, breaker, classify, clock, condition, context, dead_letter, duration, envelope, error,
-    event, hex, idempotency, item, message, mutants, pointer, polling, ports, processor, recording,
-    redelivery, redrive, removal, retry, selection, signature, sweep, testing, time_format,
+// The crate's whole public API. The core's names a handler's code spells are re-exported
+// too, so that `Setup` and `run` can be used with this crate alone.
+pub use config::{
+    read_ids_and_envelope, read_item_id_source, read_store_config, vars, BreakerConfig,
+    ConfigError, ConfigProblem, DownstreamAuth, EnvReader, HandlerConfig, IdempotencyConfig,
+    PollingTarget, RedriveConfig, Var, WorkerConfig, BREAKER_ID, REDRIVE_VARS, STORE_VARS,
+    WORKER_VARS,
 };
 #[cfg(feature = "http")]
-pub use sqs_keeper_http as http_delivery;
-
-pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Disposition};
-pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
-pub use error::{ErrorClass, ProcessError};
+pub use http_worker::{http_delivery_from_env, DefaultWorker};
+pub use metrics::{
+    emf_documents, emit as emit_metrics, emit_redrive as emit_redrive_metrics, redrive_document,
+    InvocationTimings, MAX_VALUES_PER_METRIC, NAMESPACE as METRICS_NAMESPACE,
+};
 #[cfg(feature = "http")]
-pub use http_delivery::HttpDelivery;
-pub use item::WorkItem;
-pub use processor::{handler_fn, DeadLettered, Outcome, Processor};
-pub use retry::{Deadline, RetryPolicy};
-pub use runner::{run, Error, Setup};
-pub use worker::Worker;
+pub use redrive_function::{
+    redrive_breaker, redrive_processor, run_gated, RedriveBreaker, RedriveFunction,
+    RedriveProcessor,
+};
+pub use runner::{run, Error, GroupStores, Guarded, Handler, Setup};
+pub use runtime::{respond, HandlerOutcome, WorkerLayer, WorkerService};
+pub use sqs_keeper_core::{
+    handler_fn, DeadLettered, ErrorClass, Outcome, ProcessError, Processor, WorkItem,
+};
+// Whether this build has the simulation's hooks: the functions refuse to compile with them.
+pub use sqs_keeper_core::mutants::SIMULATION_HOOKS;
+pub use telemetry::{
+    cold_start, init as init_telemetry, subscriber as log_subscriber, InvocationLayer,
+    InvocationService, LambdaJson, LogFormat, LogSettings, INVOCATION_SPAN, LOG_FORMAT_VAR,
+    LOG_LEVEL_VAR, RUST_LOG_VAR,
+};
+pub use worker::{ConfiguredSink, InvocationError, StartupError, Worker};

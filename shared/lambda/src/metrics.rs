@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::batch::BatchCounts;
-use crate::redrive::RedriveReport;
+use sqs_keeper_core::batch::BatchCounts;
+use sqs_keeper_core::redrive::RedriveReport;
 
 /// The metric namespace.
 pub const NAMESPACE: &str = "SqsWorker";
@@ -43,8 +43,8 @@ pub struct InvocationTimings {
     /// processing it with its retries (its dead-letter write, shared by the batch, is in
     /// the batch duration only).
     pub record_times: Vec<Duration>,
-    /// The handler's own metrics ([`crate::context::add_metric`]).
-    pub custom: Vec<crate::context::CustomMetric>,
+    /// The handler's own metrics ([`sqs_keeper_core::context::add_metric`]).
+    pub custom: Vec<sqs_keeper_core::context::CustomMetric>,
     /// The invocation's request id, written on each of its documents as the property
     /// `requestId` (not a dimension: it costs no metric): on Lambda Managed Instances one
     /// process serves several invocations at once, and their lines interleave in one stream.
@@ -244,8 +244,8 @@ pub fn emit_redrive(report: &RedriveReport, function_name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorClass;
-    use crate::redrive::RedriveMode;
+    use sqs_keeper_core::error::ErrorClass;
+    use sqs_keeper_core::redrive::RedriveMode;
 
     /// The metric definitions of a document: name → unit.
     fn definitions(doc: &Value) -> Vec<(String, String)> {

@@ -8,17 +8,19 @@ use std::time::Duration;
 
 use lambda_runtime::{Diagnostic, LambdaEvent};
 
-use crate::adapters::aws::AwsClients;
-use crate::adapters::idempotency_table::DynamoIdempotencyStore;
-use crate::adapters::store::DeadLetterStore;
 use crate::config::vars::{DOWNSTREAM_URL, TABLE};
 use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
-use crate::error::ProcessError;
-use crate::http_delivery::HttpDelivery;
-use crate::idempotency::{Idempotency, Idempotent};
-use crate::item::WorkItem;
-use crate::processor::{Outcome, Processor};
-use crate::redrive::{no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest};
+use sqs_keeper_aws::aws::AwsClients;
+use sqs_keeper_aws::idempotency_table::DynamoIdempotencyStore;
+use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::idempotency::{Idempotency, Idempotent};
+use sqs_keeper_core::item::WorkItem;
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::redrive::{
+    no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest,
+};
+use sqs_keeper_http::HttpDelivery;
 
 /// The worker's processor as a redrive runs it: behind the worker's idempotency table when
 /// it has one (`WORKER_IDEMPOTENCY_TABLE`, the same key prefix), so that an item the worker
@@ -97,13 +99,13 @@ pub struct RedriveFunction {
     /// The worker's circuit breaker (`WORKER_BREAKER_TABLE`): no reprocessing while it is
     /// open, so outage-caused dead letters come back once the downstream has recovered.
     breaker: Option<RedriveBreaker>,
-    /// Pauses the worker's polling while its breaker stays open (`crate::polling`).
+    /// Pauses the worker's polling while its breaker stays open (`sqs_keeper_core::polling`).
     polling: Option<
-        crate::polling::PollingControl<
-            crate::adapters::breaker_table::DynamoBreakerStore,
-            crate::adapters::event_source::LambdaMapping,
-            crate::adapters::event_source::DynamoPauseMarker,
-            crate::adapters::event_source::InvokeWorkerProbe,
+        sqs_keeper_core::polling::PollingControl<
+            sqs_keeper_aws::breaker_table::DynamoBreakerStore,
+            sqs_keeper_aws::event_source::LambdaMapping,
+            sqs_keeper_aws::event_source::DynamoPauseMarker,
+            sqs_keeper_aws::event_source::InvokeWorkerProbe,
         >,
     >,
     /// The `FunctionName` dimension of the metrics.
@@ -148,22 +150,22 @@ impl RedriveFunction {
                     .config
                     .region()
                     .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
-                Some(crate::polling::PollingControl {
-                    breaker: crate::adapters::breaker_table::DynamoBreakerStore::new(
+                Some(sqs_keeper_core::polling::PollingControl {
+                    breaker: sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
                         &breaker.key,
                     ),
-                    mapping: crate::adapters::event_source::LambdaMapping::new(
+                    mapping: sqs_keeper_aws::event_source::LambdaMapping::new(
                         lambda.clone(),
                         &target.mapping,
                     ),
-                    marker: crate::adapters::event_source::DynamoPauseMarker::new(
+                    marker: sqs_keeper_aws::event_source::DynamoPauseMarker::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
                         &breaker.key,
                     ),
-                    probe: crate::adapters::event_source::InvokeWorkerProbe {
+                    probe: sqs_keeper_aws::event_source::InvokeWorkerProbe {
                         sqs: clients.sqs.clone(),
                         lambda,
                         queue_url: target.queue_url.clone(),
@@ -191,7 +193,7 @@ impl RedriveFunction {
         let resolver = config.processor.as_ref().map(|worker| {
             let mut policy = worker.handler.payload.clone();
             policy.allowed_buckets.insert(store_config.bucket.clone());
-            crate::adapters::store::ExtendedClientResolver::new(clients.s3.clone(), policy)
+            sqs_keeper_aws::store::ExtendedClientResolver::new(clients.s3.clone(), policy)
         });
         let mut store = DeadLetterStore::new(clients, store_config);
         if let Some(worker) = &config.processor {
@@ -231,10 +233,10 @@ impl RedriveFunction {
             let action = match &self.polling {
                 Some(control) => {
                     let action = control
-                        .run(std::time::SystemTime::from(crate::clock::now()))
+                        .run(std::time::SystemTime::from(sqs_keeper_core::clock::now()))
                         .await;
                     match &action {
-                        crate::polling::ControlAction::Failed { error } => {
+                        sqs_keeper_core::polling::ControlAction::Failed { error } => {
                             tracing::warn!(%error, "the polling control could not finish; the next run goes on from here");
                         }
                         action => tracing::info!(?action, "polling control"),
@@ -245,7 +247,7 @@ impl RedriveFunction {
                     use crate::config::vars::{
                         BREAKER_TABLE, SOURCE_QUEUE_URL, WORKER_FUNCTION, WORKER_MAPPING,
                     };
-                    crate::polling::ControlAction::Failed {
+                    sqs_keeper_core::polling::ControlAction::Failed {
                         error: format!(
                             "not configured: {}, {}, {} and {}",
                             WORKER_FUNCTION.name,
@@ -277,7 +279,7 @@ impl RedriveFunction {
         let mut request = RedriveRequest::from_json(&text).map_err(diagnostic)?;
         // A deadline already past on arrival (as `cargo lambda watch` sends) gets the
         // worker's fallback budget rather than none.
-        let budget = crate::retry::InvocationBudget::of(
+        let budget = sqs_keeper_core::retry::InvocationBudget::of(
             event.context.deadline(),
             std::time::SystemTime::now(),
         )
@@ -287,8 +289,8 @@ impl RedriveFunction {
         let until_settling = budget
             .saturating_sub(
                 ANSWER_RESERVE
-                    + crate::redrive::SETTLE_RESERVE
-                    + crate::redrive::OUTCOME_WRITE_SLICE,
+                    + sqs_keeper_core::redrive::SETTLE_RESERVE
+                    + sqs_keeper_core::redrive::OUTCOME_WRITE_SLICE,
             )
             .as_secs()
             .max(1);
@@ -329,8 +331,8 @@ impl RedriveFunction {
 
 /// The worker's circuit breaker as a redrive sees it: its store and policy.
 pub type RedriveBreaker = (
-    crate::adapters::breaker_table::DynamoBreakerStore,
-    crate::breaker::BreakerPolicy,
+    sqs_keeper_aws::breaker_table::DynamoBreakerStore,
+    sqs_keeper_core::breaker::BreakerPolicy,
 );
 
 /// The worker's circuit breaker of `config`, when it has one (`WORKER_BREAKER_TABLE`).
@@ -341,7 +343,7 @@ pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<R
         .and_then(|worker| worker.handler.breaker.as_ref())
         .map(|breaker| {
             (
-                crate::adapters::breaker_table::DynamoBreakerStore::new(
+                sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
                     clients.dynamodb.clone(),
                     breaker.table.clone(),
                     &breaker.key,
@@ -360,15 +362,15 @@ pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<R
 /// empty report whose `held_by_breaker` says why.
 pub async fn run_gated<P, S, B>(
     engine: &RedriveEngine<P, S>,
-    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
+    breaker: Option<(&B, &sqs_keeper_core::breaker::BreakerPolicy)>,
     request: &RedriveRequest,
     deadline: Option<tokio::time::Instant>,
-    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
+    on_item: &(dyn Fn(&sqs_keeper_core::redrive::ItemOutcome) + Send + Sync),
 ) -> Result<RedriveReport, RedriveError>
 where
     P: Processor,
-    S: crate::ports::RedrivePorts,
-    B: crate::breaker::BreakerStore,
+    S: sqs_keeper_core::ports::RedrivePorts,
+    B: sqs_keeper_core::breaker::BreakerStore,
 {
     let probe = match gate(engine, breaker, request, deadline, on_item).await? {
         Gate::Stop(report) => return Ok(report),
@@ -383,20 +385,20 @@ where
 
 async fn gate<P, S, B>(
     engine: &RedriveEngine<P, S>,
-    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
+    breaker: Option<(&B, &sqs_keeper_core::breaker::BreakerPolicy)>,
     request: &RedriveRequest,
     deadline: Option<tokio::time::Instant>,
-    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
+    on_item: &(dyn Fn(&sqs_keeper_core::redrive::ItemOutcome) + Send + Sync),
 ) -> Result<Gate, RedriveError>
 where
     P: Processor,
-    S: crate::ports::RedrivePorts,
-    B: crate::breaker::BreakerStore,
+    S: sqs_keeper_core::ports::RedrivePorts,
+    B: sqs_keeper_core::breaker::BreakerStore,
 {
     let Some((breaker, policy)) = breaker else {
         return Ok(Gate::Go(None));
     };
-    if request.mode != crate::redrive::RedriveMode::Reprocess || request.dry_run {
+    if request.mode != sqs_keeper_core::redrive::RedriveMode::Reprocess || request.dry_run {
         return Ok(Gate::Go(None));
     }
     let skipped = |why: &str| {
@@ -407,7 +409,7 @@ where
             ..RedriveReport::default()
         }))
     };
-    let now = std::time::SystemTime::from(crate::clock::now());
+    let now = std::time::SystemTime::from(sqs_keeper_core::clock::now());
     let state = match breaker.read().await {
         Ok(state) => state,
         Err(error) => {
@@ -431,7 +433,7 @@ where
         .min(engine.settings().lease_ttl);
     let lock = policy
         .probe_for
-        .max(run_bound.saturating_add(crate::breaker::PROBE_SLACK));
+        .max(run_bound.saturating_add(sqs_keeper_core::breaker::PROBE_SLACK));
     match breaker.take_probe(now + lock, now).await {
         Ok(true) => {}
         Ok(false) => return skipped("a worker is probing"),
@@ -455,7 +457,7 @@ where
     }
     if probe_failed_downstream(&report) {
         let opens = state.opens + 1;
-        let until = now + crate::breaker::open_period(policy, opens);
+        let until = now + sqs_keeper_core::breaker::open_period(policy, opens);
         if let Err(error) = breaker.open(until, opens, now).await {
             tracing::warn!(%error, "could not open the circuit breaker again");
         }
@@ -470,9 +472,11 @@ where
 /// the downstream, and does not reopen the breaker for every worker.
 fn probe_failed_downstream(report: &RedriveReport) -> bool {
     report.items.iter().any(|item| {
-        item.outcome == crate::redrive::ItemOutcomeKind::FailedAgain
+        item.outcome == sqs_keeper_core::redrive::ItemOutcomeKind::FailedAgain
             && item.error_class.is_some_and(|class| {
-                crate::breaker::counts(&crate::error::ProcessError::new(class, ""))
+                sqs_keeper_core::breaker::counts(&sqs_keeper_core::error::ProcessError::new(
+                    class, "",
+                ))
             })
     })
 }
@@ -499,8 +503,8 @@ fn diagnostic(error: RedriveError) -> Diagnostic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorClass;
-    use crate::redrive::{ItemOutcome, ItemOutcomeKind};
+    use sqs_keeper_core::error::ErrorClass;
+    use sqs_keeper_core::redrive::{ItemOutcome, ItemOutcomeKind};
 
     fn failed(class: ErrorClass) -> RedriveReport {
         RedriveReport {

@@ -40,21 +40,21 @@ use std::sync::Arc;
 use lambda_runtime::{service_fn, Runtime};
 use tokio::sync::OnceCell;
 
-use crate::adapters::aws::AwsClients;
-use crate::adapters::breaker_table::DynamoBreakerStore;
-use crate::adapters::idempotency_table::DynamoIdempotencyStore;
-use crate::adapters::store::{DeadLetterStore, ExtendedClientResolver};
-use crate::batch::BatchProcessor;
-use crate::breaker::Breaker;
 use crate::config::HandlerConfig;
-use crate::dead_letter::NoDeadLetterStore;
-use crate::error::ProcessError;
-use crate::idempotency::{Idempotency, Idempotent};
-use crate::item::WorkItem;
-use crate::processor::{DeadLettered, Outcome, Processor};
 use crate::runtime::{respond, WorkerLayer};
 use crate::telemetry::InvocationLayer;
 use crate::worker::{ConfiguredSink, StartupError, Worker};
+use sqs_keeper_aws::aws::AwsClients;
+use sqs_keeper_aws::breaker_table::DynamoBreakerStore;
+use sqs_keeper_aws::idempotency_table::DynamoIdempotencyStore;
+use sqs_keeper_aws::store::{DeadLetterStore, ExtendedClientResolver};
+use sqs_keeper_core::batch::BatchProcessor;
+use sqs_keeper_core::breaker::Breaker;
+use sqs_keeper_core::dead_letter::NoDeadLetterStore;
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::idempotency::{Idempotency, Idempotent};
+use sqs_keeper_core::item::WorkItem;
+use sqs_keeper_core::processor::{DeadLettered, Outcome, Processor};
 
 /// What a function's `main` returns: any start-up or runtime error, reported by Lambda
 /// as the function's init or runtime error.
@@ -75,7 +75,7 @@ pub async fn run<P: Processor + 'static>(processor: P) -> Result<(), Error> {
 pub enum Handler<P> {
     /// Every delivery runs the processor.
     Plain(Guarded<P>),
-    /// A completed item's duplicates are skipped ([`crate::idempotency`]).
+    /// A completed item's duplicates are skipped ([`sqs_keeper_core::idempotency`]).
     Idempotent(Idempotent<Guarded<P>, DynamoIdempotencyStore>),
 }
 
@@ -87,11 +87,11 @@ pub type GroupStores = Box<dyn Fn(Option<&str>) -> DynamoBreakerStore + Send + S
 pub enum Guarded<P> {
     /// Called for every item.
     Direct(P),
-    /// Not called while the shared breaker is open ([`crate::breaker`]). Boxed: it holds
+    /// Not called while the shared breaker is open ([`sqs_keeper_core::breaker`]). Boxed: it holds
     /// a DynamoDB client beside the processor.
     Breaker(Box<Breaker<P, DynamoBreakerStore>>),
     /// Behind a breaker per message group (`WORKER_BREAKER_SCOPE=message-group`).
-    Groups(Box<crate::breaker::GroupBreakers<P, DynamoBreakerStore, GroupStores>>),
+    Groups(Box<sqs_keeper_core::breaker::GroupBreakers<P, DynamoBreakerStore, GroupStores>>),
 }
 
 impl<P> Handler<P> {
@@ -213,7 +213,7 @@ impl Setup {
             Some(clients) => clients.clone(),
             None => AwsClients::from_config(
                 self.aws_config().await,
-                crate::adapters::aws::s3_path_style_from_env(),
+                sqs_keeper_aws::aws::s3_path_style_from_env(),
             ),
         }
     }
@@ -245,12 +245,12 @@ impl Setup {
                 );
                 let stores: GroupStores = Box::new(move |group| {
                     let key = match group {
-                        Some(group) => crate::breaker::group_key(&key, group),
+                        Some(group) => sqs_keeper_core::breaker::group_key(&key, group),
                         None => key.clone(),
                     };
                     DynamoBreakerStore::new(client.clone(), table.clone(), &key)
                 });
-                Guarded::Groups(Box::new(crate::breaker::GroupBreakers::new(
+                Guarded::Groups(Box::new(sqs_keeper_core::breaker::GroupBreakers::new(
                     processor,
                     stores,
                     breaker.policy,
@@ -300,8 +300,8 @@ impl Setup {
         }
         if config.redelivery.is_some() || config.breaker.is_some() {
             let sqs = self.aws_clients().await.sqs;
-            let port: Arc<dyn crate::redelivery::VisibilityPort> =
-                Arc::new(crate::adapters::visibility::SqsVisibility::new(sqs));
+            let port: Arc<dyn sqs_keeper_core::redelivery::VisibilityPort> =
+                Arc::new(sqs_keeper_aws::visibility::SqsVisibility::new(sqs));
             if let Some(policy) = config.redelivery {
                 engine = engine.with_redelivery(policy, port.clone());
             }
@@ -324,7 +324,7 @@ impl Setup {
         // The simulation's hooks (mutants, a virtual clock) must never serve real traffic:
         // Cargo unifies features across one build, so a handler built beside the
         // simulation would carry them (docs/SIMULATION.md).
-        if crate::mutants::SIMULATION_HOOKS {
+        if sqs_keeper_core::mutants::SIMULATION_HOOKS {
             let why = "this binary was built with the simulation's test hooks (feature `sim` of sqs-keeper-core, unified from another package of the build): build it on its own, e.g. `cargo build -p <your crate>`";
             tracing::error!("{why}");
             return Err(why.into());

@@ -269,7 +269,7 @@ where
         event.record(&mut JsonVisitor(&mut fields));
         // A handler's own fields (`context::add_field`) travel as one JSON object: written
         // flat, without replacing a key the worker wrote.
-        if let Some(Value::String(extra)) = fields.remove(crate::context::FIELDS_KEY) {
+        if let Some(Value::String(extra)) = fields.remove(sqs_keeper_core::context::FIELDS_KEY) {
             if let Ok(Value::Object(extra)) = serde_json::from_str::<Value>(&extra) {
                 for (key, value) in extra {
                     fields.entry(key).or_insert(value);
@@ -377,7 +377,7 @@ pub fn cold_start() -> bool {
 /// ```no_run
 /// # async fn example() -> Result<(), lambda_runtime::Error> {
 /// use lambda_runtime::{service_fn, LambdaEvent, Runtime};
-/// use sqs_keeper_lambda::telemetry::InvocationLayer;
+/// use sqs_keeper_lambda::InvocationLayer;
 ///
 /// async fn echo(event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
 ///     Ok(event.payload)

@@ -13,14 +13,16 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
 
-use crate::adapters::store::DeadLetterStore;
-use crate::batch::{BatchError, BatchProcessor, BatchReport};
 use crate::config::ConfigError;
-use crate::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
-use crate::error::ProcessError;
-use crate::event::{decode_event, EventError, SqsBatch, SqsRecord};
-use crate::processor::Processor;
-use crate::retry::{worst_case_record_time, Deadline, InvocationBudget};
+use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_core::batch::{BatchError, BatchProcessor, BatchReport};
+use sqs_keeper_core::dead_letter::{
+    DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore,
+};
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::event::{decode_event, EventError, SqsBatch, SqsRecord};
+use sqs_keeper_core::processor::Processor;
+use sqs_keeper_core::retry::{worst_case_record_time, Deadline, InvocationBudget};
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +36,7 @@ pub enum StartupError {
     /// The downstream credential could not be read.
     #[cfg(feature = "http")]
     #[error(transparent)]
-    Secret(#[from] crate::adapters::secrets::SecretError),
+    Secret(#[from] sqs_keeper_aws::secrets::SecretError),
 }
 
 /// The dead-letter sink chosen by configuration.
@@ -233,8 +235,8 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
             request_id,
             ..self.base_invocation.clone()
         };
-        let custom_metrics = Arc::new(crate::context::MetricSink::default());
-        let report = crate::context::with_invocation_metrics(
+        let custom_metrics = Arc::new(sqs_keeper_core::context::MetricSink::default());
+        let report = sqs_keeper_core::context::with_invocation_metrics(
             custom_metrics.clone(),
             self.engine.process_records(records, deadline, &invocation),
         )
@@ -277,7 +279,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     /// individually.
     ///
     /// The body is decoded with [`decode_event`] (a SIMD parser) straight from the bytes
-    /// the runtime received, into records that borrow from them; see [`crate::runtime`]
+    /// the runtime received, into records that borrow from them; see [`crate::WorkerLayer`]
     /// for how the function binary gets them before the runtime's own `serde_json` decode
     /// would.
     pub async fn handle_invocation<B: AsRef<[u8]>>(

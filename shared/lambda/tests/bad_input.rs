@@ -19,17 +19,17 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
-use sqs_keeper_lambda::batch::{BatchError, BatchProcessor, Disposition};
-use sqs_keeper_lambda::config::WorkerConfig;
-use sqs_keeper_lambda::dead_letter::{DeadLetterReason, InvocationInfo};
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::event::{decode_sqs_event, EventError};
-use sqs_keeper_lambda::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
-use sqs_keeper_lambda::processor::{Outcome, Processor};
-use sqs_keeper_lambda::redrive::{RedriveError, RedriveRequest};
-use sqs_keeper_lambda::testing::{MemorySink, ScriptedProcessor, Step};
-use sqs_keeper_lambda::worker::InvocationError;
+use sqs_keeper_core::batch::{BatchError, BatchProcessor, Disposition};
+use sqs_keeper_core::dead_letter::{DeadLetterReason, InvocationInfo};
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::event::{decode_sqs_event, EventError};
+use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::redrive::{RedriveError, RedriveRequest};
+use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
+use sqs_keeper_lambda::InvocationError;
 use sqs_keeper_lambda::Worker;
+use sqs_keeper_lambda::WorkerConfig;
 
 use crate::common::{
     assert_accounted, config, disposition, far_deadline, json_parser, record, run,
@@ -39,7 +39,7 @@ use crate::common::{
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
 
 /// The decoder under test, on text (it takes the invocation's bytes).
-fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_lambda::event::EventError> {
+fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_core::event::EventError> {
     decode_sqs_event(text.as_bytes())
 }
 
@@ -724,9 +724,7 @@ async fn binary_message_attributes_are_accepted() {
 // Configuration
 // ---------------------------------------------------------------------------------------
 
-fn read_config(
-    vars: &[(&str, &str)],
-) -> Result<WorkerConfig, sqs_keeper_lambda::config::ConfigError> {
+fn read_config(vars: &[(&str, &str)]) -> Result<WorkerConfig, sqs_keeper_lambda::ConfigError> {
     let map: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

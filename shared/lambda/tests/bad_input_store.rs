@@ -15,22 +15,22 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
-use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
-use sqs_keeper_lambda::adapters::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
-use sqs_keeper_lambda::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_lambda::dead_letter::{
+use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
+use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo,
 };
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
-use sqs_keeper_lambda::pointer::S3Pointer;
-use sqs_keeper_lambda::processor::{Outcome, Processor};
-use sqs_keeper_lambda::redrive::{
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::redrive::{
     no_progress, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveRequest,
     RedriveSettings,
 };
-use sqs_keeper_lambda::retry::AttemptFailure;
-use sqs_keeper_lambda::testing::{MemorySink, ScriptedProcessor, Step};
+use sqs_keeper_core::retry::AttemptFailure;
+use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
 
 use crate::common::{
     assert_accounted, config, disposition, event, far_deadline, json_parser, record, run,
@@ -102,7 +102,7 @@ async fn emulator_store_resources(name: &str) -> (AwsClients, StoreConfig) {
     let clients = emulator_clients().await;
     let prefix = unique(name);
     let table = format!("{prefix}-dead-letters");
-    sqs_keeper_lambda::adapters::store::schema::create_table(&clients.dynamodb, &table)
+    sqs_keeper_aws::store::schema::create_table(&clients.dynamodb, &table)
         .await
         .unwrap();
     let dlq = clients
@@ -182,7 +182,7 @@ async fn extended_client_pointer_to_a_missing_object_is_dead_lettered_not_found(
     )
     .with_body_resolver(std::sync::Arc::new(ExtendedClientResolver::new(
         clients.s3.clone(),
-        sqs_keeper_lambda::pointer::PayloadPolicy::allowing([
+        sqs_keeper_core::pointer::PayloadPolicy::allowing([
             bucket.clone(),
             missing_bucket_name.clone(),
         ]),
@@ -498,7 +498,7 @@ async fn redrive_ids(
     name: &str,
     item_ids: &[&str],
     mode: RedriveMode,
-) -> (sqs_keeper_lambda::redrive::RedriveReport, String) {
+) -> (sqs_keeper_core::redrive::RedriveReport, String) {
     let store = emulator_store(name).await;
     let distinct: HashSet<&str> = item_ids.iter().copied().collect();
     for id in distinct {
@@ -598,7 +598,7 @@ impl Processor for Verbose {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_too_large_for_a_record_is_clipped_and_recorded() {
-    use sqs_keeper_lambda::dead_letter::{CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT};
+    use sqs_keeper_core::dead_letter::{CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT};
     let store = emulator_store("verbose").await;
     let engine = BatchProcessor::new(Verbose, store.clone(), config(json_parser()));
     let report = engine
@@ -718,7 +718,7 @@ async fn an_item_that_keeps_failing_keeps_a_bounded_history_and_an_exact_count()
 /// run, and the lease can be given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cannot_finish_an_item_whose_payload_a_new_failure_replaced() {
-    use sqs_keeper_lambda::dead_letter::ItemStatus;
+    use sqs_keeper_core::dead_letter::ItemStatus;
     let store = emulator_store("replaced").await;
     let id = unique("replaced-item");
     dead_item(&store, &id).await;

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use serde_json::json;
-use sqs_keeper_lambda::batch::{
+use sqs_keeper_core::batch::{
     BatchConfig, BatchError, BatchProcessor, Disposition, NotStartedReason,
 };
-use sqs_keeper_lambda::dead_letter::{DeadLetterReason, InvocationInfo, NoDeadLetterStore};
-use sqs_keeper_lambda::error::ErrorClass;
-use sqs_keeper_lambda::item::{ItemIdSource, ItemParser};
-use sqs_keeper_lambda::retry::{Deadline, Jitter, RetryPolicy};
-use sqs_keeper_lambda::testing::{MemorySink, ScriptedProcessor, Step};
+use sqs_keeper_core::dead_letter::{DeadLetterReason, InvocationInfo, NoDeadLetterStore};
+use sqs_keeper_core::error::ErrorClass;
+use sqs_keeper_core::item::{ItemIdSource, ItemParser};
+use sqs_keeper_core::retry::{Deadline, Jitter, RetryPolicy};
+use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
 
 const STANDARD_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
@@ -71,7 +71,7 @@ fn far_deadline() -> Deadline {
     Deadline::after(Duration::from_secs(600), Duration::from_secs(1))
 }
 
-fn failed_ids(report: &sqs_keeper_lambda::BatchReport) -> Vec<String> {
+fn failed_ids(report: &sqs_keeper_core::BatchReport) -> Vec<String> {
     report
         .response()
         .batch_item_failures
@@ -903,10 +903,10 @@ struct FinishSink {
     finished: std::sync::Arc<std::sync::Mutex<Vec<Finished>>>,
 }
 
-impl sqs_keeper_lambda::DeadLetterSink for FinishSink {
+impl sqs_keeper_core::DeadLetterSink for FinishSink {
     async fn dead_letter(
         &self,
-        candidates: &[sqs_keeper_lambda::dead_letter::DeadLetterCandidate],
+        candidates: &[sqs_keeper_core::dead_letter::DeadLetterCandidate],
         _invocation: &InvocationInfo,
     ) -> Vec<Result<(), sqs_keeper_lambda::ProcessError>> {
         candidates.iter().map(|_| Ok(())).collect()
@@ -935,7 +935,7 @@ struct OnePointer {
     payload: String,
 }
 
-impl sqs_keeper_lambda::batch::BodyResolver for OnePointer {
+impl sqs_keeper_core::batch::BodyResolver for OnePointer {
     fn resolve<'a>(
         &'a self,
         body: &'a str,
@@ -953,13 +953,13 @@ async fn a_requeued_pointer_is_finished_with_the_digest_its_record_holds_not_the
     // compare the digest the record holds, which the requeue stamped on the message: the
     // digest of what the worker fetched would never match, and a record the worker
     // finished before the run marked it requeued would stay requeued.
-    let pointer = sqs_keeper_lambda::pointer::S3Pointer {
+    let pointer = sqs_keeper_core::pointer::S3Pointer {
         bucket: "b".into(),
         key: "k".into(),
     }
     .to_body();
     let payload = json!({"id": "order-1"}).to_string();
-    let record_sha = sqs_keeper_lambda::hex::sha256_hex(pointer.as_bytes());
+    let record_sha = sqs_keeper_core::hex::sha256_hex(pointer.as_bytes());
     let mut r = record("x", 1);
     r["body"] = json!(pointer);
     let string = |v: &str| json!({"dataType": "String", "stringValue": v});
@@ -1020,7 +1020,7 @@ async fn a_stated_digest_never_finishes_a_record_the_message_does_not_carry() {
         )
         .await
         .unwrap();
-    let body_sha = sqs_keeper_lambda::hex::sha256_hex(json!({"id": "x"}).to_string().as_bytes());
+    let body_sha = sqs_keeper_core::hex::sha256_hex(json!({"id": "x"}).to_string().as_bytes());
     let finished = finished.lock().unwrap().clone();
     assert!(!finished.is_empty());
     assert!(finished.iter().all(|f| f.2 == body_sha), "{finished:?}");

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
-use sqs_keeper_lambda::breaker::{Breaker, BreakerPolicy, BreakerState, BreakerStore};
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::item::WorkItem;
-use sqs_keeper_lambda::processor::{Outcome, Processor};
-use sqs_keeper_lambda::testing::MemoryBreakerStore;
+use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerState, BreakerStore};
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::item::WorkItem;
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::testing::MemoryBreakerStore;
 
 /// The table throttles the first `open` (one ProvisionedThroughputExceeded).
 #[derive(Clone, Default)]

@@ -14,17 +14,17 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 
 use serde_json::json;
-use sqs_keeper_lambda::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_lambda::breaker::{Breaker, BreakerPolicy, BreakerStore};
-use sqs_keeper_lambda::dead_letter::InvocationInfo;
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::idempotency::{Claim, Idempotency, IdempotencyStore, Idempotent};
-use sqs_keeper_lambda::item::WorkItem;
-use sqs_keeper_lambda::processor::{Outcome, Processor};
-use sqs_keeper_lambda::testing::{
+use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerStore};
+use sqs_keeper_core::dead_letter::InvocationInfo;
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::idempotency::{Claim, Idempotency, IdempotencyStore, Idempotent};
+use sqs_keeper_core::item::WorkItem;
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::testing::{
     MemoryBreakerStore, MemoryIdempotencyStore, MemorySink, ScriptedProcessor, Step,
 };
-use sqs_keeper_lambda::Deadline;
+use sqs_keeper_core::Deadline;
 
 fn event(ids: &[&str]) -> aws_lambda_events::sqs::SqsEvent {
     serde_json::from_value(json!({"Records": ids.iter().map(|id| json!({

@@ -15,19 +15,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_lambda::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_lambda::breaker::BreakerStore;
-use sqs_keeper_lambda::dead_letter::InvocationInfo;
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::polling::{
+use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::breaker::BreakerStore;
+use sqs_keeper_core::dead_letter::InvocationInfo;
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::polling::{
     sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseState, PollingControl,
     ProbeOutcome, SourceProbe, SourceQueue,
 };
-use sqs_keeper_lambda::redelivery::{Hide, QueueTiming, VisibilityPort};
-use sqs_keeper_lambda::testing::{
+use sqs_keeper_core::redelivery::{Hide, QueueTiming, VisibilityPort};
+use sqs_keeper_core::testing::{
     MemoryBreakerStore, MemoryPauseMarker, MemorySink, ScriptedProcessor, Step,
 };
-use sqs_keeper_lambda::Deadline;
+use sqs_keeper_core::Deadline;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -808,7 +808,7 @@ async fn without_a_breaker_no_reserve_is_kept() {
             config,
         )
         .with_redelivery(
-            sqs_keeper_lambda::redelivery::RedeliveryPolicy {
+            sqs_keeper_core::redelivery::RedeliveryPolicy {
                 base: Duration::from_secs(300),
                 multiplier: 3,
                 max: Duration::from_secs(4 * 3600),

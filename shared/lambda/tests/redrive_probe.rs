@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sqs_keeper_lambda::breaker::{Breaker, BreakerPolicy, BreakerStore};
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::item::WorkItem;
-use sqs_keeper_lambda::processor::{Outcome, Processor};
-use sqs_keeper_lambda::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
-use sqs_keeper_lambda::testing::{dead_record, MemoryBreakerStore, MemoryStore};
+use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerStore};
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::item::WorkItem;
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::testing::{dead_record, MemoryBreakerStore, MemoryStore};
 
 /// The downstream, shared by the redrive function and a worker sandbox: each call takes
 /// `latency` and succeeds; the most calls in flight at once is kept.
@@ -89,7 +89,7 @@ async fn a_redrive_probe_longer_than_probe_for_holds_the_lock_until_it_ends() {
     let item = WorkItem::new("m-worker", "{}");
     let progress = no_progress();
     let (report, worker) = tokio::join!(
-        sqs_keeper_lambda::redrive_function::run_gated(
+        sqs_keeper_lambda::run_gated(
             &engine,
             Some((&breaker, &policy)),
             &request,
@@ -152,7 +152,7 @@ async fn a_redrive_probe_cut_at_its_deadline_opens_the_breaker_again() {
     // The redrive function's deadline (items are cut 25 s before it); tokio's clock is
     // paused, so the hang and the cut take no real time.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let report = sqs_keeper_lambda::redrive_function::run_gated(
+    let report = sqs_keeper_lambda::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &request,

@@ -10,24 +10,22 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sqs_keeper_lambda::dead_letter::{
-    DeadLetteredItem, FailureDetail, ItemStatus, PayloadLocation,
-};
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::item::{ItemParser, WorkItem};
-use sqs_keeper_lambda::pointer::S3Pointer;
-use sqs_keeper_lambda::ports::{
+use sqs_keeper_core::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus, PayloadLocation};
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::item::{ItemParser, WorkItem};
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::ports::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
     SweepOptions,
 };
-use sqs_keeper_lambda::processor::{Outcome, Processor};
-use sqs_keeper_lambda::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
-use sqs_keeper_lambda::removal::RecordRemoval;
-use sqs_keeper_lambda::selection::{Page, PageToken, RecordFilter};
-use sqs_keeper_lambda::sweep::{
+use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::removal::RecordRemoval;
+use sqs_keeper_core::selection::{Page, PageToken, RecordFilter};
+use sqs_keeper_core::sweep::{
     sweep_dlq, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Settled, Standing,
 };
-use sqs_keeper_lambda::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
+use sqs_keeper_core::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
 
 // ---------------------------------------------------------------------------------------
 // continuation tokens resume without repeating or skipping.
@@ -431,7 +429,7 @@ impl DlqMessages for Dlq {
             .get(item_id)
             .map(|r| r.processed.clone())
             .unwrap_or_default();
-        if !sqs_keeper_lambda::recording::Expect::judged(
+        if !sqs_keeper_core::recording::Expect::judged(
             adoption.expected_status,
             &adoption.message_keys,
         )
@@ -579,14 +577,10 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
     );
     dlq.records.lock().unwrap().insert("order-1".into(), now);
     dlq.add("d2", "order-1", "s2", "P", None);
-    let report = sqs_keeper_lambda::removal::remove_records(
-        &dlq,
-        &[selected],
-        &ItemParser::default(),
-        |_| {},
-    )
-    .await
-    .unwrap();
+    let report =
+        sqs_keeper_core::removal::remove_records(&dlq, &[selected], &ItemParser::default(), |_| {})
+            .await
+            .unwrap();
     assert_eq!(
         report.records_changed, 1,
         "the record that failed again is kept: {report:?}"

@@ -10,12 +10,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_lambda::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_lambda::dead_letter::InvocationInfo;
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
-use sqs_keeper_lambda::testing::{MemorySink, ScriptedProcessor, Step};
-use sqs_keeper_lambda::Deadline;
+use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::dead_letter::InvocationInfo;
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
+use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
+use sqs_keeper_core::Deadline;
 
 struct Port {
     seen: Mutex<Vec<(SystemTime, Hide)>>,

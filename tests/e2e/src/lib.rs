@@ -16,13 +16,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
-use sqs_keeper_lambda::adapters::store::DeadLetterStore;
-use sqs_keeper_lambda::config::WorkerConfig;
-use sqs_keeper_lambda::http_worker::DefaultWorker;
-use sqs_keeper_lambda::runner::Handler;
-use sqs_keeper_lambda::worker::ConfiguredSink;
-use sqs_keeper_lambda::{DeadLetteredItem, HttpDelivery};
+use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_core::DeadLetteredItem;
+use sqs_keeper_http::HttpDelivery;
+use sqs_keeper_lambda::ConfiguredSink;
+use sqs_keeper_lambda::DefaultWorker;
+use sqs_keeper_lambda::Handler;
+use sqs_keeper_lambda::WorkerConfig;
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
 use sqs_keeper_local::esm::{queue_depth, EventSourceMapping};
 use sqs_keeper_local::invokers::InProcessInvoker;
@@ -31,8 +32,8 @@ use tokio::sync::OnceCell;
 
 /// The item ids of a redrive report with the given outcome, sorted.
 pub fn outcome_ids(
-    report: &sqs_keeper_lambda::redrive::RedriveReport,
-    kind: sqs_keeper_lambda::redrive::ItemOutcomeKind,
+    report: &sqs_keeper_core::redrive::RedriveReport,
+    kind: sqs_keeper_core::redrive::ItemOutcomeKind,
 ) -> Vec<String> {
     let mut ids: Vec<String> = report
         .items
@@ -120,7 +121,7 @@ pub async fn idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) ->
         .table_name(&table)
         .time_to_live_specification(
             TimeToLiveSpecification::builder()
-                .attribute_name(sqs_keeper_lambda::adapters::idempotency_table::TTL_ATTRIBUTE)
+                .attribute_name(sqs_keeper_aws::idempotency_table::TTL_ATTRIBUTE)
                 .enabled(true)
                 .build()
                 .unwrap(),
@@ -365,17 +366,15 @@ impl Pipeline {
         output
             .items()
             .iter()
-            .map(|i| sqs_keeper_lambda::adapters::store::schema::record_from_item(i).unwrap())
+            .map(|i| sqs_keeper_aws::store::schema::record_from_item(i).unwrap())
             .collect()
     }
 
     /// A redrive engine over this pipeline, reprocessing through the same downstream.
     pub fn redrive_engine(
         &self,
-    ) -> sqs_keeper_lambda::redrive::RedriveEngine<
-        HttpDelivery,
-        sqs_keeper_lambda::adapters::store::DeadLetterStore,
-    > {
+    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::store::DeadLetterStore>
+    {
         self.redrive_engine_via(self.clients.clone())
     }
 
@@ -384,26 +383,24 @@ impl Pipeline {
     pub fn redrive_engine_via(
         &self,
         clients: AwsClients,
-    ) -> sqs_keeper_lambda::redrive::RedriveEngine<
-        HttpDelivery,
-        sqs_keeper_lambda::adapters::store::DeadLetterStore,
-    > {
-        let delivery = HttpDelivery::new(sqs_keeper_lambda::http_delivery::HttpDeliveryConfig {
+    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::store::DeadLetterStore>
+    {
+        let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
             url: self.downstream.url().parse().unwrap(),
             timeout: Duration::from_millis(500),
             content_type: "application/json".into(),
             auth_header: None,
         })
         .unwrap();
-        sqs_keeper_lambda::redrive::RedriveEngine::new(
+        sqs_keeper_core::redrive::RedriveEngine::new(
             DeadLetterStore::new(clients, self.resources.store_config()),
             Some(delivery),
-            sqs_keeper_lambda::redrive::RedriveSettings {
-                retry: sqs_keeper_lambda::RetryPolicy {
+            sqs_keeper_core::redrive::RedriveSettings {
+                retry: sqs_keeper_core::RetryPolicy {
                     max_attempts: 1,
-                    ..sqs_keeper_lambda::RetryPolicy::default()
+                    ..sqs_keeper_core::RetryPolicy::default()
                 },
-                parser: sqs_keeper_lambda::item::ItemParser {
+                parser: sqs_keeper_core::item::ItemParser {
                     id_source: "pointer:/id".parse().unwrap(),
                     ..Default::default()
                 },

@@ -35,22 +35,23 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName
 use bytes::Bytes;
 use e2e::{body, outcome_ids, Pipeline, Setup, REGION};
 use serde_json::json;
-use sqs_keeper_lambda::adapters::aws::AwsClients;
-use sqs_keeper_lambda::adapters::store::DeadLetterStore;
-use sqs_keeper_lambda::batch::{BatchReport, Disposition, NotStartedReason};
-use sqs_keeper_lambda::dead_letter::{
+use sqs_keeper_aws::aws::AwsClients;
+use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_core::batch::{BatchReport, Disposition, NotStartedReason};
+use sqs_keeper_core::dead_letter::{
     DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation,
 };
-use sqs_keeper_lambda::error::ErrorClass;
-use sqs_keeper_lambda::http_delivery::HttpDeliveryConfig;
-use sqs_keeper_lambda::http_worker::DefaultWorker;
-use sqs_keeper_lambda::item::ItemParser;
-use sqs_keeper_lambda::pointer::S3Pointer;
-use sqs_keeper_lambda::redrive::{
+use sqs_keeper_core::error::ErrorClass;
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::redrive::{
     no_progress, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
 };
-use sqs_keeper_lambda::retry::Deadline;
-use sqs_keeper_lambda::{HttpDelivery, Outcome, ProcessError, Processor, RetryPolicy, WorkItem};
+use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::{Outcome, ProcessError, Processor, RetryPolicy, WorkItem};
+use sqs_keeper_http::HttpDelivery;
+use sqs_keeper_http::HttpDeliveryConfig;
+use sqs_keeper_lambda::DefaultWorker;
 use sqs_keeper_local::esm::{EsmStats, Invoker};
 use sqs_keeper_local::fault_proxy::{Fault, FaultProxy, Faults, Operation, Rule, Trigger};
 use sqs_keeper_local::function::FunctionProcess;
@@ -247,7 +248,7 @@ async fn lease_owner(p: &Pipeline, item_id: &str) -> Option<String> {
         .await
         .unwrap()
         .item()
-        .and_then(|i| i.get(sqs_keeper_lambda::adapters::store::schema::LEASE_OWNER))
+        .and_then(|i| i.get(sqs_keeper_aws::store::schema::LEASE_OWNER))
         .and_then(|v| v.as_s().ok().cloned())
 }
 
@@ -277,7 +278,7 @@ async fn dangling_payloads(clients: &AwsClients, table: &str, strict: bool) -> V
         .unwrap();
     let mut dangling = Vec::new();
     for item in scan.items() {
-        let record = match sqs_keeper_lambda::adapters::store::schema::record_from_item(item) {
+        let record = match sqs_keeper_aws::store::schema::record_from_item(item) {
             Ok(record) => record,
             Err(_) if !strict => continue,
             Err(e) => panic!("not a record: {e}: {item:?}"),
@@ -522,7 +523,7 @@ async fn s3_failing_while_offloading_never_leaves_a_record_without_its_object() 
         .unwrap();
     let stored = object.body.collect().await.unwrap().into_bytes();
     assert_eq!(
-        sqs_keeper_lambda::hex::sha256_hex(&stored),
+        sqs_keeper_core::hex::sha256_hex(&stored),
         big.payload.sha256
     );
     assert_eq!(big.source.receive_count, 4);

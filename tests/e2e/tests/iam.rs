@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template, EMPTY_ZIP};
 use serde_json::{json, Value};
-use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::aws::{AwsClients, Endpoints};
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
 use sqs_keeper_local::esm::EventSourceMapping;
 use sqs_keeper_local::fault_proxy::{Access, FaultProxy};
@@ -196,7 +196,7 @@ async fn start_function(
 /// DynamoDB Local tables with the stack's names: the dead-letter table with its indexes,
 /// and tables keyed `key` for the others.
 async fn create_tables(clients: &AwsClients, dead_letters: &str, others: &[(&str, &str)]) {
-    sqs_keeper_lambda::adapters::store::schema::create_table(&clients.dynamodb, dead_letters)
+    sqs_keeper_aws::store::schema::create_table(&clients.dynamodb, dead_letters)
         .await
         .unwrap();
     for (table, key) in others {
@@ -425,8 +425,8 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // Open the breaker as the worker's sandboxes do after an outage, and let its open
     // period end: no worker invocation is left to probe, so the schedule must.
     {
-        use sqs_keeper_lambda::breaker::BreakerStore;
-        let breaker = sqs_keeper_lambda::adapters::breaker_table::DynamoBreakerStore::new(
+        use sqs_keeper_core::breaker::BreakerStore;
+        let breaker = sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
             deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
@@ -496,8 +496,8 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // disables the worker's mapping, then probes with a source message once the open
     // period is over (the worker, invoked directly, closes the breaker) and enables it.
     {
-        use sqs_keeper_lambda::breaker::BreakerStore;
-        let breaker = sqs_keeper_lambda::adapters::breaker_table::DynamoBreakerStore::new(
+        use sqs_keeper_core::breaker::BreakerStore;
+        let breaker = sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
             deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),

@@ -7,11 +7,11 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqs_keeper_lambda::adapters::event_source::DynamoPauseMarker;
-use sqs_keeper_lambda::polling::{PauseMarker, PauseState, LEASE};
+use sqs_keeper_aws::event_source::DynamoPauseMarker;
+use sqs_keeper_core::polling::{PauseMarker, PauseState, LEASE};
 
-use sqs_keeper_lambda::adapters::idempotency_table::DynamoIdempotencyStore;
-use sqs_keeper_lambda::idempotency::{Claim, Idempotency, IdempotencyStore, Once};
+use sqs_keeper_aws::idempotency_table::DynamoIdempotencyStore;
+use sqs_keeper_core::idempotency::{Claim, Idempotency, IdempotencyStore, Once};
 use sqs_keeper_lambda::ProcessError;
 
 async fn store() -> DynamoIdempotencyStore {
@@ -262,7 +262,7 @@ async fn a_lapsed_run_does_not_release_the_lease_of_the_run_that_took_it_over() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_skips_an_item_the_worker_completed() {
     use e2e::{body, Pipeline, Setup};
-    use sqs_keeper_lambda::redrive::{no_progress, ItemOutcomeKind, RedriveEngine, RedriveRequest};
+    use sqs_keeper_core::redrive::{no_progress, ItemOutcomeKind, RedriveEngine, RedriveRequest};
     let clients = e2e::clients().await;
     let table = e2e::idempotency_table(&clients.dynamodb, "redrive-idem").await;
     let p = Pipeline::new(
@@ -283,16 +283,16 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
     // The redrive function's processor, from the same variables as the worker's.
     let env: std::collections::HashMap<String, String> = p.worker_env.iter().cloned().collect();
     let lookup = |name: &str| env.get(name).cloned();
-    let mut reader = sqs_keeper_lambda::config::EnvReader::new(&lookup);
-    let config = sqs_keeper_lambda::config::RedriveConfig::read(&mut reader);
+    let mut reader = sqs_keeper_lambda::EnvReader::new(&lookup);
+    let config = sqs_keeper_lambda::RedriveConfig::read(&mut reader);
     reader.finish().unwrap();
-    let processor = sqs_keeper_lambda::redrive_function::redrive_processor(&config, &p.clients)
+    let processor = sqs_keeper_lambda::redrive_processor(&config, &p.clients)
         .await
         .unwrap()
         .unwrap();
     assert!(matches!(
         processor,
-        sqs_keeper_lambda::redrive_function::RedriveProcessor::Idempotent(_)
+        sqs_keeper_lambda::RedriveProcessor::Idempotent(_)
     ));
     let mut settings = config.settings;
     settings.retry.max_attempts = 1;
@@ -316,15 +316,15 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
 }
 
 /// The breaker's and the idempotency table's conditions are defined once
-/// (`sqs_keeper_lambda::condition::{breaker, idempotency}`): the adapters send them, the memory
+/// (`sqs_keeper_core::condition::{breaker, idempotency}`): the adapters send them, the memory
 /// stores (the unit tests' and the simulation's) evaluate them. The same calls, at the
 /// same instants (each boundary to the millisecond), give the same answers and leave the
 /// same state on DynamoDB Local and in memory.
 #[tokio::test]
 async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
-    use sqs_keeper_lambda::adapters::breaker_table::DynamoBreakerStore;
-    use sqs_keeper_lambda::breaker::BreakerStore;
-    use sqs_keeper_lambda::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
+    use sqs_keeper_aws::breaker_table::DynamoBreakerStore;
+    use sqs_keeper_core::breaker::BreakerStore;
+    use sqs_keeper_core::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
 
     let clients = e2e::clients().await;
     let table = e2e::idempotency_table(&clients.dynamodb, "conditions").await;

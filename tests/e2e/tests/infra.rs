@@ -10,7 +10,7 @@ use std::time::Duration;
 use aws_sdk_cloudformation::types::StackStatus;
 use e2e::stack::{create_stack, deployable, percent_decoded, translated_template, EMPTY_ZIP};
 use serde_json::Value;
-use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::aws::{AwsClients, Endpoints};
 
 /// A rule assertion evaluated over parameter values, for the functions rules use
 /// (`Fn::Or`, `Fn::And`, `Fn::Not`, `Fn::Equals`, `Fn::Contains`, `Ref`); CloudFormation
@@ -172,12 +172,12 @@ fn defined_metrics(documents: &[Value]) -> BTreeSet<String> {
 
 #[test]
 fn dashboard_plots_what_the_functions_emit() {
-    use sqs_keeper_lambda::metrics::{
-        emf_documents, redrive_document, InvocationTimings, NAMESPACE,
+    use sqs_keeper_lambda::{
+        emf_documents, redrive_document, InvocationTimings, METRICS_NAMESPACE as NAMESPACE,
     };
 
     let template = translated_template("main");
-    let mut counts = sqs_keeper_lambda::batch::BatchCounts {
+    let mut counts = sqs_keeper_core::batch::BatchCounts {
         records: 1,
         ..Default::default()
     };
@@ -193,7 +193,7 @@ fn dashboard_plots_what_the_functions_emit() {
     };
     let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
     let redrive_metrics = defined_metrics(&[redrive_document(
-        &sqs_keeper_lambda::redrive::RedriveReport::default(),
+        &sqs_keeper_core::redrive::RedriveReport::default(),
         "r",
         0,
     )
@@ -258,15 +258,14 @@ fn variable_names_match_the_code() {
     let template = translated_template("main");
     let worker = &template["Resources"]["WorkerFunction"];
     let redrive = &template["Resources"]["RedriveFunction"];
-    let worker_code: BTreeSet<String> =
-        sqs_keeper_lambda::config::WorkerConfig::documented_variables()
-            .keys()
-            .map(|k| k.to_string())
-            .collect();
+    let worker_code: BTreeSet<String> = sqs_keeper_lambda::WorkerConfig::documented_variables()
+        .keys()
+        .map(|k| k.to_string())
+        .collect();
     assert_eq!(env_names(worker), worker_code, "worker variables drifted");
     let mut redrive_code = worker_code.clone();
     redrive_code.extend(
-        sqs_keeper_lambda::config::REDRIVE_VARS
+        sqs_keeper_lambda::REDRIVE_VARS
             .iter()
             .map(|v| v.name.to_string()),
     );
@@ -375,23 +374,23 @@ fn event_source_alarms_and_iam_as_declared() {
     for (parameter, var) in [
         (
             "WorkerMaxConcurrency",
-            sqs_keeper_lambda::config::vars::MAX_CONCURRENCY,
+            sqs_keeper_lambda::vars::MAX_CONCURRENCY,
         ),
         (
             "RetryMaxAttempts",
-            sqs_keeper_lambda::config::vars::RETRY_MAX_ATTEMPTS,
+            sqs_keeper_lambda::vars::RETRY_MAX_ATTEMPTS,
         ),
         (
             "RetryBaseDelayMs",
-            sqs_keeper_lambda::config::vars::RETRY_BASE_DELAY_MS,
+            sqs_keeper_lambda::vars::RETRY_BASE_DELAY_MS,
         ),
         (
             "RetryMaxDelayMs",
-            sqs_keeper_lambda::config::vars::RETRY_MAX_DELAY_MS,
+            sqs_keeper_lambda::vars::RETRY_MAX_DELAY_MS,
         ),
     ] {
         let p = &template["Parameters"][parameter];
-        let sqs_keeper_lambda::config::vars::Form::Integer {
+        let sqs_keeper_lambda::vars::Form::Integer {
             min,
             max,
             default: Some(default),
@@ -499,7 +498,7 @@ fn event_source_alarms_and_iam_as_declared() {
         "Errors"
     );
     for metric in ["DeadLettered", "DeadLetterFailed"] {
-        let (_, a) = find(sqs_keeper_lambda::metrics::NAMESPACE, metric)
+        let (_, a) = find(sqs_keeper_lambda::METRICS_NAMESPACE, metric)
             .unwrap_or_else(|| panic!("{metric} alarm"));
         assert_eq!(a["Statistic"], "Sum");
     }
@@ -527,7 +526,7 @@ fn event_source_alarms_and_iam_as_declared() {
     let table = &template["Resources"]["DeadLetterTable"]["Properties"];
     assert_eq!(
         table["TimeToLiveSpecification"]["AttributeName"],
-        sqs_keeper_lambda::adapters::store::schema::EXPIRES_AT
+        sqs_keeper_aws::store::schema::EXPIRES_AT
     );
     assert_eq!(table["TimeToLiveSpecification"]["Enabled"], true);
     assert_eq!(
@@ -931,7 +930,7 @@ async fn deploys_into_the_emulator() {
     );
     assert_eq!(
         table.key_schema()[0].attribute_name(),
-        sqs_keeper_lambda::adapters::store::schema::ITEM_ID
+        sqs_keeper_aws::store::schema::ITEM_ID
     );
     // (moto 5.2.5 ignores TimeToLiveSpecification in CloudFormation; checked on the JSON.)
     assert_eq!(
@@ -957,7 +956,7 @@ async fn deploys_into_the_emulator() {
         .unwrap();
     let vars = worker.environment().unwrap().variables().unwrap();
     let names: BTreeSet<String> = vars.keys().cloned().collect();
-    let code: BTreeSet<String> = sqs_keeper_lambda::config::WorkerConfig::documented_variables()
+    let code: BTreeSet<String> = sqs_keeper_lambda::WorkerConfig::documented_variables()
         .keys()
         .map(|k| k.to_string())
         .collect();
@@ -966,8 +965,7 @@ async fn deploys_into_the_emulator() {
     assert_eq!(vars["DLQ_QUEUE_URL"], outputs["DeadLetterQueueUrl"]);
     assert_eq!(vars["WORKER_MAX_RECEIVE_COUNT"], "5");
     // The deployed values pass the worker's own validation.
-    let config =
-        sqs_keeper_lambda::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
+    let config = sqs_keeper_lambda::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
     assert_eq!(config.handler.batch.max_receive_count, Some(5));
     assert_eq!(
         config.handler.store.unwrap().table,
@@ -979,8 +977,7 @@ async fn deploys_into_the_emulator() {
     assert_eq!(vars["WORKER_PAYLOAD_BUCKETS"], "producer-a,producer-b");
     assert_eq!(vars["WORKER_PAYLOAD_MAX_BYTES"], "1048576");
     assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
-    let config =
-        sqs_keeper_lambda::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
+    let config = sqs_keeper_lambda::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
     assert_eq!(
         config
             .handler
@@ -1179,7 +1176,7 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
         .await
         .unwrap();
     let vars = function.environment().unwrap().variables().unwrap().clone();
-    let config = sqs_keeper_lambda::config::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
+    let config = sqs_keeper_lambda::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
         .unwrap_or_else(|e| panic!("the template's variables do not validate: {e}"));
     let store = config.store.expect("the dead-letter store is configured");
     assert!(outputs["CliEnvironment"].contains(&store.table));
@@ -1187,7 +1184,7 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
     assert!(config.idempotency.is_some(), "{vars:?}");
     assert!(vars.contains_key("ORDERS_TABLE"));
     // Every variable is one the runner documents, or the handler's own.
-    let known = sqs_keeper_lambda::config::WorkerConfig::documented_variables();
+    let known = sqs_keeper_lambda::WorkerConfig::documented_variables();
     for name in vars.keys().filter(|k| k.as_str() != "ORDERS_TABLE") {
         assert!(
             known.contains_key(name.as_str()),
@@ -1308,7 +1305,7 @@ fn the_readme_states_the_template_defaults() {
 /// delay at its jitter's top).
 fn default_spacing(template: &Value, receives: u32) -> Duration {
     let number = |name: &str| template["Parameters"][name]["Default"].as_u64().unwrap();
-    let policy = sqs_keeper_lambda::redelivery::RedeliveryPolicy {
+    let policy = sqs_keeper_core::redelivery::RedeliveryPolicy {
         base: Duration::from_secs(number("RedeliveryBaseSeconds")),
         multiplier: u32::try_from(number("RedeliveryMultiplier")).unwrap(),
         max: Duration::from_secs(number("RedeliveryMaxSeconds")),
@@ -1376,7 +1373,7 @@ fn the_record_indexes_are_narrow_by_default_and_match_the_code() {
                 .collect();
             assert_eq!(
                 listed,
-                sqs_keeper_lambda::adapters::store::schema::index_attributes(pk),
+                sqs_keeper_aws::store::schema::index_attributes(pk),
                 "{which} {pk}"
             );
             assert_eq!(projection[2]["ProjectionType"], "ALL");

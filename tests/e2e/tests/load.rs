@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use e2e::{emulator, Pipeline, Setup};
-use sqs_keeper_lambda::dead_letter::PayloadLocation;
-use sqs_keeper_lambda::message::ITEM_ID_ATTRIBUTE;
-use sqs_keeper_lambda::DeadLetteredItem;
+use sqs_keeper_core::dead_letter::PayloadLocation;
+use sqs_keeper_core::message::ITEM_ID_ATTRIBUTE;
+use sqs_keeper_core::DeadLetteredItem;
 use sqs_keeper_local::esm::EsmStats;
 use sqs_keeper_local::fault_proxy::{Fault, FaultProxy, Matcher, Rule, Service, Trigger};
 
@@ -60,8 +60,7 @@ async fn all_records(p: &Pipeline) -> Vec<DeadLetteredItem> {
             .await
             .unwrap();
         for item in page.items() {
-            records
-                .push(sqs_keeper_lambda::adapters::store::schema::record_from_item(item).unwrap());
+            records.push(sqs_keeper_aws::store::schema::record_from_item(item).unwrap());
         }
         start = page.last_evaluated_key().cloned();
         if start.is_none() {

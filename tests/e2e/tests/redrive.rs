@@ -5,9 +5,9 @@
 
 use e2e::{body, outcome_ids, Pipeline, Setup};
 use serde_json::json;
-use sqs_keeper_lambda::dead_letter::{DeadLetterReason, ItemStatus, PayloadLocation};
-use sqs_keeper_lambda::error::ErrorClass;
-use sqs_keeper_lambda::redrive::{
+use sqs_keeper_core::dead_letter::{DeadLetterReason, ItemStatus, PayloadLocation};
+use sqs_keeper_core::error::ErrorClass;
+use sqs_keeper_core::redrive::{
     no_progress, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest,
 };
 
@@ -423,7 +423,7 @@ async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
 /// Marks an item as a run that died while redriving it leaves it: redriving, lease expired.
 async fn leave_stale_lease(p: &Pipeline, item_id: &str) {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_keeper_lambda::adapters::store::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
+    use sqs_keeper_aws::store::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
     let expired = chrono::Utc::now().timestamp() - 60;
     p.clients
         .dynamodb
@@ -775,7 +775,7 @@ async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_keeper_lambda::pointer::S3Pointer {
+    let pointer = sqs_keeper_core::pointer::S3Pointer {
         bucket: p.resources.bucket.clone(),
         key: "producer/ec-1".into(),
     }
@@ -821,7 +821,7 @@ async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_keeper_lambda::pointer::S3Pointer {
+    let pointer = sqs_keeper_core::pointer::S3Pointer {
         bucket: foreign.clone(),
         key: "secret".into(),
     }
@@ -841,7 +841,7 @@ async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
     assert_eq!(records.len(), 1);
     assert_eq!(
         records[0].error_class,
-        sqs_keeper_lambda::error::ErrorClass::Permission
+        sqs_keeper_core::error::ErrorClass::Permission
     );
     assert!(!records[0].reprocess_eligible);
     assert!(
@@ -948,7 +948,7 @@ async fn message_attributes_round_trip_with_their_types_through_requeue() {
 /// (`REDRIVE_REPEATS`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
-    use sqs_keeper_lambda::dead_letter::{FailureDetail, HISTORY_LIMIT};
+    use sqs_keeper_core::dead_letter::{FailureDetail, HISTORY_LIMIT};
     let p = dead_items("thousand", &[("hot", "throttled")]).await;
     let store = p.store();
     let template = store.get("hot").await.unwrap().unwrap().failure_history[0].clone();
@@ -1009,10 +1009,10 @@ async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
     assert!(size < 300_000, "record is {size} bytes");
 }
 
-fn pointer_parser() -> sqs_keeper_lambda::item::ItemParser {
-    sqs_keeper_lambda::item::ItemParser {
+fn pointer_parser() -> sqs_keeper_core::item::ItemParser {
+    sqs_keeper_core::item::ItemParser {
         id_source: "pointer:/id".parse().unwrap(),
-        ..sqs_keeper_lambda::item::ItemParser::default()
+        ..sqs_keeper_core::item::ItemParser::default()
     }
 }
 
@@ -1129,7 +1129,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
 /// that appeared (or changed status) meanwhile is never overwritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adoption_never_overwrites_a_record() {
-    use sqs_keeper_lambda::sweep::{Adoption, DlqMessages};
+    use sqs_keeper_core::sweep::{Adoption, DlqMessages};
     let p = dead_items("adopt-guard", &[("a1", "invalid")]).await;
     let before = p.store().get("a1").await.unwrap().unwrap();
     let message = p.dlq_messages().await.remove(0);
@@ -1266,7 +1266,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
         .expression_attribute_values(":m", AttributeValue::S("m-gone".into()))
         .expression_attribute_values(
             ":at",
-            AttributeValue::S(sqs_keeper_lambda::time_format::format(&long_ago)),
+            AttributeValue::S(sqs_keeper_core::time_format::format(&long_ago)),
         )
         .send()
         .await
@@ -1330,7 +1330,7 @@ async fn a_900_kb_message_is_dead_lettered_to_s3_requeued_inline_and_delivered()
         .unwrap();
     assert_eq!(dlq.messages().len(), 1);
     assert!(
-        sqs_keeper_lambda::pointer::S3Pointer::parse(dlq.messages()[0].body().unwrap()).is_some(),
+        sqs_keeper_core::pointer::S3Pointer::parse(dlq.messages()[0].body().unwrap()).is_some(),
         "the DLQ message points at the payload"
     );
 

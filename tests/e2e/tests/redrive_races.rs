@@ -10,13 +10,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::Message;
 use e2e::{body, Pipeline};
-use sqs_keeper_lambda::adapters::store::DeadLetterStore;
-use sqs_keeper_lambda::dead_letter::{DeadLetteredItem, ItemStatus};
-use sqs_keeper_lambda::error::ProcessError;
-use sqs_keeper_lambda::item::ItemParser;
-use sqs_keeper_lambda::ports::SweepOptions;
-use sqs_keeper_lambda::redrive::{no_progress, RedriveMode, RedriveRequest};
-use sqs_keeper_lambda::sweep::{Adoption, DlqMessages, ReceivedMessage, Standing};
+use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_core::dead_letter::{DeadLetteredItem, ItemStatus};
+use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::ports::SweepOptions;
+use sqs_keeper_core::redrive::{no_progress, RedriveMode, RedriveRequest};
+use sqs_keeper_core::sweep::{Adoption, DlqMessages, ReceivedMessage, Standing};
 
 fn parser() -> ItemParser {
     ItemParser {
@@ -110,7 +110,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     // A sweep reopens the record with it.
     let store = p.store();
     let sweep = store.sweep_dlq(&adopting()).await.unwrap();
-    sqs_keeper_lambda::sweep::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    sqs_keeper_core::sweep::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
         .await
         .unwrap();
     let reopened = record(&p, "x").await;
@@ -246,10 +246,10 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
         keys: vec![format!("msg:{s1}"), format!("sha:{}", dead.payload.sha256)],
         fired: AtomicBool::new(false),
     };
-    let sweep = sqs_keeper_lambda::sweep::sweep_dlq(&hooked, &adopting())
+    let sweep = sqs_keeper_core::sweep::sweep_dlq(&hooked, &adopting())
         .await
         .unwrap();
-    sqs_keeper_lambda::sweep::settle_held(&hooked, sweep.held, Duration::ZERO, Duration::ZERO)
+    sqs_keeper_core::sweep::settle_held(&hooked, sweep.held, Duration::ZERO, Duration::ZERO)
         .await
         .unwrap();
     let after = record(&p, "x").await;
@@ -271,10 +271,10 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
 /// S3 does not answer.
 mod producer_attributes {
     use e2e::{body, Pipeline, Setup};
-    use sqs_keeper_lambda::dead_letter::ItemStatus;
-    use sqs_keeper_lambda::redrive::RedriveRequest;
+    use sqs_keeper_core::dead_letter::ItemStatus;
+    use sqs_keeper_core::redrive::RedriveRequest;
 
-    use sqs_keeper_lambda::redrive::no_progress;
+    use sqs_keeper_core::redrive::no_progress;
 
     async fn send_with_attrs(p: &Pipeline, queue_url: &str, body: &str, attrs: &[(&str, &str)]) {
         use aws_sdk_sqs::types::MessageAttributeValue;
@@ -474,37 +474,36 @@ mod producer_attributes {
     trait MessageIds {
         fn redrive_engine_with_message_ids(
             &self,
-        ) -> sqs_keeper_lambda::redrive::RedriveEngine<
-            sqs_keeper_lambda::HttpDelivery,
-            sqs_keeper_lambda::adapters::store::DeadLetterStore,
+        ) -> sqs_keeper_core::redrive::RedriveEngine<
+            sqs_keeper_http::HttpDelivery,
+            sqs_keeper_aws::store::DeadLetterStore,
         >;
     }
 
     impl MessageIds for Pipeline {
         fn redrive_engine_with_message_ids(
             &self,
-        ) -> sqs_keeper_lambda::redrive::RedriveEngine<
-            sqs_keeper_lambda::HttpDelivery,
-            sqs_keeper_lambda::adapters::store::DeadLetterStore,
+        ) -> sqs_keeper_core::redrive::RedriveEngine<
+            sqs_keeper_http::HttpDelivery,
+            sqs_keeper_aws::store::DeadLetterStore,
         > {
-            let delivery = sqs_keeper_lambda::HttpDelivery::new(
-                sqs_keeper_lambda::http_delivery::HttpDeliveryConfig {
+            let delivery =
+                sqs_keeper_http::HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
                     url: self.downstream.url().parse().unwrap(),
                     timeout: std::time::Duration::from_millis(500),
                     content_type: "application/json".into(),
                     auth_header: None,
-                },
-            )
-            .unwrap();
-            sqs_keeper_lambda::redrive::RedriveEngine::new(
+                })
+                .unwrap();
+            sqs_keeper_core::redrive::RedriveEngine::new(
                 self.store(),
                 Some(delivery),
-                sqs_keeper_lambda::redrive::RedriveSettings {
-                    retry: sqs_keeper_lambda::RetryPolicy {
+                sqs_keeper_core::redrive::RedriveSettings {
+                    retry: sqs_keeper_core::RetryPolicy {
                         max_attempts: 1,
-                        ..sqs_keeper_lambda::RetryPolicy::default()
+                        ..sqs_keeper_core::RetryPolicy::default()
                     },
-                    parser: sqs_keeper_lambda::item::ItemParser::default(),
+                    parser: sqs_keeper_core::item::ItemParser::default(),
                     ..Default::default()
                 },
             )
@@ -568,7 +567,7 @@ mod producer_attributes {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sweep_ends_by_its_until_when_s3_does_not_answer() {
         let p = Pipeline::new("atk-hang", Setup::default()).await;
-        let pointer = sqs_keeper_lambda::pointer::S3Pointer {
+        let pointer = sqs_keeper_core::pointer::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/hang".into(),
         }
@@ -580,19 +579,17 @@ mod producer_attributes {
                 .force_path_style(true)
                 .build(),
         );
-        let clients = sqs_keeper_lambda::adapters::aws::AwsClients {
+        let clients = sqs_keeper_aws::aws::AwsClients {
             s3,
             ..p.clients.clone()
         };
-        let store = sqs_keeper_lambda::adapters::store::DeadLetterStore::new(
-            clients,
-            p.resources.store_config(),
-        );
+        let store =
+            sqs_keeper_aws::store::DeadLetterStore::new(clients, p.resources.store_config());
         let started = tokio::time::Instant::now();
-        let options = sqs_keeper_lambda::ports::SweepOptions {
+        let options = sqs_keeper_core::ports::SweepOptions {
             adopt: false,
             purge: Default::default(),
-            parser: sqs_keeper_lambda::item::ItemParser {
+            parser: sqs_keeper_core::item::ItemParser {
                 id_source: "pointer:/id".parse().unwrap(),
                 ..Default::default()
             },
@@ -656,7 +653,7 @@ mod producer_attributes {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_redrive_run_returns_by_its_deadline_when_s3_does_not_answer() {
         let p = Pipeline::new("atk-hang2", Setup::default()).await;
-        let pointer = sqs_keeper_lambda::pointer::S3Pointer {
+        let pointer = sqs_keeper_core::pointer::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/hang".into(),
         }
@@ -668,7 +665,7 @@ mod producer_attributes {
                 .force_path_style(true)
                 .build(),
         );
-        let clients = sqs_keeper_lambda::adapters::aws::AwsClients {
+        let clients = sqs_keeper_aws::aws::AwsClients {
             s3,
             ..p.clients.clone()
         };
@@ -713,7 +710,7 @@ mod producer_attributes {
             .send()
             .await
             .unwrap();
-        let pointer = sqs_keeper_lambda::pointer::S3Pointer {
+        let pointer = sqs_keeper_core::pointer::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/huge".into(),
         }
@@ -732,7 +729,7 @@ mod producer_attributes {
         assert_eq!(records.len(), 1, "{errors:?}");
         assert_eq!(
             records[0].item_id,
-            sqs_keeper_lambda::item::bounded_item_id(id)
+            sqs_keeper_core::item::bounded_item_id(id)
         );
         assert_eq!(records[0].status, ItemStatus::Resolved);
         assert_eq!(p.dlq_depth().await, 0);

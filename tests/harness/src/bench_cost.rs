@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Serialize;
-use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::aws::{AwsClients, Endpoints};
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{EventSourceMapping, Invoker};
@@ -436,7 +436,7 @@ pub fn render(bench: &CostBench) -> String {
             "\n{} messages in batches of {}, downstream {} ms:\n",
             bench.messages, scenario.batch_size, bench.downstream_latency_ms
         ));
-        out.push_str(&sqs_keeper_lambda::analysis::table(
+        out.push_str(&sqs_keeper_core::analysis::table(
             &[
                 "CONTENDER",
                 "INIT ms",

@@ -11,20 +11,20 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use serde::Serialize;
 use serde_json::json;
-use sqs_keeper_lambda::adapters::aws::{AwsClients, CallCounter, Endpoints};
-use sqs_keeper_lambda::adapters::store::{schema, DeadLetterStore};
-use sqs_keeper_lambda::analysis;
-use sqs_keeper_lambda::dead_letter::{
+use sqs_keeper_aws::aws::{AwsClients, CallCounter, Endpoints};
+use sqs_keeper_aws::store::{schema, DeadLetterStore};
+use sqs_keeper_core::analysis;
+use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
 };
-use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
-use sqs_keeper_lambda::item::ItemParser;
-use sqs_keeper_lambda::redrive::{
+use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::redrive::{
     no_progress, RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings,
 };
-use sqs_keeper_lambda::retry::AttemptFailure;
-use sqs_keeper_lambda::selection::RecordFilter;
-use sqs_keeper_lambda::HttpDelivery;
+use sqs_keeper_core::retry::AttemptFailure;
+use sqs_keeper_core::selection::RecordFilter;
+use sqs_keeper_http::HttpDelivery;
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::resources::{PipelineResources, ResourceSpec};
@@ -356,12 +356,10 @@ async fn bench_redrive(
     eprintln!("seeding {items} eligible records and their DLQ messages for {name}...");
     seed(&store, &records).await?;
     let refs: Vec<&DeadLetteredItem> = records.iter().collect();
-    for result in
-        sqs_keeper_lambda::adapters::store::dlq::send(&clients.sqs, store.config(), &refs).await
-    {
+    for result in sqs_keeper_aws::store::dlq::send(&clients.sqs, store.config(), &refs).await {
         result.map_err(|e| e.to_string())?;
     }
-    let delivery = HttpDelivery::new(sqs_keeper_lambda::http_delivery::HttpDeliveryConfig {
+    let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
         url: downstream.url().parse().map_err(|e| format!("{e}"))?,
         timeout: Duration::from_secs(5),
         content_type: "application/json".into(),

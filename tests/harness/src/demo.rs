@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use serde_json::json;
-use sqs_keeper_lambda::adapters::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::aws::{AwsClients, Endpoints};
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{queue_depth, EsmStats, EventSourceMapping};
@@ -386,7 +386,7 @@ pub async fn operate(
     let before = count_by(
         clients,
         &resources.table,
-        sqs_keeper_lambda::adapters::store::schema::STATUS,
+        sqs_keeper_aws::store::schema::STATUS,
     )
     .await?;
     dlq(options, &env, &["stats"], true)?;
@@ -417,7 +417,7 @@ pub async fn operate(
     let after = count_by(
         clients,
         &resources.table,
-        sqs_keeper_lambda::adapters::store::schema::STATUS,
+        sqs_keeper_aws::store::schema::STATUS,
     )
     .await?;
     Ok(RedriveSummary {

@@ -18,7 +18,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
-use sqs_keeper_lambda::adapters::aws::AwsClients;
+use sqs_keeper_aws::aws::AwsClients;
 
 use crate::demo::{emulator_env, send_bodies, DemoOptions};
 use crate::downstream::{Downstream, DownstreamConfig};
@@ -418,7 +418,7 @@ pub async fn run_outage_with(
     let dead_lettered = crate::demo::count_by(
         &clients,
         &resources.table,
-        sqs_keeper_lambda::adapters::store::schema::STATUS,
+        sqs_keeper_aws::store::schema::STATUS,
     )
     .await?
     .values()

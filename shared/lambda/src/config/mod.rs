@@ -16,16 +16,16 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::adapters::store::StoreConfig;
-use crate::batch::BatchConfig;
-use crate::envelope::Envelopes;
+use sqs_keeper_aws::store::StoreConfig;
+use sqs_keeper_core::batch::BatchConfig;
+use sqs_keeper_core::envelope::Envelopes;
+use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser};
+use sqs_keeper_core::pointer::PayloadPolicy;
 #[cfg(feature = "http")]
-use crate::http_delivery::{redact_url, redact_url_text, HttpDeliveryConfig};
-use crate::item::{BodyFormat, ItemIdSource, ItemParser};
-use crate::pointer::PayloadPolicy;
+use sqs_keeper_core::redrive::RedriveSettings;
+use sqs_keeper_core::retry::{Jitter, RetryPolicy};
 #[cfg(feature = "http")]
-use crate::redrive::RedriveSettings;
-use crate::retry::{Jitter, RetryPolicy};
+use sqs_keeper_http::{redact_url, redact_url_text, HttpDeliveryConfig};
 
 mod handler;
 #[cfg(feature = "http")]

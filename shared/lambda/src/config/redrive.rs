@@ -20,7 +20,7 @@ pub struct RedriveConfig {
     pub polling: Option<PollingTarget>,
 }
 
-/// The worker the redrive function pauses and probes (`crate::polling`).
+/// The worker the redrive function pauses and probes (`sqs_keeper_core::polling`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PollingTarget {
     /// `REDRIVE_WORKER_FUNCTION`.
@@ -55,7 +55,7 @@ impl RedriveConfig {
             },
             source_queue_url,
             keep_payloads,
-            invocation: crate::dead_letter::InvocationInfo {
+            invocation: sqs_keeper_core::dead_letter::InvocationInfo {
                 function_name: env.lambda_variable("AWS_LAMBDA_FUNCTION_NAME"),
                 request_id: None,
                 log_group: env.lambda_variable("AWS_LAMBDA_LOG_GROUP_NAME"),
