@@ -4,8 +4,8 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use indicatif::{ProgressBar, ProgressState, ProgressStyle};
-use sqs_keeper_aws::aws::{self, AwsClients};
-use sqs_keeper_aws::store::{DeadLetterStore, StoreConfig};
+use sqs_keeper_aws::AwsClients;
+use sqs_keeper_aws::{DeadLetterStore, StoreConfig};
 
 use crate::args::GlobalArgs;
 use crate::CliError;
@@ -29,7 +29,7 @@ pub async fn sdk_config(global: &GlobalArgs) -> aws_config::SdkConfig {
 pub async fn clients(global: &GlobalArgs) -> AwsClients {
     AwsClients::from_config(
         &sdk_config(global).await,
-        global.endpoint_url.is_some() || aws::s3_path_style_from_env(),
+        global.endpoint_url.is_some() || sqs_keeper_aws::s3_path_style_from_env(),
     )
 }
 

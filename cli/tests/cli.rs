@@ -663,7 +663,7 @@ async fn a_local_redrive_waits_for_an_open_breaker() {
     let p = Pipeline::with_dead_items("cli-breaker", &[body("t1", "throttled")]).await;
     let dlq = Dlq::new(&p).await;
     let table = e2e::create_table(&p.clients.dynamodb, "cli-breaker", "id").await;
-    let breaker = sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
+    let breaker = sqs_keeper_aws::DynamoBreakerStore::new(
         p.clients.dynamodb.clone(),
         table.clone(),
         "breaker#worker",

@@ -3,10 +3,10 @@
 
 use std::io::Write;
 
-use sqs_keeper_aws::store::payload;
-use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_core::dead_letter::{DeadLetteredItem, PayloadLocation};
 use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::ports::PayloadStore;
 
 use super::render::{out, safe, safe_lines, write_err};
 use crate::args::GlobalArgs;
@@ -34,7 +34,7 @@ async fn fetch_payload(
                 bucket: bucket.clone(),
                 key: key.clone(),
             };
-            payload::get_payload(&store.clients().s3, &pointer).await?.0
+            store.fetch(&pointer).await?
         }
     };
     let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());

@@ -5,11 +5,10 @@
 //! [`sqs_keeper_core::batch::BodyResolver`]) and its primitive traits
 //! ([`sqs_keeper_core::recording::RecordTable`], [`sqs_keeper_core::sweep::DlqMessages`]):
 //! the core decides, these modules talk to DynamoDB, SQS, S3, Lambda and Secrets Manager.
-//! `sqs-keeper` re-exports this crate as `adapters`.
 //!
 //! ```no_run
-//! use sqs_keeper_aws::aws::AwsClients;
-//! use sqs_keeper_aws::store::{DeadLetterStore, StoreConfig};
+//! use sqs_keeper_aws::AwsClients;
+//! use sqs_keeper_aws::{DeadLetterStore, StoreConfig};
 //!
 //! # async fn example() {
 //! // Clients from the standard configuration chain, built once and shared.
@@ -27,23 +26,40 @@
 //! # }
 //! ```
 //!
-//! | module | what it holds |
+//! The modules are private; everything the crate offers is re-exported at its root.
+//!
+//! | module (private) | what it holds |
 //! | --- | --- |
-//! | [`aws`] | the AWS clients, built once from the standard configuration chain |
-//! | [`breaker_table`] | the circuit breaker's shared state in DynamoDB |
-//! | [`condition_expression`] | the conditions of [`sqs_keeper_core::condition`] sent with a DynamoDB request |
-//! | [`idempotency_table`] | the idempotency table in DynamoDB |
+//! | `aws` | the AWS clients, built once from the standard configuration chain ([`AwsClients`]) |
+//! | `breaker_table` | the circuit breaker's shared state in DynamoDB ([`DynamoBreakerStore`]) |
+//! | `condition_expression` | the conditions of `sqs_keeper_core::condition` sent with a DynamoDB request ([`WithCondition`]) |
+//! | `idempotency_table` | the idempotency table in DynamoDB ([`DynamoIdempotencyStore`]) |
 //! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`secrets` feature) |
-//! | [`event_source`] | the worker's event source mapping, the pause marker and the probe with a source message ([`sqs_keeper_core::polling`]) |
-//! | [`visibility`] | `ChangeMessageVisibilityBatch` for spaced redelivery |
-//! | [`store`] | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS; implements every port and the primitives of [`sqs_keeper_core::recording`] and [`sqs_keeper_core::sweep`] |
+//! | `event_source` | the worker's event source mapping, the pause marker and the probe with a source message ([`LambdaMapping`], [`DynamoPauseMarker`], [`InvokeWorkerProbe`]) |
+//! | `visibility` | `ChangeMessageVisibilityBatch` for spaced redelivery ([`SqsVisibility`]) |
+//! | `store` | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS ([`DeadLetterStore`]); implements every port; [`schema`] names the table's attributes and indexes |
 
-pub mod aws;
-pub mod breaker_table;
-pub mod condition_expression;
-pub mod event_source;
-pub mod idempotency_table;
+mod aws;
+mod breaker_table;
+mod condition_expression;
+mod event_source;
+mod idempotency_table;
 #[cfg(feature = "secrets")]
-pub mod secrets;
-pub mod store;
-pub mod visibility;
+mod secrets;
+mod store;
+mod visibility;
+
+// The crate's whole public API.
+pub use aws::{s3_path_style_from_env, AwsClients, CallCounter, Endpoints};
+pub use breaker_table::DynamoBreakerStore;
+pub use condition_expression::{attribute as condition_attribute, WithCondition};
+pub use event_source::{
+    lambda_event, queue_arn_of_url, DynamoPauseMarker, InvokeWorkerProbe, LambdaMapping,
+};
+pub use idempotency_table::{DynamoIdempotencyStore, TTL_ATTRIBUTE as IDEMPOTENCY_TTL_ATTRIBUTE};
+#[cfg(feature = "secrets")]
+pub use secrets::{auth_header, SecretError};
+pub use store::{
+    schema, DeadLetterStore, ExtendedClientResolver, StoreConfig, DLQ_ATTRIBUTES_ALLOWANCE,
+};
+pub use visibility::SqsVisibility;

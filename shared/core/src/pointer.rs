@@ -1,6 +1,6 @@
 //! SQS Extended Client payload pointers, read from source messages and written into DLQ
 //! messages, and the policy for following them. Pure: the S3 reads and writes are in
-//! `sqs_keeper_aws::store::payload`.
+//! `sqs_keeper_aws::payload`.
 
 use std::collections::BTreeSet;
 

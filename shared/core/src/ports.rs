@@ -1,7 +1,7 @@
 //! The ports of the redrive wing: what the redrive engine needs from the outside world, as
 //! four small traits, so that its logic (selection, leasing, reprocessing, requeueing,
 //! settling the DLQ) runs the same over DynamoDB, SQS and S3
-//! (`sqs_keeper_aws::store::DeadLetterStore` implements all four) and over the in-memory store its
+//! (`sqs_keeper_aws::DeadLetterStore` implements all four) and over the in-memory store its
 //! unit tests use ([`crate::testing::MemoryStore`]).
 //!
 //! | port | what it is | production adapter |

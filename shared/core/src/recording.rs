@@ -22,7 +22,7 @@
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
 //!
 //! The logic runs over [`RecordTable`], the few primitive writes and reads it needs:
-//! DynamoDB, S3 and SQS in production (`sqs_keeper_aws::store::DeadLetterStore`),
+//! DynamoDB, S3 and SQS in production (`sqs_keeper_aws::DeadLetterStore`),
 //! memory in a simulation. No I/O of its own.
 
 use std::collections::HashSet;

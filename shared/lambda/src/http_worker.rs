@@ -5,7 +5,7 @@
 use crate::config::WorkerConfig;
 use crate::runner::{Handler, Setup};
 use crate::worker::{ConfiguredSink, StartupError, Worker};
-use sqs_keeper_aws::aws::AwsClients;
+use sqs_keeper_aws::AwsClients;
 use sqs_keeper_http::HttpDelivery;
 
 /// The worker the function binary runs: HTTP delivery into the configured store.

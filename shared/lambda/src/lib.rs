@@ -62,10 +62,11 @@ mod worker;
 // too, so that `Setup` and `run` can be used with this crate alone.
 pub use config::{
     read_ids_and_envelope, read_item_id_source, read_store_config, vars, BreakerConfig,
-    ConfigError, ConfigProblem, DownstreamAuth, EnvReader, HandlerConfig, IdempotencyConfig,
-    PollingTarget, RedriveConfig, Var, WorkerConfig, BREAKER_ID, REDRIVE_VARS, STORE_VARS,
-    WORKER_VARS,
+    ConfigError, ConfigProblem, EnvReader, HandlerConfig, IdempotencyConfig, Var, BREAKER_ID,
+    REDRIVE_VARS, STORE_VARS, WORKER_VARS,
 };
+#[cfg(feature = "http")]
+pub use config::{DownstreamAuth, PollingTarget, RedriveConfig, WorkerConfig};
 #[cfg(feature = "http")]
 pub use http_worker::{http_delivery_from_env, DefaultWorker};
 pub use metrics::{

@@ -10,9 +10,9 @@ use lambda_runtime::{Diagnostic, LambdaEvent};
 
 use crate::config::vars::{DOWNSTREAM_URL, TABLE};
 use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
-use sqs_keeper_aws::aws::AwsClients;
-use sqs_keeper_aws::idempotency_table::DynamoIdempotencyStore;
-use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_aws::AwsClients;
+use sqs_keeper_aws::DeadLetterStore;
+use sqs_keeper_aws::DynamoIdempotencyStore;
 use sqs_keeper_core::error::ProcessError;
 use sqs_keeper_core::idempotency::{Idempotency, Idempotent};
 use sqs_keeper_core::item::WorkItem;
@@ -102,10 +102,10 @@ pub struct RedriveFunction {
     /// Pauses the worker's polling while its breaker stays open (`sqs_keeper_core::polling`).
     polling: Option<
         sqs_keeper_core::polling::PollingControl<
-            sqs_keeper_aws::breaker_table::DynamoBreakerStore,
-            sqs_keeper_aws::event_source::LambdaMapping,
-            sqs_keeper_aws::event_source::DynamoPauseMarker,
-            sqs_keeper_aws::event_source::InvokeWorkerProbe,
+            sqs_keeper_aws::DynamoBreakerStore,
+            sqs_keeper_aws::LambdaMapping,
+            sqs_keeper_aws::DynamoPauseMarker,
+            sqs_keeper_aws::InvokeWorkerProbe,
         >,
     >,
     /// The `FunctionName` dimension of the metrics.
@@ -151,21 +151,18 @@ impl RedriveFunction {
                     .region()
                     .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
                 Some(sqs_keeper_core::polling::PollingControl {
-                    breaker: sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
+                    breaker: sqs_keeper_aws::DynamoBreakerStore::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
                         &breaker.key,
                     ),
-                    mapping: sqs_keeper_aws::event_source::LambdaMapping::new(
-                        lambda.clone(),
-                        &target.mapping,
-                    ),
-                    marker: sqs_keeper_aws::event_source::DynamoPauseMarker::new(
+                    mapping: sqs_keeper_aws::LambdaMapping::new(lambda.clone(), &target.mapping),
+                    marker: sqs_keeper_aws::DynamoPauseMarker::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
                         &breaker.key,
                     ),
-                    probe: sqs_keeper_aws::event_source::InvokeWorkerProbe {
+                    probe: sqs_keeper_aws::InvokeWorkerProbe {
                         sqs: clients.sqs.clone(),
                         lambda,
                         queue_url: target.queue_url.clone(),
@@ -193,7 +190,7 @@ impl RedriveFunction {
         let resolver = config.processor.as_ref().map(|worker| {
             let mut policy = worker.handler.payload.clone();
             policy.allowed_buckets.insert(store_config.bucket.clone());
-            sqs_keeper_aws::store::ExtendedClientResolver::new(clients.s3.clone(), policy)
+            sqs_keeper_aws::ExtendedClientResolver::new(clients.s3.clone(), policy)
         });
         let mut store = DeadLetterStore::new(clients, store_config);
         if let Some(worker) = &config.processor {
@@ -331,7 +328,7 @@ impl RedriveFunction {
 
 /// The worker's circuit breaker as a redrive sees it: its store and policy.
 pub type RedriveBreaker = (
-    sqs_keeper_aws::breaker_table::DynamoBreakerStore,
+    sqs_keeper_aws::DynamoBreakerStore,
     sqs_keeper_core::breaker::BreakerPolicy,
 );
 
@@ -343,7 +340,7 @@ pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<R
         .and_then(|worker| worker.handler.breaker.as_ref())
         .map(|breaker| {
             (
-                sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
+                sqs_keeper_aws::DynamoBreakerStore::new(
                     clients.dynamodb.clone(),
                     breaker.table.clone(),
                     &breaker.key,

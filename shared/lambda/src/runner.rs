@@ -44,10 +44,10 @@ use crate::config::HandlerConfig;
 use crate::runtime::{respond, WorkerLayer};
 use crate::telemetry::InvocationLayer;
 use crate::worker::{ConfiguredSink, StartupError, Worker};
-use sqs_keeper_aws::aws::AwsClients;
-use sqs_keeper_aws::breaker_table::DynamoBreakerStore;
-use sqs_keeper_aws::idempotency_table::DynamoIdempotencyStore;
-use sqs_keeper_aws::store::{DeadLetterStore, ExtendedClientResolver};
+use sqs_keeper_aws::AwsClients;
+use sqs_keeper_aws::DynamoBreakerStore;
+use sqs_keeper_aws::DynamoIdempotencyStore;
+use sqs_keeper_aws::{DeadLetterStore, ExtendedClientResolver};
 use sqs_keeper_core::batch::BatchProcessor;
 use sqs_keeper_core::breaker::Breaker;
 use sqs_keeper_core::dead_letter::NoDeadLetterStore;
@@ -213,7 +213,7 @@ impl Setup {
             Some(clients) => clients.clone(),
             None => AwsClients::from_config(
                 self.aws_config().await,
-                sqs_keeper_aws::aws::s3_path_style_from_env(),
+                sqs_keeper_aws::s3_path_style_from_env(),
             ),
         }
     }
@@ -301,7 +301,7 @@ impl Setup {
         if config.redelivery.is_some() || config.breaker.is_some() {
             let sqs = self.aws_clients().await.sqs;
             let port: Arc<dyn sqs_keeper_core::redelivery::VisibilityPort> =
-                Arc::new(sqs_keeper_aws::visibility::SqsVisibility::new(sqs));
+                Arc::new(sqs_keeper_aws::SqsVisibility::new(sqs));
             if let Some(policy) = config.redelivery {
                 engine = engine.with_redelivery(policy, port.clone());
             }

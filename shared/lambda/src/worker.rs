@@ -14,7 +14,7 @@ use lambda_runtime::LambdaEvent;
 use serde_json::value::RawValue;
 
 use crate::config::ConfigError;
-use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_core::batch::{BatchError, BatchProcessor, BatchReport};
 use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore,
@@ -36,7 +36,7 @@ pub enum StartupError {
     /// The downstream credential could not be read.
     #[cfg(feature = "http")]
     #[error(transparent)]
-    Secret(#[from] sqs_keeper_aws::secrets::SecretError),
+    Secret(#[from] sqs_keeper_aws::SecretError),
 }
 
 /// The dead-letter sink chosen by configuration.

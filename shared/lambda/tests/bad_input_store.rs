@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::json;
-use sqs_keeper_aws::aws::{AwsClients, Endpoints};
-use sqs_keeper_aws::store::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
+use sqs_keeper_aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
 use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
 use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo,
@@ -102,7 +102,7 @@ async fn emulator_store_resources(name: &str) -> (AwsClients, StoreConfig) {
     let clients = emulator_clients().await;
     let prefix = unique(name);
     let table = format!("{prefix}-dead-letters");
-    sqs_keeper_aws::store::schema::create_table(&clients.dynamodb, &table)
+    sqs_keeper_aws::schema::create_table(&clients.dynamodb, &table)
         .await
         .unwrap();
     let dlq = clients

@@ -16,8 +16,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sqs_keeper_aws::aws::{AwsClients, Endpoints};
-use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_aws::DeadLetterStore;
+use sqs_keeper_aws::{AwsClients, Endpoints};
 use sqs_keeper_core::DeadLetteredItem;
 use sqs_keeper_http::HttpDelivery;
 use sqs_keeper_lambda::ConfiguredSink;
@@ -121,7 +121,7 @@ pub async fn idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) ->
         .table_name(&table)
         .time_to_live_specification(
             TimeToLiveSpecification::builder()
-                .attribute_name(sqs_keeper_aws::idempotency_table::TTL_ATTRIBUTE)
+                .attribute_name(sqs_keeper_aws::IDEMPOTENCY_TTL_ATTRIBUTE)
                 .enabled(true)
                 .build()
                 .unwrap(),
@@ -366,14 +366,14 @@ impl Pipeline {
         output
             .items()
             .iter()
-            .map(|i| sqs_keeper_aws::store::schema::record_from_item(i).unwrap())
+            .map(|i| sqs_keeper_aws::schema::record_from_item(i).unwrap())
             .collect()
     }
 
     /// A redrive engine over this pipeline, reprocessing through the same downstream.
     pub fn redrive_engine(
         &self,
-    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::store::DeadLetterStore>
+    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore>
     {
         self.redrive_engine_via(self.clients.clone())
     }
@@ -383,7 +383,7 @@ impl Pipeline {
     pub fn redrive_engine_via(
         &self,
         clients: AwsClients,
-    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::store::DeadLetterStore>
+    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore>
     {
         let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
             url: self.downstream.url().parse().unwrap(),

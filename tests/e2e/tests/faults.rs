@@ -35,8 +35,8 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName, QueueAttributeName
 use bytes::Bytes;
 use e2e::{body, outcome_ids, Pipeline, Setup, REGION};
 use serde_json::json;
-use sqs_keeper_aws::aws::AwsClients;
-use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_aws::AwsClients;
+use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_core::batch::{BatchReport, Disposition, NotStartedReason};
 use sqs_keeper_core::dead_letter::{
     DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation,
@@ -248,7 +248,7 @@ async fn lease_owner(p: &Pipeline, item_id: &str) -> Option<String> {
         .await
         .unwrap()
         .item()
-        .and_then(|i| i.get(sqs_keeper_aws::store::schema::LEASE_OWNER))
+        .and_then(|i| i.get(sqs_keeper_aws::schema::LEASE_OWNER))
         .and_then(|v| v.as_s().ok().cloned())
 }
 
@@ -278,7 +278,7 @@ async fn dangling_payloads(clients: &AwsClients, table: &str, strict: bool) -> V
         .unwrap();
     let mut dangling = Vec::new();
     for item in scan.items() {
-        let record = match sqs_keeper_aws::store::schema::record_from_item(item) {
+        let record = match sqs_keeper_aws::schema::record_from_item(item) {
             Ok(record) => record,
             Err(_) if !strict => continue,
             Err(e) => panic!("not a record: {e}: {item:?}"),

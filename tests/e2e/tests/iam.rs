@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template, EMPTY_ZIP};
 use serde_json::{json, Value};
-use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::{AwsClients, Endpoints};
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
 use sqs_keeper_local::esm::EventSourceMapping;
 use sqs_keeper_local::fault_proxy::{Access, FaultProxy};
@@ -196,7 +196,7 @@ async fn start_function(
 /// DynamoDB Local tables with the stack's names: the dead-letter table with its indexes,
 /// and tables keyed `key` for the others.
 async fn create_tables(clients: &AwsClients, dead_letters: &str, others: &[(&str, &str)]) {
-    sqs_keeper_aws::store::schema::create_table(&clients.dynamodb, dead_letters)
+    sqs_keeper_aws::schema::create_table(&clients.dynamodb, dead_letters)
         .await
         .unwrap();
     for (table, key) in others {
@@ -426,7 +426,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // period end: no worker invocation is left to probe, so the schedule must.
     {
         use sqs_keeper_core::breaker::BreakerStore;
-        let breaker = sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
+        let breaker = sqs_keeper_aws::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
             deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
@@ -497,7 +497,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // period is over (the worker, invoked directly, closes the breaker) and enables it.
     {
         use sqs_keeper_core::breaker::BreakerStore;
-        let breaker = sqs_keeper_aws::breaker_table::DynamoBreakerStore::new(
+        let breaker = sqs_keeper_aws::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
             deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),

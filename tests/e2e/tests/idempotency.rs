@@ -7,10 +7,10 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sqs_keeper_aws::event_source::DynamoPauseMarker;
+use sqs_keeper_aws::DynamoPauseMarker;
 use sqs_keeper_core::polling::{PauseMarker, PauseState, LEASE};
 
-use sqs_keeper_aws::idempotency_table::DynamoIdempotencyStore;
+use sqs_keeper_aws::DynamoIdempotencyStore;
 use sqs_keeper_core::idempotency::{Claim, Idempotency, IdempotencyStore, Once};
 use sqs_keeper_lambda::ProcessError;
 
@@ -322,7 +322,7 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
 /// same state on DynamoDB Local and in memory.
 #[tokio::test]
 async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
-    use sqs_keeper_aws::breaker_table::DynamoBreakerStore;
+    use sqs_keeper_aws::DynamoBreakerStore;
     use sqs_keeper_core::breaker::BreakerStore;
     use sqs_keeper_core::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use aws_sdk_cloudformation::types::StackStatus;
 use e2e::stack::{create_stack, deployable, percent_decoded, translated_template, EMPTY_ZIP};
 use serde_json::Value;
-use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::{AwsClients, Endpoints};
 
 /// A rule assertion evaluated over parameter values, for the functions rules use
 /// (`Fn::Or`, `Fn::And`, `Fn::Not`, `Fn::Equals`, `Fn::Contains`, `Ref`); CloudFormation
@@ -526,7 +526,7 @@ fn event_source_alarms_and_iam_as_declared() {
     let table = &template["Resources"]["DeadLetterTable"]["Properties"];
     assert_eq!(
         table["TimeToLiveSpecification"]["AttributeName"],
-        sqs_keeper_aws::store::schema::EXPIRES_AT
+        sqs_keeper_aws::schema::EXPIRES_AT
     );
     assert_eq!(table["TimeToLiveSpecification"]["Enabled"], true);
     assert_eq!(
@@ -930,7 +930,7 @@ async fn deploys_into_the_emulator() {
     );
     assert_eq!(
         table.key_schema()[0].attribute_name(),
-        sqs_keeper_aws::store::schema::ITEM_ID
+        sqs_keeper_aws::schema::ITEM_ID
     );
     // (moto 5.2.5 ignores TimeToLiveSpecification in CloudFormation; checked on the JSON.)
     assert_eq!(
@@ -1373,7 +1373,7 @@ fn the_record_indexes_are_narrow_by_default_and_match_the_code() {
                 .collect();
             assert_eq!(
                 listed,
-                sqs_keeper_aws::store::schema::index_attributes(pk),
+                sqs_keeper_aws::schema::index_attributes(pk),
                 "{which} {pk}"
             );
             assert_eq!(projection[2]["ProjectionType"], "ALL");

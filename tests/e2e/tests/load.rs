@@ -60,7 +60,7 @@ async fn all_records(p: &Pipeline) -> Vec<DeadLetteredItem> {
             .await
             .unwrap();
         for item in page.items() {
-            records.push(sqs_keeper_aws::store::schema::record_from_item(item).unwrap());
+            records.push(sqs_keeper_aws::schema::record_from_item(item).unwrap());
         }
         start = page.last_evaluated_key().cloned();
         if start.is_none() {

@@ -531,10 +531,10 @@ async fn awkward_text_round_trips_through_the_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_counter_counts_and_times_each_operation() {
     let p = Pipeline::new("counter", Setup::default()).await;
-    let counter = sqs_keeper_aws::aws::CallCounter::default();
+    let counter = sqs_keeper_aws::CallCounter::default();
     let shared =
-        sqs_keeper_aws::aws::AwsClients::endpoint_config(&e2e::emulator().await, e2e::REGION).await;
-    let clients = sqs_keeper_aws::aws::AwsClients::counted(&shared, true, &counter);
+        sqs_keeper_aws::AwsClients::endpoint_config(&e2e::emulator().await, e2e::REGION).await;
+    let clients = sqs_keeper_aws::AwsClients::counted(&shared, true, &counter);
     clients
         .sqs
         .send_message()
@@ -544,13 +544,10 @@ async fn call_counter_counts_and_times_each_operation() {
         .await
         .unwrap();
     for _ in 0..2 {
-        let _ = sqs_keeper_aws::store::DeadLetterStore::new(
-            clients.clone(),
-            p.resources.store_config(),
-        )
-        .get("nobody")
-        .await
-        .unwrap();
+        let _ = sqs_keeper_aws::DeadLetterStore::new(clients.clone(), p.resources.store_config())
+            .get("nobody")
+            .await
+            .unwrap();
     }
     let calls = counter.snapshot();
     assert_eq!(calls.get("SQS.SendMessage"), Some(&1), "{calls:?}");
@@ -790,7 +787,7 @@ async fn the_downstream_credential_comes_from_secrets_manager() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes() {
-    use sqs_keeper_aws::aws::{AwsClients, CallCounter};
+    use sqs_keeper_aws::{AwsClients, CallCounter};
     use sqs_keeper_lambda::DefaultWorker;
     use sqs_keeper_lambda::WorkerConfig;
 
@@ -918,7 +915,7 @@ async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letter_records_live_in_dynamodb_local_and_the_queues_in_moto() {
-    use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+    use sqs_keeper_aws::{AwsClients, Endpoints};
     let p = Pipeline::new("where", Setup::default()).await;
     p.send(&[&body("a", "invalid")]).await;
     p.drain().await;
@@ -946,7 +943,7 @@ async fn dead_letter_records_live_in_dynamodb_local_and_the_queues_in_moto() {
         .get_item()
         .table_name(&p.resources.table)
         .key(
-            sqs_keeper_aws::store::schema::ITEM_ID,
+            sqs_keeper_aws::schema::ITEM_ID,
             aws_sdk_dynamodb::types::AttributeValue::S("a".into()),
         )
         .consistent_read(true)
@@ -1273,8 +1270,8 @@ fn timed_out_twice(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
-    use sqs_keeper_aws::condition_expression::WithCondition;
-    use sqs_keeper_aws::store::schema;
+    use sqs_keeper_aws::schema;
+    use sqs_keeper_aws::WithCondition;
     use sqs_keeper_core::condition::{conditions, Condition, StoredRecord};
     use sqs_keeper_core::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};
     use sqs_keeper_core::item::ItemParser;
@@ -1540,8 +1537,8 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
-    use sqs_keeper_aws::condition_expression::WithCondition;
-    use sqs_keeper_aws::store::schema;
+    use sqs_keeper_aws::schema;
+    use sqs_keeper_aws::WithCondition;
     use sqs_keeper_core::condition::{conditions, Condition, StoredRecord};
     use sqs_keeper_core::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};
     use sqs_keeper_core::item::ItemParser;

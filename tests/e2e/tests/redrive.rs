@@ -423,7 +423,7 @@ async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
 /// Marks an item as a run that died while redriving it leaves it: redriving, lease expired.
 async fn leave_stale_lease(p: &Pipeline, item_id: &str) {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_keeper_aws::store::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
+    use sqs_keeper_aws::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
     let expired = chrono::Utc::now().timestamp() - 60;
     p.clients
         .dynamodb

@@ -10,7 +10,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::Message;
 use e2e::{body, Pipeline};
-use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_core::dead_letter::{DeadLetteredItem, ItemStatus};
 use sqs_keeper_core::error::ProcessError;
 use sqs_keeper_core::item::ItemParser;
@@ -476,7 +476,7 @@ mod producer_attributes {
             &self,
         ) -> sqs_keeper_core::redrive::RedriveEngine<
             sqs_keeper_http::HttpDelivery,
-            sqs_keeper_aws::store::DeadLetterStore,
+            sqs_keeper_aws::DeadLetterStore,
         >;
     }
 
@@ -485,7 +485,7 @@ mod producer_attributes {
             &self,
         ) -> sqs_keeper_core::redrive::RedriveEngine<
             sqs_keeper_http::HttpDelivery,
-            sqs_keeper_aws::store::DeadLetterStore,
+            sqs_keeper_aws::DeadLetterStore,
         > {
             let delivery =
                 sqs_keeper_http::HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
@@ -579,12 +579,11 @@ mod producer_attributes {
                 .force_path_style(true)
                 .build(),
         );
-        let clients = sqs_keeper_aws::aws::AwsClients {
+        let clients = sqs_keeper_aws::AwsClients {
             s3,
             ..p.clients.clone()
         };
-        let store =
-            sqs_keeper_aws::store::DeadLetterStore::new(clients, p.resources.store_config());
+        let store = sqs_keeper_aws::DeadLetterStore::new(clients, p.resources.store_config());
         let started = tokio::time::Instant::now();
         let options = sqs_keeper_core::ports::SweepOptions {
             adopt: false,
@@ -665,7 +664,7 @@ mod producer_attributes {
                 .force_path_style(true)
                 .build(),
         );
-        let clients = sqs_keeper_aws::aws::AwsClients {
+        let clients = sqs_keeper_aws::AwsClients {
             s3,
             ..p.clients.clone()
         };

@@ -79,7 +79,7 @@ pub struct BenchRun {
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// The emulators' endpoints.
-    pub endpoints: sqs_keeper_aws::aws::Endpoints,
+    pub endpoints: sqs_keeper_aws::Endpoints,
     /// Iterations per CPU measurement.
     pub iterations: usize,
     /// Spawns per cold-start median.

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::Serialize;
-use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::{AwsClients, Endpoints};
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{EventSourceMapping, Invoker};

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use serde::Serialize;
-use sqs_keeper_aws::aws::{AwsClients, CallCounter, Endpoints};
-use sqs_keeper_aws::store::DeadLetterStore;
+use sqs_keeper_aws::DeadLetterStore;
+use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
 use sqs_keeper_core::batch::{BatchConfig, BatchProcessor};
 use sqs_keeper_core::dead_letter::InvocationInfo;
 use sqs_keeper_core::error::ProcessError;
@@ -143,7 +143,7 @@ pub async fn run(
             .get_item()
             .table_name(&resources.table)
             .key(
-                sqs_keeper_aws::store::schema::ITEM_ID,
+                sqs_keeper_aws::schema::ITEM_ID,
                 aws_sdk_dynamodb::types::AttributeValue::S("absent".into()),
             )
             .send()
@@ -159,7 +159,7 @@ pub async fn run(
             .update_item()
             .table_name(&resources.table)
             .key(
-                sqs_keeper_aws::store::schema::ITEM_ID,
+                sqs_keeper_aws::schema::ITEM_ID,
                 aws_sdk_dynamodb::types::AttributeValue::S("bench-scratch".into()),
             )
             .update_expression("SET touched = :n")
@@ -184,7 +184,7 @@ pub async fn run(
                 .update_item()
                 .table_name(table)
                 .key(
-                    sqs_keeper_aws::store::schema::ITEM_ID,
+                    sqs_keeper_aws::schema::ITEM_ID,
                     aws_sdk_dynamodb::types::AttributeValue::S(key),
                 )
                 .update_expression("SET touched = :n")

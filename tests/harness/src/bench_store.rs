@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use serde::Serialize;
 use serde_json::json;
-use sqs_keeper_aws::aws::{AwsClients, CallCounter, Endpoints};
-use sqs_keeper_aws::store::{schema, DeadLetterStore};
+use sqs_keeper_aws::{schema, DeadLetterStore};
+use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
 use sqs_keeper_core::analysis;
 use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
@@ -356,7 +356,7 @@ async fn bench_redrive(
     eprintln!("seeding {items} eligible records and their DLQ messages for {name}...");
     seed(&store, &records).await?;
     let refs: Vec<&DeadLetteredItem> = records.iter().collect();
-    for result in sqs_keeper_aws::store::dlq::send(&clients.sqs, store.config(), &refs).await {
+    for result in sqs_keeper_core::recording::RecordTable::send_to_dlq(&store, &refs).await {
         result.map_err(|e| e.to_string())?;
     }
     let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {

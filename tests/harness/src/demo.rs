@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use serde_json::json;
-use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::{AwsClients, Endpoints};
 
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::esm::{queue_depth, EsmStats, EventSourceMapping};
@@ -383,12 +383,7 @@ pub async fn operate(
         "pointer:/id".to_string(),
     ));
     let count = |by_status: &BTreeMap<String, u64>, s: &str| by_status.get(s).copied().unwrap_or(0);
-    let before = count_by(
-        clients,
-        &resources.table,
-        sqs_keeper_aws::store::schema::STATUS,
-    )
-    .await?;
+    let before = count_by(clients, &resources.table, sqs_keeper_aws::schema::STATUS).await?;
     dlq(options, &env, &["stats"], true)?;
     dlq(options, &env, &["analyze"], true)?;
     println!("\n# the downstream is fixed; redrive what is eligible (dry run first)");
@@ -414,12 +409,7 @@ pub async fn operate(
         report["selected"], report["succeeded"], report["failed_again"], report["skipped_ineligible"], report["dlq_messages_deleted"]
     );
     dlq(options, &env, &["stats"], true)?;
-    let after = count_by(
-        clients,
-        &resources.table,
-        sqs_keeper_aws::store::schema::STATUS,
-    )
-    .await?;
+    let after = count_by(clients, &resources.table, sqs_keeper_aws::schema::STATUS).await?;
     Ok(RedriveSummary {
         dead_before: count(&before, "dead"),
         dead_after: count(&after, "dead"),

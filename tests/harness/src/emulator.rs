@@ -2,7 +2,7 @@
 //! `EMULATOR_DYNAMODB_URL` (AWS's DynamoDB Local) when set, else `scripts/emulator.sh start`
 //! (installs them on first use, a no-op when they run) and the URLs it reports.
 
-use sqs_keeper_aws::aws::Endpoints;
+use sqs_keeper_aws::Endpoints;
 
 /// The emulators' endpoints, starting them when `EMULATOR_URL` is not set. Without
 /// `EMULATOR_DYNAMODB_URL`, DynamoDB is expected at `EMULATOR_URL` too (an emulator that

@@ -302,7 +302,7 @@ impl EventSourceMapping {
 
     /// The Lambda event for a batch of received messages.
     pub fn event(&self, messages: &[Message]) -> Value {
-        sqs_keeper_aws::event_source::lambda_event(messages, &self.queue_arn, &self.region)
+        sqs_keeper_aws::lambda_event(messages, &self.queue_arn, &self.region)
     }
 }
 

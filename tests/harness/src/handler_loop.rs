@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sqs_keeper_aws::aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::{AwsClients, Endpoints};
 
 use crate::demo::emulator_env;
 use crate::esm::{EsmStats, EventSourceMapping};

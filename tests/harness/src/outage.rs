@@ -18,7 +18,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
-use sqs_keeper_aws::aws::AwsClients;
+use sqs_keeper_aws::AwsClients;
 
 use crate::demo::{emulator_env, send_bodies, DemoOptions};
 use crate::downstream::{Downstream, DownstreamConfig};
@@ -415,14 +415,11 @@ pub async fn run_outage_with(
     if let Some(control) = control {
         control.abort();
     }
-    let dead_lettered = crate::demo::count_by(
-        &clients,
-        &resources.table,
-        sqs_keeper_aws::store::schema::STATUS,
-    )
-    .await?
-    .values()
-    .sum();
+    let dead_lettered =
+        crate::demo::count_by(&clients, &resources.table, sqs_keeper_aws::schema::STATUS)
+            .await?
+            .values()
+            .sum();
     // The schedule fires every few seconds (every 15 minutes in a deployment) until the
     // outage's dead letters are back: it does nothing while the breaker is open, probes
     // with one item once the open period is over, and redrives the rest once it closes.

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use sqs_keeper_aws::aws::AwsClients;
-use sqs_keeper_aws::store::{schema, StoreConfig};
+use sqs_keeper_aws::AwsClients;
+use sqs_keeper_aws::{schema, StoreConfig};
 
 /// Names and addresses of one pipeline's resources.
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType,
 };
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use sqs_keeper_aws::aws::{AwsClients, CallCounter, Endpoints};
+use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
 use sqs_keeper_core::classify::classify_sdk_error;
 use sqs_keeper_lambda::{ErrorClass, ProcessError};
 use sqs_keeper_local::fault_proxy::{

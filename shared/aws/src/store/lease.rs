@@ -379,8 +379,8 @@ impl DeadLetterStore {
             .resolving(
                 item_id,
                 &[
-                    schema::processed_key_for_message(message_id),
-                    schema::processed_key_for_payload(payload_sha256),
+                    sqs_keeper_core::dead_letter::processed_key_for_message(message_id),
+                    sqs_keeper_core::dead_letter::processed_key_for_payload(payload_sha256),
                 ],
                 " REMOVE #requeued, #owner, #expires",
             )
@@ -411,9 +411,9 @@ impl DeadLetterStore {
             .resolving(
                 item_id,
                 &[
-                    schema::processed_key_for_message(dead_lettered),
-                    schema::processed_key_for_message(message_id),
-                    schema::processed_key_for_payload(payload_sha256),
+                    sqs_keeper_core::dead_letter::processed_key_for_message(dead_lettered),
+                    sqs_keeper_core::dead_letter::processed_key_for_message(message_id),
+                    sqs_keeper_core::dead_letter::processed_key_for_payload(payload_sha256),
                 ],
                 "",
             )

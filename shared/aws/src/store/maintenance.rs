@@ -13,7 +13,7 @@ use sqs_keeper_core::error::ProcessError;
 use sqs_keeper_core::item::ItemParser;
 use sqs_keeper_core::removal::RecordRemoval;
 
-pub use sqs_keeper_core::removal::RemovalReport;
+use sqs_keeper_core::removal::RemovalReport;
 
 impl RecordRemoval for DeadLetterStore {
     /// One conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few

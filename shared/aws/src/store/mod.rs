@@ -17,13 +17,13 @@
 //! batched DLQ send). Likewise the DLQ sweep is [`sqs_keeper_core::sweep`] over the store's
 //! [`sqs_keeper_core::sweep::DlqMessages`] ([`dlq_messages`]).
 
-pub mod dlq;
-pub mod dlq_messages;
-pub mod lease;
-pub mod maintenance;
-pub mod payload;
-pub mod query;
-pub mod redrive_ports;
+mod dlq;
+mod dlq_messages;
+mod lease;
+mod maintenance;
+mod payload;
+mod query;
+mod redrive_ports;
 pub mod schema;
 
 use std::collections::HashMap;
@@ -41,8 +41,6 @@ use sqs_keeper_core::dead_letter::{
 use sqs_keeper_core::error::ProcessError;
 use sqs_keeper_core::pointer::{PayloadPolicy, S3Pointer};
 use sqs_keeper_core::recording::{Compaction, Deliveries, RecordTable, RecordingSettings};
-
-pub use sqs_keeper_core::recording::{stays_inline, HISTORY_ENTRY_MAX, RECORD_BUDGET};
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,9 +6,6 @@ use aws_sdk_s3::primitives::ByteStream;
 use sqs_keeper_core::error::{ErrorClass, ProcessError};
 use sqs_keeper_core::pointer::{S3Pointer, SHA256_METADATA};
 
-/// The object key for an item's payload (the core's: [`sqs_keeper_core::recording::payload_key`]).
-pub use sqs_keeper_core::recording::payload_key;
-
 /// Stores a payload with its sha256 in the object metadata.
 pub async fn put_payload(
     s3: &aws_sdk_s3::Client,

@@ -75,7 +75,6 @@ pub const LEASE_EXPIRES_AT: &str = sqs_keeper_core::condition::names::LEASE_EXPI
 
 // The `processed` entries of a source message id and of a payload digest (the record's
 // own format, so the core's DLQ sweep reads them too).
-pub use sqs_keeper_core::dead_letter::{processed_key_for_message, processed_key_for_payload};
 
 /// Index listing records by status and time.
 pub const BY_STATUS_INDEX: &str = "by-status";

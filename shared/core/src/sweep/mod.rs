@@ -22,7 +22,7 @@
 //!
 //! The loops ([`sweep_dlq`], [`settle_held`]) run over [`DlqMessages`], the few primitive
 //! operations they need of the DLQ and the records: SQS and DynamoDB in production
-//! (`sqs_keeper_aws::store::DeadLetterStore`), memory in a simulation. No I/O of their own.
+//! (`sqs_keeper_aws::DeadLetterStore`), memory in a simulation. No I/O of their own.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;

@@ -56,7 +56,7 @@ pub struct HandlerConfig {
     /// Safety margin before the invocation deadline.
     pub deadline_margin: Duration,
     /// Where dead-lettered items go; `None` when no store is configured.
-    pub store: Option<sqs_keeper_aws::store::StoreConfig>,
+    pub store: Option<sqs_keeper_aws::StoreConfig>,
     /// The idempotency table, when one is configured.
     pub idempotency: Option<IdempotencyConfig>,
     /// Spaced redelivery of records returned for retry; `None` when off.

@@ -16,7 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqs_keeper_aws::store::StoreConfig;
+use sqs_keeper_aws::StoreConfig;
 use sqs_keeper_core::batch::BatchConfig;
 use sqs_keeper_core::envelope::Envelopes;
 use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser};

@@ -194,11 +194,11 @@ impl WorkerConfig {
     /// configured: reads the secret once through `clients`.
     pub async fn resolve_downstream_auth(
         &mut self,
-        clients: &sqs_keeper_aws::aws::AwsClients,
-    ) -> Result<(), sqs_keeper_aws::secrets::SecretError> {
+        clients: &sqs_keeper_aws::AwsClients,
+    ) -> Result<(), sqs_keeper_aws::SecretError> {
         if let Some(auth) = &self.downstream_auth {
             self.delivery.auth_header = Some(
-                sqs_keeper_aws::secrets::auth_header(
+                sqs_keeper_aws::auth_header(
                     &auth.header,
                     &auth.secret_id,
                     DOWNSTREAM_AUTH_SECRET.name,

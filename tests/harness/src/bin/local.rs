@@ -9,7 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
-use sqs_keeper_aws::aws::Endpoints;
+use sqs_keeper_aws::Endpoints;
 use sqs_keeper_local::demo::{self, DemoOptions};
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
 use sqs_keeper_local::function::{workspace_bin_dir, FunctionProcess};

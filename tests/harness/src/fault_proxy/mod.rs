@@ -40,7 +40,7 @@
 //! | `wire.rs` | the error responses, in each service's wire format (JSON protocol, S3 XML) |
 //!
 //! ```no_run
-//! # async fn demo(emulator: &sqs_keeper_aws::aws::Endpoints) -> std::io::Result<()> {
+//! # async fn demo(emulator: &sqs_keeper_aws::Endpoints) -> std::io::Result<()> {
 //! use sqs_keeper_local::fault_proxy::{Fault, FaultProxy, Operation, Rule, Trigger};
 //!
 //! let proxy = FaultProxy::start(emulator).await?;
@@ -49,7 +49,7 @@
 //!     Fault::Throttling,
 //!     Trigger::NextN(2),
 //! ));
-//! let clients = sqs_keeper_aws::aws::AwsClients::for_endpoints(&proxy.endpoints(), "us-east-1").await;
+//! let clients = sqs_keeper_aws::AwsClients::for_endpoints(&proxy.endpoints(), "us-east-1").await;
 //! // ... the first two UpdateItem attempts are throttled, the SDK's third attempt passes.
 //! # Ok(()) }
 //! ```
@@ -63,7 +63,7 @@ mod wire;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use sqs_keeper_aws::aws::Endpoints;
+use sqs_keeper_aws::Endpoints;
 use tokio::task::JoinHandle;
 
 pub use audit::{percent_decoded, Access, AuditLog, Target};

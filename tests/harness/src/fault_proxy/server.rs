@@ -23,7 +23,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
-use sqs_keeper_aws::aws::Endpoints;
+use sqs_keeper_aws::Endpoints;
 
 use super::audit::{accesses, AuditLog};
 use super::operation::{Operation, Service};
