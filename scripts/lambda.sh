@@ -58,11 +58,31 @@ triple_of() {
 # `sam build` runs it (aws-lambda-builders' rust-cargolambda: `--bin <Binary>` only): Cargo
 # selects the workspace's default members (the deployable functions, Cargo.toml) and unifies
 # their features, so what is built here is byte for byte the build SAM deploys. A package
-# outside the default members (a test fixture) is named as a fifth argument.
+# outside the default members (a test fixture) is named as a fourth argument; it is built
+# with the default members selected beside it, so that Cargo resolves the same features for
+# the dependencies they share and reuses their compiled code (built alone, the fixture's
+# smaller feature set compiled the AWS SDK a second time in release).
+default_members_and() {
+  local member
+  for member in $(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+metadata = json.load(sys.stdin)
+default = set(metadata["workspace_default_members"])
+print(" ".join(p["name"] for p in metadata["packages"] if p["id"] in default))') "$1"; do
+    printf -- '-p %s ' "$member"
+  done
+}
+
+# BINARIES is one binary or several, space-separated: one invocation builds them all, and
+# Cargo runs their (whole-program LTO) links in parallel.
 build() {
-  local triple="$1" binary="$2" format="$3" package="${4:-}"
+  local triple="$1" binaries="$2" format="$3" package="${4:-}" binary
+  local selected=()
+  for binary in $binaries; do
+    selected+=(--bin "$binary")
+  done
   PATH="$VENV/bin:$PATH" cargo lambda build --release --target "$triple" \
-    ${package:+-p "$package"} --bin "$binary" --output-format "$format" --lambda-dir "$TARGET/lambda"
+    ${package:+$(default_members_and "$package")} "${selected[@]}" --output-format "$format" --lambda-dir "$TARGET/lambda"
 }
 
 size_of() {
@@ -73,9 +93,7 @@ package() {
   local arch="${1:-arm64}" triple
   triple="$(triple_of "$arch")"
   install
-  for function in worker redrive; do
-    build "$triple" "$function" zip
-  done
+  build "$triple" "worker redrive" zip
   echo "deployable zips ($arch):"
   for function in worker redrive; do
     local zip="$TARGET/lambda/$function/bootstrap.zip"
@@ -97,11 +115,9 @@ shipped() {
   local triple
   triple="$(triple_of "$(native_arch)")"
   install
-  build "$triple" worker binary
-  build "$triple" redrive binary
-  # The handler infra/handler.yaml deploys, and a handler that panics on request (a test
-  # fixture, outside the default members: built on its own).
-  build "$triple" orders-worker binary
+  # The two functions and the handler infra/handler.yaml deploys, in one invocation; then a
+  # handler that panics on request (a test fixture, outside the default members).
+  build "$triple" "worker redrive orders-worker" binary
   build "$triple" fixture-handler binary fixture-handler
 }
 
