@@ -307,11 +307,9 @@ fn assert_no_controls(what: &str, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
-    use sqs_keeper_core::dead_letter::{
-        DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo,
-    };
-    use sqs_keeper_core::item::{BodyFormat, ItemParser};
-    use sqs_keeper_core::retry::AttemptFailure;
+    use sqs_keeper_core::AttemptFailure;
+    use sqs_keeper_core::{BodyFormat, ItemParser};
+    use sqs_keeper_core::{DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo};
 
     let p = Pipeline::new("cliterm", e2e::Setup::default()).await;
     let dlq = Dlq::new(&p).await;
@@ -659,7 +657,7 @@ async fn the_operator_cli_at_3am() {
 /// output says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_redrive_waits_for_an_open_breaker() {
-    use sqs_keeper_core::breaker::BreakerStore;
+    use sqs_keeper_core::BreakerStore;
     let p = Pipeline::with_dead_items("cli-breaker", &[body("t1", "throttled")]).await;
     let dlq = Dlq::new(&p).await;
     let table = e2e::create_table(&p.clients.dynamodb, "cli-breaker", "id").await;
@@ -693,6 +691,6 @@ async fn a_local_redrive_waits_for_an_open_breaker() {
     );
     assert_eq!(
         p.store().get("t1").await.unwrap().unwrap().status,
-        sqs_keeper_core::dead_letter::ItemStatus::Dead
+        sqs_keeper_core::ItemStatus::Dead
     );
 }

@@ -3,8 +3,6 @@
 
 use std::io::Write;
 
-use sqs_keeper_core::analysis;
-
 use super::render::{out, table, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
 use crate::context::{progress, store};
@@ -24,7 +22,7 @@ pub async fn analyze(
         .query_all(&filter, None, |n| bar.set_position(n as u64))
         .await?;
     bar.finish_and_clear();
-    let a = analysis::analyze(&records, samples);
+    let a = sqs_keeper_core::analyze_records(&records, samples);
     let mut out = out();
     if json {
         writeln!(
@@ -50,11 +48,11 @@ pub async fn analyze(
                 g.count.to_string(),
                 g.error_class.clone(),
                 g.signature.clone(),
-                sqs_keeper_core::time_format::format(&g.first_seen),
-                sqs_keeper_core::time_format::format(&g.last_seen),
+                sqs_keeper_core::format_timestamp(&g.first_seen),
+                sqs_keeper_core::format_timestamp(&g.last_seen),
                 g.eligible.to_string(),
                 g.sample_ids.join(" "),
-                analysis::ellipsize(&g.sample_error, 50),
+                sqs_keeper_core::ellipsize(&g.sample_error, 50),
             ]
         })
         .collect();

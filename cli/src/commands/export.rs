@@ -1,9 +1,9 @@
 //! `dlq export`: records to a file (or stdout, `-`) as JSON, JSON lines or CSV (the
-//! writers are the library's, [`sqs_keeper_core::analysis::export`]).
+//! writers are the library's, [`sqs_keeper_core::export_records`]).
 
 use std::io::Write;
 
-use sqs_keeper_core::analysis::{self, ExportFormat};
+use sqs_keeper_core::ExportFormat;
 
 use super::render::{out, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
@@ -50,7 +50,7 @@ pub async fn export(
         )
     };
     let mut writer = std::io::BufWriter::new(destination);
-    analysis::export(&records, format, &mut writer).map_err(write_err)?;
+    sqs_keeper_core::export_records(&records, format, &mut writer).map_err(write_err)?;
     writer.flush().map_err(write_err)?;
     drop(writer);
     let summary = if json {

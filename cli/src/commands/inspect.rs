@@ -4,9 +4,9 @@
 use std::io::Write;
 
 use sqs_keeper_aws::DeadLetterStore;
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, PayloadLocation};
-use sqs_keeper_core::pointer::S3Pointer;
-use sqs_keeper_core::ports::PayloadStore;
+use sqs_keeper_core::PayloadStore;
+use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::{DeadLetteredItem, PayloadLocation};
 
 use super::render::{out, safe, safe_lines, write_err};
 use crate::args::GlobalArgs;
@@ -37,7 +37,7 @@ async fn fetch_payload(
             store.fetch(&pointer).await?
         }
     };
-    let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
+    let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
     if sha != record.payload.sha256 {
         return Err(CliError::Failed(format!(
             "payload of {:?} has sha256 {sha} but the record says {}: it was changed or corrupted",
@@ -59,7 +59,7 @@ pub async fn inspect(
     let record = store.get(&key).await?.ok_or_else(|| {
         CliError::NotFound(format!(
             "no dead-lettered item with id {:?} in table {:?}",
-            safe(&sqs_keeper_core::analysis::ellipsize(item_id, 80)),
+            safe(&sqs_keeper_core::ellipsize(item_id, 80)),
             global.table.as_deref().unwrap_or("?")
         ))
     })?;
@@ -93,7 +93,7 @@ pub async fn inspect(
 
 /// Where a dead item stands and what happens next; other statuses are where they are.
 fn standing(r: &DeadLetteredItem) -> String {
-    if r.status == sqs_keeper_core::dead_letter::ItemStatus::Dead {
+    if r.status == sqs_keeper_core::ItemStatus::Dead {
         let triage = r.triage();
         format!("{}: {}", triage.as_str(), triage.next_step())
     } else {
@@ -126,15 +126,15 @@ fn describe(r: &DeadLetteredItem) -> String {
         "item id:        {}\nstatus:         {}{}\nreason:         {}\nerror:          {} ({}), signature {}\nlast error:     {}\nfailures:       {} (first {}, last {})\neligible:       {}   manual review: {}\nstands:         {}\npayload:        {}\nsource:         queue {}, message {}, group {}, sent {}, receive count {}\n",
         safe(&r.item_id),
         r.status.as_str(),
-        r.resolved_at.map(|t| format!(" at {}", sqs_keeper_core::time_format::format(&t))).unwrap_or_default(),
+        r.resolved_at.map(|t| format!(" at {}", sqs_keeper_core::format_timestamp(&t))).unwrap_or_default(),
         r.reason.as_str(),
         r.error_class,
         r.failure_history.last().and_then(|f| f.http_status).map(|s| format!("HTTP {s}")).unwrap_or_else(|| "no HTTP status".into()),
         safe(&r.error_signature),
         safe_lines(&r.last_error),
         r.failure_count,
-        sqs_keeper_core::time_format::format(&r.first_attempt),
-        sqs_keeper_core::time_format::format(&r.last_attempt),
+        sqs_keeper_core::format_timestamp(&r.first_attempt),
+        sqs_keeper_core::format_timestamp(&r.last_attempt),
         yes_no(r.reprocess_eligible),
         yes_no(r.manual_review_required),
         standing(r),
@@ -142,7 +142,7 @@ fn describe(r: &DeadLetteredItem) -> String {
         safe(r.source.queue_arn.as_deref().unwrap_or("?")),
         safe(&r.source.message_id),
         safe(r.source.message_group_id.as_deref().unwrap_or("-")),
-        r.source.sent_timestamp.map(|t| sqs_keeper_core::time_format::format(&t)).unwrap_or_else(|| "?".into()),
+        r.source.sent_timestamp.map(|t| sqs_keeper_core::format_timestamp(&t)).unwrap_or_else(|| "?".into()),
         r.source.receive_count,
     );
     if !r.source.message_attributes.is_empty() {
@@ -164,7 +164,7 @@ fn describe(r: &DeadLetteredItem) -> String {
     }
     text.push_str("history:\n");
     // A compacted history keeps the first attempts and the latest ones; say where the gap is.
-    let head = sqs_keeper_core::dead_letter::HISTORY_HEAD.min(r.failure_history.len());
+    let head = sqs_keeper_core::HISTORY_HEAD.min(r.failure_history.len());
     for (n, f) in r.failure_history.iter().enumerate() {
         if r.history_omitted > 0 && n == head {
             text.push_str(&format!(
@@ -174,7 +174,7 @@ fn describe(r: &DeadLetteredItem) -> String {
         }
         text.push_str(&format!(
             "  {}  delivery {} attempt {}  {}{}  step {}  {} ms  request {}  log {} {}\n      {}\n",
-            sqs_keeper_core::time_format::format(&f.timestamp),
+            sqs_keeper_core::format_timestamp(&f.timestamp),
             f.receive_count,
             f.attempt_number,
             f.error_type,

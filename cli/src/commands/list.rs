@@ -2,8 +2,6 @@
 
 use std::io::Write;
 
-use sqs_keeper_core::analysis;
-
 use super::render::{out, safe, table, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
 use crate::context::store;
@@ -45,9 +43,9 @@ pub async fn list(
                     r.status.as_str().to_string(),
                     r.error_class.as_str().to_string(),
                     r.failure_count.to_string(),
-                    sqs_keeper_core::time_format::format(&r.last_attempt),
+                    sqs_keeper_core::format_timestamp(&r.last_attempt),
                     r.error_signature.clone(),
-                    analysis::ellipsize(&r.last_error, 60),
+                    sqs_keeper_core::ellipsize(&r.last_error, 60),
                 ]
             })
             .collect();

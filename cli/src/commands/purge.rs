@@ -4,8 +4,8 @@
 use std::io::Write;
 
 use chrono::Utc;
-use sqs_keeper_core::removal::RemovalReport;
-use sqs_keeper_core::selection::RecordFilter;
+use sqs_keeper_core::RecordFilter;
+use sqs_keeper_core::RemovalReport;
 
 use super::render::{out, write_err};
 use crate::args::{GlobalArgs, StatusChoice};
@@ -20,7 +20,7 @@ pub async fn purge(
     yes: bool,
     json: bool,
 ) -> Result<Completion, CliError> {
-    let age = sqs_keeper_core::duration::parse_duration(older_than)
+    let age = sqs_keeper_core::parse_duration(older_than)
         .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
     let cutoff = chrono::Duration::from_std(age)
         .ok()
@@ -51,11 +51,9 @@ pub async fn purge(
     )?;
     let bar = progress(Some(records.len() as u64), "purging");
     let report = store
-        .remove_records(
-            &records,
-            &sqs_keeper_core::item::ItemParser::default(),
-            |n| bar.set_position(n as u64),
-        )
+        .remove_records(&records, &sqs_keeper_core::ItemParser::default(), |n| {
+            bar.set_position(n as u64)
+        })
         .await?;
     bar.finish_and_clear();
     if json {

@@ -9,10 +9,7 @@
 
 use std::io::Write;
 
-use sqs_keeper_core::analysis;
-use sqs_keeper_core::redrive::{
-    ItemOutcomeKind, RedriveEngine, RedriveMode, RedriveReport, RedriveRequest,
-};
+use sqs_keeper_core::{ItemOutcomeKind, RedriveEngine, RedriveMode, RedriveReport, RedriveRequest};
 use sqs_keeper_lambda::redrive_processor;
 
 use super::render::{out, table, write_err};
@@ -55,7 +52,7 @@ fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
     request.parallelism = args.parallelism.or(request.parallelism);
     request.rate = args.rate.or(request.rate);
     if let Some(budget) = &args.time_budget {
-        let d = sqs_keeper_core::duration::parse_duration(budget)
+        let d = sqs_keeper_core::parse_duration(budget)
             .map_err(|e| CliError::Usage(format!("--time-budget: {e}")))?;
         request.time_budget_secs = Some(d.as_secs());
     }
@@ -98,7 +95,7 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             settings.report_items = usize::MAX;
             let engine = RedriveEngine::new(store, processor, settings);
             let bar = progress(request.max_items.map(|n| n as u64), "redriving");
-            let on_item = |_: &sqs_keeper_core::redrive::ItemOutcome| bar.inc(1);
+            let on_item = |_: &sqs_keeper_core::ItemOutcome| bar.inc(1);
             let report = sqs_keeper_lambda::run_gated(
                 &engine,
                 breaker.as_ref().map(|(store, policy)| (store, policy)),
@@ -108,8 +105,8 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             )
             .await
             .map_err(|e| match e {
-                sqs_keeper_core::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
-                sqs_keeper_core::redrive::RedriveError::Store(e) => CliError::from(e),
+                sqs_keeper_core::RedriveError::InvalidRequest(m) => CliError::Usage(m),
+                sqs_keeper_core::RedriveError::Store(e) => CliError::from(e),
             })?;
             bar.finish_and_clear();
             report
@@ -189,7 +186,7 @@ fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),
-                analysis::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
+                sqs_keeper_core::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
             ]
         })
         .collect();

@@ -5,8 +5,8 @@
 use std::io::Write;
 
 use chrono::Utc;
-use sqs_keeper_core::analysis;
-use sqs_keeper_core::selection::RecordFilter;
+
+use sqs_keeper_core::RecordFilter;
 
 use super::render::{human_age, out, write_err};
 use crate::args::GlobalArgs;
@@ -20,7 +20,7 @@ pub async fn stats(global: &GlobalArgs, json: bool) -> Result<Completion, CliErr
         .query_all(&RecordFilter::default(), None, |_| {})
         .await?;
     let dlq = store.dlq_depth().await?;
-    let s = analysis::stats(&records, dlq, Utc::now());
+    let s = sqs_keeper_core::record_stats(&records, dlq, Utc::now());
     let mut out = out();
     if json {
         writeln!(

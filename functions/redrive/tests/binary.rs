@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use e2e::Pipeline;
 use serde_json::Value;
-use sqs_keeper_core::dead_letter::ItemStatus;
+use sqs_keeper_core::ItemStatus;
 use sqs_keeper_local::function::FunctionProcess;
 use sqs_keeper_local::lambda_api::LambdaApi;
 use sqs_keeper_local::runtime_api::{InvocationResult, RuntimeApi};

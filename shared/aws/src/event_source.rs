@@ -1,4 +1,4 @@
-//! The ports of [`sqs_keeper_core::polling`] over AWS: the worker's event source mapping through the
+//! The ports of the core's `polling` over AWS: the worker's event source mapping through the
 //! Lambda API (`GetEventSourceMapping`, `UpdateEventSourceMapping`), the pause marker as an
 //! item of the breaker's table, and the probe that receives one source message and invokes
 //! the worker with it (`ReceiveMessage`, `Invoke`, `DeleteMessage`) as the mapping would.
@@ -8,11 +8,11 @@ use aws_sdk_sqs::types::{Message, MessageSystemAttributeName};
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
+use sqs_keeper_core::{ErrorClass, ProcessError};
 use std::time::{Duration, SystemTime};
 
-use sqs_keeper_core::polling::{
-    MappingSwitch, PauseMarker, PauseState, ProbeOutcome, SourceProbe, SourceQueue,
+use sqs_keeper_core::{
+    MappingSwitch, PauseMarker, PauseState, ProbeOutcome, SourceProbe, SourceQueueState,
 };
 
 /// The worker's event source mapping, by its UUID.
@@ -248,7 +248,7 @@ pub struct InvokeWorkerProbe {
 }
 
 impl SourceProbe for InvokeWorkerProbe {
-    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>> {
         Box::pin(async move {
             use aws_sdk_sqs::types::QueueAttributeName;
             let output = self
@@ -272,7 +272,7 @@ impl SourceProbe for InvokeWorkerProbe {
                         ))
                     })
             };
-            Ok(SourceQueue {
+            Ok(SourceQueueState {
                 visible: number(QueueAttributeName::ApproximateNumberOfMessages)?,
                 retention: Duration::from_secs(number(QueueAttributeName::MessageRetentionPeriod)?),
             })

@@ -15,9 +15,12 @@ use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailure};
 
 use super::condition_expression::WithCondition;
-use sqs_keeper_core::condition::idempotency::{self as conditions, COMPLETED, IN_PROGRESS};
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::idempotency::{Claim, IdempotencyStore};
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::{idempotency::Claim, idempotency::IdempotencyStore};
+use sqs_keeper_core::{
+    idempotency_conditions as conditions, idempotency_conditions::COMPLETED,
+    idempotency_conditions::IN_PROGRESS,
+};
 
 const ID: &str = conditions::ID.0[0];
 const STATUS: &str = conditions::STATUS.0[0];
@@ -50,7 +53,7 @@ impl DynamoIdempotencyStore {
     }
 }
 
-use sqs_keeper_core::condition::epoch_millis as millis;
+use sqs_keeper_core::epoch_millis as millis;
 
 fn number(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())

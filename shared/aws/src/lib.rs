@@ -1,9 +1,10 @@
 //! # sqs-keeper-aws
 //!
 //! Every AWS SDK call of `sqs-keeper`, behind the core's ports
-//! ([`sqs_keeper_core::ports`], [`sqs_keeper_core::DeadLetterSink`],
-//! [`sqs_keeper_core::batch::BodyResolver`]) and its primitive traits
-//! ([`sqs_keeper_core::recording::RecordTable`], [`sqs_keeper_core::sweep::DlqMessages`]):
+//! ([`sqs_keeper_core::RecordStore`], [`sqs_keeper_core::DeadLetterQueue`],
+//! [`sqs_keeper_core::PayloadStore`], [`sqs_keeper_core::SourceQueue`], [`sqs_keeper_core::DeadLetterSink`],
+//! [`sqs_keeper_core::BodyResolver`]) and its primitive traits
+//! ([`sqs_keeper_core::RecordTable`], [`sqs_keeper_core::DlqMessages`]):
 //! the core decides, these modules talk to DynamoDB, SQS, S3, Lambda and Secrets Manager.
 //!
 //! ```no_run

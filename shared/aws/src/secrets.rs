@@ -7,7 +7,7 @@
 
 use http::header::{HeaderName, HeaderValue};
 
-use sqs_keeper_core::error::ProcessError;
+use sqs_keeper_core::ProcessError;
 
 /// The downstream credential could not be read; the function must not start without it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,9 +3,10 @@
 //! The pure core of `sqs-keeper`: what happens to each record of an SQS batch, decided
 //! without I/O of its own. The batch engine, retries, error classes, the dead-letter record
 //! and the DLQ message rule, the redrive plan and engine: all over small ports
-//! ([`ports`], [`recording::RecordTable`], [`sweep::DlqMessages`], the breaker's, the
-//! idempotency table's and the visibility port) that the AWS adapters (`sqs-keeper-aws`
-//! modules in `sqs-keeper`) implement for production and [`testing`] implements in memory.
+//! ([`RecordStore`], [`DeadLetterQueue`], [`PayloadStore`], [`SourceQueue`],
+//! [`RecordTable`], [`DlqMessages`], [`BreakerStore`], [`IdempotencyStore`](idempotency::IdempotencyStore),
+//! [`VisibilityPort`]) that the AWS adapters (`sqs-keeper-aws`) implement for production and
+//! [`testing`] implements in memory.
 //! No AWS SDK client, no environment variable and no `lambda_runtime` here: a handler
 //! author uses this crate through `sqs-keeper`, which re-exports it.
 //!
@@ -23,36 +24,40 @@
 //! assert!(!rejected.class.is_retryable(false)); // dead-lettered on first sight
 //! ```
 //!
+//! Its modules are private and everything it offers is re-exported at its root, but for four
+//! namespaces a handler's code spells: [`context`], [`envelope`], [`idempotency`] and
+//! [`testing`].
+//!
 //! | module | what it holds | I/O |
 //! | --- | --- | --- |
-//! | [`error`] | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
-//! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
-//! | [`clock`] | the wall clock (virtual in the simulation) | clock |
-//! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
-//! | [`item`] | [`WorkItem`]: one record, parsed per record; typed bodies ([`WorkItem::json`]) | none |
+//! | `error` | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
+//! | `classify` | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
+//! | `clock` | the wall clock (virtual in the simulation) | clock |
+//! | `event` | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
+//! | `item` | [`WorkItem`]: one record, parsed per record; typed bodies ([`WorkItem::json`]) | none |
 //! | [`envelope`] | SNS, EventBridge and S3 envelopes around a body, unwrapped per record | none |
 //! | [`context`] | the record being processed: its deadline, custom metrics and log fields | task-local |
 //! | [`idempotency`] | once per item id: the claim rules over an [`idempotency::IdempotencyStore`] | via trait |
-//! | [`redelivery`] | retries spaced across deliveries: the delay by receive count, the visibility port | via trait |
-//! | [`retry`] | backoff with full jitter, bounded by the [`Deadline`] | timer |
-//! | [`breaker`] | the circuit breaker every sandbox shares, around a processor; over a [`breaker::BreakerStore`] | via trait |
-//! | [`polling`] | a long outage stops the worker's polling: pause, probe with a source message, restore; over three ports | via traits |
-//! | [`batch`] | [`BatchProcessor`]: event + deadline → batch response | via traits |
-//! | [`dead_letter`] | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
-//! | [`signature`] | normalised error signatures for grouping | none |
+//! | `redelivery` | retries spaced across deliveries: the delay by receive count, the visibility port | via trait |
+//! | `retry` | backoff with full jitter, bounded by the [`Deadline`] | timer |
+//! | `breaker` | the circuit breaker every sandbox shares, around a processor; over a [`BreakerStore`] | via trait |
+//! | `polling` | a long outage stops the worker's polling: pause, probe with a source message, restore; over three ports | via traits |
+//! | `batch` | [`BatchProcessor`]: event + deadline → batch response | via traits |
+//! | `dead_letter` | [`DeadLetteredItem`] record and the [`DeadLetterSink`] trait | via trait |
+//! | `signature` | normalised error signatures for grouping | none |
 //! | `analysis` | grouping, statistics and export of records for operators (`operator` feature) | none |
-//! | [`pointer`](mod@pointer) | SQS Extended Client pointers and the policy for following them | none |
-//! | [`message`] | what our messages carry: attribute names, FIFO group, batching | none |
-//! | [`selection`] | record filters, pages and continuation tokens | none |
-//! | [`condition`] | each conditional write's condition, once: the DynamoDB expression and its meaning in memory | none |
-//! | [`ports`] | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
-//! | [`recording`] | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over [`recording::RecordTable`] | via trait |
-//! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over [`sweep::DlqMessages`] | via trait |
-//! | [`removal`] | purge and clear: DLQ messages, then payloads, then records; over ports | via ports |
-//! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
-//! | [`processor`] | the [`Processor`] trait, [`handler_fn`] | none |
-//! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
-//! | [`duration`], [`time_format`], [`hex`] | durations and times as operators write them; record timestamps; sha256 in hex | none |
+//! | `pointer` | SQS Extended Client pointers and the policy for following them | none |
+//! | `message` | what our messages carry: attribute names, FIFO group, batching | none |
+//! | `selection` | record filters, pages and continuation tokens | none |
+//! | `condition` | each conditional write's condition, once: the DynamoDB expression and its meaning in memory | none |
+//! | `ports` | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
+//! | `recording` | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over [`RecordTable`] | via trait |
+//! | `sweep` | the DLQ message rule ([`decide_dlq_message`]) and the sweep and settling of the DLQ; over [`DlqMessages`] | via trait |
+//! | `removal` | purge and clear: DLQ messages, then payloads, then records; over ports | via ports |
+//! | `redrive` | the redrive request, plan, engine (over the ports) and report | via ports |
+//! | `processor` | the [`Processor`] trait, `handler_fn` | none |
+//! | `mutants` | fixed defects the simulation switches back on (test-only `sim` feature) | none |
+//! | `duration`, `time_format`, `hex` | durations and times as operators write them; record timestamps; sha256 in hex | none |
 //! | [`testing`] | scripted processor, in-memory sink, [`testing::MemoryStore`] | none |
 //!
 //! ## Guarantees
@@ -65,44 +70,131 @@
 #![deny(missing_docs)]
 
 #[cfg(feature = "operator")]
-pub mod analysis;
-pub mod batch;
-pub mod breaker;
-pub mod classify;
-pub mod clock;
-pub mod condition;
+mod analysis;
+mod batch;
+mod breaker;
+mod classify;
+mod clock;
+mod condition;
 pub mod context;
-pub mod dead_letter;
-pub mod duration;
+mod dead_letter;
+mod duration;
 pub mod envelope;
-pub mod error;
-pub mod event;
-pub mod hex;
+mod error;
+mod event;
+mod hex;
 pub mod idempotency;
-pub mod item;
-pub mod message;
-pub mod mutants;
-pub mod pointer;
-pub mod polling;
-pub mod ports;
-pub mod processor;
-pub mod recording;
-pub mod redelivery;
-pub mod redrive;
-pub mod removal;
-pub mod retry;
-pub mod selection;
-pub mod signature;
-pub mod sweep;
+mod item;
+mod message;
+mod mutants;
+mod pointer;
+mod polling;
+mod ports;
+mod processor;
+mod recording;
+mod redelivery;
+mod redrive;
+mod removal;
+mod retry;
+mod selection;
+mod signature;
+mod sweep;
 pub mod testing;
-pub mod time_format;
+mod time_format;
 
-pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Disposition};
-pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
+// The crate's whole public API: every module is private but the four namespaces above
+// (what a handler's code spells: `context::deadline()`, `envelope::Envelopes`,
+// `idempotency::Idempotency`, `testing::ScriptedProcessor`).
+#[cfg(feature = "operator")]
+pub use analysis::{
+    analyze as analyze_records, ellipsize, export as export_records, stats as record_stats,
+    table as records_table, terminal_safe, ExportFormat,
+};
+pub use batch::{
+    panic_message, BatchConfig, BatchCounts, BatchError, BatchProcessor, BatchReport, BodyResolver,
+    Disposition, NotStartedReason, NOT_STARTED,
+};
+pub use breaker::{
+    counts as breaker_counts, group_key, open_period, Breaker, BreakerPolicy, BreakerState,
+    BreakerStore, GroupBreakers, MAX_GROUP_BREAKERS, PROBE_SLACK,
+};
+pub use classify::{
+    classify_aws_code, classify_error, classify_http_status, classify_message, classify_sdk_error,
+};
+pub use clock::now;
+#[cfg(feature = "sim")]
+pub use clock::virtual_clock;
+pub use condition::{
+    attr, breaker as breaker_conditions, conditions, epoch_millis,
+    idempotency as idempotency_conditions, names, Attr, Condition, Found, Item as ConditionItem,
+    StoredRecord, Value as ConditionValue,
+};
+pub use dead_letter::{
+    compact_history, processed_after, processed_key_for_message, processed_key_for_payload,
+    DeadLetterCandidate, DeadLetterReason, DeadLetterSink, DeadLetteredItem, FailureDetail,
+    InvocationInfo, ItemPayload, ItemStatus, MessageAttribute, NoDeadLetterStore, PayloadLocation,
+    SourceContext, Triage, ATTRIBUTES_LIMIT, CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT,
+    HISTORY_HEAD, HISTORY_LIMIT, LEASED_WITH_PAYLOAD, PROCESSED_LIMIT, REQUEUED_BY_ATTRIBUTE,
+    RESPONSE_EXCERPT_LIMIT,
+};
+pub use duration::{parse_duration, parse_time};
 pub use error::{ErrorClass, ProcessError};
-pub use item::WorkItem;
+pub use event::{decode_event, decode_sqs_event, EventError, SqsBatch, SqsRecord, Text};
+pub use hex::sha256_hex;
+pub use item::{
+    bounded_item_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser, WorkItem,
+    MAX_ITEM_ID_BYTES,
+};
+pub use message::{
+    batches_by_size, dlq_item_id, fifo_group_id, is_valid_message_group_id, queue_of_arn,
+    ERROR_CLASS_ATTRIBUTE, ERROR_SIGNATURE_ATTRIBUTE, ITEM_ID_ATTRIBUTE, MAX_BATCH_BYTES,
+    MAX_ENTRIES, PAYLOAD_SHA256_ATTRIBUTE, RECORD_TABLE_ATTRIBUTE, RESERVED_ATTRIBUTES,
+    SOURCE_MESSAGE_ID_ATTRIBUTE, SOURCE_QUEUE_ARN_ATTRIBUTE,
+};
+#[cfg(feature = "sim")]
+pub use mutants::switch_on;
+pub use mutants::{Mutant, SIMULATION_HOOKS};
+pub use pointer::{
+    PayloadPolicy, S3Pointer, DEFAULT_PAYLOAD_MAX_BYTES, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE,
+    SHA256_METADATA,
+};
+pub use polling::{
+    blind_restore_after, sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseMarker,
+    PauseState, PollingControl, ProbeOutcome, SourceProbe, SourceQueueState, PAUSE_LEASE,
+};
+pub use ports::{
+    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, RedrivePorts, SendResult,
+    SourceQueue, Sweep, SweepOptions, CLASSIC_MESSAGE_MAX,
+};
 pub use processor::{handler_fn, DeadLettered, Outcome, Processor};
-pub use retry::{Deadline, RetryPolicy};
+pub use recording::{
+    adopt as adopt_record, after_append, compaction_of, dead_letter as record_dead_letters,
+    offload_payload, payload_key, record as record_attempts, review_flag_change, stays_inline,
+    Compaction, Deliveries, Expect, RecordTable, RecordingSettings, HISTORY_ENTRY_MAX,
+    RECORD_BUDGET,
+};
+pub use redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort, MAX_VISIBILITY};
+pub use redrive::{
+    no_progress as redrive_made_no_progress, ItemOutcome, ItemOutcomeKind, RedriveEngine,
+    RedriveError, RedriveMode, RedriveReport, RedriveRequest, RedriveSettings, ITEM_GRACE,
+    LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
+};
+pub use removal::{remove_records, RecordRemoval, RemovalReport};
+pub use retry::{
+    worst_case_record_time, AttemptFailure, ClassAttempts, Deadline, InvocationBudget, Jitter,
+    RetryPolicy, FALLBACK_INVOCATION_TIME, MAX_ATTEMPTS_PER_INVOCATION, MIN_RESPONSE_RESERVE,
+};
+pub use selection::{
+    page_in_memory, sort_newest_first, token_after_record, Page, PageToken, RecordFilter,
+    Unreadable,
+};
+pub use signature::{error_signature, loggable_message, normalize_message};
+pub use sweep::{
+    adopted_record, decide as decide_dlq_message, purge_takes, settle_held, sweep_dlq,
+    tracked_as_its_payload_names, Adoption, DlqMessages, HeldMessage, MessageFate, MessageView,
+    ReceivedMessage, Settled, Standing,
+};
+pub use time_format::format as format_timestamp;
 
 #[cfg(test)]
 mod unreachable_store_tests;

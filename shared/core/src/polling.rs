@@ -97,7 +97,7 @@ pub enum ProbeOutcome {
 
 /// What the control reads of the source queue (`GetQueueAttributes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SourceQueue {
+pub struct SourceQueueState {
     /// `ApproximateNumberOfMessages`: visible messages.
     pub visible: u64,
     /// `MessageRetentionPeriod`.
@@ -108,7 +108,7 @@ pub struct SourceQueue {
 /// the event source mapping would (deleted when the worker does not report it failed).
 pub trait SourceProbe: Send + Sync {
     /// The queue's visible messages and retention.
-    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>>;
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>>;
     /// Runs the probe.
     fn probe(&self) -> BoxFuture<'_, Result<ProbeOutcome, ProcessError>>;
 }
@@ -150,7 +150,7 @@ pub enum ControlAction {
 pub const PAUSE_AFTER_OPENS: u32 = 2;
 
 /// How long a run holds the lease at most (the redrive function's longest run).
-pub const LEASE: Duration = Duration::from_secs(900);
+pub const PAUSE_LEASE: Duration = Duration::from_secs(900);
 
 /// How often a pause is interrupted by a sweep: an eighth of the queue's retention, so a
 /// message is received at most eight times in its life by sweeps, whatever the outage's
@@ -210,7 +210,7 @@ pub struct PollingControl<B, S, M, P> {
 impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingControl<B, S, M, P> {
     /// One control run at `now`.
     pub async fn run(&self, now: SystemTime) -> ControlAction {
-        match self.marker.lease(now, now + LEASE).await {
+        match self.marker.lease(now, now + PAUSE_LEASE).await {
             Ok(true) => {}
             Ok(false) => return ControlAction::Busy,
             Err(error) => return self.blind(now, error).await,
@@ -222,7 +222,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
                 error: error.to_string(),
             },
         };
-        if let Err(error) = self.marker.release(now + LEASE).await {
+        if let Err(error) = self.marker.release(now + PAUSE_LEASE).await {
             tracing::warn!(%error, "could not give the polling control's lease back; it lapses by itself");
         }
         action
@@ -494,9 +494,9 @@ mod tests {
     }
 
     impl SourceProbe for Probe {
-        fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+        fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>> {
             Box::pin(async move {
-                Ok(SourceQueue {
+                Ok(SourceQueueState {
                     visible: self.fakes.visible.load(Ordering::SeqCst),
                     retention: RETENTION,
                 })

@@ -14,7 +14,8 @@ use crate::breaker::{Breaker, BreakerPolicy, BreakerState, BreakerStore};
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::WorkItem;
 use crate::polling::{
-    MappingSwitch, PauseMarker, PauseState, PollingControl, ProbeOutcome, SourceProbe, SourceQueue,
+    MappingSwitch, PauseMarker, PauseState, PollingControl, ProbeOutcome, SourceProbe,
+    SourceQueueState,
 };
 use crate::processor::{Outcome, Processor};
 use crate::testing::{MemoryBreakerStore, MemoryPauseMarker};
@@ -65,7 +66,7 @@ struct Queue {
 }
 
 impl SourceProbe for Queue {
-    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>> {
         Box::pin(async move {
             if self.queue_fails.load(Ordering::SeqCst) {
                 return Err(ProcessError::new(
@@ -73,7 +74,7 @@ impl SourceProbe for Queue {
                     "GetQueueAttributes throttled",
                 ));
             }
-            Ok(SourceQueue {
+            Ok(SourceQueueState {
                 visible: 0,
                 retention: RETENTION,
             })

@@ -25,9 +25,9 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::item::WorkItem;
-use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{Outcome, Processor};
 
 /// `url` as it may be shown in errors, logs and records: without a user name or password,
 /// and with its query (and fragment) replaced by `?<redacted>`, since a query string is

@@ -5,9 +5,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqs_keeper_core::error::ErrorClass;
-use sqs_keeper_core::item::{ItemParser, WorkItem};
-use sqs_keeper_core::processor::{Outcome, Processor};
+use sqs_keeper_core::ErrorClass;
+use sqs_keeper_core::{ItemParser, WorkItem};
+use sqs_keeper_core::{Outcome, Processor};
 use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

@@ -84,7 +84,7 @@ pub use sqs_keeper_core::{
     handler_fn, DeadLettered, ErrorClass, Outcome, ProcessError, Processor, WorkItem,
 };
 // Whether this build has the simulation's hooks: the functions refuse to compile with them.
-pub use sqs_keeper_core::mutants::SIMULATION_HOOKS;
+pub use sqs_keeper_core::SIMULATION_HOOKS;
 pub use telemetry::{
     cold_start, init as init_telemetry, subscriber as log_subscriber, InvocationLayer,
     InvocationService, LambdaJson, LogFormat, LogSettings, INVOCATION_SPAN, LOG_FORMAT_VAR,

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use sqs_keeper_core::batch::BatchCounts;
-use sqs_keeper_core::redrive::RedriveReport;
+use sqs_keeper_core::BatchCounts;
+use sqs_keeper_core::RedriveReport;
 
 /// The metric namespace.
 pub const NAMESPACE: &str = "SqsWorker";
@@ -244,8 +244,8 @@ pub fn emit_redrive(report: &RedriveReport, function_name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqs_keeper_core::error::ErrorClass;
-    use sqs_keeper_core::redrive::RedriveMode;
+    use sqs_keeper_core::ErrorClass;
+    use sqs_keeper_core::RedriveMode;
 
     /// The metric definitions of a document: name → unit.
     fn definitions(doc: &Value) -> Vec<(String, String)> {

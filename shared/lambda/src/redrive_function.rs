@@ -13,13 +13,14 @@ use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, Re
 use sqs_keeper_aws::AwsClients;
 use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_aws::DynamoIdempotencyStore;
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::idempotency::{Idempotency, Idempotent};
-use sqs_keeper_core::item::WorkItem;
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::redrive::{
-    no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest,
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
+use sqs_keeper_core::{
+    redrive_made_no_progress as no_progress, RedriveEngine, RedriveError, RedriveReport,
+    RedriveRequest,
 };
+use sqs_keeper_core::{Outcome, Processor};
 use sqs_keeper_http::HttpDelivery;
 
 /// The worker's processor as a redrive runs it: behind the worker's idempotency table when
@@ -101,7 +102,7 @@ pub struct RedriveFunction {
     breaker: Option<RedriveBreaker>,
     /// Pauses the worker's polling while its breaker stays open (`sqs_keeper_core::polling`).
     polling: Option<
-        sqs_keeper_core::polling::PollingControl<
+        sqs_keeper_core::PollingControl<
             sqs_keeper_aws::DynamoBreakerStore,
             sqs_keeper_aws::LambdaMapping,
             sqs_keeper_aws::DynamoPauseMarker,
@@ -150,7 +151,7 @@ impl RedriveFunction {
                     .config
                     .region()
                     .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
-                Some(sqs_keeper_core::polling::PollingControl {
+                Some(sqs_keeper_core::PollingControl {
                     breaker: sqs_keeper_aws::DynamoBreakerStore::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
@@ -230,10 +231,10 @@ impl RedriveFunction {
             let action = match &self.polling {
                 Some(control) => {
                     let action = control
-                        .run(std::time::SystemTime::from(sqs_keeper_core::clock::now()))
+                        .run(std::time::SystemTime::from(sqs_keeper_core::now()))
                         .await;
                     match &action {
-                        sqs_keeper_core::polling::ControlAction::Failed { error } => {
+                        sqs_keeper_core::ControlAction::Failed { error } => {
                             tracing::warn!(%error, "the polling control could not finish; the next run goes on from here");
                         }
                         action => tracing::info!(?action, "polling control"),
@@ -244,7 +245,7 @@ impl RedriveFunction {
                     use crate::config::vars::{
                         BREAKER_TABLE, SOURCE_QUEUE_URL, WORKER_FUNCTION, WORKER_MAPPING,
                     };
-                    sqs_keeper_core::polling::ControlAction::Failed {
+                    sqs_keeper_core::ControlAction::Failed {
                         error: format!(
                             "not configured: {}, {}, {} and {}",
                             WORKER_FUNCTION.name,
@@ -276,7 +277,7 @@ impl RedriveFunction {
         let mut request = RedriveRequest::from_json(&text).map_err(diagnostic)?;
         // A deadline already past on arrival (as `cargo lambda watch` sends) gets the
         // worker's fallback budget rather than none.
-        let budget = sqs_keeper_core::retry::InvocationBudget::of(
+        let budget = sqs_keeper_core::InvocationBudget::of(
             event.context.deadline(),
             std::time::SystemTime::now(),
         )
@@ -286,8 +287,8 @@ impl RedriveFunction {
         let until_settling = budget
             .saturating_sub(
                 ANSWER_RESERVE
-                    + sqs_keeper_core::redrive::SETTLE_RESERVE
-                    + sqs_keeper_core::redrive::OUTCOME_WRITE_SLICE,
+                    + sqs_keeper_core::SETTLE_RESERVE
+                    + sqs_keeper_core::OUTCOME_WRITE_SLICE,
             )
             .as_secs()
             .max(1);
@@ -329,7 +330,7 @@ impl RedriveFunction {
 /// The worker's circuit breaker as a redrive sees it: its store and policy.
 pub type RedriveBreaker = (
     sqs_keeper_aws::DynamoBreakerStore,
-    sqs_keeper_core::breaker::BreakerPolicy,
+    sqs_keeper_core::BreakerPolicy,
 );
 
 /// The worker's circuit breaker of `config`, when it has one (`WORKER_BREAKER_TABLE`).
@@ -359,15 +360,15 @@ pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<R
 /// empty report whose `held_by_breaker` says why.
 pub async fn run_gated<P, S, B>(
     engine: &RedriveEngine<P, S>,
-    breaker: Option<(&B, &sqs_keeper_core::breaker::BreakerPolicy)>,
+    breaker: Option<(&B, &sqs_keeper_core::BreakerPolicy)>,
     request: &RedriveRequest,
     deadline: Option<tokio::time::Instant>,
-    on_item: &(dyn Fn(&sqs_keeper_core::redrive::ItemOutcome) + Send + Sync),
+    on_item: &(dyn Fn(&sqs_keeper_core::ItemOutcome) + Send + Sync),
 ) -> Result<RedriveReport, RedriveError>
 where
     P: Processor,
-    S: sqs_keeper_core::ports::RedrivePorts,
-    B: sqs_keeper_core::breaker::BreakerStore,
+    S: sqs_keeper_core::RedrivePorts,
+    B: sqs_keeper_core::BreakerStore,
 {
     let probe = match gate(engine, breaker, request, deadline, on_item).await? {
         Gate::Stop(report) => return Ok(report),
@@ -382,20 +383,20 @@ where
 
 async fn gate<P, S, B>(
     engine: &RedriveEngine<P, S>,
-    breaker: Option<(&B, &sqs_keeper_core::breaker::BreakerPolicy)>,
+    breaker: Option<(&B, &sqs_keeper_core::BreakerPolicy)>,
     request: &RedriveRequest,
     deadline: Option<tokio::time::Instant>,
-    on_item: &(dyn Fn(&sqs_keeper_core::redrive::ItemOutcome) + Send + Sync),
+    on_item: &(dyn Fn(&sqs_keeper_core::ItemOutcome) + Send + Sync),
 ) -> Result<Gate, RedriveError>
 where
     P: Processor,
-    S: sqs_keeper_core::ports::RedrivePorts,
-    B: sqs_keeper_core::breaker::BreakerStore,
+    S: sqs_keeper_core::RedrivePorts,
+    B: sqs_keeper_core::BreakerStore,
 {
     let Some((breaker, policy)) = breaker else {
         return Ok(Gate::Go(None));
     };
-    if request.mode != sqs_keeper_core::redrive::RedriveMode::Reprocess || request.dry_run {
+    if request.mode != sqs_keeper_core::RedriveMode::Reprocess || request.dry_run {
         return Ok(Gate::Go(None));
     }
     let skipped = |why: &str| {
@@ -406,7 +407,7 @@ where
             ..RedriveReport::default()
         }))
     };
-    let now = std::time::SystemTime::from(sqs_keeper_core::clock::now());
+    let now = std::time::SystemTime::from(sqs_keeper_core::now());
     let state = match breaker.read().await {
         Ok(state) => state,
         Err(error) => {
@@ -430,7 +431,7 @@ where
         .min(engine.settings().lease_ttl);
     let lock = policy
         .probe_for
-        .max(run_bound.saturating_add(sqs_keeper_core::breaker::PROBE_SLACK));
+        .max(run_bound.saturating_add(sqs_keeper_core::PROBE_SLACK));
     match breaker.take_probe(now + lock, now).await {
         Ok(true) => {}
         Ok(false) => return skipped("a worker is probing"),
@@ -454,7 +455,7 @@ where
     }
     if probe_failed_downstream(&report) {
         let opens = state.opens + 1;
-        let until = now + sqs_keeper_core::breaker::open_period(policy, opens);
+        let until = now + sqs_keeper_core::open_period(policy, opens);
         if let Err(error) = breaker.open(until, opens, now).await {
             tracing::warn!(%error, "could not open the circuit breaker again");
         }
@@ -469,11 +470,9 @@ where
 /// the downstream, and does not reopen the breaker for every worker.
 fn probe_failed_downstream(report: &RedriveReport) -> bool {
     report.items.iter().any(|item| {
-        item.outcome == sqs_keeper_core::redrive::ItemOutcomeKind::FailedAgain
+        item.outcome == sqs_keeper_core::ItemOutcomeKind::FailedAgain
             && item.error_class.is_some_and(|class| {
-                sqs_keeper_core::breaker::counts(&sqs_keeper_core::error::ProcessError::new(
-                    class, "",
-                ))
+                sqs_keeper_core::breaker_counts(&sqs_keeper_core::ProcessError::new(class, ""))
             })
     })
 }
@@ -500,8 +499,8 @@ fn diagnostic(error: RedriveError) -> Diagnostic {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqs_keeper_core::error::ErrorClass;
-    use sqs_keeper_core::redrive::{ItemOutcome, ItemOutcomeKind};
+    use sqs_keeper_core::ErrorClass;
+    use sqs_keeper_core::{ItemOutcome, ItemOutcomeKind};
 
     fn failed(class: ErrorClass) -> RedriveReport {
         RedriveReport {

@@ -48,13 +48,13 @@ use sqs_keeper_aws::AwsClients;
 use sqs_keeper_aws::DynamoBreakerStore;
 use sqs_keeper_aws::DynamoIdempotencyStore;
 use sqs_keeper_aws::{DeadLetterStore, ExtendedClientResolver};
-use sqs_keeper_core::batch::BatchProcessor;
-use sqs_keeper_core::breaker::Breaker;
-use sqs_keeper_core::dead_letter::NoDeadLetterStore;
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::idempotency::{Idempotency, Idempotent};
-use sqs_keeper_core::item::WorkItem;
-use sqs_keeper_core::processor::{DeadLettered, Outcome, Processor};
+use sqs_keeper_core::BatchProcessor;
+use sqs_keeper_core::Breaker;
+use sqs_keeper_core::NoDeadLetterStore;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
+use sqs_keeper_core::{DeadLettered, Outcome, Processor};
 
 /// What a function's `main` returns: any start-up or runtime error, reported by Lambda
 /// as the function's init or runtime error.
@@ -87,11 +87,11 @@ pub type GroupStores = Box<dyn Fn(Option<&str>) -> DynamoBreakerStore + Send + S
 pub enum Guarded<P> {
     /// Called for every item.
     Direct(P),
-    /// Not called while the shared breaker is open ([`sqs_keeper_core::breaker`]). Boxed: it holds
+    /// Not called while the shared breaker is open (the core's `breaker`). Boxed: it holds
     /// a DynamoDB client beside the processor.
     Breaker(Box<Breaker<P, DynamoBreakerStore>>),
     /// Behind a breaker per message group (`WORKER_BREAKER_SCOPE=message-group`).
-    Groups(Box<sqs_keeper_core::breaker::GroupBreakers<P, DynamoBreakerStore, GroupStores>>),
+    Groups(Box<sqs_keeper_core::GroupBreakers<P, DynamoBreakerStore, GroupStores>>),
 }
 
 impl<P> Handler<P> {
@@ -245,12 +245,12 @@ impl Setup {
                 );
                 let stores: GroupStores = Box::new(move |group| {
                     let key = match group {
-                        Some(group) => sqs_keeper_core::breaker::group_key(&key, group),
+                        Some(group) => sqs_keeper_core::group_key(&key, group),
                         None => key.clone(),
                     };
                     DynamoBreakerStore::new(client.clone(), table.clone(), &key)
                 });
-                Guarded::Groups(Box::new(sqs_keeper_core::breaker::GroupBreakers::new(
+                Guarded::Groups(Box::new(sqs_keeper_core::GroupBreakers::new(
                     processor,
                     stores,
                     breaker.policy,
@@ -300,7 +300,7 @@ impl Setup {
         }
         if config.redelivery.is_some() || config.breaker.is_some() {
             let sqs = self.aws_clients().await.sqs;
-            let port: Arc<dyn sqs_keeper_core::redelivery::VisibilityPort> =
+            let port: Arc<dyn sqs_keeper_core::VisibilityPort> =
                 Arc::new(sqs_keeper_aws::SqsVisibility::new(sqs));
             if let Some(policy) = config.redelivery {
                 engine = engine.with_redelivery(policy, port.clone());
@@ -324,7 +324,7 @@ impl Setup {
         // The simulation's hooks (mutants, a virtual clock) must never serve real traffic:
         // Cargo unifies features across one build, so a handler built beside the
         // simulation would carry them (docs/SIMULATION.md).
-        if sqs_keeper_core::mutants::SIMULATION_HOOKS {
+        if sqs_keeper_core::SIMULATION_HOOKS {
             let why = "this binary was built with the simulation's test hooks (feature `sim` of sqs-keeper-core, unified from another package of the build): build it on its own, e.g. `cargo build -p <your crate>`";
             tracing::error!("{why}");
             return Err(why.into());

@@ -39,8 +39,8 @@ use lambda_runtime::{Diagnostic, LambdaEvent, LambdaInvocation};
 use serde::{Deserialize, Serialize};
 
 use crate::worker::Worker;
-use sqs_keeper_core::dead_letter::DeadLetterSink;
-use sqs_keeper_core::processor::Processor;
+use sqs_keeper_core::DeadLetterSink;
+use sqs_keeper_core::Processor;
 
 /// What the worker decided for one invocation, as the runtime's handler receives it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,8 +148,8 @@ where
                 Ok(Ok(response)) => HandlerOutcome::Response(response),
                 Ok(Err(error)) => HandlerOutcome::Failed(error.into()),
                 Err(panic) => {
-                    let message = sqs_keeper_core::batch::panic_message(&*panic);
-                    tracing::error!(panic = %sqs_keeper_core::signature::loggable_message(&message), "the worker panicked; failing the whole invocation");
+                    let message = sqs_keeper_core::panic_message(&*panic);
+                    tracing::error!(panic = %sqs_keeper_core::loggable_message(&message), "the worker panicked; failing the whole invocation");
                     HandlerOutcome::Failed(Diagnostic {
                         error_type: "Panic".to_string(),
                         error_message: format!("the worker panicked: {message}"),

@@ -15,14 +15,12 @@ use serde_json::value::RawValue;
 
 use crate::config::ConfigError;
 use sqs_keeper_aws::DeadLetterStore;
-use sqs_keeper_core::batch::{BatchError, BatchProcessor, BatchReport};
-use sqs_keeper_core::dead_letter::{
-    DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore,
-};
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::event::{decode_event, EventError, SqsBatch, SqsRecord};
-use sqs_keeper_core::processor::Processor;
-use sqs_keeper_core::retry::{worst_case_record_time, Deadline, InvocationBudget};
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::Processor;
+use sqs_keeper_core::{decode_event, EventError, SqsBatch, SqsRecord};
+use sqs_keeper_core::{worst_case_record_time, Deadline, InvocationBudget};
+use sqs_keeper_core::{BatchError, BatchProcessor, BatchReport};
+use sqs_keeper_core::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]

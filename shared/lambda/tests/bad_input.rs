@@ -19,14 +19,14 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
-use sqs_keeper_core::batch::{BatchError, BatchProcessor, Disposition};
-use sqs_keeper_core::dead_letter::{DeadLetterReason, InvocationInfo};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::event::{decode_sqs_event, EventError};
-use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::redrive::{RedriveError, RedriveRequest};
-use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
+use sqs_keeper_core::{decode_sqs_event, EventError};
+use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
+use sqs_keeper_core::{BatchError, BatchProcessor, Disposition};
+use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
+use sqs_keeper_core::{DeadLetterReason, InvocationInfo};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Outcome, Processor};
+use sqs_keeper_core::{RedriveError, RedriveRequest};
 use sqs_keeper_lambda::InvocationError;
 use sqs_keeper_lambda::Worker;
 use sqs_keeper_lambda::WorkerConfig;
@@ -39,7 +39,7 @@ use crate::common::{
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
 
 /// The decoder under test, on text (it takes the invocation's bytes).
-fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_core::event::EventError> {
+fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_core::EventError> {
     decode_sqs_event(text.as_bytes())
 }
 

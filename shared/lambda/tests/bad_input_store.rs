@@ -17,20 +17,18 @@ use std::time::Duration;
 use serde_json::json;
 use sqs_keeper_aws::{AwsClients, Endpoints};
 use sqs_keeper_aws::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::dead_letter::{
-    DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo,
+use sqs_keeper_core::AttemptFailure;
+use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::{
+    redrive_made_no_progress, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode,
+    RedriveRequest, RedriveSettings,
 };
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
-use sqs_keeper_core::pointer::S3Pointer;
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::redrive::{
-    no_progress, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveRequest,
-    RedriveSettings,
-};
-use sqs_keeper_core::retry::AttemptFailure;
-use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
+use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
+use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
+use sqs_keeper_core::{DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Outcome, Processor};
 
 use crate::common::{
     assert_accounted, config, disposition, event, far_deadline, json_parser, record, run,
@@ -182,10 +180,7 @@ async fn extended_client_pointer_to_a_missing_object_is_dead_lettered_not_found(
     )
     .with_body_resolver(std::sync::Arc::new(ExtendedClientResolver::new(
         clients.s3.clone(),
-        sqs_keeper_core::pointer::PayloadPolicy::allowing([
-            bucket.clone(),
-            missing_bucket_name.clone(),
-        ]),
+        sqs_keeper_core::PayloadPolicy::allowing([bucket.clone(), missing_bucket_name.clone()]),
     )));
     let ids = ["m-key", "m-bucket", "m-present", "m-binary", "m-fake"];
     let report = run(
@@ -360,7 +355,10 @@ async fn redrive_with_bad_durations_or_limits_is_refused_before_anything_happens
         ),
     ];
     for (request, needle) in cases {
-        let err = engine.run(&request, &*no_progress()).await.unwrap_err();
+        let err = engine
+            .run(&request, &*redrive_made_no_progress())
+            .await
+            .unwrap_err();
         assert!(
             matches!(err, RedriveError::InvalidRequest(_)),
             "{request:?}: {err}"
@@ -377,7 +375,7 @@ async fn redrive_with_bad_durations_or_limits_is_refused_before_anything_happens
                 item_ids: vec!["a".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap_err();
@@ -473,7 +471,7 @@ async fn redrive_of_known_and_unknown_ids_reports_each_once() {
                 item_ids: vec!["nope".into(), "known".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -498,7 +496,7 @@ async fn redrive_ids(
     name: &str,
     item_ids: &[&str],
     mode: RedriveMode,
-) -> (sqs_keeper_core::redrive::RedriveReport, String) {
+) -> (sqs_keeper_core::RedriveReport, String) {
     let store = emulator_store(name).await;
     let distinct: HashSet<&str> = item_ids.iter().copied().collect();
     for id in distinct {
@@ -530,7 +528,7 @@ async fn redrive_ids(
                 mode,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -598,7 +596,7 @@ impl Processor for Verbose {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_too_large_for_a_record_is_clipped_and_recorded() {
-    use sqs_keeper_core::dead_letter::{CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT};
+    use sqs_keeper_core::{CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT};
     let store = emulator_store("verbose").await;
     let engine = BatchProcessor::new(Verbose, store.clone(), config(json_parser()));
     let report = engine
@@ -718,7 +716,7 @@ async fn an_item_that_keeps_failing_keeps_a_bounded_history_and_an_exact_count()
 /// run, and the lease can be given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cannot_finish_an_item_whose_payload_a_new_failure_replaced() {
-    use sqs_keeper_core::dead_letter::ItemStatus;
+    use sqs_keeper_core::ItemStatus;
     let store = emulator_store("replaced").await;
     let id = unique("replaced-item");
     dead_item(&store, &id).await;

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
-use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerState, BreakerStore};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::WorkItem;
-use sqs_keeper_core::processor::{Outcome, Processor};
 use sqs_keeper_core::testing::MemoryBreakerStore;
+use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerState, BreakerStore};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Outcome, Processor};
 
 /// The table throttles the first `open` (one ProvisionedThroughputExceeded).
 #[derive(Clone, Default)]

@@ -14,17 +14,21 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 
 use serde_json::json;
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerStore};
-use sqs_keeper_core::dead_letter::InvocationInfo;
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::idempotency::{Claim, Idempotency, IdempotencyStore, Idempotent};
-use sqs_keeper_core::item::WorkItem;
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::testing::{
-    MemoryBreakerStore, MemoryIdempotencyStore, MemorySink, ScriptedProcessor, Step,
-};
 use sqs_keeper_core::Deadline;
+use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{
+    idempotency::Claim, idempotency::Idempotency, idempotency::IdempotencyStore,
+    idempotency::Idempotent,
+};
+use sqs_keeper_core::{
+    testing::MemoryBreakerStore, testing::MemoryIdempotencyStore, testing::MemorySink,
+    testing::ScriptedProcessor, testing::Step,
+};
+use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerStore};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Outcome, Processor};
 
 fn event(ids: &[&str]) -> aws_lambda_events::sqs::SqsEvent {
     serde_json::from_value(json!({"Records": ids.iter().map(|id| json!({

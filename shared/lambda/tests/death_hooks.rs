@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
 use serde_json::json;
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::context::{self, MetricSink, Unit};
-use sqs_keeper_core::dead_letter::InvocationInfo;
-use sqs_keeper_core::item::{ItemIdSource, ItemParser};
-use sqs_keeper_core::retry::{Deadline, Jitter, RetryPolicy};
 use sqs_keeper_core::testing::MemorySink;
+use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::{context, context::MetricSink, context::Unit};
+use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
+use sqs_keeper_core::{ItemIdSource, ItemParser};
 use sqs_keeper_lambda::{DeadLettered, Outcome, ProcessError, Processor, WorkItem};
 
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";

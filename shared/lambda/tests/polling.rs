@@ -15,19 +15,20 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::breaker::BreakerStore;
-use sqs_keeper_core::dead_letter::InvocationInfo;
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::polling::{
-    sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseState, PollingControl,
-    ProbeOutcome, SourceProbe, SourceQueue,
-};
-use sqs_keeper_core::redelivery::{Hide, QueueTiming, VisibilityPort};
-use sqs_keeper_core::testing::{
-    MemoryBreakerStore, MemoryPauseMarker, MemorySink, ScriptedProcessor, Step,
-};
+use sqs_keeper_core::BreakerStore;
 use sqs_keeper_core::Deadline;
+use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::{
+    sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseState, PollingControl,
+    ProbeOutcome, SourceProbe, SourceQueueState,
+};
+use sqs_keeper_core::{
+    testing::MemoryBreakerStore, testing::MemoryPauseMarker, testing::MemorySink,
+    testing::ScriptedProcessor, testing::Step,
+};
+use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Hide, QueueTiming, VisibilityPort};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -81,9 +82,9 @@ type Marker = MemoryPauseMarker;
 struct ClosingProbe(MemoryBreakerStore);
 
 impl SourceProbe for ClosingProbe {
-    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>> {
         Box::pin(async move {
-            Ok(SourceQueue {
+            Ok(SourceQueueState {
                 visible: 0,
                 retention: RETENTION,
             })
@@ -232,11 +233,11 @@ impl Queue {
 struct QueueProbe(Queue, MemoryBreakerStore);
 
 impl SourceProbe for QueueProbe {
-    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>> {
         Box::pin(async move {
             let q = (self.0).0.lock().unwrap();
             let now = q.now.unwrap();
-            Ok(SourceQueue {
+            Ok(SourceQueueState {
                 visible: q.messages.iter().filter(|m| m.1 <= now).count() as u64,
                 retention: RETENTION,
             })
@@ -430,9 +431,9 @@ struct Probe {
 }
 
 impl SourceProbe for Probe {
-    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>> {
         Box::pin(async move {
-            Ok(SourceQueue {
+            Ok(SourceQueueState {
                 visible: self.visible.load(Ordering::SeqCst),
                 retention: RETENTION,
             })
@@ -648,10 +649,10 @@ struct OneMessage {
 }
 
 impl SourceProbe for OneMessage {
-    fn queue(&self) -> BoxFuture<'_, Result<SourceQueue, ProcessError>> {
+    fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>> {
         Box::pin(async move {
             let now = *self.now.lock().unwrap();
-            Ok(SourceQueue {
+            Ok(SourceQueueState {
                 visible: u64::from(now >= self.visible_at && now < self.expires),
                 retention: RETENTION,
             })
@@ -808,7 +809,7 @@ async fn without_a_breaker_no_reserve_is_kept() {
             config,
         )
         .with_redelivery(
-            sqs_keeper_core::redelivery::RedeliveryPolicy {
+            sqs_keeper_core::RedeliveryPolicy {
                 base: Duration::from_secs(300),
                 multiplier: 3,
                 max: Duration::from_secs(4 * 3600),

@@ -10,12 +10,12 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor};
-use sqs_keeper_core::dead_letter::InvocationInfo;
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
-use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
 use sqs_keeper_core::Deadline;
+use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
+use sqs_keeper_core::{BatchConfig, BatchProcessor};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
 
 /// Records what it was asked to hide; fails every entry when `fail` is set; answers the
 /// queue's retention and visibility timeout with `timing`.
@@ -69,7 +69,7 @@ fn event(records: &[(&str, u32)]) -> SqsEvent {
 
 /// An engine over `processor` (ids from `/id`, `max_attempts` per invocation, five
 /// receives) spacing redeliveries 60 s × 3ⁿ up to an hour through `port`.
-fn spaced<P: sqs_keeper_core::processor::Processor>(
+fn spaced<P: sqs_keeper_core::Processor>(
     processor: P,
     max_attempts: u32,
     port: Arc<Port>,
@@ -155,10 +155,7 @@ async fn a_visibility_change_that_fails_still_reports_the_record() {
 }
 
 /// One record that fails with `error`, hidden through a fresh port; returns the hide.
-async fn hide_of(
-    processor: impl sqs_keeper_core::processor::Processor,
-    receives: u32,
-) -> (Hide, Duration) {
+async fn hide_of(processor: impl sqs_keeper_core::Processor, receives: u32) -> (Hide, Duration) {
     let port = Arc::new(Port::default());
     let engine = spaced(processor, 3, port.clone());
     let started = tokio::time::Instant::now();
@@ -189,7 +186,7 @@ async fn a_retry_after_spaces_the_next_delivery_at_least_that_far() {
 
 #[tokio::test(start_paused = true)]
 async fn records_the_open_breaker_refuses_are_returned_at_once_and_hidden_until_it_ends() {
-    use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerStore};
+    use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerStore};
     let store = sqs_keeper_core::testing::MemoryBreakerStore::default();
     let now = std::time::SystemTime::now();
     // Open for 20 s more: shorter than the invocation, so sleeping it out would fit.
@@ -264,7 +261,7 @@ async fn records_held_back_are_hidden_and_dead_lettered_with_why_on_their_last_r
     assert_eq!(accepted[0].item.item_id, "r2");
     assert_eq!(
         accepted[0].error.code.as_deref(),
-        Some(sqs_keeper_core::batch::NOT_STARTED)
+        Some(sqs_keeper_core::NOT_STARTED)
     );
     assert!(accepted[0].error.class.is_reprocess_eligible());
     // r3, given back unstarted, is hidden as r1 is (60 × 3 = 180 s ceiling on receive 2).
@@ -318,7 +315,7 @@ async fn a_hide_at_the_cap_stays_within_twelve_hours_of_the_receive() {
         Err(ProcessError::new(ErrorClass::ServerError, "503")
             .with_retry_after(Duration::from_secs(43_200)))
     }
-    let processor = sqs_keeper_core::processor::handler_fn(slow_failure);
+    let processor = sqs_keeper_core::handler_fn(slow_failure);
     let mut config = BatchConfig::default();
     config.parser.id_source = "pointer:/id".parse().unwrap();
     config.retry.max_attempts = 1;
@@ -426,7 +423,7 @@ async fn no_hide_outlasts_the_message_and_a_message_with_no_room_left_is_dead_le
     assert_eq!(accepted[0].item.item_id, "dying");
     assert_eq!(
         accepted[0].reason,
-        sqs_keeper_core::dead_letter::DeadLetterReason::RetentionEnding
+        sqs_keeper_core::DeadLetterReason::RetentionEnding
     );
     assert_eq!(accepted[0].error.class, ErrorClass::ServerError);
     let seen = port.seen.lock().unwrap().clone();
@@ -495,7 +492,7 @@ async fn a_held_back_record_with_no_room_left_is_dead_lettered_with_why() {
     assert_eq!(accepted[0].item.item_id, "r2");
     assert_eq!(
         accepted[0].reason,
-        sqs_keeper_core::dead_letter::DeadLetterReason::RetentionEnding
+        sqs_keeper_core::DeadLetterReason::RetentionEnding
     );
     assert!(
         accepted[0].error.message.contains("retention"),
@@ -599,12 +596,12 @@ mod two_calls {
     use aws_lambda_events::sqs::SqsEvent;
     use futures::future::BoxFuture;
     use serde_json::json;
-    use sqs_keeper_core::batch::{BatchConfig, BatchProcessor};
-    use sqs_keeper_core::dead_letter::InvocationInfo;
-    use sqs_keeper_core::error::{ErrorClass, ProcessError};
-    use sqs_keeper_core::redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
-    use sqs_keeper_core::testing::{MemorySink, ScriptedProcessor, Step};
     use sqs_keeper_core::Deadline;
+    use sqs_keeper_core::InvocationInfo;
+    use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
+    use sqs_keeper_core::{BatchConfig, BatchProcessor};
+    use sqs_keeper_core::{ErrorClass, ProcessError};
+    use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
 
     /// One hide as the port saw it: when its call came (tokio time) and what it asked.
     #[derive(Clone, Debug)]

@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerStore};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::WorkItem;
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
-use sqs_keeper_core::testing::{dead_record, MemoryBreakerStore, MemoryStore};
+use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{redrive_made_no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::{testing::dead_record, testing::MemoryBreakerStore, testing::MemoryStore};
+use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerStore};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Outcome, Processor};
 
 /// The downstream, shared by the redrive function and a worker sandbox: each call takes
 /// `latency` and succeeds; the most calls in flight at once is kept.
@@ -87,7 +87,7 @@ async fn a_redrive_probe_longer_than_probe_for_holds_the_lock_until_it_ends() {
     // A worker sandbox behind the same breaker.
     let sandbox = Breaker::new(downstream.clone(), breaker.clone(), policy);
     let item = WorkItem::new("m-worker", "{}");
-    let progress = no_progress();
+    let progress = redrive_made_no_progress();
     let (report, worker) = tokio::join!(
         sqs_keeper_lambda::run_gated(
             &engine,
@@ -157,7 +157,7 @@ async fn a_redrive_probe_cut_at_its_deadline_opens_the_breaker_again() {
         Some((&breaker, &policy)),
         &request,
         Some(deadline),
-        &*no_progress(),
+        &*redrive_made_no_progress(),
     )
     .await
     .unwrap();

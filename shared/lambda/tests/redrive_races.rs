@@ -10,22 +10,24 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus, PayloadLocation};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::{ItemParser, WorkItem};
-use sqs_keeper_core::pointer::S3Pointer;
-use sqs_keeper_core::ports::{
+use sqs_keeper_core::RecordRemoval;
+use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::{redrive_made_no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::{
+    sweep_dlq, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Settled, Standing,
+};
+use sqs_keeper_core::{
+    testing::dead_record, testing::MemoryStore, testing::ScriptedProcessor, testing::Step,
+};
+use sqs_keeper_core::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
     SweepOptions,
 };
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
-use sqs_keeper_core::removal::RecordRemoval;
-use sqs_keeper_core::selection::{Page, PageToken, RecordFilter};
-use sqs_keeper_core::sweep::{
-    sweep_dlq, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Settled, Standing,
-};
-use sqs_keeper_core::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
+use sqs_keeper_core::{DeadLetteredItem, FailureDetail, ItemStatus, PayloadLocation};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{ItemParser, WorkItem};
+use sqs_keeper_core::{Outcome, Processor};
+use sqs_keeper_core::{Page, PageToken, RecordFilter};
 
 // ---------------------------------------------------------------------------------------
 // continuation tokens resume without repeating or skipping.
@@ -56,7 +58,10 @@ async fn chain(
     let mut runs = 0;
     loop {
         runs += 1;
-        let report = engine.run(&request, &*no_progress()).await.unwrap();
+        let report = engine
+            .run(&request, &*redrive_made_no_progress())
+            .await
+            .unwrap();
         match report.continuation_token {
             Some(token) if runs < max_runs => request.continuation_token = Some(token),
             _ => break,
@@ -278,7 +283,7 @@ async fn no_attempt_starts_after_the_lease_cut_when_the_payload_fetch_was_slow()
     settings.lease_ttl = Duration::from_secs(60);
     let engine = RedriveEngine::new(store, Some(Clocked), settings);
     let report = engine
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     let leased_at = engine.store().leased_at.lock().unwrap().unwrap();
@@ -429,11 +434,8 @@ impl DlqMessages for Dlq {
             .get(item_id)
             .map(|r| r.processed.clone())
             .unwrap_or_default();
-        if !sqs_keeper_core::recording::Expect::judged(
-            adoption.expected_status,
-            &adoption.message_keys,
-        )
-        .admits(current, &processed)
+        if !sqs_keeper_core::Expect::judged(adoption.expected_status, &adoption.message_keys)
+            .admits(current, &processed)
         {
             return Ok(None);
         }
@@ -577,10 +579,9 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
     );
     dlq.records.lock().unwrap().insert("order-1".into(), now);
     dlq.add("d2", "order-1", "s2", "P", None);
-    let report =
-        sqs_keeper_core::removal::remove_records(&dlq, &[selected], &ItemParser::default(), |_| {})
-            .await
-            .unwrap();
+    let report = sqs_keeper_core::remove_records(&dlq, &[selected], &ItemParser::default(), |_| {})
+        .await
+        .unwrap();
     assert_eq!(
         report.records_changed, 1,
         "the record that failed again is kept: {report:?}"
@@ -658,7 +659,7 @@ async fn items_that_keep_failing_do_not_starve_an_item_a_crashed_run_left_redriv
                     parallelism: Some(1),
                     ..Default::default()
                 },
-                &*no_progress(),
+                &*redrive_made_no_progress(),
             )
             .await
             .unwrap();

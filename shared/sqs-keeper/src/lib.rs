@@ -35,8 +35,8 @@
 //! after it is persisted. Bodies are never logged. The whole list, with the windows each
 //! leaves, is docs/ARCHITECTURE.md §1.
 
-pub use sqs_keeper_core::dead_letter::DeadLetterReason;
 pub use sqs_keeper_core::idempotency::Idempotency;
+pub use sqs_keeper_core::DeadLetterReason;
 pub use sqs_keeper_core::{context, envelope, idempotency, testing};
 pub use sqs_keeper_core::{
     handler_fn, DeadLettered, ErrorClass, Outcome, ProcessError, Processor, WorkItem,

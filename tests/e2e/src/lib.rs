@@ -32,8 +32,8 @@ use tokio::sync::OnceCell;
 
 /// The item ids of a redrive report with the given outcome, sorted.
 pub fn outcome_ids(
-    report: &sqs_keeper_core::redrive::RedriveReport,
-    kind: sqs_keeper_core::redrive::ItemOutcomeKind,
+    report: &sqs_keeper_core::RedriveReport,
+    kind: sqs_keeper_core::ItemOutcomeKind,
 ) -> Vec<String> {
     let mut ids: Vec<String> = report
         .items
@@ -373,8 +373,7 @@ impl Pipeline {
     /// A redrive engine over this pipeline, reprocessing through the same downstream.
     pub fn redrive_engine(
         &self,
-    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore>
-    {
+    ) -> sqs_keeper_core::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore> {
         self.redrive_engine_via(self.clients.clone())
     }
 
@@ -383,8 +382,7 @@ impl Pipeline {
     pub fn redrive_engine_via(
         &self,
         clients: AwsClients,
-    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore>
-    {
+    ) -> sqs_keeper_core::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore> {
         let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
             url: self.downstream.url().parse().unwrap(),
             timeout: Duration::from_millis(500),
@@ -392,15 +390,15 @@ impl Pipeline {
             auth_header: None,
         })
         .unwrap();
-        sqs_keeper_core::redrive::RedriveEngine::new(
+        sqs_keeper_core::RedriveEngine::new(
             DeadLetterStore::new(clients, self.resources.store_config()),
             Some(delivery),
-            sqs_keeper_core::redrive::RedriveSettings {
+            sqs_keeper_core::RedriveSettings {
                 retry: sqs_keeper_core::RetryPolicy {
                     max_attempts: 1,
                     ..sqs_keeper_core::RetryPolicy::default()
                 },
-                parser: sqs_keeper_core::item::ItemParser {
+                parser: sqs_keeper_core::ItemParser {
                     id_source: "pointer:/id".parse().unwrap(),
                     ..Default::default()
                 },

@@ -37,17 +37,16 @@ use e2e::{body, outcome_ids, Pipeline, Setup, REGION};
 use serde_json::json;
 use sqs_keeper_aws::AwsClients;
 use sqs_keeper_aws::DeadLetterStore;
-use sqs_keeper_core::batch::{BatchReport, Disposition, NotStartedReason};
-use sqs_keeper_core::dead_letter::{
-    DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation,
+use sqs_keeper_core::Deadline;
+use sqs_keeper_core::ErrorClass;
+use sqs_keeper_core::ItemParser;
+use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::{
+    redrive_made_no_progress, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest,
+    RedriveSettings,
 };
-use sqs_keeper_core::error::ErrorClass;
-use sqs_keeper_core::item::ItemParser;
-use sqs_keeper_core::pointer::S3Pointer;
-use sqs_keeper_core::redrive::{
-    no_progress, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
-};
-use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::{BatchReport, Disposition, NotStartedReason};
+use sqs_keeper_core::{DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation};
 use sqs_keeper_core::{Outcome, ProcessError, Processor, RetryPolicy, WorkItem};
 use sqs_keeper_http::HttpDelivery;
 use sqs_keeper_http::HttpDeliveryConfig;
@@ -522,10 +521,7 @@ async fn s3_failing_while_offloading_never_leaves_a_record_without_its_object() 
         .await
         .unwrap();
     let stored = object.body.collect().await.unwrap().into_bytes();
-    assert_eq!(
-        sqs_keeper_core::hex::sha256_hex(&stored),
-        big.payload.sha256
-    );
+    assert_eq!(sqs_keeper_core::sha256_hex(&stored), big.payload.sha256);
     assert_eq!(big.source.receive_count, 4);
     assert_eq!(attempt_ids(big), [format!("{}:4:1", big.source.message_id)]);
     assert_eq!(big.failure_count, 1);
@@ -1115,7 +1111,7 @@ async fn redrive_with_dynamodb_throttled_leaves_items_dead_unleased_and_redrivab
     proxy.inject(Rule::new(&transact, Fault::Throttling, Trigger::Always));
 
     let report = engine
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(report.selected, 3);
@@ -1150,7 +1146,7 @@ async fn redrive_with_dynamodb_throttled_leaves_items_dead_unleased_and_redrivab
     // DynamoDB recovers: nothing is stuck behind a lease, the next run resolves them all.
     proxy.clear();
     let again = engine
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -1246,7 +1242,10 @@ async fn redrive_failure_that_cannot_be_recorded_releases_the_lease() {
     // The item fails again (the downstream still throttles); writing that failure is
     // throttled for the SDK's 3 attempts, then DynamoDB recovers.
     trap.arm(Rule::new(&update, Fault::Throttling, Trigger::NextN(3)));
-    let report = engine.run(&one("again"), &*no_progress()).await.unwrap();
+    let report = engine
+        .run(&one("again"), &*redrive_made_no_progress())
+        .await
+        .unwrap();
     assert_eq!(
         outcome_ids(&report, ItemOutcomeKind::Error),
         ["again"],
@@ -1263,7 +1262,10 @@ async fn redrive_failure_that_cannot_be_recorded_releases_the_lease() {
     );
     assert_eq!(visible_dlq(&p).await, 1);
     // Redrivable at once.
-    let again = engine.run(&one("again"), &*no_progress()).await.unwrap();
+    let again = engine
+        .run(&one("again"), &*redrive_made_no_progress())
+        .await
+        .unwrap();
     assert_eq!(again.failed_again, 1, "{again:?}");
     assert_eq!(
         p.store().get("again").await.unwrap().unwrap().failure_count,
@@ -1281,7 +1283,10 @@ async fn redrive_success_that_cannot_be_resolved_releases_the_lease() {
     // The item is reprocessed successfully; marking it resolved is throttled for the SDK's
     // 3 attempts, then DynamoDB recovers.
     trap.arm(Rule::new(&update, Fault::Throttling, Trigger::NextN(3)));
-    let report = engine.run(&one("fixed"), &*no_progress()).await.unwrap();
+    let report = engine
+        .run(&one("fixed"), &*redrive_made_no_progress())
+        .await
+        .unwrap();
     assert_eq!(
         outcome_ids(&report, ItemOutcomeKind::Error),
         ["fixed"],
@@ -1322,7 +1327,7 @@ async fn race_two_redrives(name: &str) -> (Pipeline, Vec<String>, RedriveReport,
         parallelism: Some(4),
         ..RedriveRequest::default()
     };
-    let progress = no_progress();
+    let progress = redrive_made_no_progress();
     let (ra, rb) = tokio::join!(a.run(&request, &*progress), b.run(&request, &*progress));
     assert!(proxy.injected_for(Operation::dynamodb("UpdateItem")) >= 24);
     (p, ids, ra.unwrap(), rb.unwrap())
@@ -1362,7 +1367,7 @@ async fn concurrent_redrives_through_a_slow_store_process_each_item_once() {
     );
     let cleanup = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(cleanup.selected, 0);

@@ -8,10 +8,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqs_keeper_aws::DynamoPauseMarker;
-use sqs_keeper_core::polling::{PauseMarker, PauseState, LEASE};
+use sqs_keeper_core::{PauseMarker, PauseState, PAUSE_LEASE};
 
 use sqs_keeper_aws::DynamoIdempotencyStore;
-use sqs_keeper_core::idempotency::{Claim, Idempotency, IdempotencyStore, Once};
+use sqs_keeper_core::{
+    idempotency::Claim, idempotency::Idempotency, idempotency::IdempotencyStore, idempotency::Once,
+};
 use sqs_keeper_lambda::ProcessError;
 
 async fn store() -> DynamoIdempotencyStore {
@@ -177,11 +179,11 @@ async fn the_polling_markers_lease_and_pause() {
         "missing item"
     );
     assert!(
-        marker.lease(now, now + LEASE).await.unwrap(),
+        marker.lease(now, now + PAUSE_LEASE).await.unwrap(),
         "lease on a missing item"
     );
     assert!(!marker
-        .lease(now + Duration::from_secs(1), now + LEASE)
+        .lease(now + Duration::from_secs(1), now + PAUSE_LEASE)
         .await
         .unwrap());
     // A pause written under the lease keeps the lease.
@@ -194,21 +196,27 @@ async fn the_polling_markers_lease_and_pause() {
     marker.write(paused).await.unwrap();
     assert_eq!(marker.read().await.unwrap(), paused);
     assert!(!marker
-        .lease(now + Duration::from_secs(2), now + LEASE)
+        .lease(now + Duration::from_secs(2), now + PAUSE_LEASE)
         .await
         .unwrap());
     // Lapses at its end.
-    assert!(marker.lease(now + LEASE, now + LEASE * 2).await.unwrap());
-    marker.release(now + LEASE * 2).await.unwrap();
+    assert!(marker
+        .lease(now + PAUSE_LEASE, now + PAUSE_LEASE * 2)
+        .await
+        .unwrap());
+    marker.release(now + PAUSE_LEASE * 2).await.unwrap();
     assert_eq!(
         marker.read().await.unwrap(),
         paused,
         "release keeps the pause"
     );
-    assert!(marker.lease(now, now + LEASE).await.unwrap(), "released");
+    assert!(
+        marker.lease(now, now + PAUSE_LEASE).await.unwrap(),
+        "released"
+    );
     marker.write(PauseState::default()).await.unwrap();
     assert_eq!(marker.read().await.unwrap(), PauseState::default());
-    marker.release(now + LEASE).await.unwrap();
+    marker.release(now + PAUSE_LEASE).await.unwrap();
 
     // REMOVE of a missing attribute on a fresh item; release of a fresh item.
     let fresh = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#fresh");
@@ -216,13 +224,13 @@ async fn the_polling_markers_lease_and_pause() {
     assert_eq!(fresh.read().await.unwrap(), PauseState::default());
     let other = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#other");
     other.release(now).await.unwrap();
-    assert!(other.lease(now, now + LEASE).await.unwrap());
+    assert!(other.lease(now, now + PAUSE_LEASE).await.unwrap());
 
     // Two runs at once: one lease.
     let racing = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#race");
     let (a, b) = tokio::join!(
-        racing.lease(now, now + LEASE),
-        racing.lease(now, now + LEASE)
+        racing.lease(now, now + PAUSE_LEASE),
+        racing.lease(now, now + PAUSE_LEASE)
     );
     assert!(
         a.unwrap() ^ b.unwrap(),
@@ -230,7 +238,7 @@ async fn the_polling_markers_lease_and_pause() {
     );
 }
 
-/// A run whose lease lapsed (it ran past `LEASE`, or its clock was behind the next run's)
+/// A run whose lease lapsed (it ran past `PAUSE_LEASE`, or its clock was behind the next run's)
 /// does not give back the lease of the run that took it over: a third run cannot start
 /// beside the second.
 #[tokio::test]
@@ -240,15 +248,15 @@ async fn a_lapsed_run_does_not_release_the_lease_of_the_run_that_took_it_over() 
     let marker = DynamoPauseMarker::new(clients.dynamodb.clone(), &table, "breaker#w");
     let t = ms(SystemTime::now());
     // Run A.
-    assert!(marker.lease(t, t + LEASE).await.unwrap());
+    assert!(marker.lease(t, t + PAUSE_LEASE).await.unwrap());
     // Run B, after A's lease lapsed.
-    let b_at = t + LEASE + Duration::from_secs(1);
-    assert!(marker.lease(b_at, b_at + LEASE).await.unwrap());
+    let b_at = t + PAUSE_LEASE + Duration::from_secs(1);
+    assert!(marker.lease(b_at, b_at + PAUSE_LEASE).await.unwrap());
     // A finishes and gives its lease back.
-    marker.release(t + LEASE).await.unwrap();
+    marker.release(t + PAUSE_LEASE).await.unwrap();
     // Run C, while B holds its lease.
     let c_at = b_at + Duration::from_secs(60);
-    let c = marker.lease(c_at, c_at + LEASE).await.unwrap();
+    let c = marker.lease(c_at, c_at + PAUSE_LEASE).await.unwrap();
     assert!(
         !c,
         "run C took the lease while run B held it: A's release removed B's lease"
@@ -262,7 +270,9 @@ async fn a_lapsed_run_does_not_release_the_lease_of_the_run_that_took_it_over() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_skips_an_item_the_worker_completed() {
     use e2e::{body, Pipeline, Setup};
-    use sqs_keeper_core::redrive::{no_progress, ItemOutcomeKind, RedriveEngine, RedriveRequest};
+    use sqs_keeper_core::{
+        redrive_made_no_progress, ItemOutcomeKind, RedriveEngine, RedriveRequest,
+    };
     let clients = e2e::clients().await;
     let table = e2e::idempotency_table(&clients.dynamodb, "redrive-idem").await;
     let p = Pipeline::new(
@@ -303,7 +313,7 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
                 force: true,
                 ..RedriveRequest::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -323,8 +333,8 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
 #[tokio::test]
 async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     use sqs_keeper_aws::DynamoBreakerStore;
-    use sqs_keeper_core::breaker::BreakerStore;
-    use sqs_keeper_core::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
+    use sqs_keeper_core::BreakerStore;
+    use sqs_keeper_core::{testing::MemoryBreakerStore, testing::MemoryIdempotencyStore};
 
     let clients = e2e::clients().await;
     let table = e2e::idempotency_table(&clients.dynamodb, "conditions").await;

@@ -177,7 +177,7 @@ fn dashboard_plots_what_the_functions_emit() {
     };
 
     let template = translated_template("main");
-    let mut counts = sqs_keeper_core::batch::BatchCounts {
+    let mut counts = sqs_keeper_core::BatchCounts {
         records: 1,
         ..Default::default()
     };
@@ -192,12 +192,10 @@ fn dashboard_plots_what_the_functions_emit() {
         request_id: None,
     };
     let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
-    let redrive_metrics = defined_metrics(&[redrive_document(
-        &sqs_keeper_core::redrive::RedriveReport::default(),
-        "r",
-        0,
-    )
-    .unwrap()]);
+    let redrive_metrics =
+        defined_metrics(&[
+            redrive_document(&sqs_keeper_core::RedriveReport::default(), "r", 0).unwrap(),
+        ]);
 
     let plotted = dashboard_metrics(&template);
     // Every custom metric the dashboard plots is one the function it names emits.
@@ -1305,7 +1303,7 @@ fn the_readme_states_the_template_defaults() {
 /// delay at its jitter's top).
 fn default_spacing(template: &Value, receives: u32) -> Duration {
     let number = |name: &str| template["Parameters"][name]["Default"].as_u64().unwrap();
-    let policy = sqs_keeper_core::redelivery::RedeliveryPolicy {
+    let policy = sqs_keeper_core::RedeliveryPolicy {
         base: Duration::from_secs(number("RedeliveryBaseSeconds")),
         multiplier: u32::try_from(number("RedeliveryMultiplier")).unwrap(),
         max: Duration::from_secs(number("RedeliveryMaxSeconds")),

@@ -5,9 +5,9 @@
 
 use e2e::{body, Pipeline, Setup};
 use serde_json::json;
-use sqs_keeper_core::dead_letter::{DeadLetterReason, PayloadLocation};
-use sqs_keeper_core::error::ErrorClass;
-use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::ErrorClass;
+use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::{DeadLetterReason, PayloadLocation};
 use std::collections::HashMap;
 
 fn attr<'a>(m: &'a aws_sdk_sqs::types::Message, name: &str) -> Option<&'a str> {
@@ -174,7 +174,7 @@ async fn large_payload_goes_to_s3_with_matching_sha256() {
     assert_eq!(r.payload.size_bytes, large.len() as u64);
     assert_eq!(
         r.payload.sha256,
-        sqs_keeper_core::hex::sha256_hex(large.as_bytes())
+        sqs_keeper_core::sha256_hex(large.as_bytes())
     );
     assert_eq!(p.objects().await, std::slice::from_ref(key));
     let object = p
@@ -188,7 +188,7 @@ async fn large_payload_goes_to_s3_with_matching_sha256() {
         .unwrap();
     assert_eq!(object.metadata().unwrap()["sha256"], r.payload.sha256);
     let stored = object.body.collect().await.unwrap().into_bytes();
-    assert_eq!(sqs_keeper_core::hex::sha256_hex(&stored), r.payload.sha256);
+    assert_eq!(sqs_keeper_core::sha256_hex(&stored), r.payload.sha256);
     // The DLQ message points at the object, as the SQS Extended Client would.
     let dlq = p.dlq_messages().await;
     assert_eq!(dlq.len(), 1);
@@ -283,8 +283,8 @@ async fn both_extended_client_pointer_forms_are_read_with_900_kb_payloads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() {
-    use sqs_keeper_core::dead_letter::{DeadLetterSink, InvocationInfo};
-    use sqs_keeper_core::item::ItemParser;
+    use sqs_keeper_core::ItemParser;
+    use sqs_keeper_core::{DeadLetterSink, InvocationInfo};
 
     let p = Pipeline::new("idem", Setup::default()).await;
     let store = p.store();
@@ -371,9 +371,9 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
 /// leave the history, its count and its ids alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
-    use sqs_keeper_core::dead_letter::{DeadLetteredItem, InvocationInfo};
-    use sqs_keeper_core::item::ItemParser;
-    use sqs_keeper_core::recording::{Expect, RecordTable};
+    use sqs_keeper_core::ItemParser;
+    use sqs_keeper_core::{DeadLetteredItem, InvocationInfo};
+    use sqs_keeper_core::{Expect, RecordTable};
 
     let p = Pipeline::new("claimonly", Setup::default()).await;
     let store = p.store();
@@ -481,9 +481,9 @@ async fn fifo_order_is_kept_across_a_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn awkward_text_round_trips_through_the_record() {
-    use sqs_keeper_core::dead_letter::{DeadLetterCandidate, DeadLetterSink, InvocationInfo};
-    use sqs_keeper_core::item::ItemParser;
-    use sqs_keeper_core::retry::AttemptFailure;
+    use sqs_keeper_core::AttemptFailure;
+    use sqs_keeper_core::ItemParser;
+    use sqs_keeper_core::{DeadLetterCandidate, DeadLetterSink, InvocationInfo};
 
     let p = Pipeline::new("awkward", Setup::default()).await;
     let text = "q\"uote back\\slash Some(\\\"x\\\") ü € 😀 new\nline \u{1} tab\t";
@@ -562,8 +562,8 @@ async fn call_counter_counts_and_times_each_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
     use aws_sdk_sqs::types::MessageSystemAttributeName as S;
-    use sqs_keeper_core::message::fifo_group_id;
-    use sqs_keeper_core::redrive::{no_progress, ItemOutcomeKind, RedriveMode, RedriveRequest};
+    use sqs_keeper_core::fifo_group_id;
+    use sqs_keeper_core::{redrive_made_no_progress, ItemOutcomeKind, RedriveMode, RedriveRequest};
 
     let p = Pipeline::new(
         "fifonogroup",
@@ -601,7 +601,7 @@ async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
         .worker
         .run(
             event,
-            sqs_keeper_core::retry::Deadline::after(
+            sqs_keeper_core::Deadline::after(
                 std::time::Duration::from_secs(30),
                 std::time::Duration::ZERO,
             ),
@@ -660,7 +660,7 @@ async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
                 force: true,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -736,7 +736,7 @@ async fn the_downstream_credential_comes_from_secrets_manager() {
         let report = worker
             .run(
                 event,
-                sqs_keeper_core::retry::Deadline::after(
+                sqs_keeper_core::Deadline::after(
                     std::time::Duration::from_secs(30),
                     std::time::Duration::ZERO,
                 ),
@@ -854,7 +854,7 @@ async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes
     let report = worker
         .run(
             event,
-            sqs_keeper_core::retry::Deadline::after(
+            sqs_keeper_core::Deadline::after(
                 std::time::Duration::from_secs(30),
                 std::time::Duration::ZERO,
             ),
@@ -1241,11 +1241,9 @@ async fn a_long_outage_pauses_polling_and_costs_each_message_a_bounded_number_of
 }
 
 /// A candidate for `item` on its last receive after two attempts that timed out.
-fn timed_out_twice(
-    item: sqs_keeper_core::item::WorkItem,
-) -> sqs_keeper_core::dead_letter::DeadLetterCandidate {
-    use sqs_keeper_core::dead_letter::DeadLetterCandidate;
-    use sqs_keeper_core::retry::AttemptFailure;
+fn timed_out_twice(item: sqs_keeper_core::WorkItem) -> sqs_keeper_core::DeadLetterCandidate {
+    use sqs_keeper_core::AttemptFailure;
+    use sqs_keeper_core::DeadLetterCandidate;
     let error = sqs_keeper_lambda::ProcessError::new(ErrorClass::Timeout, "timeout after 3s");
     DeadLetterCandidate {
         item,
@@ -1262,7 +1260,7 @@ fn timed_out_twice(
     }
 }
 
-/// The store's conditions are defined once (`sqs_keeper_core::condition::conditions`): the
+/// The store's conditions are defined once (`sqs_keeper_core::conditions`): the
 /// adapter sends each as a condition expression and the in-memory stores (the
 /// simulation's) evaluate the same value. Here both readings of every condition meet
 /// every kind of stored record, and an absent one, on DynamoDB Local: a condition that
@@ -1272,10 +1270,10 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
     use sqs_keeper_aws::schema;
     use sqs_keeper_aws::WithCondition;
-    use sqs_keeper_core::condition::{conditions, Condition, StoredRecord};
-    use sqs_keeper_core::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};
-    use sqs_keeper_core::item::ItemParser;
-    use sqs_keeper_core::recording::Expect;
+    use sqs_keeper_core::Expect;
+    use sqs_keeper_core::ItemParser;
+    use sqs_keeper_core::{conditions, Condition, StoredRecord};
+    use sqs_keeper_core::{DeadLetteredItem, InvocationInfo, ItemStatus};
 
     let p = Pipeline::new("conditions", Setup::default()).await;
     let dynamodb = &p.clients.dynamodb;
@@ -1381,7 +1379,7 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     let record = &fixtures[0].record;
     let sha = record.payload.sha256.clone();
     let leased_sha = fixtures[2].record.payload.sha256.clone();
-    let last = sqs_keeper_core::time_format::format(&record.last_attempt);
+    let last = sqs_keeper_core::format_timestamp(&record.last_attempt);
     let status = |s, keys: &[&str]| Expect::Status {
         status: s,
         not_processed: keys.iter().map(|k| k.to_string()).collect(),
@@ -1539,10 +1537,10 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
     use sqs_keeper_aws::schema;
     use sqs_keeper_aws::WithCondition;
-    use sqs_keeper_core::condition::{conditions, Condition, StoredRecord};
-    use sqs_keeper_core::dead_letter::{DeadLetteredItem, InvocationInfo, ItemStatus};
-    use sqs_keeper_core::item::ItemParser;
-    use sqs_keeper_core::recording::Expect;
+    use sqs_keeper_core::Expect;
+    use sqs_keeper_core::ItemParser;
+    use sqs_keeper_core::{conditions, Condition, StoredRecord};
+    use sqs_keeper_core::{DeadLetteredItem, InvocationInfo, ItemStatus};
 
     let p = Pipeline::new("condrev", Setup::default()).await;
     let dynamodb = &p.clients.dynamodb;
@@ -1656,7 +1654,7 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
         status: s,
         not_processed: keys.iter().map(|k| k.to_string()).collect(),
     };
-    let bare_last = sqs_keeper_core::time_format::format(&fixtures[0].record.last_attempt);
+    let bare_last = sqs_keeper_core::format_timestamp(&fixtures[0].record.last_attempt);
     let cases: Vec<(String, Condition)> = vec![
         ("lease_is_free".into(), conditions::lease_is_free(now)),
         ("lease_is_free+1".into(), conditions::lease_is_free(now + 1)),
@@ -1773,7 +1771,7 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_queue_tenant_is_kept_on_the_record_and_the_dlq_message() {
     use aws_sdk_sqs::types::MessageSystemAttributeName;
-    use sqs_keeper_core::selection::RecordFilter;
+    use sqs_keeper_core::RecordFilter;
 
     let p = Pipeline::new("fair", Setup::default()).await;
     for (id, tenant) in [("f1", Some("tenant-a")), ("f2", None)] {
@@ -1825,7 +1823,7 @@ async fn a_fair_queue_tenant_is_kept_on_the_record_and_the_dlq_message() {
     );
     assert!(groups.contains(&("f2".to_string(), None)), "{groups:?}");
     // The listing's filter, through the status index (records read whole) and a scan.
-    for status in [Some(sqs_keeper_core::dead_letter::ItemStatus::Dead), None] {
+    for status in [Some(sqs_keeper_core::ItemStatus::Dead), None] {
         let listed = p
             .store()
             .query_all(

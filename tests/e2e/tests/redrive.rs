@@ -5,11 +5,11 @@
 
 use e2e::{body, outcome_ids, Pipeline, Setup};
 use serde_json::json;
-use sqs_keeper_core::dead_letter::{DeadLetterReason, ItemStatus, PayloadLocation};
-use sqs_keeper_core::error::ErrorClass;
-use sqs_keeper_core::redrive::{
-    no_progress, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest,
+use sqs_keeper_core::ErrorClass;
+use sqs_keeper_core::{
+    redrive_made_no_progress, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest,
 };
+use sqs_keeper_core::{DeadLetterReason, ItemStatus, PayloadLocation};
 
 /// A pipeline whose items dead-letter on their first delivery.
 async fn dead_items(name: &str, items: &[(&str, &str)]) -> Pipeline {
@@ -33,7 +33,12 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
     let engine = p.redrive_engine();
     let run = |request: RedriveRequest| {
         let engine = &engine;
-        async move { engine.run(&request, &*no_progress()).await.unwrap() }
+        async move {
+            engine
+                .run(&request, &*redrive_made_no_progress())
+                .await
+                .unwrap()
+        }
     };
     let all = run(RedriveRequest {
         dry_run: true,
@@ -134,7 +139,7 @@ async fn reprocess_resolves_successes_and_extends_history_of_failures() {
                 item_ids: vec!["ok1".into(), "big".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -157,7 +162,7 @@ async fn reprocess_failure_appends_history_and_stays_dead() {
     let before = p.store().get("bad").await.unwrap().unwrap();
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::FailedAgain), ["bad"]);
@@ -179,7 +184,7 @@ async fn reprocess_failure_appends_history_and_stays_dead() {
     // The lease was released: a second run can take it again.
     let again = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(again.failed_again, 1);
@@ -203,7 +208,7 @@ async fn requeue_sends_the_original_payload_back_with_its_item_id() {
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -269,7 +274,10 @@ async fn continuation_token_resumes_where_it_stopped() {
     let mut runs = 0;
     loop {
         runs += 1;
-        let report = engine.run(&request, &*no_progress()).await.unwrap();
+        let report = engine
+            .run(&request, &*redrive_made_no_progress())
+            .await
+            .unwrap();
         resolved.extend(outcome_ids(&report, ItemOutcomeKind::Resolved));
         assert!(report.selected <= 2);
         match report.continuation_token {
@@ -301,7 +309,7 @@ async fn concurrent_redrives_process_each_item_once() {
         parallelism: Some(2),
         ..Default::default()
     };
-    let progress = no_progress();
+    let progress = redrive_made_no_progress();
     let (ra, rb) = tokio::join!(a.run(&request, &*progress), b.run(&request, &*progress));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(ra.succeeded + rb.succeeded, 8);
@@ -325,7 +333,7 @@ async fn unrecorded_dlq_messages_become_records() {
                 item_ids: vec!["none".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -343,7 +351,7 @@ async fn unrecorded_dlq_messages_become_records() {
     // Adoption is not repeated, and the adopted item is redrivable.
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(report.adopted_from_dlq, 0);
@@ -382,7 +390,10 @@ async fn bad_requests_change_nothing() {
             ..Default::default()
         },
     ] {
-        let err = engine.run(&request, &*no_progress()).await.unwrap_err();
+        let err = engine
+            .run(&request, &*redrive_made_no_progress())
+            .await
+            .unwrap_err();
         assert!(matches!(err, RedriveError::InvalidRequest(_)), "{err}");
     }
     let record = p.store().get("x1").await.unwrap().unwrap();
@@ -406,7 +417,7 @@ async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
                 item_ids: vec!["s2".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -449,7 +460,7 @@ async fn expired_leases_are_taken_back_by_a_default_redrive() {
     leave_stale_lease(&p, "k1").await;
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -475,7 +486,7 @@ async fn newer_ineligible_items_do_not_starve_older_eligible_ones() {
                 max_items: Some(1),
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -501,7 +512,7 @@ async fn a_report_lists_a_bounded_sample_and_complete_counts() {
     let mut engine = p.redrive_engine();
     engine.settings_mut().report_items = 2;
     let report = engine
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!((report.selected, report.succeeded), (3, 3));
@@ -523,7 +534,7 @@ async fn requeue_is_not_resolve_until_the_worker_finishes_the_message() {
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -556,7 +567,7 @@ async fn a_requeued_message_that_returns_to_the_dlq_reopens_its_record_and_is_ke
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -589,7 +600,7 @@ async fn a_requeued_message_that_returns_to_the_dlq_reopens_its_record_and_is_ke
                 item_ids: vec!["nothing-else".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -606,7 +617,7 @@ async fn a_requeued_message_that_returns_to_the_dlq_reopens_its_record_and_is_ke
     p.downstream.fix();
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["b1"]);
@@ -634,7 +645,7 @@ async fn two_bodies_under_one_item_id_are_each_delivered_before_their_messages_g
     p.downstream.fix();
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["same"]);
@@ -651,7 +662,7 @@ async fn two_bodies_under_one_item_id_are_each_delivered_before_their_messages_g
     );
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["same"]);
@@ -712,7 +723,7 @@ async fn a_message_naming_a_processed_delivery_is_kept_by_its_content() {
     p.downstream.fix();
     let redrive = || async {
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*no_progress())
+            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
             .await
             .unwrap()
     };
@@ -746,7 +757,7 @@ async fn an_adopted_message_is_tracked_under_its_item_id_and_delivered_once() {
     send_to_dlq_with_item_id(&p, &body("payload-id", "ok"), "ghost").await;
     for _ in 0..3 {
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*no_progress())
+            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
             .await
             .unwrap();
     }
@@ -775,14 +786,14 @@ async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_keeper_core::pointer::S3Pointer {
+    let pointer = sqs_keeper_core::S3Pointer {
         bucket: p.resources.bucket.clone(),
         key: "producer/ec-1".into(),
     }
     .to_body();
     p.send_to_dlq(&[&pointer]).await;
     p.redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -821,7 +832,7 @@ async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_keeper_core::pointer::S3Pointer {
+    let pointer = sqs_keeper_core::S3Pointer {
         bucket: foreign.clone(),
         key: "secret".into(),
     }
@@ -829,7 +840,7 @@ async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
     p.send_to_dlq(&[&pointer]).await;
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(report.adopted_from_dlq, 1, "{report:?}");
@@ -841,7 +852,7 @@ async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
     assert_eq!(records.len(), 1);
     assert_eq!(
         records[0].error_class,
-        sqs_keeper_core::error::ErrorClass::Permission
+        sqs_keeper_core::ErrorClass::Permission
     );
     assert!(!records[0].reprocess_eligible);
     assert!(
@@ -860,7 +871,7 @@ async fn an_overlong_item_id_in_the_dlq_does_not_block_the_sweep() {
     send_to_dlq_with_item_id(&p, &body("long", "ok"), &"x".repeat(3000)).await;
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(report.adopted_from_dlq, 1);
@@ -922,7 +933,7 @@ async fn message_attributes_round_trip_with_their_types_through_requeue() {
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -948,7 +959,7 @@ async fn message_attributes_round_trip_with_their_types_through_requeue() {
 /// (`REDRIVE_REPEATS`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
-    use sqs_keeper_core::dead_letter::{FailureDetail, HISTORY_LIMIT};
+    use sqs_keeper_core::{FailureDetail, HISTORY_LIMIT};
     let p = dead_items("thousand", &[("hot", "throttled")]).await;
     let store = p.store();
     let template = store.get("hot").await.unwrap().unwrap().failure_history[0].clone();
@@ -1009,10 +1020,10 @@ async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
     assert!(size < 300_000, "record is {size} bytes");
 }
 
-fn pointer_parser() -> sqs_keeper_core::item::ItemParser {
-    sqs_keeper_core::item::ItemParser {
+fn pointer_parser() -> sqs_keeper_core::ItemParser {
+    sqs_keeper_core::ItemParser {
         id_source: "pointer:/id".parse().unwrap(),
-        ..sqs_keeper_core::item::ItemParser::default()
+        ..sqs_keeper_core::ItemParser::default()
     }
 }
 
@@ -1101,7 +1112,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
                 item_ids: vec!["none".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -1116,7 +1127,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
                 item_ids: vec!["none".into()],
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -1129,7 +1140,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
 /// that appeared (or changed status) meanwhile is never overwritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adoption_never_overwrites_a_record() {
-    use sqs_keeper_core::sweep::{Adoption, DlqMessages};
+    use sqs_keeper_core::{Adoption, DlqMessages};
     let p = dead_items("adopt-guard", &[("a1", "invalid")]).await;
     let before = p.store().get("a1").await.unwrap().unwrap();
     let message = p.dlq_messages().await.remove(0);
@@ -1239,7 +1250,7 @@ async fn a_message_moved_back_by_the_console_resolves_its_record_when_finished()
     let calls = p.downstream.calls("c1");
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     assert_eq!(report.selected, 0, "{report:?}");
@@ -1266,7 +1277,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
         .expression_attribute_values(":m", AttributeValue::S("m-gone".into()))
         .expression_attribute_values(
             ":at",
-            AttributeValue::S(sqs_keeper_core::time_format::format(&long_ago)),
+            AttributeValue::S(sqs_keeper_core::format_timestamp(&long_ago)),
         )
         .send()
         .await
@@ -1278,7 +1289,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
                 dry_run: true,
                 ..RedriveRequest::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -1290,7 +1301,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
                 item_ids: vec!["none".into()],
                 ..RedriveRequest::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -1330,7 +1341,7 @@ async fn a_900_kb_message_is_dead_lettered_to_s3_requeued_inline_and_delivered()
         .unwrap();
     assert_eq!(dlq.messages().len(), 1);
     assert!(
-        sqs_keeper_core::pointer::S3Pointer::parse(dlq.messages()[0].body().unwrap()).is_some(),
+        sqs_keeper_core::S3Pointer::parse(dlq.messages()[0].body().unwrap()).is_some(),
         "the DLQ message points at the payload"
     );
 
@@ -1341,7 +1352,7 @@ async fn a_900_kb_message_is_dead_lettered_to_s3_requeued_inline_and_delivered()
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();

@@ -11,12 +11,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::Message;
 use e2e::{body, Pipeline};
 use sqs_keeper_aws::DeadLetterStore;
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, ItemStatus};
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::item::ItemParser;
-use sqs_keeper_core::ports::SweepOptions;
-use sqs_keeper_core::redrive::{no_progress, RedriveMode, RedriveRequest};
-use sqs_keeper_core::sweep::{Adoption, DlqMessages, ReceivedMessage, Standing};
+use sqs_keeper_core::ItemParser;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::SweepOptions;
+use sqs_keeper_core::{redrive_made_no_progress, RedriveMode, RedriveRequest};
+use sqs_keeper_core::{Adoption, DlqMessages, ReceivedMessage, Standing};
+use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
 
 fn parser() -> ItemParser {
     ItemParser {
@@ -96,7 +96,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .unwrap();
@@ -110,7 +110,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     // A sweep reopens the record with it.
     let store = p.store();
     let sweep = store.sweep_dlq(&adopting()).await.unwrap();
-    sqs_keeper_core::sweep::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    sqs_keeper_core::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
         .await
         .unwrap();
     let reopened = record(&p, "x").await;
@@ -125,7 +125,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     let after = record(&p, "x").await;
     // The next scheduled redrive.
     let again = engine
-        .run(&RedriveRequest::default(), &*no_progress())
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
         .await
         .unwrap();
     let deliveries = p
@@ -246,10 +246,10 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
         keys: vec![format!("msg:{s1}"), format!("sha:{}", dead.payload.sha256)],
         fired: AtomicBool::new(false),
     };
-    let sweep = sqs_keeper_core::sweep::sweep_dlq(&hooked, &adopting())
+    let sweep = sqs_keeper_core::sweep_dlq(&hooked, &adopting())
         .await
         .unwrap();
-    sqs_keeper_core::sweep::settle_held(&hooked, sweep.held, Duration::ZERO, Duration::ZERO)
+    sqs_keeper_core::settle_held(&hooked, sweep.held, Duration::ZERO, Duration::ZERO)
         .await
         .unwrap();
     let after = record(&p, "x").await;
@@ -271,10 +271,10 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
 /// S3 does not answer.
 mod producer_attributes {
     use e2e::{body, Pipeline, Setup};
-    use sqs_keeper_core::dead_letter::ItemStatus;
-    use sqs_keeper_core::redrive::RedriveRequest;
+    use sqs_keeper_core::ItemStatus;
+    use sqs_keeper_core::RedriveRequest;
 
-    use sqs_keeper_core::redrive::no_progress;
+    use sqs_keeper_core::redrive_made_no_progress;
 
     async fn send_with_attrs(p: &Pipeline, queue_url: &str, body: &str, attrs: &[(&str, &str)]) {
         use aws_sdk_sqs::types::MessageAttributeValue;
@@ -324,7 +324,7 @@ mod producer_attributes {
         p.downstream.fix();
         for _ in 0..2 {
             p.redrive_engine()
-                .run(&RedriveRequest::default(), &*no_progress())
+                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
                 .await
                 .unwrap();
         }
@@ -364,7 +364,7 @@ mod producer_attributes {
         p.downstream.fix();
         for _ in 0..2 {
             p.redrive_engine()
-                .run(&RedriveRequest::default(), &*no_progress())
+                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
                 .await
                 .unwrap();
         }
@@ -453,7 +453,7 @@ mod producer_attributes {
         for _ in 0..3 {
             reports.push(
                 p.redrive_engine_with_message_ids()
-                    .run(&RedriveRequest::default(), &*no_progress())
+                    .run(&RedriveRequest::default(), &*redrive_made_no_progress())
                     .await
                     .unwrap(),
             );
@@ -474,7 +474,7 @@ mod producer_attributes {
     trait MessageIds {
         fn redrive_engine_with_message_ids(
             &self,
-        ) -> sqs_keeper_core::redrive::RedriveEngine<
+        ) -> sqs_keeper_core::RedriveEngine<
             sqs_keeper_http::HttpDelivery,
             sqs_keeper_aws::DeadLetterStore,
         >;
@@ -483,7 +483,7 @@ mod producer_attributes {
     impl MessageIds for Pipeline {
         fn redrive_engine_with_message_ids(
             &self,
-        ) -> sqs_keeper_core::redrive::RedriveEngine<
+        ) -> sqs_keeper_core::RedriveEngine<
             sqs_keeper_http::HttpDelivery,
             sqs_keeper_aws::DeadLetterStore,
         > {
@@ -495,15 +495,15 @@ mod producer_attributes {
                     auth_header: None,
                 })
                 .unwrap();
-            sqs_keeper_core::redrive::RedriveEngine::new(
+            sqs_keeper_core::RedriveEngine::new(
                 self.store(),
                 Some(delivery),
-                sqs_keeper_core::redrive::RedriveSettings {
+                sqs_keeper_core::RedriveSettings {
                     retry: sqs_keeper_core::RetryPolicy {
                         max_attempts: 1,
                         ..sqs_keeper_core::RetryPolicy::default()
                     },
-                    parser: sqs_keeper_core::item::ItemParser::default(),
+                    parser: sqs_keeper_core::ItemParser::default(),
                     ..Default::default()
                 },
             )
@@ -533,7 +533,7 @@ mod producer_attributes {
         p.downstream.fix();
         for _ in 0..2 {
             p.redrive_engine()
-                .run(&RedriveRequest::default(), &*no_progress())
+                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
                 .await
                 .unwrap();
         }
@@ -567,7 +567,7 @@ mod producer_attributes {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sweep_ends_by_its_until_when_s3_does_not_answer() {
         let p = Pipeline::new("atk-hang", Setup::default()).await;
-        let pointer = sqs_keeper_core::pointer::S3Pointer {
+        let pointer = sqs_keeper_core::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/hang".into(),
         }
@@ -585,10 +585,10 @@ mod producer_attributes {
         };
         let store = sqs_keeper_aws::DeadLetterStore::new(clients, p.resources.store_config());
         let started = tokio::time::Instant::now();
-        let options = sqs_keeper_core::ports::SweepOptions {
+        let options = sqs_keeper_core::SweepOptions {
             adopt: false,
             purge: Default::default(),
-            parser: sqs_keeper_core::item::ItemParser {
+            parser: sqs_keeper_core::ItemParser {
                 id_source: "pointer:/id".parse().unwrap(),
                 ..Default::default()
             },
@@ -618,7 +618,7 @@ mod producer_attributes {
         let victim = p.records().await[0].clone();
         p.downstream.fix();
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*no_progress())
+            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
             .await
             .unwrap();
         let resolved = p.store().get(&victim.item_id).await.unwrap().unwrap();
@@ -632,7 +632,7 @@ mod producer_attributes {
         )
         .await;
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*no_progress())
+            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
             .await
             .unwrap();
         let after = p.store().get(&victim.item_id).await.unwrap().unwrap();
@@ -652,7 +652,7 @@ mod producer_attributes {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_redrive_run_returns_by_its_deadline_when_s3_does_not_answer() {
         let p = Pipeline::new("atk-hang2", Setup::default()).await;
-        let pointer = sqs_keeper_core::pointer::S3Pointer {
+        let pointer = sqs_keeper_core::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/hang".into(),
         }
@@ -679,7 +679,7 @@ mod producer_attributes {
             engine.run_until(
                 &request,
                 Some(started + std::time::Duration::from_secs(60)),
-                &*no_progress(),
+                &*redrive_made_no_progress(),
             ),
         )
         .await;
@@ -709,7 +709,7 @@ mod producer_attributes {
             .send()
             .await
             .unwrap();
-        let pointer = sqs_keeper_core::pointer::S3Pointer {
+        let pointer = sqs_keeper_core::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/huge".into(),
         }
@@ -719,17 +719,14 @@ mod producer_attributes {
         for _ in 0..2 {
             let r = p
                 .redrive_engine()
-                .run(&RedriveRequest::default(), &*no_progress())
+                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
                 .await
                 .unwrap();
             errors.push(r.errors);
         }
         let records = p.records().await;
         assert_eq!(records.len(), 1, "{errors:?}");
-        assert_eq!(
-            records[0].item_id,
-            sqs_keeper_core::item::bounded_item_id(id)
-        );
+        assert_eq!(records[0].item_id, sqs_keeper_core::bounded_item_id(id));
         assert_eq!(records[0].status, ItemStatus::Resolved);
         assert_eq!(p.dlq_depth().await, 0);
     }

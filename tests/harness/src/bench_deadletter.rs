@@ -10,12 +10,12 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use serde::Serialize;
 use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor};
-use sqs_keeper_core::dead_letter::InvocationInfo;
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::item::WorkItem;
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::Deadline;
+use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{BatchConfig, BatchProcessor};
+use sqs_keeper_core::{Outcome, Processor};
 
 use crate::resources::{PipelineResources, ResourceSpec};
 

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::json;
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor};
-use sqs_keeper_core::dead_letter::{InvocationInfo, NoDeadLetterStore};
-use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::Deadline;
+use sqs_keeper_core::{BatchConfig, BatchProcessor};
+use sqs_keeper_core::{InvocationInfo, NoDeadLetterStore};
 use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 
 use crate::downstream::{Downstream, DownstreamConfig};
@@ -337,7 +337,7 @@ pub fn render(b: &RuntimeBench) -> String {
         format!("{:.2}×", b.cold_start_ratio),
         String::new(),
     ]);
-    let mut out = sqs_keeper_core::analysis::table(&["BINARY", "COLD START", "SIZE"], &rows);
+    let mut out = sqs_keeper_core::records_table(&["BINARY", "COLD START", "SIZE"], &rows);
     out.push_str(&format!(
         "\npeak RSS handling {} records: {:.1} MB for a {:.1} MB event ({:.2}× the event); \
          after a one-record invocation {:.1} MB, so the event added {:.2}× its size\n\n",
@@ -360,7 +360,7 @@ pub fn render(b: &RuntimeBench) -> String {
             ]
         })
         .collect();
-    out.push_str(&sqs_keeper_core::analysis::table(
+    out.push_str(&sqs_keeper_core::records_table(
         &["CONCURRENCY", "WALL ms", "IDEAL ms", "VS IDEAL"],
         &rows,
     ));

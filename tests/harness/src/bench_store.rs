@@ -13,17 +13,17 @@ use serde::Serialize;
 use serde_json::json;
 use sqs_keeper_aws::{schema, DeadLetterStore};
 use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
-use sqs_keeper_core::analysis;
-use sqs_keeper_core::dead_letter::{
+
+use sqs_keeper_core::AttemptFailure;
+use sqs_keeper_core::ItemParser;
+use sqs_keeper_core::RecordFilter;
+use sqs_keeper_core::{
+    redrive_made_no_progress, RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings,
+};
+use sqs_keeper_core::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
 };
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::ItemParser;
-use sqs_keeper_core::redrive::{
-    no_progress, RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings,
-};
-use sqs_keeper_core::retry::AttemptFailure;
-use sqs_keeper_core::selection::RecordFilter;
+use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_http::HttpDelivery;
 
 use crate::downstream::{Downstream, DownstreamConfig};
@@ -285,7 +285,7 @@ pub async fn run(
             .query_all(&dead, None, |_| {})
             .await
             .map_err(|e| e.to_string())?;
-        Ok(analysis::analyze(&all, 3).groups.len())
+        Ok(sqs_keeper_core::analyze_records(&all, 3).groups.len())
     })
     .await?;
     reads.push(summarize(
@@ -299,7 +299,7 @@ pub async fn run(
             .await
             .map_err(|e| e.to_string())?;
         let depth = store.dlq_depth().await.map_err(|e| e.to_string())?;
-        Ok(analysis::stats(&all, depth, chrono::Utc::now()).records)
+        Ok(sqs_keeper_core::record_stats(&all, depth, chrono::Utc::now()).records)
     })
     .await?;
     reads.push(summarize(
@@ -356,7 +356,7 @@ async fn bench_redrive(
     eprintln!("seeding {items} eligible records and their DLQ messages for {name}...");
     seed(&store, &records).await?;
     let refs: Vec<&DeadLetteredItem> = records.iter().collect();
-    for result in sqs_keeper_core::recording::RecordTable::send_to_dlq(&store, &refs).await {
+    for result in sqs_keeper_core::RecordTable::send_to_dlq(&store, &refs).await {
         result.map_err(|e| e.to_string())?;
     }
     let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
@@ -377,7 +377,7 @@ async fn bench_redrive(
                 parallelism: Some(10),
                 ..RedriveRequest::default()
             },
-            &*no_progress(),
+            &*redrive_made_no_progress(),
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -498,7 +498,8 @@ pub fn render(b: &StoreBench) -> String {
             String::new(),
         ],
     );
-    let mut out = analysis::table(&["OPERATION", "MEDIAN ms", "P95 ms", "VS GETITEM"], &rows);
+    let mut out =
+        sqs_keeper_core::records_table(&["OPERATION", "MEDIAN ms", "P95 ms", "VS GETITEM"], &rows);
     out.push('\n');
     let rows: Vec<Vec<String>> = b
         .redrives
@@ -522,7 +523,7 @@ pub fn render(b: &StoreBench) -> String {
             ]
         })
         .collect();
-    out.push_str(&analysis::table(
+    out.push_str(&sqs_keeper_core::records_table(
         &[
             "REDRIVE",
             "ITEMS",

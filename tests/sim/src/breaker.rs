@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
-use sqs_keeper_core::breaker::{BreakerState, BreakerStore};
-use sqs_keeper_core::error::ProcessError;
 use sqs_keeper_core::testing::MemoryBreakerStore;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::{BreakerState, BreakerStore};
 
 use crate::world::World;
 
@@ -49,7 +49,7 @@ impl SimBreakerStore {
         }
         state.ledger.breaker_contact.insert(
             self.sandbox.clone(),
-            SystemTime::from(sqs_keeper_core::clock::now()),
+            SystemTime::from(sqs_keeper_core::now()),
         );
         Ok(())
     }

@@ -15,8 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sqs_keeper_core::dead_letter::ItemStatus;
-use sqs_keeper_core::message::PAYLOAD_SHA256_ATTRIBUTE;
+use sqs_keeper_core::ItemStatus;
+use sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE;
 
 use crate::world::{Section, State};
 
@@ -27,10 +27,10 @@ pub fn at_quiescence(state: &mut State) {
     let mut dlq: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for m in state.dlq.messages() {
         // A producer's pointer names its item in the payload it points to.
-        let body = sqs_keeper_core::pointer::S3Pointer::parse(&m.body)
+        let body = sqs_keeper_core::S3Pointer::parse(&m.body)
             .and_then(|p| state.bucket.get(&p.key))
             .unwrap_or(&m.body);
-        let item = sqs_keeper_core::message::dlq_item_id(
+        let item = sqs_keeper_core::dlq_item_id(
             |name| m.attribute(name),
             crate::queue::payload_id(body),
             &m.id,
@@ -184,9 +184,9 @@ fn held_under_another_item(
         .get(message)
         .is_some_and(|items| items.iter().any(|item| item != id));
     let in_dlq = state.dlq.messages().iter().any(|m| {
-        let tracked = sqs_keeper_core::message::dlq_item_id(|n| m.attribute(n), None, &m.id);
+        let tracked = sqs_keeper_core::dlq_item_id(|n| m.attribute(n), None, &m.id);
         (m.id == message
-            || m.attribute(sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE) == Some(message))
+            || m.attribute(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE) == Some(message))
             && tracked != id
             && dlq.contains_key(&tracked)
     });

@@ -7,9 +7,9 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::idempotency::{Claim, IdempotencyStore};
 use sqs_keeper_core::testing::MemoryIdempotencyStore;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::{idempotency::Claim, idempotency::IdempotencyStore};
 
 use crate::world::World;
 

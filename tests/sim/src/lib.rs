@@ -14,7 +14,7 @@
 //! and everything random is drawn from the seed, so a seed replays exactly. Invariants are
 //! checked after every step ([`world::State::after_step`]) and at the end ([`check`]).
 //!
-//! The simulation must also find the defects of [`sqs_keeper_core::mutants`] when they are
+//! The simulation must also find the defects of the core's `mutants` when they are
 //! switched back on: `tests/mutants.rs` asserts it for each one. See `docs/SIMULATION.md`.
 //!
 //! Written by hand, not with a simulation framework: what is simulated here is AWS's
@@ -34,7 +34,7 @@ pub mod world;
 
 pub use run::{run_seed, RunReport};
 
-use sqs_keeper_core::mutants::Mutant;
+use sqs_keeper_core::Mutant;
 
 /// The command that replays `seed` (with `mutants` switched on).
 pub fn replay_command(seed: u64, mutants: &[Mutant]) -> String {

@@ -9,7 +9,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sqs_keeper_core::dead_letter::MessageAttribute;
+use sqs_keeper_core::MessageAttribute;
 use tokio::time::Instant;
 
 /// One message in a queue.
@@ -50,7 +50,7 @@ impl SimMessage {
     pub fn item_id(&self) -> String {
         payload_id(&self.body)
             .or_else(|| {
-                self.attribute(sqs_keeper_core::message::ITEM_ID_ATTRIBUTE)
+                self.attribute(sqs_keeper_core::ITEM_ID_ATTRIBUTE)
                     .map(str::to_string)
             })
             .unwrap_or_else(|| self.id.clone())
@@ -152,7 +152,7 @@ impl SimQueue {
         let id = format!("{}-{:05}", self.prefix(), self.next);
         self.messages.push(SimMessage {
             id: id.clone(),
-            body_sha256: sqs_keeper_core::hex::sha256_hex(body.as_bytes()),
+            body_sha256: sqs_keeper_core::sha256_hex(body.as_bytes()),
             body,
             attributes,
             group,
@@ -199,7 +199,7 @@ impl SimQueue {
     /// `duplicate` (standard queues) also returns one message already in flight.
     pub fn receive(&mut self, max: usize, visibility: Duration, duplicate: bool) -> Received {
         let now = Instant::now();
-        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+        let now_ms = sqs_keeper_core::now().timestamp_millis();
         let mut received = Received::default();
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let (expired, kept): (Vec<SimMessage>, Vec<SimMessage>) =
@@ -324,7 +324,7 @@ mod tests {
     use super::*;
 
     fn send(q: &mut SimQueue, body: &str, group: Option<&str>) -> String {
-        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+        let now_ms = sqs_keeper_core::now().timestamp_millis();
         q.send(body.into(), Vec::new(), group.map(str::to_string), now_ms)
     }
 

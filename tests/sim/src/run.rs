@@ -11,18 +11,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
-use sqs_keeper_core::breaker::{Breaker, BreakerPolicy};
-use sqs_keeper_core::dead_letter::InvocationInfo;
 use sqs_keeper_core::envelope::Envelope;
-use sqs_keeper_core::idempotency::{Idempotency, Idempotent};
-use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser};
-use sqs_keeper_core::mutants::Mutant;
-use sqs_keeper_core::recording::RecordingSettings;
-use sqs_keeper_core::redelivery::RedeliveryPolicy;
-use sqs_keeper_core::redrive::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
-use sqs_keeper_core::retry::{Deadline, Jitter, RetryPolicy};
-use sqs_keeper_core::testing::{MemoryBreakerStore, MemoryIdempotencyStore};
+use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::Mutant;
+use sqs_keeper_core::RecordingSettings;
+use sqs_keeper_core::RedeliveryPolicy;
+use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
+use sqs_keeper_core::{testing::MemoryBreakerStore, testing::MemoryIdempotencyStore};
 use sqs_keeper_core::{BatchConfig, BatchProcessor};
+use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser};
+use sqs_keeper_core::{Breaker, BreakerPolicy};
+use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
+use sqs_keeper_core::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
 use tokio::time::{sleep, Instant};
 
 use crate::breaker::SimBreakerStore;
@@ -72,7 +72,7 @@ fn quiet_handler_panics() {
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let message = sqs_keeper_core::batch::panic_message(info.payload());
+            let message = sqs_keeper_core::panic_message(info.payload());
             if !message.starts_with(crate::downstream::HANDLER_PANIC) {
                 previous(info);
             }
@@ -83,7 +83,7 @@ fn quiet_handler_panics() {
 /// Runs the world of `seed` with `mutants` switched on; deterministic for a seed.
 pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
     quiet_handler_panics();
-    sqs_keeper_core::mutants::switch_on(mutants);
+    sqs_keeper_core::switch_on(mutants);
     // The library's own randomness (backoff jitter, run ids) follows the seed too.
     fastrand::seed(seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -107,7 +107,7 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
                 }))
             });
             if let Err(panic) = outcome {
-                let message = sqs_keeper_core::batch::panic_message(&*panic);
+                let message = sqs_keeper_core::panic_message(&*panic);
                 world
                     .lock()
                     .violate(Section::NoPanic, "-", format!("panic: {message}"));
@@ -123,8 +123,8 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
             sent: 0,
         },
     };
-    sqs_keeper_core::clock::virtual_clock::stop();
-    sqs_keeper_core::mutants::switch_on(&[]);
+    sqs_keeper_core::virtual_clock::stop();
+    sqs_keeper_core::switch_on(&[]);
     report
 }
 
@@ -347,7 +347,7 @@ fn retry_policy() -> RetryPolicy {
 }
 
 async fn simulate(seed: u64, world: Arc<World>) {
-    sqs_keeper_core::clock::virtual_clock::start(
+    sqs_keeper_core::virtual_clock::start(
         chrono::DateTime::from_timestamp(1_767_225_600, 0).unwrap_or_default(),
     );
     let mut rng = fastrand::Rng::with_seed(seed.rotate_left(17) ^ 0x5eed);
@@ -404,7 +404,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
             bucket: BUCKET.into(),
             inline_max_bytes: if shape.big { 65_536 } else { 2048 },
             history_limit: if shape.big {
-                sqs_keeper_core::dead_letter::HISTORY_LIMIT
+                sqs_keeper_core::HISTORY_LIMIT
             } else {
                 4
             },
@@ -526,7 +526,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
 async fn join_reporting(world: &World, what: &str, task: tokio::task::JoinHandle<()>) {
     if let Err(e) = task.await {
         let message = if e.is_panic() {
-            sqs_keeper_core::batch::panic_message(&*e.into_panic())
+            sqs_keeper_core::panic_message(&*e.into_panic())
         } else {
             e.to_string()
         };
@@ -584,14 +584,14 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             Some(envelope) => wrapped(envelope, &body, n),
             None => body,
         };
-        let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
+        let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
         let group = shape.fifo.then(|| format!("group-{}", rng.u32(0..3)));
         let attributes = if shape.big && rng.bool() {
             (0..10)
                 .map(|a| {
                     (
                         format!("attribute-{a}"),
-                        sqs_keeper_core::dead_letter::MessageAttribute::string("a".repeat(3000)),
+                        sqs_keeper_core::MessageAttribute::string("a".repeat(3000)),
                     )
                 })
                 .collect()
@@ -604,21 +604,21 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             && fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25))
                 .bool();
         let body = if by_pointer {
-            let pointer = sqs_keeper_core::pointer::S3Pointer {
+            let pointer = sqs_keeper_core::S3Pointer {
                 bucket: PRODUCER_BUCKET.to_string(),
                 key: format!("producer/{n}"),
             };
             state.bucket.insert(pointer.key.clone(), body);
             let text = pointer.to_body();
-            state.ledger.pointers.insert(
-                sqs_keeper_core::hex::sha256_hex(text.as_bytes()),
-                sha.clone(),
-            );
+            state
+                .ledger
+                .pointers
+                .insert(sqs_keeper_core::sha256_hex(text.as_bytes()), sha.clone());
             text
         } else {
             body
         };
-        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+        let now_ms = sqs_keeper_core::now().timestamp_millis();
         let message_id = state.source.send(body, attributes, group, now_ms);
         world.arrivals.notify_waiters();
         state.ledger.sent.push((id.clone(), sha));
@@ -925,12 +925,12 @@ async fn invoke(
 /// failed (the store down) may return it, and the sweep adopts what the policy moves.
 fn left_to_the_redrive_policy(
     state: &mut State,
-    report: &sqs_keeper_core::batch::BatchReport,
+    report: &sqs_keeper_core::BatchReport,
     messages: &[SimMessage],
     delivered_now: &[bool],
     name: &str,
 ) {
-    use sqs_keeper_core::batch::Disposition;
+    use sqs_keeper_core::Disposition;
     for record in &report.records {
         let Some(i) = messages.iter().position(|m| m.id == record.message_id) else {
             continue;
@@ -1129,7 +1129,7 @@ fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fa
         2 => request.force = true,
         3 => request.rate = Some([0.5, 2.0][rng.usize(0..2)]),
         4 => request.time_budget_secs = Some(rng.u64(5..60)),
-        5 => request.status = Some(sqs_keeper_core::dead_letter::ItemStatus::Dead),
+        5 => request.status = Some(sqs_keeper_core::ItemStatus::Dead),
         _ => {}
     }
 }
@@ -1138,16 +1138,16 @@ fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fa
 /// minutes ago (`dlq purge --class validation --until 10m`, and the same for `not_found`),
 /// through the library's own removal.
 async fn purge(store: &SimStore) {
-    use sqs_keeper_core::ports::RecordStore;
+    use sqs_keeper_core::RecordStore;
     let actor = store.as_actor("purge");
-    let until = sqs_keeper_core::clock::now() - chrono::Duration::minutes(10);
+    let until = sqs_keeper_core::now() - chrono::Duration::minutes(10);
     let mut records = Vec::new();
     for class in [
         sqs_keeper_core::ErrorClass::Validation,
         sqs_keeper_core::ErrorClass::NotFound,
     ] {
-        let filter = sqs_keeper_core::selection::RecordFilter {
-            status: Some(sqs_keeper_core::dead_letter::ItemStatus::Dead),
+        let filter = sqs_keeper_core::RecordFilter {
+            status: Some(sqs_keeper_core::ItemStatus::Dead),
             class: Some(class),
             until: Some(until),
             ..Default::default()
@@ -1181,8 +1181,7 @@ async fn purge(store: &SimStore) {
             .note("purge", "-", &format!("purging {}", ids.join(" ")));
     }
     let result =
-        sqs_keeper_core::removal::remove_records(&actor, &records, &parser(store.world()), |_| {})
-            .await;
+        sqs_keeper_core::remove_records(&actor, &records, &parser(store.world()), |_| {}).await;
     let what = match result {
         Ok(report) => {
             store.world().lock().stats.purges += 1;
@@ -1196,17 +1195,18 @@ async fn purge(store: &SimStore) {
 /// Damages one dead record that has a DLQ message (an operator's hand edit).
 fn corrupt_a_record(store: &SimStore, rng: &mut fastrand::Rng) -> bool {
     let mut state = store.world().lock();
-    let candidates: Vec<String> = state
-        .table
-        .iter()
-        .filter(|(id, row)| {
-            row.record.status == sqs_keeper_core::dead_letter::ItemStatus::Dead
-                && state.dlq.messages().iter().any(|m| {
-                    m.attribute(sqs_keeper_core::message::ITEM_ID_ATTRIBUTE) == Some(id.as_str())
-                })
-        })
-        .map(|(id, _)| id.clone())
-        .collect();
+    let candidates: Vec<String> =
+        state
+            .table
+            .iter()
+            .filter(|(id, row)| {
+                row.record.status == sqs_keeper_core::ItemStatus::Dead
+                    && state.dlq.messages().iter().any(|m| {
+                        m.attribute(sqs_keeper_core::ITEM_ID_ATTRIBUTE) == Some(id.as_str())
+                    })
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
     if candidates.is_empty() {
         return false;
     }

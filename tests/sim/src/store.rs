@@ -9,37 +9,33 @@
 //! engine) is the library's own code, unchanged. Every call may fail as the fault switches
 //! say, and every change is followed by the invariant checks of [`State::after_step`].
 
-use sqs_keeper_core::condition::conditions;
+use sqs_keeper_core::conditions;
 use std::collections::HashMap;
 
 use futures::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqs_keeper_core::dead_letter::{
+use sqs_keeper_core::RecordRemoval;
+use sqs_keeper_core::{
+    page_in_memory, token_after_record, Page, PageToken, RecordFilter, Unreadable,
+};
+use sqs_keeper_core::{
     processed_after, DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail,
     InvocationInfo, ItemStatus, MessageAttribute, PayloadLocation,
 };
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::{ItemParser, WorkItem};
-use sqs_keeper_core::message::{
-    ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE,
-};
-use sqs_keeper_core::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
-use sqs_keeper_core::ports::{
+use sqs_keeper_core::{Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing};
+use sqs_keeper_core::{Compaction, Deliveries, RecordTable, RecordingSettings};
+use sqs_keeper_core::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
     SweepOptions,
 };
-use sqs_keeper_core::recording::{self, Compaction, Deliveries, RecordTable, RecordingSettings};
-use sqs_keeper_core::removal::RecordRemoval;
-use sqs_keeper_core::selection::{
-    page_in_memory, token_after_record, Page, PageToken, RecordFilter, Unreadable,
-};
-use sqs_keeper_core::sweep::{
-    self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
-};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{ItemParser, WorkItem};
+use sqs_keeper_core::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
+use sqs_keeper_core::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
 
-use sqs_keeper_core::redelivery::{Hide, QueueTiming, VisibilityPort};
+use sqs_keeper_core::{Hide, QueueTiming, VisibilityPort};
 
 use crate::queue::SimMessage;
 use crate::world::{satisfied, Row, Section, State, World, ITEM_SIZE_LIMIT};
@@ -164,7 +160,7 @@ impl SimStore {
     }
 
     /// Ends `owner`'s lease, changing the record with `change` (condition: `owner` holds
-    /// it; with `payload_sha256`, [`sqs_keeper_core::dead_letter::LEASED_WITH_PAYLOAD`]).
+    /// it; with `payload_sha256`, [`sqs_keeper_core::LEASED_WITH_PAYLOAD`]).
     fn end_lease(
         &self,
         step: &str,
@@ -207,7 +203,7 @@ fn lease_lost(item_id: &str, step: &str) -> ProcessError {
 }
 
 fn now_secs() -> i64 {
-    sqs_keeper_core::clock::now().timestamp()
+    sqs_keeper_core::now().timestamp()
 }
 
 impl RecordTable for SimStore {
@@ -216,7 +212,7 @@ impl RecordTable for SimStore {
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
         claim: Option<&str>,
-        expect: recording::Expect,
+        expect: sqs_keeper_core::Expect,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         self.latency().await;
         let mut state = self.world.lock();
@@ -443,7 +439,7 @@ impl RecordTable for SimStore {
     async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
         self.latency().await;
         let mut state = self.world.lock();
-        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+        let now_ms = sqs_keeper_core::now().timestamp_millis();
         let mut results = Vec::with_capacity(records.len());
         for record in records {
             if state.sqs_call_fails(&self.actor, &record.item_id, "DLQ send failed") {
@@ -452,13 +448,13 @@ impl RecordTable for SimStore {
             }
             let (body, mut attributes) = dlq_message(record);
             attributes.push((
-                sqs_keeper_core::message::ERROR_CLASS_ATTRIBUTE.to_string(),
+                sqs_keeper_core::ERROR_CLASS_ATTRIBUTE.to_string(),
                 MessageAttribute::string(record.error_class.as_str()),
             ));
             // A FIFO DLQ's message goes in the source message's group (else the item's), as
             // the adapter sends it.
             let group = state.dlq.fifo.then(|| {
-                sqs_keeper_core::message::fifo_group_id(
+                sqs_keeper_core::fifo_group_id(
                     record.source.message_group_id.as_deref(),
                     &record.item_id,
                 )
@@ -620,7 +616,7 @@ impl DlqMessages for SimStore {
                         }
                     }
                 }
-                let item_id = sqs_keeper_core::message::dlq_item_id(
+                let item_id = sqs_keeper_core::dlq_item_id(
                     |name| m.attribute(name),
                     parser
                         .parse(m.id.clone(), readable)
@@ -685,7 +681,7 @@ impl DlqMessages for SimStore {
             match PayloadStore::fetch(self, &pointer).await {
                 Ok(payload) => {
                     item.body = payload;
-                    sweep::tracked_as_its_payload_names(
+                    sqs_keeper_core::tracked_as_its_payload_names(
                         message.attribute(ITEM_ID_ATTRIBUTE).is_some(),
                         item_id,
                         parser.id_named_by(&item).as_deref(),
@@ -694,7 +690,7 @@ impl DlqMessages for SimStore {
                 Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
             }
         }
-        let mut record = sweep::adopted_record(
+        let mut record = sqs_keeper_core::adopted_record(
             item,
             error,
             &message.id,
@@ -702,12 +698,12 @@ impl DlqMessages for SimStore {
             adoption,
             self.settings.retention,
         );
-        recording::offload_payload(self, &self.settings, &mut record).await?;
-        let written = recording::adopt(
+        sqs_keeper_core::offload_payload(self, &self.settings, &mut record).await?;
+        let written = sqs_keeper_core::adopt_record(
             self,
             &self.settings,
             &record,
-            recording::Expect::judged(adoption.expected_status, &adoption.message_keys),
+            sqs_keeper_core::Expect::judged(adoption.expected_status, &adoption.message_keys),
         )
         .await?;
         Ok(written.then_some(record))
@@ -789,14 +785,14 @@ impl DlqMessages for SimStore {
                 ));
             }
             if let Some(from) = &message.moved_from {
-                if !has(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
+                if !has(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE) {
                     attributes.push((
-                        sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
+                        sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
                         MessageAttribute::string(from),
                     ));
                 }
             }
-            let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+            let now_ms = sqs_keeper_core::now().timestamp_millis();
             let id = state
                 .dlq
                 .send(message.body.clone(), attributes, Some(group), now_ms);
@@ -852,7 +848,7 @@ impl RecordRemoval for SimStore {
             // Still the status and last attempt selected.
             let condition = conditions::unchanged_since(
                 selected.status,
-                &sqs_keeper_core::time_format::format(&selected.last_attempt),
+                &sqs_keeper_core::format_timestamp(&selected.last_attempt),
             );
             let unchanged = state
                 .table
@@ -984,7 +980,7 @@ impl RecordStore for SimStore {
             Some(&record.payload.sha256),
             |row| {
                 row.record.status = ItemStatus::Resolved;
-                row.record.resolved_at = Some(sqs_keeper_core::clock::now());
+                row.record.resolved_at = Some(sqs_keeper_core::now());
                 row.record.processed = processed;
             },
         )
@@ -1000,7 +996,7 @@ impl RecordStore for SimStore {
         self.end_lease("mark-requeued", &record.item_id, owner, sha, |row| {
             row.record.status = ItemStatus::Requeued;
             row.record.requeued_message_id = Some(message_id.to_string());
-            row.record.requeued_at = Some(sqs_keeper_core::clock::now());
+            row.record.requeued_at = Some(sqs_keeper_core::now());
         })
     }
 
@@ -1020,7 +1016,7 @@ impl RecordStore for SimStore {
             r.last_attempt = last.timestamp;
             r.error_class = last.error_type;
             r.error_signature =
-                sqs_keeper_core::signature::error_signature(last.error_type, &last.error_message);
+                sqs_keeper_core::error_signature(last.error_type, &last.error_message);
             r.last_error = last.error_message.clone();
             r.reprocess_eligible = last.error_type.is_reprocess_eligible();
             r.failure_history.extend(failures.iter().cloned());
@@ -1030,7 +1026,7 @@ impl RecordStore for SimStore {
             stored = Some(row.record.clone());
         })?;
         match stored {
-            Some(stored) => recording::after_append(self, &self.settings, stored).await,
+            Some(stored) => sqs_keeper_core::after_append(self, &self.settings, stored).await,
             None => Ok(()),
         }
     }
@@ -1059,10 +1055,8 @@ impl RecordStore for SimStore {
             r.requeued_message_id = None;
             r.last_attempt = failure.timestamp;
             r.error_class = failure.error_type;
-            r.error_signature = sqs_keeper_core::signature::error_signature(
-                failure.error_type,
-                &failure.error_message,
-            );
+            r.error_signature =
+                sqs_keeper_core::error_signature(failure.error_type, &failure.error_message);
             r.last_error = failure.error_message.clone();
             r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
             r.failure_history.push(failure.clone());
@@ -1077,14 +1071,14 @@ impl RecordStore for SimStore {
             );
             stored
         };
-        recording::after_append(self, &self.settings, stored).await?;
+        sqs_keeper_core::after_append(self, &self.settings, stored).await?;
         Ok(true)
     }
 }
 
 impl DeadLetterQueue for SimStore {
     async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
-        sweep::sweep_dlq(self, options).await
+        sqs_keeper_core::sweep_dlq(self, options).await
     }
 
     async fn settle_held(
@@ -1092,8 +1086,8 @@ impl DeadLetterQueue for SimStore {
         held: std::collections::BTreeMap<String, Vec<HeldMessage>>,
         wait: Duration,
         then: Duration,
-    ) -> Result<sweep::Settled, ProcessError> {
-        sweep::settle_held(self, held, wait, then).await
+    ) -> Result<sqs_keeper_core::Settled, ProcessError> {
+        sqs_keeper_core::settle_held(self, held, wait, then).await
     }
 }
 
@@ -1106,12 +1100,12 @@ pub const PRODUCER_BUCKET: &str = "producer-payloads";
 /// the simulated bucket, with its latency and S3 faults.
 pub struct SimResolver {
     store: SimStore,
-    policy: sqs_keeper_core::pointer::PayloadPolicy,
+    policy: sqs_keeper_core::PayloadPolicy,
 }
 
 /// The worker's payload policy in every world: the producer's bucket and the store's.
-fn worker_payload_policy() -> sqs_keeper_core::pointer::PayloadPolicy {
-    sqs_keeper_core::pointer::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET])
+fn worker_payload_policy() -> sqs_keeper_core::PayloadPolicy {
+    sqs_keeper_core::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET])
 }
 
 impl SimResolver {
@@ -1124,7 +1118,7 @@ impl SimResolver {
     }
 }
 
-impl sqs_keeper_core::batch::BodyResolver for SimResolver {
+impl sqs_keeper_core::BodyResolver for SimResolver {
     fn resolve<'a>(&'a self, body: &'a str) -> BoxFuture<'a, Option<Result<String, ProcessError>>> {
         Box::pin(async move {
             let pointer = match self.policy.pointer_in(body)? {
@@ -1164,7 +1158,7 @@ impl PayloadStore for SimStore {
             return Err(unavailable("S3", "delete-payload"));
         }
         if let Some(body) = state.bucket.remove(&pointer.key) {
-            let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
+            let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
             if state.deliveries_of(&sha) == 0 && !state.ledger.discarded.contains(&sha) {
                 state.violate(
                     Section::NothingLost,
@@ -1212,7 +1206,7 @@ impl SourceQueue for SimStore {
         if state.sqs_call_fails(&self.actor, "-", "requeue send failed") {
             return Err(unavailable("SQS", "requeue"));
         }
-        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+        let now_ms = sqs_keeper_core::now().timestamp_millis();
         let mut results = Vec::new();
         for m in messages {
             let item = m
@@ -1291,7 +1285,7 @@ impl SimStore {
             None => ("-".to_string(), String::new(), 0),
         };
         if let Some(asked) = state.ledger.retry_after.get(receipt).copied() {
-            let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+            let now_ms = sqs_keeper_core::now().timestamp_millis();
             let retention_ms =
                 i64::try_from(state.source.retention.as_millis()).unwrap_or(i64::MAX);
             let left = Duration::from_millis(
@@ -1343,7 +1337,7 @@ impl DeadLetterSink for SimStore {
         candidates: &[DeadLetterCandidate],
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
-        recording::dead_letter(self, &self.settings, candidates, invocation).await
+        sqs_keeper_core::record_dead_letters(self, &self.settings, candidates, invocation).await
     }
 
     async fn finish_requeued(
@@ -1370,18 +1364,14 @@ impl DeadLetterSink for SimStore {
         row.lease_owner = None;
         row.record.lease_expires_at = None;
         row.record.status = ItemStatus::Resolved;
-        row.record.resolved_at = Some(sqs_keeper_core::clock::now());
+        row.record.resolved_at = Some(sqs_keeper_core::now());
         row.record.requeued_message_id = None;
         row.record
             .processed
-            .push(sqs_keeper_core::dead_letter::processed_key_for_message(
-                message_id,
-            ));
+            .push(sqs_keeper_core::processed_key_for_message(message_id));
         row.record
             .processed
-            .push(sqs_keeper_core::dead_letter::processed_key_for_payload(
-                payload_sha256,
-            ));
+            .push(sqs_keeper_core::processed_key_for_payload(payload_sha256));
         Self::put_row(&mut state, item_id, row)?;
         state.after_step(
             &self.actor,

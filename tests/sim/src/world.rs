@@ -4,11 +4,11 @@
 //! change is one atomic step, and the invariants that must hold at every step are checked
 //! right after it ([`State::after_step`]).
 
-use sqs_keeper_core::condition::{Condition, StoredRecord};
+use sqs_keeper_core::{Condition, StoredRecord};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, ItemStatus};
+use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
 
 use crate::queue::SimQueue;
 use crate::trace::Trace;
@@ -37,7 +37,7 @@ pub struct Row {
 
 impl Row {
     /// Whether `condition` (the one the DynamoDB adapter sends, from
-    /// [`sqs_keeper_core::condition::conditions`]) holds for this row as stored.
+    /// [`sqs_keeper_core::conditions`]) holds for this row as stored.
     pub fn satisfies(&self, condition: &Condition) -> bool {
         let ids = |id: &str| self.attempt_ids.contains(id);
         let claims = |id: &str| self.claims.contains(id);
@@ -106,7 +106,7 @@ pub struct Ledger {
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
     /// What each sandbox last read or wrote of the circuit breaker's state.
-    pub breaker_known: HashMap<String, sqs_keeper_core::breaker::BreakerState>,
+    pub breaker_known: HashMap<String, sqs_keeper_core::BreakerState>,
     /// The probe each sandbox took last, until when.
     pub probes: HashMap<String, std::time::SystemTime>,
     /// When each sandbox's last call to the breaker's table succeeded.
@@ -363,8 +363,7 @@ impl State {
             q.messages().iter().any(|m| {
                 Some(m.id.as_str()) != deleting
                     && (m.body_sha256 == sha
-                        || m.attribute(sqs_keeper_core::message::PAYLOAD_SHA256_ATTRIBUTE)
-                            == Some(sha))
+                        || m.attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE) == Some(sha))
             })
         };
         in_queue(&self.source)

@@ -4,10 +4,14 @@
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::StoreConfig;
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, PayloadLocation};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::message::*;
-use sqs_keeper_core::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
+use sqs_keeper_core::{DeadLetteredItem, PayloadLocation};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+
+use sqs_keeper_core::{
+    batches_by_size, fifo_group_id, S3Pointer, ERROR_CLASS_ATTRIBUTE, ERROR_SIGNATURE_ATTRIBUTE,
+    EXTENDED_PAYLOAD_SIZE_ATTRIBUTE, ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE,
+    RECORD_TABLE_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE,
+};
 
 /// The DLQ body for a record: the original body, or a pointer to the S3 payload.
 pub fn message_body(record: &DeadLetteredItem) -> String {
@@ -75,7 +79,7 @@ fn entry(
     if config.queue_url.ends_with(".fifo") {
         let group = fifo_group_id(record.source.message_group_id.as_deref(), &record.item_id);
         // Deduplicate re-sends of the same delivery, not later failures of the same item.
-        let dedup = sqs_keeper_core::hex::sha256_hex(
+        let dedup = sqs_keeper_core::sha256_hex(
             format!(
                 "{}:{}:{}",
                 record.item_id, record.source.message_id, record.source.receive_count
@@ -183,6 +187,7 @@ async fn send_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sqs_keeper_core::is_valid_message_group_id;
 
     /// 25 dead letters go out as three batches; the second fails as a whole (503) and the
     /// third has one entry refused. Exactly those records fail, whether the batches go at
@@ -288,7 +293,7 @@ mod tests {
             hashed,
             format!(
                 "item-{}",
-                &sqs_keeper_core::hex::sha256_hex("odd id/ü".as_bytes())[..32]
+                &sqs_keeper_core::sha256_hex("odd id/ü".as_bytes())[..32]
             )
         );
         assert_eq!(hashed.len(), 37);
@@ -296,7 +301,7 @@ mod tests {
         assert_eq!(fifo_group_id(Some(""), "odd id/ü"), hashed);
         assert_eq!(
             fifo_group_id(None, ""),
-            format!("item-{}", &sqs_keeper_core::hex::sha256_hex(b"")[..32])
+            format!("item-{}", &sqs_keeper_core::sha256_hex(b"")[..32])
         );
         assert!(!is_valid_message_group_id(&"x".repeat(129)));
     }

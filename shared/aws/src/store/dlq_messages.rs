@@ -1,4 +1,4 @@
-//! The DLQ side of the sweep ([`sqs_keeper_core::sweep`]) over AWS: [`DlqMessages`] for the store,
+//! The DLQ side of the sweep (the core's `sweep`) over AWS: [`DlqMessages`] for the store,
 //! receiving, deleting and releasing DLQ messages in SQS, looking records up and adopting
 //! messages in the DynamoDB table. The rules and the loops are the core's; what is here is
 //! the SDK calls, and how an SQS message is read (its item id, its [`MessageView`], the work
@@ -14,23 +14,23 @@ use aws_sdk_sqs::types::{
 
 use super::schema::LEASE_EXPIRES_AT;
 use super::{schema, DeadLetterStore};
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, ItemStatus};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::ItemParser;
-use sqs_keeper_core::message::ITEM_ID_ATTRIBUTE;
-use sqs_keeper_core::pointer::S3Pointer;
-use sqs_keeper_core::ports::{Sweep, SweepOptions};
-use sqs_keeper_core::sweep::{
+use sqs_keeper_core::ItemParser;
+use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::ITEM_ID_ATTRIBUTE;
+use sqs_keeper_core::{
     adopted_record, Adoption, DlqMessages, MessageView, ReceivedMessage, Standing,
 };
+use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Sweep, SweepOptions};
 
 /// The attribute real SQS adds to messages its redrive policy moved.
 const SOURCE_ARN_ATTRIBUTE: &str = "DeadLetterQueueSourceArn";
 
 impl DeadLetterStore {
-    /// One sweep pass over the DLQ ([`sqs_keeper_core::sweep::sweep_dlq`] over this store).
+    /// One sweep pass over the DLQ ([`sqs_keeper_core::sweep_dlq`] over this store).
     pub async fn sweep_dlq(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
-        sqs_keeper_core::sweep::sweep_dlq(self, options).await
+        sqs_keeper_core::sweep_dlq(self, options).await
     }
 
     /// Deletes DLQ messages by receipt handle; returns how many were deleted.
@@ -302,7 +302,7 @@ impl DlqMessages for DeadLetterStore {
                     let ours = message
                         .message_attributes()
                         .is_some_and(|a| a.contains_key(ITEM_ID_ATTRIBUTE));
-                    sqs_keeper_core::sweep::tracked_as_its_payload_names(
+                    sqs_keeper_core::tracked_as_its_payload_names(
                         ours,
                         item_id,
                         parser.id_named_by(&item).as_deref(),
@@ -321,14 +321,11 @@ impl DlqMessages for DeadLetterStore {
             self.config.retention,
         );
         self.offload_payload(&mut record).await?;
-        let written = sqs_keeper_core::recording::adopt(
+        let written = sqs_keeper_core::adopt_record(
             self,
             &self.recording(),
             &record,
-            sqs_keeper_core::recording::Expect::judged(
-                adoption.expected_status,
-                &adoption.message_keys,
-            ),
+            sqs_keeper_core::Expect::judged(adoption.expected_status, &adoption.message_keys),
         )
         .await?;
         Ok(written.then_some(record))
@@ -376,10 +373,10 @@ impl DlqMessages for DeadLetterStore {
         };
         // What identifies the original's content stays with the copy: the source message
         // (a message moved by the redrive policy is its own source) and its source queue.
-        if !attributes.contains_key(sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE) {
+        if !attributes.contains_key(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE) {
             if let Some(value) = string(original_id) {
                 attributes.insert(
-                    sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+                    sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
                     value,
                 );
             }
@@ -393,7 +390,7 @@ impl DlqMessages for DeadLetterStore {
         if let Some(arn) = system(SOURCE_ARN_ATTRIBUTE) {
             if let Some(value) = string(&arn) {
                 attributes
-                    .entry(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string())
+                    .entry(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string())
                     .or_insert(value);
             }
         }
@@ -405,7 +402,7 @@ impl DlqMessages for DeadLetterStore {
             let mut names: Vec<String> = attributes.keys().cloned().collect();
             names.sort_by_key(|name| {
                 (
-                    !sqs_keeper_core::message::RESERVED_ATTRIBUTES.contains(&name.as_str()),
+                    !sqs_keeper_core::RESERVED_ATTRIBUTES.contains(&name.as_str()),
                     name.clone(),
                 )
             });
@@ -416,7 +413,7 @@ impl DlqMessages for DeadLetterStore {
         }
         let dedup = format!(
             "{ROTATION_PREFIX}{pass}:{}",
-            sqs_keeper_core::hex::sha256_hex(original_id.as_bytes())
+            sqs_keeper_core::sha256_hex(original_id.as_bytes())
         );
         self.clients
             .sqs
@@ -458,7 +455,7 @@ fn rotation_marker(message: &Message) -> Option<String> {
 
 /// The item id a DLQ message is tracked by: our `item_id` attribute, else the id the
 /// parser finds in it, else its message id; kept within DynamoDB's key size
-/// ([`sqs_keeper_core::item::bounded_item_id`]).
+/// ([`sqs_keeper_core::bounded_item_id`]).
 impl DeadLetterStore {
     /// The item id a DLQ message is tracked by ([`message_item_id`]). A message without
     /// our `item_id` attribute whose body is an Extended-Client pointer (one SQS's redrive
@@ -489,7 +486,7 @@ impl DeadLetterStore {
 }
 
 fn message_item_id(message: &Message, parser: &ItemParser) -> String {
-    sqs_keeper_core::message::dlq_item_id(
+    sqs_keeper_core::dlq_item_id(
         |name| {
             message
                 .message_attributes()
@@ -520,7 +517,7 @@ fn message_view(message: &Message, own_bucket: &str) -> MessageView {
 fn to_work_item(
     message: &Message,
     parser: &ItemParser,
-) -> Result<sqs_keeper_core::item::WorkItem, Box<sqs_keeper_core::item::InvalidRecord>> {
+) -> Result<sqs_keeper_core::WorkItem, Box<sqs_keeper_core::InvalidRecord>> {
     let attributes: serde_json::Map<String, serde_json::Value> = message
         .attributes()
         .map(|a| {
@@ -555,7 +552,7 @@ fn to_work_item(
         .or_else(|| {
             message
                 .message_attributes()
-                .and_then(|a| a.get(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE))
+                .and_then(|a| a.get(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE))
                 .and_then(|v| v.string_value())
                 .map(str::to_string)
         });

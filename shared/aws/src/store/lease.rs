@@ -11,18 +11,18 @@ use chrono::{DateTime, Utc};
 use super::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
 use super::{schema, DeadLetterStore};
 use crate::condition_expression::WithCondition;
-use sqs_keeper_core::condition::conditions;
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, FailureDetail, ItemStatus};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::signature::error_signature;
+use sqs_keeper_core::conditions;
+use sqs_keeper_core::error_signature;
+use sqs_keeper_core::{DeadLetteredItem, FailureDetail, ItemStatus};
+use sqs_keeper_core::{ErrorClass, ProcessError};
 
 /// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
 const TRANSACTION_ITEMS: usize = 100;
 
-/// [`sqs_keeper_core::dead_letter::processed_after`] as the attribute to write.
+/// [`sqs_keeper_core::processed_after`] as the attribute to write.
 fn processed_after(record: &DeadLetteredItem) -> AttributeValue {
     AttributeValue::L(
-        sqs_keeper_core::dead_letter::processed_after(record)
+        sqs_keeper_core::processed_after(record)
             .into_iter()
             .map(AttributeValue::S)
             .collect(),
@@ -195,7 +195,7 @@ impl DeadLetterStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<bool, ProcessError> {
-        let update = self.lease_update(item_id, owner, ttl, sqs_keeper_core::clock::now())?;
+        let update = self.lease_update(item_id, owner, ttl, sqs_keeper_core::now())?;
         match self.send_update(&update).await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
@@ -214,7 +214,7 @@ impl DeadLetterStore {
     ) -> Vec<Result<bool, ProcessError>> {
         let mut results = Vec::with_capacity(item_ids.len());
         for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
-            let now = sqs_keeper_core::clock::now();
+            let now = sqs_keeper_core::now();
             let updates: Result<Vec<Update>, ProcessError> = chunk
                 .iter()
                 .map(|id| self.lease_update(id, owner, ttl, now))
@@ -239,7 +239,7 @@ impl DeadLetterStore {
     /// `record` resolved by `owner`: its current payload (and source message) joins the
     /// `processed` list, so that exactly the DLQ messages holding it are deleted. Only while
     /// the item is still redriving with the payload the run processed
-    /// ([`sqs_keeper_core::dead_letter::LEASED_WITH_PAYLOAD`]).
+    /// ([`sqs_keeper_core::LEASED_WITH_PAYLOAD`]).
     fn resolve_update(
         &self,
         record: &DeadLetteredItem,
@@ -263,7 +263,7 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(sqs_keeper_core::time_format::format(&now)),
+                AttributeValue::S(sqs_keeper_core::format_timestamp(&now)),
             )
             .expression_attribute_values(":processed", processed_after(record))
             .build()
@@ -276,7 +276,7 @@ impl DeadLetterStore {
         record: &DeadLetteredItem,
         owner: &str,
     ) -> Result<(), ProcessError> {
-        let update = self.resolve_update(record, owner, sqs_keeper_core::clock::now())?;
+        let update = self.resolve_update(record, owner, sqs_keeper_core::now())?;
         self.send_update(&update).await.map(|_| ()).map_err(|e| {
             if e.as_service_error().is_some_and(is_conditional_failure) {
                 ProcessError::new(
@@ -313,7 +313,7 @@ impl DeadLetterStore {
                 (schema::REQUEUED_MESSAGE_ID, message_id.to_string()),
                 (
                     schema::REQUEUED_AT,
-                    sqs_keeper_core::time_format::format(&sqs_keeper_core::clock::now()),
+                    sqs_keeper_core::format_timestamp(&sqs_keeper_core::now()),
                 ),
             ],
             Some(&record.payload.sha256),
@@ -379,8 +379,8 @@ impl DeadLetterStore {
             .resolving(
                 item_id,
                 &[
-                    sqs_keeper_core::dead_letter::processed_key_for_message(message_id),
-                    sqs_keeper_core::dead_letter::processed_key_for_payload(payload_sha256),
+                    sqs_keeper_core::processed_key_for_message(message_id),
+                    sqs_keeper_core::processed_key_for_payload(payload_sha256),
                 ],
                 " REMOVE #requeued, #owner, #expires",
             )
@@ -411,9 +411,9 @@ impl DeadLetterStore {
             .resolving(
                 item_id,
                 &[
-                    sqs_keeper_core::dead_letter::processed_key_for_message(dead_lettered),
-                    sqs_keeper_core::dead_letter::processed_key_for_message(message_id),
-                    sqs_keeper_core::dead_letter::processed_key_for_payload(payload_sha256),
+                    sqs_keeper_core::processed_key_for_message(dead_lettered),
+                    sqs_keeper_core::processed_key_for_message(message_id),
+                    sqs_keeper_core::processed_key_for_payload(payload_sha256),
                 ],
                 "",
             )
@@ -446,9 +446,7 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(sqs_keeper_core::time_format::format(
-                    &sqs_keeper_core::clock::now(),
-                )),
+                AttributeValue::S(sqs_keeper_core::format_timestamp(&sqs_keeper_core::now())),
             )
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
             .expression_attribute_values(
@@ -545,7 +543,7 @@ impl DeadLetterStore {
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
             .expression_attribute_names(name, key)
             .expression_attribute_values(":dead", AttributeValue::S(ItemStatus::Dead.as_str().into()))
-            .expression_attribute_values(":last", AttributeValue::S(sqs_keeper_core::time_format::format(&failure.timestamp)))
+            .expression_attribute_values(":last", AttributeValue::S(sqs_keeper_core::format_timestamp(&failure.timestamp)))
             .expression_attribute_values(":class", AttributeValue::S(failure.error_type.as_str().into()))
             .expression_attribute_values(
                 ":sig",

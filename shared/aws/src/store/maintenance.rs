@@ -1,5 +1,5 @@
 //! Removing records for good: `purge` (old records, their payloads and DLQ messages) and
-//! `clear` (everything), with the order and its reasons in [`sqs_keeper_core::removal`]; here the
+//! `clear` (everything), with the order and its reasons in the core's `removal`; here the
 //! DynamoDB deletes. Callers confirm with the operator first.
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -7,13 +7,13 @@ use futures::StreamExt;
 
 use super::{schema, DeadLetterStore};
 use crate::condition_expression::WithCondition;
-use sqs_keeper_core::condition::conditions;
-use sqs_keeper_core::dead_letter::DeadLetteredItem;
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::item::ItemParser;
-use sqs_keeper_core::removal::RecordRemoval;
+use sqs_keeper_core::conditions;
+use sqs_keeper_core::DeadLetteredItem;
+use sqs_keeper_core::ItemParser;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::RecordRemoval;
 
-use sqs_keeper_core::removal::RemovalReport;
+use sqs_keeper_core::RemovalReport;
 
 impl RecordRemoval for DeadLetterStore {
     /// One conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few
@@ -54,7 +54,7 @@ impl DeadLetterStore {
                 .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
                 .with_condition(&conditions::unchanged_since(
                     record.status,
-                    &sqs_keeper_core::time_format::format(&record.last_attempt),
+                    &sqs_keeper_core::format_timestamp(&record.last_attempt),
                 ))
                 .send()
                 .await;
@@ -78,24 +78,20 @@ const DELETE_CONCURRENCY: usize = 8;
 
 impl DeadLetterStore {
     /// Deletes the DLQ messages of `records`, then their payload objects, then the records
-    /// ([`sqs_keeper_core::removal::remove_records`] over this store).
+    /// ([`sqs_keeper_core::remove_records`] over this store).
     pub async fn remove_records(
         &self,
         records: &[DeadLetteredItem],
         parser: &ItemParser,
         progress: impl FnMut(usize),
     ) -> Result<RemovalReport, ProcessError> {
-        sqs_keeper_core::removal::remove_records(self, records, parser, progress).await
+        sqs_keeper_core::remove_records(self, records, parser, progress).await
     }
 
     /// Deletes every record, every payload object and every DLQ message.
     pub async fn clear(&self, progress: impl FnMut(usize)) -> Result<RemovalReport, ProcessError> {
         let records = self
-            .query_all(
-                &sqs_keeper_core::selection::RecordFilter::default(),
-                None,
-                |_| {},
-            )
+            .query_all(&sqs_keeper_core::RecordFilter::default(), None, |_| {})
             .await?;
         let (depth, in_flight) = self.dlq_depth().await?;
         let mut report = self

@@ -12,10 +12,10 @@
 //! Only when all three succeed is the record reported as dead-lettered (and acked); a
 //! failure at any step leaves it in `batchItemFailures`, so SQS delivers it again.
 //!
-//! The order and the merge rules are the core's ([`sqs_keeper_core::recording`]); the store gives it
+//! The order and the merge rules are the core's (the core's `recording`); the store gives it
 //! the writes ([`RecordTable`]: the conditional `UpdateItem`s, the S3 `PutObject`, the
-//! batched DLQ send). Likewise the DLQ sweep is [`sqs_keeper_core::sweep`] over the store's
-//! [`sqs_keeper_core::sweep::DlqMessages`] ([`dlq_messages`]).
+//! batched DLQ send). Likewise the DLQ sweep is the core's `sweep` over the store's
+//! [`sqs_keeper_core::DlqMessages`] ([`dlq_messages`]).
 
 mod dlq;
 mod dlq_messages;
@@ -34,13 +34,13 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use crate::aws::AwsClients;
 use crate::condition_expression::WithCondition;
-use sqs_keeper_core::condition::conditions;
-use sqs_keeper_core::dead_letter::{
+use sqs_keeper_core::conditions;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::{Compaction, Deliveries, RecordTable, RecordingSettings};
+use sqs_keeper_core::{
     DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,
 };
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::pointer::{PayloadPolicy, S3Pointer};
-use sqs_keeper_core::recording::{Compaction, Deliveries, RecordTable, RecordingSettings};
+use sqs_keeper_core::{PayloadPolicy, S3Pointer};
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub struct StoreConfig {
     pub retention: Duration,
     /// Records written at once.
     pub write_concurrency: usize,
-    /// Most entries a record's history keeps ([`sqs_keeper_core::dead_letter::HISTORY_LIMIT`]).
+    /// Most entries a record's history keeps ([`sqs_keeper_core::HISTORY_LIMIT`]).
     pub history_limit: usize,
 }
 
@@ -76,11 +76,11 @@ impl StoreConfig {
             // letters cost a few round trips instead of one per record. Each write in
             // flight may open its own connection on a sandbox's first dead letters.
             write_concurrency: 50,
-            history_limit: sqs_keeper_core::dead_letter::HISTORY_LIMIT,
+            history_limit: sqs_keeper_core::HISTORY_LIMIT,
         }
     }
 
-    /// What [`sqs_keeper_core::recording`] needs of it.
+    /// What the core's `recording` needs of it.
     pub fn recording_settings(&self) -> RecordingSettings {
         RecordingSettings {
             bucket: self.bucket.clone(),
@@ -144,7 +144,7 @@ impl DeadLetterStore {
         &self.clients
     }
 
-    /// The settings [`sqs_keeper_core::recording`] runs with.
+    /// The settings the core's `recording` runs with.
     fn recording(&self) -> RecordingSettings {
         self.config.recording_settings()
     }
@@ -179,21 +179,21 @@ impl DeadLetterStore {
     }
 
     /// Moves the payload to S3 when it would not stay inline
-    /// ([`sqs_keeper_core::recording::offload_payload`]).
+    /// ([`sqs_keeper_core::offload_payload`]).
     pub async fn offload_payload(&self, record: &mut DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::recording::offload_payload(self, &self.recording(), record).await
+        sqs_keeper_core::offload_payload(self, &self.recording(), record).await
     }
 
     /// Upserts a record: new attempts are appended once, known ones are ignored
-    /// ([`sqs_keeper_core::recording::record`]).
+    /// ([`sqs_keeper_core::record_attempts`]).
     pub async fn record(&self, record: &DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::recording::record(self, &self.recording(), record).await
+        sqs_keeper_core::record_attempts(self, &self.recording(), record).await
     }
 
     /// What follows a write that appended to a record's history: the review flag settled,
-    /// the history compacted ([`sqs_keeper_core::recording::after_append`]).
+    /// the history compacted ([`sqs_keeper_core::after_append`]).
     pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::recording::after_append(self, &self.recording(), stored).await
+        sqs_keeper_core::after_append(self, &self.recording(), stored).await
     }
 
     /// The items of `ids` (each once) by item id, read with strongly consistent
@@ -262,7 +262,7 @@ impl DeadLetterStore {
             }
             if !keys.is_empty() {
                 return Err(ProcessError::new(
-                    sqs_keeper_core::error::ErrorClass::Throttled,
+                    sqs_keeper_core::ErrorClass::Throttled,
                     format!(
                         "{} records could not be read (DynamoDB left them unprocessed {BATCH_GET_ROUNDS} times)",
                         keys.len()
@@ -298,7 +298,7 @@ impl RecordTable for DeadLetterStore {
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
         claim: Option<&str>,
-        expect: sqs_keeper_core::recording::Expect,
+        expect: sqs_keeper_core::Expect,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         let mut fields = schema::record_to_item(record)?;
         fields.remove(schema::ITEM_ID);
@@ -441,7 +441,7 @@ impl RecordTable for DeadLetterStore {
     }
 
     /// `manual_review_required` depends on the whole history, which an update expression
-    /// cannot see: set afterwards ([`sqs_keeper_core::recording::review_flag_change`]).
+    /// cannot see: set afterwards ([`sqs_keeper_core::review_flag_change`]).
     async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
         self.clients
             .dynamodb
@@ -601,7 +601,7 @@ impl DeadLetterSink for DeadLetterStore {
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
         let settings = self.recording_for_dlq().await;
-        sqs_keeper_core::recording::dead_letter(self, &settings, candidates, invocation).await
+        sqs_keeper_core::record_dead_letters(self, &settings, candidates, invocation).await
     }
 }
 
@@ -626,7 +626,7 @@ pub(crate) async fn maximum_message_size(
         .and_then(|size| size.parse().ok())
         .ok_or_else(|| {
             ProcessError::new(
-                sqs_keeper_core::error::ErrorClass::Unknown,
+                sqs_keeper_core::ErrorClass::Unknown,
                 "the queue's attributes name no MaximumMessageSize",
             )
             .with_step(step)
@@ -648,7 +648,7 @@ impl ExtendedClientResolver {
     }
 }
 
-impl sqs_keeper_core::batch::BodyResolver for ExtendedClientResolver {
+impl sqs_keeper_core::BodyResolver for ExtendedClientResolver {
     fn resolve<'a>(
         &'a self,
         body: &'a str,
@@ -738,7 +738,7 @@ mod tests {
                 &record,
                 &record.failure_history,
                 Some("m-1"),
-                sqs_keeper_core::recording::Expect::Any,
+                sqs_keeper_core::Expect::Any,
             )
             .await
             .unwrap();

@@ -3,8 +3,8 @@
 
 use aws_sdk_s3::primitives::ByteStream;
 
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::pointer::{S3Pointer, SHA256_METADATA};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{S3Pointer, SHA256_METADATA};
 
 /// Stores a payload with its sha256 in the object metadata.
 pub async fn put_payload(

@@ -8,9 +8,9 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_dynamo::aws_sdk_dynamodb_1 as dynamo;
 
 use super::{schema, DeadLetterStore};
-use sqs_keeper_core::dead_letter::DeadLetteredItem;
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::selection::{Page, PageToken, RecordFilter, Unreadable};
+use sqs_keeper_core::DeadLetteredItem;
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{Page, PageToken, RecordFilter, Unreadable};
 
 /// The token of a key DynamoDB returned: the key as a JSON object, in base64.
 fn token_of_key(key: HashMap<String, AttributeValue>) -> Result<PageToken, ProcessError> {
@@ -46,7 +46,7 @@ pub fn token_after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToke
     let text = |s: &str| serde_json::Value::String(s.to_string());
     let mut key = serde_json::Map::new();
     key.insert(schema::ITEM_ID.to_string(), text(&record.item_id));
-    let last = text(&sqs_keeper_core::time_format::format(&record.last_attempt));
+    let last = text(&sqs_keeper_core::format_timestamp(&record.last_attempt));
     if filter.signature.is_some() {
         key.insert(
             schema::ERROR_SIGNATURE.into(),
@@ -98,25 +98,25 @@ impl DeadLetterStore {
                 (Some(since), Some(until)) => {
                     values.insert(
                         ":since".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&since)),
+                        AttributeValue::S(sqs_keeper_core::format_timestamp(&since)),
                     );
                     values.insert(
                         ":until".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&until)),
+                        AttributeValue::S(sqs_keeper_core::format_timestamp(&until)),
                     );
                     range = Some("#last BETWEEN :since AND :until");
                 }
                 (Some(since), None) => {
                     values.insert(
                         ":since".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&since)),
+                        AttributeValue::S(sqs_keeper_core::format_timestamp(&since)),
                     );
                     range = Some("#last >= :since");
                 }
                 (None, Some(until)) => {
                     values.insert(
                         ":until".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&until)),
+                        AttributeValue::S(sqs_keeper_core::format_timestamp(&until)),
                     );
                     range = Some("#last <= :until");
                 }
@@ -280,7 +280,7 @@ impl DeadLetterStore {
                 .await;
         }
         let mut records = Vec::new();
-        for status in sqs_keeper_core::dead_letter::ItemStatus::ALL {
+        for status in sqs_keeper_core::ItemStatus::ALL {
             let one_status = RecordFilter {
                 status: Some(status),
                 ..filter.clone()
@@ -290,7 +290,7 @@ impl DeadLetterStore {
                     .await?,
             );
         }
-        sqs_keeper_core::selection::sort_newest_first(&mut records);
+        sqs_keeper_core::sort_newest_first(&mut records);
         records.truncate(limit);
         Ok(records)
     }

@@ -1,7 +1,7 @@
-//! The redrive engine's ports ([`sqs_keeper_core::ports`]) over AWS: records in the DynamoDB table,
+//! The redrive engine's ports (the core's `ports`) over AWS: records in the DynamoDB table,
 //! the DLQ and the source queues in SQS, payloads in S3. Each method delegates to the
-//! store's own operations (the DLQ's to the core's sweep, [`sqs_keeper_core::sweep`], over the store's
-//! [`sqs_keeper_core::sweep::DlqMessages`]), or is the one SDK call it needs.
+//! store's own operations (the DLQ's to the core's sweep, the core's `sweep`, over the store's
+//! [`sqs_keeper_core::DlqMessages`]), or is the one SDK call it needs.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -10,15 +10,15 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::payload;
 use super::DeadLetterStore;
-use sqs_keeper_core::dead_letter::{DeadLetteredItem, FailureDetail};
-use sqs_keeper_core::error::ProcessError;
-use sqs_keeper_core::pointer::S3Pointer;
-use sqs_keeper_core::ports::{
+use sqs_keeper_core::HeldMessage;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
     SweepOptions,
 };
-use sqs_keeper_core::selection::{Page, PageToken, RecordFilter};
-use sqs_keeper_core::sweep::HeldMessage;
+use sqs_keeper_core::{DeadLetteredItem, FailureDetail};
+use sqs_keeper_core::{Page, PageToken, RecordFilter};
 
 impl RecordStore for DeadLetterStore {
     async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
@@ -93,7 +93,7 @@ impl RecordStore for DeadLetterStore {
 
 impl DeadLetterQueue for DeadLetterStore {
     async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
-        sqs_keeper_core::sweep::sweep_dlq(self, options).await
+        sqs_keeper_core::sweep_dlq(self, options).await
     }
 
     async fn settle_held(
@@ -101,8 +101,8 @@ impl DeadLetterQueue for DeadLetterStore {
         held: BTreeMap<String, Vec<HeldMessage>>,
         wait: Duration,
         then: Duration,
-    ) -> Result<sqs_keeper_core::sweep::Settled, ProcessError> {
-        sqs_keeper_core::sweep::settle_held(self, held, wait, then).await
+    ) -> Result<sqs_keeper_core::Settled, ProcessError> {
+        sqs_keeper_core::settle_held(self, held, wait, then).await
     }
 }
 

@@ -1,3 +1,4 @@
+use super::record::clip;
 use super::*;
 
 /// Stored names: a change of spelling would orphan every existing record.

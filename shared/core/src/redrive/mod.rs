@@ -29,11 +29,11 @@ pub mod request;
 pub mod requeue;
 
 pub use engine::{
-    no_progress, RedriveEngine, RedriveSettings, CARRY_HOLD, ITEM_GRACE, LEASE_MARGIN,
-    OUTCOME_WRITE_SLICE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
+    no_progress, RedriveEngine, RedriveSettings, ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE,
+    REQUEUE_OUTLIVED, SETTLE_RESERVE,
 };
 pub use report::{ItemOutcome, ItemOutcomeKind, RedriveReport};
-pub use request::{RedriveError, RedriveMode, RedriveRequest, MAX_TIME_BUDGET_SECS, RATE_RANGE};
+pub use request::{RedriveError, RedriveMode, RedriveRequest};
 
 #[cfg(test)]
 mod tests;

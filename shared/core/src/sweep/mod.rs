@@ -45,7 +45,9 @@ mod pass;
 mod rule;
 mod settle;
 
-pub use pass::{hold_for, sweep_dlq};
+#[cfg(test)]
+use pass::hold_for;
+pub use pass::sweep_dlq;
 pub use rule::{
     adopted_record, decide, purge_takes, tracked_as_its_payload_names, Adoption, MessageFate,
     MessageView, Standing,

@@ -60,7 +60,7 @@ pub struct HandlerConfig {
     /// The idempotency table, when one is configured.
     pub idempotency: Option<IdempotencyConfig>,
     /// Spaced redelivery of records returned for retry; `None` when off.
-    pub redelivery: Option<sqs_keeper_core::redelivery::RedeliveryPolicy>,
+    pub redelivery: Option<sqs_keeper_core::RedeliveryPolicy>,
     /// The shared circuit breaker; `None` when off.
     pub breaker: Option<BreakerConfig>,
 }
@@ -73,9 +73,9 @@ pub struct BreakerConfig {
     /// The breaker's item: one breaker per key (`WORKER_BREAKER_KEY`).
     pub key: String,
     /// When it opens and for how long.
-    pub policy: sqs_keeper_core::breaker::BreakerPolicy,
+    pub policy: sqs_keeper_core::BreakerPolicy,
     /// One breaker per message group (`WORKER_BREAKER_SCOPE=message-group`), each under
-    /// [`sqs_keeper_core::breaker::group_key`] of `key`; else one for the function.
+    /// [`sqs_keeper_core::group_key`] of `key`; else one for the function.
     pub per_group: bool,
 }
 
@@ -154,7 +154,7 @@ impl HandlerConfig {
             );
         }
         let retry_unknown = env.flag(&RETRY_UNKNOWN_ERRORS);
-        let attempts_by_class: sqs_keeper_core::retry::ClassAttempts =
+        let attempts_by_class: sqs_keeper_core::ClassAttempts =
             env.optional(&RETRY_ATTEMPTS_BY_CLASS).unwrap_or_default();
         let retry_after_free = env.flag(&RETRY_AFTER_FREE);
         // A budget for a class that is never retried would be silently without effect.
@@ -164,7 +164,7 @@ impl HandlerConfig {
                     RETRY_ATTEMPTS_BY_CLASS.name,
                     format!(
                         "{class} is never retried (a permanent class{}): a budget for it has no effect",
-                        if *class == sqs_keeper_core::error::ErrorClass::Unknown {
+                        if *class == sqs_keeper_core::ErrorClass::Unknown {
                             ", unless WORKER_RETRY_UNKNOWN_ERRORS=true"
                         } else {
                             ""
@@ -220,25 +220,23 @@ impl HandlerConfig {
                 BreakerConfig {
                     table,
                     key: breaker_key,
-                    policy: sqs_keeper_core::breaker::BreakerPolicy {
+                    policy: sqs_keeper_core::BreakerPolicy {
                         threshold: u32::try_from(breaker_threshold).unwrap_or(u32::MAX),
                         window: Duration::from_secs(breaker_window),
                         open_for,
                         max_open: open_for
                             .saturating_mul(16)
-                            .min(sqs_keeper_core::redelivery::MAX_VISIBILITY),
+                            .min(sqs_keeper_core::MAX_VISIBILITY),
                         probe_for: Duration::from_secs(60),
                         refresh: Duration::from_secs(1),
                     },
                     per_group,
                 }
             }),
-            redelivery: (redelivery_base > 0).then(|| {
-                sqs_keeper_core::redelivery::RedeliveryPolicy {
-                    base: Duration::from_secs(redelivery_base),
-                    multiplier: u32::try_from(redelivery_multiplier).unwrap_or(u32::MAX),
-                    max: Duration::from_secs(redelivery_max.max(redelivery_base)),
-                }
+            redelivery: (redelivery_base > 0).then(|| sqs_keeper_core::RedeliveryPolicy {
+                base: Duration::from_secs(redelivery_base),
+                multiplier: u32::try_from(redelivery_multiplier).unwrap_or(u32::MAX),
+                max: Duration::from_secs(redelivery_max.max(redelivery_base)),
             }),
             store,
             payload,
@@ -254,7 +252,7 @@ impl HandlerConfig {
                     max_delay: Duration::from_millis(max_delay),
                     retry_unknown,
                     jitter: Jitter::Full,
-                    class_attempts: sqs_keeper_core::retry::ClassAttempts {
+                    class_attempts: sqs_keeper_core::ClassAttempts {
                         retry_after_free,
                         ..attempts_by_class
                     },

@@ -17,13 +17,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqs_keeper_aws::StoreConfig;
-use sqs_keeper_core::batch::BatchConfig;
 use sqs_keeper_core::envelope::Envelopes;
-use sqs_keeper_core::item::{BodyFormat, ItemIdSource, ItemParser};
-use sqs_keeper_core::pointer::PayloadPolicy;
+use sqs_keeper_core::BatchConfig;
+use sqs_keeper_core::PayloadPolicy;
 #[cfg(feature = "http")]
-use sqs_keeper_core::redrive::RedriveSettings;
-use sqs_keeper_core::retry::{Jitter, RetryPolicy};
+use sqs_keeper_core::RedriveSettings;
+use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser};
+use sqs_keeper_core::{Jitter, RetryPolicy};
 #[cfg(feature = "http")]
 use sqs_keeper_http::{redact_url, redact_url_text, HttpDeliveryConfig};
 

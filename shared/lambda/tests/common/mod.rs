@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
 use serde_json::json;
-use sqs_keeper_core::batch::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::dead_letter::{DeadLetterReason, InvocationInfo};
-use sqs_keeper_core::error::{ErrorClass, ProcessError};
-use sqs_keeper_core::item::{ItemParser, WorkItem};
-use sqs_keeper_core::processor::{Outcome, Processor};
-use sqs_keeper_core::retry::{Deadline, Jitter, RetryPolicy};
 use sqs_keeper_core::testing::MemorySink;
 use sqs_keeper_core::BatchReport;
+use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
+use sqs_keeper_core::{DeadLetterReason, InvocationInfo};
+use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
+use sqs_keeper_core::{ErrorClass, ProcessError};
+use sqs_keeper_core::{ItemParser, WorkItem};
+use sqs_keeper_core::{Outcome, Processor};
 
 /// The source queue of every record.
 pub const ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
