@@ -27,7 +27,8 @@
 //! | --- | --- | --- |
 //! | [`error`] | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
 //! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
-//! | [`clock`] | the wall clock (virtual in the simulation) | clock |
+//! | [`clock`] | [`Clock`]: where wall time comes from (the system's, or tokio's from a start), held by what reads it | clock |
+//! | [`random`] | [`Random`]: where random draws come from (the thread's generator, or a seeded one), held by what draws | none |
 //! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
 //! | [`item`] | [`WorkItem`]: one record, parsed per record; typed bodies ([`WorkItem::json`]) | none |
 //! | [`envelope`] | SNS, EventBridge and S3 envelopes around a body, unwrapped per record | none |
@@ -86,6 +87,7 @@ pub mod pointer;
 pub mod polling;
 pub mod ports;
 pub mod processor;
+pub mod random;
 pub mod recording;
 pub mod redelivery;
 pub mod redrive;
@@ -98,10 +100,12 @@ pub mod testing;
 pub mod time_format;
 
 pub use batch::{BatchConfig, BatchError, BatchProcessor, BatchReport, Disposition};
+pub use clock::Clock;
 pub use dead_letter::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
 pub use error::{ErrorClass, ProcessError};
 pub use item::WorkItem;
 pub use processor::{handler_fn, DeadLettered, Outcome, Processor};
+pub use random::Random;
 pub use retry::{Deadline, RetryPolicy};
 
 #[cfg(test)]

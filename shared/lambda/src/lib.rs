@@ -65,8 +65,9 @@ pub use sqs_keeper_aws as adapters;
 pub use sqs_keeper_core::analysis;
 pub use sqs_keeper_core::{
     batch, breaker, classify, clock, condition, context, dead_letter, duration, envelope, error,
-    event, hex, idempotency, item, message, mutants, pointer, polling, ports, processor, recording,
-    redelivery, redrive, removal, retry, selection, signature, sweep, testing, time_format,
+    event, hex, idempotency, item, message, mutants, pointer, polling, ports, processor, random,
+    recording, redelivery, redrive, removal, retry, selection, signature, sweep, testing,
+    time_format,
 };
 #[cfg(feature = "http")]
 pub use sqs_keeper_http as http_delivery;
