@@ -59,6 +59,7 @@ fn config() -> BatchConfig {
             retry_unknown: false,
             jitter: Jitter::None,
             class_attempts: Default::default(),
+            ..RetryPolicy::default()
         },
         concurrency: 4,
         max_receive_count: Some(5),
@@ -621,6 +622,7 @@ async fn deadline_bounds_retry_sleeps() {
                 retry_unknown: false,
                 jitter: Jitter::None,
                 class_attempts: Default::default(),
+                ..RetryPolicy::default()
             },
             ..config()
         },

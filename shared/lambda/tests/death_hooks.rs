@@ -52,6 +52,7 @@ fn config() -> BatchConfig {
             retry_unknown: false,
             jitter: Jitter::None,
             class_attempts: Default::default(),
+            ..RetryPolicy::default()
         },
         concurrency: 4,
         max_receive_count: Some(5),

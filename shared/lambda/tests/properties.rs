@@ -1176,6 +1176,7 @@ fn spec_engine(spec: &BatchSpec) -> BatchProcessor<ScriptedProcessor, MemorySink
                 retry_unknown: false,
                 jitter: Jitter::Full,
                 class_attempts: Default::default(),
+                ..RetryPolicy::default()
             },
             concurrency: spec.concurrency,
             max_receive_count: spec.max_receive_count,

@@ -343,6 +343,7 @@ fn retry_policy() -> RetryPolicy {
         retry_unknown: false,
         jitter: Jitter::Full,
         class_attempts: Default::default(),
+        ..RetryPolicy::default()
     }
 }
 

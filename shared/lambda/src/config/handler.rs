@@ -256,6 +256,7 @@ impl HandlerConfig {
                         retry_after_free,
                         ..attempts_by_class
                     },
+                    ..RetryPolicy::default()
                 },
                 concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
                 max_receive_count,

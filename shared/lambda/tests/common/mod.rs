@@ -48,6 +48,7 @@ pub fn config(parser: ItemParser) -> BatchConfig {
             retry_unknown: false,
             jitter: Jitter::None,
             class_attempts: Default::default(),
+            ..RetryPolicy::default()
         },
         concurrency: 4,
         max_receive_count: None,
