@@ -602,6 +602,7 @@ mod two_calls {
     use sqs_keeper_lambda::batch::{BatchConfig, BatchProcessor};
     use sqs_keeper_lambda::dead_letter::InvocationInfo;
     use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
+    use sqs_keeper_lambda::random::Random;
     use sqs_keeper_lambda::redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
     use sqs_keeper_lambda::testing::{MemorySink, ScriptedProcessor, Step};
     use sqs_keeper_lambda::Deadline;
@@ -752,19 +753,18 @@ mod two_calls {
             ..Port::default()
         });
         // r1 asks for 12 h (Retry-After): its hide is the cap. r2's jitter is drawn near its
-        // top (the thread's generator seeded so both draws are ≥ 0.999), so its own delay
+        // top (the engine's generator seeded so both draws are ≥ 0.999), so its own delay
         // reaches the cap too and the cap is what limits it.
         let asks = ProcessError::new(ErrorClass::ServerError, "503")
             .with_retry_after(Duration::from_secs(43_200));
         let processor = ScriptedProcessor::new().script("r1", vec![Step::Error(asks)]);
         let seed = (0..u64::MAX)
             .find(|s| {
-                fastrand::seed(*s);
-                fastrand::f64() >= 0.999 && fastrand::f64() >= 0.999
+                let random = Random::seeded(*s);
+                random.f64() >= 0.999 && random.f64() >= 0.999
             })
             .unwrap();
-        fastrand::seed(seed);
-        let mut config = BatchConfig::default();
+        let mut config = BatchConfig::default().with_random(Random::seeded(seed));
         config.parser.id_source = "pointer:/id".parse().unwrap();
         config.retry.max_attempts = 1;
         let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(

@@ -437,6 +437,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
                 max_receive_count: Some(MAX_RECEIVE_COUNT),
                 receive_budget_margin: shape.receive_budget_margin,
                 skip_group_on_error: shape.skip_group_on_error,
+                ..BatchConfig::default()
             },
         );
         if let Some(policy) = shape.spacing {
