@@ -583,6 +583,7 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
         &dlq,
         &[selected],
         &ItemParser::default(),
+        &sqs_keeper_lambda::random::Random::default(),
         |_| {},
     )
     .await

@@ -110,9 +110,15 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     // A sweep reopens the record with it.
     let store = p.store();
     let sweep = store.sweep_dlq(&adopting()).await.unwrap();
-    sqs_keeper_lambda::sweep::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    sqs_keeper_lambda::sweep::settle_held(
+        &store,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        sqs_keeper_lambda::clock::Clock::system(),
+    )
+    .await
+    .unwrap();
     let reopened = record(&p, "x").await;
     assert_eq!(reopened.status, ItemStatus::Dead, "reopened");
     // The console moves it back; the worker finishes it.
@@ -249,9 +255,15 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
     let sweep = sqs_keeper_lambda::sweep::sweep_dlq(&hooked, &adopting())
         .await
         .unwrap();
-    sqs_keeper_lambda::sweep::settle_held(&hooked, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    sqs_keeper_lambda::sweep::settle_held(
+        &hooked,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        sqs_keeper_lambda::clock::Clock::system(),
+    )
+    .await
+    .unwrap();
     let after = record(&p, "x").await;
     assert!(
         hooked.fired.load(Ordering::SeqCst),
@@ -598,6 +610,7 @@ mod producer_attributes {
             },
             until: Some(started + std::time::Duration::from_secs(5)),
             hold_until: None,
+            random: Default::default(),
         };
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(60),

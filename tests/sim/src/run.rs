@@ -411,6 +411,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
             },
             retention: Duration::from_secs(14 * 86_400),
             write_concurrency: 4,
+            clock: sqs_keeper_core::Clock::system(),
         },
     );
     // One sandbox per poller: its own engine and breaker, the breaker's state shared.
@@ -1182,9 +1183,14 @@ async fn purge(store: &SimStore) {
             .trace
             .note("purge", "-", &format!("purging {}", ids.join(" ")));
     }
-    let result =
-        sqs_keeper_core::removal::remove_records(&actor, &records, &parser(store.world()), |_| {})
-            .await;
+    let result = sqs_keeper_core::removal::remove_records(
+        &actor,
+        &records,
+        &parser(store.world()),
+        &sqs_keeper_core::Random::default(),
+        |_| {},
+    )
+    .await;
     let what = match result {
         Ok(report) => {
             store.world().lock().stats.purges += 1;

@@ -701,6 +701,7 @@ impl DlqMessages for SimStore {
             view_of(message).source_message_id,
             adoption,
             self.settings.retention,
+            self.settings.clock.now(),
         );
         recording::offload_payload(self, &self.settings, &mut record).await?;
         let written = recording::adopt(
@@ -1093,7 +1094,7 @@ impl DeadLetterQueue for SimStore {
         wait: Duration,
         then: Duration,
     ) -> Result<sweep::Settled, ProcessError> {
-        sweep::settle_held(self, held, wait, then).await
+        sweep::settle_held(self, held, wait, then, self.settings.clock).await
     }
 }
 

@@ -85,7 +85,8 @@ impl DeadLetterStore {
         parser: &ItemParser,
         progress: impl FnMut(usize),
     ) -> Result<RemovalReport, ProcessError> {
-        sqs_keeper_core::removal::remove_records(self, records, parser, progress).await
+        sqs_keeper_core::removal::remove_records(self, records, parser, &self.random, progress)
+            .await
     }
 
     /// Deletes every record, every payload object and every DLQ message.

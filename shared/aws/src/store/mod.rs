@@ -34,12 +34,14 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 
 use crate::aws::AwsClients;
 use crate::condition_expression::WithCondition;
+use sqs_keeper_core::clock::Clock;
 use sqs_keeper_core::condition::conditions;
 use sqs_keeper_core::dead_letter::{
     DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,
 };
 use sqs_keeper_core::error::ProcessError;
 use sqs_keeper_core::pointer::{PayloadPolicy, S3Pointer};
+use sqs_keeper_core::random::Random;
 use sqs_keeper_core::recording::{Compaction, Deliveries, RecordTable, RecordingSettings};
 
 pub use sqs_keeper_core::recording::{stays_inline, HISTORY_ENTRY_MAX, RECORD_BUDGET};
@@ -82,7 +84,8 @@ impl StoreConfig {
         }
     }
 
-    /// What [`sqs_keeper_core::recording`] needs of it.
+    /// What [`sqs_keeper_core::recording`] needs of it, by the system clock (a store that
+    /// reads another sets its own: [`DeadLetterStore::with_clock`]).
     pub fn recording_settings(&self) -> RecordingSettings {
         RecordingSettings {
             bucket: self.bucket.clone(),
@@ -90,6 +93,7 @@ impl StoreConfig {
             history_limit: self.history_limit,
             retention: self.retention,
             write_concurrency: self.write_concurrency,
+            clock: Clock::system(),
         }
     }
 }
@@ -105,6 +109,10 @@ pub struct DeadLetterStore {
     /// The DLQ's `MaximumMessageSize`, read once (on the first dead letter): a body is kept
     /// inline, and sent inline to the DLQ, only when the DLQ takes it.
     dlq_max: std::sync::Arc<tokio::sync::OnceCell<u64>>,
+    /// The wall clock records, leases and adoptions are stamped by.
+    clock: Clock,
+    /// Where a purge's sweep draws its marker from.
+    random: Random,
 }
 
 /// What a DLQ message's attributes may take beside its body (item id, table, class,
@@ -125,7 +133,22 @@ impl DeadLetterStore {
             config,
             payload_policy,
             dlq_max: std::sync::Arc::new(tokio::sync::OnceCell::new()),
+            clock: Clock::default(),
+            random: Random::default(),
         }
+    }
+
+    /// Reads wall time (record timestamps, lease expiries, adoptions) from `clock` (the
+    /// system clock unless set).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Draws a purge's sweep marker from `random` (the thread's generator unless set).
+    pub fn with_random(mut self, random: Random) -> Self {
+        self.random = random;
+        self
     }
 
     /// Lets the sweep's adoption follow Extended-Client pointers as the worker does: to
@@ -148,7 +171,10 @@ impl DeadLetterStore {
 
     /// The settings [`sqs_keeper_core::recording`] runs with.
     fn recording(&self) -> RecordingSettings {
-        self.config.recording_settings()
+        RecordingSettings {
+            clock: self.clock,
+            ..self.config.recording_settings()
+        }
     }
 
     /// [`DeadLetterStore::recording`] for dead-lettering: a body stays inline (and goes to
