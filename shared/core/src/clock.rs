@@ -50,10 +50,13 @@ impl Clock {
     /// Now, by this clock.
     pub fn now(&self) -> DateTime<Utc> {
         match self.0 {
-            Source::System => now(),
+            Source::System => Utc::now(),
             Source::Tokio { origin, start } => {
                 let elapsed = tokio::time::Instant::now().saturating_duration_since(origin);
-                start + chrono::Duration::from_std(elapsed).unwrap_or(chrono::Duration::zero())
+                chrono::Duration::from_std(elapsed)
+                    .ok()
+                    .and_then(|elapsed| start.checked_add_signed(elapsed))
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC)
             }
         }
     }
@@ -61,47 +64,6 @@ impl Clock {
     /// [`Clock::now`] as a `SystemTime`.
     pub fn system_time(&self) -> SystemTime {
         SystemTime::from(self.now())
-    }
-}
-
-/// Now, as the core sees it.
-pub fn now() -> DateTime<Utc> {
-    #[cfg(feature = "sim")]
-    if let Some(now) = virtual_clock::now() {
-        return now;
-    }
-    Utc::now()
-}
-
-/// The simulation's clock: wall time = a chosen start + the time tokio's clock has advanced
-/// since, per thread (each simulated world runs on one thread).
-#[cfg(feature = "sim")]
-pub mod virtual_clock {
-    use std::cell::Cell;
-
-    use chrono::{DateTime, Utc};
-    use tokio::time::Instant;
-
-    thread_local! {
-        static ORIGIN: Cell<Option<(Instant, DateTime<Utc>)>> = const { Cell::new(None) };
-    }
-
-    /// From now on (on this thread), wall time is `start` plus tokio's elapsed time.
-    pub fn start(start: DateTime<Utc>) {
-        ORIGIN.with(|o| o.set(Some((Instant::now(), start))));
-    }
-
-    /// Back to the system clock on this thread.
-    pub fn stop() {
-        ORIGIN.with(|o| o.set(None));
-    }
-
-    pub(super) fn now() -> Option<DateTime<Utc>> {
-        ORIGIN.with(Cell::get).map(|(origin, start)| {
-            let elapsed = chrono::Duration::from_std(Instant::now() - origin)
-                .unwrap_or(chrono::Duration::zero());
-            start + elapsed
-        })
     }
 }
 
