@@ -10,7 +10,7 @@ use lambda_runtime::{service_fn, Error, LambdaEvent, Runtime};
 use sqs_keeper_lambda::InvocationLayer;
 use sqs_keeper_lambda::RedriveFunction;
 
-// The simulation's test hooks (mutants, a virtual clock) must never be in a function
+// The simulation's test hooks (its mutants) must never be in a function
 // binary: Cargo unifies features across one build, so a build with the simulation in it
 // fails here instead (docs/SIMULATION.md).
 const _: () = assert!(

@@ -6,7 +6,7 @@
 //! invocation, and reused. The same call runs any other handler
 //! (`sqs_keeper_lambda::runner`; README, "Write your own handler").
 
-// The simulation's test hooks (mutants, a virtual clock) must never be in a function
+// The simulation's test hooks (its mutants) must never be in a function
 // binary: Cargo unifies features across one build, so a build with the simulation in it
 // fails here instead (docs/SIMULATION.md).
 const _: () = assert!(

@@ -22,6 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 
+use crate::clock::Clock;
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::WorkItem;
 use crate::processor::{Outcome, Processor};
@@ -157,6 +158,8 @@ pub struct Breaker<P, S> {
     /// When a call to the store last succeeded (tokio's clock): a sandbox out of touch
     /// with it for a whole open period probes on its own ([`Breaker::out_of_touch`]).
     last_contact: Mutex<Option<tokio::time::Instant>>,
+    /// The wall clock the breaker's periods are read by ([`Breaker::with_clock`]).
+    clock: Clock,
 }
 
 impl<P, S> Breaker<P, S> {
@@ -171,7 +174,15 @@ impl<P, S> Breaker<P, S> {
             unwritten: Mutex::new((0, None)),
             open_failed: std::sync::atomic::AtomicBool::new(false),
             last_contact: Mutex::new(None),
+            clock: Clock::default(),
         }
+    }
+
+    /// Reads wall time (open periods, probe locks, failure windows) from `clock` (the
+    /// system clock unless set). The sandboxes sharing a breaker read the same time.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The processor inside.
@@ -238,6 +249,8 @@ pub struct GroupBreakers<P, S, F> {
     stores: F,
     policy: BreakerPolicy,
     breakers: Mutex<HashMap<Option<String>, GroupBreaker<P, S>>>,
+    /// The wall clock every group's breaker reads ([`Breaker::with_clock`]).
+    clock: Clock,
 }
 
 impl<P, S, F> std::fmt::Debug for GroupBreakers<P, S, F> {
@@ -262,7 +275,14 @@ where
             stores,
             policy,
             breakers: Mutex::new(HashMap::new()),
+            clock: Clock::default(),
         }
+    }
+
+    /// Every group's breaker reads wall time from `clock` (the system clock unless set).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The processor inside.
@@ -274,11 +294,14 @@ where
     fn breaker(&self, group: Option<&str>) -> GroupBreaker<P, S> {
         let key = group.map(str::to_string);
         let make = || {
-            std::sync::Arc::new(Breaker::new(
-                SharedProcessor(self.inner.clone()),
-                (self.stores)(group),
-                self.policy,
-            ))
+            std::sync::Arc::new(
+                Breaker::new(
+                    SharedProcessor(self.inner.clone()),
+                    (self.stores)(group),
+                    self.policy,
+                )
+                .with_clock(self.clock),
+            )
         };
         let Ok(mut breakers) = self.breakers.lock() else {
             return make();
@@ -441,7 +464,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         let Some((written, counted)) = self.write_failures().await else {
             return;
         };
-        let now = SystemTime::from(crate::clock::now());
+        let now = self.clock.system_time();
         let crossed = counted.failures >= self.policy.threshold
             && (counted.failures.saturating_sub(written) < self.policy.threshold
                 || self.open_failed.load(std::sync::atomic::Ordering::Relaxed));
@@ -469,7 +492,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
             *unwritten = (0, Some(tokio::time::Instant::now()));
             n
         };
-        let now = SystemTime::from(crate::clock::now());
+        let now = self.clock.system_time();
         match self.store.add_failures(n, now, self.policy.window).await {
             Ok(counted) => {
                 self.touch();
@@ -592,7 +615,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         }
         let result = self.call(item).await;
         crate::context::finishing(async {
-            let after = SystemTime::from(crate::clock::now());
+            let after = self.clock.system_time();
             match &result {
                 Err(error) if counts(error) => {
                     let opens = state.opens + 1;
@@ -652,7 +675,7 @@ impl<P: Processor, S: BreakerStore> Processor for Breaker<P, S> {
 
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
         let state = self.state().await;
-        let now = SystemTime::from(crate::clock::now());
+        let now = self.clock.system_time();
         if let Some(until) = state.open_until.filter(|_| state.is_open(now)) {
             return Err(refused(until, now, "the downstream is failing"));
         }
@@ -1323,5 +1346,31 @@ mod tests {
             group_key("breaker#orders", "t-bad"),
             "breaker#orders#group#t-bad"
         );
+    }
+
+    /// The breaker reads wall time from its clock: under one that follows tokio's paused
+    /// clock (from the year 2000), the open period is stamped and counted in that time.
+    #[tokio::test(start_paused = true)]
+    async fn the_breaker_reads_wall_time_from_its_clock() {
+        let clock =
+            Clock::following_tokio(chrono::DateTime::from_timestamp(946_684_800, 0).unwrap());
+        let store = MemoryBreakerStore::default();
+        let up = Arc::new(AtomicBool::new(false));
+        let calls = Arc::new(AtomicU32::new(0));
+        let breaker = sandbox(&store, &up, &calls).with_clock(clock);
+        let item = WorkItem::new("m", "{}");
+        for _ in 0..3 {
+            breaker.process(&item).await.unwrap_err();
+        }
+        assert_eq!(
+            store.state().open_until,
+            Some(clock.system_time() + Duration::from_millis(300))
+        );
+        // Past the open period by tokio's clock (the system's has hardly moved): the probe
+        // runs, and closes it.
+        up.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(breaker.process(&item).await.unwrap(), Outcome::Done);
+        assert_eq!(store.state().open_until, None);
     }
 }

@@ -1,49 +1,95 @@
 //! The wall clock of the core: record timestamps, lease expiries, ages.
 //!
-//! It is `chrono::Utc::now()`, except in the deterministic simulation (`sqs-keeper-sim`,
-//! through the test-only `sim` feature), where wall time must follow tokio's paused clock:
-//! hours of pipeline time pass in milliseconds there, and leases must expire with them.
-//! Production builds never enable the feature, so the function is `Utc::now()` exactly.
+//! Wall time is read from a [`Clock`] held by the value that does the work (the batch
+//! engine's [`crate::BatchConfig`], the retry policy, the breaker, the idempotency layer,
+//! the recording settings, the redrive engine's settings, the stores), never from a global,
+//! so that a caller can choose it. Its default is the system clock; a test or a simulation
+//! that pauses tokio's clock gives [`Clock::following_tokio`] instead, so that wall time
+//! moves with the paused clock: hours of pipeline time pass in milliseconds there, and
+//! leases must expire with them.
+
+use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
 
-/// Now, as the core sees it.
-pub fn now() -> DateTime<Utc> {
-    #[cfg(feature = "sim")]
-    if let Some(now) = virtual_clock::now() {
-        return now;
-    }
-    Utc::now()
+/// Where wall time comes from: the system clock ([`Clock::system`], the default), or
+/// tokio's clock from a chosen start ([`Clock::following_tokio`]). Cheap to copy: every
+/// value that reads wall time keeps its own copy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Clock(Source);
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Source {
+    #[default]
+    System,
+    /// Wall time = `start` + the time tokio's clock has advanced since `origin`.
+    Tokio {
+        origin: tokio::time::Instant,
+        start: DateTime<Utc>,
+    },
 }
 
-/// The simulation's clock: wall time = a chosen start + the time tokio's clock has advanced
-/// since, per thread (each simulated world runs on one thread).
-#[cfg(feature = "sim")]
-pub mod virtual_clock {
-    use std::cell::Cell;
-
-    use chrono::{DateTime, Utc};
-    use tokio::time::Instant;
-
-    thread_local! {
-        static ORIGIN: Cell<Option<(Instant, DateTime<Utc>)>> = const { Cell::new(None) };
+impl Clock {
+    /// The system clock (`chrono::Utc::now()`).
+    pub const fn system() -> Self {
+        Clock(Source::System)
     }
 
-    /// From now on (on this thread), wall time is `start` plus tokio's elapsed time.
-    pub fn start(start: DateTime<Utc>) {
-        ORIGIN.with(|o| o.set(Some((Instant::now(), start))));
-    }
-
-    /// Back to the system clock on this thread.
-    pub fn stop() {
-        ORIGIN.with(|o| o.set(None));
-    }
-
-    pub(super) fn now() -> Option<DateTime<Utc>> {
-        ORIGIN.with(Cell::get).map(|(origin, start)| {
-            let elapsed = chrono::Duration::from_std(Instant::now() - origin)
-                .unwrap_or(chrono::Duration::zero());
-            start + elapsed
+    /// A clock that reads `start` now and then follows tokio's clock: wall time is `start`
+    /// plus the time tokio's clock has advanced since this call. Under a paused clock
+    /// (`tokio::time::pause`, `start_paused`) it moves only as tokio's does, so the wall
+    /// time a run reads is the same at every run. Made within the runtime whose clock it is
+    /// to follow (tokio's clock is the runtime's).
+    pub fn following_tokio(start: DateTime<Utc>) -> Self {
+        Clock(Source::Tokio {
+            origin: tokio::time::Instant::now(),
+            start,
         })
+    }
+
+    /// Now, by this clock.
+    pub fn now(&self) -> DateTime<Utc> {
+        match self.0 {
+            Source::System => Utc::now(),
+            Source::Tokio { origin, start } => {
+                let elapsed = tokio::time::Instant::now().saturating_duration_since(origin);
+                chrono::Duration::from_std(elapsed)
+                    .ok()
+                    .and_then(|elapsed| start.checked_add_signed(elapsed))
+                    .unwrap_or(DateTime::<Utc>::MAX_UTC)
+            }
+        }
+    }
+
+    /// [`Clock::now`] as a `SystemTime`.
+    pub fn system_time(&self) -> SystemTime {
+        SystemTime::from(self.now())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_following_tokio_moves_with_its_paused_clock_only() {
+        let start = DateTime::from_timestamp(1_767_225_600, 0).unwrap();
+        let clock = Clock::following_tokio(start);
+        assert_eq!(clock.now(), start);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert_eq!(clock.now(), start + chrono::Duration::hours(1));
+        assert_eq!(clock.system_time(), SystemTime::from(clock.now()));
+        // A copy reads the same time.
+        let copy = clock;
+        assert_eq!(copy.now(), clock.now());
+    }
+
+    #[test]
+    fn the_default_is_the_system_clock() {
+        assert_eq!(Clock::default(), Clock::system());
+        let before = Utc::now();
+        let now = Clock::system().now();
+        assert!(now >= before && now <= Utc::now());
     }
 }

@@ -180,6 +180,8 @@ pub struct RecordContext {
     metrics: Arc<MetricSink>,
     fields: Mutex<Map<String, Value>>,
     cut: Arc<CutState>,
+    /// The wall clock the deadlines are measured by ([`remaining`]).
+    clock: crate::clock::Clock,
 }
 
 /// How the invocation's cut-off reaches a record's attempt (docs/ARCHITECTURE.md §1.7).
@@ -271,7 +273,15 @@ impl RecordContext {
             metrics,
             fields: Mutex::new(Map::new()),
             cut: Arc::default(),
+            clock: crate::clock::Clock::default(),
         }
+    }
+
+    /// Measures the time left before the deadline ([`remaining`]) by `clock`, the one the
+    /// deadlines were read by (the system clock unless set).
+    pub fn with_clock(mut self, clock: crate::clock::Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Runs `work` with this context as the current record's.
@@ -307,10 +317,13 @@ pub fn hard_stop() -> Option<SystemTime> {
 
 /// The time left before [`deadline`]; `None` outside the worker.
 pub fn remaining() -> Option<Duration> {
-    deadline().map(|d| {
-        d.duration_since(crate::clock::now().into())
-            .unwrap_or(Duration::ZERO)
-    })
+    RECORD
+        .try_with(|c| {
+            c.deadline
+                .duration_since(c.clock.system_time())
+                .unwrap_or(Duration::ZERO)
+        })
+        .ok()
 }
 
 /// Runs the user's `work` so that the invocation's cut-off ends it: `None` when it was

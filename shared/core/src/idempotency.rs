@@ -36,9 +36,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::clock::Clock;
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::WorkItem;
 use crate::processor::{Outcome, Processor};
+use crate::random::Random;
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +117,10 @@ pub struct Idempotency<S> {
     ttl: Duration,
     /// What every key starts with ([`Idempotency::with_key_prefix`]).
     key_prefix: String,
+    /// The wall clock claims and expiries are read by ([`Idempotency::with_clock`]).
+    clock: Clock,
+    /// Where claim tokens are drawn from ([`Idempotency::with_random`]).
+    random: Random,
 }
 
 impl<S: IdempotencyStore> Idempotency<S> {
@@ -124,7 +130,22 @@ impl<S: IdempotencyStore> Idempotency<S> {
             store,
             ttl,
             key_prefix: String::new(),
+            clock: Clock::default(),
+            random: Random::default(),
         }
+    }
+
+    /// Reads wall time (a claim's start, a completion's expiry) from `clock` (the system
+    /// clock unless set).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Draws each attempt's claim token from `random` (the thread's generator unless set).
+    pub fn with_random(mut self, random: Random) -> Self {
+        self.random = random;
+        self
     }
 
     /// Every key starts with `prefix` (the runner uses the function's name and `#`,
@@ -155,11 +176,11 @@ impl<S: IdempotencyStore> Idempotency<S> {
             // nothing is claimed, the attempt ends as cut.
             return Err(ProcessError::deadline_cut(Duration::ZERO));
         }
-        let now = SystemTime::from(crate::clock::now());
+        let now = self.clock.system_time();
         let until = crate::context::hard_stop()
             .filter(|d| *d > now)
             .unwrap_or(now + FALLBACK_CLAIM);
-        let token = attempt_token();
+        let token = attempt_token(now, &self.random);
         let prefixed;
         let key = if self.key_prefix.is_empty() {
             key
@@ -214,7 +235,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
                 if text.is_some() && stored.is_none() {
                     tracing::warn!(key, limit = MAX_RESULT_BYTES, "result too large to store with the idempotency record; a duplicate will see no result");
                 }
-                let expires = SystemTime::from(crate::clock::now()) + self.ttl;
+                let expires = self.clock.system_time() + self.ttl;
                 if let Err(error) = self.store.complete(key, token, stored, expires).await {
                     tracing::warn!(key, %error, "the work completed but its idempotency record could not be written; a duplicate delivered after the claim expires would run it again");
                 }
@@ -230,12 +251,10 @@ impl<S: IdempotencyStore> Idempotency<S> {
     }
 }
 
-/// A unique token for one attempt: which claim is whose.
-fn attempt_token() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!("{nanos:x}-{:016x}", fastrand::u64(..))
+/// A unique token for one attempt, claiming `now`: which claim is whose.
+fn attempt_token(now: SystemTime, random: &Random) -> String {
+    let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{nanos:x}-{:016x}", random.u64(..))
 }
 
 /// A processor whose items are processed once per item id (see the module's
@@ -421,6 +440,38 @@ mod tests {
                 .unwrap(),
             Claim::Claimed
         );
+    }
+
+    /// Claims are read by the layer's clock: one that follows tokio's paused clock from the
+    /// year 2000 sees another's claim of then as held (by the system clock it would have
+    /// expired long ago).
+    #[tokio::test(start_paused = true)]
+    async fn claims_are_read_by_the_layers_clock() {
+        let clock = crate::clock::Clock::following_tokio(
+            chrono::DateTime::from_timestamp(946_684_800, 0).unwrap(),
+        );
+        let now = clock.system_time();
+        let store = MemoryIdempotencyStore::default();
+        store
+            .claim("held", "other", now + Duration::from_secs(60), now)
+            .await
+            .unwrap();
+        let once = Idempotency::new(store, Duration::from_secs(3600))
+            .with_clock(clock)
+            .with_random(Random::seeded(7));
+        let error = once
+            .once("held", || async { Ok::<_, ProcessError>(()) })
+            .await
+            .unwrap_err();
+        assert!(error.message.contains("60 s more"), "{}", error.message);
+    }
+
+    #[test]
+    fn a_claim_token_is_its_time_and_a_draw_of_the_layers_random() {
+        let now = UNIX_EPOCH + Duration::from_nanos(0xabc);
+        let token = attempt_token(now, &Random::seeded(7));
+        assert_eq!(token, attempt_token(now, &Random::seeded(7)));
+        assert!(token.starts_with("abc-"), "{token}");
     }
 
     #[tokio::test]

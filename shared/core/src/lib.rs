@@ -32,7 +32,8 @@
 //! | --- | --- | --- |
 //! | `error` | [`ErrorClass`] and [`ProcessError`], the one error a processor returns | none |
 //! | `classify` | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
-//! | `clock` | the wall clock (virtual in the simulation) | clock |
+//! | `clock` | [`Clock`]: where wall time comes from (the system's, or tokio's from a start), held by what reads it | clock |
+//! | `random` | [`Random`]: where random draws come from (the thread's generator, or a seeded one), held by what draws | none |
 //! | `event` | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
 //! | `item` | [`WorkItem`]: one record, parsed per record; typed bodies ([`WorkItem::json`]) | none |
 //! | [`envelope`] | SNS, EventBridge and S3 envelopes around a body, unwrapped per record | none |
@@ -91,6 +92,7 @@ mod pointer;
 mod polling;
 mod ports;
 mod processor;
+mod random;
 mod recording;
 mod redelivery;
 mod redrive;
@@ -121,9 +123,7 @@ pub use breaker::{
 pub use classify::{
     classify_aws_code, classify_error, classify_http_status, classify_message, classify_sdk_error,
 };
-pub use clock::now;
-#[cfg(feature = "sim")]
-pub use clock::virtual_clock;
+pub use clock::Clock;
 pub use condition::{
     attr, breaker as breaker_conditions, conditions, epoch_millis,
     idempotency as idempotency_conditions, names, Attr, Condition, Found, Item as ConditionItem,
@@ -167,6 +167,7 @@ pub use ports::{
     SourceQueue, Sweep, SweepOptions, CLASSIC_MESSAGE_MAX,
 };
 pub use processor::{handler_fn, DeadLettered, Outcome, Processor};
+pub use random::Random;
 pub use recording::{
     adopt as adopt_record, after_append, compaction_of, dead_letter as record_dead_letters,
     offload_payload, payload_key, record as record_attempts, review_flag_change, stays_inline,

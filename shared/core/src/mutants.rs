@@ -8,7 +8,7 @@
 //! feature. See `docs/SIMULATION.md`.
 
 /// Whether this build has the simulation's hooks (the test-only `sim` feature: mutants that
-/// can be switched on, a virtual wall clock). The functions' binaries assert at compile
+/// can be switched on). The functions' binaries assert at compile
 /// time that it is `false`, so no build that has them can be a function binary: a
 /// workspace-wide build that unified the feature in fails to compile them instead of
 /// producing a binary that tests would take for the shipped one (the Makefile builds and

@@ -334,6 +334,8 @@ pub struct RecordingSettings {
     pub retention: Duration,
     /// Records written at once.
     pub write_concurrency: usize,
+    /// The wall clock a dead letter's record is stamped by (the system clock in production).
+    pub clock: crate::clock::Clock,
 }
 
 /// Moves the payload to the payload store when it would not stay inline
@@ -524,7 +526,7 @@ pub async fn dead_letter<T: RecordTable>(
     candidates: &[DeadLetterCandidate],
     invocation: &InvocationInfo,
 ) -> Vec<Result<(), ProcessError>> {
-    let now = crate::clock::now();
+    let now = settings.clock.now();
     // Steps 1 and 2, per record, a bounded number at once.
     let writes: Vec<_> = candidates
         .iter()
@@ -900,6 +902,7 @@ mod tests {
             history_limit: 4,
             retention: Duration::from_secs(86_400),
             write_concurrency: 2,
+            clock: crate::clock::Clock::system(),
         }
     }
 
@@ -920,7 +923,7 @@ mod tests {
         let failures = (1..=2)
             .map(|attempt| crate::retry::AttemptFailure {
                 attempt,
-                started_at: crate::clock::now(),
+                started_at: Utc::now(),
                 duration: Duration::ZERO,
                 error: error.clone(),
             })
@@ -970,7 +973,7 @@ mod tests {
         // delivery may be sending it now) is returned for retry.
         let c = candidate("c", 3);
         let in_flight =
-            DeadLetteredItem::from_candidate(&c, &info, crate::clock::now(), settings().retention);
+            DeadLetteredItem::from_candidate(&c, &info, Utc::now(), settings().retention);
         assert!(table
             .try_record(
                 &in_flight,
@@ -1001,7 +1004,7 @@ mod tests {
             let record = DeadLetteredItem::from_candidate(
                 &candidate("a", receive),
                 &info,
-                crate::clock::now(),
+                Utc::now(),
                 settings.retention,
             );
             super::record(&table, &settings, &record).await.unwrap();
@@ -1106,7 +1109,7 @@ mod tests {
             let record = DeadLetteredItem::from_candidate(
                 &candidate("a", receive),
                 &InvocationInfo::default(),
-                crate::clock::now(),
+                Utc::now(),
                 settings.retention,
             );
             super::record(&table, &settings, &record).await.unwrap();

@@ -17,6 +17,7 @@ use crate::error::ProcessError;
 use crate::item::ItemParser;
 use crate::pointer::S3Pointer;
 use crate::ports::{PayloadStore, SweepOptions};
+use crate::random::Random;
 use crate::sweep::{DlqMessages, Standing};
 
 /// Deleting records.
@@ -47,11 +48,12 @@ pub struct RemovalReport {
 /// Deletes the DLQ messages `records` hold (only those: a message of the same item id that
 /// arrived after the selection is kept, [`crate::sweep::purge_takes`]), then the records
 /// still as selected (25 at a time, `progress` told the running count), then the payload
-/// objects of the records deleted.
+/// objects of the records deleted. The DLQ's sweep draws its marker from `random`.
 pub async fn remove_records<S>(
     store: &S,
     records: &[DeadLetteredItem],
     parser: &ItemParser,
+    random: &Random,
     mut progress: impl FnMut(usize),
 ) -> Result<RemovalReport, ProcessError>
 where
@@ -70,6 +72,7 @@ where
             parser: parser.clone(),
             until: None,
             hold_until: None,
+            random: random.clone(),
         },
     )
     .await?;

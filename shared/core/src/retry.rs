@@ -148,6 +148,11 @@ pub struct RetryPolicy {
     /// Attempts per error class where a class is tried more or less than `max_attempts`,
     /// and whether a throttled attempt with a `Retry-After` counts.
     pub class_attempts: ClassAttempts,
+    /// Where the full jitter is drawn from (the thread's generator by default).
+    pub random: crate::random::Random,
+    /// The wall clock a failed attempt's start is read from, for its history entry (the
+    /// system clock by default).
+    pub clock: crate::clock::Clock,
 }
 
 /// Most attempts a record makes in one invocation whatever its budgets: free throttled
@@ -232,6 +237,8 @@ impl Default for RetryPolicy {
             retry_unknown: false,
             jitter: Jitter::Full,
             class_attempts: ClassAttempts::default(),
+            random: crate::random::Random::default(),
+            clock: crate::clock::Clock::default(),
         }
     }
 }
@@ -253,7 +260,7 @@ impl RetryPolicy {
             Jitter::None => ceiling,
             Jitter::Full => {
                 let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
-                Duration::from_nanos(fastrand::u64(0..=nanos))
+                Duration::from_nanos(self.random.u64(0..=nanos))
             }
         }
     }
@@ -366,7 +373,7 @@ where
             Err(error) => error,
         };
         let duration = started.elapsed();
-        let started_at = crate::clock::now()
+        let started_at = policy.clock.now()
             - chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::zero());
         failures.push(AttemptFailure {
             attempt,
@@ -446,7 +453,7 @@ mod tests {
             max_delay: Duration::from_millis(700),
             retry_unknown: false,
             jitter: Jitter::None,
-            class_attempts: Default::default(),
+            ..RetryPolicy::default()
         }
     }
 
@@ -473,6 +480,39 @@ mod tests {
         assert!(
             seen_below_half,
             "jitter spreads delays over the whole range"
+        );
+    }
+
+    #[test]
+    fn the_jitter_is_drawn_from_the_policys_random() {
+        let seeded = |seed| RetryPolicy {
+            jitter: Jitter::Full,
+            random: crate::random::Random::seeded(seed),
+            ..policy(10)
+        };
+        let delays = |p: RetryPolicy| (1..=6).map(|a| p.backoff(a)).collect::<Vec<_>>();
+        assert_eq!(delays(seeded(7)), delays(seeded(7)));
+    }
+
+    /// A failed attempt's start, in its history, is read from the policy's clock.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_attempts_start_is_read_from_the_policys_clock() {
+        let start = DateTime::from_timestamp(1_767_225_600, 0).unwrap();
+        let p = RetryPolicy {
+            clock: crate::clock::Clock::following_tokio(start),
+            ..policy(2)
+        };
+        let deadline = Deadline::after(Duration::from_secs(600), Duration::from_secs(1));
+        let run: RetryRun<()> = run_with_retry(&p, &deadline, |_| async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Err(ProcessError::new(ErrorClass::ServerError, "503"))
+        })
+        .await;
+        let starts: Vec<DateTime<Utc>> = run.failures.iter().map(|f| f.started_at).collect();
+        // The second attempt starts after the first's second and its backoff (100 ms).
+        assert_eq!(
+            starts,
+            [start, start + chrono::Duration::milliseconds(1100)]
         );
     }
 

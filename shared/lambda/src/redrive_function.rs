@@ -230,8 +230,9 @@ impl RedriveFunction {
             }
             let action = match &self.polling {
                 Some(control) => {
+                    // The function reads one clock: its engine's.
                     let action = control
-                        .run(std::time::SystemTime::from(sqs_keeper_core::now()))
+                        .run(self.engine.settings().clock.system_time())
                         .await;
                     match &action {
                         sqs_keeper_core::ControlAction::Failed { error } => {
@@ -407,7 +408,7 @@ where
             ..RedriveReport::default()
         }))
     };
-    let now = std::time::SystemTime::from(sqs_keeper_core::now());
+    let now = engine.settings().clock.system_time();
     let state = match breaker.read().await {
         Ok(state) => state,
         Err(error) => {

@@ -321,7 +321,7 @@ impl Setup {
 
     /// Runs `processor` for every invocation until the process ends.
     pub async fn run<P: Processor + 'static>(self, processor: P) -> Result<(), Error> {
-        // The simulation's hooks (mutants, a virtual clock) must never serve real traffic:
+        // The simulation's hooks (its mutants) must never serve real traffic:
         // Cargo unifies features across one build, so a handler built beside the
         // simulation would carry them (docs/SIMULATION.md).
         if sqs_keeper_core::SIMULATION_HOOKS {

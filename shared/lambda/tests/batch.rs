@@ -57,11 +57,13 @@ fn config() -> BatchConfig {
             retry_unknown: false,
             jitter: Jitter::None,
             class_attempts: Default::default(),
+            ..RetryPolicy::default()
         },
         concurrency: 4,
         max_receive_count: Some(5),
         receive_budget_margin: 0,
         skip_group_on_error: false,
+        ..BatchConfig::default()
     }
 }
 
@@ -619,6 +621,7 @@ async fn deadline_bounds_retry_sleeps() {
                 retry_unknown: false,
                 jitter: Jitter::None,
                 class_attempts: Default::default(),
+                ..RetryPolicy::default()
             },
             ..config()
         },

@@ -1174,11 +1174,13 @@ fn spec_engine(spec: &BatchSpec) -> BatchProcessor<ScriptedProcessor, MemorySink
                 retry_unknown: false,
                 jitter: Jitter::Full,
                 class_attempts: Default::default(),
+                ..RetryPolicy::default()
             },
             concurrency: spec.concurrency,
             max_receive_count: spec.max_receive_count,
             receive_budget_margin: 0,
             skip_group_on_error: spec.skip_group_on_error,
+            ..BatchConfig::default()
         },
     )
 }

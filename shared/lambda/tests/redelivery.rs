@@ -10,12 +10,12 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_core::Deadline;
 use sqs_keeper_core::InvocationInfo;
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
 use sqs_keeper_core::{BatchConfig, BatchProcessor};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
+use sqs_keeper_core::Deadline;
 
 /// Records what it was asked to hide; fails every entry when `fail` is set; answers the
 /// queue's retention and visibility timeout with `timing`.
@@ -596,12 +596,13 @@ mod two_calls {
     use aws_lambda_events::sqs::SqsEvent;
     use futures::future::BoxFuture;
     use serde_json::json;
-    use sqs_keeper_core::Deadline;
     use sqs_keeper_core::InvocationInfo;
+    use sqs_keeper_core::Random;
     use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
     use sqs_keeper_core::{BatchConfig, BatchProcessor};
     use sqs_keeper_core::{ErrorClass, ProcessError};
     use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
+    use sqs_keeper_core::Deadline;
 
     /// One hide as the port saw it: when its call came (tokio time) and what it asked.
     #[derive(Clone, Debug)]
@@ -749,19 +750,18 @@ mod two_calls {
             ..Port::default()
         });
         // r1 asks for 12 h (Retry-After): its hide is the cap. r2's jitter is drawn near its
-        // top (the thread's generator seeded so both draws are ≥ 0.999), so its own delay
+        // top (the engine's generator seeded so both draws are ≥ 0.999), so its own delay
         // reaches the cap too and the cap is what limits it.
         let asks = ProcessError::new(ErrorClass::ServerError, "503")
             .with_retry_after(Duration::from_secs(43_200));
         let processor = ScriptedProcessor::new().script("r1", vec![Step::Error(asks)]);
         let seed = (0..u64::MAX)
             .find(|s| {
-                fastrand::seed(*s);
-                fastrand::f64() >= 0.999 && fastrand::f64() >= 0.999
+                let random = Random::seeded(*s);
+                random.f64() >= 0.999 && random.f64() >= 0.999
             })
             .unwrap();
-        fastrand::seed(seed);
-        let mut config = BatchConfig::default();
+        let mut config = BatchConfig::default().with_random(Random::seeded(seed));
         config.parser.id_source = "pointer:/id".parse().unwrap();
         config.retry.max_attempts = 1;
         let engine = BatchProcessor::new(processor, MemorySink::new(), config).with_redelivery(

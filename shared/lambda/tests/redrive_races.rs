@@ -12,7 +12,9 @@ use tokio::time::Instant;
 
 use sqs_keeper_core::RecordRemoval;
 use sqs_keeper_core::S3Pointer;
-use sqs_keeper_core::{redrive_made_no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::{
+    redrive_made_no_progress as no_progress, RedriveEngine, RedriveRequest, RedriveSettings,
+};
 use sqs_keeper_core::{
     sweep_dlq, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Settled, Standing,
 };
@@ -58,10 +60,7 @@ async fn chain(
     let mut runs = 0;
     loop {
         runs += 1;
-        let report = engine
-            .run(&request, &*redrive_made_no_progress())
-            .await
-            .unwrap();
+        let report = engine.run(&request, &*no_progress()).await.unwrap();
         match report.continuation_token {
             Some(token) if runs < max_runs => request.continuation_token = Some(token),
             _ => break,
@@ -283,7 +282,7 @@ async fn no_attempt_starts_after_the_lease_cut_when_the_payload_fetch_was_slow()
     settings.lease_ttl = Duration::from_secs(60);
     let engine = RedriveEngine::new(store, Some(Clocked), settings);
     let report = engine
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*no_progress())
         .await
         .unwrap();
     let leased_at = engine.store().leased_at.lock().unwrap().unwrap();
@@ -579,9 +578,15 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
     );
     dlq.records.lock().unwrap().insert("order-1".into(), now);
     dlq.add("d2", "order-1", "s2", "P", None);
-    let report = sqs_keeper_core::remove_records(&dlq, &[selected], &ItemParser::default(), |_| {})
-        .await
-        .unwrap();
+    let report = sqs_keeper_core::remove_records(
+        &dlq,
+        &[selected],
+        &ItemParser::default(),
+        &sqs_keeper_core::Random::default(),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert_eq!(
         report.records_changed, 1,
         "the record that failed again is kept: {report:?}"
@@ -659,7 +664,7 @@ async fn items_that_keep_failing_do_not_starve_an_item_a_crashed_run_left_redriv
                     parallelism: Some(1),
                     ..Default::default()
                 },
-                &*redrive_made_no_progress(),
+                &*no_progress(),
             )
             .await
             .unwrap();

@@ -14,7 +14,7 @@ use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::SweepOptions;
-use sqs_keeper_core::{redrive_made_no_progress, RedriveMode, RedriveRequest};
+use sqs_keeper_core::{redrive_made_no_progress as no_progress, RedriveMode, RedriveRequest};
 use sqs_keeper_core::{Adoption, DlqMessages, ReceivedMessage, Standing};
 use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
 
@@ -96,7 +96,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*no_progress(),
         )
         .await
         .unwrap();
@@ -110,9 +110,15 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     // A sweep reopens the record with it.
     let store = p.store();
     let sweep = store.sweep_dlq(&adopting()).await.unwrap();
-    sqs_keeper_core::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    sqs_keeper_core::settle_held(
+        &store,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        sqs_keeper_core::Clock::system(),
+    )
+    .await
+    .unwrap();
     let reopened = record(&p, "x").await;
     assert_eq!(reopened.status, ItemStatus::Dead, "reopened");
     // The console moves it back; the worker finishes it.
@@ -125,7 +131,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     let after = record(&p, "x").await;
     // The next scheduled redrive.
     let again = engine
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*no_progress())
         .await
         .unwrap();
     let deliveries = p
@@ -249,9 +255,15 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
     let sweep = sqs_keeper_core::sweep_dlq(&hooked, &adopting())
         .await
         .unwrap();
-    sqs_keeper_core::settle_held(&hooked, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    sqs_keeper_core::settle_held(
+        &hooked,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        sqs_keeper_core::Clock::system(),
+    )
+    .await
+    .unwrap();
     let after = record(&p, "x").await;
     assert!(
         hooked.fired.load(Ordering::SeqCst),
@@ -274,7 +286,7 @@ mod producer_attributes {
     use sqs_keeper_core::ItemStatus;
     use sqs_keeper_core::RedriveRequest;
 
-    use sqs_keeper_core::redrive_made_no_progress;
+    use sqs_keeper_core::redrive_made_no_progress as no_progress;
 
     async fn send_with_attrs(p: &Pipeline, queue_url: &str, body: &str, attrs: &[(&str, &str)]) {
         use aws_sdk_sqs::types::MessageAttributeValue;
@@ -324,7 +336,7 @@ mod producer_attributes {
         p.downstream.fix();
         for _ in 0..2 {
             p.redrive_engine()
-                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+                .run(&RedriveRequest::default(), &*no_progress())
                 .await
                 .unwrap();
         }
@@ -364,7 +376,7 @@ mod producer_attributes {
         p.downstream.fix();
         for _ in 0..2 {
             p.redrive_engine()
-                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+                .run(&RedriveRequest::default(), &*no_progress())
                 .await
                 .unwrap();
         }
@@ -453,7 +465,7 @@ mod producer_attributes {
         for _ in 0..3 {
             reports.push(
                 p.redrive_engine_with_message_ids()
-                    .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+                    .run(&RedriveRequest::default(), &*no_progress())
                     .await
                     .unwrap(),
             );
@@ -533,7 +545,7 @@ mod producer_attributes {
         p.downstream.fix();
         for _ in 0..2 {
             p.redrive_engine()
-                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+                .run(&RedriveRequest::default(), &*no_progress())
                 .await
                 .unwrap();
         }
@@ -594,6 +606,7 @@ mod producer_attributes {
             },
             until: Some(started + std::time::Duration::from_secs(5)),
             hold_until: None,
+            random: Default::default(),
         };
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(60),
@@ -618,7 +631,7 @@ mod producer_attributes {
         let victim = p.records().await[0].clone();
         p.downstream.fix();
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+            .run(&RedriveRequest::default(), &*no_progress())
             .await
             .unwrap();
         let resolved = p.store().get(&victim.item_id).await.unwrap().unwrap();
@@ -632,7 +645,7 @@ mod producer_attributes {
         )
         .await;
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+            .run(&RedriveRequest::default(), &*no_progress())
             .await
             .unwrap();
         let after = p.store().get(&victim.item_id).await.unwrap().unwrap();
@@ -679,7 +692,7 @@ mod producer_attributes {
             engine.run_until(
                 &request,
                 Some(started + std::time::Duration::from_secs(60)),
-                &*redrive_made_no_progress(),
+                &*no_progress(),
             ),
         )
         .await;
@@ -719,7 +732,7 @@ mod producer_attributes {
         for _ in 0..2 {
             let r = p
                 .redrive_engine()
-                .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+                .run(&RedriveRequest::default(), &*no_progress())
                 .await
                 .unwrap();
             errors.push(r.errors);

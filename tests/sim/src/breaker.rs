@@ -47,10 +47,10 @@ impl SimBreakerStore {
                 "breaker table throttled (injected)",
             ));
         }
-        state.ledger.breaker_contact.insert(
-            self.sandbox.clone(),
-            SystemTime::from(sqs_keeper_core::now()),
-        );
+        state
+            .ledger
+            .breaker_contact
+            .insert(self.sandbox.clone(), self.world.clock.system_time());
         Ok(())
     }
 

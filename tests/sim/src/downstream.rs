@@ -137,7 +137,7 @@ impl Downstream {
     /// The checks at the start of an attempt. §1.6: a FIFO group's order is kept. §1.7:
     /// none starts after its invocation's cut-off. §3: a redrive's attempt starts only while its run holds the item's lease.
     fn check_start(&self, item: &WorkItem) {
-        let now = sqs_keeper_core::now();
+        let now = self.world.clock.now();
         let mut state = self.world.lock();
         if self.actor.starts_with("worker") {
             if let Some(earlier) = unsettled_before(&state, item) {

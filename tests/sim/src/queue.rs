@@ -9,6 +9,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use sqs_keeper_core::Clock;
 use sqs_keeper_core::MessageAttribute;
 use tokio::time::Instant;
 
@@ -124,11 +125,13 @@ pub struct SimQueue {
     pub retention: Duration,
     messages: Vec<SimMessage>,
     next: u64,
+    /// The wall clock messages are stamped and expired by.
+    clock: Clock,
 }
 
 impl SimQueue {
-    /// An empty queue named `name`.
-    pub fn new(name: &str, max_receive_count: Option<u32>) -> Self {
+    /// An empty queue named `name`, reading `clock`.
+    pub fn new(name: &str, max_receive_count: Option<u32>, clock: Clock) -> Self {
         SimQueue {
             arn: format!("arn:aws:sqs:us-east-1:123456789012:{name}"),
             url: format!("https://sqs.us-east-1.amazonaws.com/123456789012/{name}"),
@@ -137,6 +140,7 @@ impl SimQueue {
             retention: Duration::from_secs(4 * 86_400),
             messages: Vec::new(),
             next: 0,
+            clock,
         }
     }
 
@@ -146,8 +150,8 @@ impl SimQueue {
         body: String,
         attributes: Vec<(String, MessageAttribute)>,
         group: Option<String>,
-        now_ms: i64,
     ) -> String {
+        let now_ms = self.clock.now().timestamp_millis();
         self.next += 1;
         let id = format!("{}-{:05}", self.prefix(), self.next);
         self.messages.push(SimMessage {
@@ -199,7 +203,7 @@ impl SimQueue {
     /// `duplicate` (standard queues) also returns one message already in flight.
     pub fn receive(&mut self, max: usize, visibility: Duration, duplicate: bool) -> Received {
         let now = Instant::now();
-        let now_ms = sqs_keeper_core::now().timestamp_millis();
+        let now_ms = self.clock.now().timestamp_millis();
         let mut received = Received::default();
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
         let (expired, kept): (Vec<SimMessage>, Vec<SimMessage>) =
@@ -324,13 +328,12 @@ mod tests {
     use super::*;
 
     fn send(q: &mut SimQueue, body: &str, group: Option<&str>) -> String {
-        let now_ms = sqs_keeper_core::now().timestamp_millis();
-        q.send(body.into(), Vec::new(), group.map(str::to_string), now_ms)
+        q.send(body.into(), Vec::new(), group.map(str::to_string))
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_redrive_policy_moves_a_message_received_max_receive_count_times() {
-        let mut q = SimQueue::new("orders", Some(2));
+        let mut q = SimQueue::new("orders", Some(2), Clock::system());
         send(&mut q, "a", None);
         for n in 1..=2 {
             let r = q.receive(10, Duration::from_secs(30), false);
@@ -346,7 +349,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_message_past_its_retention_is_gone_and_hides_stop_at_12_hours_from_the_receive() {
-        let mut q = SimQueue::new("orders", None);
+        let mut q = SimQueue::new("orders", None, Clock::system());
         q.retention = Duration::from_secs(3600);
         send(&mut q, "a", None);
         let first = q.receive(10, Duration::from_secs(30), false).messages;
@@ -371,7 +374,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stale_receipt_does_not_delete_and_invisible_messages_stay_hidden() {
-        let mut q = SimQueue::new("orders", None);
+        let mut q = SimQueue::new("orders", None, Clock::system());
         send(&mut q, "a", None);
         let first = q.receive(10, Duration::from_secs(30), false).messages;
         assert!(q
@@ -392,7 +395,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn fifo_holds_a_group_back_while_one_of_its_messages_is_in_flight() {
-        let mut q = SimQueue::new("orders.fifo", None);
+        let mut q = SimQueue::new("orders.fifo", None, Clock::system());
         send(&mut q, "a1", Some("a"));
         send(&mut q, "a2", Some("a"));
         send(&mut q, "b1", Some("b"));
@@ -406,7 +409,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_duplicate_delivery_returns_a_message_already_in_flight() {
-        let mut q = SimQueue::new("orders", None);
+        let mut q = SimQueue::new("orders", None, Clock::system());
         send(&mut q, "a", None);
         let first = q.receive(1, Duration::from_secs(30), false).messages;
         let again = q.receive(10, Duration::from_secs(30), true);

@@ -18,7 +18,7 @@ use sqs_keeper_core::RecordingSettings;
 use sqs_keeper_core::RedeliveryPolicy;
 use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
 use sqs_keeper_core::{testing::MemoryBreakerStore, testing::MemoryIdempotencyStore};
-use sqs_keeper_core::{BatchConfig, BatchProcessor};
+use sqs_keeper_core::{BatchConfig, BatchProcessor, Clock, Random};
 use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser};
 use sqs_keeper_core::{Breaker, BreakerPolicy};
 use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
@@ -80,23 +80,37 @@ fn quiet_handler_panics() {
     });
 }
 
+/// When every world starts, by its wall clock.
+const WORLD_START: i64 = 1_767_225_600;
+
 /// Runs the world of `seed` with `mutants` switched on; deterministic for a seed.
 pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
     quiet_handler_panics();
     sqs_keeper_core::switch_on(mutants);
-    // The library's own randomness (backoff jitter, run ids) follows the seed too.
-    fastrand::seed(seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
         .build();
     let report = match runtime {
         Ok(runtime) => {
-            let world = Arc::new(World::new(State::new(
-                seed,
-                SimQueue::new("orders", None),
-                SimQueue::new("orders-dlq", None),
-            )));
+            // Wall time follows the runtime's paused clock from the world's start (made in
+            // the runtime, whose clock it follows), and the library's own randomness
+            // (backoff jitter, run ids, ...) follows the seed too.
+            let clock = {
+                let _in_runtime = runtime.enter();
+                Clock::following_tokio(
+                    chrono::DateTime::from_timestamp(WORLD_START, 0).unwrap_or_default(),
+                )
+            };
+            let world = Arc::new(World::new(
+                State::new(
+                    seed,
+                    SimQueue::new("orders", None, clock),
+                    SimQueue::new("orders-dlq", None, clock),
+                ),
+                clock,
+                Random::seeded(seed),
+            ));
             // Every log line of the world is read for payloads (§1.9).
             use tracing_subscriber::layer::SubscriberExt as _;
             let logs =
@@ -123,7 +137,6 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
             sent: 0,
         },
     };
-    sqs_keeper_core::virtual_clock::stop();
     sqs_keeper_core::switch_on(&[]);
     report
 }
@@ -296,7 +309,9 @@ impl<P: sqs_keeper_core::Processor> SimHandler<P> {
                 Idempotency::new(
                     SimIdempotencyStore::new(world.clone(), table, actor),
                     Duration::from_secs(86_400),
-                ),
+                )
+                .with_clock(world.clock)
+                .with_random(world.random.clone()),
             ))),
             None => Handled::Direct(inner),
         };
@@ -343,13 +358,11 @@ fn retry_policy() -> RetryPolicy {
         retry_unknown: false,
         jitter: Jitter::Full,
         class_attempts: Default::default(),
+        ..RetryPolicy::default()
     }
 }
 
 async fn simulate(seed: u64, world: Arc<World>) {
-    sqs_keeper_core::virtual_clock::start(
-        chrono::DateTime::from_timestamp(1_767_225_600, 0).unwrap_or_default(),
-    );
     let mut rng = fastrand::Rng::with_seed(seed.rotate_left(17) ^ 0x5eed);
     let mut shape = shape_of(&mut rng);
     // Drawn apart from the world's sequence, so that adding this shape left every other
@@ -377,7 +390,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
     {
         let mut state = world.lock();
         let name = if shape.fifo { "orders.fifo" } else { "orders" };
-        state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT));
+        state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT), world.clock);
         state.source.retention = shape.retention;
         state.lease_ttl = shape.lease_ttl;
         state.idempotency = shape.idempotency.then(MemoryIdempotencyStore::default);
@@ -393,6 +406,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
                 "orders-dlq"
             },
             None,
+            world.clock,
         );
         state
             .trace
@@ -410,6 +424,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
             },
             retention: Duration::from_secs(14 * 86_400),
             write_concurrency: 4,
+            clock: world.clock,
         },
     );
     // One sandbox per poller: its own engine and breaker, the breaker's state shared.
@@ -418,11 +433,14 @@ async fn simulate(seed: u64, world: Arc<World>) {
         let name = format!("worker#{n}");
         let downstream = Downstream::new(world.clone(), &name);
         let guard = match shape.breaker {
-            Some(policy) => Guard::Breaker(Box::new(Breaker::new(
-                downstream,
-                SimBreakerStore::new(world.clone(), breaker_state.clone(), &name),
-                policy,
-            ))),
+            Some(policy) => Guard::Breaker(Box::new(
+                Breaker::new(
+                    downstream,
+                    SimBreakerStore::new(world.clone(), breaker_state.clone(), &name),
+                    policy,
+                )
+                .with_clock(world.clock),
+            )),
             None => Guard::Plain(downstream),
         };
         let handler = SimHandler::new(guard, &world, &name);
@@ -436,7 +454,10 @@ async fn simulate(seed: u64, world: Arc<World>) {
                 max_receive_count: Some(MAX_RECEIVE_COUNT),
                 receive_budget_margin: shape.receive_budget_margin,
                 skip_group_on_error: shape.skip_group_on_error,
-            },
+                ..BatchConfig::default()
+            }
+            .with_clock(world.clock)
+            .with_random(world.random.clone()),
         );
         if let Some(policy) = shape.spacing {
             worker = worker.with_redelivery(policy, Arc::new(store.as_actor(&name)));
@@ -618,8 +639,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         } else {
             body
         };
-        let now_ms = sqs_keeper_core::now().timestamp_millis();
-        let message_id = state.source.send(body, attributes, group, now_ms);
+        let message_id = state.source.send(body, attributes, group);
         world.arrivals.notify_waiters();
         state.ledger.sent.push((id.clone(), sha));
         state.after_step(
@@ -1140,7 +1160,7 @@ fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fa
 async fn purge(store: &SimStore) {
     use sqs_keeper_core::RecordStore;
     let actor = store.as_actor("purge");
-    let until = sqs_keeper_core::now() - chrono::Duration::minutes(10);
+    let until = store.world().clock.now() - chrono::Duration::minutes(10);
     let mut records = Vec::new();
     for class in [
         sqs_keeper_core::ErrorClass::Validation,
@@ -1180,8 +1200,14 @@ async fn purge(store: &SimStore) {
             .trace
             .note("purge", "-", &format!("purging {}", ids.join(" ")));
     }
-    let result =
-        sqs_keeper_core::remove_records(&actor, &records, &parser(store.world()), |_| {}).await;
+    let result = sqs_keeper_core::remove_records(
+        &actor,
+        &records,
+        &parser(store.world()),
+        &store.world().random,
+        |_| {},
+    )
+    .await;
     let what = match result {
         Ok(report) => {
             store.world().lock().stats.purges += 1;
@@ -1245,7 +1271,9 @@ async fn redrive(
             lease_ttl: world.lock().lease_ttl,
             report_items: 50,
             ..RedriveSettings::default()
-        },
+        }
+        .with_clock(world.clock)
+        .with_random(world.random.clone()),
     )
     .with_body_resolver(Arc::new(SimResolver::new(store.as_actor(actor))));
     world.lock().trace.note(

@@ -202,10 +202,6 @@ fn lease_lost(item_id: &str, step: &str) -> ProcessError {
     .with_step(step)
 }
 
-fn now_secs() -> i64 {
-    sqs_keeper_core::now().timestamp()
-}
-
 impl RecordTable for SimStore {
     async fn try_record(
         &self,
@@ -439,7 +435,6 @@ impl RecordTable for SimStore {
     async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
         self.latency().await;
         let mut state = self.world.lock();
-        let now_ms = sqs_keeper_core::now().timestamp_millis();
         let mut results = Vec::with_capacity(records.len());
         for record in records {
             if state.sqs_call_fails(&self.actor, &record.item_id, "DLQ send failed") {
@@ -459,7 +454,7 @@ impl RecordTable for SimStore {
                     &record.item_id,
                 )
             });
-            let id = state.dlq.send(body, attributes, group, now_ms);
+            let id = state.dlq.send(body, attributes, group);
             state.after_step(
                 &self.actor,
                 &record.item_id,
@@ -697,6 +692,7 @@ impl DlqMessages for SimStore {
             view_of(message).source_message_id,
             adoption,
             self.settings.retention,
+            self.world.clock.now(),
         );
         sqs_keeper_core::offload_payload(self, &self.settings, &mut record).await?;
         let written = sqs_keeper_core::adopt_record(
@@ -792,10 +788,9 @@ impl DlqMessages for SimStore {
                     ));
                 }
             }
-            let now_ms = sqs_keeper_core::now().timestamp_millis();
             let id = state
                 .dlq
-                .send(message.body.clone(), attributes, Some(group), now_ms);
+                .send(message.body.clone(), attributes, Some(group));
             state.dlq.mark(&id, pass);
             let item = message.item_id();
             state.after_step(
@@ -937,7 +932,7 @@ impl RecordStore for SimStore {
         self.latency().await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "lease")?;
-        let now = now_secs();
+        let now = self.world.clock.now().timestamp();
         let Some(mut row) = state.table.get(item_id).cloned() else {
             return Ok(false);
         };
@@ -980,7 +975,7 @@ impl RecordStore for SimStore {
             Some(&record.payload.sha256),
             |row| {
                 row.record.status = ItemStatus::Resolved;
-                row.record.resolved_at = Some(sqs_keeper_core::now());
+                row.record.resolved_at = Some(self.world.clock.now());
                 row.record.processed = processed;
             },
         )
@@ -996,7 +991,7 @@ impl RecordStore for SimStore {
         self.end_lease("mark-requeued", &record.item_id, owner, sha, |row| {
             row.record.status = ItemStatus::Requeued;
             row.record.requeued_message_id = Some(message_id.to_string());
-            row.record.requeued_at = Some(sqs_keeper_core::now());
+            row.record.requeued_at = Some(self.world.clock.now());
         })
     }
 
@@ -1087,7 +1082,7 @@ impl DeadLetterQueue for SimStore {
         wait: Duration,
         then: Duration,
     ) -> Result<sqs_keeper_core::Settled, ProcessError> {
-        sqs_keeper_core::settle_held(self, held, wait, then).await
+        sqs_keeper_core::settle_held(self, held, wait, then, self.world.clock).await
     }
 }
 
@@ -1206,7 +1201,6 @@ impl SourceQueue for SimStore {
         if state.sqs_call_fails(&self.actor, "-", "requeue send failed") {
             return Err(unavailable("SQS", "requeue"));
         }
-        let now_ms = sqs_keeper_core::now().timestamp_millis();
         let mut results = Vec::new();
         for m in messages {
             let item = m
@@ -1216,12 +1210,9 @@ impl SourceQueue for SimStore {
                 .and_then(|(_, v)| v.string_value())
                 .unwrap_or("-")
                 .to_string();
-            let id = state.source.send(
-                m.body.clone(),
-                m.attributes.clone(),
-                m.group_id.clone(),
-                now_ms,
-            );
+            let id = state
+                .source
+                .send(m.body.clone(), m.attributes.clone(), m.group_id.clone());
             state.after_step(
                 &self.actor,
                 &item,
@@ -1285,7 +1276,7 @@ impl SimStore {
             None => ("-".to_string(), String::new(), 0),
         };
         if let Some(asked) = state.ledger.retry_after.get(receipt).copied() {
-            let now_ms = sqs_keeper_core::now().timestamp_millis();
+            let now_ms = self.world.clock.now().timestamp_millis();
             let retention_ms =
                 i64::try_from(state.source.retention.as_millis()).unwrap_or(i64::MAX);
             let left = Duration::from_millis(
@@ -1364,7 +1355,7 @@ impl DeadLetterSink for SimStore {
         row.lease_owner = None;
         row.record.lease_expires_at = None;
         row.record.status = ItemStatus::Resolved;
-        row.record.resolved_at = Some(sqs_keeper_core::now());
+        row.record.resolved_at = Some(self.world.clock.now());
         row.record.requeued_message_id = None;
         row.record
             .processed

@@ -8,6 +8,7 @@ use sqs_keeper_core::{Condition, StoredRecord};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard};
 
+use sqs_keeper_core::{Clock, Random};
 use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
 
 use crate::queue::SimQueue;
@@ -228,21 +229,33 @@ pub struct State {
     pub rng: fastrand::Rng,
 }
 
-/// The world: the state behind its lock.
+/// The world: the state behind its lock, and the clock and randomness it gives everything
+/// it runs.
 #[derive(Debug)]
 pub struct World {
     state: Mutex<State>,
     /// Wakes the idle pollers when a message is sent to the source queue (long polling
     /// returns as soon as one arrives).
     pub arrivals: tokio::sync::Notify,
+    /// The world's wall clock: tokio's paused clock from the world's start. The library's
+    /// values (the worker, the breaker, the stores, the redrive runs) and the world's own
+    /// models (the queues, the downstream) all read it.
+    pub clock: Clock,
+    /// The library's randomness (backoff and redelivery jitter, run ids, sweep markers,
+    /// claim tokens), seeded from the world's seed: one generator that every value given a
+    /// clone of it draws from, in the order they draw. (The world's own choices come from
+    /// generators of their own: [`State::rng`] and those the run seeds.)
+    pub random: Random,
 }
 
 impl World {
-    /// A world over `state`.
-    pub fn new(state: State) -> Self {
+    /// A world over `state`, reading `clock` and drawing from `random`.
+    pub fn new(state: State, clock: Clock, random: Random) -> Self {
         World {
             state: Mutex::new(state),
             arrivals: tokio::sync::Notify::new(),
+            clock,
+            random,
         }
     }
 

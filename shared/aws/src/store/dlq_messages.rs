@@ -319,6 +319,7 @@ impl DlqMessages for DeadLetterStore {
             message_view(message, &self.config.bucket).source_message_id,
             adoption,
             self.config.retention,
+            self.clock.now(),
         );
         self.offload_payload(&mut record).await?;
         let written = sqs_keeper_core::adopt_record(

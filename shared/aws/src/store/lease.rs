@@ -195,7 +195,7 @@ impl DeadLetterStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<bool, ProcessError> {
-        let update = self.lease_update(item_id, owner, ttl, sqs_keeper_core::now())?;
+        let update = self.lease_update(item_id, owner, ttl, self.clock.now())?;
         match self.send_update(&update).await {
             Ok(_) => Ok(true),
             Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => Ok(false),
@@ -214,7 +214,7 @@ impl DeadLetterStore {
     ) -> Vec<Result<bool, ProcessError>> {
         let mut results = Vec::with_capacity(item_ids.len());
         for chunk in item_ids.chunks(TRANSACTION_ITEMS) {
-            let now = sqs_keeper_core::now();
+            let now = self.clock.now();
             let updates: Result<Vec<Update>, ProcessError> = chunk
                 .iter()
                 .map(|id| self.lease_update(id, owner, ttl, now))
@@ -276,7 +276,7 @@ impl DeadLetterStore {
         record: &DeadLetteredItem,
         owner: &str,
     ) -> Result<(), ProcessError> {
-        let update = self.resolve_update(record, owner, sqs_keeper_core::now())?;
+        let update = self.resolve_update(record, owner, self.clock.now())?;
         self.send_update(&update).await.map(|_| ()).map_err(|e| {
             if e.as_service_error().is_some_and(is_conditional_failure) {
                 ProcessError::new(
@@ -313,7 +313,7 @@ impl DeadLetterStore {
                 (schema::REQUEUED_MESSAGE_ID, message_id.to_string()),
                 (
                     schema::REQUEUED_AT,
-                    sqs_keeper_core::format_timestamp(&sqs_keeper_core::now()),
+                    sqs_keeper_core::format_timestamp(&self.clock.now()),
                 ),
             ],
             Some(&record.payload.sha256),
@@ -446,7 +446,7 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(sqs_keeper_core::format_timestamp(&sqs_keeper_core::now())),
+                AttributeValue::S(sqs_keeper_core::format_timestamp(&self.clock.now())),
             )
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
             .expression_attribute_values(

@@ -85,7 +85,7 @@ impl DeadLetterStore {
         parser: &ItemParser,
         progress: impl FnMut(usize),
     ) -> Result<RemovalReport, ProcessError> {
-        sqs_keeper_core::remove_records(self, records, parser, progress).await
+        sqs_keeper_core::remove_records(self, records, parser, &self.random, progress).await
     }
 
     /// Deletes every record, every payload object and every DLQ message.

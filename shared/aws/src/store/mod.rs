@@ -35,7 +35,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use crate::aws::AwsClients;
 use crate::condition_expression::WithCondition;
 use sqs_keeper_core::conditions;
+use sqs_keeper_core::Clock;
 use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::Random;
 use sqs_keeper_core::{Compaction, Deliveries, RecordTable, RecordingSettings};
 use sqs_keeper_core::{
     DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,
@@ -80,7 +82,8 @@ impl StoreConfig {
         }
     }
 
-    /// What the core's `recording` needs of it.
+    /// What the core's `recording` needs of it, by the system clock (a store that
+    /// reads another sets its own: [`DeadLetterStore::with_clock`]).
     pub fn recording_settings(&self) -> RecordingSettings {
         RecordingSettings {
             bucket: self.bucket.clone(),
@@ -88,6 +91,7 @@ impl StoreConfig {
             history_limit: self.history_limit,
             retention: self.retention,
             write_concurrency: self.write_concurrency,
+            clock: Clock::system(),
         }
     }
 }
@@ -103,6 +107,10 @@ pub struct DeadLetterStore {
     /// The DLQ's `MaximumMessageSize`, read once (on the first dead letter): a body is kept
     /// inline, and sent inline to the DLQ, only when the DLQ takes it.
     dlq_max: std::sync::Arc<tokio::sync::OnceCell<u64>>,
+    /// The wall clock records, leases and adoptions are stamped by.
+    clock: Clock,
+    /// Where a purge's sweep draws its marker from.
+    random: Random,
 }
 
 /// What a DLQ message's attributes may take beside its body (item id, table, class,
@@ -123,7 +131,22 @@ impl DeadLetterStore {
             config,
             payload_policy,
             dlq_max: std::sync::Arc::new(tokio::sync::OnceCell::new()),
+            clock: Clock::default(),
+            random: Random::default(),
         }
+    }
+
+    /// Reads wall time (record timestamps, lease expiries, adoptions) from `clock` (the
+    /// system clock unless set).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Draws a purge's sweep marker from `random` (the thread's generator unless set).
+    pub fn with_random(mut self, random: Random) -> Self {
+        self.random = random;
+        self
     }
 
     /// Lets the sweep's adoption follow Extended-Client pointers as the worker does: to
@@ -146,7 +169,10 @@ impl DeadLetterStore {
 
     /// The settings the core's `recording` runs with.
     fn recording(&self) -> RecordingSettings {
-        self.config.recording_settings()
+        RecordingSettings {
+            clock: self.clock,
+            ..self.config.recording_settings()
+        }
     }
 
     /// [`DeadLetterStore::recording`] for dead-lettering: a body stays inline (and goes to

@@ -102,7 +102,7 @@ impl DeadLetterQueue for DeadLetterStore {
         wait: Duration,
         then: Duration,
     ) -> Result<sqs_keeper_core::Settled, ProcessError> {
-        sqs_keeper_core::settle_held(self, held, wait, then).await
+        sqs_keeper_core::settle_held(self, held, wait, then, self.clock).await
     }
 }
 

@@ -18,11 +18,13 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use futures::StreamExt;
 use serde::Serialize;
 
+use crate::clock::Clock;
 use crate::dead_letter::{DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo};
 use crate::error::{ErrorClass, ProcessError};
 use crate::event::{SqsRecord, Text};
 use crate::item::{is_fifo_arn, ItemParser, WorkItem};
 use crate::processor::{Outcome, Processor};
+use crate::random::Random;
 use crate::retry::{run_with_retry, AttemptFailure, Deadline, RetryPolicy, StopReason};
 use crate::signature::error_signature;
 
@@ -48,6 +50,14 @@ pub struct BatchConfig {
     pub receive_budget_margin: u32,
     /// FIFO: after a failure, hold back only that message group instead of the whole rest.
     pub skip_group_on_error: bool,
+    /// The wall clock the engine reads: a record's deadlines as its handler sees them
+    /// ([`crate::context`]), how long a record going back may be hidden, the start of a
+    /// failure found before any attempt. The system clock by default;
+    /// [`BatchConfig::with_clock`] sets it and the retry policy's at once.
+    pub clock: Clock,
+    /// Where the jitter of spaced redeliveries is drawn from. The thread's generator by
+    /// default; [`BatchConfig::with_random`] sets it and the retry policy's at once.
+    pub random: Random,
 }
 
 impl Default for BatchConfig {
@@ -59,7 +69,25 @@ impl Default for BatchConfig {
             max_receive_count: None,
             receive_budget_margin: 0,
             skip_group_on_error: false,
+            clock: Clock::default(),
+            random: Random::default(),
         }
+    }
+}
+
+impl BatchConfig {
+    /// Reads wall time from `clock`, in the engine and in its retry policy.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self.retry.clock = clock;
+        self
+    }
+
+    /// Draws from `random`, in the engine and in its retry policy.
+    pub fn with_random(mut self, random: Random) -> Self {
+        self.retry.random = random.clone();
+        self.random = random;
+        self
     }
 }
 
@@ -288,17 +316,26 @@ struct RecordShared {
     hard_stop_at: std::time::SystemTime,
     /// The invocation's custom metrics.
     metrics: Arc<crate::context::MetricSink>,
+    /// The wall clock the deadlines above were read by, for the time a handler has left.
+    clock: Clock,
 }
 
 impl RecordShared {
-    fn of(deadline: &Deadline) -> Self {
-        let now = std::time::SystemTime::from(crate::clock::now());
+    fn of(deadline: &Deadline, clock: Clock) -> Self {
+        let now = clock.system_time();
         let at = tokio::time::Instant::now();
         RecordShared {
             cutoff_at: now + deadline.cutoff().saturating_duration_since(at),
             hard_stop_at: now + deadline.hard_stop().saturating_duration_since(at),
             metrics: crate::context::invocation_metrics(),
+            clock,
         }
+    }
+
+    /// The context of one record (or one death hook) of the batch.
+    fn context(&self) -> crate::context::RecordContext {
+        crate::context::RecordContext::new(self.cutoff_at, self.hard_stop_at, self.metrics.clone())
+            .with_clock(self.clock)
     }
 }
 
@@ -554,7 +591,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // than a stream combinator: a closure making futures of records that borrow from
         // the event trips rustc's check that the batch's future is `Send`.
         let limit = self.config.concurrency.max(1);
-        let shared = RecordShared::of(deadline);
+        let shared = RecordShared::of(deadline, self.config.clock);
         let shared = &shared;
         let mut waiting = ids.iter().zip(records).enumerate();
         let mut running = futures::stream::FuturesUnordered::new();
@@ -643,7 +680,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let mut reports = Vec::with_capacity(records.len());
         let mut batch_failed = false;
         let mut failed_groups: HashSet<Option<String>> = HashSet::new();
-        let shared = RecordShared::of(deadline);
+        let shared = RecordShared::of(deadline, self.config.clock);
         for (id, msg) in ids.iter().cloned().zip(records) {
             let group = msg.attribute("MessageGroupId").map(str::to_string);
             let held_back = if crate::mutants::is_on(crate::mutants::Mutant::FifoGoesOnAfterFailure)

@@ -51,14 +51,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         if durable.is_empty() {
             return;
         }
-        let shared = RecordShared::of(deadline);
+        let shared = RecordShared::of(deadline, self.config.clock);
         let hooks = durable.iter().map(|candidate| {
-            let context = crate::context::RecordContext::new(
-                shared.cutoff_at,
-                shared.hard_stop_at,
-                shared.metrics.clone(),
-            );
-            context.scope(async move {
+            shared.context().scope(async move {
                 let dead = crate::processor::DeadLettered {
                     item: &candidate.item,
                     error: &candidate.error,
@@ -125,12 +120,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             return self.not_run(message_id, msg, NotStartedReason::Deadline, deadline);
         }
         // The record's context (deadline, custom metrics and log fields) for the handler.
-        let context = crate::context::RecordContext::new(
-            shared.cutoff_at,
-            shared.hard_stop_at,
-            shared.metrics.clone(),
-        );
-        let (step, fields) = context
+        let (step, fields) = shared
+            .context()
             .scope(self.process_record(message_id, msg, deadline))
             .await;
         let took = Some(started.elapsed());
@@ -210,14 +201,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             } else {
                 StopReason::Permanent
             };
-            let failure = immediate_failure(error.clone());
+            let failure = immediate_failure(error.clone(), &self.config.clock);
             return self.settle_failure(item, error, stop, vec![failure], 0, deadline);
         }
         let item = match parsed {
             Ok(item) => item,
             Err(invalid) => {
                 let invalid = *invalid;
-                let failure = immediate_failure(invalid.error.clone());
+                let failure = immediate_failure(invalid.error.clone(), &self.config.clock);
                 return self.settle_failure(
                     invalid.item,
                     invalid.error,
@@ -415,7 +406,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             candidate: Box::new(DeadLetterCandidate {
                 item,
                 // The history says what became of this delivery, as for any other.
-                failures: vec![immediate_failure(error.clone())],
+                failures: vec![immediate_failure(error.clone(), &self.config.clock)],
                 error,
                 reason: dead_letter_reason,
             }),
@@ -603,11 +594,11 @@ fn outcome_name(disposition: &Disposition) -> &'static str {
     }
 }
 
-/// A failure found before the processor ran (bad body, unfetchable payload).
-fn immediate_failure(error: ProcessError) -> AttemptFailure {
+/// A failure found before the processor ran (bad body, unfetchable payload), at `clock`'s now.
+fn immediate_failure(error: ProcessError, clock: &Clock) -> AttemptFailure {
     AttemptFailure {
         attempt: 1,
-        started_at: crate::clock::now(),
+        started_at: clock.now(),
         duration: std::time::Duration::ZERO,
         error,
     }

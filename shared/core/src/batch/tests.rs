@@ -206,3 +206,48 @@ async fn a_spacing_that_leaves_the_last_delivery_no_room_in_the_retention_is_war
         );
     }
 }
+
+/// What a handler saw of its record's context.
+#[derive(Debug, Default)]
+struct SeesItsContext(std::sync::Mutex<Vec<(Option<std::time::SystemTime>, Option<Duration>)>>);
+
+impl Processor for SeesItsContext {
+    async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let seen = (crate::context::deadline(), crate::context::remaining());
+        self.0.lock().unwrap().push(seen);
+        Ok(Outcome::Done)
+    }
+}
+
+/// A handler's deadline and the time it has left are read by the engine's clock: under a
+/// clock that follows tokio's paused clock from the year 2000, the deadline is in 2000 and
+/// the time left is what tokio's clock has left of it (by the system clock that deadline
+/// would have passed long ago).
+#[tokio::test(start_paused = true)]
+async fn a_records_context_reads_the_engines_clock() {
+    let start = chrono::DateTime::from_timestamp(946_684_800, 0).unwrap();
+    let engine = BatchProcessor::new(
+        SeesItsContext::default(),
+        crate::testing::MemorySink::new(),
+        BatchConfig::default().with_clock(Clock::following_tokio(start)),
+    );
+    let event: SqsEvent = serde_json::from_value(serde_json::json!({"Records": [{
+        "messageId": "m-1",
+        "body": "{\"id\":\"a\"}",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders"
+    }]}))
+    .unwrap();
+    engine
+        .process_batch(
+            event,
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(1)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let seen = engine.processor().0.lock().unwrap().clone();
+    let cutoff = std::time::SystemTime::from(start + chrono::Duration::seconds(29));
+    assert_eq!(seen, [(Some(cutoff), Some(Duration::from_secs(19)))]);
+}

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::report::{ItemOutcome, ItemOutcomeKind, RedriveReport};
 use super::request::{Continuation, Plan, RedriveError, RedriveMode, RedriveRequest};
+use crate::clock::Clock;
 use crate::dead_letter::{
     DeadLetteredItem, FailureDetail, InvocationInfo, ItemStatus, PayloadLocation,
 };
@@ -22,6 +23,7 @@ use crate::item::{ItemParser, WorkItem};
 use crate::pointer::S3Pointer;
 use crate::ports::{RedrivePorts, SweepOptions};
 use crate::processor::Processor;
+use crate::random::Random;
 use crate::retry::{run_with_retry, Deadline, RetryPolicy};
 use crate::selection::PageToken;
 use crate::sweep::HeldMessage;
@@ -45,6 +47,15 @@ pub struct RedriveSettings {
     /// Where failures recorded by this engine say they happened (the function's name and
     /// log group and stream; empty for the CLI). Each failure adds the run id.
     pub invocation: InvocationInfo,
+    /// The wall clock the engine reads: the time a request's `since` and `until` are
+    /// relative to, the age of requeues and of the oldest dead record, the start of a
+    /// failure found before any attempt. The system clock by default;
+    /// [`RedriveSettings::with_clock`] sets it and the retry policy's at once.
+    pub clock: Clock,
+    /// Where run ids are drawn from, and the markers of the runs' sweeps. The thread's
+    /// generator by default; [`RedriveSettings::with_random`] sets it and the retry
+    /// policy's at once.
+    pub random: Random,
 }
 
 impl Default for RedriveSettings {
@@ -57,7 +68,25 @@ impl Default for RedriveSettings {
             lease_ttl: Duration::from_secs(900),
             report_items: 1000,
             invocation: InvocationInfo::default(),
+            clock: Clock::default(),
+            random: Random::default(),
         }
+    }
+}
+
+impl RedriveSettings {
+    /// Reads wall time from `clock`, in the engine and in its retry policy.
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self.retry.clock = clock;
+        self
+    }
+
+    /// Draws from `random`, in the engine and in its retry policy.
+    pub fn with_random(mut self, random: Random) -> Self {
+        self.retry.random = random.clone();
+        self.random = random;
+        self
     }
 }
 
@@ -104,7 +133,12 @@ pub(super) struct RunContext {
 }
 
 impl RunContext {
-    fn new(started: Instant, budget: Duration, deadline: Option<Instant>) -> RunContext {
+    fn new(
+        started: Instant,
+        budget: Duration,
+        deadline: Option<Instant>,
+        random: &Random,
+    ) -> RunContext {
         let far = |d: Duration| started.checked_add(d).unwrap_or(started);
         let (items_end, settle_by) = match deadline {
             Some(deadline) => {
@@ -118,7 +152,7 @@ impl RunContext {
         };
         let items = Deadline::new(items_end, OUTCOME_WRITE_SLICE);
         RunContext {
-            run_id: format!("redrive-{:016x}", fastrand::u64(..)),
+            run_id: format!("redrive-{:016x}", random.u64(..)),
             stop_at: far(budget).min(items.cutoff()),
             items,
             settle_by,
@@ -222,7 +256,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         deadline: Option<Instant>,
         on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
     ) -> Result<RedriveReport, RedriveError> {
-        let plan = request.plan()?;
+        let plan = request.plan(self.settings.clock.now())?;
         if request.mode == RedriveMode::Reprocess && self.processor.is_none() && !request.dry_run {
             return Err(RedriveError::InvalidRequest(
                 "mode reprocess needs the processor's configuration (WORKER_DOWNSTREAM_URL); use mode requeue, \
@@ -231,7 +265,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             ));
         }
         let started = Instant::now();
-        let run = RunContext::new(started, plan.budget, deadline);
+        let run = RunContext::new(started, plan.budget, deadline, &self.settings.random);
         let mut report = RedriveReport {
             run_id: run.run_id.clone(),
             mode: request.mode,
@@ -254,6 +288,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     parser: self.settings.parser.clone(),
                     until: Some(sweep_until),
                     hold_until: Some(run.settle_by),
+                    random: self.settings.random.clone(),
                 })
                 .await
                 .map_err(RedriveError::Store)?;
@@ -305,7 +340,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             oldest_first: true,
             ..crate::selection::RecordFilter::default()
         };
-        let cutoff = crate::clock::now()
+        let cutoff = self.settings.clock.now()
             - chrono::Duration::from_std(REQUEUE_OUTLIVED).unwrap_or(chrono::Duration::MAX);
         let mut reopened = 0;
         let mut token = None;
@@ -336,6 +371,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                         ),
                     )
                     .with_step("requeue"),
+                    &self.settings.clock,
                 );
                 let mut detail =
                     FailureDetail::from_attempt(&item, &failure, &self.settings.invocation);
@@ -369,7 +405,11 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         };
         let page = self.store.query_page(&filter, 1, None).await.ok()?;
         let oldest = page.records.first()?;
-        let age = crate::clock::now().signed_duration_since(oldest.last_attempt);
+        let age = self
+            .settings
+            .clock
+            .now()
+            .signed_duration_since(oldest.last_attempt);
         Some(u64::try_from(age.num_seconds()).unwrap_or(0))
     }
 
@@ -399,6 +439,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     parser: self.settings.parser.clone(),
                     until: Some(run.settle_by),
                     hold_until: Some(run.settle_by),
+                    random: self.settings.random.clone(),
                 })
                 .await?;
             deleted += sweep.deleted;
@@ -426,6 +467,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     parser: self.settings.parser.clone(),
                     until: Some(run.settle_by),
                     hold_until: None,
+                    random: self.settings.random.clone(),
                 })
                 .await?;
             deleted += sweep.deleted;
@@ -766,7 +808,12 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             Err(error) => {
                 let item = work_item(record, String::new());
                 return self
-                    .fail(record, run_id, &item, vec![immediate(error)])
+                    .fail(
+                        record,
+                        run_id,
+                        &item,
+                        vec![immediate(error, &self.settings.clock)],
+                    )
                     .await;
             }
         };
@@ -774,7 +821,12 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         // would have, the envelope unwrapped.
         if let Err(error) = self.settings.parser.unwrap_envelope(&mut item) {
             return self
-                .fail(record, run_id, &item, vec![immediate(error)])
+                .fail(
+                    record,
+                    run_id,
+                    &item,
+                    vec![immediate(error, &self.settings.clock)],
+                )
                 .await;
         }
         if deadline.remaining().is_zero() {
@@ -785,7 +837,12 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             )
             .with_step("reprocess");
             return self
-                .fail(record, run_id, &item, vec![immediate(error)])
+                .fail(
+                    record,
+                    run_id,
+                    &item,
+                    vec![immediate(error, &self.settings.clock)],
+                )
                 .await;
         }
         let run = run_with_retry(&self.settings.retry, &deadline, |_| {
@@ -945,10 +1002,12 @@ pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
     }
 }
 
-fn immediate(error: ProcessError) -> crate::retry::AttemptFailure {
+/// A failure found before any attempt (the payload unreadable, the lease used up), at
+/// `clock`'s now.
+fn immediate(error: ProcessError, clock: &Clock) -> crate::retry::AttemptFailure {
     crate::retry::AttemptFailure {
         attempt: 1,
-        started_at: crate::clock::now(),
+        started_at: clock.now(),
         duration: Duration::ZERO,
         error,
     }

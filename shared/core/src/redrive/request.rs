@@ -156,10 +156,10 @@ impl RedriveRequest {
         serde_json::from_value(value).map_err(invalid)
     }
 
-    /// Validates the request into a plan; nothing is read or changed.
-    pub(super) fn plan(&self) -> Result<Plan, RedriveError> {
+    /// Validates the request into a plan, its relative times (`since`, `until`) counted
+    /// back from `now`; nothing is read or changed.
+    pub(super) fn plan(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Plan, RedriveError> {
         let invalid = |m: String| RedriveError::InvalidRequest(m);
-        let now = crate::clock::now();
         let since = self
             .since
             .as_deref()

@@ -714,7 +714,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead() {
         let mut record = dead_record(id, ErrorClass::Throttled, 24 * days + 1);
         record.status = ItemStatus::Requeued;
         record.requeued_message_id = Some(format!("m-{id}"));
-        record.requeued_at = Some(crate::clock::now() - chrono::Duration::days(days));
+        record.requeued_at = Some(chrono::Utc::now() - chrono::Duration::days(days));
         engine.store().insert(record);
     }
     let report = run(
@@ -1046,4 +1046,34 @@ mod kept_bare_pointer {
             "the bare pointer reached the downstream as the body: {bodies:?}"
         );
     }
+}
+
+/// A run draws its id from the engine's random and reads the engine's clock (it selects
+/// what failed before its now); the store stamps what it resolves by its own clock (here
+/// both follow tokio's paused clock from the year 2000).
+#[tokio::test(start_paused = true)]
+async fn a_run_draws_its_id_from_the_engines_random_and_reads_the_clocks_it_is_given() {
+    use chrono::Datelike;
+    let clock = crate::clock::Clock::following_tokio(
+        chrono::DateTime::from_timestamp(946_684_800, 0).unwrap(),
+    );
+    let store = MemoryStore::new().with_clock(clock);
+    let mut then = dead_record("then", ErrorClass::Throttled, 1);
+    then.first_attempt = clock.now() - chrono::Duration::hours(1);
+    then.last_attempt = then.first_attempt;
+    store.insert_dead_lettered(then);
+    // Failed after the engine's now (by the system clock, an hour ago): not selected.
+    store.insert_dead_lettered(dead_record("later", ErrorClass::Throttled, 1));
+    let settings = RedriveSettings::default()
+        .with_clock(clock)
+        .with_random(crate::random::Random::seeded(7));
+    assert_eq!(settings.retry.clock, clock, "the retry policy's too");
+    let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
+    let report = run(&engine, RedriveRequest::default()).await;
+    let first_draw = crate::random::Random::seeded(7).u64(..);
+    assert_eq!(report.run_id, format!("redrive-{first_draw:016x}"));
+    assert_eq!(report.selected, 1, "{report:?}");
+    let resolved_at = engine.store().record("then").unwrap().resolved_at.unwrap();
+    assert_eq!(resolved_at.year(), 2000);
+    assert_eq!(status(&engine, "later"), Some(ItemStatus::Dead));
 }

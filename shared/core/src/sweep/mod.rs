@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::clock::Clock;
 use crate::dead_letter::REQUEUED_BY_ATTRIBUTE;
 use crate::dead_letter::{
     processed_key_for_message, processed_key_for_payload, DeadLetterCandidate, DeadLetterReason,
@@ -91,6 +92,9 @@ pub struct SweepOptions {
     /// Keep the messages the pass holds invisible until at least this instant (when the
     /// caller settles them).
     pub hold_until: Option<Instant>,
+    /// Where the pass's marker is drawn from (the thread's generator by default; a
+    /// redrive passes its engine's).
+    pub random: crate::random::Random,
 }
 
 /// A DLQ message just received (and held invisible), with what identifies it.

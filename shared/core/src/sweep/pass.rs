@@ -32,8 +32,8 @@ pub fn hold_for(elapsed: Duration, until: &[Option<Instant>], now: Instant) -> D
 }
 
 /// The marker of one sweep pass, carried by the copies its FIFO rotations send.
-fn pass_marker() -> String {
-    format!("{:016x}", fastrand::u64(..))
+fn pass_marker(random: &crate::random::Random) -> String {
+    format!("{:016x}", random.u64(..))
 }
 
 /// One pass over the DLQ: receives every visible message (until `options.until`), judges
@@ -51,7 +51,7 @@ pub async fn sweep_dlq<D: DlqMessages>(
         receipts: HashMap::new(),
         views: HashMap::new(),
         judged: std::collections::HashSet::new(),
-        marker: pass_marker(),
+        marker: pass_marker(&options.random),
     };
     match pass.run(dlq, options).await {
         Ok(()) => Ok(pass.into_sweep()),

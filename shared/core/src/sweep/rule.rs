@@ -274,7 +274,7 @@ impl Adoption {
     }
 }
 
-/// The record of a DLQ message adopted (or reopening its record): `item` carries the
+/// The record of a DLQ message adopted (or reopening its record) `now`: `item` carries the
 /// message's payload, `error` says why (the adoption's reason, or why a pointer could not
 /// be followed), `message_id` is the DLQ message's own id and `source_message_id` the one
 /// its record is keyed to.
@@ -285,8 +285,8 @@ pub fn adopted_record(
     source_message_id: String,
     adoption: &Adoption,
     retention: Duration,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> DeadLetteredItem {
-    let now = crate::clock::now();
     let candidate = DeadLetterCandidate {
         failures: vec![AttemptFailure {
             attempt: 1,

@@ -22,12 +22,14 @@ pub struct Settled {
 /// another run is redriving at this moment (a live lease; not one left by a run that died)
 /// are looked at again every 250 ms, for at most `wait`, so that their messages are
 /// deleted if that run resolves them. A message whose record should be reopened is given
-/// back at once, for a sweep (which receives its body) to reopen.
+/// back at once, for a sweep (which receives its body) to reopen. Leases are judged live
+/// by `clock` (the store's).
 pub async fn settle_held<D: DlqMessages>(
     dlq: &D,
     held: BTreeMap<String, Vec<HeldMessage>>,
     wait: Duration,
     then: Duration,
+    clock: Clock,
 ) -> Result<Settled, ProcessError> {
     let ids: Vec<String> = held.keys().cloned().collect();
     let give_up = Instant::now() + wait;
@@ -38,7 +40,7 @@ pub async fn settle_held<D: DlqMessages>(
         dlq.standings(&ids).await.unwrap_or_default()
     };
     loop {
-        let now = crate::clock::now().timestamp();
+        let now = clock.now().timestamp();
         let busy: Vec<String> = ids
             .iter()
             .filter(|id| standings.get(*id).is_some_and(|s| s.leased_at(now)))

@@ -84,6 +84,7 @@ fn a_reopening_is_a_new_entry_while_an_adoption_is_the_same_one_every_sweep() {
                 message_keys: Vec::new(),
             },
             Duration::from_secs(60),
+            chrono::Utc::now(),
         )
     };
     let id = |r: DeadLetteredItem| r.failure_history[0].attempt_id.clone();
@@ -417,9 +418,15 @@ async fn a_sweep_adopts_deletes_and_holds_by_the_rules_then_settles_by_the_final
         "c",
         record(ItemStatus::Resolved, "s-c", "p-c", &["msg:s-c", "sha:p-c"]),
     );
-    let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    let settled = settle_held(
+        &dlq,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        Clock::system(),
+    )
+    .await
+    .unwrap();
     assert_eq!(settled.deleted, 1);
     assert_eq!(dlq.visible(), ["a"]);
     assert_eq!(dlq.left(), 1);
@@ -556,9 +563,15 @@ async fn a_pass_ends_at_its_deadline_between_two_slow_adoptions() {
         held, 10,
         "the eight not judged are held with the two adopted"
     );
-    settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    settle_held(
+        &dlq,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        Clock::system(),
+    )
+    .await
+    .unwrap();
     assert_eq!(dlq.visible().len(), 10, "nothing lost, all back in view");
 }
 
@@ -581,9 +594,15 @@ async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
             &["msg:s-other", "sha:y"],
         ),
     );
-    let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::from_secs(600))
-        .await
-        .unwrap();
+    let settled = settle_held(
+        &dlq,
+        sweep.held,
+        Duration::ZERO,
+        Duration::from_secs(600),
+        Clock::system(),
+    )
+    .await
+    .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (0, 1));
     assert_eq!(dlq.visible(), ["a"], "given back at once");
 }
@@ -594,12 +613,15 @@ async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
 /// beside its resolved record until a later sweep.
 #[tokio::test(start_paused = true)]
 async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved() {
+    // Leases judged by the store's clock: one following tokio's paused clock from the year
+    // 2000, by which the lease below is live (by the system clock it expired long ago).
+    let clock = Clock::following_tokio(chrono::DateTime::from_timestamp(946_684_800, 0).unwrap());
     let dlq = MemoryDlq::default();
     dlq.add("a", "a");
     dlq.set(
         "a",
         Standing {
-            lease_expires_at: Some(crate::clock::now().timestamp() + 600),
+            lease_expires_at: Some(clock.now().timestamp() + 600),
             ..record(ItemStatus::Redriving, "s-a", "p-a", &[])
         },
     );
@@ -613,7 +635,13 @@ async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved()
         );
     };
     let (settled, ()) = tokio::join!(
-        settle_held(&dlq, sweep.held, Duration::from_secs(15), Duration::ZERO),
+        settle_held(
+            &dlq,
+            sweep.held,
+            Duration::from_secs(15),
+            Duration::ZERO,
+            clock
+        ),
         the_run_resolves_it
     );
     assert_eq!(settled.unwrap().deleted, 1);
@@ -628,10 +656,16 @@ async fn without_adopt_a_sweep_holds_what_no_record_holds() {
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 0, 0));
     assert!(dlq.adopted.lock().unwrap().is_empty());
     assert_eq!(
-        settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
-            .await
-            .unwrap()
-            .deleted,
+        settle_held(
+            &dlq,
+            sweep.held,
+            Duration::ZERO,
+            Duration::ZERO,
+            Clock::system()
+        )
+        .await
+        .unwrap()
+        .deleted,
         0
     );
     assert_eq!(dlq.visible(), ["a"], "given back");
@@ -652,9 +686,15 @@ async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
     };
     let sweep = sweep_dlq(&dlq, &options).await.unwrap();
     assert_eq!(sweep.deleted, 1);
-    settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    settle_held(
+        &dlq,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        Clock::system(),
+    )
+    .await
+    .unwrap();
     assert_eq!(dlq.visible(), ["new"], "the later failure stays");
     // The selected delivery's id on another payload is not that delivery (a producer
     // may set the attribute); with its content unknown, its source message decides.
@@ -713,9 +753,15 @@ async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
     let held: usize = sweep.held.values().map(Vec::len).sum();
     assert!(held > 0);
     assert_eq!(held + dlq.visible().len(), 13);
-    settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    settle_held(
+        &dlq,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        Clock::system(),
+    )
+    .await
+    .unwrap();
     assert_eq!(dlq.visible().len(), 13);
 }
 
@@ -876,6 +922,7 @@ fn a_purge_takes_our_own_pointer_message_adopted_with_its_object_gone() {
             message_keys: dlq_message.keys(),
         },
         Duration::from_secs(60),
+        chrono::Utc::now(),
     );
     let selected = Standing::of(&adopted);
     assert!(
@@ -934,9 +981,15 @@ async fn unjudged_messages_are_settled_by_their_records_and_none_is_lost() {
     let sweep = sweep_dlq(&dlq, &options).await.unwrap();
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 1, 0));
     assert_eq!(dlq.left(), 4, "nothing deleted unjudged");
-    let settled = settle_held(&dlq, sweep.held, Duration::ZERO, Duration::ZERO)
-        .await
-        .unwrap();
+    let settled = settle_held(
+        &dlq,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        Clock::system(),
+    )
+    .await
+    .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (1, 1));
     let mut visible = dlq.visible();
     visible.sort();

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
+use crate::clock::Clock;
 use crate::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, FailureDetail, InvocationInfo,
     ItemStatus,
@@ -106,12 +107,21 @@ struct State {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    /// The wall clock leases and status changes are read by.
+    clock: Clock,
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Reads wall time (lease expiries, when an item was resolved or requeued) from
+    /// `clock` (the system clock unless set).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -276,7 +286,7 @@ impl RecordStore for MemoryStore {
     ) -> Result<bool, ProcessError> {
         let mut state = self.state();
         Self::check(&state, "acquire_lease")?;
-        let now = crate::clock::now().timestamp();
+        let now = self.clock.now().timestamp();
         let Some(record) = state.records.get_mut(item_id) else {
             return Ok(false);
         };
@@ -303,7 +313,7 @@ impl RecordStore for MemoryStore {
             Some(&record.payload.sha256),
             |r| {
                 r.status = ItemStatus::Resolved;
-                r.resolved_at = Some(crate::clock::now());
+                r.resolved_at = Some(self.clock.now());
             },
         )
     }
@@ -318,7 +328,7 @@ impl RecordStore for MemoryStore {
         self.end_lease("mark_requeued", &record.item_id, owner, sha, |r| {
             r.status = ItemStatus::Requeued;
             r.requeued_message_id = Some(message_id.to_string());
-            r.requeued_at = Some(crate::clock::now());
+            r.requeued_at = Some(self.clock.now());
         })
     }
 

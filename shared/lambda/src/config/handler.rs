@@ -256,11 +256,13 @@ impl HandlerConfig {
                         retry_after_free,
                         ..attempts_by_class
                     },
+                    ..RetryPolicy::default()
                 },
                 concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
                 max_receive_count,
                 receive_budget_margin: u32::try_from(margin).unwrap_or(u32::MAX),
                 skip_group_on_error,
+                ..BatchConfig::default()
             },
             deadline_margin: Duration::from_millis(deadline_margin),
             idempotency: idempotency_table.map(|table| IdempotencyConfig {

@@ -48,11 +48,13 @@ pub fn config(parser: ItemParser) -> BatchConfig {
             retry_unknown: false,
             jitter: Jitter::None,
             class_attempts: Default::default(),
+            ..RetryPolicy::default()
         },
         concurrency: 4,
         max_receive_count: None,
         receive_budget_margin: 0,
         skip_group_on_error: false,
+        ..BatchConfig::default()
     }
 }
 

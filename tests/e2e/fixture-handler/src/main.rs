@@ -8,7 +8,7 @@
 
 use sqs_keeper::{handler_fn, Outcome, ProcessError, WorkItem};
 
-// The simulation's test hooks (mutants, a virtual clock) must never be in a function
+// The simulation's test hooks (its mutants) must never be in a function
 // binary: Cargo unifies features across one build, so a build with the simulation in it
 // fails here instead (docs/SIMULATION.md).
 const _: () = assert!(
