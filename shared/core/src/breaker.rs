@@ -27,8 +27,7 @@ use crate::error::{ErrorClass, ProcessError};
 use crate::item::WorkItem;
 use crate::processor::{Outcome, Processor};
 
-/// The error code of an item the open breaker refused.
-pub const CIRCUIT_OPEN: &str = "CircuitOpen";
+use crate::error::CIRCUIT_OPEN;
 
 /// When the breaker opens and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,12 +113,7 @@ pub fn counts(error: &ProcessError) -> bool {
             | ErrorClass::Timeout
             | ErrorClass::Connection
             | ErrorClass::Throttled
-    ) && !is_refusal(error)
-}
-
-/// Whether an error is the breaker's refusal (the downstream was not called).
-pub fn is_refusal(error: &ProcessError) -> bool {
-    error.code.as_deref() == Some(CIRCUIT_OPEN)
+    ) && !error.is_breaker_refusal()
 }
 
 /// The open period after `opens` openings in a row.

@@ -146,7 +146,18 @@ pub struct ProcessError {
     pub detail: Option<Box<String>>,
 }
 
+/// The error code of an item the open circuit breaker refused (the downstream was not
+/// called). Here rather than in the breaker so that the retry loop can tell a refusal
+/// without depending on the breaker, which depends on it.
+pub const CIRCUIT_OPEN: &str = "CircuitOpen";
+
 impl ProcessError {
+    /// Whether this is the circuit breaker's refusal ([`CIRCUIT_OPEN`]): the downstream
+    /// was not called.
+    pub fn is_breaker_refusal(&self) -> bool {
+        self.code.as_deref() == Some(CIRCUIT_OPEN)
+    }
+
     /// A failure of the given class with a message and nothing else.
     pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
         ProcessError {

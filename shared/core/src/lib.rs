@@ -138,7 +138,7 @@ pub use dead_letter::{
     RESPONSE_EXCERPT_LIMIT,
 };
 pub use duration::{parse_duration, parse_time};
-pub use error::{ErrorClass, ProcessError};
+pub use error::{ErrorClass, ProcessError, CIRCUIT_OPEN};
 pub use event::{decode_event, decode_sqs_event, EventError, SqsBatch, SqsRecord, Text};
 pub use hex::sha256_hex;
 pub use item::{

@@ -391,7 +391,7 @@ where
             Some(StopReason::Deadline)
         } else if !error.class.is_retryable(policy.retry_unknown) {
             Some(StopReason::Permanent)
-        } else if crate::breaker::is_refusal(&error) {
+        } else if error.is_breaker_refusal() {
             Some(StopReason::Refused)
         } else if counted >= limit || attempt >= MAX_ATTEMPTS_PER_INVOCATION {
             Some(StopReason::AttemptsExhausted)

@@ -376,7 +376,7 @@ async fn a_sandbox_out_of_touch_with_the_table_for_an_open_period_probes_on_its_
     );
     let item = WorkItem::new("m", "{}");
     let refused = knows_open.process(&item).await.unwrap_err();
-    assert_eq!(refused.code.as_deref(), Some(crate::breaker::CIRCUIT_OPEN));
+    assert_eq!(refused.code.as_deref(), Some(crate::error::CIRCUIT_OPEN));
     // The breaker table goes down; the downstream is up.
     store.down.store(true, Ordering::SeqCst);
     // A sandbox that never read the state calls the downstream at once (closed when none

@@ -10,12 +10,12 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
+use sqs_keeper_core::Deadline;
 use sqs_keeper_core::InvocationInfo;
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
 use sqs_keeper_core::{BatchConfig, BatchProcessor};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
-use sqs_keeper_core::Deadline;
 
 /// Records what it was asked to hide; fails every entry when `fail` is set; answers the
 /// queue's retention and visibility timeout with `timing`.
@@ -596,13 +596,13 @@ mod two_calls {
     use aws_lambda_events::sqs::SqsEvent;
     use futures::future::BoxFuture;
     use serde_json::json;
+    use sqs_keeper_core::Deadline;
     use sqs_keeper_core::InvocationInfo;
     use sqs_keeper_core::Random;
     use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
     use sqs_keeper_core::{BatchConfig, BatchProcessor};
     use sqs_keeper_core::{ErrorClass, ProcessError};
     use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
-    use sqs_keeper_core::Deadline;
 
     /// One hide as the port saw it: when its call came (tokio time) and what it asked.
     #[derive(Clone, Debug)]
