@@ -40,6 +40,10 @@
 //! | `visibility` | `ChangeMessageVisibilityBatch` for spaced redelivery ([`SqsVisibility`]) |
 //! | `store` | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS ([`DeadLetterStore`]); implements every port; [`schema`] names the table's attributes and indexes |
 
+// Every type a public signature mentions can be named from the root (re-exported there,
+// or from the crate that defines it).
+#![deny(unnameable_types)]
+
 mod aws;
 mod breaker_table;
 mod condition_expression;

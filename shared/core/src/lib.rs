@@ -69,6 +69,8 @@
 //! windows each leaves, is docs/ARCHITECTURE.md §1.
 
 #![deny(missing_docs)]
+// Every type a public signature mentions is re-exported below: a user can name what it holds.
+#![deny(unnameable_types)]
 
 #[cfg(feature = "operator")]
 mod analysis;
@@ -110,11 +112,12 @@ mod time_format;
 #[cfg(feature = "operator")]
 pub use analysis::{
     analyze as analyze_records, ellipsize, export as export_records, stats as record_stats,
-    table as records_table, terminal_safe, ExportFormat,
+    table as records_table, terminal_safe, Analysis as RecordAnalysis, ExportFormat,
+    SignatureGroup, Stats as RecordStats,
 };
 pub use batch::{
     panic_message, BatchConfig, BatchCounts, BatchError, BatchProcessor, BatchReport, BodyResolver,
-    Disposition, NotStartedReason, NOT_STARTED,
+    Disposition, NotStartedReason, RecordReport, NOT_STARTED,
 };
 pub use breaker::{
     counts as breaker_counts, group_key, open_period, Breaker, BreakerPolicy, BreakerState,
@@ -126,8 +129,9 @@ pub use classify::{
 pub use clock::Clock;
 pub use condition::{
     attr, breaker as breaker_conditions, conditions, epoch_millis,
-    idempotency as idempotency_conditions, names, Attr, Condition, Found, Item as ConditionItem,
-    StoredRecord, Value as ConditionValue,
+    idempotency as idempotency_conditions, names, Attr, Compare as ConditionCompare, Condition,
+    Expression as ConditionExpression, Found, Item as ConditionItem, StoredRecord,
+    Value as ConditionValue,
 };
 pub use dead_letter::{
     compact_history, processed_after, processed_key_for_message, processed_key_for_payload,
@@ -139,7 +143,10 @@ pub use dead_letter::{
 };
 pub use duration::{parse_duration, parse_time};
 pub use error::{ErrorClass, ProcessError, CIRCUIT_OPEN};
-pub use event::{decode_event, decode_sqs_event, EventError, SqsBatch, SqsRecord, Text};
+pub use event::{
+    decode_event, decode_sqs_event, Attributes as SqsAttributes, EventError, SqsBatch, SqsRecord,
+    Text,
+};
 pub use hex::sha256_hex;
 pub use item::{
     bounded_item_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser, WorkItem,
@@ -166,7 +173,7 @@ pub use ports::{
     DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, RedrivePorts, SendResult,
     SourceQueue, Sweep, SweepOptions, CLASSIC_MESSAGE_MAX,
 };
-pub use processor::{handler_fn, DeadLettered, Outcome, Processor};
+pub use processor::{handler_fn, DeadLettered, HandlerFn, ItemFn, Outcome, Processor};
 pub use random::Random;
 pub use recording::{
     adopt as adopt_record, after_append, compaction_of, dead_letter as record_dead_letters,

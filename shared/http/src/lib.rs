@@ -21,6 +21,10 @@
 //! # }
 //! ```
 
+// Every type a public signature mentions can be named from the root (re-exported there,
+// or from the crate that defines it).
+#![deny(unnameable_types)]
+
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};

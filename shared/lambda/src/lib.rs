@@ -47,6 +47,10 @@
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged.
 
+// Every type a public signature mentions can be named from the root (re-exported there,
+// or from the crate that defines it).
+#![deny(unnameable_types)]
+
 mod config;
 #[cfg(feature = "http")]
 mod http_worker;

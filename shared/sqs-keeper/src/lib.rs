@@ -35,6 +35,10 @@
 //! after it is persisted. Bodies are never logged. The whole list, with the windows each
 //! leaves, is docs/ARCHITECTURE.md §1.
 
+// Every type a public signature mentions can be named from the root (re-exported there,
+// or from the crate that defines it).
+#![deny(unnameable_types)]
+
 pub use sqs_keeper_core::idempotency::Idempotency;
 pub use sqs_keeper_core::DeadLetterReason;
 pub use sqs_keeper_core::{context, envelope, idempotency, testing};

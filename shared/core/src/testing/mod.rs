@@ -10,7 +10,7 @@ mod pause_marker;
 
 pub use breaker_store::MemoryBreakerStore;
 pub use idempotency_store::MemoryIdempotencyStore;
-pub use memory_store::{dead_record, MemoryStore};
+pub use memory_store::{dead_record, MemoryMessage, MemoryStore};
 pub use pause_marker::MemoryPauseMarker;
 
 use std::collections::HashMap;
