@@ -48,7 +48,7 @@ pub async fn sweep_dlq<D: DlqMessages>(
 ) -> Result<Sweep, ProcessError> {
     let mut pass = Pass {
         sweep: Sweep::default(),
-        receipts: HashMap::new(),
+        receipts: BTreeMap::new(),
         views: HashMap::new(),
         judged: std::collections::HashSet::new(),
         marker: pass_marker(&options.random),
@@ -68,8 +68,9 @@ pub async fn sweep_dlq<D: DlqMessages>(
 /// The state of one sweep pass.
 pub(super) struct Pass {
     pub(super) sweep: Sweep,
-    /// Message id → latest receipt of every message held.
-    pub(super) receipts: HashMap<String, String>,
+    /// Message id → latest receipt of every message held. Ordered: what the pass hands
+    /// over (and gives back on an error) comes out in the same order at every run.
+    pub(super) receipts: BTreeMap<String, String>,
     /// Message id → (item id, identity) of every message held.
     pub(super) views: HashMap<String, (String, MessageView)>,
     /// Messages already judged this pass (received again after their hold ended).

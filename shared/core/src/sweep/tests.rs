@@ -801,7 +801,7 @@ async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
 fn a_pass_judges_a_message_received_again_or_its_own_rotated_copy_only_once() {
     let pass = Pass {
         sweep: Sweep::default(),
-        receipts: HashMap::new(),
+        receipts: BTreeMap::new(),
         views: HashMap::new(),
         judged: std::iter::once("m-1".to_string()).collect(),
         marker: "pass-1".to_string(),
