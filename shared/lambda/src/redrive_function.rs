@@ -232,7 +232,7 @@ impl RedriveFunction {
                 Some(control) => {
                     // The function reads one clock: its engine's.
                     let action = control
-                        .run(self.engine.settings().clock.system_time())
+                        .run(self.engine.settings().retry.clock.system_time())
                         .await;
                     match &action {
                         sqs_keeper_core::ControlAction::Failed { error } => {
@@ -408,7 +408,7 @@ where
             ..RedriveReport::default()
         }))
     };
-    let now = engine.settings().clock.system_time();
+    let now = engine.settings().retry.clock.system_time();
     let state = match breaker.read().await {
         Ok(state) => state,
         Err(error) => {

@@ -63,7 +63,6 @@ fn config() -> BatchConfig {
         max_receive_count: Some(5),
         receive_budget_margin: 0,
         skip_group_on_error: false,
-        ..BatchConfig::default()
     }
 }
 

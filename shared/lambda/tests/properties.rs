@@ -1180,7 +1180,6 @@ fn spec_engine(spec: &BatchSpec) -> BatchProcessor<ScriptedProcessor, MemorySink
             max_receive_count: spec.max_receive_count,
             receive_budget_margin: 0,
             skip_group_on_error: spec.skip_group_on_error,
-            ..BatchConfig::default()
         },
     )
 }

@@ -454,7 +454,6 @@ async fn simulate(seed: u64, world: Arc<World>) {
                 max_receive_count: Some(MAX_RECEIVE_COUNT),
                 receive_budget_margin: shape.receive_budget_margin,
                 skip_group_on_error: shape.skip_group_on_error,
-                ..BatchConfig::default()
             }
             .with_clock(world.clock)
             .with_random(world.random.clone()),

@@ -50,14 +50,6 @@ pub struct BatchConfig {
     pub receive_budget_margin: u32,
     /// FIFO: after a failure, hold back only that message group instead of the whole rest.
     pub skip_group_on_error: bool,
-    /// The wall clock the engine reads: a record's deadlines as its handler sees them
-    /// ([`crate::context`]), how long a record going back may be hidden, the start of a
-    /// failure found before any attempt. The system clock by default;
-    /// [`BatchConfig::with_clock`] sets it and the retry policy's at once.
-    pub clock: Clock,
-    /// Where the jitter of spaced redeliveries is drawn from. The thread's generator by
-    /// default; [`BatchConfig::with_random`] sets it and the retry policy's at once.
-    pub random: Random,
 }
 
 impl Default for BatchConfig {
@@ -69,24 +61,25 @@ impl Default for BatchConfig {
             max_receive_count: None,
             receive_budget_margin: 0,
             skip_group_on_error: false,
-            clock: Clock::default(),
-            random: Random::default(),
         }
     }
 }
 
+/// The engine reads the clock and the randomness its retry policy holds, one of each for
+/// the whole batch: a record's deadlines as its handler sees them ([`crate::context`]), how
+/// long a record going back may be hidden and the jitter of that delay, the start of a
+/// failure found before any attempt, and the retries themselves. The system clock and the
+/// thread's generator by default.
 impl BatchConfig {
-    /// Reads wall time from `clock`, in the engine and in its retry policy.
+    /// Reads wall time from `clock`.
     pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
         self.retry.clock = clock;
         self
     }
 
-    /// Draws from `random`, in the engine and in its retry policy.
+    /// Draws from `random`.
     pub fn with_random(mut self, random: Random) -> Self {
-        self.retry.random = random.clone();
-        self.random = random;
+        self.retry.random = random;
         self
     }
 }
@@ -591,7 +584,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // than a stream combinator: a closure making futures of records that borrow from
         // the event trips rustc's check that the batch's future is `Send`.
         let limit = self.config.concurrency.max(1);
-        let shared = RecordShared::of(deadline, self.config.clock);
+        let shared = RecordShared::of(deadline, self.config.retry.clock);
         let shared = &shared;
         let mut waiting = ids.iter().zip(records).enumerate();
         let mut running = futures::stream::FuturesUnordered::new();
@@ -680,7 +673,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let mut reports = Vec::with_capacity(records.len());
         let mut batch_failed = false;
         let mut failed_groups: HashSet<Option<String>> = HashSet::new();
-        let shared = RecordShared::of(deadline, self.config.clock);
+        let shared = RecordShared::of(deadline, self.config.retry.clock);
         for (id, msg) in ids.iter().cloned().zip(records) {
             let group = msg.attribute("MessageGroupId").map(str::to_string);
             let held_back = if crate::mutants::is_on(crate::mutants::Mutant::FifoGoesOnAfterFailure)

@@ -51,7 +51,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         if durable.is_empty() {
             return;
         }
-        let shared = RecordShared::of(deadline, self.config.clock);
+        let shared = RecordShared::of(deadline, self.config.retry.clock);
         let hooks = durable.iter().map(|candidate| {
             shared.context().scope(async move {
                 let dead = crate::processor::DeadLettered {
@@ -201,14 +201,14 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             } else {
                 StopReason::Permanent
             };
-            let failure = immediate_failure(error.clone(), &self.config.clock);
+            let failure = immediate_failure(error.clone(), &self.config.retry.clock);
             return self.settle_failure(item, error, stop, vec![failure], 0, deadline);
         }
         let item = match parsed {
             Ok(item) => item,
             Err(invalid) => {
                 let invalid = *invalid;
-                let failure = immediate_failure(invalid.error.clone(), &self.config.clock);
+                let failure = immediate_failure(invalid.error.clone(), &self.config.retry.clock);
                 return self.settle_failure(
                     invalid.item,
                     invalid.error,
@@ -406,7 +406,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             candidate: Box::new(DeadLetterCandidate {
                 item,
                 // The history says what became of this delivery, as for any other.
-                failures: vec![immediate_failure(error.clone(), &self.config.clock)],
+                failures: vec![immediate_failure(error.clone(), &self.config.retry.clock)],
                 error,
                 reason: dead_letter_reason,
             }),

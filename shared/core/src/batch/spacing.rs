@@ -23,7 +23,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // receive, not from the change: what the receive and the batching window before
         // the invocation may have used, and this invocation so far, come off the cap.
         let longest = crate::redelivery::longest_hide(received.elapsed());
-        let now = self.config.clock.system_time();
+        let now = self.config.retry.clock.system_time();
         // FIFO: no record of a message group going back is hidden longer than the group's
         // first. A group with a message in flight yields nothing, so one hidden longer (or
         // left in flight for the rest of its visibility timeout) would hold the whole group,
@@ -74,7 +74,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     r.retry_after.filter(|_| {
                         !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored)
                     }),
-                    self.config.random.f64(),
+                    self.config.retry.random.f64(),
                 )
                 .min(longest)
                 .min(within_retention);
@@ -261,7 +261,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let until_answer = deadline
             .hard_stop()
             .saturating_duration_since(tokio::time::Instant::now());
-        let now = self.config.clock.system_time() + until_answer;
+        let now = self.config.retry.clock.system_time() + until_answer;
         if crate::mutants::is_on(crate::mutants::Mutant::RetentionIgnored) {
             return false;
         }

@@ -47,15 +47,6 @@ pub struct RedriveSettings {
     /// Where failures recorded by this engine say they happened (the function's name and
     /// log group and stream; empty for the CLI). Each failure adds the run id.
     pub invocation: InvocationInfo,
-    /// The wall clock the engine reads: the time a request's `since` and `until` are
-    /// relative to, the age of requeues and of the oldest dead record, the start of a
-    /// failure found before any attempt. The system clock by default;
-    /// [`RedriveSettings::with_clock`] sets it and the retry policy's at once.
-    pub clock: Clock,
-    /// Where run ids are drawn from, and the markers of the runs' sweeps. The thread's
-    /// generator by default; [`RedriveSettings::with_random`] sets it and the retry
-    /// policy's at once.
-    pub random: Random,
 }
 
 impl Default for RedriveSettings {
@@ -68,24 +59,25 @@ impl Default for RedriveSettings {
             lease_ttl: Duration::from_secs(900),
             report_items: 1000,
             invocation: InvocationInfo::default(),
-            clock: Clock::default(),
-            random: Random::default(),
         }
     }
 }
 
+/// The engine reads the clock and the randomness its retry policy holds, one of each for
+/// the whole run: the time a request's `since` and `until` are relative to, the age of
+/// requeues and of the oldest dead record, the start of a failure found before any attempt,
+/// run ids and the markers of the runs' sweeps, and the retries themselves. The system
+/// clock and the thread's generator by default.
 impl RedriveSettings {
-    /// Reads wall time from `clock`, in the engine and in its retry policy.
+    /// Reads wall time from `clock`.
     pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.clock = clock;
         self.retry.clock = clock;
         self
     }
 
-    /// Draws from `random`, in the engine and in its retry policy.
+    /// Draws from `random`.
     pub fn with_random(mut self, random: Random) -> Self {
-        self.retry.random = random.clone();
-        self.random = random;
+        self.retry.random = random;
         self
     }
 }
@@ -256,7 +248,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         deadline: Option<Instant>,
         on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
     ) -> Result<RedriveReport, RedriveError> {
-        let plan = request.plan(self.settings.clock.now())?;
+        let plan = request.plan(self.settings.retry.clock.now())?;
         if request.mode == RedriveMode::Reprocess && self.processor.is_none() && !request.dry_run {
             return Err(RedriveError::InvalidRequest(
                 "mode reprocess needs the processor's configuration (WORKER_DOWNSTREAM_URL); use mode requeue, \
@@ -265,7 +257,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             ));
         }
         let started = Instant::now();
-        let run = RunContext::new(started, plan.budget, deadline, &self.settings.random);
+        let run = RunContext::new(started, plan.budget, deadline, &self.settings.retry.random);
         let mut report = RedriveReport {
             run_id: run.run_id.clone(),
             mode: request.mode,
@@ -288,7 +280,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     parser: self.settings.parser.clone(),
                     until: Some(sweep_until),
                     hold_until: Some(run.settle_by),
-                    random: self.settings.random.clone(),
+                    random: self.settings.retry.random.clone(),
                 })
                 .await
                 .map_err(RedriveError::Store)?;
@@ -340,7 +332,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             oldest_first: true,
             ..crate::selection::RecordFilter::default()
         };
-        let cutoff = self.settings.clock.now()
+        let cutoff = self.settings.retry.clock.now()
             - chrono::Duration::from_std(REQUEUE_OUTLIVED).unwrap_or(chrono::Duration::MAX);
         let mut reopened = 0;
         let mut token = None;
@@ -371,7 +363,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                         ),
                     )
                     .with_step("requeue"),
-                    &self.settings.clock,
+                    &self.settings.retry.clock,
                 );
                 let mut detail =
                     FailureDetail::from_attempt(&item, &failure, &self.settings.invocation);
@@ -407,6 +399,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         let oldest = page.records.first()?;
         let age = self
             .settings
+            .retry
             .clock
             .now()
             .signed_duration_since(oldest.last_attempt);
@@ -439,7 +432,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     parser: self.settings.parser.clone(),
                     until: Some(run.settle_by),
                     hold_until: Some(run.settle_by),
-                    random: self.settings.random.clone(),
+                    random: self.settings.retry.random.clone(),
                 })
                 .await?;
             deleted += sweep.deleted;
@@ -467,7 +460,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     parser: self.settings.parser.clone(),
                     until: Some(run.settle_by),
                     hold_until: None,
-                    random: self.settings.random.clone(),
+                    random: self.settings.retry.random.clone(),
                 })
                 .await?;
             deleted += sweep.deleted;
@@ -812,7 +805,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                         record,
                         run_id,
                         &item,
-                        vec![immediate(error, &self.settings.clock)],
+                        vec![immediate(error, &self.settings.retry.clock)],
                     )
                     .await;
             }
@@ -825,7 +818,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     record,
                     run_id,
                     &item,
-                    vec![immediate(error, &self.settings.clock)],
+                    vec![immediate(error, &self.settings.retry.clock)],
                 )
                 .await;
         }
@@ -841,7 +834,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     record,
                     run_id,
                     &item,
-                    vec![immediate(error, &self.settings.clock)],
+                    vec![immediate(error, &self.settings.retry.clock)],
                 )
                 .await;
         }

@@ -262,7 +262,6 @@ impl HandlerConfig {
                 max_receive_count,
                 receive_budget_margin: u32::try_from(margin).unwrap_or(u32::MAX),
                 skip_group_on_error,
-                ..BatchConfig::default()
             },
             deadline_margin: Duration::from_millis(deadline_margin),
             idempotency: idempotency_table.map(|table| IdempotencyConfig {

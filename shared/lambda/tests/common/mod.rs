@@ -54,7 +54,6 @@ pub fn config(parser: ItemParser) -> BatchConfig {
         max_receive_count: None,
         receive_budget_margin: 0,
         skip_group_on_error: false,
-        ..BatchConfig::default()
     }
 }
 
