@@ -58,10 +58,11 @@ triple_of() {
 # `sam build` runs it (aws-lambda-builders' rust-cargolambda: `--bin <Binary>` only): Cargo
 # selects the workspace's default members (the deployable functions, Cargo.toml) and unifies
 # their features, so what is built here is byte for byte the build SAM deploys. A package
-# outside the default members (a test fixture) is named as a fourth argument; it is built
-# with the default members selected beside it, so that Cargo resolves the same features for
-# the dependencies they share and reuses their compiled code (built alone, the fixture's
-# smaller feature set compiled the AWS SDK a second time in release).
+# outside the default members is selected by a fourth argument, Cargo's `-p` flags: the test
+# fixture with the default members beside it (default_members_and), so that Cargo resolves
+# the same features for the dependencies they share and reuses their compiled code (built
+# alone, its smaller feature set compiled the AWS SDK a second time in release); the
+# benchmark's hello-world peer alone, so that it carries none of the functions' features.
 default_members_and() {
   local member
   for member in $(cargo metadata --no-deps --format-version 1 | python3 -c '
@@ -76,13 +77,13 @@ print(" ".join(p["name"] for p in metadata["packages"] if p["id"] in default))')
 # BINARIES is one binary or several, space-separated: one invocation builds them all, and
 # Cargo runs their (whole-program LTO) links in parallel.
 build() {
-  local triple="$1" binaries="$2" format="$3" package="${4:-}" binary
+  local triple="$1" binaries="$2" format="$3" packages="${4:-}" binary
   local selected=()
   for binary in $binaries; do
     selected+=(--bin "$binary")
   done
   PATH="$VENV/bin:$PATH" cargo lambda build --release --target "$triple" \
-    ${package:+$(default_members_and "$package")} "${selected[@]}" --output-format "$format" --lambda-dir "$TARGET/lambda"
+    $packages "${selected[@]}" --output-format "$format" --lambda-dir "$TARGET/lambda"
 }
 
 size_of() {
@@ -118,7 +119,7 @@ shipped() {
   # The two functions and the handler infra/handler.yaml deploys, in one invocation; then a
   # handler that panics on request (a test fixture, outside the default members).
   build "$triple" "worker redrive orders-worker" binary
-  build "$triple" fixture-handler binary fixture-handler
+  build "$triple" fixture-handler binary "$(default_members_and fixture-handler)"
 }
 
 bench() {
@@ -128,7 +129,7 @@ bench() {
   # The zip first (its size is reported), then the binary beside it; one compilation.
   build "$triple" worker zip
   build "$triple" worker binary
-  build "$triple" hello_lambda binary sqs-keeper-local
+  build "$triple" hello_lambda binary "-p sqs-keeper-local"
 }
 
 case "${1:-}" in
