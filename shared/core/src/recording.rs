@@ -759,138 +759,15 @@ mod tests {
         );
     }
 
-    use std::collections::HashMap;
-    use std::sync::Mutex;
+    use crate::testing::MemoryStore;
 
-    /// A record with its attempt ids and claims.
-    type Row = (DeadLetteredItem, HashSet<String>, HashSet<String>);
-
-    /// Records with their attempt ids and claims, in memory; DLQ sends fail for the items
-    /// listed in `refuse_send`.
-    #[derive(Default)]
-    struct MemoryTable {
-        records: Mutex<HashMap<String, Row>>,
-        refuse_send: Mutex<HashSet<String>>,
-        sent: Mutex<Vec<String>>,
-        /// Source message ids marked sent (`mark_sent`).
-        marked_sent: Mutex<HashSet<String>>,
-    }
-
-    impl MemoryTable {
-        fn get(&self, item_id: &str) -> Row {
-            self.records.lock().unwrap()[item_id].clone()
-        }
-    }
-
-    impl RecordTable for MemoryTable {
-        async fn try_record(
-            &self,
-            record: &DeadLetteredItem,
-            pending: &[FailureDetail],
-            claim: Option<&str>,
-            expect: Expect,
-        ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            let existing = records.get(&record.item_id).map(|(r, _, _)| r);
-            if !expect.admits(
-                existing.map(|r| r.status),
-                existing.map_or(&[][..], |r| &r.processed[..]),
-            ) {
-                return Ok(None);
-            }
-            let (stored, ids, claims) =
-                records.entry(record.item_id.clone()).or_insert_with(|| {
-                    let mut empty = record.clone();
-                    empty.failure_history.clear();
-                    empty.failure_count = 0;
-                    (empty, HashSet::new(), HashSet::new())
-                });
-            if pending.iter().any(|f| ids.contains(&f.attempt_id))
-                || claim.is_some_and(|c| claims.contains(c))
-            {
-                return Ok(None);
-            }
-            stored.failure_history.extend(pending.iter().cloned());
-            stored.failure_count += u32::try_from(pending.len()).unwrap();
-            ids.extend(pending.iter().map(|f| f.attempt_id.clone()));
-            claims.extend(claim.map(str::to_string));
-            Ok(Some(stored.clone()))
-        }
-
-        async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
-            let (_, ids, claims) = self.get(item_id);
-            let sent = self.marked_sent.lock().unwrap().clone();
-            Ok(Deliveries {
-                attempt_ids: ids,
-                claims,
-                sent,
-            })
-        }
-
-        async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
-            let mut marked = self.marked_sent.lock().unwrap();
-            marked.extend(sent.iter().map(|(_, message_id)| message_id.to_string()));
-            Ok(())
-        }
-
-        async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            if let Some((stored, _, _)) = records.get_mut(item_id) {
-                stored.manual_review_required = wanted;
-            }
-            Ok(())
-        }
-
-        async fn compact(
-            &self,
-            stored: &DeadLetteredItem,
-            compaction: &Compaction,
-        ) -> Result<(), ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            let (record, ids, claims) = records.get_mut(&stored.item_id).unwrap();
-            if record.failure_count == stored.failure_count {
-                record.failure_history = compaction.history.clone();
-                record.history_omitted += compaction.dropped;
-                record.processed = compaction.processed.clone();
-                *ids = compaction.attempt_ids.iter().cloned().collect();
-                *claims = compaction.claims.iter().cloned().collect();
-            }
-            Ok(())
-        }
-
-        async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            if let Some((_, _, claims)) = records.get_mut(item_id) {
-                claims.remove(message_id);
-            }
-            Ok(())
-        }
-
-        async fn put_payload(
-            &self,
-            _pointer: &S3Pointer,
-            _body: &str,
-            _sha256: &str,
-        ) -> Result<(), ProcessError> {
-            Ok(())
-        }
-
-        async fn send_to_dlq(
-            &self,
-            records: &[&DeadLetteredItem],
-        ) -> Vec<Result<(), ProcessError>> {
-            let refuse = self.refuse_send.lock().unwrap();
-            records
-                .iter()
-                .map(|r| {
-                    if refuse.contains(&r.item_id) {
-                        return Err(ProcessError::new(ErrorClass::Throttled, "refused"));
-                    }
-                    self.sent.lock().unwrap().push(r.item_id.clone());
-                    Ok(())
-                })
-                .collect()
-        }
+    /// The items of the DLQ messages sent, in order.
+    fn sent(store: &MemoryStore) -> Vec<String> {
+        store
+            .dlq_messages()
+            .into_iter()
+            .map(|m| m.item_id)
+            .collect()
     }
 
     fn settings() -> RecordingSettings {
@@ -935,8 +812,8 @@ mod tests {
 
     #[tokio::test]
     async fn dead_lettering_persists_sends_and_frees_the_claim_of_a_failed_send() {
-        let table = MemoryTable::default();
-        table.refuse_send.lock().unwrap().insert("b".into());
+        let table = MemoryStore::new();
+        table.refuse_sends_of("b");
         let info = InvocationInfo::default();
         let results = dead_letter(
             &table,
@@ -947,13 +824,13 @@ mod tests {
         .await;
         assert!(results[0].is_ok(), "{results:?}");
         assert!(results[1].is_err(), "{results:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
-        let (a, _, a_claims) = table.get("a");
-        assert_eq!(a.failure_count, 2);
-        assert!(a_claims.contains("m-a"));
-        let (b, _, b_claims) = table.get("b");
-        assert_eq!(b.failure_count, 2, "recorded all the same");
-        assert!(b_claims.is_empty(), "the next delivery may send it");
+        assert_eq!(sent(&table), ["a"]);
+        let a = table.row("a").unwrap();
+        assert_eq!(a.record.failure_count, 2);
+        assert!(a.claims.contains("m-a"));
+        let b = table.row("b").unwrap();
+        assert_eq!(b.record.failure_count, 2, "recorded all the same");
+        assert!(b.claims.is_empty(), "the next delivery may send it");
 
         // The same delivery again (a retried invocation, its answer lost): nothing new,
         // nothing sent, and acknowledged, since the message's DLQ message was sent.
@@ -964,37 +841,37 @@ mod tests {
         // than bounced to a second DLQ copy.
         let other = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
         assert!(other[0].is_ok(), "{other:?}");
-        assert_eq!(table.get("a").0.failure_count, 2);
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
+        assert_eq!(table.record("a").unwrap().failure_count, 2);
+        assert_eq!(sent(&table), ["a"]);
         // A delivery that finds the claim held and the message not sent yet (the other
         // delivery may be sending it now) is returned for retry.
         let c = candidate("c", 3);
         let in_flight =
             DeadLetteredItem::from_candidate(&c, &info, crate::clock::now(), settings().retention);
-        assert!(table
-            .try_record(
-                &in_flight,
-                &in_flight.failure_history,
-                Some("m-c"),
-                Expect::Any
-            )
-            .await
-            .unwrap()
-            .is_some());
+        assert!(RecordTable::try_record(
+            &table,
+            &in_flight,
+            &in_flight.failure_history,
+            Some("m-c"),
+            Expect::Any
+        )
+        .await
+        .unwrap()
+        .is_some());
         let racing = dead_letter(&table, &settings(), &[candidate("c", 4)], &info).await;
         assert!(crate::dead_letter::is_dead_lettering_elsewhere(
             racing[0].as_ref().unwrap_err()
         ));
         // The freed claim of b is taken by its next delivery, which sends it.
-        table.refuse_send.lock().unwrap().clear();
+        table.world().lock().allow_sends_of("b");
         let retried = dead_letter(&table, &settings(), &[candidate("b", 4)], &info).await;
         assert!(retried[0].is_ok(), "{retried:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a", "b"]);
+        assert_eq!(sent(&table), ["a", "b"]);
     }
 
     #[tokio::test]
     async fn a_delivery_invoked_twice_is_recorded_once_when_compaction_dropped_part_of_it() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let settings = settings();
         let info = InvocationInfo::default();
         for receive in 1..=2 {
@@ -1015,8 +892,9 @@ mod tests {
         };
         last.failures.push(third);
         assert!(dead_letter(&table, &settings, &[last.clone()], &info).await[0].is_ok());
-        let (a, ids, _) = table.get("a");
-        assert_eq!(a.failure_count, 7);
+        let a = table.row("a").unwrap();
+        let ids = a.attempt_ids;
+        assert_eq!(a.record.failure_count, 7);
         assert!(
             !ids.contains("m-a:3:1") && ids.contains("m-a:3:2"),
             "{ids:?}"
@@ -1027,7 +905,7 @@ mod tests {
         twin.failures.truncate(1);
         let again = dead_letter(&table, &settings, &[twin], &info).await;
         assert!(again[0].is_ok(), "{again:?}");
-        assert_eq!(table.get("a").0.failure_count, 7);
+        assert_eq!(table.record("a").unwrap().failure_count, 7);
     }
 
     /// `candidate` with `attempts` attempts.
@@ -1045,38 +923,42 @@ mod tests {
 
     #[tokio::test]
     async fn a_twin_takes_the_claim_its_twin_freed_and_records_its_extra_attempt() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let info = InvocationInfo::default();
         // Copy 1 of the batch (last receive): two attempts, its DLQ send fails, the claim is
         // released.
-        table.refuse_send.lock().unwrap().insert("a".into());
+        table.refuse_sends_of("a");
         let first = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
         assert!(first[0].is_err());
-        assert!(table.get("a").2.is_empty(), "claim released");
-        table.refuse_send.lock().unwrap().clear();
+        assert!(table.row("a").unwrap().claims.is_empty(), "claim released");
+        table.world().lock().allow_sends_of("a");
         // Copy 2: three attempts. Its third, a call copy 1 never made, is recorded, and it
         // takes the free claim and sends the DLQ message rather than bounce the message to
         // the queue's redrive policy.
         let twin = dead_letter(&table, &settings(), &[with_attempts("a", 5, 3)], &info).await;
         assert!(twin[0].is_ok(), "{twin:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
-        let (a, ids, _) = table.get("a");
-        assert!(ids.contains("m-a:5:3"), "{ids:?}");
-        assert_eq!(a.failure_count, 3);
+        assert_eq!(sent(&table), ["a"]);
+        let a = table.row("a").unwrap();
+        assert!(a.attempt_ids.contains("m-a:5:3"), "{:?}", a.attempt_ids);
+        assert_eq!(a.record.failure_count, 3);
     }
 
     #[tokio::test]
     async fn an_identical_twin_takes_the_claim_its_twin_freed() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let info = InvocationInfo::default();
-        table.refuse_send.lock().unwrap().insert("a".into());
+        table.refuse_sends_of("a");
         let first = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
         assert!(first[0].is_err());
-        table.refuse_send.lock().unwrap().clear();
+        table.world().lock().allow_sends_of("a");
         let twin = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
         assert!(twin[0].is_ok(), "{twin:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
-        assert_eq!(table.get("a").0.failure_count, 2, "nothing appended twice");
+        assert_eq!(sent(&table), ["a"]);
+        assert_eq!(
+            table.record("a").unwrap().failure_count,
+            2,
+            "nothing appended twice"
+        );
     }
 
     #[test]
@@ -1100,7 +982,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_append_past_the_limit_compacts_the_history() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let settings = settings();
         for receive in 1..=3 {
             let record = DeadLetteredItem::from_candidate(
@@ -1111,10 +993,14 @@ mod tests {
             );
             super::record(&table, &settings, &record).await.unwrap();
         }
-        let (a, ids, _) = table.get("a");
-        assert_eq!(a.failure_count, 6);
-        assert_eq!(a.failure_history.len(), 4);
-        assert_eq!(a.history_omitted, 2);
-        assert_eq!(ids.len(), 4, "the ids of dropped attempts go with them");
+        let a = table.row("a").unwrap();
+        assert_eq!(a.record.failure_count, 6);
+        assert_eq!(a.record.failure_history.len(), 4);
+        assert_eq!(a.record.history_omitted, 2);
+        assert_eq!(
+            a.attempt_ids.len(),
+            4,
+            "the ids of dropped attempts go with them"
+        );
     }
 }

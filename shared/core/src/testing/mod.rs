@@ -1,17 +1,30 @@
 //! Test doubles for users' own tests and ours: a processor that follows a script per item,
-//! an in-memory dead-letter sink, [`MemoryStore`], the redrive engine's ports in memory,
-//! [`MemoryIdempotencyStore`], [`MemoryBreakerStore`] and [`MemoryPauseMarker`]. Pure, no
-//! I/O.
+//! an in-memory dead-letter sink, one in-memory world of the store's AWS side with its
+//! ports ([`World`], [`MemoryStore`]), [`MemoryIdempotencyStore`], [`MemoryBreakerStore`]
+//! and [`MemoryPauseMarker`]. No I/O.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`world`] | the world's state (table, bucket, DLQ, source queues), its fault and latency knobs and its observer |
+//! | [`queue`] | an SQS queue: bodies, attributes, receipts, visibility, FIFO groups, the redrive policy |
+//! | `memory_store` | [`MemoryStore`]: the store ports over a world, one AWS call each |
+//!
+//! The unit tests, the engine tests and the simulation (`tests/sim`) all run over the same
+//! world (docs/ARCHITECTURE.md §5).
 
 mod breaker_store;
 mod idempotency_store;
 mod memory_store;
 mod pause_marker;
+pub mod queue;
+pub mod world;
 
 pub use breaker_store::MemoryBreakerStore;
 pub use idempotency_store::MemoryIdempotencyStore;
-pub use memory_store::{dead_record, MemoryStore};
+pub use memory_store::{dead_record, MemoryMessage, MemoryStore, BUCKET};
 pub use pause_marker::MemoryPauseMarker;
+pub use queue::{Queue, QueueMessage};
+pub use world::{Event, Faults, Row, World, WorldState};
 
 use std::collections::HashMap;
 use std::sync::Mutex;
