@@ -1,10 +1,11 @@
 //! # sqs-keeper-aws
 //!
-//! Every AWS SDK call of `sqs-keeper`, behind the core's ports
-//! ([`sqs_keeper_core::ports`], [`sqs_keeper_core::DeadLetterSink`],
-//! [`sqs_keeper_core::batch::BodyResolver`]) and its primitive traits
-//! ([`sqs_keeper_core::recording::RecordTable`], [`sqs_keeper_core::sweep::DlqMessages`]):
-//! the core decides, these modules talk to DynamoDB, SQS, S3, Lambda and Secrets Manager.
+//! Every AWS SDK call of `sqs-keeper`, behind the core's ports: the store's four, one per
+//! resource ([`sqs_keeper_core::ports`]: the record table, the DLQ, the payload bucket, the
+//! source queues, all implemented by [`store::DeadLetterStore`]), the worker's
+//! [`sqs_keeper_core::DeadLetterSink`] and [`sqs_keeper_core::batch::BodyResolver`], and the
+//! breaker's, idempotency table's, visibility and polling ports: the core decides, these
+//! modules talk to DynamoDB, SQS, S3, Lambda and Secrets Manager.
 //! `sqs-keeper` re-exports this crate as `adapters`.
 //!
 //! ```no_run

@@ -405,7 +405,7 @@ pub mod conditions {
     pub fn records_attempts(
         attempt_ids: &[&str],
         claim: Option<&str>,
-        expect: &crate::recording::Expect,
+        expect: &crate::ports::Expect,
     ) -> Condition {
         let mut all: Vec<Condition> = attempt_ids
             .iter()
@@ -415,9 +415,9 @@ pub mod conditions {
             all.push(Condition::lacks(attr::DLQ_CLAIMS, claim));
         }
         match expect {
-            crate::recording::Expect::Any => {}
-            crate::recording::Expect::Absent => all.push(Condition::NotExists(attr::ITEM_ID)),
-            crate::recording::Expect::Status {
+            crate::ports::Expect::Any => {}
+            crate::ports::Expect::Absent => all.push(Condition::NotExists(attr::ITEM_ID)),
+            crate::ports::Expect::Status {
                 status: s,
                 not_processed,
             } => {
@@ -680,7 +680,7 @@ mod tests {
 
     #[test]
     fn a_condition_that_always_holds_sends_no_expression() {
-        let any = conditions::records_attempts(&[], None, &crate::recording::Expect::Any);
+        let any = conditions::records_attempts(&[], None, &crate::ports::Expect::Any);
         assert!(any.render().is_none());
         assert!(any.holds(None));
     }

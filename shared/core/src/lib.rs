@@ -2,10 +2,10 @@
 //!
 //! The pure core of `sqs-keeper`: what happens to each record of an SQS batch, decided
 //! without I/O of its own. The batch engine, retries, error classes, the dead-letter record
-//! and the DLQ message rule, the redrive plan and engine: all over small ports
-//! ([`ports`], [`recording::RecordTable`], [`sweep::DlqMessages`], the breaker's, the
-//! idempotency table's and the visibility port) that the AWS adapters (`sqs-keeper-aws`
-//! modules in `sqs-keeper`) implement for production and [`testing`] implements in memory.
+//! and the DLQ message rule, the redrive plan and engine: all over small ports (the store's
+//! four in [`ports`], one per AWS resource; the breaker's, the idempotency table's and the
+//! visibility port) that the AWS adapters (`sqs-keeper-aws` modules in `sqs-keeper`)
+//! implement for production and [`testing`] implements over one in-memory world.
 //! No AWS SDK client, no environment variable and no `lambda_runtime` here: a handler
 //! author uses this crate through `sqs-keeper`, which re-exports it.
 //!
@@ -45,15 +45,15 @@
 //! | [`message`] | what our messages carry: attribute names, FIFO group, batching | none |
 //! | [`selection`] | record filters, pages and continuation tokens | none |
 //! | [`condition`] | each conditional write's condition, once: the DynamoDB expression and its meaning in memory | none |
-//! | [`ports`] | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
-//! | [`recording`] | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over [`recording::RecordTable`] | via trait |
-//! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over [`sweep::DlqMessages`] | via trait |
-//! | [`removal`] | purge and clear: DLQ messages, then payloads, then records; over ports | via ports |
+//! | [`ports`] | the store's ports, one per AWS resource: [`ports::RecordStore`] (the table), [`ports::DeadLetterQueue`], [`ports::PayloadStore`], [`ports::SourceQueue`]; and what they pass | traits |
+//! | [`recording`] | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over the ports | via ports |
+//! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over the ports | via ports |
+//! | [`removal`] | purge and clear: DLQ messages, then records, then payloads; over the ports | via ports |
 //! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
 //! | [`processor`] | the [`Processor`] trait, [`handler_fn`] | none |
 //! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
 //! | [`duration`], [`time_format`], [`hex`] | durations and times as operators write them; record timestamps; sha256 in hex | none |
-//! | [`testing`] | scripted processor, in-memory sink, [`testing::MemoryStore`] | none |
+//! | [`testing`] | scripted processor, in-memory sink; one in-memory world of the store's AWS side ([`testing::World`]) and its ports ([`testing::MemoryStore`]), with fault and latency knobs and an observer: what the unit tests, the engine tests and the simulation run over | none |
 //!
 //! ## Guarantees
 //!

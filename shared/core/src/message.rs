@@ -1,7 +1,7 @@
 //! What the messages this library sends carry, decided without I/O: the names of our
 //! message attributes (on DLQ messages and requeued ones), the FIFO group of a message sent
 //! for an item, and the split of a batch within `SendMessageBatch`'s limits. The sending
-//! is in `sqs_keeper_aws::store::dlq` and `sqs_keeper_aws::store::redrive_ports`.
+//! is in `sqs_keeper_aws::store::dlq` and `sqs_keeper_aws::store::source_queue`.
 
 /// Message attribute: the item id, which is also the record's key in the table.
 pub const ITEM_ID_ATTRIBUTE: &str = "item_id";

@@ -10,7 +10,7 @@
 //! Only when all three succeed is the record reported as dead-lettered (and acked).
 //!
 //! Step 2 merges into any existing record of the same item, by one conditional write
-//! ([`RecordTable::try_record`]) and what follows it:
+//! ([`RecordStore::try_record`]) and what follows it:
 //!
 //! | the write finds | result |
 //! | --- | --- |
@@ -21,12 +21,13 @@
 //! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
 //!
-//! The logic runs over [`RecordTable`], the few primitive writes and reads it needs:
-//! DynamoDB, S3 and SQS in production (`sqs_keeper_aws::store::DeadLetterStore`),
-//! memory in a simulation. No I/O of its own.
+//! The logic runs over the store's ports ([`crate::ports`]): the record table's reads and
+//! conditional writes ([`RecordStore`]), the payload bucket ([`PayloadStore::put`]) and the
+//! DLQ ([`DeadLetterQueue::send_to_dlq`]); DynamoDB, S3 and SQS in production
+//! (`sqs_keeper_aws::store::DeadLetterStore`), the in-memory world in tests and the
+//! simulation ([`crate::testing::MemoryStore`]). No I/O of its own.
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -34,10 +35,14 @@ use futures::StreamExt;
 
 use crate::dead_letter::{
     compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
-    DeadLetteredItem, FailureDetail, InvocationInfo, ItemStatus, PayloadLocation,
+    DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::S3Pointer;
+use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore};
+
+pub use crate::pointer::{is_payload_key, payload_key};
+pub use crate::ports::{Compaction, Deliveries, Expect};
 
 /// Most bytes a record is planned to take, well under DynamoDB's 400 KB item limit.
 pub const RECORD_BUDGET: usize = 350_000;
@@ -55,58 +60,6 @@ pub fn stays_inline(len: usize, inline_max: usize) -> bool {
         + crate::dead_letter::ATTRIBUTES_LIMIT
         + 16 * 1024;
     len <= inline_max && len + rest <= RECORD_BUDGET
-}
-
-/// The object key for an item's payload: item id (made key-safe) plus the payload's sha256,
-/// so the same payload always lands on the same key (re-recording is idempotent).
-pub fn payload_key(item_id: &str, sha256: &str) -> String {
-    let safe: String = item_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(200)
-        .collect();
-    format!("{PAYLOAD_PREFIX}{safe}/{sha256}")
-}
-
-/// Where [`payload_key`] puts every payload.
-const PAYLOAD_PREFIX: &str = "payloads/";
-
-/// Whether `key` has the shape of a [`payload_key`]: an object the store wrote under its
-/// payload's digest and never rewrites. A producer sharing the bucket uses keys of its
-/// own, whose objects it may rewrite.
-pub fn is_payload_key(key: &str) -> bool {
-    key.strip_prefix(PAYLOAD_PREFIX)
-        .and_then(|rest| rest.rsplit_once('/'))
-        .is_some_and(|(_, sha)| sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// What compacting a record's history writes: the history kept, and with it the attempt
-/// ids and DLQ claims still needed, the `processed` list trimmed, and how many entries go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compaction {
-    /// The entries kept: the first attempts and the latest ones
-    /// ([`crate::dead_letter::compact_history`]).
-    pub history: Vec<FailureDetail>,
-    /// The ids of the kept entries. The ids of dropped attempts go with them: `attempt_ids`
-    /// would otherwise grow by one id per attempt for ever.
-    pub attempt_ids: Vec<String>,
-    /// The source message ids of the kept entries, once each. Claims only matter while a
-    /// message may still be delivered again: those of the messages in the kept entries stay.
-    pub claims: Vec<String>,
-    /// The source message ids whose every entry goes: their "DLQ message sent" marks go
-    /// with them, as their claims do (`dlq_sent` would otherwise grow for ever).
-    pub forgotten: Vec<String>,
-    /// The latest [`crate::dead_letter::PROCESSED_LIMIT`] entries of `processed` (a finished
-    /// requeue appends to it without trimming it: trimmed here).
-    pub processed: Vec<String>,
-    /// Entries dropped, added to `history_omitted`.
-    pub dropped: u32,
 }
 
 /// The compaction a record just written needs: `None` while its history is within
@@ -160,56 +113,12 @@ pub fn review_flag_change(stored: &DeadLetteredItem) -> Option<bool> {
     (wanted != stored.manual_review_required).then_some(wanted)
 }
 
-/// What a write expects of the record it would change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expect {
-    /// Anything, or nothing (the worker's upsert).
-    Any,
-    /// No record: the sweep adopting a DLQ message no record held.
-    Absent,
-    /// A record of this status that still lists none of `not_processed` as processed: the
-    /// sweep reopening a record it judged so, for a message (with those keys) the record
-    /// had not processed. A record that processed it since is not reopened.
-    Status {
-        /// The status judged.
-        status: ItemStatus,
-        /// The message's `processed` keys.
-        not_processed: Vec<String>,
-    },
-}
-
-impl Expect {
-    /// What an adoption judged: no record (`None`), or one of that status that had not
-    /// processed the message of `keys`.
-    pub fn judged(status: Option<ItemStatus>, keys: &[String]) -> Expect {
-        match status {
-            None => Expect::Absent,
-            Some(status) => Expect::Status {
-                status,
-                not_processed: keys.to_vec(),
-            },
-        }
-    }
-
-    /// Whether a record of `status` listing `processed` (`None`: no record) meets it.
-    pub fn admits(&self, status: Option<ItemStatus>, processed: &[String]) -> bool {
-        match self {
-            Expect::Any => true,
-            Expect::Absent => status.is_none(),
-            Expect::Status {
-                status: expected,
-                not_processed,
-            } => status == Some(*expected) && !not_processed.iter().any(|k| processed.contains(k)),
-        }
-    }
-}
-
 /// Writes the record of a DLQ message the sweep adopted (or reopened), once, on the
 /// condition that the record is still what the sweep judged (`expect`): an adoption never
 /// overwrites a record that appeared or changed since (a redrive under a live lease, a
 /// resolution). `Ok(false)`: it had, and nothing was written (the next sweep judges the
 /// message again).
-pub async fn adopt<T: RecordTable>(
+pub async fn adopt<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
@@ -225,86 +134,6 @@ pub async fn adopt<T: RecordTable>(
         }
         None => Ok(false),
     }
-}
-
-/// What recording needs of the record table, the payload store and the DLQ: each an
-/// operation that decides nothing.
-pub trait RecordTable: Send + Sync {
-    /// One conditional write appending `pending` to the record (creating it if absent) and,
-    /// with `claim`, adding it to the DLQ claims, refused when a pending attempt id is
-    /// already recorded or the claim already taken: `Ok(Some(stored))` is the record as
-    /// written, `Ok(None)` a refused condition (including `expect`, what the record must
-    /// be for the write to happen).
-    fn try_record(
-        &self,
-        record: &DeadLetteredItem,
-        pending: &[FailureDetail],
-        claim: Option<&str>,
-        expect: Expect,
-    ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
-
-    /// What a record holds of its deliveries (strongly consistent): its attempt ids, the
-    /// source message ids whose DLQ message was claimed, and those whose DLQ message was
-    /// sent.
-    fn deliveries(
-        &self,
-        item_id: &str,
-    ) -> impl Future<Output = Result<Deliveries, ProcessError>> + Send;
-
-    /// Marks DLQ messages sent, each `(item id, source message id)`: a later delivery of
-    /// such a message (its acknowledgement was lost) is then acknowledged instead of sent
-    /// back. Batched by the store (a dead letter should cost one write, not two).
-    fn mark_sent(
-        &self,
-        sent: &[(&str, &str)],
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Sets `manual_review_required`.
-    fn set_review_flag(
-        &self,
-        item_id: &str,
-        wanted: bool,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Writes `compaction` if the record's `failure_count` is still `stored.failure_count`
-    /// (`Ok(())` also when that condition fails: the other writer compacts).
-    fn compact(
-        &self,
-        stored: &DeadLetteredItem,
-        compaction: &Compaction,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Gives up the claim on `message_id`'s DLQ message.
-    fn release_claim(
-        &self,
-        item_id: &str,
-        message_id: &str,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Stores a payload too large to keep inline, under `pointer`.
-    fn put_payload(
-        &self,
-        pointer: &S3Pointer,
-        body: &str,
-        sha256: &str,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Sends one DLQ message per record (batched); one result per record, in order.
-    fn send_to_dlq(
-        &self,
-        records: &[&DeadLetteredItem],
-    ) -> impl Future<Output = Vec<Result<(), ProcessError>>> + Send;
-}
-
-/// What a record holds of its deliveries ([`RecordTable::deliveries`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Deliveries {
-    /// The ids of the attempts recorded.
-    pub attempt_ids: HashSet<String>,
-    /// The source message ids whose one DLQ message a delivery undertook to send.
-    pub claims: HashSet<String>,
-    /// The source message ids whose DLQ message was sent.
-    pub sent: HashSet<String>,
 }
 
 /// What became of a delivery's record write ([`record_delivery`]).
@@ -338,7 +167,7 @@ pub struct RecordingSettings {
 
 /// Moves the payload to the payload store when it would not stay inline
 /// ([`stays_inline`]).
-pub async fn offload_payload<T: RecordTable>(
+pub async fn offload_payload<T: PayloadStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &mut DeadLetteredItem,
@@ -353,9 +182,7 @@ pub async fn offload_payload<T: RecordTable>(
         bucket: settings.bucket.clone(),
         key: payload_key(&record.item_id, &record.payload.sha256),
     };
-    table
-        .put_payload(&pointer, body, &record.payload.sha256)
-        .await?;
+    table.put(&pointer, body, &record.payload.sha256).await?;
     record.payload.location = PayloadLocation::S3 {
         bucket: pointer.bucket,
         key: pointer.key,
@@ -364,7 +191,7 @@ pub async fn offload_payload<T: RecordTable>(
 }
 
 /// Upserts a record: new attempts are appended once, known ones are ignored.
-pub async fn record<T: RecordTable>(
+pub async fn record<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
@@ -379,7 +206,7 @@ pub async fn record<T: RecordTable>(
 /// write holds the claim, or, when another delivery of the same message (SQS delivers at
 /// least once, and a delivery whose acknowledgement was lost comes back) or the same
 /// delivery invoked twice got there first, whether that message's DLQ message was sent.
-pub async fn record_delivery<T: RecordTable>(
+pub async fn record_delivery<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
@@ -475,7 +302,7 @@ fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
 /// housekeeping: the record is already durable, so a failed compaction is logged, not
 /// reported as a failed record (that would send the message round again), and the next
 /// append compacts.
-pub async fn after_append<T: RecordTable>(
+pub async fn after_append<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     stored: DeadLetteredItem,
@@ -496,7 +323,7 @@ pub async fn after_append<T: RecordTable>(
 /// that finds the claim taken (the same message delivered twice) sends nothing: `None` when
 /// that message's DLQ message was sent already (it is acknowledged),
 /// [`dead_lettering_elsewhere`] while it is not (returned for retry).
-pub async fn persist<T: RecordTable>(
+pub async fn persist<T: RecordStore + PayloadStore>(
     table: &T,
     settings: &RecordingSettings,
     candidate: &DeadLetterCandidate,
@@ -518,7 +345,7 @@ pub async fn persist<T: RecordTable>(
 /// marked sent and the claim of each failed send released. One result per candidate, in
 /// order: `Ok` only when all three steps succeeded (or an earlier delivery of the message
 /// did them).
-pub async fn dead_letter<T: RecordTable>(
+pub async fn dead_letter<T: RecordStore + DeadLetterQueue + PayloadStore>(
     table: &T,
     settings: &RecordingSettings,
     candidates: &[DeadLetterCandidate],
@@ -591,6 +418,7 @@ pub async fn dead_letter<T: RecordTable>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dead_letter::ItemStatus;
 
     #[test]
     fn every_payload_key_is_known_as_one_and_nothing_else_is() {
@@ -848,7 +676,7 @@ mod tests {
         let c = candidate("c", 3);
         let in_flight =
             DeadLetteredItem::from_candidate(&c, &info, crate::clock::now(), settings().retention);
-        assert!(RecordTable::try_record(
+        assert!(RecordStore::try_record(
             &table,
             &in_flight,
             &in_flight.failure_history,

@@ -14,10 +14,10 @@ use sqs_keeper_lambda::dead_letter::{DeadLetteredItem, ItemStatus, PayloadLocati
 use sqs_keeper_lambda::error::{ErrorClass, ProcessError};
 use sqs_keeper_lambda::item::{ItemParser, WorkItem};
 use sqs_keeper_lambda::pointer::S3Pointer;
-use sqs_keeper_lambda::ports::SweepOptions;
 use sqs_keeper_lambda::processor::{Outcome, Processor};
 use sqs_keeper_lambda::redrive::{no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
 use sqs_keeper_lambda::sweep::sweep_dlq;
+use sqs_keeper_lambda::sweep::SweepOptions;
 use sqs_keeper_lambda::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
 
 // ---------------------------------------------------------------------------------------

@@ -27,17 +27,14 @@ use sqs_keeper_core::message::{
 };
 use sqs_keeper_core::pointer::{S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
 use sqs_keeper_core::ports::{
-    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
-    SweepOptions,
+    Compaction, DeadLetterQueue, Deliveries, OutgoingMessage, PayloadStore, RecordStore,
+    SendResult, SourceQueue,
 };
-use sqs_keeper_core::recording::{self, Compaction, Deliveries, RecordTable, RecordingSettings};
-use sqs_keeper_core::removal::RecordRemoval;
+use sqs_keeper_core::recording::{self, RecordingSettings};
 use sqs_keeper_core::selection::{
     page_in_memory, token_after_record, Page, PageToken, RecordFilter, Unreadable,
 };
-use sqs_keeper_core::sweep::{
-    self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
-};
+use sqs_keeper_core::sweep::{self, Adoption, MessageView, ReceivedMessage, Standing};
 
 use sqs_keeper_core::redelivery::{Hide, QueueTiming, VisibilityPort};
 
@@ -210,274 +207,6 @@ fn now_secs() -> i64 {
     sqs_keeper_core::clock::now().timestamp()
 }
 
-impl RecordTable for SimStore {
-    async fn try_record(
-        &self,
-        record: &DeadLetteredItem,
-        pending: &[FailureDetail],
-        claim: Option<&str>,
-        expect: recording::Expect,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "record")?;
-        let id = record.item_id.as_str();
-        let existing = state.table.get(id).cloned();
-        if existing.as_ref().is_some_and(|r| r.corrupt) {
-            return Err(corrupt(id, "record"));
-        }
-        let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
-        if !satisfied(
-            existing.as_ref(),
-            &conditions::records_attempts(&attempt_ids, claim, &expect),
-        ) {
-            if let (Some(row), Some(c)) = (&existing, claim) {
-                if row.claims.contains(c) && !row.sent.contains(c) {
-                    // Another delivery holds the claim and has not sent yet: this one will
-                    // be returned for retry (`dead_letter::dead_lettering_elsewhere`).
-                    state.ledger.claims_held_elsewhere.insert(c.to_string());
-                }
-            }
-            return Ok(None);
-        }
-        let mut row = match existing {
-            Some(mut row) => {
-                // What the adapter's update sets: every field of the new record but the
-                // history, its count, `processed`, and the two set only on creation.
-                let old = row.record.clone();
-                let mut r = record.clone();
-                r.failure_history = old.failure_history;
-                r.failure_count = old.failure_count;
-                r.history_omitted = old.history_omitted;
-                r.processed = old.processed;
-                r.first_attempt = old.first_attempt;
-                r.manual_review_required = old.manual_review_required;
-                // Not in the update: a lease in place stays.
-                r.lease_expires_at = old.lease_expires_at;
-                r.resolved_at = old.resolved_at;
-                r.requeued_message_id = None;
-                row.record = r;
-                row
-            }
-            None => {
-                let mut r = record.clone();
-                r.failure_history = Vec::new();
-                r.failure_count = 0;
-                r.history_omitted = 0;
-                r.processed = Vec::new();
-                r.requeued_message_id = None;
-                Row {
-                    record: r,
-                    attempt_ids: Default::default(),
-                    claims: Default::default(),
-                    sent: Default::default(),
-                    lease_owner: None,
-                    corrupt: false,
-                }
-            }
-        };
-        // §1.5: an attempt is appended once however often it is recorded, also after
-        // compaction dropped it from the history (and its id with it).
-        let ever = state.ledger.appended.entry(id.to_string()).or_default();
-        let again: Vec<String> = pending
-            .iter()
-            .filter(|f| !ever.insert(f.attempt_id.clone()))
-            .map(|f| f.attempt_id.clone())
-            .collect();
-        if !again.is_empty() {
-            state.violate(
-                Section::RecordingIdempotent,
-                id,
-                format!(
-                    "attempt {} appended a second time by {}: failure_count counts it twice",
-                    again.join(", "),
-                    self.actor
-                ),
-            );
-        }
-        row.record.failure_history.extend(pending.iter().cloned());
-        row.record.failure_count += u32::try_from(pending.len()).unwrap_or(u32::MAX);
-        row.attempt_ids
-            .extend(pending.iter().map(|f| f.attempt_id.clone()));
-        if let Some(claim) = claim {
-            row.claims.insert(claim.to_string());
-        }
-        let stored = row.record.clone();
-        Self::put_row(&mut state, id, row)?;
-        state
-            .ledger
-            .recorded_under
-            .entry(record.source.message_id.clone())
-            .or_default()
-            .insert(id.to_string());
-        state.after_step(
-            &self.actor,
-            id,
-            &format!(
-                "recorded {} attempt(s) of message {}{}",
-                pending.len(),
-                record.source.message_id,
-                if claim.is_some() {
-                    ", claiming its DLQ message"
-                } else {
-                    ""
-                }
-            ),
-        );
-        Ok(Some(stored))
-    }
-
-    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "record")?;
-        Ok(state
-            .table
-            .get(item_id)
-            .map(|row| Deliveries {
-                attempt_ids: row.attempt_ids.iter().cloned().collect(),
-                claims: row.claims.iter().cloned().collect(),
-                sent: row.sent.iter().cloned().collect(),
-            })
-            .unwrap_or_default())
-    }
-
-    async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "mark-sent")?;
-        for (item_id, message_id) in sent {
-            if let Some(row) = state
-                .table
-                .get_mut(*item_id)
-                .filter(|row| row.satisfies(&conditions::exists()))
-            {
-                row.sent.insert((*message_id).to_string());
-            }
-            state.after_step(
-                &self.actor,
-                item_id,
-                &format!("marked the DLQ message of {message_id} sent"),
-            );
-        }
-        Ok(())
-    }
-
-    async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "record")?;
-        if let Some(row) = state.table.get_mut(item_id) {
-            row.record.manual_review_required = wanted;
-        }
-        Ok(())
-    }
-
-    async fn compact(
-        &self,
-        stored: &DeadLetteredItem,
-        compaction: &Compaction,
-    ) -> Result<(), ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "compact-history")?;
-        let id = stored.item_id.as_str();
-        let Some(mut row) = state.table.get(id).cloned() else {
-            return Ok(());
-        };
-        if !row.satisfies(&conditions::counts(stored.failure_count)) {
-            return Ok(());
-        }
-        row.record.failure_history = compaction.history.clone();
-        row.attempt_ids = compaction.attempt_ids.iter().cloned().collect();
-        row.claims = compaction.claims.iter().cloned().collect();
-        for forgotten in &compaction.forgotten {
-            row.sent.remove(forgotten);
-        }
-        row.record.processed = compaction.processed.clone();
-        row.record.history_omitted += compaction.dropped;
-        Self::put_row(&mut state, id, row)?;
-        state.after_step(
-            &self.actor,
-            id,
-            &format!("compacted: {} attempts dropped", compaction.dropped),
-        );
-        Ok(())
-    }
-
-    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "release-claim")?;
-        if let Some(row) = state.table.get_mut(item_id) {
-            row.claims.remove(message_id);
-        }
-        state.after_step(
-            &self.actor,
-            item_id,
-            &format!("released the claim of {message_id}"),
-        );
-        Ok(())
-    }
-
-    async fn put_payload(
-        &self,
-        pointer: &S3Pointer,
-        body: &str,
-        _sha256: &str,
-    ) -> Result<(), ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        if state.call_fails(
-            |f| f.bucket,
-            &self.actor,
-            "-",
-            "put-payload: S3 unavailable",
-        ) {
-            return Err(unavailable("S3", "put-payload"));
-        }
-        state.bucket.insert(pointer.key.clone(), body.to_string());
-        Ok(())
-    }
-
-    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
-        let mut results = Vec::with_capacity(records.len());
-        for record in records {
-            if state.sqs_call_fails(&self.actor, &record.item_id, "DLQ send failed") {
-                results.push(Err(unavailable("SQS", "dlq")));
-                continue;
-            }
-            let (body, mut attributes) = dlq_message(record);
-            attributes.push((
-                sqs_keeper_core::message::ERROR_CLASS_ATTRIBUTE.to_string(),
-                MessageAttribute::string(record.error_class.as_str()),
-            ));
-            // A FIFO DLQ's message goes in the source message's group (else the item's), as
-            // the adapter sends it.
-            let group = state.dlq.fifo.then(|| {
-                sqs_keeper_core::message::fifo_group_id(
-                    record.source.message_group_id.as_deref(),
-                    &record.item_id,
-                )
-            });
-            let id = state.dlq.send(body, attributes, group, now_ms);
-            state.after_step(
-                &self.actor,
-                &record.item_id,
-                &format!(
-                    "sent DLQ message {id} for source message {}",
-                    record.source.message_id
-                ),
-            );
-            results.push(Ok(()));
-        }
-        results
-    }
-}
-
 /// The DLQ message of a record: its payload (or a pointer to it) with the attributes that
 /// join it to its record.
 fn dlq_message(record: &DeadLetteredItem) -> (String, Vec<(String, MessageAttribute)>) {
@@ -571,532 +300,6 @@ fn to_work_item(m: &SimMessage, parser: &ItemParser, arn: &str) -> WorkItem {
     }
 }
 
-impl DlqMessages for SimStore {
-    type Message = SimMessage;
-
-    async fn receive(
-        &self,
-        hold: Duration,
-        parser: &ItemParser,
-    ) -> Result<Vec<ReceivedMessage<SimMessage>>, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        let received = state.dlq.receive(10, hold, false);
-        for m in &received.messages {
-            let item = m.item_id();
-            state.trace.note(
-                &self.actor,
-                &item,
-                &format!(
-                    "sweep received DLQ message {} (held {} s)",
-                    m.id,
-                    hold.as_secs()
-                ),
-            );
-        }
-        let arn = state.source.arn.clone();
-        let policy = worker_payload_policy();
-        Ok(received
-            .messages
-            .into_iter()
-            .map(|m| {
-                // As the adapter tracks it (`DeadLetterStore::tracked_item_id`): a pointer
-                // without our `item_id` attribute names its item in the payload, read
-                // here (an S3 call that may fail; the message id then).
-                let mut readable = to_sqs_message(&m, &arn);
-                let pointer = Some(&m.body)
-                    .filter(|_| m.attribute(ITEM_ID_ATTRIBUTE).is_none())
-                    .and_then(|body| policy.pointer_in(body))
-                    .and_then(Result::ok);
-                if let Some(pointer) = pointer {
-                    if !state.call_fails(
-                        |f| f.bucket,
-                        &self.actor,
-                        "-",
-                        "sweep payload read: S3 unavailable",
-                    ) {
-                        if let Some(payload) = state.bucket.get(&pointer.key) {
-                            readable.body = Some(payload.clone());
-                        }
-                    }
-                }
-                let item_id = sqs_keeper_core::message::dlq_item_id(
-                    |name| m.attribute(name),
-                    parser
-                        .parse(m.id.clone(), readable)
-                        .ok()
-                        .map(|item| item.item_id),
-                    &m.id,
-                );
-                ReceivedMessage {
-                    receipt: m.receipt.clone().unwrap_or_default(),
-                    item_id,
-                    view: view_of(&m),
-                    marker: m.marker.clone(),
-                    message: m,
-                }
-            })
-            .collect())
-    }
-
-    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "sweep-lookup")?;
-        Ok(ids
-            .iter()
-            .filter_map(|id| state.table.get(id).map(|row| (id, row)))
-            .map(|(id, row)| {
-                let r = &row.record;
-                let standing = if row.corrupt {
-                    Standing::default()
-                } else {
-                    Standing {
-                        status: Some(r.status),
-                        lease_expires_at: r.lease_expires_at,
-                        source_message_id: Some(r.source.message_id.clone()),
-                        payload_sha256: Some(r.payload.sha256.clone()),
-                        processed: r.processed.clone(),
-                        requeued_message_id: r.requeued_message_id.clone(),
-                        source_queue_arn: r.source.queue_arn.clone(),
-                    }
-                };
-                (id.clone(), standing)
-            })
-            .collect())
-    }
-
-    async fn adopt(
-        &self,
-        message: &SimMessage,
-        item_id: &str,
-        parser: &ItemParser,
-        adoption: &Adoption,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        let arn = self.world.lock().source.arn.clone();
-        let mut item = to_work_item(message, parser, &arn);
-        item.item_id = item_id.to_string();
-        if item.event_source_arn.is_none() {
-            item.event_source_arn = adoption.known_queue_arn.clone();
-        }
-        let mut error =
-            ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
-        if let Some(pointer) = S3Pointer::parse(&item.body) {
-            match PayloadStore::fetch(self, &pointer).await {
-                Ok(payload) => {
-                    item.body = payload;
-                    sweep::tracked_as_its_payload_names(
-                        message.attribute(ITEM_ID_ATTRIBUTE).is_some(),
-                        item_id,
-                        parser.id_named_by(&item).as_deref(),
-                    )?;
-                }
-                Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
-            }
-        }
-        let mut record = sweep::adopted_record(
-            item,
-            error,
-            &message.id,
-            view_of(message).source_message_id,
-            adoption,
-            self.settings.retention,
-        );
-        recording::offload_payload(self, &self.settings, &mut record).await?;
-        let written = recording::adopt(
-            self,
-            &self.settings,
-            &record,
-            recording::Expect::judged(adoption.expected_status, &adoption.message_keys),
-        )
-        .await?;
-        Ok(written.then_some(record))
-    }
-
-    async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        let mut deleted = 0;
-        for receipt in receipts {
-            let Some(message) = state.dlq.delete(receipt) else {
-                continue;
-            };
-            deleted += 1;
-            let view = view_of(&message);
-            let item = message
-                .attribute(ITEM_ID_ATTRIBUTE)
-                .unwrap_or(&message.id)
-                .to_string();
-            let sha = match (&view.payload_sha256, S3Pointer::parse(&message.body)) {
-                (Some(sha), _) => sha.clone(),
-                (None, _) => message.body_sha256.clone(),
-            };
-            if !state.payload_is_safe(&sha, Some(&message.id)) {
-                state.violate(
-                    Section::DlqRule,
-                    &item,
-                    format!(
-                        "DLQ message {} deleted, but its payload {} was never delivered and nothing else holds it: lost",
-                        message.id,
-                        &sha[..12]
-                    ),
-                );
-            }
-            state.after_step(
-                &self.actor,
-                &item,
-                &format!("deleted DLQ message {}", message.id),
-            );
-        }
-        Ok(deleted)
-    }
-
-    fn is_fifo(&self) -> bool {
-        self.world.lock().dlq.fifo
-    }
-
-    /// As the adapter rotates: a copy sent behind the group (its source message id and
-    /// source queue kept as attributes, the pass as its marker), then the original deleted;
-    /// two calls, so a crash between them leaves both.
-    async fn rotate(
-        &self,
-        message: &SimMessage,
-        receipt: &str,
-        pass: &str,
-        item_id: &str,
-    ) -> Result<bool, ProcessError> {
-        let Some(group) = message.group.clone() else {
-            return Ok(false);
-        };
-        self.latency().await;
-        {
-            let mut state = self.world.lock();
-            if state.sqs_call_fails(&self.actor, "-", "rotation send failed") {
-                return Err(unavailable("SQS", "dlq-rotate"));
-            }
-            let mut attributes = message.attributes.clone();
-            let has = |name: &str| message.attribute(name).is_some();
-            if !has(ITEM_ID_ATTRIBUTE) {
-                attributes.push((
-                    ITEM_ID_ATTRIBUTE.to_string(),
-                    MessageAttribute::string(item_id),
-                ));
-            }
-            if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
-                attributes.push((
-                    SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
-                    MessageAttribute::string(&message.id),
-                ));
-            }
-            if let Some(from) = &message.moved_from {
-                if !has(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
-                    attributes.push((
-                        sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
-                        MessageAttribute::string(from),
-                    ));
-                }
-            }
-            let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
-            let id = state
-                .dlq
-                .send(message.body.clone(), attributes, Some(group), now_ms);
-            state.dlq.mark(&id, pass);
-            let item = message.item_id();
-            state.after_step(
-                &self.actor,
-                &item,
-                &format!(
-                    "rotated DLQ message {} behind its group as {id}",
-                    message.id
-                ),
-            );
-        }
-        self.latency().await;
-        let mut state = self.world.lock();
-        if state.sqs_call_fails(&self.actor, "-", "rotation delete failed") {
-            return Err(unavailable("SQS", "dlq-rotate"));
-        }
-        if let Some(deleted) = state.dlq.delete(receipt) {
-            let item = deleted.item_id();
-            state.after_step(
-                &self.actor,
-                &item,
-                &format!("deleted DLQ message {} (rotated)", deleted.id),
-            );
-        }
-        Ok(true)
-    }
-
-    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        for receipt in receipts {
-            // A receipt gone stale is refused, as SQS refuses it; the sweep does not rely on it.
-            let _ = state.dlq.change_visibility(receipt, hold);
-        }
-        Ok(())
-    }
-}
-
-impl RecordRemoval for SimStore {
-    async fn delete_records(
-        &self,
-        records: &[DeadLetteredItem],
-    ) -> Result<Vec<String>, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "delete-records")?;
-        let mut deleted = Vec::new();
-        for selected in records {
-            let id = &selected.item_id;
-            // Still the status and last attempt selected.
-            let condition = conditions::unchanged_since(
-                selected.status,
-                &sqs_keeper_core::time_format::format(&selected.last_attempt),
-            );
-            let unchanged = state
-                .table
-                .get(id)
-                .is_some_and(|row| !row.corrupt && row.satisfies(&condition));
-            if !unchanged {
-                continue;
-            }
-            state.ledger.appended.remove(id.as_str());
-            let Some(row) = state.table.remove(id) else {
-                continue;
-            };
-            deleted.push(id.clone());
-            let sha = row.record.payload.sha256.clone();
-            if !state.payload_is_safe(&sha, None) {
-                state.violate(
-                    Section::NothingLost,
-                    id,
-                    format!(
-                        "a purge deleted the record of {id} holding payload {}, which it had not selected: lost",
-                        &sha[..12]
-                    ),
-                );
-            }
-            state.after_step(&self.actor, id, "record deleted");
-        }
-        Ok(deleted)
-    }
-}
-
-impl RecordStore for SimStore {
-    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "read-record")?;
-        match state.table.get(item_id) {
-            Some(row) if row.corrupt => Err(corrupt(item_id, "read-record")),
-            Some(row) => Ok(Some(row.record.clone())),
-            None => Ok(None),
-        }
-    }
-
-    async fn query_page(
-        &self,
-        filter: &RecordFilter,
-        limit: i32,
-        start: Option<&PageToken>,
-    ) -> Result<Page, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "query")?;
-        let mut unreadable = Vec::new();
-        let mut selected: Vec<&DeadLetteredItem> = Vec::new();
-        for (id, row) in &state.table {
-            if row.corrupt {
-                if filter.status.is_none_or(|s| s == ItemStatus::Dead) && start.is_none() {
-                    unreadable.push(Unreadable {
-                        item_id: id.clone(),
-                        error: corrupt(id, "query").to_string(),
-                    });
-                }
-            } else if filter.matches(&row.record) {
-                selected.push(&row.record);
-            }
-        }
-        let mut page = page_in_memory(
-            selected,
-            limit.min(state.page_size),
-            start,
-            filter.oldest_first,
-        )?;
-        page.unreadable = unreadable;
-        Ok(page)
-    }
-
-    fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {
-        token_after_record(record)
-    }
-
-    async fn acquire_lease(
-        &self,
-        item_id: &str,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<bool, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "lease")?;
-        let now = now_secs();
-        let Some(mut row) = state.table.get(item_id).cloned() else {
-            return Ok(false);
-        };
-        if row.corrupt || !row.satisfies(&conditions::lease_is_free(now)) {
-            return Ok(false);
-        }
-        let taken_back = row.record.status == ItemStatus::Redriving;
-        row.record.status = ItemStatus::Redriving;
-        row.record.lease_expires_at =
-            Some(now + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2));
-        row.lease_owner = Some(owner.to_string());
-        Self::put_row(&mut state, item_id, row)?;
-        state.after_step(
-            &self.actor,
-            item_id,
-            &format!(
-                "leased by {owner}{}",
-                if taken_back {
-                    " (an expired lease taken back)"
-                } else {
-                    ""
-                }
-            ),
-        );
-        Ok(true)
-    }
-
-    async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        self.end_lease("release-lease", item_id, owner, None, |row| {
-            row.record.status = ItemStatus::Dead;
-        })
-    }
-
-    async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
-        let processed = processed_after(record);
-        self.end_lease(
-            "resolve",
-            &record.item_id,
-            owner,
-            Some(&record.payload.sha256),
-            |row| {
-                row.record.status = ItemStatus::Resolved;
-                row.record.resolved_at = Some(sqs_keeper_core::clock::now());
-                row.record.processed = processed;
-            },
-        )
-    }
-
-    async fn mark_requeued(
-        &self,
-        record: &DeadLetteredItem,
-        owner: &str,
-        message_id: &str,
-    ) -> Result<(), ProcessError> {
-        let sha = Some(record.payload.sha256.as_str());
-        self.end_lease("mark-requeued", &record.item_id, owner, sha, |row| {
-            row.record.status = ItemStatus::Requeued;
-            row.record.requeued_message_id = Some(message_id.to_string());
-            row.record.requeued_at = Some(sqs_keeper_core::clock::now());
-        })
-    }
-
-    async fn record_redrive_failure(
-        &self,
-        item_id: &str,
-        owner: &str,
-        failures: &[FailureDetail],
-    ) -> Result<(), ProcessError> {
-        let Some(last) = failures.last().cloned() else {
-            return RecordStore::release_lease(self, item_id, owner).await;
-        };
-        let mut stored = None;
-        self.end_lease("record-redrive-failure", item_id, owner, None, |row| {
-            let r = &mut row.record;
-            r.status = ItemStatus::Dead;
-            r.last_attempt = last.timestamp;
-            r.error_class = last.error_type;
-            r.error_signature =
-                sqs_keeper_core::signature::error_signature(last.error_type, &last.error_message);
-            r.last_error = last.error_message.clone();
-            r.reprocess_eligible = last.error_type.is_reprocess_eligible();
-            r.failure_history.extend(failures.iter().cloned());
-            r.failure_count += u32::try_from(failures.len()).unwrap_or(u32::MAX);
-            row.attempt_ids
-                .extend(failures.iter().map(|f| f.attempt_id.clone()));
-            stored = Some(row.record.clone());
-        })?;
-        match stored {
-            Some(stored) => recording::after_append(self, &self.settings, stored).await,
-            None => Ok(()),
-        }
-    }
-
-    async fn reopen_requeued(
-        &self,
-        record: &DeadLetteredItem,
-        failure: &FailureDetail,
-    ) -> Result<bool, ProcessError> {
-        let stored = {
-            self.latency().await;
-            let mut state = self.world.lock();
-            self.table_call(&mut state, "reopen-requeued")?;
-            let Some(mut row) = state.table.get(&record.item_id).cloned() else {
-                return Ok(false);
-            };
-            // Still requeued with the same message.
-            let Some(message_id) = record.requeued_message_id.as_deref() else {
-                return Ok(false);
-            };
-            if row.corrupt || !row.satisfies(&conditions::requeued_as(message_id)) {
-                return Ok(false);
-            }
-            let r = &mut row.record;
-            r.status = ItemStatus::Dead;
-            r.requeued_message_id = None;
-            r.last_attempt = failure.timestamp;
-            r.error_class = failure.error_type;
-            r.error_signature = sqs_keeper_core::signature::error_signature(
-                failure.error_type,
-                &failure.error_message,
-            );
-            r.last_error = failure.error_message.clone();
-            r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
-            r.failure_history.push(failure.clone());
-            r.failure_count += 1;
-            row.attempt_ids.insert(failure.attempt_id.clone());
-            let stored = row.record.clone();
-            Self::put_row(&mut state, &record.item_id, row)?;
-            state.after_step(
-                &self.actor,
-                &record.item_id,
-                "reopened: the requeued message outlived its queue",
-            );
-            stored
-        };
-        recording::after_append(self, &self.settings, stored).await?;
-        Ok(true)
-    }
-}
-
-impl DeadLetterQueue for SimStore {
-    async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
-        sweep::sweep_dlq(self, options).await
-    }
-
-    async fn settle_held(
-        &self,
-        held: std::collections::BTreeMap<String, Vec<HeldMessage>>,
-        wait: Duration,
-        then: Duration,
-    ) -> Result<sweep::Settled, ProcessError> {
-        sweep::settle_held(self, held, wait, then).await
-    }
-}
-
 /// The bucket the producer offloads payloads to (an Extended-Client sender's), which the
 /// worker's payload policy allows.
 pub const PRODUCER_BUCKET: &str = "producer-payloads";
@@ -1133,55 +336,6 @@ impl sqs_keeper_core::batch::BodyResolver for SimResolver {
             };
             Some(PayloadStore::fetch(&self.store, &pointer).await)
         })
-    }
-}
-
-impl PayloadStore for SimStore {
-    async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        if state.call_fails(
-            |f| f.bucket,
-            &self.actor,
-            "-",
-            "fetch-payload: S3 unavailable",
-        ) {
-            return Err(unavailable("S3", "fetch-payload"));
-        }
-        state.bucket.get(&pointer.key).cloned().ok_or_else(|| {
-            ProcessError::new(
-                ErrorClass::NotFound,
-                format!("s3://{}/{} does not exist", pointer.bucket, pointer.key),
-            )
-            .with_step("fetch-payload")
-        })
-    }
-
-    async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
-        self.latency().await;
-        let mut state = self.world.lock();
-        if state.chance_of(|f| f.bucket) {
-            return Err(unavailable("S3", "delete-payload"));
-        }
-        if let Some(body) = state.bucket.remove(&pointer.key) {
-            let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
-            if state.deliveries_of(&sha) == 0 && !state.ledger.discarded.contains(&sha) {
-                state.violate(
-                    Section::NothingLost,
-                    &pointer.key,
-                    format!(
-                        "payload object {} deleted before its payload was delivered",
-                        pointer.key
-                    ),
-                );
-            }
-            state.after_step(
-                &self.actor,
-                "-",
-                &format!("deleted payload object {}", pointer.key),
-            );
-        }
-        Ok(())
     }
 }
 
@@ -1337,13 +491,438 @@ impl SimStore {
     }
 }
 
-impl DeadLetterSink for SimStore {
-    async fn dead_letter(
+impl RecordStore for SimStore {
+    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "read-record")?;
+        match state.table.get(item_id) {
+            Some(row) if row.corrupt => Err(corrupt(item_id, "read-record")),
+            Some(row) => Ok(Some(row.record.clone())),
+            None => Ok(None),
+        }
+    }
+
+    async fn query_page(
         &self,
-        candidates: &[DeadLetterCandidate],
-        invocation: &InvocationInfo,
-    ) -> Vec<Result<(), ProcessError>> {
-        recording::dead_letter(self, &self.settings, candidates, invocation).await
+        filter: &RecordFilter,
+        limit: i32,
+        start: Option<&PageToken>,
+    ) -> Result<Page, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "query")?;
+        let mut unreadable = Vec::new();
+        let mut selected: Vec<&DeadLetteredItem> = Vec::new();
+        for (id, row) in &state.table {
+            if row.corrupt {
+                if filter.status.is_none_or(|s| s == ItemStatus::Dead) && start.is_none() {
+                    unreadable.push(Unreadable {
+                        item_id: id.clone(),
+                        error: corrupt(id, "query").to_string(),
+                    });
+                }
+            } else if filter.matches(&row.record) {
+                selected.push(&row.record);
+            }
+        }
+        let mut page = page_in_memory(
+            selected,
+            limit.min(state.page_size),
+            start,
+            filter.oldest_first,
+        )?;
+        page.unreadable = unreadable;
+        Ok(page)
+    }
+
+    fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {
+        token_after_record(record)
+    }
+
+    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "sweep-lookup")?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.table.get(id).map(|row| (id, row)))
+            .map(|(id, row)| {
+                let r = &row.record;
+                let standing = if row.corrupt {
+                    Standing::default()
+                } else {
+                    Standing {
+                        status: Some(r.status),
+                        lease_expires_at: r.lease_expires_at,
+                        source_message_id: Some(r.source.message_id.clone()),
+                        payload_sha256: Some(r.payload.sha256.clone()),
+                        processed: r.processed.clone(),
+                        requeued_message_id: r.requeued_message_id.clone(),
+                        source_queue_arn: r.source.queue_arn.clone(),
+                    }
+                };
+                (id.clone(), standing)
+            })
+            .collect())
+    }
+
+    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "record")?;
+        Ok(state
+            .table
+            .get(item_id)
+            .map(|row| Deliveries {
+                attempt_ids: row.attempt_ids.iter().cloned().collect(),
+                claims: row.claims.iter().cloned().collect(),
+                sent: row.sent.iter().cloned().collect(),
+            })
+            .unwrap_or_default())
+    }
+
+    async fn try_record(
+        &self,
+        record: &DeadLetteredItem,
+        pending: &[FailureDetail],
+        claim: Option<&str>,
+        expect: recording::Expect,
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "record")?;
+        let id = record.item_id.as_str();
+        let existing = state.table.get(id).cloned();
+        if existing.as_ref().is_some_and(|r| r.corrupt) {
+            return Err(corrupt(id, "record"));
+        }
+        let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
+        if !satisfied(
+            existing.as_ref(),
+            &conditions::records_attempts(&attempt_ids, claim, &expect),
+        ) {
+            if let (Some(row), Some(c)) = (&existing, claim) {
+                if row.claims.contains(c) && !row.sent.contains(c) {
+                    // Another delivery holds the claim and has not sent yet: this one will
+                    // be returned for retry (`dead_letter::dead_lettering_elsewhere`).
+                    state.ledger.claims_held_elsewhere.insert(c.to_string());
+                }
+            }
+            return Ok(None);
+        }
+        let mut row = match existing {
+            Some(mut row) => {
+                // What the adapter's update sets: every field of the new record but the
+                // history, its count, `processed`, and the two set only on creation.
+                let old = row.record.clone();
+                let mut r = record.clone();
+                r.failure_history = old.failure_history;
+                r.failure_count = old.failure_count;
+                r.history_omitted = old.history_omitted;
+                r.processed = old.processed;
+                r.first_attempt = old.first_attempt;
+                r.manual_review_required = old.manual_review_required;
+                // Not in the update: a lease in place stays.
+                r.lease_expires_at = old.lease_expires_at;
+                r.resolved_at = old.resolved_at;
+                r.requeued_message_id = None;
+                row.record = r;
+                row
+            }
+            None => {
+                let mut r = record.clone();
+                r.failure_history = Vec::new();
+                r.failure_count = 0;
+                r.history_omitted = 0;
+                r.processed = Vec::new();
+                r.requeued_message_id = None;
+                Row {
+                    record: r,
+                    attempt_ids: Default::default(),
+                    claims: Default::default(),
+                    sent: Default::default(),
+                    lease_owner: None,
+                    corrupt: false,
+                }
+            }
+        };
+        // §1.5: an attempt is appended once however often it is recorded, also after
+        // compaction dropped it from the history (and its id with it).
+        let ever = state.ledger.appended.entry(id.to_string()).or_default();
+        let again: Vec<String> = pending
+            .iter()
+            .filter(|f| !ever.insert(f.attempt_id.clone()))
+            .map(|f| f.attempt_id.clone())
+            .collect();
+        if !again.is_empty() {
+            state.violate(
+                Section::RecordingIdempotent,
+                id,
+                format!(
+                    "attempt {} appended a second time by {}: failure_count counts it twice",
+                    again.join(", "),
+                    self.actor
+                ),
+            );
+        }
+        row.record.failure_history.extend(pending.iter().cloned());
+        row.record.failure_count += u32::try_from(pending.len()).unwrap_or(u32::MAX);
+        row.attempt_ids
+            .extend(pending.iter().map(|f| f.attempt_id.clone()));
+        if let Some(claim) = claim {
+            row.claims.insert(claim.to_string());
+        }
+        let stored = row.record.clone();
+        Self::put_row(&mut state, id, row)?;
+        state
+            .ledger
+            .recorded_under
+            .entry(record.source.message_id.clone())
+            .or_default()
+            .insert(id.to_string());
+        state.after_step(
+            &self.actor,
+            id,
+            &format!(
+                "recorded {} attempt(s) of message {}{}",
+                pending.len(),
+                record.source.message_id,
+                if claim.is_some() {
+                    ", claiming its DLQ message"
+                } else {
+                    ""
+                }
+            ),
+        );
+        Ok(Some(stored))
+    }
+
+    async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "mark-sent")?;
+        for (item_id, message_id) in sent {
+            if let Some(row) = state
+                .table
+                .get_mut(*item_id)
+                .filter(|row| row.satisfies(&conditions::exists()))
+            {
+                row.sent.insert((*message_id).to_string());
+            }
+            state.after_step(
+                &self.actor,
+                item_id,
+                &format!("marked the DLQ message of {message_id} sent"),
+            );
+        }
+        Ok(())
+    }
+
+    async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "record")?;
+        if let Some(row) = state.table.get_mut(item_id) {
+            row.record.manual_review_required = wanted;
+        }
+        Ok(())
+    }
+
+    async fn compact(
+        &self,
+        stored: &DeadLetteredItem,
+        compaction: &Compaction,
+    ) -> Result<(), ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "compact-history")?;
+        let id = stored.item_id.as_str();
+        let Some(mut row) = state.table.get(id).cloned() else {
+            return Ok(());
+        };
+        if !row.satisfies(&conditions::counts(stored.failure_count)) {
+            return Ok(());
+        }
+        row.record.failure_history = compaction.history.clone();
+        row.attempt_ids = compaction.attempt_ids.iter().cloned().collect();
+        row.claims = compaction.claims.iter().cloned().collect();
+        for forgotten in &compaction.forgotten {
+            row.sent.remove(forgotten);
+        }
+        row.record.processed = compaction.processed.clone();
+        row.record.history_omitted += compaction.dropped;
+        Self::put_row(&mut state, id, row)?;
+        state.after_step(
+            &self.actor,
+            id,
+            &format!("compacted: {} attempts dropped", compaction.dropped),
+        );
+        Ok(())
+    }
+
+    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "release-claim")?;
+        if let Some(row) = state.table.get_mut(item_id) {
+            row.claims.remove(message_id);
+        }
+        state.after_step(
+            &self.actor,
+            item_id,
+            &format!("released the claim of {message_id}"),
+        );
+        Ok(())
+    }
+
+    async fn acquire_lease(
+        &self,
+        item_id: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "lease")?;
+        let now = now_secs();
+        let Some(mut row) = state.table.get(item_id).cloned() else {
+            return Ok(false);
+        };
+        if row.corrupt || !row.satisfies(&conditions::lease_is_free(now)) {
+            return Ok(false);
+        }
+        let taken_back = row.record.status == ItemStatus::Redriving;
+        row.record.status = ItemStatus::Redriving;
+        row.record.lease_expires_at =
+            Some(now + i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2));
+        row.lease_owner = Some(owner.to_string());
+        Self::put_row(&mut state, item_id, row)?;
+        state.after_step(
+            &self.actor,
+            item_id,
+            &format!(
+                "leased by {owner}{}",
+                if taken_back {
+                    " (an expired lease taken back)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        Ok(true)
+    }
+
+    async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
+        self.end_lease("release-lease", item_id, owner, None, |row| {
+            row.record.status = ItemStatus::Dead;
+        })
+    }
+
+    async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
+        let processed = processed_after(record);
+        self.end_lease(
+            "resolve",
+            &record.item_id,
+            owner,
+            Some(&record.payload.sha256),
+            |row| {
+                row.record.status = ItemStatus::Resolved;
+                row.record.resolved_at = Some(sqs_keeper_core::clock::now());
+                row.record.processed = processed;
+            },
+        )
+    }
+
+    async fn mark_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<(), ProcessError> {
+        let sha = Some(record.payload.sha256.as_str());
+        self.end_lease("mark-requeued", &record.item_id, owner, sha, |row| {
+            row.record.status = ItemStatus::Requeued;
+            row.record.requeued_message_id = Some(message_id.to_string());
+            row.record.requeued_at = Some(sqs_keeper_core::clock::now());
+        })
+    }
+
+    async fn record_redrive_failure(
+        &self,
+        item_id: &str,
+        owner: &str,
+        failures: &[FailureDetail],
+    ) -> Result<(), ProcessError> {
+        let Some(last) = failures.last().cloned() else {
+            return RecordStore::release_lease(self, item_id, owner).await;
+        };
+        let mut stored = None;
+        self.end_lease("record-redrive-failure", item_id, owner, None, |row| {
+            let r = &mut row.record;
+            r.status = ItemStatus::Dead;
+            r.last_attempt = last.timestamp;
+            r.error_class = last.error_type;
+            r.error_signature =
+                sqs_keeper_core::signature::error_signature(last.error_type, &last.error_message);
+            r.last_error = last.error_message.clone();
+            r.reprocess_eligible = last.error_type.is_reprocess_eligible();
+            r.failure_history.extend(failures.iter().cloned());
+            r.failure_count += u32::try_from(failures.len()).unwrap_or(u32::MAX);
+            row.attempt_ids
+                .extend(failures.iter().map(|f| f.attempt_id.clone()));
+            stored = Some(row.record.clone());
+        })?;
+        match stored {
+            Some(stored) => recording::after_append(self, &self.settings, stored).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &FailureDetail,
+    ) -> Result<bool, ProcessError> {
+        let stored = {
+            self.latency().await;
+            let mut state = self.world.lock();
+            self.table_call(&mut state, "reopen-requeued")?;
+            let Some(mut row) = state.table.get(&record.item_id).cloned() else {
+                return Ok(false);
+            };
+            // Still requeued with the same message.
+            let Some(message_id) = record.requeued_message_id.as_deref() else {
+                return Ok(false);
+            };
+            if row.corrupt || !row.satisfies(&conditions::requeued_as(message_id)) {
+                return Ok(false);
+            }
+            let r = &mut row.record;
+            r.status = ItemStatus::Dead;
+            r.requeued_message_id = None;
+            r.last_attempt = failure.timestamp;
+            r.error_class = failure.error_type;
+            r.error_signature = sqs_keeper_core::signature::error_signature(
+                failure.error_type,
+                &failure.error_message,
+            );
+            r.last_error = failure.error_message.clone();
+            r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
+            r.failure_history.push(failure.clone());
+            r.failure_count += 1;
+            row.attempt_ids.insert(failure.attempt_id.clone());
+            let stored = row.record.clone();
+            Self::put_row(&mut state, &record.item_id, row)?;
+            state.after_step(
+                &self.actor,
+                &record.item_id,
+                "reopened: the requeued message outlived its queue",
+            );
+            stored
+        };
+        recording::after_append(self, &self.settings, stored).await?;
+        Ok(true)
     }
 
     async fn finish_requeued(
@@ -1389,5 +968,425 @@ impl DeadLetterSink for SimStore {
             &format!("resolved: the worker finished requeued message {message_id}"),
         );
         Ok(())
+    }
+
+    async fn finish_moved_back(
+        &self,
+        _item_id: &str,
+        _dead_lettered: &str,
+        _message_id: &str,
+        _payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        // The simulation moves no DLQ message back to its source queue.
+        Ok(())
+    }
+
+    async fn delete_records(
+        &self,
+        records: &[DeadLetteredItem],
+    ) -> Result<Vec<String>, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "delete-records")?;
+        let mut deleted = Vec::new();
+        for selected in records {
+            let id = &selected.item_id;
+            // Still the status and last attempt selected.
+            let condition = conditions::unchanged_since(
+                selected.status,
+                &sqs_keeper_core::time_format::format(&selected.last_attempt),
+            );
+            let unchanged = state
+                .table
+                .get(id)
+                .is_some_and(|row| !row.corrupt && row.satisfies(&condition));
+            if !unchanged {
+                continue;
+            }
+            state.ledger.appended.remove(id.as_str());
+            let Some(row) = state.table.remove(id) else {
+                continue;
+            };
+            deleted.push(id.clone());
+            let sha = row.record.payload.sha256.clone();
+            if !state.payload_is_safe(&sha, None) {
+                state.violate(
+                    Section::NothingLost,
+                    id,
+                    format!(
+                        "a purge deleted the record of {id} holding payload {}, which it had not selected: lost",
+                        &sha[..12]
+                    ),
+                );
+            }
+            state.after_step(&self.actor, id, "record deleted");
+        }
+        Ok(deleted)
+    }
+}
+
+impl DeadLetterQueue for SimStore {
+    type Message = SimMessage;
+
+    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+        let mut results = Vec::with_capacity(records.len());
+        for record in records {
+            if state.sqs_call_fails(&self.actor, &record.item_id, "DLQ send failed") {
+                results.push(Err(unavailable("SQS", "dlq")));
+                continue;
+            }
+            let (body, mut attributes) = dlq_message(record);
+            attributes.push((
+                sqs_keeper_core::message::ERROR_CLASS_ATTRIBUTE.to_string(),
+                MessageAttribute::string(record.error_class.as_str()),
+            ));
+            // A FIFO DLQ's message goes in the source message's group (else the item's), as
+            // the adapter sends it.
+            let group = state.dlq.fifo.then(|| {
+                sqs_keeper_core::message::fifo_group_id(
+                    record.source.message_group_id.as_deref(),
+                    &record.item_id,
+                )
+            });
+            let id = state.dlq.send(body, attributes, group, now_ms);
+            state.after_step(
+                &self.actor,
+                &record.item_id,
+                &format!(
+                    "sent DLQ message {id} for source message {}",
+                    record.source.message_id
+                ),
+            );
+            results.push(Ok(()));
+        }
+        results
+    }
+
+    async fn receive(
+        &self,
+        hold: Duration,
+        parser: &ItemParser,
+    ) -> Result<Vec<ReceivedMessage<SimMessage>>, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        let received = state.dlq.receive(10, hold, false);
+        for m in &received.messages {
+            let item = m.item_id();
+            state.trace.note(
+                &self.actor,
+                &item,
+                &format!(
+                    "sweep received DLQ message {} (held {} s)",
+                    m.id,
+                    hold.as_secs()
+                ),
+            );
+        }
+        let arn = state.source.arn.clone();
+        let policy = worker_payload_policy();
+        Ok(received
+            .messages
+            .into_iter()
+            .map(|m| {
+                // As the adapter tracks it (`DeadLetterStore::tracked_item_id`): a pointer
+                // without our `item_id` attribute names its item in the payload, read
+                // here (an S3 call that may fail; the message id then).
+                let mut readable = to_sqs_message(&m, &arn);
+                let pointer = Some(&m.body)
+                    .filter(|_| m.attribute(ITEM_ID_ATTRIBUTE).is_none())
+                    .and_then(|body| policy.pointer_in(body))
+                    .and_then(Result::ok);
+                if let Some(pointer) = pointer {
+                    if !state.call_fails(
+                        |f| f.bucket,
+                        &self.actor,
+                        "-",
+                        "sweep payload read: S3 unavailable",
+                    ) {
+                        if let Some(payload) = state.bucket.get(&pointer.key) {
+                            readable.body = Some(payload.clone());
+                        }
+                    }
+                }
+                let item_id = sqs_keeper_core::message::dlq_item_id(
+                    |name| m.attribute(name),
+                    parser
+                        .parse(m.id.clone(), readable)
+                        .ok()
+                        .map(|item| item.item_id),
+                    &m.id,
+                );
+                ReceivedMessage {
+                    receipt: m.receipt.clone().unwrap_or_default(),
+                    item_id,
+                    view: view_of(&m),
+                    marker: m.marker.clone(),
+                    message: m,
+                }
+            })
+            .collect())
+    }
+
+    async fn adopt(
+        &self,
+        message: &SimMessage,
+        item_id: &str,
+        parser: &ItemParser,
+        adoption: &Adoption,
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let arn = self.world.lock().source.arn.clone();
+        let mut item = to_work_item(message, parser, &arn);
+        item.item_id = item_id.to_string();
+        if item.event_source_arn.is_none() {
+            item.event_source_arn = adoption.known_queue_arn.clone();
+        }
+        let mut error =
+            ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
+        if let Some(pointer) = S3Pointer::parse(&item.body) {
+            match PayloadStore::fetch(self, &pointer).await {
+                Ok(payload) => {
+                    item.body = payload;
+                    sweep::tracked_as_its_payload_names(
+                        message.attribute(ITEM_ID_ATTRIBUTE).is_some(),
+                        item_id,
+                        parser.id_named_by(&item).as_deref(),
+                    )?;
+                }
+                Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
+            }
+        }
+        let mut record = sweep::adopted_record(
+            item,
+            error,
+            &message.id,
+            view_of(message).source_message_id,
+            adoption,
+            self.settings.retention,
+        );
+        recording::offload_payload(self, &self.settings, &mut record).await?;
+        let written = recording::adopt(
+            self,
+            &self.settings,
+            &record,
+            recording::Expect::judged(adoption.expected_status, &adoption.message_keys),
+        )
+        .await?;
+        Ok(written.then_some(record))
+    }
+
+    async fn delete_messages(&self, receipts: &[String]) -> Result<usize, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        let mut deleted = 0;
+        for receipt in receipts {
+            let Some(message) = state.dlq.delete(receipt) else {
+                continue;
+            };
+            deleted += 1;
+            let view = view_of(&message);
+            let item = message
+                .attribute(ITEM_ID_ATTRIBUTE)
+                .unwrap_or(&message.id)
+                .to_string();
+            let sha = match (&view.payload_sha256, S3Pointer::parse(&message.body)) {
+                (Some(sha), _) => sha.clone(),
+                (None, _) => message.body_sha256.clone(),
+            };
+            if !state.payload_is_safe(&sha, Some(&message.id)) {
+                state.violate(
+                    Section::DlqRule,
+                    &item,
+                    format!(
+                        "DLQ message {} deleted, but its payload {} was never delivered and nothing else holds it: lost",
+                        message.id,
+                        &sha[..12]
+                    ),
+                );
+            }
+            state.after_step(
+                &self.actor,
+                &item,
+                &format!("deleted DLQ message {}", message.id),
+            );
+        }
+        Ok(deleted)
+    }
+
+    fn is_fifo(&self) -> bool {
+        self.world.lock().dlq.fifo
+    }
+
+    /// As the adapter rotates: a copy sent behind the group (its source message id and
+    /// source queue kept as attributes, the pass as its marker), then the original deleted;
+    /// two calls, so a crash between them leaves both.
+    async fn rotate(
+        &self,
+        message: &SimMessage,
+        receipt: &str,
+        pass: &str,
+        item_id: &str,
+    ) -> Result<bool, ProcessError> {
+        let Some(group) = message.group.clone() else {
+            return Ok(false);
+        };
+        self.latency().await;
+        {
+            let mut state = self.world.lock();
+            if state.sqs_call_fails(&self.actor, "-", "rotation send failed") {
+                return Err(unavailable("SQS", "dlq-rotate"));
+            }
+            let mut attributes = message.attributes.clone();
+            let has = |name: &str| message.attribute(name).is_some();
+            if !has(ITEM_ID_ATTRIBUTE) {
+                attributes.push((
+                    ITEM_ID_ATTRIBUTE.to_string(),
+                    MessageAttribute::string(item_id),
+                ));
+            }
+            if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
+                attributes.push((
+                    SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+                    MessageAttribute::string(&message.id),
+                ));
+            }
+            if let Some(from) = &message.moved_from {
+                if !has(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
+                    attributes.push((
+                        sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
+                        MessageAttribute::string(from),
+                    ));
+                }
+            }
+            let now_ms = sqs_keeper_core::clock::now().timestamp_millis();
+            let id = state
+                .dlq
+                .send(message.body.clone(), attributes, Some(group), now_ms);
+            state.dlq.mark(&id, pass);
+            let item = message.item_id();
+            state.after_step(
+                &self.actor,
+                &item,
+                &format!(
+                    "rotated DLQ message {} behind its group as {id}",
+                    message.id
+                ),
+            );
+        }
+        self.latency().await;
+        let mut state = self.world.lock();
+        if state.sqs_call_fails(&self.actor, "-", "rotation delete failed") {
+            return Err(unavailable("SQS", "dlq-rotate"));
+        }
+        if let Some(deleted) = state.dlq.delete(receipt) {
+            let item = deleted.item_id();
+            state.after_step(
+                &self.actor,
+                &item,
+                &format!("deleted DLQ message {} (rotated)", deleted.id),
+            );
+        }
+        Ok(true)
+    }
+
+    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        for receipt in receipts {
+            // A receipt gone stale is refused, as SQS refuses it; the sweep does not rely on it.
+            let _ = state.dlq.change_visibility(receipt, hold);
+        }
+        Ok(())
+    }
+}
+
+impl PayloadStore for SimStore {
+    async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        if state.call_fails(
+            |f| f.bucket,
+            &self.actor,
+            "-",
+            "fetch-payload: S3 unavailable",
+        ) {
+            return Err(unavailable("S3", "fetch-payload"));
+        }
+        state.bucket.get(&pointer.key).cloned().ok_or_else(|| {
+            ProcessError::new(
+                ErrorClass::NotFound,
+                format!("s3://{}/{} does not exist", pointer.bucket, pointer.key),
+            )
+            .with_step("fetch-payload")
+        })
+    }
+
+    async fn put(
+        &self,
+        pointer: &S3Pointer,
+        body: &str,
+        _sha256: &str,
+    ) -> Result<(), ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        if state.call_fails(
+            |f| f.bucket,
+            &self.actor,
+            "-",
+            "put-payload: S3 unavailable",
+        ) {
+            return Err(unavailable("S3", "put-payload"));
+        }
+        state.bucket.insert(pointer.key.clone(), body.to_string());
+        Ok(())
+    }
+
+    async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
+        self.latency().await;
+        let mut state = self.world.lock();
+        if state.chance_of(|f| f.bucket) {
+            return Err(unavailable("S3", "delete-payload"));
+        }
+        if let Some(body) = state.bucket.remove(&pointer.key) {
+            let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
+            if state.deliveries_of(&sha) == 0 && !state.ledger.discarded.contains(&sha) {
+                state.violate(
+                    Section::NothingLost,
+                    &pointer.key,
+                    format!(
+                        "payload object {} deleted before its payload was delivered",
+                        pointer.key
+                    ),
+                );
+            }
+            state.after_step(
+                &self.actor,
+                "-",
+                &format!("deleted payload object {}", pointer.key),
+            );
+        }
+        Ok(())
+    }
+}
+
+impl DeadLetterSink for SimStore {
+    async fn dead_letter(
+        &self,
+        candidates: &[DeadLetterCandidate],
+        invocation: &InvocationInfo,
+    ) -> Vec<Result<(), ProcessError>> {
+        recording::dead_letter(self, &self.settings, candidates, invocation).await
+    }
+
+    async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+        requeued_by: &str,
+    ) -> Result<(), ProcessError> {
+        RecordStore::finish_requeued(self, item_id, message_id, payload_sha256, requeued_by).await
     }
 }

@@ -11,8 +11,9 @@ use super::*;
 use crate::dead_letter::{DeadLetteredItem, ItemStatus, MessageAttribute, PayloadLocation};
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::S3Pointer;
-use crate::ports::{DeadLetterQueue, RecordStore, SweepOptions};
+use crate::ports::RecordStore;
 use crate::processor::Processor;
+use crate::sweep::SweepOptions;
 use crate::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
 
 type Engine = RedriveEngine<ScriptedProcessor, MemoryStore>;
@@ -795,12 +796,12 @@ async fn a_message_the_settling_sweep_deletes_is_counted_in_the_report() {
     let slow = ScriptedProcessor::new().script("a", vec![Step::Sleep(Duration::from_secs(10))]);
     let engine = engine_with(records(&["a"]), slow);
     // Another run's sweep holds the message; it gives it back while this run redrives "a".
-    let other = DeadLetterQueue::sweep(engine.store(), &SweepOptions::default())
+    let other = crate::sweep::sweep_dlq(engine.store(), &SweepOptions::default())
         .await
         .unwrap();
     let other_run_ends = async {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        DeadLetterQueue::settle_held(engine.store(), other.held, Duration::ZERO, Duration::ZERO)
+        crate::sweep::settle_held(engine.store(), other.held, Duration::ZERO, Duration::ZERO)
             .await
             .unwrap();
     };

@@ -1,5 +1,7 @@
 use super::pass::{Pass, MAX_HOLD, MIN_HOLD};
 use super::*;
+use crate::message::{PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+use crate::pointer::S3Pointer;
 
 fn view(message_id: &str, source: &str, sha: &str) -> MessageView {
     MessageView {
@@ -783,4 +785,55 @@ async fn unjudged_messages_are_settled_by_their_records_and_none_is_lost() {
         .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (1, 1));
     assert_eq!(visible(&store), ["i0", "i2", "i3"]);
+}
+
+/// The record is resolved by another body; the sweep judges the DLQ message of its first
+/// delivery (not listed processed): reopen, expecting `resolved`. Before the write lands,
+/// the record changes (that delivery listed processed, by its message id and its payload
+/// digest, as the worker lists it), its status still `resolved`. The reopening does not
+/// overwrite it: its condition is the status and that the record still lists none of the
+/// message's keys as processed (what the condition means on DynamoDB:
+/// `pipeline.rs::the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory`).
+#[tokio::test]
+async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since() {
+    let store = MemoryStore::new();
+    let mut record = dead(&store, "x");
+    record.status = ItemStatus::Resolved;
+    record.processed = vec!["msg:other".into(), "sha:other".into()];
+    store.insert(record);
+    // Another writer's change lands while the adoption's write is on its way.
+    store.world().lock().latency = Some(|state, operation| {
+        if operation == "try_record" {
+            if let Some(row) = state.table.get_mut("x") {
+                let r = &mut row.record;
+                let keys = [
+                    crate::dead_letter::processed_key_for_message(&r.source.message_id),
+                    crate::dead_letter::processed_key_for_payload(&r.payload.sha256),
+                ];
+                for key in keys {
+                    if !r.processed.contains(&key) {
+                        r.processed.push(key);
+                    }
+                }
+            }
+        }
+        None
+    });
+    let sweep = sweep_dlq(&store, &adopting()).await.unwrap();
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        .await
+        .unwrap();
+    let after = store.record("x").unwrap();
+    assert!(
+        after.processed.iter().any(|k| k.starts_with("msg:m-x")),
+        "the sweep judged the message for reopening: {:?}",
+        after.processed
+    );
+    assert_eq!(
+        after.status,
+        ItemStatus::Resolved,
+        "a record that changed after the judgement was overwritten (adopted {}): processed {:?}",
+        sweep.adopted,
+        after.processed
+    );
 }

@@ -28,18 +28,15 @@ use crate::item::{ItemParser, WorkItem};
 use crate::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
 use crate::pointer::{PayloadPolicy, S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
 use crate::ports::{
-    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
-    SweepOptions,
+    Adoption, Compaction, DeadLetterQueue, Deliveries, Expect, MessageView, OutgoingMessage,
+    PayloadStore, ReceivedMessage, RecordStore, SendResult, SourceQueue, Standing,
 };
-use crate::recording::{self, Compaction, Deliveries, RecordTable, RecordingSettings};
-use crate::removal::RecordRemoval;
+use crate::recording::{self, RecordingSettings};
 use crate::retry::AttemptFailure;
 use crate::selection::{
     page_in_memory, token_after_record, Page, PageToken, RecordFilter, Unreadable,
 };
-use crate::sweep::{
-    self, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Standing,
-};
+use crate::sweep;
 
 /// A dead record of class `class` for item `id`, last tried `hours_ago` hours before now,
 /// with body `{"id":"<id>"}` inline.
@@ -531,13 +528,94 @@ fn to_work_item(m: &QueueMessage, parser: &ItemParser, arn: Option<&str>) -> Wor
     }
 }
 
-impl<X: Send + 'static> RecordTable for MemoryStore<X> {
+impl<X: Send + 'static> RecordStore for MemoryStore<X> {
+    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        self.latency("get").await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "get", "read-record")?;
+        match state.table.get(item_id) {
+            Some(row) if row.corrupt => Err(corrupt(item_id, "read-record")),
+            Some(row) => Ok(Some(row.record.clone())),
+            None => Ok(None),
+        }
+    }
+
+    async fn query_page(
+        &self,
+        filter: &RecordFilter,
+        limit: i32,
+        start: Option<&PageToken>,
+    ) -> Result<Page, ProcessError> {
+        self.latency("query_page").await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "query_page", "query")?;
+        let mut unreadable = Vec::new();
+        let mut selected: Vec<&DeadLetteredItem> = Vec::new();
+        for (id, row) in &state.table {
+            if row.corrupt {
+                if filter.status.is_none_or(|s| s == ItemStatus::Dead) && start.is_none() {
+                    unreadable.push(Unreadable {
+                        item_id: id.clone(),
+                        error: corrupt(id, "query").to_string(),
+                    });
+                }
+            } else if filter.matches(&row.record) {
+                selected.push(&row.record);
+            }
+        }
+        let mut page = page_in_memory(
+            selected,
+            limit.min(state.page_size),
+            start,
+            filter.oldest_first,
+        )?;
+        page.unreadable = unreadable;
+        Ok(page)
+    }
+
+    fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {
+        token_after_record(record)
+    }
+
+    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
+        self.latency("standings").await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "standings", "sweep-lookup")?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| state.table.get(id).map(|row| (id, row)))
+            .map(|(id, row)| {
+                let standing = if row.corrupt {
+                    Standing::default()
+                } else {
+                    Standing::of(&row.record)
+                };
+                (id.clone(), standing)
+            })
+            .collect())
+    }
+
+    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
+        self.latency("deliveries").await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "deliveries", "record")?;
+        Ok(state
+            .table
+            .get(item_id)
+            .map(|row| Deliveries {
+                attempt_ids: row.attempt_ids.iter().cloned().collect(),
+                claims: row.claims.iter().cloned().collect(),
+                sent: row.sent.iter().cloned().collect(),
+            })
+            .unwrap_or_default())
+    }
+
     async fn try_record(
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
         claim: Option<&str>,
-        expect: recording::Expect,
+        expect: Expect,
     ) -> Result<Option<DeadLetteredItem>, ProcessError> {
         self.latency("try_record").await;
         let mut state = self.world.lock();
@@ -624,21 +702,6 @@ impl<X: Send + 'static> RecordTable for MemoryStore<X> {
         Ok(Some(stored))
     }
 
-    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
-        self.latency("deliveries").await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "deliveries", "record")?;
-        Ok(state
-            .table
-            .get(item_id)
-            .map(|row| Deliveries {
-                attempt_ids: row.attempt_ids.iter().cloned().collect(),
-                claims: row.claims.iter().cloned().collect(),
-                sent: row.sent.iter().cloned().collect(),
-            })
-            .unwrap_or_default())
-    }
-
     async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
         self.latency("mark_sent").await;
         let mut state = self.world.lock();
@@ -715,403 +778,6 @@ impl<X: Send + 'static> RecordTable for MemoryStore<X> {
             &format!("released the claim of {message_id}"),
         );
         Ok(())
-    }
-
-    async fn put_payload(
-        &self,
-        pointer: &S3Pointer,
-        body: &str,
-        _sha256: &str,
-    ) -> Result<(), ProcessError> {
-        self.latency("put").await;
-        let mut state = self.world.lock();
-        state.injected("put")?;
-        if self.call_fails(&mut state, |f| f.bucket, "-", "put-payload: S3 unavailable") {
-            return Err(unavailable("S3", "put-payload"));
-        }
-        state.bucket.insert(
-            (pointer.bucket.clone(), pointer.key.clone()),
-            body.to_string(),
-        );
-        Ok(())
-    }
-
-    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
-        self.latency("send_to_dlq").await;
-        let mut state = self.world.lock();
-        if let Err(error) = state.injected("send_to_dlq") {
-            return records.iter().map(|_| Err(error.clone())).collect();
-        }
-        let mut results = Vec::with_capacity(records.len());
-        for record in records {
-            if self.call_fails(&mut state, |f| f.send, &record.item_id, "DLQ send failed") {
-                results.push(Err(unavailable("SQS", "dlq")));
-                continue;
-            }
-            if state.refuses(&record.item_id) {
-                results.push(Err(ProcessError::new(
-                    ErrorClass::Throttled,
-                    "the DLQ refused the entry (injected)",
-                )
-                .with_step("dlq")));
-                continue;
-            }
-            let id = send_dead_letter(&mut state, record);
-            state.step(
-                &self.actor,
-                &record.item_id,
-                &format!(
-                    "sent DLQ message {id} for source message {}",
-                    record.source.message_id
-                ),
-            );
-            results.push(Ok(()));
-        }
-        results
-    }
-}
-
-impl<X: Send + 'static> DlqMessages for MemoryStore<X> {
-    type Message = QueueMessage;
-
-    async fn receive(
-        &self,
-        hold: Duration,
-        parser: &ItemParser,
-    ) -> Result<Vec<ReceivedMessage<QueueMessage>>, ProcessError> {
-        self.latency("receive").await;
-        let mut state = self.world.lock();
-        state.injected("receive")?;
-        let received = state.dlq.receive(10, hold, false);
-        for m in &received.messages {
-            let item = m.item_id();
-            let what = format!(
-                "sweep received DLQ message {} (held {} s)",
-                m.id,
-                hold.as_secs()
-            );
-            state.observe(
-                &self.actor,
-                &Event::Note {
-                    item: &item,
-                    what: &what,
-                },
-            );
-        }
-        let arn = Self::source_arn(&state);
-        Ok(received
-            .messages
-            .into_iter()
-            .map(|m| {
-                // As the adapter tracks it (`DeadLetterStore::tracked_item_id`): a pointer
-                // without our `item_id` attribute names its item in the payload, read
-                // here (an S3 call that may fail; the message id then).
-                let mut readable = m.to_sqs_message(arn.as_deref());
-                let pointer = Some(&m.body)
-                    .filter(|_| m.attribute(ITEM_ID_ATTRIBUTE).is_none())
-                    .and_then(|body| self.policy.pointer_in(body))
-                    .and_then(Result::ok);
-                if let Some(pointer) = pointer {
-                    if !self.call_fails(
-                        &mut state,
-                        |f| f.bucket,
-                        "-",
-                        "sweep payload read: S3 unavailable",
-                    ) {
-                        if let Some(payload) = state.bucket.get(&(pointer.bucket, pointer.key)) {
-                            readable.body = Some(payload.clone());
-                        }
-                    }
-                }
-                let item_id = crate::message::dlq_item_id(
-                    |name| m.attribute(name),
-                    parser
-                        .parse(m.id.clone(), readable)
-                        .ok()
-                        .map(|item| item.item_id),
-                    &m.id,
-                );
-                ReceivedMessage {
-                    receipt: m.receipt.clone().unwrap_or_default(),
-                    item_id,
-                    view: self.view_of(&m),
-                    marker: m.marker.clone(),
-                    message: m,
-                }
-            })
-            .collect())
-    }
-
-    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
-        self.latency("standings").await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "standings", "sweep-lookup")?;
-        Ok(ids
-            .iter()
-            .filter_map(|id| state.table.get(id).map(|row| (id, row)))
-            .map(|(id, row)| {
-                let standing = if row.corrupt {
-                    Standing::default()
-                } else {
-                    Standing::of(&row.record)
-                };
-                (id.clone(), standing)
-            })
-            .collect())
-    }
-
-    async fn adopt(
-        &self,
-        message: &QueueMessage,
-        item_id: &str,
-        parser: &ItemParser,
-        adoption: &Adoption,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        let arn = Self::source_arn(&self.world.lock());
-        let mut item = to_work_item(message, parser, arn.as_deref());
-        item.item_id = item_id.to_string();
-        if item.event_source_arn.is_none() {
-            item.event_source_arn = adoption.known_queue_arn.clone();
-        }
-        let mut error =
-            ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
-        // Followed as the worker would: only into a bucket it reads payloads from.
-        if let Some(pointer) = self.policy.pointer_in(&item.body) {
-            let fetched = match pointer {
-                Ok(pointer) => PayloadStore::fetch(self, &pointer).await,
-                Err(refused) => Err(refused),
-            };
-            match fetched {
-                Ok(payload) => {
-                    item.body = payload;
-                    sweep::tracked_as_its_payload_names(
-                        message.attribute(ITEM_ID_ATTRIBUTE).is_some(),
-                        item_id,
-                        parser.id_named_by(&item).as_deref(),
-                    )?;
-                }
-                Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
-            }
-        }
-        let mut record = sweep::adopted_record(
-            item,
-            error,
-            &message.id,
-            self.view_of(message).source_message_id,
-            adoption,
-            self.settings.retention,
-        );
-        recording::offload_payload(self, &self.settings, &mut record).await?;
-        let written = recording::adopt(
-            self,
-            &self.settings,
-            &record,
-            recording::Expect::judged(adoption.expected_status, &adoption.message_keys),
-        )
-        .await?;
-        Ok(written.then_some(record))
-    }
-
-    async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
-        self.latency("delete_messages").await;
-        let mut state = self.world.lock();
-        state.injected("delete_messages")?;
-        let mut deleted = 0;
-        for receipt in receipts {
-            let Some(message) = state.dlq.delete(receipt) else {
-                continue;
-            };
-            deleted += 1;
-            state.observe(&self.actor, &Event::DlqMessageDeleted { message: &message });
-            let item = message
-                .attribute(ITEM_ID_ATTRIBUTE)
-                .unwrap_or(&message.id)
-                .to_string();
-            state.step(
-                &self.actor,
-                &item,
-                &format!("deleted DLQ message {}", message.id),
-            );
-        }
-        Ok(deleted)
-    }
-
-    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
-        self.latency("hold").await;
-        let mut state = self.world.lock();
-        state.injected("hold")?;
-        for receipt in receipts {
-            // A receipt gone stale is refused, as SQS refuses it; the sweep does not rely on it.
-            let _ = state.dlq.change_visibility(receipt, hold);
-        }
-        Ok(())
-    }
-
-    fn is_fifo(&self) -> bool {
-        self.world.lock().dlq.fifo
-    }
-
-    /// As the adapter rotates: a copy sent behind the group (its source message id and
-    /// source queue kept as attributes, the pass as its marker), then the original deleted;
-    /// two calls, so a crash between them leaves both.
-    async fn rotate(
-        &self,
-        message: &QueueMessage,
-        receipt: &str,
-        pass: &str,
-        item_id: &str,
-    ) -> Result<bool, ProcessError> {
-        let Some(group) = message.group.clone() else {
-            return Ok(false);
-        };
-        self.latency("rotate").await;
-        {
-            let mut state = self.world.lock();
-            state.injected("rotate")?;
-            if self.call_fails(&mut state, |f| f.send, "-", "rotation send failed") {
-                return Err(unavailable("SQS", "dlq-rotate"));
-            }
-            let mut attributes = message.attributes.clone();
-            let has = |name: &str| message.attribute(name).is_some();
-            if !has(ITEM_ID_ATTRIBUTE) {
-                attributes.push((
-                    ITEM_ID_ATTRIBUTE.to_string(),
-                    MessageAttribute::string(item_id),
-                ));
-            }
-            if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
-                attributes.push((
-                    SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
-                    MessageAttribute::string(&message.id),
-                ));
-            }
-            if let Some(from) = &message.moved_from {
-                if !has(crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
-                    attributes.push((
-                        crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
-                        MessageAttribute::string(from),
-                    ));
-                }
-            }
-            let now_ms = crate::clock::now().timestamp_millis();
-            let id = state
-                .dlq
-                .send(message.body.clone(), attributes, Some(group), now_ms);
-            state.dlq.mark(&id, pass);
-            let item = message.item_id();
-            state.step(
-                &self.actor,
-                &item,
-                &format!(
-                    "rotated DLQ message {} behind its group as {id}",
-                    message.id
-                ),
-            );
-        }
-        self.latency("rotate").await;
-        let mut state = self.world.lock();
-        if self.call_fails(&mut state, |f| f.send, "-", "rotation delete failed") {
-            return Err(unavailable("SQS", "dlq-rotate"));
-        }
-        if let Some(deleted) = state.dlq.delete(receipt) {
-            let item = deleted.item_id();
-            state.step(
-                &self.actor,
-                &item,
-                &format!("deleted DLQ message {} (rotated)", deleted.id),
-            );
-        }
-        Ok(true)
-    }
-}
-
-impl<X: Send + 'static> RecordRemoval for MemoryStore<X> {
-    async fn delete_records(
-        &self,
-        records: &[DeadLetteredItem],
-    ) -> Result<Vec<String>, ProcessError> {
-        self.latency("delete_records").await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "delete_records", "delete-records")?;
-        let mut deleted = Vec::new();
-        for selected in records {
-            let id = &selected.item_id;
-            // Still the status and last attempt selected.
-            let condition = conditions::unchanged_since(
-                selected.status,
-                &crate::time_format::format(&selected.last_attempt),
-            );
-            let unchanged = state
-                .table
-                .get(id)
-                .is_some_and(|row| !row.corrupt && row.satisfies(&condition));
-            if !unchanged {
-                continue;
-            }
-            let Some(row) = state.table.remove(id) else {
-                continue;
-            };
-            deleted.push(id.clone());
-            state.observe(
-                &self.actor,
-                &Event::RecordDeleted {
-                    item: id,
-                    row: &row,
-                },
-            );
-            state.step(&self.actor, id, "record deleted");
-        }
-        Ok(deleted)
-    }
-}
-
-impl<X: Send + 'static> RecordStore for MemoryStore<X> {
-    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        self.latency("get").await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "get", "read-record")?;
-        match state.table.get(item_id) {
-            Some(row) if row.corrupt => Err(corrupt(item_id, "read-record")),
-            Some(row) => Ok(Some(row.record.clone())),
-            None => Ok(None),
-        }
-    }
-
-    async fn query_page(
-        &self,
-        filter: &RecordFilter,
-        limit: i32,
-        start: Option<&PageToken>,
-    ) -> Result<Page, ProcessError> {
-        self.latency("query_page").await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "query_page", "query")?;
-        let mut unreadable = Vec::new();
-        let mut selected: Vec<&DeadLetteredItem> = Vec::new();
-        for (id, row) in &state.table {
-            if row.corrupt {
-                if filter.status.is_none_or(|s| s == ItemStatus::Dead) && start.is_none() {
-                    unreadable.push(Unreadable {
-                        item_id: id.clone(),
-                        error: corrupt(id, "query").to_string(),
-                    });
-                }
-            } else if filter.matches(&row.record) {
-                selected.push(&row.record);
-            }
-        }
-        let mut page = page_in_memory(
-            selected,
-            limit.min(state.page_size),
-            start,
-            filter.oldest_first,
-        )?;
-        page.unreadable = unreadable;
-        Ok(page)
-    }
-
-    fn token_after(&self, record: &DeadLetteredItem, _filter: &RecordFilter) -> PageToken {
-        token_after_record(record)
     }
 
     async fn acquire_lease(
@@ -1286,20 +952,388 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         recording::after_append(self, &self.settings, stored).await?;
         Ok(true)
     }
+
+    async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+        requeued_by: &str,
+    ) -> Result<(), ProcessError> {
+        self.latency("finish_requeued").await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "finish_requeued", "finish-requeued")?;
+        let Some(mut row) = state.table.get(item_id).cloned() else {
+            return Ok(());
+        };
+        let finishes = row.satisfies(&conditions::finishes_requeued(
+            message_id,
+            requeued_by,
+            payload_sha256,
+        ));
+        if row.corrupt || !finishes {
+            return Ok(());
+        }
+        row.lease_owner = None;
+        row.record.lease_expires_at = None;
+        row.record.status = ItemStatus::Resolved;
+        row.record.resolved_at = Some(crate::clock::now());
+        row.record.requeued_message_id = None;
+        row.record
+            .processed
+            .push(crate::dead_letter::processed_key_for_message(message_id));
+        row.record
+            .processed
+            .push(crate::dead_letter::processed_key_for_payload(
+                payload_sha256,
+            ));
+        self.put_row(&mut state, item_id, row)?;
+        state.step(
+            &self.actor,
+            item_id,
+            &format!("resolved: the worker finished requeued message {message_id}"),
+        );
+        Ok(())
+    }
+
+    async fn finish_moved_back(
+        &self,
+        item_id: &str,
+        dead_lettered: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        self.latency("finish_moved_back").await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "finish_moved_back", "finish-moved-back")?;
+        let Some(mut row) = state.table.get(item_id).cloned() else {
+            return Ok(());
+        };
+        if row.corrupt || !row.satisfies(&conditions::finishes_moved_back(payload_sha256)) {
+            return Ok(());
+        }
+        row.record.status = ItemStatus::Resolved;
+        row.record.resolved_at = Some(crate::clock::now());
+        row.record.processed.extend([
+            crate::dead_letter::processed_key_for_message(dead_lettered),
+            crate::dead_letter::processed_key_for_message(message_id),
+            crate::dead_letter::processed_key_for_payload(payload_sha256),
+        ]);
+        self.put_row(&mut state, item_id, row)?;
+        state.step(
+            &self.actor,
+            item_id,
+            &format!("resolved: the worker finished {message_id}, moved back from the DLQ"),
+        );
+        Ok(())
+    }
+
+    async fn delete_records(
+        &self,
+        records: &[DeadLetteredItem],
+    ) -> Result<Vec<String>, ProcessError> {
+        self.latency("delete_records").await;
+        let mut state = self.world.lock();
+        self.table_call(&mut state, "delete_records", "delete-records")?;
+        let mut deleted = Vec::new();
+        for selected in records {
+            let id = &selected.item_id;
+            // Still the status and last attempt selected.
+            let condition = conditions::unchanged_since(
+                selected.status,
+                &crate::time_format::format(&selected.last_attempt),
+            );
+            let unchanged = state
+                .table
+                .get(id)
+                .is_some_and(|row| !row.corrupt && row.satisfies(&condition));
+            if !unchanged {
+                continue;
+            }
+            let Some(row) = state.table.remove(id) else {
+                continue;
+            };
+            deleted.push(id.clone());
+            state.observe(
+                &self.actor,
+                &Event::RecordDeleted {
+                    item: id,
+                    row: &row,
+                },
+            );
+            state.step(&self.actor, id, "record deleted");
+        }
+        Ok(deleted)
+    }
 }
 
 impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
-    async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
-        sweep::sweep_dlq(self, options).await
+    type Message = QueueMessage;
+
+    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
+        self.latency("send_to_dlq").await;
+        let mut state = self.world.lock();
+        if let Err(error) = state.injected("send_to_dlq") {
+            return records.iter().map(|_| Err(error.clone())).collect();
+        }
+        let mut results = Vec::with_capacity(records.len());
+        for record in records {
+            if self.call_fails(&mut state, |f| f.send, &record.item_id, "DLQ send failed") {
+                results.push(Err(unavailable("SQS", "dlq")));
+                continue;
+            }
+            if state.refuses(&record.item_id) {
+                results.push(Err(ProcessError::new(
+                    ErrorClass::Throttled,
+                    "the DLQ refused the entry (injected)",
+                )
+                .with_step("dlq")));
+                continue;
+            }
+            let id = send_dead_letter(&mut state, record);
+            state.step(
+                &self.actor,
+                &record.item_id,
+                &format!(
+                    "sent DLQ message {id} for source message {}",
+                    record.source.message_id
+                ),
+            );
+            results.push(Ok(()));
+        }
+        results
     }
 
-    async fn settle_held(
+    async fn receive(
         &self,
-        held: std::collections::BTreeMap<String, Vec<HeldMessage>>,
-        wait: Duration,
-        then: Duration,
-    ) -> Result<sweep::Settled, ProcessError> {
-        sweep::settle_held(self, held, wait, then).await
+        hold: Duration,
+        parser: &ItemParser,
+    ) -> Result<Vec<ReceivedMessage<QueueMessage>>, ProcessError> {
+        self.latency("receive").await;
+        let mut state = self.world.lock();
+        state.injected("receive")?;
+        let received = state.dlq.receive(10, hold, false);
+        for m in &received.messages {
+            let item = m.item_id();
+            let what = format!(
+                "sweep received DLQ message {} (held {} s)",
+                m.id,
+                hold.as_secs()
+            );
+            state.observe(
+                &self.actor,
+                &Event::Note {
+                    item: &item,
+                    what: &what,
+                },
+            );
+        }
+        let arn = Self::source_arn(&state);
+        Ok(received
+            .messages
+            .into_iter()
+            .map(|m| {
+                // As the adapter tracks it (`DeadLetterStore::tracked_item_id`): a pointer
+                // without our `item_id` attribute names its item in the payload, read
+                // here (an S3 call that may fail; the message id then).
+                let mut readable = m.to_sqs_message(arn.as_deref());
+                let pointer = Some(&m.body)
+                    .filter(|_| m.attribute(ITEM_ID_ATTRIBUTE).is_none())
+                    .and_then(|body| self.policy.pointer_in(body))
+                    .and_then(Result::ok);
+                if let Some(pointer) = pointer {
+                    if !self.call_fails(
+                        &mut state,
+                        |f| f.bucket,
+                        "-",
+                        "sweep payload read: S3 unavailable",
+                    ) {
+                        if let Some(payload) = state.bucket.get(&(pointer.bucket, pointer.key)) {
+                            readable.body = Some(payload.clone());
+                        }
+                    }
+                }
+                let item_id = crate::message::dlq_item_id(
+                    |name| m.attribute(name),
+                    parser
+                        .parse(m.id.clone(), readable)
+                        .ok()
+                        .map(|item| item.item_id),
+                    &m.id,
+                );
+                ReceivedMessage {
+                    receipt: m.receipt.clone().unwrap_or_default(),
+                    item_id,
+                    view: self.view_of(&m),
+                    marker: m.marker.clone(),
+                    message: m,
+                }
+            })
+            .collect())
+    }
+
+    async fn adopt(
+        &self,
+        message: &QueueMessage,
+        item_id: &str,
+        parser: &ItemParser,
+        adoption: &Adoption,
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let arn = Self::source_arn(&self.world.lock());
+        let mut item = to_work_item(message, parser, arn.as_deref());
+        item.item_id = item_id.to_string();
+        if item.event_source_arn.is_none() {
+            item.event_source_arn = adoption.known_queue_arn.clone();
+        }
+        let mut error =
+            ProcessError::new(ErrorClass::Unknown, adoption.reason).with_step("dlq-adopt");
+        // Followed as the worker would: only into a bucket it reads payloads from.
+        if let Some(pointer) = self.policy.pointer_in(&item.body) {
+            let fetched = match pointer {
+                Ok(pointer) => PayloadStore::fetch(self, &pointer).await,
+                Err(refused) => Err(refused),
+            };
+            match fetched {
+                Ok(payload) => {
+                    item.body = payload;
+                    sweep::tracked_as_its_payload_names(
+                        message.attribute(ITEM_ID_ATTRIBUTE).is_some(),
+                        item_id,
+                        parser.id_named_by(&item).as_deref(),
+                    )?;
+                }
+                Err(fetch) => error = Adoption::unfetched_payload(fetch)?,
+            }
+        }
+        let mut record = sweep::adopted_record(
+            item,
+            error,
+            &message.id,
+            self.view_of(message).source_message_id,
+            adoption,
+            self.settings.retention,
+        );
+        recording::offload_payload(self, &self.settings, &mut record).await?;
+        let written = recording::adopt(
+            self,
+            &self.settings,
+            &record,
+            Expect::judged(adoption.expected_status, &adoption.message_keys),
+        )
+        .await?;
+        Ok(written.then_some(record))
+    }
+
+    async fn delete_messages(&self, receipts: &[String]) -> Result<usize, ProcessError> {
+        self.latency("delete_messages").await;
+        let mut state = self.world.lock();
+        state.injected("delete_messages")?;
+        let mut deleted = 0;
+        for receipt in receipts {
+            let Some(message) = state.dlq.delete(receipt) else {
+                continue;
+            };
+            deleted += 1;
+            state.observe(&self.actor, &Event::DlqMessageDeleted { message: &message });
+            let item = message
+                .attribute(ITEM_ID_ATTRIBUTE)
+                .unwrap_or(&message.id)
+                .to_string();
+            state.step(
+                &self.actor,
+                &item,
+                &format!("deleted DLQ message {}", message.id),
+            );
+        }
+        Ok(deleted)
+    }
+
+    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
+        self.latency("hold").await;
+        let mut state = self.world.lock();
+        state.injected("hold")?;
+        for receipt in receipts {
+            // A receipt gone stale is refused, as SQS refuses it; the sweep does not rely on it.
+            let _ = state.dlq.change_visibility(receipt, hold);
+        }
+        Ok(())
+    }
+
+    fn is_fifo(&self) -> bool {
+        self.world.lock().dlq.fifo
+    }
+
+    /// As the adapter rotates: a copy sent behind the group (its source message id and
+    /// source queue kept as attributes, the pass as its marker), then the original deleted;
+    /// two calls, so a crash between them leaves both.
+    async fn rotate(
+        &self,
+        message: &QueueMessage,
+        receipt: &str,
+        pass: &str,
+        item_id: &str,
+    ) -> Result<bool, ProcessError> {
+        let Some(group) = message.group.clone() else {
+            return Ok(false);
+        };
+        self.latency("rotate").await;
+        {
+            let mut state = self.world.lock();
+            state.injected("rotate")?;
+            if self.call_fails(&mut state, |f| f.send, "-", "rotation send failed") {
+                return Err(unavailable("SQS", "dlq-rotate"));
+            }
+            let mut attributes = message.attributes.clone();
+            let has = |name: &str| message.attribute(name).is_some();
+            if !has(ITEM_ID_ATTRIBUTE) {
+                attributes.push((
+                    ITEM_ID_ATTRIBUTE.to_string(),
+                    MessageAttribute::string(item_id),
+                ));
+            }
+            if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
+                attributes.push((
+                    SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+                    MessageAttribute::string(&message.id),
+                ));
+            }
+            if let Some(from) = &message.moved_from {
+                if !has(crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
+                    attributes.push((
+                        crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
+                        MessageAttribute::string(from),
+                    ));
+                }
+            }
+            let now_ms = crate::clock::now().timestamp_millis();
+            let id = state
+                .dlq
+                .send(message.body.clone(), attributes, Some(group), now_ms);
+            state.dlq.mark(&id, pass);
+            let item = message.item_id();
+            state.step(
+                &self.actor,
+                &item,
+                &format!(
+                    "rotated DLQ message {} behind its group as {id}",
+                    message.id
+                ),
+            );
+        }
+        self.latency("rotate").await;
+        let mut state = self.world.lock();
+        if self.call_fails(&mut state, |f| f.send, "-", "rotation delete failed") {
+            return Err(unavailable("SQS", "dlq-rotate"));
+        }
+        if let Some(deleted) = state.dlq.delete(receipt) {
+            let item = deleted.item_id();
+            state.step(
+                &self.actor,
+                &item,
+                &format!("deleted DLQ message {} (rotated)", deleted.id),
+            );
+        }
+        Ok(true)
     }
 }
 
@@ -1327,6 +1361,25 @@ impl<X: Send + 'static> PayloadStore for MemoryStore<X> {
                 )
                 .with_step("fetch-payload")
             })
+    }
+
+    async fn put(
+        &self,
+        pointer: &S3Pointer,
+        body: &str,
+        _sha256: &str,
+    ) -> Result<(), ProcessError> {
+        self.latency("put").await;
+        let mut state = self.world.lock();
+        state.injected("put")?;
+        if self.call_fails(&mut state, |f| f.bucket, "-", "put-payload: S3 unavailable") {
+            return Err(unavailable("S3", "put-payload"));
+        }
+        state.bucket.insert(
+            (pointer.bucket.clone(), pointer.key.clone()),
+            body.to_string(),
+        );
+        Ok(())
     }
 
     async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
@@ -1449,40 +1502,7 @@ impl<X: Send + 'static> DeadLetterSink for MemoryStore<X> {
         payload_sha256: &str,
         requeued_by: &str,
     ) -> Result<(), ProcessError> {
-        self.latency("finish_requeued").await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "finish_requeued", "finish-requeued")?;
-        let Some(mut row) = state.table.get(item_id).cloned() else {
-            return Ok(());
-        };
-        let finishes = row.satisfies(&conditions::finishes_requeued(
-            message_id,
-            requeued_by,
-            payload_sha256,
-        ));
-        if row.corrupt || !finishes {
-            return Ok(());
-        }
-        row.lease_owner = None;
-        row.record.lease_expires_at = None;
-        row.record.status = ItemStatus::Resolved;
-        row.record.resolved_at = Some(crate::clock::now());
-        row.record.requeued_message_id = None;
-        row.record
-            .processed
-            .push(crate::dead_letter::processed_key_for_message(message_id));
-        row.record
-            .processed
-            .push(crate::dead_letter::processed_key_for_payload(
-                payload_sha256,
-            ));
-        self.put_row(&mut state, item_id, row)?;
-        state.step(
-            &self.actor,
-            item_id,
-            &format!("resolved: the worker finished requeued message {message_id}"),
-        );
-        Ok(())
+        RecordStore::finish_requeued(self, item_id, message_id, payload_sha256, requeued_by).await
     }
 
     async fn finish_moved_back(
@@ -1492,28 +1512,7 @@ impl<X: Send + 'static> DeadLetterSink for MemoryStore<X> {
         message_id: &str,
         payload_sha256: &str,
     ) -> Result<(), ProcessError> {
-        self.latency("finish_moved_back").await;
-        let mut state = self.world.lock();
-        self.table_call(&mut state, "finish_moved_back", "finish-moved-back")?;
-        let Some(mut row) = state.table.get(item_id).cloned() else {
-            return Ok(());
-        };
-        if row.corrupt || !row.satisfies(&conditions::finishes_moved_back(payload_sha256)) {
-            return Ok(());
-        }
-        row.record.status = ItemStatus::Resolved;
-        row.record.resolved_at = Some(crate::clock::now());
-        row.record.processed.extend([
-            crate::dead_letter::processed_key_for_message(dead_lettered),
-            crate::dead_letter::processed_key_for_message(message_id),
-            crate::dead_letter::processed_key_for_payload(payload_sha256),
-        ]);
-        self.put_row(&mut state, item_id, row)?;
-        state.step(
-            &self.actor,
-            item_id,
-            &format!("resolved: the worker finished {message_id}, moved back from the DLQ"),
-        );
-        Ok(())
+        RecordStore::finish_moved_back(self, item_id, dead_lettered, message_id, payload_sha256)
+            .await
     }
 }
