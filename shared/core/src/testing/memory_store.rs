@@ -178,6 +178,11 @@ impl<X> MemoryStore<X> {
         }
     }
 
+    /// Whose calls these are.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
     /// The world.
     pub fn world(&self) -> &Arc<World<X>> {
         &self.world
