@@ -4,8 +4,9 @@
 //! Every write that must not overwrite another actor's work (a lease taken, an item
 //! finished, an attempt appended, a claim taken) is conditional. Each condition is built
 //! here by one function ([`conditions`]); the DynamoDB adapter renders it to the condition
-//! expression it sends ([`Condition::render`]), and an in-memory store (the simulation's)
-//! evaluates the very same value on its own items ([`Condition::holds`]). A wrong
+//! expression it sends ([`Condition::render`]), and the in-memory world the tests and the
+//! simulation run over evaluates the very same value on its own rows ([`Condition::holds`],
+//! `testing::world::Row::satisfies`). A wrong
 //! condition is then wrong in both, and the simulation's worlds find it; before, the
 //! in-memory stores re-implemented each condition in Rust and could not see a mistake in
 //! the expression sent (docs/ARCHITECTURE.md §3).
