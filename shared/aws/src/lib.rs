@@ -1,11 +1,12 @@
 //! # sqs-keeper-aws
 //!
-//! Every AWS SDK call of `sqs-keeper`, behind the core's ports
-//! ([`sqs_keeper_core::RecordStore`], [`sqs_keeper_core::DeadLetterQueue`],
-//! [`sqs_keeper_core::PayloadStore`], [`sqs_keeper_core::SourceQueue`], [`sqs_keeper_core::DeadLetterSink`],
-//! [`sqs_keeper_core::BodyResolver`]) and its primitive traits
-//! ([`sqs_keeper_core::RecordTable`], [`sqs_keeper_core::DlqMessages`]):
-//! the core decides, these modules talk to DynamoDB, SQS, S3, Lambda and Secrets Manager.
+//! Every AWS SDK call of `sqs-keeper`, behind the core's ports: the store's four, one per
+//! resource ([`sqs_keeper_core::RecordStore`], [`sqs_keeper_core::DeadLetterQueue`],
+//! [`sqs_keeper_core::PayloadStore`], [`sqs_keeper_core::SourceQueue`], all implemented by
+//! [`DeadLetterStore`]), the worker's [`sqs_keeper_core::DeadLetterSink`] and
+//! [`sqs_keeper_core::BodyResolver`], and the breaker's, idempotency table's, visibility and
+//! polling ports: the core decides, these modules talk to DynamoDB, SQS, S3, Lambda and
+//! Secrets Manager.
 //!
 //! ```no_run
 //! use sqs_keeper_aws::AwsClients;

@@ -4,8 +4,9 @@
 //! Every write that must not overwrite another actor's work (a lease taken, an item
 //! finished, an attempt appended, a claim taken) is conditional. Each condition is built
 //! here by one function ([`conditions`]); the DynamoDB adapter renders it to the condition
-//! expression it sends ([`Condition::render`]), and an in-memory store (the simulation's)
-//! evaluates the very same value on its own items ([`Condition::holds`]). A wrong
+//! expression it sends ([`Condition::render`]), and the in-memory world the tests and the
+//! simulation run over evaluates the very same value on its own rows ([`Condition::holds`],
+//! `testing::Row::satisfies`). A wrong
 //! condition is then wrong in both, and the simulation's worlds find it; before, the
 //! in-memory stores re-implemented each condition in Rust and could not see a mistake in
 //! the expression sent (docs/ARCHITECTURE.md §3).
@@ -20,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::dead_letter::{DeadLetteredItem, ItemStatus};
+use crate::dead_letter::DeadLetteredItem;
 
 /// The attribute names the conditions read, as the record schema writes them.
 pub mod names {
@@ -405,7 +406,7 @@ pub mod conditions {
     pub fn records_attempts(
         attempt_ids: &[&str],
         claim: Option<&str>,
-        expect: &crate::recording::Expect,
+        expect: &crate::ports::Expect,
     ) -> Condition {
         let mut all: Vec<Condition> = attempt_ids
             .iter()
@@ -415,9 +416,9 @@ pub mod conditions {
             all.push(Condition::lacks(attr::DLQ_CLAIMS, claim));
         }
         match expect {
-            crate::recording::Expect::Any => {}
-            crate::recording::Expect::Absent => all.push(Condition::NotExists(attr::ITEM_ID)),
-            crate::recording::Expect::Status {
+            crate::ports::Expect::Any => {}
+            crate::ports::Expect::Absent => all.push(Condition::NotExists(attr::ITEM_ID)),
+            crate::ports::Expect::Status {
                 status: s,
                 not_processed,
             } => {
@@ -450,52 +451,6 @@ pub mod conditions {
     pub fn exists() -> Condition {
         Condition::Exists(attr::ITEM_ID)
     }
-}
-
-/// The status and lease of an item, for the lease conditions alone.
-struct Lease<'a> {
-    status: ItemStatus,
-    owner: Option<&'a str>,
-    expires_at: Option<i64>,
-    payload_sha256: &'a str,
-}
-
-impl Item for Lease<'_> {
-    fn at(&self, attr: Attr) -> Option<Found<'_>> {
-        match attr {
-            attr::STATUS => Some(Found::S(self.status.as_str().into())),
-            attr::LEASE_OWNER => self.owner.map(|o| Found::S(o.into())),
-            attr::LEASE_EXPIRES_AT => self.expires_at.map(Found::N),
-            attr::PAYLOAD_SHA256 => Some(Found::S(self.payload_sha256.into())),
-            _ => None,
-        }
-    }
-}
-
-/// [`conditions::lease_is_free`] for an item of `status` whose lease (if any) expires at
-/// `lease_expires_at`.
-pub fn lease_is_free(status: ItemStatus, lease_expires_at: Option<i64>, now: i64) -> bool {
-    conditions::lease_is_free(now).holds(Some(&Lease {
-        status,
-        owner: None,
-        expires_at: lease_expires_at,
-        payload_sha256: "",
-    }))
-}
-
-/// [`conditions::leased_with_payload`] for `record` as stored, with its `lease_owner`.
-pub fn leased_with_payload(
-    record: &DeadLetteredItem,
-    lease_owner: Option<&str>,
-    owner: &str,
-    processed_sha256: &str,
-) -> bool {
-    conditions::leased_with_payload(owner, processed_sha256).holds(Some(&Lease {
-        status: record.status,
-        owner: lease_owner,
-        expires_at: record.lease_expires_at,
-        payload_sha256: &record.payload.sha256,
-    }))
 }
 
 /// Epoch milliseconds of `at` (0 before the epoch), as the breaker and idempotency items
@@ -680,7 +635,7 @@ mod tests {
 
     #[test]
     fn a_condition_that_always_holds_sends_no_expression() {
-        let any = conditions::records_attempts(&[], None, &crate::recording::Expect::Any);
+        let any = conditions::records_attempts(&[], None, &crate::ports::Expect::Any);
         assert!(any.render().is_none());
         assert!(any.holds(None));
     }

@@ -2,11 +2,12 @@
 //!
 //! The pure core of `sqs-keeper`: what happens to each record of an SQS batch, decided
 //! without I/O of its own. The batch engine, retries, error classes, the dead-letter record
-//! and the DLQ message rule, the redrive plan and engine: all over small ports
-//! ([`RecordStore`], [`DeadLetterQueue`], [`PayloadStore`], [`SourceQueue`],
-//! [`RecordTable`], [`DlqMessages`], [`BreakerStore`], [`IdempotencyStore`](idempotency::IdempotencyStore),
-//! [`VisibilityPort`]) that the AWS adapters (`sqs-keeper-aws`) implement for production and
-//! [`testing`] implements in memory.
+//! and the DLQ message rule, the redrive plan and engine: all over small ports (the store's
+//! four, one per AWS resource: [`RecordStore`], [`DeadLetterQueue`], [`PayloadStore`],
+//! [`SourceQueue`]; the breaker's [`BreakerStore`], the idempotency table's
+//! [`IdempotencyStore`](idempotency::IdempotencyStore) and the [`VisibilityPort`]) that the AWS
+//! adapters (`sqs-keeper-aws`) implement for production and [`testing`] implements over one
+//! in-memory world.
 //! No AWS SDK client, no environment variable and no `lambda_runtime` here: a handler
 //! author uses this crate through `sqs-keeper`, which re-exports it.
 //!
@@ -51,15 +52,15 @@
 //! | `message` | what our messages carry: attribute names, FIFO group, batching | none |
 //! | `selection` | record filters, pages and continuation tokens | none |
 //! | `condition` | each conditional write's condition, once: the DynamoDB expression and its meaning in memory | none |
-//! | `ports` | the redrive wing's ports: record store, DLQ, payload store, source queue | traits |
-//! | `recording` | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over [`RecordTable`] | via trait |
-//! | `sweep` | the DLQ message rule ([`decide_dlq_message`]) and the sweep and settling of the DLQ; over [`DlqMessages`] | via trait |
-//! | `removal` | purge and clear: DLQ messages, then payloads, then records; over ports | via ports |
+//! | `ports` | the store's ports, one per AWS resource: [`RecordStore`] (the table), [`DeadLetterQueue`], [`PayloadStore`], [`SourceQueue`]; and what they pass | traits |
+//! | `recording` | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over the ports | via ports |
+//! | `sweep` | the DLQ message rule ([`decide_dlq_message`]) and the sweep and settling of the DLQ; over the ports | via ports |
+//! | `removal` | purge and clear: DLQ messages, then records, then payloads; over the ports | via ports |
 //! | `redrive` | the redrive request, plan, engine (over the ports) and report | via ports |
 //! | `processor` | the [`Processor`] trait, `handler_fn` | none |
 //! | `mutants` | fixed defects the simulation switches back on (test-only `sim` feature) | none |
 //! | `duration`, `time_format`, `hex` | durations and times as operators write them; record timestamps; sha256 in hex | none |
-//! | [`testing`] | scripted processor, in-memory sink, [`testing::MemoryStore`] | none |
+//! | [`testing`] | scripted processor, in-memory sink; one in-memory world of the store's AWS side ([`testing::World`]) and its ports ([`testing::MemoryStore`]), with fault and latency knobs and an observer: what the unit tests, the engine tests and the simulation run over | none |
 //!
 //! ## Guarantees
 //!
@@ -162,24 +163,24 @@ pub use message::{
 pub use mutants::switch_on;
 pub use mutants::{Mutant, SIMULATION_HOOKS};
 pub use pointer::{
-    PayloadPolicy, S3Pointer, DEFAULT_PAYLOAD_MAX_BYTES, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE,
-    SHA256_METADATA,
+    payload_key, PayloadPolicy, S3Pointer, DEFAULT_PAYLOAD_MAX_BYTES,
+    EXTENDED_PAYLOAD_SIZE_ATTRIBUTE, SHA256_METADATA,
 };
 pub use polling::{
     blind_restore_after, sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseMarker,
     PauseState, PollingControl, ProbeOutcome, SourceProbe, SourceQueueState, PAUSE_LEASE,
 };
 pub use ports::{
-    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, RedrivePorts, SendResult,
-    SourceQueue, Sweep, SweepOptions, CLASSIC_MESSAGE_MAX,
+    Adoption, Compaction, DeadLetterQueue, Deliveries, Expect, MessageView, OutgoingMessage,
+    PayloadStore, ReceivedMessage, RecordStore, RedrivePorts, SendResult, SourceQueue, Standing,
+    CLASSIC_MESSAGE_MAX,
 };
 pub use processor::{handler_fn, DeadLettered, HandlerFn, ItemFn, Outcome, Processor};
 pub use random::Random;
 pub use recording::{
     adopt as adopt_record, after_append, compaction_of, dead_letter as record_dead_letters,
-    offload_payload, payload_key, record as record_attempts, review_flag_change, stays_inline,
-    Compaction, Deliveries, Expect, RecordTable, RecordingSettings, HISTORY_ENTRY_MAX,
-    RECORD_BUDGET,
+    offload_payload, record as record_attempts, review_flag_change, stays_inline,
+    RecordingSettings, HISTORY_ENTRY_MAX, RECORD_BUDGET,
 };
 pub use redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort, MAX_VISIBILITY};
 pub use redrive::{
@@ -187,7 +188,7 @@ pub use redrive::{
     RedriveError, RedriveMode, RedriveReport, RedriveRequest, RedriveSettings, ITEM_GRACE,
     LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
 };
-pub use removal::{remove_records, RecordRemoval, RemovalReport};
+pub use removal::{remove_records, RemovalReport};
 pub use retry::{
     worst_case_record_time, AttemptFailure, ClassAttempts, Deadline, InvocationBudget, Jitter,
     RetryPolicy, FALLBACK_INVOCATION_TIME, MAX_ATTEMPTS_PER_INVOCATION, MIN_RESPONSE_RESERVE,
@@ -199,8 +200,7 @@ pub use selection::{
 pub use signature::{error_signature, loggable_message, normalize_message};
 pub use sweep::{
     adopted_record, decide as decide_dlq_message, purge_takes, settle_held, sweep_dlq,
-    tracked_as_its_payload_names, Adoption, DlqMessages, HeldMessage, MessageFate, MessageView,
-    ReceivedMessage, Settled, Standing,
+    tracked_as_its_payload_names, HeldMessage, MessageFate, Settled, Sweep, SweepOptions,
 };
 pub use time_format::format as format_timestamp;
 

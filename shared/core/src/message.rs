@@ -1,7 +1,7 @@
 //! What the messages this library sends carry, decided without I/O: the names of our
 //! message attributes (on DLQ messages and requeued ones), the FIFO group of a message sent
 //! for an item, and the split of a batch within `SendMessageBatch`'s limits. The sending
-//! is in `sqs_keeper_aws::dlq` and `sqs_keeper_aws::redrive_ports`.
+//! is in the AWS adapters (`sqs-keeper-aws`): its DLQ and source-queue ports.
 
 /// Message attribute: the item id, which is also the record's key in the table.
 pub const ITEM_ID_ATTRIBUTE: &str = "item_id";

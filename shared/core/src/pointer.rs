@@ -135,6 +135,35 @@ impl PayloadPolicy {
     }
 }
 
+/// The object key the dead-letter store puts an item's payload under: item id (made key-safe) plus the payload's sha256,
+/// so the same payload always lands on the same key (re-recording is idempotent).
+pub fn payload_key(item_id: &str, sha256: &str) -> String {
+    let safe: String = item_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(200)
+        .collect();
+    format!("{PAYLOAD_PREFIX}{safe}/{sha256}")
+}
+
+/// Where [`payload_key`] puts every payload.
+const PAYLOAD_PREFIX: &str = "payloads/";
+
+/// Whether `key` has the shape of a [`payload_key`]: an object the store wrote under its
+/// payload's digest and never rewrites. A producer sharing the bucket uses keys of its
+/// own, whose objects it may rewrite.
+pub fn is_payload_key(key: &str) -> bool {
+    key.strip_prefix(PAYLOAD_PREFIX)
+        .and_then(|rest| rest.rsplit_once('/'))
+        .is_some_and(|(_, sha)| sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

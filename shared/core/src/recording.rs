@@ -10,7 +10,7 @@
 //! Only when all three succeed is the record reported as dead-lettered (and acked).
 //!
 //! Step 2 merges into any existing record of the same item, by one conditional write
-//! ([`RecordTable::try_record`]) and what follows it:
+//! ([`RecordStore::try_record`]) and what follows it:
 //!
 //! | the write finds | result |
 //! | --- | --- |
@@ -21,12 +21,13 @@
 //! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
 //!
-//! The logic runs over [`RecordTable`], the few primitive writes and reads it needs:
-//! DynamoDB, S3 and SQS in production (`sqs_keeper_aws::DeadLetterStore`),
-//! memory in a simulation. No I/O of its own.
+//! The logic runs over the store's ports ([`crate::ports`]): the record table's reads and
+//! conditional writes ([`RecordStore`]), the payload bucket ([`PayloadStore::put`]) and the
+//! DLQ ([`DeadLetterQueue::send_to_dlq`]); DynamoDB, S3 and SQS in production
+//! (`sqs_keeper_aws::DeadLetterStore`), the in-memory world in tests and the
+//! simulation ([`crate::testing::MemoryStore`]). No I/O of its own.
 
 use std::collections::HashSet;
-use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -34,10 +35,14 @@ use futures::StreamExt;
 
 use crate::dead_letter::{
     compact_history, dead_lettering_elsewhere, needs_manual_review, DeadLetterCandidate,
-    DeadLetteredItem, FailureDetail, InvocationInfo, ItemStatus, PayloadLocation,
+    DeadLetteredItem, FailureDetail, InvocationInfo, PayloadLocation,
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::S3Pointer;
+use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore};
+
+use crate::pointer::payload_key;
+use crate::ports::{Compaction, Expect};
 
 /// Most bytes a record is planned to take, well under DynamoDB's 400 KB item limit.
 pub const RECORD_BUDGET: usize = 350_000;
@@ -55,58 +60,6 @@ pub fn stays_inline(len: usize, inline_max: usize) -> bool {
         + crate::dead_letter::ATTRIBUTES_LIMIT
         + 16 * 1024;
     len <= inline_max && len + rest <= RECORD_BUDGET
-}
-
-/// The object key for an item's payload: item id (made key-safe) plus the payload's sha256,
-/// so the same payload always lands on the same key (re-recording is idempotent).
-pub fn payload_key(item_id: &str, sha256: &str) -> String {
-    let safe: String = item_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(200)
-        .collect();
-    format!("{PAYLOAD_PREFIX}{safe}/{sha256}")
-}
-
-/// Where [`payload_key`] puts every payload.
-const PAYLOAD_PREFIX: &str = "payloads/";
-
-/// Whether `key` has the shape of a [`payload_key`]: an object the store wrote under its
-/// payload's digest and never rewrites. A producer sharing the bucket uses keys of its
-/// own, whose objects it may rewrite.
-pub fn is_payload_key(key: &str) -> bool {
-    key.strip_prefix(PAYLOAD_PREFIX)
-        .and_then(|rest| rest.rsplit_once('/'))
-        .is_some_and(|(_, sha)| sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// What compacting a record's history writes: the history kept, and with it the attempt
-/// ids and DLQ claims still needed, the `processed` list trimmed, and how many entries go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Compaction {
-    /// The entries kept: the first attempts and the latest ones
-    /// ([`crate::dead_letter::compact_history`]).
-    pub history: Vec<FailureDetail>,
-    /// The ids of the kept entries. The ids of dropped attempts go with them: `attempt_ids`
-    /// would otherwise grow by one id per attempt for ever.
-    pub attempt_ids: Vec<String>,
-    /// The source message ids of the kept entries, once each. Claims only matter while a
-    /// message may still be delivered again: those of the messages in the kept entries stay.
-    pub claims: Vec<String>,
-    /// The source message ids whose every entry goes: their "DLQ message sent" marks go
-    /// with them, as their claims do (`dlq_sent` would otherwise grow for ever).
-    pub forgotten: Vec<String>,
-    /// The latest [`crate::dead_letter::PROCESSED_LIMIT`] entries of `processed` (a finished
-    /// requeue appends to it without trimming it: trimmed here).
-    pub processed: Vec<String>,
-    /// Entries dropped, added to `history_omitted`.
-    pub dropped: u32,
 }
 
 /// The compaction a record just written needs: `None` while its history is within
@@ -160,56 +113,12 @@ pub fn review_flag_change(stored: &DeadLetteredItem) -> Option<bool> {
     (wanted != stored.manual_review_required).then_some(wanted)
 }
 
-/// What a write expects of the record it would change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Expect {
-    /// Anything, or nothing (the worker's upsert).
-    Any,
-    /// No record: the sweep adopting a DLQ message no record held.
-    Absent,
-    /// A record of this status that still lists none of `not_processed` as processed: the
-    /// sweep reopening a record it judged so, for a message (with those keys) the record
-    /// had not processed. A record that processed it since is not reopened.
-    Status {
-        /// The status judged.
-        status: ItemStatus,
-        /// The message's `processed` keys.
-        not_processed: Vec<String>,
-    },
-}
-
-impl Expect {
-    /// What an adoption judged: no record (`None`), or one of that status that had not
-    /// processed the message of `keys`.
-    pub fn judged(status: Option<ItemStatus>, keys: &[String]) -> Expect {
-        match status {
-            None => Expect::Absent,
-            Some(status) => Expect::Status {
-                status,
-                not_processed: keys.to_vec(),
-            },
-        }
-    }
-
-    /// Whether a record of `status` listing `processed` (`None`: no record) meets it.
-    pub fn admits(&self, status: Option<ItemStatus>, processed: &[String]) -> bool {
-        match self {
-            Expect::Any => true,
-            Expect::Absent => status.is_none(),
-            Expect::Status {
-                status: expected,
-                not_processed,
-            } => status == Some(*expected) && !not_processed.iter().any(|k| processed.contains(k)),
-        }
-    }
-}
-
 /// Writes the record of a DLQ message the sweep adopted (or reopened), once, on the
 /// condition that the record is still what the sweep judged (`expect`): an adoption never
 /// overwrites a record that appeared or changed since (a redrive under a live lease, a
 /// resolution). `Ok(false)`: it had, and nothing was written (the next sweep judges the
 /// message again).
-pub async fn adopt<T: RecordTable>(
+pub async fn adopt<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
@@ -225,86 +134,6 @@ pub async fn adopt<T: RecordTable>(
         }
         None => Ok(false),
     }
-}
-
-/// What recording needs of the record table, the payload store and the DLQ: each an
-/// operation that decides nothing.
-pub trait RecordTable: Send + Sync {
-    /// One conditional write appending `pending` to the record (creating it if absent) and,
-    /// with `claim`, adding it to the DLQ claims, refused when a pending attempt id is
-    /// already recorded or the claim already taken: `Ok(Some(stored))` is the record as
-    /// written, `Ok(None)` a refused condition (including `expect`, what the record must
-    /// be for the write to happen).
-    fn try_record(
-        &self,
-        record: &DeadLetteredItem,
-        pending: &[FailureDetail],
-        claim: Option<&str>,
-        expect: Expect,
-    ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
-
-    /// What a record holds of its deliveries (strongly consistent): its attempt ids, the
-    /// source message ids whose DLQ message was claimed, and those whose DLQ message was
-    /// sent.
-    fn deliveries(
-        &self,
-        item_id: &str,
-    ) -> impl Future<Output = Result<Deliveries, ProcessError>> + Send;
-
-    /// Marks DLQ messages sent, each `(item id, source message id)`: a later delivery of
-    /// such a message (its acknowledgement was lost) is then acknowledged instead of sent
-    /// back. Batched by the store (a dead letter should cost one write, not two).
-    fn mark_sent(
-        &self,
-        sent: &[(&str, &str)],
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Sets `manual_review_required`.
-    fn set_review_flag(
-        &self,
-        item_id: &str,
-        wanted: bool,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Writes `compaction` if the record's `failure_count` is still `stored.failure_count`
-    /// (`Ok(())` also when that condition fails: the other writer compacts).
-    fn compact(
-        &self,
-        stored: &DeadLetteredItem,
-        compaction: &Compaction,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Gives up the claim on `message_id`'s DLQ message.
-    fn release_claim(
-        &self,
-        item_id: &str,
-        message_id: &str,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Stores a payload too large to keep inline, under `pointer`.
-    fn put_payload(
-        &self,
-        pointer: &S3Pointer,
-        body: &str,
-        sha256: &str,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Sends one DLQ message per record (batched); one result per record, in order.
-    fn send_to_dlq(
-        &self,
-        records: &[&DeadLetteredItem],
-    ) -> impl Future<Output = Vec<Result<(), ProcessError>>> + Send;
-}
-
-/// What a record holds of its deliveries ([`RecordTable::deliveries`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Deliveries {
-    /// The ids of the attempts recorded.
-    pub attempt_ids: HashSet<String>,
-    /// The source message ids whose one DLQ message a delivery undertook to send.
-    pub claims: HashSet<String>,
-    /// The source message ids whose DLQ message was sent.
-    pub sent: HashSet<String>,
 }
 
 /// What became of a delivery's record write ([`record_delivery`]).
@@ -340,7 +169,7 @@ pub struct RecordingSettings {
 
 /// Moves the payload to the payload store when it would not stay inline
 /// ([`stays_inline`]).
-pub async fn offload_payload<T: RecordTable>(
+pub async fn offload_payload<T: PayloadStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &mut DeadLetteredItem,
@@ -355,9 +184,7 @@ pub async fn offload_payload<T: RecordTable>(
         bucket: settings.bucket.clone(),
         key: payload_key(&record.item_id, &record.payload.sha256),
     };
-    table
-        .put_payload(&pointer, body, &record.payload.sha256)
-        .await?;
+    table.put(&pointer, body, &record.payload.sha256).await?;
     record.payload.location = PayloadLocation::S3 {
         bucket: pointer.bucket,
         key: pointer.key,
@@ -366,7 +193,7 @@ pub async fn offload_payload<T: RecordTable>(
 }
 
 /// Upserts a record: new attempts are appended once, known ones are ignored.
-pub async fn record<T: RecordTable>(
+pub async fn record<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
@@ -381,7 +208,7 @@ pub async fn record<T: RecordTable>(
 /// write holds the claim, or, when another delivery of the same message (SQS delivers at
 /// least once, and a delivery whose acknowledgement was lost comes back) or the same
 /// delivery invoked twice got there first, whether that message's DLQ message was sent.
-pub async fn record_delivery<T: RecordTable>(
+pub async fn record_delivery<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
@@ -477,7 +304,7 @@ fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
 /// housekeeping: the record is already durable, so a failed compaction is logged, not
 /// reported as a failed record (that would send the message round again), and the next
 /// append compacts.
-pub async fn after_append<T: RecordTable>(
+pub async fn after_append<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     stored: DeadLetteredItem,
@@ -498,7 +325,7 @@ pub async fn after_append<T: RecordTable>(
 /// that finds the claim taken (the same message delivered twice) sends nothing: `None` when
 /// that message's DLQ message was sent already (it is acknowledged),
 /// [`dead_lettering_elsewhere`] while it is not (returned for retry).
-pub async fn persist<T: RecordTable>(
+pub async fn persist<T: RecordStore + PayloadStore>(
     table: &T,
     settings: &RecordingSettings,
     candidate: &DeadLetterCandidate,
@@ -520,7 +347,7 @@ pub async fn persist<T: RecordTable>(
 /// marked sent and the claim of each failed send released. One result per candidate, in
 /// order: `Ok` only when all three steps succeeded (or an earlier delivery of the message
 /// did them).
-pub async fn dead_letter<T: RecordTable>(
+pub async fn dead_letter<T: RecordStore + DeadLetterQueue + PayloadStore>(
     table: &T,
     settings: &RecordingSettings,
     candidates: &[DeadLetterCandidate],
@@ -593,6 +420,8 @@ pub async fn dead_letter<T: RecordTable>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dead_letter::ItemStatus;
+    use crate::pointer::is_payload_key;
 
     #[test]
     fn every_payload_key_is_known_as_one_and_nothing_else_is() {
@@ -761,138 +590,15 @@ mod tests {
         );
     }
 
-    use std::collections::HashMap;
-    use std::sync::Mutex;
+    use crate::testing::MemoryStore;
 
-    /// A record with its attempt ids and claims.
-    type Row = (DeadLetteredItem, HashSet<String>, HashSet<String>);
-
-    /// Records with their attempt ids and claims, in memory; DLQ sends fail for the items
-    /// listed in `refuse_send`.
-    #[derive(Default)]
-    struct MemoryTable {
-        records: Mutex<HashMap<String, Row>>,
-        refuse_send: Mutex<HashSet<String>>,
-        sent: Mutex<Vec<String>>,
-        /// Source message ids marked sent (`mark_sent`).
-        marked_sent: Mutex<HashSet<String>>,
-    }
-
-    impl MemoryTable {
-        fn get(&self, item_id: &str) -> Row {
-            self.records.lock().unwrap()[item_id].clone()
-        }
-    }
-
-    impl RecordTable for MemoryTable {
-        async fn try_record(
-            &self,
-            record: &DeadLetteredItem,
-            pending: &[FailureDetail],
-            claim: Option<&str>,
-            expect: Expect,
-        ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            let existing = records.get(&record.item_id).map(|(r, _, _)| r);
-            if !expect.admits(
-                existing.map(|r| r.status),
-                existing.map_or(&[][..], |r| &r.processed[..]),
-            ) {
-                return Ok(None);
-            }
-            let (stored, ids, claims) =
-                records.entry(record.item_id.clone()).or_insert_with(|| {
-                    let mut empty = record.clone();
-                    empty.failure_history.clear();
-                    empty.failure_count = 0;
-                    (empty, HashSet::new(), HashSet::new())
-                });
-            if pending.iter().any(|f| ids.contains(&f.attempt_id))
-                || claim.is_some_and(|c| claims.contains(c))
-            {
-                return Ok(None);
-            }
-            stored.failure_history.extend(pending.iter().cloned());
-            stored.failure_count += u32::try_from(pending.len()).unwrap();
-            ids.extend(pending.iter().map(|f| f.attempt_id.clone()));
-            claims.extend(claim.map(str::to_string));
-            Ok(Some(stored.clone()))
-        }
-
-        async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
-            let (_, ids, claims) = self.get(item_id);
-            let sent = self.marked_sent.lock().unwrap().clone();
-            Ok(Deliveries {
-                attempt_ids: ids,
-                claims,
-                sent,
-            })
-        }
-
-        async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
-            let mut marked = self.marked_sent.lock().unwrap();
-            marked.extend(sent.iter().map(|(_, message_id)| message_id.to_string()));
-            Ok(())
-        }
-
-        async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            if let Some((stored, _, _)) = records.get_mut(item_id) {
-                stored.manual_review_required = wanted;
-            }
-            Ok(())
-        }
-
-        async fn compact(
-            &self,
-            stored: &DeadLetteredItem,
-            compaction: &Compaction,
-        ) -> Result<(), ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            let (record, ids, claims) = records.get_mut(&stored.item_id).unwrap();
-            if record.failure_count == stored.failure_count {
-                record.failure_history = compaction.history.clone();
-                record.history_omitted += compaction.dropped;
-                record.processed = compaction.processed.clone();
-                *ids = compaction.attempt_ids.iter().cloned().collect();
-                *claims = compaction.claims.iter().cloned().collect();
-            }
-            Ok(())
-        }
-
-        async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
-            let mut records = self.records.lock().unwrap();
-            if let Some((_, _, claims)) = records.get_mut(item_id) {
-                claims.remove(message_id);
-            }
-            Ok(())
-        }
-
-        async fn put_payload(
-            &self,
-            _pointer: &S3Pointer,
-            _body: &str,
-            _sha256: &str,
-        ) -> Result<(), ProcessError> {
-            Ok(())
-        }
-
-        async fn send_to_dlq(
-            &self,
-            records: &[&DeadLetteredItem],
-        ) -> Vec<Result<(), ProcessError>> {
-            let refuse = self.refuse_send.lock().unwrap();
-            records
-                .iter()
-                .map(|r| {
-                    if refuse.contains(&r.item_id) {
-                        return Err(ProcessError::new(ErrorClass::Throttled, "refused"));
-                    }
-                    self.sent.lock().unwrap().push(r.item_id.clone());
-                    Ok(())
-                })
-                .collect()
-        }
+    /// The items of the DLQ messages sent, in order.
+    fn sent(store: &MemoryStore) -> Vec<String> {
+        store
+            .dlq_messages()
+            .into_iter()
+            .map(|m| m.item_id)
+            .collect()
     }
 
     fn settings() -> RecordingSettings {
@@ -938,8 +644,8 @@ mod tests {
 
     #[tokio::test]
     async fn dead_lettering_persists_sends_and_frees_the_claim_of_a_failed_send() {
-        let table = MemoryTable::default();
-        table.refuse_send.lock().unwrap().insert("b".into());
+        let table = MemoryStore::new();
+        table.refuse_sends_of("b");
         let info = InvocationInfo::default();
         let results = dead_letter(
             &table,
@@ -950,13 +656,13 @@ mod tests {
         .await;
         assert!(results[0].is_ok(), "{results:?}");
         assert!(results[1].is_err(), "{results:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
-        let (a, _, a_claims) = table.get("a");
-        assert_eq!(a.failure_count, 2);
-        assert!(a_claims.contains("m-a"));
-        let (b, _, b_claims) = table.get("b");
-        assert_eq!(b.failure_count, 2, "recorded all the same");
-        assert!(b_claims.is_empty(), "the next delivery may send it");
+        assert_eq!(sent(&table), ["a"]);
+        let a = table.row("a").unwrap();
+        assert_eq!(a.record.failure_count, 2);
+        assert!(a.claims.contains("m-a"));
+        let b = table.row("b").unwrap();
+        assert_eq!(b.record.failure_count, 2, "recorded all the same");
+        assert!(b.claims.is_empty(), "the next delivery may send it");
 
         // The same delivery again (a retried invocation, its answer lost): nothing new,
         // nothing sent, and acknowledged, since the message's DLQ message was sent.
@@ -967,37 +673,37 @@ mod tests {
         // than bounced to a second DLQ copy.
         let other = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
         assert!(other[0].is_ok(), "{other:?}");
-        assert_eq!(table.get("a").0.failure_count, 2);
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
+        assert_eq!(table.record("a").unwrap().failure_count, 2);
+        assert_eq!(sent(&table), ["a"]);
         // A delivery that finds the claim held and the message not sent yet (the other
         // delivery may be sending it now) is returned for retry.
         let c = candidate("c", 3);
         let in_flight =
             DeadLetteredItem::from_candidate(&c, &info, Utc::now(), settings().retention);
-        assert!(table
-            .try_record(
-                &in_flight,
-                &in_flight.failure_history,
-                Some("m-c"),
-                Expect::Any
-            )
-            .await
-            .unwrap()
-            .is_some());
+        assert!(RecordStore::try_record(
+            &table,
+            &in_flight,
+            &in_flight.failure_history,
+            Some("m-c"),
+            Expect::Any
+        )
+        .await
+        .unwrap()
+        .is_some());
         let racing = dead_letter(&table, &settings(), &[candidate("c", 4)], &info).await;
         assert!(crate::dead_letter::is_dead_lettering_elsewhere(
             racing[0].as_ref().unwrap_err()
         ));
         // The freed claim of b is taken by its next delivery, which sends it.
-        table.refuse_send.lock().unwrap().clear();
+        table.world().lock().allow_sends_of("b");
         let retried = dead_letter(&table, &settings(), &[candidate("b", 4)], &info).await;
         assert!(retried[0].is_ok(), "{retried:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a", "b"]);
+        assert_eq!(sent(&table), ["a", "b"]);
     }
 
     #[tokio::test]
     async fn a_delivery_invoked_twice_is_recorded_once_when_compaction_dropped_part_of_it() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let settings = settings();
         let info = InvocationInfo::default();
         for receive in 1..=2 {
@@ -1018,8 +724,9 @@ mod tests {
         };
         last.failures.push(third);
         assert!(dead_letter(&table, &settings, &[last.clone()], &info).await[0].is_ok());
-        let (a, ids, _) = table.get("a");
-        assert_eq!(a.failure_count, 7);
+        let a = table.row("a").unwrap();
+        let ids = a.attempt_ids;
+        assert_eq!(a.record.failure_count, 7);
         assert!(
             !ids.contains("m-a:3:1") && ids.contains("m-a:3:2"),
             "{ids:?}"
@@ -1030,7 +737,7 @@ mod tests {
         twin.failures.truncate(1);
         let again = dead_letter(&table, &settings, &[twin], &info).await;
         assert!(again[0].is_ok(), "{again:?}");
-        assert_eq!(table.get("a").0.failure_count, 7);
+        assert_eq!(table.record("a").unwrap().failure_count, 7);
     }
 
     /// `candidate` with `attempts` attempts.
@@ -1048,38 +755,42 @@ mod tests {
 
     #[tokio::test]
     async fn a_twin_takes_the_claim_its_twin_freed_and_records_its_extra_attempt() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let info = InvocationInfo::default();
         // Copy 1 of the batch (last receive): two attempts, its DLQ send fails, the claim is
         // released.
-        table.refuse_send.lock().unwrap().insert("a".into());
+        table.refuse_sends_of("a");
         let first = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
         assert!(first[0].is_err());
-        assert!(table.get("a").2.is_empty(), "claim released");
-        table.refuse_send.lock().unwrap().clear();
+        assert!(table.row("a").unwrap().claims.is_empty(), "claim released");
+        table.world().lock().allow_sends_of("a");
         // Copy 2: three attempts. Its third, a call copy 1 never made, is recorded, and it
         // takes the free claim and sends the DLQ message rather than bounce the message to
         // the queue's redrive policy.
         let twin = dead_letter(&table, &settings(), &[with_attempts("a", 5, 3)], &info).await;
         assert!(twin[0].is_ok(), "{twin:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
-        let (a, ids, _) = table.get("a");
-        assert!(ids.contains("m-a:5:3"), "{ids:?}");
-        assert_eq!(a.failure_count, 3);
+        assert_eq!(sent(&table), ["a"]);
+        let a = table.row("a").unwrap();
+        assert!(a.attempt_ids.contains("m-a:5:3"), "{:?}", a.attempt_ids);
+        assert_eq!(a.record.failure_count, 3);
     }
 
     #[tokio::test]
     async fn an_identical_twin_takes_the_claim_its_twin_freed() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let info = InvocationInfo::default();
-        table.refuse_send.lock().unwrap().insert("a".into());
+        table.refuse_sends_of("a");
         let first = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
         assert!(first[0].is_err());
-        table.refuse_send.lock().unwrap().clear();
+        table.world().lock().allow_sends_of("a");
         let twin = dead_letter(&table, &settings(), &[with_attempts("a", 5, 2)], &info).await;
         assert!(twin[0].is_ok(), "{twin:?}");
-        assert_eq!(*table.sent.lock().unwrap(), ["a"]);
-        assert_eq!(table.get("a").0.failure_count, 2, "nothing appended twice");
+        assert_eq!(sent(&table), ["a"]);
+        assert_eq!(
+            table.record("a").unwrap().failure_count,
+            2,
+            "nothing appended twice"
+        );
     }
 
     #[test]
@@ -1103,7 +814,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_append_past_the_limit_compacts_the_history() {
-        let table = MemoryTable::default();
+        let table = MemoryStore::new();
         let settings = settings();
         for receive in 1..=3 {
             let record = DeadLetteredItem::from_candidate(
@@ -1114,10 +825,14 @@ mod tests {
             );
             super::record(&table, &settings, &record).await.unwrap();
         }
-        let (a, ids, _) = table.get("a");
-        assert_eq!(a.failure_count, 6);
-        assert_eq!(a.failure_history.len(), 4);
-        assert_eq!(a.history_omitted, 2);
-        assert_eq!(ids.len(), 4, "the ids of dropped attempts go with them");
+        let a = table.row("a").unwrap();
+        assert_eq!(a.record.failure_count, 6);
+        assert_eq!(a.record.failure_history.len(), 4);
+        assert_eq!(a.record.history_omitted, 2);
+        assert_eq!(
+            a.attempt_ids.len(),
+            4,
+            "the ids of dropped attempts go with them"
+        );
     }
 }

@@ -3,11 +3,12 @@
 //! as selected), then their payload objects, so that a removal that fails midway leaves
 //! records (a second run finds them again), never a record without its payload; and a
 //! failure that arrived after the selection (the same item id dead-lettered again) is
-//! neither deleted nor stripped of its DLQ message (docs/ARCHITECTURE.md §4). Callers
+//! neither deleted nor stripped of its DLQ message (docs/ARCHITECTURE.md §4). Over the
+//! store's ports: the DLQ ([`DeadLetterQueue`], through the sweep), the records
+//! ([`RecordStore::delete_records`]) and the payloads ([`PayloadStore::delete`]). Callers
 //! confirm with the operator first.
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -16,20 +17,9 @@ use crate::dead_letter::{DeadLetteredItem, PayloadLocation};
 use crate::error::ProcessError;
 use crate::item::ItemParser;
 use crate::pointer::S3Pointer;
-use crate::ports::{PayloadStore, SweepOptions};
+use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore, Standing};
 use crate::random::Random;
-use crate::sweep::{DlqMessages, Standing};
-
-/// Deleting records.
-pub trait RecordRemoval: Send + Sync {
-    /// Deletes each of `records` (at most 25) on the condition that it is still as it was
-    /// selected: the same status and the same last attempt. Returns the ids deleted; a record
-    /// that changed since (a new failure arrived, a redrive took it) is kept.
-    fn delete_records(
-        &self,
-        records: &[DeadLetteredItem],
-    ) -> impl Future<Output = Result<Vec<String>, ProcessError>> + Send;
-}
+use crate::sweep::SweepOptions;
 
 /// What a purge or clear removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -57,7 +47,7 @@ pub async fn remove_records<S>(
     mut progress: impl FnMut(usize),
 ) -> Result<RemovalReport, ProcessError>
 where
-    S: DlqMessages + PayloadStore + RecordRemoval,
+    S: RecordStore + DeadLetterQueue + PayloadStore,
 {
     let mut report = RemovalReport::default();
     let purge: HashMap<String, Standing> = records

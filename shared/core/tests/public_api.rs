@@ -122,6 +122,6 @@ async fn every_type_of_a_public_signature_can_be_named_from_the_root() {
     assert!(expression.unwrap().text.contains('<'));
 
     let store = MemoryStore::new();
-    store.add_dlq_message("a");
+    store.send_dlq_message("{}", &[("item_id", "a")], None);
     assert_eq!(dlq_of(&store).len(), 1);
 }

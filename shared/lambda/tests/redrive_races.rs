@@ -4,32 +4,25 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sqs_keeper_core::RecordRemoval;
+use sqs_keeper_core::sweep_dlq;
 use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::SweepOptions;
 use sqs_keeper_core::{
     redrive_made_no_progress as no_progress, RedriveEngine, RedriveRequest, RedriveSettings,
 };
 use sqs_keeper_core::{
-    sweep_dlq, Adoption, DlqMessages, HeldMessage, MessageView, ReceivedMessage, Settled, Standing,
-};
-use sqs_keeper_core::{
     testing::dead_record, testing::MemoryStore, testing::ScriptedProcessor, testing::Step,
 };
-use sqs_keeper_core::{
-    DeadLetterQueue, OutgoingMessage, PayloadStore, RecordStore, SendResult, SourceQueue, Sweep,
-    SweepOptions,
-};
-use sqs_keeper_core::{DeadLetteredItem, FailureDetail, ItemStatus, PayloadLocation};
+use sqs_keeper_core::{DeadLetteredItem, ItemStatus, PayloadLocation};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{ItemParser, WorkItem};
 use sqs_keeper_core::{Outcome, Processor};
-use sqs_keeper_core::{Page, PageToken, RecordFilter};
 
 // ---------------------------------------------------------------------------------------
 // continuation tokens resume without repeating or skipping.
@@ -135,108 +128,6 @@ async fn a_continuation_chain_does_not_repeat_an_item_that_failed_again() {
 // no attempt runs past its item's lease (cut 30 s before it ends).
 // ---------------------------------------------------------------------------------------
 
-/// `MemoryStore` whose payload fetch takes `fetch_delay` (a slow S3 GET).
-struct SlowFetch {
-    inner: MemoryStore,
-    fetch_delay: Duration,
-    leased_at: Mutex<Option<Instant>>,
-}
-
-impl RecordStore for SlowFetch {
-    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        self.inner.get(item_id).await
-    }
-    async fn query_page(
-        &self,
-        filter: &RecordFilter,
-        limit: i32,
-        start: Option<&PageToken>,
-    ) -> Result<Page, ProcessError> {
-        self.inner.query_page(filter, limit, start).await
-    }
-    fn token_after(&self, record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
-        self.inner.token_after(record, filter)
-    }
-    async fn acquire_lease(
-        &self,
-        item_id: &str,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<bool, ProcessError> {
-        let taken = self.inner.acquire_lease(item_id, owner, ttl).await;
-        *self.leased_at.lock().unwrap() = Some(Instant::now());
-        taken
-    }
-    async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        self.inner.release_lease(item_id, owner).await
-    }
-    async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
-        self.inner.resolve(record, owner).await
-    }
-    async fn mark_requeued(
-        &self,
-        record: &DeadLetteredItem,
-        owner: &str,
-        message_id: &str,
-    ) -> Result<(), ProcessError> {
-        self.inner.mark_requeued(record, owner, message_id).await
-    }
-    async fn record_redrive_failure(
-        &self,
-        item_id: &str,
-        owner: &str,
-        failures: &[FailureDetail],
-    ) -> Result<(), ProcessError> {
-        self.inner
-            .record_redrive_failure(item_id, owner, failures)
-            .await
-    }
-    async fn reopen_requeued(
-        &self,
-        record: &DeadLetteredItem,
-        failure: &FailureDetail,
-    ) -> Result<bool, ProcessError> {
-        self.inner.reopen_requeued(record, failure).await
-    }
-}
-
-impl DeadLetterQueue for SlowFetch {
-    async fn sweep(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
-        self.inner.sweep(options).await
-    }
-    async fn settle_held(
-        &self,
-        held: BTreeMap<String, Vec<HeldMessage>>,
-        wait: Duration,
-        then: Duration,
-    ) -> Result<Settled, ProcessError> {
-        DeadLetterQueue::settle_held(&self.inner, held, wait, then).await
-    }
-}
-
-impl PayloadStore for SlowFetch {
-    async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
-        tokio::time::sleep(self.fetch_delay).await;
-        self.inner.fetch(pointer).await
-    }
-    async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
-        PayloadStore::delete(&self.inner, pointer).await
-    }
-}
-
-impl SourceQueue for SlowFetch {
-    async fn queue_url(&self, name: &str, account: &str) -> Result<String, ProcessError> {
-        self.inner.queue_url(name, account).await
-    }
-    async fn send_batch(
-        &self,
-        queue_url: &str,
-        messages: &[OutgoingMessage],
-    ) -> Result<Vec<SendResult>, ProcessError> {
-        self.inner.send_batch(queue_url, messages).await
-    }
-}
-
 /// When each attempt of [`Clocked`] started.
 static CLOCK: Mutex<Vec<Instant>> = Mutex::new(Vec::new());
 
@@ -269,23 +160,21 @@ async fn no_attempt_starts_after_the_lease_cut_when_the_payload_fetch_was_slow()
         bucket: pointer.bucket.clone(),
         key: pointer.key.clone(),
     };
-    let inner = MemoryStore::new();
-    inner.put_payload(&pointer, &body);
-    inner.insert_dead_lettered(record);
-    let store = SlowFetch {
-        inner,
-        fetch_delay: Duration::from_secs(70),
-        leased_at: Mutex::new(None),
-    };
+    let store = MemoryStore::new();
+    store.put_payload(&pointer, &body);
+    store.insert_dead_lettered(record);
+    // A slow S3 GET; no other call takes time, so the run leases the item as it starts.
+    store.world().lock().latency =
+        Some(|_, operation| (operation == "fetch").then_some(Duration::from_secs(70)));
     let mut settings = RedriveSettings::default();
     settings.retry.max_attempts = 1;
     settings.lease_ttl = Duration::from_secs(60);
     let engine = RedriveEngine::new(store, Some(Clocked), settings);
+    let leased_at = Instant::now();
     let report = engine
         .run(&RedriveRequest::default(), &*no_progress())
         .await
         .unwrap();
-    let leased_at = engine.store().leased_at.lock().unwrap().unwrap();
     let started = CLOCK.lock().unwrap().clone();
     let cut = leased_at + Duration::from_secs(60 - 30);
     let late: Vec<Duration> = started
@@ -300,249 +189,29 @@ async fn no_attempt_starts_after_the_lease_cut_when_the_payload_fetch_was_slow()
     );
 }
 
-// ---------------------------------------------------------------------------------------
-// A small in-memory DLQ for the sweep and the purge (standard or FIFO).
-// ---------------------------------------------------------------------------------------
-
-#[derive(Debug, Clone)]
-struct Msg {
-    id: String,
-    item: String,
-    source: String,
-    sha: String,
-    group: Option<String>,
-    visible: bool,
-    receipt: String,
-    marker: Option<String>,
-    /// Its copy would need more than SQS's ten attributes (the adapter's `rotate` answers
-    /// `Ok(false)` then).
-    unrotatable: bool,
-}
-
-#[derive(Default)]
-struct Dlq {
-    fifo: bool,
-    messages: Mutex<Vec<Msg>>,
-    records: Mutex<HashMap<String, DeadLetteredItem>>,
-    next: Mutex<usize>,
-    fail_delete: bool,
-    adopted: Mutex<Vec<String>>,
-}
-
-impl Dlq {
-    fn add(&self, id: &str, item: &str, source: &str, sha: &str, group: Option<&str>) {
-        self.messages.lock().unwrap().push(Msg {
-            id: id.into(),
-            item: item.into(),
-            source: source.into(),
-            sha: sha.into(),
-            group: group.map(str::to_string),
-            visible: true,
-            receipt: String::new(),
-            marker: None,
-            unrotatable: false,
-        });
-    }
-
-    fn ids(&self) -> Vec<String> {
-        self.messages
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|m| m.id.clone())
-            .collect()
-    }
-
-    fn visible(&self) -> Vec<String> {
-        self.messages
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|m| m.visible)
-            .map(|m| m.id.clone())
-            .collect()
-    }
-
-    fn view(m: &Msg) -> MessageView {
-        MessageView {
-            message_id: m.id.clone(),
-            source_message_id: m.source.clone(),
-            payload_sha256: Some(m.sha.clone()),
-            pointer_sha256: None,
-            requeued_by: None,
-        }
-    }
-}
-
-impl DlqMessages for Dlq {
-    type Message = String;
-
-    async fn receive(
-        &self,
-        _hold: Duration,
-        _parser: &ItemParser,
-    ) -> Result<Vec<ReceivedMessage<String>>, ProcessError> {
-        let mut messages = self.messages.lock().unwrap();
-        let mut next = self.next.lock().unwrap();
-        let blocked: std::collections::HashSet<Option<String>> = if self.fifo {
-            messages
-                .iter()
-                .filter(|m| !m.visible)
-                .map(|m| m.group.clone())
-                .collect()
-        } else {
-            Default::default()
-        };
-        let mut out = Vec::new();
-        for m in messages.iter_mut() {
-            if out.len() == 10 || !m.visible || blocked.contains(&m.group) {
-                continue;
-            }
-            *next += 1;
-            m.visible = false;
-            m.receipt = format!("rc{next}");
-            out.push(ReceivedMessage {
-                receipt: m.receipt.clone(),
-                item_id: m.item.clone(),
-                view: Dlq::view(m),
-                message: m.id.clone(),
-                marker: m.marker.clone(),
-            });
-        }
-        Ok(out)
-    }
-
-    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
-        let records = self.records.lock().unwrap();
-        Ok(ids
-            .iter()
-            .filter_map(|id| Some((id.clone(), Standing::of(records.get(id)?))))
-            .collect())
-    }
-
-    async fn adopt(
-        &self,
-        message: &String,
-        item_id: &str,
-        _parser: &ItemParser,
-        adoption: &Adoption,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        let mut records = self.records.lock().unwrap();
-        let current = records.get(item_id).map(|r| r.status);
-        let processed = records
-            .get(item_id)
-            .map(|r| r.processed.clone())
-            .unwrap_or_default();
-        if !sqs_keeper_core::Expect::judged(adoption.expected_status, &adoption.message_keys)
-            .admits(current, &processed)
-        {
-            return Ok(None);
-        }
-        let m = self
-            .messages
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|m| &m.id == message)
-            .cloned()
-            .unwrap();
-        let mut record = dead_record(item_id, ErrorClass::Unknown, 0);
-        record.source.message_id = m.source.clone();
-        record.payload.sha256 = m.sha.clone();
-        records.insert(item_id.to_string(), record.clone());
-        self.adopted.lock().unwrap().push(message.clone());
-        Ok(Some(record))
-    }
-
-    async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
-        if self.fail_delete && !receipts.is_empty() {
-            return Err(ProcessError::new(ErrorClass::ServerError, "503 (injected)"));
-        }
-        let mut messages = self.messages.lock().unwrap();
-        let before = messages.len();
-        messages.retain(|m| m.visible || !receipts.contains(&m.receipt));
-        Ok(before - messages.len())
-    }
-
-    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
-        for m in self.messages.lock().unwrap().iter_mut() {
-            if receipts.contains(&m.receipt) {
-                m.visible = hold.is_zero();
-            }
-        }
-        Ok(())
-    }
-
-    fn is_fifo(&self) -> bool {
-        self.fifo
-    }
-
-    async fn rotate(
-        &self,
-        _message: &String,
-        receipt: &str,
-        pass: &str,
-        _item_id: &str,
-    ) -> Result<bool, ProcessError> {
-        let mut messages = self.messages.lock().unwrap();
-        let Some(at) = messages.iter().position(|m| m.receipt == receipt) else {
-            return Ok(false);
-        };
-        if messages[at].unrotatable {
-            return Ok(false);
-        }
-        let mut copy = messages.remove(at);
-        copy.id = format!("{}+", copy.id);
-        copy.visible = true;
-        copy.receipt = String::new();
-        copy.marker = Some(pass.to_string());
-        messages.push(copy);
-        Ok(true)
-    }
-}
-
-impl PayloadStore for Dlq {
-    async fn fetch(&self, _pointer: &S3Pointer) -> Result<String, ProcessError> {
-        Err(ProcessError::new(ErrorClass::NotFound, "none"))
-    }
-    async fn delete(&self, _pointer: &S3Pointer) -> Result<(), ProcessError> {
-        Ok(())
-    }
-}
-
-impl RecordRemoval for Dlq {
-    async fn delete_records(
-        &self,
-        selected: &[DeadLetteredItem],
-    ) -> Result<Vec<String>, ProcessError> {
-        let mut records = self.records.lock().unwrap();
-        let mut deleted = Vec::new();
-        for s in selected {
-            let unchanged = records
-                .get(&s.item_id)
-                .is_some_and(|r| r.status == s.status && r.last_attempt == s.last_attempt);
-            if unchanged {
-                records.remove(&s.item_id);
-                deleted.push(s.item_id.clone());
-            }
-        }
-        Ok(deleted)
-    }
-}
-
+/// A record of `item` in `status`, from source message `source`, listing `processed`
+/// (`sha:P` standing for its own payload's digest).
 fn with(
     item: &str,
     status: ItemStatus,
     source: &str,
-    sha: &str,
     processed: &[&str],
     hours_ago: i64,
 ) -> DeadLetteredItem {
     let mut r = dead_record(item, ErrorClass::Throttled, hours_ago);
     r.status = status;
     r.source.message_id = source.into();
-    r.payload.sha256 = sha.into();
-    r.processed = processed.iter().map(|s| s.to_string()).collect();
+    let own = format!("sha:{}", r.payload.sha256);
+    r.processed = processed
+        .iter()
+        .map(|s| {
+            if *s == "sha:P" {
+                own.clone()
+            } else {
+                s.to_string()
+            }
+        })
+        .collect();
     r
 }
 
@@ -558,28 +227,22 @@ fn with(
 /// `d2` with it, although its digest is in the selected record's `processed` list.
 #[tokio::test]
 async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload() {
-    let dlq = Dlq::default();
-    let selected = with(
-        "order-1",
-        ItemStatus::Resolved,
-        "s1",
-        "P",
-        &["msg:s1", "sha:P"],
-        48,
-    );
-    // After the selection: a new failure of the same item, same bytes, new delivery.
-    let now = with(
-        "order-1",
-        ItemStatus::Dead,
-        "s2",
-        "P",
-        &["msg:s1", "sha:P"],
-        0,
-    );
-    dlq.records.lock().unwrap().insert("order-1".into(), now);
-    dlq.add("d2", "order-1", "s2", "P", None);
+    let store = MemoryStore::new();
+    let now = with("order-1", ItemStatus::Dead, "s2", &["msg:s1", "sha:P"], 0);
+    let selected = DeadLetteredItem {
+        status: ItemStatus::Resolved,
+        last_attempt: now.last_attempt - chrono::Duration::hours(48),
+        source: sqs_keeper_core::SourceContext {
+            message_id: "s1".into(),
+            ..now.source.clone()
+        },
+        ..now.clone()
+    };
+    // After the selection: a new failure of the same item, same bytes, new delivery (`s2`),
+    // and its DLQ message.
+    store.insert_dead_lettered(now);
     let report = sqs_keeper_core::remove_records(
-        &dlq,
+        &store,
         &[selected],
         &ItemParser::default(),
         &sqs_keeper_core::Random::default(),
@@ -591,9 +254,14 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
         report.records_changed, 1,
         "the record that failed again is kept: {report:?}"
     );
+    let left: Vec<String> = store
+        .dlq_messages()
+        .into_iter()
+        .map(|m| m.item_id)
+        .collect();
     assert_eq!(
-        dlq.ids(),
-        ["d2"],
+        left,
+        ["order-1"],
         "the later failure's DLQ message must survive with its record: {report:?}"
     );
 }
@@ -607,33 +275,29 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
 /// for the pass's hold).
 #[tokio::test]
 async fn a_sweep_whose_delete_fails_gives_back_what_it_held() {
-    let dlq = Dlq {
-        fail_delete: true,
-        ..Dlq::default()
-    };
-    dlq.add("done", "a", "s-a", "A", None);
-    dlq.records.lock().unwrap().insert(
-        "a".into(),
-        with(
-            "a",
-            ItemStatus::Resolved,
-            "s-a",
-            "A",
-            &["msg:s-a", "sha:A"],
-            5,
-        ),
-    );
-    dlq.add("dead", "b", "s-b", "B", None);
-    dlq.records
-        .lock()
-        .unwrap()
-        .insert("b".into(), with("b", ItemStatus::Dead, "s-b", "B", &[], 5));
-    let error = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap_err();
-    let mut visible = dlq.visible();
+    let store = MemoryStore::new();
+    let done = with("a", ItemStatus::Dead, "s-a", &[], 5);
+    store.insert_dead_lettered(done.clone());
+    store.insert(DeadLetteredItem {
+        status: ItemStatus::Resolved,
+        processed: sqs_keeper_core::processed_after(&done),
+        ..done
+    });
+    store.insert_dead_lettered(with("b", ItemStatus::Dead, "s-b", &[], 5));
+    store.fail("delete_messages");
+    let error = sweep_dlq(&store, &SweepOptions::default())
+        .await
+        .unwrap_err();
+    let mut visible: Vec<String> = store
+        .dlq_messages()
+        .into_iter()
+        .filter(|m| !m.held)
+        .map(|m| m.item_id)
+        .collect();
     visible.sort();
     assert_eq!(
         visible,
-        ["dead", "done"],
+        ["a", "b"],
         "after the error {error}, still held: the rest"
     );
 }
@@ -693,20 +357,18 @@ async fn items_that_keep_failing_do_not_starve_an_item_a_crashed_run_left_redriv
 #[tokio::test]
 async fn a_requeued_message_back_in_the_dlq_reopens_its_record_though_its_payload_was_processed_before(
 ) {
-    let dlq = Dlq::default();
-    let mut record = with(
-        "a",
-        ItemStatus::Requeued,
-        "s2",
-        "P",
-        &["msg:s1", "sha:P"],
-        5,
-    );
-    record.requeued_message_id = Some("q1".into());
-    dlq.records.lock().unwrap().insert("a".into(), record);
-    dlq.add("q1", "a", "q1", "P", None);
+    let store = MemoryStore::new();
+    let mut record = with("a", ItemStatus::Requeued, "s2", &["msg:s1", "sha:P"], 5);
+    // The requeued message `q1`, moved to the DLQ by the source queue's redrive policy: the
+    // record's payload, our `item_id`, its own id.
+    let PayloadLocation::Inline { body } = &record.payload.location else {
+        unreachable!()
+    };
+    let q1 = store.send_dlq_message(body, &[("item_id", "a")], None);
+    record.requeued_message_id = Some(q1);
+    store.insert(record);
     let sweep = sweep_dlq(
-        &dlq,
+        &store,
         &SweepOptions {
             adopt: true,
             ..SweepOptions::default()
@@ -715,6 +377,6 @@ async fn a_requeued_message_back_in_the_dlq_reopens_its_record_though_its_payloa
     .await
     .unwrap();
     assert!(sweep.errors.is_empty(), "{:?}", sweep.errors);
-    assert_eq!(*dlq.adopted.lock().unwrap(), ["q1"]);
-    assert_eq!(dlq.records.lock().unwrap()["a"].status, ItemStatus::Dead);
+    assert_eq!(sweep.adopted, 1, "q1 reopened its record");
+    assert_eq!(store.record("a").unwrap().status, ItemStatus::Dead);
 }

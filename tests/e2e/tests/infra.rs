@@ -664,7 +664,7 @@ fn event_source_alarms_and_iam_as_declared() {
         );
     }
     // On a FIFO DLQ the sweep moves each message it keeps behind its group: a copy sent
-    // to the DLQ itself (`DlqMessages::rotate`), which the emulators' IAM-free runs and the
+    // to the DLQ itself (`DeadLetterQueue::rotate`), which the emulators' IAM-free runs and the
     // standard-queue IAM audit would not catch missing.
     let (sweep, _) = statement(&template["Resources"]["RedriveRole"], "SweepDlq");
     assert!(

@@ -373,7 +373,7 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
 async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
     use sqs_keeper_core::ItemParser;
     use sqs_keeper_core::{DeadLetteredItem, InvocationInfo};
-    use sqs_keeper_core::{Expect, RecordTable};
+    use sqs_keeper_core::{Expect, RecordStore};
 
     let p = Pipeline::new("claimonly", Setup::default()).await;
     let store = p.store();
@@ -398,24 +398,24 @@ async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
         std::time::Duration::from_secs(86_400),
     );
     let history = record.failure_history.clone();
-    let first = RecordTable::try_record(&store, &record, &history, Some("m-twin"), Expect::Any)
+    let first = RecordStore::try_record(&store, &record, &history, Some("m-twin"), Expect::Any)
         .await
         .unwrap();
     assert!(first.is_some());
-    RecordTable::release_claim(&store, "twin", "m-twin")
+    RecordStore::release_claim(&store, "twin", "m-twin")
         .await
         .unwrap();
-    let claimed = RecordTable::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
+    let claimed = RecordStore::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
         .await
         .unwrap()
         .expect("the freed claim is taken");
     assert_eq!(claimed.failure_count, u32::try_from(history.len()).unwrap());
     assert_eq!(claimed.failure_history.len(), history.len());
-    let known = RecordTable::deliveries(&store, "twin").await.unwrap();
+    let known = RecordStore::deliveries(&store, "twin").await.unwrap();
     assert!(known.claims.contains("m-twin"), "{known:?}");
     assert_eq!(known.attempt_ids.len(), history.len());
     // Taken now: a second claim-only write is refused.
-    let again = RecordTable::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
+    let again = RecordStore::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
         .await
         .unwrap();
     assert!(again.is_none());

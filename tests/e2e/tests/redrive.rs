@@ -1140,7 +1140,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
 /// that appeared (or changed status) meanwhile is never overwritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adoption_never_overwrites_a_record() {
-    use sqs_keeper_core::{Adoption, DlqMessages};
+    use sqs_keeper_core::{Adoption, DeadLetterQueue};
     let p = dead_items("adopt-guard", &[("a1", "invalid")]).await;
     let before = p.store().get("a1").await.unwrap().unwrap();
     let message = p.dlq_messages().await.remove(0);

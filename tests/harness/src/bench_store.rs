@@ -356,7 +356,7 @@ async fn bench_redrive(
     eprintln!("seeding {items} eligible records and their DLQ messages for {name}...");
     seed(&store, &records).await?;
     let refs: Vec<&DeadLetteredItem> = records.iter().collect();
-    for result in sqs_keeper_core::RecordTable::send_to_dlq(&store, &refs).await {
+    for result in sqs_keeper_core::DeadLetterQueue::send_to_dlq(&store, &refs).await {
         result.map_err(|e| e.to_string())?;
     }
     let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {

@@ -12,7 +12,7 @@ use sqs_keeper_core::testing::MemoryBreakerStore;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::{BreakerState, BreakerStore};
 
-use crate::world::World;
+use crate::world::{Checks, World};
 
 /// One sandbox's handle on the shared breaker state.
 #[derive(Debug, Clone)]
@@ -48,6 +48,7 @@ impl SimBreakerStore {
             ));
         }
         state
+            .ext
             .ledger
             .breaker_contact
             .insert(self.sandbox.clone(), self.world.clock.system_time());
@@ -59,6 +60,7 @@ impl SimBreakerStore {
         let known = self.inner.state();
         let mut state = self.world.lock();
         state
+            .ext
             .ledger
             .breaker_known
             .insert(self.sandbox.clone(), known);
@@ -73,6 +75,7 @@ impl BreakerStore for SimBreakerStore {
             let read = self.inner.read().await?;
             self.world
                 .lock()
+                .ext
                 .ledger
                 .breaker_known
                 .insert(self.sandbox.clone(), read.clone());
@@ -127,6 +130,7 @@ impl BreakerStore for SimBreakerStore {
             if taken {
                 self.world
                     .lock()
+                    .ext
                     .ledger
                     .probes
                     .insert(self.sandbox.clone(), until);
@@ -159,20 +163,21 @@ pub fn call_refused_by_what_it_knew(
     sandbox: &str,
     now: SystemTime,
 ) -> Option<String> {
-    let known = state.ledger.breaker_known.get(sandbox)?;
+    let known = state.ext.ledger.breaker_known.get(sandbox)?;
     if known.is_open(now) {
         return Some(format!(
             "{sandbox} called the downstream while the breaker it had read was open"
         ));
     }
     let holds_probe = state
+        .ext
         .ledger
         .probes
         .get(sandbox)
         .is_some_and(|until| *until > now);
     let out_of_touch = match (
-        state.ledger.breaker_contact.get(sandbox),
-        state.ledger.breaker_open_for,
+        state.ext.ledger.breaker_contact.get(sandbox),
+        state.ext.ledger.breaker_open_for,
     ) {
         (Some(contact), Some(open_for)) => {
             now.duration_since(*contact).unwrap_or_default() >= open_for

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use sqs_keeper_core::ItemStatus;
 use sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE;
 
-use crate::world::{Section, State};
+use crate::world::{Checks, Section, State};
 
 /// Checks the end-state invariants, recording each broken one.
 pub fn at_quiescence(state: &mut State) {
@@ -28,11 +28,11 @@ pub fn at_quiescence(state: &mut State) {
     for m in state.dlq.messages() {
         // A producer's pointer names its item in the payload it points to.
         let body = sqs_keeper_core::S3Pointer::parse(&m.body)
-            .and_then(|p| state.bucket.get(&p.key))
+            .and_then(|p| state.bucket.get(&(p.bucket, p.key)))
             .unwrap_or(&m.body);
         let item = sqs_keeper_core::dlq_item_id(
             |name| m.attribute(name),
-            crate::queue::payload_id(body),
+            sqs_keeper_core::testing::payload_id(body),
             &m.id,
         );
         let sha = m
@@ -41,14 +41,15 @@ pub fn at_quiescence(state: &mut State) {
             .unwrap_or_else(|| m.body_sha256.clone());
         dlq.entry(item).or_default().insert(sha);
     }
-    let corrupted = state.ledger.corrupted.clone();
+    let corrupted = state.ext.ledger.corrupted.clone();
 
-    for (item, sha) in &state.ledger.sent {
-        state.stats.checks += 1;
+    for (item, sha) in &state.ext.ledger.sent {
+        state.ext.stats.checks += 1;
         let copies = state.copies_of(sha);
         if state.deliveries_of(sha) > 0
             || copies.iter().any(|c| {
-                state.ledger.discarded.contains(c) || state.ledger.expired_in_window.contains(c)
+                state.ext.ledger.discarded.contains(c)
+                    || state.ext.ledger.expired_in_window.contains(c)
             })
         {
             continue;
@@ -82,7 +83,7 @@ pub fn at_quiescence(state: &mut State) {
     }
 
     for (id, row) in &state.table {
-        state.stats.checks += 3;
+        state.ext.stats.checks += 3;
         if row.corrupt {
             continue;
         }
@@ -110,7 +111,7 @@ pub fn at_quiescence(state: &mut State) {
                 // pointer was filed under while its payload could not be read, whose
                 // message SQS's redrive policy then moved, tracked by another record.
                 if !dlq.contains_key(id)
-                    && !state.ledger.purged.contains(id)
+                    && !state.ext.ledger.purged.contains(id)
                     && !held_under_another_item(state, &dlq, &r.source.message_id, id)
                 {
                     broken.push((
@@ -134,12 +135,12 @@ pub fn at_quiescence(state: &mut State) {
         }
     }
     for item in dlq.keys() {
-        state.stats.checks += 1;
+        state.ext.stats.checks += 1;
         let dead = state
             .table
             .get(item)
             .is_some_and(|row| row.corrupt || row.record.status == ItemStatus::Dead);
-        if !dead && !corrupted.contains(item) && !state.ledger.purged.contains(item) {
+        if !dead && !corrupted.contains(item) && !state.ext.ledger.purged.contains(item) {
             broken.push((
                 Section::DlqRule,
                 item.clone(),
@@ -148,9 +149,9 @@ pub fn at_quiescence(state: &mut State) {
         }
     }
 
-    for (message, deliveries) in &state.ledger.worker_deliveries {
-        state.stats.checks += 1;
-        let causes = state.ledger.causes.get(message).copied().unwrap_or(0);
+    for (message, deliveries) in &state.ext.ledger.worker_deliveries {
+        state.ext.stats.checks += 1;
+        let causes = state.ext.ledger.causes.get(message).copied().unwrap_or(0);
         if *deliveries > 1 + causes {
             broken.push((
                 Section::RecordingIdempotent,
@@ -179,6 +180,7 @@ fn held_under_another_item(
     id: &str,
 ) -> bool {
     let recorded = state
+        .ext
         .ledger
         .recorded_under
         .get(message)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sqs_keeper_core::{Outcome, ProcessError, Processor, WorkItem};
 
-use crate::world::{Section, World};
+use crate::world::{Checks, Section, World};
 
 /// The payload's secret (its `note`), which no log line may carry.
 fn secret_of(body: &str) -> String {
@@ -106,11 +106,11 @@ impl Drop for RunningCall {
     fn drop(&mut self) {
         let mut state = self.world.lock();
         if self.redrive {
-            if let Some(n) = state.redriving_now.get_mut(&self.item_id) {
+            if let Some(n) = state.ext.redriving_now.get_mut(&self.item_id) {
                 *n = n.saturating_sub(1);
             }
         }
-        if let Some(n) = state.running_now.get_mut(&self.item_id) {
+        if let Some(n) = state.ext.running_now.get_mut(&self.item_id) {
             *n = n.saturating_sub(1);
         }
     }
@@ -121,11 +121,11 @@ impl Drop for RunningCall {
 /// group's stream), if any.
 fn unsettled_before(state: &crate::world::State, item: &WorkItem) -> Option<String> {
     let group = item.message_group_id.as_deref()?;
-    if !state.source.fifo {
+    if !state.source().fifo {
         return None;
     }
     state
-        .source
+        .source()
         .messages()
         .iter()
         .filter(|m| m.group.as_deref() == Some(group) && m.id < item.message_id)
@@ -198,7 +198,11 @@ impl Processor for Downstream {
             let mut state = self.world.lock();
             let redrive = !self.actor.starts_with("worker");
             if redrive {
-                let running = state.redriving_now.entry(item.item_id.clone()).or_default();
+                let running = state
+                    .ext
+                    .redriving_now
+                    .entry(item.item_id.clone())
+                    .or_default();
                 *running += 1;
                 if *running > 1 {
                     state.violate(
@@ -211,8 +215,12 @@ impl Processor for Downstream {
                     );
                 }
             }
-            if state.idempotency.is_some() {
-                let running = state.running_now.entry(item.item_id.clone()).or_default();
+            if state.ext.idempotency.is_some() {
+                let running = state
+                    .ext
+                    .running_now
+                    .entry(item.item_id.clone())
+                    .or_default();
                 *running += 1;
                 if *running > 1 {
                     state.violate(
@@ -262,7 +270,7 @@ impl Processor for Downstream {
                 !state.faults.healed && state.rng.bool()
             };
             if panics {
-                self.world.lock().trace.note(
+                self.world.lock().ext.trace.note(
                     &self.actor,
                     &item.item_id,
                     &format!("the handler panics on message {}", item.message_id),
@@ -286,7 +294,7 @@ impl Processor for Downstream {
                 Behaviour::Poison => (latency, [400, 422][state.rng.usize(0..2)]),
                 Behaviour::Gone => (latency, [404, 410][state.rng.usize(0..2)]),
                 Behaviour::Forbidden => (latency, 403),
-                _ if state.faults.outage => (latency, 503),
+                _ if state.ext.outage => (latency, 503),
                 Behaviour::Flaky if !healed && roll < 0.7 => (
                     latency,
                     [500, 502, 503, 504, 429, 408, 501][state.rng.usize(0..7)],
@@ -304,13 +312,14 @@ impl Processor for Downstream {
         if status == 200 {
             let sha = sqs_keeper_core::sha256_hex(item.body.as_bytes());
             let mut state = self.world.lock();
-            let n = state.ledger.delivered.entry(sha).or_default();
+            let n = state.ext.ledger.delivered.entry(sha).or_default();
             *n += 1;
             if *n > 1 {
-                state.stats.duplicate_deliveries += 1;
+                state.ext.stats.duplicate_deliveries += 1;
             }
             if self.actor.starts_with("worker") {
                 *state
+                    .ext
                     .ledger
                     .worker_deliveries
                     .entry(item.message_id.clone())
@@ -334,11 +343,11 @@ impl Processor for Downstream {
                 if self.actor.starts_with("worker") {
                     let receipt = format!("{}#{}", item.message_id, item.receive_count);
                     match retry_after {
-                        Some(after) => state.ledger.retry_after.insert(receipt, after),
-                        None => state.ledger.retry_after.remove(&receipt),
+                        Some(after) => state.ext.ledger.retry_after.insert(receipt, after),
+                        None => state.ext.ledger.retry_after.remove(&receipt),
                     };
                 }
-                state.trace.note(
+                state.ext.trace.note(
                     &self.actor,
                     &item.item_id,
                     &format!(

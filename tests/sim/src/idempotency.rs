@@ -11,7 +11,7 @@ use sqs_keeper_core::testing::MemoryIdempotencyStore;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::{idempotency::Claim, idempotency::IdempotencyStore};
 
-use crate::world::World;
+use crate::world::{Checks, World};
 
 /// One actor's handle on the shared idempotency table.
 #[derive(Debug, Clone)]
@@ -59,10 +59,11 @@ impl IdempotencyStore for SimIdempotencyStore {
     ) -> Result<Claim, ProcessError> {
         self.call("claim", key).await?;
         let claim = self.inner.claim(key, token, in_progress_until, now).await?;
-        self.world
-            .lock()
-            .trace
-            .note(&self.actor, key, &format!("idempotency claim: {claim:?}"));
+        self.world.lock().ext.trace.note(
+            &self.actor,
+            key,
+            &format!("idempotency claim: {claim:?}"),
+        );
         Ok(claim)
     }
 
@@ -77,6 +78,7 @@ impl IdempotencyStore for SimIdempotencyStore {
         self.inner.complete(key, token, result, expires_at).await?;
         self.world
             .lock()
+            .ext
             .trace
             .note(&self.actor, key, "idempotency key completed");
         Ok(())
@@ -87,6 +89,7 @@ impl IdempotencyStore for SimIdempotencyStore {
         self.inner.release(key, token).await?;
         self.world
             .lock()
+            .ext
             .trace
             .note(&self.actor, key, "idempotency claim released");
         Ok(())

@@ -8,11 +8,12 @@
 //! redrives (reprocess, requeue, the schedule) and purges at random moments, some dying
 //! midway. The library's own code runs unchanged over it: the batch engine, retries,
 //! classification, dead-letter recording, the DLQ sweep, the redrive engine and purging. Only the AWS calls are
-//! simulated ([`store`]).
+//! simulated, by the library's own in-memory world (`sqs_keeper_core::testing`), which the
+//! simulation watches and drives ([`world`], [`store`]).
 //!
 //! Time is tokio's paused clock, so a run of hours of pipeline time takes milliseconds,
 //! and everything random is drawn from the seed, so a seed replays exactly. Invariants are
-//! checked after every step ([`world::State::after_step`]) and at the end ([`check`]).
+//! checked after every step ([`world::Checks::after_step`]) and at the end ([`check`]).
 //!
 //! The simulation must also find the defects of the core's `mutants` when they are
 //! switched back on: `tests/mutants.rs` asserts it for each one. See `docs/SIMULATION.md`.
@@ -26,7 +27,6 @@ pub mod check;
 pub mod downstream;
 pub mod idempotency;
 pub mod logs;
-pub mod queue;
 pub mod run;
 pub mod store;
 pub mod trace;

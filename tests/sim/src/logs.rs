@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tracing::field::{Field, Visit};
 use tracing_subscriber::layer::{Context, Layer};
 
-use crate::world::{Section, World};
+use crate::world::{Checks, Section, World};
 
 /// What every payload's secret begins with.
 pub const SECRET: &str = "sim-secret-";

@@ -28,9 +28,11 @@ use tokio::time::{sleep, Instant};
 use crate::breaker::SimBreakerStore;
 use crate::downstream::{Behaviour, Downstream};
 use crate::idempotency::SimIdempotencyStore;
-use crate::queue::{SimMessage, SimQueue};
-use crate::store::{to_sqs_message, SimResolver, SimStore, BUCKET, PRODUCER_BUCKET};
-use crate::world::{Section, State, Stats, World};
+use crate::store::{
+    sim_store, to_sqs_message, SimResolver, SimStore, SimVisibility, BUCKET, PRODUCER_BUCKET,
+};
+use crate::world::{Checks, Section, State, Stats, World};
+use sqs_keeper_core::{testing::Queue, testing::QueueMessage};
 
 /// The Lambda function's timeout.
 const FUNCTION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -102,15 +104,15 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
                     chrono::DateTime::from_timestamp(WORLD_START, 0).unwrap_or_default(),
                 )
             };
-            let world = Arc::new(World::new(
-                State::new(
+            let world = Arc::new(
+                World::new(crate::world::new_state(
                     seed,
-                    SimQueue::new("orders", None, clock),
-                    SimQueue::new("orders-dlq", None, clock),
-                ),
-                clock,
-                Random::seeded(seed),
-            ));
+                    Queue::new("orders", None),
+                    Queue::new("orders-dlq", None),
+                ))
+                .with_clock(clock)
+                .with_random(Random::seeded(seed)),
+            );
             // Every log line of the world is read for payloads (§1.9).
             use tracing_subscriber::layer::SubscriberExt as _;
             let logs =
@@ -152,21 +154,22 @@ fn trace_limit() -> usize {
 fn report_of(seed: u64, world: &World) -> RunReport {
     let state = world.lock();
     let items: Vec<String> = state
+        .ext
         .violations
         .first()
         .map(|(item, _)| vec![item.clone()])
         .unwrap_or_default();
     RunReport {
         seed,
-        violations: state.violations.clone(),
+        violations: state.ext.violations.clone(),
         trace: if items.is_empty() {
             String::new()
         } else {
-            state.trace.relevant(&items, trace_limit())
+            state.ext.trace.relevant(&items, trace_limit())
         },
-        stats: state.stats.clone(),
-        events: state.trace.len(),
-        sent: state.ledger.sent.len(),
+        stats: state.ext.stats.clone(),
+        events: state.ext.trace.len(),
+        sent: state.ext.ledger.sent.len(),
     }
 }
 
@@ -302,7 +305,7 @@ enum Handled<P> {
 
 impl<P: sqs_keeper_core::Processor> SimHandler<P> {
     fn new(inner: P, world: &Arc<World>, actor: &str) -> Self {
-        let table = world.lock().idempotency.clone();
+        let table = world.lock().ext.idempotency.clone();
         let inner = match table {
             Some(table) => Handled::Once(Box::new(Idempotent::new(
                 inner,
@@ -333,7 +336,7 @@ impl<P: sqs_keeper_core::Processor> sqs_keeper_core::Processor for SimHandler<P>
         };
         if result.is_ok() {
             let receipt = format!("{}#{}", item.message_id, item.receive_count);
-            self.world.lock().ledger.handled.insert(receipt);
+            self.world.lock().ext.ledger.handled.insert(receipt);
         }
         result
     }
@@ -346,7 +349,7 @@ fn parser(world: &World) -> ItemParser {
     ItemParser {
         id_source: ItemIdSource::JsonPointer("/id".into()),
         body_format: BodyFormat::Json,
-        envelope: world.lock().envelopes.clone(),
+        envelope: world.lock().ext.envelopes.clone(),
     }
 }
 
@@ -390,29 +393,29 @@ async fn simulate(seed: u64, world: Arc<World>) {
     {
         let mut state = world.lock();
         let name = if shape.fifo { "orders.fifo" } else { "orders" };
-        state.source = SimQueue::new(name, Some(MAX_RECEIVE_COUNT), world.clock);
-        state.source.retention = shape.retention;
-        state.lease_ttl = shape.lease_ttl;
-        state.idempotency = shape.idempotency.then(MemoryIdempotencyStore::default);
-        state.ledger.breaker_open_for = shape.breaker.map(|policy| policy.open_for);
+        *state.source_mut() = Queue::new(name, Some(MAX_RECEIVE_COUNT));
+        state.source_mut().retention = shape.retention;
+        state.ext.lease_ttl = shape.lease_ttl;
+        state.ext.idempotency = shape.idempotency.then(MemoryIdempotencyStore::default);
+        state.ext.ledger.breaker_open_for = shape.breaker.map(|policy| policy.open_for);
         state.page_size = shape.page_size;
-        state.envelopes =
+        state.ext.envelopes =
             sqs_keeper_core::envelope::Envelopes(shape.envelope.into_iter().collect());
-        state.receive_budget_margin = shape.receive_budget_margin;
-        state.dlq = SimQueue::new(
+        state.ext.receive_budget_margin = shape.receive_budget_margin;
+        state.dlq = Queue::new(
             if shape.fifo {
                 "orders-dlq.fifo"
             } else {
                 "orders-dlq"
             },
             None,
-            world.clock,
         );
         state
+            .ext
             .trace
             .note("world", "-", &format!("seed {seed}: {shape:?}"));
     }
-    let store = SimStore::new(
+    let store = sim_store(
         world.clone(),
         RecordingSettings {
             bucket: BUCKET.into(),
@@ -459,7 +462,8 @@ async fn simulate(seed: u64, world: Arc<World>) {
             .with_random(world.random.clone()),
         );
         if let Some(policy) = shape.spacing {
-            worker = worker.with_redelivery(policy, Arc::new(store.as_actor(&name)));
+            worker =
+                worker.with_redelivery(policy, Arc::new(SimVisibility::new(store.as_actor(&name))));
         }
         let worker = worker.with_body_resolver(Arc::new(SimResolver::new(store.as_actor(&name))));
         Arc::new(worker)
@@ -497,7 +501,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
     // Drain: the pollers go on until the queue is empty and nothing is in flight.
     let drain_started = Instant::now();
     loop {
-        let empty = world.lock().source.is_empty() && in_flight.load(Ordering::SeqCst) == 0;
+        let empty = world.lock().source().is_empty() && in_flight.load(Ordering::SeqCst) == 0;
         if empty {
             break;
         }
@@ -628,9 +632,12 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
                 bucket: PRODUCER_BUCKET.to_string(),
                 key: format!("producer/{n}"),
             };
-            state.bucket.insert(pointer.key.clone(), body);
+            state
+                .bucket
+                .insert((pointer.bucket.clone(), pointer.key.clone()), body);
             let text = pointer.to_body();
             state
+                .ext
                 .ledger
                 .pointers
                 .insert(sqs_keeper_core::sha256_hex(text.as_bytes()), sha.clone());
@@ -638,9 +645,10 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         } else {
             body
         };
-        let message_id = state.source.send(body, attributes, group);
+        let now_ms = world.now_ms();
+        let message_id = state.source_mut().send(body, attributes, group, now_ms);
         world.arrivals.notify_waiters();
-        state.ledger.sent.push((id.clone(), sha));
+        state.ext.ledger.sent.push((id.clone(), sha));
         state.after_step(
             "producer",
             &id,
@@ -687,19 +695,22 @@ async fn poll(
         let (messages, arn) = {
             let mut state = world.lock();
             let duplicate = state.chance(shape.duplicate_rate);
-            let received = state
-                .source
-                .receive(shape.batch_size, VISIBILITY, duplicate);
-            let arn = state.source.arn.clone();
+            let received =
+                state
+                    .source_mut()
+                    .receive(shape.batch_size, VISIBILITY, duplicate, world.now_ms());
+            let arn = state.source_mut().arn.clone();
             for expired in received.expired {
                 let item = item_of(&expired);
-                let excused = state.ledger.hidden_blind.contains(&expired.id)
+                let excused = state.ext.ledger.hidden_blind.contains(&expired.id)
                     || state
+                        .ext
                         .ledger
                         .unhidden_failed_dead_letters
                         .contains(&expired.id);
                 if excused {
                     state
+                        .ext
                         .ledger
                         .expired_in_window
                         .insert(expired.body_sha256.clone());
@@ -713,7 +724,7 @@ async fn poll(
                         ),
                     );
                 }
-                let retention = state.source.retention.as_secs();
+                let retention = state.source_mut().retention.as_secs();
                 state.after_step(
                     "sqs",
                     &item,
@@ -739,14 +750,14 @@ async fn poll(
                 );
             }
             for id in &received.duplicated {
-                *state.ledger.causes.entry(id.clone()).or_default() += 1;
+                *state.ext.ledger.causes.entry(id.clone()).or_default() += 1;
                 let item = received
                     .messages
                     .iter()
                     .find(|m| m.id == *id)
                     .map(item_of)
                     .unwrap_or_default();
-                state.trace.note(
+                state.ext.trace.note(
                     "sqs",
                     &item,
                     &format!("message {id} delivered again while in flight"),
@@ -783,12 +794,13 @@ async fn poll(
                 // Lambda may run one batch twice: each of its messages may be delivered twice.
                 let mut state = world.lock();
                 state
+                    .ext
                     .trace
                     .note(&name, "-", "the same batch invoked twice at once");
                 for m in &messages {
-                    *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+                    *state.ext.ledger.causes.entry(m.id.clone()).or_default() += 1;
                     if let Some(receipt) = &m.receipt {
-                        state.ledger.doubled.insert(receipt.clone());
+                        state.ext.ledger.doubled.insert(receipt.clone());
                     }
                 }
             }
@@ -804,7 +816,7 @@ async fn poll(
     }
 }
 
-fn item_of(m: &SimMessage) -> String {
+fn item_of(m: &QueueMessage) -> String {
     m.item_id()
 }
 
@@ -813,24 +825,25 @@ fn item_of(m: &SimMessage) -> String {
 async fn invoke(
     world: &Arc<World>,
     worker: &SimWorker,
-    messages: &[SimMessage],
+    messages: &[QueueMessage],
     arn: &str,
     name: &str,
     alone: bool,
 ) -> bool {
     let before: Vec<u32> = {
         let mut state = world.lock();
-        state.stats.invocations += 1;
+        state.ext.stats.invocations += 1;
         let ids: Vec<String> = messages
             .iter()
             .map(|m| format!("{}#{}", m.id, m.receive_count))
             .collect();
         state
+            .ext
             .trace
             .note(name, "-", &format!("invoked with {}", ids.join(" ")));
         messages
             .iter()
-            .map(|m| state.ledger.worker_deliveries_of(&m.id))
+            .map(|m| state.ext.ledger.worker_deliveries_of(&m.id))
             .collect()
     };
     let mut event = SqsEvent::default();
@@ -868,6 +881,7 @@ async fn invoke(
         Ok(Err(e)) => {
             world
                 .lock()
+                .ext
                 .trace
                 .note(name, "-", &format!("invocation failed: {e}"));
             note_unacked(world, messages, &before, name, "failed");
@@ -881,7 +895,7 @@ async fn invoke(
                 .map(|f| f.item_identifier.clone())
                 .collect();
             let mut state = world.lock();
-            state.trace.note(
+            state.ext.trace.note(
                 name,
                 "-",
                 &format!(
@@ -891,12 +905,12 @@ async fn invoke(
                     messages.len()
                 ),
             );
-            let delivered_now = state.ledger.delivered_since(messages, &before);
+            let delivered_now = state.ext.ledger.delivered_since(messages, &before);
             left_to_the_redrive_policy(&mut state, &report, messages, &delivered_now, name);
             for (m, &delivered_now) in messages.iter().zip(&delivered_now) {
                 if failed.contains(&m.id) {
                     if delivered_now {
-                        *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+                        *state.ext.ledger.causes.entry(m.id.clone()).or_default() += 1;
                     }
                     continue;
                 }
@@ -906,7 +920,7 @@ async fn invoke(
                 let item = item_of(m);
                 // A batch run twice at once may see one copy fail (and hide it) while the
                 // other succeeds: only a lone invocation must list every record it hid.
-                if let Some(delay) = state.ledger.hidden.remove(receipt) {
+                if let Some(delay) = state.ext.ledger.hidden.remove(receipt) {
                     if alone {
                         state.violate(
                             Section::Spacing,
@@ -919,7 +933,7 @@ async fn invoke(
                         );
                     }
                 }
-                if let Some(deleted) = state.source.delete(receipt) {
+                if let Some(deleted) = state.source_mut().delete(receipt) {
                     let sha = deleted.body_sha256.clone();
                     if !state.payload_is_safe(&sha, Some(&deleted.id)) {
                         state.violate(
@@ -945,7 +959,7 @@ async fn invoke(
 fn left_to_the_redrive_policy(
     state: &mut State,
     report: &sqs_keeper_core::BatchReport,
-    messages: &[SimMessage],
+    messages: &[QueueMessage],
     delivered_now: &[bool],
     name: &str,
 ) {
@@ -961,33 +975,34 @@ fn left_to_the_redrive_policy(
         let hidden = m
             .receipt
             .as_ref()
-            .is_some_and(|r| state.ledger.hidden.contains_key(r));
+            .is_some_and(|r| state.ext.ledger.hidden.contains_key(r));
         if matches!(record.disposition, Disposition::DeadLetterFailed { .. }) && !hidden {
             state
+                .ext
                 .ledger
                 .unhidden_failed_dead_letters
                 .insert(m.id.clone());
         } else {
-            state.ledger.unhidden_failed_dead_letters.remove(&m.id);
+            state.ext.ledger.unhidden_failed_dead_letters.remove(&m.id);
         }
         // The worker's last receive: SQS's, less the margin it keeps.
         let last_receive = m.receive_count
             >= MAX_RECEIVE_COUNT
-                .saturating_sub(state.receive_budget_margin)
+                .saturating_sub(state.ext.receive_budget_margin)
                 .max(1);
         // Returned because another delivery held the message's DLQ claim, unsent, when this
         // one wrote (it may have been sending it; a crash between claim and send leaves the
         // message to the redrive policy, whose DLQ message the sweep adopts): the documented
         // exception, judged by what the store saw at the write (`claims_held_elsewhere`).
         let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
-            && state.ledger.claims_held_elsewhere.contains(&m.id);
+            && state.ext.ledger.claims_held_elsewhere.contains(&m.id);
         // Or its work ended well in this invocation (delivered, or skipped as done by its
         // idempotency key) and the record's update failed (a requeued message the store
         // could not mark finished): the policy moves a message whose payload arrived.
         let handled = m
             .receipt
             .as_ref()
-            .is_some_and(|receipt| state.ledger.handled.contains(receipt));
+            .is_some_and(|receipt| state.ext.ledger.handled.contains(receipt));
         let delivered = handled || delivered_now.get(i).copied().unwrap_or(false);
         let given_back = matches!(
             record.disposition,
@@ -1007,17 +1022,17 @@ fn left_to_the_redrive_policy(
 }
 
 /// An invocation that ended without answering: messages it delivered will come again.
-fn note_unacked(world: &World, messages: &[SimMessage], before: &[u32], name: &str, how: &str) {
+fn note_unacked(world: &World, messages: &[QueueMessage], before: &[u32], name: &str, how: &str) {
     let mut state = world.lock();
-    state.trace.note(
+    state.ext.trace.note(
         name,
         "-",
         &format!("invocation {how}; its messages return after the visibility timeout"),
     );
-    let delivered_now = state.ledger.delivered_since(messages, before);
+    let delivered_now = state.ext.ledger.delivered_since(messages, before);
     for (m, delivered_now) in messages.iter().zip(delivered_now) {
         if delivered_now {
-            *state.ledger.causes.entry(m.id.clone()).or_default() += 1;
+            *state.ext.ledger.causes.entry(m.id.clone()).or_default() += 1;
         }
     }
 }
@@ -1043,25 +1058,22 @@ async fn inject_faults(world: Arc<World>, seed: u64, healed: Arc<AtomicBool>) {
                 format!("SQS send failure rate now {}", state.faults.send)
             }
             _ => {
-                state.faults.outage = !state.faults.outage;
+                state.ext.outage = !state.ext.outage;
                 format!(
                     "downstream outage {}",
-                    if state.faults.outage {
-                        "begins"
-                    } else {
-                        "ends"
-                    }
+                    if state.ext.outage { "begins" } else { "ends" }
                 )
             }
         };
-        state.trace.note("fault", "-", &what);
+        state.ext.trace.note("fault", "-", &what);
     }
     let mut state = world.lock();
     state.faults = crate::world::Faults {
         healed: true,
         ..Default::default()
     };
-    state.trace.note("fault", "-", "every fault healed");
+    state.ext.outage = false;
+    state.ext.trace.note("fault", "-", "every fault healed");
     healed.store(true, Ordering::SeqCst);
 }
 
@@ -1098,7 +1110,7 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
                 biased;
                     _ = redrive(&store, "redrive", request, false) => {}
                     _ = sleep(at) => {
-                        store.world().lock().trace.note("redrive", "-", "the run died midway");
+                        store.world().lock().ext.trace.note("redrive", "-", "the run died midway");
                     }
                 }
             }
@@ -1174,7 +1186,7 @@ async fn purge(store: &SimStore) {
         match actor.query_page(&filter, 100, None).await {
             Ok(page) => records.extend(page.records),
             Err(e) => {
-                store.world().lock().trace.note(
+                store.world().lock().ext.trace.note(
                     "purge",
                     "-",
                     &format!("purge could not select: {e}"),
@@ -1193,9 +1205,10 @@ async fn purge(store: &SimStore) {
         let mut state = store.world().lock();
         let ids: Vec<String> = records.iter().map(|r| r.item_id.clone()).collect();
         let shas: Vec<String> = records.iter().map(|r| r.payload.sha256.clone()).collect();
-        state.ledger.discarded.extend(shas);
-        state.ledger.purged.extend(ids.iter().cloned());
+        state.ext.ledger.discarded.extend(shas);
+        state.ext.ledger.purged.extend(ids.iter().cloned());
         state
+            .ext
             .trace
             .note("purge", "-", &format!("purging {}", ids.join(" ")));
     }
@@ -1209,12 +1222,12 @@ async fn purge(store: &SimStore) {
     .await;
     let what = match result {
         Ok(report) => {
-            store.world().lock().stats.purges += 1;
+            store.world().lock().ext.stats.purges += 1;
             format!("purge done: {report:?}")
         }
         Err(e) => format!("purge failed midway: {e}"),
     };
-    store.world().lock().trace.note("purge", "-", &what);
+    store.world().lock().ext.trace.note("purge", "-", &what);
 }
 
 /// Damages one dead record that has a DLQ message (an operator's hand edit).
@@ -1241,8 +1254,8 @@ fn corrupt_a_record(store: &SimStore, rng: &mut fastrand::Rng) -> bool {
     };
     row.corrupt = true;
     let sha = row.record.payload.sha256.clone();
-    state.ledger.corrupted.insert(id.clone());
-    state.trace.note(
+    state.ext.ledger.corrupted.insert(id.clone());
+    state.ext.trace.note(
         "operator",
         &id,
         &format!("damaged the record by hand (payload {})", &sha[..12]),
@@ -1259,7 +1272,7 @@ async fn redrive(
     function: bool,
 ) -> Option<(usize, usize)> {
     let world = store.world().clone();
-    world.lock().stats.redrives += 1;
+    world.lock().ext.stats.redrives += 1;
     let processor = SimHandler::new(Downstream::new(world.clone(), actor), &world, actor);
     let engine = RedriveEngine::new(
         store.as_actor(actor),
@@ -1267,7 +1280,7 @@ async fn redrive(
         RedriveSettings {
             retry: retry_policy(),
             parser: parser(&world),
-            lease_ttl: world.lock().lease_ttl,
+            lease_ttl: world.lock().ext.lease_ttl,
             report_items: 50,
             ..RedriveSettings::default()
         }
@@ -1275,7 +1288,7 @@ async fn redrive(
         .with_random(world.random.clone()),
     )
     .with_body_resolver(Arc::new(SimResolver::new(store.as_actor(actor))));
-    world.lock().trace.note(
+    world.lock().ext.trace.note(
         actor,
         "-",
         &format!(
@@ -1289,7 +1302,7 @@ async fn redrive(
         let mut state = world.lock();
         match result {
             Ok(report) => {
-                state.trace.note(
+                state.ext.trace.note(
                     actor,
                     "-",
                     &format!(
@@ -1305,7 +1318,7 @@ async fn redrive(
                     ),
                 );
                 for item in report.items.iter().filter(|i| i.detail.is_some()) {
-                    state.trace.note(
+                    state.ext.trace.note(
                         actor,
                         &item.item_id,
                         &format!(
@@ -1322,6 +1335,7 @@ async fn redrive(
             }
             Err(e) => {
                 state
+                    .ext
                     .trace
                     .note(actor, "-", &format!("redrive failed: {e}"));
                 (None, None)
@@ -1335,11 +1349,13 @@ async fn redrive(
         again.continuation_token = Some(token);
         world
             .lock()
+            .ext
             .trace
             .note(actor, "-", "redrive continues from its token");
         if let Err(e) = engine.run_until(&again, None, &|_| {}).await {
             world
                 .lock()
+                .ext
                 .trace
                 .note(actor, "-", &format!("redrive continuation failed: {e}"));
         }

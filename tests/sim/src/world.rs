@@ -1,86 +1,29 @@
-//! The simulated world's state: the source queue and the DLQ, the dead-letter table, the
-//! payload bucket, the fault switches, the ledger of what was sent and delivered, and the
-//! trace. Everything sits behind one lock that no one holds across an `await`, so every
-//! change is one atomic step, and the invariants that must hold at every step are checked
-//! right after it ([`State::after_step`]).
+//! The simulated world: the library's in-memory world (`sqs_keeper_core::testing::World`:
+//! the dead-letter table, the payload bucket, the DLQ and the source queue, one atomic step
+//! per call) with the simulation's own state beside it ([`Sim`]: the ledger of what was
+//! sent and delivered, the trace, the invariants broken, the counters, the downstream's
+//! outage). Everything sits behind the world's one lock, so every change is one atomic
+//! step, and the invariants that must hold at every step are checked right after it: the
+//! world tells the simulation of each change ([`observe`]), which checks them
+//! ([`Checks::after_step`]).
 
-use sqs_keeper_core::{Condition, StoredRecord};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Mutex, MutexGuard};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
-use sqs_keeper_core::{Clock, Random};
-use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
+use sqs_keeper_core::ItemStatus;
+use sqs_keeper_core::{testing::Event, testing::ITEM_SIZE_LIMIT};
+use sqs_keeper_core::{testing::Queue, testing::QueueMessage};
 
-use crate::queue::SimQueue;
 use crate::trace::Trace;
 
-/// DynamoDB's item size limit.
-pub const ITEM_SIZE_LIMIT: usize = 400 * 1024;
+/// The world: the library's, with the simulation's state ([`Sim`]) beside its own.
+pub type World = sqs_keeper_core::testing::World<Sim>;
 
-/// One item of the dead-letter table: the record and the attributes the record type does
-/// not carry (attempt ids, DLQ claims, the lease owner).
-#[derive(Debug, Clone)]
-pub struct Row {
-    /// The record.
-    pub record: DeadLetteredItem,
-    /// Ids of the attempts in its history (and of compacted ones, while not trimmed).
-    pub attempt_ids: BTreeSet<String>,
-    /// Source message ids whose one DLQ message was claimed.
-    pub claims: BTreeSet<String>,
-    /// Source message ids whose DLQ message was sent.
-    pub sent: BTreeSet<String>,
-    /// Who holds the lease.
-    pub lease_owner: Option<String>,
-    /// Damaged outside the pipeline (a hand edit, an older schema): it reads without a
-    /// status and refuses every write, a poison the tools must survive.
-    pub corrupt: bool,
-}
+/// The whole state: the world's, and the simulation's in its `ext`.
+pub type State = sqs_keeper_core::testing::WorldState<Sim>;
 
-impl Row {
-    /// Whether `condition` (the one the DynamoDB adapter sends, from
-    /// [`sqs_keeper_core::conditions`]) holds for this row as stored.
-    pub fn satisfies(&self, condition: &Condition) -> bool {
-        let ids = |id: &str| self.attempt_ids.contains(id);
-        let claims = |id: &str| self.claims.contains(id);
-        let stored = StoredRecord {
-            record: &self.record,
-            lease_owner: self.lease_owner.as_deref(),
-            // DynamoDB keeps no empty set: the attribute is missing.
-            attempt_ids: (!self.attempt_ids.is_empty()).then_some(&ids as &dyn Fn(&str) -> bool),
-            claims: (!self.claims.is_empty()).then_some(&claims as &dyn Fn(&str) -> bool),
-        };
-        condition.holds(Some(&stored))
-    }
-}
-
-/// Whether `condition` holds for the row `row` (`None`: no item), as DynamoDB evaluates it.
-pub fn satisfied(row: Option<&Row>, condition: &Condition) -> bool {
-    row.map_or_else(|| condition.holds(None), |row| row.satisfies(condition))
-}
-
-impl Row {
-    /// Its size as DynamoDB would count it, near enough (the record as JSON plus the sets).
-    pub fn size(&self) -> usize {
-        serde_json::to_vec(&self.record).map_or(0, |v| v.len())
-            + self.attempt_ids.iter().map(|s| s.len() + 3).sum::<usize>()
-            + self.claims.iter().map(|s| s.len() + 3).sum::<usize>()
-    }
-}
-
-/// Faults currently switched on.
-#[derive(Debug, Clone, Default)]
-pub struct Faults {
-    /// Probability that a DynamoDB call fails (throttled or unavailable).
-    pub table: f64,
-    /// Probability that an S3 call fails.
-    pub bucket: f64,
-    /// Probability that an SQS send fails.
-    pub send: f64,
-    /// The downstream answers 503 to everything.
-    pub outage: bool,
-    /// Faults are over for good; flaky payloads behave (poison ones do not).
-    pub healed: bool,
-}
+/// Fault rates of the AWS calls (the world's own).
+pub type Faults = sqs_keeper_core::testing::Faults;
 
 /// What was sent, and what the downstream did with it.
 #[derive(Debug, Default)]
@@ -155,11 +98,7 @@ impl Ledger {
     /// Whether the worker delivered each of `messages` since `before` was read (by
     /// [`Ledger::worker_deliveries_of`], in the same order); an empty `before` counts
     /// every message as delivered.
-    pub fn delivered_since(
-        &self,
-        messages: &[crate::queue::SimMessage],
-        before: &[u32],
-    ) -> Vec<bool> {
+    pub fn delivered_since(&self, messages: &[QueueMessage], before: &[u32]) -> Vec<bool> {
         messages
             .iter()
             .enumerate()
@@ -190,33 +129,23 @@ pub struct Stats {
     pub duplicate_deliveries: u64,
 }
 
-/// The whole state.
+/// The simulation's state beside the world's.
 #[derive(Debug)]
-pub struct State {
+pub struct Sim {
     /// The redrive's lease in this world.
-    pub lease_ttl: std::time::Duration,
+    pub lease_ttl: Duration,
     /// The idempotency table, in the worlds with idempotency.
     pub idempotency: Option<sqs_keeper_core::testing::MemoryIdempotencyStore>,
     /// Downstream calls running now, by item id (worlds with idempotency: at most one).
     pub running_now: HashMap<String, u32>,
-    /// Records per query page in this world.
-    pub page_size: i32,
     /// The envelope the producer wraps its payloads in (none in most worlds).
     pub envelopes: sqs_keeper_core::envelope::Envelopes,
     /// The worker's `receive_budget_margin`: its last receive comes this many early.
     pub receive_budget_margin: u32,
     /// Redrive runs processing each item at this moment (§3: at most one).
     pub redriving_now: HashMap<String, u32>,
-    /// The source queue.
-    pub source: SimQueue,
-    /// The dead-letter queue.
-    pub dlq: SimQueue,
-    /// The dead-letter table.
-    pub table: BTreeMap<String, Row>,
-    /// The payload bucket, by key.
-    pub bucket: BTreeMap<String, String>,
-    /// Faults now.
-    pub faults: Faults,
+    /// The downstream answers 503 to everything.
+    pub outage: bool,
     /// What was sent and delivered.
     pub ledger: Ledger,
     /// What happened.
@@ -225,91 +154,229 @@ pub struct State {
     pub violations: Vec<(String, String)>,
     /// Counters.
     pub stats: Stats,
-    /// The seeded randomness of the world (not of the code under test).
-    pub rng: fastrand::Rng,
 }
 
-/// The world: the state behind its lock, and the clock and randomness it gives everything
-/// it runs.
-#[derive(Debug)]
-pub struct World {
-    state: Mutex<State>,
-    /// Wakes the idle pollers when a message is sent to the source queue (long polling
-    /// returns as soon as one arrives).
-    pub arrivals: tokio::sync::Notify,
-    /// The world's wall clock: tokio's paused clock from the world's start. The library's
-    /// values (the worker, the breaker, the stores, the redrive runs) and the world's own
-    /// models (the queues, the downstream) all read it.
-    pub clock: Clock,
-    /// The library's randomness (backoff and redelivery jitter, run ids, sweep markers,
-    /// claim tokens), seeded from the world's seed: one generator that every value given a
-    /// clone of it draws from, in the order they draw. (The world's own choices come from
-    /// generators of their own: [`State::rng`] and those the run seeds.)
-    pub random: Random,
-}
-
-impl World {
-    /// A world over `state`, reading `clock` and drawing from `random`.
-    pub fn new(state: State, clock: Clock, random: Random) -> Self {
-        World {
-            state: Mutex::new(state),
-            arrivals: tokio::sync::Notify::new(),
-            clock,
-            random,
-        }
-    }
-
-    /// The state, for one step.
-    pub fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic elsewhere is reported by the run; carry on with the data to report it.
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-impl State {
-    /// A fresh world: empty queues, table and bucket.
-    pub fn new(seed: u64, source: SimQueue, dlq: SimQueue) -> Self {
-        State {
-            lease_ttl: std::time::Duration::from_secs(900),
+/// A fresh world: the source queue `source` and the DLQ `dlq`, empty, an empty table and
+/// bucket, random draws from `seed`; the simulation's latency and checks hooked in
+/// ([`latency`], [`observe`]).
+pub fn new_state(seed: u64, source: Queue, dlq: Queue) -> State {
+    let mut state = State::new(
+        seed,
+        dlq,
+        Sim {
+            lease_ttl: Duration::from_secs(900),
             idempotency: None,
             running_now: HashMap::new(),
-            page_size: 100,
             envelopes: Default::default(),
             receive_budget_margin: 0,
-            source,
-            dlq,
-            table: BTreeMap::new(),
-            bucket: BTreeMap::new(),
-            faults: Faults::default(),
+            redriving_now: HashMap::new(),
+            outage: false,
             ledger: Ledger::default(),
             trace: Trace::default(),
             violations: Vec::new(),
-            redriving_now: HashMap::new(),
             stats: Stats::default(),
-            rng: fastrand::Rng::with_seed(seed),
+        },
+    );
+    state.sources = vec![source];
+    state.observer = Some(observe);
+    state.latency = Some(latency);
+    state
+}
+
+/// A call's latency, drawn from the seed: half yield at once, most of the rest take a few
+/// simulated milliseconds, one in twenty a few seconds (the SDK retrying a throttled
+/// request, a cold connection), so that concurrent runs, sandboxes and operators interleave
+/// between one call and the next, as they do against DynamoDB, SQS and S3 (a read and the
+/// write that follows it are two steps another task can come between).
+pub fn draw_latency(state: &mut State) -> Duration {
+    match state.rng.u32(0..100) {
+        0..50 => Duration::ZERO,
+        50..95 => Duration::from_millis(state.rng.u64(1..=40)),
+        _ => Duration::from_millis(state.rng.u64(200..=3_000)),
+    }
+}
+
+/// The latency of a store call ([`draw_latency`]); the writes that end a lease (release,
+/// resolve, mark requeued, a redrive's failure) take none, as the simulation has always
+/// drawn them: the worlds a seed makes stay those the seeds in `tests/seeds.rs` found.
+pub fn latency(state: &mut State, operation: &str) -> Option<Duration> {
+    match operation {
+        "release_lease" | "resolve" | "mark_requeued" | "record_redrive_failure" => None,
+        _ => Some(draw_latency(state)),
+    }
+}
+
+/// What the simulation does at each change the world tells it of: keeps its ledger and
+/// trace, and checks the invariants of the step (every step: [`Checks::after_step`]; a
+/// write: its size; an append: §1.5; a deletion: that what it deletes is held elsewhere).
+pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
+    match event {
+        Event::Fault { item, what } => {
+            state
+                .ext
+                .trace
+                .note("fault", item, &format!("{actor} {what}"));
+        }
+        Event::Step { item, what } => state.after_step(actor, item, what),
+        Event::Note { item, what } => state.ext.trace.note(actor, item, what),
+        Event::RowWrite { item, size } => {
+            state.ext.stats.largest_record = state.ext.stats.largest_record.max(*size);
+            if *size > ITEM_SIZE_LIMIT {
+                state.violate(
+                    Section::Record,
+                    item,
+                    format!("a write of a {size}-byte record was refused: over DynamoDB's 400 KB"),
+                );
+            }
+        }
+        Event::Appending { item, attempt_ids } => {
+            // §1.5: an attempt is appended once however often it is recorded, also after
+            // compaction dropped it from the history (and its id with it).
+            let ever = state
+                .ext
+                .ledger
+                .appended
+                .entry(item.to_string())
+                .or_default();
+            let again: Vec<&str> = attempt_ids
+                .iter()
+                .filter(|id| !ever.insert(id.to_string()))
+                .copied()
+                .collect();
+            if !again.is_empty() {
+                state.violate(
+                    Section::RecordingIdempotent,
+                    item,
+                    format!(
+                        "attempt {} appended a second time by {actor}: failure_count counts it twice",
+                        again.join(", ")
+                    ),
+                );
+            }
+        }
+        Event::Recorded { item, message_id } => {
+            state
+                .ext
+                .ledger
+                .recorded_under
+                .entry(message_id.to_string())
+                .or_default()
+                .insert(item.to_string());
+        }
+        Event::RecordRefused { item, claim } => {
+            let held_elsewhere = match (state.table.get(*item), claim) {
+                (Some(row), Some(c)) => row.claims.contains(*c) && !row.sent.contains(*c),
+                _ => false,
+            };
+            if let (true, Some(c)) = (held_elsewhere, claim) {
+                // Another delivery holds the claim and has not sent yet: this one will be
+                // returned for retry (`dead_letter::dead_lettering_elsewhere`).
+                state.ext.ledger.claims_held_elsewhere.insert(c.to_string());
+            }
+        }
+        Event::DlqMessageDeleted { message } => {
+            let view = sqs_keeper_core::MessageView::of(
+                &message.id,
+                &message.body,
+                |name| message.attribute(name),
+                crate::store::BUCKET,
+            );
+            let item = message
+                .attribute(sqs_keeper_core::ITEM_ID_ATTRIBUTE)
+                .unwrap_or(&message.id)
+                .to_string();
+            let sha = view
+                .payload_sha256
+                .clone()
+                .unwrap_or_else(|| message.body_sha256.clone());
+            if !state.payload_is_safe(&sha, Some(&message.id)) {
+                state.violate(
+                    Section::DlqRule,
+                    &item,
+                    format!(
+                        "DLQ message {} deleted, but its payload {} was never delivered and nothing else holds it: lost",
+                        message.id,
+                        &sha[..12]
+                    ),
+                );
+            }
+        }
+        Event::PayloadDeleted { key, body } => {
+            let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
+            if state.deliveries_of(&sha) == 0 && !state.ext.ledger.discarded.contains(&sha) {
+                state.violate(
+                    Section::NothingLost,
+                    key,
+                    format!("payload object {key} deleted before its payload was delivered"),
+                );
+            }
+        }
+        Event::RecordDeleted { item, row } => {
+            state.ext.ledger.appended.remove(*item);
+            let sha = row.record.payload.sha256.clone();
+            if !state.payload_is_safe(&sha, None) {
+                state.violate(
+                    Section::NothingLost,
+                    item,
+                    format!(
+                        "a purge deleted the record of {item} holding payload {}, which it had not selected: lost",
+                        &sha[..12]
+                    ),
+                );
+            }
         }
     }
+}
 
+/// The simulation's reading of the state: its faults as it notes them, where a payload is
+/// still held, and the invariants of every step.
+pub trait Checks {
+    /// The source queue.
+    fn source(&self) -> &Queue;
+    /// The source queue, to change.
+    fn source_mut(&mut self) -> &mut Queue;
     /// Records a broken invariant about `item` (an item id, or `-`), named after the
     /// promise it breaks.
-    pub fn violate(&mut self, section: Section, item: &str, what: String) {
-        let what = format!("{}: {what}", section.label());
-        self.trace.note("INVARIANT", item, &what);
-        self.violations.push((item.to_string(), what));
-    }
-
-    /// Whether the fault `pick` names strikes this call.
-    pub fn chance_of(&mut self, pick: fn(&Faults) -> f64) -> bool {
-        let p = pick(&self.faults);
-        self.chance(p)
-    }
-
+    fn violate(&mut self, section: Section, item: &str, what: String);
     /// Whether a call of `actor` fails now, at the rate `pick` reads from the world's
     /// faults, noted in the trace against `item` as `"{actor} {what}"` when it does, so
     /// failing seeds show it.
-    pub fn call_fails(
+    fn call_fails(&mut self, pick: fn(&Faults) -> f64, actor: &str, item: &str, what: &str)
+        -> bool;
+    /// [`Checks::call_fails`] for an SQS call (the world's send failure rate).
+    fn sqs_call_fails(&mut self, actor: &str, item: &str, what: &str) -> bool;
+    /// Whether a payload is still somewhere it can be recovered from, other than the
+    /// message being deleted: delivered, in the source queue, in another DLQ message, or
+    /// held by a record that is not finished.
+    fn payload_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool;
+    /// What holds the payload `sha` as well as itself: the producer's pointers to it, and
+    /// for a pointer, its payload.
+    fn copies_of(&self, sha: &str) -> Vec<String>;
+    /// How often the downstream received the payload `sha` (or, for a producer's pointer,
+    /// the payload it names).
+    fn deliveries_of(&self, sha: &str) -> u32;
+    /// The invariants that hold after every step; called at every change. (A record's size
+    /// is checked where it is written: the world refuses a write over 400 KB, as DynamoDB
+    /// refuses it, and [`observe`] reports it.)
+    fn after_step(&mut self, actor: &str, item: &str, what: &str);
+}
+
+impl Checks for State {
+    fn source(&self) -> &Queue {
+        &self.sources[0]
+    }
+
+    fn source_mut(&mut self) -> &mut Queue {
+        &mut self.sources[0]
+    }
+
+    fn violate(&mut self, section: Section, item: &str, what: String) {
+        let what = format!("{}: {what}", section.label());
+        self.ext.trace.note("INVARIANT", item, &what);
+        self.ext.violations.push((item.to_string(), what));
+    }
+
+    fn call_fails(
         &mut self,
         pick: fn(&Faults) -> f64,
         actor: &str,
@@ -318,37 +385,29 @@ impl State {
     ) -> bool {
         let fails = self.chance_of(pick);
         if fails {
-            self.trace.note("fault", item, &format!("{actor} {what}"));
+            self.ext
+                .trace
+                .note("fault", item, &format!("{actor} {what}"));
         }
         fails
     }
 
-    /// [`State::call_fails`] for an SQS call (the world's send failure rate).
-    pub fn sqs_call_fails(&mut self, actor: &str, item: &str, what: &str) -> bool {
+    fn sqs_call_fails(&mut self, actor: &str, item: &str, what: &str) -> bool {
         self.call_fails(|f| f.send, actor, item, what)
     }
 
-    /// Whether a failure is injected now, with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && !self.faults.healed && self.rng.f64() < p
-    }
-
-    /// Whether a payload is still somewhere it can be recovered from, other than the
-    /// message being deleted: delivered, in the source queue, in another DLQ message, or
-    /// held by a record that is not finished.
-    pub fn payload_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool {
+    fn payload_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool {
         self.copies_of(sha)
             .iter()
-            .any(|copy| self.copy_is_safe(copy, deleting))
+            .any(|copy| copy_is_safe(self, copy, deleting))
     }
 
-    /// What holds the payload `sha` as well as itself: the producer's pointers to it, and
-    /// for a pointer, its payload.
-    pub fn copies_of(&self, sha: &str) -> Vec<String> {
+    fn copies_of(&self, sha: &str) -> Vec<String> {
         let mut copies = vec![sha.to_string()];
-        copies.extend(self.ledger.pointers.get(sha).cloned());
+        copies.extend(self.ext.ledger.pointers.get(sha).cloned());
         copies.extend(
-            self.ledger
+            self.ext
+                .ledger
                 .pointers
                 .iter()
                 .filter(|(_, payload)| payload.as_str() == sha)
@@ -357,49 +416,23 @@ impl State {
         copies
     }
 
-    /// How often the downstream received the payload `sha` (or, for a producer's pointer,
-    /// the payload it names).
-    pub fn deliveries_of(&self, sha: &str) -> u32 {
+    fn deliveries_of(&self, sha: &str) -> u32 {
         self.copies_of(sha)
             .iter()
-            .map(|copy| self.ledger.delivered.get(copy).copied().unwrap_or(0))
+            .map(|copy| self.ext.ledger.delivered.get(copy).copied().unwrap_or(0))
             .sum()
     }
 
-    fn copy_is_safe(&self, sha: &str, deleting: Option<&str>) -> bool {
-        if self.ledger.delivered.get(sha).copied().unwrap_or(0) > 0
-            || self.ledger.discarded.contains(sha)
-        {
-            return true;
-        }
-        let in_queue = |q: &SimQueue| {
-            q.messages().iter().any(|m| {
-                Some(m.id.as_str()) != deleting
-                    && (m.body_sha256 == sha
-                        || m.attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE) == Some(sha))
-            })
-        };
-        in_queue(&self.source)
-            || in_queue(&self.dlq)
-            || self.table.values().any(|row| {
-                row.record.payload.sha256 == sha
-                    && !matches!(row.record.status, ItemStatus::Resolved)
-            })
-    }
-
-    /// The invariants that hold after every step; called by every change. (A record's
-    /// size is checked where it is written: [`crate::store`] refuses and reports a write
-    /// over 400 KB, as DynamoDB refuses it.)
-    pub fn after_step(&mut self, actor: &str, item: &str, what: &str) {
-        self.stats.steps += 1;
-        self.trace.note(actor, item, what);
+    fn after_step(&mut self, actor: &str, item: &str, what: &str) {
+        self.ext.stats.steps += 1;
+        self.ext.trace.note(actor, item, what);
         let mut broken = Vec::new();
         for (id, row) in &self.table {
             if row.corrupt {
                 continue;
             }
             let r = &row.record;
-            self.stats.checks += 3;
+            self.ext.stats.checks += 3;
             let count = r.failure_history.len() as u64 + u64::from(r.history_omitted);
             if u64::from(r.failure_count) != count {
                 broken.push((
@@ -440,6 +473,7 @@ impl State {
                 what.split(' ').next().unwrap_or("")
             );
             if !self
+                .ext
                 .violations
                 .iter()
                 .any(|(i, w)| *i == item && w.starts_with(&key))
@@ -448,6 +482,28 @@ impl State {
             }
         }
     }
+}
+
+/// Whether the copy `sha` of a payload is delivered, purged, or held by a message (other
+/// than `deleting`) or an unfinished record.
+fn copy_is_safe(state: &State, sha: &str, deleting: Option<&str>) -> bool {
+    if state.ext.ledger.delivered.get(sha).copied().unwrap_or(0) > 0
+        || state.ext.ledger.discarded.contains(sha)
+    {
+        return true;
+    }
+    let in_queue = |q: &Queue| {
+        q.messages().iter().any(|m| {
+            Some(m.id.as_str()) != deleting
+                && (m.body_sha256 == sha
+                    || m.attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE) == Some(sha))
+        })
+    };
+    in_queue(state.source())
+        || in_queue(&state.dlq)
+        || state.table.values().any(|row| {
+            row.record.payload.sha256 == sha && !matches!(row.record.status, ItemStatus::Resolved)
+        })
 }
 
 /// The promise of docs/ARCHITECTURE.md that a broken invariant breaks: every report names

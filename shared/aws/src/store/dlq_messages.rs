@@ -1,10 +1,10 @@
-//! The DLQ side of the sweep (the core's `sweep`) over AWS: [`DlqMessages`] for the store,
-//! receiving, deleting and releasing DLQ messages in SQS, looking records up and adopting
-//! messages in the DynamoDB table. The rules and the loops are the core's; what is here is
-//! the SDK calls, and how an SQS message is read (its item id, its [`MessageView`], the work
-//! item it would have been).
+//! The DLQ as the core's [`DeadLetterQueue`] port (docs/ARCHITECTURE.md §5): the batched
+//! dead-letter send ([`super::dlq`]), and receiving, deleting, holding and rotating DLQ
+//! messages in SQS for the sweep, and adopting a message into the DynamoDB table. The rules
+//! and the loops are the core's ([`sqs_keeper_core::sweep`]); what is here is the SDK calls,
+//! and how an SQS message is read (its item id, its [`MessageView`], the work item it would
+//! have been).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_sqs::types::{
@@ -12,17 +12,14 @@ use aws_sdk_sqs::types::{
     MessageSystemAttributeName,
 };
 
-use super::schema::LEASE_EXPIRES_AT;
-use super::{schema, DeadLetterStore};
+use super::DeadLetterStore;
+use sqs_keeper_core::DeadLetteredItem;
 use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::S3Pointer;
 use sqs_keeper_core::ITEM_ID_ATTRIBUTE;
-use sqs_keeper_core::{
-    adopted_record, Adoption, DlqMessages, MessageView, ReceivedMessage, Standing,
-};
-use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
+use sqs_keeper_core::{adopted_record, Sweep, SweepOptions};
+use sqs_keeper_core::{Adoption, DeadLetterQueue, MessageView, ReceivedMessage};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{Sweep, SweepOptions};
 
 /// The attribute real SQS adds to messages its redrive policy moved.
 const SOURCE_ARN_ATTRIBUTE: &str = "DeadLetterQueueSourceArn";
@@ -162,8 +159,13 @@ async fn read_payload(
     }
 }
 
-impl DlqMessages for DeadLetterStore {
+impl DeadLetterQueue for DeadLetterStore {
     type Message = Message;
+
+    /// One `SendMessageBatch` per ten messages (and 1 MiB) (the store's `dlq::send`).
+    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
+        super::dlq::send(&self.clients.sqs, &self.config, records).await
+    }
 
     /// One `ReceiveMessage` of up to 10 messages, with all their attributes, long-polling
     /// for a second: an empty answer then means no server of the queue had a visible
@@ -211,60 +213,6 @@ impl DlqMessages for DeadLetterStore {
                 view: message_view(message, &self.config.bucket),
                 marker: rotation_marker(message),
                 message: message.clone(),
-            })
-            .collect())
-    }
-
-    /// One `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again
-    /// with backoff. Keys still unread after that are an error, never "no record": a record
-    /// taken for missing would be adopted over.
-    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
-        let items = self
-            .batch_get(ids, "sweep-lookup", |request| {
-                request
-                    .projection_expression(
-                        "#id, #status, #expires, #src.#mid, #src.#arn, #payload.#sha, #processed, #requeued",
-                    )
-                    .expression_attribute_names("#id", schema::ITEM_ID)
-                    .expression_attribute_names("#status", schema::STATUS)
-                    .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
-                    .expression_attribute_names("#src", "source")
-                    .expression_attribute_names("#mid", "message_id")
-                    .expression_attribute_names("#arn", "queue_arn")
-                    .expression_attribute_names("#payload", "payload")
-                    .expression_attribute_names("#sha", "sha256")
-                    .expression_attribute_names("#processed", schema::PROCESSED)
-                    .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
-            })
-            .await?;
-        Ok(items
-            .into_iter()
-            .map(|(id, item)| {
-                let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
-                let nested = |map: &str, name: &str| {
-                    item.get(map)
-                        .and_then(|v| v.as_m().ok())
-                        .and_then(|m| m.get(name))
-                        .and_then(|v| v.as_s().ok())
-                        .cloned()
-                };
-                let standing = Standing {
-                    status: text(schema::STATUS).and_then(|s| ItemStatus::parse(&s)),
-                    lease_expires_at: item
-                        .get(LEASE_EXPIRES_AT)
-                        .and_then(|v| v.as_n().ok())
-                        .and_then(|n| n.parse().ok()),
-                    source_message_id: nested("source", "message_id"),
-                    payload_sha256: nested("payload", "sha256"),
-                    processed: item
-                        .get(schema::PROCESSED)
-                        .and_then(|v| v.as_l().ok())
-                        .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
-                        .unwrap_or_default(),
-                    requeued_message_id: text(schema::REQUEUED_MESSAGE_ID),
-                    source_queue_arn: nested("source", "queue_arn"),
-                };
-                (id, standing)
             })
             .collect())
     }
@@ -332,7 +280,7 @@ impl DlqMessages for DeadLetterStore {
         Ok(written.then_some(record))
     }
 
-    async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
+    async fn delete_messages(&self, receipts: &[String]) -> Result<usize, ProcessError> {
         self.delete_dlq_messages(receipts).await
     }
 
@@ -382,7 +330,7 @@ impl DlqMessages for DeadLetterStore {
                 );
             }
         }
-        // And the item it is tracked by (`DlqMessages::rotate`).
+        // And the item it is tracked by (`DeadLetterQueue::rotate`).
         if !attributes.contains_key(ITEM_ID_ATTRIBUTE) {
             if let Some(value) = string(item_id) {
                 attributes.insert(ITEM_ID_ATTRIBUTE.to_string(), value);
@@ -572,38 +520,6 @@ fn to_work_item(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A lookup DynamoDB keeps throttling (every key left unprocessed) fails, rather than
-    /// answering that the record does not exist (which would have it adopted over).
-    #[tokio::test(start_paused = true)]
-    async fn keys_left_unprocessed_are_an_error_not_a_missing_record() {
-        use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
-        use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
-        use aws_smithy_mocks::{mock, mock_client};
-        let throttled = mock!(aws_sdk_dynamodb::Client::batch_get_item).then_output(|| {
-            let key = HashMap::from([(
-                schema::ITEM_ID.to_string(),
-                AttributeValue::S("order-1".to_string()),
-            )]);
-            BatchGetItemOutput::builder()
-                .unprocessed_keys("t", KeysAndAttributes::builder().keys(key).build().unwrap())
-                .build()
-        });
-        let store = crate::store::mocked_store(|clients| {
-            clients.dynamodb = mock_client!(
-                aws_sdk_dynamodb,
-                aws_smithy_mocks::RuleMode::MatchAny,
-                &[&throttled]
-            );
-        });
-        let error = store.standings(&["order-1".to_string()]).await.unwrap_err();
-        assert_eq!(error.class, ErrorClass::Throttled, "{error}");
-        assert_eq!(error.step.as_deref(), Some("sweep-lookup"));
-        assert_eq!(
-            throttled.num_calls(),
-            super::super::BATCH_GET_ROUNDS as usize
-        );
-    }
 
     /// A sweep's receive long-polls: a short poll samples a few of the queue's servers and
     /// may answer empty while messages wait, which ended sweeps (and purges) early, leaving

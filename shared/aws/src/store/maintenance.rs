@@ -3,7 +3,6 @@
 //! DynamoDB deletes. Callers confirm with the operator first.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use futures::StreamExt;
 
 use super::{schema, DeadLetterStore};
 use crate::condition_expression::WithCondition;
@@ -11,37 +10,13 @@ use sqs_keeper_core::conditions;
 use sqs_keeper_core::DeadLetteredItem;
 use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::RecordRemoval;
 
 use sqs_keeper_core::RemovalReport;
 
-impl RecordRemoval for DeadLetterStore {
-    /// One conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few
-    /// at once: status and last attempt as selected.
-    async fn delete_records(
-        &self,
-        records: &[DeadLetteredItem],
-    ) -> Result<Vec<String>, ProcessError> {
-        let deletes: Vec<_> = records
-            .iter()
-            .map(|record| self.delete_if_unchanged(record))
-            .collect();
-        let results: Vec<Result<Option<String>, ProcessError>> = futures::stream::iter(deletes)
-            .buffer_unordered(DELETE_CONCURRENCY)
-            .collect()
-            .await;
-        let mut deleted = Vec::new();
-        for result in results {
-            deleted.extend(result?);
-        }
-        Ok(deleted)
-    }
-}
-
 impl DeadLetterStore {
     /// Deletes `record` if its status and last attempt are still as selected: its id, or
-    /// `None` when it changed.
-    async fn delete_if_unchanged(
+    /// `None` when it changed ([`sqs_keeper_core::RecordStore::delete_records`]).
+    pub(super) async fn delete_if_unchanged(
         &self,
         record: &DeadLetteredItem,
     ) -> Result<Option<String>, ProcessError> {
@@ -74,7 +49,7 @@ impl DeadLetterStore {
 }
 
 /// Conditional deletes in flight at once.
-const DELETE_CONCURRENCY: usize = 8;
+pub(super) const DELETE_CONCURRENCY: usize = 8;
 
 impl DeadLetterStore {
     /// Deletes the DLQ messages of `records`, then their payload objects, then the records

@@ -12,10 +12,19 @@
 //! Only when all three succeed is the record reported as dead-lettered (and acked); a
 //! failure at any step leaves it in `batchItemFailures`, so SQS delivers it again.
 //!
-//! The order and the merge rules are the core's (the core's `recording`); the store gives it
-//! the writes ([`RecordTable`]: the conditional `UpdateItem`s, the S3 `PutObject`, the
-//! batched DLQ send). Likewise the DLQ sweep is the core's `sweep` over the store's
-//! [`sqs_keeper_core::DlqMessages`] ([`dlq_messages`]).
+//! The order and the merge rules are the core's (its `recording`), and so is the DLQ sweep
+//! (its `sweep`); the store gives them the core's four store
+//! ports, one per AWS resource (docs/ARCHITECTURE.md §5):
+//!
+//! | port | here | what it is |
+//! | --- | --- | --- |
+//! | [`sqs_keeper_core::RecordStore`] | `record_store` (with `lease`, `query`, `maintenance`) | the DynamoDB table: reads, the conditional `UpdateItem`s, leases, deletes |
+//! | [`sqs_keeper_core::DeadLetterQueue`] | `dlq_messages` (with `dlq`) | the DLQ: the batched dead-letter send, receive, adopt, delete, hold, rotate |
+//! | [`sqs_keeper_core::PayloadStore`] | `payload` | the S3 bucket: `GetObject`, `PutObject`, `DeleteObject` |
+//! | [`sqs_keeper_core::SourceQueue`] | `source_queue` | the source queues a requeue sends to |
+//!
+//! and the worker's [`DeadLetterSink`]: [`sqs_keeper_core::record_dead_letters`] over
+//! them, with the DLQ's `MaximumMessageSize` read once.
 
 mod dlq;
 mod dlq_messages;
@@ -23,26 +32,22 @@ mod lease;
 mod maintenance;
 mod payload;
 mod query;
-mod redrive_ports;
+mod record_store;
 pub mod schema;
+mod source_queue;
 
 use std::collections::HashMap;
-use std::collections::HashSet;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::aws::AwsClients;
-use crate::condition_expression::WithCondition;
-use sqs_keeper_core::conditions;
-use sqs_keeper_core::Clock;
+use sqs_keeper_core::PayloadPolicy;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::Random;
-use sqs_keeper_core::{Compaction, Deliveries, RecordTable, RecordingSettings};
-use sqs_keeper_core::{
-    DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, FailureDetail, InvocationInfo,
-};
-use sqs_keeper_core::{PayloadPolicy, S3Pointer};
+use sqs_keeper_core::RecordStore;
+use sqs_keeper_core::RecordingSettings;
+use sqs_keeper_core::{Clock, Random};
+use sqs_keeper_core::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,288 +321,6 @@ impl DeadLetterStore {
     }
 }
 
-impl RecordTable for DeadLetterStore {
-    /// One conditional `UpdateItem` (`ALL_NEW`); `None` when a pending attempt was already
-    /// recorded (or the claim was already taken).
-    async fn try_record(
-        &self,
-        record: &DeadLetteredItem,
-        pending: &[FailureDetail],
-        claim: Option<&str>,
-        expect: sqs_keeper_core::Expect,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        let mut fields = schema::record_to_item(record)?;
-        fields.remove(schema::ITEM_ID);
-        fields.remove(schema::FAILURE_COUNT);
-        fields.remove(schema::FAILURE_HISTORY);
-        // Counted by compaction alone.
-        fields.remove(schema::HISTORY_OMITTED);
-        // Accumulated by resolutions; a new failure does not forget them.
-        fields.remove(schema::PROCESSED);
-        let first_attempt = fields.remove("first_attempt");
-        // Set on creation; afterwards `review_flag_change` decides on the whole history
-        // (which may hold dropped attempts this write cannot see).
-        let review = fields.remove(schema::MANUAL_REVIEW_REQUIRED);
-        // In name order, so that the same record always makes the same expression.
-        let mut fields: Vec<(String, AttributeValue)> = fields.into_iter().collect();
-        fields.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-
-        let mut request = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
-            .return_values(ReturnValue::AllNew);
-        let mut sets = Vec::new();
-        for (n, (name, value)) in fields.into_iter().enumerate() {
-            sets.push(format!("#f{n} = :f{n}"));
-            request = request
-                .expression_attribute_names(format!("#f{n}"), name)
-                .expression_attribute_values(format!(":f{n}"), value);
-        }
-        if let Some(review) = review {
-            sets.push("#review = if_not_exists(#review, :review)".to_string());
-            request = request
-                .expression_attribute_names("#review", schema::MANUAL_REVIEW_REQUIRED)
-                .expression_attribute_values(":review", review);
-        }
-        if let Some(first) = first_attempt {
-            sets.push("#first = if_not_exists(#first, :first)".to_string());
-            request = request
-                .expression_attribute_names("#first", "first_attempt")
-                .expression_attribute_values(":first", first);
-        }
-        // A new failure ends a requeue: the item is dead again.
-        let removes = " REMOVE #requeued";
-        request = request.expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID);
-        // A claim-only write (no attempt left to append: the twin that recorded them freed
-        // the claim) leaves the history and its count alone; DynamoDB refuses empty sets.
-        let appends = !pending.is_empty();
-        if appends {
-            sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
-            request = request
-                .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
-                .expression_attribute_names("#count", schema::FAILURE_COUNT)
-                .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-                .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-                .expression_attribute_values(":hist", schema::history_to_attr(pending)?)
-                .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
-                .expression_attribute_values(
-                    ":ids",
-                    AttributeValue::Ss(pending.iter().map(|f| f.attempt_id.clone()).collect()),
-                );
-        } else if claim.is_none() {
-            return Ok(None);
-        }
-        let mut adds: Vec<&str> = if appends {
-            vec!["#count :count", "#ids :ids"]
-        } else {
-            Vec::new()
-        };
-        if let Some(claim) = claim {
-            adds.push("#claims :claims");
-            request = request
-                .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-                .expression_attribute_values(
-                    ":claims",
-                    AttributeValue::Ss(vec![claim.to_string()]),
-                );
-        }
-        let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
-        let condition = conditions::records_attempts(&attempt_ids, claim, &expect);
-        let update = format!("SET {}{removes} ADD {}", sets.join(", "), adds.join(", "));
-        let result = request
-            .update_expression(update)
-            .with_condition(&condition)
-            .send()
-            .await;
-        match result {
-            Ok(output) => {
-                let stored = output
-                    .attributes()
-                    .map(schema::record_from_item)
-                    .transpose()?;
-                Ok(stored.or_else(|| Some(record.clone())))
-            }
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(ProcessError::from_sdk(&e).with_step("record")),
-        }
-    }
-
-    /// One `GetItem` of the three sets (strongly consistent).
-    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
-        let output = self
-            .clients
-            .dynamodb
-            .get_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .projection_expression("#ids, #claims, #sent")
-            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_names("#sent", schema::DLQ_SENT)
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))?;
-        let set = |name: &str| -> HashSet<String> {
-            output
-                .item()
-                .and_then(|i| i.get(name))
-                .and_then(|v| v.as_ss().ok())
-                .map(|ids| ids.iter().cloned().collect())
-                .unwrap_or_default()
-        };
-        Ok(Deliveries {
-            attempt_ids: set(schema::ATTEMPT_IDS),
-            claims: set(schema::DLQ_CLAIMS),
-            sent: set(schema::DLQ_SENT),
-        })
-    }
-
-    /// One `TransactWriteItems` per 100 records (`DeadLetterStore::mark_sent_all`).
-    async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
-        self.mark_sent_all(sent).await
-    }
-
-    /// `manual_review_required` depends on the whole history, which an update expression
-    /// cannot see: set afterwards ([`sqs_keeper_core::review_flag_change`]).
-    async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
-        self.clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression("SET manual_review_required = :v")
-            .expression_attribute_values(":v", AttributeValue::Bool(wanted))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))
-    }
-
-    /// Keeps a record's history within [`StoreConfig::history_limit`]: the first attempts
-    /// and the latest ones stay, `history_omitted` counts the others. The write holds only
-    /// if no attempt was appended since `stored` was read (`failure_count` unchanged); when
-    /// one was, that writer compacts instead.
-    async fn compact(
-        &self,
-        stored: &DeadLetteredItem,
-        compaction: &Compaction,
-    ) -> Result<(), ProcessError> {
-        let request = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
-            // The ids of dropped attempts go with them; claims only matter while a message
-            // may still be delivered again ([`Compaction`]).
-            .update_expression(if compaction.forgotten.is_empty() {
-                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
-                 ADD #omitted :dropped"
-            } else {
-                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
-                 ADD #omitted :dropped DELETE #sent :forgotten"
-            })
-            .expression_attribute_names("#processed", schema::PROCESSED)
-            .expression_attribute_values(
-                ":kept_processed",
-                AttributeValue::L(
-                    compaction
-                        .processed
-                        .iter()
-                        .cloned()
-                        .map(AttributeValue::S)
-                        .collect(),
-                ),
-            )
-            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_values(
-                ":kept_claims",
-                AttributeValue::Ss(compaction.claims.clone()),
-            )
-            .expression_attribute_values(
-                ":kept_ids",
-                AttributeValue::Ss(compaction.attempt_ids.clone()),
-            )
-            .with_condition(&conditions::counts(stored.failure_count))
-            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
-            .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
-            .expression_attribute_values(
-                ":kept",
-                schema::history_to_attr(&compaction.history)?,
-            )
-            .expression_attribute_values(
-                ":dropped",
-                AttributeValue::N(compaction.dropped.to_string()),
-            );
-        // The "sent" marks of the messages whose entries all go (DynamoDB refuses an empty
-        // set, hence only when there are some).
-        let request = if compaction.forgotten.is_empty() {
-            request
-        } else {
-            request
-                .expression_attribute_names("#sent", schema::DLQ_SENT)
-                .expression_attribute_values(
-                    ":forgotten",
-                    AttributeValue::Ss(compaction.forgotten.clone()),
-                )
-        };
-        let result = request.send().await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(ProcessError::from_sdk(&e).with_step("compact-history")),
-        }
-    }
-
-    /// Gives up the claim on a message's DLQ message (its send failed), so that the next
-    /// delivery of the message sends it.
-    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
-        self.clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.config.table)
-            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
-            .update_expression("DELETE #claims :claims")
-            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_values(
-                ":claims",
-                AttributeValue::Ss(vec![message_id.to_string()]),
-            )
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("release-claim"))
-    }
-
-    async fn put_payload(
-        &self,
-        pointer: &S3Pointer,
-        body: &str,
-        sha256: &str,
-    ) -> Result<(), ProcessError> {
-        payload::put_payload(&self.clients.s3, pointer, body, sha256).await
-    }
-
-    async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
-        dlq::send(&self.clients.sqs, &self.config, records).await
-    }
-}
-
 impl DeadLetterSink for DeadLetterStore {
     async fn finish_requeued(
         &self,
@@ -606,8 +329,7 @@ impl DeadLetterSink for DeadLetterStore {
         payload_sha256: &str,
         requeued_by: &str,
     ) -> Result<(), ProcessError> {
-        DeadLetterStore::finish_requeued(self, item_id, message_id, payload_sha256, requeued_by)
-            .await
+        RecordStore::finish_requeued(self, item_id, message_id, payload_sha256, requeued_by).await
     }
 
     async fn finish_moved_back(
@@ -617,7 +339,7 @@ impl DeadLetterSink for DeadLetterStore {
         message_id: &str,
         payload_sha256: &str,
     ) -> Result<(), ProcessError> {
-        DeadLetterStore::finish_moved_back(self, item_id, dead_lettered, message_id, payload_sha256)
+        RecordStore::finish_moved_back(self, item_id, dead_lettered, message_id, payload_sha256)
             .await
     }
 

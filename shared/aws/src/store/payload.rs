@@ -1,8 +1,11 @@
 //! Large payloads in S3, and the SQS Extended Client pointer format used both to read
-//! offloaded source messages and to point DLQ messages at offloaded payloads.
+//! offloaded source messages and to point DLQ messages at offloaded payloads; the bucket as
+//! the core's [`PayloadStore`] port (docs/ARCHITECTURE.md §5).
 
 use aws_sdk_s3::primitives::ByteStream;
 
+use super::DeadLetterStore;
+use sqs_keeper_core::PayloadStore;
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{S3Pointer, SHA256_METADATA};
 
@@ -87,6 +90,30 @@ pub async fn get_payload_limited(
         .with_step("fetch-payload")
     })?;
     Ok((text, sha256))
+}
+
+impl PayloadStore for DeadLetterStore {
+    async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
+        get_payload(&self.clients().s3, pointer)
+            .await
+            .map(|(body, _)| body)
+    }
+
+    async fn put(&self, pointer: &S3Pointer, body: &str, sha256: &str) -> Result<(), ProcessError> {
+        put_payload(&self.clients().s3, pointer, body, sha256).await
+    }
+
+    async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
+        self.clients()
+            .s3
+            .delete_object()
+            .bucket(&pointer.bucket)
+            .key(&pointer.key)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("delete-payload"))
+    }
 }
 
 #[cfg(test)]

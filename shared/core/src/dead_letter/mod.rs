@@ -21,10 +21,9 @@ mod record;
 
 pub use attributes::{capped_attributes, MessageAttribute, ATTRIBUTES_LIMIT};
 pub use record::{
-    compact_history, lease_is_free, leased_with_payload, needs_manual_review, processed_after,
-    processed_key_for_message, processed_key_for_payload, DeadLetteredItem, FailureDetail,
-    ItemPayload, ItemStatus, PayloadLocation, SourceContext, Triage, LEASED_WITH_PAYLOAD,
-    PROCESSED_LIMIT,
+    compact_history, needs_manual_review, processed_after, processed_key_for_message,
+    processed_key_for_payload, DeadLetteredItem, FailureDetail, ItemPayload, ItemStatus,
+    PayloadLocation, SourceContext, Triage, LEASED_WITH_PAYLOAD, PROCESSED_LIMIT,
 };
 
 /// Longest error message kept in a record (the latest error and each history entry).

@@ -363,17 +363,6 @@ impl FailureDetail {
 pub const LEASED_WITH_PAYLOAD: &str =
     "lease owner is the run, status is redriving, payload sha256 is the one processed";
 
-/// Whether [`LEASED_WITH_PAYLOAD`] holds for `record` (as stored, with its lease owner)
-/// and a run `owner` that processed the payload `processed_sha256`: the condition the
-/// DynamoDB adapter sends ([`crate::condition::conditions::leased_with_payload`]).
-pub use crate::condition::leased_with_payload;
-
-/// Whether a run may take the lease on an item of `status` whose lease (if any) expires at
-/// `lease_expires_at` (epoch seconds): a dead item, or one whose redrive died holding an
-/// expired lease (docs/ARCHITECTURE.md §3); the condition the DynamoDB adapter sends
-/// ([`crate::condition::conditions::lease_is_free`]).
-pub use crate::condition::lease_is_free;
-
 /// `manual_review_required`: any permission failure, or validation failing more than once
 /// (a second validation failure after a redrive means the fix did not work).
 pub fn needs_manual_review(history: &[FailureDetail]) -> bool {

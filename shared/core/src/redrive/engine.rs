@@ -1,9 +1,10 @@
 //! The redrive engine: runs a validated [`RedriveRequest`] over the [`RedrivePorts`]:
 //! holds the DLQ's messages, selects records page by page (or by id), leases them, puts
 //! them back (reprocess here, or requeue to the source queue), writes each outcome, and
-//! settles the DLQ messages at the end. It does no I/O of its own: every call goes through
-//! the ports, so its unit tests (`redrive/tests.rs`) run it over
-//! [`crate::testing::MemoryStore`].
+//! settles the DLQ messages at the end (the sweep's [`crate::sweep::sweep_dlq`] and
+//! [`crate::sweep::settle_held`], over the same ports). It does no I/O of its own: every
+//! call goes through the ports, so its unit tests (`redrive/tests.rs`) run it over the
+//! in-memory world ([`crate::testing::MemoryStore`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -21,12 +22,12 @@ use crate::dead_letter::{
 use crate::error::ProcessError;
 use crate::item::{ItemParser, WorkItem};
 use crate::pointer::S3Pointer;
-use crate::ports::{RedrivePorts, SweepOptions};
+use crate::ports::RedrivePorts;
 use crate::processor::Processor;
 use crate::random::Random;
 use crate::retry::{run_with_retry, Deadline, RetryPolicy};
 use crate::selection::PageToken;
-use crate::sweep::HeldMessage;
+use crate::sweep::{HeldMessage, SweepOptions};
 
 /// Settings of the engine itself (not of one run).
 #[derive(Debug, Clone)]
@@ -272,18 +273,19 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         let mut swept_whole_dlq = true;
         if !request.dry_run {
             let sweep_until = started + run.stop_at.saturating_duration_since(started) / 2;
-            let sweep = self
-                .store
-                .sweep(&SweepOptions {
+            let sweep = crate::sweep::sweep_dlq(
+                &self.store,
+                &SweepOptions {
                     adopt: true,
                     purge: HashMap::new(),
                     parser: self.settings.parser.clone(),
                     until: Some(sweep_until),
                     hold_until: Some(run.settle_by),
                     random: self.settings.retry.random.clone(),
-                })
-                .await
-                .map_err(RedriveError::Store)?;
+                },
+            )
+            .await
+            .map_err(RedriveError::Store)?;
             report.adopted_from_dlq = sweep.adopted;
             report.dlq_messages_deleted = sweep.deleted;
             swept_whole_dlq = sweep.complete;
@@ -424,17 +426,18 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         let resolved_unheld = resolved.iter().any(|id| !held.contains_key(id));
         let mut deleted = 0;
         if resolved_unheld && Instant::now() < run.settle_by {
-            let sweep = self
-                .store
-                .sweep(&SweepOptions {
+            let sweep = crate::sweep::sweep_dlq(
+                &self.store,
+                &SweepOptions {
                     adopt: true,
                     purge: HashMap::new(),
                     parser: self.settings.parser.clone(),
                     until: Some(run.settle_by),
                     hold_until: Some(run.settle_by),
                     random: self.settings.retry.random.clone(),
-                })
-                .await?;
+                },
+            )
+            .await?;
             deleted += sweep.deleted;
             for (item_id, messages) in sweep.held {
                 held.entry(item_id).or_default().extend(messages);
@@ -449,26 +452,33 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         } else {
             CARRY_HOLD
         };
-        let settled = self.store.settle_held(held, wait, then).await?;
+        let settled =
+            crate::sweep::settle_held(&self.store, held, wait, then, self.settings.retry.clock)
+                .await?;
         deleted += settled.deleted;
         if settled.to_reopen > 0 && Instant::now() < run.settle_by {
-            let sweep = self
-                .store
-                .sweep(&SweepOptions {
+            let sweep = crate::sweep::sweep_dlq(
+                &self.store,
+                &SweepOptions {
                     adopt: true,
                     purge: HashMap::new(),
                     parser: self.settings.parser.clone(),
                     until: Some(run.settle_by),
                     hold_until: None,
                     random: self.settings.retry.random.clone(),
-                })
-                .await?;
+                },
+            )
+            .await?;
             deleted += sweep.deleted;
-            deleted += self
-                .store
-                .settle_held(sweep.held, Duration::ZERO, then)
-                .await?
-                .deleted;
+            deleted += crate::sweep::settle_held(
+                &self.store,
+                sweep.held,
+                Duration::ZERO,
+                then,
+                self.settings.retry.clock,
+            )
+            .await?
+            .deleted;
         }
         Ok(deleted)
     }

@@ -1,7 +1,9 @@
-//! The redrive engine's unit tests: the whole engine over [`MemoryStore`], no emulator.
+//! The redrive engine's unit tests: the whole engine over [`MemoryStore`] (the in-memory
+//! world of `testing`), no emulator.
 //! Selection, continuation, eligibility, leases, both modes, every error path the ports can
 //! take, and the report's bounds.
 
+use crate::clock::Clock;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,8 +12,9 @@ use super::*;
 use crate::dead_letter::{DeadLetteredItem, ItemStatus, MessageAttribute, PayloadLocation};
 use crate::error::{ErrorClass, ProcessError};
 use crate::pointer::S3Pointer;
-use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore, SourceQueue, SweepOptions};
+use crate::ports::RecordStore;
 use crate::processor::Processor;
+use crate::sweep::SweepOptions;
 use crate::testing::{dead_record, MemoryStore, ScriptedProcessor, Step};
 
 type Engine = RedriveEngine<ScriptedProcessor, MemoryStore>;
@@ -189,7 +192,10 @@ async fn max_items_stops_with_a_token_that_resumes_without_repeating() {
 #[tokio::test]
 async fn ids_are_taken_once_and_unknown_or_unselected_ones_are_reported() {
     let engine = engine_with(records(&["a", "done"]), ScriptedProcessor::new());
+    // Resolved as a run resolves it: its message listed processed (else the sweep reopens
+    // it, docs/ARCHITECTURE.md §4).
     let mut done = engine.store().record("done").unwrap();
+    done.processed = crate::dead_letter::processed_after(&done);
     done.status = ItemStatus::Resolved;
     engine.store().insert(done);
     let report = run(
@@ -207,7 +213,9 @@ async fn ids_are_taken_once_and_unknown_or_unselected_ones_are_reported() {
     assert_eq!(engine.processor_calls("a"), 1);
 }
 
-#[tokio::test]
+// Paused: the run settles the DLQ message of the item another run holds by waiting for
+// that run (`sweep::settle_held`), up to its wait.
+#[tokio::test(start_paused = true)]
 async fn an_item_another_run_leases_is_left_to_it() {
     let engine = engine_with(records(&["a"]), ScriptedProcessor::new());
     assert!(
@@ -232,7 +240,9 @@ async fn an_item_another_run_leases_is_left_to_it() {
     assert_eq!(engine.processor_calls("a"), 0);
 }
 
-#[tokio::test]
+// Paused: the run settles the DLQ message of the item another run holds by waiting for
+// that run (`sweep::settle_held`), up to its wait.
+#[tokio::test(start_paused = true)]
 async fn an_item_whose_redrive_died_is_taken_back_when_its_lease_expires() {
     let mut stale = dead_record("stale", ErrorClass::Throttled, 1);
     stale.status = ItemStatus::Redriving;
@@ -290,7 +300,10 @@ async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued(
     let sent = engine.store().sent();
     assert_eq!(sent.len(), 2);
     let (url, a) = sent.iter().find(|(_, m)| m.body.contains("\"a\"")).unwrap();
-    assert_eq!(url, "https://sqs.memory/123456789012/orders");
+    assert_eq!(
+        url,
+        "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
+    );
     let attribute = |name: &str| {
         a.attributes
             .iter()
@@ -318,7 +331,7 @@ async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued(
 #[tokio::test]
 async fn a_refused_or_failed_send_gives_the_items_back() {
     let engine = engine_with(records(&["a", "b"]), ScriptedProcessor::new());
-    engine.store().refuse_requeue_of("b");
+    engine.store().refuse_sends_of("b");
     let request = RedriveRequest {
         mode: RedriveMode::Requeue,
         ..Default::default()
@@ -784,14 +797,20 @@ async fn a_message_the_settling_sweep_deletes_is_counted_in_the_report() {
     let slow = ScriptedProcessor::new().script("a", vec![Step::Sleep(Duration::from_secs(10))]);
     let engine = engine_with(records(&["a"]), slow);
     // Another run's sweep holds the message; it gives it back while this run redrives "a".
-    let other = DeadLetterQueue::sweep(engine.store(), &SweepOptions::default())
+    let other = crate::sweep::sweep_dlq(engine.store(), &SweepOptions::default())
         .await
         .unwrap();
     let other_run_ends = async {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        DeadLetterQueue::settle_held(engine.store(), other.held, Duration::ZERO, Duration::ZERO)
-            .await
-            .unwrap();
+        crate::sweep::settle_held(
+            engine.store(),
+            other.held,
+            Duration::ZERO,
+            Duration::ZERO,
+            Clock::system(),
+        )
+        .await
+        .unwrap();
     };
     let (report, ()) = tokio::join!(run(&engine, RedriveRequest::default()), other_run_ends);
     assert_eq!(outcome(&report, "a"), ItemOutcomeKind::Resolved);
@@ -820,137 +839,22 @@ async fn a_requeue_with_more_than_ten_in_parallel_requeues_every_item() {
     }
 }
 
-/// [`MemoryStore`] behind a DLQ its sweeps do not get through: with `endless`, one too
-/// large to sweep in one run (each pass takes all the time it is given, and does not see
-/// the whole DLQ); each pass reports the messages of `unhandled` as ones it could not
-/// handle.
-#[derive(Default)]
-struct OddDlq {
-    store: MemoryStore,
-    endless: bool,
-    unhandled: Vec<(String, String)>,
-}
-
-impl RecordStore for OddDlq {
-    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        self.store.get(item_id).await
-    }
-    async fn query_page(
-        &self,
-        filter: &crate::selection::RecordFilter,
-        limit: i32,
-        start: Option<&crate::selection::PageToken>,
-    ) -> Result<crate::selection::Page, ProcessError> {
-        self.store.query_page(filter, limit, start).await
-    }
-    fn token_after(
-        &self,
-        record: &DeadLetteredItem,
-        filter: &crate::selection::RecordFilter,
-    ) -> crate::selection::PageToken {
-        self.store.token_after(record, filter)
-    }
-    async fn acquire_lease(
-        &self,
-        item_id: &str,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<bool, ProcessError> {
-        self.store.acquire_lease(item_id, owner, ttl).await
-    }
-    async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
-        self.store.release_lease(item_id, owner).await
-    }
-    async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
-        self.store.resolve(record, owner).await
-    }
-    async fn mark_requeued(
-        &self,
-        record: &DeadLetteredItem,
-        owner: &str,
-        message_id: &str,
-    ) -> Result<(), ProcessError> {
-        self.store.mark_requeued(record, owner, message_id).await
-    }
-    async fn record_redrive_failure(
-        &self,
-        item_id: &str,
-        owner: &str,
-        failures: &[crate::dead_letter::FailureDetail],
-    ) -> Result<(), ProcessError> {
-        self.store
-            .record_redrive_failure(item_id, owner, failures)
-            .await
-    }
-    async fn reopen_requeued(
-        &self,
-        record: &DeadLetteredItem,
-        failure: &crate::dead_letter::FailureDetail,
-    ) -> Result<bool, ProcessError> {
-        self.store.reopen_requeued(record, failure).await
-    }
-}
-
-impl DeadLetterQueue for OddDlq {
-    async fn sweep(&self, options: &SweepOptions) -> Result<crate::ports::Sweep, ProcessError> {
-        if let Some(until) = options.until.filter(|_| self.endless) {
-            tokio::time::sleep_until(until).await;
-        }
-        let sweep = self.store.sweep(options).await?;
-        Ok(crate::ports::Sweep {
-            complete: sweep.complete && !self.endless,
-            errors: sweep
-                .errors
-                .into_iter()
-                .chain(self.unhandled.clone())
-                .collect(),
-            ..sweep
-        })
-    }
-    async fn settle_held(
-        &self,
-        held: std::collections::BTreeMap<String, Vec<crate::sweep::HeldMessage>>,
-        wait: Duration,
-        then: Duration,
-    ) -> Result<crate::sweep::Settled, ProcessError> {
-        DeadLetterQueue::settle_held(&self.store, held, wait, then).await
-    }
-}
-
-impl PayloadStore for OddDlq {
-    async fn fetch(&self, pointer: &S3Pointer) -> Result<String, ProcessError> {
-        self.store.fetch(pointer).await
-    }
-    async fn delete(&self, pointer: &S3Pointer) -> Result<(), ProcessError> {
-        PayloadStore::delete(&self.store, pointer).await
-    }
-}
-
-impl SourceQueue for OddDlq {
-    async fn queue_url(&self, name: &str, account: &str) -> Result<String, ProcessError> {
-        self.store.queue_url(name, account).await
-    }
-    async fn send_batch(
-        &self,
-        queue_url: &str,
-        messages: &[crate::ports::OutgoingMessage],
-    ) -> Result<Vec<crate::ports::SendResult>, ProcessError> {
-        self.store.send_batch(queue_url, messages).await
-    }
-}
-
 /// A run's sweep takes at most half the time items may start in, so that a DLQ too large
 /// for one run still leaves the run time to redrive. Given twice that time, the sweep ran
 /// past the time items may start in and past the run's deadline: no run redrove anything.
 #[tokio::test(start_paused = true)]
 async fn a_dlq_too_large_for_one_run_leaves_the_run_half_its_time_to_redrive() {
-    let store = OddDlq {
-        endless: true,
-        ..OddDlq::default()
-    };
+    let store = MemoryStore::new();
     for record in records(&["a", "b"]) {
-        store.store.insert_dead_lettered(record);
+        store.insert_dead_lettered(record);
     }
+    // A DLQ too large to sweep in one run: 500 messages of items no run takes (validation
+    // failures), received ten at a time, each receive taking 5 s.
+    for n in 0..500 {
+        store.insert_dead_lettered(dead_record(&format!("v{n}"), ErrorClass::Validation, 1));
+    }
+    store.world().lock().latency =
+        Some(|_, operation| (operation == "receive").then_some(Duration::from_secs(5)));
     let mut settings = RedriveSettings::default();
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
@@ -972,14 +876,19 @@ async fn a_dlq_too_large_for_one_run_leaves_the_run_half_its_time_to_redrive() {
 /// left messages it could not handle in the DLQ reported no error and no partial failure.
 #[tokio::test]
 async fn the_dlq_messages_a_sweep_could_not_handle_are_counted_as_errors_of_the_run() {
-    let unhandled = |item: &str| (item.to_string(), "adopt failed (injected)".to_string());
-    let store = OddDlq {
-        unhandled: vec![unhandled("x"), unhandled("y")],
-        ..OddDlq::default()
-    };
+    let store = MemoryStore::new();
     for record in records(&["a"]) {
-        store.store.insert_dead_lettered(record);
+        store.insert_dead_lettered(record);
     }
+    // Two messages no record holds, whose adoption fails: the record write is refused.
+    for item in ["x", "y"] {
+        store.send_dlq_message(
+            &format!("{{\"id\":\"{item}\"}}"),
+            &[(crate::message::ITEM_ID_ATTRIBUTE, item)],
+            None,
+        );
+    }
+    store.fail("try_record");
     let mut settings = RedriveSettings::default();
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
@@ -1057,7 +966,7 @@ async fn a_run_draws_its_id_from_the_engines_random_and_reads_the_clocks_it_is_g
     let clock = crate::clock::Clock::following_tokio(
         chrono::DateTime::from_timestamp(946_684_800, 0).unwrap(),
     );
-    let store = MemoryStore::new().with_clock(clock);
+    let store = MemoryStore::reading(clock);
     let mut then = dead_record("then", ErrorClass::Throttled, 1);
     then.first_attempt = clock.now() - chrono::Duration::hours(1);
     then.last_attempt = then.first_attempt;

@@ -20,39 +20,37 @@
 //! final state ([`settle_held`]): the run that resolves an item is not always the run whose
 //! sweep holds its DLQ messages.
 //!
-//! The loops ([`sweep_dlq`], [`settle_held`]) run over [`DlqMessages`], the few primitive
-//! operations they need of the DLQ and the records: SQS and DynamoDB in production
-//! (`sqs_keeper_aws::DeadLetterStore`), memory in a simulation. No I/O of their own.
+//! The loops ([`sweep_dlq`], [`settle_held`]) run over the store's ports: the DLQ's
+//! messages ([`DeadLetterQueue`]: receive, adopt, delete, hold, rotate) and the records'
+//! standings ([`RecordStore::standings`]); SQS and DynamoDB in production
+//! (`sqs_keeper_aws::DeadLetterStore`), the in-memory world in tests and the
+//! simulation ([`crate::testing::MemoryStore`]). No I/O of their own. What a message is
+//! known by ([`MessageView`]) and what the sweep reads of a record ([`Standing`]) are what
+//! those ports pass ([`crate::ports`]); the rule over them is here ([`decide`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::dead_letter::REQUEUED_BY_ATTRIBUTE;
 use crate::dead_letter::{
-    processed_key_for_message, processed_key_for_payload, DeadLetterCandidate, DeadLetterReason,
-    DeadLetteredItem, InvocationInfo, ItemStatus,
+    DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
 };
 use crate::error::{ErrorClass, ProcessError};
 use crate::item::{ItemParser, WorkItem};
-use crate::message::{PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
-use crate::pointer::S3Pointer;
+use crate::ports::{DeadLetterQueue, RecordStore};
 use crate::retry::AttemptFailure;
 
 mod pass;
 mod rule;
 mod settle;
 
+pub use crate::ports::{Adoption, MessageView, ReceivedMessage, Standing};
 #[cfg(test)]
 use pass::hold_for;
 pub use pass::sweep_dlq;
-pub use rule::{
-    adopted_record, decide, purge_takes, tracked_as_its_payload_names, Adoption, MessageFate,
-    MessageView, Standing,
-};
+pub use rule::{adopted_record, decide, purge_takes, tracked_as_its_payload_names, MessageFate};
 pub use settle::{settle_held, Settled};
 
 /// What a sweep pass found and did.
@@ -64,7 +62,7 @@ pub struct Sweep {
     pub adopted: usize,
     /// Messages of resolved, requeued or purged items deleted.
     pub deleted: usize,
-    /// Messages of a FIFO DLQ moved behind their group ([`DlqMessages::rotate`]).
+    /// Messages of a FIFO DLQ moved behind their group ([`DeadLetterQueue::rotate`]).
     pub rotated: usize,
     /// Whether the pass saw the DLQ empty of visible messages (else it stopped at its
     /// `until`).
@@ -97,21 +95,6 @@ pub struct SweepOptions {
     pub random: crate::random::Random,
 }
 
-/// A DLQ message just received (and held invisible), with what identifies it.
-#[derive(Debug, Clone)]
-pub struct ReceivedMessage<M> {
-    /// Its receipt handle.
-    pub receipt: String,
-    /// The item id it is tracked by.
-    pub item_id: String,
-    /// Its identity.
-    pub view: MessageView,
-    /// The message itself (a record may have to be adopted from it).
-    pub message: M,
-    /// The sweep pass whose FIFO rotation sent it, if one did ([`DlqMessages::rotate`]).
-    pub marker: Option<String>,
-}
-
 /// A DLQ message held invisible by a sweep until its run settles it: its receipt and what
 /// identifies it, not its body (a sweep of a large DLQ keeps thousands).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,79 +103,6 @@ pub struct HeldMessage {
     pub receipt: String,
     /// Its identity.
     pub view: MessageView,
-}
-
-/// What the sweep needs of the DLQ and the records: receive, look up, adopt, delete and
-/// hold. Each is one operation (or a few SDK calls) and decides nothing.
-pub trait DlqMessages: Send + Sync {
-    /// The raw message a record may have to be adopted from.
-    type Message: Clone + Send + Sync;
-
-    /// Up to 10 visible DLQ messages, each held invisible for `hold`, with the item id each
-    /// is tracked by (via `parser`); empty only when none is visible in the whole queue
-    /// (a long poll, not a sample of its servers).
-    fn receive(
-        &self,
-        hold: Duration,
-        parser: &ItemParser,
-    ) -> impl Future<Output = Result<Vec<ReceivedMessage<Self::Message>>, ProcessError>> + Send;
-
-    /// What the sweep needs of each existing record among `ids` (strongly consistent).
-    fn standings(
-        &self,
-        ids: &[String],
-    ) -> impl Future<Output = Result<HashMap<String, Standing>, ProcessError>> + Send;
-
-    /// Creates (or reopens) the record of `message` under `item_id` (the id the message is
-    /// tracked by), with the message's payload (an SQS Extended Client pointer resolved):
-    /// the record [`adopted_record`] makes, written as any dead-letter record is, on the
-    /// condition that the record is still as judged (none; or, reopening, the status the
-    /// sweep saw). `Ok(None)`: it changed meanwhile, and nothing was written.
-    fn adopt(
-        &self,
-        message: &Self::Message,
-        item_id: &str,
-        parser: &ItemParser,
-        adoption: &Adoption,
-    ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
-
-    /// Deletes messages by receipt; how many were deleted.
-    fn delete(
-        &self,
-        receipts: &[String],
-    ) -> impl Future<Output = Result<usize, ProcessError>> + Send;
-
-    /// Holds messages invisible for `hold` from now (`Duration::ZERO`: visible at once).
-    fn hold(
-        &self,
-        receipts: &[String],
-        hold: Duration,
-    ) -> impl Future<Output = Result<(), ProcessError>> + Send;
-
-    /// Whether the DLQ is a FIFO queue, where a message held blocks every later message of
-    /// its group.
-    fn is_fifo(&self) -> bool {
-        false
-    }
-
-    /// Moves a message of a FIFO DLQ behind the rest of its group: sends a copy marked with
-    /// `pass` (same body, attributes and group; its source message id kept, so its record
-    /// still knows it; stamped with `item_id`, the item it is tracked by, when it carries
-    /// no `item_id` attribute, so that the copy is tracked as the original was: a body that
-    /// names no item would otherwise be tracked by the copy's new message id, found by the
-    /// simulation, seed 169), then deletes the original by `receipt`. `Ok(false)`: no copy could
-    /// be made (the original stays where it is). A crash between the two leaves both, with
-    /// the same content: each is judged as the other.
-    fn rotate(
-        &self,
-        message: &Self::Message,
-        receipt: &str,
-        pass: &str,
-        item_id: &str,
-    ) -> impl Future<Output = Result<bool, ProcessError>> + Send {
-        let _ = (message, receipt, pass, item_id);
-        async { Ok(false) }
-    }
 }
 
 #[cfg(test)]

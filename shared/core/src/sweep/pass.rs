@@ -40,9 +40,9 @@ fn pass_marker(random: &crate::random::Random) -> String {
 /// each once by [`decide`] (or, purging, [`purge_takes`]), deletes, adopts and reopens at
 /// once, and returns the rest held (receipts and identities only) for the caller to settle
 /// with [`settle_held`]. On an error it gives back what it holds before returning it. On a
-/// FIFO DLQ every message it keeps is moved behind its group ([`DlqMessages::rotate`]), so
+/// FIFO DLQ every message it keeps is moved behind its group ([`DeadLetterQueue::rotate`]), so
 /// that no held group head hides the messages after it.
-pub async fn sweep_dlq<D: DlqMessages>(
+pub async fn sweep_dlq<D: DeadLetterQueue + RecordStore>(
     dlq: &D,
     options: &SweepOptions,
 ) -> Result<Sweep, ProcessError> {
@@ -75,12 +75,12 @@ pub(super) struct Pass {
     pub(super) views: HashMap<String, (String, MessageView)>,
     /// Messages already judged this pass (received again after their hold ended).
     pub(super) judged: std::collections::HashSet<String>,
-    /// This pass's marker ([`DlqMessages::rotate`]).
+    /// This pass's marker ([`DeadLetterQueue::rotate`]).
     pub(super) marker: String,
 }
 
 impl Pass {
-    async fn run<D: DlqMessages>(
+    async fn run<D: DeadLetterQueue + RecordStore>(
         &mut self,
         dlq: &D,
         options: &SweepOptions,
@@ -141,7 +141,7 @@ impl Pass {
             let receipts: Vec<String> = to_delete.iter().map(|(_, r)| r.clone()).collect();
             // Forgotten only once deleted: a failed delete leaves them held, and the error
             // path gives them back.
-            self.sweep.deleted += dlq.delete(&receipts).await?;
+            self.sweep.deleted += dlq.delete_messages(&receipts).await?;
             for (id, _) in &to_delete {
                 self.forget(id);
             }
@@ -168,7 +168,7 @@ impl Pass {
         self.views.remove(message_id);
     }
 
-    async fn judge<D: DlqMessages>(
+    async fn judge<D: DeadLetterQueue + RecordStore>(
         &mut self,
         dlq: &D,
         options: &SweepOptions,
@@ -244,7 +244,11 @@ impl Pass {
 
     /// Moves a kept message of a FIFO DLQ behind its group; a failure leaves it held where
     /// it is (the pass goes on; that group's later messages wait for the next pass).
-    async fn rotate<D: DlqMessages>(&mut self, dlq: &D, received: &ReceivedMessage<D::Message>) {
+    async fn rotate<D: DeadLetterQueue>(
+        &mut self,
+        dlq: &D,
+        received: &ReceivedMessage<D::Message>,
+    ) {
         match dlq
             .rotate(
                 &received.message,

@@ -23,8 +23,8 @@ pub struct Settled {
 /// are looked at again every 250 ms, for at most `wait`, so that their messages are
 /// deleted if that run resolves them. A message whose record should be reopened is given
 /// back at once, for a sweep (which receives its body) to reopen. Leases are judged live
-/// by `clock` (the store's).
-pub async fn settle_held<D: DlqMessages>(
+/// by `clock` (the caller's: a redrive passes its engine's).
+pub async fn settle_held<D: DeadLetterQueue + RecordStore>(
     dlq: &D,
     held: BTreeMap<String, Vec<HeldMessage>>,
     wait: Duration,
@@ -69,7 +69,7 @@ pub async fn settle_held<D: DlqMessages>(
             }
         }
     }
-    let deleted = dlq.delete(&delete).await;
+    let deleted = dlq.delete_messages(&delete).await;
     // Given back (or held on) even when the deletes failed.
     let given_back = dlq.hold(&reopen, Duration::ZERO).await;
     let kept = dlq.hold(&keep, then).await;

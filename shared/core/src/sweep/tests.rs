@@ -1,5 +1,7 @@
 use super::pass::{Pass, MAX_HOLD, MIN_HOLD};
 use super::*;
+use crate::message::{PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+use crate::pointer::S3Pointer;
 
 fn view(message_id: &str, source: &str, sha: &str) -> MessageView {
     MessageView {
@@ -175,211 +177,60 @@ fn a_dlq_message_whose_source_is_the_requeued_message_reopens_its_record() {
     ));
 }
 
-use std::sync::Mutex;
+use crate::testing::{dead_record, MemoryStore, Queue};
 
-/// One message of [`MemoryDlq`].
-#[derive(Debug, Clone)]
-struct Held {
-    id: String,
-    item: String,
-    group: Option<String>,
-    visible: bool,
-    receipt: String,
-    marker: Option<String>,
-    source: String,
+/// The world's DLQ and records for one item each: `dead` records with their DLQ message,
+/// `orphans` (DLQ messages no record holds) and what a run does to a record.
+fn dead(store: &MemoryStore, item: &str) -> DeadLetteredItem {
+    let record = dead_record(item, crate::ErrorClass::Throttled, 1);
+    store.insert_dead_lettered(record.clone());
+    record
 }
 
-/// A DLQ in memory: standard, or FIFO (a group with a message in flight gives nothing
-/// more, and messages come in order), with a table of standings.
-#[derive(Default)]
-struct MemoryDlq {
-    fifo: bool,
-    messages: Mutex<Vec<Held>>,
-    standings: Mutex<HashMap<String, Standing>>,
-    adopted: Mutex<Vec<(String, String)>>,
-    receipts: Mutex<usize>,
-    receives: Mutex<usize>,
-    fail_receive_after: Mutex<Option<usize>>,
-    /// How long each adoption takes (a payload read from S3).
-    adoption_takes: Duration,
+/// A DLQ message of ours for `item`, whose record is gone (or never written): its id.
+fn orphan(store: &MemoryStore, item: &str) -> String {
+    store.send_dead_letter(&dead_record(item, crate::ErrorClass::Throttled, 1))
 }
 
-impl MemoryDlq {
-    fn fifo() -> Self {
-        MemoryDlq {
-            fifo: true,
-            ..MemoryDlq::default()
-        }
-    }
-
-    fn add(&self, message_id: &str, item_id: &str) {
-        self.add_in(message_id, item_id, None);
-    }
-
-    fn add_in(&self, message_id: &str, item_id: &str, group: Option<&str>) {
-        self.messages.lock().unwrap().push(Held {
-            id: message_id.into(),
-            item: item_id.into(),
-            group: group.map(str::to_string),
-            visible: true,
-            receipt: String::new(),
-            marker: None,
-            source: format!("s-{message_id}"),
-        });
-    }
-
-    fn set(&self, item_id: &str, standing: Standing) {
-        self.standings
-            .lock()
-            .unwrap()
-            .insert(item_id.into(), standing);
-    }
-
-    fn visible(&self) -> Vec<String> {
-        let messages = self.messages.lock().unwrap();
-        messages
-            .iter()
-            .filter(|m| m.visible)
-            .map(|m| m.id.clone())
-            .collect()
-    }
-
-    fn left(&self) -> usize {
-        self.messages.lock().unwrap().len()
-    }
+/// `item`'s record resolved by a run that processed its current payload.
+fn resolve(store: &MemoryStore, item: &str) {
+    let mut record = store.record(item).unwrap();
+    record.processed = crate::dead_letter::processed_after(&record);
+    record.status = ItemStatus::Resolved;
+    store.insert(record);
 }
 
-impl DlqMessages for MemoryDlq {
-    type Message = String;
+/// `item`'s record resolved with another payload than its DLQ message holds.
+fn resolve_another_body(store: &MemoryStore, item: &str) {
+    let mut record = store.record(item).unwrap();
+    record.source.message_id = "s-other".into();
+    record.payload.sha256 = "y".into();
+    record.processed = vec!["msg:s-other".into(), "sha:y".into()];
+    record.status = ItemStatus::Resolved;
+    store.insert(record);
+}
 
-    async fn receive(
-        &self,
-        _hold: Duration,
-        _parser: &ItemParser,
-    ) -> Result<Vec<ReceivedMessage<String>>, ProcessError> {
-        let mut receives = self.receives.lock().unwrap();
-        *receives += 1;
-        if self
-            .fail_receive_after
-            .lock()
-            .unwrap()
-            .is_some_and(|n| *receives > n)
-        {
-            return Err(ProcessError::new(crate::ErrorClass::ServerError, "503"));
-        }
-        let mut messages = self.messages.lock().unwrap();
-        let mut receipts = self.receipts.lock().unwrap();
-        let blocked: std::collections::HashSet<Option<String>> = if self.fifo {
-            messages
-                .iter()
-                .filter(|m| !m.visible)
-                .map(|m| m.group.clone())
-                .collect()
-        } else {
-            Default::default()
-        };
-        let mut received = Vec::new();
-        for message in messages
-            .iter_mut()
-            .filter(|m| m.visible && !blocked.contains(&m.group))
-            .take(10)
-        {
-            *receipts += 1;
-            message.visible = false;
-            message.receipt = format!("r{receipts}");
-            received.push(ReceivedMessage {
-                receipt: message.receipt.clone(),
-                item_id: message.item.clone(),
-                view: view(&message.id, &message.source, &format!("p-{}", message.id)),
-                marker: message.marker.clone(),
-                message: message.id.clone(),
-            });
-        }
-        Ok(received)
-    }
+/// The items of the DLQ messages visible now, sorted.
+fn visible(store: &MemoryStore) -> Vec<String> {
+    let mut items: Vec<String> = store
+        .dlq_messages()
+        .into_iter()
+        .filter(|m| !m.held)
+        .map(|m| m.item_id)
+        .collect();
+    items.sort();
+    items
+}
 
-    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
-        let standings = self.standings.lock().unwrap();
-        Ok(ids
-            .iter()
-            .filter_map(|id| Some((id.clone(), standings.get(id)?.clone())))
-            .collect())
-    }
+/// DLQ messages left, visible or not.
+fn left(store: &MemoryStore) -> usize {
+    store.dlq_messages().len()
+}
 
-    async fn adopt(
-        &self,
-        message: &String,
-        item_id: &str,
-        _parser: &ItemParser,
-        adoption: &Adoption,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
-        let current = self
-            .standings
-            .lock()
-            .unwrap()
-            .get(item_id)
-            .and_then(|s| s.status);
-        if !crate::recording::Expect::judged(adoption.expected_status, &adoption.message_keys)
-            .admits(current, &[])
-        {
-            return Ok(None);
-        }
-        tokio::time::sleep(self.adoption_takes).await;
-        let reason = adoption.reason;
-        self.adopted
-            .lock()
-            .unwrap()
-            .push((message.clone(), reason.to_string()));
-        let dead = record(ItemStatus::Dead, &format!("s-{message}"), "x", &[]);
-        self.set(item_id, dead);
-        Ok(Some(crate::testing::dead_record(
-            item_id,
-            crate::error::ErrorClass::Unknown,
-            0,
-        )))
-    }
-
-    async fn delete(&self, receipts: &[String]) -> Result<usize, ProcessError> {
-        let mut messages = self.messages.lock().unwrap();
-        let before = messages.len();
-        messages.retain(|m| m.visible || !receipts.contains(&m.receipt));
-        Ok(before - messages.len())
-    }
-
-    async fn hold(&self, receipts: &[String], hold: Duration) -> Result<(), ProcessError> {
-        let mut messages = self.messages.lock().unwrap();
-        for message in messages
-            .iter_mut()
-            .filter(|m| receipts.contains(&m.receipt))
-        {
-            message.visible = hold.is_zero();
-        }
-        Ok(())
-    }
-
-    fn is_fifo(&self) -> bool {
-        self.fifo
-    }
-
-    async fn rotate(
-        &self,
-        _message: &String,
-        receipt: &str,
-        pass: &str,
-        _item_id: &str,
-    ) -> Result<bool, ProcessError> {
-        let mut messages = self.messages.lock().unwrap();
-        let Some(at) = messages.iter().position(|m| m.receipt == receipt) else {
-            return Ok(false);
-        };
-        let mut copy = messages.remove(at);
-        copy.id = format!("{}+", copy.id);
-        copy.visible = true;
-        copy.receipt = String::new();
-        copy.marker = Some(pass.to_string());
-        messages.push(copy);
-        Ok(true)
-    }
+/// Each adoption takes ten seconds, in its record write (a slow call).
+fn adoptions_take_ten_seconds(store: &MemoryStore) {
+    store.world().lock().latency =
+        Some(|_, operation| (operation == "try_record").then_some(Duration::from_secs(10)));
 }
 
 fn adopting() -> SweepOptions {
@@ -391,16 +242,12 @@ fn adopting() -> SweepOptions {
 
 #[tokio::test]
 async fn a_sweep_adopts_deletes_and_holds_by_the_rules_then_settles_by_the_final_state() {
-    let dlq = MemoryDlq::default();
-    for (message, item) in [("a", "a"), ("b", "b"), ("c", "c")] {
-        dlq.add(message, item);
-    }
-    dlq.set(
-        "b",
-        record(ItemStatus::Resolved, "s-b", "p-b", &["msg:s-b", "sha:p-b"]),
-    );
-    dlq.set("c", record(ItemStatus::Dead, "s-c", "p-c", &[]));
-    let sweep = sweep_dlq(&dlq, &adopting()).await.unwrap();
+    let store = MemoryStore::new();
+    orphan(&store, "a");
+    dead(&store, "b");
+    resolve(&store, "b");
+    dead(&store, "c");
+    let sweep = sweep_dlq(&store, &adopting()).await.unwrap();
     assert_eq!(
         (sweep.seen, sweep.adopted, sweep.deleted, sweep.complete),
         (3, 1, 1, true),
@@ -410,16 +257,17 @@ async fn a_sweep_adopts_deletes_and_holds_by_the_rules_then_settles_by_the_final
     let mut held: Vec<&String> = sweep.held.keys().collect();
     held.sort();
     assert_eq!(held, ["a", "c"]);
-    assert_eq!(dlq.adopted.lock().unwrap()[0].0, "a");
-    assert!(dlq.visible().is_empty(), "the rest held");
+    assert_eq!(
+        store.record("a").unwrap().status,
+        ItemStatus::Dead,
+        "adopted"
+    );
+    assert!(visible(&store).is_empty(), "the rest held");
 
     // Meanwhile c was resolved by its message: it goes; a (dead) comes back to view.
-    dlq.set(
-        "c",
-        record(ItemStatus::Resolved, "s-c", "p-c", &["msg:s-c", "sha:p-c"]),
-    );
+    resolve(&store, "c");
     let settled = settle_held(
-        &dlq,
+        &store,
         sweep.held,
         Duration::ZERO,
         Duration::ZERO,
@@ -428,8 +276,8 @@ async fn a_sweep_adopts_deletes_and_holds_by_the_rules_then_settles_by_the_final
     .await
     .unwrap();
     assert_eq!(settled.deleted, 1);
-    assert_eq!(dlq.visible(), ["a"]);
-    assert_eq!(dlq.left(), 1);
+    assert_eq!(visible(&store), ["a"]);
+    assert_eq!(left(&store), 1);
 }
 
 #[test]
@@ -539,19 +387,17 @@ fn a_message_naming_a_processed_delivery_is_judged_by_its_own_content() {
 
 #[tokio::test(start_paused = true)]
 async fn a_pass_ends_at_its_deadline_between_two_slow_adoptions() {
-    let dlq = MemoryDlq {
-        adoption_takes: Duration::from_secs(10),
-        ..MemoryDlq::default()
-    };
+    let store = MemoryStore::new();
     for n in 0..10 {
-        dlq.add(&format!("m{n}"), &format!("i{n}"));
+        orphan(&store, &format!("i{n}"));
     }
+    adoptions_take_ten_seconds(&store);
     let started = Instant::now();
     let options = SweepOptions {
         until: Some(started + Duration::from_secs(15)),
         ..adopting()
     };
-    let sweep = sweep_dlq(&dlq, &options).await.unwrap();
+    let sweep = sweep_dlq(&store, &options).await.unwrap();
     assert!(
         started.elapsed() <= Duration::from_secs(20),
         "ended {:?} after it started, its deadline was 15 s",
@@ -564,7 +410,7 @@ async fn a_pass_ends_at_its_deadline_between_two_slow_adoptions() {
         "the eight not judged are held with the two adopted"
     );
     settle_held(
-        &dlq,
+        &store,
         sweep.held,
         Duration::ZERO,
         Duration::ZERO,
@@ -572,30 +418,21 @@ async fn a_pass_ends_at_its_deadline_between_two_slow_adoptions() {
     )
     .await
     .unwrap();
-    assert_eq!(dlq.visible().len(), 10, "nothing lost, all back in view");
+    assert_eq!(visible(&store).len(), 10, "nothing lost, all back in view");
 }
 
 #[tokio::test]
 async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
-    let dlq = MemoryDlq::default();
-    dlq.add("a", "a");
-    dlq.set("a", record(ItemStatus::Dead, "s-a", "x", &[]));
-    let sweep = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap();
-    assert!(dlq.visible().is_empty(), "held while its record is dead");
+    let store = MemoryStore::new();
+    dead(&store, "a");
+    let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
+    assert!(visible(&store).is_empty(), "held while its record is dead");
     // Meanwhile a run resolves the item with another payload: this message holds one
     // the record did not process, so the next sweep must see it to reopen the record,
     // not wait out the hold the others get.
-    dlq.set(
-        "a",
-        record(
-            ItemStatus::Resolved,
-            "s-other",
-            "y",
-            &["msg:s-other", "sha:y"],
-        ),
-    );
+    resolve_another_body(&store, "a");
     let settled = settle_held(
-        &dlq,
+        &store,
         sweep.held,
         Duration::ZERO,
         Duration::from_secs(600),
@@ -604,7 +441,7 @@ async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
     .await
     .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (0, 1));
-    assert_eq!(dlq.visible(), ["a"], "given back at once");
+    assert_eq!(visible(&store), ["a"], "given back at once");
 }
 
 /// Settling waits for a run that holds a live lease on a held message's item, and
@@ -613,30 +450,26 @@ async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
 /// beside its resolved record until a later sweep.
 #[tokio::test(start_paused = true)]
 async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved() {
-    // Leases judged by the store's clock: one following tokio's paused clock from the year
-    // 2000, by which the lease below is live (by the system clock it expired long ago).
+    // Leases judged by the settling's clock: one following tokio's paused clock from the
+    // year 2000, by which the lease below is live (by the system clock it expired long ago).
     let clock = Clock::following_tokio(chrono::DateTime::from_timestamp(946_684_800, 0).unwrap());
-    let dlq = MemoryDlq::default();
-    dlq.add("a", "a");
-    dlq.set(
-        "a",
-        Standing {
-            lease_expires_at: Some(clock.now().timestamp() + 600),
-            ..record(ItemStatus::Redriving, "s-a", "p-a", &[])
-        },
+    let store = MemoryStore::reading(clock);
+    let mut record = dead(&store, "a");
+    record.status = ItemStatus::Redriving;
+    record.lease_expires_at = Some(clock.now().timestamp() + 600);
+    store.insert(record);
+    let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
+    assert!(
+        visible(&store).is_empty(),
+        "held while its item is redriven"
     );
-    let sweep = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap();
-    assert!(dlq.visible().is_empty(), "held while its item is redriven");
     let the_run_resolves_it = async {
         tokio::time::sleep(Duration::from_secs(2)).await;
-        dlq.set(
-            "a",
-            record(ItemStatus::Resolved, "s-a", "p-a", &["msg:s-a", "sha:p-a"]),
-        );
+        resolve(&store, "a");
     };
     let (settled, ()) = tokio::join!(
         settle_held(
-            &dlq,
+            &store,
             sweep.held,
             Duration::from_secs(15),
             Duration::ZERO,
@@ -645,19 +478,19 @@ async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved()
         the_run_resolves_it
     );
     assert_eq!(settled.unwrap().deleted, 1);
-    assert_eq!(dlq.left(), 0);
+    assert_eq!(left(&store), 0);
 }
 
 #[tokio::test]
 async fn without_adopt_a_sweep_holds_what_no_record_holds() {
-    let dlq = MemoryDlq::default();
-    dlq.add("a", "a");
-    let sweep = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap();
+    let store = MemoryStore::new();
+    orphan(&store, "a");
+    let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 0, 0));
-    assert!(dlq.adopted.lock().unwrap().is_empty());
+    assert_eq!(store.record("a"), None, "not adopted");
     assert_eq!(
         settle_held(
-            &dlq,
+            &store,
             sweep.held,
             Duration::ZERO,
             Duration::ZERO,
@@ -668,7 +501,7 @@ async fn without_adopt_a_sweep_holds_what_no_record_holds() {
         .deleted,
         0
     );
-    assert_eq!(dlq.visible(), ["a"], "given back");
+    assert_eq!(visible(&store), ["a"], "given back");
 }
 
 /// A pass gives the messages it holds to the settling in the same order whenever it
@@ -679,14 +512,18 @@ async fn without_adopt_a_sweep_holds_what_no_record_holds() {
 /// `src-00026` and `dlq-00027` of item-8 in either order.)
 #[tokio::test]
 async fn a_pass_holds_an_items_messages_in_the_same_order_every_time() {
-    let ids: Vec<String> = (0..6).map(|n| format!("m-{n}")).collect();
     let mut orders = std::collections::BTreeSet::new();
     for _ in 0..20 {
-        let dlq = MemoryDlq::default();
-        for id in &ids {
-            dlq.add(id, "a");
-        }
-        let sweep = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap();
+        let store = MemoryStore::new();
+        let mut ids: Vec<String> = (0..6)
+            .map(|n| {
+                let mut record = dead_record("a", crate::ErrorClass::Throttled, 1);
+                record.source.message_id = format!("s-{n}");
+                store.send_dead_letter(&record)
+            })
+            .collect();
+        ids.sort();
+        let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
         let held: Vec<String> = sweep.held["a"]
             .iter()
             .map(|m| m.view.message_id.clone())
@@ -704,18 +541,27 @@ async fn a_pass_holds_an_items_messages_in_the_same_order_every_time() {
 /// holds goes.
 #[tokio::test]
 async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
-    let dlq = MemoryDlq::default();
-    dlq.add("old", "order-1");
-    dlq.add("new", "order-1");
-    let selected = record(ItemStatus::Dead, "s-old", "p-old", &[]);
+    let store = MemoryStore::new();
+    let mut old = dead_record("order-1", crate::ErrorClass::Throttled, 2);
+    old.source.message_id = "s-old".into();
+    store.insert(old.clone());
+    store.send_dead_letter(&old);
+    // A later failure of the same item id, another body, after the selection.
+    let mut new = dead_record("order-1", crate::ErrorClass::Throttled, 1);
+    new.source.message_id = "s-new".into();
+    new.payload.location = crate::dead_letter::PayloadLocation::Inline {
+        body: "{\"id\":\"order-1\",\"v\":2}".into(),
+    };
+    new.payload.sha256 = crate::hex::sha256_hex(b"{\"id\":\"order-1\",\"v\":2}");
+    let new_message = store.send_dead_letter(&new);
     let options = SweepOptions {
-        purge: [("order-1".to_string(), selected)].into(),
+        purge: [("order-1".to_string(), Standing::of(&old))].into(),
         ..SweepOptions::default()
     };
-    let sweep = sweep_dlq(&dlq, &options).await.unwrap();
+    let sweep = sweep_dlq(&store, &options).await.unwrap();
     assert_eq!(sweep.deleted, 1);
     settle_held(
-        &dlq,
+        &store,
         sweep.held,
         Duration::ZERO,
         Duration::ZERO,
@@ -723,7 +569,13 @@ async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
     )
     .await
     .unwrap();
-    assert_eq!(dlq.visible(), ["new"], "the later failure stays");
+    let messages: Vec<String> = store
+        .dlq_messages()
+        .into_iter()
+        .filter(|m| !m.held)
+        .map(|m| m.message_id)
+        .collect();
+    assert_eq!(messages, [new_message], "the later failure stays");
     // The selected delivery's id on another payload is not that delivery (a producer
     // may set the attribute); with its content unknown, its source message decides.
     assert!(!purge_takes(
@@ -759,20 +611,24 @@ async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
 /// every message, and judges each once.
 #[tokio::test]
 async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
-    let dlq = MemoryDlq::fifo();
+    let store = MemoryStore::new();
+    store.world().lock().dlq = Queue::new("orders-dlq.fifo", None);
+    let in_g1 = |id: &str| {
+        let mut record = dead_record(id, crate::ErrorClass::Throttled, 1);
+        record.source.message_group_id = Some("g1".into());
+        record
+    };
     for n in 0..12 {
-        let id = format!("dead-{n}");
-        dlq.add_in(&id, &id, Some("g1"));
-        dlq.set(&id, record(ItemStatus::Dead, &format!("s-{id}"), "x", &[]));
+        store.insert_dead_lettered(in_g1(&format!("dead-{n}")));
     }
-    dlq.add_in("orphan", "orphan", Some("g1"));
-    let sweep = sweep_dlq(&dlq, &adopting()).await.unwrap();
+    store.send_dead_letter(&in_g1("orphan"));
+    let sweep = sweep_dlq(&store, &adopting()).await.unwrap();
     assert!(sweep.complete);
     assert_eq!(sweep.seen, 13, "each judged once");
     assert_eq!(sweep.adopted, 1, "the orphan behind them");
     assert_eq!(sweep.rotated, 13);
     assert_eq!(
-        dlq.left(),
+        left(&store),
         13,
         "nothing lost: copies in place of the originals"
     );
@@ -780,9 +636,9 @@ async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
     // group again: the others wait, visible, for the next sweep, already judged).
     let held: usize = sweep.held.values().map(Vec::len).sum();
     assert!(held > 0);
-    assert_eq!(held + dlq.visible().len(), 13);
+    assert_eq!(held + visible(&store).len(), 13);
     settle_held(
-        &dlq,
+        &store,
         sweep.held,
         Duration::ZERO,
         Duration::ZERO,
@@ -790,7 +646,7 @@ async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
     )
     .await
     .unwrap();
-    assert_eq!(dlq.visible().len(), 13);
+    assert_eq!(visible(&store).len(), 13);
 }
 
 /// A pass judges each message once: one received again by its id (its hold ended) and a
@@ -832,15 +688,16 @@ fn a_pass_judges_a_message_received_again_or_its_own_rotated_copy_only_once() {
 /// for the pass's whole hold.
 #[tokio::test]
 async fn a_sweep_that_fails_midway_gives_back_what_it_held() {
-    let dlq = MemoryDlq::default();
+    let store = MemoryStore::new();
     for n in 0..25 {
-        dlq.add(&format!("m{n}"), &format!("i{n}"));
-        dlq.set(&format!("i{n}"), record(ItemStatus::Dead, "s", "x", &[]));
+        dead(&store, &format!("i{n}"));
     }
-    *dlq.fail_receive_after.lock().unwrap() = Some(2);
-    let error = sweep_dlq(&dlq, &SweepOptions::default()).await.unwrap_err();
-    assert_eq!(error.class, crate::ErrorClass::ServerError);
-    assert_eq!(dlq.visible().len(), 25, "all given back");
+    store.world().lock().fail_after("receive", 2);
+    let error = sweep_dlq(&store, &SweepOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(error.step.as_deref(), Some("receive"), "{error}");
+    assert_eq!(visible(&store).len(), 25, "all given back");
 }
 
 /// A pass without an end holds each message at least twice as long as it has run: a
@@ -886,7 +743,7 @@ fn a_dlq_message_holding_a_requeued_pointers_text_goes_once_its_record_resolved(
     let payload = crate::hex::sha256_hex(b"a payload over 256 KiB");
     let pointer = S3Pointer {
         bucket: own.into(),
-        key: crate::recording::payload_key("order-1", &payload),
+        key: crate::pointer::payload_key("order-1", &payload),
     }
     .to_body();
     let recorded = crate::hex::sha256_hex(pointer.as_bytes());
@@ -921,7 +778,7 @@ fn a_purge_takes_our_own_pointer_message_adopted_with_its_object_gone() {
     let payload = crate::hex::sha256_hex(b"a payload that was offloaded");
     let pointer = S3Pointer {
         bucket: own.into(),
-        key: crate::recording::payload_key("order-1", &payload),
+        key: crate::pointer::payload_key("order-1", &payload),
     }
     .to_body();
     let attributes = |name: &str| match name {
@@ -987,30 +844,23 @@ fn a_producers_pointer_naming_a_processed_delivery_is_not_deleted() {
 /// processed one deleted, the one to reopen given back, the unrecorded one visible).
 #[tokio::test(start_paused = true)]
 async fn unjudged_messages_are_settled_by_their_records_and_none_is_lost() {
-    let dlq = MemoryDlq {
-        adoption_takes: Duration::from_secs(10),
-        ..MemoryDlq::default()
-    };
-    for (message, item) in [("m0", "i0"), ("m1", "i1"), ("m2", "i2"), ("m3", "i3")] {
-        dlq.add(message, item);
-    }
-    dlq.set(
-        "i1",
-        record(ItemStatus::Resolved, "s-m1", "p-m1", &["sha:p-m1"]),
-    );
-    dlq.set(
-        "i3",
-        record(ItemStatus::Resolved, "s-x", "p-x", &["msg:s-x", "sha:p-x"]),
-    );
+    let store = MemoryStore::new();
+    orphan(&store, "i0");
+    dead(&store, "i1");
+    resolve(&store, "i1");
+    orphan(&store, "i2");
+    dead(&store, "i3");
+    resolve_another_body(&store, "i3");
+    adoptions_take_ten_seconds(&store);
     let options = SweepOptions {
         until: Some(Instant::now() + Duration::from_secs(5)),
         ..adopting()
     };
-    let sweep = sweep_dlq(&dlq, &options).await.unwrap();
+    let sweep = sweep_dlq(&store, &options).await.unwrap();
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 1, 0));
-    assert_eq!(dlq.left(), 4, "nothing deleted unjudged");
+    assert_eq!(left(&store), 4, "nothing deleted unjudged");
     let settled = settle_held(
-        &dlq,
+        &store,
         sweep.held,
         Duration::ZERO,
         Duration::ZERO,
@@ -1019,7 +869,62 @@ async fn unjudged_messages_are_settled_by_their_records_and_none_is_lost() {
     .await
     .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (1, 1));
-    let mut visible = dlq.visible();
-    visible.sort();
-    assert_eq!(visible, ["m0", "m2", "m3"]);
+    assert_eq!(visible(&store), ["i0", "i2", "i3"]);
+}
+
+/// The record is resolved by another body; the sweep judges the DLQ message of its first
+/// delivery (not listed processed): reopen, expecting `resolved`. Before the write lands,
+/// the record changes (that delivery listed processed, by its message id and its payload
+/// digest, as the worker lists it), its status still `resolved`. The reopening does not
+/// overwrite it: its condition is the status and that the record still lists none of the
+/// message's keys as processed (what the condition means on DynamoDB:
+/// `pipeline.rs::the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory`).
+#[tokio::test]
+async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since() {
+    let store = MemoryStore::new();
+    let mut record = dead(&store, "x");
+    record.status = ItemStatus::Resolved;
+    record.processed = vec!["msg:other".into(), "sha:other".into()];
+    store.insert(record);
+    // Another writer's change lands while the adoption's write is on its way.
+    store.world().lock().latency = Some(|state, operation| {
+        if operation == "try_record" {
+            if let Some(row) = state.table.get_mut("x") {
+                let r = &mut row.record;
+                let keys = [
+                    crate::dead_letter::processed_key_for_message(&r.source.message_id),
+                    crate::dead_letter::processed_key_for_payload(&r.payload.sha256),
+                ];
+                for key in keys {
+                    if !r.processed.contains(&key) {
+                        r.processed.push(key);
+                    }
+                }
+            }
+        }
+        None
+    });
+    let sweep = sweep_dlq(&store, &adopting()).await.unwrap();
+    settle_held(
+        &store,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        Clock::system(),
+    )
+    .await
+    .unwrap();
+    let after = store.record("x").unwrap();
+    assert!(
+        after.processed.iter().any(|k| k.starts_with("msg:m-x")),
+        "the sweep judged the message for reopening: {:?}",
+        after.processed
+    );
+    assert_eq!(
+        after.status,
+        ItemStatus::Resolved,
+        "a record that changed after the judgement was overwritten (adopted {}): processed {:?}",
+        sweep.adopted,
+        after.processed
+    );
 }

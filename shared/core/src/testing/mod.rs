@@ -1,17 +1,32 @@
 //! Test doubles for users' own tests and ours: a processor that follows a script per item,
-//! an in-memory dead-letter sink, [`MemoryStore`], the redrive engine's ports in memory,
-//! [`MemoryIdempotencyStore`], [`MemoryBreakerStore`] and [`MemoryPauseMarker`]. Pure, no
-//! I/O.
+//! an in-memory dead-letter sink, one in-memory world of the store's AWS side with its
+//! ports ([`World`], [`MemoryStore`]), [`MemoryIdempotencyStore`], [`MemoryBreakerStore`]
+//! and [`MemoryPauseMarker`]. No I/O.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | `world` | the world's state ([`WorldState`]: table, bucket, DLQ, source queues), its fault and latency knobs ([`Faults`], [`Latency`]) and its observer ([`Observer`], [`Event`]) |
+//! | `queue` | an SQS queue ([`Queue`]): bodies, attributes, receipts, visibility, FIFO groups, the redrive policy |
+//! | `memory_store` | [`MemoryStore`]: the store ports over a world, one AWS call each |
+//!
+//! The unit tests, the engine tests and the simulation (`tests/sim`) all run over the same
+//! world (docs/ARCHITECTURE.md §5).
 
 mod breaker_store;
 mod idempotency_store;
 mod memory_store;
 mod pause_marker;
+mod queue;
+mod world;
 
 pub use breaker_store::MemoryBreakerStore;
 pub use idempotency_store::MemoryIdempotencyStore;
-pub use memory_store::{dead_record, MemoryMessage, MemoryStore};
+pub use memory_store::{dead_record, MemoryMessage, MemoryStore, BUCKET};
 pub use pause_marker::MemoryPauseMarker;
+pub use queue::{payload_id, Queue, QueueMessage, Received, ACCOUNT};
+pub use world::{
+    satisfied, Event, Faults, Latency, Observer, Row, World, WorldState, ITEM_SIZE_LIMIT,
+};
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,21 +1,21 @@
-//! A simulated SQS queue: standard or FIFO, with visibility timeouts, receive counts,
+//! An SQS queue in memory: standard or FIFO, with visibility timeouts, receive counts,
 //! receipt handles that go stale on a new receive, the redrive policy that moves a message
-//! to the DLQ once it has been received `maxReceiveCount` times, and (standard queues) the
-//! occasional duplicate delivery of a message already in flight.
+//! to the DLQ once it has been received `maxReceiveCount` times, retention, and (standard
+//! queues) the occasional duplicate delivery of a message already in flight. The world's
+//! DLQ and source queues are each one ([`super::World`]).
 //!
-//! By hand rather than an emulator: it must run on tokio's paused clock, be driven by the
-//! seed, and let the simulation see every message at every step.
+//! By hand rather than an emulator: it must run on tokio's paused clock, be driven by a
+//! seed, and let a test or the simulation see every message at every step.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
-use sqs_keeper_core::Clock;
-use sqs_keeper_core::MessageAttribute;
+use crate::dead_letter::MessageAttribute;
 use tokio::time::Instant;
 
 /// One message in a queue.
 #[derive(Debug, Clone)]
-pub struct SimMessage {
+pub struct QueueMessage {
     /// The message id (kept when the redrive policy moves it).
     pub id: String,
     /// The body.
@@ -45,13 +45,13 @@ pub struct SimMessage {
     seq: u64,
 }
 
-impl SimMessage {
+impl QueueMessage {
     /// The item id it carries: the body's `id`, else its item id attribute, else its
     /// message id (for the trace and the invariants' reports).
     pub fn item_id(&self) -> String {
         payload_id(&self.body)
             .or_else(|| {
-                self.attribute(sqs_keeper_core::ITEM_ID_ATTRIBUTE)
+                self.attribute(crate::message::ITEM_ID_ATTRIBUTE)
                     .map(str::to_string)
             })
             .unwrap_or_else(|| self.id.clone())
@@ -63,6 +63,54 @@ impl SimMessage {
             .iter()
             .find(|(n, _)| n == name)
             .and_then(|(_, v)| v.string_value())
+    }
+
+    /// The message as Lambda hands it to a function reading `queue_arn` (a message the
+    /// redrive policy moved names the queue it came from).
+    pub fn to_sqs_message(&self, queue_arn: Option<&str>) -> aws_lambda_events::sqs::SqsMessage {
+        let mut attributes = serde_json::Map::new();
+        attributes.insert(
+            "ApproximateReceiveCount".into(),
+            self.receive_count.to_string().into(),
+        );
+        attributes.insert("SentTimestamp".into(), self.sent_at_ms.to_string().into());
+        if let Some(first) = self.first_receive_ms {
+            attributes.insert(
+                "ApproximateFirstReceiveTimestamp".into(),
+                first.to_string().into(),
+            );
+        }
+        if let Some(group) = &self.group {
+            attributes.insert("MessageGroupId".into(), group.clone().into());
+        }
+        if let Some(from) = &self.moved_from {
+            attributes.insert("DeadLetterQueueSourceArn".into(), from.clone().into());
+        }
+        let message_attributes: serde_json::Map<String, serde_json::Value> = self
+            .attributes
+            .iter()
+            .map(|(name, value)| {
+                let mut v = serde_json::json!({ "dataType": value.data_type() });
+                if let Some(s) = value.string_value() {
+                    v["stringValue"] = s.into();
+                }
+                if let Some(b) = value.binary_base64() {
+                    v["binaryValue"] = b.into();
+                }
+                (name.clone(), v)
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "messageId": self.id,
+            "receiptHandle": self.receipt,
+            "body": self.body,
+            "attributes": attributes,
+            "messageAttributes": message_attributes,
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.moved_from.as_deref().or(queue_arn),
+            "awsRegion": "us-east-1",
+        }))
+        .unwrap_or_default()
     }
 }
 
@@ -98,13 +146,13 @@ pub fn payload_id(body: &str) -> Option<String> {
 #[derive(Debug, Default)]
 pub struct Received {
     /// The messages, each with its new receipt handle.
-    pub messages: Vec<SimMessage>,
+    pub messages: Vec<QueueMessage>,
     /// Messages past `maxReceiveCount`, moved by the redrive policy (to send to the DLQ).
-    pub moved: Vec<SimMessage>,
+    pub moved: Vec<QueueMessage>,
     /// Ids of messages returned although already in flight (at-least-once delivery).
     pub duplicated: Vec<String>,
     /// Messages whose retention ended: SQS deleted them (`MessageRetentionPeriod`).
-    pub expired: Vec<SimMessage>,
+    pub expired: Vec<QueueMessage>,
 }
 
 /// SQS's longest visibility timeout, counted from the receive.
@@ -112,7 +160,7 @@ pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
 
 /// A queue.
 #[derive(Debug)]
-pub struct SimQueue {
+pub struct Queue {
     /// Its ARN.
     pub arn: String,
     /// Its URL.
@@ -123,25 +171,49 @@ pub struct SimQueue {
     pub max_receive_count: Option<u32>,
     /// `MessageRetentionPeriod`: a message older than this is deleted by SQS.
     pub retention: Duration,
-    messages: Vec<SimMessage>,
+    messages: Vec<QueueMessage>,
     next: u64,
-    /// The wall clock messages are stamped and expired by.
-    clock: Clock,
+    /// What its message ids begin with.
+    prefix: &'static str,
 }
 
-impl SimQueue {
-    /// An empty queue named `name`, reading `clock`.
-    pub fn new(name: &str, max_receive_count: Option<u32>, clock: Clock) -> Self {
-        SimQueue {
-            arn: format!("arn:aws:sqs:us-east-1:123456789012:{name}"),
-            url: format!("https://sqs.us-east-1.amazonaws.com/123456789012/{name}"),
-            fifo: name.ends_with(".fifo"),
+/// The account of the queues [`Queue::new`] makes.
+pub const ACCOUNT: &str = "123456789012";
+
+impl Queue {
+    /// An empty queue named `name` in [`ACCOUNT`]: a source queue when it has a redrive
+    /// policy (its message ids begin `src-`), else a DLQ (`dlq-`).
+    pub fn new(name: &str, max_receive_count: Option<u32>) -> Self {
+        let prefix = if max_receive_count.is_some() {
+            "src"
+        } else {
+            "dlq"
+        };
+        Queue {
+            prefix,
             max_receive_count,
+            ..Queue::source(name, ACCOUNT)
+        }
+    }
+
+    /// An empty source queue named `name` in `account`, without a redrive policy (its
+    /// message ids begin `src-`).
+    pub fn source(name: &str, account: &str) -> Self {
+        Queue {
+            arn: format!("arn:aws:sqs:us-east-1:{account}:{name}"),
+            url: format!("https://sqs.us-east-1.amazonaws.com/{account}/{name}"),
+            fifo: name.ends_with(".fifo"),
+            max_receive_count: None,
             retention: Duration::from_secs(4 * 86_400),
             messages: Vec::new(),
             next: 0,
-            clock,
+            prefix: "src",
         }
+    }
+
+    /// Whether it is the queue `name` owned by `account`.
+    pub fn is_named(&self, name: &str, account: &str) -> bool {
+        self.arn.ends_with(&format!(":{account}:{name}"))
     }
 
     /// Sends a message; returns its id.
@@ -150,13 +222,13 @@ impl SimQueue {
         body: String,
         attributes: Vec<(String, MessageAttribute)>,
         group: Option<String>,
+        now_ms: i64,
     ) -> String {
-        let now_ms = self.clock.now().timestamp_millis();
         self.next += 1;
-        let id = format!("{}-{:05}", self.prefix(), self.next);
-        self.messages.push(SimMessage {
+        let id = format!("{}-{:05}", self.prefix, self.next);
+        self.messages.push(QueueMessage {
             id: id.clone(),
-            body_sha256: sqs_keeper_core::sha256_hex(body.as_bytes()),
+            body_sha256: crate::hex::sha256_hex(body.as_bytes()),
             body,
             attributes,
             group,
@@ -180,16 +252,8 @@ impl SimQueue {
         }
     }
 
-    fn prefix(&self) -> &'static str {
-        if self.max_receive_count.is_some() {
-            "src"
-        } else {
-            "dlq"
-        }
-    }
-
     /// Takes a message the redrive policy moved here (it keeps its id and attributes).
-    pub fn accept_moved(&mut self, mut message: SimMessage, from_arn: &str) {
+    pub fn accept_moved(&mut self, mut message: QueueMessage, from_arn: &str) {
         self.next += 1;
         message.seq = self.next;
         message.receive_count = 0;
@@ -200,13 +264,19 @@ impl SimQueue {
     }
 
     /// Receives up to `max` visible messages, holding each invisible for `visibility`.
-    /// `duplicate` (standard queues) also returns one message already in flight.
-    pub fn receive(&mut self, max: usize, visibility: Duration, duplicate: bool) -> Received {
+    /// `duplicate` (standard queues) also returns one message already in flight. `now_ms`
+    /// is wall time (messages past the retention expire).
+    pub fn receive(
+        &mut self,
+        max: usize,
+        visibility: Duration,
+        duplicate: bool,
+        now_ms: i64,
+    ) -> Received {
         let now = Instant::now();
-        let now_ms = self.clock.now().timestamp_millis();
         let mut received = Received::default();
         let retention_ms = i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX);
-        let (expired, kept): (Vec<SimMessage>, Vec<SimMessage>) =
+        let (expired, kept): (Vec<QueueMessage>, Vec<QueueMessage>) =
             std::mem::take(&mut self.messages)
                 .into_iter()
                 .partition(|m| m.sent_at_ms.saturating_add(retention_ms) <= now_ms);
@@ -277,7 +347,7 @@ impl SimQueue {
 
     /// Deletes the message `receipt` was given for, if it is still the latest receipt (as
     /// SQS, an older receipt may not delete it). Returns the deleted message.
-    pub fn delete(&mut self, receipt: &str) -> Option<SimMessage> {
+    pub fn delete(&mut self, receipt: &str) -> Option<QueueMessage> {
         let index = self
             .messages
             .iter()
@@ -306,14 +376,14 @@ impl SimQueue {
     }
 
     /// The message `receipt` was given for, while that receipt is its latest.
-    pub fn by_receipt(&self, receipt: &str) -> Option<&SimMessage> {
+    pub fn by_receipt(&self, receipt: &str) -> Option<&QueueMessage> {
         self.messages
             .iter()
             .find(|m| m.receipt.as_deref() == Some(receipt))
     }
 
     /// Every message, visible or not.
-    pub fn messages(&self) -> &[SimMessage] {
+    pub fn messages(&self) -> &[QueueMessage] {
         &self.messages
     }
 
@@ -327,21 +397,25 @@ impl SimQueue {
 mod tests {
     use super::*;
 
-    fn send(q: &mut SimQueue, body: &str, group: Option<&str>) -> String {
-        q.send(body.into(), Vec::new(), group.map(str::to_string))
+    fn now() -> i64 {
+        chrono::Utc::now().timestamp_millis()
+    }
+
+    fn send(q: &mut Queue, body: &str, group: Option<&str>) -> String {
+        q.send(body.into(), Vec::new(), group.map(str::to_string), now())
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_redrive_policy_moves_a_message_received_max_receive_count_times() {
-        let mut q = SimQueue::new("orders", Some(2), Clock::system());
+        let mut q = Queue::new("orders", Some(2));
         send(&mut q, "a", None);
         for n in 1..=2 {
-            let r = q.receive(10, Duration::from_secs(30), false);
+            let r = q.receive(10, Duration::from_secs(30), false, now());
             assert_eq!(r.messages.len(), 1);
             assert_eq!(r.messages[0].receive_count, n);
             tokio::time::advance(Duration::from_secs(31)).await;
         }
-        let r = q.receive(10, Duration::from_secs(30), false);
+        let r = q.receive(10, Duration::from_secs(30), false, now());
         assert!(r.messages.is_empty());
         assert_eq!(r.moved.len(), 1);
         assert!(q.is_empty());
@@ -349,10 +423,12 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_message_past_its_retention_is_gone_and_hides_stop_at_12_hours_from_the_receive() {
-        let mut q = SimQueue::new("orders", None, Clock::system());
+        let mut q = Queue::new("orders", None);
         q.retention = Duration::from_secs(3600);
         send(&mut q, "a", None);
-        let first = q.receive(10, Duration::from_secs(30), false).messages;
+        let first = q
+            .receive(10, Duration::from_secs(30), false, now())
+            .messages;
         let receipt = first[0].receipt.clone().unwrap_or_default();
         assert!(q
             .change_visibility(&receipt, MAX_VISIBILITY + Duration::from_secs(1))
@@ -366,7 +442,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(601)).await;
         // The wall clock is not tokio's in this test: end the retention by hand.
         q.retention = Duration::ZERO;
-        let r = q.receive(10, Duration::from_secs(30), false);
+        let r = q.receive(10, Duration::from_secs(30), false, now());
         assert!(r.messages.is_empty());
         assert_eq!(r.expired.len(), 1);
         assert!(q.is_empty());
@@ -374,15 +450,19 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stale_receipt_does_not_delete_and_invisible_messages_stay_hidden() {
-        let mut q = SimQueue::new("orders", None, Clock::system());
+        let mut q = Queue::new("orders", None);
         send(&mut q, "a", None);
-        let first = q.receive(10, Duration::from_secs(30), false).messages;
+        let first = q
+            .receive(10, Duration::from_secs(30), false, now())
+            .messages;
         assert!(q
-            .receive(10, Duration::from_secs(30), false)
+            .receive(10, Duration::from_secs(30), false, now())
             .messages
             .is_empty());
         tokio::time::advance(Duration::from_secs(31)).await;
-        let second = q.receive(10, Duration::from_secs(30), false).messages;
+        let second = q
+            .receive(10, Duration::from_secs(30), false, now())
+            .messages;
         assert_eq!(second.len(), 1);
         assert!(q
             .delete(first[0].receipt.as_deref().unwrap_or_default())
@@ -395,24 +475,26 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn fifo_holds_a_group_back_while_one_of_its_messages_is_in_flight() {
-        let mut q = SimQueue::new("orders.fifo", None, Clock::system());
+        let mut q = Queue::new("orders.fifo", None);
         send(&mut q, "a1", Some("a"));
         send(&mut q, "a2", Some("a"));
         send(&mut q, "b1", Some("b"));
-        let first = q.receive(1, Duration::from_secs(30), false).messages;
+        let first = q.receive(1, Duration::from_secs(30), false, now()).messages;
         assert_eq!(first[0].body, "a1");
         // a2 waits for a1; b1 is free.
-        let next = q.receive(10, Duration::from_secs(30), false).messages;
+        let next = q
+            .receive(10, Duration::from_secs(30), false, now())
+            .messages;
         let bodies: Vec<&str> = next.iter().map(|m| m.body.as_str()).collect();
         assert_eq!(bodies, ["b1"]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_duplicate_delivery_returns_a_message_already_in_flight() {
-        let mut q = SimQueue::new("orders", None, Clock::system());
+        let mut q = Queue::new("orders", None);
         send(&mut q, "a", None);
-        let first = q.receive(1, Duration::from_secs(30), false).messages;
-        let again = q.receive(10, Duration::from_secs(30), true);
+        let first = q.receive(1, Duration::from_secs(30), false, now()).messages;
+        let again = q.receive(10, Duration::from_secs(30), true, now());
         assert_eq!(again.duplicated, vec![first[0].id.clone()]);
         assert_eq!(again.messages[0].receive_count, 2);
     }

@@ -1,0 +1,494 @@
+//! The dead-letter table as the core's [`RecordStore`] port (docs/ARCHITECTURE.md §5):
+//! every read and write of a record in DynamoDB. The recording writes (the conditional
+//! append and claim, the marks, the review flag, compaction) are here; the leases and status
+//! changes are the store's own ([`super::lease`]), as are queries ([`super::query`]) and
+//! conditional deletes ([`super::maintenance`]); each condition is the core's
+//! ([`sqs_keeper_core::conditions`]), rendered to the expression sent.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+use futures::StreamExt;
+
+use super::schema::LEASE_EXPIRES_AT;
+use super::{schema, DeadLetterStore};
+use crate::condition_expression::WithCondition;
+use sqs_keeper_core::conditions;
+use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::{Compaction, Deliveries, Expect, RecordStore, Standing};
+use sqs_keeper_core::{DeadLetteredItem, FailureDetail, ItemStatus};
+use sqs_keeper_core::{Page, PageToken, RecordFilter};
+
+impl RecordStore for DeadLetterStore {
+    async fn get(&self, item_id: &str) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        DeadLetterStore::get(self, item_id).await
+    }
+
+    async fn query_page(
+        &self,
+        filter: &RecordFilter,
+        limit: i32,
+        start: Option<&PageToken>,
+    ) -> Result<Page, ProcessError> {
+        DeadLetterStore::query_page(self, filter, limit, start).await
+    }
+
+    fn token_after(&self, record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
+        super::query::token_after(record, filter)
+    }
+
+    /// One `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again
+    /// with backoff. Keys still unread after that are an error, never "no record": a record
+    /// taken for missing would be adopted over.
+    async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
+        let items = self
+            .batch_get(ids, "sweep-lookup", |request| {
+                request
+                    .projection_expression(
+                        "#id, #status, #expires, #src.#mid, #src.#arn, #payload.#sha, #processed, #requeued",
+                    )
+                    .expression_attribute_names("#id", schema::ITEM_ID)
+                    .expression_attribute_names("#status", schema::STATUS)
+                    .expression_attribute_names("#expires", LEASE_EXPIRES_AT)
+                    .expression_attribute_names("#src", "source")
+                    .expression_attribute_names("#mid", "message_id")
+                    .expression_attribute_names("#arn", "queue_arn")
+                    .expression_attribute_names("#payload", "payload")
+                    .expression_attribute_names("#sha", "sha256")
+                    .expression_attribute_names("#processed", schema::PROCESSED)
+                    .expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID)
+            })
+            .await?;
+        Ok(items
+            .into_iter()
+            .map(|(id, item)| {
+                let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok()).cloned();
+                let nested = |map: &str, name: &str| {
+                    item.get(map)
+                        .and_then(|v| v.as_m().ok())
+                        .and_then(|m| m.get(name))
+                        .and_then(|v| v.as_s().ok())
+                        .cloned()
+                };
+                let standing = Standing {
+                    status: text(schema::STATUS).and_then(|s| ItemStatus::parse(&s)),
+                    lease_expires_at: item
+                        .get(LEASE_EXPIRES_AT)
+                        .and_then(|v| v.as_n().ok())
+                        .and_then(|n| n.parse().ok()),
+                    source_message_id: nested("source", "message_id"),
+                    payload_sha256: nested("payload", "sha256"),
+                    processed: item
+                        .get(schema::PROCESSED)
+                        .and_then(|v| v.as_l().ok())
+                        .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
+                        .unwrap_or_default(),
+                    requeued_message_id: text(schema::REQUEUED_MESSAGE_ID),
+                    source_queue_arn: nested("source", "queue_arn"),
+                };
+                (id, standing)
+            })
+            .collect())
+    }
+
+    /// One `GetItem` of the three sets (strongly consistent).
+    async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
+        let output = self
+            .clients
+            .dynamodb
+            .get_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .projection_expression("#ids, #claims, #sent")
+            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_names("#sent", schema::DLQ_SENT)
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))?;
+        let set = |name: &str| -> HashSet<String> {
+            output
+                .item()
+                .and_then(|i| i.get(name))
+                .and_then(|v| v.as_ss().ok())
+                .map(|ids| ids.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        Ok(Deliveries {
+            attempt_ids: set(schema::ATTEMPT_IDS),
+            claims: set(schema::DLQ_CLAIMS),
+            sent: set(schema::DLQ_SENT),
+        })
+    }
+
+    /// One conditional `UpdateItem` (`ALL_NEW`); `None` when a pending attempt was already
+    /// recorded (or the claim was already taken).
+    async fn try_record(
+        &self,
+        record: &DeadLetteredItem,
+        pending: &[FailureDetail],
+        claim: Option<&str>,
+        expect: Expect,
+    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+        let mut fields = schema::record_to_item(record)?;
+        fields.remove(schema::ITEM_ID);
+        fields.remove(schema::FAILURE_COUNT);
+        fields.remove(schema::FAILURE_HISTORY);
+        // Counted by compaction alone.
+        fields.remove(schema::HISTORY_OMITTED);
+        // Accumulated by resolutions; a new failure does not forget them.
+        fields.remove(schema::PROCESSED);
+        let first_attempt = fields.remove("first_attempt");
+        // Set on creation; afterwards `review_flag_change` decides on the whole history
+        // (which may hold dropped attempts this write cannot see).
+        let review = fields.remove(schema::MANUAL_REVIEW_REQUIRED);
+        // In name order, so that the same record always makes the same expression.
+        let mut fields: Vec<(String, AttributeValue)> = fields.into_iter().collect();
+        fields.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+
+        let mut request = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
+            .return_values(ReturnValue::AllNew);
+        let mut sets = Vec::new();
+        for (n, (name, value)) in fields.into_iter().enumerate() {
+            sets.push(format!("#f{n} = :f{n}"));
+            request = request
+                .expression_attribute_names(format!("#f{n}"), name)
+                .expression_attribute_values(format!(":f{n}"), value);
+        }
+        if let Some(review) = review {
+            sets.push("#review = if_not_exists(#review, :review)".to_string());
+            request = request
+                .expression_attribute_names("#review", schema::MANUAL_REVIEW_REQUIRED)
+                .expression_attribute_values(":review", review);
+        }
+        if let Some(first) = first_attempt {
+            sets.push("#first = if_not_exists(#first, :first)".to_string());
+            request = request
+                .expression_attribute_names("#first", "first_attempt")
+                .expression_attribute_values(":first", first);
+        }
+        // A new failure ends a requeue: the item is dead again.
+        let removes = " REMOVE #requeued";
+        request = request.expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID);
+        // A claim-only write (no attempt left to append: the twin that recorded them freed
+        // the claim) leaves the history and its count alone; DynamoDB refuses empty sets.
+        let appends = !pending.is_empty();
+        if appends {
+            sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
+            request = request
+                .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
+                .expression_attribute_names("#count", schema::FAILURE_COUNT)
+                .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+                .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
+                .expression_attribute_values(":hist", schema::history_to_attr(pending)?)
+                .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
+                .expression_attribute_values(
+                    ":ids",
+                    AttributeValue::Ss(pending.iter().map(|f| f.attempt_id.clone()).collect()),
+                );
+        } else if claim.is_none() {
+            return Ok(None);
+        }
+        let mut adds: Vec<&str> = if appends {
+            vec!["#count :count", "#ids :ids"]
+        } else {
+            Vec::new()
+        };
+        if let Some(claim) = claim {
+            adds.push("#claims :claims");
+            request = request
+                .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+                .expression_attribute_values(
+                    ":claims",
+                    AttributeValue::Ss(vec![claim.to_string()]),
+                );
+        }
+        let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
+        let condition = conditions::records_attempts(&attempt_ids, claim, &expect);
+        let update = format!("SET {}{removes} ADD {}", sets.join(", "), adds.join(", "));
+        let result = request
+            .update_expression(update)
+            .with_condition(&condition)
+            .send()
+            .await;
+        match result {
+            Ok(output) => {
+                let stored = output
+                    .attributes()
+                    .map(schema::record_from_item)
+                    .transpose()?;
+                Ok(stored.or_else(|| Some(record.clone())))
+            }
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("record")),
+        }
+    }
+
+    /// One `TransactWriteItems` per 100 records (`DeadLetterStore::mark_sent_all`).
+    async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
+        self.mark_sent_all(sent).await
+    }
+
+    /// `manual_review_required` depends on the whole history, which an update expression
+    /// cannot see: set afterwards ([`sqs_keeper_core::review_flag_change`]).
+    async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("SET manual_review_required = :v")
+            .expression_attribute_values(":v", AttributeValue::Bool(wanted))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("record"))
+    }
+
+    /// Keeps a record's history within [`crate::StoreConfig::history_limit`]: the first attempts
+    /// and the latest ones stay, `history_omitted` counts the others. The write holds only
+    /// if no attempt was appended since `stored` was read (`failure_count` unchanged); when
+    /// one was, that writer compacts instead.
+    async fn compact(
+        &self,
+        stored: &DeadLetteredItem,
+        compaction: &Compaction,
+    ) -> Result<(), ProcessError> {
+        let request = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
+            // The ids of dropped attempts go with them; claims only matter while a message
+            // may still be delivered again ([`Compaction`]).
+            .update_expression(if compaction.forgotten.is_empty() {
+                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
+                 ADD #omitted :dropped"
+            } else {
+                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
+                 ADD #omitted :dropped DELETE #sent :forgotten"
+            })
+            .expression_attribute_names("#processed", schema::PROCESSED)
+            .expression_attribute_values(
+                ":kept_processed",
+                AttributeValue::L(
+                    compaction
+                        .processed
+                        .iter()
+                        .cloned()
+                        .map(AttributeValue::S)
+                        .collect(),
+                ),
+            )
+            .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_values(
+                ":kept_claims",
+                AttributeValue::Ss(compaction.claims.clone()),
+            )
+            .expression_attribute_values(
+                ":kept_ids",
+                AttributeValue::Ss(compaction.attempt_ids.clone()),
+            )
+            .with_condition(&conditions::counts(stored.failure_count))
+            .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
+            .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
+            .expression_attribute_values(
+                ":kept",
+                schema::history_to_attr(&compaction.history)?,
+            )
+            .expression_attribute_values(
+                ":dropped",
+                AttributeValue::N(compaction.dropped.to_string()),
+            );
+        // The "sent" marks of the messages whose entries all go (DynamoDB refuses an empty
+        // set, hence only when there are some).
+        let request = if compaction.forgotten.is_empty() {
+            request
+        } else {
+            request
+                .expression_attribute_names("#sent", schema::DLQ_SENT)
+                .expression_attribute_values(
+                    ":forgotten",
+                    AttributeValue::Ss(compaction.forgotten.clone()),
+                )
+        };
+        let result = request.send().await;
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("compact-history")),
+        }
+    }
+
+    /// Gives up the claim on a message's DLQ message (its send failed), so that the next
+    /// delivery of the message sends it.
+    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.config.table)
+            .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
+            .update_expression("DELETE #claims :claims")
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_values(
+                ":claims",
+                AttributeValue::Ss(vec![message_id.to_string()]),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("release-claim"))
+    }
+
+    async fn acquire_lease(
+        &self,
+        item_id: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, ProcessError> {
+        DeadLetterStore::acquire_lease(self, item_id, owner, ttl).await
+    }
+
+    async fn acquire_leases(
+        &self,
+        item_ids: &[String],
+        owner: &str,
+        ttl: Duration,
+    ) -> Vec<Result<bool, ProcessError>> {
+        DeadLetterStore::acquire_leases(self, item_ids, owner, ttl).await
+    }
+
+    async fn release_lease(&self, item_id: &str, owner: &str) -> Result<(), ProcessError> {
+        DeadLetterStore::release_lease(self, item_id, owner).await
+    }
+
+    async fn resolve(&self, record: &DeadLetteredItem, owner: &str) -> Result<(), ProcessError> {
+        DeadLetterStore::resolve(self, record, owner).await
+    }
+
+    async fn mark_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        owner: &str,
+        message_id: &str,
+    ) -> Result<(), ProcessError> {
+        DeadLetterStore::mark_requeued(self, record, owner, message_id).await
+    }
+
+    async fn record_redrive_failure(
+        &self,
+        item_id: &str,
+        owner: &str,
+        failures: &[FailureDetail],
+    ) -> Result<(), ProcessError> {
+        DeadLetterStore::record_redrive_failure(self, item_id, owner, failures).await
+    }
+
+    async fn reopen_requeued(
+        &self,
+        record: &DeadLetteredItem,
+        failure: &FailureDetail,
+    ) -> Result<bool, ProcessError> {
+        DeadLetterStore::reopen_requeued(self, record, failure).await
+    }
+
+    async fn finish_requeued(
+        &self,
+        item_id: &str,
+        message_id: &str,
+        payload_sha256: &str,
+        requeued_by: &str,
+    ) -> Result<(), ProcessError> {
+        DeadLetterStore::finish_requeued(self, item_id, message_id, payload_sha256, requeued_by)
+            .await
+    }
+
+    async fn finish_moved_back(
+        &self,
+        item_id: &str,
+        dead_lettered: &str,
+        message_id: &str,
+        payload_sha256: &str,
+    ) -> Result<(), ProcessError> {
+        DeadLetterStore::finish_moved_back(self, item_id, dead_lettered, message_id, payload_sha256)
+            .await
+    }
+
+    /// One conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few
+    /// at once: status and last attempt as selected.
+    async fn delete_records(
+        &self,
+        records: &[DeadLetteredItem],
+    ) -> Result<Vec<String>, ProcessError> {
+        let deletes: Vec<_> = records
+            .iter()
+            .map(|record| self.delete_if_unchanged(record))
+            .collect();
+        let results: Vec<Result<Option<String>, ProcessError>> = futures::stream::iter(deletes)
+            .buffer_unordered(super::maintenance::DELETE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut deleted = Vec::new();
+        for result in results {
+            deleted.extend(result?);
+        }
+        Ok(deleted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqs_keeper_core::ErrorClass;
+
+    /// A lookup DynamoDB keeps throttling (every key left unprocessed) fails, rather than
+    /// answering that the record does not exist (which would have it adopted over).
+    #[tokio::test(start_paused = true)]
+    async fn keys_left_unprocessed_are_an_error_not_a_missing_record() {
+        use aws_sdk_dynamodb::operation::batch_get_item::BatchGetItemOutput;
+        use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+        use aws_smithy_mocks::{mock, mock_client};
+        let throttled = mock!(aws_sdk_dynamodb::Client::batch_get_item).then_output(|| {
+            let key = HashMap::from([(
+                schema::ITEM_ID.to_string(),
+                AttributeValue::S("order-1".to_string()),
+            )]);
+            BatchGetItemOutput::builder()
+                .unprocessed_keys("t", KeysAndAttributes::builder().keys(key).build().unwrap())
+                .build()
+        });
+        let store = crate::store::mocked_store(|clients| {
+            clients.dynamodb = mock_client!(
+                aws_sdk_dynamodb,
+                aws_smithy_mocks::RuleMode::MatchAny,
+                &[&throttled]
+            );
+        });
+        let error = store.standings(&["order-1".to_string()]).await.unwrap_err();
+        assert_eq!(error.class, ErrorClass::Throttled, "{error}");
+        assert_eq!(error.step.as_deref(), Some("sweep-lookup"));
+        assert_eq!(
+            throttled.num_calls(),
+            super::super::BATCH_GET_ROUNDS as usize
+        );
+    }
+}
