@@ -26,6 +26,7 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::Duration;
 
+use crate::clock::Clock;
 use crate::dead_letter::{
     processed_key_for_message, processed_key_for_payload, DeadLetteredItem, FailureDetail,
     ItemStatus, MessageAttribute, REQUEUED_BY_ATTRIBUTE,
@@ -40,6 +41,11 @@ use crate::selection::{Page, PageToken, RecordFilter};
 /// conditional (docs/ARCHITECTURE.md §3): two runs never both act on one item, and no write
 /// overwrites another writer's work.
 pub trait RecordStore: Send + Sync {
+    /// The wall clock this store stamps records and leases by. Whoever judges them reads
+    /// it too (the settling of held DLQ messages, a redrive's engine), so that a lease is
+    /// live or expired by the clock that set it.
+    fn clock(&self) -> Clock;
+
     /// One record by item id (strongly consistent); `None` when there is none.
     fn get(
         &self,
@@ -513,9 +519,13 @@ impl Standing {
         }
     }
 
-    /// Whether a live run is redriving the item (not one that died holding its lease).
+    /// Whether a live run is redriving the item (not one that died holding its lease): the
+    /// complement of what the store lets another run take back
+    /// ([`crate::conditions::lease_is_free`], a lease expired strictly before `now`), so a
+    /// lease is live through its last second.
     pub fn leased_at(&self, now: i64) -> bool {
-        self.status == Some(ItemStatus::Redriving) && self.lease_expires_at.is_some_and(|e| e > now)
+        self.status == Some(ItemStatus::Redriving)
+            && self.lease_expires_at.is_some_and(|e| e >= now)
     }
 
     /// Whether `message` holds the record's current payload.

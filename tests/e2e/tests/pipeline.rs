@@ -1260,6 +1260,38 @@ fn timed_out_twice(item: sqs_keeper_core::WorkItem) -> sqs_keeper_core::DeadLett
     }
 }
 
+/// DynamoDB's `UpdateItem` creates an item it does not find: the follow-ups to a record
+/// write (the review flag set, a claim given up) are conditional on the record existing, so
+/// a record a purge deleted in between does not come back as an item of one attribute,
+/// without a status (a "no record" to the sweep whose adoption would be refused for ever).
+/// The in-memory world writes nothing there either
+/// (`testing::memory_store::tests::follow_ups_to_a_record_a_purge_deleted_leave_no_item`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follow_ups_to_a_record_a_purge_deleted_leave_no_item() {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use sqs_keeper_core::RecordStore;
+
+    let p = Pipeline::new("follow-ups", Setup::default()).await;
+    let store = p.store();
+    RecordStore::set_review_flag(&store, "gone", true)
+        .await
+        .unwrap();
+    RecordStore::release_claim(&store, "gone", "m-1")
+        .await
+        .unwrap();
+    let item = p
+        .clients
+        .dynamodb
+        .get_item()
+        .table_name(&p.resources.table)
+        .key("item_id", AttributeValue::S("gone".into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(item.item(), None, "an item without a status was created");
+}
+
 /// The store's conditions are defined once (`sqs_keeper_core::conditions`): the
 /// adapter sends each as a condition expression and the in-memory stores (the
 /// simulation's) evaluate the same value. Here both readings of every condition meet

@@ -1284,7 +1284,6 @@ async fn redrive(
             report_items: 50,
             ..RedriveSettings::default()
         }
-        .with_clock(world.clock)
         .with_random(world.random.clone()),
     )
     .with_body_resolver(Arc::new(SimResolver::new(store.as_actor(actor))));

@@ -64,18 +64,14 @@ impl Default for RedriveSettings {
     }
 }
 
-/// The engine reads the clock and the randomness its retry policy holds, one of each for
-/// the whole run: the time a request's `since` and `until` are relative to, the age of
-/// requeues and of the oldest dead record, the start of a failure found before any attempt,
-/// run ids and the markers of the runs' sweeps, and the retries themselves. The system
-/// clock and the thread's generator by default.
+/// The engine reads the randomness its retry policy holds, one generator for the whole run
+/// (run ids, the markers of the runs' sweeps, the retries' jitter; the thread's generator
+/// by default), and the clock of its store ([`RecordStore::clock`], which
+/// [`RedriveEngine::new`] puts in the retry policy): the time a request's `since` and
+/// `until` are relative to, the age of requeues and of the oldest dead record, leases left
+/// by dead runs, the start of a failure found before any attempt. One clock, the one that
+/// stamps the records and the leases, judges them.
 impl RedriveSettings {
-    /// Reads wall time from `clock`.
-    pub fn with_clock(mut self, clock: Clock) -> Self {
-        self.retry.clock = clock;
-        self
-    }
-
     /// Draws from `random`.
     pub fn with_random(mut self, random: Random) -> Self {
         self.retry.random = random;
@@ -189,8 +185,10 @@ pub struct RedriveEngine<P, S> {
 }
 
 impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
-    /// An engine; `processor` is needed for `reprocess` mode only.
-    pub fn new(store: S, processor: Option<P>, settings: RedriveSettings) -> Self {
+    /// An engine; `processor` is needed for `reprocess` mode only. It reads `store`'s clock
+    /// (a clock in `settings` is replaced by it: see [`RedriveSettings`]).
+    pub fn new(store: S, processor: Option<P>, mut settings: RedriveSettings) -> Self {
+        settings.retry.clock = store.clock();
         RedriveEngine {
             store,
             processor,
@@ -452,9 +450,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         } else {
             CARRY_HOLD
         };
-        let settled =
-            crate::sweep::settle_held(&self.store, held, wait, then, self.settings.retry.clock)
-                .await?;
+        let settled = crate::sweep::settle_held(&self.store, held, wait, then).await?;
         deleted += settled.deleted;
         if settled.to_reopen > 0 && Instant::now() < run.settle_by {
             let sweep = crate::sweep::sweep_dlq(
@@ -470,15 +466,9 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             )
             .await?;
             deleted += sweep.deleted;
-            deleted += crate::sweep::settle_held(
-                &self.store,
-                sweep.held,
-                Duration::ZERO,
-                then,
-                self.settings.retry.clock,
-            )
-            .await?
-            .deleted;
+            deleted += crate::sweep::settle_held(&self.store, sweep.held, Duration::ZERO, then)
+                .await?
+                .deleted;
         }
         Ok(deleted)
     }

@@ -4,7 +4,7 @@
 //! restored, our own set afresh, FIFO group and deduplication ids) is decided here, pure,
 //! in [`outgoing_message`]; the sending goes through [`SourceQueue`](crate::ports::SourceQueue).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use super::engine::RedriveEngine;
 use super::report::{ItemOutcome, ItemOutcomeKind};
@@ -163,7 +163,9 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             })
         };
         // Per queue URL: (index, message, size in bytes).
-        let mut by_queue: HashMap<String, Vec<(usize, OutgoingMessage, usize)>> = HashMap::new();
+        // By queue URL, in order: the queues are sent to in the same order at every run, so
+        // that a world (and its faults) replays exactly.
+        let mut by_queue: BTreeMap<String, Vec<(usize, OutgoingMessage, usize)>> = BTreeMap::new();
         for (i, (record, lease)) in records.iter().zip(leases).enumerate() {
             match lease {
                 Ok(true) => {}

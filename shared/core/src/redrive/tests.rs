@@ -802,15 +802,9 @@ async fn a_message_the_settling_sweep_deletes_is_counted_in_the_report() {
         .unwrap();
     let other_run_ends = async {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        crate::sweep::settle_held(
-            engine.store(),
-            other.held,
-            Duration::ZERO,
-            Duration::ZERO,
-            Clock::system(),
-        )
-        .await
-        .unwrap();
+        crate::sweep::settle_held(engine.store(), other.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap();
     };
     let (report, ()) = tokio::join!(run(&engine, RedriveRequest::default()), other_run_ends);
     assert_eq!(outcome(&report, "a"), ItemOutcomeKind::Resolved);
@@ -957,11 +951,11 @@ mod kept_bare_pointer {
     }
 }
 
-/// A run draws its id from the engine's random and reads the engine's clock (it selects
-/// what failed before its now); the store stamps what it resolves by its own clock (here
-/// both follow tokio's paused clock from the year 2000).
+/// A run draws its id from the engine's random and reads its store's clock (it selects
+/// what failed before its now, and the store stamps what it resolves): here tokio's paused
+/// clock from the year 2000.
 #[tokio::test(start_paused = true)]
-async fn a_run_draws_its_id_from_the_engines_random_and_reads_the_clocks_it_is_given() {
+async fn a_run_draws_its_id_from_the_engines_random_and_reads_its_stores_clock() {
     use chrono::Datelike;
     let clock = crate::clock::Clock::following_tokio(
         chrono::DateTime::from_timestamp(946_684_800, 0).unwrap(),
@@ -973,11 +967,12 @@ async fn a_run_draws_its_id_from_the_engines_random_and_reads_the_clocks_it_is_g
     store.insert_dead_lettered(then);
     // Failed after the engine's now (by the system clock, an hour ago): not selected.
     store.insert_dead_lettered(dead_record("later", ErrorClass::Throttled, 1));
-    let settings = RedriveSettings::default()
-        .with_clock(clock)
-        .with_random(crate::random::Random::seeded(7));
-    assert_eq!(settings.retry.clock, clock, "the retry policy's too");
+    let settings = RedriveSettings::default().with_random(crate::random::Random::seeded(7));
     let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
+    assert_eq!(
+        engine.settings.retry.clock, clock,
+        "the retry policy reads the store's"
+    );
     let report = run(&engine, RedriveRequest::default()).await;
     let first_draw = crate::random::Random::seeded(7).u64(..);
     assert_eq!(report.run_id, format!("redrive-{first_draw:016x}"));
@@ -985,4 +980,82 @@ async fn a_run_draws_its_id_from_the_engines_random_and_reads_the_clocks_it_is_g
     let resolved_at = engine.store().record("then").unwrap().resolved_at.unwrap();
     assert_eq!(resolved_at.year(), 2000);
     assert_eq!(status(&engine, "later"), Some(ItemStatus::Dead));
+}
+
+/// Another run holds a live lease on `a` (taken through the store, so stamped by the
+/// store's clock, tokio's paused clock from the year 2000) and resolves `a` two seconds
+/// after this run started. The run's settling waits for that run (the lease is live by the
+/// clock that set it) and deletes `a`'s DLQ message. The engine is built with the default
+/// settings, whose clock is the system's: by that clock the lease expired long ago, and a
+/// settling that read it gave the message back at once, to stay beside its resolved record.
+#[tokio::test(start_paused = true)]
+async fn the_settling_judges_a_lease_by_the_clock_that_stamped_it() {
+    let world_clock =
+        Clock::following_tokio(chrono::DateTime::from_timestamp(946_684_800, 0).unwrap());
+    let store = MemoryStore::reading(world_clock);
+    store.insert_dead_lettered(dead_record("a", ErrorClass::Throttled, 1));
+    assert!(
+        RecordStore::acquire_lease(&store, "a", "other-run", Duration::from_secs(600))
+            .await
+            .unwrap(),
+        "the other run leases a"
+    );
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store.clone(), Some(ScriptedProcessor::new()), settings);
+    let the_other_run_resolves_a = async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let record = store.record("a").unwrap();
+        RecordStore::resolve(&store, &record, "other-run")
+            .await
+            .unwrap();
+    };
+    let (report, ()) = tokio::join!(
+        run(&engine, RedriveRequest::default()),
+        the_other_run_resolves_a
+    );
+    assert_eq!(status(&engine, "a"), Some(ItemStatus::Resolved));
+    assert_eq!(report.dlq_messages_deleted, 1, "{report:?}");
+    assert!(
+        store.dlq_messages().is_empty(),
+        "{:?}",
+        store.dlq_messages()
+    );
+}
+
+/// A requeue run sends to its source queues in the same order at every run: the world's
+/// fault draws, its observer's trace and the queues' arrival order follow that order, and a
+/// seed replays exactly only if it does not change (docs/ARCHITECTURE.md §5). (Grouped in a
+/// `HashMap`, the queues came in the order of its hasher's random keys: all six orders of
+/// three queues in twenty runs.)
+#[tokio::test]
+async fn a_requeue_sends_to_its_source_queues_in_the_same_order_every_time() {
+    let mut orders = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let mut rs = records(&["a", "b", "c"]);
+        rs[1].source.queue_arn = Some("arn:aws:sqs:us-east-1:123456789012:payments".into());
+        rs[2].source.queue_arn = Some("arn:aws:sqs:us-east-1:123456789012:refunds".into());
+        let engine = engine_with(rs, ScriptedProcessor::new());
+        let report = run(
+            &engine,
+            RedriveRequest {
+                mode: RedriveMode::Requeue,
+                ..Default::default()
+            },
+        )
+        .await;
+        assert_eq!(report.requeued, 3, "{report:?}");
+        let urls: Vec<String> = engine
+            .store()
+            .sent()
+            .into_iter()
+            .map(|(url, _)| url)
+            .collect();
+        orders.insert(urls);
+    }
+    assert_eq!(
+        orders.len(),
+        1,
+        "one world, one order of sends; seen: {orders:#?}"
+    );
 }

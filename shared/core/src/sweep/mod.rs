@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::Clock;
 use crate::dead_letter::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
 };

@@ -23,14 +23,14 @@ pub struct Settled {
 /// are looked at again every 250 ms, for at most `wait`, so that their messages are
 /// deleted if that run resolves them. A message whose record should be reopened is given
 /// back at once, for a sweep (which receives its body) to reopen. Leases are judged live
-/// by `clock` (the caller's: a redrive passes its engine's).
+/// by the store's clock ([`RecordStore::clock`]), the one that stamped them.
 pub async fn settle_held<D: DeadLetterQueue + RecordStore>(
     dlq: &D,
     held: BTreeMap<String, Vec<HeldMessage>>,
     wait: Duration,
     then: Duration,
-    clock: Clock,
 ) -> Result<Settled, ProcessError> {
+    let clock = dlq.clock();
     let ids: Vec<String> = held.keys().cloned().collect();
     let give_up = Instant::now() + wait;
     // A lookup that fails leaves those messages kept, never deleted.

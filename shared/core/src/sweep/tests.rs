@@ -1,5 +1,6 @@
 use super::pass::{Pass, MAX_HOLD, MIN_HOLD};
 use super::*;
+use crate::clock::Clock;
 use crate::message::{PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
 use crate::pointer::S3Pointer;
 
@@ -266,15 +267,9 @@ async fn a_sweep_adopts_deletes_and_holds_by_the_rules_then_settles_by_the_final
 
     // Meanwhile c was resolved by its message: it goes; a (dead) comes back to view.
     resolve(&store, "c");
-    let settled = settle_held(
-        &store,
-        sweep.held,
-        Duration::ZERO,
-        Duration::ZERO,
-        Clock::system(),
-    )
-    .await
-    .unwrap();
+    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(settled.deleted, 1);
     assert_eq!(visible(&store), ["a"]);
     assert_eq!(left(&store), 1);
@@ -409,15 +404,9 @@ async fn a_pass_ends_at_its_deadline_between_two_slow_adoptions() {
         held, 10,
         "the eight not judged are held with the two adopted"
     );
-    settle_held(
-        &store,
-        sweep.held,
-        Duration::ZERO,
-        Duration::ZERO,
-        Clock::system(),
-    )
-    .await
-    .unwrap();
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(visible(&store).len(), 10, "nothing lost, all back in view");
 }
 
@@ -431,15 +420,9 @@ async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
     // the record did not process, so the next sweep must see it to reopen the record,
     // not wait out the hold the others get.
     resolve_another_body(&store, "a");
-    let settled = settle_held(
-        &store,
-        sweep.held,
-        Duration::ZERO,
-        Duration::from_secs(600),
-        Clock::system(),
-    )
-    .await
-    .unwrap();
+    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::from_secs(600))
+        .await
+        .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (0, 1));
     assert_eq!(visible(&store), ["a"], "given back at once");
 }
@@ -468,13 +451,7 @@ async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved()
         resolve(&store, "a");
     };
     let (settled, ()) = tokio::join!(
-        settle_held(
-            &store,
-            sweep.held,
-            Duration::from_secs(15),
-            Duration::ZERO,
-            clock
-        ),
+        settle_held(&store, sweep.held, Duration::from_secs(15), Duration::ZERO),
         the_run_resolves_it
     );
     assert_eq!(settled.unwrap().deleted, 1);
@@ -489,16 +466,10 @@ async fn without_adopt_a_sweep_holds_what_no_record_holds() {
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 0, 0));
     assert_eq!(store.record("a"), None, "not adopted");
     assert_eq!(
-        settle_held(
-            &store,
-            sweep.held,
-            Duration::ZERO,
-            Duration::ZERO,
-            Clock::system()
-        )
-        .await
-        .unwrap()
-        .deleted,
+        settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+            .await
+            .unwrap()
+            .deleted,
         0
     );
     assert_eq!(visible(&store), ["a"], "given back");
@@ -560,15 +531,9 @@ async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
     };
     let sweep = sweep_dlq(&store, &options).await.unwrap();
     assert_eq!(sweep.deleted, 1);
-    settle_held(
-        &store,
-        sweep.held,
-        Duration::ZERO,
-        Duration::ZERO,
-        Clock::system(),
-    )
-    .await
-    .unwrap();
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        .await
+        .unwrap();
     let messages: Vec<String> = store
         .dlq_messages()
         .into_iter()
@@ -637,15 +602,9 @@ async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
     let held: usize = sweep.held.values().map(Vec::len).sum();
     assert!(held > 0);
     assert_eq!(held + visible(&store).len(), 13);
-    settle_held(
-        &store,
-        sweep.held,
-        Duration::ZERO,
-        Duration::ZERO,
-        Clock::system(),
-    )
-    .await
-    .unwrap();
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(visible(&store).len(), 13);
 }
 
@@ -859,15 +818,9 @@ async fn unjudged_messages_are_settled_by_their_records_and_none_is_lost() {
     let sweep = sweep_dlq(&store, &options).await.unwrap();
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 1, 0));
     assert_eq!(left(&store), 4, "nothing deleted unjudged");
-    let settled = settle_held(
-        &store,
-        sweep.held,
-        Duration::ZERO,
-        Duration::ZERO,
-        Clock::system(),
-    )
-    .await
-    .unwrap();
+    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (1, 1));
     assert_eq!(visible(&store), ["i0", "i2", "i3"]);
 }
@@ -905,15 +858,9 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
         None
     });
     let sweep = sweep_dlq(&store, &adopting()).await.unwrap();
-    settle_held(
-        &store,
-        sweep.held,
-        Duration::ZERO,
-        Duration::ZERO,
-        Clock::system(),
-    )
-    .await
-    .unwrap();
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        .await
+        .unwrap();
     let after = store.record("x").unwrap();
     assert!(
         after.processed.iter().any(|k| k.starts_with("msg:m-x")),
@@ -927,4 +874,33 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
         sweep.adopted,
         after.processed
     );
+}
+
+/// The settling's "live lease" and the store's "lease free to take back" are two readings
+/// of one lease, and are complements: a lease no run may take back yet is one the settling
+/// waits for, through its last second (`conditions::lease_is_free`, what DynamoDB and the
+/// world evaluate, is `expires < now`; the settling's reading was `expires > now`, and at
+/// `now == expires` gave up on a lease the store still held).
+#[test]
+fn the_settlings_live_lease_is_the_complement_of_the_stores_free_lease() {
+    let mut record = dead_record("a", crate::ErrorClass::Throttled, 1);
+    record.status = ItemStatus::Redriving;
+    record.lease_expires_at = Some(1_000);
+    let mut row = crate::testing::Row::of(record.clone());
+    row.lease_owner = Some("run-1".into());
+    let standing = Standing::of(&record);
+    for now in [998, 999, 1_000, 1_001, 1_002] {
+        let free = row.satisfies(&crate::condition::conditions::lease_is_free(now));
+        assert_eq!(
+            standing.leased_at(now),
+            !free,
+            "at {now}: the store {} the lease taken back, the settling judges it {}",
+            if free { "lets" } else { "refuses" },
+            if standing.leased_at(now) {
+                "live"
+            } else {
+                "expired"
+            }
+        );
+    }
 }
