@@ -8,7 +8,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build shipped emulator demo demo-outage demo-down test soak fmt-check clippy doc unit bench bench-store bench-runtime infra-check sim mutants package
+.PHONY: help build shipped tools emulator demo demo-outage demo-down test soak fmt-check clippy doc unit bench bench-store bench-runtime infra-check sim mutants package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
@@ -65,8 +65,11 @@ shipped:
 
 # The simulation's tests run optimised (the `sim` profile `make sim` builds with): each
 # known-mutant test searches up to 10,000 worlds, twenty times slower unoptimised.
+# The end-to-end tests wait on the emulators more than on the CPU: they run TEST_THREADS at
+# a time (each names its own queues, tables and buckets, tests/e2e/src/lib.rs).
+TEST_THREADS ?= 6
 unit: emulator shipped
-	env $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) $(CARGO) test $(NOT_SIM)
+	env $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test $(NOT_SIM)
 	$(CARGO) test --profile sim -p sqs-keeper-sim
 
 # The library crates' documentation, as docs.rs builds it: every link resolves, every item
@@ -79,7 +82,23 @@ doc:
 infra-check:
 	scripts/infra.sh check
 
-test: fmt-check clippy doc infra-check unit
+# Everything the tests install, each into its own directory (the emulators: .venv and
+# scripts/dynamodb-local; the template checkers: .venv-infra; cargo-lambda: .venv-lambda), at
+# once: downloads, mostly. A no-op when done.
+tools:
+	@$(EMULATOR) install & emulator=$$!; scripts/infra.sh install & infra=$$!; \
+	scripts/lambda.sh install & lambda=$$!; status=0; \
+	for pid in $$emulator $$infra $$lambda; do wait $$pid || status=1; done; exit $$status
+
+# Every check, in three stages. Cargo builds one thing at a time in a target directory (it
+# holds a lock on it), so each stage runs beside a build what is not one: the installs beside
+# clippy and the docs, the template checks and the emulators' start beside the build of the
+# shipped binaries. A stage's output is printed as each of its steps ends.
+STAGE := --no-print-directory --output-sync=target
+test:
+	$(MAKE) $(STAGE) -j4 fmt-check clippy doc tools
+	$(MAKE) $(STAGE) -j3 infra-check emulator shipped
+	$(MAKE) $(STAGE) unit
 
 # The deterministic simulation (docs/SIMULATION.md), optimised build; no emulator needed.
 # `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.

@@ -116,10 +116,13 @@ shipped() {
   local triple
   triple="$(triple_of "$(native_arch)")"
   install
-  # The two functions and the handler infra/handler.yaml deploys, in one invocation; then a
-  # handler that panics on request (a test fixture, outside the default members).
-  build "$triple" "worker redrive orders-worker" binary
-  build "$triple" fixture-handler binary "$(default_members_and fixture-handler)"
+  # The two functions, the handler infra/handler.yaml deploys and a handler that panics on
+  # request (a test fixture, outside the default members), in one invocation, so that the
+  # four whole-program links run side by side. The fixture asks nothing of the dependencies
+  # the default members do not, so Cargo resolves the functions' build exactly as SAM's
+  # (`default_members_and`).
+  build "$triple" "worker redrive orders-worker fixture-handler" binary \
+    "$(default_members_and fixture-handler)"
 }
 
 bench() {
