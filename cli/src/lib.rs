@@ -10,11 +10,11 @@
 //! | --- | --- |
 //! | [`args`] | the command line (clap) with help and examples |
 //! | [`commands`] | one module per command, and their shared rendering |
-//! | [`context`] | configuration, clients, confirmation prompts, progress bars |
+//! | [`session`] | configuration, clients, confirmation prompts, progress bars |
 
 pub mod args;
 pub mod commands;
-pub mod context;
+pub mod session;
 
 use std::process::ExitCode;
 
@@ -105,7 +105,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Ok(Completion::Ok) => ExitCode::SUCCESS,
         Ok(Completion::Partial) => ExitCode::from(1),
         Err(e) => {
-            let region = context::sdk_config(&global)
+            let region = session::sdk_config(&global)
                 .await
                 .region()
                 .map_or_else(|| "(none set)".to_string(), ToString::to_string);

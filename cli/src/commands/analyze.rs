@@ -5,7 +5,7 @@ use std::io::Write;
 
 use super::render::{out, table, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
-use crate::context::{progress, store};
+use crate::session::{progress, store};
 use crate::{CliError, Completion};
 
 /// Analyses the selection, with `samples` item ids per group.

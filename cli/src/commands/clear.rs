@@ -6,7 +6,7 @@ use sqs_keeper_core::RecordFilter;
 
 use super::render::{out, write_err};
 use crate::args::GlobalArgs;
-use crate::context::{confirm, progress, store};
+use crate::session::{confirm, progress, store};
 use crate::{CliError, Completion};
 
 /// Empties the store.

@@ -7,7 +7,7 @@ use sqs_keeper_core::ExportFormat;
 
 use super::render::{out, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
-use crate::context::{progress, store};
+use crate::session::{progress, store};
 use crate::{CliError, Completion};
 
 /// Writes the selection to `file` (stdout for `-`), in `format` or the one its extension

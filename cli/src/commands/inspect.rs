@@ -10,7 +10,7 @@ use sqs_keeper_core::{DeadLetteredItem, PayloadLocation};
 
 use super::render::{out, safe, safe_lines, write_err};
 use crate::args::GlobalArgs;
-use crate::context::store;
+use crate::session::store;
 use crate::{CliError, Completion};
 
 /// How `inspect --payload` writes the payload.

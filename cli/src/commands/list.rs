@@ -4,7 +4,7 @@ use std::io::Write;
 
 use super::render::{out, safe, table, write_err};
 use crate::args::{FilterArgs, GlobalArgs};
-use crate::context::store;
+use crate::session::store;
 use crate::{CliError, Completion};
 
 /// Lists at most `limit` records of the selection.

@@ -9,7 +9,7 @@ use sqs_keeper_core::RemovalReport;
 
 use super::render::{out, write_err};
 use crate::args::{GlobalArgs, StatusChoice};
-use crate::context::{confirm, progress, store};
+use crate::session::{confirm, progress, store};
 use crate::{CliError, Completion};
 
 /// Purges the records of `status` older than `older_than` (a duration such as `30d`).

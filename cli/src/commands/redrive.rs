@@ -14,7 +14,7 @@ use sqs_keeper_lambda::redrive_processor;
 
 use super::render::{out, table, write_err};
 use crate::args::{GlobalArgs, RedriveArgs};
-use crate::context::{progress, store};
+use crate::session::{progress, store};
 use crate::{CliError, Completion};
 
 /// The request the options describe; run options apply on top of a request file.
@@ -126,7 +126,7 @@ async fn invoke_function(
     function: &str,
     request: &RedriveRequest,
 ) -> Result<RedriveReport, CliError> {
-    let lambda = aws_sdk_lambda::Client::new(&crate::context::sdk_config(global).await);
+    let lambda = aws_sdk_lambda::Client::new(&crate::session::sdk_config(global).await);
     let payload = serde_json::to_vec(request).map_err(|e| CliError::Failed(e.to_string()))?;
     let output = lambda
         .invoke()

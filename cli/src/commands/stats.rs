@@ -10,7 +10,7 @@ use sqs_keeper_core::RecordFilter;
 
 use super::render::{human_age, out, write_err};
 use crate::args::GlobalArgs;
-use crate::context::store;
+use crate::session::store;
 use crate::{CliError, Completion};
 
 /// Prints the totals over every record, as aligned `label: value` lines or JSON.

@@ -151,7 +151,7 @@ impl Downstream {
                 );
             }
             if let Some(broken) =
-                crate::breaker::call_refused_by_what_it_knew(&state, &self.actor, now.into())
+                crate::breaker_store::call_refused_by_what_it_knew(&state, &self.actor, now.into())
             {
                 state.violate(Section::Breaker, &item.item_id, broken);
             }

@@ -22,10 +22,10 @@
 //! services, which no crate models, and tokio's paused clock already gives the
 //! determinism of time that turmoil-style frameworks provide for networks.
 
-pub mod breaker;
+pub mod breaker_store;
 pub mod check;
 pub mod downstream;
-pub mod idempotency;
+pub mod idempotency_store;
 pub mod logs;
 pub mod run;
 pub mod store;

@@ -25,9 +25,9 @@ use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
 use sqs_keeper_core::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
 use tokio::time::{sleep, Instant};
 
-use crate::breaker::SimBreakerStore;
+use crate::breaker_store::SimBreakerStore;
 use crate::downstream::{Behaviour, Downstream};
-use crate::idempotency::SimIdempotencyStore;
+use crate::idempotency_store::SimIdempotencyStore;
 use crate::store::{
     sim_store, to_sqs_message, SimResolver, SimStore, SimVisibility, BUCKET, PRODUCER_BUCKET,
 };

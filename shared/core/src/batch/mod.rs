@@ -28,11 +28,11 @@ use crate::random::Random;
 use crate::retry::{run_with_retry, AttemptFailure, Deadline, RetryPolicy, StopReason};
 use crate::signature::error_signature;
 
-mod record;
+mod record_run;
 mod spacing;
 
-use record::{dead_letter_report, not_started_report};
-pub use record::{guard_panics, panic_message};
+use record_run::{dead_letter_report, not_started_report};
+pub use record_run::{guard_panics, panic_message};
 use spacing::sent_time;
 
 /// How the engine treats a batch.
@@ -544,7 +544,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .await
         {
             Ok(reports) => {
-                record::log_not_started(&reports);
+                record_run::log_not_started(&reports);
                 self.space_redeliveries(&reports, &handles, &deadline, received)
                     .await;
                 self.after_dead_letter(&durable, &deadline).await;
@@ -561,7 +561,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                         not_started_report(message_id.into_owned(), NotStartedReason::Deadline)
                     })
                     .collect();
-                record::log_not_started(&reports);
+                record_run::log_not_started(&reports);
                 Ok(BatchReport { records: reports })
             }
         }

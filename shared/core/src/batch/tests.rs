@@ -1,4 +1,4 @@
-use super::record::log_failure;
+use super::record_run::log_failure;
 use super::*;
 
 #[test]

@@ -1,4 +1,4 @@
-//! What commands share: the store built from flags and environment, confirmation
+//! What a command session shares: the store built from flags and environment, confirmation
 //! prompts, and progress bars that only draw on a terminal.
 
 use std::io::{BufRead, IsTerminal, Write};
