@@ -67,7 +67,7 @@ shipped:
 # known-mutant test searches up to 10,000 worlds, twenty times slower unoptimised.
 # The end-to-end tests wait on the emulators more than on the CPU: they run TEST_THREADS at
 # a time (each names its own queues, tables and buckets, tests/e2e/src/lib.rs).
-TEST_THREADS ?= 6
+TEST_THREADS ?= 4
 unit: emulator shipped
 	env $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test $(NOT_SIM)
 	$(CARGO) test --profile sim -p sqs-keeper-sim

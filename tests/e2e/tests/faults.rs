@@ -612,12 +612,14 @@ async fn dlq_send_failing_after_the_record_was_written_sends_one_dlq_message_lat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_process_killed_mid_batch_loses_nothing() {
     // Visibility = function timeout, as Lambda requires; slow items take 2 s, within the
-    // 2.5 s downstream timeout.
+    // 2.5 s downstream timeout. The function's 6 s leave the second delivery room for the
+    // slow items whatever else the machine runs (with 3 s, a loaded machine cut some at
+    // the deadline and they took a third delivery).
     let p = Pipeline::new(
         "f-kill",
         Setup {
             max_receive_count: 3,
-            visibility_timeout_secs: 3,
+            visibility_timeout_secs: 6,
             worker_env: vec![("WORKER_DOWNSTREAM_TIMEOUT_MS", "2500".into())],
             ..Setup::default()
         },
@@ -649,7 +651,7 @@ async fn worker_process_killed_mid_batch_loses_nothing() {
     p.send(&refs).await;
     let invoker = RuntimeApiInvoker {
         api,
-        timeout: Duration::from_secs(3),
+        timeout: Duration::from_secs(6),
     };
 
     // The first delivery: its invocation is never answered, because meanwhile the process
