@@ -248,6 +248,9 @@ impl RecordStore for DeadLetterStore {
 
     /// `manual_review_required` depends on the whole history, which an update expression
     /// cannot see: set afterwards ([`sqs_keeper_core::review_flag_change`]).
+    /// On the condition that the record exists: DynamoDB's `UpdateItem` creates an item it
+    /// does not find, and a record a purge deleted in between would come back as an item of
+    /// one attribute, without a status (the in-memory world writes nothing there either).
     async fn set_review_flag(&self, item_id: &str, wanted: bool) -> Result<(), ProcessError> {
         let result = self
             .clients
@@ -260,7 +263,7 @@ impl RecordStore for DeadLetterStore {
             .with_condition(&conditions::exists())
             .send()
             .await;
-        only_if_present(result, "record")
+        done_unless_refused(result, "record")
     }
 
     /// Keeps a record's history within [`crate::StoreConfig::history_limit`]: the first attempts
@@ -332,21 +335,13 @@ impl RecordStore for DeadLetterStore {
                     AttributeValue::Ss(compaction.forgotten.clone()),
                 )
         };
-        let result = request.send().await;
-        match result {
-            Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(ProcessError::from_sdk(&e).with_step("compact-history")),
-        }
+        // Refused: an attempt was appended since `stored` was read; that writer compacts.
+        done_unless_refused(request.send().await, "compact-history")
     }
 
     /// Gives up the claim on a message's DLQ message (its send failed), so that the next
-    /// delivery of the message sends it.
+    /// delivery of the message sends it. On the condition that the record exists, as
+    /// `set_review_flag`.
     async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
         let result = self
             .clients
@@ -363,7 +358,7 @@ impl RecordStore for DeadLetterStore {
             .with_condition(&conditions::exists())
             .send()
             .await;
-        only_if_present(result, "release-claim")
+        done_unless_refused(result, "release-claim")
     }
 
     async fn acquire_lease(
@@ -462,12 +457,9 @@ impl RecordStore for DeadLetterStore {
     }
 }
 
-/// The result of an update made on the condition that the record exists: DynamoDB's
-/// `UpdateItem` creates an item it does not find, and a record a purge deleted between a
-/// dead letter's record write and its follow-up (the review flag, a claim given up) would
-/// come back as an item of one attribute, without a status (docs/ARCHITECTURE.md §5: the
-/// in-memory world writes nothing there either). A record that is gone needs no follow-up.
-fn only_if_present(
+/// The result of a conditional `UpdateItem` whose condition, refused, means there is
+/// nothing left to do (the record is gone, or another writer got there first): `Ok`.
+fn done_unless_refused(
     result: Result<
         aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
         aws_sdk_dynamodb::error::SdkError<

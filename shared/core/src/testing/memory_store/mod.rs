@@ -160,7 +160,7 @@ impl MemoryStore {
                 history_limit: crate::dead_letter::HISTORY_LIMIT,
                 retention: Duration::from_secs(14 * 86_400),
                 write_concurrency: 4,
-                clock: Clock::system(),
+                clock,
             },
         )
     }
