@@ -8,7 +8,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build shipped tools emulator demo demo-outage demo-down test soak fmt-check clippy doc unit bench bench-store bench-runtime infra-check sim mutants package
+.PHONY: help build shipped tools emulator demo demo-outage demo-down test soak fmt-check clippy clippy-workspace clippy-sim doc unit unit-workspace unit-sim simulation bench bench-store bench-runtime infra-check sim mutants package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
@@ -16,6 +16,7 @@ help:
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
 	@echo "make mutants    cargo-mutants over the guarantee modules, in shards it resumes (hours; SHARDS=16, ONLY=\"0 1\")"
+	@echo "make simulation  the simulation's checks as make test runs them: its tests (optimised build) and clippy"
 	@echo "make sim        the deterministic simulation: SEEDS=N worlds (default 10000), or SEED=n to replay one; MUTANT=name switches a fixed defect back on"
 	@echo "make soak       the load test at full size (5,000 messages with downstream and AWS faults) and one item redriven 1,000 times"
 	@echo "make package    the worker and redrive functions as deployable zips (cargo-lambda, LAMBDA_ARCH=arm64 or x86_64)"
@@ -50,9 +51,14 @@ demo-down:
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
-clippy:
+clippy: clippy-workspace clippy-sim
+
+clippy-workspace:
 	$(CARGO) clippy $(NOT_SIM) --all-targets -- -D warnings
-	$(CARGO) clippy -p sqs-keeper-sim --all-targets -- -D warnings
+
+SIM_CLIPPY = $(CARGO) clippy -p sqs-keeper-sim --all-targets -- -D warnings
+clippy-sim:
+	$(SIM_CLIPPY)
 
 # The compiled-binary tests run the functions as they ship: `shipped` builds their
 # `bootstrap`s with cargo-lambda and the release profile (scripts/lambda.sh, as `make
@@ -68,9 +74,26 @@ shipped:
 # The end-to-end tests wait on the emulators more than on the CPU: they run TEST_THREADS at
 # a time (each names its own queues, tables and buckets, tests/e2e/src/lib.rs).
 TEST_THREADS ?= 4
-unit: emulator shipped
-	env $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test $(NOT_SIM)
-	$(CARGO) test --profile sim -p sqs-keeper-sim
+# Beside another job of a parallel make, `cargo test`'s doctests read make's jobserver from
+# MAKEFLAGS, whose descriptors make gives only to recursive makes, and warn that the build
+# environment is misconfigured: the tests are run without it (Cargo has its own).
+NO_MAKE_JOBS := env -u MAKEFLAGS -u MFLAGS
+unit: unit-workspace unit-sim
+
+unit-workspace: emulator shipped
+	$(NO_MAKE_JOBS) $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test $(NOT_SIM)
+
+SIM_TEST = $(NO_MAKE_JOBS) $(CARGO) test --profile sim -p sqs-keeper-sim
+unit-sim:
+	$(SIM_TEST)
+
+# The simulation's checks, one after the other: its optimised build and tests first (the
+# `sim` profile, a build directory of its own, so it compiles beside the workspace's test
+# build), then its clippy (the `dev` build directory, free once the workspace's tests are
+# built: Cargo lets go of it before it runs them).
+simulation:
+	$(SIM_TEST)
+	$(SIM_CLIPPY)
 
 # The library crates' documentation, as docs.rs builds it: every link resolves, every item
 # is documented (their doctests, crate-level examples included, run in `unit`).
@@ -90,15 +113,17 @@ tools:
 	scripts/lambda.sh install & lambda=$$!; status=0; \
 	for pid in $$emulator $$infra $$lambda; do wait $$pid || status=1; done; exit $$status
 
-# Every check, in three stages. Cargo builds one thing at a time in a target directory (it
-# holds a lock on it), so each stage runs beside a build what is not one: the installs beside
-# clippy and the docs, the template checks and the emulators' start beside the build of the
-# shipped binaries. A stage's output is printed as each of its steps ends.
+# Every check, in three stages. Cargo builds one thing at a time in a build directory (it
+# holds a lock on it while it builds), so each stage runs beside a build what is not one:
+# the installs beside the workspace's clippy and the docs; the template checks and the
+# emulators' start beside the build of the shipped binaries; the simulation's build, tests
+# and clippy beside the workspace's tests, most of which wait on the emulators. A stage's
+# output is printed as each of its steps ends.
 STAGE := --no-print-directory --output-sync=target
 test:
-	$(MAKE) $(STAGE) -j4 fmt-check clippy doc tools
+	$(MAKE) $(STAGE) -j4 fmt-check clippy-workspace doc tools
 	$(MAKE) $(STAGE) -j3 infra-check emulator shipped
-	$(MAKE) $(STAGE) unit
+	$(MAKE) $(STAGE) -j2 unit-workspace simulation
 
 # The deterministic simulation (docs/SIMULATION.md), optimised build; no emulator needed.
 # `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.

@@ -450,7 +450,7 @@ pub fn worker_binary() -> PathBuf {
 /// run it over the Runtime API: the packaged `bootstrap` under `make test`
 /// (`sqs_keeper_local::function::shipped_binary`), else built with cargo on first use in this process, for the
 /// profile this test was built with, so a test never runs a stale binary (a no-op when it
-/// is up to date, as after `make build`). Cargo releases its lock before it runs tests, so
+/// is up to date, as after `make test`'s build). Cargo releases its lock before it runs tests, so
 /// this works under `cargo test`.
 pub fn function_binary(name: &str) -> PathBuf {
     match sqs_keeper_local::function::shipped_binary(name) {
@@ -500,14 +500,18 @@ fn build_function_binary(binary: &str) -> PathBuf {
     }
     command
         .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        // The workspace but the simulation: features unified as `make build` unifies
-        // them, so after it this is a no-op rather than another variant.
+        // The packages and targets `make test`'s `cargo test` selects (the workspace but
+        // the simulation, with its tests), so that Cargo resolves the same features,
+        // dev-dependencies' included: after that build this is a no-op. Without `--tests`
+        // the resolution would lack the dev-dependencies' features and compile a second
+        // variant of every dependency, the AWS SDK among them, in the middle of the tests.
         .args([
             "build",
             "--quiet",
             "--workspace",
             "--exclude",
             "sqs-keeper-sim",
+            "--tests",
             "--bin",
             binary,
         ]);
