@@ -500,18 +500,22 @@ fn build_function_binary(binary: &str) -> PathBuf {
     }
     command
         .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        // The packages and targets `make test`'s `cargo test` selects (the workspace but
-        // the simulation, with its tests), so that Cargo resolves the same features,
-        // dev-dependencies' included: after that build this is a no-op. Without `--tests`
-        // the resolution would lack the dev-dependencies' features and compile a second
-        // variant of every dependency, the AWS SDK among them, in the middle of the tests.
+        // The packages `make test`'s `cargo test` selects (the workspace but the
+        // simulation) and one test target, the harness's own (`fault_proxy`, small):
+        // a test target makes Cargo resolve features as `cargo test` does, the
+        // dev-dependencies' included, so after that build this is a no-op. With no test
+        // target the resolution would lack the dev-dependencies' features and compile a
+        // second variant of every dependency, the AWS SDK among them, in the middle of
+        // the tests; with all of them (`--tests`) a filtered run would relink every test
+        // binary of the workspace first.
         .args([
             "build",
             "--quiet",
             "--workspace",
             "--exclude",
             "sqs-keeper-sim",
-            "--tests",
+            "--test",
+            "fault_proxy",
             "--bin",
             binary,
         ]);
