@@ -113,12 +113,13 @@ tools:
 	scripts/lambda.sh install & lambda=$$!; status=0; \
 	for pid in $$emulator $$infra $$lambda; do wait $$pid || status=1; done; exit $$status
 
-# Every check, in three stages. Cargo builds one thing at a time in a build directory (it
-# holds a lock on it while it builds), so each stage runs beside a build what is not one:
-# the installs beside the workspace's clippy and the docs; the template checks and the
-# emulators' start beside the build of the shipped binaries; the simulation's build, tests
-# and clippy beside the workspace's tests, most of which wait on the emulators. A stage's
-# output is printed as each of its steps ends.
+# Every check, in three stages. Cargo builds one thing at a time in a build directory (one
+# per profile; it holds a lock on it while it builds), so the first two stages run beside a
+# build what is not one: the installs beside the workspace's clippy and the docs; the
+# template checks and the emulators' start beside the build of the shipped binaries. The
+# third runs the workspace's tests, most of which wait on the emulators, and beside them the
+# simulation's build (the `sim` profile's directory), tests and clippy. A stage's output is
+# printed as each of its steps ends.
 STAGE := --no-print-directory --output-sync=target
 test:
 	$(MAKE) $(STAGE) -j4 fmt-check clippy-workspace doc tools
