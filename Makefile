@@ -74,7 +74,7 @@ shipped:
 # The end-to-end tests wait on the emulators more than on the CPU: they run TEST_THREADS at
 # a time (each names its own queues, tables and buckets, tests/e2e/src/lib.rs).
 TEST_THREADS ?= 4
-# Beside another job of a parallel make, `cargo test`'s doctests read make's jobserver from
+# Under a parallel make (`make -j`), `cargo test`'s doctests read make's jobserver from
 # MAKEFLAGS, whose descriptors make gives only to recursive makes, and warn that the build
 # environment is misconfigured: the tests are run without it (Cargo has its own).
 NO_MAKE_JOBS := env -u MAKEFLAGS -u MFLAGS
@@ -87,10 +87,8 @@ SIM_TEST = $(NO_MAKE_JOBS) $(CARGO) test --profile sim -p sqs-keeper-sim
 unit-sim:
 	$(SIM_TEST)
 
-# The simulation's checks, one after the other: its optimised build and tests first (the
-# `sim` profile, a build directory of its own, so it compiles beside the workspace's test
-# build), then its clippy (the `dev` build directory, free once the workspace's tests are
-# built: Cargo lets go of it before it runs them).
+# The simulation's checks: its optimised build and tests (the `sim` profile), then its
+# clippy.
 simulation:
 	$(SIM_TEST)
 	$(SIM_CLIPPY)
@@ -113,18 +111,18 @@ tools:
 	scripts/lambda.sh install & lambda=$$!; status=0; \
 	for pid in $$emulator $$infra $$lambda; do wait $$pid || status=1; done; exit $$status
 
-# Every check, in three stages. Cargo builds one thing at a time in a build directory (one
-# per profile; it holds a lock on it while it builds), so the first two stages run beside a
-# build what is not one: the installs beside the workspace's clippy and the docs; the
-# template checks and the emulators' start beside the build of the shipped binaries. The
-# third runs the workspace's tests, most of which wait on the emulators, and beside them the
-# simulation's build (the `sim` profile's directory), tests and clippy. A stage's output is
-# printed as each of its steps ends.
+# Every check, in three stages. Cargo builds one thing at a time in a build directory (it
+# holds a lock on it while it builds), so the first two stages run beside a build what is
+# not one: the installs beside the workspace's clippy and the docs; the template checks and
+# the emulators' start beside the build of the shipped binaries. The third runs the
+# workspace's tests, then the simulation's build, tests and clippy: on two cores, the
+# simulation's build beside the workspace's test build made neither finish sooner. A
+# stage's output is printed as each of its steps ends.
 STAGE := --no-print-directory --output-sync=target
 test:
 	$(MAKE) $(STAGE) -j4 fmt-check clippy-workspace doc tools
 	$(MAKE) $(STAGE) -j3 infra-check emulator shipped
-	$(MAKE) $(STAGE) -j2 unit-workspace simulation
+	$(MAKE) $(STAGE) unit-workspace simulation
 
 # The deterministic simulation (docs/SIMULATION.md), optimised build; no emulator needed.
 # `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.
