@@ -56,9 +56,8 @@ clippy: clippy-workspace clippy-sim
 clippy-workspace:
 	$(CARGO) clippy $(NOT_SIM) --all-targets -- -D warnings
 
-SIM_CLIPPY = $(CARGO) clippy -p sqs-keeper-sim --all-targets -- -D warnings
 clippy-sim:
-	$(SIM_CLIPPY)
+	$(CARGO) clippy -p sqs-keeper-sim --all-targets -- -D warnings
 
 # The compiled-binary tests run the functions as they ship: `shipped` builds their
 # `bootstrap`s with cargo-lambda and the release profile (scripts/lambda.sh, as `make
@@ -83,15 +82,11 @@ unit: unit-workspace unit-sim
 unit-workspace: emulator shipped
 	$(NO_MAKE_JOBS) $$($(EMULATOR) env) SHIPPED_BIN_DIR=$(SHIPPED_BIN_DIR) RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test $(NOT_SIM)
 
-SIM_TEST = $(NO_MAKE_JOBS) $(CARGO) test --profile sim -p sqs-keeper-sim
 unit-sim:
-	$(SIM_TEST)
+	$(NO_MAKE_JOBS) $(CARGO) test --profile sim -p sqs-keeper-sim
 
-# The simulation's checks: its optimised build and tests (the `sim` profile), then its
-# clippy.
-simulation:
-	$(SIM_TEST)
-	$(SIM_CLIPPY)
+# The simulation's checks: its optimised build and tests (the `sim` profile) and its clippy.
+simulation: unit-sim clippy-sim
 
 # The library crates' documentation, as docs.rs builds it: every link resolves, every item
 # is documented (their doctests, crate-level examples included, run in `unit`).
