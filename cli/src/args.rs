@@ -204,7 +204,8 @@ pub enum Command {
         /// Last attempt older than this (e.g. 30d, 12h, 1w, 1h 30m).
         #[arg(long)]
         older_than: String,
-        /// Records with this status.
+        /// Records with this status: dead, resolved or any (both). Items in flight
+        /// (requeued, redriving) are never purged.
         #[arg(long, default_value = "any", value_parser = status_choice())]
         status: StatusChoice,
         /// Do not ask for confirmation.
@@ -214,7 +215,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Delete every record, payload and DLQ message.
+    /// Delete every record, payload and DLQ message, but items in flight.
     #[command(after_help = "Example:\n  dlq clear --yes")]
     Clear {
         /// Do not ask for confirmation.
@@ -274,7 +275,9 @@ pub struct RedriveArgs {
     /// Stop starting items after this long (e.g. 10m, 1h 30m; default 10m).
     #[arg(long)]
     pub time_budget: Option<String>,
-    /// Continue a previous run with its token.
+    /// Continue a previous run with its token. The token carries that run's selection,
+    /// mode, --force and --dry-run: give them again unchanged, or not at all (another
+    /// selection is refused). Pacing options may change.
     #[arg(long = "continue")]
     pub continuation: Option<String>,
     /// Invoke this deployed redrive function instead of running here.

@@ -243,6 +243,23 @@ async fn redrive_purge_clear_and_bad_input() {
             vec!["redrive", "--parallelism", "0", "--dry-run"],
             "parallelism",
         ),
+        // An item in flight is never purged, and a redrive takes dead items only.
+        (
+            vec!["purge", "--older-than", "0s", "--status", "requeued", "--yes"],
+            "in flight",
+        ),
+        (
+            vec!["redrive", "--status", "requeued", "--dry-run"],
+            "cannot be redriven",
+        ),
+        (
+            vec!["redrive", "--status", "resolved", "--mode", "requeue"],
+            "cannot be redriven",
+        ),
+        (
+            vec!["redrive", "--dry-run", "--continue", "e30="],
+            "does not say which request",
+        ),
     ] {
         let (code, _, err) = dlq.run(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

@@ -1,5 +1,6 @@
 //! `dlq purge`: deletes records whose last attempt is older than a duration, with their
-//! payloads and DLQ messages, after confirmation.
+//! payloads and DLQ messages, after confirmation. Items in flight (`requeued`,
+//! `redriving`) are never deleted: `--status any` selects every other status.
 
 use std::io::Write;
 
@@ -20,6 +21,11 @@ pub async fn purge(
     yes: bool,
     json: bool,
 ) -> Result<Completion, CliError> {
+    if let Some(status) = status.0.filter(|s| s.is_in_flight()) {
+        return Err(CliError::Usage(format!(
+            "--status {status}: a purge never deletes an item in flight (its message is live); wait until it is dead or resolved, or choose --status dead, resolved or any"
+        )));
+    }
     let age = sqs_keeper_core::parse_duration(older_than)
         .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
     let cutoff = chrono::Duration::from_std(age)
@@ -67,6 +73,14 @@ pub async fn purge(
             report.dlq_messages_deleted
         )
         .map_err(write_err)?;
+        if report.records_in_flight > 0 {
+            writeln!(
+                out(),
+                "kept {} record(s) in flight (requeued or redriving: a live message needs them)",
+                report.records_in_flight
+            )
+            .map_err(write_err)?;
+        }
         if report.records_changed > 0 {
             writeln!(
                 out(),

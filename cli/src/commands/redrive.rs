@@ -64,7 +64,10 @@ fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
 
 /// Runs the redrive (here, or in `--via-function`) and prints its report.
 pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, CliError> {
-    let request = redrive_request(&args)?;
+    // A continuation runs the request its token carries (a dry run's stays a dry run).
+    let request = redrive_request(&args)?
+        .resumed()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let report = match &args.via_function {
         Some(function) => invoke_function(global, function, &request).await?,
         None => {

@@ -172,8 +172,8 @@ pub use polling::{
 };
 pub use ports::{
     Adoption, Compaction, DeadLetterQueue, Deliveries, Expect, MessageView, OutgoingMessage,
-    PayloadStore, ReceivedMessage, RecordStore, RedrivePorts, SendResult, SourceQueue, Standing,
-    CLASSIC_MESSAGE_MAX,
+    PayloadStore, ReceivedMessage, RecordStore, RedrivePorts, Selected, SendResult, SourceQueue,
+    Standing, CLASSIC_MESSAGE_MAX,
 };
 pub use processor::{handler_fn, DeadLettered, HandlerFn, ItemFn, Outcome, Processor};
 pub use random::Random;

@@ -221,12 +221,12 @@ pub trait RecordStore: Send + Sync {
         payload_sha256: &str,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
-    /// Deletes each of `records` (at most 25) on the condition that it is still as it was
-    /// selected: the same status and the same last attempt. Returns the ids deleted; a record
-    /// that changed since (a new failure arrived, a redrive took it) is kept.
+    /// Deletes each of `selected` (at most 25) on the condition that it is still as it was
+    /// selected ([`Selected::condition`]). Returns the ids deleted; a record that changed
+    /// since (a new failure arrived, a redrive took it) is kept.
     fn delete_records(
         &self,
-        records: &[DeadLetteredItem],
+        selected: &[Selected],
     ) -> impl Future<Output = Result<Vec<String>, ProcessError>> + Send;
 }
 
@@ -484,6 +484,43 @@ pub struct Compaction {
     pub processed: Vec<String>,
     /// Entries dropped, added to `history_omitted`.
     pub dropped: u32,
+}
+
+/// A record as a removal selected it. One condition decides its removal: the record is
+/// deleted only while it still has the status and last attempt it was selected with
+/// ([`Selected::condition`]). Its DLQ messages are deleted only once that delete succeeded.
+/// A redrive that fails the item again between the two thus keeps both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    /// The item's id.
+    pub item_id: String,
+    /// Its status when selected; never an in-flight one ([`ItemStatus::is_in_flight`]).
+    pub status: ItemStatus,
+    /// Its last attempt when selected, as stored.
+    pub last_attempt: String,
+    /// What a purge's sweep judges its DLQ messages by ([`crate::sweep::purge_takes`]).
+    pub standing: Standing,
+}
+
+impl Selected {
+    /// `record` as selected now.
+    pub fn of(record: &DeadLetteredItem) -> Selected {
+        Selected {
+            item_id: record.item_id.clone(),
+            status: record.status,
+            last_attempt: crate::time_format::format(&record.last_attempt),
+            standing: Standing::of(record),
+        }
+    }
+
+    /// The condition of its delete: still the status and last attempt selected, and never
+    /// in flight (a status selected in flight matches no record).
+    pub fn condition(&self) -> crate::condition::Condition {
+        if self.status.is_in_flight() {
+            return crate::condition::Condition::NotExists(crate::condition::attr::ITEM_ID);
+        }
+        crate::conditions::unchanged_since(self.status, &self.last_attempt)
+    }
 }
 
 /// What the sweep needs to know of a record.

@@ -1,14 +1,22 @@
-//! Removing records for good (`dlq purge`, `dlq clear`), over ports: the DLQ messages the
-//! selected records hold first, then the records (each on the condition that it is still
-//! as selected), then their payload objects, so that a removal that fails midway leaves
-//! records (a second run finds them again), never a record without its payload; and a
-//! failure that arrived after the selection (the same item id dead-lettered again) is
-//! neither deleted nor stripped of its DLQ message (docs/ARCHITECTURE.md §4). Over the
-//! store's ports: the DLQ ([`DeadLetterQueue`], through the sweep), the records
+//! Removing records for good (`dlq purge`, `dlq clear`), over ports. Each selected record
+//! is deleted on the condition that it is still as selected ([`Selected::condition`]), and
+//! only then its DLQ messages, so that one condition decides both: a redrive that fails the
+//! item again meanwhile keeps the record and its messages (docs/ARCHITECTURE.md §4). The
+//! sweep holds a message invisible while its record is deleted, so no other sweep adopts it
+//! in between. A removal cut between the two leaves a message without its record, which
+//! the next sweep adopts with its payload: nothing is lost. Payload objects go last. An
+//! object whose record is gone is only storage (the bucket's lifecycle expires it). A
+//! record whose object is gone has lost its payload.
+//!
+//! An item in flight ([`crate::ItemStatus::is_in_flight`]) is never removed, whatever was
+//! selected. A `requeued` record's message waits in the source queue, pointing to the
+//! record's payload object. A `redriving` one is held by a run.
+//!
+//! Over the store's ports: the DLQ ([`DeadLetterQueue`], through the sweep), the records
 //! ([`RecordStore::delete_records`]) and the payloads ([`PayloadStore::delete`]). Callers
 //! confirm with the operator first.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -17,9 +25,12 @@ use crate::dead_letter::{DeadLetteredItem, PayloadLocation};
 use crate::error::ProcessError;
 use crate::item::ItemParser;
 use crate::pointer::S3Pointer;
-use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore, Standing};
+use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore, Selected};
 use crate::random::Random;
 use crate::sweep::SweepOptions;
+
+/// The most records one [`RecordStore::delete_records`] call takes.
+pub const DELETE_CHUNK: usize = 25;
 
 /// What a purge or clear removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -27,18 +38,21 @@ pub struct RemovalReport {
     /// Records deleted.
     pub records_deleted: usize,
     /// Records selected but kept, because they changed after they were selected (a new
-    /// failure of the same item arrived meanwhile).
+    /// failure of the same item arrived meanwhile, or a redrive took it).
     pub records_changed: usize,
+    /// Records selected but kept because they are in flight (`requeued`, `redriving`).
+    pub records_in_flight: usize,
     /// Payload objects deleted.
     pub payloads_deleted: usize,
     /// DLQ messages deleted.
     pub dlq_messages_deleted: usize,
 }
 
-/// Deletes the DLQ messages `records` hold (only those: a message of the same item id that
-/// arrived after the selection is kept, [`crate::sweep::purge_takes`]), then the records
-/// still as selected (25 at a time, `progress` told the running count), then the payload
-/// objects of the records deleted. The DLQ's sweep draws its marker from `random`.
+/// Removes `records`: each one still as selected with the DLQ messages it holds (only
+/// those: a message of the same item id that arrived after the selection is kept,
+/// [`crate::sweep::purge_takes`]), then the payload objects of the records deleted.
+/// Records in flight are kept. `progress` is told the running count of records decided.
+/// The DLQ's sweep draws its marker from `random`.
 pub async fn remove_records<S>(
     store: &S,
     records: &[DeadLetteredItem],
@@ -50,15 +64,18 @@ where
     S: RecordStore + DeadLetterQueue + PayloadStore,
 {
     let mut report = RemovalReport::default();
-    let purge: HashMap<String, Standing> = records
+    let (in_flight, removable): (Vec<&DeadLetteredItem>, Vec<&DeadLetteredItem>) =
+        records.iter().partition(|r| r.status.is_in_flight());
+    report.records_in_flight = in_flight.len();
+    let purge: HashMap<String, Selected> = removable
         .iter()
-        .map(|r| (r.item_id.clone(), Standing::of(r)))
+        .map(|r| (r.item_id.clone(), Selected::of(r)))
         .collect();
     let sweep = crate::sweep::sweep_dlq(
         store,
         &SweepOptions {
             adopt: false,
-            purge,
+            purge: purge.clone(),
             parser: parser.clone(),
             until: None,
             hold_until: None,
@@ -74,17 +91,24 @@ where
         .map(|m| m.receipt)
         .collect();
     store.hold(&held, Duration::ZERO).await?;
-    let mut deleted = Vec::new();
-    for chunk in records.chunks(25) {
-        let ids: HashSet<String> = store.delete_records(chunk).await?.into_iter().collect();
-        report.records_deleted += ids.len();
-        report.records_changed += chunk.len() - ids.len().min(chunk.len());
-        deleted.extend(chunk.iter().filter(|r| ids.contains(&r.item_id)));
-        progress(report.records_deleted + report.records_changed);
+    let mut removed: BTreeSet<String> = sweep.removed;
+    let mut changed = sweep.changed.len();
+    progress(removed.len() + changed);
+    // The records the DLQ held no message of.
+    let rest: Vec<Selected> = removable
+        .iter()
+        .filter(|r| !removed.contains(&r.item_id) && !sweep.changed.contains(&r.item_id))
+        .map(|r| Selected::of(r))
+        .collect();
+    for chunk in rest.chunks(DELETE_CHUNK) {
+        let deleted = store.delete_records(chunk).await?;
+        changed += chunk.len() - deleted.len().min(chunk.len());
+        removed.extend(deleted);
+        progress(removed.len() + changed);
     }
-    // Last: an object whose record is gone is only storage (the bucket's lifecycle expires
-    // it), while a record whose object is gone has lost its payload.
-    for record in deleted {
+    report.records_deleted = removed.len();
+    report.records_changed = changed;
+    for record in removable.iter().filter(|r| removed.contains(&r.item_id)) {
         if let PayloadLocation::S3 { bucket, key } = &record.payload.location {
             let pointer = S3Pointer {
                 bucket: bucket.clone(),
@@ -95,4 +119,144 @@ where
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dead_letter::ItemStatus;
+    use crate::testing::{dead_record, MemoryStore};
+    use crate::ErrorClass;
+
+    async fn purge(store: &MemoryStore, selected: &[DeadLetteredItem]) -> RemovalReport {
+        remove_records(
+            store,
+            selected,
+            &ItemParser::default(),
+            &Random::seeded(7),
+            |_| {},
+        )
+        .await
+        .unwrap()
+    }
+
+    fn with_object(store: &MemoryStore, mut record: DeadLetteredItem) -> DeadLetteredItem {
+        let pointer = S3Pointer {
+            bucket: "store".into(),
+            key: format!("payloads/{}", record.item_id),
+        };
+        store.put_payload(&pointer, "{}");
+        record.payload.location = PayloadLocation::S3 {
+            bucket: pointer.bucket,
+            key: pointer.key,
+        };
+        record
+    }
+
+    /// Issue: the sweep judged a purge's DLQ message unchanged by status and source
+    /// message, the record delete by status and last attempt. A redrive that failed the
+    /// item again in between left a dead record without its DLQ message.
+    #[tokio::test]
+    async fn a_record_failed_again_since_its_selection_keeps_its_dlq_message() {
+        let store = MemoryStore::new();
+        let selected = dead_record("order-1", ErrorClass::Throttled, 48);
+        store.insert_dead_lettered(selected.clone());
+        // A redrive fails it again: same status, same delivery, a later last attempt.
+        let mut failed_again = selected.clone();
+        failed_again.last_attempt = chrono::Utc::now();
+        failed_again.failure_count += 1;
+        store.insert(failed_again);
+
+        let report = purge(&store, std::slice::from_ref(&selected)).await;
+
+        assert_eq!(report.records_deleted, 0);
+        assert_eq!(report.records_changed, 1);
+        assert_eq!(report.dlq_messages_deleted, 0);
+        assert!(store.record("order-1").is_some());
+        assert_eq!(
+            store.dlq_messages().len(),
+            1,
+            "the record keeps its message"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_record_still_as_selected_goes_with_its_message_and_object() {
+        let store = MemoryStore::new();
+        let selected = with_object(&store, dead_record("order-1", ErrorClass::Throttled, 48));
+        store.insert_dead_lettered(selected.clone());
+
+        let report = purge(&store, std::slice::from_ref(&selected)).await;
+
+        assert_eq!(report.records_deleted, 1);
+        assert_eq!(report.dlq_messages_deleted, 1);
+        assert_eq!(report.payloads_deleted, 1);
+        assert!(store.record("order-1").is_none());
+        assert!(store.dlq_messages().is_empty());
+    }
+
+    /// Issue: `dlq purge --older-than N` (status `any`) deleted a requeued record and the
+    /// object its message in the source queue points to, and a record under a live lease.
+    #[tokio::test]
+    async fn an_item_in_flight_is_never_removed_nor_its_payload() {
+        let store = MemoryStore::new();
+        let mut requeued = with_object(&store, dead_record("order-1", ErrorClass::Throttled, 48));
+        requeued.status = ItemStatus::Requeued;
+        requeued.requeued_message_id = Some("sent-1".into());
+        store.insert(requeued.clone());
+        let mut redriving = with_object(&store, dead_record("order-2", ErrorClass::Throttled, 48));
+        redriving.status = ItemStatus::Redriving;
+        redriving.lease_expires_at = Some(chrono::Utc::now().timestamp() + 600);
+        store.insert(redriving.clone());
+
+        let report = purge(&store, &[requeued.clone(), redriving.clone()]).await;
+
+        assert_eq!(report.records_deleted, 0);
+        assert_eq!(report.records_in_flight, 2);
+        assert_eq!(report.payloads_deleted, 0);
+        for record in [&requeued, &redriving] {
+            assert!(store.record(&record.item_id).is_some());
+            let PayloadLocation::S3 { bucket, key } = &record.payload.location else {
+                unreachable!("stored in S3 above");
+            };
+            let pointer = S3Pointer {
+                bucket: bucket.clone(),
+                key: key.clone(),
+            };
+            assert!(
+                store.has_payload(&pointer),
+                "{} keeps its object",
+                record.item_id
+            );
+        }
+    }
+
+    /// A selection made while dead, requeued since: the delete's condition refuses it.
+    #[tokio::test]
+    async fn a_record_requeued_since_its_selection_is_kept() {
+        let store = MemoryStore::new();
+        let selected = with_object(&store, dead_record("order-1", ErrorClass::Throttled, 48));
+        store.insert(selected.clone());
+        let mut requeued = selected.clone();
+        requeued.status = ItemStatus::Requeued;
+        store.insert(requeued);
+
+        let report = purge(&store, std::slice::from_ref(&selected)).await;
+
+        assert_eq!(report.records_deleted, 0);
+        assert_eq!(report.payloads_deleted, 0);
+        assert_eq!(
+            store.record("order-1").map(|r| r.status),
+            Some(ItemStatus::Requeued)
+        );
+    }
+
+    #[test]
+    fn a_selection_in_flight_matches_no_record() {
+        let mut record = dead_record("order-1", ErrorClass::Throttled, 1);
+        record.status = ItemStatus::Requeued;
+        let condition = Selected::of(&record).condition();
+        let row = crate::testing::Row::of(record);
+        assert!(!row.satisfies(&condition));
+    }
 }

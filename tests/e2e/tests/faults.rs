@@ -1398,11 +1398,11 @@ async fn concurrent_redrives_leave_no_dlq_message_of_a_resolved_item() {
     );
 }
 
-/// A purge whose record deletes fail (DynamoDB down) has removed the DLQ messages of
-/// those records but kept the records (and their payloads): nothing is left in the DLQ
-/// without a record, and a second purge finishes the job.
+/// A purge whose record deletes fail (DynamoDB down) keeps the records with their DLQ
+/// messages and payloads: a message goes only once its record is deleted, and a second
+/// purge finishes the job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_purge_failing_midway_leaves_records_never_orphaned_dlq_messages() {
+async fn a_purge_failing_midway_keeps_records_with_their_dlq_messages() {
     let p =
         Pipeline::with_dead_items("f-purge", &[body("p1", "invalid"), body("p2", "invalid")]).await;
     assert_eq!(p.dlq_depth().await, 2);
@@ -1423,12 +1423,14 @@ async fn a_purge_failing_midway_leaves_records_never_orphaned_dlq_messages() {
         .await
         .is_err());
     assert_eq!(p.records().await.len(), 2, "records kept");
-    assert_eq!(p.dlq_depth().await, 0, "their DLQ messages went first");
+    assert_eq!(p.dlq_depth().await, 2, "with their DLQ messages");
     proxy.clear();
     let report = store
         .remove_records(&records, &parser, |_| {})
         .await
         .unwrap();
     assert_eq!(report.records_deleted, 2);
+    assert_eq!(report.dlq_messages_deleted, 2);
     assert!(p.records().await.is_empty());
+    assert_eq!(p.dlq_depth().await, 0);
 }

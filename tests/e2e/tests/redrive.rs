@@ -1027,6 +1027,76 @@ fn pointer_parser() -> sqs_keeper_core::ItemParser {
     }
 }
 
+/// A redrive that fails a selected item again before the purge reaches it (same status,
+/// same delivery, a later last attempt) keeps the record, and its DLQ message with it: one
+/// condition, the record's conditional delete, decides both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_a_record_a_redrive_failed_again_with_its_dlq_message() {
+    let p = dead_items("purge-redriven", &[("p1", "invalid")]).await;
+    let selected = p.records().await;
+    let forced = RedriveRequest {
+        force: true,
+        ..RedriveRequest::default()
+    };
+    let run = p
+        .redrive_engine()
+        .run(&forced, &*redrive_made_no_progress())
+        .await
+        .unwrap();
+    assert_eq!(run.failed_again, 1, "{run:?}");
+    let report = p
+        .store()
+        .remove_records(&selected, &pointer_parser(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.records_deleted,
+            report.records_changed,
+            report.dlq_messages_deleted
+        ),
+        (0, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(p.records().await.len(), 1, "the record stays");
+    assert_eq!(p.dlq_messages().await.len(), 1, "with its DLQ message");
+}
+
+/// A purge never takes an item in flight: a requeued record, whose message waits in the
+/// source queue pointing to the record's payload, keeps its record and its payload object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_keeps_a_requeued_item_and_the_payload_its_message_needs() {
+    let p = dead_items("purge-requeued", &[("p1", "invalid")]).await;
+    let requeue = RedriveRequest {
+        force: true,
+        mode: RedriveMode::Requeue,
+        ..RedriveRequest::default()
+    };
+    let run = p
+        .redrive_engine()
+        .run(&requeue, &*redrive_made_no_progress())
+        .await
+        .unwrap();
+    assert_eq!(run.requeued, 1, "{run:?}");
+    let selected = p.records().await;
+    assert_eq!(selected[0].status, ItemStatus::Requeued);
+    let report = p
+        .store()
+        .remove_records(&selected, &pointer_parser(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.records_deleted,
+            report.records_in_flight,
+            report.payloads_deleted
+        ),
+        (0, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(p.records().await[0].status, ItemStatus::Requeued);
+}
+
 /// A purge deletes what it selected, not a failure of the same item id that arrived after
 /// it selected: that record is kept (its delete is conditional on the last attempt
 /// selected) with its DLQ message (matched by the delivery it holds, not the item id).

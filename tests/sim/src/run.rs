@@ -1165,9 +1165,9 @@ fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fa
     }
 }
 
-/// An operator purges the dead records of permanent failures last tried more than ten
-/// minutes ago (`dlq purge --class validation --until 10m`, and the same for `not_found`),
-/// through the library's own removal.
+/// An operator purges the records of permanent failures last tried more than ten minutes
+/// ago, of every status as `dlq purge --older-than 10m` selects by default (items in flight
+/// among them, which the removal must keep), through the library's own removal.
 async fn purge(store: &SimStore) {
     use sqs_keeper_core::RecordStore;
     let actor = store.as_actor("purge");
@@ -1178,7 +1178,7 @@ async fn purge(store: &SimStore) {
         sqs_keeper_core::ErrorClass::NotFound,
     ] {
         let filter = sqs_keeper_core::RecordFilter {
-            status: Some(sqs_keeper_core::ItemStatus::Dead),
+            status: None,
             class: Some(class),
             until: Some(until),
             ..Default::default()
@@ -1202,9 +1202,11 @@ async fn purge(store: &SimStore) {
         // What the operator chose to discard: the selected records' payloads, nothing more
         // (another body of the same item id, in the DLQ or arriving later, was not
         // selected: a purge that deletes it loses it).
+        // Not an item in flight: the removal keeps it, and its payload must still arrive.
         let mut state = store.world().lock();
-        let ids: Vec<String> = records.iter().map(|r| r.item_id.clone()).collect();
-        let shas: Vec<String> = records.iter().map(|r| r.payload.sha256.clone()).collect();
+        let removable = records.iter().filter(|r| !r.status.is_in_flight());
+        let ids: Vec<String> = removable.clone().map(|r| r.item_id.clone()).collect();
+        let shas: Vec<String> = removable.map(|r| r.payload.sha256.clone()).collect();
         state.ext.ledger.discarded.extend(shas);
         state.ext.ledger.purged.extend(ids.iter().cloned());
         state

@@ -6,19 +6,19 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{schema, DeadLetterStore};
 use crate::condition_expression::WithCondition;
-use sqs_keeper_core::conditions;
 use sqs_keeper_core::DeadLetteredItem;
 use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::ProcessError;
+use sqs_keeper_core::Selected;
 
 use sqs_keeper_core::RemovalReport;
 
 impl DeadLetterStore {
-    /// Deletes `record` if its status and last attempt are still as selected: its id, or
+    /// Deletes `record` if it is still as selected ([`Selected::condition`]): its id, or
     /// `None` when it changed ([`sqs_keeper_core::RecordStore::delete_records`]).
     pub(super) async fn delete_if_unchanged(
         &self,
-        record: &DeadLetteredItem,
+        record: &Selected,
     ) -> Result<Option<String>, ProcessError> {
         {
             let result = self
@@ -27,10 +27,7 @@ impl DeadLetterStore {
                 .delete_item()
                 .table_name(&self.config.table)
                 .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
-                .with_condition(&conditions::unchanged_since(
-                    record.status,
-                    &sqs_keeper_core::format_timestamp(&record.last_attempt),
-                ))
+                .with_condition(&record.condition())
                 .send()
                 .await;
             match result {

@@ -17,7 +17,7 @@ use crate::condition_expression::WithCondition;
 use sqs_keeper_core::conditions;
 use sqs_keeper_core::Clock;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::{Compaction, Deliveries, Expect, RecordStore, Standing};
+use sqs_keeper_core::{Compaction, Deliveries, Expect, RecordStore, Selected, Standing};
 use sqs_keeper_core::{DeadLetteredItem, FailureDetail, ItemStatus};
 use sqs_keeper_core::{Page, PageToken, RecordFilter};
 
@@ -437,11 +437,8 @@ impl RecordStore for DeadLetterStore {
 
     /// One conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few
     /// at once: status and last attempt as selected.
-    async fn delete_records(
-        &self,
-        records: &[DeadLetteredItem],
-    ) -> Result<Vec<String>, ProcessError> {
-        let deletes: Vec<_> = records
+    async fn delete_records(&self, selected: &[Selected]) -> Result<Vec<String>, ProcessError> {
+        let deletes: Vec<_> = selected
             .iter()
             .map(|record| self.delete_if_unchanged(record))
             .collect();

@@ -85,6 +85,13 @@ impl ItemStatus {
     pub fn parse(name: &str) -> Option<ItemStatus> {
         name.parse().ok()
     }
+
+    /// Whether an item of this status is in flight: a run holds it (`redriving`), or its
+    /// message waits in the source queue (`requeued`). A removal never takes such an item.
+    /// Its payload may be what a live message points to.
+    pub fn is_in_flight(self) -> bool {
+        matches!(self, ItemStatus::Redriving | ItemStatus::Requeued)
+    }
 }
 
 /// Where the item's payload lives.

@@ -247,6 +247,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         deadline: Option<Instant>,
         on_item: &(dyn Fn(&ItemOutcome) + Send + Sync),
     ) -> Result<RedriveReport, RedriveError> {
+        let request = &request.resumed()?;
         let plan = request.plan(self.settings.retry.clock.now())?;
         if request.mode == RedriveMode::Reprocess && self.processor.is_none() && !request.dry_run {
             return Err(RedriveError::InvalidRequest(
@@ -504,6 +505,8 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     report.continuation_token = Some(
                         Continuation {
                             next_index: Some(index),
+                            started_ms: plan.continuation.started_ms,
+                            request: plan.continuation.request.clone(),
                             ..Continuation::default()
                         }
                         .encode(),
@@ -569,6 +572,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 after: token.as_ref().map(|t| t.0.clone()),
                 phase,
                 started_ms: plan.continuation.started_ms,
+                request: plan.continuation.request.clone(),
             }
             .encode()
         };

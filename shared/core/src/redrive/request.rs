@@ -69,8 +69,53 @@ pub enum RedriveError {
     Store(ProcessError),
 }
 
+/// What a request selects and how it puts items back: everything but its pacing and its
+/// token. A continuation token carries it, so that the run it resumes is the same request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub(super) struct Selection {
+    item_ids: Vec<String>,
+    error_signature: Option<String>,
+    error_class: Option<ErrorClass>,
+    message_group_id: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+    status: Option<ItemStatus>,
+    force: bool,
+    mode: RedriveMode,
+    dry_run: bool,
+}
+
+impl Selection {
+    /// The names of the options where `self` and `other` differ.
+    fn differences(&self, other: &Selection) -> Vec<&'static str> {
+        let differ = [
+            ("item_ids", self.item_ids != other.item_ids),
+            (
+                "error_signature",
+                self.error_signature != other.error_signature,
+            ),
+            ("error_class", self.error_class != other.error_class),
+            (
+                "message_group_id",
+                self.message_group_id != other.message_group_id,
+            ),
+            ("since", self.since != other.since),
+            ("until", self.until != other.until),
+            ("status", self.status != other.status),
+            ("force", self.force != other.force),
+            ("mode", self.mode != other.mode),
+            ("dry_run", self.dry_run != other.dry_run),
+        ];
+        differ.iter().filter(|(_, d)| *d).map(|(n, _)| *n).collect()
+    }
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Continuation {
+    /// The request the chain runs ([`RedriveRequest::resumed`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) request: Option<Selection>,
     /// With item ids: the index of the next id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) next_index: Option<usize>,
@@ -142,6 +187,70 @@ impl Plan {
 }
 
 impl RedriveRequest {
+    /// What this request selects and how it puts items back.
+    pub(super) fn selection(&self) -> Selection {
+        Selection {
+            item_ids: self.item_ids.clone(),
+            error_signature: self.error_signature.clone(),
+            error_class: self.error_class,
+            message_group_id: self.message_group_id.clone(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+            status: self.status,
+            force: self.force,
+            mode: self.mode,
+            dry_run: self.dry_run,
+        }
+    }
+
+    /// The request a continuation runs: the one its token carries. A request with a token
+    /// and no selection of its own (`dlq redrive --continue <token>`, as a run prints it)
+    /// takes the token's. One that names a selection must name the token's. Otherwise the
+    /// token would resume a position in another selection, or run a dry run for real.
+    pub fn resumed(&self) -> Result<RedriveRequest, RedriveError> {
+        let Some(token) = self.continuation_token.as_deref() else {
+            return Ok(self.clone());
+        };
+        let carried = Continuation::decode(token)?.request.ok_or_else(|| {
+            RedriveError::InvalidRequest(
+                "the continuation token does not say which request it continues; run the redrive again without it"
+                    .into(),
+            )
+        })?;
+        let own = self.selection();
+        if own != Selection::default() && own != carried {
+            return Err(RedriveError::InvalidRequest(format!(
+                "the continuation token belongs to another request (it differs in {}); continue with the token alone, or start a new run without it",
+                carried.differences(&own).join(", ")
+            )));
+        }
+        let Selection {
+            item_ids,
+            error_signature,
+            error_class,
+            message_group_id,
+            since,
+            until,
+            status,
+            force,
+            mode,
+            dry_run,
+        } = carried;
+        Ok(RedriveRequest {
+            item_ids,
+            error_signature,
+            error_class,
+            message_group_id,
+            since,
+            until,
+            status,
+            force,
+            mode,
+            dry_run,
+            ..self.clone()
+        })
+    }
+
     /// Parses a request from JSON, with a clear error for unknown fields or bad values.
     pub fn from_json(text: &str) -> Result<RedriveRequest, RedriveError> {
         let invalid = |e: serde_json::Error| RedriveError::InvalidRequest(e.to_string());
@@ -160,16 +269,34 @@ impl RedriveRequest {
     /// back from `now`; nothing is read or changed.
     pub(super) fn plan(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Plan, RedriveError> {
         let invalid = |m: String| RedriveError::InvalidRequest(m);
+        if let Some(status @ (ItemStatus::Requeued | ItemStatus::Resolved)) = self.status {
+            return Err(invalid(format!(
+                "status {status} cannot be redriven: a redrive takes dead items (and redriving ones whose run died). \
+                 A requeued item is set back to dead when its message returns to the DLQ; list them with `dlq list --status {status}`"
+            )));
+        }
+        let continuation = self
+            .continuation_token
+            .as_deref()
+            .map(Continuation::decode)
+            .transpose()?
+            .unwrap_or_default();
+        // A chain of runs (a continuation) selects what was there when it began, and
+        // reads its relative times (`24h`) from then.
+        let started = continuation
+            .started_ms
+            .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
+            .unwrap_or(now);
         let since = self
             .since
             .as_deref()
-            .map(|t| crate::duration::parse_time(t, now))
+            .map(|t| crate::duration::parse_time(t, started))
             .transpose()
             .map_err(|e| invalid(format!("since: {e}")))?;
         let until = self
             .until
             .as_deref()
-            .map(|t| crate::duration::parse_time(t, now))
+            .map(|t| crate::duration::parse_time(t, started))
             .transpose()
             .map_err(|e| invalid(format!("until: {e}")))?;
         if let (Some(s), Some(u)) = (since, until) {
@@ -207,17 +334,6 @@ impl RedriveRequest {
         if self.item_ids.iter().any(|id| id.is_empty()) {
             return Err(invalid("item_ids must not contain empty ids".to_string()));
         }
-        let continuation = self
-            .continuation_token
-            .as_deref()
-            .map(Continuation::decode)
-            .transpose()?
-            .unwrap_or_default();
-        // A chain of runs (a continuation) selects what was there when it began.
-        let started = continuation
-            .started_ms
-            .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
-            .unwrap_or(now);
         // (Never before `since`: a range DynamoDB would refuse; one in the future selects
         // nothing either way.)
         let until = Some(
@@ -275,6 +391,7 @@ impl RedriveRequest {
             budget,
             continuation: Continuation {
                 started_ms: Some(started.timestamp_millis()),
+                request: Some(self.selection()),
                 ..continuation
             },
         })

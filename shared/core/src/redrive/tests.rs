@@ -1059,3 +1059,109 @@ async fn a_requeue_sends_to_its_source_queues_in_the_same_order_every_time() {
         "one world, one order of sends; seen: {orders:#?}"
     );
 }
+
+/// Issue: the token kept only a position, and the selection came from the new command, so
+/// `dlq redrive --continue <token>` as printed redrove items never selected, and a dry
+/// run's continuation ran for real. The token carries its request.
+#[tokio::test]
+async fn a_continuation_runs_the_request_its_token_was_printed_for() {
+    let mut old = records(&["a", "b", "c"]);
+    old.push(dead_record("v", ErrorClass::Validation, 10));
+    let engine = engine_with(old, ScriptedProcessor::new());
+    let first = RedriveRequest {
+        error_class: Some(ErrorClass::Throttled),
+        dry_run: true,
+        max_items: Some(1),
+        ..Default::default()
+    };
+    let report = run(&engine, first.clone()).await;
+    let token = report.continuation_token.clone().expect("a token");
+    // The printed line: the token alone, with pacing of its own.
+    let mut seen: Vec<String> = report.items.iter().map(|o| o.item_id.clone()).collect();
+    let mut next = RedriveRequest {
+        continuation_token: Some(token),
+        max_items: Some(1),
+        ..Default::default()
+    };
+    loop {
+        let report = run(&engine, next.clone()).await;
+        assert!(report.dry_run, "a dry run's continuation stays a dry run");
+        seen.extend(report.items.iter().map(|o| o.item_id.clone()));
+        match report.continuation_token {
+            Some(token) => next.continuation_token = Some(token),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["c", "b", "a"], "the throttled items only, each once");
+    for id in ["a", "b", "c", "v"] {
+        assert_eq!(engine.processor_calls(id), 0, "{id}: a dry run");
+        assert_eq!(status(&engine, id), Some(ItemStatus::Dead));
+    }
+}
+
+#[tokio::test]
+async fn a_continuation_with_another_selection_is_refused() {
+    let engine = engine_with(records(&["a", "b"]), ScriptedProcessor::new());
+    let report = run(
+        &engine,
+        RedriveRequest {
+            dry_run: true,
+            max_items: Some(1),
+            ..Default::default()
+        },
+    )
+    .await;
+    let token = report.continuation_token.expect("a token");
+    for other in [
+        RedriveRequest {
+            force: true,
+            ..Default::default()
+        },
+        RedriveRequest {
+            item_ids: vec!["b".into()],
+            dry_run: true,
+            ..Default::default()
+        },
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            dry_run: true,
+            ..Default::default()
+        },
+    ] {
+        let request = RedriveRequest {
+            continuation_token: Some(token.clone()),
+            ..other
+        };
+        let error = engine.run(&request, &*no_progress()).await.unwrap_err();
+        assert!(
+            matches!(&error, RedriveError::InvalidRequest(m) if m.contains("another request")),
+            "{error}"
+        );
+    }
+    assert_eq!(engine.processor_calls("b"), 0);
+    // The same selection, repeated beside the token, is the same request.
+    let same = RedriveRequest {
+        dry_run: true,
+        continuation_token: Some(token),
+        ..Default::default()
+    };
+    assert!(engine.run(&same, &*no_progress()).await.is_ok());
+}
+
+/// Issue: `dlq redrive --status requeued` (or `resolved`) reported every item "leased by
+/// another run" and succeeded.
+#[tokio::test]
+async fn a_redrive_of_requeued_or_resolved_items_is_an_invalid_request() {
+    let engine = engine_with(records(&["a"]), ScriptedProcessor::new());
+    for status in [ItemStatus::Requeued, ItemStatus::Resolved] {
+        let request = RedriveRequest {
+            status: Some(status),
+            ..Default::default()
+        };
+        let error = engine.run(&request, &*no_progress()).await.unwrap_err();
+        assert!(
+            matches!(&error, RedriveError::InvalidRequest(m) if m.contains("cannot be redriven")),
+            "{error}"
+        );
+    }
+}

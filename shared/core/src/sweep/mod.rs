@@ -28,7 +28,7 @@
 //! known by ([`MessageView`]) and what the sweep reads of a record ([`Standing`]) are what
 //! those ports pass ([`crate::ports`]); the rule over them is here ([`decide`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -45,7 +45,7 @@ mod pass;
 mod rule;
 mod settle;
 
-pub use crate::ports::{Adoption, MessageView, ReceivedMessage, Standing};
+pub use crate::ports::{Adoption, MessageView, ReceivedMessage, Selected, Standing};
 #[cfg(test)]
 use pass::hold_for;
 pub use pass::sweep_dlq;
@@ -71,6 +71,10 @@ pub struct Sweep {
     pub held: BTreeMap<String, Vec<HeldMessage>>,
     /// Messages that could not be handled, by item id, with why: left in the DLQ.
     pub errors: Vec<(String, String)>,
+    /// Purging: the selected records this pass deleted (their messages went with them).
+    pub removed: BTreeSet<String>,
+    /// Purging: the selected records that had changed, kept with their messages.
+    pub changed: BTreeSet<String>,
 }
 
 /// What to do with messages during a sweep.
@@ -79,9 +83,9 @@ pub struct SweepOptions {
     /// Create (or reopen) records for messages no record holds.
     pub adopt: bool,
     /// Purging: the records selected, by item id, as they were selected. A message of one
-    /// of these items is deleted only when that record holds it
-    /// ([`purge_takes`]); the others of the item are kept.
-    pub purge: HashMap<String, Standing>,
+    /// of these items is deleted only when that record holds it ([`purge_takes`]) and was
+    /// deleted itself, still as selected ([`Selected::condition`]); the others are kept.
+    pub purge: HashMap<String, Selected>,
     /// How the item id is read from a message without our `item_id` attribute.
     pub parser: ItemParser,
     /// Stop receiving at this instant (messages not received stay visible).

@@ -110,6 +110,7 @@ impl Pass {
                 dlq.standings(&fresh).await
             };
             let mut to_delete = Vec::new();
+            let mut to_take = Vec::new();
             let mut to_rotate = Vec::new();
             let mut out_of_time = false;
             for received in messages {
@@ -135,7 +136,16 @@ impl Pass {
                 self.sweep.seen += 1;
                 match self.judge(dlq, options, &standings, &received).await? {
                     Verdict::Delete => to_delete.push((id, received.receipt)),
+                    Verdict::Take => to_take.push(received),
                     Verdict::Keep => to_rotate.push(received),
+                }
+            }
+            self.remove_records_of(dlq, options, &to_take).await?;
+            for received in to_take {
+                if self.sweep.removed.contains(&received.item_id) {
+                    to_delete.push((received.view.message_id.clone(), received.receipt));
+                } else {
+                    to_rotate.push(received);
                 }
             }
             let receipts: Vec<String> = to_delete.iter().map(|(_, r)| r.clone()).collect();
@@ -177,20 +187,13 @@ impl Pass {
     ) -> Result<Verdict, ProcessError> {
         let item_id = &received.item_id;
         if let Some(selected) = options.purge.get(item_id) {
-            // Only while the record is still as selected (read just now): a record that
-            // failed again since keeps every message, and is not deleted either.
-            let unchanged = match standings {
-                Ok(found) => found.get(item_id).is_none_or(|now| {
-                    now.status == selected.status
-                        && now.source_message_id == selected.source_message_id
-                }),
-                Err(_) => false,
-            };
+            // Taken only once its record is deleted on the condition that it is still as
+            // selected ([`Pass::take`]): one condition decides both.
             if crate::mutants::is_on(crate::mutants::Mutant::PurgeByItemId) {
-                return Ok(Verdict::Delete);
+                return Ok(Verdict::Take);
             }
-            return Ok(if unchanged && purge_takes(&received.view, selected) {
-                Verdict::Delete
+            return Ok(if purge_takes(&received.view, &selected.standing) {
+                Verdict::Take
             } else {
                 Verdict::Keep
             });
@@ -242,6 +245,39 @@ impl Pass {
         })
     }
 
+    /// Deletes the selected records of `taken`'s items not decided yet, each on the
+    /// condition that it is still as selected. A record deleted lets its messages go; one
+    /// that changed keeps them (a redrive failed it again since the selection).
+    async fn remove_records_of<D: DeadLetterQueue + RecordStore>(
+        &mut self,
+        dlq: &D,
+        options: &SweepOptions,
+        taken: &[ReceivedMessage<D::Message>],
+    ) -> Result<(), ProcessError> {
+        let mut undecided: Vec<Selected> = Vec::new();
+        for received in taken {
+            let id = &received.item_id;
+            let decided = self.sweep.removed.contains(id) || self.sweep.changed.contains(id);
+            if decided || undecided.iter().any(|s| &s.item_id == id) {
+                continue;
+            }
+            if let Some(selected) = options.purge.get(id) {
+                undecided.push(selected.clone());
+            }
+        }
+        for chunk in undecided.chunks(crate::removal::DELETE_CHUNK) {
+            let deleted = dlq.delete_records(chunk).await?;
+            for selected in chunk {
+                if deleted.contains(&selected.item_id) {
+                    self.sweep.removed.insert(selected.item_id.clone());
+                } else {
+                    self.sweep.changed.insert(selected.item_id.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Moves a kept message of a FIFO DLQ behind its group; a failure leaves it held where
     /// it is (the pass goes on; that group's later messages wait for the next pass).
     async fn rotate<D: DeadLetterQueue>(
@@ -290,5 +326,7 @@ impl Pass {
 /// What a pass does with one message it judged.
 enum Verdict {
     Delete,
+    /// A purge's: deleted once its record is ([`Pass::remove_records_of`]), else kept.
+    Take,
     Keep,
 }

@@ -526,7 +526,7 @@ async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
     new.payload.sha256 = crate::hex::sha256_hex(b"{\"id\":\"order-1\",\"v\":2}");
     let new_message = store.send_dead_letter(&new);
     let options = SweepOptions {
-        purge: [("order-1".to_string(), Standing::of(&old))].into(),
+        purge: [("order-1".to_string(), Selected::of(&old))].into(),
         ..SweepOptions::default()
     };
     let sweep = sweep_dlq(&store, &options).await.unwrap();

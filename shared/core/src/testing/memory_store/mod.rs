@@ -35,7 +35,7 @@ use crate::message::{ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE
 use crate::pointer::{PayloadPolicy, S3Pointer, EXTENDED_PAYLOAD_SIZE_ATTRIBUTE};
 use crate::ports::{
     Adoption, Compaction, DeadLetterQueue, Deliveries, Expect, MessageView, OutgoingMessage,
-    PayloadStore, ReceivedMessage, RecordStore, SendResult, SourceQueue, Standing,
+    PayloadStore, ReceivedMessage, RecordStore, Selected, SendResult, SourceQueue, Standing,
 };
 use crate::recording::{self, RecordingSettings};
 use crate::retry::AttemptFailure;

@@ -509,21 +509,14 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         Ok(())
     }
 
-    async fn delete_records(
-        &self,
-        records: &[DeadLetteredItem],
-    ) -> Result<Vec<String>, ProcessError> {
+    async fn delete_records(&self, selected: &[Selected]) -> Result<Vec<String>, ProcessError> {
         self.latency("delete_records").await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "delete_records", "delete-records")?;
         let mut deleted = Vec::new();
-        for selected in records {
+        for selected in selected {
             let id = &selected.item_id;
-            // Still the status and last attempt selected.
-            let condition = conditions::unchanged_since(
-                selected.status,
-                &crate::time_format::format(&selected.last_attempt),
-            );
+            let condition = selected.condition();
             let unchanged = state
                 .table
                 .get(id)
