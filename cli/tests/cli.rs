@@ -245,7 +245,14 @@ async fn redrive_purge_clear_and_bad_input() {
         ),
         // An item in flight is never purged, and a redrive takes dead items only.
         (
-            vec!["purge", "--older-than", "0s", "--status", "requeued", "--yes"],
+            vec![
+                "purge",
+                "--older-than",
+                "0s",
+                "--status",
+                "requeued",
+                "--yes",
+            ],
             "in flight",
         ),
         (

@@ -219,6 +219,23 @@ impl BreakerStore for DynamoBreakerStore {
         })
     }
 
+    fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+        Box::pin(async move {
+            let released = self
+                .update()
+                .update_expression("REMOVE probe_until_ms")
+                .with_condition(&conditions::probe_held_until(millis(until)))
+                .send()
+                .await;
+            match released {
+                Ok(_) => Ok(()),
+                // Another probe holds it now, or the breaker closed or opened again.
+                Err(e) if failed_condition(&e) => Ok(()),
+                Err(e) => Err(error(&e)),
+            }
+        })
+    }
+
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
             self.update()

@@ -102,6 +102,9 @@ pub trait BreakerStore: Send + Sync {
     ) -> BoxFuture<'_, Result<bool, ProcessError>>;
     /// Closes: the downstream answered again.
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>>;
+    /// Gives back the probe taken until `until`, if it is still that one: the run that
+    /// took it called nothing, so another may probe at once.
+    fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>>;
 }
 
 /// Whether a failure of the downstream counts towards opening the breaker: those that
@@ -778,6 +781,9 @@ mod tests {
         fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
             self.inner.close()
         }
+        fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+            self.inner.release_probe(until)
+        }
     }
 
     #[tokio::test]
@@ -988,6 +994,9 @@ mod tests {
         }
         fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
             self.call(true, self.inner.close())
+        }
+        fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+            self.call(true, self.inner.release_probe(until))
         }
     }
 

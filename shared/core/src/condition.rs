@@ -514,6 +514,11 @@ pub mod breaker {
         ])
     }
 
+    /// The probe is still the one taken until `until_ms`: its taker may give it back.
+    pub fn probe_held_until(until_ms: i64) -> Condition {
+        at(PROBE_UNTIL, Compare::Eq, until_ms)
+    }
+
     /// A breaker's state as its item holds it.
     pub struct StoredBreaker<'a>(pub &'a BreakerState);
 

@@ -184,9 +184,10 @@ pub use recording::{
 };
 pub use redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort, MAX_VISIBILITY};
 pub use redrive::{
-    no_progress as redrive_made_no_progress, ItemOutcome, ItemOutcomeKind, RedriveEngine,
-    RedriveError, RedriveMode, RedriveReport, RedriveRequest, RedriveSettings, ITEM_GRACE,
-    LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
+    expiry_when_reopened, expiry_when_requeued, no_progress as redrive_made_no_progress,
+    ItemOutcome, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveReport,
+    RedriveRequest, RedriveSettings, ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE,
+    REQUEUED_RECORD_LIFE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
 };
 pub use removal::{remove_records, RemovalReport};
 pub use retry::{

@@ -756,6 +756,9 @@ mod tests {
             fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
                 Box::pin(async { Ok(()) })
             }
+            fn release_probe(&self, _: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+                Box::pin(async { Ok(()) })
+            }
         }
         let now = SystemTime::now();
         let fakes = paused_fakes(now);

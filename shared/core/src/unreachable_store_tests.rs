@@ -178,6 +178,12 @@ impl BreakerStore for FlakyBreakerStore {
         }
         self.inner.close()
     }
+    fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+        if self.down.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(unavailable()) });
+        }
+        self.inner.release_probe(until)
+    }
 }
 
 /// A control whose mapping was paused at `t0` with the breaker open (a second time).

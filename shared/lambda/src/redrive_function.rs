@@ -433,7 +433,8 @@ where
     let lock = policy
         .probe_for
         .max(run_bound.saturating_add(sqs_keeper_core::PROBE_SLACK));
-    match breaker.take_probe(now + lock, now).await {
+    let probe_until = now + lock;
+    match breaker.take_probe(probe_until, now).await {
         Ok(true) => {}
         Ok(false) => return skipped("a worker is probing"),
         Err(error) => {
@@ -461,6 +462,13 @@ where
             tracing::warn!(%error, "could not open the circuit breaker again");
         }
         tracing::warn!("the redrive's probe failed: the circuit breaker is open again");
+        return Ok(Gate::Stop(report));
+    }
+    // Nothing told of the downstream (nothing eligible, an item skipped, a bad item's
+    // failure): the probe goes back, so that the next caller probes at once instead of
+    // every sandbox refusing its records until the lock lapses.
+    if let Err(error) = breaker.release_probe(probe_until).await {
+        tracing::warn!(%error, "could not give back the circuit breaker's probe; it lapses by itself");
     }
     Ok(Gate::Stop(report))
 }

@@ -57,6 +57,9 @@ impl BreakerStore for OneOpenThrottled {
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
         self.inner.close()
     }
+    fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+        self.inner.release_probe(until)
+    }
 }
 
 struct Down(Arc<AtomicU32>);

@@ -170,3 +170,55 @@ async fn a_redrive_probe_cut_at_its_deadline_opens_the_breaker_again() {
         report.items
     );
 }
+
+/// Issue: a redrive probe run that reprocessed nothing (nothing eligible, or an item
+/// skipped) held the probe lock for as long as a probe run can last (about 15 minutes), so
+/// every worker sandbox refused every record though the downstream was healthy. The run
+/// gives the probe back: the next caller probes at once.
+#[tokio::test]
+async fn a_redrive_probe_run_that_reprocessed_nothing_gives_the_probe_back() {
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_millis(100),
+        max_open: Duration::from_secs(10),
+        probe_for: Duration::from_secs(60),
+        refresh: Duration::ZERO,
+    };
+    let downstream = Downstream::default();
+    // Nothing eligible: the only dead item is a validation failure (skipped unless forced).
+    for records in [vec![], vec![dead_record("v", ErrorClass::Validation, 1)]] {
+        let breaker = MemoryBreakerStore::default();
+        let now = SystemTime::now();
+        assert!(breaker
+            .open(
+                now - Duration::from_millis(10),
+                1,
+                now - Duration::from_secs(1)
+            )
+            .await
+            .unwrap());
+        let store = MemoryStore::new();
+        for record in records {
+            store.insert_dead_lettered(record);
+        }
+        let engine =
+            RedriveEngine::new(store, Some(downstream.clone()), RedriveSettings::default());
+        let report = sqs_keeper_lambda::run_gated(
+            &engine,
+            Some((&breaker, &policy)),
+            &RedriveRequest::default(),
+            None,
+            &*redrive_made_no_progress(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(report.succeeded, 0, "{report:?}");
+        // A worker sandbox comes next: it may probe, and its success closes the breaker.
+        let sandbox = Breaker::new(downstream.clone(), breaker.clone(), policy);
+        let answer = sandbox.process(&WorkItem::new("m-worker", "{}")).await;
+        assert!(answer.is_ok(), "the worker was refused: {answer:?}");
+        assert!(!breaker.state().is_open(SystemTime::now()));
+        assert_eq!(breaker.state().opens, 0, "closed by the worker's probe");
+    }
+}

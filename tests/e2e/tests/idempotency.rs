@@ -349,6 +349,7 @@ async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_
         Fail(u32, u64),
         Open(u64, u32, u64),
         Probe(u64, u64),
+        Release(u64),
         Close,
     }
     let calls = [
@@ -362,6 +363,9 @@ async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_
         Call::Probe(25_000, 20_000),   // its end is half-open
         Call::Probe(26_000, 21_000),   // the probe is held
         Call::Probe(30_000, 25_000),   // the probe's end frees it
+        Call::Release(29_999),         // another probe's: kept
+        Call::Release(30_000),         // its own: given back
+        Call::Probe(31_000, 25_001),   // free again at once
         Call::Open(40_000, 2, 26_000), // half-open: opens again
         Call::Close,
         Call::Probe(50_000, 45_000), // closed: no probe
@@ -385,6 +389,10 @@ async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_
             Call::Probe(until, now) => (
                 format!("{:?}", dynamo.take_probe(at(*until), at(*now)).await),
                 format!("{:?}", memory.take_probe(at(*until), at(*now)).await),
+            ),
+            Call::Release(until) => (
+                format!("{:?}", dynamo.release_probe(at(*until)).await),
+                format!("{:?}", memory.release_probe(at(*until)).await),
             ),
             Call::Close => (
                 format!("{:?}", dynamo.close().await),

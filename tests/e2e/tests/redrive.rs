@@ -1097,6 +1097,69 @@ async fn a_purge_keeps_a_requeued_item_and_the_payload_its_message_needs() {
     assert_eq!(p.records().await[0].status, ItemStatus::Requeued);
 }
 
+/// A requeue keeps the record past the run that would set it back to dead, and writes the
+/// payload object its pointer names again, so that neither the table's TTL nor the
+/// bucket's lifecycle removes what the message in the source queue needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_requeue_refreshes_the_records_expiry_and_its_payloads_lifecycle() {
+    let p = dead_items("requeue-ttl", &[]).await;
+    // As large as the source queue takes: sent back with the requeue's attributes, it no
+    // longer fits, and goes as a pointer to the store's object.
+    let large =
+        json!({"id": "big", "scenario": "invalid", "blob": "y".repeat(1_048_350)}).to_string();
+    p.send(&[&large]).await;
+    p.drain().await;
+    let before = p.records().await;
+    assert_eq!(before.len(), 1);
+    let PayloadLocation::S3 { key, .. } = &before[0].payload.location else {
+        panic!(
+            "a large payload goes to S3: {:?}",
+            before[0].payload.location
+        );
+    };
+    let written = |key: String| {
+        let s3 = p.clients.s3.clone();
+        let bucket = p.resources.bucket.clone();
+        async move {
+            s3.head_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .unwrap()
+                .last_modified()
+                .copied()
+                .unwrap()
+        }
+    };
+    let first_write = written(key.clone()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    let requeue = RedriveRequest {
+        force: true,
+        mode: RedriveMode::Requeue,
+        ..RedriveRequest::default()
+    };
+    let run = p
+        .redrive_engine()
+        .run(&requeue, &*redrive_made_no_progress())
+        .await
+        .unwrap();
+    assert_eq!(run.requeued, 1, "{run:?}");
+    let after = &p.records().await[0];
+    assert_eq!(after.status, ItemStatus::Requeued);
+    let life = i64::try_from(sqs_keeper_core::REQUEUED_RECORD_LIFE.as_secs()).unwrap();
+    assert!(
+        after.expires_at >= chrono::Utc::now().timestamp() + life - 60,
+        "expires {} (was {})",
+        after.expires_at,
+        before[0].expires_at
+    );
+    assert!(
+        written(key.clone()).await > first_write,
+        "the object was written again"
+    );
+}
+
 /// A purge deletes what it selected, not a failure of the same item id that arrived after
 /// it selected: that record is kept (its delete is conditional on the last attempt
 /// selected) with its DLQ message (matched by the delivery it holds, not the item id).

@@ -148,6 +148,15 @@ impl BreakerStore for SimBreakerStore {
             Ok(())
         })
     }
+
+    fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+        Box::pin(async move {
+            self.call("release_probe").await?;
+            self.inner.release_probe(until).await?;
+            self.learn("breaker: probe given back");
+            Ok(())
+        })
+    }
 }
 
 /// §1.12: the breaker withholds the downstream from a sandbox that knows it open, and

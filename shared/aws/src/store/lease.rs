@@ -305,15 +305,24 @@ impl DeadLetterStore {
         owner: &str,
         message_id: &str,
     ) -> Result<(), ProcessError> {
+        let now = self.clock.now();
+        let expires_at = sqs_keeper_core::expiry_when_requeued(record.expires_at, now);
         self.end_lease(
             &record.item_id,
             owner,
             ItemStatus::Requeued,
             &[
-                (schema::REQUEUED_MESSAGE_ID, message_id.to_string()),
+                (
+                    schema::REQUEUED_MESSAGE_ID,
+                    AttributeValue::S(message_id.to_string()),
+                ),
                 (
                     schema::REQUEUED_AT,
-                    sqs_keeper_core::format_timestamp(&self.clock.now()),
+                    AttributeValue::S(sqs_keeper_core::format_timestamp(&now)),
+                ),
+                (
+                    schema::EXPIRES_AT,
+                    AttributeValue::N(expires_at.to_string()),
                 ),
             ],
             Some(&record.payload.sha256),
@@ -329,7 +338,7 @@ impl DeadLetterStore {
         item_id: &str,
         owner: &str,
         status: ItemStatus,
-        also: &[(&str, String)],
+        also: &[(&str, AttributeValue)],
         payload_sha256: Option<&str>,
         step: &str,
     ) -> Result<(), ProcessError> {
@@ -352,7 +361,7 @@ impl DeadLetterStore {
             set.push_str(&format!(", #also{n} = :also{n}"));
             request = request
                 .expression_attribute_names(format!("#also{n}"), *name)
-                .expression_attribute_values(format!(":also{n}"), AttributeValue::S(value.clone()));
+                .expression_attribute_values(format!(":also{n}"), value.clone());
         }
         request
             .update_expression(format!("{set} REMOVE #owner, #expires"))
@@ -491,7 +500,14 @@ impl DeadLetterStore {
         };
         self.back_to_dead(
             &record.item_id,
-            &BackFrom::Requeued(message_id),
+            &BackFrom::Requeued(
+                message_id,
+                sqs_keeper_core::expiry_when_reopened(
+                    record.expires_at,
+                    self.clock.now(),
+                    self.config.retention,
+                ),
+            ),
             std::slice::from_ref(failure),
         )
         .await
@@ -516,12 +532,17 @@ impl DeadLetterStore {
                 "#owner",
                 LEASE_OWNER,
             ),
-            BackFrom::Requeued(message_id) => (
+            BackFrom::Requeued(message_id, _) => (
                 conditions::requeued_as(message_id),
                 "REMOVE #requeued",
                 "#requeued",
                 schema::REQUEUED_MESSAGE_ID,
             ),
+        };
+        // A record set back to dead from requeued is kept a whole retention from now.
+        let expiry = match from {
+            BackFrom::Requeued(_, _) => ", #ttl = :ttl",
+            BackFrom::Lease(_) => "",
         };
         let mut request = self
             .clients
@@ -531,7 +552,7 @@ impl DeadLetterStore {
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
             .update_expression(format!(
                 "SET #status = :dead, #last = :last, error_class = :class, #sig = :sig, last_error = :err, \
-                 reprocess_eligible = :elig, #hist = list_append(if_not_exists(#hist, :empty), :entry) \
+                 reprocess_eligible = :elig, #hist = list_append(if_not_exists(#hist, :empty), :entry){expiry} \
                  {removes} ADD #count :one, #ids :ids"
             ))
             .with_condition(&condition)
@@ -559,8 +580,15 @@ impl DeadLetterStore {
                 AttributeValue::Ss(failures.iter().map(|f| f.attempt_id.clone()).collect()),
             )
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
-        if let BackFrom::Lease(_) = from {
-            request = request.expression_attribute_names("#expires", LEASE_EXPIRES_AT);
+        match from {
+            BackFrom::Lease(_) => {
+                request = request.expression_attribute_names("#expires", LEASE_EXPIRES_AT);
+            }
+            BackFrom::Requeued(_, expires_at) => {
+                request = request
+                    .expression_attribute_names("#ttl", schema::EXPIRES_AT)
+                    .expression_attribute_values(":ttl", AttributeValue::N(expires_at.to_string()));
+            }
         }
         let result = match request.send().await {
             Ok(result) => result,
@@ -568,7 +596,7 @@ impl DeadLetterStore {
                 return match from {
                     // The lease was lost: an error of the run, as before.
                     BackFrom::Lease(_) => Err(ProcessError::from_sdk(&e)),
-                    BackFrom::Requeued(_) => Ok(false),
+                    BackFrom::Requeued(..) => Ok(false),
                 };
             }
             Err(e) => return Err(ProcessError::from_sdk(&e)),
@@ -597,8 +625,8 @@ async fn unless_changed(
 enum BackFrom<'a> {
     /// This run's lease (owner).
     Lease(&'a str),
-    /// Still requeued with this message.
-    Requeued(&'a str),
+    /// Still requeued with this message; the record's expiry then (epoch seconds).
+    Requeued(&'a str, i64),
 }
 
 #[cfg(test)]

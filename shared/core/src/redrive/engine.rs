@@ -164,6 +164,29 @@ impl RunContext {
 /// `requeued` after this has no message left that could finish it.
 pub const REQUEUE_OUTLIVED: Duration = Duration::from_secs(14 * 86_400 + 3_600);
 
+/// How long a requeued record is kept at least after its requeue: past
+/// [`REQUEUE_OUTLIVED`] by a day, for the runs that set it back to dead. A record that
+/// expired first would vanish with its message lost.
+pub const REQUEUED_RECORD_LIFE: Duration = Duration::from_secs(REQUEUE_OUTLIVED.as_secs() + 86_400);
+
+/// The expiry (epoch seconds) of a record requeued at `now` that expired at `expires_at`:
+/// never sooner, and at least [`REQUEUED_RECORD_LIFE`] away.
+pub fn expiry_when_requeued(expires_at: i64, now: chrono::DateTime<chrono::Utc>) -> i64 {
+    let life = i64::try_from(REQUEUED_RECORD_LIFE.as_secs()).unwrap_or(i64::MAX);
+    expires_at.max(now.timestamp().saturating_add(life))
+}
+
+/// The expiry (epoch seconds) of a record set back to dead at `now`: never sooner, and at
+/// least the store's `retention` away, so that an operator has the whole retention to act.
+pub fn expiry_when_reopened(
+    expires_at: i64,
+    now: chrono::DateTime<chrono::Utc>,
+    retention: Duration,
+) -> i64 {
+    let retention = i64::try_from(retention.as_secs()).unwrap_or(i64::MAX);
+    expires_at.max(now.timestamp().saturating_add(retention))
+}
+
 /// How long the messages a run judged and kept stay hidden after a sweep that could not
 /// see the whole DLQ: the next runs' sweeps reach the others first. An hour covers a DLQ
 /// many times larger than one run sweeps at the default schedule; a message's record is

@@ -29,8 +29,9 @@ pub mod request;
 pub mod requeue;
 
 pub use engine::{
-    no_progress, RedriveEngine, RedriveSettings, ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE,
-    REQUEUE_OUTLIVED, SETTLE_RESERVE,
+    expiry_when_reopened, expiry_when_requeued, no_progress, RedriveEngine, RedriveSettings,
+    ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUED_RECORD_LIFE, REQUEUE_OUTLIVED,
+    SETTLE_RESERVE,
 };
 pub use report::{ItemOutcome, ItemOutcomeKind, RedriveReport};
 pub use request::{RedriveError, RedriveMode, RedriveRequest};

@@ -276,6 +276,21 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         )
     }
 
+    /// Writes the object a requeued pointer names again, so that the bucket's lifecycle
+    /// (which counts from an object's last write) keeps it a whole retention from now: the
+    /// message may wait in the source queue for as long as the queue keeps it.
+    async fn refresh_payload(
+        &self,
+        pointer: &S3Pointer,
+        record: &DeadLetteredItem,
+    ) -> Result<(), ProcessError> {
+        let body = self.store.fetch(pointer).await?;
+        self.store
+            .put(pointer, &body, &record.payload.sha256)
+            .await
+            .map_err(|e| e.with_step("requeue-refresh-payload"))
+    }
+
     /// The queue and message that put `record` back: the body inline when the queue takes
     /// it with the message's attributes (its `MaximumMessageSize`, up to 1 MiB, read once
     /// per queue; 256 KiB when it cannot be read), else the S3 payload as an Extended
@@ -295,11 +310,14 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             .saturating_add(record.payload.size_bytes)
             <= limit;
         message.body = match &record.payload.location {
-            PayloadLocation::S3 { bucket, key } if !fits => S3Pointer {
-                bucket: bucket.clone(),
-                key: key.clone(),
+            PayloadLocation::S3 { bucket, key } if !fits => {
+                let pointer = S3Pointer {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                };
+                self.refresh_payload(&pointer, record).await?;
+                pointer.to_body()
             }
-            .to_body(),
             _ => self.load_body(record).await?,
         };
         Ok((url, message))

@@ -1165,3 +1165,53 @@ async fn a_redrive_of_requeued_or_resolved_items_is_an_invalid_request() {
         );
     }
 }
+
+/// Issue: a requeue never refreshed the record's expiry, so a record requeued late in its
+/// retention expired before `requeues_outlived` could set it back to dead, and vanished
+/// with its message lost. A requeue keeps it past the reset; the reset keeps it a whole
+/// retention from then.
+#[tokio::test]
+async fn a_requeued_record_outlives_its_reset_and_the_reset_refreshes_its_expiry() {
+    let mut record = dead_record("late", ErrorClass::Throttled, 1);
+    let now = chrono::Utc::now();
+    record.expires_at = now.timestamp() + 3_600;
+    let engine = engine_with(vec![record], ScriptedProcessor::new());
+    let report = run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeued, 1, "{report:?}");
+    let requeued = engine.store().record("late").unwrap();
+    let life = i64::try_from(REQUEUED_RECORD_LIFE.as_secs()).unwrap();
+    assert!(
+        requeued.expires_at >= now.timestamp() + life,
+        "{}",
+        requeued.expires_at
+    );
+    assert!(
+        requeued.expires_at > now.timestamp() + i64::try_from(REQUEUE_OUTLIVED.as_secs()).unwrap()
+    );
+
+    // Its message lost: the reset, 15 days on, keeps it a whole retention from then.
+    let mut outlived = requeued.clone();
+    outlived.requeued_at = Some(now - chrono::Duration::days(15));
+    outlived.expires_at = now.timestamp() + 600;
+    engine.store().insert(outlived);
+    let report = run(
+        &engine,
+        RedriveRequest {
+            item_ids: vec!["none".into()],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeues_outlived, 1);
+    let reopened = engine.store().record("late").unwrap();
+    assert_eq!(reopened.status, ItemStatus::Dead);
+    let retention = i64::try_from(engine.store().settings().retention.as_secs()).unwrap();
+    assert!(reopened.expires_at >= now.timestamp() + retention);
+}

@@ -108,4 +108,14 @@ impl BreakerStore for MemoryBreakerStore {
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move { self.with(|s| *s = BreakerState::default()) })
     }
+
+    fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+        Box::pin(async move {
+            self.with(|s| {
+                if holds(&conditions::probe_held_until(epoch_millis(until)), s) {
+                    s.probe_until = None;
+                }
+            })
+        })
+    }
 }

@@ -347,6 +347,8 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
                 row.record.status = ItemStatus::Requeued;
                 row.record.requeued_message_id = Some(message_id.to_string());
                 row.record.requeued_at = Some(now);
+                row.record.expires_at =
+                    crate::redrive::expiry_when_requeued(row.record.expires_at, now);
             },
         )
     }
@@ -420,6 +422,11 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
             r.failure_history.push(failure.clone());
             r.failure_count += 1;
+            r.expires_at = crate::redrive::expiry_when_reopened(
+                r.expires_at,
+                self.world.clock.now(),
+                self.settings.retention,
+            );
             row.attempt_ids.insert(failure.attempt_id.clone());
             let stored = row.record.clone();
             self.put_row(&mut state, &record.item_id, row)?;
