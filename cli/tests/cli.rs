@@ -718,3 +718,49 @@ async fn a_local_redrive_waits_for_an_open_breaker() {
         sqs_keeper_core::ItemStatus::Dead
     );
 }
+
+/// Issue: the local `dlq redrive` was not the function's engine: it ignored
+/// `WORKER_PAYLOAD_BUCKETS` and followed no pointer. A DLQ message pointing to a producer's
+/// bucket the worker reads is adopted and reprocessed with its payload, as the function does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_redrive_follows_pointers_into_the_workers_payload_buckets() {
+    let p = Pipeline::new("cli-ec", e2e::Setup::default()).await;
+    let dlq = Dlq::new(&p).await;
+    let producer = e2e::unique_prefix("producer").to_lowercase();
+    p.clients
+        .s3
+        .create_bucket()
+        .bucket(&producer)
+        .send()
+        .await
+        .unwrap();
+    p.clients
+        .s3
+        .put_object()
+        .bucket(&producer)
+        .key("ec-1")
+        .body(body("ec-payload", "ok").into_bytes().into())
+        .send()
+        .await
+        .unwrap();
+    let pointer = sqs_keeper_core::S3Pointer {
+        bucket: producer.clone(),
+        key: "ec-1".into(),
+    }
+    .to_body();
+    p.send_to_dlq(&[&pointer]).await;
+    let url = p.downstream.url();
+    let (code, out, err) = dlq.run_with(
+        &["redrive"],
+        &[
+            ("WORKER_DOWNSTREAM_URL", &url),
+            ("WORKER_PAYLOAD_BUCKETS", &producer),
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        p.downstream.delivered(),
+        ["ec-payload"],
+        "the payload, not the pointer: {out}"
+    );
+}

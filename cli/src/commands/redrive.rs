@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-use sqs_keeper_core::{ItemOutcomeKind, RedriveEngine, RedriveMode, RedriveReport, RedriveRequest};
+use sqs_keeper_core::{ItemOutcomeKind, RedriveMode, RedriveReport, RedriveRequest};
 use sqs_keeper_lambda::redrive_processor;
 
 use super::render::{out, table, write_err};
@@ -75,7 +75,7 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             // ids, requeue target, payload keeping), from the same variables.
             let lookup = |name: &str| std::env::var(name).ok();
             let mut env = sqs_keeper_lambda::EnvReader::new(&lookup);
-            let config = sqs_keeper_lambda::RedriveConfig::read(&mut env);
+            let mut config = sqs_keeper_lambda::RedriveConfig::read(&mut env);
             env.finish().map_err(|e| CliError::Usage(e.to_string()))?;
             let store = store(global).await?;
             let processor = redrive_processor(&config, store.clients())
@@ -90,13 +90,18 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             }
             // Behind the worker's circuit breaker, as the function runs it.
             let breaker = sqs_keeper_lambda::redrive_breaker(&config, store.clients());
-            let mut settings = config.settings;
             if args.source_queue_url.is_some() {
-                settings.source_queue_url = args.source_queue_url.clone();
+                config.settings.source_queue_url = args.source_queue_url.clone();
             }
             // A local run has no response size limit: the report lists every item.
-            settings.report_items = usize::MAX;
-            let engine = RedriveEngine::new(store, processor, settings);
+            config.settings.report_items = usize::MAX;
+            // The function's engine: its payload buckets, pointers and sweep policy.
+            let engine = sqs_keeper_lambda::redrive_engine(
+                &config,
+                store.clients().clone(),
+                store.config().clone(),
+                processor,
+            );
             let bar = progress(request.max_items.map(|n| n as u64), "redriving");
             let on_item = |_: &sqs_keeper_core::ItemOutcome| bar.inc(1);
             let report = sqs_keeper_lambda::run_gated(

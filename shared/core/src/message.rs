@@ -150,3 +150,51 @@ mod dlq_item_id_tests {
         assert!(dlq_item_id(none, Some(long), "m-3").len() < 100);
     }
 }
+
+/// The largest message SQS takes, body and attributes together.
+pub const MAX_MESSAGE_BYTES: usize = 1_048_576;
+
+/// One attribute's share of a message's size, as SQS counts it: its name, data type and
+/// value (a binary value by its bytes).
+pub fn attribute_size(name: &str, value: &crate::dead_letter::MessageAttribute) -> usize {
+    name.len()
+        + value.data_type().len()
+        + value.string_value().map_or(0, str::len)
+        + value.binary_base64().map_or(0, |b| b.len() * 3 / 4)
+}
+
+/// A message's size as SQS counts it against a queue's `MaximumMessageSize`.
+pub fn message_size(
+    body: &str,
+    attributes: &[(String, crate::dead_letter::MessageAttribute)],
+) -> usize {
+    body.len()
+        + attributes
+            .iter()
+            .map(|(name, value)| attribute_size(name, value))
+            .sum::<usize>()
+}
+
+/// Of the attributes a copy of a message of `size` bytes would add (`added`, most needed
+/// first), those that keep it within `limit`. A FIFO DLQ message near the limit can then
+/// still be moved behind its group: a copy refused for its size would hide its group's
+/// later messages for ever. What a dropped attribute said, the copy's body still says
+/// (its item, its content's digest).
+pub fn fitting_additions(
+    size: usize,
+    added: Vec<(String, crate::dead_letter::MessageAttribute)>,
+    limit: usize,
+) -> Vec<(String, crate::dead_letter::MessageAttribute)> {
+    let mut total = size;
+    added
+        .into_iter()
+        .filter(|(name, value)| {
+            let more = attribute_size(name, value);
+            let fits = total + more <= limit;
+            if fits {
+                total += more;
+            }
+            fits
+        })
+        .collect()
+}

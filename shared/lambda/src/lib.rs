@@ -79,7 +79,7 @@ pub use metrics::{
 };
 #[cfg(feature = "http")]
 pub use redrive_function::{
-    redrive_breaker, redrive_processor, run_gated, RedriveBreaker, RedriveFunction,
+    redrive_breaker, redrive_engine, redrive_processor, run_gated, RedriveBreaker, RedriveFunction,
     RedriveProcessor,
 };
 pub use runner::{run, Error, GroupStores, Guarded, Handler, Setup};

@@ -90,6 +90,33 @@ pub async fn redrive_processor(
     }))
 }
 
+/// The redrive engine over `store_config`'s store, as the redrive function and `dlq
+/// redrive` both run it. A record that kept an Extended-Client pointer (the worker could
+/// not fetch its payload then) is reprocessed with the payload, fetched as the worker
+/// would: the buckets it allows (`WORKER_PAYLOAD_BUCKETS`, its store's included) and its
+/// size cap. The sweep adopts pointed payloads under the same policy.
+pub fn redrive_engine<P: Processor>(
+    config: &RedriveConfig,
+    clients: AwsClients,
+    store_config: sqs_keeper_aws::StoreConfig,
+    processor: Option<P>,
+) -> RedriveEngine<P, DeadLetterStore> {
+    let resolver = config.processor.as_ref().map(|worker| {
+        let mut policy = worker.handler.payload.clone();
+        policy.allowed_buckets.insert(store_config.bucket.clone());
+        sqs_keeper_aws::ExtendedClientResolver::new(clients.s3.clone(), policy)
+    });
+    let mut store = DeadLetterStore::new(clients, store_config);
+    if let Some(worker) = &config.processor {
+        store = store.with_payload_policy(worker.handler.payload.clone());
+    }
+    let mut engine = RedriveEngine::new(store, processor, config.settings.clone());
+    if let Some(resolver) = resolver {
+        engine = engine.with_body_resolver(std::sync::Arc::new(resolver));
+    }
+    engine
+}
+
 /// Time kept free before the Lambda deadline for answering: the engine keeps its own
 /// reserves before this (settling the DLQ messages, writing the items' outcomes).
 const ANSWER_RESERVE: Duration = Duration::from_secs(2);
@@ -185,23 +212,7 @@ impl RedriveFunction {
         let store_config = store.ok_or_else(|| ConfigError {
             problems: Vec::new(),
         })?;
-        // A record that kept an Extended-Client pointer (the worker could not fetch its
-        // payload then) is reprocessed with the payload, fetched as the worker would: the
-        // buckets it allows (its store's included) and its size cap.
-        let resolver = config.processor.as_ref().map(|worker| {
-            let mut policy = worker.handler.payload.clone();
-            policy.allowed_buckets.insert(store_config.bucket.clone());
-            sqs_keeper_aws::ExtendedClientResolver::new(clients.s3.clone(), policy)
-        });
-        let mut store = DeadLetterStore::new(clients, store_config);
-        if let Some(worker) = &config.processor {
-            // The sweep adopts pointed payloads under the same policy.
-            store = store.with_payload_policy(worker.handler.payload.clone());
-        }
-        let mut engine = RedriveEngine::new(store, processor, config.settings);
-        if let Some(resolver) = resolver {
-            engine = engine.with_body_resolver(std::sync::Arc::new(resolver));
-        }
+        let engine = redrive_engine(&config, clients, store_config, processor);
         Ok(RedriveFunction {
             breaker,
             polling,

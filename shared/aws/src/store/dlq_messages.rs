@@ -321,26 +321,46 @@ impl DeadLetterQueue for DeadLetterStore {
                 .ok()
         };
         // What identifies the original's content stays with the copy: the source message
-        // (a message moved by the redrive policy is its own source) and its source queue.
+        // (a message moved by the redrive policy is its own source), the item it is tracked
+        // by (`DeadLetterQueue::rotate`) and its source queue. Most needed first, each only
+        // while the copy stays within SQS's size: a copy refused for its size would hide its
+        // group's later messages for ever.
+        let mut added = Vec::new();
         if !attributes.contains_key(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE) {
-            if let Some(value) = string(original_id) {
-                attributes.insert(
-                    sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
-                    value,
-                );
-            }
+            added.push((
+                sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+                sqs_keeper_core::MessageAttribute::string(original_id),
+            ));
         }
-        // And the item it is tracked by (`DeadLetterQueue::rotate`).
         if !attributes.contains_key(ITEM_ID_ATTRIBUTE) {
-            if let Some(value) = string(item_id) {
-                attributes.insert(ITEM_ID_ATTRIBUTE.to_string(), value);
-            }
+            added.push((
+                ITEM_ID_ATTRIBUTE.to_string(),
+                sqs_keeper_core::MessageAttribute::string(item_id),
+            ));
         }
         if let Some(arn) = system(SOURCE_ARN_ATTRIBUTE) {
-            if let Some(value) = string(&arn) {
-                attributes
-                    .entry(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string())
-                    .or_insert(value);
+            if !attributes.contains_key(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE) {
+                added.push((
+                    sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
+                    sqs_keeper_core::MessageAttribute::string(arn),
+                ));
+            }
+        }
+        let size = message.body().unwrap_or_default().len()
+            + attributes
+                .iter()
+                .map(|(name, value)| {
+                    name.len()
+                        + value.data_type().len()
+                        + value.string_value().map_or(0, str::len)
+                        + value.binary_value().map_or(0, |b| b.as_ref().len())
+                })
+                .sum::<usize>();
+        for (name, value) in
+            sqs_keeper_core::fitting_additions(size, added, sqs_keeper_core::MAX_MESSAGE_BYTES)
+        {
+            if let Some(value) = value.string_value().and_then(string) {
+                attributes.insert(name, value);
             }
         }
         if attributes.len() > MAX_MESSAGE_ATTRIBUTES {

@@ -904,3 +904,29 @@ fn the_settlings_live_lease_is_the_complement_of_the_stores_free_lease() {
         );
     }
 }
+
+/// Issue: a FIFO DLQ message near SQS's size limit that the queue's redrive policy moved
+/// (none of our attributes) could never be rotated: the copy's added attributes pushed it
+/// over the limit, SQS refused it, and its group stayed out of the sweep's reach. The copy
+/// takes only the additions that fit.
+#[tokio::test]
+async fn a_fifo_dlq_message_at_the_size_limit_is_still_moved_behind_its_group() {
+    let store = MemoryStore::new();
+    store.world().lock().dlq = Queue::new("orders-dlq.fifo", None);
+    let limit = store.world().lock().dlq.max_message_bytes;
+    // 18 bytes short of the limit: any one attribute added pushes it over.
+    let body = format!("{{\"id\":\"big\",\"blob\":\"{}\"}}", "y".repeat(limit - 40));
+    assert_eq!(body.len(), limit - 18);
+    store.send_dlq_message(&body, &[], Some("g1"));
+    store.send_dlq_message("{\"id\":\"after\"}", &[], Some("g1"));
+    let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
+    assert_eq!(sweep.rotated, 2, "{:?}", sweep.errors);
+    assert_eq!(left(&store), 2, "the copies in place of the originals");
+    let state = store.world().lock();
+    for message in state.dlq.messages() {
+        assert!(
+            crate::message::message_size(&message.body, &message.attributes) <= limit,
+            "every copy within the limit"
+        );
+    }
+}

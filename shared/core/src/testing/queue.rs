@@ -171,6 +171,9 @@ pub struct Queue {
     pub max_receive_count: Option<u32>,
     /// `MessageRetentionPeriod`: a message older than this is deleted by SQS.
     pub retention: Duration,
+    /// `MaximumMessageSize`: SQS refuses a larger message, attributes included
+    /// ([`crate::message::message_size`]).
+    pub max_message_bytes: usize,
     messages: Vec<QueueMessage>,
     next: u64,
     /// What its message ids begin with.
@@ -205,6 +208,7 @@ impl Queue {
             fifo: name.ends_with(".fifo"),
             max_receive_count: None,
             retention: Duration::from_secs(4 * 86_400),
+            max_message_bytes: crate::message::MAX_MESSAGE_BYTES,
             messages: Vec::new(),
             next: 0,
             prefix: "src",

@@ -224,25 +224,40 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
             }
             let mut attributes = message.attributes.clone();
             let has = |name: &str| message.attribute(name).is_some();
-            if !has(ITEM_ID_ATTRIBUTE) {
-                attributes.push((
-                    ITEM_ID_ATTRIBUTE.to_string(),
-                    MessageAttribute::string(item_id),
-                ));
-            }
+            // Most needed first: what identifies the content, then what tracks it.
+            let mut added: Vec<(String, MessageAttribute)> = Vec::new();
             if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
-                attributes.push((
+                added.push((
                     SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
                     MessageAttribute::string(&message.id),
                 ));
             }
+            if !has(ITEM_ID_ATTRIBUTE) {
+                added.push((
+                    ITEM_ID_ATTRIBUTE.to_string(),
+                    MessageAttribute::string(item_id),
+                ));
+            }
             if let Some(from) = &message.moved_from {
                 if !has(crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
-                    attributes.push((
+                    added.push((
                         crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
                         MessageAttribute::string(from),
                     ));
                 }
+            }
+            let size = crate::message::message_size(&message.body, &attributes);
+            added = crate::message::fitting_additions(size, added, state.dlq.max_message_bytes);
+            attributes.extend(added);
+            // SQS refuses a message over the queue's size, attributes included.
+            if crate::message::message_size(&message.body, &attributes)
+                > state.dlq.max_message_bytes
+            {
+                return Err(ProcessError::new(
+                    ErrorClass::Validation,
+                    "InvalidParameterValue: the message is larger than the queue's MaximumMessageSize",
+                )
+                .with_step("dlq-rotate"));
             }
             let now_ms = self.world.now_ms();
             let id = state
