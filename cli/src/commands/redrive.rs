@@ -221,6 +221,14 @@ fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
         report.dlq_messages_deleted,
     )
     .map_err(write_err)?;
+    if report.held_by_group_breaker > 0 {
+        writeln!(
+            out,
+            "{} item(s) held back by their message group's open circuit breaker, unchanged: a later run takes them once it has closed",
+            report.held_by_group_breaker
+        )
+        .map_err(write_err)?;
+    }
     if report.dry_run {
         let would = report
             .items

@@ -79,8 +79,8 @@ pub use metrics::{
 };
 #[cfg(feature = "http")]
 pub use redrive_function::{
-    redrive_breaker, redrive_engine, redrive_processor, run_gated, RedriveBreaker, RedriveFunction,
-    RedriveProcessor,
+    redrive_breaker, redrive_engine, redrive_processor, run_gated, RedriveBreaker, RedriveDelivery,
+    RedriveFunction, RedriveProcessor,
 };
 pub use runner::{run, Error, GroupStores, Guarded, Handler, Setup};
 pub use runtime::{respond, HandlerOutcome, WorkerLayer, WorkerService};

@@ -12,7 +12,9 @@ use crate::config::vars::{DOWNSTREAM_URL, TABLE};
 use crate::config::{read_store_config, ConfigError, ConfigProblem, EnvReader, RedriveConfig};
 use sqs_keeper_aws::AwsClients;
 use sqs_keeper_aws::DeadLetterStore;
+use sqs_keeper_aws::DynamoBreakerStore;
 use sqs_keeper_aws::DynamoIdempotencyStore;
+use sqs_keeper_core::GroupBreakers;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::WorkItem;
 use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
@@ -32,6 +34,36 @@ pub enum RedriveProcessor {
     Plain(HttpDelivery),
     /// Once per item id, shared with the worker.
     Idempotent(Idempotent<HttpDelivery, DynamoIdempotencyStore>),
+    /// Each item of a message group behind its group's breaker
+    /// (`WORKER_BREAKER_SCOPE=message-group`): a tenant whose own breaker is open is not
+    /// reprocessed. An item without a group goes straight through: the run's gate holds the
+    /// function's breaker ([`run_gated`]).
+    Grouped(Box<GroupBreakers<RedriveDelivery, DynamoBreakerStore, crate::GroupStores>>),
+}
+
+/// What a grouped [`RedriveProcessor`] delivers through: one of the two others.
+#[derive(Debug)]
+pub enum RedriveDelivery {
+    /// Every redrive delivers.
+    Plain(HttpDelivery),
+    /// Once per item id, shared with the worker.
+    Idempotent(Idempotent<HttpDelivery, DynamoIdempotencyStore>),
+}
+
+impl Processor for RedriveDelivery {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        match self {
+            RedriveDelivery::Plain(p) => p.process(item).await,
+            RedriveDelivery::Idempotent(p) => p.process(item).await,
+        }
+    }
+
+    fn attempt_timeout(&self) -> Option<Duration> {
+        match self {
+            RedriveDelivery::Plain(p) => p.attempt_timeout(),
+            RedriveDelivery::Idempotent(p) => p.inner().attempt_timeout(),
+        }
+    }
 }
 
 impl Processor for RedriveProcessor {
@@ -39,6 +71,10 @@ impl Processor for RedriveProcessor {
         match self {
             RedriveProcessor::Plain(p) => p.process(item).await,
             RedriveProcessor::Idempotent(p) => p.process(item).await,
+            RedriveProcessor::Grouped(g) if item.message_group_id.is_some() => {
+                g.process(item).await
+            }
+            RedriveProcessor::Grouped(g) => g.inner().process(item).await,
         }
     }
 
@@ -46,6 +82,7 @@ impl Processor for RedriveProcessor {
         match self {
             RedriveProcessor::Plain(p) => p.attempt_timeout(),
             RedriveProcessor::Idempotent(p) => p.inner().attempt_timeout(),
+            RedriveProcessor::Grouped(g) => g.inner().attempt_timeout(),
         }
     }
 }
@@ -77,8 +114,8 @@ pub async fn redrive_processor(
             format!("cannot build the HTTP client: {e}"),
         )
     })?;
-    Ok(Some(match &worker.handler.idempotency {
-        Some(table) => RedriveProcessor::Idempotent(Idempotent::new(
+    let processor = match &worker.handler.idempotency {
+        Some(table) => RedriveDelivery::Idempotent(Idempotent::new(
             delivery,
             Idempotency::new(
                 DynamoIdempotencyStore::new(clients.dynamodb.clone(), table.table.clone()),
@@ -86,7 +123,32 @@ pub async fn redrive_processor(
             )
             .with_key_prefix(&table.key_prefix),
         )),
-        None => RedriveProcessor::Plain(delivery),
+        None => RedriveDelivery::Plain(delivery),
+    };
+    Ok(Some(match &worker.handler.breaker {
+        Some(breaker) if breaker.per_group => {
+            let (client, table, key) = (
+                clients.dynamodb.clone(),
+                breaker.table.clone(),
+                breaker.key.clone(),
+            );
+            let stores: crate::GroupStores = Box::new(move |group| {
+                let key = match group {
+                    Some(group) => sqs_keeper_core::group_key(&key, group),
+                    None => key.clone(),
+                };
+                DynamoBreakerStore::new(client.clone(), table.clone(), &key)
+            });
+            RedriveProcessor::Grouped(Box::new(GroupBreakers::new(
+                processor,
+                stores,
+                breaker.policy,
+            )))
+        }
+        _ => match processor {
+            RedriveDelivery::Plain(p) => RedriveProcessor::Plain(p),
+            RedriveDelivery::Idempotent(p) => RedriveProcessor::Idempotent(p),
+        },
     }))
 }
 

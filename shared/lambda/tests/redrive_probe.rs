@@ -222,3 +222,66 @@ async fn a_redrive_probe_run_that_reprocessed_nothing_gives_the_probe_back() {
         assert_eq!(breaker.state().opens, 0, "closed by the worker's probe");
     }
 }
+
+/// Issue: with `WORKER_BREAKER_SCOPE=message-group` the redrive was gated by the function's
+/// breaker only, and reprocessed a tenant whose own breaker was open. Behind its group's
+/// breaker (the redrive processor's `Grouped`), that tenant's item is held back unchanged,
+/// and the other tenant's is reprocessed.
+#[tokio::test]
+async fn a_redrive_holds_back_a_tenant_whose_own_breaker_is_open() {
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_secs(60),
+        max_open: Duration::from_secs(600),
+        probe_for: Duration::from_secs(60),
+        refresh: Duration::ZERO,
+    };
+    let open_tenant = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    assert!(open_tenant
+        .open(now + Duration::from_secs(60), 1, now)
+        .await
+        .unwrap());
+    let healthy = MemoryBreakerStore::default();
+    let downstream = Downstream::default();
+    let grouped = sqs_keeper_core::GroupBreakers::new(
+        downstream.clone(),
+        move |group: Option<&str>| match group {
+            Some("tenant-a") => open_tenant.clone(),
+            _ => healthy.clone(),
+        },
+        policy,
+    );
+    let store = MemoryStore::new();
+    for (id, group) in [("a", "tenant-a"), ("b", "tenant-b")] {
+        let mut record = dead_record(id, ErrorClass::Throttled, 1);
+        record.source.message_group_id = Some(group.to_string());
+        store.insert_dead_lettered(record);
+    }
+    let before = store.record("a").unwrap();
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(grouped), settings);
+    let report = engine
+        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .await
+        .unwrap();
+    assert_eq!(report.succeeded, 1, "{report:?}");
+    assert_eq!(report.held_by_group_breaker, 1, "{report:?}");
+    assert_eq!(
+        downstream.calls.load(Ordering::SeqCst),
+        1,
+        "tenant-b's only"
+    );
+    let after = engine.store().record("a").unwrap();
+    assert_eq!(after.status, sqs_keeper_core::ItemStatus::Dead);
+    assert_eq!(
+        after.failure_count, before.failure_count,
+        "no failure appended"
+    );
+    assert!(
+        engine.store().lease_owner("a").is_none(),
+        "its lease given back"
+    );
+}

@@ -304,6 +304,21 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
         processor,
         sqs_keeper_lambda::RedriveProcessor::Idempotent(_)
     ));
+    // With a breaker per message group, each item goes behind its group's.
+    let mut grouped_env = env.clone();
+    grouped_env.insert("WORKER_BREAKER_TABLE".into(), table.clone());
+    grouped_env.insert("WORKER_BREAKER_SCOPE".into(), "message-group".into());
+    grouped_env.insert("WORKER_IDEMPOTENCY_KEY_PREFIX".into(), "orders#".into());
+    let grouped_lookup = |name: &str| grouped_env.get(name).cloned();
+    let mut grouped_reader = sqs_keeper_lambda::EnvReader::new(&grouped_lookup);
+    let grouped = sqs_keeper_lambda::RedriveConfig::read(&mut grouped_reader);
+    grouped_reader.finish().unwrap();
+    assert!(matches!(
+        sqs_keeper_lambda::redrive_processor(&grouped, &p.clients)
+            .await
+            .unwrap(),
+        Some(sqs_keeper_lambda::RedriveProcessor::Grouped(_))
+    ));
     let mut settings = config.settings;
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(p.store(), Some(processor), settings);

@@ -884,6 +884,15 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     outcome(ItemOutcomeKind::Error, Some(e.to_string()))
                 }
             },
+            // Only refusals: the item's group breaker is open, and the downstream was not
+            // called. The record stays as it was, for a run after that breaker closes.
+            Err(_) if run.failures.iter().all(|f| f.error.is_breaker_refusal()) => {
+                let _ = self.store.release_lease(&record.item_id, run_id).await;
+                outcome(
+                    ItemOutcomeKind::HeldByBreaker,
+                    Some("its message group's circuit breaker is open: not reprocessed".into()),
+                )
+            }
             Err(_) => self.fail(record, run_id, &item, run.failures).await,
         }
     }

@@ -26,6 +26,9 @@ pub enum ItemOutcomeKind {
     WouldRedrive,
     /// The store or queue failed; the item is unchanged (lease released).
     Error,
+    /// Its message group's circuit breaker is open: not reprocessed, unchanged (lease
+    /// released). A later run takes it once that breaker has closed.
+    HeldByBreaker,
 }
 
 /// One item's outcome.
@@ -70,6 +73,9 @@ pub struct RedriveReport {
     pub not_found: usize,
     /// Store or queue errors.
     pub errors: usize,
+    /// Held back by their message group's open circuit breaker, unchanged.
+    #[serde(default)]
+    pub held_by_group_breaker: usize,
     /// Records created for DLQ messages that had none.
     pub adopted_from_dlq: usize,
     /// DLQ messages deleted (of resolved items).
@@ -109,6 +115,7 @@ impl RedriveReport {
             ItemOutcomeKind::LeasedElsewhere => self.leased_elsewhere += 1,
             ItemOutcomeKind::NotFound => self.not_found += 1,
             ItemOutcomeKind::Error => self.errors += 1,
+            ItemOutcomeKind::HeldByBreaker => self.held_by_group_breaker += 1,
             ItemOutcomeKind::WouldRedrive => {}
         }
         self.list(outcome, sample);
@@ -134,6 +141,7 @@ impl RedriveReport {
         self.leased_elsewhere += earlier.leased_elsewhere;
         self.not_found += earlier.not_found;
         self.errors += earlier.errors;
+        self.held_by_group_breaker += earlier.held_by_group_breaker;
         self.adopted_from_dlq += earlier.adopted_from_dlq;
         self.dlq_messages_deleted += earlier.dlq_messages_deleted;
         self.items_omitted += earlier.items_omitted;
