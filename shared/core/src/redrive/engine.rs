@@ -865,10 +865,15 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 )
                 .await;
         }
-        let run = run_with_retry(&self.settings.retry, &deadline, |_| {
-            crate::batch::guard_panics(processor.process(&item))
-        })
-        .await;
+        // Inside a record's context, as the worker runs its attempts: a layer reads the
+        // item's cut-off and hard stop from it, so an idempotency claim lasts until the
+        // hard stop and an attempt cut at the cut-off releases it.
+        let (run, _fields) = self
+            .record_context(&deadline)
+            .scope(run_with_retry(&self.settings.retry, &deadline, |_| {
+                crate::batch::guard_panics(processor.process(&item))
+            }))
+            .await;
         match run.result {
             Ok(_) => match self.store.resolve(record, run_id).await {
                 Ok(()) => {
@@ -895,6 +900,20 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             }
             Err(_) => self.fail(record, run_id, &item, run.failures).await,
         }
+    }
+
+    /// The record context of an item's attempts bounded by `deadline`, its instants read
+    /// as wall times by the engine's clock.
+    fn record_context(&self, deadline: &Deadline) -> crate::context::RecordContext {
+        let clock = self.settings.retry.clock;
+        let now = Instant::now();
+        let wall = |at: Instant| clock.system_time() + at.saturating_duration_since(now);
+        crate::context::RecordContext::new(
+            wall(deadline.cutoff()),
+            wall(deadline.hard_stop()),
+            std::sync::Arc::default(),
+        )
+        .with_clock(clock)
     }
 
     async fn fail(

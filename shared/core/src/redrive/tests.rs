@@ -1215,3 +1215,39 @@ async fn a_requeued_record_outlives_its_reset_and_the_reset_refreshes_its_expiry
     let retention = i64::try_from(engine.store().settings().retention.as_secs()).unwrap();
     assert!(reopened.expires_at >= now.timestamp() + retention);
 }
+
+/// Issue: a redrive attempt cut at its lease or the run's deadline left the idempotency
+/// claim in progress for 15 minutes (the engine ran its attempts outside a record's
+/// context), so the worker's deliveries of the item were refused meanwhile. The claim now
+/// lasts until the item's hard stop, and a cut attempt releases it, as the worker's do.
+#[tokio::test(start_paused = true)]
+async fn a_redrive_attempt_cut_at_the_runs_deadline_releases_its_idempotency_claim() {
+    use crate::idempotency::{Claim, Idempotency, IdempotencyStore, Idempotent};
+    let claims = crate::testing::MemoryIdempotencyStore::default();
+    let hanging =
+        ScriptedProcessor::new().script("a", vec![Step::Sleep(Duration::from_secs(3_600))]);
+    let processor = Idempotent::new(
+        hanging,
+        Idempotency::new(claims.clone(), Duration::from_secs(86_400)),
+    );
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("a", ErrorClass::Throttled, 1));
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(processor), settings);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let report = engine
+        .run_until(&RedriveRequest::default(), Some(deadline), &*no_progress())
+        .await
+        .unwrap();
+    assert_eq!(report.failed_again + report.errors, 1, "{report:?}");
+    let now = std::time::SystemTime::now();
+    let claim = claims
+        .claim("a", "next", now + Duration::from_secs(60), now)
+        .await
+        .unwrap();
+    assert!(
+        matches!(claim, Claim::Claimed),
+        "the cut attempt's claim is left: {claim:?}"
+    );
+}
