@@ -233,6 +233,22 @@ pub fn redrive_document(
     Some(doc)
 }
 
+/// The EMF document of the oldest dead record's age alone (the scheduled age report).
+fn dead_record_age_document(age_secs: u64, function_name: &str, timestamp_ms: i64) -> Value {
+    document(
+        timestamp_ms,
+        function_name,
+        None,
+        &[("OldestDeadRecordAgeSeconds", SECONDS, json!(age_secs))],
+    )
+}
+
+/// Prints the oldest dead record's age as an EMF line to stdout.
+pub fn emit_dead_record_age(age_secs: u64, function_name: &str) {
+    let now = chrono::Utc::now().timestamp_millis();
+    println!("{}", dead_record_age_document(age_secs, function_name, now));
+}
+
 /// Prints the EMF line for one redrive run to stdout (nothing for a dry run).
 pub fn emit_redrive(report: &RedriveReport, function_name: &str) {
     let now = chrono::Utc::now().timestamp_millis();
@@ -246,6 +262,20 @@ mod tests {
     use super::*;
     use sqs_keeper_core::ErrorClass;
     use sqs_keeper_core::RedriveMode;
+
+    #[test]
+    fn the_age_report_is_the_dlq_age_alarms_metric() {
+        let doc = dead_record_age_document(4_000, "stack-redrive", 1_700_000_000_000);
+        assert_eq!(doc["OldestDeadRecordAgeSeconds"], 4_000);
+        assert_eq!(doc["FunctionName"], "stack-redrive");
+        let directive = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], "SqsWorker");
+        assert_eq!(directive["Dimensions"][0][0], "FunctionName");
+        assert_eq!(
+            directive["Metrics"][0]["Name"],
+            "OldestDeadRecordAgeSeconds"
+        );
+    }
 
     /// The metric definitions of a document: name → unit.
     fn definitions(doc: &Value) -> Vec<(String, String)> {

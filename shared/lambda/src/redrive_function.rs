@@ -206,6 +206,11 @@ pub struct RedriveFunction {
 /// a redrive request by its `control` key.
 const POLLING_CONTROL: &str = "polling";
 
+/// The input of the scheduled age report (`{"control": "age"}`): the DLQ age alarm's figure
+/// written on a schedule of its own. A redrive schedule, a run the breaker held back, or a
+/// FIFO DLQ whose rotated copies reset SQS's own age would otherwise leave the alarm quiet.
+const AGE_CONTROL: &str = "age";
+
 impl RedriveFunction {
     /// Builds the engine from the environment: the store is required; the processor is
     /// configured when `WORKER_DOWNSTREAM_URL` is set (otherwise only `requeue` works).
@@ -286,6 +291,16 @@ impl RedriveFunction {
         })
     }
 
+    /// Writes the age of the oldest dead record as the DLQ age alarm's metric, and answers
+    /// it (`{"oldest_dead_age_secs": …}`, null when there is none or it could not be read).
+    async fn report_dead_record_age(&self) -> serde_json::Value {
+        let age = self.engine.oldest_dead_age().await;
+        if let Some(age) = age {
+            crate::metrics::emit_dead_record_age(age, &self.function_name);
+        }
+        serde_json::json!({ "oldest_dead_age_secs": age })
+    }
+
     /// Handles one invocation of the function: the scheduled polling control
     /// (`{"control": "polling"}`) or a redrive request.
     pub async fn handle_event(
@@ -293,11 +308,14 @@ impl RedriveFunction {
         event: LambdaEvent<serde_json::Value>,
     ) -> Result<serde_json::Value, Diagnostic> {
         if let Some(control) = event.payload.get("control") {
+            if control.as_str() == Some(AGE_CONTROL) {
+                return Ok(self.report_dead_record_age().await);
+            }
             if control.as_str() != Some(POLLING_CONTROL) {
                 return Err(Diagnostic {
                     error_type: "InvalidRequest".to_string(),
                     error_message: format!(
-                        "unknown control {control}; the only one is {POLLING_CONTROL:?}"
+                        "unknown control {control}; the controls are {POLLING_CONTROL:?} and {AGE_CONTROL:?}"
                     ),
                 });
             }
@@ -445,7 +463,13 @@ where
     B: sqs_keeper_core::BreakerStore,
 {
     let probe = match gate(engine, breaker, request, deadline, on_item).await? {
-        Gate::Stop(report) => return Ok(report),
+        Gate::Stop(mut report) => {
+            // Held back or stopped after its probe: the DLQ age alarm still gets its figure.
+            if !request.dry_run && report.oldest_dead_age_secs.is_none() {
+                report.oldest_dead_age_secs = engine.oldest_dead_age().await;
+            }
+            return Ok(report);
+        }
         Gate::Go(probe) => probe,
     };
     let mut report = engine.run_until(request, deadline, on_item).await?;

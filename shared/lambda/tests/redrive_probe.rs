@@ -285,3 +285,45 @@ async fn a_redrive_holds_back_a_tenant_whose_own_breaker_is_open() {
         "its lease given back"
     );
 }
+
+/// Issue: a run the breaker held back wrote no `OldestDeadRecordAgeSeconds`, so the DLQ age
+/// alarm (which watches it under a redrive schedule) went quiet through an outage. A held
+/// run reports the age too.
+#[tokio::test]
+async fn a_run_the_breaker_holds_back_still_reports_the_oldest_dead_age() {
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_secs(60),
+        max_open: Duration::from_secs(600),
+        probe_for: Duration::from_secs(60),
+        refresh: Duration::ZERO,
+    };
+    let breaker = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    assert!(breaker
+        .open(now + Duration::from_secs(60), 1, now)
+        .await
+        .unwrap());
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("old", ErrorClass::Throttled, 5));
+    let engine = RedriveEngine::new(
+        store,
+        Some(Downstream::default()),
+        RedriveSettings::default(),
+    );
+    let report = sqs_keeper_lambda::run_gated(
+        &engine,
+        Some((&breaker, &policy)),
+        &RedriveRequest::default(),
+        None,
+        &*redrive_made_no_progress(),
+    )
+    .await
+    .unwrap();
+    assert!(report.held_by_breaker.is_some(), "{report:?}");
+    let age = report
+        .oldest_dead_age_secs
+        .expect("the age of the oldest dead record");
+    assert!((5 * 3_600 - 60..=5 * 3_600 + 60).contains(&age), "{age}");
+}

@@ -448,18 +448,33 @@ fn event_source_alarms_and_iam_as_declared() {
     let returned: Vec<_> = metrics.iter().filter(|m| m["ReturnData"] == true).collect();
     assert_eq!(returned.len(), 1);
     assert_eq!(returned[0]["Expression"], "visible + held");
-    // The DLQ's age: SQS's own figure without a schedule; with one (whose sweeps receive
-    // every message, which takes it out of that figure), the redrive function's age of the
-    // oldest dead record.
-    let age = &template["Resources"]["DlqAgeAlarm"]["Properties"];
+    // The DLQ's age: the larger of the redrive function's age of the oldest dead record
+    // (written on a schedule of its own, so a held run, a schedule's sweeps or a FIFO
+    // rotation cannot silence it) and SQS's own figure.
+    let age = &template["Resources"]["DlqAgeAlarm"]["Properties"]["Metrics"];
+    let metric = |id: &str| {
+        age.as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["Id"] == id)
+            .unwrap_or_else(|| panic!("no {id} in the DLQ age alarm"))["MetricStat"]["Metric"]
+            .clone()
+    };
     assert_eq!(
-        age["MetricName"],
-        serde_json::json!({"Fn::If": ["HasRedriveSchedule", "OldestDeadRecordAgeSeconds", "ApproximateAgeOfOldestMessage"]})
+        metric("records")["MetricName"],
+        "OldestDeadRecordAgeSeconds"
     );
     assert_eq!(
-        age["Dimensions"]["Fn::If"][1][0]["Value"],
+        metric("records")["Dimensions"][0]["Value"],
         serde_json::json!({"Ref": "RedriveFunction"})
     );
+    assert_eq!(
+        metric("queue")["MetricName"],
+        "ApproximateAgeOfOldestMessage"
+    );
+    let rule = &template["Resources"]["DlqAgeRule"]["Properties"];
+    assert_eq!(rule["ScheduleExpression"], "rate(5 minutes)");
+    assert_eq!(rule["Targets"][0]["Input"], r#"{"control": "age"}"#);
     let source_age = find("AWS/SQS", "ApproximateAgeOfOldestMessage").expect("source age alarm");
     assert_eq!(
         source_age.1["Dimensions"][0]["Value"]["Fn::GetAtt"][0],

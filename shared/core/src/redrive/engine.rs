@@ -413,7 +413,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     /// How long the oldest dead record has waited since its last attempt: one query of one
     /// record (`None` when there is none, or the query failed: the age is a metric, never a
     /// reason to fail the run).
-    async fn oldest_dead_age(&self) -> Option<u64> {
+    pub async fn oldest_dead_age(&self) -> Option<u64> {
         let filter = crate::selection::RecordFilter {
             status: Some(crate::dead_letter::ItemStatus::Dead),
             oldest_first: true,
