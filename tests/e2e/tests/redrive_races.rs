@@ -103,7 +103,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     // A sweep reopens the record with it.
     let store = p.store();
     let sweep = store.sweep_dlq(&adopting()).await.unwrap();
-    sqs_keeper_core::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    sqs_keeper_core::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     let reopened = record(&p, "x").await;

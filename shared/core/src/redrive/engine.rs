@@ -474,7 +474,8 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         } else {
             CARRY_HOLD
         };
-        let settled = crate::sweep::settle_held(&self.store, held, wait, then).await?;
+        let settled =
+            crate::sweep::settle_held(&self.store, held, wait, then, Some(run.settle_by)).await?;
         deleted += settled.deleted;
         if settled.to_reopen > 0 && Instant::now() < run.settle_by {
             let sweep = crate::sweep::sweep_dlq(
@@ -490,9 +491,15 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             )
             .await?;
             deleted += sweep.deleted;
-            deleted += crate::sweep::settle_held(&self.store, sweep.held, Duration::ZERO, then)
-                .await?
-                .deleted;
+            deleted += crate::sweep::settle_held(
+                &self.store,
+                sweep.held,
+                Duration::ZERO,
+                then,
+                Some(run.settle_by),
+            )
+            .await?
+            .deleted;
         }
         Ok(deleted)
     }

@@ -802,9 +802,15 @@ async fn a_message_the_settling_sweep_deletes_is_counted_in_the_report() {
         .unwrap();
     let other_run_ends = async {
         tokio::time::sleep(Duration::from_secs(5)).await;
-        crate::sweep::settle_held(engine.store(), other.held, Duration::ZERO, Duration::ZERO)
-            .await
-            .unwrap();
+        crate::sweep::settle_held(
+            engine.store(),
+            other.held,
+            Duration::ZERO,
+            Duration::ZERO,
+            None,
+        )
+        .await
+        .unwrap();
     };
     let (report, ()) = tokio::join!(run(&engine, RedriveRequest::default()), other_run_ends);
     assert_eq!(outcome(&report, "a"), ItemOutcomeKind::Resolved);

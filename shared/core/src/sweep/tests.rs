@@ -267,7 +267,7 @@ async fn a_sweep_adopts_deletes_and_holds_by_the_rules_then_settles_by_the_final
 
     // Meanwhile c was resolved by its message: it goes; a (dead) comes back to view.
     resolve(&store, "c");
-    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     assert_eq!(settled.deleted, 1);
@@ -404,7 +404,7 @@ async fn a_pass_ends_at_its_deadline_between_two_slow_adoptions() {
         held, 10,
         "the eight not judged are held with the two adopted"
     );
-    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     assert_eq!(visible(&store).len(), 10, "nothing lost, all back in view");
@@ -420,9 +420,15 @@ async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
     // the record did not process, so the next sweep must see it to reopen the record,
     // not wait out the hold the others get.
     resolve_another_body(&store, "a");
-    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::from_secs(600))
-        .await
-        .unwrap();
+    let settled = settle_held(
+        &store,
+        sweep.held,
+        Duration::ZERO,
+        Duration::from_secs(600),
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (0, 1));
     assert_eq!(visible(&store), ["a"], "given back at once");
 }
@@ -451,7 +457,13 @@ async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved()
         resolve(&store, "a");
     };
     let (settled, ()) = tokio::join!(
-        settle_held(&store, sweep.held, Duration::from_secs(15), Duration::ZERO),
+        settle_held(
+            &store,
+            sweep.held,
+            Duration::from_secs(15),
+            Duration::ZERO,
+            None
+        ),
         the_run_resolves_it
     );
     assert_eq!(settled.unwrap().deleted, 1);
@@ -466,7 +478,7 @@ async fn without_adopt_a_sweep_holds_what_no_record_holds() {
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 0, 0));
     assert_eq!(store.record("a"), None, "not adopted");
     assert_eq!(
-        settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+        settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
             .await
             .unwrap()
             .deleted,
@@ -531,7 +543,7 @@ async fn a_purge_deletes_only_the_messages_the_selected_record_holds() {
     };
     let sweep = sweep_dlq(&store, &options).await.unwrap();
     assert_eq!(sweep.deleted, 1);
-    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     let messages: Vec<String> = store
@@ -602,7 +614,7 @@ async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
     let held: usize = sweep.held.values().map(Vec::len).sum();
     assert!(held > 0);
     assert_eq!(held + visible(&store).len(), 13);
-    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     assert_eq!(visible(&store).len(), 13);
@@ -818,7 +830,7 @@ async fn unjudged_messages_are_settled_by_their_records_and_none_is_lost() {
     let sweep = sweep_dlq(&store, &options).await.unwrap();
     assert_eq!((sweep.seen, sweep.adopted, sweep.deleted), (1, 1, 0));
     assert_eq!(left(&store), 4, "nothing deleted unjudged");
-    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     assert_eq!((settled.deleted, settled.to_reopen), (1, 1));
@@ -858,7 +870,7 @@ async fn a_reopening_never_overwrites_a_record_that_processed_the_message_since(
         None
     });
     let sweep = sweep_dlq(&store, &adopting()).await.unwrap();
-    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO)
+    settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     let after = store.record("x").unwrap();
@@ -929,4 +941,28 @@ async fn a_fifo_dlq_message_at_the_size_limit_is_still_moved_behind_its_group() 
             "every copy within the limit"
         );
     }
+}
+
+/// Issue: the settle phase was unbounded: on a large DLQ it could run a redrive past its
+/// Lambda deadline. It settles a hundred items at a time and starts none at or after its
+/// end; what it did not reach stays held until its hold lapses, and nothing is lost.
+#[tokio::test(start_paused = true)]
+async fn settling_ends_by_its_deadline_and_leaves_the_rest_held() {
+    let store = MemoryStore::new();
+    for n in 0..1_000 {
+        dead(&store, &format!("item-{n:04}"));
+    }
+    let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
+    assert_eq!(sweep.held.values().map(Vec::len).sum::<usize>(), 1_000);
+    // Each standings read takes five seconds.
+    store.world().lock().latency =
+        Some(|_, operation| (operation == "standings").then_some(Duration::from_secs(5)));
+    let started = tokio::time::Instant::now();
+    let until = started + Duration::from_secs(12);
+    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, Some(until))
+        .await
+        .unwrap();
+    assert!(tokio::time::Instant::now() <= until + Duration::from_secs(5));
+    assert_eq!(settled.left_held, 700, "three rounds of a hundred, then the end");
+    assert_eq!(left(&store), 1_000, "nothing deleted or lost");
 }
