@@ -764,3 +764,32 @@ async fn a_local_redrive_follows_pointers_into_the_workers_payload_buckets() {
         "the payload, not the pointer: {out}"
     );
 }
+
+/// Issue: a `--bucket` (`DLQ_BUCKET`) naming a bucket that does not exist was never checked:
+/// `purge`, `clear` and `redrive --force` exited 0 and changed the store. Every configured
+/// resource is checked first: exit 2, the bucket named, nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_is_named_before_anything_changes() {
+    let p = dead_pipeline("cli-nobucket").await;
+    let dlq = Dlq::new(&p).await;
+    let url = p.downstream.url();
+    let missing = [("DLQ_BUCKET", "no-such-bucket-here")];
+    for args in [
+        vec!["purge", "--older-than", "0s", "--yes"],
+        vec!["clear", "--yes"],
+        vec!["redrive", "--force", "--mode", "requeue"],
+    ] {
+        let mut extra = missing.to_vec();
+        extra.push(("WORKER_DOWNSTREAM_URL", url.as_str()));
+        let (code, out, err) = dlq.run_with(&args, &extra);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains("no-such-bucket-here"), "{args:?}: {err}");
+    }
+    assert_eq!(p.records().await.len(), 4, "nothing deleted");
+    assert!(p
+        .records()
+        .await
+        .iter()
+        .all(|r| r.status == sqs_keeper_core::ItemStatus::Dead));
+    assert_eq!(p.dlq_depth().await, 4, "nothing moved");
+}

@@ -12,6 +12,8 @@ use crate::{CliError, Completion};
 /// Empties the store.
 pub async fn clear(global: &GlobalArgs, yes: bool, json: bool) -> Result<Completion, CliError> {
     let store = store(global).await?;
+    // Every resource it changes exists, before anything changes.
+    store.check_resources().await?;
     let (depth, in_flight) = store.dlq_depth().await?;
     let count = store
         .query_all(&RecordFilter::default(), None, |_| {})

@@ -38,6 +38,8 @@ pub async fn purge(
         ..RecordFilter::default()
     };
     let store = store(global).await?;
+    // Every resource it changes exists, before anything changes.
+    store.check_resources().await?;
     let records = store.query_all(&filter, None, |_| {}).await?;
     if records.is_empty() {
         if json {

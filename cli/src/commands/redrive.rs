@@ -78,6 +78,10 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             let mut config = sqs_keeper_lambda::RedriveConfig::read(&mut env);
             env.finish().map_err(|e| CliError::Usage(e.to_string()))?;
             let store = store(global).await?;
+            if !request.dry_run {
+                // Every resource it changes exists, before anything changes.
+                store.check_resources().await?;
+            }
             let processor = redrive_processor(&config, store.clients())
                 .await
                 .map_err(|e| CliError::Usage(e.to_string()))?;

@@ -162,6 +162,45 @@ impl DeadLetterStore {
         self
     }
 
+    /// Checks that the table, the DLQ and the bucket it is configured with exist, with one
+    /// read each: a command that changes the store calls it before it changes anything, so
+    /// that a misnamed resource is an error naming it, never half a purge. A missing one is
+    /// an error whose code says which (`ResourceNotFoundException`, `QueueDoesNotExist`,
+    /// `NoSuchBucket`).
+    pub async fn check_resources(&self) -> Result<(), ProcessError> {
+        self.clients
+            .dynamodb
+            .get_item()
+            .table_name(&self.config.table)
+            .key(
+                schema::ITEM_ID,
+                aws_sdk_dynamodb::types::AttributeValue::S("resource-check".into()),
+            )
+            .projection_expression("#id")
+            .expression_attribute_names("#id", schema::ITEM_ID)
+            .send()
+            .await
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("check-table"))?;
+        self.dlq_depth().await?;
+        let bucket = self
+            .clients
+            .s3
+            .head_bucket()
+            .bucket(&self.config.bucket)
+            .send()
+            .await;
+        match bucket {
+            Ok(_) => Ok(()),
+            // A HEAD answers 404 without a body: the SDK names it `NotFound`.
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => {
+                let mut error = ProcessError::from_sdk(&e).with_step("check-bucket");
+                error.code = Some("NoSuchBucket".into());
+                Err(error)
+            }
+            Err(e) => Err(ProcessError::from_sdk(&e).with_step("check-bucket")),
+        }
+    }
+
     /// The configuration.
     pub fn config(&self) -> &StoreConfig {
         &self.config

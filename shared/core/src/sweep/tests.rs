@@ -959,10 +959,19 @@ async fn settling_ends_by_its_deadline_and_leaves_the_rest_held() {
         Some(|_, operation| (operation == "standings").then_some(Duration::from_secs(5)));
     let started = tokio::time::Instant::now();
     let until = started + Duration::from_secs(12);
-    let settled = settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, Some(until))
-        .await
-        .unwrap();
+    let settled = settle_held(
+        &store,
+        sweep.held,
+        Duration::ZERO,
+        Duration::ZERO,
+        Some(until),
+    )
+    .await
+    .unwrap();
     assert!(tokio::time::Instant::now() <= until + Duration::from_secs(5));
-    assert_eq!(settled.left_held, 700, "three rounds of a hundred, then the end");
+    assert_eq!(
+        settled.left_held, 700,
+        "three rounds of a hundred, then the end"
+    );
     assert_eq!(left(&store), 1_000, "nothing deleted or lost");
 }
