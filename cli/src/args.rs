@@ -215,7 +215,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Delete every record, payload and DLQ message, but items in flight.
+    /// Delete every record, payload and DLQ message as they are now, but items in flight.
     #[command(after_help = "Example:\n  dlq clear --yes")]
     Clear {
         /// Do not ask for confirmation.

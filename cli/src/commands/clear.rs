@@ -1,4 +1,5 @@
-//! `dlq clear`: deletes every record, payload and DLQ message, after confirmation.
+//! `dlq clear`: deletes every record (but items in flight), payload and DLQ message as
+//! they are when it starts, after confirmation. A failure that arrives meanwhile is kept.
 
 use std::io::Write;
 
@@ -21,7 +22,7 @@ pub async fn clear(global: &GlobalArgs, yes: bool, json: bool) -> Result<Complet
         .len();
     confirm(
         &format!(
-            "Delete ALL {count} record(s), their payloads and all {} DLQ message(s)?",
+            "Delete ALL {count} record(s) (but items in flight), their payloads, and the DLQ's {} message(s) as they are now?",
             depth + in_flight
         ),
         yes,

@@ -190,7 +190,7 @@ pub use redrive::{
     RedriveRequest, RedriveSettings, ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE,
     REQUEUED_RECORD_LIFE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
 };
-pub use removal::{remove_records, RemovalReport};
+pub use removal::{clear_records, remove_records, RemovalReport};
 pub use retry::{
     worst_case_record_time, AttemptFailure, ClassAttempts, Deadline, InvocationBudget, Jitter,
     RetryPolicy, FALLBACK_INVOCATION_TIME, MAX_ATTEMPTS_PER_INVOCATION, MIN_RESPONSE_RESERVE,

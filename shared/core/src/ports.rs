@@ -684,6 +684,8 @@ pub struct ReceivedMessage<M> {
     pub message: M,
     /// The sweep pass whose FIFO rotation sent it, if one did ([`DeadLetterQueue::rotate`]).
     pub marker: Option<String>,
+    /// When it was sent (epoch ms; SQS's `SentTimestamp`), when known.
+    pub sent_at_ms: Option<i64>,
 }
 
 /// Why a DLQ message gets a record, or sets its record back to dead.

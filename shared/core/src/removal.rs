@@ -58,6 +58,38 @@ pub async fn remove_records<S>(
     records: &[DeadLetteredItem],
     parser: &ItemParser,
     random: &Random,
+    progress: impl FnMut(usize),
+) -> Result<RemovalReport, ProcessError>
+where
+    S: RecordStore + DeadLetterQueue + PayloadStore,
+{
+    remove(store, records, parser, random, None, progress).await
+}
+
+/// Empties the store as it was at `snapshot_ms` (epoch ms): [`remove_records`] over
+/// `records` (every record read then), and every DLQ message no record holds that was sent
+/// before then. A failure that arrived since (its record, or its message moved by the
+/// queue's redrive policy) is kept, and so are items in flight.
+pub async fn clear_records<S>(
+    store: &S,
+    records: &[DeadLetteredItem],
+    snapshot_ms: i64,
+    random: &Random,
+    progress: impl FnMut(usize),
+) -> Result<RemovalReport, ProcessError>
+where
+    S: RecordStore + DeadLetterQueue + PayloadStore,
+{
+    let parser = ItemParser::default();
+    remove(store, records, &parser, random, Some(snapshot_ms), progress).await
+}
+
+async fn remove<S>(
+    store: &S,
+    records: &[DeadLetteredItem],
+    parser: &ItemParser,
+    random: &Random,
+    orphans_sent_before_ms: Option<i64>,
     mut progress: impl FnMut(usize),
 ) -> Result<RemovalReport, ProcessError>
 where
@@ -80,6 +112,7 @@ where
             until: None,
             hold_until: None,
             random: random.clone(),
+            orphans_sent_before_ms,
         },
     )
     .await?;
@@ -249,6 +282,55 @@ mod tests {
             store.record("order-1").map(|r| r.status),
             Some(ItemStatus::Requeued)
         );
+    }
+
+    /// Issue: `dlq clear` purged the whole DLQ after removing the records it had read, so
+    /// the DLQ messages of failures recorded after its snapshot went without their records
+    /// knowing. A clear deletes the messages of the records it read, and the messages no
+    /// record holds that were sent before its snapshot; a record written since keeps its
+    /// message, and so does an orphan sent since.
+    #[tokio::test]
+    async fn a_clear_keeps_the_failures_that_arrived_after_its_snapshot() {
+        let store = MemoryStore::new();
+        let read = dead_record("old", ErrorClass::Throttled, 48);
+        store.insert_dead_lettered(read.clone());
+        let orphan_before = dead_record("orphan-before", ErrorClass::Throttled, 48);
+        store.send_dead_letter(&orphan_before);
+        let snapshot_ms = store.world().now_ms() + 1;
+        // After the snapshot: a new failure recorded, and a message no record holds yet.
+        let new_failure = dead_record("new", ErrorClass::Throttled, 0);
+        let orphan_after = dead_record("orphan-after", ErrorClass::Throttled, 0);
+        let sent_after = vec![
+            store.send_dead_letter_at(&new_failure, snapshot_ms + 5_000),
+            store.send_dead_letter_at(&orphan_after, snapshot_ms + 5_000),
+        ];
+        store.insert(new_failure);
+
+        let report = clear_records(
+            &store,
+            std::slice::from_ref(&read),
+            snapshot_ms,
+            &Random::seeded(3),
+            |_| {},
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(report.records_deleted, 1);
+        assert_eq!(
+            report.dlq_messages_deleted, 2,
+            "old's and the orphan sent before"
+        );
+        let mut left: Vec<String> = store
+            .dlq_messages()
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        left.sort();
+        let mut expected = sent_after;
+        expected.sort();
+        assert_eq!(left, expected);
+        assert!(store.record("new").is_some());
     }
 
     #[test]

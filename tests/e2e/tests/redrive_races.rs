@@ -473,6 +473,7 @@ mod producer_attributes {
             until: Some(started + std::time::Duration::from_secs(5)),
             hold_until: None,
             random: Default::default(),
+            orphans_sent_before_ms: None,
         };
         let outcome = tokio::time::timeout(
             std::time::Duration::from_secs(60),

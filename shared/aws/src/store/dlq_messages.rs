@@ -212,6 +212,10 @@ impl DeadLetterQueue for DeadLetterStore {
                 item_id,
                 view: message_view(message, &self.config.bucket),
                 marker: rotation_marker(message),
+                sent_at_ms: message
+                    .attributes()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                    .and_then(|t| t.parse().ok()),
                 message: message.clone(),
             })
             .collect())

@@ -60,24 +60,14 @@ impl DeadLetterStore {
         sqs_keeper_core::remove_records(self, records, parser, &self.random, progress).await
     }
 
-    /// Deletes every record, every payload object and every DLQ message.
+    /// Deletes every record (but those in flight) with its payload object and DLQ messages,
+    /// and every DLQ message no record holds, as they were when it started
+    /// ([`sqs_keeper_core::clear_records`]): a failure that arrives meanwhile is kept.
     pub async fn clear(&self, progress: impl FnMut(usize)) -> Result<RemovalReport, ProcessError> {
+        let snapshot_ms = self.clock.now().timestamp_millis();
         let records = self
             .query_all(&sqs_keeper_core::RecordFilter::default(), None, |_| {})
             .await?;
-        let (depth, in_flight) = self.dlq_depth().await?;
-        let mut report = self
-            .remove_records(&records, &ItemParser::default(), progress)
-            .await?;
-        // Messages without a record (or in flight elsewhere) go too.
-        self.clients
-            .sqs
-            .purge_queue()
-            .queue_url(&self.config.queue_url)
-            .send()
-            .await
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("purge-dlq"))?;
-        report.dlq_messages_deleted = usize::try_from(depth + in_flight).unwrap_or(usize::MAX);
-        Ok(report)
+        sqs_keeper_core::clear_records(self, &records, snapshot_ms, &self.random, progress).await
     }
 }

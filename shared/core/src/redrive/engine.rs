@@ -304,6 +304,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     until: Some(sweep_until),
                     hold_until: Some(run.settle_by),
                     random: self.settings.retry.random.clone(),
+                    orphans_sent_before_ms: None,
                 },
             )
             .await
@@ -457,6 +458,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     until: Some(run.settle_by),
                     hold_until: Some(run.settle_by),
                     random: self.settings.retry.random.clone(),
+                    orphans_sent_before_ms: None,
                 },
             )
             .await?;
@@ -487,6 +489,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     until: Some(run.settle_by),
                     hold_until: None,
                     random: self.settings.retry.random.clone(),
+                    orphans_sent_before_ms: None,
                 },
             )
             .await?;

@@ -205,6 +205,12 @@ impl Pass {
                 return Ok(Verdict::Keep);
             }
         };
+        let cleared = options
+            .orphans_sent_before_ms
+            .is_some_and(|before| received.sent_at_ms.is_some_and(|sent| sent < before));
+        if cleared && standing.is_none_or(|s| s.status.is_none()) {
+            return Ok(Verdict::Delete);
+        }
         Ok(match decide(&received.view, standing) {
             MessageFate::Delete => Verdict::Delete,
             MessageFate::Keep => Verdict::Keep,

@@ -634,6 +634,7 @@ fn a_pass_judges_a_message_received_again_or_its_own_rotated_copy_only_once() {
         marker: "pass-1".to_string(),
     };
     let received = |message_id: &str, marker: Option<&str>| ReceivedMessage {
+        sent_at_ms: None,
         receipt: "r".to_string(),
         item_id: "a".to_string(),
         view: view(message_id, "s-1", "p-1"),

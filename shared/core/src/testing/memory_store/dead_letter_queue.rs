@@ -104,6 +104,7 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
                     item_id,
                     view: self.view_of(&m),
                     marker: m.marker.clone(),
+                    sent_at_ms: Some(m.sent_at_ms),
                     message: m,
                 }
             })

@@ -241,6 +241,11 @@ impl<X> MemoryStore<X> {
         send_dead_letter(&mut self.world.lock(), record, now_ms)
     }
 
+    /// [`MemoryStore::send_dead_letter`], stamped as sent at `sent_ms` (epoch ms).
+    pub fn send_dead_letter_at(&self, record: &DeadLetteredItem, sent_ms: i64) -> String {
+        send_dead_letter(&mut self.world.lock(), record, sent_ms)
+    }
+
     /// Sends a message with `body` and string `attributes` to the DLQ (in `group`, on a
     /// FIFO DLQ), as a producer or SQS's redrive policy leaves one; its id.
     pub fn send_dlq_message(
