@@ -263,6 +263,9 @@ pub struct RedriveArgs {
     /// Show what would happen; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// Do not ask for confirmation (a run that selects more than 100 items asks).
+    #[arg(long)]
+    pub yes: bool,
     /// Stop after this many items (prints a token to continue).
     #[arg(long)]
     pub max_items: Option<usize>,

@@ -793,3 +793,67 @@ async fn a_missing_bucket_is_named_before_anything_changes() {
         .all(|r| r.status == sqs_keeper_core::ItemStatus::Dead));
     assert_eq!(p.dlq_depth().await, 4, "nothing moved");
 }
+
+/// What an operator at 3 a.m. also needs: `dlq list` shows the receives beside the
+/// failures and the whole last error when piped; `dlq stats` says why the DLQ holds more
+/// messages than dead records; a redrive over more than a hundred items asks first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_stats_and_a_large_redrive_speak_plainly() {
+    let mut bodies: Vec<String> = (0..101)
+        .map(|n| body(&format!("v{n:03}"), "invalid"))
+        .collect();
+    bodies.push(body("t1", "throttled"));
+    let p = Pipeline::with_dead_items("cli-plain", &bodies).await;
+    let dlq = Dlq::new(&p).await;
+    // A long error, as a downstream's answer can make one.
+    let long_error = format!(
+        "downstream answered 400 Bad Request: {}",
+        "field x is bad; ".repeat(8)
+    );
+    p.clients
+        .dynamodb
+        .update_item()
+        .table_name(&p.resources.table)
+        .key(
+            "item_id",
+            aws_sdk_dynamodb::types::AttributeValue::S("v000".into()),
+        )
+        .update_expression("SET last_error = :e")
+        .expression_attribute_values(
+            ":e",
+            aws_sdk_dynamodb::types::AttributeValue::S(long_error.clone()),
+        )
+        .send()
+        .await
+        .unwrap();
+
+    let (code, out, _) = dlq.run(&["list", "--limit", "200"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("RECEIVES"), "{out}");
+    assert!(
+        out.contains(long_error.trim_end()),
+        "piped, the whole error: {out}"
+    );
+
+    // A message no record holds: stats says so.
+    p.send_to_dlq(&[&body("orphan", "ok")]).await;
+    let (code, out, _) = dlq.run(&["stats"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("1 more DLQ message(s) than dead records"),
+        "{out}"
+    );
+
+    // More than a hundred items: refused without --yes (nobody can answer), nothing changed.
+    let (code, _, err) = dlq.run(&["redrive", "--force", "--mode", "requeue"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("refusing without --yes"), "{err}");
+    assert!(p
+        .records()
+        .await
+        .iter()
+        .all(|r| r.status == sqs_keeper_core::ItemStatus::Dead));
+    // A small selection goes ahead as before.
+    let (code, out, err) = dlq.run(&["redrive", "--class", "throttled", "--mode", "requeue"]);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -43,9 +43,11 @@ pub async fn list(
                     r.status.as_str().to_string(),
                     r.error_class.as_str().to_string(),
                     r.failure_count.to_string(),
+                    r.source.receive_count.to_string(),
                     sqs_keeper_core::format_timestamp(&r.last_attempt),
                     r.error_signature.clone(),
-                    sqs_keeper_core::ellipsize(&r.last_error, 60),
+                    // One line, whole: the table cuts it to a terminal's width, never a pipe.
+                    sqs_keeper_core::ellipsize(&r.last_error, usize::MAX),
                 ]
             })
             .collect();
@@ -54,6 +56,7 @@ pub async fn list(
             "STATUS",
             "CLASS",
             "FAILURES",
+            "RECEIVES",
             "LAST ATTEMPT",
             "SIGNATURE",
             "LAST ERROR",

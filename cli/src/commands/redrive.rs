@@ -62,6 +62,44 @@ fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
     Ok(request)
 }
 
+/// A run that selects more items than this asks for confirmation first, as `purge` and
+/// `clear` do.
+const CONFIRM_ABOVE: usize = 100;
+
+/// Asks before a run over more than [`CONFIRM_ABOVE`] items (not one naming its items, nor
+/// a continuation, which was confirmed when it began): `--force --mode requeue` over
+/// everything is one line away.
+async fn confirm_large_run(
+    store: &sqs_keeper_aws::DeadLetterStore,
+    request: &RedriveRequest,
+    yes: bool,
+) -> Result<(), CliError> {
+    if yes || !request.item_ids.is_empty() || request.continuation_token.is_some() {
+        return Ok(());
+    }
+    let limit = request.max_items.unwrap_or(usize::MAX);
+    let filters = request
+        .record_filters(chrono::Utc::now())
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let mut count = 0;
+    for filter in &filters {
+        let wanted = CONFIRM_ABOVE + 1 - count.min(CONFIRM_ABOVE);
+        count += store.query_all(filter, Some(wanted), |_| {}).await?.len();
+    }
+    let count = count.min(limit);
+    if count <= CONFIRM_ABOVE {
+        return Ok(());
+    }
+    let mode = serde_json::to_value(request.mode)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    crate::session::confirm(
+        &format!("Redrive more than {CONFIRM_ABOVE} items (mode {mode})?"),
+        false,
+    )
+}
+
 /// Runs the redrive (here, or in `--via-function`) and prints its report.
 pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completion, CliError> {
     // A continuation runs the request its token carries (a dry run's stays a dry run).
@@ -81,6 +119,7 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             if !request.dry_run {
                 // Every resource it changes exists, before anything changes.
                 store.check_resources().await?;
+                confirm_large_run(&store, &request, args.yes).await?;
             }
             let processor = redrive_processor(&config, store.clients())
                 .await

@@ -47,6 +47,16 @@ pub async fn stats(global: &GlobalArgs, json: bool) -> Result<Completion, CliErr
         "DLQ depth:          {} visible, {} in flight\n",
         s.dlq_visible, s.dlq_in_flight
     ));
+    // Dead and redriving records each hold at least one DLQ message.
+    let holding = s.by_status.get("dead").copied().unwrap_or(0)
+        + s.by_status.get("redriving").copied().unwrap_or(0);
+    let depth = usize::try_from(s.dlq_visible + s.dlq_in_flight).unwrap_or(usize::MAX);
+    if depth > holding {
+        text.push_str(&format!(
+            "                    {} more DLQ message(s) than dead records: messages no record holds yet (moved by the queue's redrive policy) or a second message of an item; `dlq redrive` (or its schedule) records them\n",
+            depth - holding
+        ));
+    }
     text.push_str(&format!(
         "oldest dead item:   {}\n",
         s.oldest_dead_age_secs

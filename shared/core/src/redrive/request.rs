@@ -251,6 +251,15 @@ impl RedriveRequest {
         })
     }
 
+    /// The queries that select this request's records (its item ids aside), relative times
+    /// read from `now`: what an operator's tool counts before a large run.
+    pub fn record_filters(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<RecordFilter>, RedriveError> {
+        Ok(self.plan(now)?.filters)
+    }
+
     /// Parses a request from JSON, with a clear error for unknown fields or bad values.
     pub fn from_json(text: &str) -> Result<RedriveRequest, RedriveError> {
         let invalid = |e: serde_json::Error| RedriveError::InvalidRequest(e.to_string());
