@@ -18,11 +18,17 @@ pub async fn analyze(
     let filter = super::filter_from(args)?;
     let store = store(global).await?;
     let bar = progress(None, "reading records");
-    let records = store
-        .query_all(&filter, None, |n| bar.set_position(n as u64))
+    // A page at a time: memory holds one page and the groups, whatever the table's size.
+    let mut analyzer = sqs_keeper_core::RecordAnalyzer::new(samples);
+    store
+        .for_each_page::<CliError>(&filter, &mut Vec::new(), |page| {
+            page.iter().for_each(|r| analyzer.add(r));
+            bar.inc(page.len() as u64);
+            Ok(())
+        })
         .await?;
     bar.finish_and_clear();
-    let a = sqs_keeper_core::analyze_records(&records, samples);
+    let a = analyzer.finish();
     let mut out = out();
     if json {
         writeln!(

@@ -16,10 +16,10 @@ pub async fn clear(global: &GlobalArgs, yes: bool, json: bool) -> Result<Complet
     // Every resource it changes exists, before anything changes.
     store.check_resources().await?;
     let (depth, in_flight) = store.dlq_depth().await?;
+    // Counted a page at a time: never the whole records.
     let count = store
-        .query_all(&RecordFilter::default(), None, |_| {})
-        .await?
-        .len();
+        .for_each_page::<CliError>(&RecordFilter::default(), &mut Vec::new(), |_| Ok(()))
+        .await?;
     confirm(
         &format!(
             "Delete ALL {count} record(s) (but items in flight), their payloads, and the DLQ's {} message(s) as they are now?",

@@ -37,10 +37,6 @@ pub async fn export(
     let filter = super::filter_from(args)?;
     let store = store(global).await?;
     let bar = progress(None, "exporting");
-    let records = store
-        .query_all(&filter, None, |n| bar.set_position(n as u64))
-        .await?;
-    bar.finish_and_clear();
     let destination: Box<dyn Write> = if to_stdout {
         Box::new(out())
     } else {
@@ -50,16 +46,27 @@ pub async fn export(
         )
     };
     let mut writer = std::io::BufWriter::new(destination);
-    sqs_keeper_core::export_records(&records, format, &mut writer).map_err(write_err)?;
+    // A page at a time: memory holds one page, whatever the table's size.
+    let mut exporter =
+        sqs_keeper_core::RecordExporter::start(format, &mut writer).map_err(write_err)?;
+    store
+        .for_each_page::<CliError>(&filter, &mut Vec::new(), |page| {
+            exporter.write(&page).map_err(write_err)?;
+            bar.inc(page.len() as u64);
+            Ok(())
+        })
+        .await?;
+    let exported = exporter.written();
+    exporter.finish().map_err(write_err)?;
+    bar.finish_and_clear();
     writer.flush().map_err(write_err)?;
     drop(writer);
     let summary = if json {
-        serde_json::json!({"exported": records.len(), "file": file.display().to_string()})
-            .to_string()
+        serde_json::json!({"exported": exported, "file": file.display().to_string()}).to_string()
     } else {
         format!(
             "exported {} record(s) to {}",
-            records.len(),
+            exported,
             if to_stdout {
                 "stdout".to_string()
             } else {

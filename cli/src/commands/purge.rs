@@ -40,7 +40,8 @@ pub async fn purge(
     let store = store(global).await?;
     // Every resource it changes exists, before anything changes.
     store.check_resources().await?;
-    let records = store.query_all(&filter, None, |_| {}).await?;
+    // What a removal needs of each, a page at a time: never the whole records.
+    let records = store.removable(&filter).await?;
     if records.is_empty() {
         if json {
             print_json_report(&RemovalReport::default())?;
@@ -59,7 +60,7 @@ pub async fn purge(
     )?;
     let bar = progress(Some(records.len() as u64), "purging");
     let report = store
-        .remove_records(&records, &sqs_keeper_core::ItemParser::default(), |n| {
+        .remove_selected(&records, &sqs_keeper_core::ItemParser::default(), |n| {
             bar.set_position(n as u64)
         })
         .await?;

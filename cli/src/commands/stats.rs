@@ -16,11 +16,16 @@ use crate::{CliError, Completion};
 /// Prints the totals over every record, as aligned `label: value` lines or JSON.
 pub async fn stats(global: &GlobalArgs, json: bool) -> Result<Completion, CliError> {
     let store = store(global).await?;
-    let records = store
-        .query_all(&RecordFilter::default(), None, |_| {})
+    // A page at a time: memory holds one page and the totals, whatever the table's size.
+    let mut counter = sqs_keeper_core::StatsCounter::default();
+    store
+        .for_each_page::<CliError>(&RecordFilter::default(), &mut Vec::new(), |page| {
+            page.iter().for_each(|r| counter.add(r));
+            Ok(())
+        })
         .await?;
     let dlq = store.dlq_depth().await?;
-    let s = sqs_keeper_core::record_stats(&records, dlq, Utc::now());
+    let s = counter.finish(dlq, Utc::now());
     let mut out = out();
     if json {
         writeln!(

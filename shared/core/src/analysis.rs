@@ -47,19 +47,58 @@ pub struct Analysis {
 
 /// Groups records by signature.
 pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
-    let mut groups: BTreeMap<&str, SignatureGroup> = BTreeMap::new();
-    let mut by_class = BTreeMap::new();
-    let mut by_group: BTreeMap<String, usize> = BTreeMap::new();
-    let mut per_hour: BTreeMap<DateTime<Utc>, usize> = BTreeMap::new();
-    for r in records {
-        *by_class
+    let mut analyzer = Analyzer::new(samples);
+    records.iter().for_each(|r| analyzer.add(r));
+    analyzer.finish()
+}
+
+/// Builds an [`Analysis`] one record at a time, so that a caller reading pages keeps one
+/// page in memory, never the table: what it holds grows with the signatures, classes,
+/// groups and hours seen.
+///
+/// ```
+/// use sqs_keeper_core::{testing::dead_record, ErrorClass, RecordAnalyzer};
+///
+/// let mut analyzer = RecordAnalyzer::new(3);
+/// for page in [vec![dead_record("a", ErrorClass::Timeout, 1)], vec![dead_record("b", ErrorClass::Timeout, 2)]] {
+///     page.iter().for_each(|record| analyzer.add(record));
+/// }
+/// let analysis = analyzer.finish();
+/// assert_eq!(analysis.records, 2);
+/// assert_eq!(analysis.groups[0].count, 2);
+/// ```
+#[derive(Debug, Default)]
+pub struct Analyzer {
+    samples: usize,
+    records: usize,
+    groups: BTreeMap<String, SignatureGroup>,
+    by_class: BTreeMap<String, usize>,
+    by_group: BTreeMap<String, usize>,
+    per_hour: BTreeMap<DateTime<Utc>, usize>,
+}
+
+impl Analyzer {
+    /// An empty analysis keeping `samples` item ids per group.
+    pub fn new(samples: usize) -> Analyzer {
+        Analyzer {
+            samples,
+            ..Analyzer::default()
+        }
+    }
+
+    /// Counts one record.
+    pub fn add(&mut self, r: &DeadLetteredItem) {
+        self.records += 1;
+        *self
+            .by_class
             .entry(r.error_class.as_str().to_string())
             .or_default() += 1;
         if let Some(group) = &r.source.message_group_id {
-            *by_group.entry(group.clone()).or_default() += 1;
+            *self.by_group.entry(group.clone()).or_default() += 1;
         }
-        let g = groups
-            .entry(&r.error_signature)
+        let g = self
+            .groups
+            .entry(r.error_signature.clone())
             .or_insert_with(|| SignatureGroup {
                 signature: r.error_signature.clone(),
                 error_class: r.error_class.as_str().to_string(),
@@ -73,7 +112,7 @@ pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
         g.count += 1;
         g.first_seen = g.first_seen.min(r.first_attempt);
         g.last_seen = g.last_seen.max(r.last_attempt);
-        if g.sample_ids.len() < samples {
+        if g.sample_ids.len() < self.samples {
             g.sample_ids.push(r.item_id.clone());
         }
         if r.triage() == Triage::Eligible {
@@ -81,18 +120,22 @@ pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
         }
         for f in &r.failure_history {
             if let Ok(hour) = f.timestamp.duration_trunc(chrono::Duration::hours(1)) {
-                *per_hour.entry(hour).or_default() += 1;
+                *self.per_hour.entry(hour).or_default() += 1;
             }
         }
     }
-    let mut groups: Vec<SignatureGroup> = groups.into_values().collect();
-    groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_seen.cmp(&a.last_seen)));
-    Analysis {
-        records: records.len(),
-        groups,
-        by_class,
-        by_group,
-        failures_per_hour: per_hour.into_iter().collect(),
+
+    /// The analysis of every record added: groups largest first.
+    pub fn finish(self) -> Analysis {
+        let mut groups: Vec<SignatureGroup> = self.groups.into_values().collect();
+        groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_seen.cmp(&a.last_seen)));
+        Analysis {
+            records: self.records,
+            groups,
+            by_class: self.by_class,
+            by_group: self.by_group,
+            failures_per_hour: self.per_hour.into_iter().collect(),
+        }
     }
 }
 
@@ -125,19 +168,29 @@ pub struct Stats {
 
 /// Totals over records plus the DLQ's depth.
 pub fn stats(records: &[DeadLetteredItem], dlq: (u64, u64), now: DateTime<Utc>) -> Stats {
-    let mut s = Stats {
-        records: records.len(),
-        dlq_visible: dlq.0,
-        dlq_in_flight: dlq.1,
-        ..Stats::default()
-    };
-    let mut oldest: Option<DateTime<Utc>> = None;
-    for r in records {
+    let mut counter = StatsCounter::default();
+    records.iter().for_each(|r| counter.add(r));
+    counter.finish(dlq, now)
+}
+
+/// Builds [`Stats`] one record at a time: a caller reading pages keeps one page in memory,
+/// never the table.
+#[derive(Debug, Default)]
+pub struct StatsCounter {
+    stats: Stats,
+    oldest: Option<DateTime<Utc>>,
+}
+
+impl StatsCounter {
+    /// Counts one record.
+    pub fn add(&mut self, r: &DeadLetteredItem) {
+        let s = &mut self.stats;
+        s.records += 1;
         *s.by_status
             .entry(r.status.as_str().to_string())
             .or_default() += 1;
         if r.status != crate::dead_letter::ItemStatus::Dead {
-            continue;
+            return;
         }
         *s.dead_by_class
             .entry(r.error_class.as_str().to_string())
@@ -150,10 +203,21 @@ pub fn stats(records: &[DeadLetteredItem], dlq: (u64, u64), now: DateTime<Utc>) 
         if matches!(r.payload.location, PayloadLocation::S3 { .. }) {
             s.dead_payloads_in_s3 += 1;
         }
-        oldest = Some(oldest.map_or(r.first_attempt, |o| o.min(r.first_attempt)));
+        self.oldest = Some(
+            self.oldest
+                .map_or(r.first_attempt, |o| o.min(r.first_attempt)),
+        );
     }
-    s.oldest_dead_age_secs = oldest.map(|o| (now - o).num_seconds());
-    s
+
+    /// The totals of every record added, with the DLQ's depth (visible, in flight).
+    pub fn finish(self, dlq: (u64, u64), now: DateTime<Utc>) -> Stats {
+        Stats {
+            dlq_visible: dlq.0,
+            dlq_in_flight: dlq.1,
+            oldest_dead_age_secs: self.oldest.map(|o| (now - o).num_seconds()),
+            ..self.stats
+        }
+    }
 }
 
 /// Export formats. With the `clap` feature, `--format` takes `json`, `jsonl` or `csv`.
@@ -241,25 +305,79 @@ pub fn export(
     format: ExportFormat,
     out: &mut dyn std::io::Write,
 ) -> std::io::Result<()> {
-    match format {
-        ExportFormat::Json => {
-            serde_json::to_writer_pretty(&mut *out, records)?;
-            writeln!(out)
-        }
-        ExportFormat::JsonLines => {
-            for r in records {
-                serde_json::to_writer(&mut *out, r)?;
-                writeln!(out)?;
+    let mut exporter = Exporter::start(format, out)?;
+    exporter.write(records)?;
+    exporter.finish()
+}
+
+/// Writes records in a format a page at a time: a caller reading pages keeps one page in
+/// memory, never the table. A JSON export is one array, opened by [`Exporter::start`] and
+/// closed by [`Exporter::finish`].
+pub struct Exporter<'a> {
+    format: ExportFormat,
+    out: ExportSink<'a>,
+    written: usize,
+}
+
+enum ExportSink<'a> {
+    Plain(&'a mut dyn std::io::Write),
+    Csv(Box<csv::Writer<&'a mut dyn std::io::Write>>),
+}
+
+impl<'a> Exporter<'a> {
+    /// Starts an export to `out`: the JSON array's opening, or the CSV header.
+    pub fn start(format: ExportFormat, out: &'a mut dyn std::io::Write) -> std::io::Result<Self> {
+        let out = match format {
+            ExportFormat::Csv => {
+                let mut csv = csv::Writer::from_writer(out);
+                csv.write_record(CSV_COLUMNS)?;
+                ExportSink::Csv(Box::new(csv))
             }
-            Ok(())
-        }
-        ExportFormat::Csv => {
-            let mut csv = csv::Writer::from_writer(out);
-            csv.write_record(CSV_COLUMNS)?;
-            for r in records {
-                csv.write_record(csv_row(r).map(csv_field))?;
+            ExportFormat::Json => {
+                write!(out, "[")?;
+                ExportSink::Plain(out)
             }
-            csv.flush()
+            ExportFormat::JsonLines => ExportSink::Plain(out),
+        };
+        Ok(Exporter {
+            format,
+            out,
+            written: 0,
+        })
+    }
+
+    /// Writes a page of records.
+    pub fn write(&mut self, records: &[DeadLetteredItem]) -> std::io::Result<()> {
+        for r in records {
+            match (&mut self.out, self.format) {
+                (ExportSink::Csv(csv), _) => csv.write_record(csv_row(r).map(csv_field))?,
+                (ExportSink::Plain(out), ExportFormat::Json) => {
+                    writeln!(out, "{}", if self.written == 0 { "" } else { "," })?;
+                    serde_json::to_writer_pretty(&mut **out, r)?;
+                }
+                (ExportSink::Plain(out), _) => {
+                    serde_json::to_writer(&mut **out, r)?;
+                    writeln!(out)?;
+                }
+            }
+            self.written += 1;
+        }
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn written(&self) -> usize {
+        self.written
+    }
+
+    /// Ends the export: the JSON array's closing, the CSV writer's flush.
+    pub fn finish(self) -> std::io::Result<()> {
+        match (self.out, self.format) {
+            (ExportSink::Csv(mut csv), _) => csv.flush(),
+            (ExportSink::Plain(out), ExportFormat::Json) => {
+                writeln!(out, "{}]", if self.written == 0 { "" } else { "\n" })
+            }
+            (ExportSink::Plain(out), _) => out.flush(),
         }
     }
 }
@@ -351,6 +469,53 @@ mod tests {
     use crate::error::{ErrorClass, ProcessError};
     use crate::item::ItemParser;
     use crate::retry::AttemptFailure;
+
+    /// The export, stats and analysis a page at a time (as the `dlq` commands read a large
+    /// table) are what they are over every record at once.
+    #[test]
+    fn a_page_at_a_time_is_the_same_as_all_at_once() {
+        let records: Vec<DeadLetteredItem> = (0..7)
+            .map(|n| {
+                crate::testing::dead_record(&format!("item-{n}"), crate::ErrorClass::Timeout, n)
+            })
+            .collect();
+        for format in [
+            ExportFormat::Json,
+            ExportFormat::JsonLines,
+            ExportFormat::Csv,
+        ] {
+            let mut whole = Vec::new();
+            export(&records, format, &mut whole).unwrap();
+            let mut paged = Vec::new();
+            let mut exporter = Exporter::start(format, &mut paged).unwrap();
+            for page in records.chunks(3) {
+                exporter.write(page).unwrap();
+            }
+            assert_eq!(exporter.written(), 7);
+            exporter.finish().unwrap();
+            if format == ExportFormat::Json {
+                let a: serde_json::Value = serde_json::from_slice(&whole).unwrap();
+                let b: serde_json::Value = serde_json::from_slice(&paged).unwrap();
+                assert_eq!(a, b);
+                assert_eq!(a.as_array().map(Vec::len), Some(7));
+            } else {
+                assert_eq!(whole, paged, "{format:?}");
+            }
+        }
+        let mut empty = Vec::new();
+        export(&[], ExportFormat::Json, &mut empty).unwrap();
+        let parsed: serde_json::Value = serde_json::from_slice(&empty).unwrap();
+        assert_eq!(parsed, serde_json::json!([]));
+        let now = Utc::now();
+        let mut counter = StatsCounter::default();
+        let mut analyzer = Analyzer::new(2);
+        for page in records.chunks(3) {
+            page.iter().for_each(|r| counter.add(r));
+            page.iter().for_each(|r| analyzer.add(r));
+        }
+        assert_eq!(counter.finish((1, 2), now), stats(&records, (1, 2), now));
+        assert_eq!(analyzer.finish(), analyze(&records, 2));
+    }
 
     fn record(id: &str, class: ErrorClass, message: &str, hour: i64) -> DeadLetteredItem {
         let msg = serde_json::from_value(serde_json::json!({

@@ -113,8 +113,8 @@ mod time_format;
 #[cfg(feature = "operator")]
 pub use analysis::{
     analyze as analyze_records, ellipsize, export as export_records, stats as record_stats,
-    table as records_table, terminal_safe, Analysis as RecordAnalysis, ExportFormat,
-    SignatureGroup, Stats as RecordStats,
+    table as records_table, terminal_safe, Analysis as RecordAnalysis, Analyzer as RecordAnalyzer,
+    ExportFormat, Exporter as RecordExporter, SignatureGroup, Stats as RecordStats, StatsCounter,
 };
 pub use batch::{
     panic_message, BatchConfig, BatchCounts, BatchError, BatchProcessor, BatchReport, BodyResolver,
@@ -190,7 +190,7 @@ pub use redrive::{
     RedriveRequest, RedriveSettings, ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE,
     REQUEUED_RECORD_LIFE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
 };
-pub use removal::{clear_records, remove_records, RemovalReport};
+pub use removal::{clear_records, remove_records, remove_selected, Removable, RemovalReport};
 pub use retry::{
     worst_case_record_time, AttemptFailure, ClassAttempts, Deadline, InvocationBudget, Jitter,
     RetryPolicy, FALLBACK_INVOCATION_TIME, MAX_ATTEMPTS_PER_INVOCATION, MIN_RESPONSE_RESERVE,

@@ -48,6 +48,33 @@ pub struct RemovalReport {
     pub dlq_messages_deleted: usize,
 }
 
+/// What a removal keeps of a selected record: its selection and its payload object, a few
+/// hundred bytes where the record (its history, an inline payload) may hold 400 KB. A
+/// purge of a large table holds these, never the records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removable {
+    /// The record as selected.
+    pub selected: Selected,
+    /// Its payload object, when it is in S3.
+    pub payload: Option<S3Pointer>,
+}
+
+impl Removable {
+    /// `record` as a removal selects it now.
+    pub fn of(record: &DeadLetteredItem) -> Removable {
+        Removable {
+            selected: Selected::of(record),
+            payload: match &record.payload.location {
+                PayloadLocation::S3 { bucket, key } => Some(S3Pointer {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                }),
+                PayloadLocation::Inline { .. } => None,
+            },
+        }
+    }
+}
+
 /// Removes `records`: each one still as selected with the DLQ messages it holds (only
 /// those: a message of the same item id that arrived after the selection is kept,
 /// [`crate::sweep::purge_takes`]), then the payload objects of the records deleted.
@@ -63,7 +90,22 @@ pub async fn remove_records<S>(
 where
     S: RecordStore + DeadLetterQueue + PayloadStore,
 {
-    remove(store, records, parser, random, None, progress).await
+    let selected: Vec<Removable> = records.iter().map(Removable::of).collect();
+    remove(store, &selected, parser, random, None, progress).await
+}
+
+/// [`remove_records`] over compact selections ([`Removable`]).
+pub async fn remove_selected<S>(
+    store: &S,
+    selected: &[Removable],
+    parser: &ItemParser,
+    random: &Random,
+    progress: impl FnMut(usize),
+) -> Result<RemovalReport, ProcessError>
+where
+    S: RecordStore + DeadLetterQueue + PayloadStore,
+{
+    remove(store, selected, parser, random, None, progress).await
 }
 
 /// Empties the store as it was at `snapshot_ms` (epoch ms): [`remove_records`] over
@@ -72,7 +114,7 @@ where
 /// queue's redrive policy) is kept, and so are items in flight.
 pub async fn clear_records<S>(
     store: &S,
-    records: &[DeadLetteredItem],
+    records: &[Removable],
     snapshot_ms: i64,
     random: &Random,
     progress: impl FnMut(usize),
@@ -86,7 +128,7 @@ where
 
 async fn remove<S>(
     store: &S,
-    records: &[DeadLetteredItem],
+    records: &[Removable],
     parser: &ItemParser,
     random: &Random,
     orphans_sent_before_ms: Option<i64>,
@@ -96,18 +138,19 @@ where
     S: RecordStore + DeadLetterQueue + PayloadStore,
 {
     let mut report = RemovalReport::default();
-    let (in_flight, removable): (Vec<&DeadLetteredItem>, Vec<&DeadLetteredItem>) =
-        records.iter().partition(|r| r.status.is_in_flight());
+    let (in_flight, removable): (Vec<&Removable>, Vec<&Removable>) = records
+        .iter()
+        .partition(|r| r.selected.status.is_in_flight());
     report.records_in_flight = in_flight.len();
     let purge: HashMap<String, Selected> = removable
         .iter()
-        .map(|r| (r.item_id.clone(), Selected::of(r)))
+        .map(|r| (r.selected.item_id.clone(), r.selected.clone()))
         .collect();
     let sweep = crate::sweep::sweep_dlq(
         store,
         &SweepOptions {
             adopt: false,
-            purge: purge.clone(),
+            purge,
             parser: parser.clone(),
             until: None,
             hold_until: None,
@@ -130,8 +173,9 @@ where
     // The records the DLQ held no message of.
     let rest: Vec<Selected> = removable
         .iter()
-        .filter(|r| !removed.contains(&r.item_id) && !sweep.changed.contains(&r.item_id))
-        .map(|r| Selected::of(r))
+        .map(|r| &r.selected)
+        .filter(|s| !removed.contains(&s.item_id) && !sweep.changed.contains(&s.item_id))
+        .cloned()
         .collect();
     for chunk in rest.chunks(DELETE_CHUNK) {
         let deleted = store.delete_records(chunk).await?;
@@ -141,13 +185,12 @@ where
     }
     report.records_deleted = removed.len();
     report.records_changed = changed;
-    for record in removable.iter().filter(|r| removed.contains(&r.item_id)) {
-        if let PayloadLocation::S3 { bucket, key } = &record.payload.location {
-            let pointer = S3Pointer {
-                bucket: bucket.clone(),
-                key: key.clone(),
-            };
-            PayloadStore::delete(store, &pointer).await?;
+    for removal in removable
+        .iter()
+        .filter(|r| removed.contains(&r.selected.item_id))
+    {
+        if let Some(pointer) = &removal.payload {
+            PayloadStore::delete(store, pointer).await?;
             report.payloads_deleted += 1;
         }
     }
@@ -308,7 +351,7 @@ mod tests {
 
         let report = clear_records(
             &store,
-            std::slice::from_ref(&read),
+            &[Removable::of(&read)],
             snapshot_ms,
             &Random::seeded(3),
             |_| {},

@@ -11,6 +11,7 @@ use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::Selected;
 
+use sqs_keeper_core::Removable;
 use sqs_keeper_core::RemovalReport;
 
 impl DeadLetterStore {
@@ -49,6 +50,31 @@ impl DeadLetterStore {
 pub(super) const DELETE_CONCURRENCY: usize = 8;
 
 impl DeadLetterStore {
+    /// What a removal keeps of every record `filter` selects ([`Removable`]), read a page
+    /// at a time: never the records themselves.
+    pub async fn removable(
+        &self,
+        filter: &sqs_keeper_core::RecordFilter,
+    ) -> Result<Vec<Removable>, ProcessError> {
+        let mut selected = Vec::new();
+        self.for_each_page::<ProcessError>(filter, &mut Vec::new(), |page| {
+            selected.extend(page.iter().map(Removable::of));
+            Ok(())
+        })
+        .await?;
+        Ok(selected)
+    }
+
+    /// [`DeadLetterStore::remove_records`] over compact selections.
+    pub async fn remove_selected(
+        &self,
+        selected: &[Removable],
+        parser: &ItemParser,
+        progress: impl FnMut(usize),
+    ) -> Result<RemovalReport, ProcessError> {
+        sqs_keeper_core::remove_selected(self, selected, parser, &self.random, progress).await
+    }
+
     /// Deletes the DLQ messages of `records`, then their payload objects, then the records
     /// ([`sqs_keeper_core::remove_records`] over this store).
     pub async fn remove_records(
@@ -66,7 +92,7 @@ impl DeadLetterStore {
     pub async fn clear(&self, progress: impl FnMut(usize)) -> Result<RemovalReport, ProcessError> {
         let snapshot_ms = self.clock.now().timestamp_millis();
         let records = self
-            .query_all(&sqs_keeper_core::RecordFilter::default(), None, |_| {})
+            .removable(&sqs_keeper_core::RecordFilter::default())
             .await?;
         sqs_keeper_core::clear_records(self, &records, snapshot_ms, &self.random, progress).await
     }

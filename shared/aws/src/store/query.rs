@@ -295,6 +295,30 @@ impl DeadLetterStore {
         Ok(records)
     }
 
+    /// Reads every record `filter` selects a page at a time, handing each page to `page`
+    /// before the next is read: memory holds one page, whatever the table's size. The
+    /// stored items that do not read as records go to `unreadable`. Returns the records
+    /// read.
+    pub async fn for_each_page<E: From<ProcessError>>(
+        &self,
+        filter: &RecordFilter,
+        unreadable: &mut Vec<Unreadable>,
+        mut page: impl FnMut(Vec<DeadLetteredItem>) -> Result<(), E>,
+    ) -> Result<usize, E> {
+        let mut read = 0;
+        let mut token = None;
+        loop {
+            let next = self.query_page(filter, 500, token.as_ref()).await?;
+            unreadable.extend(next.unreadable);
+            read += next.records.len();
+            page(next.records)?;
+            match next.next {
+                Some(next) => token = Some(next),
+                None => return Ok(read),
+            }
+        }
+    }
+
     /// Reads up to `max` records (all, if `None`), following pages.
     pub async fn query_all(
         &self,

@@ -32,7 +32,7 @@ pub struct Settled {
 /// back at once, for a sweep (which receives its body) to reopen. Leases are judged live
 /// by the store's clock ([`RecordStore::clock`]), the one that stamped them.
 ///
-/// The items are settled [`SETTLE_CHUNK`] at a time, and none is started at or after
+/// The items are settled a hundred at a time, and none is started at or after
 /// `until`. What is left stays held until its hold lapses: a settling cut short loses
 /// nothing, and a 10,000-message DLQ cannot run a redrive past its deadline.
 pub async fn settle_held<D: DeadLetterQueue + RecordStore>(
