@@ -309,11 +309,12 @@ async fn redrive_purge_clear_and_bad_input() {
     let (code, out, _) = dlq.run(&["clear", "--yes"]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("cleared 2 record(s), 1 payload(s), 2 DLQ message(s)"),
+        out.contains("cleared 2 record(s), 0 payload(s), 2 DLQ message(s)"),
         "{out}"
     );
+    // The large item failed minutes ago: a live message may point to its object.
+    assert!(out.contains("kept 1 payload object(s)"), "{out}");
     assert!(p.records().await.is_empty());
-    assert!(p.objects().await.is_empty());
     assert_eq!(p.dlq_depth().await, 0);
 }
 

@@ -135,8 +135,12 @@ impl PayloadPolicy {
     }
 }
 
-/// The object key the dead-letter store puts an item's payload under: item id (made key-safe) plus the payload's sha256,
-/// so the same payload always lands on the same key (re-recording is idempotent).
+/// The object key the dead-letter store puts an item's payload under: item id (made
+/// key-safe) plus the payload's sha256, so the same payload always lands on the same key
+/// (re-recording is idempotent). An id that had to be changed to be safe (a character
+/// outside `[A-Za-z0-9-_.]`, or longer than 200) also carries a digest of the id as it is
+/// (`~` and 16 hex digits), so that two items never share an object: `order/1` and
+/// `order:1` would otherwise, and a purge of one would delete the other's payload.
 pub fn payload_key(item_id: &str, sha256: &str) -> String {
     let safe: String = item_id
         .chars()
@@ -149,7 +153,11 @@ pub fn payload_key(item_id: &str, sha256: &str) -> String {
         })
         .take(200)
         .collect();
-    format!("{PAYLOAD_PREFIX}{safe}/{sha256}")
+    if safe == item_id {
+        return format!("{PAYLOAD_PREFIX}{safe}/{sha256}");
+    }
+    let digest = crate::hex::sha256_hex(item_id.as_bytes());
+    format!("{PAYLOAD_PREFIX}{safe}~{}/{sha256}", &digest[..16])
 }
 
 /// Where [`payload_key`] puts every payload.

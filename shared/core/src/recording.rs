@@ -488,8 +488,14 @@ mod tests {
 
     #[test]
     fn keys_are_safe_and_deterministic() {
-        assert_eq!(payload_key("order/7 ü", "abc"), "payloads/order_7__/abc");
+        assert_eq!(payload_key("order-7", "abc"), "payloads/order-7/abc");
+        assert!(payload_key("order/7 ü", "abc").starts_with("payloads/order_7__~"));
         assert_eq!(payload_key("a", "x"), payload_key("a", "x"));
+        // Ids made alike by the key-safe form keep objects of their own.
+        assert_ne!(payload_key("order/1", "x"), payload_key("order:1", "x"));
+        assert_ne!(payload_key("order/1", "x"), payload_key("order_1", "x"));
+        let long = "y".repeat(300);
+        assert_ne!(payload_key(&long, "x"), payload_key(&long[..200], "x"));
     }
 
     /// A record of `attempts` attempts, made over deliveries of 3 attempts each (message

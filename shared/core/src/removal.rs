@@ -44,6 +44,12 @@ pub struct RemovalReport {
     pub records_in_flight: usize,
     /// Payload objects deleted.
     pub payloads_deleted: usize,
+    /// Payload objects of deleted records kept, because a live message may still point to
+    /// them: the record failed within SQS's longest retention (a DLQ message another run
+    /// holds), or its item has a record again that names the object. The bucket's
+    /// lifecycle expires them.
+    #[serde(default)]
+    pub payloads_kept: usize,
     /// DLQ messages deleted.
     pub dlq_messages_deleted: usize,
 }
@@ -57,6 +63,8 @@ pub struct Removable {
     pub selected: Selected,
     /// Its payload object, when it is in S3.
     pub payload: Option<S3Pointer>,
+    /// Its last attempt when selected.
+    pub last_attempt: chrono::DateTime<chrono::Utc>,
 }
 
 impl Removable {
@@ -71,6 +79,7 @@ impl Removable {
                 }),
                 PayloadLocation::Inline { .. } => None,
             },
+            last_attempt: record.last_attempt,
         }
     }
 }
@@ -123,7 +132,13 @@ where
     S: RecordStore + DeadLetterQueue + PayloadStore,
 {
     let parser = ItemParser::default();
-    remove(store, records, &parser, random, Some(snapshot_ms), progress).await
+    // A record read after the snapshot that failed since is a new failure: kept.
+    let before: Vec<Removable> = records
+        .iter()
+        .filter(|r| r.last_attempt.timestamp_millis() < snapshot_ms)
+        .cloned()
+        .collect();
+    remove(store, &before, &parser, random, Some(snapshot_ms), progress).await
 }
 
 async fn remove<S>(
@@ -185,16 +200,47 @@ where
     }
     report.records_deleted = removed.len();
     report.records_changed = changed;
+    let now = store.clock().now();
     for removal in removable
         .iter()
         .filter(|r| removed.contains(&r.selected.item_id))
     {
-        if let Some(pointer) = &removal.payload {
+        let Some(pointer) = &removal.payload else {
+            continue;
+        };
+        if object_may_be_live(store, removal, pointer, now).await? {
+            report.payloads_kept += 1;
+        } else {
             PayloadStore::delete(store, pointer).await?;
             report.payloads_deleted += 1;
         }
     }
     Ok(report)
+}
+
+/// SQS's longest message retention. A DLQ message holds a delivery no later than its
+/// record's last attempt, so past this no message of the record can be left.
+const MAX_SQS_RETENTION: chrono::Duration = chrono::Duration::days(14);
+
+/// Whether a live message may point to the object of a record just deleted. A DLQ message
+/// of the record may still be held by another run (a scheduled sweep, a redrive), which
+/// this removal's sweep never saw, until SQS's retention has passed since the last
+/// attempt. And the item may have been dead-lettered again since, its new record (and
+/// its new DLQ message) naming the same object.
+async fn object_may_be_live<S: RecordStore>(
+    store: &S,
+    removal: &Removable,
+    pointer: &S3Pointer,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<bool, ProcessError> {
+    if now.signed_duration_since(removal.last_attempt) <= MAX_SQS_RETENTION {
+        return Ok(true);
+    }
+    let current = store.get(&removal.selected.item_id).await?;
+    Ok(current.is_some_and(|record| {
+        matches!(&record.payload.location, PayloadLocation::S3 { bucket, key }
+            if *bucket == pointer.bucket && *key == pointer.key)
+    }))
 }
 
 #[cfg(test)]
@@ -259,7 +305,11 @@ mod tests {
     #[tokio::test]
     async fn a_record_still_as_selected_goes_with_its_message_and_object() {
         let store = MemoryStore::new();
-        let selected = with_object(&store, dead_record("order-1", ErrorClass::Throttled, 48));
+        // Older than SQS's retention: no other message of it can be left.
+        let selected = with_object(
+            &store,
+            dead_record("order-1", ErrorClass::Throttled, 24 * 15),
+        );
         store.insert_dead_lettered(selected.clone());
 
         let report = purge(&store, std::slice::from_ref(&selected)).await;
@@ -383,5 +433,211 @@ mod tests {
         let condition = Selected::of(&record).condition();
         let row = crate::testing::Row::of(record);
         assert!(!row.satisfies(&condition));
+    }
+}
+
+#[cfg(test)]
+mod race_tests {
+    use super::*;
+    use crate::pointer::payload_key;
+    use crate::testing::{dead_record, Event, MemoryStore, Row, WorldState, BUCKET};
+    use crate::ErrorClass;
+
+    /// `record` with its payload in the store's bucket under the key dead-lettering gives it.
+    fn in_s3(store: &MemoryStore, mut record: DeadLetteredItem) -> (DeadLetteredItem, S3Pointer) {
+        let body = match &record.payload.location {
+            PayloadLocation::Inline { body } => body.clone(),
+            PayloadLocation::S3 { .. } => unreachable!(),
+        };
+        let pointer = S3Pointer {
+            bucket: BUCKET.into(),
+            key: payload_key(&record.item_id, &record.payload.sha256),
+        };
+        store.put_payload(&pointer, &body);
+        record.payload.location = PayloadLocation::S3 {
+            bucket: pointer.bucket.clone(),
+            key: pointer.key.clone(),
+        };
+        (record, pointer)
+    }
+
+    /// Guarantee 1/2: a scheduled sweep (or a redrive run) holds the item's DLQ message while
+    /// a purge runs. The purge does not see the message, deletes the record through its
+    /// "rest" path, then the payload object the still-live DLQ message points to.
+    #[tokio::test]
+    async fn purge_keeps_the_object_a_held_dlq_message_points_to() {
+        let store = MemoryStore::new();
+        let (record, pointer) = in_s3(&store, dead_record("order-1", ErrorClass::Throttled, 48));
+        store.insert_dead_lettered(record.clone());
+        // Another run's sweep holds the DLQ message (invisible) at this moment.
+        let held = DeadLetterQueue::receive(
+            &store.as_actor("scheduled-sweep"),
+            Duration::from_secs(600),
+            &ItemParser::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(held.len(), 1);
+
+        let report = remove_records(
+            &store,
+            std::slice::from_ref(&record),
+            &ItemParser::default(),
+            &Random::seeded(7),
+            |_| {},
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(
+            store.dlq_messages().len(),
+            1,
+            "the held DLQ message is live"
+        );
+        assert!(
+            store.has_payload(&pointer),
+            "the purge deleted the object its live DLQ message points to: {report:?}"
+        );
+    }
+
+    static REFAILED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+    /// A worker dead-letters item order-1 again (same body, so the same object key) right
+    /// after the purge deleted its record: a new record, its object put again, its DLQ
+    /// message sent.
+    fn worker_refails(state: &mut WorldState, _actor: &str, event: &Event<'_>) {
+        let Event::RecordDeleted {
+            item: "order-1",
+            row,
+        } = event
+        else {
+            return;
+        };
+        if REFAILED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let mut again = row.record.clone();
+        again.last_attempt = chrono::Utc::now();
+        again.source.message_id = "m-order-1-again".into();
+        let PayloadLocation::S3 { bucket, key } = again.payload.location.clone() else {
+            unreachable!()
+        };
+        state
+            .bucket
+            .insert((bucket.clone(), key.clone()), "{\"id\":\"order-1\"}".into());
+        state.table.insert("order-1".into(), Row::of(again));
+        let body = S3Pointer { bucket, key }.to_body();
+        let attributes = vec![
+            (
+                crate::message::ITEM_ID_ATTRIBUTE.to_string(),
+                crate::dead_letter::MessageAttribute::string("order-1"),
+            ),
+            (
+                crate::message::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+                crate::dead_letter::MessageAttribute::string("m-order-1-again"),
+            ),
+        ];
+        state.dlq.send(body, attributes, None, 0);
+    }
+
+    /// Guarantee 2: the same item dead-lettered again (same payload) while a purge runs. The
+    /// purge deletes payload objects only after every record, by key: it deletes the object
+    /// the new record and its live DLQ message point to.
+    #[tokio::test]
+    async fn purge_keeps_the_object_of_the_same_item_dead_lettered_again_meanwhile() {
+        let store = MemoryStore::new();
+        let (record, pointer) = in_s3(
+            &store,
+            dead_record("order-1", ErrorClass::Throttled, 24 * 20),
+        );
+        store.insert_dead_lettered(record.clone());
+        store.world().lock().observer = Some(worker_refails);
+
+        let report = remove_records(
+            &store,
+            std::slice::from_ref(&record),
+            &ItemParser::default(),
+            &Random::seeded(7),
+            |_| {},
+        )
+        .await
+        .unwrap();
+
+        assert!(REFAILED.load(std::sync::atomic::Ordering::SeqCst));
+        let live = store.record("order-1").expect("the new failure's record");
+        assert!(matches!(live.payload.location, PayloadLocation::S3 { .. }));
+        assert!(
+            store.has_payload(&pointer),
+            "the new record's (and its live DLQ message's) payload object was deleted: {report:?}"
+        );
+    }
+
+    /// Guarantee 2: two items whose ids differ only in characters the key makes safe
+    /// ("order/1", "order:1") and whose payloads are the same share one object. Purging
+    /// one deletes the object of the other, which is not selected and still dead.
+    #[tokio::test]
+    async fn purge_keeps_the_object_of_another_item_sharing_its_key() {
+        let store = MemoryStore::new();
+        // Older than SQS's retention: only the key can keep the other's object.
+        let mut old = dead_record("order/1", ErrorClass::Throttled, 24 * 20);
+        let mut other = dead_record("order:1", ErrorClass::Throttled, 24 * 20);
+        // The same payload (e.g. a producer that resends a body under another key).
+        other.payload = old.payload.clone();
+        old.payload = other.payload.clone();
+        let (old, old_pointer) = in_s3(&store, old);
+        let (other, other_pointer) = in_s3(&store, other);
+        assert_ne!(old_pointer, other_pointer, "an object of each item's own");
+        store.insert_dead_lettered(old.clone());
+        store.insert_dead_lettered(other.clone());
+
+        let report = remove_records(
+            &store,
+            std::slice::from_ref(&old),
+            &ItemParser::default(),
+            &Random::seeded(7),
+            |_| {},
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(report.records_deleted, 1);
+        assert!(store.record("order:1").is_some());
+        assert!(
+            store.has_payload(&other_pointer),
+            "the unselected record order:1 lost its payload object: {report:?}"
+        );
+    }
+
+    /// Guarantee 11: a failure whose message the source queue's redrive policy moves to the
+    /// DLQ after the clear's snapshot is a failure that arrived after it (the module says so:
+    /// "its message moved by the queue's redrive policy"). SQS keeps a moved message's
+    /// SentTimestamp (its original enqueue time, before the snapshot), and the clear judges
+    /// orphans by it: the new failure's only copy is deleted.
+    #[tokio::test]
+    async fn clear_keeps_a_message_moved_by_the_redrive_policy_after_its_snapshot() {
+        let store = MemoryStore::new();
+        let now_ms = store.world().now_ms();
+        // Sent to the source queue a minute before the clear; its receives are running out.
+        let mut source = crate::testing::Queue::new("orders", Some(3));
+        source.send(
+            "{\"id\":\"late\"}".into(),
+            Vec::new(),
+            None,
+            now_ms - 60_000,
+        );
+        let message = source.messages()[0].clone();
+        let snapshot_ms = now_ms;
+        // After the snapshot: the worker crashed on it a third time; SQS moves it.
+        store.world().lock().dlq.accept_moved(message, &source.arn);
+
+        let report = clear_records(&store, &[], snapshot_ms, &Random::seeded(3), |_| {})
+            .await
+            .unwrap();
+
+        assert_eq!(
+            store.dlq_messages().len(),
+            1,
+            "the clear deleted a failure that arrived after its snapshot: {report:?}"
+        );
     }
 }

@@ -462,6 +462,9 @@ where
     S: sqs_keeper_core::RedrivePorts,
     B: sqs_keeper_core::BreakerStore,
 {
+    // A continuation runs the request its token carries: the gate judges that one (a dry
+    // run's continuation is a dry run, never the breaker's probe).
+    let request = &request.resumed()?;
     let probe = match gate(engine, breaker, request, deadline, on_item).await? {
         Gate::Stop(mut report) => {
             // Held back or stopped after its probe: the DLQ age alarm still gets its figure.
@@ -544,7 +547,16 @@ where
         continuation_token: None,
         ..request.clone()
     };
-    let report = engine.run_until(&probe, deadline, on_item).await?;
+    let report = match engine.run_until(&probe, deadline, on_item).await {
+        Ok(report) => report,
+        Err(error) => {
+            // Nothing was reprocessed: the probe goes back, as below.
+            if let Err(release) = breaker.release_probe(probe_until).await {
+                tracing::warn!(error = %release, "could not give back the circuit breaker's probe; it lapses by itself");
+            }
+            return Err(error);
+        }
+    };
     if report.succeeded > 0 {
         if let Err(error) = breaker.close().await {
             tracing::warn!(%error, "could not close the circuit breaker");

@@ -327,3 +327,120 @@ async fn a_run_the_breaker_holds_back_still_reports_the_oldest_dead_age() {
         .expect("the age of the oldest dead record");
     assert!((5 * 3_600 - 60..=5 * 3_600 + 60).contains(&age), "{age}");
 }
+
+/// Guarantee 4: a probe run that reprocessed nothing gives the probe lock back. A run that
+/// ends in an error after the gate took the probe (here an invalid `since`, found only by
+/// the run's plan; a table scan that fails does the same) reprocessed nothing, yet keeps
+/// the lock for as long as a probe run can last: the next worker sandbox is refused.
+#[tokio::test]
+async fn a_probe_run_that_errors_gives_the_probe_back() {
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_millis(100),
+        max_open: Duration::from_secs(10),
+        probe_for: Duration::from_secs(60),
+        refresh: Duration::ZERO,
+    };
+    let downstream = Downstream::default();
+    let breaker = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    assert!(breaker
+        .open(
+            now - Duration::from_millis(10),
+            1,
+            now - Duration::from_secs(1)
+        )
+        .await
+        .unwrap());
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("a", ErrorClass::Throttled, 1));
+    let engine = RedriveEngine::new(store, Some(downstream.clone()), RedriveSettings::default());
+    let request = RedriveRequest {
+        since: Some("not a time".into()),
+        ..RedriveRequest::default()
+    };
+    let run = sqs_keeper_lambda::run_gated(
+        &engine,
+        Some((&breaker, &policy)),
+        &request,
+        None,
+        &*redrive_made_no_progress(),
+    )
+    .await;
+    assert!(run.is_err(), "{run:?}");
+    assert_eq!(downstream.calls.load(Ordering::SeqCst), 0);
+    let sandbox = Breaker::new(downstream.clone(), breaker.clone(), policy);
+    let answer = sandbox.process(&WorkItem::new("m-worker", "{}")).await;
+    assert!(
+        answer.is_ok(),
+        "the worker was refused: the errored probe run kept the lock: {answer:?}; breaker: {:?}",
+        breaker.state()
+    );
+}
+
+/// Guarantee 3: the redrive function takes `{"continuation_token": ...}` alone (README).
+/// The token carries a dry run of the throttled items only. Behind a half-open breaker, the gate judges
+/// the raw request (dry_run false, no selection), and its probe drops the token: it
+/// reprocesses, for real, an item the token's request never selected.
+#[tokio::test]
+async fn a_function_continuation_of_a_dry_run_never_reprocesses() {
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_millis(100),
+        max_open: Duration::from_secs(10),
+        probe_for: Duration::from_secs(60),
+        refresh: Duration::ZERO,
+    };
+    let downstream = Downstream::default();
+    let store = MemoryStore::new();
+    for id in ["a", "b"] {
+        store.insert_dead_lettered(dead_record(id, ErrorClass::Throttled, 1));
+    }
+    store.insert_dead_lettered(dead_record("z", ErrorClass::ServerError, 2));
+    let engine = RedriveEngine::new(store, Some(downstream.clone()), RedriveSettings::default());
+    // The first run: a dry run of the throttled items, one at a time (the breaker closed).
+    let first = engine
+        .run(
+            &RedriveRequest {
+                error_class: Some(ErrorClass::Throttled),
+                dry_run: true,
+                max_items: Some(1),
+                ..RedriveRequest::default()
+            },
+            &*redrive_made_no_progress(),
+        )
+        .await
+        .unwrap();
+    let token = first.continuation_token.expect("a token");
+    // The breaker is half-open when the continuation arrives, as the function's JSON.
+    let breaker = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    assert!(breaker
+        .open(
+            now - Duration::from_millis(10),
+            1,
+            now - Duration::from_secs(1)
+        )
+        .await
+        .unwrap());
+    let request =
+        RedriveRequest::from_json(&format!("{{\"continuation_token\":\"{token}\"}}")).unwrap();
+    let report = sqs_keeper_lambda::run_gated(
+        &engine,
+        Some((&breaker, &policy)),
+        &request,
+        None,
+        &*redrive_made_no_progress(),
+    )
+    .await
+    .unwrap();
+    let z = engine.store().record("z").unwrap();
+    assert_eq!(
+        downstream.calls.load(Ordering::SeqCst),
+        0,
+        "a dry run's continuation reprocessed items; z now {:?}; report {report:?}",
+        z.status
+    );
+}

@@ -29,6 +29,10 @@ use sqs_keeper_http::HttpDelivery;
 use crate::downstream::{Downstream, DownstreamConfig};
 use crate::resources::{PipelineResources, ResourceSpec};
 
+/// StartMessageMoveTask's largest rate (messages per second): what SQS's own redrive of a
+/// DLQ moves at, at best.
+const MOVE_TASK_RATE: f64 = 500.0;
+
 /// One measured operation.
 #[derive(Debug, Clone, Serialize)]
 pub struct Timing {
@@ -40,8 +44,128 @@ pub struct Timing {
     pub p95_ms: f64,
     /// Median ÷ the GetItem floor.
     pub vs_floor: f64,
+    /// Median ÷ reading every record's pages with nothing done with them (the reads that
+    /// go over the whole table).
+    pub vs_paging: Option<f64>,
     /// Runs.
     pub runs: usize,
+}
+
+/// Peak RSS (KiB) of `dlq stats` and `dlq analyze` over the bench's table, run as the
+/// release binary beside this one under `/usr/bin/time`.
+fn cli_peak_rss(
+    resources: &PipelineResources,
+    endpoints: &Endpoints,
+    region: &str,
+) -> BTreeMap<String, u64> {
+    let mut peaks = BTreeMap::new();
+    let Some(dlq) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("dlq")))
+        .filter(|path| path.exists())
+    else {
+        eprintln!("no dlq binary beside this one: peak RSS not measured");
+        return peaks;
+    };
+    for command in ["stats", "analyze"] {
+        let output = std::process::Command::new("/usr/bin/time")
+            .args(["-f", "%M"])
+            .arg(&dlq)
+            .arg(command)
+            .env_clear()
+            .env("DLQ_TABLE", &resources.table)
+            .env("DLQ_QUEUE_URL", &resources.dlq_url)
+            .env("DLQ_BUCKET", &resources.bucket)
+            .env("AWS_REGION", region)
+            .env("AWS_ACCESS_KEY_ID", "bench")
+            .env("AWS_SECRET_ACCESS_KEY", "bench")
+            .env("AWS_ENDPOINT_URL", &endpoints.shared)
+            .env("AWS_ENDPOINT_URL_DYNAMODB", &endpoints.dynamodb)
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .output();
+        let peak = output.ok().filter(|o| o.status.success()).and_then(|o| {
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .last()
+                .and_then(|line| line.trim().parse().ok())
+        });
+        match peak {
+            Some(kib) => {
+                peaks.insert(command.to_string(), kib);
+            }
+            None => {
+                eprintln!("dlq {command} did not run under /usr/bin/time: peak RSS not measured")
+            }
+        }
+    }
+    peaks
+}
+
+/// Sends a DLQ message for each of the first `messages` records, then times a full sweep
+/// pass and its settling against a bare receive of as many messages.
+async fn bench_sweep(
+    store: &DeadLetterStore,
+    seeded: &[DeadLetteredItem],
+    messages: usize,
+) -> Result<SweepFigures, String> {
+    let messages = messages.min(seeded.len());
+    eprintln!("sending {messages} DLQ messages...");
+    let refs: Vec<&DeadLetteredItem> = seeded[..messages].iter().collect();
+    for chunk in refs.chunks(500) {
+        for result in sqs_keeper_core::DeadLetterQueue::send_to_dlq(store, chunk).await {
+            result.map_err(|e| e.to_string())?;
+        }
+    }
+    eprintln!("sweeping...");
+    let start = Instant::now();
+    let sweep = sqs_keeper_core::sweep_dlq(store, &sqs_keeper_core::SweepOptions::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let pass_secs = start.elapsed().as_secs_f64();
+    let complete = sweep.complete;
+    let start = Instant::now();
+    sqs_keeper_core::settle_held(store, sweep.held, Duration::ZERO, Duration::ZERO, None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let settle_secs = start.elapsed().as_secs_f64();
+    // The floor: receive every message (batches of 10, hidden for the whole loop), then
+    // give them back, with nothing judged.
+    let start = Instant::now();
+    let mut receipts = Vec::new();
+    loop {
+        let got = store
+            .clients()
+            .sqs
+            .receive_message()
+            .queue_url(&store.config().queue_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(600)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let batch: Vec<String> = got
+            .messages()
+            .iter()
+            .filter_map(|m| m.receipt_handle().map(str::to_string))
+            .collect();
+        if batch.is_empty() {
+            break;
+        }
+        receipts.extend(batch);
+    }
+    let bare_receive_secs = start.elapsed().as_secs_f64();
+    let receipts: Vec<String> = receipts;
+    sqs_keeper_core::DeadLetterQueue::hold(store, &receipts, Duration::ZERO)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(SweepFigures {
+        messages,
+        pass_secs,
+        settle_secs,
+        bare_receive_secs,
+        vs_bare_receive: (pass_secs + settle_secs) / bare_receive_secs.max(f64::MIN_POSITIVE),
+        complete,
+    })
 }
 
 /// One measured redrive.
@@ -77,6 +201,28 @@ pub struct StoreBench {
     pub reads: Vec<Timing>,
     /// Redrive figures.
     pub redrives: Vec<RedriveFigures>,
+    /// Peak resident memory of the `dlq` binary (`stats`, `analyze`) over the whole table,
+    /// in KiB, as `/usr/bin/time` reports it; empty when either could not be run.
+    pub cli_peak_rss_kib: BTreeMap<String, u64>,
+    /// A full sweep of a DLQ of this many messages.
+    pub sweep: SweepFigures,
+}
+
+/// A full sweep of a large DLQ, as a redrive run's first phase makes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepFigures {
+    /// Messages in the DLQ.
+    pub messages: usize,
+    /// Seconds the pass took (receive, judge against the records, rotate nothing).
+    pub pass_secs: f64,
+    /// Seconds settling its held messages took.
+    pub settle_secs: f64,
+    /// Seconds a bare receive of every message took (the emulator's floor).
+    pub bare_receive_secs: f64,
+    /// (pass + settle) ÷ the bare receive.
+    pub vs_bare_receive: f64,
+    /// Whether the pass saw the DLQ empty (it swept every message).
+    pub complete: bool,
 }
 
 const SIGNATURES: &[(ErrorClass, &str)] = &[
@@ -205,6 +351,7 @@ fn summarize(operation: &str, samples: &[f64], floor: f64) -> Timing {
         median_ms: pick(0.5),
         p95_ms: pick(0.95),
         vs_floor: pick(0.5) / floor.max(f64::MIN_POSITIVE),
+        vs_paging: None,
         runs: samples.len(),
     }
 }
@@ -215,6 +362,7 @@ pub async fn run(
     region: &str,
     records: usize,
     redrive_items: usize,
+    sweep_messages: usize,
 ) -> Result<StoreBench, String> {
     let counter = CallCounter::default();
     let shared = AwsClients::endpoint_config(endpoints, region).await;
@@ -280,33 +428,55 @@ pub async fn run(
         .await?;
         reads.push(summarize(name, &samples, floor));
     }
-    let samples = time_it(3, || async {
-        let all = store
-            .query_all(&dead, None, |_| {})
+    // The emulator's own floor for reading every record: the pages alone, nothing done
+    // with them. `analyze` and `stats` read them as the `dlq` commands do, a page at a
+    // time, and are measured against it.
+    let paging = time_it(3, || async {
+        store
+            .for_each_page::<ProcessError>(&RecordFilter::default(), &mut Vec::new(), |_| Ok(()))
             .await
-            .map_err(|e| e.to_string())?;
-        Ok(sqs_keeper_core::analyze_records(&all, 3).groups.len())
+            .map_err(|e| e.to_string())
     })
     .await?;
+    let paging_floor = summarize("", &paging, 1.0).median_ms;
     reads.push(summarize(
-        &format!("analyze ({records} records)"),
-        &samples,
+        &format!("read every record, pages only ({records}; floor of the two below)"),
+        &paging,
         floor,
     ));
     let samples = time_it(3, || async {
-        let all = store
-            .query_all(&RecordFilter::default(), None, |_| {})
+        let mut analyzer = sqs_keeper_core::RecordAnalyzer::new(3);
+        store
+            .for_each_page::<ProcessError>(&dead, &mut Vec::new(), |page| {
+                page.iter().for_each(|r| analyzer.add(r));
+                Ok(())
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(analyzer.finish().groups.len())
+    })
+    .await?;
+    let mut analyze = summarize(&format!("analyze ({records} records)"), &samples, floor);
+    analyze.vs_paging = Some(analyze.median_ms / paging_floor.max(f64::MIN_POSITIVE));
+    reads.push(analyze);
+    let samples = time_it(3, || async {
+        let mut counter = sqs_keeper_core::StatsCounter::default();
+        store
+            .for_each_page::<ProcessError>(&RecordFilter::default(), &mut Vec::new(), |page| {
+                page.iter().for_each(|r| counter.add(r));
+                Ok(())
+            })
             .await
             .map_err(|e| e.to_string())?;
         let depth = store.dlq_depth().await.map_err(|e| e.to_string())?;
-        Ok(sqs_keeper_core::record_stats(&all, depth, chrono::Utc::now()).records)
+        Ok(counter.finish(depth, chrono::Utc::now()).records)
     })
     .await?;
-    reads.push(summarize(
-        &format!("stats ({records} records)"),
-        &samples,
-        floor,
-    ));
+    let mut stats = summarize(&format!("stats ({records} records)"), &samples, floor);
+    stats.vs_paging = Some(stats.median_ms / paging_floor.max(f64::MIN_POSITIVE));
+    reads.push(stats);
+    let peak_rss = cli_peak_rss(&resources, endpoints, region);
+    let sweep = bench_sweep(&store, &seeded, sweep_messages).await?;
 
     let mut redrives = Vec::new();
     if redrive_items > 0 {
@@ -325,6 +495,8 @@ pub async fn run(
         floor_ms: floor,
         reads,
         redrives,
+        cli_peak_rss_kib: peak_rss,
+        sweep,
     })
 }
 
@@ -486,6 +658,7 @@ pub fn render(b: &StoreBench) -> String {
                 format!("{:.1}", t.median_ms),
                 format!("{:.1}", t.p95_ms),
                 format!("{:.1}×", t.vs_floor),
+                t.vs_paging.map(|v| format!("{v:.2}×")).unwrap_or_default(),
             ]
         })
         .collect();
@@ -496,11 +669,32 @@ pub fn render(b: &StoreBench) -> String {
             String::new(),
             String::new(),
             String::new(),
+            String::new(),
         ],
     );
-    let mut out =
-        sqs_keeper_core::records_table(&["OPERATION", "MEDIAN ms", "P95 ms", "VS GETITEM"], &rows);
+    let mut out = sqs_keeper_core::records_table(
+        &[
+            "OPERATION",
+            "MEDIAN ms",
+            "P95 ms",
+            "VS GETITEM",
+            "VS PAGES ONLY",
+        ],
+        &rows,
+    );
     out.push('\n');
+    for (command, kib) in &b.cli_peak_rss_kib {
+        out.push_str(&format!(
+            "dlq {command} over {} records: peak RSS {:.1} MiB\n",
+            b.records,
+            *kib as f64 / 1024.0
+        ));
+    }
+    let s = &b.sweep;
+    out.push_str(&format!(
+        "sweep of a {}-message DLQ: pass {:.1} s + settle {:.1} s = {:.2}× a bare receive of every message ({:.1} s); complete: {}\n\n",
+        s.messages, s.pass_secs, s.settle_secs, s.vs_bare_receive, s.bare_receive_secs, s.complete
+    ));
     let rows: Vec<Vec<String>> = b
         .redrives
         .iter()
@@ -519,6 +713,7 @@ pub fn render(b: &StoreBench) -> String {
                 format!("{:.0}", r.items_per_sec),
                 format!("{:.2}", r.calls_per_item),
                 format!("{:.1}×", r.vs_bare_move),
+                format!("{:.2}×", r.items_per_sec / MOVE_TASK_RATE),
                 breakdown.join(", "),
             ]
         })
@@ -530,6 +725,7 @@ pub fn render(b: &StoreBench) -> String {
             "ITEMS/s",
             "CALLS/ITEM",
             "VS BARE SQS MOVE",
+            "VS MOVE TASK 500/s",
             "CALLS/ITEM BY OPERATION (TIME WAITING)",
         ],
         &rows,

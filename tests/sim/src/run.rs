@@ -1344,21 +1344,35 @@ async fn redrive(
         }
     };
     if let (Some(token), false) = (next, function) {
-        // The operator runs the command the report printed: the same selection, on from
-        // where the cut left it.
-        let mut again = request.clone();
-        again.continuation_token = Some(token);
+        // The operator runs the command the report printed, `dlq redrive --continue
+        // <token>`: the token alone (and the same pacing), its selection the token's.
+        let again = RedriveRequest {
+            continuation_token: Some(token),
+            max_items: request.max_items,
+            parallelism: request.parallelism,
+            rate: request.rate,
+            time_budget_secs: request.time_budget_secs,
+            ..RedriveRequest::default()
+        };
         world
             .lock()
             .ext
             .trace
             .note(actor, "-", "redrive continues from its token");
-        if let Err(e) = engine.run_until(&again, None, &|_| {}).await {
-            world
-                .lock()
-                .ext
-                .trace
-                .note(actor, "-", &format!("redrive continuation failed: {e}"));
+        match engine.run_until(&again, None, &|_| {}).await {
+            // The printed line is always the request it continues.
+            Err(e @ sqs_keeper_core::RedriveError::InvalidRequest(_)) => {
+                world.lock().ext.violations.push((
+                    "-".to_string(),
+                    format!("the printed continuation was refused as another request: {e}"),
+                ));
+            }
+            Err(e) => world.lock().ext.trace.note(
+                actor,
+                "-",
+                &format!("redrive continuation failed: {e}"),
+            ),
+            Ok(_) => {}
         }
     }
     ran

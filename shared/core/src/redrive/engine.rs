@@ -901,7 +901,10 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             },
             // Only refusals: the item's group breaker is open, and the downstream was not
             // called. The record stays as it was, for a run after that breaker closes.
-            Err(_) if run.failures.iter().all(|f| f.error.is_breaker_refusal()) => {
+            Err(_)
+                if !run.failures.is_empty()
+                    && run.failures.iter().all(|f| f.error.is_breaker_refusal()) =>
+            {
                 let _ = self.store.release_lease(&record.item_id, run_id).await;
                 outcome(
                     ItemOutcomeKind::HeldByBreaker,

@@ -96,8 +96,9 @@ pub struct SweepOptions {
     /// Where the pass's marker is drawn from (the thread's generator by default; a
     /// redrive passes its engine's).
     pub random: crate::random::Random,
-    /// Clearing: a message no record holds that was sent before this instant (epoch ms)
-    /// is deleted. One sent since is a new failure, and is kept.
+    /// Clearing: a message no record holds that was sent to the DLQ before this instant
+    /// (epoch ms) is deleted. One sent since is a new failure, and is kept, and so is one
+    /// the queue's redrive policy moved, whose `SentTimestamp` is its source queue's.
     pub orphans_sent_before_ms: Option<i64>,
 }
 

@@ -205,9 +205,14 @@ impl Pass {
                 return Ok(Verdict::Keep);
             }
         };
-        let cleared = options
-            .orphans_sent_before_ms
-            .is_some_and(|before| received.sent_at_ms.is_some_and(|sent| sent < before));
+        // Only a message sent to the DLQ itself (a dead-letter's, a rotated copy: it names
+        // a source message of its own) is dated by its `SentTimestamp`. One the queue's
+        // redrive policy moved keeps its source queue's, and may have arrived after.
+        let sent_here = received.view.source_message_id != received.view.message_id;
+        let cleared = sent_here
+            && options
+                .orphans_sent_before_ms
+                .is_some_and(|before| received.sent_at_ms.is_some_and(|sent| sent < before));
         if cleared && standing.is_none_or(|s| s.status.is_none()) {
             return Ok(Verdict::Delete);
         }

@@ -135,6 +135,9 @@ enum Command {
         /// Items per redrive measurement (0 skips them).
         #[arg(long, default_value_t = 1_000)]
         redrive_items: usize,
+        /// DLQ messages a full sweep is measured over.
+        #[arg(long, default_value_t = 10_000)]
+        sweep_messages: usize,
         /// Where the JSON figures go.
         #[arg(long, default_value = "target/bench/store.json")]
         output: PathBuf,
@@ -495,9 +498,12 @@ async fn main() -> ExitCode {
             emulator,
             records,
             redrive_items,
+            sweep_messages,
             output,
         } => match emulator.endpoints() {
-            Ok(endpoints) => bench_store(&endpoints, records, redrive_items, &output).await,
+            Ok(endpoints) => {
+                bench_store(&endpoints, records, redrive_items, sweep_messages, &output).await
+            }
             Err(e) => Err(e),
         },
     };
@@ -594,10 +600,17 @@ async fn bench_store(
     endpoints: &Endpoints,
     records: usize,
     redrive_items: usize,
+    sweep_messages: usize,
     output: &std::path::Path,
 ) -> Result<ExitCode, String> {
-    let figures =
-        sqs_keeper_local::bench_store::run(endpoints, "us-east-1", records, redrive_items).await?;
+    let figures = sqs_keeper_local::bench_store::run(
+        endpoints,
+        "us-east-1",
+        records,
+        redrive_items,
+        sweep_messages,
+    )
+    .await?;
     println!("{}", sqs_keeper_local::bench_store::render(&figures));
     if let Some(dir) = output.parent() {
         std::fs::create_dir_all(dir)
