@@ -71,10 +71,12 @@ impl Processor for RedriveProcessor {
         match self {
             RedriveProcessor::Plain(p) => p.process(item).await,
             RedriveProcessor::Idempotent(p) => p.process(item).await,
+            // Boxed: the breaker's future is large, and would grow every redrive's future
+            // (a test thread's stack overflowed in a debug build).
             RedriveProcessor::Grouped(g) if item.message_group_id.is_some() => {
-                g.process(item).await
+                Box::pin(g.process(item)).await
             }
-            RedriveProcessor::Grouped(g) => g.inner().process(item).await,
+            RedriveProcessor::Grouped(g) => Box::pin(g.inner().process(item)).await,
         }
     }
 

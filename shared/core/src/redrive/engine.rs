@@ -878,12 +878,14 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         // Inside a record's context, as the worker runs its attempts: a layer reads the
         // item's cut-off and hard stop from it, so an idempotency claim lasts until the
         // hard stop and an attempt cut at the cut-off releases it.
-        let (run, _fields) = self
-            .record_context(&deadline)
-            .scope(run_with_retry(&self.settings.retry, &deadline, |_| {
-                crate::batch::guard_panics(processor.process(&item))
-            }))
-            .await;
+        // Boxed: the attempts' future (the processor's, its layers', the retries') is large,
+        // and each item of a run would otherwise carry it inline.
+        let (run, _fields) = Box::pin(self.record_context(&deadline).scope(run_with_retry(
+            &self.settings.retry,
+            &deadline,
+            |_| crate::batch::guard_panics(processor.process(&item)),
+        )))
+        .await;
         match run.result {
             Ok(_) => match self.store.resolve(record, run_id).await {
                 Ok(()) => {
