@@ -47,8 +47,9 @@ pub enum Mutant {
     /// Hides are not capped by the message's retention, and a record without room for
     /// its next delivery is returned rather than dead-lettered.
     RetentionIgnored,
-    /// An attempt of a delivery invoked twice is appended again when compaction had dropped
-    /// its id, though its sibling attempts show the delivery recorded.
+    /// An attempt of a delivery recorded twice (invoked twice, or again after its DLQ send
+    /// failed) is appended again when compaction had dropped its id: compaction may drop
+    /// the latest delivery's attempts, and a known sibling does not cover them.
     DroppedAttemptRecordedAgain,
     /// A redrive's attempts are cut at the run's deadline only, not before the item's
     /// lease ends: a slow item runs on after another run may have taken it.

@@ -65,6 +65,7 @@ pub fn stays_inline(len: usize, inline_max: usize) -> bool {
 /// The compaction a record just written needs: `None` while its history is within
 /// `history_limit`.
 pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<Compaction> {
+    let history_limit = limit_keeping_latest(&stored.failure_history, history_limit);
     if stored.failure_history.len() <= history_limit {
         return None;
     }
@@ -100,6 +101,33 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
         dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
         history,
     })
+}
+
+/// `limit`, raised as far as needed for the kept tail to hold the latest worker delivery
+/// whole (its attempts, ids `<message id>:<receive>:<attempt>`, at most
+/// [`crate::retry::MAX_ATTEMPTS_PER_INVOCATION`]). That delivery may record its attempts
+/// again (its DLQ send failed and its claim was released): an attempt dropped with its id
+/// would be appended twice (found by the simulation, seed 1554, whose history limit is 4).
+fn limit_keeping_latest(history: &[crate::dead_letter::FailureDetail], limit: usize) -> usize {
+    let Some(last) = history.last() else {
+        return limit;
+    };
+    if crate::mutants::is_on(crate::mutants::Mutant::DroppedAttemptRecordedAgain) {
+        return limit;
+    }
+    let prefix = format!("{}:{}:", last.message_id, last.receive_count);
+    let cap = crate::retry::MAX_ATTEMPTS_PER_INVOCATION as usize;
+    let latest = history
+        .iter()
+        .rev()
+        .take_while(|f| f.attempt_id.starts_with(prefix.as_str()))
+        .take(cap)
+        .count();
+    let mut raised = limit;
+    while raised - crate::dead_letter::HISTORY_HEAD.min(raised / 2) < latest {
+        raised += 1;
+    }
+    raised
 }
 
 /// The `manual_review_required` a record just written should have, when it differs from
@@ -722,7 +750,8 @@ mod tests {
             super::record(&table, &settings, &record).await.unwrap();
         }
         // The last receive, three attempts: the history of 7 is compacted to the first two
-        // and the latest two, so the first attempt of this delivery and its id are dropped.
+        // and the latest delivery whole (the limit of 4 raised to 5), so its first attempt
+        // keeps its id while the second delivery's go.
         let mut last = candidate("a", 3);
         let third = crate::retry::AttemptFailure {
             attempt: 3,
@@ -734,7 +763,7 @@ mod tests {
         let ids = a.attempt_ids;
         assert_eq!(a.record.failure_count, 7);
         assert!(
-            !ids.contains("m-a:3:1") && ids.contains("m-a:3:2"),
+            ids.contains("m-a:3:1") && ids.contains("m-a:3:2") && !ids.contains("m-a:2:1"),
             "{ids:?}"
         );
         // Its twin (the same batch, invoked twice) got one attempt in: that attempt was
