@@ -41,14 +41,7 @@ pub async fn clear(global: &GlobalArgs, yes: bool, json: bool) -> Result<Complet
             report.dlq_messages_deleted
         )
         .map_err(write_err)?;
-        if report.payloads_kept > 0 {
-            writeln!(
-                out(),
-                "kept {} payload object(s) a live message may still point to (the record failed within SQS's 14-day retention, or its item was recorded again); the bucket's lifecycle expires them",
-                report.payloads_kept
-            )
-            .map_err(write_err)?;
-        }
+        super::purge::print_kept_payloads(&report)?;
     }
     Ok(Completion::Ok)
 }

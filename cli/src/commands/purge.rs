@@ -76,14 +76,7 @@ pub async fn purge(
             report.dlq_messages_deleted
         )
         .map_err(write_err)?;
-        if report.payloads_kept > 0 {
-            writeln!(
-                out(),
-                "kept {} payload object(s) a live message may still point to (the record failed within SQS's 14-day retention, or its item was recorded again); the bucket's lifecycle expires them",
-                report.payloads_kept
-            )
-            .map_err(write_err)?;
-        }
+        print_kept_payloads(&report)?;
         if report.records_in_flight > 0 {
             writeln!(
                 out(),
@@ -102,6 +95,20 @@ pub async fn purge(
         }
     }
     Ok(Completion::Ok)
+}
+
+/// The line saying how many payload objects a removal kept, when it kept any (`dlq purge`,
+/// `dlq clear`).
+pub fn print_kept_payloads(report: &RemovalReport) -> Result<(), CliError> {
+    if report.payloads_kept == 0 {
+        return Ok(());
+    }
+    writeln!(
+        out(),
+        "kept {} payload object(s) a live message may still point to (the record failed within SQS's 14-day retention, or its item was recorded again); the bucket's lifecycle expires them",
+        report.payloads_kept
+    )
+    .map_err(write_err)
 }
 
 /// What was removed, as one JSON object (`dlq purge --json`, `dlq clear --json`).
