@@ -37,8 +37,12 @@ def main() -> int:
         if resource.get("Type") == "AWS::Serverless::Function":
             resource["Properties"]["CodeUri"] = f"s3://sam-artifacts-placeholder/{name}.zip"
     translated = transform(template, parameters, NoManagedPolicies())
-    with open(target, "w", encoding="utf-8") as f:
+    # Written beside the target, then renamed over it.
+    # A reader running at the same time then sees the old file or the new one, never half.
+    partial = f"{target}.{os.getpid()}.partial"
+    with open(partial, "w", encoding="utf-8") as f:
         json.dump(translated, f, indent=2, sort_keys=True)
+    os.replace(partial, target)
     print(f"translated {source} -> {target}")
     return 0
 

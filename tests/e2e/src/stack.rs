@@ -15,13 +15,21 @@ pub fn root() -> PathBuf {
 }
 
 /// A translated template, `main` (`infra/template.yaml`) or `handler` (`infra/handler.yaml`).
-/// Runs `scripts/infra.sh translate`, which installs the tools on first use.
+/// Runs `scripts/infra.sh translate` once per test process, which installs the tools on
+/// first use.
+/// Tests run in parallel; translating once keeps one test from reading a file another is
+/// writing.
 pub fn translated_template(which: &str) -> Value {
-    let status = std::process::Command::new(root().join("scripts/infra.sh"))
-        .arg("translate")
-        .status()
-        .unwrap();
-    assert!(status.success(), "translating the SAM templates failed");
+    static TRANSLATED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut translated = TRANSLATED.lock().unwrap_or_else(|e| e.into_inner());
+    if !*translated {
+        let status = std::process::Command::new(root().join("scripts/infra.sh"))
+            .arg("translate")
+            .status()
+            .unwrap();
+        assert!(status.success(), "translating the SAM templates failed");
+        *translated = true;
+    }
     let file = if which == "handler" {
         "handler.json"
     } else {
