@@ -184,6 +184,7 @@ pub use recording::{
     RecordingSettings, HISTORY_ENTRY_MAX, RECORD_BUDGET,
 };
 pub use redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort, MAX_VISIBILITY};
+pub use redrive::run_gated;
 pub use redrive::{
     expiry_when_reopened, expiry_when_requeued, no_progress as redrive_made_no_progress,
     ItemOutcome, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveReport,

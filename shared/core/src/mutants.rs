@@ -70,11 +70,14 @@ pub enum Mutant {
     IneligibleLeasesNeverTakenBack,
     /// A failed record's error is logged whole, with the values its message quotes.
     ErrorsLoggedWhole,
+    /// A redrive's probe run that reprocessed nothing keeps the breaker's probe until it
+    /// lapses: every sandbox refuses its records meanwhile.
+    RedriveProbeKept,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -94,6 +97,7 @@ impl Mutant {
         Mutant::InProgressClaimIgnored,
         Mutant::IneligibleLeasesNeverTakenBack,
         Mutant::ErrorsLoggedWhole,
+        Mutant::RedriveProbeKept,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -118,6 +122,7 @@ impl Mutant {
             Mutant::InProgressClaimIgnored => "in-progress-claim-ignored",
             Mutant::IneligibleLeasesNeverTakenBack => "ineligible-leases-never-taken-back",
             Mutant::ErrorsLoggedWhole => "errors-logged-whole",
+            Mutant::RedriveProbeKept => "redrive-probe-kept",
         }
     }
 

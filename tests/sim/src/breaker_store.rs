@@ -55,6 +55,17 @@ impl SimBreakerStore {
         Ok(())
     }
 
+    /// This sandbox tried to answer a probe it may hold: closed the breaker, opened it
+    /// again or gave the probe back.
+    fn answered(&self) {
+        let mut state = self.world.lock();
+        state
+            .ext
+            .ledger
+            .probes_answered
+            .insert(self.sandbox.clone());
+    }
+
     /// What this sandbox now knows of the state.
     fn learn(&self, what: &str) {
         let known = self.inner.state();
@@ -107,6 +118,7 @@ impl BreakerStore for SimBreakerStore {
         now: SystemTime,
     ) -> BoxFuture<'_, Result<bool, ProcessError>> {
         Box::pin(async move {
+            self.answered();
             self.call("open").await?;
             let opened = self.inner.open(until, opens, now).await?;
             if opened {
@@ -142,6 +154,7 @@ impl BreakerStore for SimBreakerStore {
 
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
+            self.answered();
             self.call("close").await?;
             self.inner.close().await?;
             self.learn("breaker closed");
@@ -151,12 +164,57 @@ impl BreakerStore for SimBreakerStore {
 
     fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
+            self.answered();
             self.call("release_probe").await?;
             self.inner.release_probe(until).await?;
             self.learn("breaker: probe given back");
             Ok(())
         })
     }
+}
+
+/// Forgets what `actor` knew of the breaker: a redrive run starts knowing nothing (a new
+/// invocation of the function, a new `dlq redrive`).
+pub fn forget(state: &mut crate::world::State, actor: &str) {
+    let ledger = &mut state.ext.ledger;
+    ledger.breaker_known.remove(actor);
+    ledger.probes.remove(actor);
+    ledger.probes_answered.remove(actor);
+    ledger.breaker_contact.remove(actor);
+}
+
+/// §1.12 for a redrive run (docs/ARCHITECTURE.md §7): in a world with a breaker, a run
+/// calls the downstream only after reading the breaker closed, or as the probe it took
+/// once the open period was over.
+pub fn redrive_call_refused(
+    state: &crate::world::State,
+    actor: &str,
+    now: SystemTime,
+) -> Option<String> {
+    state.ext.breaker.as_ref()?;
+    let Some(known) = state.ext.ledger.breaker_known.get(actor) else {
+        return Some(format!(
+            "{actor} called the downstream without reading the breaker"
+        ));
+    };
+    if known.is_open(now) {
+        return Some(format!(
+            "{actor} called the downstream while the breaker it had read was open"
+        ));
+    }
+    let took_probe = state.ext.ledger.probes.contains_key(actor);
+    (known.is_half_open(now) && !took_probe).then(|| {
+        format!("{actor} called the downstream while the breaker it had read was half-open, without the probe")
+    })
+}
+
+/// §1.12 for a redrive run that took the probe: it answers it before it ends, so that no
+/// sandbox refuses its records until the probe lapses.
+pub fn probe_left_unanswered(state: &crate::world::State, actor: &str) -> Option<String> {
+    let ledger = &state.ext.ledger;
+    (ledger.probes.contains_key(actor) && !ledger.probes_answered.contains(actor)).then(|| {
+        format!("{actor} took the breaker's probe and ended without closing the breaker, opening it again or giving the probe back")
+    })
 }
 
 /// §1.12: the breaker withholds the downstream from a sandbox that knows it open, and

@@ -169,6 +169,11 @@ impl Downstream {
             }
             return;
         }
+        if let Some(broken) =
+            crate::breaker_store::redrive_call_refused(&state, &self.actor, now.into())
+        {
+            state.violate(Section::Breaker, &item.item_id, broken);
+        }
         let lease = state
             .table
             .get(&item.item_id)

@@ -432,6 +432,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
     );
     // One sandbox per poller: its own engine and breaker, the breaker's state shared.
     let breaker_state = MemoryBreakerStore::default();
+    world.lock().ext.breaker = shape.breaker.map(|policy| (breaker_state.clone(), policy));
     let sandbox = |n: usize| {
         let name = format!("worker#{n}");
         let downstream = Downstream::new(world.clone(), &name);
@@ -1078,7 +1079,8 @@ async fn inject_faults(world: Arc<World>, seed: u64, healed: Arc<AtomicBool>) {
 }
 
 /// Operators: redrives (reprocess and requeue, by hand and on the schedule, now and then
-/// two at once, now and then one that dies midway) and, rarely, a record damaged by hand.
+/// two at once, now and then one that dies midway), purges (now and then racing the
+/// schedule) and, rarely, a record damaged by hand.
 async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
     let mut rng = fastrand::Rng::with_seed(seed);
     // The options an operator adds, drawn apart so that every other choice stays as it was.
@@ -1101,7 +1103,14 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
             0 if !corrupted => {
                 corrupted = corrupt_a_record(&store, &mut rng);
             }
-            10..=11 => purge(&store).await,
+            10 => purge(&store).await,
+            11 => {
+                // A purge racing the scheduled redrive: the two stores must still agree.
+                tokio::join!(
+                    purge(&store),
+                    redrive(&store, "schedule", RedriveRequest::default(), true)
+                );
+            }
             1..=3 => {
                 // A run that dies midway (the CLI's machine, a killed function), holding
                 // the leases it took.
@@ -1265,6 +1274,49 @@ fn corrupt_a_record(store: &SimStore, rng: &mut fastrand::Rng) -> bool {
     true
 }
 
+/// One run of `request` as the function and `dlq redrive` run it: behind the world's
+/// circuit breaker when it has one (`run_gated`), the run knowing nothing of it at first.
+/// Checks that a probe the run took was answered.
+async fn gated<P: sqs_keeper_core::Processor>(
+    engine: &RedriveEngine<P, SimStore>,
+    actor: &str,
+    request: &RedriveRequest,
+    deadline: Option<Instant>,
+) -> Result<sqs_keeper_core::RedriveReport, sqs_keeper_core::RedriveError> {
+    let world = engine.store().world().clone();
+    let breaker = {
+        let mut state = world.lock();
+        crate::breaker_store::forget(&mut state, actor);
+        state
+            .ext
+            .breaker
+            .clone()
+            .map(|(table, policy)| (SimBreakerStore::new(world.clone(), table, actor), policy))
+    };
+    let result = sqs_keeper_core::run_gated(
+        engine,
+        breaker.as_ref().map(|(store, policy)| (store, policy)),
+        request,
+        deadline,
+        &|_| {},
+    )
+    .await;
+    if let Ok(report) = &result {
+        if let Some(why) = &report.held_by_breaker {
+            world
+                .lock()
+                .ext
+                .trace
+                .note(actor, "-", &format!("held by the breaker: {why}"));
+        }
+    }
+    let mut state = world.lock();
+    if let Some(broken) = crate::breaker_store::probe_left_unanswered(&state, actor) {
+        state.violate(Section::Breaker, "-", broken);
+    }
+    result
+}
+
 /// One redrive run; `function`: as the redrive function runs it (with its deadline).
 /// Returns (items selected, DLQ messages adopted) when it ran.
 async fn redrive(
@@ -1298,7 +1350,7 @@ async fn redrive(
         ),
     );
     let deadline = function.then(|| Instant::now() + REDRIVE_FUNCTION_TIMEOUT);
-    let result = engine.run_until(&request, deadline, &|_| {}).await;
+    let result = gated(&engine, actor, &request, deadline).await;
     let (ran, next) = {
         let mut state = world.lock();
         match result {
@@ -1359,7 +1411,7 @@ async fn redrive(
             .ext
             .trace
             .note(actor, "-", "redrive continues from its token");
-        match engine.run_until(&again, None, &|_| {}).await {
+        match gated(&engine, actor, &again, None).await {
             // The printed line is always the request it continues.
             Err(e @ sqs_keeper_core::RedriveError::InvalidRequest(_)) => {
                 world.lock().ext.violations.push((

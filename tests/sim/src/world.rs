@@ -51,8 +51,11 @@ pub struct Ledger {
     pub purged: BTreeSet<String>,
     /// What each sandbox last read or wrote of the circuit breaker's state.
     pub breaker_known: HashMap<String, sqs_keeper_core::BreakerState>,
-    /// The probe each sandbox took last, until when.
+    /// The probe each sandbox (or redrive run) took last, until when.
     pub probes: HashMap<String, std::time::SystemTime>,
+    /// Redrive runs that took the probe and answered it: closed the breaker, opened it
+    /// again or gave the probe back (each tried, whether or not the table took it).
+    pub probes_answered: BTreeSet<String>,
     /// When each sandbox's last call to the breaker's table succeeded.
     pub breaker_contact: HashMap<String, std::time::SystemTime>,
     /// The breaker's open period (its first): a sandbox out of touch with the table for
@@ -136,6 +139,12 @@ pub struct Sim {
     pub lease_ttl: Duration,
     /// The idempotency table, in the worlds with idempotency.
     pub idempotency: Option<sqs_keeper_core::testing::MemoryIdempotencyStore>,
+    /// The circuit breaker's table and policy, in the worlds with a breaker: the worker's
+    /// sandboxes and every reprocessing redrive run share it.
+    pub breaker: Option<(
+        sqs_keeper_core::testing::MemoryBreakerStore,
+        sqs_keeper_core::BreakerPolicy,
+    )>,
     /// Downstream calls running now, by item id (worlds with idempotency: at most one).
     pub running_now: HashMap<String, u32>,
     /// The envelope the producer wraps its payloads in (none in most worlds).
@@ -166,6 +175,7 @@ pub fn new_state(seed: u64, source: Queue, dlq: Queue) -> State {
         Sim {
             lease_ttl: Duration::from_secs(900),
             idempotency: None,
+            breaker: None,
             running_now: HashMap::new(),
             envelopes: Default::default(),
             receive_budget_margin: 0,

@@ -134,3 +134,11 @@ fn finds_an_ineligible_lease_a_forced_run_left_that_nothing_takes_back() {
 fn finds_an_error_logged_with_the_payload_it_quotes() {
     finds(Mutant::ErrorsLoggedWhole, &["carries a payload"]);
 }
+
+#[test]
+fn finds_a_redrive_probe_run_that_keeps_the_probe() {
+    finds(
+        Mutant::RedriveProbeKept,
+        &["ended without closing the breaker"],
+    );
+}

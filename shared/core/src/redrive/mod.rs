@@ -22,8 +22,10 @@
 //! | [`report`] | per-item outcomes and the run's counts (pure) |
 //! | [`engine`] | the run itself, over [`crate::ports`] |
 //! | [`requeue`] | requeue mode: the message an item goes back as, batching |
+//! | [`gate`] | a run behind the worker's circuit breaker: held back, or the probe |
 
 pub mod engine;
+pub mod gate;
 pub mod report;
 pub mod request;
 pub mod requeue;
@@ -33,6 +35,7 @@ pub use engine::{
     ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUED_RECORD_LIFE, REQUEUE_OUTLIVED,
     SETTLE_RESERVE,
 };
+pub use gate::run_gated;
 pub use report::{ItemOutcome, ItemOutcomeKind, RedriveReport};
 pub use request::{RedriveError, RedriveMode, RedriveRequest};
 

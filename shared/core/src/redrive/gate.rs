@@ -1,0 +1,292 @@
+//! The redrive behind the worker's circuit breaker (docs/ARCHITECTURE.md §7): the gate the
+//! redrive function, a local `dlq redrive` and the simulation all run a request through.
+//! A reprocessing run is held back while the breaker is open, and is the breaker's probe
+//! once the open period is over.
+
+use crate::redrive::{RedriveEngine, RedriveError, RedriveReport, RedriveRequest};
+use crate::Processor;
+
+/// Runs a redrive behind the worker's circuit breaker (docs/ARCHITECTURE.md §7), as the
+/// redrive function and a local `dlq redrive` both do: a reprocessing run does not go ahead
+/// while the breaker is open; once its open period is over, this run is the probe (one
+/// item first: its success closes the breaker and the run goes on, its failure of the
+/// downstream opens it again), unless a worker is probing. Requeues and dry runs do not
+/// call the downstream and are not gated. A run the breaker held back answers with an
+/// empty report whose `held_by_breaker` says why.
+pub async fn run_gated<P, S, B>(
+    engine: &RedriveEngine<P, S>,
+    breaker: Option<(&B, &crate::BreakerPolicy)>,
+    request: &RedriveRequest,
+    deadline: Option<tokio::time::Instant>,
+    on_item: &(dyn Fn(&crate::ItemOutcome) + Send + Sync),
+) -> Result<RedriveReport, RedriveError>
+where
+    P: Processor,
+    S: crate::RedrivePorts,
+    B: crate::BreakerStore,
+{
+    // A continuation runs the request its token carries: the gate judges that one (a dry
+    // run's continuation is a dry run, never the breaker's probe).
+    let request = &request.resumed()?;
+    let probe = match gate(engine, breaker, request, deadline, on_item).await? {
+        Gate::Stop(mut report) => {
+            // Held back or stopped after its probe: the DLQ age alarm still gets its figure.
+            if !request.dry_run && report.oldest_dead_age_secs.is_none() {
+                report.oldest_dead_age_secs = engine.oldest_dead_age().await;
+            }
+            return Ok(report);
+        }
+        Gate::Go(probe) => probe,
+    };
+    let mut report = engine.run_until(request, deadline, on_item).await?;
+    if let Some(probe) = probe {
+        report.absorb(probe);
+    }
+    Ok(report)
+}
+
+async fn gate<P, S, B>(
+    engine: &RedriveEngine<P, S>,
+    breaker: Option<(&B, &crate::BreakerPolicy)>,
+    request: &RedriveRequest,
+    deadline: Option<tokio::time::Instant>,
+    on_item: &(dyn Fn(&crate::ItemOutcome) + Send + Sync),
+) -> Result<Gate, RedriveError>
+where
+    P: Processor,
+    S: crate::RedrivePorts,
+    B: crate::BreakerStore,
+{
+    let Some((breaker, policy)) = breaker else {
+        return Ok(Gate::Go(None));
+    };
+    if request.mode != crate::RedriveMode::Reprocess || request.dry_run {
+        return Ok(Gate::Go(None));
+    }
+    let skipped = |why: &str| {
+        tracing::info!("the worker's circuit breaker is open ({why}): nothing is reprocessed now");
+        Ok(Gate::Stop(RedriveReport {
+            mode: request.mode,
+            held_by_breaker: Some(why.to_string()),
+            ..RedriveReport::default()
+        }))
+    };
+    let now = engine.settings().retry.clock.system_time();
+    let state = match breaker.read().await {
+        Ok(state) => state,
+        Err(error) => {
+            // Unread, the breaker may be open: the run waits for a readable state (the
+            // schedule comes round again) rather than calling a downstream it may protect.
+            tracing::warn!(%error, "circuit breaker state unreadable");
+            return skipped("breaker state unreadable");
+        }
+    };
+    if state.is_open(now) {
+        return skipped("open period running");
+    }
+    if !state.is_half_open(now) {
+        return Ok(Gate::Go(None));
+    }
+    // The lock lasts as long as the probe run can: to its deadline, and never past its one
+    // item's lease (no attempt outlives it), with the worker's slack; so no worker sandbox
+    // probes beside it (the configured `probe_for` alone is a minute, an item's attempts
+    // may take longer).
+    let run_bound = deadline
+        .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+        .unwrap_or(engine.settings().lease_ttl)
+        .min(engine.settings().lease_ttl);
+    let lock = policy
+        .probe_for
+        .max(run_bound.saturating_add(crate::PROBE_SLACK));
+    let probe_until = now + lock;
+    match breaker.take_probe(probe_until, now).await {
+        Ok(true) => {}
+        Ok(false) => return skipped("a worker is probing"),
+        Err(error) => {
+            tracing::warn!(%error, "could not take the circuit breaker's probe");
+            return skipped("probe unavailable");
+        }
+    }
+    let probe = RedriveRequest {
+        max_items: Some(1),
+        continuation_token: None,
+        ..request.clone()
+    };
+    let report = match engine.run_until(&probe, deadline, on_item).await {
+        Ok(report) => report,
+        Err(error) => {
+            // Nothing was reprocessed: the probe goes back, as below.
+            if let Err(release) = breaker.release_probe(probe_until).await {
+                tracing::warn!(error = %release, "could not give back the circuit breaker's probe; it lapses by itself");
+            }
+            return Err(error);
+        }
+    };
+    if report.succeeded > 0 {
+        if let Err(error) = breaker.close().await {
+            tracing::warn!(%error, "could not close the circuit breaker");
+        }
+        tracing::info!("circuit breaker closed: the redrive's probe succeeded");
+        return Ok(Gate::Go(Some(report)));
+    }
+    if probe_failed_downstream(&report) {
+        let opens = state.opens + 1;
+        let until = now + crate::open_period(policy, opens);
+        if let Err(error) = breaker.open(until, opens, now).await {
+            tracing::warn!(%error, "could not open the circuit breaker again");
+        }
+        tracing::warn!("the redrive's probe failed: the circuit breaker is open again");
+        return Ok(Gate::Stop(report));
+    }
+    // Nothing told of the downstream (nothing eligible, an item skipped, a bad item's
+    // failure): the probe goes back, so that the next caller probes at once instead of
+    // every sandbox refusing its records until the lock lapses.
+    if crate::mutants::is_on(crate::mutants::Mutant::RedriveProbeKept) {
+        return Ok(Gate::Stop(report));
+    }
+    if let Err(error) = breaker.release_probe(probe_until).await {
+        tracing::warn!(%error, "could not give back the circuit breaker's probe; it lapses by itself");
+    }
+    Ok(Gate::Stop(report))
+}
+
+/// Whether a probe run saw the downstream fail: an item failed again with a transient
+/// class, as the worker's breaker counts failures. A bad item taken as the probe (one of
+/// the poison items the open breaker refused during the outage, now a 400) says nothing of
+/// the downstream, and does not reopen the breaker for every worker.
+fn probe_failed_downstream(report: &RedriveReport) -> bool {
+    report.items.iter().any(|item| {
+        item.outcome == crate::ItemOutcomeKind::FailedAgain
+            && item
+                .error_class
+                .is_some_and(|class| crate::breaker_counts(&crate::ProcessError::new(class, "")))
+    })
+}
+
+/// What the circuit breaker lets a redrive do.
+enum Gate {
+    /// Run (after the probe run, when this invocation was the probe).
+    Go(Option<RedriveReport>),
+    /// Answer with this report and run nothing more.
+    Stop(RedriveReport),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{dead_record, MemoryStore, ScriptedProcessor};
+    use crate::{BreakerState, BreakerStore, ErrorClass, ProcessError};
+    use crate::{ItemOutcome, ItemOutcomeKind};
+    use futures::future::BoxFuture;
+    use std::time::{Duration, SystemTime};
+
+    /// A breaker table every call to which fails (throttled, or a role without access).
+    struct Unreachable;
+
+    fn refused<T>() -> BoxFuture<'static, Result<T, ProcessError>> {
+        Box::pin(async { Err(ProcessError::new(ErrorClass::Throttled, "table throttled")) })
+    }
+
+    impl BreakerStore for Unreachable {
+        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            refused()
+        }
+        fn add_failures(
+            &self,
+            _: u32,
+            _: SystemTime,
+            _: Duration,
+        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            refused()
+        }
+        fn open(
+            &self,
+            _: SystemTime,
+            _: u32,
+            _: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            refused()
+        }
+        fn take_probe(
+            &self,
+            _: SystemTime,
+            _: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            refused()
+        }
+        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+            refused()
+        }
+        fn release_probe(&self, _: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+            refused()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_breaker_that_cannot_be_read_holds_the_run_back() {
+        let store = MemoryStore::new();
+        store.insert_dead_lettered(dead_record("a", ErrorClass::Throttled, 1));
+        let engine = RedriveEngine::new(
+            store,
+            Some(ScriptedProcessor::new()),
+            crate::RedriveSettings::default(),
+        );
+        let policy = crate::BreakerPolicy {
+            threshold: 3,
+            window: Duration::from_secs(60),
+            open_for: Duration::from_secs(30),
+            max_open: Duration::from_secs(600),
+            probe_for: Duration::from_secs(60),
+            refresh: Duration::ZERO,
+        };
+        let report = run_gated(
+            &engine,
+            Some((&Unreachable, &policy)),
+            &RedriveRequest::default(),
+            None,
+            &|_| {},
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            report.held_by_breaker.as_deref(),
+            Some("breaker state unreadable")
+        );
+        assert_eq!(report.selected, 0, "{report:?}");
+        assert_eq!(engine.processor.as_ref().map(|p| p.calls("a")), Some(0));
+    }
+
+    fn failed(class: ErrorClass) -> RedriveReport {
+        RedriveReport {
+            failed_again: 1,
+            items: vec![ItemOutcome {
+                item_id: "probe".to_string(),
+                outcome: ItemOutcomeKind::FailedAgain,
+                detail: None,
+                error_class: Some(class),
+            }],
+            ..RedriveReport::default()
+        }
+    }
+
+    #[test]
+    fn only_a_transient_failure_of_the_probe_reopens_the_breaker() {
+        for class in [
+            ErrorClass::ServerError,
+            ErrorClass::Throttled,
+            ErrorClass::Timeout,
+            ErrorClass::Connection,
+        ] {
+            assert!(probe_failed_downstream(&failed(class)), "{class:?}");
+        }
+        for class in [
+            ErrorClass::Validation,
+            ErrorClass::NotFound,
+            ErrorClass::Permission,
+            ErrorClass::Unknown,
+        ] {
+            assert!(!probe_failed_downstream(&failed(class)), "{class:?}");
+        }
+        assert!(!probe_failed_downstream(&RedriveReport::default()));
+    }
+}
