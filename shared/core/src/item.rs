@@ -65,10 +65,15 @@ impl FromStr for ItemIdSource {
 /// [`bounded_item_id`].
 pub const MAX_ITEM_ID_BYTES: usize = 1024;
 
-/// `id`, or `sha256:<hex digest of id>` when it is longer than [`MAX_ITEM_ID_BYTES`]: stable
-/// (the same id always maps to the same key) and short.
+/// `id`, or `sha256:<hex digest of id>` when it is longer than [`MAX_ITEM_ID_BYTES`] or
+/// holds a character SQS refuses in an attribute ([`crate::message::sqs_safe`]): stable
+/// (the same id always maps to the same key), short, and one every DLQ message can carry.
+/// An id with a control character (`{"id":"a\u0001b"}`, an S3 key with `%01`) would
+/// otherwise fail every DLQ send of its item.
 pub fn bounded_item_id(id: String) -> String {
-    if id.len() <= MAX_ITEM_ID_BYTES {
+    let safe = crate::message::sqs_safe(&id)
+        || crate::mutants::is_on(crate::mutants::Mutant::IdsUnsafeForSqs);
+    if id.len() <= MAX_ITEM_ID_BYTES && safe {
         id
     } else {
         format!("sha256:{}", crate::hex::sha256_hex(id.as_bytes()))
@@ -406,6 +411,53 @@ mod tests {
             .parse("m-1".into(), message(body, attrs))
             .unwrap();
         assert_eq!(by_message.item_id, "m-1");
+    }
+
+    /// An id SQS could not carry in the DLQ message's `item_id` attribute becomes its
+    /// digest, as an over-long one does; every other id is kept as it is.
+    #[test]
+    fn an_id_with_a_character_sqs_refuses_becomes_its_digest() {
+        let body = r#"{"id":"a\u0001b","tab":"a\tb","bom":"x\uFFFEy"}"#;
+        let id_of = |pointer: &str| {
+            parser(pointer, BodyFormat::Json)
+                .parse("m-1".into(), message(body, json!({})))
+                .unwrap()
+                .item_id
+        };
+        for (pointer, raw) in [("pointer:/id", "a\u{1}b"), ("pointer:/bom", "x\u{FFFE}y")] {
+            let id = id_of(pointer);
+            assert_eq!(
+                id,
+                format!("sha256:{}", crate::hex::sha256_hex(raw.as_bytes())),
+                "{pointer}"
+            );
+            assert!(crate::message::sqs_safe(&id));
+        }
+        assert_eq!(id_of("pointer:/tab"), "a\tb", "a tab is in SQS's set");
+    }
+
+    #[test]
+    fn sqs_character_set_is_the_documented_one() {
+        use crate::message::sqs_allows;
+        for c in [
+            '\t',
+            '\n',
+            '\r',
+            ' ',
+            '~',
+            '\u{D7FF}',
+            '\u{E000}',
+            '\u{FFFD}',
+            '\u{10000}',
+            '\u{10FFFF}',
+        ] {
+            assert!(sqs_allows(c), "{c:?}");
+        }
+        for c in [
+            '\u{0}', '\u{1}', '\u{8}', '\u{B}', '\u{1F}', '\u{FFFE}', '\u{FFFF}',
+        ] {
+            assert!(!sqs_allows(c), "{c:?}");
+        }
     }
 
     #[test]

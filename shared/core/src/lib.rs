@@ -155,10 +155,10 @@ pub use item::{
 };
 pub use message::{
     attribute_size, batches_by_size, dlq_item_id, fifo_group_id, fitting_additions,
-    is_valid_message_group_id, message_size, queue_of_arn, ERROR_CLASS_ATTRIBUTE,
-    ERROR_SIGNATURE_ATTRIBUTE, ITEM_ID_ATTRIBUTE, MAX_BATCH_BYTES, MAX_ENTRIES, MAX_MESSAGE_BYTES,
-    PAYLOAD_SHA256_ATTRIBUTE, RECORD_TABLE_ATTRIBUTE, RESERVED_ATTRIBUTES,
-    SOURCE_MESSAGE_ID_ATTRIBUTE, SOURCE_QUEUE_ARN_ATTRIBUTE,
+    is_valid_message_group_id, message_size, queue_of_arn, sqs_allows, sqs_safe,
+    ERROR_CLASS_ATTRIBUTE, ERROR_SIGNATURE_ATTRIBUTE, ITEM_ID_ATTRIBUTE, MAX_BATCH_BYTES,
+    MAX_ENTRIES, MAX_MESSAGE_BYTES, PAYLOAD_SHA256_ATTRIBUTE, RECORD_TABLE_ATTRIBUTE,
+    RESERVED_ATTRIBUTES, SOURCE_MESSAGE_ID_ATTRIBUTE, SOURCE_QUEUE_ARN_ATTRIBUTE,
 };
 #[cfg(feature = "sim")]
 pub use mutants::switch_on;

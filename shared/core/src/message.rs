@@ -154,6 +154,19 @@ mod dlq_item_id_tests {
 /// The largest message SQS takes, body and attributes together.
 pub const MAX_MESSAGE_BYTES: usize = 1_048_576;
 
+/// Whether SQS takes `c` in a message body or a string attribute value. Its documented
+/// character set is `#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF`.
+/// Any other character fails the whole send with `InvalidMessageContents`.
+pub fn sqs_allows(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
+/// Whether SQS takes `text` as a message body or a string attribute value
+/// ([`sqs_allows`] for each character).
+pub fn sqs_safe(text: &str) -> bool {
+    text.chars().all(sqs_allows)
+}
+
 /// One attribute's share of a message's size, as SQS counts it: its name, data type and
 /// value (a binary value by its bytes).
 pub fn attribute_size(name: &str, value: &crate::dead_letter::MessageAttribute) -> usize {

@@ -73,11 +73,14 @@ pub enum Mutant {
     /// A redrive's probe run that reprocessed nothing keeps the breaker's probe until it
     /// lapses: every sandbox refuses its records meanwhile.
     RedriveProbeKept,
+    /// An item id with a character SQS refuses in an attribute is kept as it is: every DLQ
+    /// send of its item fails with `InvalidMessageContents`.
+    IdsUnsafeForSqs,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -98,6 +101,7 @@ impl Mutant {
         Mutant::IneligibleLeasesNeverTakenBack,
         Mutant::ErrorsLoggedWhole,
         Mutant::RedriveProbeKept,
+        Mutant::IdsUnsafeForSqs,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -123,6 +127,7 @@ impl Mutant {
             Mutant::IneligibleLeasesNeverTakenBack => "ineligible-leases-never-taken-back",
             Mutant::ErrorsLoggedWhole => "errors-logged-whole",
             Mutant::RedriveProbeKept => "redrive-probe-kept",
+            Mutant::IdsUnsafeForSqs => "ids-unsafe-for-sqs",
         }
     }
 

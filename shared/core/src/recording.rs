@@ -196,7 +196,8 @@ pub struct RecordingSettings {
 }
 
 /// Moves the payload to the payload store when it would not stay inline
-/// ([`stays_inline`]).
+/// ([`stays_inline`]), or when SQS would refuse it as a DLQ message's body (a payload
+/// fetched from S3 may hold characters outside SQS's set: [`crate::message::sqs_safe`]).
 pub async fn offload_payload<T: PayloadStore>(
     table: &T,
     settings: &RecordingSettings,
@@ -205,7 +206,7 @@ pub async fn offload_payload<T: PayloadStore>(
     let PayloadLocation::Inline { body } = &record.payload.location else {
         return Ok(());
     };
-    if stays_inline(body.len(), settings.inline_max_bytes) {
+    if stays_inline(body.len(), settings.inline_max_bytes) && crate::message::sqs_safe(body) {
         return Ok(());
     }
     let pointer = S3Pointer {
@@ -464,6 +465,27 @@ mod tests {
             &format!("other/i/{sha}"),
         ] {
             assert!(!is_payload_key(key), "{key}");
+        }
+    }
+
+    /// A payload fetched from S3 may hold a character SQS refuses: the DLQ message then
+    /// carries its pointer, however small the payload is.
+    #[tokio::test]
+    async fn a_body_sqs_cannot_carry_goes_to_the_payload_store_however_small() {
+        let store = crate::testing::MemoryStore::new();
+        let settings = store.settings().clone();
+        for (body, offloaded) in [("bell \u{7}", true), ("tab \t ok", false)] {
+            let mut record = crate::testing::dead_record("a", crate::ErrorClass::Validation, 1);
+            record.payload.location = PayloadLocation::Inline { body: body.into() };
+            record.payload.sha256 = crate::hex::sha256_hex(body.as_bytes());
+            offload_payload(&store, &settings, &mut record)
+                .await
+                .unwrap();
+            assert_eq!(
+                matches!(record.payload.location, PayloadLocation::S3 { .. }),
+                offloaded,
+                "{body:?}"
+            );
         }
     }
 

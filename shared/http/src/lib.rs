@@ -208,14 +208,16 @@ impl HttpDelivery {
     fn headers(&self, item: &WorkItem) -> HeaderMap {
         let mut headers = HeaderMap::new();
         let mut set = |name: HeaderName, value: &str| {
-            // Ids with characters a header cannot carry are simply not sent.
+            // Ids are made header-safe (`header_safe_id`); a configured content type
+            // a header cannot carry is not sent.
             if let Ok(value) = HeaderValue::from_str(value) {
                 headers.insert(name, value);
             }
         };
         set(CONTENT_TYPE, &self.config.content_type);
-        set(HeaderName::from_static("idempotency-key"), &item.item_id);
-        set(HeaderName::from_static("x-item-id"), &item.item_id);
+        let id = header_safe_id(&item.item_id);
+        set(HeaderName::from_static("idempotency-key"), &id);
+        set(HeaderName::from_static("x-item-id"), &id);
         set(
             HeaderName::from_static("x-sqs-message-id"),
             &item.message_id,
@@ -284,6 +286,30 @@ impl Processor for HttpDelivery {
     }
 }
 
+/// What `Idempotency-Key` and `X-Item-Id` carry for `id`: the id itself when it is
+/// printable ASCII without surrounding spaces, else `UTF-8''` and its percent-encoded
+/// bytes (RFC 8187's form), every byte but the unreserved ones escaped.
+/// A header cannot carry a control character, and many servers mangle other bytes.
+/// The prefix keeps an encoded id apart from a plain id that spells the same escapes.
+pub fn header_safe_id(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id.bytes().all(|b| (0x20..0x7f).contains(&b))
+        && id.trim() == id
+        && !id.starts_with("UTF-8''");
+    if plain {
+        return id.to_string();
+    }
+    const ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    format!(
+        "UTF-8''{}",
+        percent_encoding::utf8_percent_encode(id, ESCAPED)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,5 +366,38 @@ mod tests {
         assert!(!debug.contains("k3y-value"), "{debug}");
         assert!(debug.contains("https://h/p?<redacted>"), "{debug}");
         assert!(debug.contains("x-api-key: <redacted>"), "{debug}");
+    }
+
+    /// Every id reaches the downstream as `Idempotency-Key`, one a header can carry: a
+    /// redelivery must be recognisable whatever characters its id holds.
+    #[test]
+    fn every_item_id_is_sent_as_an_idempotency_key() {
+        let delivery = HttpDelivery::new(HttpDeliveryConfig {
+            url: "http://127.0.0.1:9/in".parse().unwrap(),
+            timeout: Duration::from_secs(1),
+            content_type: "application/json".into(),
+            auth_header: None,
+        })
+        .unwrap();
+        let rows = [
+            ("order-7", "order-7"),
+            ("a b", "a b"),
+            ("a\nb", "UTF-8''a%0Ab"),
+            ("caf\u{e9}", "UTF-8''caf%C3%A9"),
+            (" padded", "UTF-8''%20padded"),
+            ("UTF-8''x", "UTF-8''UTF-8%27%27x"),
+        ];
+        for (id, sent) in rows {
+            let mut item = WorkItem::new("m-1", "{}");
+            item.item_id = id.to_string();
+            let headers = delivery.headers(&item);
+            for name in ["idempotency-key", "x-item-id"] {
+                assert_eq!(
+                    headers.get(name).and_then(|v| v.to_str().ok()),
+                    Some(sent),
+                    "{name} for {id:?}"
+                );
+            }
+        }
     }
 }

@@ -475,6 +475,42 @@ pub fn write(run: &BenchRun, json: &Path, markdown_path: &Path) -> Result<(), St
     }
     let figures = serde_json::to_string_pretty(run).map_err(|e| e.to_string())?;
     std::fs::write(json, figures).map_err(|e| format!("cannot write {}: {e}", json.display()))?;
-    std::fs::write(markdown_path, markdown(run))
+    let kept = std::fs::read_to_string(markdown_path)
+        .map(|existing| sections_measured_apart(&existing))
+        .unwrap_or_default();
+    std::fs::write(markdown_path, markdown(run) + &kept)
         .map_err(|e| format!("cannot write {}: {e}", markdown_path.display()))
+}
+
+/// The sections of `existing` measured by another command (`make bench-store`): each
+/// says "Not written by `make bench`" and is kept, whole and in order, when the run
+/// rewrites the file.
+fn sections_measured_apart(existing: &str) -> String {
+    let mut sections: Vec<String> = Vec::new();
+    for line in existing.split_inclusive('\n') {
+        match sections.last_mut() {
+            Some(section) if !line.starts_with("## ") => section.push_str(line),
+            _ => sections.push(line.to_string()),
+        }
+    }
+    sections
+        .into_iter()
+        .filter(|s| s.starts_with("## ") && s.contains("Not written by `make bench`"))
+        .map(|s| format!("\n{}", s.trim_end_matches('\n').to_string() + "\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod kept_tests {
+    use super::sections_measured_apart;
+
+    #[test]
+    fn only_the_sections_measured_apart_are_kept() {
+        let existing = "# Benchmarks\n\n## Worker\n\nfigures\n\n## At scale\n\nNot written by `make bench`: by hand.\n\n| a |\n\n## Other\n\nmore\n";
+        assert_eq!(
+            sections_measured_apart(existing),
+            "\n## At scale\n\nNot written by `make bench`: by hand.\n\n| a |\n"
+        );
+        assert_eq!(sections_measured_apart("# Benchmarks\n"), "");
+    }
 }

@@ -229,6 +229,11 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
         }
         Event::Step { item, what } => state.after_step(actor, item, what),
         Event::Note { item, what } => state.ext.trace.note(actor, item, what),
+        Event::ContentsRefused { item, call } => state.violate(
+            Section::DlqRule,
+            item,
+            format!("{call}: SQS refused the message for a character outside its set (InvalidMessageContents)"),
+        ),
         Event::RowWrite { item, size } => {
             state.ext.stats.largest_record = state.ext.stats.largest_record.max(*size);
             if *size > ITEM_SIZE_LIMIT {

@@ -142,3 +142,8 @@ fn finds_a_redrive_probe_run_that_keeps_the_probe() {
         &["ended without closing the breaker"],
     );
 }
+
+#[test]
+fn finds_an_item_id_sqs_refuses_in_the_dlq_message() {
+    finds(Mutant::IdsUnsafeForSqs, &["InvalidMessageContents"]);
+}

@@ -293,8 +293,8 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
 
     /// The queue and message that put `record` back: the body inline when the queue takes
     /// it with the message's attributes (its `MaximumMessageSize`, up to 1 MiB, read once
-    /// per queue; 256 KiB when it cannot be read), else the S3 payload as an Extended
-    /// Client pointer.
+    /// per queue; 256 KiB when it cannot be read) and SQS's character set allows it, else
+    /// the S3 payload as an Extended Client pointer.
     async fn requeue_message(
         &self,
         index: usize,
@@ -310,15 +310,26 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             .saturating_add(record.payload.size_bytes)
             <= limit;
         message.body = match &record.payload.location {
-            PayloadLocation::S3 { bucket, key } if !fits => {
+            PayloadLocation::S3 { bucket, key } => {
                 let pointer = S3Pointer {
                     bucket: bucket.clone(),
                     key: key.clone(),
                 };
-                self.refresh_payload(&pointer, record).await?;
-                pointer.to_body()
+                let inline = match fits {
+                    true => Some(self.load_body(record).await?),
+                    false => None,
+                };
+                // SQS refuses a body with a character outside its set: such a payload
+                // goes back as its pointer, however small.
+                match inline.filter(|body| crate::message::sqs_safe(body)) {
+                    Some(body) => body,
+                    None => {
+                        self.refresh_payload(&pointer, record).await?;
+                        pointer.to_body()
+                    }
+                }
             }
-            _ => self.load_body(record).await?,
+            PayloadLocation::Inline { .. } => self.load_body(record).await?,
         };
         Ok((url, message))
     }

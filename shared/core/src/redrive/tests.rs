@@ -1257,3 +1257,36 @@ async fn a_redrive_attempt_cut_at_the_runs_deadline_releases_its_idempotency_cla
         "the cut attempt's claim is left: {claim:?}"
     );
 }
+
+/// SQS refuses a body with a character outside its set: a small S3 payload holding one
+/// goes back as its pointer, not inline (the in-memory queue refuses it as SQS does).
+#[tokio::test]
+async fn a_payload_sqs_cannot_carry_is_requeued_as_its_pointer() {
+    let pointer = S3Pointer {
+        bucket: "payloads".into(),
+        key: "a".into(),
+    };
+    let body = "{\"id\":\"a\",\"note\":\"bell \u{7}\"}";
+    let mut record = dead_record("a", ErrorClass::Throttled, 1);
+    record.payload.location = PayloadLocation::S3 {
+        bucket: pointer.bucket.clone(),
+        key: pointer.key.clone(),
+    };
+    record.payload.sha256 = crate::hex::sha256_hex(body.as_bytes());
+    record.payload.size_bytes = body.len() as u64;
+    let engine = engine_with(vec![record], ScriptedProcessor::new());
+    engine.store().put_payload(&pointer, body);
+    let report = run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeued, 1, "{report:?}");
+    let sent = engine.store().sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(S3Pointer::parse(&sent[0].1.body), Some(pointer.clone()));
+    assert!(engine.store().has_payload(&pointer));
+}

@@ -180,6 +180,26 @@ pub struct Queue {
     prefix: &'static str,
 }
 
+/// SQS's `InvalidMessageContents` when `body` or a string attribute holds a character
+/// outside its set ([`crate::message::sqs_safe`]). The emulators do not enforce the set;
+/// the in-memory queues do, as SQS does.
+pub fn refused_contents(
+    body: &str,
+    attributes: &[(String, MessageAttribute)],
+) -> Option<crate::error::ProcessError> {
+    let safe = crate::message::sqs_safe(body)
+        && attributes
+            .iter()
+            .filter_map(|(_, value)| value.string_value())
+            .all(crate::message::sqs_safe);
+    (!safe).then(|| {
+        crate::error::ProcessError::new(
+            crate::error::ErrorClass::Validation,
+            "InvalidMessageContents: the message holds a character outside SQS's set",
+        )
+    })
+}
+
 /// The account of the queues [`Queue::new`] makes.
 pub const ACCOUNT: &str = "123456789012";
 

@@ -183,6 +183,14 @@ pub enum Event<'a> {
         /// Its body.
         body: &'a str,
     },
+    /// A message SQS refused for a character outside its set (`InvalidMessageContents`):
+    /// a message built wrong, which no retry will fix.
+    ContentsRefused {
+        /// The item the message names, or `-`.
+        item: &'a str,
+        /// The call that sent it.
+        call: &'a str,
+    },
     /// A record deleted, as it was.
     RecordDeleted {
         /// The item.

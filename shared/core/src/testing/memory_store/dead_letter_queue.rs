@@ -27,6 +27,16 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
                 .with_step("dlq")));
                 continue;
             }
+            let (body, attributes) = dlq_message(record);
+            if let Some(error) = super::super::queue::refused_contents(&body, &attributes) {
+                let event = Event::ContentsRefused {
+                    item: &record.item_id,
+                    call: "send_to_dlq",
+                };
+                state.observe(&self.actor, &event);
+                results.push(Err(error.with_step("dlq")));
+                continue;
+            }
             let id = send_dead_letter(&mut state, record, self.world.now_ms());
             state.step(
                 &self.actor,
@@ -250,6 +260,15 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
             let size = crate::message::message_size(&message.body, &attributes);
             added = crate::message::fitting_additions(size, added, state.dlq.max_message_bytes);
             attributes.extend(added);
+            if let Some(error) = super::super::queue::refused_contents(&message.body, &attributes) {
+                let item = message.item_id();
+                let event = Event::ContentsRefused {
+                    item: &item,
+                    call: "rotate",
+                };
+                state.observe(&self.actor, &event);
+                return Err(error.with_step("dlq-rotate"));
+            }
             // SQS refuses a message over the queue's size, attributes included.
             if crate::message::message_size(&message.body, &attributes)
                 > state.dlq.max_message_bytes

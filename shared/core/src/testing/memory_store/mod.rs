@@ -618,4 +618,27 @@ mod tests {
             .unwrap();
         assert!(store.row("a").is_none(), "{:?}", store.row("a"));
     }
+
+    /// SQS refuses a DLQ message whose `item_id` attribute or body holds a character
+    /// outside its set; the in-memory DLQ does too (the emulators do not).
+    #[tokio::test]
+    async fn the_dlq_refuses_what_sqs_refuses() {
+        let store = MemoryStore::new();
+        let bad_id = dead_record("a\u{1}b", ErrorClass::Validation, 1);
+        let mut bad_body = dead_record("c", ErrorClass::Validation, 1);
+        bad_body.payload.location = PayloadLocation::Inline {
+            body: "bell \u{7}".into(),
+        };
+        let good = dead_record("d", ErrorClass::Validation, 1);
+        let results = store.send_to_dlq(&[&bad_id, &bad_body, &good]).await;
+        let refused: Vec<bool> = results
+            .iter()
+            .map(|r| {
+                r.as_ref()
+                    .is_err_and(|e| e.message.contains("InvalidMessageContents"))
+            })
+            .collect();
+        assert_eq!(refused, [true, true, false]);
+        assert_eq!(store.dlq_messages().len(), 1);
+    }
 }

@@ -51,6 +51,15 @@ impl<X: Send + 'static> SourceQueue for MemoryStore<X> {
                 results.push(Err("InvalidParameterValue refused (injected)".to_string()));
                 continue;
             }
+            if let Some(error) = super::super::queue::refused_contents(&m.body, &m.attributes) {
+                let event = Event::ContentsRefused {
+                    item: &item,
+                    call: "requeue",
+                };
+                state.observe(&self.actor, &event);
+                results.push(Err(error.message));
+                continue;
+            }
             let Some(queue) = state.source_at(queue_url) else {
                 results.push(Err("no such queue".to_string()));
                 continue;
