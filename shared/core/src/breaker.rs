@@ -157,6 +157,10 @@ pub struct Breaker<P, S> {
     last_contact: Mutex<Option<tokio::time::Instant>>,
     /// The wall clock the breaker's periods are read by ([`Breaker::with_clock`]).
     clock: Clock,
+    /// This sandbox's one probe slot: of the records that find the breaker half-open at
+    /// once, one probes and the others are refused, whatever the table answers. Without
+    /// it, a table out of reach let every one of them probe on its own.
+    probe_slot: tokio::sync::Mutex<()>,
 }
 
 impl<P, S> Breaker<P, S> {
@@ -172,6 +176,7 @@ impl<P, S> Breaker<P, S> {
             open_failed: std::sync::atomic::AtomicBool::new(false),
             last_contact: Mutex::new(None),
             clock: Clock::default(),
+            probe_slot: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -551,6 +556,27 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         }
     }
 
+    /// Gives the probe back after a probe that decided nothing: the breaker stays half-open
+    /// and the next record probes at once, rather than every record being refused until
+    /// the lock lapses.
+    async fn give_back_probe(&self, lock: SystemTime, state: &BreakerState, on_its_own: bool) {
+        if !on_its_own {
+            match self.store.release_probe(lock).await {
+                Ok(()) => self.touch(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not give back the circuit breaker's probe; it lapses by itself");
+                }
+            }
+        }
+        tracing::info!(
+            "the probe's failure never reached the downstream: the circuit breaker stays half-open"
+        );
+        self.remember(&BreakerState {
+            probe_until: None,
+            ..state.clone()
+        });
+    }
+
     /// How long the probe's lock lasts: the configured time, and at least as long as the
     /// probe's call can run (its timeout, bounded by the invocation's cut-off), so that
     /// no second probe starts while the first still runs.
@@ -579,6 +605,11 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         state: &BreakerState,
         now: SystemTime,
     ) -> Result<Outcome, ProcessError> {
+        let _slot = match self.probe_slot.try_lock() {
+            Ok(slot) => Some(slot),
+            Err(_) if crate::mutants::is_on(crate::mutants::Mutant::ProbeSlotShared) => None,
+            Err(_) => return Err(refused_while_probing()),
+        };
         let lock = now + self.probe_lock();
         let taken = self.store.take_probe(lock, now).await;
         // The table out of reach for a whole open period: this sandbox probes on its own
@@ -625,6 +656,9 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                         });
                     }
                 }
+                Err(error) if !downstream_answered(error) => {
+                    self.give_back_probe(lock, state, on_its_own).await;
+                }
                 _ => match self.store.close().await {
                     Ok(()) => {
                         self.touch();
@@ -654,6 +688,13 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         .await;
         result
     }
+}
+
+/// Whether a failure carries the downstream's answer: a response status or a service's
+/// error code. A failure without either (a handler's own decode error) never reached the
+/// downstream, and a probe it ends decides nothing.
+fn downstream_answered(error: &ProcessError) -> bool {
+    !error.is_breaker_refusal() && (error.status.is_some() || error.code.is_some())
 }
 
 impl<P: Processor, S: BreakerStore> Processor for Breaker<P, S> {
@@ -886,8 +927,191 @@ mod tests {
     impl Processor for RefusesBadItems {
         async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
-            Err(ProcessError::validation("no such order"))
+            Err(ProcessError::from_http_status(400, "no such order"))
         }
+    }
+
+    /// A handler failing before it calls the downstream (its own decode error).
+    struct FailsBeforeCalling {
+        calls: Arc<AtomicU32>,
+    }
+
+    impl Processor for FailsBeforeCalling {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Err(ProcessError::validation("the body is not an order"))
+        }
+    }
+
+    /// A breaker opened a while ago whose open period is over: half-open, no probe.
+    async fn half_open_store() -> MemoryBreakerStore {
+        let store = MemoryBreakerStore::default();
+        let now = SystemTime::now();
+        assert!(store
+            .open(
+                now - Duration::from_secs(1),
+                1,
+                now - Duration::from_secs(2)
+            )
+            .await
+            .unwrap());
+        store
+    }
+
+    /// Only the downstream's answer decides a probe: a failure that never reached it
+    /// leaves the breaker half-open with the probe given back (it closed the breaker, so
+    /// every record went to a downstream nobody had heard from).
+    #[tokio::test]
+    async fn a_probe_that_never_reached_the_downstream_decides_nothing() {
+        let store = half_open_store().await;
+        let calls = Arc::new(AtomicU32::new(0));
+        let sandbox = Breaker::new(
+            FailsBeforeCalling {
+                calls: calls.clone(),
+            },
+            store.clone(),
+            policy(),
+        );
+        let item = WorkItem::new("m", "{}");
+        let probe = sandbox.process(&item).await.unwrap_err();
+        assert_eq!(probe.class, ErrorClass::Validation);
+        let state = store.state();
+        let now = SystemTime::now();
+        assert!(state.is_half_open(now), "{state:?}");
+        assert_eq!((state.opens, state.probe_until), (1, None), "{state:?}");
+        // The next record is the next probe, at once.
+        sandbox.process(&item).await.unwrap_err();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// A breaker table that takes no call once `down` is set.
+    #[derive(Clone, Default)]
+    struct Outage {
+        inner: MemoryBreakerStore,
+        down: Arc<AtomicBool>,
+    }
+
+    impl Outage {
+        fn call<'a, T: Send + 'a>(
+            &'a self,
+            call: BoxFuture<'a, Result<T, ProcessError>>,
+        ) -> BoxFuture<'a, Result<T, ProcessError>> {
+            Box::pin(async move {
+                if self.down.load(Ordering::SeqCst) {
+                    // A connection that times out takes a while to fail.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    return Err(ProcessError::new(
+                        ErrorClass::Connection,
+                        "table unreachable",
+                    ));
+                }
+                call.await
+            })
+        }
+    }
+
+    impl BreakerStore for Outage {
+        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.call(self.inner.read())
+        }
+        fn add_failures(
+            &self,
+            n: u32,
+            now: SystemTime,
+            window: Duration,
+        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
+            self.call(self.inner.add_failures(n, now, window))
+        }
+        fn open(
+            &self,
+            until: SystemTime,
+            opens: u32,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            self.call(self.inner.open(until, opens, now))
+        }
+        fn take_probe(
+            &self,
+            until: SystemTime,
+            now: SystemTime,
+        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
+            self.call(self.inner.take_probe(until, now))
+        }
+        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
+            self.call(self.inner.close())
+        }
+        fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
+            self.call(self.inner.release_probe(until))
+        }
+    }
+
+    /// A downstream that answers 503 after a while.
+    struct SlowlyFailing {
+        calls: Arc<AtomicU32>,
+    }
+
+    impl Processor for SlowlyFailing {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(ProcessError::from_http_status(503, "unavailable"))
+        }
+    }
+
+    /// A sandbox out of touch with the table for an open period probes on its own, with
+    /// one record: the others that find it half-open at the same moment are refused.
+    /// Each took the (failing) lock and called the failing downstream.
+    #[tokio::test]
+    async fn a_sandbox_out_of_touch_with_the_table_probes_with_one_record() {
+        let table = Outage::default();
+        let now = SystemTime::now();
+        assert!(table
+            .inner
+            .open(now + Duration::from_millis(300), 1, now)
+            .await
+            .unwrap());
+        let calls = Arc::new(AtomicU32::new(0));
+        // A sandbox trusts what it read for the refresh period, as in production (5 s):
+        // the records that find it half-open come at the probe together.
+        let sandbox = Breaker::new(
+            SlowlyFailing {
+                calls: calls.clone(),
+            },
+            table.clone(),
+            BreakerPolicy {
+                refresh: Duration::from_secs(5),
+                ..policy()
+            },
+        );
+        let item = WorkItem::new("m", "{}");
+        // Read open; then the table goes away for longer than the open period.
+        let refused = sandbox.process(&item).await.unwrap_err();
+        assert!(refused.is_breaker_refusal(), "{refused:?}");
+        table.down.store(true, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let sandbox = Arc::new(sandbox);
+        let records: Vec<_> = (0..10)
+            .map(|n| {
+                let sandbox = sandbox.clone();
+                tokio::spawn(
+                    async move { sandbox.process(&WorkItem::new(format!("m{n}"), "{}")).await },
+                )
+            })
+            .collect();
+        let mut results = Vec::new();
+        for record in records {
+            results.push(record.await.unwrap());
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            1,
+            "one probe, not one per record"
+        );
+        let refusals = results
+            .iter()
+            .filter(|r| r.as_ref().is_err_and(ProcessError::is_breaker_refusal))
+            .count();
+        assert_eq!(refusals, 9);
     }
 
     /// A probe whose item is bad found the downstream answering: it closes the breaker.

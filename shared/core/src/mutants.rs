@@ -76,11 +76,14 @@ pub enum Mutant {
     /// An item id with a character SQS refuses in an attribute is kept as it is: every DLQ
     /// send of its item fails with `InvalidMessageContents`.
     IdsUnsafeForSqs,
+    /// A sandbox has no probe slot of its own: out of touch with the breaker's table, every
+    /// record that finds it half-open probes on its own.
+    ProbeSlotShared,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 22] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -102,6 +105,7 @@ impl Mutant {
         Mutant::ErrorsLoggedWhole,
         Mutant::RedriveProbeKept,
         Mutant::IdsUnsafeForSqs,
+        Mutant::ProbeSlotShared,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -128,6 +132,7 @@ impl Mutant {
             Mutant::ErrorsLoggedWhole => "errors-logged-whole",
             Mutant::RedriveProbeKept => "redrive-probe-kept",
             Mutant::IdsUnsafeForSqs => "ids-unsafe-for-sqs",
+            Mutant::ProbeSlotShared => "probe-slot-shared",
         }
     }
 

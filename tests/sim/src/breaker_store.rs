@@ -217,6 +217,24 @@ pub fn probe_left_unanswered(state: &crate::world::State, actor: &str) -> Option
     })
 }
 
+/// Whether `sandbox` calls the downstream now as a probe on its own: the breaker it knew
+/// half-open, the probe not taken in the table, and no call to the table succeeding for
+/// an open period.
+pub fn probes_on_its_own(state: &crate::world::State, sandbox: &str, now: SystemTime) -> bool {
+    let ledger = &state.ext.ledger;
+    let Some(known) = ledger.breaker_known.get(sandbox) else {
+        return false;
+    };
+    let holds_probe = ledger.probes.get(sandbox).is_some_and(|until| *until > now);
+    let out_of_touch = match (ledger.breaker_contact.get(sandbox), ledger.breaker_open_for) {
+        (Some(contact), Some(open_for)) => {
+            now.duration_since(*contact).unwrap_or_default() >= open_for
+        }
+        _ => false,
+    };
+    known.is_half_open(now) && !holds_probe && out_of_touch
+}
+
 /// §1.12: the breaker withholds the downstream from a sandbox that knows it open, and
 /// lets through only the sandbox that holds the probe while it is half-open (one at a
 /// time: taking the probe is conditional). Judged by what `sandbox` last read or wrote: a

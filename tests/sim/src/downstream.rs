@@ -100,6 +100,8 @@ struct RunningCall {
     world: Arc<World>,
     item_id: String,
     redrive: bool,
+    /// The sandbox whose probe on its own this call is (§1.12: one at a time).
+    own_probe: Option<String>,
 }
 
 impl Drop for RunningCall {
@@ -112,6 +114,11 @@ impl Drop for RunningCall {
         }
         if let Some(n) = state.ext.running_now.get_mut(&self.item_id) {
             *n = n.saturating_sub(1);
+        }
+        if let Some(sandbox) = &self.own_probe {
+            if let Some(n) = state.ext.own_probes_now.get_mut(sandbox) {
+                *n = n.saturating_sub(1);
+            }
         }
     }
 }
@@ -136,7 +143,9 @@ fn unsettled_before(state: &crate::world::State, item: &WorkItem) -> Option<Stri
 impl Downstream {
     /// The checks at the start of an attempt. §1.6: a FIFO group's order is kept. §1.7:
     /// none starts after its invocation's cut-off. §3: a redrive's attempt starts only while its run holds the item's lease.
-    fn check_start(&self, item: &WorkItem) {
+    /// §1.12: a sandbox probing on its own does so with one record at a time. Returns the
+    /// sandbox when this call is such a probe.
+    fn check_start(&self, item: &WorkItem) -> Option<String> {
         let now = self.world.clock.now();
         let mut state = self.world.lock();
         if self.actor.starts_with("worker") {
@@ -155,6 +164,21 @@ impl Downstream {
             {
                 state.violate(Section::Breaker, &item.item_id, broken);
             }
+            let own_probe =
+                crate::breaker_store::probes_on_its_own(&state, &self.actor, now.into())
+                    .then(|| self.actor.clone());
+            if let Some(sandbox) = &own_probe {
+                let running = state.ext.own_probes_now.entry(sandbox.clone()).or_default();
+                *running += 1;
+                let running = *running;
+                if running > 1 {
+                    state.violate(
+                        Section::Breaker,
+                        &item.item_id,
+                        format!("{sandbox}, out of touch with the breaker's table, probed with {running} records at once: one probe per sandbox"),
+                    );
+                }
+            }
             if let Some(cut_off) = sqs_keeper_core::context::deadline() {
                 if std::time::SystemTime::from(now) > cut_off {
                     state.violate(
@@ -167,7 +191,7 @@ impl Downstream {
                     );
                 }
             }
-            return;
+            return own_probe;
         }
         if let Some(broken) =
             crate::breaker_store::redrive_call_refused(&state, &self.actor, now.into())
@@ -191,6 +215,7 @@ impl Downstream {
                 ),
             );
         }
+        None
     }
 }
 
@@ -199,7 +224,7 @@ impl Processor for Downstream {
         // §3: one lease owner at a time. Two redrive runs never process one item at once
         // (the worker may: another body under the same item id is another message). §6:
         // with idempotency, nobody does.
-        let _call = {
+        let call = {
             let mut state = self.world.lock();
             let redrive = !self.actor.starts_with("worker");
             if redrive {
@@ -242,9 +267,11 @@ impl Processor for Downstream {
                 world: self.world.clone(),
                 item_id: item.item_id.clone(),
                 redrive,
+                own_probe: None,
             }
         };
-        self.check_start(item);
+        let mut call = call;
+        call.own_probe = self.check_start(item);
         if sqs_keeper_core::S3Pointer::parse(&item.body).is_some() {
             self.world.lock().violate(
                 Section::NoPointer,

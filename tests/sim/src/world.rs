@@ -151,6 +151,8 @@ pub struct Sim {
     pub envelopes: sqs_keeper_core::envelope::Envelopes,
     /// The worker's `receive_budget_margin`: its last receive comes this many early.
     pub receive_budget_margin: u32,
+    /// Downstream calls running now by a sandbox probing on its own (§1.12: at most one).
+    pub own_probes_now: HashMap<String, u32>,
     /// Redrive runs processing each item at this moment (§3: at most one).
     pub redriving_now: HashMap<String, u32>,
     /// The downstream answers 503 to everything.
@@ -179,6 +181,7 @@ pub fn new_state(seed: u64, source: Queue, dlq: Queue) -> State {
             running_now: HashMap::new(),
             envelopes: Default::default(),
             receive_budget_margin: 0,
+            own_probes_now: HashMap::new(),
             redriving_now: HashMap::new(),
             outage: false,
             ledger: Ledger::default(),

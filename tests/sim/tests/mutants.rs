@@ -147,3 +147,8 @@ fn finds_a_redrive_probe_run_that_keeps_the_probe() {
 fn finds_an_item_id_sqs_refuses_in_the_dlq_message() {
     finds(Mutant::IdsUnsafeForSqs, &["InvalidMessageContents"]);
 }
+
+#[test]
+fn finds_a_sandbox_that_probes_with_every_record_out_of_touch() {
+    finds(Mutant::ProbeSlotShared, &["records at once"]);
+}
