@@ -4,7 +4,9 @@
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), sqs_keeper::Error> {
     let setup = sqs_keeper::Setup::from_env().await?;
-    let table = std::env::var("LEDGER_TABLE").map_err(|_| "LEDGER_TABLE is not set")?;
+    let Ok(table) = std::env::var("LEDGER_TABLE") else {
+        return Err(sqs_keeper::init_failed("LEDGER_TABLE is not set").await);
+    };
     let client = aws_sdk_dynamodb::Client::new(setup.aws_config().await);
     setup.run(ledger_example::Ledger::new(client, table)).await
 }

@@ -3,6 +3,12 @@
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), sqs_keeper::Error> {
-    let url = std::env::var("NOTIFY_URL").map_err(|_| "NOTIFY_URL is not set")?;
-    sqs_keeper::run(notify_example::Notifier::new(&url)?).await
+    let Ok(url) = std::env::var("NOTIFY_URL") else {
+        return Err(sqs_keeper::init_failed("NOTIFY_URL is not set").await);
+    };
+    let notifier = match notify_example::Notifier::new(&url) {
+        Ok(notifier) => notifier,
+        Err(e) => return Err(sqs_keeper::init_failed(e).await),
+    };
+    sqs_keeper::run(notifier).await
 }

@@ -5,7 +5,9 @@
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), sqs_keeper::Error> {
     let setup = sqs_keeper::Setup::from_env().await?;
-    let table = std::env::var("ORDERS_TABLE").map_err(|_| "ORDERS_TABLE is not set")?;
+    let Ok(table) = std::env::var("ORDERS_TABLE") else {
+        return Err(sqs_keeper::init_failed("ORDERS_TABLE is not set").await);
+    };
     let client = aws_sdk_dynamodb::Client::new(setup.aws_config().await);
     setup.run(orders_example::Orders::new(client, table)).await
 }

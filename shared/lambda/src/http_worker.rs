@@ -54,10 +54,13 @@ async fn setup_and_delivery(
 /// The shipped worker's start: the logs, every variable (the handler's and the
 /// downstream's, all problems named at once), the downstream credential from Secrets
 /// Manager when one is configured. Returns the [`Setup`] to run the delivery with, so the
-/// shipped worker runs the way any handler does. A failure is logged and returned.
+/// shipped worker runs the way any handler does. A failure is reported to Lambda
+/// (`/runtime/init/error`) and returned; `main` prints it.
 pub async fn http_delivery_from_env() -> Result<(Setup, HttpDelivery), StartupError> {
     crate::telemetry::init();
-    async { setup_and_delivery(WorkerConfig::from_env()?, None).await }
-        .await
-        .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
+    let started = async { setup_and_delivery(WorkerConfig::from_env()?, None).await }.await;
+    if let Err(error) = &started {
+        error.report().await;
+    }
+    started
 }

@@ -38,6 +38,7 @@
 //! | `runtime` | plugs the worker into `lambda_runtime` ahead of its serde decode ([`WorkerLayer`]) | via traits |
 //! | `http_worker` | the shipped worker's start-up: `HttpDelivery` into the configured store (`http` feature) | env, AWS |
 //! | `redrive_function` | the Lambda handler the `redrive` binary runs (`http` feature) | via ports |
+//! | [`init_error`] | a start-up failure posted to the Runtime API's `/runtime/init/error` ([`init_failed`]) | Runtime API |
 //! | `metrics` | CloudWatch Embedded Metric Format lines per invocation, worker and redrive ([`emf_documents`]) | stdout |
 //! | `telemetry` | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span ([`init_telemetry`], [`InvocationLayer`]) | stdout |
 //!
@@ -54,6 +55,7 @@
 mod config;
 #[cfg(feature = "http")]
 mod http_worker;
+pub mod init_error;
 mod metrics;
 #[cfg(feature = "http")]
 mod redrive_function;
@@ -73,6 +75,7 @@ pub use config::{
 pub use config::{DownstreamAuth, PollingTarget, RedriveConfig, WorkerConfig};
 #[cfg(feature = "http")]
 pub use http_worker::{http_delivery_from_env, DefaultWorker};
+pub use init_error::init_failed;
 pub use metrics::{
     emf_documents, emit as emit_metrics, emit_redrive as emit_redrive_metrics, redrive_document,
     InvocationTimings, MAX_VALUES_PER_METRIC, NAMESPACE as METRICS_NAMESPACE,

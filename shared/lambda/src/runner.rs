@@ -169,10 +169,14 @@ impl Setup {
     /// returned, naming the variable.
     pub async fn from_env() -> Result<Setup, StartupError> {
         crate::telemetry::init();
-        HandlerConfig::from_env()
-            .map(Setup::new)
-            .map_err(StartupError::from)
-            .inspect_err(|e| tracing::error!(error = %e, "worker cannot start"))
+        match HandlerConfig::from_env() {
+            Ok(config) => Ok(Setup::new(config)),
+            Err(e) => {
+                let error = StartupError::from(e);
+                error.report().await;
+                Err(error)
+            }
+        }
     }
 
     /// A set-up from a configuration read elsewhere.
@@ -329,6 +333,10 @@ impl Setup {
             tracing::error!("{why}");
             return Err(why.into());
         }
+        let concurrency = std::env::var(MAX_CONCURRENCY_VAR).ok();
+        if let Some(warning) = concurrency_warning(concurrency.as_deref()) {
+            tracing::warn!("{warning}");
+        }
         let worker = self.worker(processor).await;
         // The worker serves every invocation until the process ends.
         let worker: &'static _ = Box::leak(Box::new(worker));
@@ -341,5 +349,40 @@ impl Setup {
             .layer(InvocationLayer)
             .run_concurrent()
             .await
+    }
+}
+
+/// The variable Lambda Managed Instances sets to the invocations a process serves at once.
+pub const MAX_CONCURRENCY_VAR: &str = "AWS_LAMBDA_MAX_CONCURRENCY";
+
+/// What to warn of when [`MAX_CONCURRENCY_VAR`] is set but not a whole number of 1 or more:
+/// the runtime then serves one invocation at a time, and says nothing.
+fn concurrency_warning(value: Option<&str>) -> Option<String> {
+    let value = value?;
+    // Parsed as the runtime parses it (no trimming).
+    match value.parse::<u32>() {
+        Ok(n) if n >= 1 => None,
+        _ => Some(format!(
+            "{MAX_CONCURRENCY_VAR}={value:?} is not a whole number of 1 or more: this process serves one invocation at a time"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_max_concurrency_that_is_no_count_is_warned_of() {
+        for good in [None, Some("1"), Some("8")] {
+            assert_eq!(concurrency_warning(good), None, "{good:?}");
+        }
+        for bad in ["0", "abc", "-2", "", "1.5", " 4"] {
+            let warning = concurrency_warning(Some(bad)).unwrap_or_default();
+            assert!(
+                warning.contains("one invocation at a time"),
+                "{bad:?}: {warning}"
+            );
+        }
     }
 }

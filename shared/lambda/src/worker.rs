@@ -22,8 +22,9 @@ use sqs_keeper_core::{worst_case_record_time, Deadline, InvocationBudget};
 use sqs_keeper_core::{BatchError, BatchProcessor, BatchReport};
 use sqs_keeper_core::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
 
-/// Why the worker could not start.
-#[derive(Debug, thiserror::Error)]
+/// Why the worker could not start. Its `Debug` is its message: `main` returning it prints
+/// `Error: <message>`, once and readable.
+#[derive(thiserror::Error)]
 pub enum StartupError {
     /// The environment is incomplete or wrong.
     #[error(transparent)]
@@ -35,6 +36,33 @@ pub enum StartupError {
     #[cfg(feature = "http")]
     #[error(transparent)]
     Secret(#[from] sqs_keeper_aws::SecretError),
+    /// The handler's own set-up failed ([`crate::init_failed`]).
+    #[error("{0}")]
+    Handler(String),
+}
+
+impl std::fmt::Debug for StartupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+impl StartupError {
+    /// The error type Lambda shows for it.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            StartupError::Config(_) => "Runtime.ConfigError",
+            StartupError::HttpClient(_) => "Runtime.HttpClientError",
+            #[cfg(feature = "http")]
+            StartupError::Secret(_) => "Runtime.SecretError",
+            StartupError::Handler(_) => "Runtime.HandlerInitError",
+        }
+    }
+
+    /// Tells Lambda (`/runtime/init/error`, [`crate::init_error::report`]).
+    pub async fn report(&self) {
+        crate::init_error::report(self.error_type(), &self.to_string()).await;
+    }
 }
 
 /// The dead-letter sink chosen by configuration.

@@ -1111,6 +1111,50 @@ async fn every_record_leaves_one_log_line_with_what_became_of_it() {
     );
 }
 
+/// The fields a handler added are on the line that says its record was dead-lettered (the
+/// README: on every record line), written after the record's context ended.
+#[tokio::test(start_paused = true)]
+async fn a_dead_lettered_record_is_logged_with_its_handlers_fields() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    async fn reject(
+        _item: &sqs_keeper_core::WorkItem,
+    ) -> Result<sqs_keeper_core::Outcome, sqs_keeper_core::ProcessError> {
+        sqs_keeper_core::context::add_field("customer", "c-42");
+        Err(sqs_keeper_core::ProcessError::validation("no such order"))
+    }
+    let engine = BatchProcessor::new(
+        sqs_keeper_core::handler_fn(reject),
+        MemorySink::new(),
+        config(),
+    );
+    engine
+        .process_batch(
+            event(vec![record("bad", 1)]),
+            far_deadline(),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("message_id=m-bad "))
+        .collect();
+    let dead: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("record failed: dead-lettered"))
+        .collect();
+    assert_eq!(dead.len(), 1, "{text}");
+    assert!(dead[0].contains("c-42"), "{text}");
+    assert_eq!(lines.len(), 1, "one line for the record: {text}");
+}
+
 /// A processor that rejects every item, with a death hook that records what it saw, and
 /// fails, panics or hangs for the items named so.
 #[derive(Default)]

@@ -47,7 +47,7 @@ pub use sqs_keeper_core::{
 };
 #[cfg(feature = "http")]
 pub use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
-pub use sqs_keeper_lambda::{run, Error, Setup};
+pub use sqs_keeper_lambda::{init_failed, run, Error, Setup, StartupError};
 
 /// The README's Rust blocks, compiled as doctests by `cargo test` (`make test`), so that
 /// what a new user copies from it builds.

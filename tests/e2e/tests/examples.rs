@@ -528,3 +528,53 @@ async fn a_panicking_handler_fails_its_record_only_and_the_process_serves_on() {
         );
     }
 }
+
+/// A handler whose own set-up fails, and the shipped worker with a bad variable: each
+/// prints its error once, readable (no `Debug` of an enum, no quotes), exits, and posts it
+/// to the Runtime API's `/runtime/init/error`, so Lambda's console shows the cause.
+#[tokio::test]
+async fn a_start_up_error_is_printed_once_and_reported_to_lambda() {
+    let cases = [
+        ("orders-worker", Vec::new(), "ORDERS_TABLE is not set"),
+        (
+            "worker",
+            vec![("WORKER_DOWNSTREAM_URL", "not a url".to_string())],
+            "WORKER_DOWNSTREAM_URL",
+        ),
+    ];
+    for (binary, extra, expected) in cases {
+        let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:init")
+            .await
+            .unwrap();
+        let mut env: Vec<(String, String)> = vec![("AWS_REGION".into(), "us-east-1".into())];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        let log = std::env::temp_dir().join(format!("init-{binary}-{}.log", std::process::id()));
+        let _ = std::fs::remove_file(&log);
+        let mut process = FunctionProcess::spawn(
+            &e2e::function_binary(binary),
+            binary,
+            &api.address(),
+            &env,
+            Some(&log),
+        )
+        .unwrap();
+        let mut status = None;
+        for _ in 0..100 {
+            status = process.exited();
+            if status.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(status.is_some_and(|s| !s.success()), "{binary}: {status:?}");
+        let output = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(output.matches(expected).count(), 1, "{binary}: {output}");
+        assert!(output.contains("Error: "), "{binary}: {output}");
+        for noise in ["Config(", "ConfigError {", "\"ORDERS_TABLE"] {
+            assert!(!output.contains(noise), "{binary}: {noise} in {output}");
+        }
+        let reported = api.init_error().unwrap_or_default();
+        assert!(reported.contains(expected), "{binary}: {reported:?}");
+        assert!(reported.contains("errorType"), "{binary}: {reported:?}");
+    }
+}

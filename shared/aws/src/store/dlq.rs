@@ -25,6 +25,16 @@ pub fn message_body(record: &DeadLetteredItem) -> String {
     }
 }
 
+/// A FIFO DLQ message's deduplication id: one per source message and item, whichever
+/// delivery sends it. A source message has one DLQ message (the record's claim). The repeat
+/// this catches is a later delivery re-sending after a send whose answer was lost, and
+/// that delivery has another receive count.
+pub fn deduplication_id(record: &DeadLetteredItem) -> String {
+    sqs_keeper_core::sha256_hex(
+        format!("{}:{}", record.item_id, record.source.message_id).as_bytes(),
+    )
+}
+
 fn string_attr(value: &str) -> Option<MessageAttributeValue> {
     MessageAttributeValue::builder()
         .data_type("String")
@@ -78,17 +88,9 @@ fn entry(
     }
     if config.queue_url.ends_with(".fifo") {
         let group = fifo_group_id(record.source.message_group_id.as_deref(), &record.item_id);
-        // Deduplicate re-sends of the same delivery, not later failures of the same item.
-        let dedup = sqs_keeper_core::sha256_hex(
-            format!(
-                "{}:{}:{}",
-                record.item_id, record.source.message_id, record.source.receive_count
-            )
-            .as_bytes(),
-        );
         builder = builder
             .message_group_id(group)
-            .message_deduplication_id(dedup);
+            .message_deduplication_id(deduplication_id(record));
     } else if let Some(group) = &record.source.message_group_id {
         // A fair queue's tenant: the standard DLQ keeps it (SQS shares a standard queue's
         // consumers fairly between the groups its messages name).
@@ -267,6 +269,21 @@ mod tests {
                 "the batch's 503"
             );
         }
+    }
+
+    /// A later delivery re-sending the DLQ message of the same source message (the first
+    /// send's answer was lost) is deduplicated: the receive count is not part of the id.
+    #[test]
+    fn a_resend_by_a_later_delivery_has_the_same_deduplication_id() {
+        let mut first = sqs_keeper_core::testing::dead_record("order-1", ErrorClass::Timeout, 1);
+        first.source.message_id = "m-1".into();
+        first.source.receive_count = 3;
+        let mut later = first.clone();
+        later.source.receive_count = 4;
+        assert_eq!(deduplication_id(&first), deduplication_id(&later));
+        let mut other = first.clone();
+        other.source.message_id = "m-2".into();
+        assert_ne!(deduplication_id(&first), deduplication_id(&other));
     }
 
     #[test]

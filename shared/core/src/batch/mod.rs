@@ -297,6 +297,9 @@ enum Step {
         attempts: u32,
         /// Its processing time, set by [`BatchProcessor::run_record`].
         time: Option<Duration>,
+        /// The fields its handler added (`context::add_field`), as JSON, for the line that
+        /// says it was dead-lettered; set by [`BatchProcessor::run_record`].
+        fields: Option<String>,
     },
 }
 
@@ -579,7 +582,15 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // Each report goes straight to its record's place as the record ends.
         let mut reports: Vec<Option<RecordReport>> = Vec::with_capacity(count);
         reports.resize_with(count, || None);
-        let mut candidates: Vec<(usize, DeadLetterCandidate, u32, Option<Duration>)> = Vec::new();
+        // Each with its place in the batch, attempts, processing time and handler fields.
+        type Waiting = (
+            usize,
+            DeadLetterCandidate,
+            u32,
+            Option<Duration>,
+            Option<String>,
+        );
+        let mut candidates: Vec<Waiting> = Vec::new();
         // Up to `concurrency` records at once. A plain loop over `FuturesUnordered` rather
         // than a stream combinator: a closure making futures of records that borrow from
         // the event trips rustc's check that the batch's future is `Send`.
@@ -619,8 +630,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                         candidate,
                         attempts,
                         time,
+                        fields,
                     },
-                )) => candidates.push((index, *candidate, attempts, time)),
+                )) => candidates.push((index, *candidate, attempts, time, fields)),
                 None => break,
             }
         }
@@ -629,18 +641,20 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             candidates.sort_by_key(|(index, ..)| *index);
             let (slots, candidates): (Vec<_>, Vec<_>) = candidates
                 .into_iter()
-                .map(|(index, candidate, attempts, time)| ((index, attempts, time), candidate))
+                .map(|(index, candidate, attempts, time, fields)| {
+                    ((index, attempts, time, fields), candidate)
+                })
                 .unzip();
             let results = self.dead_letter(&candidates, invocation, deadline).await;
-            for (n, (candidate, (index, attempts, time))) in
+            for (n, (candidate, (index, attempts, time, fields))) in
                 candidates.into_iter().zip(slots).enumerate()
             {
                 if let Some(slot) = reports.get_mut(index) {
                     *slot = Some(dead_letter_report(
                         &candidate,
-                        attempts,
-                        time,
+                        (attempts, time),
                         results.get(n),
+                        fields.as_deref(),
                     ));
                 }
                 if matches!(results.get(n), Some(Ok(()))) {
@@ -696,13 +710,19 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                     candidate,
                     attempts,
                     time,
+                    fields,
                 } => {
                     // Dead-letter at once: a dead-lettered record has left its group's
                     // stream (as SQS's own redrive would move it), so the group goes on.
                     let results = self
                         .dead_letter(std::slice::from_ref(&*candidate), invocation, deadline)
                         .await;
-                    let report = dead_letter_report(&candidate, attempts, time, results.first());
+                    let report = dead_letter_report(
+                        &candidate,
+                        (attempts, time),
+                        results.first(),
+                        fields.as_deref(),
+                    );
                     if matches!(results.first(), Some(Ok(()))) {
                         durable.push(*candidate);
                     }

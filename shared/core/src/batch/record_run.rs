@@ -133,27 +133,34 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 return finish(step, took);
             }
         }
-        if !fields.is_empty() {
-            let (message_id, item_id, outcome) = match &step {
-                Step::Final(report) => (
-                    &report.message_id,
-                    &report.item_id,
-                    outcome_name(&report.disposition),
-                ),
-                Step::DeadLetter { candidate, .. } => (
-                    &candidate.item.message_id,
-                    &candidate.item.item_id,
-                    "dead_letter",
-                ),
-            };
-            tracing::info!(
-                message_id = %message_id,
-                item_id = %item_id,
-                outcome,
-                handler_fields = %serde_json::Value::Object(fields),
-                "record processed"
-            );
+        if fields.is_empty() {
+            return finish(step, took);
         }
+        let step = match step {
+            // The line that says it was dead-lettered, written once the sink has answered,
+            // carries the fields.
+            Step::DeadLetter {
+                candidate,
+                attempts,
+                time,
+                fields: _,
+            } => Step::DeadLetter {
+                candidate,
+                attempts,
+                time,
+                fields: Some(serde_json::Value::Object(fields).to_string()),
+            },
+            Step::Final(report) => {
+                tracing::info!(
+                    message_id = %report.message_id,
+                    item_id = %report.item_id,
+                    outcome = outcome_name(&report.disposition),
+                    handler_fields = %serde_json::Value::Object(fields),
+                    "record processed"
+                );
+                Step::Final(report)
+            }
+        };
         finish(step, took)
     }
 
@@ -412,6 +419,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             }),
             attempts: 0,
             time: None,
+            fields: None,
         }
     }
 
@@ -448,6 +456,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 }),
                 attempts,
                 time: None,
+                fields: None,
             },
             None => {
                 log_failure(&item, &error, "returned for retry");
@@ -513,10 +522,12 @@ fn finish(step: Step, took: Option<Duration>) -> Step {
             candidate,
             attempts,
             time: _,
+            fields,
         } => Step::DeadLetter {
             candidate,
             attempts,
             time: took,
+            fields,
         },
     }
 }
@@ -641,17 +652,19 @@ pub(super) fn not_started_report(message_id: String, reason: NotStartedReason) -
     }
 }
 
+/// The report of a record the sink was asked to dead-letter, after `(attempts, processing
+/// time)`, logged with its handler's `fields` (JSON) when it added any.
 pub(super) fn dead_letter_report(
     candidate: &DeadLetterCandidate,
-    attempts: u32,
-    processing_time: Option<Duration>,
+    (attempts, processing_time): (u32, Option<Duration>),
     result: Option<&Result<(), ProcessError>>,
+    fields: Option<&str>,
 ) -> RecordReport {
     let item = &candidate.item;
     let class = candidate.error.class;
     let disposition = match result {
         Some(Ok(())) => {
-            log_failure(item, &candidate.error, "dead-lettered");
+            log_failure_with(item, &candidate.error, "dead-lettered", fields);
             Disposition::DeadLettered {
                 class,
                 reason: candidate.reason,
@@ -701,11 +714,22 @@ pub(super) fn dead_letter_report(
 
 /// Logs a failed record with ids, class and signature; never the body (docs/ARCHITECTURE.md §1.9).
 pub(super) fn log_failure(item: &WorkItem, error: &ProcessError, outcome: &str) {
+    log_failure_with(
+        item,
+        error,
+        outcome,
+        crate::context::fields_json().as_deref(),
+    );
+}
+
+/// [`log_failure`] with the handler's fields given (JSON), for a line written after the
+/// record's context has ended.
+fn log_failure_with(item: &WorkItem, error: &ProcessError, outcome: &str, fields: Option<&str>) {
     if crate::mutants::is_on(crate::mutants::Mutant::ErrorsLoggedWhole) {
         tracing::warn!(item_id = %item.item_id, error = %error, "record failed: {outcome}");
         return;
     }
-    match crate::context::fields_json() {
+    match fields {
         None => tracing::warn!(
             message_id = %item.message_id,
             item_id = %item.item_id,

@@ -48,7 +48,7 @@ fn a_record_another_delivery_is_dead_lettering_is_returned_for_retry_not_failed(
         reason: DeadLetterReason::ReceiveBudgetExhausted,
     };
     let elsewhere = Err(crate::dead_letter::dead_lettering_elsewhere());
-    let report = dead_letter_report(&candidate, 3, None, Some(&elsewhere));
+    let report = dead_letter_report(&candidate, (3, None), Some(&elsewhere), None);
     assert_eq!(
         report.disposition,
         Disposition::RetryLater {
@@ -56,7 +56,7 @@ fn a_record_another_delivery_is_dead_lettering_is_returned_for_retry_not_failed(
         }
     );
     let failed = Err(ProcessError::new(ErrorClass::ServerError, "503"));
-    let report = dead_letter_report(&candidate, 3, None, Some(&failed));
+    let report = dead_letter_report(&candidate, (3, None), Some(&failed), None);
     assert!(
         matches!(
             report.disposition,
