@@ -1,6 +1,7 @@
 //! The death hooks (`Processor::on_dead_letter`) in their context: a hook's metric reaches
-//! the invocation's EMF line, and a hook that hangs takes no time from the batch's writes
-//! (hooks run once every dead letter and hide of the batch is written).
+//! the invocation's EMF line, a hook that hangs takes no time from the batch's dead-letter
+//! writes (hooks run once they are written), and a hide that hangs takes none from the
+//! hooks (they run beside the hides).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,4 +149,94 @@ async fn a_hanging_fifo_hook_does_not_cost_the_next_records_dead_letter_write() 
         "the record on its last receive is left to the redrive policy because the previous record's hook hung: {:?}",
         report.records[1]
     );
+}
+
+/// Items named `slow*` fail with a transient error (returned, and hidden for spacing);
+/// the others fail validation (dead-lettered). The hook notes each item it finished.
+#[derive(Default)]
+struct Noting {
+    finished: std::sync::Mutex<Vec<String>>,
+}
+
+impl Processor for Noting {
+    async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+        if item.item_id.starts_with("slow") {
+            Err(ProcessError::new(
+                sqs_keeper_core::ErrorClass::ServerError,
+                "503",
+            ))
+        } else {
+            Err(ProcessError::validation("not valid"))
+        }
+    }
+
+    async fn on_dead_letter(&self, dead: &DeadLettered<'_>) -> Result<(), ProcessError> {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        self.finished
+            .lock()
+            .unwrap()
+            .push(dead.item.item_id.clone());
+        Ok(())
+    }
+}
+
+/// `ChangeMessageVisibilityBatch` that never answers (a hide cut at the hard stop).
+struct HangingHide;
+
+impl sqs_keeper_core::VisibilityPort for HangingHide {
+    fn hide<'a>(
+        &'a self,
+        _records: &'a [sqs_keeper_core::Hide],
+    ) -> futures::future::BoxFuture<'a, Vec<Result<(), ProcessError>>> {
+        Box::pin(std::future::pending())
+    }
+
+    fn queue_timing<'a>(
+        &'a self,
+        _queue_arn: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<sqs_keeper_core::QueueTiming>> {
+        Box::pin(async { None })
+    }
+}
+
+/// README "Death hooks": at least once per dead-lettering. A hide that ran to the hard stop
+/// cut every hook at its first await, and nothing called them again; they now run beside
+/// the hides, each with the time to the hard stop.
+#[tokio::test(start_paused = true)]
+async fn a_hide_that_hangs_leaves_the_death_hooks_their_time() {
+    let hooked = Arc::new(Noting::default());
+    struct Shared(Arc<Noting>);
+    impl Processor for Shared {
+        async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+            self.0.process(item).await
+        }
+        async fn on_dead_letter(&self, dead: &DeadLettered<'_>) -> Result<(), ProcessError> {
+            self.0.on_dead_letter(dead).await
+        }
+    }
+    let engine = BatchProcessor::new(Shared(hooked.clone()), MemorySink::new(), config())
+        .with_redelivery(
+            sqs_keeper_core::RedeliveryPolicy {
+                base: Duration::from_secs(60),
+                multiplier: 2,
+                max: Duration::from_secs(600),
+            },
+            Arc::new(HangingHide),
+        );
+    let report = engine
+        .process_batch(
+            event(vec![
+                record(STANDARD_ARN, "slow-1", "g", 1),
+                record(STANDARD_ARN, "bad-1", "g", 1),
+            ]),
+            Deadline::after(Duration::from_secs(30), Duration::from_secs(2)),
+            &InvocationInfo::default(),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        report.records[1].disposition,
+        Disposition::DeadLettered { .. }
+    ));
+    assert_eq!(*hooked.finished.lock().unwrap(), ["bad-1"]);
 }

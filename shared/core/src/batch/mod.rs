@@ -548,9 +548,13 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         {
             Ok(reports) => {
                 record_run::log_not_started(&reports);
-                self.space_redeliveries(&reports, &handles, &deadline, received)
-                    .await;
-                self.after_dead_letter(&durable, &deadline).await;
+                // The hides (records going back) and the death hooks (records that left)
+                // concern different records: each gets the time to the hard stop, so a
+                // slow hide never leaves the hooks none.
+                tokio::join!(
+                    self.space_redeliveries(&reports, &handles, &deadline, received),
+                    self.after_dead_letter(&durable, &deadline)
+                );
                 Ok(BatchReport { records: reports })
             }
             Err(_) => {

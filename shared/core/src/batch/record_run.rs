@@ -39,10 +39,11 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     }
 
     /// The processor's death hooks ([`Processor::on_dead_letter`]) for the candidates the
-    /// sink made durable, once the batch's every write (its dead letters, its hides) is
-    /// done, so that no hook can take their time: concurrently, each in a record context of
-    /// its own (its metrics go to the invocation's), bounded by the hard stop, its error or
-    /// panic logged and nothing else (the records stay dead-lettered).
+    /// sink made durable, once the batch's dead letters are written, so that no hook can
+    /// take their time; beside the batch's hides (other records), so that no hide takes
+    /// theirs. Concurrently, each in a record context of its own (its metrics go to the
+    /// invocation's), bounded by the hard stop, its error or panic logged and nothing else
+    /// (the records stay dead-lettered).
     pub(super) async fn after_dead_letter(
         &self,
         durable: &[DeadLetterCandidate],
