@@ -25,9 +25,13 @@
 // or from the crate that defines it).
 #![deny(unnameable_types)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+
+mod credential;
+pub use credential::{CredentialSource, REREAD_INTERVAL};
 
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::WorkItem;
@@ -149,6 +153,8 @@ async fn drain(mut response: reqwest::Response) {
 pub struct HttpDelivery {
     client: reqwest::Client,
     config: HttpDeliveryConfig,
+    /// The credential header, read again on a 401 or 403 ([`HttpDelivery::with_credential_source`]).
+    credential: Option<Arc<credential::Credential>>,
 }
 
 impl HttpDelivery {
@@ -168,7 +174,22 @@ impl HttpDelivery {
         let client = builder
             .build()
             .map_err(|e| ProcessError::from_error(&e).with_step("http-client"))?;
-        Ok(HttpDelivery { client, config })
+        Ok(HttpDelivery {
+            client,
+            config,
+            credential: None,
+        })
+    }
+
+    /// Reads the configured credential header again from `source` when the downstream
+    /// answers 401 or 403, and sends the request once more if it changed (a rotated
+    /// secret); at most one re-read per [`REREAD_INTERVAL`]. Without an `auth_header` in
+    /// the configuration there is nothing to renew, and `source` is not used.
+    pub fn with_credential_source(mut self, source: Arc<dyn CredentialSource>) -> Self {
+        if let Some((name, value)) = self.config.auth_header.clone() {
+            self.credential = Some(Arc::new(credential::Credential::new(name, value, source)));
+        }
+        self
     }
 
     /// A failed request as a classified error that does not show the URL's query or
@@ -222,12 +243,37 @@ impl HttpDelivery {
             HeaderName::from_static("x-sqs-message-id"),
             &item.message_id,
         );
-        if let Some((name, value)) = &self.config.auth_header {
+        let auth = match &self.credential {
+            Some(credential) => credential.header(),
+            None => self.config.auth_header.clone(),
+        };
+        if let Some((name, value)) = auth {
             // Marked sensitive when read: kept out of `Debug` output and HTTP/2 header
             // compression tables.
-            headers.insert(name.clone(), value.clone());
+            headers.insert(name, value);
         }
         headers
+    }
+
+    /// Sends `item` once; the answer and the credential the request carried.
+    async fn send(
+        &self,
+        item: &WorkItem,
+    ) -> Result<(reqwest::Response, Option<HeaderValue>), ProcessError> {
+        let headers = self.headers(item);
+        let sent = self
+            .credential
+            .as_ref()
+            .and_then(|c| headers.get(c.name()).cloned());
+        let response = self
+            .client
+            .post(self.config.url.clone())
+            .headers(headers)
+            .body(item.payload().to_string())
+            .send()
+            .await
+            .map_err(|e| self.transport_error(e))?;
+        Ok((response, sent))
     }
 }
 
@@ -237,14 +283,13 @@ impl Processor for HttpDelivery {
     }
 
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
-        let response = self
-            .client
-            .post(self.config.url.clone())
-            .headers(self.headers(item))
-            .body(item.payload().to_string())
-            .send()
-            .await
-            .map_err(|e| self.transport_error(e))?;
+        let (mut response, sent) = self.send(item).await?;
+        let refused = matches!(response.status().as_u16(), 401 | 403);
+        if let (true, Some(credential)) = (refused, &self.credential) {
+            if credential.renewed(sent.as_ref()).await {
+                response = self.send(item).await?.0;
+            }
+        }
         let status = response.status();
         if status.is_success() {
             // Read the answer to its end: a connection whose response was dropped unread is
@@ -399,5 +444,115 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A downstream on loopback that takes only `Authorization: <accepted>`; counts the
+    /// requests it saw. Its URL.
+    async fn strict_downstream(
+        accepted: &'static str,
+        requests: Arc<std::sync::atomic::AtomicU32>,
+    ) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/in", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                requests.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && socket.read(&mut byte).await.unwrap_or(0) == 1
+                {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; length];
+                let _ = socket.read_exact(&mut body).await;
+                let ok = head.contains(&format!("authorization: {accepted}\r\n"));
+                let status = if ok { "200 OK" } else { "401 Unauthorized" };
+                let answer =
+                    format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+        url
+    }
+
+    /// The secret as Secrets Manager holds it, counting its reads.
+    struct Secret {
+        value: &'static str,
+        reads: std::sync::atomic::AtomicU32,
+    }
+
+    impl CredentialSource for Secret {
+        fn read(
+            &self,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<HeaderValue, ProcessError>> + Send + '_>,
+        > {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move { Ok(HeaderValue::from_static(self.value)) })
+        }
+    }
+
+    fn delivery(url: &str, sent: &'static str, secret: Arc<Secret>) -> HttpDelivery {
+        HttpDelivery::new(HttpDeliveryConfig {
+            url: url.parse().unwrap(),
+            timeout: Duration::from_secs(5),
+            content_type: "application/json".into(),
+            auth_header: Some((
+                HeaderName::from_static("authorization"),
+                HeaderValue::from_static(sent),
+            )),
+        })
+        .unwrap()
+        .with_credential_source(secret)
+    }
+
+    /// A secret rotated while the sandbox runs: the first 401 reads it again and the
+    /// request goes once more with the new value; later items send the new value at once.
+    #[tokio::test]
+    async fn a_rotated_secret_is_read_again_on_a_401() {
+        let requests = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let url = strict_downstream("new", requests.clone()).await;
+        let secret = Arc::new(Secret {
+            value: "new",
+            reads: Default::default(),
+        });
+        let delivery = delivery(&url, "old", secret.clone());
+        for n in 0..2 {
+            let outcome = delivery
+                .process(&WorkItem::new(format!("m{n}"), "{}"))
+                .await;
+            assert_eq!(outcome, Ok(Outcome::Done), "item {n}");
+        }
+        assert_eq!(secret.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    /// A credential that is simply wrong: read again once, then refused as `permission`
+    /// without another read until the interval has passed.
+    #[tokio::test]
+    async fn a_wrong_secret_is_read_again_at_most_once_a_minute() {
+        let requests = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let url = strict_downstream("right", requests.clone()).await;
+        let secret = Arc::new(Secret {
+            value: "wrong",
+            reads: Default::default(),
+        });
+        let delivery = delivery(&url, "wrong", secret.clone());
+        for n in 0..3 {
+            let error = delivery
+                .process(&WorkItem::new(format!("m{n}"), "{}"))
+                .await
+                .unwrap_err();
+            assert_eq!(error.class, sqs_keeper_core::ErrorClass::Permission);
+        }
+        assert_eq!(secret.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 }

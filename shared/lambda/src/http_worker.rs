@@ -42,12 +42,14 @@ async fn setup_and_delivery(
     }
     // AWS clients only when something needs them: loading the configuration chain is
     // a noticeable part of a cold start.
-    if config.downstream_auth.is_some() {
-        config
-            .resolve_downstream_auth(&setup.aws_clients().await)
-            .await?;
+    if config.downstream_auth.is_none() {
+        let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+        return Ok((setup, delivery));
     }
-    let delivery = HttpDelivery::new(config.delivery).map_err(StartupError::HttpClient)?;
+    let clients = setup.aws_clients().await;
+    config.resolve_downstream_auth(&clients).await?;
+    let delivery = HttpDelivery::new(config.delivery.clone()).map_err(StartupError::HttpClient)?;
+    let delivery = config.renewing_credential(delivery, &clients);
     Ok((setup, delivery))
 }
 

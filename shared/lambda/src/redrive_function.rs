@@ -112,12 +112,13 @@ pub async fn redrive_processor(
         .resolve_downstream_auth(clients)
         .await
         .map_err(|e| problem(e.variable, e.to_string()))?;
-    let delivery = HttpDelivery::new(worker.delivery).map_err(|e| {
+    let delivery = HttpDelivery::new(worker.delivery.clone()).map_err(|e| {
         problem(
             DOWNSTREAM_URL.name,
             format!("cannot build the HTTP client: {e}"),
         )
     })?;
+    let delivery = worker.renewing_credential(delivery, clients);
     let processor = match &worker.handler.idempotency {
         Some(table) => RedriveDelivery::Idempotent(Idempotent::new(
             delivery,

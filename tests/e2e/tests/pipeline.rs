@@ -672,6 +672,80 @@ async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
     assert_eq!(groups(p.resources.source_url.clone()).await, expected);
 }
 
+/// A secret rotated while the worker runs: the downstream's first 401 makes the worker read
+/// the secret again (Secrets Manager, on the emulator) and send once more; no record is
+/// dead-lettered as `permission` for the old value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotated_while_the_worker_runs_is_read_again_on_a_401() {
+    use std::sync::Arc;
+
+    use sqs_keeper_lambda::DefaultWorker;
+    use sqs_keeper_lambda::WorkerConfig;
+    use sqs_keeper_local::http_server::{text, Handler, Server};
+
+    let clients = e2e::clients().await;
+    let secret_name = e2e::unique_prefix("rotated-key");
+    clients
+        .secretsmanager
+        .create_secret()
+        .name(&secret_name)
+        .secret_string("Bearer old")
+        .send()
+        .await
+        .unwrap();
+    // A downstream that takes the new value only.
+    let handler: Handler = Arc::new(move |request| {
+        Box::pin(async move {
+            match request.headers.get("authorization").map(|v| v.as_bytes()) {
+                Some(b"Bearer new") => text(http::StatusCode::OK, ""),
+                _ => text(http::StatusCode::UNAUTHORIZED, "bad key"),
+            }
+        })
+    });
+    let downstream = Server::start(0, handler).await.unwrap();
+    let url = format!("http://{}/ingest", downstream.addr());
+    let vars = [
+        ("WORKER_DOWNSTREAM_URL", url.as_str()),
+        ("WORKER_DOWNSTREAM_AUTH_HEADER", "Authorization"),
+        ("WORKER_DOWNSTREAM_AUTH_SECRET", secret_name.as_str()),
+    ];
+    let config = WorkerConfig::from_lookup(&|k| {
+        vars.iter()
+            .find(|(name, _)| *name == k)
+            .map(|(_, v)| v.to_string())
+    })
+    .unwrap();
+    let worker = DefaultWorker::from_config(config, Some(clients.clone()))
+        .await
+        .unwrap();
+    // Rotated after the worker read it.
+    clients
+        .secretsmanager
+        .put_secret_value()
+        .secret_id(&secret_name)
+        .secret_string("Bearer new")
+        .send()
+        .await
+        .unwrap();
+    let event: aws_lambda_events::sqs::SqsEvent = serde_json::from_value(json!({"Records": [
+        {"messageId": "m-1", "body": body("a", "ok"), "attributes": {}},
+        {"messageId": "m-2", "body": body("b", "ok"), "attributes": {}},
+    ]}))
+    .unwrap();
+    let report = worker
+        .run(
+            event,
+            sqs_keeper_core::Deadline::after(
+                std::time::Duration::from_secs(30),
+                std::time::Duration::ZERO,
+            ),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.counts().done, 2, "{report:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_downstream_credential_comes_from_secrets_manager() {
     use std::sync::{Arc, Mutex};

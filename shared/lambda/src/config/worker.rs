@@ -209,4 +209,59 @@ impl WorkerConfig {
         }
         Ok(())
     }
+
+    /// `delivery` reading the downstream credential again from Secrets Manager when the
+    /// downstream refuses it (401, 403): a rotated secret (docs/ARCHITECTURE.md §2).
+    /// `delivery` as it is when no credential is configured.
+    pub fn renewing_credential(
+        &self,
+        delivery: sqs_keeper_http::HttpDelivery,
+        clients: &sqs_keeper_aws::AwsClients,
+    ) -> sqs_keeper_http::HttpDelivery {
+        match &self.downstream_auth {
+            Some(auth) => delivery.with_credential_source(std::sync::Arc::new(SecretCredential {
+                auth: auth.clone(),
+                client: clients.secretsmanager.clone(),
+            })),
+            None => delivery,
+        }
+    }
+}
+
+/// The downstream credential as Secrets Manager holds it now.
+#[cfg(feature = "http")]
+struct SecretCredential {
+    auth: DownstreamAuth,
+    client: aws_sdk_secretsmanager::Client,
+}
+
+#[cfg(feature = "http")]
+impl sqs_keeper_http::CredentialSource for SecretCredential {
+    fn read(
+        &self,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<reqwest::header::HeaderValue, sqs_keeper_core::ProcessError>,
+                > + Send
+                + '_,
+        >,
+    > {
+        Box::pin(async move {
+            sqs_keeper_aws::auth_header(
+                &self.auth.header,
+                &self.auth.secret_id,
+                DOWNSTREAM_AUTH_SECRET.name,
+                &self.client,
+            )
+            .await
+            .map(|(_, value)| value)
+            .map_err(|e| {
+                sqs_keeper_core::ProcessError::new(
+                    sqs_keeper_core::ErrorClass::Permission,
+                    e.to_string(),
+                )
+            })
+        })
+    }
 }
