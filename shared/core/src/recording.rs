@@ -44,21 +44,28 @@ use crate::ports::{DeadLetterQueue, PayloadStore, RecordStore};
 use crate::pointer::payload_key;
 use crate::ports::{Compaction, Expect};
 
-/// Most bytes a record is planned to take, well under DynamoDB's 400 KB item limit.
-pub const RECORD_BUDGET: usize = 350_000;
+/// Most bytes a record is planned to take: 19,600 B under DynamoDB's 400 KB item limit
+/// (409,600 B), for what the plan does not count exactly (attribute names, numbers).
+pub const RECORD_BUDGET: usize = 390_000;
 
 /// Most bytes one history entry takes once bounded ([`FailureDetail::bounded`]: 1 KiB
-/// message, 6 causes of 256 B, a 512 B response excerpt, and the fixed fields).
+/// message, 6 causes of 256 B, a 512 B response excerpt, the clipped code, step and
+/// invocation fields, the ids and the numbers; a test measures the largest).
 pub const HISTORY_ENTRY_MAX: usize = 4096;
 
+/// Most history entries a record holds at any moment: the limit, and the attempts of the
+/// delivery a write appends before the follow-up write compacts them.
+pub const HISTORY_ENTRIES_MAX: usize =
+    crate::dead_letter::HISTORY_LIMIT + crate::retry::MAX_ATTEMPTS_PER_INVOCATION as usize;
+
 /// Whether a body of `len` bytes stays inline in its record: within `inline_max`, and small
-/// enough that the record stays within [`RECORD_BUDGET`] even with a full history (the
-/// limit and one entry more before compaction), the capped attributes and the rest of the
-/// record. A larger body goes to S3, whatever `DLQ_INLINE_MAX_BYTES` allows.
+/// enough that the record stays within [`RECORD_BUDGET`] with the fullest history it can
+/// hold ([`HISTORY_ENTRIES_MAX`] entries of [`HISTORY_ENTRY_MAX`]), the capped attributes
+/// and the rest of the record. A larger body goes to S3, whatever `DLQ_INLINE_MAX_BYTES`
+/// allows.
 pub fn stays_inline(len: usize, inline_max: usize) -> bool {
-    let rest = (crate::dead_letter::HISTORY_LIMIT + 1) * HISTORY_ENTRY_MAX
-        + crate::dead_letter::ATTRIBUTES_LIMIT
-        + 16 * 1024;
+    let rest =
+        HISTORY_ENTRIES_MAX * HISTORY_ENTRY_MAX + crate::dead_letter::ATTRIBUTES_LIMIT + 16 * 1024;
     len <= inline_max && len + rest <= RECORD_BUDGET
 }
 
@@ -503,14 +510,46 @@ mod tests {
         assert!(largest > 65_536 && largest < 120_000, "{largest}");
     }
 
-    /// The largest body kept inline leaves room for a history one entry past its limit:
-    /// 350,000 B less 51 entries of 4 KiB, 16 KiB of attributes and 16 KiB for the rest is
-    /// 108,336 B. Counting one entry under the limit instead let bodies 8 KiB larger stay
-    /// inline, and such a record could pass its budget.
+    /// The largest body kept inline leaves room for the fullest history: 390,000 B less 70
+    /// entries of 4 KiB (the limit, and a delivery's 20 attempts before compaction), 16 KiB
+    /// of attributes and 16 KiB for the rest is 70,512 B. Counting 51 entries let bodies
+    /// 76 KiB larger stay inline, and such a record could pass 400 KB.
     #[test]
-    fn a_body_stays_inline_only_with_room_for_a_history_one_entry_past_its_limit() {
-        assert!(stays_inline(108_336, 262_144));
-        assert!(!stays_inline(108_337, 262_144));
+    fn a_body_stays_inline_only_with_room_for_the_fullest_history() {
+        assert!(stays_inline(70_512, 262_144));
+        assert!(!stays_inline(70_513, 262_144));
+    }
+
+    /// Every field of an entry at its largest, the ids as long as SQS makes them: the
+    /// entry stays within [`HISTORY_ENTRY_MAX`] as stored (JSON here; DynamoDB's map costs
+    /// about as much per field). `error_code` and `step` were not clipped.
+    #[test]
+    fn the_largest_bounded_entry_fits_its_planned_size() {
+        let long = |n: usize| "é".repeat(n);
+        let entry = crate::dead_letter::FailureDetail {
+            attempt_id: format!("{}:4294967295:4294967295", "m".repeat(100)),
+            attempt_number: u32::MAX,
+            receive_count: u32::MAX,
+            message_id: "m".repeat(100),
+            timestamp: chrono::Utc::now(),
+            error_type: ErrorClass::Unknown,
+            error_message: long(10_000),
+            causes: (0..50).map(|_| long(10_000)).collect(),
+            error_code: Some(long(10_000)),
+            http_status: Some(u16::MAX),
+            step: Some(long(10_000)),
+            duration_ms: u64::MAX,
+            function_name: Some(long(10_000)),
+            request_id: Some(long(10_000)),
+            log_group: Some(long(10_000)),
+            log_stream: Some(long(10_000)),
+            response_excerpt: Some(long(10_000)),
+        }
+        .bounded();
+        let size = serde_json::to_string(&entry)
+            .map(|s| s.len())
+            .unwrap_or(usize::MAX);
+        assert!(size <= HISTORY_ENTRY_MAX, "{size} bytes");
     }
 
     /// A reopening writes only over a record still of the status judged that has not

@@ -627,6 +627,96 @@ async fn error_too_large_for_a_record_is_clipped_and_recorded() {
     assert!(attempt.causes[0].starts_with("cause 0: xxx"));
 }
 
+/// The largest record the worst case builds, written to DynamoDB Local (which refuses an
+/// item over 400 KB): the largest body kept inline, attributes at their cap, and deliveries
+/// of 20 attempts whose every field is over its limit, so that the write appending the
+/// last delivery holds 70 entries before compaction. `error_code`, `step` and the
+/// invocation's fields were not clipped, and the plan counted 51 entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_record_the_worst_case_builds_is_written() {
+    use sqs_keeper_core::stays_inline;
+    let (clients, mut config) = emulator_store_resources("largest").await;
+    config.inline_max_bytes = 262_144;
+    let store = DeadLetterStore::new(clients, config);
+    let inline = (0..=262_144)
+        .rev()
+        .find(|n| stays_inline(*n, 262_144))
+        .unwrap();
+    let pad = inline - r#"{"id":"big","pad":""}"#.len();
+    let body = json!({"id": "big", "pad": "x".repeat(pad)}).to_string();
+    assert_eq!(body.len(), inline);
+    let attributes: serde_json::Map<String, serde_json::Value> = (0..10)
+        .map(|n| {
+            (
+                format!("attribute-{n}"),
+                json!({"dataType": "String", "stringValue": "a".repeat(3000)}),
+            )
+        })
+        .collect();
+    let long = "é".repeat(5_000);
+    let invocation = InvocationInfo {
+        function_name: Some(long.clone()),
+        request_id: Some(long.clone()),
+        log_group: Some(long.clone()),
+        log_stream: Some(long.clone()),
+    };
+    for delivery in 1..=5u32 {
+        let message = serde_json::from_value(json!({
+            "messageId": "m".repeat(100),
+            "body": body,
+            "attributes": {"ApproximateReceiveCount": delivery.to_string(), "SentTimestamp": "1700000000000"},
+            "messageAttributes": attributes,
+            "eventSourceARN": ARN,
+        }))
+        .unwrap();
+        let parser = ItemParser {
+            id_source: ItemIdSource::JsonPointer("/id".into()),
+            ..json_parser()
+        };
+        let item = parser.parse("m".repeat(100), message).unwrap();
+        let mut error = ProcessError::new(ErrorClass::Unknown, long.clone())
+            .with_code(long.clone())
+            .with_step(long.clone())
+            .with_status(599)
+            .with_detail(long.clone());
+        error.causes = (0..10).map(|_| long.clone()).collect();
+        let failures = (1..=20)
+            .map(|attempt| AttemptFailure {
+                attempt,
+                started_at: chrono::Utc::now(),
+                duration: Duration::from_millis(3),
+                error: error.clone(),
+            })
+            .collect();
+        let candidate = DeadLetterCandidate {
+            item,
+            error,
+            failures,
+            reason: DeadLetterReason::ReceiveBudgetExhausted,
+        };
+        let record = DeadLetteredItem::from_candidate(
+            &candidate,
+            &invocation,
+            chrono::Utc::now(),
+            Duration::from_secs(86_400),
+        );
+        store
+            .record(&record)
+            .await
+            .unwrap_or_else(|e| panic!("delivery {delivery}: {e}"));
+    }
+    let stored = store.get("big").await.unwrap().expect("the record");
+    assert_eq!(stored.failure_count, 100);
+    assert!(stored.failure_history.len() <= sqs_keeper_core::HISTORY_LIMIT);
+    assert!(
+        matches!(
+            stored.payload.location,
+            sqs_keeper_core::PayloadLocation::Inline { .. }
+        ),
+        "the body stayed inline"
+    );
+}
+
 /// A record of `item_id` for one failed attempt of delivery `delivery`.
 fn failed_delivery(item_id: &str, delivery: u32, class: ErrorClass) -> DeadLetteredItem {
     let message = serde_json::from_value(json!({

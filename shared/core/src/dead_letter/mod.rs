@@ -37,9 +37,21 @@ pub const CAUSES_LIMIT: usize = 6;
 pub const CAUSE_LIMIT: usize = 256;
 /// Longest excerpt of a callee's response kept per attempt ([`FailureDetail::response_excerpt`]).
 pub const RESPONSE_EXCERPT_LIMIT: usize = 512;
-/// Most entries a record's `failure_history` holds (an entry is at most about 3 KB with
-/// the limits above, so a full history stays far below 400 KB beside a 64 KiB inline
-/// payload). Beyond it [`compact_history`] keeps the first and the latest attempts.
+/// Longest service error code kept per attempt (AWS's are under 48 bytes).
+pub const ERROR_CODE_LIMIT: usize = 48;
+/// Longest failed step kept per attempt (the worker's are one word).
+pub const STEP_LIMIT: usize = 32;
+/// Longest function name and request id kept per attempt (Lambda's are at most 64 and 36
+/// bytes).
+pub const INVOCATION_FIELD_LIMIT: usize = 64;
+/// Longest log stream kept per attempt (Lambda's are about 55 bytes).
+pub const LOG_STREAM_LIMIT: usize = 96;
+/// Longest log group kept per attempt (`/aws/lambda/` and a 64-byte name are 76 bytes).
+pub const LOG_GROUP_LIMIT: usize = 128;
+/// Most entries a record's `failure_history` keeps once compacted (an entry is at most
+/// [`crate::HISTORY_ENTRY_MAX`] bytes with the limits above). Beyond it [`compact_history`]
+/// keeps the first and the latest attempts; the write that appends a delivery's attempts
+/// holds up to [`crate::MAX_ATTEMPTS_PER_INVOCATION`] more until it is compacted.
 pub const HISTORY_LIMIT: usize = 50;
 /// How many of the first attempts a compacted history keeps (how the trouble started);
 /// the rest of [`HISTORY_LIMIT`] goes to the latest ones.

@@ -34,6 +34,11 @@ pub fn clip(text: &str, max_bytes: usize) -> String {
     format!("{}{}", &text[..end], omitted_note(end))
 }
 
+/// `text` [`clip`]ped to `max_bytes`, when there is one.
+fn clipped(text: &Option<String>, max_bytes: usize) -> Option<String> {
+    text.as_deref().map(|t| clip(t, max_bytes))
+}
+
 /// Lifecycle of a dead-lettered item.
 ///
 /// Stored, queried and typed on the command line in one spelling (snake_case): serde, strum
@@ -339,9 +344,10 @@ impl FailureDetail {
 }
 
 impl FailureDetail {
-    /// The entry within the size limits ([`ERROR_MESSAGE_LIMIT`], [`CAUSES_LIMIT`] ×
-    /// [`CAUSE_LIMIT`], [`RESPONSE_EXCERPT_LIMIT`]): every write of a history entry goes
-    /// through this, whoever built the entry, so no entry can push a record past 400 KB.
+    /// The entry within the size limits (every text field: [`ERROR_MESSAGE_LIMIT`],
+    /// [`CAUSES_LIMIT`] × [`CAUSE_LIMIT`], [`RESPONSE_EXCERPT_LIMIT`], the code, step and
+    /// invocation fields): every write of a history entry goes through this, whoever built
+    /// the entry, so no entry passes [`crate::HISTORY_ENTRY_MAX`].
     pub fn bounded(&self) -> FailureDetail {
         FailureDetail {
             error_message: clip(&self.error_message, ERROR_MESSAGE_LIMIT),
@@ -355,6 +361,12 @@ impl FailureDetail {
                 .response_excerpt
                 .as_deref()
                 .map(|r| clip(r, RESPONSE_EXCERPT_LIMIT)),
+            error_code: clipped(&self.error_code, super::ERROR_CODE_LIMIT),
+            step: clipped(&self.step, super::STEP_LIMIT),
+            function_name: clipped(&self.function_name, super::INVOCATION_FIELD_LIMIT),
+            request_id: clipped(&self.request_id, super::INVOCATION_FIELD_LIMIT),
+            log_group: clipped(&self.log_group, super::LOG_GROUP_LIMIT),
+            log_stream: clipped(&self.log_stream, super::LOG_STREAM_LIMIT),
             ..self.clone()
         }
     }
