@@ -339,8 +339,10 @@ async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
     let p = Pipeline::new("cliterm", e2e::Setup::default()).await;
     let dlq = Dlq::new(&p).await;
     // The item id (here the message id) starts a formula and carries escapes; so do the
-    // error, its cause, an attribute and the body.
+    // error, its cause, an attribute and the body. The id, holding characters SQS refuses
+    // in an attribute, is stored by its digest; the operator finds it by the id itself.
     let item_id = format!("=HYPERLINK(\"http://evil\"){EVIL}");
+    let stored_id = sqs_keeper_core::bounded_item_id(item_id.clone());
     let body = format!("line one {EVIL}\nline\ttwo");
     let msg = serde_json::from_value(json!({
         "messageId": item_id,
@@ -384,9 +386,7 @@ async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
     assert_eq!(code, 0, "{err}");
     assert_no_controls("inspect", &out);
     assert!(
-        out.contains(&format!(
-            "item id:        =HYPERLINK(\"http://evil\"){escaped}"
-        )),
+        out.contains(&format!("item id:        {stored_id}")),
         "{out}"
     );
     assert!(out.contains(&format!("tenant={escaped}")), "{out}");
@@ -413,7 +413,7 @@ async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
     let (code, out, _) = dlq.run(&["list", "--json"]);
     assert_eq!(code, 0);
     let record: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    assert_eq!(record["item_id"], item_id.as_str());
+    assert_eq!(record["item_id"], stored_id.as_str());
 
     let dir = std::env::temp_dir().join(format!("dlq-csv-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -422,7 +422,7 @@ async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
     assert_eq!(code, 0, "{err}");
     let text = std::fs::read_to_string(&csv).unwrap();
     let row = text.lines().nth(1).unwrap();
-    assert!(row.starts_with(r#""'=HYPERLINK(""http://evil"")"#), "{row}");
+    assert!(row.starts_with(&stored_id), "{row}");
     assert!(text.contains("\"'@bad "), "{text}");
 }
 

@@ -242,7 +242,8 @@ impl ItemParser {
             .and_then(DateTime::<Utc>::from_timestamp_millis);
         let message_group_id = attributes.get("MessageGroupId").map(str::to_string);
         let mut item = WorkItem {
-            item_id: message_id.clone(),
+            // SQS's own ids are always safe; one from a hand-built event is made so.
+            item_id: bounded_item_id(message_id.clone()),
             message_id,
             body: body.map(Text::into_owned).unwrap_or_default(),
             receive_count,
