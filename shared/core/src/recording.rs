@@ -82,7 +82,10 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
     } else {
         &history
     };
-    let attempt_ids = kept.iter().map(|f| f.attempt_id.clone()).collect();
+    let mut attempt_ids: Vec<String> = kept.iter().map(|f| f.attempt_id.clone()).collect();
+    if !crate::mutants::is_on(crate::mutants::Mutant::UnboundedAttemptIds) {
+        attempt_ids.extend(last_attempts_dropped(&stored.failure_history, &history));
+    }
     let mut seen = HashSet::new();
     let claims = history
         .iter()
@@ -135,6 +138,32 @@ fn limit_keeping_latest(history: &[crate::dead_letter::FailureDetail], limit: us
         raised += 1;
     }
     raised
+}
+
+/// The ids of the last attempt of each delivery the compacted `history` keeps entries of,
+/// where compaction dropped that last attempt's entry: one id per such delivery, so the
+/// ids stay within twice the entries kept. A twin of that delivery (invoked twice) that
+/// records its attempts afterwards finds them covered by the later sibling ([`is_recorded`])
+/// instead of appending the dropped one again (found by the simulation, seed 30456: the
+/// head kept a delivery's first two attempts and dropped its third).
+fn last_attempts_dropped(
+    stored: &[crate::dead_letter::FailureDetail],
+    history: &[crate::dead_letter::FailureDetail],
+) -> Vec<String> {
+    let kept: HashSet<&str> = history.iter().map(|f| f.attempt_id.as_str()).collect();
+    let mut ids: Vec<String> = Vec::new();
+    for f in history {
+        let last = stored
+            .iter()
+            .filter(|s| s.message_id == f.message_id && s.receive_count == f.receive_count)
+            .max_by_key(|s| s.attempt_number);
+        if let Some(last) = last.filter(|l| !kept.contains(l.attempt_id.as_str())) {
+            if !ids.contains(&last.attempt_id) {
+                ids.push(last.attempt_id.clone());
+            }
+        }
+    }
+    ids
 }
 
 /// The `manual_review_required` a record just written should have, when it differs from
@@ -619,12 +648,23 @@ mod tests {
         assert_eq!(compaction.history, history);
         assert_eq!(compaction.dropped, 10);
         assert_eq!(usize::try_from(compaction.dropped).unwrap(), dropped);
-        // The first 10 entries (m-0 .. m-3) and the latest 40 (entries 20..60: m-6 .. m-19).
-        assert_eq!(compaction.attempt_ids.len(), 50);
+        // The first 10 entries (m-0 .. m-3) and the latest 40 (entries 20..60: m-6 .. m-19),
+        // and the id of m-3's last attempt, whose entry went: its twin would append it again.
+        assert_eq!(compaction.attempt_ids.len(), 51);
         assert_eq!(compaction.attempt_ids[0], "m-0:1:1");
         assert_eq!(compaction.attempt_ids[9], "m-3:1:1");
         assert_eq!(compaction.attempt_ids[10], "m-6:1:3");
         assert_eq!(compaction.attempt_ids[49], "m-19:1:3");
+        assert_eq!(compaction.attempt_ids[50], "m-3:1:3");
+        let twin = record
+            .failure_history
+            .iter()
+            .find(|f| f.attempt_id == "m-3:1:2");
+        let known: HashSet<String> = compaction.attempt_ids.iter().cloned().collect();
+        assert!(
+            twin.is_some_and(|f| is_recorded(f, &known)),
+            "a dropped sibling is covered"
+        );
         let expected_claims: Vec<String> =
             (0..=3).chain(6..=19).map(|n| format!("m-{n}")).collect();
         assert_eq!(compaction.claims, expected_claims, "once each, in order");

@@ -66,6 +66,20 @@ impl SimBreakerStore {
             .insert(self.sandbox.clone());
     }
 
+    /// A write answering a probe the table did not take: a sandbox probing on its own (as
+    /// judged at `before`, when it wrote) keeps its probe's answer, `state`, to itself
+    /// (the library's `Breaker::probe` does), so that is what it now knows.
+    fn keep_own_answer(&self, before: SystemTime, state: BreakerState) {
+        let mut world = self.world.lock();
+        if probes_on_its_own(&world, &self.sandbox, before) {
+            world
+                .ext
+                .ledger
+                .breaker_known
+                .insert(self.sandbox.clone(), state);
+        }
+    }
+
     /// What this sandbox now knows of the state.
     fn learn(&self, what: &str) {
         let known = self.inner.state();
@@ -119,7 +133,18 @@ impl BreakerStore for SimBreakerStore {
     ) -> BoxFuture<'_, Result<bool, ProcessError>> {
         Box::pin(async move {
             self.answered();
-            self.call("open").await?;
+            let before = self.world.clock.system_time();
+            if let Err(e) = self.call("open").await {
+                self.keep_own_answer(
+                    before,
+                    BreakerState {
+                        open_until: Some(until),
+                        opens,
+                        ..BreakerState::default()
+                    },
+                );
+                return Err(e);
+            }
             let opened = self.inner.open(until, opens, now).await?;
             if opened {
                 let secs = until.duration_since(now).unwrap_or_default().as_secs();
@@ -155,7 +180,11 @@ impl BreakerStore for SimBreakerStore {
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
             self.answered();
-            self.call("close").await?;
+            let before = self.world.clock.system_time();
+            if let Err(e) = self.call("close").await {
+                self.keep_own_answer(before, BreakerState::default());
+                return Err(e);
+            }
             self.inner.close().await?;
             self.learn("breaker closed");
             Ok(())
