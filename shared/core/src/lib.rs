@@ -181,7 +181,7 @@ pub use random::Random;
 pub use recording::{
     adopt as adopt_record, after_append, compaction_of, dead_letter as record_dead_letters,
     offload_payload, record as record_attempts, review_flag_change, stays_inline,
-    RecordingSettings, HISTORY_ENTRY_MAX, RECORD_BUDGET,
+    RecordingSettings, HISTORY_ENTRIES_MAX, HISTORY_ENTRY_MAX, RECORD_BUDGET,
 };
 pub use redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort, MAX_VISIBILITY};
 pub use redrive::run_gated;
