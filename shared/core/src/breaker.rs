@@ -641,7 +641,17 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                 ..state.clone()
             });
         }
-        let result = self.call(item).await;
+        // A panicking handler decides nothing either: the probe goes back before the panic
+        // goes on to the batch, which fails the record (not every sandbox's records until
+        // the lock lapses).
+        let call = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(self.call(item)));
+        let result = match call.await {
+            Ok(result) => result,
+            Err(panic) => {
+                crate::context::finishing(self.give_back_probe(lock, state, on_its_own)).await;
+                std::panic::resume_unwind(panic);
+            }
+        };
         crate::context::finishing(async {
             let after = self.clock.system_time();
             match &result {
@@ -1599,5 +1609,38 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(350)).await;
         assert_eq!(breaker.process(&item).await.unwrap(), Outcome::Done);
         assert_eq!(store.state().open_until, None);
+    }
+
+    /// A handler that panics (a bug), never reaching the downstream.
+    struct Panics;
+
+    impl Processor for Panics {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            panic!("handler bug")
+        }
+    }
+
+    /// A panicking probe decides nothing: the probe goes back and the next record of any
+    /// sandbox probes. It kept the lock, and every sandbox refused every record until the
+    /// lock lapsed.
+    #[tokio::test]
+    async fn a_panicking_probe_gives_the_probe_back() {
+        let store = half_open_store().await;
+        let panicking = Breaker::new(Panics, store.clone(), policy());
+        let item = WorkItem::new("m", "{}");
+        let probe = crate::batch::guard_panics(panicking.process(&item))
+            .await
+            .unwrap_err();
+        assert_eq!((probe.status, probe.code.as_deref()), (None, None));
+        let up = Arc::new(AtomicBool::new(true));
+        let calls = Arc::new(AtomicU32::new(0));
+        let other = sandbox(&store, &up, &calls);
+        let next = other.process(&item).await;
+        assert_eq!(
+            next,
+            Ok(Outcome::Done),
+            "after the panic: {:?}",
+            store.state()
+        );
     }
 }

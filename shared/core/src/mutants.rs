@@ -79,11 +79,14 @@ pub enum Mutant {
     /// A sandbox has no probe slot of its own: out of touch with the breaker's table, every
     /// record that finds it half-open probes on its own.
     ProbeSlotShared,
+    /// A `Retry-After` longer than the spacing's cap (`WORKER_REDELIVERY_MAX_SECS`) is
+    /// hidden only to the cap.
+    RetryAfterCappedBySpacing,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 22] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -106,6 +109,7 @@ impl Mutant {
         Mutant::RedriveProbeKept,
         Mutant::IdsUnsafeForSqs,
         Mutant::ProbeSlotShared,
+        Mutant::RetryAfterCappedBySpacing,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -133,6 +137,7 @@ impl Mutant {
             Mutant::RedriveProbeKept => "redrive-probe-kept",
             Mutant::IdsUnsafeForSqs => "ids-unsafe-for-sqs",
             Mutant::ProbeSlotShared => "probe-slot-shared",
+            Mutant::RetryAfterCappedBySpacing => "retry-after-capped-by-spacing",
         }
     }
 

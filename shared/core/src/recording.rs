@@ -971,4 +971,78 @@ mod tests {
             "the ids of dropped attempts go with them"
         );
     }
+
+    /// A failed delivery of item `a` with message id `message`, `attempts` attempts.
+    fn delivery_of(message: &str, receive: u32, attempts: u32) -> DeadLetterCandidate {
+        let mut c = with_attempts("a", receive, attempts);
+        c.item.message_id = message.to_string();
+        c
+    }
+
+    /// A hand-built event's message id SQS cannot carry is recorded by its digest, so the
+    /// DLQ message's `source_message_id` attribute is one SQS takes (it carried the id raw,
+    /// and every send failed).
+    #[tokio::test]
+    async fn a_message_id_sqs_cannot_carry_does_not_fail_the_dlq_send() {
+        let table = MemoryStore::new();
+        let id = "m-\u{1}";
+        let message = serde_json::from_value(serde_json::json!({
+            "messageId": id,
+            "body": "{}",
+            "attributes": {"ApproximateReceiveCount": "1"},
+        }))
+        .unwrap();
+        let item = crate::item::ItemParser::default()
+            .parse(id.to_string(), message)
+            .unwrap();
+        assert!(
+            crate::message::sqs_safe(&item.item_id),
+            "{:?}",
+            item.item_id
+        );
+        let error = ProcessError::validation("not an order");
+        let c = DeadLetterCandidate {
+            item,
+            failures: vec![crate::retry::AttemptFailure {
+                attempt: 1,
+                started_at: Utc::now(),
+                duration: Duration::ZERO,
+                error: error.clone(),
+            }],
+            error,
+            reason: crate::dead_letter::DeadLetterReason::Permanent,
+        };
+        let results = dead_letter(&table, &settings(), &[c], &InvocationInfo::default()).await;
+        assert!(results[0].is_ok(), "{results:?}");
+    }
+
+    /// A hand-built event's long message id is recorded by its digest: the entry stays
+    /// within [`HISTORY_ENTRY_MAX`] (it took 6,325 B with a 3,000-byte id).
+    #[test]
+    fn a_long_message_id_keeps_an_entry_within_its_planned_size() {
+        let c = delivery_of(&"m".repeat(3000), 1, 1);
+        let entry = crate::dead_letter::FailureDetail::from_attempt(
+            &c.item,
+            &c.failures[0],
+            &InvocationInfo::default(),
+        );
+        let size = serde_json::to_string(&entry.bounded()).unwrap().len();
+        assert!(size <= HISTORY_ENTRY_MAX, "{size} bytes");
+        assert!(
+            entry.message_id.starts_with("sha256:"),
+            "{}",
+            entry.message_id
+        );
+    }
+
+    /// One delivery (20 attempts) of a hand-built event with a 10 kB message id makes a
+    /// record the table takes (it refused it: the record was never written).
+    #[tokio::test]
+    async fn a_long_message_id_leaves_the_record_writable() {
+        let table = MemoryStore::new();
+        let long = "m".repeat(10_000);
+        let c = delivery_of(&long, 5, 20);
+        let results = dead_letter(&table, &settings(), &[c], &InvocationInfo::default()).await;
+        assert!(results[0].is_ok(), "{results:?}");
+    }
 }

@@ -68,12 +68,17 @@ impl RedeliveryPolicy {
         let ceiling = Duration::from_secs(self.base.as_secs().saturating_mul(factor)).min(cap);
         let half = ceiling / 2;
         let jitter = half.mul_f64(random.clamp(0.0, 1.0));
+        let asked = retry_after.unwrap_or(Duration::ZERO);
+        // A `Retry-After` past the spacing's cap is honoured (up to SQS's 12 hours).
+        let ceiling_kept =
+            if crate::mutants::is_on(crate::mutants::Mutant::RetryAfterCappedBySpacing) {
+                cap
+            } else {
+                cap.max(asked)
+            };
         (half + jitter)
-            .max(retry_after.unwrap_or(Duration::ZERO))
-            .min(
-                cap.max(retry_after.unwrap_or(Duration::ZERO))
-                    .min(MAX_VISIBILITY),
-            )
+            .max(asked)
+            .min(ceiling_kept.min(MAX_VISIBILITY))
     }
 
     /// The time `receives` deliveries take at least, each followed by its delay: what

@@ -335,9 +335,17 @@ impl Processor for Downstream {
                 Behaviour::Healthy if !healed && roll < 0.05 => (latency, 503),
                 _ => (latency, 200),
             };
-            // Half the 429s say when to come back, from half a minute to a quarter hour.
-            let retry_after = (status == 429 && state.rng.bool())
-                .then(|| Duration::from_secs(state.rng.u64(30..900)));
+            // Half the 429s say when to come back: from half a minute to a quarter hour, or
+            // (one in three) up to five hours, past every spacing cap the worlds draw
+            // (15 min, 1 h, 4 h) and some retentions.
+            let retry_after = (status == 429 && state.rng.bool()).then(|| {
+                let most = if state.rng.u32(0..3) == 0 {
+                    18_000
+                } else {
+                    900
+                };
+                Duration::from_secs(state.rng.u64(30..most))
+            });
             (latency, status, retry_after)
         };
         tokio::time::sleep(latency).await;

@@ -152,3 +152,8 @@ fn finds_an_item_id_sqs_refuses_in_the_dlq_message() {
 fn finds_a_sandbox_that_probes_with_every_record_out_of_touch() {
     finds(Mutant::ProbeSlotShared, &["records at once"]);
 }
+
+#[test]
+fn finds_a_retry_after_past_the_spacing_cap_hidden_only_to_the_cap() {
+    finds(Mutant::RetryAfterCappedBySpacing, &["Retry-After"]);
+}

@@ -91,9 +91,15 @@ fn entry(
         builder = builder
             .message_group_id(group)
             .message_deduplication_id(deduplication_id(record));
-    } else if let Some(group) = &record.source.message_group_id {
+    } else if let Some(group) = record
+        .source
+        .message_group_id
+        .as_deref()
+        .filter(|g| sqs_keeper_core::is_valid_message_group_id(g))
+    {
         // A fair queue's tenant: the standard DLQ keeps it (SQS shares a standard queue's
-        // consumers fairly between the groups its messages name).
+        // consumers fairly between the groups its messages name). A group SQS would refuse
+        // (a hand-built event's) is left off rather than fail every send.
         builder = builder.message_group_id(group);
     }
     let entry = builder

@@ -22,8 +22,8 @@ mod record;
 pub use attributes::{capped_attributes, MessageAttribute, ATTRIBUTES_LIMIT};
 pub use record::{
     compact_history, needs_manual_review, processed_after, processed_key_for_message,
-    processed_key_for_payload, DeadLetteredItem, FailureDetail, ItemPayload, ItemStatus,
-    PayloadLocation, SourceContext, Triage, LEASED_WITH_PAYLOAD, PROCESSED_LIMIT,
+    processed_key_for_payload, recorded_message_id, DeadLetteredItem, FailureDetail, ItemPayload,
+    ItemStatus, PayloadLocation, SourceContext, Triage, LEASED_WITH_PAYLOAD, PROCESSED_LIMIT,
 };
 
 /// Longest error message kept in a record (the latest error and each history entry).

@@ -294,7 +294,17 @@ pub fn processed_after(record: &DeadLetteredItem) -> Vec<String> {
 
 /// The `processed` entry of a source message id.
 pub fn processed_key_for_message(message_id: &str) -> String {
-    format!("msg:{message_id}")
+    format!("msg:{}", recorded_message_id(message_id))
+}
+
+/// A source message id as records, claims and DLQ attributes keep it: the id SQS gave
+/// (at most 100 characters of its own set), or for a hand-built event's id SQS could not
+/// carry or too long for the record's bounds, `sha256:` and its digest.
+pub fn recorded_message_id(message_id: &str) -> String {
+    if message_id.len() <= 128 && crate::message::sqs_safe(message_id) {
+        return message_id.to_string();
+    }
+    format!("sha256:{}", crate::hex::sha256_hex(message_id.as_bytes()))
 }
 
 /// The `processed` entry of a payload digest.
@@ -309,14 +319,12 @@ impl FailureDetail {
         attempt: &AttemptFailure,
         invocation: &InvocationInfo,
     ) -> Self {
+        let message_id = recorded_message_id(&item.message_id);
         FailureDetail {
-            attempt_id: format!(
-                "{}:{}:{}",
-                item.message_id, item.receive_count, attempt.attempt
-            ),
+            attempt_id: format!("{}:{}:{}", message_id, item.receive_count, attempt.attempt),
             attempt_number: attempt.attempt,
             receive_count: item.receive_count,
-            message_id: item.message_id.clone(),
+            message_id,
             timestamp: attempt.started_at,
             error_type: attempt.error.class,
             error_message: clip(&attempt.error.message, ERROR_MESSAGE_LIMIT),
@@ -500,7 +508,7 @@ impl DeadLetteredItem {
             reprocess_eligible: error.class.is_reprocess_eligible(),
             source: SourceContext {
                 queue_arn: item.event_source_arn.clone(),
-                message_id: item.message_id.clone(),
+                message_id: recorded_message_id(&item.message_id),
                 message_group_id: item.message_group_id.clone(),
                 sent_timestamp: item.sent_timestamp,
                 receive_count: item.receive_count,

@@ -39,10 +39,12 @@ pub fn outgoing_message(
         .message_attributes
         .iter()
         // Our own attributes are set afresh below, never copied; a binary value that an
-        // older record did not keep cannot be restored, nor one that is not base64.
+        // older record did not keep cannot be restored, nor one that is not base64, nor a
+        // text SQS refuses (a hand-built event's): it would fail the send every time.
         .filter(|(name, value)| {
             !RESERVED_ATTRIBUTES.contains(&name.as_str())
                 && value.is_restorable()
+                && value.string_value().is_none_or(crate::message::sqs_safe)
                 && value
                     .binary_base64()
                     .is_none_or(|b| aws_smithy_types::base64::decode(b).is_ok())
@@ -70,8 +72,14 @@ pub fn outgoing_message(
     } else {
         // A fair queue (a standard queue whose messages name a tenant): the message goes
         // back under its tenant, so the queue keeps sharing its consumers fairly. No
-        // deduplication id: a standard queue takes none.
-        (record.source.message_group_id.clone(), None)
+        // deduplication id: a standard queue takes none. A group SQS would refuse (a
+        // hand-built event's) is left off rather than fail the send.
+        let group = record
+            .source
+            .message_group_id
+            .clone()
+            .filter(|g| crate::message::is_valid_message_group_id(g));
+        (group, None)
     };
     OutgoingMessage {
         id,

@@ -1290,3 +1290,53 @@ async fn a_payload_sqs_cannot_carry_is_requeued_as_its_pointer() {
     assert_eq!(S3Pointer::parse(&sent[0].1.body), Some(pointer.clone()));
     assert!(engine.store().has_payload(&pointer));
 }
+
+/// A hand-built event's attribute value SQS cannot carry is kept in the record (the DLQ
+/// message does not carry it), and a requeue leaves it off: restored, it made the source
+/// queue refuse the message, run after run.
+#[tokio::test]
+async fn a_requeue_leaves_off_an_attribute_sqs_refuses() {
+    let store = MemoryStore::new();
+    let message = serde_json::from_value(serde_json::json!({
+        "messageId": "m-1",
+        "body": "{\"id\":\"a\"}",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+        "attributes": {"ApproximateReceiveCount": "1"},
+        "messageAttributes": {"note": {"stringValue": "x\u{1}y", "dataType": "String"}},
+    }))
+    .unwrap();
+    let item = crate::item::ItemParser::default()
+        .parse("m-1".into(), message)
+        .unwrap();
+    let error = ProcessError::new(ErrorClass::Throttled, "slow down");
+    let candidate = crate::dead_letter::DeadLetterCandidate {
+        item,
+        failures: vec![crate::retry::AttemptFailure {
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration: Duration::ZERO,
+            error: error.clone(),
+        }],
+        error,
+        reason: crate::dead_letter::DeadLetterReason::ReceiveBudgetExhausted,
+    };
+    let dead = crate::dead_letter::DeadLetterSink::dead_letter(
+        &store,
+        &[candidate],
+        &crate::dead_letter::InvocationInfo::default(),
+    )
+    .await;
+    assert!(dead[0].is_ok(), "{dead:?}");
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
+    let report = run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeued, 1, "{report:?}");
+}

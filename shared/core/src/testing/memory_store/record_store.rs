@@ -148,7 +148,10 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
                 attempt_ids: &attempt_ids,
             },
         );
-        row.record.failure_history.extend(pending.iter().cloned());
+        // Bounded as the DynamoDB adapter writes every entry (`schema::history_to_attr`).
+        row.record
+            .failure_history
+            .extend(pending.iter().map(FailureDetail::bounded));
         row.record.failure_count += u32::try_from(pending.len()).unwrap_or(u32::MAX);
         row.attempt_ids
             .extend(pending.iter().map(|f| f.attempt_id.clone()));
@@ -379,7 +382,8 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
                     crate::signature::error_signature(last.error_type, &last.error_message);
                 r.last_error = last.error_message.clone();
                 r.reprocess_eligible = last.error_type.is_reprocess_eligible();
-                r.failure_history.extend(failures.iter().cloned());
+                r.failure_history
+                    .extend(failures.iter().map(FailureDetail::bounded));
                 r.failure_count += u32::try_from(failures.len()).unwrap_or(u32::MAX);
                 row.attempt_ids
                     .extend(failures.iter().map(|f| f.attempt_id.clone()));
@@ -420,7 +424,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
                 crate::signature::error_signature(failure.error_type, &failure.error_message);
             r.last_error = failure.error_message.clone();
             r.reprocess_eligible = failure.error_type.is_reprocess_eligible();
-            r.failure_history.push(failure.clone());
+            r.failure_history.push(failure.bounded());
             r.failure_count += 1;
             r.expires_at = crate::redrive::expiry_when_reopened(
                 r.expires_at,
