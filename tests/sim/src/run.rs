@@ -539,6 +539,8 @@ async fn simulate(seed: u64, world: Arc<World>) {
             tokio::time::sleep_until(at).await;
         }
         let report = redrive(&store, "schedule", RedriveRequest::default(), true).await;
+        // A run the breaker held back found work it could not do yet: the schedule comes
+        // round again, as it does every few minutes in production.
         let busy = report.is_some_and(|(selected, adopted)| selected + adopted > 0);
         if !busy && round > 0 {
             break;
@@ -1330,7 +1332,8 @@ async fn gated<P: sqs_keeper_core::Processor>(
 }
 
 /// One redrive run; `function`: as the redrive function runs it (with its deadline).
-/// Returns (items selected, DLQ messages adopted) when it ran.
+/// Returns (items selected, counting a run the breaker held back as one; DLQ messages
+/// adopted) when it ran.
 async fn redrive(
     store: &SimStore,
     actor: &str,
@@ -1394,7 +1397,11 @@ async fn redrive(
                     );
                 }
                 (
-                    Some((report.selected, report.adopted_from_dlq)),
+                    // A run held back counts as busy: it left its work for the next.
+                    Some((
+                        report.selected + usize::from(report.held_by_breaker.is_some()),
+                        report.adopted_from_dlq,
+                    )),
                     report.continuation_token.clone(),
                 )
             }
