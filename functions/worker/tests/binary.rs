@@ -289,7 +289,13 @@ async fn binary_refuses_to_start_with_bad_configuration() {
         "{output}"
     );
     assert!(
-        output.contains("WORKER_MAX_CONCURRENCY: \\\"lots\\\" is not valid"),
+        output.contains("WORKER_MAX_CONCURRENCY: \"lots\" is not valid"),
+        "{output}"
+    );
+    // Printed once, as `main` returns it.
+    assert_eq!(
+        output.matches("WORKER_DOWNSTREAM_URL: is not set").count(),
+        1,
         "{output}"
     );
 }
@@ -333,7 +339,7 @@ async fn binary_refuses_to_start_without_its_downstream_credential() {
     let output = std::fs::read_to_string(&log).unwrap();
     assert!(
         output.contains(&format!(
-            "cannot read the downstream credential from WORKER_DOWNSTREAM_AUTH_SECRET (secret \\\"{secret}\\\")"
+            "cannot read the downstream credential from WORKER_DOWNSTREAM_AUTH_SECRET (secret \"{secret}\")"
         )),
         "{output}"
     );
