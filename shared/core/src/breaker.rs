@@ -994,67 +994,6 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 
-    /// A breaker table that takes no call once `down` is set.
-    #[derive(Clone, Default)]
-    struct Outage {
-        inner: MemoryBreakerStore,
-        down: Arc<AtomicBool>,
-    }
-
-    impl Outage {
-        fn call<'a, T: Send + 'a>(
-            &'a self,
-            call: BoxFuture<'a, Result<T, ProcessError>>,
-        ) -> BoxFuture<'a, Result<T, ProcessError>> {
-            Box::pin(async move {
-                if self.down.load(Ordering::SeqCst) {
-                    // A connection that times out takes a while to fail.
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    return Err(ProcessError::new(
-                        ErrorClass::Connection,
-                        "table unreachable",
-                    ));
-                }
-                call.await
-            })
-        }
-    }
-
-    impl BreakerStore for Outage {
-        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            self.call(self.inner.read())
-        }
-        fn add_failures(
-            &self,
-            n: u32,
-            now: SystemTime,
-            window: Duration,
-        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            self.call(self.inner.add_failures(n, now, window))
-        }
-        fn open(
-            &self,
-            until: SystemTime,
-            opens: u32,
-            now: SystemTime,
-        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            self.call(self.inner.open(until, opens, now))
-        }
-        fn take_probe(
-            &self,
-            until: SystemTime,
-            now: SystemTime,
-        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            self.call(self.inner.take_probe(until, now))
-        }
-        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
-            self.call(self.inner.close())
-        }
-        fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
-            self.call(self.inner.release_probe(until))
-        }
-    }
-
     /// A downstream that answers 503 after a while.
     struct SlowlyFailing {
         calls: Arc<AtomicU32>,
@@ -1073,7 +1012,11 @@ mod tests {
     /// Each took the (failing) lock and called the failing downstream.
     #[tokio::test]
     async fn a_sandbox_out_of_touch_with_the_table_probes_with_one_record() {
-        let table = Outage::default();
+        let table = crate::unreachable_store_tests::FlakyBreakerStore {
+            // A connection that times out takes a while to fail.
+            latency: Duration::from_millis(10),
+            ..Default::default()
+        };
         let now = SystemTime::now();
         assert!(table
             .inner

@@ -124,19 +124,40 @@ impl PauseMarker for Marker {
     }
 }
 
-/// The breaker's store; every call fails while `down` is set.
+/// The breaker's store; every call fails while `down` is set, after `latency` (a
+/// connection that times out takes a while to fail). The breaker's and the redrive gate's
+/// tests use it too.
 #[derive(Clone, Default)]
-struct FlakyBreakerStore {
-    inner: MemoryBreakerStore,
-    down: Arc<AtomicBool>,
-    reads: Arc<AtomicU32>,
+pub(crate) struct FlakyBreakerStore {
+    pub(crate) inner: MemoryBreakerStore,
+    pub(crate) down: Arc<AtomicBool>,
+    pub(crate) reads: Arc<AtomicU32>,
+    pub(crate) latency: Duration,
+}
+
+impl FlakyBreakerStore {
+    /// A store whose every call fails.
+    pub(crate) fn unreachable() -> Self {
+        let store = FlakyBreakerStore::default();
+        store.down.store(true, Ordering::SeqCst);
+        store
+    }
+
+    /// The failure of a call made while the store is down.
+    fn refused<T: Send + 'static>(&self) -> BoxFuture<'static, Result<T, ProcessError>> {
+        let latency = self.latency;
+        Box::pin(async move {
+            tokio::time::sleep(latency).await;
+            Err(unavailable())
+        })
+    }
 }
 
 impl BreakerStore for FlakyBreakerStore {
     fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
         self.reads.fetch_add(1, Ordering::SeqCst);
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(unavailable()) });
+            return self.refused();
         }
         self.inner.read()
     }
@@ -147,7 +168,7 @@ impl BreakerStore for FlakyBreakerStore {
         window: Duration,
     ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(unavailable()) });
+            return self.refused();
         }
         self.inner.add_failures(n, now, window)
     }
@@ -158,7 +179,7 @@ impl BreakerStore for FlakyBreakerStore {
         now: SystemTime,
     ) -> BoxFuture<'_, Result<bool, ProcessError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(unavailable()) });
+            return self.refused();
         }
         self.inner.open(until, opens, now)
     }
@@ -168,19 +189,19 @@ impl BreakerStore for FlakyBreakerStore {
         now: SystemTime,
     ) -> BoxFuture<'_, Result<bool, ProcessError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(unavailable()) });
+            return self.refused();
         }
         self.inner.take_probe(until, now)
     }
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(unavailable()) });
+            return self.refused();
         }
         self.inner.close()
     }
     fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
         if self.down.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(unavailable()) });
+            return self.refused();
         }
         self.inner.release_probe(until)
     }

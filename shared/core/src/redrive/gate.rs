@@ -175,52 +175,10 @@ enum Gate {
 mod tests {
     use super::*;
     use crate::testing::{dead_record, MemoryStore, ScriptedProcessor};
-    use crate::{BreakerState, BreakerStore, ErrorClass, ProcessError};
+    use crate::unreachable_store_tests::FlakyBreakerStore;
+    use crate::ErrorClass;
     use crate::{ItemOutcome, ItemOutcomeKind};
-    use futures::future::BoxFuture;
-    use std::time::{Duration, SystemTime};
-
-    /// A breaker table every call to which fails (throttled, or a role without access).
-    struct Unreachable;
-
-    fn refused<T>() -> BoxFuture<'static, Result<T, ProcessError>> {
-        Box::pin(async { Err(ProcessError::new(ErrorClass::Throttled, "table throttled")) })
-    }
-
-    impl BreakerStore for Unreachable {
-        fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            refused()
-        }
-        fn add_failures(
-            &self,
-            _: u32,
-            _: SystemTime,
-            _: Duration,
-        ) -> BoxFuture<'_, Result<BreakerState, ProcessError>> {
-            refused()
-        }
-        fn open(
-            &self,
-            _: SystemTime,
-            _: u32,
-            _: SystemTime,
-        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            refused()
-        }
-        fn take_probe(
-            &self,
-            _: SystemTime,
-            _: SystemTime,
-        ) -> BoxFuture<'_, Result<bool, ProcessError>> {
-            refused()
-        }
-        fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
-            refused()
-        }
-        fn release_probe(&self, _: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>> {
-            refused()
-        }
-    }
+    use std::time::Duration;
 
     #[tokio::test]
     async fn a_breaker_that_cannot_be_read_holds_the_run_back() {
@@ -241,7 +199,7 @@ mod tests {
         };
         let report = run_gated(
             &engine,
-            Some((&Unreachable, &policy)),
+            Some((&FlakyBreakerStore::unreachable(), &policy)),
             &RedriveRequest::default(),
             None,
             &|_| {},
