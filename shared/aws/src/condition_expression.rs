@@ -113,6 +113,7 @@ mod tests {
                 lease_owner: None,
                 attempt_ids: None,
                 claims: None,
+                sent: None,
             };
             for a in attrs {
                 let w = written(&item, a);
@@ -142,6 +143,7 @@ mod tests {
             lease_owner: None,
             attempt_ids: None,
             claims: None,
+            sent: None,
         };
         let on_dynamodb = item.contains_key(names::PROCESSED);
         let in_memory = Condition::Exists(attr::PROCESSED).holds(Some(&stored));

@@ -35,8 +35,11 @@ pub mod names {
     pub const FAILURE_COUNT: &str = "failure_count";
     /// String set of the ids of the attempts in the history.
     pub const ATTEMPT_IDS: &str = "attempt_ids";
-    /// String set of the source message ids whose DLQ message was claimed.
+    /// String set of the DLQ message claims, one per claiming receive
+    /// ([`crate::DlqClaim::element`]).
     pub const DLQ_CLAIMS: &str = "dlq_claims";
+    /// String set of the source message ids whose DLQ message was sent.
+    pub const DLQ_SENT: &str = "dlq_sent";
     /// List of the processed keys (messages and payloads a run or the worker finished).
     pub const PROCESSED: &str = "processed";
     /// The message a requeue sent, while the record waits for it.
@@ -75,6 +78,8 @@ pub mod attr {
     pub const ATTEMPT_IDS: Attr = Attr(&[names::ATTEMPT_IDS]);
     /// The claimed DLQ messages.
     pub const DLQ_CLAIMS: Attr = Attr(&[names::DLQ_CLAIMS]);
+    /// The sent DLQ messages.
+    pub const DLQ_SENT: Attr = Attr(&[names::DLQ_SENT]);
     /// The processed keys.
     pub const PROCESSED: Attr = Attr(&[names::PROCESSED]);
     /// The requeued message.
@@ -297,8 +302,10 @@ pub struct StoredRecord<'a> {
     /// Whether an attempt id is in `attempt_ids`; `None` when the set is empty (DynamoDB
     /// keeps no empty set: the attribute is missing).
     pub attempt_ids: Option<&'a dyn Fn(&str) -> bool>,
-    /// Whether a message id is in `dlq_claims`; `None` when the set is empty.
+    /// Whether a claim's element is in `dlq_claims`; `None` when the set is empty.
     pub claims: Option<&'a dyn Fn(&str) -> bool>,
+    /// Whether a message id is in `dlq_sent`; `None` when the set is empty.
+    pub sent: Option<&'a dyn Fn(&str) -> bool>,
 }
 
 impl Item for StoredRecord<'_> {
@@ -312,6 +319,7 @@ impl Item for StoredRecord<'_> {
             attr::FAILURE_COUNT => Some(Found::N(i64::from(r.failure_count))),
             attr::ATTEMPT_IDS => self.attempt_ids.map(|has| Found::Strings(Box::new(has))),
             attr::DLQ_CLAIMS => self.claims.map(|has| Found::Strings(Box::new(has))),
+            attr::DLQ_SENT => self.sent.map(|has| Found::Strings(Box::new(has))),
             // A list, left out of the item when empty (as `schema::record_to_item` writes it).
             attr::PROCESSED => (!r.processed.is_empty())
                 .then(|| Found::Strings(Box::new(|k| r.processed.iter().any(|p| p == k)))),
@@ -401,11 +409,13 @@ pub mod conditions {
         ])
     }
 
-    /// An attempt write: none of `attempt_ids` is recorded, the DLQ message `claim` (if
-    /// any) is not claimed, and the record is as `expect` requires.
+    /// An attempt write: none of `attempt_ids` is recorded, and the record is as `expect`
+    /// requires. With a `claim`: no twin holds it (its element is absent) and its message's
+    /// DLQ message is not sent. A claim held by an earlier receive does not refuse the
+    /// write, which takes it over ([`crate::DlqClaim`]).
     pub fn records_attempts(
         attempt_ids: &[&str],
-        claim: Option<&str>,
+        claim: Option<&crate::DlqClaim>,
         expect: &crate::ports::Expect,
     ) -> Condition {
         let mut all: Vec<Condition> = attempt_ids
@@ -413,7 +423,8 @@ pub mod conditions {
             .map(|id| Condition::lacks(attr::ATTEMPT_IDS, *id))
             .collect();
         if let Some(claim) = claim {
-            all.push(Condition::lacks(attr::DLQ_CLAIMS, claim));
+            all.push(Condition::lacks(attr::DLQ_CLAIMS, claim.element()));
+            all.push(Condition::lacks(attr::DLQ_SENT, claim.message_id.as_str()));
         }
         match expect {
             crate::ports::Expect::Any => {}

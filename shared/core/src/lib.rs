@@ -137,10 +137,10 @@ pub use condition::{
 pub use dead_letter::{
     compact_history, processed_after, processed_key_for_message, processed_key_for_payload,
     recorded_message_id, DeadLetterCandidate, DeadLetterReason, DeadLetterSink, DeadLetteredItem,
-    FailureDetail, InvocationInfo, ItemPayload, ItemStatus, MessageAttribute, NoDeadLetterStore,
-    PayloadLocation, SourceContext, Triage, ATTRIBUTES_LIMIT, CAUSES_LIMIT, CAUSE_LIMIT,
-    ERROR_MESSAGE_LIMIT, HISTORY_HEAD, HISTORY_LIMIT, LEASED_WITH_PAYLOAD, PROCESSED_LIMIT,
-    REQUEUED_BY_ATTRIBUTE, RESPONSE_EXCERPT_LIMIT,
+    DlqClaim, FailureDetail, InvocationInfo, ItemPayload, ItemStatus, MessageAttribute,
+    NoDeadLetterStore, PayloadLocation, SourceContext, Triage, ATTRIBUTES_LIMIT, CAUSES_LIMIT,
+    CAUSE_LIMIT, ERROR_MESSAGE_LIMIT, HISTORY_HEAD, HISTORY_LIMIT, LEASED_WITH_PAYLOAD,
+    PROCESSED_LIMIT, REQUEUED_BY_ATTRIBUTE, RESPONSE_EXCERPT_LIMIT,
 };
 pub use duration::{parse_duration, parse_time};
 pub use error::{ErrorClass, ProcessError, CIRCUIT_OPEN};
@@ -174,7 +174,7 @@ pub use polling::{
 pub use ports::{
     Adoption, Compaction, DeadLetterQueue, Deliveries, Expect, MessageView, OutgoingMessage,
     PayloadStore, ReceivedMessage, RecordStore, RedrivePorts, Selected, SendResult, SourceQueue,
-    Standing, CLASSIC_MESSAGE_MAX,
+    Standing, Written, CLASSIC_MESSAGE_MAX,
 };
 pub use processor::{handler_fn, DeadLettered, HandlerFn, ItemFn, Outcome, Processor};
 pub use random::Random;

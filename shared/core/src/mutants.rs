@@ -82,11 +82,15 @@ pub enum Mutant {
     /// A `Retry-After` longer than the spacing's cap (`WORKER_REDELIVERY_MAX_SECS`) is
     /// hidden only to the cap.
     RetryAfterCappedBySpacing,
+    /// A DLQ claim does not say which receive took it: a claim left by a delivery cut
+    /// between its record write and its DLQ send (or whose release failed) holds every
+    /// later delivery back, and the message reaches the DLQ by the redrive policy alone.
+    CutClaimKept,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 23] = [
+    pub const ALL: [Mutant; 24] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -110,6 +114,7 @@ impl Mutant {
         Mutant::IdsUnsafeForSqs,
         Mutant::ProbeSlotShared,
         Mutant::RetryAfterCappedBySpacing,
+        Mutant::CutClaimKept,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -138,6 +143,7 @@ impl Mutant {
             Mutant::IdsUnsafeForSqs => "ids-unsafe-for-sqs",
             Mutant::ProbeSlotShared => "probe-slot-shared",
             Mutant::RetryAfterCappedBySpacing => "retry-after-capped-by-spacing",
+            Mutant::CutClaimKept => "cut-claim-kept",
         }
     }
 

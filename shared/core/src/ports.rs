@@ -81,17 +81,18 @@ pub trait RecordStore: Send + Sync {
     ) -> impl Future<Output = Result<Deliveries, ProcessError>> + Send;
 
     /// One conditional write appending `pending` to the record (creating it if absent) and,
-    /// with `claim`, adding it to the DLQ claims, refused when a pending attempt id is
-    /// already recorded or the claim already taken: `Ok(Some(stored))` is the record as
-    /// written, `Ok(None)` a refused condition (including `expect`, what the record must
-    /// be for the write to happen).
+    /// with `claim`, adding it to the DLQ claims. It is refused when a pending attempt id
+    /// is already recorded, or when the claim's element is already there or its message's
+    /// DLQ message is sent ([`crate::condition::conditions::records_attempts`]).
+    /// `Ok(Some(written))` is the record as written with its claims, `Ok(None)` a refused
+    /// condition (including `expect`, what the record must be for the write to happen).
     fn try_record(
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
-        claim: Option<&str>,
+        claim: Option<&crate::DlqClaim>,
         expect: Expect,
-    ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
+    ) -> impl Future<Output = Result<Option<Written>, ProcessError>> + Send;
 
     /// Marks DLQ messages sent, each `(item id, source message id)`, on existing records
     /// only: a later delivery of such a message (its acknowledgement was lost) is then
@@ -117,12 +118,12 @@ pub trait RecordStore: Send + Sync {
         compaction: &Compaction,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
-    /// Gives up the claim on `message_id`'s DLQ message (its send failed), so that the next
-    /// delivery of the message sends it.
+    /// Gives up `claim` (its send failed), so that the next delivery of the message, or
+    /// the same delivery invoked again, sends it.
     fn release_claim(
         &self,
         item_id: &str,
-        message_id: &str,
+        claim: &crate::DlqClaim,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
     /// Takes the lease on one item for `owner`; `false` when the item is not dead and no
@@ -457,14 +458,25 @@ impl Expect {
 pub struct Deliveries {
     /// The ids of the attempts recorded.
     pub attempt_ids: HashSet<String>,
-    /// The source message ids whose one DLQ message a delivery undertook to send.
+    /// The claims on DLQ messages, as elements ([`crate::DlqClaim::element`]).
     pub claims: HashSet<String>,
     /// The source message ids whose DLQ message was sent.
     pub sent: HashSet<String>,
 }
 
+/// A record as a recording write left it ([`RecordStore::try_record`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    /// The record.
+    pub record: DeadLetteredItem,
+    /// The claims on DLQ messages beside it, as elements ([`crate::DlqClaim::element`]).
+    /// A claim a later receive took shows here, so that an earlier delivery still running
+    /// does not send beside it.
+    pub claims: HashSet<String>,
+}
+
 /// What compacting a record's history writes: the history kept, and with it the attempt
-/// ids and DLQ claims still needed, the `processed` list trimmed, and how many entries go.
+/// ids still needed, the DLQ claims that go, the `processed` list trimmed, and how many entries go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compaction {
     /// The entries kept: the first attempts and the latest ones
@@ -473,9 +485,10 @@ pub struct Compaction {
     /// The ids of the kept entries. The ids of dropped attempts go with them: `attempt_ids`
     /// would otherwise grow by one id per attempt for ever.
     pub attempt_ids: Vec<String>,
-    /// The source message ids of the kept entries, once each. Claims only matter while a
-    /// message may still be delivered again: those of the messages in the kept entries stay.
-    pub claims: Vec<String>,
+    /// The claim elements that go: every claim of a message whose every entry goes, and
+    /// the claims of earlier receives of the messages that stay (a later receive took
+    /// them over, or could). The set would otherwise grow with every cut delivery.
+    pub dropped_claims: Vec<String>,
     /// The source message ids whose every entry goes: their "DLQ message sent" marks go
     /// with them, as their claims do (`dlq_sent` would otherwise grow for ever).
     pub forgotten: Vec<String>,

@@ -14,9 +14,9 @@
 //!
 //! | the write finds | result |
 //! | --- | --- |
-//! | none of the pending attempt ids recorded, the claim free | appended; `failure_count` counts them; the claim taken |
-//! | some attempt ids recorded, or the claim taken (another writer) | refused: the known attempts (and those of a delivery with a sibling attempt known: its twin wrote them, `is_recorded`) and the taken claim are dropped and the write tried again (at most 5 rounds) |
-//! | the claim taken and its DLQ message marked sent | nothing appended: the delivery is acknowledged ([`Delivery::AlreadySent`]) |
+//! | none of the pending attempt ids recorded, the claim free or held only by earlier receives, the DLQ message not sent | appended; `failure_count` counts them; the claim taken (over an earlier receive's: [`crate::DlqClaim`]) |
+//! | some attempt ids recorded, or the claim held at this receive (a twin) | refused: the known attempts (and those of a delivery with a sibling attempt known: its twin wrote them, `is_recorded`) are dropped, and the claim when a twin or a later receive holds it; the write is tried again (at most 5 rounds) |
+//! | the DLQ message marked sent | nothing appended: the delivery is acknowledged ([`Delivery::AlreadySent`]) |
 //! | every attempt already recorded (the same delivery, invoked twice) | nothing to write: the claim is not held |
 //! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
@@ -86,31 +86,55 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
     if !crate::mutants::is_on(crate::mutants::Mutant::UnboundedAttemptIds) {
         attempt_ids.extend(last_attempts_dropped(&stored.failure_history, &history));
     }
-    let mut seen = HashSet::new();
-    let claims = history
-        .iter()
-        .filter(|f| seen.insert(f.message_id.as_str()))
-        .map(|f| f.message_id.clone())
-        .collect();
-    let claims: Vec<String> = claims;
+    let kept_messages: HashSet<&str> = history.iter().map(|f| f.message_id.as_str()).collect();
     let mut forgotten: Vec<String> = Vec::new();
     for f in &stored.failure_history {
-        if !claims.contains(&f.message_id) && !forgotten.contains(&f.message_id) {
+        if !kept_messages.contains(f.message_id.as_str()) && !forgotten.contains(&f.message_id) {
             forgotten.push(f.message_id.clone());
         }
     }
+    let dropped_claims = dropped_claims(&stored.failure_history, &kept_messages);
     let skip = stored
         .processed
         .len()
         .saturating_sub(crate::dead_letter::PROCESSED_LIMIT);
     Some(Compaction {
         attempt_ids,
-        claims,
+        dropped_claims,
         forgotten,
         processed: stored.processed[skip..].to_vec(),
         dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
         history,
     })
+}
+
+/// The claim elements a compaction of `history` drops: every claim of a message none of
+/// whose entries is kept (with the element of a claim kept before receive counts were),
+/// and the claims of a kept message's receives before its latest. A delivery at a later
+/// receive takes those over, so they no longer hold anything back. In order, once each.
+fn dropped_claims(history: &[FailureDetail], kept_messages: &HashSet<&str>) -> Vec<String> {
+    let mut latest: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for f in history {
+        let count = latest.entry(f.message_id.as_str()).or_insert(0);
+        *count = (*count).max(f.receive_count);
+    }
+    let mut dropped: Vec<String> = Vec::new();
+    let mut push = |element: String| {
+        if !dropped.contains(&element) {
+            dropped.push(element);
+        }
+    };
+    for f in history {
+        let message = f.message_id.as_str();
+        let kept = kept_messages.contains(message);
+        if !kept {
+            push(message.to_string());
+        }
+        if !kept || f.receive_count < latest.get(message).copied().unwrap_or(0) {
+            push(crate::DlqClaim::new(message, f.receive_count).element());
+        }
+    }
+    dropped
 }
 
 /// `limit`, raised as far as needed for the kept tail to hold the latest worker delivery
@@ -192,8 +216,8 @@ pub async fn adopt<T: RecordStore>(
         .try_record(record, &record.failure_history, None, expect)
         .await?
     {
-        Some(stored) => {
-            after_append(table, settings, stored).await?;
+        Some(written) => {
+            after_append(table, settings, written.record).await?;
             Ok(true)
         }
         None => Ok(false),
@@ -268,8 +292,8 @@ pub async fn record<T: RecordStore>(
         .map(|_| ())
 }
 
-/// Upserts a record as [`record`] does and, with `claim` (a source message id), undertakes
-/// in the same conditional write to send that message's one DLQ message. Says whether this
+/// Upserts a record as [`record`] does and, with `claim` (the delivery's [`crate::DlqClaim`]),
+/// undertakes in the same conditional write to send that message's one DLQ message. Says whether this
 /// write holds the claim, or, when another delivery of the same message (SQS delivers at
 /// least once, and a delivery whose acknowledgement was lost comes back) or the same
 /// delivery invoked twice got there first, whether that message's DLQ message was sent.
@@ -277,14 +301,14 @@ pub async fn record_delivery<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
-    claim: Option<&str>,
+    claim: Option<&crate::DlqClaim>,
 ) -> Result<Delivery, ProcessError> {
     let requested = claim;
     let mut pending: Vec<FailureDetail> = record.failure_history.clone();
     let mut claim = claim;
     // Whether the requested claim's DLQ message is known sent (read after a conflict).
     let mut sent = false;
-    let settled = |claim: Option<&str>, sent: bool| match (requested, claim) {
+    let settled = |claim: Option<&crate::DlqClaim>, sent: bool| match (requested, claim) {
         (None, _) => Delivery::Recorded,
         (Some(_), Some(_)) => Delivery::Claimed,
         (Some(_), None) if sent => Delivery::AlreadySent,
@@ -303,13 +327,19 @@ pub async fn record_delivery<T: RecordStore>(
             .try_record(record, &pending, claim, Expect::Any)
             .await?
         {
-            Some(stored) => {
-                after_append(table, settings, stored).await?;
+            Some(written) => {
+                after_append(table, settings, written.record).await?;
+                // A later receive took the claim before this write: this delivery (one
+                // that overlapped the next, its visibility lapsed) must not send beside
+                // it. Its own element stays behind, superseded ([`crate::DlqClaim`]).
+                if claim.is_some_and(|c| c.is_held_later(&written.claims)) {
+                    return Ok(settled(None, sent));
+                }
                 return Ok(settled(claim, sent));
             }
             None => {
                 let known = table.deliveries(&record.item_id).await?;
-                sent = requested.is_some_and(|c| known.sent.contains(c));
+                sent = requested.is_some_and(|c| known.sent.contains(&c.message_id));
                 if sent
                     && !crate::mutants::is_on(crate::mutants::Mutant::DroppedAttemptRecordedAgain)
                 {
@@ -320,7 +350,10 @@ pub async fn record_delivery<T: RecordStore>(
                     return Ok(Delivery::AlreadySent);
                 }
                 pending.retain(|f| !is_recorded(f, &known.attempt_ids));
-                if claim.is_some_and(|c| known.claims.contains(c)) {
+                // A twin's claim, or a later receive's, stays theirs; one an earlier
+                // receive left behind (cut before its send, or its release failed) is
+                // taken over by the next write ([`crate::DlqClaim`]).
+                if claim.is_some_and(|c| c.is_held_elsewhere(&known.claims)) {
                     claim = None;
                 }
             }
@@ -400,7 +433,8 @@ pub async fn persist<T: RecordStore + PayloadStore>(
     let mut record =
         DeadLetteredItem::from_candidate(candidate, invocation, now, settings.retention);
     offload_payload(table, settings, &mut record).await?;
-    match record_delivery(table, settings, &record, Some(&record.source.message_id)).await? {
+    let claim = crate::DlqClaim::of(&record.source);
+    match record_delivery(table, settings, &record, Some(&claim)).await? {
         Delivery::Claimed | Delivery::Recorded => Ok(Some(record)),
         Delivery::AlreadySent => Ok(None),
         Delivery::ClaimedElsewhere => Err(dead_lettering_elsewhere()),
@@ -455,7 +489,7 @@ pub async fn dead_letter<T: RecordStore + DeadLetterQueue + PayloadStore>(
         .map(|(record, _)| async move {
             // The next delivery of this message must be free to send it.
             if let Err(e) = table
-                .release_claim(&record.item_id, &record.source.message_id)
+                .release_claim(&record.item_id, &crate::DlqClaim::of(&record.source))
                 .await
             {
                 tracing::warn!(item_id = %record.item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
@@ -665,10 +699,13 @@ mod tests {
             twin.is_some_and(|f| is_recorded(f, &known)),
             "a dropped sibling is covered"
         );
-        let expected_claims: Vec<String> =
-            (0..=3).chain(6..=19).map(|n| format!("m-{n}")).collect();
-        assert_eq!(compaction.claims, expected_claims, "once each, in order");
-        // The claims of deliveries whose every entry was dropped (m-4, m-5) go.
+        // The claims of deliveries whose every entry was dropped (m-4, m-5) go, with the
+        // element a claim had before receive counts were kept; the others stay.
+        assert_eq!(
+            compaction.dropped_claims,
+            ["m-4", "m-4:1", "m-5", "m-5:1"],
+            "once each, in order"
+        );
         let expected_processed: Vec<String> = (10..30).map(|n| format!("msg:p{n}")).collect();
         assert_eq!(compaction.processed, expected_processed, "the latest 20");
     }
@@ -680,7 +717,23 @@ mod tests {
         assert_eq!(compaction.dropped, 1);
         // The first entry (half the limit, rounded down) and the latest two.
         assert_eq!(compaction.attempt_ids, ["m-0:1:1", "m-0:1:3", "m-1:1:1"]);
-        assert_eq!(compaction.claims, ["m-0", "m-1"]);
+        assert!(compaction.dropped_claims.is_empty(), "every message stays");
+    }
+
+    /// A claim an earlier receive left behind no longer holds anything back (a later
+    /// receive takes it over), so compaction drops it. The set would otherwise grow with
+    /// every cut delivery.
+    #[test]
+    fn compaction_drops_the_claims_of_earlier_receives_of_a_kept_message() {
+        let mut record = stored(6, 0);
+        for (n, entry) in record.failure_history.iter_mut().enumerate() {
+            entry.message_id = "m".to_string();
+            entry.receive_count = u32::try_from(n / 2 + 1).unwrap();
+            entry.attempt_id = format!("m:{}:{}", entry.receive_count, n % 2 + 1);
+        }
+        let compaction = compaction_of(&record, 4).unwrap();
+        assert_eq!(compaction.dropped_claims, ["m:1", "m:2"]);
+        assert!(compaction.forgotten.is_empty());
     }
 
     /// Compaction forgets exactly the deliveries whose every entry it drops, once each: their
@@ -794,7 +847,7 @@ mod tests {
         assert_eq!(sent(&table), ["a"]);
         let a = table.row("a").unwrap();
         assert_eq!(a.record.failure_count, 2);
-        assert!(a.claims.contains("m-a"));
+        assert!(a.claims.contains("m-a:3"));
         let b = table.row("b").unwrap();
         assert_eq!(b.record.failure_count, 2, "recorded all the same");
         assert!(b.claims.is_empty(), "the next delivery may send it");
@@ -810,8 +863,9 @@ mod tests {
         assert!(other[0].is_ok(), "{other:?}");
         assert_eq!(table.record("a").unwrap().failure_count, 2);
         assert_eq!(sent(&table), ["a"]);
-        // A delivery that finds the claim held and the message not sent yet (the other
-        // delivery may be sending it now) is returned for retry.
+        // A twin (the same delivery, invoked twice) that finds the claim held at its own
+        // receive and the message not sent yet (the twin may be sending it now) is
+        // returned for retry.
         let c = candidate("c", 3);
         let in_flight =
             DeadLetteredItem::from_candidate(&c, &info, Utc::now(), settings().retention);
@@ -819,13 +873,13 @@ mod tests {
             &table,
             &in_flight,
             &in_flight.failure_history,
-            Some("m-c"),
+            Some(&crate::DlqClaim::of(&in_flight.source)),
             Expect::Any
         )
         .await
         .unwrap()
         .is_some());
-        let racing = dead_letter(&table, &settings(), &[candidate("c", 4)], &info).await;
+        let racing = dead_letter(&table, &settings(), &[candidate("c", 3)], &info).await;
         assert!(crate::dead_letter::is_dead_lettering_elsewhere(
             racing[0].as_ref().unwrap_err()
         ));
@@ -834,6 +888,99 @@ mod tests {
         let retried = dead_letter(&table, &settings(), &[candidate("b", 4)], &info).await;
         assert!(retried[0].is_ok(), "{retried:?}");
         assert_eq!(sent(&table), ["a", "b"]);
+    }
+
+    /// A delivery cut at the hard stop between its record write and its DLQ send leaves
+    /// its claim taken and unsent. The next receive takes it over and sends the one DLQ
+    /// message. Before, every later delivery, the last one included, was returned for
+    /// retry, and SQS's redrive policy moved the message without the worker's DLQ message.
+    #[tokio::test]
+    async fn a_claim_left_by_a_cut_delivery_is_taken_over_by_the_next_receive() {
+        let table = MemoryStore::new();
+        let info = InvocationInfo::default();
+        // Receive 3 claims, then is cut: no send, no release.
+        let cut = DeadLetteredItem::from_candidate(
+            &candidate("a", 3),
+            &info,
+            Utc::now(),
+            settings().retention,
+        );
+        let claim = crate::DlqClaim::of(&cut.source);
+        let written = RecordStore::try_record(
+            &table,
+            &cut,
+            &cut.failure_history,
+            Some(&claim),
+            Expect::Any,
+        )
+        .await
+        .unwrap();
+        assert!(written.is_some());
+        // Receive 4 (the last) dead-letters it: one DLQ message, marked sent.
+        let last = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
+        assert!(last[0].is_ok(), "{last:?}");
+        assert_eq!(sent(&table), ["a"]);
+        let a = table.row("a").unwrap();
+        assert!(a.sent.contains("m-a"), "{:?}", a.sent);
+        assert!(a.claims.contains("m-a:4"), "{:?}", a.claims);
+        assert_eq!(a.record.failure_count, 4, "both deliveries' attempts, once");
+        // A later delivery of the sent message is acknowledged with nothing sent.
+        let again = dead_letter(&table, &settings(), &[candidate("a", 5)], &info).await;
+        assert!(again[0].is_ok(), "{again:?}");
+        assert_eq!(sent(&table), ["a"]);
+        assert_eq!(table.record("a").unwrap().failure_count, 4);
+    }
+
+    /// A failed DLQ send whose claim release fails too leaves the claim held by a
+    /// delivery that is over. The next receive takes it over (found by the simulation,
+    /// seed 56913).
+    #[tokio::test]
+    async fn a_claim_whose_release_failed_is_taken_over_by_the_next_receive() {
+        let table = MemoryStore::new();
+        let info = InvocationInfo::default();
+        table.refuse_sends_of("a");
+        table.fail("release_claim");
+        let first = dead_letter(&table, &settings(), &[candidate("a", 3)], &info).await;
+        assert!(first[0].is_err(), "{first:?}");
+        assert!(
+            table.row("a").unwrap().claims.contains("m-a:3"),
+            "not released"
+        );
+        table.world().lock().allow_sends_of("a");
+        let next = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
+        assert!(next[0].is_ok(), "{next:?}");
+        assert_eq!(sent(&table), ["a"]);
+    }
+
+    /// A delivery still finds a claim held by a later receive: it must not send beside
+    /// it. It is returned for retry, as a twin is.
+    #[tokio::test]
+    async fn a_claim_held_by_a_later_receive_is_not_taken_back() {
+        let table = MemoryStore::new();
+        let info = InvocationInfo::default();
+        let later = DeadLetteredItem::from_candidate(
+            &candidate("a", 5),
+            &info,
+            Utc::now(),
+            settings().retention,
+        );
+        let claim = crate::DlqClaim::of(&later.source);
+        RecordStore::try_record(
+            &table,
+            &later,
+            &later.failure_history,
+            Some(&claim),
+            Expect::Any,
+        )
+        .await
+        .unwrap();
+        // Receive 4 comes with attempts of its own: recorded, but it sends nothing.
+        let earlier = dead_letter(&table, &settings(), &[candidate("a", 4)], &info).await;
+        assert!(
+            crate::dead_letter::is_dead_lettering_elsewhere(earlier[0].as_ref().unwrap_err()),
+            "{earlier:?}"
+        );
+        assert!(sent(&table).is_empty());
     }
 
     #[tokio::test]

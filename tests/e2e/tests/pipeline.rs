@@ -7,7 +7,7 @@ use e2e::{body, Pipeline, Setup};
 use serde_json::json;
 use sqs_keeper_core::ErrorClass;
 use sqs_keeper_core::S3Pointer;
-use sqs_keeper_core::{DeadLetterReason, PayloadLocation};
+use sqs_keeper_core::{DeadLetterReason, DlqClaim, PayloadLocation};
 use std::collections::HashMap;
 
 fn attr<'a>(m: &'a aws_sdk_sqs::types::Message, name: &str) -> Option<&'a str> {
@@ -398,24 +398,32 @@ async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
         std::time::Duration::from_secs(86_400),
     );
     let history = record.failure_history.clone();
-    let first = RecordStore::try_record(&store, &record, &history, Some("m-twin"), Expect::Any)
+    let claim = sqs_keeper_core::DlqClaim::of(&record.source);
+    let first = RecordStore::try_record(&store, &record, &history, Some(&claim), Expect::Any)
         .await
         .unwrap();
     assert!(first.is_some());
-    RecordStore::release_claim(&store, "twin", "m-twin")
+    RecordStore::release_claim(&store, "twin", &claim)
         .await
         .unwrap();
-    let claimed = RecordStore::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
+    let claimed = RecordStore::try_record(&store, &record, &[], Some(&claim), Expect::Any)
         .await
         .unwrap()
         .expect("the freed claim is taken");
-    assert_eq!(claimed.failure_count, u32::try_from(history.len()).unwrap());
-    assert_eq!(claimed.failure_history.len(), history.len());
+    assert_eq!(
+        claimed.record.failure_count,
+        u32::try_from(history.len()).unwrap()
+    );
+    assert!(
+        claimed.claims.contains(&claim.element()),
+        "the claims come back with the record"
+    );
+    assert_eq!(claimed.record.failure_history.len(), history.len());
     let known = RecordStore::deliveries(&store, "twin").await.unwrap();
-    assert!(known.claims.contains("m-twin"), "{known:?}");
+    assert!(known.claims.contains(&claim.element()), "{known:?}");
     assert_eq!(known.attempt_ids.len(), history.len());
     // Taken now: a second claim-only write is refused.
-    let again = RecordStore::try_record(&store, &record, &[], Some("m-twin"), Expect::Any)
+    let again = RecordStore::try_record(&store, &record, &[], Some(&claim), Expect::Any)
         .await
         .unwrap();
     assert!(again.is_none());
@@ -1350,7 +1358,7 @@ async fn follow_ups_to_a_record_a_purge_deleted_leave_no_item() {
     RecordStore::set_review_flag(&store, "gone", true)
         .await
         .unwrap();
-    RecordStore::release_claim(&store, "gone", "m-1")
+    RecordStore::release_claim(&store, "gone", &sqs_keeper_core::DlqClaim::new("m-1", 1))
         .await
         .unwrap();
     let item = p
@@ -1392,6 +1400,7 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
         lease_owner: Option<&'static str>,
         attempt_ids: Vec<&'static str>,
         claims: Vec<&'static str>,
+        sent: Vec<&'static str>,
     }
     let base = |id: &str| {
         let msg = serde_json::from_value(json!({
@@ -1424,7 +1433,8 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
             record: with("dead", &|_| {}),
             lease_owner: None,
             attempt_ids: vec!["a1", "a2"],
-            claims: vec!["m-1"],
+            claims: vec!["m-1:5"],
+            sent: vec!["m-1"],
         },
         Fixture {
             record: with("expired", &|r| {
@@ -1434,6 +1444,7 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
             lease_owner: Some("run-1"),
             attempt_ids: vec!["a1"],
             claims: vec![],
+            sent: vec![],
         },
         Fixture {
             record: with("leased", &|r| {
@@ -1443,6 +1454,7 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
             lease_owner: Some("run-1"),
             attempt_ids: vec![],
             claims: vec![],
+            sent: vec![],
         },
         Fixture {
             record: with("requeued", &|r| {
@@ -1452,13 +1464,15 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
             }),
             lease_owner: None,
             attempt_ids: vec!["a1"],
-            claims: vec!["m-1", "m-2"],
+            claims: vec!["m-1:5", "m-2"],
+            sent: vec![],
         },
         Fixture {
             record: with("resolved", &|r| r.status = ItemStatus::Resolved),
             lease_owner: None,
             attempt_ids: vec!["a1"],
             claims: vec![],
+            sent: vec![],
         },
     ];
     for f in &fixtures {
@@ -1472,6 +1486,9 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
         }
         if !f.claims.is_empty() {
             item.insert(schema::DLQ_CLAIMS.into(), set(&f.claims));
+        }
+        if !f.sent.is_empty() {
+            item.insert(schema::DLQ_SENT.into(), set(&f.sent));
         }
         dynamodb
             .put_item()
@@ -1531,15 +1548,23 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
         ),
         (
             "records_attempts",
-            conditions::records_attempts(&["a3", "a4"], Some("m-1"), &Expect::Any),
+            conditions::records_attempts(
+                &["a3", "a4"],
+                Some(&DlqClaim::new("m-1", 5)),
+                &Expect::Any,
+            ),
         ),
         (
             "records_attempts",
-            conditions::records_attempts(&["a3"], Some("m-2"), &Expect::Any),
+            conditions::records_attempts(&["a3"], Some(&DlqClaim::new("m-2", 1)), &Expect::Any),
         ),
         (
             "records_attempts",
-            conditions::records_attempts(&[], Some("m-9"), &Expect::Absent),
+            conditions::records_attempts(&["a3"], Some(&DlqClaim::new("m-1", 6)), &Expect::Any),
+        ),
+        (
+            "records_attempts",
+            conditions::records_attempts(&[], Some(&DlqClaim::new("m-9", 1)), &Expect::Absent),
         ),
         (
             "records_attempts",
@@ -1555,7 +1580,11 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
         ),
         (
             "records_attempts",
-            conditions::records_attempts(&[], Some("m-3"), &status(ItemStatus::Dead, &[])),
+            conditions::records_attempts(
+                &[],
+                Some(&DlqClaim::new("m-3", 1)),
+                &status(ItemStatus::Dead, &[]),
+            ),
         ),
         ("counts", conditions::counts(record.failure_count)),
         ("counts", conditions::counts(record.failure_count + 1)),
@@ -1580,12 +1609,14 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
                 Some(f) => {
                     let ids = |id: &str| f.attempt_ids.contains(&id);
                     let claims = |id: &str| f.claims.contains(&id);
+                    let sent = |id: &str| f.sent.contains(&id);
                     condition.holds(Some(&StoredRecord {
                         record: &f.record,
                         lease_owner: f.lease_owner,
                         attempt_ids: (!f.attempt_ids.is_empty())
                             .then_some(&ids as &dyn Fn(&str) -> bool),
                         claims: (!f.claims.is_empty()).then_some(&claims as &dyn Fn(&str) -> bool),
+                        sent: (!f.sent.is_empty()).then_some(&sent as &dyn Fn(&str) -> bool),
                     }))
                 }
             };
@@ -1680,6 +1711,7 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
         lease_owner: Option<String>,
         attempt_ids: Vec<String>,
         claims: Vec<String>,
+        sent: Vec<String>,
     }
     let mut bare = base("bare");
     bare.processed = Vec::new();
@@ -1705,30 +1737,35 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
             lease_owner: None,
             attempt_ids: vec![],
             claims: vec![],
+            sent: vec![],
         },
         Fixture {
             record: no_expiry,
             lease_owner: Some("run-1".into()),
             attempt_ids: vec![],
             claims: vec![],
+            sent: vec![],
         },
         Fixture {
             record: at_expiry,
             lease_owner: Some("run-1".into()),
             attempt_ids: vec![],
             claims: vec![],
+            sent: vec![],
         },
         Fixture {
             record: weird,
             lease_owner: None,
             attempt_ids: vec![odd.clone(), big.clone()],
-            claims: vec![odd.clone()],
+            claims: vec![format!("{odd}:1")],
+            sent: vec![big.clone()],
         },
         Fixture {
             record: leased_weird,
             lease_owner: Some(odd.clone()),
             attempt_ids: vec!["a1".into()],
-            claims: vec![big.clone()],
+            claims: vec![format!("{big}:1")],
+            sent: vec![odd.clone()],
         },
     ];
     for f in &fixtures {
@@ -1747,6 +1784,9 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
                 schema::DLQ_CLAIMS.into(),
                 AttributeValue::Ss(f.claims.clone()),
             );
+        }
+        if !f.sent.is_empty() {
+            item.insert(schema::DLQ_SENT.into(), AttributeValue::Ss(f.sent.clone()));
         }
         dynamodb
             .put_item()
@@ -1788,15 +1828,19 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
         ),
         (
             "records_attempts odd".into(),
-            conditions::records_attempts(&[&odd, "a9"], Some(&odd), &Expect::Any),
+            conditions::records_attempts(
+                &[&odd, "a9"],
+                Some(&DlqClaim::new(&odd, 1)),
+                &Expect::Any,
+            ),
         ),
         (
             "records_attempts big".into(),
-            conditions::records_attempts(&[&big], Some(&big), &Expect::Any),
+            conditions::records_attempts(&[&big], Some(&DlqClaim::new(&big, 2)), &Expect::Any),
         ),
         (
             "records_attempts new".into(),
-            conditions::records_attempts(&["a9"], Some("m-9"), &Expect::Any),
+            conditions::records_attempts(&["a9"], Some(&DlqClaim::new("m-9", 1)), &Expect::Any),
         ),
         (
             "records_attempts status".into(),
@@ -1808,11 +1852,15 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
         ),
         (
             "records_attempts status3".into(),
-            conditions::records_attempts(&[], Some("c"), &st(ItemStatus::Requeued, &[&big, "x"])),
+            conditions::records_attempts(
+                &[],
+                Some(&DlqClaim::new("c", 1)),
+                &st(ItemStatus::Requeued, &[&big, "x"]),
+            ),
         ),
         (
             "records_attempts absent".into(),
-            conditions::records_attempts(&[], Some("c"), &Expect::Absent),
+            conditions::records_attempts(&[], Some(&DlqClaim::new("c", 1)), &Expect::Absent),
         ),
         (
             "unchanged_since".into(),
@@ -1831,12 +1879,14 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
                 Some(f) => {
                     let ids = |id: &str| f.attempt_ids.iter().any(|a| a == id);
                     let claims = |id: &str| f.claims.iter().any(|a| a == id);
+                    let sent = |id: &str| f.sent.iter().any(|a| a == id);
                     condition.holds(Some(&StoredRecord {
                         record: &f.record,
                         lease_owner: f.lease_owner.as_deref(),
                         attempt_ids: (!f.attempt_ids.is_empty())
                             .then_some(&ids as &dyn Fn(&str) -> bool),
                         claims: (!f.claims.is_empty()).then_some(&claims as &dyn Fn(&str) -> bool),
+                        sent: (!f.sent.is_empty()).then_some(&sent as &dyn Fn(&str) -> bool),
                     }))
                 }
             };

@@ -89,6 +89,8 @@ pub struct Summary {
     pub redrives: u64,
     /// Purges in all.
     pub purges: u64,
+    /// Invocations cut right after a DLQ claim, in all.
+    pub cuts_after_claim: u64,
     /// The largest record any world wrote, in bytes.
     pub largest_record: usize,
     /// Failing runs, in seed order.
@@ -122,6 +124,7 @@ pub fn run_seeds(
                 summary.invocations += report.stats.invocations;
                 summary.redrives += report.stats.redrives;
                 summary.purges += report.stats.purges;
+                summary.cuts_after_claim += report.stats.cuts_after_claim;
                 summary.largest_record = summary.largest_record.max(report.stats.largest_record);
                 if !report.violations.is_empty() {
                     summary.failures.push(report);

@@ -797,11 +797,19 @@ async fn poll(
         if roll < shape.crash_rate {
             let at = Duration::from_millis(rng.u64(0..FUNCTION_TIMEOUT.as_millis() as u64));
             let invocation = invoke(&world, &worker, &messages, &arn, &name, true);
+            // Half the crashes come at a random moment; the other half right after the
+            // first DLQ claim on one of the batch's messages, if that comes first (a hard
+            // stop between a dead-letter's record write and its DLQ send).
+            let at_claim = roll < shape.crash_rate / 2.0;
             tokio::select! {
                 biased;
                 _ = invocation => {}
                 _ = sleep(at) => {
                     note_unacked(&world, &messages, &[], &name, "crashed");
+                }
+                _ = claim_taken(&world, &messages), if at_claim => {
+                    world.lock().ext.stats.cuts_after_claim += 1;
+                    note_unacked(&world, &messages, &[], &name, "crashed right after a DLQ claim");
                 }
             }
         } else if roll < shape.crash_rate + shape.double_invoke_rate {
@@ -837,6 +845,28 @@ fn item_of(m: &QueueMessage) -> String {
 
 /// One invocation of the worker, with Lambda's deadline: a run past it is killed (and
 /// breaks the deadline invariant). Returns whether it answered.
+/// Resolves once a DLQ claim is taken on one of `messages` (never, if none is).
+async fn claim_taken(world: &Arc<World>, messages: &[QueueMessage]) {
+    let ids: Vec<String> = messages
+        .iter()
+        .map(|m| sqs_keeper_core::recorded_message_id(&m.id))
+        .collect();
+    let count = |world: &Arc<World>| -> u32 {
+        let state = world.lock();
+        ids.iter()
+            .map(|id| state.ext.ledger.claims_taken.get(id).copied().unwrap_or(0))
+            .sum()
+    };
+    let before = count(world);
+    let notify = world.lock().ext.claim_taken.clone();
+    loop {
+        notify.notified().await;
+        if count(world) != before {
+            return;
+        }
+    }
+}
+
 async fn invoke(
     world: &Arc<World>,
     worker: &SimWorker,
@@ -1009,8 +1039,12 @@ fn left_to_the_redrive_policy(
         // one wrote (it may have been sending it; a crash between claim and send leaves the
         // message to the redrive policy, whose DLQ message the sweep adopts): the documented
         // exception, judged by what the store saw at the write (`claims_held_elsewhere`).
+        let delivery = crate::world::delivery_key(
+            &sqs_keeper_core::recorded_message_id(&m.id),
+            m.receive_count,
+        );
         let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
-            && state.ext.ledger.claims_held_elsewhere.contains(&m.id);
+            && state.ext.ledger.claims_held_elsewhere.contains(&delivery);
         // Or its work ended well in this invocation (delivered, or skipped as done by its
         // idempotency key) and the record's update failed (a requeued message the store
         // could not mark finished): the policy moves a message whose payload arrived.

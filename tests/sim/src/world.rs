@@ -32,6 +32,8 @@ pub struct Ledger {
     pub sent: Vec<(String, String)>,
     /// Successful deliveries to the downstream, by payload sha256.
     pub delivered: HashMap<String, u32>,
+    /// DLQ claims taken, by source message id (as records keep it).
+    pub claims_taken: HashMap<String, u32>,
     /// Successful deliveries by the worker, by source message id.
     pub worker_deliveries: HashMap<String, u32>,
     /// At-least-once events by source message id: duplicate receives, and receives whose
@@ -65,7 +67,8 @@ pub struct Ledger {
     pub expired_in_window: BTreeSet<String>,
     /// Messages whose latest delivery failed to dead-letter them and could not hide them.
     pub unhidden_failed_dead_letters: BTreeSet<String>,
-    /// Source messages a delivery found claimed by another, not yet sent, when it wrote.
+    /// Deliveries (claim elements, `message id:receive count`) that found their message
+    /// claimed by a twin or a later receive, not yet sent, when they wrote.
     pub claims_held_elsewhere: BTreeSet<String>,
     /// Deliveries (`message id#receive count`) whose work ended well in the worker.
     pub handled: BTreeSet<String>,
@@ -130,6 +133,8 @@ pub struct Stats {
     pub largest_record: usize,
     /// Deliveries beyond the first of a payload.
     pub duplicate_deliveries: u64,
+    /// Invocations cut right after a DLQ claim on one of their messages.
+    pub cuts_after_claim: u64,
 }
 
 /// The simulation's state beside the world's.
@@ -157,6 +162,9 @@ pub struct Sim {
     pub redriving_now: HashMap<String, u32>,
     /// The downstream answers 503 to everything.
     pub outage: bool,
+    /// Wakes an invocation waiting to be cut right after a claim on one of its messages
+    /// ([`Ledger::claims_taken`]).
+    pub claim_taken: std::sync::Arc<tokio::sync::Notify>,
     /// What was sent and delivered.
     pub ledger: Ledger,
     /// What happened.
@@ -165,6 +173,21 @@ pub struct Sim {
     pub violations: Vec<(String, String)>,
     /// Counters.
     pub stats: Stats,
+}
+
+/// A delivery as the ledger keys it: `message id:receive count`.
+pub fn delivery_key(message_id: &str, receive_count: u32) -> String {
+    format!("{message_id}:{receive_count}")
+}
+
+/// The receive a claim element (`message id:receive count`) holds `message_id` at, if it
+/// is one of that message's; an element of the message id alone holds it at receive 0.
+fn claim_receive(element: &str, message_id: &str) -> Option<u32> {
+    if element == message_id {
+        return Some(0);
+    }
+    let (id, count) = element.rsplit_once(':')?;
+    (id == message_id).then(|| count.parse().ok()).flatten()
 }
 
 /// A fresh world: the source queue `source` and the DLQ `dlq`, empty, an empty table and
@@ -184,6 +207,7 @@ pub fn new_state(seed: u64, source: Queue, dlq: Queue) -> State {
             own_probes_now: HashMap::new(),
             redriving_now: HashMap::new(),
             outage: false,
+            claim_taken: std::sync::Arc::new(tokio::sync::Notify::new()),
             ledger: Ledger::default(),
             trace: Trace::default(),
             violations: Vec::new(),
@@ -272,7 +296,11 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
                 );
             }
         }
-        Event::Recorded { item, message_id } => {
+        Event::Recorded {
+            item,
+            message_id,
+            claimed,
+        } => {
             state
                 .ext
                 .ledger
@@ -280,17 +308,47 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
                 .entry(message_id.to_string())
                 .or_default()
                 .insert(item.to_string());
+            if *claimed {
+                *state
+                    .ext
+                    .ledger
+                    .claims_taken
+                    .entry(message_id.to_string())
+                    .or_default() += 1;
+                state.ext.claim_taken.notify_waiters();
+            }
         }
         Event::RecordRefused { item, claim } => {
+            // Judged here, not by the library's `DlqClaim::is_held_elsewhere`: a claim at
+            // this receive (a twin's) or a later one.
             let held_elsewhere = match (state.table.get(*item), claim) {
-                (Some(row), Some(c)) => row.claims.contains(*c) && !row.sent.contains(*c),
+                (Some(row), Some(c)) => {
+                    row.claims.iter().any(|element| {
+                        claim_receive(element, &c.message_id).is_some_and(|n| n >= c.receive_count)
+                    }) && !row.sent.contains(&c.message_id)
+                }
                 _ => false,
             };
             if let (true, Some(c)) = (held_elsewhere, claim) {
-                // Another delivery holds the claim and has not sent yet: this one will be
-                // returned for retry (`dead_letter::dead_lettering_elsewhere`).
-                state.ext.ledger.claims_held_elsewhere.insert(c.to_string());
+                // A twin (the same delivery, invoked twice) or a later receive holds the
+                // claim and has not sent yet: this delivery will be returned for retry
+                // (`dead_letter::dead_lettering_elsewhere`). Kept per receive: a later
+                // receive takes over a claim an earlier one left.
+                state
+                    .ext
+                    .ledger
+                    .claims_held_elsewhere
+                    .insert(delivery_key(&c.message_id, c.receive_count));
             }
+        }
+        Event::ClaimSuperseded { claim, .. } => {
+            // A later receive holds the claim: this delivery (which overlapped it) will be
+            // returned for retry while the later one sends.
+            state
+                .ext
+                .ledger
+                .claims_held_elsewhere
+                .insert(delivery_key(&claim.message_id, claim.receive_count));
         }
         Event::DlqMessageDeleted { message } => {
             let view = sqs_keeper_core::MessageView::of(

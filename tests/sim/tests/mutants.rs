@@ -157,3 +157,8 @@ fn finds_a_sandbox_that_probes_with_every_record_out_of_touch() {
 fn finds_a_retry_after_past_the_spacing_cap_hidden_only_to_the_cap() {
     finds(Mutant::RetryAfterCappedBySpacing, &["Retry-After"]);
 }
+
+#[test]
+fn finds_a_claim_left_by_a_cut_delivery_that_holds_every_later_one_back() {
+    finds(Mutant::CutClaimKept, &["on its last receive"]);
+}

@@ -524,12 +524,16 @@ mod tests {
             .try_record(
                 &record,
                 &record.failure_history,
-                Some("m-1"),
+                Some(&sqs_keeper_core::DlqClaim::new("m-1", 3)),
                 sqs_keeper_core::Expect::Any,
             )
             .await
             .unwrap();
-        assert_eq!(stored, Some(record.clone()), "reads back as written");
+        assert_eq!(
+            stored.map(|w| w.record),
+            Some(record.clone()),
+            "reads back as written"
+        );
 
         let item = written.lock().unwrap().take().unwrap();
         let mut expected = BTreeMap::from(FULL_RECORD_TYPES);
@@ -545,7 +549,7 @@ mod tests {
         );
         assert_eq!(
             item[schema::DLQ_CLAIMS].as_ss().unwrap(),
-            &["m-1".to_string()]
+            &["m-1:3".to_string()]
         );
         assert_eq!(item[schema::FAILURE_COUNT].as_n().unwrap(), "2");
     }

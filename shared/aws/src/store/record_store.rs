@@ -18,8 +18,8 @@ use sqs_keeper_core::conditions;
 use sqs_keeper_core::Clock;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::{Compaction, Deliveries, Expect, RecordStore, Selected, Standing};
-use sqs_keeper_core::{DeadLetteredItem, FailureDetail, ItemStatus};
-use sqs_keeper_core::{Page, PageToken, RecordFilter};
+use sqs_keeper_core::{DeadLetteredItem, DlqClaim, FailureDetail, ItemStatus};
+use sqs_keeper_core::{Page, PageToken, RecordFilter, Written};
 
 impl RecordStore for DeadLetterStore {
     fn clock(&self) -> Clock {
@@ -134,9 +134,9 @@ impl RecordStore for DeadLetterStore {
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
-        claim: Option<&str>,
+        claim: Option<&DlqClaim>,
         expect: Expect,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+    ) -> Result<Option<Written>, ProcessError> {
         let mut fields = schema::record_to_item(record)?;
         fields.remove(schema::ITEM_ID);
         fields.remove(schema::FAILURE_COUNT);
@@ -210,10 +210,7 @@ impl RecordStore for DeadLetterStore {
             adds.push("#claims :claims");
             request = request
                 .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-                .expression_attribute_values(
-                    ":claims",
-                    AttributeValue::Ss(vec![claim.to_string()]),
-                );
+                .expression_attribute_values(":claims", AttributeValue::Ss(vec![claim.element()]));
         }
         let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
         let condition = conditions::records_attempts(&attempt_ids, claim, &expect);
@@ -229,7 +226,16 @@ impl RecordStore for DeadLetterStore {
                     .attributes()
                     .map(schema::record_from_item)
                     .transpose()?;
-                Ok(stored.or_else(|| Some(record.clone())))
+                let claims = output
+                    .attributes()
+                    .and_then(|item| item.get(schema::DLQ_CLAIMS))
+                    .and_then(|v| v.as_ss().ok())
+                    .map(|elements| elements.iter().cloned().collect())
+                    .unwrap_or_default();
+                Ok(Some(Written {
+                    record: stored.unwrap_or_else(|| record.clone()),
+                    claims,
+                }))
             }
             Err(e)
                 if e.as_service_error()
@@ -283,13 +289,7 @@ impl RecordStore for DeadLetterStore {
             .key(schema::ITEM_ID, AttributeValue::S(stored.item_id.clone()))
             // The ids of dropped attempts go with them; claims only matter while a message
             // may still be delivered again ([`Compaction`]).
-            .update_expression(if compaction.forgotten.is_empty() {
-                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
-                 ADD #omitted :dropped"
-            } else {
-                "SET #hist = :kept, #ids = :kept_ids, #claims = :kept_claims, #processed = :kept_processed \
-                 ADD #omitted :dropped DELETE #sent :forgotten"
-            })
+            .update_expression(compaction_expression(compaction))
             .expression_attribute_names("#processed", schema::PROCESSED)
             .expression_attribute_values(
                 ":kept_processed",
@@ -303,11 +303,6 @@ impl RecordStore for DeadLetterStore {
                 ),
             )
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_values(
-                ":kept_claims",
-                AttributeValue::Ss(compaction.claims.clone()),
-            )
             .expression_attribute_values(
                 ":kept_ids",
                 AttributeValue::Ss(compaction.attempt_ids.clone()),
@@ -315,16 +310,13 @@ impl RecordStore for DeadLetterStore {
             .with_condition(&conditions::counts(stored.failure_count))
             .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
             .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
-            .expression_attribute_values(
-                ":kept",
-                schema::history_to_attr(&compaction.history)?,
-            )
+            .expression_attribute_values(":kept", schema::history_to_attr(&compaction.history)?)
             .expression_attribute_values(
                 ":dropped",
                 AttributeValue::N(compaction.dropped.to_string()),
             );
-        // The "sent" marks of the messages whose entries all go (DynamoDB refuses an empty
-        // set, hence only when there are some).
+        // The "sent" marks of the messages whose entries all go, and the claims that go
+        // (DynamoDB refuses an empty set, hence only when there are some).
         let request = if compaction.forgotten.is_empty() {
             request
         } else {
@@ -335,14 +327,24 @@ impl RecordStore for DeadLetterStore {
                     AttributeValue::Ss(compaction.forgotten.clone()),
                 )
         };
+        let request = if compaction.dropped_claims.is_empty() {
+            request
+        } else {
+            request
+                .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+                .expression_attribute_values(
+                    ":dropped_claims",
+                    AttributeValue::Ss(compaction.dropped_claims.clone()),
+                )
+        };
         // Refused: an attempt was appended since `stored` was read; that writer compacts.
         done_unless_refused(request.send().await, "compact-history")
     }
 
-    /// Gives up the claim on a message's DLQ message (its send failed), so that the next
+    /// Gives up a claim on a message's DLQ message (its send failed), so that the next
     /// delivery of the message sends it. On the condition that the record exists, as
     /// `set_review_flag`.
-    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+    async fn release_claim(&self, item_id: &str, claim: &DlqClaim) -> Result<(), ProcessError> {
         let result = self
             .clients
             .dynamodb
@@ -351,10 +353,7 @@ impl RecordStore for DeadLetterStore {
             .key(schema::ITEM_ID, AttributeValue::S(item_id.to_string()))
             .update_expression("DELETE #claims :claims")
             .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_values(
-                ":claims",
-                AttributeValue::Ss(vec![message_id.to_string()]),
-            )
+            .expression_attribute_values(":claims", AttributeValue::Ss(vec![claim.element()]))
             .with_condition(&conditions::exists())
             .send()
             .await;
@@ -476,6 +475,26 @@ fn done_unless_refused(
         }
         Err(e) => Err(ProcessError::from_sdk(&e).with_step(step)),
     }
+}
+
+/// The update of a compaction: the kept history, ids and `processed` set, the dropped
+/// entries counted, and the "sent" marks and claims that go deleted when there are some.
+fn compaction_expression(compaction: &Compaction) -> String {
+    let mut expression = "SET #hist = :kept, #ids = :kept_ids, #processed = :kept_processed \
+                          ADD #omitted :dropped"
+        .to_string();
+    let mut deletes = Vec::new();
+    if !compaction.forgotten.is_empty() {
+        deletes.push("#sent :forgotten");
+    }
+    if !compaction.dropped_claims.is_empty() {
+        deletes.push("#claims :dropped_claims");
+    }
+    if !deletes.is_empty() {
+        expression.push_str(" DELETE ");
+        expression.push_str(&deletes.join(", "));
+    }
+    expression
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! | `failure_history` | L of M | one map per failed attempt, oldest first; at most `history_limit` (the first and the latest) |
 //! | `history_omitted` | N | attempts counted in `failure_count` but dropped from the history |
 //! | `attempt_ids` | SS | ids of recorded attempts: makes recording idempotent |
-//! | `dlq_claims` | SS | source message ids whose DLQ message was undertaken (one per message) |
+//! | `dlq_claims` | SS | claims on DLQ messages, `<source message id>:<receive count>` (`sqs_keeper_core::DlqClaim`) |
 //! | `dlq_sent` | SS | source message ids whose DLQ message was sent (a redelivery of one is acknowledged) |
 //! | `processed` | L of S | `msg:<source message id>` / `sha:<payload sha256>` known processed |
 //! | everything else | | the fields of [`DeadLetteredItem`], as native types |

@@ -17,9 +17,11 @@ use crate::retry::AttemptFailure;
 use crate::signature::error_signature;
 
 mod attributes;
+mod claim;
 mod record;
 
 pub use attributes::{capped_attributes, MessageAttribute, ATTRIBUTES_LIMIT};
+pub use claim::DlqClaim;
 pub use record::{
     compact_history, needs_manual_review, processed_after, processed_key_for_message,
     processed_key_for_payload, recorded_message_id, DeadLetteredItem, FailureDetail, ItemPayload,

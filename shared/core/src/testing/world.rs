@@ -46,7 +46,7 @@ pub struct Row {
     pub record: DeadLetteredItem,
     /// Ids of the attempts in its history (and of compacted ones, while not trimmed).
     pub attempt_ids: BTreeSet<String>,
-    /// Source message ids whose one DLQ message was claimed.
+    /// Claims on DLQ messages, as elements ([`crate::DlqClaim::element`]).
     pub claims: BTreeSet<String>,
     /// Source message ids whose DLQ message was sent.
     pub sent: BTreeSet<String>,
@@ -79,12 +79,14 @@ impl Row {
     pub fn satisfies(&self, condition: &Condition) -> bool {
         let ids = |id: &str| self.attempt_ids.contains(id);
         let claims = |id: &str| self.claims.contains(id);
+        let sent = |id: &str| self.sent.contains(id);
         let stored = StoredRecord {
             record: &self.record,
             lease_owner: self.lease_owner.as_deref(),
             // DynamoDB keeps no empty set: the attribute is missing.
             attempt_ids: (!self.attempt_ids.is_empty()).then_some(&ids as &dyn Fn(&str) -> bool),
             claims: (!self.claims.is_empty()).then_some(&claims as &dyn Fn(&str) -> bool),
+            sent: (!self.sent.is_empty()).then_some(&sent as &dyn Fn(&str) -> bool),
         };
         condition.holds(Some(&stored))
     }
@@ -94,6 +96,7 @@ impl Row {
         serde_json::to_vec(&self.record).map_or(0, |v| v.len())
             + self.attempt_ids.iter().map(|s| s.len() + 3).sum::<usize>()
             + self.claims.iter().map(|s| s.len() + 3).sum::<usize>()
+            + self.sent.iter().map(|s| s.len() + 3).sum::<usize>()
     }
 }
 
@@ -162,6 +165,8 @@ pub enum Event<'a> {
         item: &'a str,
         /// The source message.
         message_id: &'a str,
+        /// Whether the write took the message's DLQ claim.
+        claimed: bool,
     },
     /// A recording write refused by its condition; `claim`: the DLQ message it asked to
     /// claim.
@@ -169,7 +174,15 @@ pub enum Event<'a> {
         /// The item.
         item: &'a str,
         /// The claim asked for.
-        claim: Option<&'a str>,
+        claim: Option<&'a crate::DlqClaim>,
+    },
+    /// A recording write that took its claim while a later receive held the message's
+    /// claim (the two deliveries overlapped): the write's delivery will not send.
+    ClaimSuperseded {
+        /// The item.
+        item: &'a str,
+        /// The claim the write took.
+        claim: &'a crate::DlqClaim,
     },
     /// A DLQ message deleted.
     DlqMessageDeleted {

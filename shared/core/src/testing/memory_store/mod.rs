@@ -228,7 +228,8 @@ impl<X> MemoryStore<X> {
     /// message claimed and marked sent).
     pub fn insert_dead_lettered(&self, record: DeadLetteredItem) {
         let mut row = Row::of(record.clone());
-        row.claims.insert(record.source.message_id.clone());
+        row.claims
+            .insert(crate::DlqClaim::of(&record.source).element());
         row.sent.insert(record.source.message_id.clone());
         let mut state = self.world.lock();
         state.table.insert(record.item_id.clone(), row);
@@ -613,7 +614,7 @@ mod tests {
         RecordStore::set_review_flag(&store, "a", true)
             .await
             .unwrap();
-        RecordStore::release_claim(&store, "a", "m-1")
+        RecordStore::release_claim(&store, "a", &crate::DlqClaim::new("m-1", 1))
             .await
             .unwrap();
         assert!(store.row("a").is_none(), "{:?}", store.row("a"));

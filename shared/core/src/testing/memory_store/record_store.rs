@@ -2,6 +2,7 @@
 //! writes (`shared/aws/src/store/record_store.rs`), each one atomic step of the world.
 
 use super::*;
+use crate::ports::Written;
 
 impl<X: Send + 'static> RecordStore for MemoryStore<X> {
     fn clock(&self) -> Clock {
@@ -93,9 +94,9 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
-        claim: Option<&str>,
+        claim: Option<&crate::DlqClaim>,
         expect: Expect,
-    ) -> Result<Option<DeadLetteredItem>, ProcessError> {
+    ) -> Result<Option<Written>, ProcessError> {
         self.latency("try_record").await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "try_record", "record")?;
@@ -156,15 +157,22 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         row.attempt_ids
             .extend(pending.iter().map(|f| f.attempt_id.clone()));
         if let Some(claim) = claim {
-            row.claims.insert(claim.to_string());
+            row.claims.insert(claim.element());
         }
-        let stored = row.record.clone();
+        let stored = Written {
+            record: row.record.clone(),
+            claims: row.claims.iter().cloned().collect(),
+        };
         self.put_row(&mut state, id, row)?;
+        if let Some(claim) = claim.filter(|c| c.is_held_later(&stored.claims)) {
+            state.observe(&self.actor, &Event::ClaimSuperseded { item: id, claim });
+        }
         state.observe(
             &self.actor,
             &Event::Recorded {
                 item: id,
                 message_id: &record.source.message_id,
+                claimed: claim.is_some(),
             },
         );
         state.step(
@@ -232,7 +240,9 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         }
         row.record.failure_history = compaction.history.clone();
         row.attempt_ids = compaction.attempt_ids.iter().cloned().collect();
-        row.claims = compaction.claims.iter().cloned().collect();
+        for dropped in &compaction.dropped_claims {
+            row.claims.remove(dropped);
+        }
         for forgotten in &compaction.forgotten {
             row.sent.remove(forgotten);
         }
@@ -247,17 +257,24 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         Ok(())
     }
 
-    async fn release_claim(&self, item_id: &str, message_id: &str) -> Result<(), ProcessError> {
+    async fn release_claim(
+        &self,
+        item_id: &str,
+        claim: &crate::DlqClaim,
+    ) -> Result<(), ProcessError> {
         self.latency("release_claim").await;
         let mut state = self.world.lock();
         self.table_call(&mut state, "release_claim", "release-claim")?;
         if let Some(row) = state.table.get_mut(item_id) {
-            row.claims.remove(message_id);
+            row.claims.remove(&claim.element());
         }
         state.step(
             &self.actor,
             item_id,
-            &format!("released the claim of {message_id}"),
+            &format!(
+                "released the claim of {} at receive {}",
+                claim.message_id, claim.receive_count
+            ),
         );
         Ok(())
     }
