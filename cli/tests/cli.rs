@@ -398,6 +398,14 @@ async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
         "{out}"
     );
 
+    // The digest `dlq list` shows finds it too (pasted as printed).
+    let (code, out, err) = dlq.run(&["inspect", &stored_id]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("item id:        {stored_id}")),
+        "{out}"
+    );
+
     let (code, out, err) = dlq.run(&["inspect", &item_id, "--payload"]);
     assert_eq!(code, 0, "{err}");
     assert_no_controls("inspect --payload", &out);

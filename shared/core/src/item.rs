@@ -65,18 +65,54 @@ impl FromStr for ItemIdSource {
 /// [`bounded_item_id`].
 pub const MAX_ITEM_ID_BYTES: usize = 1024;
 
-/// `id`, or `sha256:<hex digest of id>` when it is longer than [`MAX_ITEM_ID_BYTES`] or
-/// holds a character SQS refuses in an attribute ([`crate::message::sqs_safe`]): stable
+/// `id`, or `sha256:<hex digest of id>` ([`kept_id`] with [`MAX_ITEM_ID_BYTES`]): stable
 /// (the same id always maps to the same key), short, and one every DLQ message can carry.
 /// An id with a control character (`{"id":"a\u0001b"}`, an S3 key with `%01`) would
 /// otherwise fail every DLQ send of its item.
 pub fn bounded_item_id(id: String) -> String {
-    let safe = crate::message::sqs_safe(&id)
-        || crate::mutants::is_on(crate::mutants::Mutant::IdsUnsafeForSqs);
-    if id.len() <= MAX_ITEM_ID_BYTES && safe {
+    if crate::mutants::is_on(crate::mutants::Mutant::IdsUnsafeForSqs)
+        && id.len() <= MAX_ITEM_ID_BYTES
+    {
+        return id;
+    }
+    kept_id(id, MAX_ITEM_ID_BYTES)
+}
+
+/// Digests of ids begin with this.
+const DIGEST_PREFIX: &str = "sha256:";
+
+/// Whether `id` is spelled as [`kept_id`] spells a digest: `sha256:` and 64 lowercase hex
+/// digits. Such an id is a stored key as `dlq list` shows it, never one a producer's id
+/// is kept as.
+pub fn is_id_digest(id: &str) -> bool {
+    id.strip_prefix(DIGEST_PREFIX).is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// An id as records and DLQ messages keep it: `id` itself while it is at most `bound`
+/// bytes, of SQS's character set ([`crate::message::sqs_safe`]) and not spelled as a
+/// digest; otherwise `sha256:` and the hex digest of `id`.
+///
+/// An id that begins `sha256:` is digested too. Kept as it is, `sha256:<digest of x>`
+/// would share the record of the id `x`.
+///
+/// ```
+/// use sqs_keeper_core::kept_id;
+///
+/// assert_eq!(kept_id("order-7".to_string(), 64), "order-7");
+/// assert!(kept_id("a\u{1}b".to_string(), 64).starts_with("sha256:"));
+/// let digest = kept_id("a\u{1}b".to_string(), 64);
+/// assert_ne!(kept_id(digest.clone(), 1024), digest, "a digest's spelling is not an id");
+/// ```
+pub fn kept_id(id: String, bound: usize) -> String {
+    if id.len() <= bound && crate::message::sqs_safe(&id) && !id.starts_with(DIGEST_PREFIX) {
         id
     } else {
-        format!("sha256:{}", crate::hex::sha256_hex(id.as_bytes()))
+        format!("{DIGEST_PREFIX}{}", crate::hex::sha256_hex(id.as_bytes()))
     }
 }
 
@@ -435,6 +471,21 @@ mod tests {
             assert!(crate::message::sqs_safe(&id));
         }
         assert_eq!(id_of("pointer:/tab"), "a\tb", "a tab is in SQS's set");
+    }
+
+    /// An id spelled as the digest of another would share that id's record: it is
+    /// digested itself. Message ids follow the same rule.
+    #[test]
+    fn an_id_spelled_as_a_digest_does_not_share_the_record_of_the_id_digested() {
+        let unsafe_id = "a\u{1}b".to_string();
+        let digest = bounded_item_id(unsafe_id);
+        assert!(digest.starts_with("sha256:"));
+        assert_ne!(bounded_item_id(digest.clone()), digest);
+        assert_ne!(crate::recorded_message_id(&digest), digest);
+        assert_eq!(crate::recorded_message_id("m-1"), "m-1");
+        assert!(is_id_digest(&digest));
+        assert!(!is_id_digest("sha256:abc"));
+        assert!(!is_id_digest(&digest.to_uppercase()));
     }
 
     #[test]

@@ -150,8 +150,8 @@ pub use event::{
 };
 pub use hex::sha256_hex;
 pub use item::{
-    bounded_item_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser, WorkItem,
-    MAX_ITEM_ID_BYTES,
+    bounded_item_id, is_id_digest, kept_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser,
+    WorkItem, MAX_ITEM_ID_BYTES,
 };
 pub use message::{
     attribute_size, batches_by_size, dlq_item_id, fifo_group_id, fitting_additions,

@@ -323,10 +323,7 @@ pub async fn record_delivery<T: RecordStore>(
         if pending.is_empty() && (claim.is_none() || sent) {
             return Ok(settled(None, sent));
         }
-        match table
-            .try_record(record, &pending, claim, Expect::Any)
-            .await?
-        {
+        match write_compacting_if_full(table, settings, record, &pending, claim).await? {
             Some(written) => {
                 after_append(table, settings, written.record).await?;
                 // A later receive took the claim before this write: this delivery (one
@@ -367,6 +364,41 @@ pub async fn record_delivery<T: RecordStore>(
         ),
     )
     .with_step("record"))
+}
+
+/// [`RecordStore::try_record`] with `pending` and `claim`. A write DynamoDB refuses for
+/// the item's size compacts the record first and is made once more. A compaction that
+/// failed after an earlier append leaves up to [`HISTORY_ENTRIES_MAX`] entries, and a
+/// delivery's attempts on top may pass 400 KB. Without this, every later write of the
+/// item would be refused, and so would the compaction that follows a write.
+async fn write_compacting_if_full<T: RecordStore>(
+    table: &T,
+    settings: &RecordingSettings,
+    record: &DeadLetteredItem,
+    pending: &[FailureDetail],
+    claim: Option<&crate::DlqClaim>,
+) -> Result<Option<crate::ports::Written>, ProcessError> {
+    match table.try_record(record, pending, claim, Expect::Any).await {
+        Err(error) if is_item_too_large(&error) => {
+            tracing::warn!(item_id = %record.item_id, "record too large to append to; compacting it first");
+            if let Some(stored) = table.get(&record.item_id).await? {
+                if let Some(compaction) = compaction_of(&stored, settings.history_limit) {
+                    table.compact(&stored, &compaction).await?;
+                }
+            }
+            table.try_record(record, pending, claim, Expect::Any).await
+        }
+        other => other,
+    }
+}
+
+/// Whether `error` is DynamoDB refusing a write that would make its item larger than
+/// 400 KB: a `ValidationException` saying "Item size has exceeded the maximum allowed
+/// size" (`PutItem`) or "Item size to update has exceeded the maximum allowed size"
+/// (`UpdateItem`, as DynamoDB Local says it).
+fn is_item_too_large(error: &ProcessError) -> bool {
+    error.class == ErrorClass::Validation
+        && error.message.contains("exceeded the maximum allowed size")
 }
 
 /// Whether `attempt` is recorded: its id is, or a later attempt of its delivery (the same
@@ -888,6 +920,77 @@ mod tests {
         let retried = dead_letter(&table, &settings(), &[candidate("b", 4)], &info).await;
         assert!(retried[0].is_ok(), "{retried:?}");
         assert_eq!(sent(&table), ["a", "b"]);
+    }
+
+    /// A compaction that failed leaves the history at its planned most (70 entries); the
+    /// next delivery's 20 attempts on top pass 400 KB with the largest entries and body.
+    /// The write is refused for size, so the record is compacted first and written again.
+    /// Before, every later write of the item was refused.
+    #[tokio::test]
+    async fn a_write_too_large_after_a_failed_compaction_compacts_first() {
+        let table = MemoryStore::new();
+        // Every field at its largest ('é' is two bytes: clipped by bytes, escaped in JSON).
+        let big = |n: usize| "é".repeat(n);
+        let info = InvocationInfo {
+            function_name: Some(big(100)),
+            request_id: Some(big(100)),
+            log_group: Some(big(100)),
+            log_stream: Some(big(100)),
+        };
+        let error = ProcessError::new(ErrorClass::Throttled, big(2_000))
+            .with_code(big(100))
+            .with_step(big(100))
+            .with_detail(big(1_000));
+        let error = (0..6).fold(error, |e, _| e.with_cause(big(300)));
+        let mut left = crate::testing::dead_record("a", ErrorClass::Throttled, 1);
+        let template = FailureDetail::from_attempt(
+            &candidate("a", 1).item,
+            &crate::retry::AttemptFailure {
+                attempt: 1,
+                started_at: Utc::now(),
+                duration: Duration::ZERO,
+                error: error.clone(),
+            },
+            &info,
+        )
+        .bounded();
+        left.failure_history = (0..HISTORY_ENTRIES_MAX)
+            .map(|n| FailureDetail {
+                attempt_id: format!("m-{}:1:{}", n / 20, n % 20 + 1),
+                message_id: format!("m-{}", n / 20),
+                ..template.clone()
+            })
+            .collect();
+        left.failure_count = u32::try_from(HISTORY_ENTRIES_MAX).unwrap();
+        table.insert(left);
+        let mut next = candidate("a", 4);
+        next.item.body = "b".repeat(65_000);
+        next.failures = (1..=crate::retry::MAX_ATTEMPTS_PER_INVOCATION)
+            .map(|attempt| crate::retry::AttemptFailure {
+                attempt,
+                started_at: Utc::now(),
+                duration: Duration::ZERO,
+                error: error.clone(),
+            })
+            .collect();
+        // Without compaction the write would pass DynamoDB's limit.
+        let entry = serde_json::to_string(&template).unwrap().len();
+        let full = (HISTORY_ENTRIES_MAX + 20) * entry + next.item.body.len();
+        assert!(full > crate::testing::ITEM_SIZE_LIMIT, "{full} bytes");
+        let results = dead_letter(&table, &settings(), &[next], &info).await;
+        assert!(results[0].is_ok(), "{results:?}");
+        let a = table.row("a").unwrap();
+        assert!(
+            a.record.failure_history.len() <= HISTORY_ENTRIES_MAX,
+            "{} entries",
+            a.record.failure_history.len()
+        );
+        assert_eq!(
+            a.record.failure_count,
+            u32::try_from(HISTORY_ENTRIES_MAX).unwrap() + crate::retry::MAX_ATTEMPTS_PER_INVOCATION,
+            "every attempt counted"
+        );
+        assert_eq!(sent(&table), ["a"]);
     }
 
     /// A delivery cut at the hard stop between its record write and its DLQ send leaves

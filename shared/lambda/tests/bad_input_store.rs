@@ -634,10 +634,54 @@ async fn error_too_large_for_a_record_is_clipped_and_recorded() {
 /// invocation's fields were not clipped, and the plan counted 51 entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_largest_record_the_worst_case_builds_is_written() {
-    use sqs_keeper_core::stays_inline;
     let (clients, mut config) = emulator_store_resources("largest").await;
     config.inline_max_bytes = 262_144;
     let store = DeadLetterStore::new(clients, config);
+    for delivery in 1..=5u32 {
+        store
+            .record(&worst_case_delivery(delivery))
+            .await
+            .unwrap_or_else(|e| panic!("delivery {delivery}: {e}"));
+    }
+    assert_worst_case_record_compacted(&store).await;
+}
+
+/// A compaction that failed (here: a delivery written without the compaction that
+/// follows) leaves 70 entries of the largest size; the next delivery's 20 on top pass
+/// 400 KB, and DynamoDB refuses the write. The write compacts the record first and is
+/// made again. Before, every later write of the item was refused for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_too_large_after_a_failed_compaction_compacts_first() {
+    use sqs_keeper_core::{Expect, RecordStore};
+    let (clients, mut config) = emulator_store_resources("uncompacted").await;
+    config.inline_max_bytes = 262_144;
+    let store = DeadLetterStore::new(clients, config);
+    for delivery in 1..=3u32 {
+        store.record(&worst_case_delivery(delivery)).await.unwrap();
+    }
+    let fourth = worst_case_delivery(4);
+    RecordStore::try_record(&store, &fourth, &fourth.failure_history, None, Expect::Any)
+        .await
+        .unwrap()
+        .expect("appended, not compacted");
+    let left = store.get("big").await.unwrap().expect("the record");
+    assert_eq!(
+        left.failure_history.len(),
+        sqs_keeper_core::HISTORY_ENTRIES_MAX,
+        "the most a failed compaction leaves"
+    );
+    store
+        .record(&worst_case_delivery(5))
+        .await
+        .unwrap_or_else(|e| panic!("the write after a failed compaction: {e}"));
+    assert_worst_case_record_compacted(&store).await;
+}
+
+/// Delivery `delivery` of the worst case for the record's size: the largest body kept
+/// inline (under an inline maximum of 256 KiB), attributes at their cap, and 20 attempts
+/// whose every field is over its limit.
+fn worst_case_delivery(delivery: u32) -> DeadLetteredItem {
+    use sqs_keeper_core::stays_inline;
     let inline = (0..=262_144)
         .rev()
         .find(|n| stays_inline(*n, 262_144))
@@ -660,51 +704,50 @@ async fn the_largest_record_the_worst_case_builds_is_written() {
         log_group: Some(long.clone()),
         log_stream: Some(long.clone()),
     };
-    for delivery in 1..=5u32 {
-        let message = serde_json::from_value(json!({
-            "messageId": "m".repeat(100),
-            "body": body,
-            "attributes": {"ApproximateReceiveCount": delivery.to_string(), "SentTimestamp": "1700000000000"},
-            "messageAttributes": attributes,
-            "eventSourceARN": ARN,
-        }))
-        .unwrap();
-        let parser = ItemParser {
-            id_source: ItemIdSource::JsonPointer("/id".into()),
-            ..json_parser()
-        };
-        let item = parser.parse("m".repeat(100), message).unwrap();
-        let mut error = ProcessError::new(ErrorClass::Unknown, long.clone())
-            .with_code(long.clone())
-            .with_step(long.clone())
-            .with_status(599)
-            .with_detail(long.clone());
-        error.causes = (0..10).map(|_| long.clone()).collect();
-        let failures = (1..=20)
-            .map(|attempt| AttemptFailure {
-                attempt,
-                started_at: chrono::Utc::now(),
-                duration: Duration::from_millis(3),
-                error: error.clone(),
-            })
-            .collect();
-        let candidate = DeadLetterCandidate {
-            item,
-            error,
-            failures,
-            reason: DeadLetterReason::ReceiveBudgetExhausted,
-        };
-        let record = DeadLetteredItem::from_candidate(
-            &candidate,
-            &invocation,
-            chrono::Utc::now(),
-            Duration::from_secs(86_400),
-        );
-        store
-            .record(&record)
-            .await
-            .unwrap_or_else(|e| panic!("delivery {delivery}: {e}"));
-    }
+    let message = serde_json::from_value(json!({
+        "messageId": "m".repeat(100),
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": delivery.to_string(), "SentTimestamp": "1700000000000"},
+        "messageAttributes": attributes,
+        "eventSourceARN": ARN,
+    }))
+    .unwrap();
+    let parser = ItemParser {
+        id_source: ItemIdSource::JsonPointer("/id".into()),
+        ..json_parser()
+    };
+    let item = parser.parse("m".repeat(100), message).unwrap();
+    let mut error = ProcessError::new(ErrorClass::Unknown, long.clone())
+        .with_code(long.clone())
+        .with_step(long.clone())
+        .with_status(599)
+        .with_detail(long.clone());
+    error.causes = (0..10).map(|_| long.clone()).collect();
+    let failures = (1..=20)
+        .map(|attempt| AttemptFailure {
+            attempt,
+            started_at: chrono::Utc::now(),
+            duration: Duration::from_millis(3),
+            error: error.clone(),
+        })
+        .collect();
+    let candidate = DeadLetterCandidate {
+        item,
+        error,
+        failures,
+        reason: DeadLetterReason::ReceiveBudgetExhausted,
+    };
+    DeadLetteredItem::from_candidate(
+        &candidate,
+        &invocation,
+        chrono::Utc::now(),
+        Duration::from_secs(86_400),
+    )
+}
+
+/// The worst-case record after five deliveries: every attempt counted, the history
+/// compacted, the body inline.
+async fn assert_worst_case_record_compacted(store: &DeadLetterStore) {
     let stored = store.get("big").await.unwrap().expect("the record");
     assert_eq!(stored.failure_count, 100);
     assert!(stored.failure_history.len() <= sqs_keeper_core::HISTORY_LIMIT);

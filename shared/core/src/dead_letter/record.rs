@@ -299,12 +299,10 @@ pub fn processed_key_for_message(message_id: &str) -> String {
 
 /// A source message id as records, claims and DLQ attributes keep it: the id SQS gave
 /// (at most 100 characters of its own set), or for a hand-built event's id SQS could not
-/// carry or too long for the record's bounds, `sha256:` and its digest.
+/// carry or too long for the record's bounds, `sha256:` and its digest
+/// ([`crate::item::kept_id`] within 128 bytes).
 pub fn recorded_message_id(message_id: &str) -> String {
-    if message_id.len() <= 128 && crate::message::sqs_safe(message_id) {
-        return message_id.to_string();
-    }
-    format!("sha256:{}", crate::hex::sha256_hex(message_id.as_bytes()))
+    crate::item::kept_id(message_id.to_string(), 128)
 }
 
 /// The `processed` entry of a payload digest.
