@@ -96,18 +96,15 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
     })
 }
 
-/// The key a record of `item_id` is stored under. A digest (`sha256:` and 64 hex digits,
-/// as `dlq list` shows a digested id) is the key itself. Any other id is kept as the worker
-/// keeps it ([`sqs_keeper_core::bounded_item_id`]), so an operator can paste the id the
-/// producer used. An empty id is a usage error: no record has one.
+/// The key a record of `item_id` is stored under: the id as the worker keeps it
+/// ([`sqs_keeper_core::bounded_item_id`]), so an operator can paste the id the producer
+/// used or the digest `dlq list` shows (a kept id is kept as it is). An empty id is a
+/// usage error: no record has one.
 fn stored_item_id(item_id: &str) -> Result<String, CliError> {
     if item_id.is_empty() {
         return Err(CliError::Usage(
             "the item id is empty; give the id `dlq list` shows".into(),
         ));
-    }
-    if sqs_keeper_core::is_id_digest(item_id) {
-        return Ok(item_id.to_string());
     }
     Ok(sqs_keeper_core::bounded_item_id(item_id.to_string()))
 }

@@ -150,8 +150,8 @@ pub use event::{
 };
 pub use hex::sha256_hex;
 pub use item::{
-    bounded_item_id, is_id_digest, kept_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser,
-    WorkItem, MAX_ITEM_ID_BYTES,
+    bounded_item_id, kept_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser, WorkItem,
+    MAX_ITEM_ID_BYTES,
 };
 pub use message::{
     attribute_size, batches_by_size, dlq_item_id, fifo_group_id, fitting_additions,
@@ -174,7 +174,7 @@ pub use polling::{
 pub use ports::{
     Adoption, Compaction, DeadLetterQueue, Deliveries, Expect, MessageView, OutgoingMessage,
     PayloadStore, ReceivedMessage, RecordStore, RedrivePorts, Selected, SendResult, SourceQueue,
-    Standing, Written, CLASSIC_MESSAGE_MAX,
+    Standing, Written, CLASSIC_MESSAGE_MAX, SQS_MAX_RETENTION,
 };
 pub use processor::{handler_fn, DeadLettered, HandlerFn, ItemFn, Outcome, Processor};
 pub use random::Random;

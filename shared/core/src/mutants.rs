@@ -86,11 +86,14 @@ pub enum Mutant {
     /// between its record write and its DLQ send (or whose release failed) holds every
     /// later delivery back, and the message reaches the DLQ by the redrive policy alone.
     CutClaimKept,
+    /// A sandbox's failed read of the queue's timing overwrites what a concurrent
+    /// invocation of the same sandbox read: hides go uncapped by the retention.
+    TimingForgotten,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 24] = [
+    pub const ALL: [Mutant; 25] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -115,6 +118,7 @@ impl Mutant {
         Mutant::ProbeSlotShared,
         Mutant::RetryAfterCappedBySpacing,
         Mutant::CutClaimKept,
+        Mutant::TimingForgotten,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -144,6 +148,7 @@ impl Mutant {
             Mutant::ProbeSlotShared => "probe-slot-shared",
             Mutant::RetryAfterCappedBySpacing => "retry-after-capped-by-spacing",
             Mutant::CutClaimKept => "cut-claim-kept",
+            Mutant::TimingForgotten => "timing-forgotten",
         }
     }
 

@@ -371,6 +371,9 @@ pub type SendResult = Result<String, String>;
 /// `MaximumMessageSize` cannot be read.
 pub const CLASSIC_MESSAGE_MAX: u64 = 262_144;
 
+/// SQS's longest message retention (14 days).
+pub const SQS_MAX_RETENTION: std::time::Duration = std::time::Duration::from_secs(14 * 86_400);
+
 /// The queues items are requeued to.
 pub trait SourceQueue: Send + Sync {
     /// The URL of the queue `name` owned by `account`.
@@ -389,6 +392,17 @@ pub trait SourceQueue: Send + Sync {
     ) -> impl Future<Output = Result<u64, ProcessError>> + Send {
         let _ = queue_url;
         std::future::ready(Ok(CLASSIC_MESSAGE_MAX))
+    }
+
+    /// How long `queue_url` keeps a message (its `MessageRetentionPeriod`), so that a
+    /// record requeued there is set back to dead once its message must be gone. An
+    /// adapter that cannot ask keeps this default, SQS's longest: 14 days.
+    fn message_retention(
+        &self,
+        queue_url: &str,
+    ) -> impl Future<Output = Result<std::time::Duration, ProcessError>> + Send {
+        let _ = queue_url;
+        std::future::ready(Ok(SQS_MAX_RETENTION))
     }
 
     /// Sends up to 10 messages (1 MiB in all) in one call; one result per message, in

@@ -760,6 +760,31 @@ async fn assert_worst_case_record_compacted(store: &DeadLetterStore) {
     );
 }
 
+/// The store reads a source queue's retention (`MessageRetentionPeriod`) through the SDK,
+/// so that a run sets back to dead a record requeued there once its message is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_queues_retention_is_read_from_its_attributes() {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    use sqs_keeper_core::SourceQueue;
+    let (clients, config) = emulator_store_resources("retention").await;
+    let url = clients
+        .sqs
+        .create_queue()
+        .queue_name(unique("short-retention"))
+        .attributes(QueueAttributeName::MessageRetentionPeriod, "3600")
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let store = DeadLetterStore::new(clients, config);
+    let retention = SourceQueue::message_retention(&store, &url).await.unwrap();
+    assert_eq!(retention, Duration::from_secs(3_600));
+    let missing = SourceQueue::message_retention(&store, &format!("{url}-gone")).await;
+    assert!(missing.is_err(), "{missing:?}");
+}
+
 /// A record of `item_id` for one failed attempt of delivery `delivery`.
 fn failed_delivery(item_id: &str, delivery: u32, class: ErrorClass) -> DeadLetteredItem {
     let message = serde_json::from_value(json!({

@@ -92,8 +92,9 @@ pub fn at_quiescence(state: &mut State) {
             // A documented window (docs/SIMULATION.md, "Windows excused"): a requeued
             // message whose body names no item is an item of its own to the worker (its
             // new message id); failing again, it is recorded there, and the record it was
-            // requeued from waits, `requeued`, until the redrive sets it back to dead 14
-            // days and an hour after the requeue (§3). Its payload is held meanwhile.
+            // requeued from waits, `requeued`, until the redrive sets it back to dead the
+            // queue's retention and an hour after the requeue (§3). Its payload is held
+            // meanwhile.
             ItemStatus::Requeued
                 if r.requeued_message_id
                     .as_ref()
@@ -110,8 +111,19 @@ pub fn at_quiescence(state: &mut State) {
                 // The same window the other way round: the record a failure of a
                 // pointer was filed under while its payload could not be read, whose
                 // message SQS's redrive policy then moved, tracked by another record.
+                // A documented window: the delivery that dead-lettered the message was
+                // cut before its DLQ send, or the send and the hide both failed, and SQS
+                // deleted the message at the end of its retention before another receive
+                // could send it. Nothing ever sent its DLQ message.
+                let expired_unsent = state
+                    .ext
+                    .ledger
+                    .expired_messages
+                    .contains(&r.source.message_id)
+                    && !row.sent.contains(&r.source.message_id);
                 if !dlq.contains_key(id)
                     && !state.ext.ledger.purged.contains(id)
+                    && !expired_unsent
                     && !held_under_another_item(state, &dlq, &r.source.message_id, id)
                 {
                     broken.push((

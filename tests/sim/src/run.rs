@@ -717,7 +717,13 @@ async fn poll(
             let arn = state.source_mut().arn.clone();
             for expired in received.expired {
                 let item = item_of(&expired);
+                state
+                    .ext
+                    .ledger
+                    .expired_messages
+                    .insert(sqs_keeper_core::recorded_message_id(&expired.id));
                 let excused = state.ext.ledger.hidden_blind.contains(&expired.id)
+                    || state.ext.ledger.held_past_retention.contains(&expired.id)
                     || state
                         .ext
                         .ledger
@@ -747,7 +753,7 @@ async fn poll(
                         "message {} expired (retention {retention} s){}",
                         expired.id,
                         if excused {
-                            ", in a documented window (hidden while the retention was unknown, or a failed dead-letter write and hide)"
+                            ", in a documented window (hidden while the retention was unknown, a failed dead-letter write and hide, or held past it by a crashed invocation)"
                         } else {
                             ""
                         }
@@ -843,8 +849,6 @@ fn item_of(m: &QueueMessage) -> String {
     m.item_id()
 }
 
-/// One invocation of the worker, with Lambda's deadline: a run past it is killed (and
-/// breaks the deadline invariant). Returns whether it answered.
 /// Resolves once a DLQ claim is taken on one of `messages` (never, if none is).
 async fn claim_taken(world: &Arc<World>, messages: &[QueueMessage]) {
     let ids: Vec<String> = messages
@@ -867,6 +871,8 @@ async fn claim_taken(world: &Arc<World>, messages: &[QueueMessage]) {
     }
 }
 
+/// One invocation of the worker, with Lambda's deadline: a run past it is killed (and
+/// breaks the deadline invariant). Returns whether it answered.
 async fn invoke(
     world: &Arc<World>,
     worker: &SimWorker,
@@ -1017,11 +1023,32 @@ fn left_to_the_redrive_policy(
         // A dead-letter write that failed, and a hide that failed with it: the record comes
         // back after the visibility timeout, which may be past its retention (the window of
         // two failed calls docs/ARCHITECTURE.md §1.11 names).
-        let hidden = m
-            .receipt
-            .as_ref()
-            .is_some_and(|r| state.ext.ledger.hidden.contains_key(r));
-        if matches!(record.disposition, Disposition::DeadLetterFailed { .. }) && !hidden {
+        let hidden = |m: &QueueMessage| {
+            m.receipt
+                .as_ref()
+                .is_some_and(|r| state.ext.ledger.hidden.contains_key(r))
+        };
+        // In a FIFO queue, a message of its group this batch gave back without a hide stays
+        // in flight for the visibility timeout and holds the whole group, this message
+        // included, however this one was hidden.
+        let given_back = |o: &QueueMessage| {
+            report.records.iter().any(|r| {
+                r.message_id == o.id
+                    && matches!(
+                        r.disposition,
+                        Disposition::RetryLater { .. }
+                            | Disposition::NotStarted { .. }
+                            | Disposition::DeadLetterFailed { .. }
+                    )
+            })
+        };
+        let group_held = m.group.is_some()
+            && messages
+                .iter()
+                .any(|o| o.id != m.id && o.group == m.group && given_back(o) && !hidden(o));
+        if matches!(record.disposition, Disposition::DeadLetterFailed { .. })
+            && (!hidden(m) || group_held)
+        {
             state
                 .ext
                 .ledger
@@ -1084,6 +1111,36 @@ fn note_unacked(world: &World, messages: &[QueueMessage], before: &[u32], name: 
             *state.ext.ledger.causes.entry(m.id.clone()).or_default() += 1;
         }
     }
+    // A documented window: a message this invocation still holds invisible past the end
+    // of its retention is deleted by SQS before any delivery can see it again. The
+    // invocation is gone, so nothing can record it.
+    let now_ms = world.now_ms();
+    let retention_ms = i64::try_from(state.source().retention.as_millis()).unwrap_or(i64::MAX);
+    let held_past_retention: Vec<String> = state
+        .source()
+        .messages()
+        .iter()
+        .filter(|q| {
+            messages
+                .iter()
+                .any(|m| m.receipt.is_some() && m.receipt == q.receipt)
+        })
+        .filter(|q| {
+            let invisible_ms = q
+                .visible_at
+                .saturating_duration_since(Instant::now())
+                .as_millis();
+            let visible_at_ms =
+                now_ms.saturating_add(i64::try_from(invisible_ms).unwrap_or(i64::MAX));
+            q.sent_at_ms.saturating_add(retention_ms) <= visible_at_ms
+        })
+        .map(|q| q.id.clone())
+        .collect();
+    state
+        .ext
+        .ledger
+        .held_past_retention
+        .extend(held_past_retention);
 }
 
 /// Switches faults on and off until the producer's time is over, then heals the world.

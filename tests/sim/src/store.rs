@@ -114,11 +114,22 @@ impl SimVisibility {
 impl VisibilityPort for SimVisibility {
     fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>> {
         Box::pin(async move {
+            // Whether the sandbox knew the queue's timing when it made these delays (the
+            // call starts right after): another invocation's read may land during the
+            // call's latency, too late for them.
+            let knew_timing = self
+                .store
+                .world()
+                .lock()
+                .ext
+                .ledger
+                .timing_known
+                .contains(self.actor());
             call_latency(self.store.world()).await;
             let mut state = self.store.world().lock();
             records
                 .iter()
-                .map(|hide| self.hide_one(&mut state, hide))
+                .map(|hide| self.hide_one(&mut state, hide, knew_timing))
                 .collect()
         })
     }
@@ -154,7 +165,12 @@ impl SimVisibility {
     /// One entry of a `ChangeMessageVisibilityBatch`, with the §1.11 check that a hide
     /// honours the downstream's `Retry-After` wherever the message's retention leaves
     /// room for it.
-    fn hide_one(&self, state: &mut State, hide: &Hide) -> Result<(), ProcessError> {
+    fn hide_one(
+        &self,
+        state: &mut State,
+        hide: &Hide,
+        knew_timing: bool,
+    ) -> Result<(), ProcessError> {
         if state.sqs_call_fails(self.actor(), "-", "hide failed") {
             return Err(unavailable("SQS", "hide"));
         }
@@ -192,7 +208,7 @@ impl SimVisibility {
                     .ledger
                     .hidden
                     .insert(receipt.to_string(), hide.delay);
-                if state.ext.ledger.timing_known.contains(self.actor()) {
+                if knew_timing {
                     state.ext.ledger.hidden_blind.remove(&message_id);
                 } else {
                     state.ext.ledger.hidden_blind.insert(message_id.clone());

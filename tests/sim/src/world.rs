@@ -65,6 +65,12 @@ pub struct Ledger {
     pub breaker_open_for: Option<std::time::Duration>,
     /// Payloads of messages that expired in a documented window (excused at the end too).
     pub expired_in_window: BTreeSet<String>,
+    /// Messages a crashed (or killed) invocation held invisible past the end of their
+    /// retention: SQS deletes them before anyone can receive them again.
+    pub held_past_retention: BTreeSet<String>,
+    /// Source messages SQS deleted at the end of their retention (as records keep their
+    /// ids).
+    pub expired_messages: BTreeSet<String>,
     /// Messages whose latest delivery failed to dead-letter them and could not hide them.
     pub unhidden_failed_dead_letters: BTreeSet<String>,
     /// Deliveries (claim elements, `message id:receive count`) that found their message

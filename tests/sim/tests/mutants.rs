@@ -162,3 +162,27 @@ fn finds_a_retry_after_past_the_spacing_cap_hidden_only_to_the_cap() {
 fn finds_a_claim_left_by_a_cut_delivery_that_holds_every_later_one_back() {
     finds(Mutant::CutClaimKept, &["on its last receive"]);
 }
+
+/// A mutant the first 10,000 seeds do not reach, found by the seed that found its defect.
+fn found_by_its_seed(mutant: Mutant, seed: u64, expected: &str) {
+    let report = sqs_keeper_sim::run_seed(seed, &[mutant]);
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|(_, what)| what.contains(expected)),
+        "{} not found at seed {seed}:\n{}",
+        mutant.name(),
+        describe_failure(&report, &[mutant])
+    );
+    let clean = sqs_keeper_sim::run_seed(seed, &[]);
+    assert!(
+        clean.violations.is_empty(),
+        "seed {seed} fails without the mutant"
+    );
+}
+
+#[test]
+fn finds_a_failed_timing_read_that_forgets_a_concurrent_ones() {
+    found_by_its_seed(Mutant::TimingForgotten, 85996, "end of its retention");
+}

@@ -400,21 +400,49 @@ pub(crate) async fn maximum_message_size(
     step: &str,
 ) -> Result<u64, ProcessError> {
     use aws_sdk_sqs::types::QueueAttributeName;
+    queue_number(sqs, queue_url, QueueAttributeName::MaximumMessageSize, step).await
+}
+
+/// How long the queue at `queue_url` keeps a message (its `MessageRetentionPeriod`, one
+/// `GetQueueAttributes`); `step` names the caller's step in an error.
+pub(crate) async fn message_retention(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    step: &str,
+) -> Result<std::time::Duration, ProcessError> {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    queue_number(
+        sqs,
+        queue_url,
+        QueueAttributeName::MessageRetentionPeriod,
+        step,
+    )
+    .await
+    .map(std::time::Duration::from_secs)
+}
+
+/// One numeric attribute of the queue at `queue_url` (one `GetQueueAttributes`).
+async fn queue_number(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    name: aws_sdk_sqs::types::QueueAttributeName,
+    step: &str,
+) -> Result<u64, ProcessError> {
     let output = sqs
         .get_queue_attributes()
         .queue_url(queue_url)
-        .attribute_names(QueueAttributeName::MaximumMessageSize)
+        .attribute_names(name.clone())
         .send()
         .await
         .map_err(|e| ProcessError::from_sdk(&e).with_step(step))?;
     output
         .attributes()
-        .and_then(|a| a.get(&QueueAttributeName::MaximumMessageSize))
-        .and_then(|size| size.parse().ok())
+        .and_then(|a| a.get(&name))
+        .and_then(|value| value.parse().ok())
         .ok_or_else(|| {
             ProcessError::new(
                 sqs_keeper_core::ErrorClass::Unknown,
-                "the queue's attributes name no MaximumMessageSize",
+                format!("the queue's attributes name no {}", name.as_str()),
             )
             .with_step(step)
         })

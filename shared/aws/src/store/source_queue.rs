@@ -28,6 +28,13 @@ impl SourceQueue for DeadLetterStore {
         super::maximum_message_size(&self.clients().sqs, queue_url, "requeue").await
     }
 
+    async fn message_retention(
+        &self,
+        queue_url: &str,
+    ) -> Result<std::time::Duration, ProcessError> {
+        super::message_retention(&self.clients().sqs, queue_url, "requeue").await
+    }
+
     async fn send_batch(
         &self,
         queue_url: &str,

@@ -204,18 +204,26 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 }
             }
             _ => {
+                let Ok(mut timings) = self.queue_timings.lock() else {
+                    return;
+                };
+                // Another invocation of this sandbox may have read it meanwhile (Managed
+                // Instances run several at once): what it learnt stays.
+                if matches!(timings.get(queue_arn), Some(QueueTimingRead::Known(_)))
+                    && !crate::mutants::is_on(crate::mutants::Mutant::TimingForgotten)
+                {
+                    return;
+                }
                 tracing::warn!(
                     retry_secs = QUEUE_TIMING_RETRY.as_secs(),
                     "the source queue's retention could not be read; redelivery delays are not capped by it until it is"
                 );
-                if let Ok(mut timings) = self.queue_timings.lock() {
-                    timings.insert(
-                        queue_arn.to_string(),
-                        QueueTimingRead::Unknown {
-                            retry_at: tokio::time::Instant::now() + QUEUE_TIMING_RETRY,
-                        },
-                    );
-                }
+                timings.insert(
+                    queue_arn.to_string(),
+                    QueueTimingRead::Unknown {
+                        retry_at: tokio::time::Instant::now() + QUEUE_TIMING_RETRY,
+                    },
+                );
             }
         }
     }

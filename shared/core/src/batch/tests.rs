@@ -89,6 +89,72 @@ impl crate::redelivery::VisibilityPort for Timing {
     }
 }
 
+/// Answers a queue's timing late and not at all on its first read, at once on the others.
+struct FirstReadFailsLate {
+    timing: crate::redelivery::QueueTiming,
+    reads: std::sync::atomic::AtomicU32,
+}
+
+impl crate::redelivery::VisibilityPort for FirstReadFailsLate {
+    fn hide<'a>(
+        &'a self,
+        records: &'a [crate::redelivery::Hide],
+    ) -> futures::future::BoxFuture<'a, Vec<Result<(), ProcessError>>> {
+        Box::pin(async move { records.iter().map(|_| Ok(())).collect() })
+    }
+
+    fn queue_timing<'a>(
+        &'a self,
+        _queue_arn: &'a str,
+    ) -> futures::future::BoxFuture<'a, Option<crate::redelivery::QueueTiming>> {
+        let first = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+        let timing = self.timing;
+        Box::pin(async move {
+            if first {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return None;
+            }
+            Some(timing)
+        })
+    }
+}
+
+/// On Managed Instances a sandbox runs several invocations at once, and each may read the
+/// queue's timing. A read that fails after another succeeded keeps what was learnt:
+/// before, it overwrote it, and the sandbox's hides went uncapped by the retention
+/// until the next read (found by the simulation, seed 85996).
+#[tokio::test(start_paused = true)]
+async fn a_failed_timing_read_keeps_what_a_concurrent_one_learnt() {
+    let arn = "arn:aws:sqs:us-east-1:123456789012:orders";
+    let timing = crate::redelivery::QueueTiming {
+        retention: Duration::from_secs(7_200),
+        visibility_timeout: Duration::from_secs(180),
+    };
+    let port = FirstReadFailsLate {
+        timing,
+        reads: std::sync::atomic::AtomicU32::new(0),
+    };
+    let policy = crate::redelivery::RedeliveryPolicy {
+        base: Duration::from_secs(60),
+        multiplier: 2,
+        max: Duration::from_secs(3600),
+    };
+    let engine = BatchProcessor::new(
+        crate::testing::ScriptedProcessor::new(),
+        crate::testing::MemorySink::new(),
+        BatchConfig::default(),
+    )
+    .with_redelivery(policy, Arc::new(port));
+    let deadline = Deadline::after(Duration::from_secs(30), Duration::from_secs(1));
+    let slow = engine.learn_queue_timing(arn, &deadline);
+    let fast = async {
+        tokio::task::yield_now().await;
+        engine.learn_queue_timing(arn, &deadline).await;
+    };
+    tokio::join!(slow, fast);
+    assert_eq!(engine.queue_timing(Some(arn)), Some(timing));
+}
+
 /// What is logged, as text.
 #[derive(Clone, Default)]
 struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);

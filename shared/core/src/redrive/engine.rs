@@ -161,8 +161,14 @@ impl RunContext {
 }
 
 /// Longer than any SQS queue keeps a message (14 days), plus a margin: a record still
-/// `requeued` after this has no message left that could finish it.
+/// `requeued` after this has no message left that could finish it. A run sets such a
+/// record back to dead sooner, once its queue's own retention and the margin are past
+/// ([`REQUEUE_MARGIN`]).
 pub const REQUEUE_OUTLIVED: Duration = Duration::from_secs(14 * 86_400 + 3_600);
+
+/// How long past its queue's retention a requeue waits before it counts as outlived: an
+/// hour, for a message the worker is still running when its retention ends.
+pub const REQUEUE_MARGIN: Duration = Duration::from_secs(3_600);
 
 /// How long a requeued record is kept at least after its requeue: past
 /// [`REQUEUE_OUTLIVED`] by a day, for the runs that set it back to dead. A record that
@@ -202,6 +208,8 @@ pub struct RedriveEngine<P, S> {
     pub(super) queue_urls: Mutex<HashMap<String, String>>,
     /// Each source queue's largest message, by URL, read once per run of the engine.
     pub(super) queue_sizes: Mutex<HashMap<String, u64>>,
+    /// Each source queue's retention, by URL, read once per run of the engine.
+    pub(super) queue_retentions: Mutex<HashMap<String, Duration>>,
     /// Follows an Extended-Client pointer a record kept (the worker could not fetch its
     /// payload) before reprocessing, under the worker's payload policy.
     pub(super) resolver: Option<std::sync::Arc<dyn crate::batch::BodyResolver>>,
@@ -218,6 +226,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             settings,
             queue_urls: Mutex::new(HashMap::new()),
             queue_sizes: Mutex::new(HashMap::new()),
+            queue_retentions: Mutex::new(HashMap::new()),
             resolver: None,
         }
     }
@@ -347,18 +356,18 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         Ok(report)
     }
 
-    /// Sets back to dead every record still `requeued` longer than any queue keeps a
-    /// message (its requeued message was neither finished nor dead-lettered: purged from
-    /// the queue, say), so that nothing waits `requeued` for ever. Bounded by the run's
-    /// item window; a failure is logged (the next run tries again). How many it reopened.
+    /// Sets back to dead every record still `requeued` longer than its queue keeps a
+    /// message, and [`REQUEUE_MARGIN`] (its requeued message was neither finished nor
+    /// dead-lettered: it expired, or was purged from the queue), so that nothing waits
+    /// `requeued` for ever. Bounded by the run's item window; a failure is logged (the
+    /// next run tries again). How many it reopened.
     async fn reopen_outlived_requeues(&self, run: &RunContext) -> usize {
         let filter = crate::selection::RecordFilter {
             status: Some(crate::dead_letter::ItemStatus::Requeued),
             oldest_first: true,
             ..crate::selection::RecordFilter::default()
         };
-        let cutoff = self.settings.retry.clock.now()
-            - chrono::Duration::from_std(REQUEUE_OUTLIVED).unwrap_or(chrono::Duration::MAX);
+        let now = self.settings.retry.clock.now();
         let mut reopened = 0;
         let mut token = None;
         loop {
@@ -372,19 +381,24 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     return reopened;
                 }
             };
-            for record in page
-                .records
-                .iter()
-                .filter(|r| r.requeued_at.is_some_and(|at| at < cutoff))
-            {
+            for record in &page.records {
+                let Some(requeued_at) = record.requeued_at else {
+                    continue;
+                };
+                let outlived = self.requeue_outlived_after(record).await;
+                let outlived_chrono =
+                    chrono::Duration::from_std(outlived).unwrap_or(chrono::Duration::MAX);
+                if requeued_at + outlived_chrono >= now {
+                    continue;
+                }
                 let item = work_item(record, String::new());
                 let failure = immediate(
                     ProcessError::new(
                         crate::error::ErrorClass::Timeout,
                         format!(
-                            "requeued as message {} more than {} days ago and never finished nor dead-lettered: the message is gone",
+                            "requeued as message {} more than {} ago, longer than its queue keeps a message, and never finished nor dead-lettered: the message is gone",
                             record.requeued_message_id.as_deref().unwrap_or("?"),
-                            REQUEUE_OUTLIVED.as_secs() / 86_400
+                            humantime::format_duration(outlived)
                         ),
                     )
                     .with_step("requeue"),
@@ -409,6 +423,37 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 None => return reopened,
             }
         }
+    }
+
+    /// How long after its requeue a record still `requeued` has no message left that
+    /// could finish it: its queue's retention (read once per queue per run of the engine;
+    /// SQS's longest, 14 days, when it cannot be read) and [`REQUEUE_MARGIN`].
+    async fn requeue_outlived_after(&self, record: &DeadLetteredItem) -> Duration {
+        let Ok(url) = self.queue_url(record).await else {
+            return REQUEUE_OUTLIVED;
+        };
+        let cached = self
+            .queue_retentions
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&url).copied());
+        let retention = match cached {
+            Some(retention) => retention,
+            None => {
+                let retention = match self.store.message_retention(&url).await {
+                    Ok(retention) => retention.min(crate::ports::SQS_MAX_RETENTION),
+                    Err(error) => {
+                        tracing::warn!(queue_url = %url, error = %error.loggable(), "cannot read the queue's MessageRetentionPeriod (sqs:GetQueueAttributes); a requeue counts as outlived after 14 days");
+                        crate::ports::SQS_MAX_RETENTION
+                    }
+                };
+                if let Ok(mut m) = self.queue_retentions.lock() {
+                    m.insert(url, retention);
+                }
+                retention
+            }
+        };
+        retention + REQUEUE_MARGIN
     }
 
     /// How long the oldest dead record has waited since its last attempt: one query of one

@@ -91,7 +91,10 @@ pub fn outgoing_message(
 }
 
 impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
-    async fn queue_url(&self, record: &DeadLetteredItem) -> Result<String, ProcessError> {
+    pub(super) async fn queue_url(
+        &self,
+        record: &DeadLetteredItem,
+    ) -> Result<String, ProcessError> {
         if let Some(url) = &self.settings.source_queue_url {
             return Ok(url.clone());
         }

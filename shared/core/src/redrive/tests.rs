@@ -747,6 +747,38 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead() {
     assert_eq!(status(&engine, "recent"), Some(ItemStatus::Requeued));
 }
 
+/// A record requeued to a queue that keeps messages an hour waits `requeued` an hour and
+/// the margin, not 14 days: past that its message is gone (found by the simulation,
+/// seed 58653, whose requeued message expired in a short-retention queue).
+#[tokio::test]
+async fn a_requeue_outlives_its_own_queues_retention() {
+    let engine = engine_with(Vec::new(), ScriptedProcessor::new());
+    let mut queue = crate::testing::Queue::source("orders", "123456789012");
+    queue.retention = Duration::from_secs(3_600);
+    engine.store().world().lock().sources.push(queue);
+    for (id, minutes) in [("lost", 121), ("recent", 90)] {
+        let mut record = dead_record(id, ErrorClass::Throttled, 3);
+        record.source.queue_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders".into());
+        record.status = ItemStatus::Requeued;
+        record.requeued_message_id = Some(format!("m-{id}"));
+        record.requeued_at = Some(chrono::Utc::now() - chrono::Duration::minutes(minutes));
+        engine.store().insert(record);
+    }
+    let report = run(
+        &engine,
+        RedriveRequest {
+            item_ids: vec!["none".into()],
+            ..RedriveRequest::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeues_outlived, 1);
+    assert_eq!(status(&engine, "lost"), Some(ItemStatus::Dead));
+    let lost = engine.store().record("lost").unwrap();
+    assert!(lost.last_error.contains("2h"), "{}", lost.last_error);
+    assert_eq!(status(&engine, "recent"), Some(ItemStatus::Requeued));
+}
+
 #[tokio::test]
 async fn named_items_stop_at_max_items_with_a_token_for_the_rest() {
     let ids = ["a", "b", "c"];

@@ -23,6 +23,16 @@ impl<X: Send + 'static> SourceQueue for MemoryStore<X> {
         ))
     }
 
+    async fn message_retention(&self, queue_url: &str) -> Result<Duration, ProcessError> {
+        self.latency("message_retention").await;
+        let mut state = self.world.lock();
+        state.injected("message_retention")?;
+        state
+            .source_at(queue_url)
+            .map(|queue| queue.retention)
+            .ok_or_else(|| ProcessError::new(ErrorClass::NotFound, "no such queue"))
+    }
+
     async fn send_batch(
         &self,
         queue_url: &str,
