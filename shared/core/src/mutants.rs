@@ -89,11 +89,15 @@ pub enum Mutant {
     /// A sandbox's failed read of the queue's timing overwrites what a concurrent
     /// invocation of the same sandbox read: hides go uncapped by the retention.
     TimingForgotten,
+    /// A redrive's probe run takes one item only: an eligible item that tells nothing of
+    /// the downstream (its handler panics) is every probe's item, and the breaker stays
+    /// half-open with every other item waiting.
+    ProbeStuckOnOneItem,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 25] = [
+    pub const ALL: [Mutant; 26] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -119,6 +123,7 @@ impl Mutant {
         Mutant::RetryAfterCappedBySpacing,
         Mutant::CutClaimKept,
         Mutant::TimingForgotten,
+        Mutant::ProbeStuckOnOneItem,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -149,6 +154,7 @@ impl Mutant {
             Mutant::RetryAfterCappedBySpacing => "retry-after-capped-by-spacing",
             Mutant::CutClaimKept => "cut-claim-kept",
             Mutant::TimingForgotten => "timing-forgotten",
+            Mutant::ProbeStuckOnOneItem => "probe-stuck-on-one-item",
         }
     }
 

@@ -444,3 +444,56 @@ async fn a_function_continuation_of_a_dry_run_never_reprocesses() {
         z.status
     );
 }
+
+/// Guarantee 10 / docs §7, the redrive as the probe: an eligible item that tells nothing
+/// of the downstream (its handler panics) is the oldest, so every run took it as the
+/// probe, gave the probe back, and stopped: the breaker stayed half-open and no other item
+/// was ever redriven (found by the simulation, seed 88386). The probe run now goes on to
+/// the next item, and its success closes the breaker.
+#[tokio::test]
+async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next() {
+    use sqs_keeper_core::testing::{ScriptedProcessor, Step};
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_millis(100),
+        max_open: Duration::from_secs(10),
+        probe_for: Duration::from_millis(200),
+        refresh: Duration::ZERO,
+    };
+    let breaker = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    assert!(breaker
+        .open(
+            now - Duration::from_millis(10),
+            1,
+            now - Duration::from_secs(1)
+        )
+        .await
+        .unwrap());
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("panics", ErrorClass::Unknown, 3));
+    store.insert_dead_lettered(dead_record("heals", ErrorClass::Throttled, 2));
+    store.insert_dead_lettered(dead_record("later", ErrorClass::Throttled, 1));
+    let processor = ScriptedProcessor::new().script("panics", vec![Step::Panic]);
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(processor), settings);
+    let progress = redrive_made_no_progress();
+    let report = sqs_keeper_lambda::run_gated(
+        &engine,
+        Some((&breaker, &policy)),
+        &RedriveRequest::default(),
+        None,
+        &*progress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.succeeded, 2, "both others redriven: {report:?}");
+    assert!(report.failed_again >= 1, "{report:?}");
+    let state = breaker.read().await.unwrap();
+    assert!(
+        !state.is_open(SystemTime::now()) && !state.is_half_open(SystemTime::now()),
+        "closed by the second probe item: {state:?}"
+    );
+}

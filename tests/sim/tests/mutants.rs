@@ -186,3 +186,8 @@ fn found_by_its_seed(mutant: Mutant, seed: u64, expected: &str) {
 fn finds_a_failed_timing_read_that_forgets_a_concurrent_ones() {
     found_by_its_seed(Mutant::TimingForgotten, 85996, "end of its retention");
 }
+
+#[test]
+fn finds_a_probe_run_stuck_on_an_item_that_tells_nothing() {
+    found_by_its_seed(Mutant::ProbeStuckOnOneItem, 88386, "after the schedule ran");
+}
