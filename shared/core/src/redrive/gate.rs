@@ -11,7 +11,7 @@ use crate::Processor;
 /// while the breaker is open; once its open period is over, this run is the probe (one
 /// item first: its success closes the breaker and the run goes on, its failure of the
 /// downstream opens it again, and an item that tells nothing of the downstream gives way
-/// to the next, up to [`PROBE_ITEMS`]), unless a worker is probing. Requeues and dry runs do not
+/// to the next, up to five), unless a worker is probing. Requeues and dry runs do not
 /// call the downstream and are not gated. A run the breaker held back answers with an
 /// empty report whose `held_by_breaker` says why.
 pub async fn run_gated<P, S, B>(
