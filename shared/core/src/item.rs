@@ -474,6 +474,10 @@ mod tests {
         assert_eq!(bounded_item_id(digest.clone()), digest);
         assert_eq!(crate::recorded_message_id(&digest), digest);
         assert_eq!(crate::recorded_message_id("m-1"), "m-1");
+        // Our DLQ message naming the kept id is tracked by that same key.
+        let ours =
+            |name: &str| (name == crate::message::ITEM_ID_ATTRIBUTE).then_some(digest.as_str());
+        assert_eq!(crate::message::dlq_item_id(ours, None, "m-1"), digest);
     }
 
     #[test]

@@ -109,9 +109,11 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
 }
 
 /// The claim elements a compaction of `history` drops: every claim of a message none of
-/// whose entries is kept (with the element of a claim kept before receive counts were),
-/// and the claims of a kept message's receives before its latest. A delivery at a later
-/// receive takes those over, so they no longer hold anything back. In order, once each.
+/// whose entries is kept, and the claims of a kept message's receives before its latest.
+/// A delivery at a later receive takes those over, so they no longer hold anything back.
+/// In order, once each. An element kept before receive counts were (the message id
+/// alone) is left: it may spell another message's claim (`x:3` is message `x`'s at
+/// receive 3), and it holds nothing back either.
 fn dropped_claims(history: &[FailureDetail], kept_messages: &HashSet<&str>) -> Vec<String> {
     let mut latest: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     for f in history {
@@ -127,9 +129,6 @@ fn dropped_claims(history: &[FailureDetail], kept_messages: &HashSet<&str>) -> V
     for f in history {
         let message = f.message_id.as_str();
         let kept = kept_messages.contains(message);
-        if !kept {
-            push(message.to_string());
-        }
         if !kept || f.receive_count < latest.get(message).copied().unwrap_or(0) {
             push(crate::DlqClaim::new(message, f.receive_count).element());
         }
@@ -511,7 +510,7 @@ pub async fn dead_letter<T: RecordStore + DeadLetterQueue + PayloadStore>(
         .collect();
     if !marks.is_empty() {
         if let Err(e) = table.mark_sent(&marks).await {
-            tracing::warn!(records = marks.len(), error = %e, "DLQ messages sent but not all marked sent; a redelivery of one is returned for retry until the queue's redrive policy moves it");
+            tracing::warn!(records = marks.len(), error = %e, "DLQ messages sent but not all marked sent; a redelivery of one takes its claim over and sends a second DLQ message (a FIFO DLQ drops it within 5 minutes)");
         }
     }
     let releases: Vec<_> = to_send
@@ -731,11 +730,11 @@ mod tests {
             twin.is_some_and(|f| is_recorded(f, &known)),
             "a dropped sibling is covered"
         );
-        // The claims of deliveries whose every entry was dropped (m-4, m-5) go, with the
-        // element a claim had before receive counts were kept; the others stay.
+        // The claims of deliveries whose every entry was dropped (m-4, m-5) go; the
+        // others stay.
         assert_eq!(
             compaction.dropped_claims,
-            ["m-4", "m-4:1", "m-5", "m-5:1"],
+            ["m-4:1", "m-5:1"],
             "once each, in order"
         );
         let expected_processed: Vec<String> = (10..30).map(|n| format!("msg:p{n}")).collect();
@@ -1084,6 +1083,65 @@ mod tests {
             "{earlier:?}"
         );
         assert!(sent(&table).is_empty());
+    }
+
+    /// `candidate` of item `item` carried by message `message`.
+    fn carried_by(item: &str, message: &str, receive: u32) -> DeadLetterCandidate {
+        let mut c = candidate(item, receive);
+        c.item.message_id = message.to_string();
+        c
+    }
+
+    /// A forgotten message whose id holds ':' once had its element without a receive
+    /// dropped too; "x:3" is also message "x"'s claim at receive 3, so the compaction after
+    /// x's own write deleted x's live claim, and x's twin sent a second DLQ message.
+    #[tokio::test]
+    async fn compaction_never_drops_another_messages_claim() {
+        let table = MemoryStore::new();
+        let info = InvocationInfo::default();
+        let settings = RecordingSettings {
+            history_limit: 8,
+            ..settings()
+        };
+        for message in ["y", "z", "x:3", "w"] {
+            let r = dead_letter(&table, &settings, &[carried_by("a", message, 1)], &info).await;
+            assert!(r[0].is_ok(), "{r:?}");
+        }
+        // Message x at receive 3 records and claims (compaction drops "x:3"'s entries),
+        // and is about to send; its twin must be returned for retry.
+        let x = persist(
+            &table,
+            &settings,
+            &carried_by("a", "x", 3),
+            &info,
+            Utc::now(),
+        )
+        .await
+        .unwrap()
+        .expect("x holds the claim");
+        let twin = dead_letter(&table, &settings, &[carried_by("a", "x", 3)], &info).await;
+        assert!(twin[0].is_err(), "{twin:?}");
+        table.send_to_dlq(&[&x]).await;
+        assert_eq!(sent(&table).len(), 5, "one DLQ message per source message");
+    }
+
+    /// The `cut-claim-kept` mutant puts back claims without their receive: a first
+    /// delivery still sends, only a claim left by an earlier receive holds the next back.
+    #[cfg(feature = "sim")]
+    #[tokio::test]
+    async fn under_the_cut_claim_kept_mutant_a_first_delivery_still_sends() {
+        crate::mutants::switch_on(&[crate::mutants::Mutant::CutClaimKept]);
+        let table = MemoryStore::new();
+        let r = dead_letter(
+            &table,
+            &settings(),
+            &[candidate("a", 3)],
+            &InvocationInfo::default(),
+        )
+        .await;
+        crate::mutants::switch_on(&[]);
+        assert!(r[0].is_ok(), "{r:?}");
+        assert_eq!(sent(&table), ["a"]);
     }
 
     #[tokio::test]

@@ -934,3 +934,129 @@ async fn a_run_cannot_finish_an_item_whose_payload_a_new_failure_replaced() {
         ItemStatus::Resolved
     );
 }
+
+/// A failed delivery `delivery` of item `item_id`, carried by message `message_id`.
+fn claim_candidate(item_id: &str, message_id: &str, delivery: u32) -> DeadLetterCandidate {
+    let message = serde_json::from_value(json!({
+        "messageId": message_id,
+        "body": json!({"id": item_id}).to_string(),
+        "attributes": {"ApproximateReceiveCount": delivery.to_string(), "SentTimestamp": "1700000000000"},
+        "eventSourceARN": ARN,
+    }))
+    .unwrap();
+    let parser = ItemParser {
+        id_source: ItemIdSource::JsonPointer("/id".into()),
+        body_format: BodyFormat::Json,
+        envelope: Default::default(),
+    };
+    let item = parser.parse(message_id.to_string(), message).unwrap();
+    let error = ProcessError::new(ErrorClass::Throttled, format!("delivery {delivery} failed"));
+    DeadLetterCandidate {
+        failures: vec![AttemptFailure {
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration: Duration::from_millis(3),
+            error: error.clone(),
+        }],
+        item,
+        error,
+        reason: DeadLetterReason::ReceiveBudgetExhausted,
+    }
+}
+
+/// How many messages the DLQ at `url` holds (received and left hidden).
+async fn dlq_message_count(clients: &AwsClients, url: &str) -> usize {
+    let mut n = 0;
+    loop {
+        let out = clients
+            .sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(600)
+            .send()
+            .await
+            .unwrap();
+        let got = out.messages().len();
+        if got == 0 {
+            return n;
+        }
+        n += got;
+    }
+}
+
+/// On DynamoDB Local: a later receive takes over the claim a cut delivery left and sends,
+/// its twin and the next receive send nothing more, and a compaction deletes a forgotten
+/// message's claim and "sent" mark in one update. One DLQ message per source message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
+    use sqs_keeper_core::{DlqClaim, Expect, RecordStore};
+    let (clients, mut config) = emulator_store_resources("claims").await;
+    config.history_limit = 4;
+    let url = config.queue_url.clone();
+    let settings = config.recording_settings();
+    let store = DeadLetterStore::new(clients.clone(), config);
+    let info = InvocationInfo::default();
+    // A delivery cut after its claim (receive 3), then receive 4 dead-letters it.
+    let cut = DeadLetteredItem::from_candidate(
+        &claim_candidate("c", "mc", 3),
+        &info,
+        chrono::Utc::now(),
+        Duration::from_secs(86_400),
+    );
+    RecordStore::try_record(
+        &store,
+        &cut,
+        &cut.failure_history,
+        Some(&DlqClaim::of(&cut.source)),
+        Expect::Any,
+    )
+    .await
+    .unwrap()
+    .expect("claimed");
+    let r = sqs_keeper_core::record_dead_letters(
+        &store,
+        &settings,
+        &[claim_candidate("c", "mc", 4)],
+        &info,
+    )
+    .await;
+    assert!(r[0].is_ok(), "{r:?}");
+    let d = RecordStore::deliveries(&store, "c").await.unwrap();
+    assert!(d.sent.contains("mc"));
+    // Its twin (receive 4 again) and receive 5: nothing more sent.
+    for receive in [4, 5] {
+        let r = sqs_keeper_core::record_dead_letters(
+            &store,
+            &settings,
+            &[claim_candidate("c", "mc", receive)],
+            &info,
+        )
+        .await;
+        assert!(r[0].is_ok(), "{receive}: {r:?}");
+    }
+    // Compaction deleting from both sets in one update.
+    for m in ["p", "q", "r", "s", "t"] {
+        let r = sqs_keeper_core::record_dead_letters(
+            &store,
+            &settings,
+            &[claim_candidate("k", m, 1)],
+            &info,
+        )
+        .await;
+        assert!(r[0].is_ok(), "{m}: {r:?}");
+    }
+    let k = store.get("k").await.unwrap().unwrap();
+    let d = RecordStore::deliveries(&store, "k").await.unwrap();
+    assert_eq!(k.failure_count, 5);
+    assert!(k.failure_history.len() <= 4, "compacted on DynamoDB");
+    assert!(
+        !d.sent.contains("r") && !d.claims.contains("r:1"),
+        "r forgotten"
+    );
+    assert_eq!(
+        dlq_message_count(&clients, &url).await,
+        6,
+        "one per source message"
+    );
+}
