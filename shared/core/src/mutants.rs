@@ -93,11 +93,14 @@ pub enum Mutant {
     /// the downstream (its handler panics) is every probe's item, and the breaker stays
     /// half-open with every other item waiting.
     ProbeStuckOnOneItem,
+    /// A dead letter whose record write failed is sent to the DLQ all the same, as if the
+    /// write had landed (a throttled `UpdateItem` taken for written).
+    SentBeforePersisted,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 26] = [
+    pub const ALL: [Mutant; 27] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -124,6 +127,7 @@ impl Mutant {
         Mutant::CutClaimKept,
         Mutant::TimingForgotten,
         Mutant::ProbeStuckOnOneItem,
+        Mutant::SentBeforePersisted,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -155,6 +159,7 @@ impl Mutant {
             Mutant::CutClaimKept => "cut-claim-kept",
             Mutant::TimingForgotten => "timing-forgotten",
             Mutant::ProbeStuckOnOneItem => "probe-stuck-on-one-item",
+            Mutant::SentBeforePersisted => "sent-before-persisted",
         }
     }
 

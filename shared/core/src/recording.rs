@@ -465,7 +465,11 @@ pub async fn persist<T: RecordStore + PayloadStore>(
         DeadLetteredItem::from_candidate(candidate, invocation, now, settings.retention);
     offload_payload(table, settings, &mut record).await?;
     let claim = crate::DlqClaim::of(&record.source);
-    match record_delivery(table, settings, &record, Some(&claim)).await? {
+    let delivery = record_delivery(table, settings, &record, Some(&claim)).await;
+    if delivery.is_err() && crate::mutants::is_on(crate::mutants::Mutant::SentBeforePersisted) {
+        return Ok(Some(record));
+    }
+    match delivery? {
         Delivery::Claimed | Delivery::Recorded => Ok(Some(record)),
         Delivery::AlreadySent => Ok(None),
         Delivery::ClaimedElsewhere => Err(dead_lettering_elsewhere()),

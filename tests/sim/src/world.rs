@@ -347,6 +347,28 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
                     .insert(delivery_key(&c.message_id, c.receive_count));
             }
         }
+        Event::DeadLetterSending { record } => {
+            // §1.1, persisted first: a DLQ message is sent only for a delivery whose
+            // attempts its record holds (appended, whether or not compaction kept them).
+            let appended = state.ext.ledger.appended.get(&record.item_id);
+            let missing: Vec<&str> = record
+                .failure_history
+                .iter()
+                .map(|f| f.attempt_id.as_str())
+                .filter(|id| !appended.is_some_and(|a| a.contains(*id)))
+                .collect();
+            if !missing.is_empty() && !state.ext.ledger.purged.contains(&record.item_id) {
+                state.violate(
+                    Section::NothingLost,
+                    &record.item_id,
+                    format!(
+                        "{actor} sent a DLQ message for message {} before its record held attempt(s) {} (persisted first)",
+                        record.source.message_id,
+                        missing.join(", ")
+                    ),
+                );
+            }
+        }
         Event::ClaimSuperseded { claim, .. } => {
             // A later receive holds the claim: this delivery (which overlapped it) will be
             // returned for retry while the later one sends.

@@ -176,6 +176,11 @@ pub enum Event<'a> {
         /// The claim asked for.
         claim: Option<&'a crate::DlqClaim>,
     },
+    /// A worker's DLQ message about to be sent for `record` (the send accepted).
+    DeadLetterSending {
+        /// The record as the worker made it: its history is this delivery's attempts.
+        record: &'a crate::DeadLetteredItem,
+    },
     /// A recording write that took its claim while a later receive held the message's
     /// claim (the two deliveries overlapped): the write's delivery will not send.
     ClaimSuperseded {

@@ -37,6 +37,7 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
                 results.push(Err(error.with_step("dlq")));
                 continue;
             }
+            state.observe(&self.actor, &Event::DeadLetterSending { record });
             let id = send_dead_letter(&mut state, record, self.world.now_ms());
             state.step(
                 &self.actor,

@@ -167,6 +167,20 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         if let Some(claim) = claim.filter(|c| c.is_held_later(&stored.claims)) {
             state.observe(&self.actor, &Event::ClaimSuperseded { item: id, claim });
         }
+        // A write that landed and whose answer was lost (a timeout after DynamoDB applied
+        // it): the caller sees a failure it must not take for "not written".
+        if self.call_fails(
+            &mut state,
+            |f| f.table / 4.0,
+            id,
+            "record: the write landed, its answer was lost",
+        ) {
+            return Err(ProcessError::new(
+                ErrorClass::Timeout,
+                "record: the write landed, its answer was lost (injected)",
+            )
+            .with_step("record"));
+        }
         state.observe(
             &self.actor,
             &Event::Recorded {
