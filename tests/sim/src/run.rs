@@ -789,7 +789,7 @@ async fn poll(
         if messages.is_empty() {
             // Idle: the next receive after a few seconds, or at once when a message is sent
             // (a long poll returns as soon as one arrives).
-            let idle = sleep(Duration::from_millis(rng.u64(500..5_000)));
+            let idle = sleep(Duration::from_millis(rng.u64(500..POLL_GAP_MS as u64)));
             tokio::select! {
                 _ = idle => {}
                 _ = world.arrivals.notified() => {}
@@ -848,6 +848,9 @@ async fn poll(
 fn item_of(m: &QueueMessage) -> String {
     m.item_id()
 }
+
+/// The longest an idle poller waits before it receives again (ms).
+const POLL_GAP_MS: i64 = 5_000;
 
 /// Resolves once a DLQ claim is taken on one of `messages` (never, if none is).
 async fn claim_taken(world: &Arc<World>, messages: &[QueueMessage]) {
@@ -1112,8 +1115,9 @@ fn note_unacked(world: &World, messages: &[QueueMessage], before: &[u32], name: 
         }
     }
     // A documented window: a message this invocation still holds invisible past the end
-    // of its retention is deleted by SQS before any delivery can see it again. The
-    // invocation is gone, so nothing can record it.
+    // of its retention, or to within an idle poller's gap (5 s) of it, is deleted by SQS
+    // before any delivery can see it again. The invocation is gone, so nothing can record
+    // it.
     let now_ms = world.now_ms();
     let retention_ms = i64::try_from(state.source().retention.as_millis()).unwrap_or(i64::MAX);
     let held_past_retention: Vec<String> = state
@@ -1132,7 +1136,7 @@ fn note_unacked(world: &World, messages: &[QueueMessage], before: &[u32], name: 
                 .as_millis();
             let visible_at_ms =
                 now_ms.saturating_add(i64::try_from(invisible_ms).unwrap_or(i64::MAX));
-            q.sent_at_ms.saturating_add(retention_ms) <= visible_at_ms
+            q.sent_at_ms.saturating_add(retention_ms) <= visible_at_ms.saturating_add(POLL_GAP_MS)
         })
         .map(|q| q.id.clone())
         .collect();
