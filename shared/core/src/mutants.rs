@@ -96,11 +96,14 @@ pub enum Mutant {
     /// A dead letter whose record write failed is sent to the DLQ all the same, as if the
     /// write had landed (a throttled `UpdateItem` taken for written).
     SentBeforePersisted,
+    /// A purge deletes the payload objects of the records it kept (found changed since
+    /// its selection) as well as of those it deleted.
+    PurgeDeletesKeptObjects,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 27] = [
+    pub const ALL: [Mutant; 28] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -128,6 +131,7 @@ impl Mutant {
         Mutant::TimingForgotten,
         Mutant::ProbeStuckOnOneItem,
         Mutant::SentBeforePersisted,
+        Mutant::PurgeDeletesKeptObjects,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -160,6 +164,7 @@ impl Mutant {
             Mutant::TimingForgotten => "timing-forgotten",
             Mutant::ProbeStuckOnOneItem => "probe-stuck-on-one-item",
             Mutant::SentBeforePersisted => "sent-before-persisted",
+            Mutant::PurgeDeletesKeptObjects => "purge-deletes-kept-objects",
         }
     }
 

@@ -201,14 +201,16 @@ where
     report.records_deleted = removed.len();
     report.records_changed = changed;
     let now = store.clock().now();
+    let kept_objects_too = crate::mutants::is_on(crate::mutants::Mutant::PurgeDeletesKeptObjects);
     for removal in removable
         .iter()
-        .filter(|r| removed.contains(&r.selected.item_id))
+        .filter(|r| removed.contains(&r.selected.item_id) || kept_objects_too)
     {
         let Some(pointer) = &removal.payload else {
             continue;
         };
-        if object_may_be_live(store, removal, pointer, now).await? {
+        let kept = !removed.contains(&removal.selected.item_id);
+        if !kept && object_may_be_live(store, removal, pointer, now).await? {
             report.payloads_kept += 1;
         } else {
             PayloadStore::delete(store, pointer).await?;

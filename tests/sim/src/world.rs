@@ -10,9 +10,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use sqs_keeper_core::ItemStatus;
 use sqs_keeper_core::{testing::Event, testing::ITEM_SIZE_LIMIT};
 use sqs_keeper_core::{testing::Queue, testing::QueueMessage};
+use sqs_keeper_core::{ItemStatus, PayloadLocation};
 
 use crate::trace::Trace;
 
@@ -406,6 +406,24 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
             }
         }
         Event::PayloadDeleted { key, body } => {
+            // Every reference, at the step: no record that still needs its payload (dead,
+            // being redriven, or requeued as a pointer) names the object deleted.
+            let holders: Vec<String> = state
+                .table
+                .iter()
+                .filter(|(_, row)| row.record.status != ItemStatus::Resolved)
+                .filter(|(_, row)| {
+                    matches!(&row.record.payload.location, PayloadLocation::S3 { key: k, .. } if k == *key)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            for holder in holders {
+                state.violate(
+                    Section::NothingLost,
+                    &holder,
+                    format!("{actor} deleted payload object {key}, which the record of {holder} still names"),
+                );
+            }
             let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
             if state.deliveries_of(&sha) == 0 && !state.ext.ledger.discarded.contains(&sha) {
                 state.violate(
