@@ -189,7 +189,7 @@ pub use redrive::{
     expiry_when_reopened, expiry_when_requeued, no_progress as redrive_made_no_progress,
     ItemOutcome, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveReport,
     RedriveRequest, RedriveSettings, ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE,
-    REQUEUED_RECORD_LIFE, REQUEUE_OUTLIVED, SETTLE_RESERVE,
+    REQUEUED_RECORD_LIFE, REQUEUE_MARGIN, REQUEUE_OUTLIVED, SETTLE_RESERVE,
 };
 pub use removal::{clear_records, remove_records, remove_selected, Removable, RemovalReport};
 pub use retry::{

@@ -121,9 +121,16 @@ pub fn at_quiescence(state: &mut State) {
                     .expired_messages
                     .contains(&r.source.message_id)
                     && !row.sent.contains(&r.source.message_id);
+                // The same window after a requeue: the requeue deleted the DLQ message, and
+                // a requeue that outlived its queue is set back to dead without one.
+                let reset_after_requeue = r
+                    .failure_history
+                    .iter()
+                    .any(|f| f.attempt_id.starts_with("requeue-outlived:"));
                 if !dlq.contains_key(id)
                     && !state.ext.ledger.purged.contains(id)
                     && !expired_unsent
+                    && !reset_after_requeue
                     && !held_under_another_item(state, &dlq, &r.source.message_id, id)
                 {
                     broken.push((

@@ -523,6 +523,9 @@ async fn simulate(seed: u64, world: Arc<World>) {
 
     // The schedule, after every lease a dead run left has expired.
     sleep(shape.lease_ttl + Duration::from_secs(60)).await;
+    // And after every requeue has outlived its queue (the retention and the margin since
+    // the requeue), so that the schedule sets back to dead what no message will finish.
+    sleep(until_requeues_outlived(&world)).await;
     for round in 0..6 {
         // A DLQ message still held by a pass (one that died holding it, or a carried hold)
         // is not seen by this one: wait until every hold is over, as the schedule would
@@ -1332,6 +1335,7 @@ async fn purge(store: &SimStore) {
             .trace
             .note("purge", "-", &format!("purging {}", ids.join(" ")));
     }
+    fail_one_again_meanwhile(store, &records);
     let result = sqs_keeper_core::remove_records(
         &actor,
         &records,
@@ -1348,6 +1352,60 @@ async fn purge(store: &SimStore) {
         Err(e) => format!("purge failed midway: {e}"),
     };
     store.world().lock().ext.trace.note("purge", "-", &what);
+}
+
+/// How long until every record still `requeued` has outlived its queue (its retention and
+/// `REQUEUE_MARGIN` since the requeue), and a minute more; nothing when that is more than
+/// six hours away (the worlds of long retention, whose DLQ would expire its own messages
+/// meanwhile).
+fn until_requeues_outlived(world: &World) -> Duration {
+    let now = world.clock.now();
+    let state = world.lock();
+    let retention =
+        chrono::Duration::from_std(state.source().retention + sqs_keeper_core::REQUEUE_MARGIN)
+            .unwrap_or(chrono::Duration::MAX);
+    state
+        .table
+        .values()
+        .filter(|row| row.record.status == sqs_keeper_core::ItemStatus::Requeued)
+        .filter_map(|row| row.record.requeued_at)
+        .map(|at| (at + retention - now).to_std().unwrap_or(Duration::ZERO))
+        .max()
+        .map(|wait| wait + Duration::from_secs(60))
+        .filter(|wait| *wait <= Duration::from_secs(6 * 3600))
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Between a purge's selection and its removal, one selected record whose payload is in
+/// S3 fails again (in every other purge that selected an even number of records): its last
+/// attempt moves on and the purge must keep it, with its object. Drawn from the selection
+/// alone, so the world's other draws stay as they were.
+fn fail_one_again_meanwhile(store: &SimStore, records: &[sqs_keeper_core::DeadLetteredItem]) {
+    if !records.len().is_multiple_of(2) {
+        return;
+    }
+    let Some(selected) = records.iter().find(|r| {
+        matches!(
+            r.payload.location,
+            sqs_keeper_core::PayloadLocation::S3 { .. }
+        ) && !r.status.is_in_flight()
+    }) else {
+        return;
+    };
+    let now = store.world().clock.now();
+    let mut state = store.world().lock();
+    let Some(row) = state.table.get_mut(&selected.item_id) else {
+        return;
+    };
+    if row.record.last_attempt != selected.last_attempt {
+        return;
+    }
+    row.record.last_attempt = now;
+    state.after_step(
+        "worker",
+        &selected.item_id,
+        "failed again while a purge held it selected (its last attempt moved on)",
+    );
 }
 
 /// Damages one dead record that has a DLQ message (an operator's hand edit).

@@ -196,3 +196,8 @@ fn finds_a_probe_run_stuck_on_an_item_that_tells_nothing() {
 fn finds_a_dead_letter_sent_though_its_record_write_failed() {
     finds(Mutant::SentBeforePersisted, &["persisted first"]);
 }
+
+#[test]
+fn finds_a_purge_that_deletes_the_object_of_a_record_it_kept() {
+    finds(Mutant::PurgeDeletesKeptObjects, &["still names"]);
+}

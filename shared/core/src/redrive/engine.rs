@@ -163,7 +163,7 @@ impl RunContext {
 /// Longer than any SQS queue keeps a message (14 days), plus a margin: a record still
 /// `requeued` after this has no message left that could finish it. A run sets such a
 /// record back to dead sooner, once its queue's own retention and the margin are past
-/// (`REQUEUE_MARGIN`, an hour).
+/// ([`REQUEUE_MARGIN`]).
 pub const REQUEUE_OUTLIVED: Duration = Duration::from_secs(14 * 86_400 + 3_600);
 
 /// How long past its queue's retention a requeue waits before it counts as outlived: an

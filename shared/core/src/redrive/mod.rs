@@ -32,8 +32,8 @@ pub mod requeue;
 
 pub use engine::{
     expiry_when_reopened, expiry_when_requeued, no_progress, RedriveEngine, RedriveSettings,
-    ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUED_RECORD_LIFE, REQUEUE_OUTLIVED,
-    SETTLE_RESERVE,
+    ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUED_RECORD_LIFE, REQUEUE_MARGIN,
+    REQUEUE_OUTLIVED, SETTLE_RESERVE,
 };
 pub use gate::run_gated;
 pub use report::{ItemOutcome, ItemOutcomeKind, RedriveReport};
