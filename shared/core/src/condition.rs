@@ -410,9 +410,9 @@ pub mod conditions {
     }
 
     /// An attempt write: none of `attempt_ids` is recorded, and the record is as `expect`
-    /// requires. With a `claim`: no twin holds it (its element is absent) and its message's
-    /// DLQ message is not sent. A claim held by an earlier receive does not refuse the
-    /// write, which takes it over ([`crate::DlqClaim`]).
+    /// requires. With a `claim`: neither a twin nor the receive just before holds it, and
+    /// its message's DLQ message is not sent. A claim held by an earlier receive does not
+    /// refuse the write, which takes it over ([`crate::DlqClaim`]).
     pub fn records_attempts(
         attempt_ids: &[&str],
         claim: Option<&crate::DlqClaim>,
@@ -424,6 +424,11 @@ pub mod conditions {
             .collect();
         if let Some(claim) = claim {
             all.push(Condition::lacks(attr::DLQ_CLAIMS, claim.element()));
+            // The receive just before may still be running (its visibility lapsed while it
+            // ran): its claim is not taken over ([`crate::DlqClaim::is_held_elsewhere`]).
+            if let Some(previous) = claim.previous() {
+                all.push(Condition::lacks(attr::DLQ_CLAIMS, previous.element()));
+            }
             all.push(Condition::lacks(attr::DLQ_SENT, claim.message_id.as_str()));
         }
         match expect {

@@ -985,7 +985,7 @@ async fn dlq_message_count(clients: &AwsClients, url: &str) -> usize {
     }
 }
 
-/// On DynamoDB Local: a later receive takes over the claim a cut delivery left and sends,
+/// On DynamoDB Local: the receive after next takes over the claim a cut delivery left and sends,
 /// its twin and the next receive send nothing more, and a compaction deletes a forgotten
 /// message's claim and "sent" mark in one update. One DLQ message per source message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1017,15 +1017,15 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
     let r = sqs_keeper_core::record_dead_letters(
         &store,
         &settings,
-        &[claim_candidate("c", "mc", 4)],
+        &[claim_candidate("c", "mc", 5)],
         &info,
     )
     .await;
     assert!(r[0].is_ok(), "{r:?}");
     let d = RecordStore::deliveries(&store, "c").await.unwrap();
     assert!(d.sent.contains("mc"));
-    // Its twin (receive 4 again) and receive 5: nothing more sent.
-    for receive in [4, 5] {
+    // Its twin (receive 5 again) and receive 6: nothing more sent.
+    for receive in [5, 6] {
         let r = sqs_keeper_core::record_dead_letters(
             &store,
             &settings,

@@ -326,11 +326,12 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
         }
         Event::RecordRefused { item, claim } => {
             // Judged here, not by the library's `DlqClaim::is_held_elsewhere`: a claim at
-            // this receive (a twin's) or a later one.
+            // the receive just before (it may still run), this one (a twin's) or later.
             let held_elsewhere = match (state.table.get(*item), claim) {
                 (Some(row), Some(c)) => {
                     row.claims.iter().any(|element| {
-                        claim_receive(element, &c.message_id).is_some_and(|n| n >= c.receive_count)
+                        claim_receive(element, &c.message_id)
+                            .is_some_and(|n| n > 0 && n + 1 >= c.receive_count)
                     }) && !row.sent.contains(&c.message_id)
                 }
                 _ => false,

@@ -4,14 +4,16 @@
 //! receive: `<message id>:<receive count>`. The receive count says which delivery took the
 //! claim.
 //!
-//! A later receive of a message only happens once the earlier delivery's invocation ended.
-//! The source queue's visibility timeout outlasts the function's timeout, so the message
-//! stays hidden while that invocation runs. A claim held by an earlier receive therefore
-//! belongs to a delivery that did not finish: it was cut between the claim and the send,
-//! or its claim's release failed. A later delivery takes such a claim over.
-//!
 //! A claim held at the same receive belongs to a twin: the same delivery, invoked twice,
-//! which may be sending now. A delivery finding that is returned for retry.
+//! which may be sending now. A claim held at the receive just before may belong to a
+//! delivery still running: SQS delivers a message again when its visibility lapses while
+//! an invocation runs. A delivery finding either is returned for retry.
+//!
+//! A claim held two or more receives before belongs to a delivery that did not finish: it
+//! was cut between the claim and the send, or its claim's release failed. Its message was
+//! hidden for a whole visibility timeout twice since, and no invocation runs that long
+//! (the visibility timeout outlasts the function's timeout). A later delivery takes such a
+//! claim over.
 //!
 //! Elements written before the receive count was kept hold the message id alone. They read
 //! as held at receive 0, so any delivery takes them over.
@@ -51,6 +53,11 @@ impl DlqClaim {
         DlqClaim::new(&source.message_id, source.receive_count)
     }
 
+    /// The claim of the receive just before this one, if any.
+    pub fn previous(&self) -> Option<DlqClaim> {
+        (self.receive_count > 1).then(|| DlqClaim::new(&self.message_id, self.receive_count - 1))
+    }
+
     /// The element the claim set holds for this claim.
     pub fn element(&self) -> String {
         if crate::mutants::is_on(crate::mutants::Mutant::CutClaimKept) {
@@ -78,15 +85,16 @@ impl DlqClaim {
         self.held_from(claims, self.receive_count.saturating_add(1))
     }
 
-    /// Whether `claims` hold this message's claim at this receive or a later one.
+    /// Whether `claims` hold this message's claim at the receive just before this one, at
+    /// this one, or later.
     ///
-    /// Such a claim is a twin's or a later delivery's, so this delivery must not send.
-    /// A claim held only by earlier receives is taken over.
+    /// Such a claim may be a delivery's still running, so this delivery must not send. A
+    /// claim held only by receives two or more before is taken over.
     pub fn is_held_elsewhere<'a>(&self, claims: impl IntoIterator<Item = &'a String>) -> bool {
         if crate::mutants::is_on(crate::mutants::Mutant::CutClaimKept) {
             return self.held_from(claims, 0);
         }
-        self.held_from(claims, self.receive_count)
+        self.held_from(claims, self.receive_count.saturating_sub(1).max(1))
     }
 
     /// Whether `claims` hold this message's claim at receive `from` or later.
@@ -116,12 +124,16 @@ mod tests {
     }
 
     #[test]
-    fn only_a_twin_or_a_later_receive_holds_a_claim_elsewhere() {
+    fn only_a_claim_two_receives_before_is_taken_over() {
         let claim = DlqClaim::new("m", 3);
         assert!(!claim.is_held_elsewhere(&set(&[])));
         assert!(
-            !claim.is_held_elsewhere(&set(&["m:1", "m:2"])),
-            "earlier: taken over"
+            !claim.is_held_elsewhere(&set(&["m:1"])),
+            "two before: taken over"
+        );
+        assert!(
+            claim.is_held_elsewhere(&set(&["m:2"])),
+            "just before: may be running"
         );
         assert!(
             !claim.is_held_elsewhere(&set(&["m"])),
