@@ -523,9 +523,6 @@ async fn simulate(seed: u64, world: Arc<World>) {
 
     // The schedule, after every lease a dead run left has expired.
     sleep(shape.lease_ttl + Duration::from_secs(60)).await;
-    // And after every requeue has outlived its queue (the retention and the margin since
-    // the requeue), so that the schedule sets back to dead what no message will finish.
-    sleep(until_requeues_outlived(&world)).await;
     for round in 0..6 {
         // A DLQ message still held by a pass (one that died holding it, or a carried hold)
         // is not seen by this one: wait until every hold is over, as the schedule would
@@ -1352,28 +1349,6 @@ async fn purge(store: &SimStore) {
         Err(e) => format!("purge failed midway: {e}"),
     };
     store.world().lock().ext.trace.note("purge", "-", &what);
-}
-
-/// How long until every record still `requeued` has outlived its queue (its retention and
-/// `REQUEUE_MARGIN` since the requeue), and a minute more; nothing when that is more than
-/// six hours away (the worlds of long retention, whose DLQ would expire its own messages
-/// meanwhile).
-fn until_requeues_outlived(world: &World) -> Duration {
-    let now = world.clock.now();
-    let state = world.lock();
-    let retention =
-        chrono::Duration::from_std(state.source().retention + sqs_keeper_core::REQUEUE_MARGIN)
-            .unwrap_or(chrono::Duration::MAX);
-    state
-        .table
-        .values()
-        .filter(|row| row.record.status == sqs_keeper_core::ItemStatus::Requeued)
-        .filter_map(|row| row.record.requeued_at)
-        .map(|at| (at + retention - now).to_std().unwrap_or(Duration::ZERO))
-        .max()
-        .map(|wait| wait + Duration::from_secs(60))
-        .filter(|wait| *wait <= Duration::from_secs(6 * 3600))
-        .unwrap_or(Duration::ZERO)
 }
 
 /// Between a purge's selection and its removal, one selected record whose payload is in

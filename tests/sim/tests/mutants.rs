@@ -188,11 +188,6 @@ fn finds_a_failed_timing_read_that_forgets_a_concurrent_ones() {
 }
 
 #[test]
-fn finds_a_probe_run_stuck_on_an_item_that_tells_nothing() {
-    found_by_its_seed(Mutant::ProbeStuckOnOneItem, 88386, "after the schedule ran");
-}
-
-#[test]
 fn finds_a_dead_letter_sent_though_its_record_write_failed() {
     finds(Mutant::SentBeforePersisted, &["persisted first"]);
 }
