@@ -547,7 +547,8 @@ async fn simulate(seed: u64, world: Arc<World>) {
         }
         sleep(Duration::from_secs(300)).await;
     }
-    crate::check::at_quiescence(&mut world.lock());
+    let now = store.world().clock.now();
+    crate::check::at_quiescence(&mut world.lock(), now);
 }
 
 async fn join_reporting(world: &World, what: &str, task: tokio::task::JoinHandle<()>) {
