@@ -99,11 +99,20 @@ pub enum Mutant {
     /// A purge deletes the payload objects of the records it kept (found changed since
     /// its selection) as well as of those it deleted.
     PurgeDeletesKeptObjects,
+    /// The polling control disables the mapping before it records the pause: a failed
+    /// marker write then leaves a mapping nothing will enable again.
+    MappingDisabledBeforeMarker,
+    /// A purge lets a selected record's DLQ messages go though the record's conditional
+    /// delete was refused (a redrive failed the item again since the selection).
+    PurgeTakesMessagesOfKeptRecords,
+    /// A purge removes the records it selected that are in flight (`requeued`,
+    /// `redriving`) with their payload objects.
+    PurgeRemovesInFlight,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 28] = [
+    pub const ALL: [Mutant; 31] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -132,6 +141,9 @@ impl Mutant {
         Mutant::ProbeStuckOnOneItem,
         Mutant::SentBeforePersisted,
         Mutant::PurgeDeletesKeptObjects,
+        Mutant::MappingDisabledBeforeMarker,
+        Mutant::PurgeTakesMessagesOfKeptRecords,
+        Mutant::PurgeRemovesInFlight,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -165,6 +177,9 @@ impl Mutant {
             Mutant::ProbeStuckOnOneItem => "probe-stuck-on-one-item",
             Mutant::SentBeforePersisted => "sent-before-persisted",
             Mutant::PurgeDeletesKeptObjects => "purge-deletes-kept-objects",
+            Mutant::MappingDisabledBeforeMarker => "mapping-disabled-before-marker",
+            Mutant::PurgeTakesMessagesOfKeptRecords => "purge-takes-messages-of-kept-records",
+            Mutant::PurgeRemovesInFlight => "purge-removes-in-flight",
         }
     }
 

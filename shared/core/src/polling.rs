@@ -323,6 +323,9 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
                 // disabled by somebody else is theirs.
                 return Ok(ControlAction::Polling);
             }
+            if crate::mutants::is_on(crate::mutants::Mutant::MappingDisabledBeforeMarker) {
+                self.mapping.set_enabled(false).await?;
+            }
             self.marker
                 .write(PauseState {
                     paused: true,

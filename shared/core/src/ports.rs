@@ -543,7 +543,9 @@ impl Selected {
     /// The condition of its delete: still the status and last attempt selected, and never
     /// in flight (a status selected in flight matches no record).
     pub fn condition(&self) -> crate::condition::Condition {
-        if self.status.is_in_flight() {
+        if self.status.is_in_flight()
+            && !crate::mutants::is_on(crate::mutants::Mutant::PurgeRemovesInFlight)
+        {
             return crate::condition::Condition::NotExists(crate::condition::attr::ITEM_ID);
         }
         crate::conditions::unchanged_since(self.status, &self.last_attempt)

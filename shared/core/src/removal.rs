@@ -153,9 +153,11 @@ where
     S: RecordStore + DeadLetterQueue + PayloadStore,
 {
     let mut report = RemovalReport::default();
-    let (in_flight, removable): (Vec<&Removable>, Vec<&Removable>) = records
-        .iter()
-        .partition(|r| r.selected.status.is_in_flight());
+    let (in_flight, removable): (Vec<&Removable>, Vec<&Removable>) =
+        records.iter().partition(|r| {
+            r.selected.status.is_in_flight()
+                && !crate::mutants::is_on(crate::mutants::Mutant::PurgeRemovesInFlight)
+        });
     report.records_in_flight = in_flight.len();
     let purge: HashMap<String, Selected> = removable
         .iter()

@@ -27,6 +27,7 @@ pub mod check;
 pub mod downstream;
 pub mod idempotency_store;
 pub mod logs;
+pub mod polling;
 pub mod run;
 pub mod store;
 pub mod trace;
@@ -91,6 +92,8 @@ pub struct Summary {
     pub purges: u64,
     /// Invocations cut right after a DLQ claim, in all.
     pub cuts_after_claim: u64,
+    /// Pauses of polling the control recorded, in all.
+    pub pauses: u64,
     /// The largest record any world wrote, in bytes.
     pub largest_record: usize,
     /// Failing runs, in seed order.
@@ -125,6 +128,7 @@ pub fn run_seeds(
                 summary.redrives += report.stats.redrives;
                 summary.purges += report.stats.purges;
                 summary.cuts_after_claim += report.stats.cuts_after_claim;
+                summary.pauses += report.stats.pauses;
                 summary.largest_record = summary.largest_record.max(report.stats.largest_record);
                 if !report.violations.is_empty() {
                     summary.failures.push(report);

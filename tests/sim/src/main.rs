@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         eprintln!("{}", describe_failure(failure, &mutants));
     }
     println!(
-        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} invocations, {} redrive runs, {} purges, {} cuts after a DLQ claim, {} events, {} steps, {} invariant checks, largest record {} bytes; {} failing",
+        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} invocations, {} redrive runs, {} purges, {} cuts after a DLQ claim, {} polling pauses, {} events, {} steps, {} invariant checks, largest record {} bytes; {} failing",
         summary.seeds,
         secs,
         summary.seeds as f64 / secs,
@@ -79,6 +79,7 @@ fn main() -> ExitCode {
         summary.redrives,
         summary.purges,
         summary.cuts_after_claim,
+        summary.pauses,
         summary.events,
         summary.steps,
         summary.checks,

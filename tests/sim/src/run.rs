@@ -492,6 +492,32 @@ async fn simulate(seed: u64, world: Arc<World>) {
             in_flight.clone(),
         )));
     }
+    // The polling control, in the worlds with a breaker: its probes invoke the first
+    // sandbox, as the event source mapping would.
+    let control = shape.breaker.map(|_| {
+        let (probe_world, worker, in_flight) =
+            (world.clone(), sandboxes[0].clone(), in_flight.clone());
+        let invoke: crate::polling::ProbeInvoke = Arc::new(move |messages, arn| {
+            let (world, worker, in_flight) =
+                (probe_world.clone(), worker.clone(), in_flight.clone());
+            Box::pin(async move {
+                in_flight.fetch_add(1, Ordering::SeqCst);
+                invoke(&world, &worker, &messages, &arn, "polling-probe", true).await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+            })
+        });
+        Arc::new(crate::polling::control(
+            &world,
+            breaker_state.clone(),
+            invoke,
+        ))
+    });
+    let control_task = control.clone().map(|control| {
+        let (world, stop) = (world.clone(), stop_pollers.clone());
+        tokio::spawn(async move {
+            crate::polling::run_each_minute(world, control, stop).await;
+        })
+    });
     let faults = tokio::spawn(inject_faults(world.clone(), rng.u64(..), healed.clone()));
     let operators = tokio::spawn(operate(store.clone(), rng.u64(..), healed.clone()));
 
@@ -519,6 +545,12 @@ async fn simulate(seed: u64, world: Arc<World>) {
     stop_pollers.store(true, Ordering::SeqCst);
     for poller in pollers {
         join_reporting(&world, "poller", poller).await;
+    }
+    if let Some(task) = control_task {
+        join_reporting(&world, "polling control", task).await;
+    }
+    if let Some(control) = &control {
+        crate::polling::polling_restored(&world, control).await;
     }
 
     // The schedule, after every lease a dead run left has expired.
@@ -708,85 +740,12 @@ async fn poll(
     let actor = format!("poller#{n}");
     let mut invocation_no = 0u64;
     while !stop.load(Ordering::SeqCst) {
-        let (messages, arn) = {
-            let mut state = world.lock();
-            let duplicate = state.chance(shape.duplicate_rate);
-            let received =
-                state
-                    .source_mut()
-                    .receive(shape.batch_size, VISIBILITY, duplicate, world.now_ms());
-            let arn = state.source_mut().arn.clone();
-            for expired in received.expired {
-                let item = item_of(&expired);
-                state
-                    .ext
-                    .ledger
-                    .expired_messages
-                    .insert(sqs_keeper_core::recorded_message_id(&expired.id));
-                let excused = state.ext.ledger.hidden_blind.contains(&expired.id)
-                    || state.ext.ledger.held_past_retention.contains(&expired.id)
-                    || state
-                        .ext
-                        .ledger
-                        .unhidden_failed_dead_letters
-                        .contains(&expired.id);
-                if excused {
-                    state
-                        .ext
-                        .ledger
-                        .expired_in_window
-                        .insert(expired.body_sha256.clone());
-                } else if !state.payload_is_safe(&expired.body_sha256, Some(&expired.id)) {
-                    state.violate(
-                        Section::NothingLost,
-                        &item,
-                        format!(
-                            "message {} reached the end of its retention after {} receives, neither delivered nor dead-lettered: SQS deleted it",
-                            expired.id, expired.receive_count
-                        ),
-                    );
-                }
-                let retention = state.source_mut().retention.as_secs();
-                state.after_step(
-                    "sqs",
-                    &item,
-                    &format!(
-                        "message {} expired (retention {retention} s){}",
-                        expired.id,
-                        if excused {
-                            ", in a documented window (hidden while the retention was unknown, a failed dead-letter write and hide, or held past it by a crashed invocation)"
-                        } else {
-                            ""
-                        }
-                    ),
-                );
-            }
-            for moved in received.moved {
-                let item = item_of(&moved);
-                let id = moved.id.clone();
-                state.dlq.accept_moved(moved, &arn);
-                state.after_step(
-                    "sqs",
-                    &item,
-                    &format!("redrive policy moved message {id} to the DLQ after {MAX_RECEIVE_COUNT} receives"),
-                );
-            }
-            for id in &received.duplicated {
-                *state.ext.ledger.causes.entry(id.clone()).or_default() += 1;
-                let item = received
-                    .messages
-                    .iter()
-                    .find(|m| m.id == *id)
-                    .map(item_of)
-                    .unwrap_or_default();
-                state.ext.trace.note(
-                    "sqs",
-                    &item,
-                    &format!("message {id} delivered again while in flight"),
-                );
-            }
-            (received.messages, arn)
-        };
+        if world.lock().ext.polling.disabled {
+            // The event source mapping is disabled: nothing is received.
+            sleep(Duration::from_millis(POLL_GAP_MS as u64)).await;
+            continue;
+        }
+        let (messages, arn) = receive(&world, shape.batch_size, shape.duplicate_rate);
         if messages.is_empty() {
             // Idle: the next receive after a few seconds, or at once when a message is sent
             // (a long poll returns as soon as one arrives).
@@ -844,6 +803,94 @@ async fn poll(
         }
         in_flight.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Receives up to `max` messages from the source queue as the event source mapping does,
+/// noting the messages SQS expired or moved to the DLQ meanwhile, and the duplicates it
+/// returned (one in `duplicate_rate` receives).
+pub(crate) fn receive(
+    world: &World,
+    max: usize,
+    duplicate_rate: f64,
+) -> (Vec<QueueMessage>, String) {
+    let mut state = world.lock();
+    let duplicate = state.chance(duplicate_rate);
+    let received = state
+        .source_mut()
+        .receive(max, VISIBILITY, duplicate, world.now_ms());
+    let arn = state.source_mut().arn.clone();
+    for expired in received.expired {
+        let item = item_of(&expired);
+        state
+            .ext
+            .ledger
+            .expired_messages
+            .insert(sqs_keeper_core::recorded_message_id(&expired.id));
+        let excused = state.ext.ledger.hidden_blind.contains(&expired.id)
+            || state.ext.ledger.held_past_retention.contains(&expired.id)
+            || state
+                .ext
+                .ledger
+                .unhidden_failed_dead_letters
+                .contains(&expired.id);
+        if excused {
+            state
+                .ext
+                .ledger
+                .expired_in_window
+                .insert(expired.body_sha256.clone());
+        } else if !state.payload_is_safe(&expired.body_sha256, Some(&expired.id)) {
+            state.violate(
+                    Section::NothingLost,
+                    &item,
+                    format!(
+                        "message {} reached the end of its retention after {} receives, neither delivered nor dead-lettered: SQS deleted it",
+                        expired.id, expired.receive_count
+                    ),
+                );
+        }
+        let retention = state.source_mut().retention.as_secs();
+        state.after_step(
+                "sqs",
+                &item,
+                &format!(
+                    "message {} expired (retention {retention} s){}",
+                    expired.id,
+                    if excused {
+                        ", in a documented window (hidden while the retention was unknown, a failed dead-letter write and hide, or held past it by a crashed invocation)"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+    }
+    for moved in received.moved {
+        let item = item_of(&moved);
+        let id = moved.id.clone();
+        state.dlq.accept_moved(moved, &arn);
+        state.after_step(
+            "sqs",
+            &item,
+            &format!(
+                "redrive policy moved message {id} to the DLQ after {MAX_RECEIVE_COUNT} receives"
+            ),
+        );
+    }
+    for id in &received.duplicated {
+        *state.ext.ledger.causes.entry(id.clone()).or_default() += 1;
+        let item = received
+            .messages
+            .iter()
+            .find(|m| m.id == *id)
+            .map(item_of)
+            .unwrap_or_default();
+        state.ext.trace.note(
+            "sqs",
+            &item,
+            &format!("message {id} delivered again while in flight"),
+        );
+    }
+    (received.messages, arn)
 }
 
 fn item_of(m: &QueueMessage) -> String {
@@ -1284,21 +1331,29 @@ fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fa
     }
 }
 
-/// An operator purges the records of permanent failures last tried more than ten minutes
-/// ago, of every status as `dlq purge --older-than 10m` selects by default (items in flight
+/// An operator purges the records of permanent failures (or, one time in three, of every
+/// class) last tried more than ten minutes ago, of every status as `dlq purge --older-than 10m` selects by default (items in flight
 /// among them, which the removal must keep), through the library's own removal.
 async fn purge(store: &SimStore) {
     use sqs_keeper_core::RecordStore;
     let actor = store.as_actor("purge");
     let until = store.world().clock.now() - chrono::Duration::minutes(10);
     let mut records = Vec::new();
-    for class in [
-        sqs_keeper_core::ErrorClass::Validation,
-        sqs_keeper_core::ErrorClass::NotFound,
-    ] {
+    // One purge in three selects every class, as `dlq purge --older-than 10m` alone does:
+    // it then meets the items requeued or redriven meanwhile.
+    let classes: Vec<Option<sqs_keeper_core::ErrorClass>> =
+        if store.world().lock().chance(1.0 / 3.0) {
+            vec![None]
+        } else {
+            vec![
+                Some(sqs_keeper_core::ErrorClass::Validation),
+                Some(sqs_keeper_core::ErrorClass::NotFound),
+            ]
+        };
+    for class in classes {
         let filter = sqs_keeper_core::RecordFilter {
             status: None,
-            class: Some(class),
+            class,
             until: Some(until),
             ..Default::default()
         };
@@ -1377,6 +1432,9 @@ fn fail_one_again_meanwhile(store: &SimStore, records: &[sqs_keeper_core::DeadLe
         return;
     }
     row.record.last_attempt = now;
+    // The purge must keep it now: it is no longer among what the operator discards.
+    state.ext.ledger.purged.remove(&selected.item_id);
+    state.ext.ledger.discarded.remove(&selected.payload.sha256);
     state.after_step(
         "worker",
         &selected.item_id,

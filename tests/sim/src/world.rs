@@ -141,6 +141,8 @@ pub struct Stats {
     pub duplicate_deliveries: u64,
     /// Invocations cut right after a DLQ claim on one of their messages.
     pub cuts_after_claim: u64,
+    /// Pauses of polling the control recorded.
+    pub pauses: u64,
 }
 
 /// The simulation's state beside the world's.
@@ -171,6 +173,8 @@ pub struct Sim {
     /// Wakes an invocation waiting to be cut right after a claim on one of its messages
     /// ([`Ledger::claims_taken`]).
     pub claim_taken: std::sync::Arc<tokio::sync::Notify>,
+    /// The event source mapping and the polling control's record of its pause.
+    pub polling: crate::polling::Polling,
     /// What was sent and delivered.
     pub ledger: Ledger,
     /// What happened.
@@ -214,6 +218,7 @@ pub fn new_state(seed: u64, source: Queue, dlq: Queue) -> State {
             redriving_now: HashMap::new(),
             outage: false,
             claim_taken: std::sync::Arc::new(tokio::sync::Notify::new()),
+            polling: crate::polling::Polling::default(),
             ledger: Ledger::default(),
             trace: Trace::default(),
             violations: Vec::new(),
@@ -425,8 +430,30 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
                     format!("{actor} deleted payload object {key}, which the record of {holder} still names"),
                 );
             }
+            // Nor does a message still waiting in the source queue (a requeue's pointer)
+            // point to it, its payload undelivered. (A DLQ message may: the redrive that
+            // delivered its payload deletes the object, then the message.)
             let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
-            if state.deliveries_of(&sha) == 0 && !state.ext.ledger.discarded.contains(&sha) {
+            let undelivered = state.deliveries_of(&sha) == 0;
+            let pointing: Vec<String> = state
+                .source()
+                .messages()
+                .iter()
+                .filter(|_| undelivered)
+                .filter(|m| {
+                    sqs_keeper_core::S3Pointer::parse(&m.body)
+                        .is_some_and(|p| p.bucket == crate::store::BUCKET && p.key == *key)
+                })
+                .map(|m| m.id.clone())
+                .collect();
+            for id in pointing {
+                state.violate(
+                    Section::NothingLost,
+                    key,
+                    format!("{actor} deleted payload object {key}, which message {id} still points to"),
+                );
+            }
+            if undelivered && !state.ext.ledger.discarded.contains(&sha) {
                 state.violate(
                     Section::NothingLost,
                     key,
@@ -436,6 +463,19 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
         }
         Event::RecordDeleted { item, row } => {
             state.ext.ledger.appended.remove(*item);
+            // §4: an item in flight is never removed, whatever a purge selected: a
+            // `requeued` record's message waits in the source queue, a `redriving` one is
+            // held by a run whose failure would have nowhere to go.
+            if row.record.status.is_in_flight() && !row.corrupt {
+                state.violate(
+                    Section::DlqRule,
+                    item,
+                    format!(
+                        "{actor} deleted the record of {item} while it was {:?} (in flight)",
+                        row.record.status
+                    ),
+                );
+            }
             let sha = row.record.payload.sha256.clone();
             if !state.payload_is_safe(&sha, None) {
                 state.violate(
@@ -589,6 +629,16 @@ impl Checks for State {
                     "resolved, but its payload was never delivered".to_string(),
                 ));
             }
+        }
+        // §1.12: a mapping the control disabled is recorded as paused, so a later run
+        // enables it again (nothing else disables it in these worlds).
+        self.ext.stats.checks += 1;
+        if self.ext.polling.disabled && !self.ext.polling.marker.state().paused {
+            broken.push((
+                Section::Breaker,
+                "-".to_string(),
+                "the mapping is disabled with no pause recorded: no control run will enable it again".to_string(),
+            ));
         }
         for (section, item, what) in broken {
             // Report each broken invariant once per item.

@@ -196,3 +196,21 @@ fn finds_a_dead_letter_sent_though_its_record_write_failed() {
 fn finds_a_purge_that_deletes_the_object_of_a_record_it_kept() {
     finds(Mutant::PurgeDeletesKeptObjects, &["still names"]);
 }
+
+#[test]
+fn finds_a_pause_whose_mapping_is_disabled_before_it_is_recorded() {
+    finds(Mutant::MappingDisabledBeforeMarker, &["no pause recorded"]);
+}
+
+#[test]
+fn finds_a_purge_that_takes_the_dlq_messages_of_records_it_kept() {
+    finds(
+        Mutant::PurgeTakesMessagesOfKeptRecords,
+        &["dead, but no DLQ message holds it"],
+    );
+}
+
+#[test]
+fn finds_a_purge_that_removes_an_item_in_flight() {
+    finds(Mutant::PurgeRemovesInFlight, &["(in flight)"]);
+}

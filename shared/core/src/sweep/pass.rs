@@ -279,7 +279,11 @@ impl Pass {
         for chunk in undecided.chunks(crate::removal::DELETE_CHUNK) {
             let deleted = dlq.delete_records(chunk).await?;
             for selected in chunk {
-                if deleted.contains(&selected.item_id) {
+                if deleted.contains(&selected.item_id)
+                    || crate::mutants::is_on(
+                        crate::mutants::Mutant::PurgeTakesMessagesOfKeptRecords,
+                    )
+                {
                     self.sweep.removed.insert(selected.item_id.clone());
                 } else {
                     self.sweep.changed.insert(selected.item_id.clone());
