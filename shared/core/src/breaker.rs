@@ -666,7 +666,12 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                         });
                     }
                 }
-                Err(error) if !downstream_answered(error) => {
+                Err(error)
+                    if !downstream_answered(error)
+                        && !crate::mutants::is_on(
+                            crate::mutants::Mutant::ProbeDecidedWithoutDownstream,
+                        ) =>
+                {
                     self.give_back_probe(lock, state, on_its_own).await;
                 }
                 _ => match self.store.close().await {

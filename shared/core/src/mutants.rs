@@ -108,11 +108,14 @@ pub enum Mutant {
     /// A purge removes the records it selected that are in flight (`requeued`,
     /// `redriving`) with their payload objects.
     PurgeRemovesInFlight,
+    /// The worker's probe closes the breaker on a failure that never reached the
+    /// downstream (a handler's own decode error).
+    ProbeDecidedWithoutDownstream,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 31] = [
+    pub const ALL: [Mutant; 32] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -144,6 +147,7 @@ impl Mutant {
         Mutant::MappingDisabledBeforeMarker,
         Mutant::PurgeTakesMessagesOfKeptRecords,
         Mutant::PurgeRemovesInFlight,
+        Mutant::ProbeDecidedWithoutDownstream,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -180,6 +184,7 @@ impl Mutant {
             Mutant::MappingDisabledBeforeMarker => "mapping-disabled-before-marker",
             Mutant::PurgeTakesMessagesOfKeptRecords => "purge-takes-messages-of-kept-records",
             Mutant::PurgeRemovesInFlight => "purge-removes-in-flight",
+            Mutant::ProbeDecidedWithoutDownstream => "probe-decided-without-downstream",
         }
     }
 

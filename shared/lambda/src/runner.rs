@@ -310,8 +310,8 @@ impl Setup {
                 engine = engine.with_redelivery(policy, port.clone());
             }
             // Under a breaker the worker's polling may be paused during a long outage, and
-            // a paused queue is swept only every quarter of its retention
-            // (docs/ARCHITECTURE.md §1.12).
+            // a paused queue is swept only every eighth of its retention: a record keeps a
+            // quarter of it in reserve (docs/ARCHITECTURE.md §1.12).
             if config.breaker.is_some() {
                 engine = engine.with_sweep_reserve(port);
             }

@@ -80,6 +80,23 @@ impl SimBreakerStore {
         }
     }
 
+    /// §1.12: a worker's sandbox closes the breaker only on the downstream's answer to its
+    /// probe, never on a failure that did not reach it (a handler's decode error).
+    fn closes_on_an_answer(&self) {
+        let mut state = self.world.lock();
+        let unanswered = state.ext.ledger.answered_since_probe.get(&self.sandbox) == Some(&false);
+        if self.sandbox.starts_with("worker") && unanswered {
+            state.violate(
+                crate::world::Section::Breaker,
+                "-",
+                format!(
+                    "{} closed the breaker after a probe the downstream never answered",
+                    self.sandbox
+                ),
+            );
+        }
+    }
+
     /// What this sandbox now knows of the state.
     fn learn(&self, what: &str) {
         let known = self.inner.state();
@@ -162,6 +179,12 @@ impl BreakerStore for SimBreakerStore {
         now: SystemTime,
     ) -> BoxFuture<'_, Result<bool, ProcessError>> {
         Box::pin(async move {
+            self.world
+                .lock()
+                .ext
+                .ledger
+                .answered_since_probe
+                .insert(self.sandbox.clone(), false);
             self.call("probe").await?;
             let taken = self.inner.take_probe(until, now).await?;
             if taken {
@@ -180,6 +203,7 @@ impl BreakerStore for SimBreakerStore {
     fn close(&self) -> BoxFuture<'_, Result<(), ProcessError>> {
         Box::pin(async move {
             self.answered();
+            self.closes_on_an_answer();
             let before = self.world.clock.system_time();
             if let Err(e) = self.call("close").await {
                 self.keep_own_answer(before, BreakerState::default());

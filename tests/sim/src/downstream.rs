@@ -141,6 +141,14 @@ fn unsettled_before(state: &crate::world::State, item: &WorkItem) -> Option<Stri
 }
 
 impl Downstream {
+    /// Whether the handler fails to decode a panicky payload this time (a quarter of the
+    /// calls it does not panic on, until the world heals): a failure that never reaches
+    /// the downstream, which must decide no probe.
+    fn fails_to_decode(&self) -> bool {
+        let mut state = self.world.lock();
+        !state.faults.healed && state.rng.u32(0..4) == 0
+    }
+
     /// The checks at the start of an attempt. §1.6: a FIFO group's order is kept. §1.7:
     /// none starts after its invocation's cut-off. §3: a redrive's attempt starts only while its run holds the item's lease.
     /// §1.12: a sandbox probing on its own does so with one record at a time. Returns the
@@ -317,6 +325,20 @@ impl Processor for Downstream {
                 }
             }
         }
+        if behaviour == Behaviour::Panicky && self.fails_to_decode() {
+            // The handler's own error, before any call: the downstream never sees it.
+            return Err(ProcessError::new(
+                sqs_keeper_core::ErrorClass::Unknown,
+                format!("the handler could not decode message {}", item.message_id),
+            ));
+        }
+        // The downstream answers this sandbox (§1.12: what decides a probe).
+        self.world
+            .lock()
+            .ext
+            .ledger
+            .answered_since_probe
+            .insert(self.actor.clone(), true);
         let (latency, status, retry_after) = {
             let mut state = self.world.lock();
             let healed = state.faults.healed;

@@ -250,7 +250,7 @@ fn draw_spacing(shape: &mut Shape, seed: u64) {
             multiplier: rng.u32(2..4),
             max: Duration::from_secs([900, 3_600, 14_400][rng.usize(0..3)]),
         });
-        if rng.f64() < 0.4 {
+        if rng.f64() < 0.6 {
             shape.retention = Duration::from_secs(rng.u64(3_600..10_800));
         }
     }
@@ -465,6 +465,11 @@ async fn simulate(seed: u64, world: Arc<World>) {
         if let Some(policy) = shape.spacing {
             worker =
                 worker.with_redelivery(policy, Arc::new(SimVisibility::new(store.as_actor(&name))));
+        }
+        // Under a breaker the polling control may pause polling: the worker keeps a
+        // quarter of each record's retention in reserve, as the runner configures it.
+        if shape.breaker.is_some() {
+            worker = worker.with_sweep_reserve(Arc::new(SimVisibility::new(store.as_actor(&name))));
         }
         let worker = worker.with_body_resolver(Arc::new(SimResolver::new(store.as_actor(&name))));
         Arc::new(worker)

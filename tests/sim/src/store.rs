@@ -186,7 +186,14 @@ impl SimVisibility {
             let left = Duration::from_millis(
                 u64::try_from(sent_at_ms.saturating_add(retention_ms) - now_ms).unwrap_or(0),
             );
-            let room = asked + crate::run::VISIBILITY + Duration::from_secs(60);
+            // Under a breaker the worker keeps a quarter of the retention in reserve for
+            // the polling control's sweeps (docs/ARCHITECTURE.md §1.12).
+            let reserve = if state.ext.breaker.is_some() {
+                sqs_keeper_core::sweep_reserve(state.source().retention)
+            } else {
+                Duration::ZERO
+            };
+            let room = asked + crate::run::VISIBILITY + reserve + Duration::from_secs(60);
             let doubled = state.ext.ledger.doubled.contains(receipt);
             if hide.delay < asked && left > room && !doubled {
                 state.violate(

@@ -58,6 +58,9 @@ pub struct Ledger {
     /// Redrive runs that took the probe and answered it: closed the breaker, opened it
     /// again or gave the probe back (each tried, whether or not the table took it).
     pub probes_answered: BTreeSet<String>,
+    /// Whether the downstream answered each sandbox since it last tried to take the
+    /// breaker's probe (§1.12: only the downstream's answer decides a probe).
+    pub answered_since_probe: HashMap<String, bool>,
     /// When each sandbox's last call to the breaker's table succeeded.
     pub breaker_contact: HashMap<String, std::time::SystemTime>,
     /// The breaker's open period (its first): a sandbox out of touch with the table for
