@@ -41,7 +41,7 @@ demo: build emulator
 	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/local demo
 
 # The outage scenario: the downstream down for 20 s while the worker spaces its retries and
-# the shared circuit breaker holds the calls back (README, "Outages").
+# the shared circuit breaker holds the calls back (docs/OPERATIONS.md, "Outages").
 demo-outage: build emulator
 	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/local demo-outage
 

@@ -18,7 +18,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.venv-infra"
 OUT="$ROOT/target/infra"
 TEMPLATE="$ROOT/infra/template.yaml"
-# A handler of one's own, deployed beside the main stack (README, "Write your own handler").
+# A handler of one's own, deployed beside the main stack (docs/HANDLERS.md, "Write your own handler").
 HANDLER_TEMPLATE="$ROOT/infra/handler.yaml"
 
 installed() {

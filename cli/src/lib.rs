@@ -20,7 +20,7 @@ use std::process::ExitCode;
 
 pub use args::Cli;
 
-/// The exit codes, as `--help` and the README list them.
+/// The exit codes, as `--help` and docs/OPERATIONS.md list them.
 pub const EXIT_CODES: &str = "Exit codes: 0 ok, 1 partial failure (some items or an AWS call failed), 2 usage or configuration error (nothing was changed; declining a confirmation included), 3 not found.";
 
 /// How a command failed.

@@ -1,6 +1,6 @@
 //! The orders worker: stores each order of the queue in the DynamoDB table `ORDERS_TABLE`.
 //! Everything else (dead-letter store, retries, idempotency, ...) is the worker's
-//! configuration, read by `Setup::from_env` (README, "Write your own handler").
+//! configuration, read by `Setup::from_env` (docs/HANDLERS.md, "Write your own handler").
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), sqs_keeper::Error> {

@@ -4,7 +4,7 @@
 //! Configuration comes from `WORKER_*` environment variables (see `sqs_keeper_lambda::config`).
 //! Everything expensive (HTTP client, connection pool) is built once, before the first
 //! invocation, and reused. The same call runs any other handler
-//! (`sqs_keeper_lambda::runner`; README, "Write your own handler").
+//! (`sqs_keeper_lambda::runner`; docs/HANDLERS.md, "Write your own handler").
 
 // The simulation's test hooks (its mutants) must never be in a function
 // binary: Cargo unifies features across one build, so a build with the simulation in it

@@ -85,7 +85,7 @@ impl AwsClients {
 
 /// Where clients send their requests instead of AWS: the local emulators, or a proxy in
 /// front of them. DynamoDB has its own endpoint because the local stack serves it from
-/// AWS's DynamoDB Local and the other services from moto (README, "The emulators").
+/// AWS's DynamoDB Local and the other services from moto (docs/DEVELOPING.md, "The emulators").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Endpoints {
     /// Every service but DynamoDB (`AWS_ENDPOINT_URL`).

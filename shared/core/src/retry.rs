@@ -33,7 +33,7 @@ const RESPONSE_RESERVE: Duration = Duration::from_millis(250);
 /// margin of 0 would otherwise put the hard stop on the deadline itself).
 pub const MIN_RESPONSE_RESERVE: Duration = Duration::from_millis(50);
 
-/// The invocation's deadline, split in three (README "The deadline is respected"):
+/// The invocation's deadline, split in three (docs/GUARANTEES.md, "The deadline is respected"):
 ///
 /// - until the **cut-off** (`deadline − margin`) records and attempts start, and attempts
 ///   still running there are cut;

@@ -2,7 +2,7 @@
 //! be reached: the source queue's attributes, the breaker's table (its item, the pause
 //! marker and the control's lease). A pause must still never outlast a message
 //! (docs/ARCHITECTURE.md §1.12), and a sandbox must not refuse every record for as long as
-//! the table is down once the downstream has recovered (§7 of the README's breaker).
+//! the table is down once the downstream has recovered (docs/OPERATIONS.md, the breaker's §7).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -342,8 +342,8 @@ impl Setup {
         let worker: &'static _ = Box::leak(Box::new(worker));
         // Added last, so it runs first: the batch runs inside each invocation's span.
         // `run_concurrent` serves `AWS_LAMBDA_MAX_CONCURRENCY` invocations at once where
-        // Lambda sets it (Managed Instances) and one at a time where it does not (README,
-        // "Lambda Managed Instances").
+        // Lambda sets it (Managed Instances) and one at a time where it does not
+        // (docs/HANDLERS.md, "Lambda Managed Instances").
         Runtime::new(service_fn(respond))
             .layer(WorkerLayer::new(worker))
             .layer(InvocationLayer)

@@ -1112,7 +1112,7 @@ async fn every_record_leaves_one_log_line_with_what_became_of_it() {
 }
 
 /// The fields a handler added are on the line that says its record was dead-lettered (the
-/// README: on every record line), written after the record's context ended.
+/// docs/HANDLERS.md: on every record line), written after the record's context ended.
 #[tokio::test(start_paused = true)]
 async fn a_dead_lettered_record_is_logged_with_its_handlers_fields() {
     let captured = Captured::default();

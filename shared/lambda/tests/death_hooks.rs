@@ -84,7 +84,7 @@ impl Processor for Hooked {
     }
 }
 
-/// README "Death hooks": the hook is "for a metric", and `context::add_metric` adds to the
+/// docs/HANDLERS.md, "Death hooks": the hook is "for a metric", and `context::add_metric` adds to the
 /// worker's EMF line: a hook's metric reaches the invocation's metric sink.
 #[tokio::test(start_paused = true)]
 async fn a_death_hooks_metric_reaches_the_invocations_metrics() {
@@ -199,7 +199,7 @@ impl sqs_keeper_core::VisibilityPort for HangingHide {
     }
 }
 
-/// README "Death hooks": at least once per dead-lettering. A hide that ran to the hard stop
+/// docs/HANDLERS.md, "Death hooks": at least once per dead-lettering. A hide that ran to the hard stop
 /// cut every hook at its first await, and nothing called them again; they now run beside
 /// the hides, each with the time to the hard stop.
 #[tokio::test(start_paused = true)]

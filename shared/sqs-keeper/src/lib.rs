@@ -7,7 +7,7 @@
 //! A handler author adds this crate, writes a [`Processor`] (or an `async fn` wrapped in
 //! [`handler_fn`]) and serves it with [`run`]; everything else (the batch engine, the
 //! dead-letter store, idempotency, the circuit breaker, spaced redelivery) is configured
-//! from the environment (README, "Write your own handler"):
+//! from the environment (docs/HANDLERS.md, "Write your own handler"):
 //!
 //! ```no_run
 //! use sqs_keeper::{handler_fn, Outcome, ProcessError, WorkItem};
@@ -54,3 +54,8 @@ pub use sqs_keeper_lambda::{init_failed, run, Error, Setup, StartupError};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The Rust blocks of docs/HANDLERS.md (the handler in full), compiled as the README's are.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/HANDLERS.md")]
+pub struct HandlerDocDoctests;

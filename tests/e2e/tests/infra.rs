@@ -1206,12 +1206,24 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
     }
 }
 
-/// Every default the README states for a template parameter is the template's: the
+/// Every default the README and the docs state for a template parameter is the template's: the
 /// parameter table of "Deploy", and the inline `template \`Name\` value` and
 /// `` `Name`, default `value` `` forms of the other sections.
 #[test]
 fn the_readme_states_the_template_defaults() {
-    let readme = std::fs::read_to_string(e2e::stack::root().join("README.md")).unwrap();
+    // The README and the docs it points to, where the parameters are stated.
+    let readme: String = [
+        "README.md",
+        "docs/DEPLOY.md",
+        "docs/HANDLERS.md",
+        "docs/OPERATIONS.md",
+        "docs/GUARANTEES.md",
+        "docs/DEVELOPING.md",
+    ]
+    .iter()
+    .map(|f| std::fs::read_to_string(e2e::stack::root().join(f)).unwrap())
+    .collect::<Vec<_>>()
+    .join("\n");
     let template = translated_template("main");
     let default_of = |name: &str| -> Option<String> {
         let parameter = template["Parameters"].get(name).unwrap_or_else(|| {

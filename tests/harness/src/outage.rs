@@ -1,6 +1,6 @@
 //! The outage scenario of the demo (`make demo-outage`): the downstream is down for a
 //! stretch longer than `maxReceiveCount` × the visibility timeout; the compiled worker runs
-//! with spaced redelivery and the shared circuit breaker (README, "Outages"), and the
+//! with spaced redelivery and the shared circuit breaker (docs/OPERATIONS.md, "Outages"), and the
 //! compiled redrive function runs as its schedule would, during the outage (it must not
 //! reprocess) and after it (it brings back the outage's dead letters), and as the breaker's
 //! polling control (every 2 s here, once a minute deployed): it disables the worker's event
