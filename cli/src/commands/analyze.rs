@@ -19,7 +19,7 @@ pub async fn analyze(
     let store = store(global).await?;
     let bar = progress(None, "reading records");
     // A page at a time: memory holds one page and the groups, whatever the table's size.
-    let mut analyzer = sqs_keeper_core::RecordAnalyzer::new(samples);
+    let mut analyzer = sqs_keeper_core::analysis::Analyzer::new(samples);
     store
         .for_each_page::<CliError>(&filter, &mut Vec::new(), |page| {
             page.iter().for_each(|r| analyzer.add(r));
@@ -54,8 +54,8 @@ pub async fn analyze(
                 g.count.to_string(),
                 g.error_class.clone(),
                 g.signature.clone(),
-                sqs_keeper_core::format_timestamp(&g.first_seen),
-                sqs_keeper_core::format_timestamp(&g.last_seen),
+                sqs_keeper_core::time_format::format(&g.first_seen),
+                sqs_keeper_core::time_format::format(&g.last_seen),
                 g.eligible.to_string(),
                 g.sample_ids.join(" "),
                 sqs_keeper_core::ellipsize(&g.sample_error, 50),

@@ -1,5 +1,5 @@
 //! `dlq export`: records to a file (or stdout, `-`) as JSON, JSON lines or CSV (the
-//! writers are the library's, [`sqs_keeper_core::export_records`]).
+//! writers are the library's, [`sqs_keeper_core::analysis::export`]).
 
 use std::io::Write;
 
@@ -48,7 +48,7 @@ pub async fn export(
     let mut writer = std::io::BufWriter::new(destination);
     // A page at a time: memory holds one page, whatever the table's size.
     let mut exporter =
-        sqs_keeper_core::RecordExporter::start(format, &mut writer).map_err(write_err)?;
+        sqs_keeper_core::analysis::Exporter::start(format, &mut writer).map_err(write_err)?;
     store
         .for_each_page::<CliError>(&filter, &mut Vec::new(), |page| {
             exporter.write(&page).map_err(write_err)?;

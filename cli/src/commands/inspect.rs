@@ -126,15 +126,15 @@ fn describe(r: &DeadLetteredItem) -> String {
         "item id:        {}\nstatus:         {}{}\nreason:         {}\nerror:          {} ({}), signature {}\nlast error:     {}\nfailures:       {} (first {}, last {})\neligible:       {}   manual review: {}\nstands:         {}\npayload:        {}\nsource:         queue {}, message {}, group {}, sent {}, receive count {}\n",
         safe(&r.item_id),
         r.status.as_str(),
-        r.resolved_at.map(|t| format!(" at {}", sqs_keeper_core::format_timestamp(&t))).unwrap_or_default(),
+        r.resolved_at.map(|t| format!(" at {}", sqs_keeper_core::time_format::format(&t))).unwrap_or_default(),
         r.reason.as_str(),
         r.error_class,
         r.failure_history.last().and_then(|f| f.http_status).map(|s| format!("HTTP {s}")).unwrap_or_else(|| "no HTTP status".into()),
         safe(&r.error_signature),
         safe_lines(&r.last_error),
         r.failure_count,
-        sqs_keeper_core::format_timestamp(&r.first_attempt),
-        sqs_keeper_core::format_timestamp(&r.last_attempt),
+        sqs_keeper_core::time_format::format(&r.first_attempt),
+        sqs_keeper_core::time_format::format(&r.last_attempt),
         yes_no(r.reprocess_eligible),
         yes_no(r.manual_review_required),
         standing(r),
@@ -142,7 +142,7 @@ fn describe(r: &DeadLetteredItem) -> String {
         safe(r.source.queue_arn.as_deref().unwrap_or("?")),
         safe(&r.source.message_id),
         safe(r.source.message_group_id.as_deref().unwrap_or("-")),
-        r.source.sent_timestamp.map(|t| sqs_keeper_core::format_timestamp(&t)).unwrap_or_else(|| "?".into()),
+        r.source.sent_timestamp.map(|t| sqs_keeper_core::time_format::format(&t)).unwrap_or_else(|| "?".into()),
         r.source.receive_count,
     );
     if !r.source.message_attributes.is_empty() {
@@ -174,7 +174,7 @@ fn describe(r: &DeadLetteredItem) -> String {
         }
         text.push_str(&format!(
             "  {}  delivery {} attempt {}  {}{}  step {}  {} ms  request {}  log {} {}\n      {}\n",
-            sqs_keeper_core::format_timestamp(&f.timestamp),
+            sqs_keeper_core::time_format::format(&f.timestamp),
             f.receive_count,
             f.attempt_number,
             f.error_type,

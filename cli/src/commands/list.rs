@@ -44,7 +44,7 @@ pub async fn list(
                     r.error_class.as_str().to_string(),
                     r.failure_count.to_string(),
                     r.source.receive_count.to_string(),
-                    sqs_keeper_core::format_timestamp(&r.last_attempt),
+                    sqs_keeper_core::time_format::format(&r.last_attempt),
                     r.error_signature.clone(),
                     // One line, whole: the table cuts it to a terminal's width, never a pipe.
                     sqs_keeper_core::ellipsize(&r.last_error, usize::MAX),

@@ -15,7 +15,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use futures::future::BoxFuture;
 
 use super::condition_expression::WithCondition;
-use sqs_keeper_core::breaker_conditions as conditions;
+use sqs_keeper_core::condition::breaker as conditions;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::{BreakerState, BreakerStore};
 

@@ -5,7 +5,7 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use sqs_keeper_core::{Condition, ConditionValue as Value};
+use sqs_keeper_core::{condition::Value, Condition};
 
 /// A DynamoDB value for a condition's value.
 pub fn attribute(value: &Value) -> AttributeValue {
@@ -56,7 +56,9 @@ with_condition!(
 mod tests {
     use crate::store::schema;
     use aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_keeper_core::{attr, names, Attr, Condition, ConditionItem as _, Found, StoredRecord};
+    use sqs_keeper_core::{
+        attr, condition::Item as _, names, Attr, Condition, Found, StoredRecord,
+    };
 
     /// The attribute at `attr` in a written item, as the conditions would find it.
     fn written(

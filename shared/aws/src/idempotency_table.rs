@@ -16,11 +16,11 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValuesOnConditionCheckFailur
 
 use super::condition_expression::WithCondition;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::{idempotency::Claim, idempotency::IdempotencyStore};
 use sqs_keeper_core::{
-    idempotency_conditions as conditions, idempotency_conditions::COMPLETED,
-    idempotency_conditions::IN_PROGRESS,
+    condition::idempotency as conditions, condition::idempotency::COMPLETED,
+    condition::idempotency::IN_PROGRESS,
 };
+use sqs_keeper_core::{idempotency::Claim, idempotency::IdempotencyStore};
 
 const ID: &str = conditions::ID.0[0];
 const STATUS: &str = conditions::STATUS.0[0];

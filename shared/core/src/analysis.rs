@@ -57,9 +57,9 @@ pub fn analyze(records: &[DeadLetteredItem], samples: usize) -> Analysis {
 /// groups and hours seen.
 ///
 /// ```
-/// use sqs_keeper_core::{testing::dead_record, ErrorClass, RecordAnalyzer};
+/// use sqs_keeper_core::{analysis::Analyzer, testing::dead_record, ErrorClass};
 ///
-/// let mut analyzer = RecordAnalyzer::new(3);
+/// let mut analyzer = Analyzer::new(3);
 /// for page in [vec![dead_record("a", ErrorClass::Timeout, 1)], vec![dead_record("b", ErrorClass::Timeout, 2)]] {
 ///     page.iter().for_each(|record| analyzer.add(record));
 /// }

@@ -54,7 +54,7 @@
 //! | `condition` | each conditional write's condition, once: the DynamoDB expression and its meaning in memory | none |
 //! | `ports` | the store's ports, one per AWS resource: [`RecordStore`] (the table), [`DeadLetterQueue`], [`PayloadStore`], [`SourceQueue`]; and what they pass | traits |
 //! | `recording` | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over the ports | via ports |
-//! | `sweep` | the DLQ message rule ([`decide_dlq_message`]) and the sweep and settling of the DLQ; over the ports | via ports |
+//! | `sweep` | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over the ports | via ports |
 //! | `removal` | purge and clear: DLQ messages, then records, then payloads; over the ports | via ports |
 //! | `redrive` | the redrive request, plan, engine (over the ports) and report | via ports |
 //! | `processor` | the [`Processor`] trait, `handler_fn` | none |
@@ -74,18 +74,18 @@
 #![deny(unnameable_types)]
 
 #[cfg(feature = "operator")]
-mod analysis;
+pub mod analysis;
 mod batch;
-mod breaker;
+pub mod breaker;
 mod classify;
 mod clock;
-mod condition;
+pub mod condition;
 pub mod context;
 mod dead_letter;
 mod duration;
 pub mod envelope;
 mod error;
-mod event;
+pub mod event;
 mod hex;
 pub mod idempotency;
 mod item;
@@ -96,44 +96,35 @@ mod polling;
 mod ports;
 mod processor;
 mod random;
-mod recording;
+pub mod recording;
 mod redelivery;
-mod redrive;
+pub mod redrive;
 mod removal;
 mod retry;
 mod selection;
 mod signature;
-mod sweep;
+pub mod sweep;
 pub mod testing;
-mod time_format;
+pub mod time_format;
 
 // The crate's whole public API: every module is private but the four namespaces above
 // (what a handler's code spells: `context::deadline()`, `envelope::Envelopes`,
 // `idempotency::Idempotency`, `testing::ScriptedProcessor`).
 #[cfg(feature = "operator")]
-pub use analysis::{
-    analyze as analyze_records, ellipsize, export as export_records, stats as record_stats,
-    table as records_table, terminal_safe, Analysis as RecordAnalysis, Analyzer as RecordAnalyzer,
-    ExportFormat, Exporter as RecordExporter, SignatureGroup, Stats as RecordStats, StatsCounter,
-};
+pub use analysis::{ellipsize, terminal_safe, ExportFormat, SignatureGroup, StatsCounter};
 pub use batch::{
     panic_message, BatchConfig, BatchCounts, BatchError, BatchProcessor, BatchReport, BodyResolver,
     Disposition, NotStartedReason, RecordReport, NOT_STARTED,
 };
 pub use breaker::{
-    counts as breaker_counts, group_key, open_period, Breaker, BreakerPolicy, BreakerState,
-    BreakerStore, GroupBreakers, MAX_GROUP_BREAKERS, PROBE_SLACK,
+    group_key, open_period, Breaker, BreakerPolicy, BreakerState, BreakerStore, GroupBreakers,
+    MAX_GROUP_BREAKERS, PROBE_SLACK,
 };
 pub use classify::{
     classify_aws_code, classify_error, classify_http_status, classify_message, classify_sdk_error,
 };
 pub use clock::Clock;
-pub use condition::{
-    attr, breaker as breaker_conditions, conditions, epoch_millis,
-    idempotency as idempotency_conditions, names, Attr, Compare as ConditionCompare, Condition,
-    Expression as ConditionExpression, Found, Item as ConditionItem, StoredRecord,
-    Value as ConditionValue,
-};
+pub use condition::{attr, conditions, epoch_millis, names, Attr, Condition, Found, StoredRecord};
 pub use dead_letter::{
     compact_history, processed_after, processed_key_for_message, processed_key_for_payload,
     recorded_message_id, DeadLetterCandidate, DeadLetterReason, DeadLetterSink, DeadLetteredItem,
@@ -144,10 +135,7 @@ pub use dead_letter::{
 };
 pub use duration::{parse_duration, parse_time};
 pub use error::{ErrorClass, ProcessError, CIRCUIT_OPEN};
-pub use event::{
-    decode_event, decode_sqs_event, Attributes as SqsAttributes, EventError, SqsBatch, SqsRecord,
-    Text,
-};
+pub use event::{decode_event, decode_sqs_event, EventError, SqsBatch, SqsRecord, Text};
 pub use hex::sha256_hex;
 pub use item::{
     bounded_item_id, kept_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser, WorkItem,
@@ -179,17 +167,16 @@ pub use ports::{
 pub use processor::{handler_fn, DeadLettered, HandlerFn, ItemFn, Outcome, Processor};
 pub use random::Random;
 pub use recording::{
-    adopt as adopt_record, after_append, compaction_of, dead_letter as record_dead_letters,
-    offload_payload, record as record_attempts, review_flag_change, stays_inline,
+    after_append, compaction_of, offload_payload, review_flag_change, stays_inline,
     RecordingSettings, HISTORY_ENTRIES_MAX, HISTORY_ENTRY_MAX, RECORD_BUDGET,
 };
 pub use redelivery::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort, MAX_VISIBILITY};
 pub use redrive::run_gated;
 pub use redrive::{
-    expiry_when_reopened, expiry_when_requeued, no_progress as redrive_made_no_progress,
-    ItemOutcome, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveReport,
-    RedriveRequest, RedriveSettings, ITEM_GRACE, LEASE_MARGIN, OUTCOME_WRITE_SLICE,
-    REQUEUED_RECORD_LIFE, REQUEUE_MARGIN, REQUEUE_OUTLIVED, SETTLE_RESERVE,
+    expiry_when_reopened, expiry_when_requeued, ItemOutcome, ItemOutcomeKind, RedriveEngine,
+    RedriveError, RedriveMode, RedriveReport, RedriveRequest, RedriveSettings, ITEM_GRACE,
+    LEASE_MARGIN, OUTCOME_WRITE_SLICE, REQUEUED_RECORD_LIFE, REQUEUE_MARGIN, REQUEUE_OUTLIVED,
+    SETTLE_RESERVE,
 };
 pub use removal::{clear_records, remove_records, remove_selected, Removable, RemovalReport};
 pub use retry::{
@@ -202,10 +189,9 @@ pub use selection::{
 };
 pub use signature::{error_signature, loggable_message, normalize_message};
 pub use sweep::{
-    adopted_record, decide as decide_dlq_message, purge_takes, settle_held, sweep_dlq,
-    tracked_as_its_payload_names, HeldMessage, MessageFate, Settled, Sweep, SweepOptions,
+    adopted_record, purge_takes, settle_held, sweep_dlq, tracked_as_its_payload_names, HeldMessage,
+    MessageFate, Settled, Sweep, SweepOptions,
 };
-pub use time_format::format as format_timestamp;
 
 #[cfg(test)]
 mod unreachable_store_tests;

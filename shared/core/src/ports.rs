@@ -234,7 +234,7 @@ pub trait RecordStore: Send + Sync {
 /// The dead-letter queue (an SQS queue): the dead-letter messages recording sends to it,
 /// and what the sweep does with its messages (receive, adopt, delete, hold, rotate). Each
 /// operation is one SQS call or a few and decides nothing; the sweep and its rule are
-/// [`crate::sweep_dlq`] and [`crate::decide_dlq_message`].
+/// [`crate::sweep_dlq`] and [`crate::sweep::decide`].
 pub trait DeadLetterQueue: Send + Sync {
     /// The raw message a record may have to be adopted from.
     type Message: Clone + Send + Sync;

@@ -4,7 +4,7 @@
 //! | step | write | when it fails |
 //! | --- | --- | --- |
 //! | 1 | the payload to the payload store, when the record would not stay small ([`stays_inline`]) | the record is returned for retry |
-//! | 2 | the [`DeadLetteredItem`] upserted into its record, claiming the source message's one DLQ message | returned for retry; a delivery finding the claim taken gets [`dead_lettering_elsewhere`] |
+//! | 2 | the [`DeadLetteredItem`] upserted into its record, claiming the source message's one DLQ message | returned for retry; a delivery finding the claim taken gets `dead_lettering_elsewhere` |
 //! | 3 | one DLQ message per record (batched) carrying the item id and the body or a pointer to it | the claim is released, so the next delivery sends it; returned for retry |
 //!
 //! Only when all three succeed is the record reported as dead-lettered (and acked).
@@ -21,7 +21,8 @@
 //! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
 //!
-//! The logic runs over the store's ports ([`crate::ports`]): the record table's reads and
+//! The logic runs over the store's ports ([`crate::RecordStore`] and the other port
+//! traits): the record table's reads and
 //! conditional writes ([`RecordStore`]), the payload bucket ([`PayloadStore::put`]) and the
 //! DLQ ([`DeadLetterQueue::send_to_dlq`]); DynamoDB, S3 and SQS in production
 //! (`sqs_keeper_aws::DeadLetterStore`), the in-memory world in tests and the
@@ -453,7 +454,7 @@ pub async fn after_append<T: RecordStore>(
 /// record, claiming the source message's DLQ message: `Some(record)` to send. A delivery
 /// that finds the claim taken (the same message delivered twice) sends nothing: `None` when
 /// that message's DLQ message was sent already (it is acknowledged),
-/// [`dead_lettering_elsewhere`] while it is not (returned for retry).
+/// `dead_lettering_elsewhere` while it is not (returned for retry).
 pub async fn persist<T: RecordStore + PayloadStore>(
     table: &T,
     settings: &RecordingSettings,

@@ -10,9 +10,8 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use sqs_keeper_core::testing::{MemoryMessage, MemorySink, MemoryStore};
 use sqs_keeper_core::{
-    attr, handler_fn, BatchConfig, BatchProcessor, BatchReport, Condition, ConditionCompare,
-    ConditionExpression, ConditionValue, Deadline, HandlerFn, InvocationInfo, ItemFn, Outcome,
-    ProcessError, RecordReport, SqsAttributes, WorkItem,
+    attr, condition, event, handler_fn, BatchConfig, BatchProcessor, BatchReport, Condition,
+    Deadline, HandlerFn, InvocationInfo, ItemFn, Outcome, ProcessError, RecordReport, WorkItem,
 };
 
 /// A batch's per-record reports, as a caller of the engine reads them.
@@ -21,7 +20,7 @@ fn records_of(report: &BatchReport) -> &[RecordReport] {
 }
 
 /// A record's SQS system attributes, as a handler (or its test) reads them.
-fn attributes_of(item: &WorkItem) -> &SqsAttributes {
+fn attributes_of(item: &WorkItem) -> &event::Attributes {
     &item.attributes
 }
 
@@ -45,11 +44,11 @@ async fn done(_item: &WorkItem) -> Result<Outcome, ProcessError> {
 
 /// A condition built by hand (an in-memory store of one's own evaluates them), and the
 /// expression a DynamoDB-like store of one's own sends.
-fn lease_lapsed_before(now: i64) -> (Condition, Option<ConditionExpression>) {
+fn lease_lapsed_before(now: i64) -> (Condition, Option<condition::Expression>) {
     let condition = Condition::Compare(
         attr::LEASE_EXPIRES_AT,
-        ConditionCompare::Lt,
-        ConditionValue::N(now),
+        condition::Compare::Lt,
+        condition::Value::N(now),
     );
     let expression = condition.render();
     (condition, expression)
@@ -62,17 +61,17 @@ fn dlq_of(store: &MemoryStore) -> Vec<MemoryMessage> {
 
 #[cfg(feature = "operator")]
 mod operator {
-    use sqs_keeper_core::{analyze_records, record_stats, DeadLetteredItem};
-    use sqs_keeper_core::{RecordAnalysis, RecordStats, SignatureGroup};
+    use sqs_keeper_core::SignatureGroup;
+    use sqs_keeper_core::{analysis, DeadLetteredItem};
 
-    fn groups_of(analysis: &RecordAnalysis) -> &[SignatureGroup] {
+    fn groups_of(analysis: &analysis::Analysis) -> &[SignatureGroup] {
         &analysis.groups
     }
 
-    fn summary(records: &[DeadLetteredItem]) -> (RecordAnalysis, RecordStats) {
+    fn summary(records: &[DeadLetteredItem]) -> (analysis::Analysis, analysis::Stats) {
         (
-            analyze_records(records, 3),
-            record_stats(records, (0, 0), chrono::Utc::now()),
+            analysis::analyze(records, 3),
+            analysis::stats(records, (0, 0), chrono::Utc::now()),
         )
     }
 
@@ -108,7 +107,7 @@ async fn every_type_of_a_public_signature_can_be_named_from_the_root() {
     assert_eq!(records_of(&report)[0].message_id, "m-1");
 
     let mut item = WorkItem::new("m-1", "{}");
-    item.attributes = SqsAttributes::from_iter([("ApproximateReceiveCount", "2")]);
+    item.attributes = event::Attributes::from_iter([("ApproximateReceiveCount", "2")]);
     assert_eq!(
         attributes_of(&item).get("ApproximateReceiveCount"),
         Some("2")
@@ -117,7 +116,7 @@ async fn every_type_of_a_public_signature_can_be_named_from_the_root() {
     let (condition, expression) = lease_lapsed_before(100);
     assert!(matches!(
         condition,
-        Condition::Compare(_, ConditionCompare::Lt, ConditionValue::N(100))
+        Condition::Compare(_, condition::Compare::Lt, condition::Value::N(100))
     ));
     assert!(expression.unwrap().text.contains('<'));
 

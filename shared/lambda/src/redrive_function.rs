@@ -21,8 +21,7 @@ use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::WorkItem;
 use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
 use sqs_keeper_core::{
-    redrive_made_no_progress as no_progress, RedriveEngine, RedriveError, RedriveReport,
-    RedriveRequest,
+    redrive::no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest,
 };
 use sqs_keeper_core::{Outcome, Processor};
 use sqs_keeper_http::HttpDelivery;

@@ -20,8 +20,8 @@ use sqs_keeper_aws::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
 use sqs_keeper_core::AttemptFailure;
 use sqs_keeper_core::S3Pointer;
 use sqs_keeper_core::{
-    redrive_made_no_progress, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode,
-    RedriveRequest, RedriveSettings,
+    redrive, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveRequest,
+    RedriveSettings,
 };
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
 use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
@@ -356,7 +356,7 @@ async fn redrive_with_bad_durations_or_limits_is_refused_before_anything_happens
     ];
     for (request, needle) in cases {
         let err = engine
-            .run(&request, &*redrive_made_no_progress())
+            .run(&request, &*redrive::no_progress())
             .await
             .unwrap_err();
         assert!(
@@ -375,7 +375,7 @@ async fn redrive_with_bad_durations_or_limits_is_refused_before_anything_happens
                 item_ids: vec!["a".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap_err();
@@ -471,7 +471,7 @@ async fn redrive_of_known_and_unknown_ids_reports_each_once() {
                 item_ids: vec!["nope".into(), "known".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -528,7 +528,7 @@ async fn redrive_ids(
                 mode,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -1014,7 +1014,7 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
     .await
     .unwrap()
     .expect("claimed");
-    let r = sqs_keeper_core::record_dead_letters(
+    let r = sqs_keeper_core::recording::dead_letter(
         &store,
         &settings,
         &[claim_candidate("c", "mc", 5)],
@@ -1026,7 +1026,7 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
     assert!(d.sent.contains("mc"));
     // Its twin (receive 5 again) and receive 6: nothing more sent.
     for receive in [5, 6] {
-        let r = sqs_keeper_core::record_dead_letters(
+        let r = sqs_keeper_core::recording::dead_letter(
             &store,
             &settings,
             &[claim_candidate("c", "mc", receive)],
@@ -1037,7 +1037,7 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
     }
     // Compaction deleting from both sets in one update.
     for m in ["p", "q", "r", "s", "t"] {
-        let r = sqs_keeper_core::record_dead_letters(
+        let r = sqs_keeper_core::recording::dead_letter(
             &store,
             &settings,
             &[claim_candidate("k", m, 1)],

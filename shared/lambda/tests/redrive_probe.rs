@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sqs_keeper_core::WorkItem;
-use sqs_keeper_core::{redrive_made_no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::{redrive, RedriveEngine, RedriveRequest, RedriveSettings};
 use sqs_keeper_core::{testing::dead_record, testing::MemoryBreakerStore, testing::MemoryStore};
 use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerStore};
 use sqs_keeper_core::{ErrorClass, ProcessError};
@@ -87,7 +87,7 @@ async fn a_redrive_probe_longer_than_probe_for_holds_the_lock_until_it_ends() {
     // A worker sandbox behind the same breaker.
     let sandbox = Breaker::new(downstream.clone(), breaker.clone(), policy);
     let item = WorkItem::new("m-worker", "{}");
-    let progress = redrive_made_no_progress();
+    let progress = redrive::no_progress();
     let (report, worker) = tokio::join!(
         sqs_keeper_lambda::run_gated(
             &engine,
@@ -157,7 +157,7 @@ async fn a_redrive_probe_cut_at_its_deadline_opens_the_breaker_again() {
         Some((&breaker, &policy)),
         &request,
         Some(deadline),
-        &*redrive_made_no_progress(),
+        &*redrive::no_progress(),
     )
     .await
     .unwrap();
@@ -209,7 +209,7 @@ async fn a_redrive_probe_run_that_reprocessed_nothing_gives_the_probe_back() {
             Some((&breaker, &policy)),
             &RedriveRequest::default(),
             None,
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -264,7 +264,7 @@ async fn a_redrive_holds_back_a_tenant_whose_own_breaker_is_open() {
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(grouped), settings);
     let report = engine
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(report.succeeded, 1, "{report:?}");
@@ -317,7 +317,7 @@ async fn a_run_the_breaker_holds_back_still_reports_the_oldest_dead_age() {
         Some((&breaker, &policy)),
         &RedriveRequest::default(),
         None,
-        &*redrive_made_no_progress(),
+        &*redrive::no_progress(),
     )
     .await
     .unwrap();
@@ -365,7 +365,7 @@ async fn a_probe_run_that_errors_gives_the_probe_back() {
         Some((&breaker, &policy)),
         &request,
         None,
-        &*redrive_made_no_progress(),
+        &*redrive::no_progress(),
     )
     .await;
     assert!(run.is_err(), "{run:?}");
@@ -409,7 +409,7 @@ async fn a_function_continuation_of_a_dry_run_never_reprocesses() {
                 max_items: Some(1),
                 ..RedriveRequest::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -432,7 +432,7 @@ async fn a_function_continuation_of_a_dry_run_never_reprocesses() {
         Some((&breaker, &policy)),
         &request,
         None,
-        &*redrive_made_no_progress(),
+        &*redrive::no_progress(),
     )
     .await
     .unwrap();
@@ -479,7 +479,7 @@ async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next
     let mut settings = RedriveSettings::default();
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(processor), settings);
-    let progress = redrive_made_no_progress();
+    let progress = redrive::no_progress();
     let report = sqs_keeper_lambda::run_gated(
         &engine,
         Some((&breaker, &policy)),

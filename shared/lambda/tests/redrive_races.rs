@@ -13,9 +13,7 @@ use tokio::time::Instant;
 use sqs_keeper_core::sweep_dlq;
 use sqs_keeper_core::S3Pointer;
 use sqs_keeper_core::SweepOptions;
-use sqs_keeper_core::{
-    redrive_made_no_progress as no_progress, RedriveEngine, RedriveRequest, RedriveSettings,
-};
+use sqs_keeper_core::{redrive::no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
 use sqs_keeper_core::{
     testing::dead_record, testing::MemoryStore, testing::ScriptedProcessor, testing::Step,
 };

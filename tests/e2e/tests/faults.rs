@@ -42,8 +42,7 @@ use sqs_keeper_core::ErrorClass;
 use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::S3Pointer;
 use sqs_keeper_core::{
-    redrive_made_no_progress, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest,
-    RedriveSettings,
+    redrive, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
 };
 use sqs_keeper_core::{BatchReport, Disposition, NotStartedReason};
 use sqs_keeper_core::{DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation};
@@ -1113,7 +1112,7 @@ async fn redrive_with_dynamodb_throttled_leaves_items_dead_unleased_and_redrivab
     proxy.inject(Rule::new(&transact, Fault::Throttling, Trigger::Always));
 
     let report = engine
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(report.selected, 3);
@@ -1148,7 +1147,7 @@ async fn redrive_with_dynamodb_throttled_leaves_items_dead_unleased_and_redrivab
     // DynamoDB recovers: nothing is stuck behind a lease, the next run resolves them all.
     proxy.clear();
     let again = engine
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -1245,7 +1244,7 @@ async fn redrive_failure_that_cannot_be_recorded_releases_the_lease() {
     // throttled for the SDK's 3 attempts, then DynamoDB recovers.
     trap.arm(Rule::new(&update, Fault::Throttling, Trigger::NextN(3)));
     let report = engine
-        .run(&one("again"), &*redrive_made_no_progress())
+        .run(&one("again"), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -1265,7 +1264,7 @@ async fn redrive_failure_that_cannot_be_recorded_releases_the_lease() {
     assert_eq!(visible_dlq(&p).await, 1);
     // Redrivable at once.
     let again = engine
-        .run(&one("again"), &*redrive_made_no_progress())
+        .run(&one("again"), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(again.failed_again, 1, "{again:?}");
@@ -1286,7 +1285,7 @@ async fn redrive_success_that_cannot_be_resolved_releases_the_lease() {
     // 3 attempts, then DynamoDB recovers.
     trap.arm(Rule::new(&update, Fault::Throttling, Trigger::NextN(3)));
     let report = engine
-        .run(&one("fixed"), &*redrive_made_no_progress())
+        .run(&one("fixed"), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -1329,7 +1328,7 @@ async fn race_two_redrives(name: &str) -> (Pipeline, Vec<String>, RedriveReport,
         parallelism: Some(4),
         ..RedriveRequest::default()
     };
-    let progress = redrive_made_no_progress();
+    let progress = redrive::no_progress();
     let (ra, rb) = tokio::join!(a.run(&request, &*progress), b.run(&request, &*progress));
     assert!(proxy.injected_for(Operation::dynamodb("UpdateItem")) >= 24);
     (p, ids, ra.unwrap(), rb.unwrap())
@@ -1369,7 +1368,7 @@ async fn concurrent_redrives_through_a_slow_store_process_each_item_once() {
     );
     let cleanup = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(cleanup.selected, 0);

@@ -270,9 +270,7 @@ async fn a_lapsed_run_does_not_release_the_lease_of_the_run_that_took_it_over() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_skips_an_item_the_worker_completed() {
     use e2e::{body, Pipeline, Setup};
-    use sqs_keeper_core::{
-        redrive_made_no_progress, ItemOutcomeKind, RedriveEngine, RedriveRequest,
-    };
+    use sqs_keeper_core::{redrive, ItemOutcomeKind, RedriveEngine, RedriveRequest};
     let clients = e2e::clients().await;
     let table = e2e::idempotency_table(&clients.dynamodb, "redrive-idem").await;
     let p = Pipeline::new(
@@ -328,7 +326,7 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
                 force: true,
                 ..RedriveRequest::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();

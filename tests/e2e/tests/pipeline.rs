@@ -571,7 +571,7 @@ async fn call_counter_counts_and_times_each_operation() {
 async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
     use aws_sdk_sqs::types::MessageSystemAttributeName as S;
     use sqs_keeper_core::fifo_group_id;
-    use sqs_keeper_core::{redrive_made_no_progress, ItemOutcomeKind, RedriveMode, RedriveRequest};
+    use sqs_keeper_core::{redrive, ItemOutcomeKind, RedriveMode, RedriveRequest};
 
     let p = Pipeline::new(
         "fifonogroup",
@@ -668,7 +668,7 @@ async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
                 force: true,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -1502,7 +1502,7 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     let record = &fixtures[0].record;
     let sha = record.payload.sha256.clone();
     let leased_sha = fixtures[2].record.payload.sha256.clone();
-    let last = sqs_keeper_core::format_timestamp(&record.last_attempt);
+    let last = sqs_keeper_core::time_format::format(&record.last_attempt);
     let status = |s, keys: &[&str]| Expect::Status {
         status: s,
         not_processed: keys.iter().map(|k| k.to_string()).collect(),
@@ -1800,7 +1800,7 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
         status: s,
         not_processed: keys.iter().map(|k| k.to_string()).collect(),
     };
-    let bare_last = sqs_keeper_core::format_timestamp(&fixtures[0].record.last_attempt);
+    let bare_last = sqs_keeper_core::time_format::format(&fixtures[0].record.last_attempt);
     let cases: Vec<(String, Condition)> = vec![
         ("lease_is_free".into(), conditions::lease_is_free(now)),
         ("lease_is_free+1".into(), conditions::lease_is_free(now + 1)),

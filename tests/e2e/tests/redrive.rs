@@ -6,9 +6,7 @@
 use e2e::{body, outcome_ids, Pipeline, Setup};
 use serde_json::json;
 use sqs_keeper_core::ErrorClass;
-use sqs_keeper_core::{
-    redrive_made_no_progress, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest,
-};
+use sqs_keeper_core::{redrive, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest};
 use sqs_keeper_core::{DeadLetterReason, ItemStatus, PayloadLocation};
 
 /// A pipeline whose items dead-letter on their first delivery.
@@ -35,7 +33,7 @@ async fn dry_run_selects_by_filters_and_changes_nothing() {
         let engine = &engine;
         async move {
             engine
-                .run(&request, &*redrive_made_no_progress())
+                .run(&request, &*redrive::no_progress())
                 .await
                 .unwrap()
         }
@@ -139,7 +137,7 @@ async fn reprocess_resolves_successes_and_extends_history_of_failures() {
                 item_ids: vec!["ok1".into(), "big".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -162,7 +160,7 @@ async fn reprocess_failure_appends_history_and_stays_dead() {
     let before = p.store().get("bad").await.unwrap().unwrap();
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::FailedAgain), ["bad"]);
@@ -184,7 +182,7 @@ async fn reprocess_failure_appends_history_and_stays_dead() {
     // The lease was released: a second run can take it again.
     let again = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(again.failed_again, 1);
@@ -208,7 +206,7 @@ async fn requeue_sends_the_original_payload_back_with_its_item_id() {
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -275,7 +273,7 @@ async fn continuation_token_resumes_where_it_stopped() {
     loop {
         runs += 1;
         let report = engine
-            .run(&request, &*redrive_made_no_progress())
+            .run(&request, &*redrive::no_progress())
             .await
             .unwrap();
         resolved.extend(outcome_ids(&report, ItemOutcomeKind::Resolved));
@@ -309,7 +307,7 @@ async fn concurrent_redrives_process_each_item_once() {
         parallelism: Some(2),
         ..Default::default()
     };
-    let progress = redrive_made_no_progress();
+    let progress = redrive::no_progress();
     let (ra, rb) = tokio::join!(a.run(&request, &*progress), b.run(&request, &*progress));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(ra.succeeded + rb.succeeded, 8);
@@ -333,7 +331,7 @@ async fn unrecorded_dlq_messages_become_records() {
                 item_ids: vec!["none".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -351,7 +349,7 @@ async fn unrecorded_dlq_messages_become_records() {
     // Adoption is not repeated, and the adopted item is redrivable.
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(report.adopted_from_dlq, 0);
@@ -391,7 +389,7 @@ async fn bad_requests_change_nothing() {
         },
     ] {
         let err = engine
-            .run(&request, &*redrive_made_no_progress())
+            .run(&request, &*redrive::no_progress())
             .await
             .unwrap_err();
         assert!(matches!(err, RedriveError::InvalidRequest(_)), "{err}");
@@ -417,7 +415,7 @@ async fn a_lease_left_by_a_dead_run_does_not_hold_up_the_end_of_a_run() {
                 item_ids: vec!["s2".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -460,7 +458,7 @@ async fn expired_leases_are_taken_back_by_a_default_redrive() {
     leave_stale_lease(&p, "k1").await;
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -486,7 +484,7 @@ async fn newer_ineligible_items_do_not_starve_older_eligible_ones() {
                 max_items: Some(1),
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -512,7 +510,7 @@ async fn a_report_lists_a_bounded_sample_and_complete_counts() {
     let mut engine = p.redrive_engine();
     engine.settings_mut().report_items = 2;
     let report = engine
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!((report.selected, report.succeeded), (3, 3));
@@ -534,7 +532,7 @@ async fn requeue_is_not_resolve_until_the_worker_finishes_the_message() {
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -567,7 +565,7 @@ async fn a_requeued_message_that_returns_to_the_dlq_reopens_its_record_and_is_ke
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -600,7 +598,7 @@ async fn a_requeued_message_that_returns_to_the_dlq_reopens_its_record_and_is_ke
                 item_ids: vec!["nothing-else".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -617,7 +615,7 @@ async fn a_requeued_message_that_returns_to_the_dlq_reopens_its_record_and_is_ke
     p.downstream.fix();
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["b1"]);
@@ -645,7 +643,7 @@ async fn two_bodies_under_one_item_id_are_each_delivered_before_their_messages_g
     p.downstream.fix();
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["same"]);
@@ -662,7 +660,7 @@ async fn two_bodies_under_one_item_id_are_each_delivered_before_their_messages_g
     );
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(outcome_ids(&report, ItemOutcomeKind::Resolved), ["same"]);
@@ -723,7 +721,7 @@ async fn a_message_naming_a_processed_delivery_is_kept_by_its_content() {
     p.downstream.fix();
     let redrive = || async {
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+            .run(&RedriveRequest::default(), &*redrive::no_progress())
             .await
             .unwrap()
     };
@@ -757,7 +755,7 @@ async fn an_adopted_message_is_tracked_under_its_item_id_and_delivered_once() {
     send_to_dlq_with_item_id(&p, &body("payload-id", "ok"), "ghost").await;
     for _ in 0..3 {
         p.redrive_engine()
-            .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+            .run(&RedriveRequest::default(), &*redrive::no_progress())
             .await
             .unwrap();
     }
@@ -793,7 +791,7 @@ async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
     .to_body();
     p.send_to_dlq(&[&pointer]).await;
     p.redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(
@@ -840,7 +838,7 @@ async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
     p.send_to_dlq(&[&pointer]).await;
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(report.adopted_from_dlq, 1, "{report:?}");
@@ -871,7 +869,7 @@ async fn an_overlong_item_id_in_the_dlq_does_not_block_the_sweep() {
     send_to_dlq_with_item_id(&p, &body("long", "ok"), &"x".repeat(3000)).await;
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(report.adopted_from_dlq, 1);
@@ -933,7 +931,7 @@ async fn message_attributes_round_trip_with_their_types_through_requeue() {
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -1040,7 +1038,7 @@ async fn a_purge_keeps_a_record_a_redrive_failed_again_with_its_dlq_message() {
     };
     let run = p
         .redrive_engine()
-        .run(&forced, &*redrive_made_no_progress())
+        .run(&forced, &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(run.failed_again, 1, "{run:?}");
@@ -1074,7 +1072,7 @@ async fn a_purge_keeps_a_requeued_item_and_the_payload_its_message_needs() {
     };
     let run = p
         .redrive_engine()
-        .run(&requeue, &*redrive_made_no_progress())
+        .run(&requeue, &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(run.requeued, 1, "{run:?}");
@@ -1141,7 +1139,7 @@ async fn a_requeue_refreshes_the_records_expiry_and_its_payloads_lifecycle() {
     };
     let run = p
         .redrive_engine()
-        .run(&requeue, &*redrive_made_no_progress())
+        .run(&requeue, &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(run.requeued, 1, "{run:?}");
@@ -1245,7 +1243,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
                 item_ids: vec!["none".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -1260,7 +1258,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
                 item_ids: vec!["none".into()],
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -1383,7 +1381,7 @@ async fn a_message_moved_back_by_the_console_resolves_its_record_when_finished()
     let calls = p.downstream.calls("c1");
     let report = p
         .redrive_engine()
-        .run(&RedriveRequest::default(), &*redrive_made_no_progress())
+        .run(&RedriveRequest::default(), &*redrive::no_progress())
         .await
         .unwrap();
     assert_eq!(report.selected, 0, "{report:?}");
@@ -1410,7 +1408,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
         .expression_attribute_values(":m", AttributeValue::S("m-gone".into()))
         .expression_attribute_values(
             ":at",
-            AttributeValue::S(sqs_keeper_core::format_timestamp(&long_ago)),
+            AttributeValue::S(sqs_keeper_core::time_format::format(&long_ago)),
         )
         .send()
         .await
@@ -1422,7 +1420,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
                 dry_run: true,
                 ..RedriveRequest::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -1434,7 +1432,7 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead_on_the_table() 
                 item_ids: vec!["none".into()],
                 ..RedriveRequest::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();
@@ -1485,7 +1483,7 @@ async fn a_900_kb_message_is_dead_lettered_to_s3_requeued_inline_and_delivered()
                 mode: RedriveMode::Requeue,
                 ..Default::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .unwrap();

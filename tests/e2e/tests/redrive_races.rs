@@ -8,7 +8,7 @@ use std::time::Duration;
 use e2e::{body, Pipeline};
 use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::SweepOptions;
-use sqs_keeper_core::{redrive_made_no_progress as no_progress, RedriveMode, RedriveRequest};
+use sqs_keeper_core::{redrive::no_progress, RedriveMode, RedriveRequest};
 use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
 
 fn parser() -> ItemParser {
@@ -152,7 +152,7 @@ mod producer_attributes {
     use sqs_keeper_core::ItemStatus;
     use sqs_keeper_core::RedriveRequest;
 
-    use sqs_keeper_core::redrive_made_no_progress as no_progress;
+    use sqs_keeper_core::redrive::no_progress;
 
     async fn send_with_attrs(p: &Pipeline, queue_url: &str, body: &str, attrs: &[(&str, &str)]) {
         use aws_sdk_sqs::types::MessageAttributeValue;

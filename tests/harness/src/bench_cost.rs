@@ -436,7 +436,7 @@ pub fn render(bench: &CostBench) -> String {
             "\n{} messages in batches of {}, downstream {} ms:\n",
             bench.messages, scenario.batch_size, bench.downstream_latency_ms
         ));
-        out.push_str(&sqs_keeper_core::records_table(
+        out.push_str(&sqs_keeper_core::analysis::table(
             &[
                 "CONTENDER",
                 "INIT ms",

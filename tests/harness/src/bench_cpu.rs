@@ -437,7 +437,7 @@ pub fn render(runs: &[CpuRun]) -> String {
             ]
         })
         .collect();
-    sqs_keeper_core::records_table(
+    sqs_keeper_core::analysis::table(
         &[
             "EVENT",
             "OURS µs/rec",

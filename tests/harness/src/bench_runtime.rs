@@ -337,7 +337,7 @@ pub fn render(b: &RuntimeBench) -> String {
         format!("{:.2}×", b.cold_start_ratio),
         String::new(),
     ]);
-    let mut out = sqs_keeper_core::records_table(&["BINARY", "COLD START", "SIZE"], &rows);
+    let mut out = sqs_keeper_core::analysis::table(&["BINARY", "COLD START", "SIZE"], &rows);
     out.push_str(&format!(
         "\npeak RSS handling {} records: {:.1} MB for a {:.1} MB event ({:.2}× the event); \
          after a one-record invocation {:.1} MB, so the event added {:.2}× its size\n\n",
@@ -360,7 +360,7 @@ pub fn render(b: &RuntimeBench) -> String {
             ]
         })
         .collect();
-    out.push_str(&sqs_keeper_core::records_table(
+    out.push_str(&sqs_keeper_core::analysis::table(
         &["CONCURRENCY", "WALL ms", "IDEAL ms", "VS IDEAL"],
         &rows,
     ));

@@ -17,9 +17,7 @@ use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
 use sqs_keeper_core::AttemptFailure;
 use sqs_keeper_core::ItemParser;
 use sqs_keeper_core::RecordFilter;
-use sqs_keeper_core::{
-    redrive_made_no_progress, RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings,
-};
+use sqs_keeper_core::{redrive, RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
 use sqs_keeper_core::{
     DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
 };
@@ -445,7 +443,7 @@ pub async fn run(
         floor,
     ));
     let samples = time_it(3, || async {
-        let mut analyzer = sqs_keeper_core::RecordAnalyzer::new(3);
+        let mut analyzer = sqs_keeper_core::analysis::Analyzer::new(3);
         store
             .for_each_page::<ProcessError>(&dead, &mut Vec::new(), |page| {
                 page.iter().for_each(|r| analyzer.add(r));
@@ -549,7 +547,7 @@ async fn bench_redrive(
                 parallelism: Some(10),
                 ..RedriveRequest::default()
             },
-            &*redrive_made_no_progress(),
+            &*redrive::no_progress(),
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -674,7 +672,7 @@ pub fn render(b: &StoreBench) -> String {
             String::new(),
         ],
     );
-    let mut out = sqs_keeper_core::records_table(
+    let mut out = sqs_keeper_core::analysis::table(
         &[
             "OPERATION",
             "MEDIAN ms",
@@ -720,7 +718,7 @@ pub fn render(b: &StoreBench) -> String {
             ]
         })
         .collect();
-    out.push_str(&sqs_keeper_core::records_table(
+    out.push_str(&sqs_keeper_core::analysis::table(
         &[
             "REDRIVE",
             "ITEMS",

@@ -274,7 +274,7 @@ impl DeadLetterQueue for DeadLetterStore {
             self.clock.now(),
         );
         self.offload_payload(&mut record).await?;
-        let written = sqs_keeper_core::adopt_record(
+        let written = sqs_keeper_core::recording::adopt(
             self,
             &self.recording(),
             &record,

@@ -263,7 +263,7 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(sqs_keeper_core::format_timestamp(&now)),
+                AttributeValue::S(sqs_keeper_core::time_format::format(&now)),
             )
             .expression_attribute_values(":processed", processed_after(record))
             .build()
@@ -318,7 +318,7 @@ impl DeadLetterStore {
                 ),
                 (
                     schema::REQUEUED_AT,
-                    AttributeValue::S(sqs_keeper_core::format_timestamp(&now)),
+                    AttributeValue::S(sqs_keeper_core::time_format::format(&now)),
                 ),
                 (
                     schema::EXPIRES_AT,
@@ -455,7 +455,7 @@ impl DeadLetterStore {
             )
             .expression_attribute_values(
                 ":now",
-                AttributeValue::S(sqs_keeper_core::format_timestamp(&self.clock.now())),
+                AttributeValue::S(sqs_keeper_core::time_format::format(&self.clock.now())),
             )
             .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
             .expression_attribute_values(
@@ -564,7 +564,7 @@ impl DeadLetterStore {
             .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
             .expression_attribute_names(name, key)
             .expression_attribute_values(":dead", AttributeValue::S(ItemStatus::Dead.as_str().into()))
-            .expression_attribute_values(":last", AttributeValue::S(sqs_keeper_core::format_timestamp(&failure.timestamp)))
+            .expression_attribute_values(":last", AttributeValue::S(sqs_keeper_core::time_format::format(&failure.timestamp)))
             .expression_attribute_values(":class", AttributeValue::S(failure.error_type.as_str().into()))
             .expression_attribute_values(
                 ":sig",

@@ -23,7 +23,7 @@
 //! | [`sqs_keeper_core::PayloadStore`] | `payload` | the S3 bucket: `GetObject`, `PutObject`, `DeleteObject` |
 //! | [`sqs_keeper_core::SourceQueue`] | `source_queue` | the source queues a requeue sends to |
 //!
-//! and the worker's [`DeadLetterSink`]: [`sqs_keeper_core::record_dead_letters`] over
+//! and the worker's [`DeadLetterSink`]: [`sqs_keeper_core::recording::dead_letter`] over
 //! them, with the DLQ's `MaximumMessageSize` read once.
 
 mod dlq;
@@ -255,9 +255,9 @@ impl DeadLetterStore {
     }
 
     /// Upserts a record: new attempts are appended once, known ones are ignored
-    /// ([`sqs_keeper_core::record_attempts`]).
+    /// ([`sqs_keeper_core::recording::record`]).
     pub async fn record(&self, record: &DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::record_attempts(self, &self.recording(), record).await
+        sqs_keeper_core::recording::record(self, &self.recording(), record).await
     }
 
     /// What follows a write that appended to a record's history: the review flag settled,
@@ -388,7 +388,7 @@ impl DeadLetterSink for DeadLetterStore {
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
         let settings = self.recording_for_dlq().await;
-        sqs_keeper_core::record_dead_letters(self, &settings, candidates, invocation).await
+        sqs_keeper_core::recording::dead_letter(self, &settings, candidates, invocation).await
     }
 }
 

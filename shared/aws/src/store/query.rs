@@ -46,7 +46,7 @@ pub fn token_after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToke
     let text = |s: &str| serde_json::Value::String(s.to_string());
     let mut key = serde_json::Map::new();
     key.insert(schema::ITEM_ID.to_string(), text(&record.item_id));
-    let last = text(&sqs_keeper_core::format_timestamp(&record.last_attempt));
+    let last = text(&sqs_keeper_core::time_format::format(&record.last_attempt));
     if filter.signature.is_some() {
         key.insert(
             schema::ERROR_SIGNATURE.into(),
@@ -98,25 +98,25 @@ impl DeadLetterStore {
                 (Some(since), Some(until)) => {
                     values.insert(
                         ":since".to_string(),
-                        AttributeValue::S(sqs_keeper_core::format_timestamp(&since)),
+                        AttributeValue::S(sqs_keeper_core::time_format::format(&since)),
                     );
                     values.insert(
                         ":until".to_string(),
-                        AttributeValue::S(sqs_keeper_core::format_timestamp(&until)),
+                        AttributeValue::S(sqs_keeper_core::time_format::format(&until)),
                     );
                     range = Some("#last BETWEEN :since AND :until");
                 }
                 (Some(since), None) => {
                     values.insert(
                         ":since".to_string(),
-                        AttributeValue::S(sqs_keeper_core::format_timestamp(&since)),
+                        AttributeValue::S(sqs_keeper_core::time_format::format(&since)),
                     );
                     range = Some("#last >= :since");
                 }
                 (None, Some(until)) => {
                     values.insert(
                         ":until".to_string(),
-                        AttributeValue::S(sqs_keeper_core::format_timestamp(&until)),
+                        AttributeValue::S(sqs_keeper_core::time_format::format(&until)),
                     );
                     range = Some("#last <= :until");
                 }

@@ -204,7 +204,7 @@ fn probe_failed_downstream(report: &RedriveReport) -> bool {
         item.outcome == crate::ItemOutcomeKind::FailedAgain
             && item
                 .error_class
-                .is_some_and(|class| crate::breaker_counts(&crate::ProcessError::new(class, "")))
+                .is_some_and(|class| crate::breaker::counts(&crate::ProcessError::new(class, "")))
     })
 }
 
