@@ -223,6 +223,7 @@ impl StatsCounter {
 /// Export formats. With the `clap` feature, `--format` takes `json`, `jsonl` or `csv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[non_exhaustive]
 pub enum ExportFormat {
     /// One JSON array of full records.
     Json,

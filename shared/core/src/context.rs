@@ -71,6 +71,7 @@ pub fn fields_json() -> Option<String> {
 
 /// The unit of a custom metric, as CloudWatch names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[non_exhaustive]
 pub enum Unit {
     /// A count.
     Count,

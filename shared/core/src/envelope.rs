@@ -36,6 +36,7 @@ use crate::error::ProcessError;
 /// One envelope layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Envelope {
     /// An SNS notification delivered to SQS with raw message delivery off: the payload is
     /// its `Message`.
@@ -171,6 +172,7 @@ impl Unwrapped {
 /// The metadata of one unwrapped layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "envelope", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Layer {
     /// An SNS notification.
     Sns {

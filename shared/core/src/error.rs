@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
     derive(clap::ValueEnum),
     value(rename_all = "snake_case")
 )]
+#[non_exhaustive]
 pub enum ErrorClass {
     /// The callee asked us to slow down (HTTP 429, AWS throttling codes).
     Throttled,

@@ -33,6 +33,7 @@ use serde::Serialize;
 
 /// Why an invocation body is not an SQS event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EventError {
     /// Not a JSON document.
     #[error("the event is not JSON: {0}")]

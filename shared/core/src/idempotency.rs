@@ -44,6 +44,7 @@ use crate::random::Random;
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Claim {
     /// The key was free (or its earlier state expired): this attempt holds it.
     Claimed,
@@ -102,6 +103,7 @@ const FALLBACK_CLAIM: Duration = Duration::from_secs(15 * 60);
 
 /// What [`Idempotency::once`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Once<T> {
     /// The work ran now and returned this.
     Ran(T),

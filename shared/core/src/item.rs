@@ -20,6 +20,7 @@ use crate::event::{Attributes, SqsRecord, Text};
 /// Where a record's *item id* comes from. Redriven messages get new message ids, so records
 /// are keyed by an id that belongs to the item itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ItemIdSource {
     /// Use the SQS message id.
     MessageId,
@@ -109,6 +110,7 @@ pub fn kept_id(id: String, bound: usize) -> String {
 /// What a valid body looks like; `WORKER_BODY_FORMAT` names it `json` or `text`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, strum::EnumString)]
 #[strum(serialize_all = "lowercase")]
+#[non_exhaustive]
 pub enum BodyFormat {
     /// The body must be a JSON document; anything else is a validation error.
     #[default]

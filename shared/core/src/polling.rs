@@ -85,6 +85,7 @@ pub trait PauseMarker: Send + Sync {
 /// How a probe with one message of the source queue went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ProbeOutcome {
     /// The source queue had no visible message.
     Empty,
@@ -116,6 +117,7 @@ pub trait SourceProbe: Send + Sync {
 /// What a control run did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "polling", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ControlAction {
     /// Nothing to do: polling runs (the breaker is closed, open for the first time, or
     /// waiting messages have not all been received since it opened).

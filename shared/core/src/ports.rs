@@ -425,6 +425,7 @@ impl<T: RecordStore + DeadLetterQueue + PayloadStore + SourceQueue> RedrivePorts
 
 /// What a write expects of the record it would change.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Expect {
     /// Anything, or nothing (the worker's upsert).
     Any,

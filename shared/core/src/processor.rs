@@ -11,6 +11,7 @@ use crate::item::WorkItem;
 
 /// A successful end for one item.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// The item was processed.
     Done,

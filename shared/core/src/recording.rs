@@ -226,6 +226,7 @@ pub async fn adopt<T: RecordStore>(
 
 /// What became of a delivery's record write ([`record_delivery`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Delivery {
     /// This write holds the claim: it sends the DLQ message.
     Claimed,

@@ -92,6 +92,7 @@ impl Deadline {
 
 /// How much time an invocation really has, from the deadline the Runtime API gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum InvocationBudget {
     /// The deadline is in the future and within Lambda's longest timeout.
     Credible(Duration),
@@ -125,6 +126,7 @@ impl InvocationBudget {
 
 /// How the random part of a backoff delay is drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Jitter {
     /// Uniform in `[0, delay]` ("full jitter"): spreads retries of many workers apart.
     Full,
@@ -285,6 +287,7 @@ pub struct AttemptFailure {
 
 /// Why the retry loop stopped on a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StopReason {
     /// The error class is not retryable.
     Permanent,

@@ -360,6 +360,7 @@ impl From<InvocationError> for lambda_runtime::Diagnostic {
         let error_type = match &error {
             InvocationError::NotAnSqsEvent(_) => "NotAnSqsEvent",
             InvocationError::Batch(BatchError::MissingMessageId { .. }) => "MissingMessageId",
+            InvocationError::Batch(_) => "BatchError",
         };
         lambda_runtime::Diagnostic {
             error_type: error_type.to_string(),

@@ -696,6 +696,7 @@ proptest! {
             (ItemIdSource::JsonPointer(_), _) => serde_json::from_str::<Value>(&body).is_ok(),
             (_, BodyFormat::Json) => serde_json::from_str::<serde::de::IgnoredAny>(&body).is_ok(),
             (_, BodyFormat::Text) => true,
+            (_, other) => panic!("a body format this test does not know: {other:?}"),
         };
         match parser.parse(message_id.clone(), msg) {
             Ok(item) => {
@@ -731,6 +732,7 @@ proptest! {
                 ItemIdSource::Envelope => prop_assert_eq!(s.as_str(), "envelope"),
                 ItemIdSource::JsonPointer(p) => prop_assert!(p.starts_with('/')),
                 ItemIdSource::MessageAttribute(name) => prop_assert!(!name.is_empty()),
+                other => panic!("a source this test does not know: {other:?}"),
             }
         }
         let _ = s.parse::<BodyFormat>();

@@ -90,6 +90,7 @@ pub const NOT_STARTED: &str = "NotStarted";
 /// Why a record was not started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum NotStartedReason {
     /// Too little time was left before the invocation's deadline.
     Deadline,
@@ -102,6 +103,7 @@ pub enum NotStartedReason {
 /// How one record ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "disposition", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Disposition {
     /// Processed; acknowledged.
     Done,
@@ -268,6 +270,7 @@ impl BatchReport {
 
 /// A batch that cannot be answered record by record.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BatchError {
     /// A record without a message id cannot be listed in `batchItemFailures`, so the only
     /// safe answer is to fail the whole invocation (SQS redelivers every record).

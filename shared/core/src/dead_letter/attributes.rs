@@ -12,6 +12,7 @@ pub const ATTRIBUTES_LIMIT: usize = 16 * 1024;
 /// requeue sends it back as it came. Stored as `{data_type, string_value | binary_value}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "StoredAttribute", into = "TypedAttribute")]
+#[non_exhaustive]
 pub enum MessageAttribute {
     /// A `String` attribute.
     String {

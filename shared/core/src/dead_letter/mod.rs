@@ -65,6 +65,7 @@ pub const HISTORY_HEAD: usize = 10;
 )]
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
+#[non_exhaustive]
 pub enum DeadLetterReason {
     /// The error class is permanent: retrying cannot help.
     Permanent,

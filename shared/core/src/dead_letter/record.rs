@@ -405,6 +405,7 @@ pub fn needs_manual_review(history: &[FailureDetail]) -> bool {
 /// one of these (`dlq stats` counts them, `dlq inspect` names it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Triage {
     /// A redrive run retries it (`dlq redrive`, the scheduled redrive): its failure was
     /// transient (or of a class the configuration retries) and no human needs to look first.

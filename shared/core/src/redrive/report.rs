@@ -8,6 +8,7 @@ use super::request::RedriveMode;
 /// What happened to one item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ItemOutcomeKind {
     /// Reprocessed; record resolved.
     Resolved,

@@ -7,6 +7,7 @@ use super::*;
 
 /// What to do with one DLQ message.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum MessageFate {
     /// Its content is known processed (or moved back to the source queue): delete it.
     Delete,
