@@ -84,116 +84,43 @@ impl DeadLetterStore {
         start: Option<&PageToken>,
     ) -> Result<Page, ProcessError> {
         let start_key = start.map(key_of_token).transpose()?;
-        let mut names = HashMap::new();
-        let mut values = HashMap::new();
-        let mut filters = Vec::new();
-        let mut key_condition = None;
-        let mut index = None;
-        let range = {
-            let mut range = None;
-            if filter.since.is_some() || filter.until.is_some() {
-                names.insert("#last".to_string(), schema::LAST_ATTEMPT.to_string());
-            }
-            match (filter.since, filter.until) {
-                (Some(since), Some(until)) => {
-                    values.insert(
-                        ":since".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&since)),
-                    );
-                    values.insert(
-                        ":until".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&until)),
-                    );
-                    range = Some("#last BETWEEN :since AND :until");
-                }
-                (Some(since), None) => {
-                    values.insert(
-                        ":since".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&since)),
-                    );
-                    range = Some("#last >= :since");
-                }
-                (None, Some(until)) => {
-                    values.insert(
-                        ":until".to_string(),
-                        AttributeValue::S(sqs_keeper_core::time_format::format(&until)),
-                    );
-                    range = Some("#last <= :until");
-                }
-                (None, None) => {}
-            }
-            range
+        let plan = QueryPlan::of(filter);
+        let from_index = plan.index.is_some();
+        let (items, last_key) = self.fetch(plan, filter, limit, start_key).await?;
+        // An index holds only what its queries filter on: the records themselves are read
+        // after it, in the index's order (a record deleted since is left out, one changed
+        // since is judged again by the filter).
+        let items = if from_index {
+            self.whole_records(&items).await?
+        } else {
+            items
         };
-        if let Some(status) = filter.status {
-            names.insert("#status".to_string(), schema::STATUS.to_string());
-            values.insert(
-                ":status".to_string(),
-                AttributeValue::S(status.as_str().to_string()),
-            );
-        }
-        if let Some(signature) = &filter.signature {
-            names.insert("#sig".to_string(), schema::ERROR_SIGNATURE.to_string());
-            values.insert(":sig".to_string(), AttributeValue::S(signature.clone()));
-            index = Some(schema::BY_SIGNATURE_INDEX);
-            key_condition = Some(match range {
-                Some(r) => format!("#sig = :sig AND {r}"),
-                None => "#sig = :sig".to_string(),
-            });
-            if filter.status.is_some() {
-                filters.push("#status = :status".to_string());
-            }
-        } else if filter.status.is_some() {
-            index = Some(schema::BY_STATUS_INDEX);
-            key_condition = Some(match range {
-                Some(r) => format!("#status = :status AND {r}"),
-                None => "#status = :status".to_string(),
-            });
-        } else if let Some(r) = range {
-            filters.push(r.to_string());
-        }
-        if let Some(class) = filter.class {
-            names.insert("#class".to_string(), "error_class".to_string());
-            values.insert(
-                ":class".to_string(),
-                AttributeValue::S(class.as_str().to_string()),
-            );
-            filters.push("#class = :class".to_string());
-        }
-        if let Some(before) = filter.lease_expired_before {
-            names.insert(
-                "#lease_expires".to_string(),
-                schema::LEASE_EXPIRES_AT.to_string(),
-            );
-            values.insert(
-                ":lease_before".to_string(),
-                AttributeValue::N(before.to_string()),
-            );
-            filters.push("#lease_expires < :lease_before".to_string());
-        }
-        if filter.eligible_only {
-            names.insert("#elig".to_string(), "reprocess_eligible".to_string());
-            names.insert("#review".to_string(), "manual_review_required".to_string());
-            values.insert(":true".to_string(), AttributeValue::Bool(true));
-            values.insert(":false".to_string(), AttributeValue::Bool(false));
-            filters.push("#elig = :true AND #review = :false".to_string());
-        }
-        // The group is inside the record's `source` map, which the indexes do not project:
-        // a scan filters on it; an index query's records are judged by the filter once read
-        // whole (below).
-        if let (Some(group), None) = (&filter.message_group, index) {
-            names.insert("#source".to_string(), "source".to_string());
-            names.insert("#group".to_string(), "message_group_id".to_string());
-            values.insert(":group".to_string(), AttributeValue::S(group.clone()));
-            filters.push("#source.#group = :group".to_string());
-        }
-        let filter_expression = (!filters.is_empty()).then(|| filters.join(" AND "));
-        let names = (!names.is_empty()).then_some(names);
-        let values = (!values.is_empty()).then_some(values);
-        let (items, last_key) = match (index, key_condition) {
+        let (records, unreadable) = decode_page(&items, filter, from_index);
+        Ok(Page {
+            records,
+            unreadable,
+            next: last_key
+                .filter(|k| !k.is_empty())
+                .map(token_of_key)
+                .transpose()?,
+        })
+    }
+
+    /// Runs `plan`: a query of its index, or a scan of the table when it has none.
+    async fn fetch(
+        &self,
+        plan: QueryPlan,
+        filter: &RecordFilter,
+        limit: i32,
+        start_key: Option<HashMap<String, AttributeValue>>,
+    ) -> Result<(Vec<Item>, Option<Item>), ProcessError> {
+        let filter_expression = plan.filter_expression();
+        let names = (!plan.names.is_empty()).then_some(plan.names);
+        let values = (!plan.values.is_empty()).then_some(plan.values);
+        let dynamodb = &self.clients.dynamodb;
+        match (plan.index, plan.key_condition) {
             (Some(index), Some(condition)) => {
-                let output = self
-                    .clients
-                    .dynamodb
+                let output = dynamodb
                     .query()
                     .table_name(&self.config.table)
                     .index_name(index)
@@ -207,12 +134,10 @@ impl DeadLetterStore {
                     .send()
                     .await
                     .map_err(|e| ProcessError::from_sdk(&e).with_step("query"))?;
-                (output.items.unwrap_or_default(), output.last_evaluated_key)
+                Ok((output.items.unwrap_or_default(), output.last_evaluated_key))
             }
             _ => {
-                let output = self
-                    .clients
-                    .dynamodb
+                let output = dynamodb
                     .scan()
                     .table_name(&self.config.table)
                     .set_filter_expression(filter_expression)
@@ -223,45 +148,9 @@ impl DeadLetterStore {
                     .send()
                     .await
                     .map_err(|e| ProcessError::from_sdk(&e).with_step("scan"))?;
-                (output.items.unwrap_or_default(), output.last_evaluated_key)
-            }
-        };
-        // An index holds only what its queries filter on: the records themselves are read
-        // after it, in the index's order (a record deleted since is left out, one changed
-        // since is judged again by the filter).
-        let from_index = index.is_some();
-        let items = if from_index {
-            self.whole_records(&items).await?
-        } else {
-            items
-        };
-        let mut records = Vec::with_capacity(items.len());
-        let mut unreadable = Vec::new();
-        for item in &items {
-            match schema::record_from_item(item) {
-                Ok(record) if from_index && !filter.matches(&record) => {}
-                Ok(record) => records.push(record),
-                Err(error) => unreadable.push(Unreadable {
-                    item_id: item
-                        .get(schema::ITEM_ID)
-                        .and_then(|v| v.as_s().ok())
-                        .cloned()
-                        .unwrap_or_else(|| "?".to_string()),
-                    error: error.to_string(),
-                }),
+                Ok((output.items.unwrap_or_default(), output.last_evaluated_key))
             }
         }
-        for bad in &unreadable {
-            tracing::warn!(item_id = %bad.item_id, error = %bad.error, "skipping a stored item that is not a valid record");
-        }
-        Ok(Page {
-            records,
-            unreadable,
-            next: last_key
-                .filter(|k| !k.is_empty())
-                .map(token_of_key)
-                .transpose()?,
-        })
     }
 
     /// The `limit` records of the selection whose last attempt is newest, newest first, read
@@ -357,5 +246,245 @@ impl DeadLetterStore {
                 None => return Ok(records),
             }
         }
+    }
+}
+
+/// A stored item, as DynamoDB returns it.
+type Item = HashMap<String, AttributeValue>;
+
+/// The records of a page's `items`, and those that do not read as records. Items read
+/// from an index are judged by `filter` again, since the index does not hold every field
+/// the filter reads.
+fn decode_page(
+    items: &[Item],
+    filter: &RecordFilter,
+    from_index: bool,
+) -> (Vec<DeadLetteredItem>, Vec<Unreadable>) {
+    let mut records = Vec::with_capacity(items.len());
+    let mut unreadable = Vec::new();
+    for item in items {
+        match schema::record_from_item(item) {
+            Ok(record) if from_index && !filter.matches(&record) => {}
+            Ok(record) => records.push(record),
+            Err(error) => unreadable.push(Unreadable {
+                item_id: item
+                    .get(schema::ITEM_ID)
+                    .and_then(|v| v.as_s().ok())
+                    .cloned()
+                    .unwrap_or_else(|| "?".to_string()),
+                error: error.to_string(),
+            }),
+        }
+    }
+    for bad in &unreadable {
+        tracing::warn!(item_id = %bad.item_id, error = %bad.error, "skipping a stored item that is not a valid record");
+    }
+    (records, unreadable)
+}
+
+/// How a [`RecordFilter`] is read from the table: the index whose key the filter names
+/// (with its key condition), or none (a scan), and the filter expression on the rest.
+#[derive(Debug, Default, PartialEq)]
+struct QueryPlan {
+    index: Option<&'static str>,
+    key_condition: Option<String>,
+    filters: Vec<String>,
+    names: HashMap<String, String>,
+    values: HashMap<String, AttributeValue>,
+}
+
+impl QueryPlan {
+    /// The plan of `filter`. A signature picks its index, else a status picks its own;
+    /// both sort by last attempt, so a time range is part of their key condition.
+    fn of(filter: &RecordFilter) -> QueryPlan {
+        let mut plan = QueryPlan::default();
+        let range = plan.time_range(filter);
+        if let Some(status) = filter.status {
+            plan.bind(
+                "#status",
+                schema::STATUS,
+                ":status",
+                AttributeValue::S(status.as_str().into()),
+            );
+        }
+        if let Some(signature) = &filter.signature {
+            plan.bind(
+                "#sig",
+                schema::ERROR_SIGNATURE,
+                ":sig",
+                AttributeValue::S(signature.clone()),
+            );
+            plan.use_index(schema::BY_SIGNATURE_INDEX, "#sig = :sig", range);
+            if filter.status.is_some() {
+                plan.filters.push("#status = :status".to_string());
+            }
+        } else if filter.status.is_some() {
+            plan.use_index(schema::BY_STATUS_INDEX, "#status = :status", range);
+        } else if let Some(range) = range {
+            plan.filters.push(range.to_string());
+        }
+        plan.filter_the_rest(filter);
+        plan
+    }
+
+    /// Names `#name` and binds `:value`.
+    fn bind(&mut self, name: &str, attribute: &str, placeholder: &str, value: AttributeValue) {
+        self.names.insert(name.to_string(), attribute.to_string());
+        self.values.insert(placeholder.to_string(), value);
+    }
+
+    /// Queries `index` by `key`, and `range` when there is one.
+    fn use_index(&mut self, index: &'static str, key: &str, range: Option<&str>) {
+        self.index = Some(index);
+        self.key_condition = Some(match range {
+            Some(range) => format!("{key} AND {range}"),
+            None => key.to_string(),
+        });
+    }
+
+    /// Binds the filter's time range on the last attempt, and returns its condition.
+    fn time_range(&mut self, filter: &RecordFilter) -> Option<&'static str> {
+        let mut bind = |placeholder: &str, at: &chrono::DateTime<chrono::Utc>| {
+            self.names
+                .insert("#last".to_string(), schema::LAST_ATTEMPT.to_string());
+            self.values.insert(
+                placeholder.to_string(),
+                AttributeValue::S(sqs_keeper_core::time_format::format(at)),
+            );
+        };
+        match (&filter.since, &filter.until) {
+            (Some(since), Some(until)) => {
+                bind(":since", since);
+                bind(":until", until);
+                Some("#last BETWEEN :since AND :until")
+            }
+            (Some(since), None) => {
+                bind(":since", since);
+                Some("#last >= :since")
+            }
+            (None, Some(until)) => {
+                bind(":until", until);
+                Some("#last <= :until")
+            }
+            (None, None) => None,
+        }
+    }
+
+    /// The conditions no index holds: class, lease expiry, eligibility, and (on a scan)
+    /// the message group.
+    fn filter_the_rest(&mut self, filter: &RecordFilter) {
+        if let Some(class) = filter.class {
+            self.bind(
+                "#class",
+                "error_class",
+                ":class",
+                AttributeValue::S(class.as_str().into()),
+            );
+            self.filters.push("#class = :class".to_string());
+        }
+        if let Some(before) = filter.lease_expired_before {
+            let before = AttributeValue::N(before.to_string());
+            self.bind(
+                "#lease_expires",
+                schema::LEASE_EXPIRES_AT,
+                ":lease_before",
+                before,
+            );
+            self.filters
+                .push("#lease_expires < :lease_before".to_string());
+        }
+        if filter.eligible_only {
+            self.bind(
+                "#elig",
+                "reprocess_eligible",
+                ":true",
+                AttributeValue::Bool(true),
+            );
+            self.bind(
+                "#review",
+                "manual_review_required",
+                ":false",
+                AttributeValue::Bool(false),
+            );
+            self.filters
+                .push("#elig = :true AND #review = :false".to_string());
+        }
+        // The group is inside the record's `source` map, which the indexes do not project:
+        // a scan filters on it; an index query's records are judged by the filter once read
+        // whole ([`decode_page`]).
+        if let (Some(group), None) = (&filter.message_group, self.index) {
+            self.names
+                .insert("#source".to_string(), "source".to_string());
+            self.bind(
+                "#group",
+                "message_group_id",
+                ":group",
+                AttributeValue::S(group.clone()),
+            );
+            self.filters.push("#source.#group = :group".to_string());
+        }
+    }
+
+    /// The filter expression, if the plan filters on anything.
+    fn filter_expression(&self) -> Option<String> {
+        (!self.filters.is_empty()).then(|| self.filters.join(" AND "))
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use super::*;
+    use sqs_keeper_core::{ErrorClass, ItemStatus};
+
+    #[test]
+    fn a_status_and_a_time_range_query_the_status_index_by_key() {
+        let filter = RecordFilter {
+            status: Some(ItemStatus::Dead),
+            since: Some(chrono::DateTime::UNIX_EPOCH),
+            class: Some(ErrorClass::Timeout),
+            ..RecordFilter::default()
+        };
+        let plan = QueryPlan::of(&filter);
+        assert_eq!(plan.index, Some(schema::BY_STATUS_INDEX));
+        assert_eq!(
+            plan.key_condition.as_deref(),
+            Some("#status = :status AND #last >= :since")
+        );
+        assert_eq!(plan.filter_expression().as_deref(), Some("#class = :class"));
+    }
+
+    #[test]
+    fn a_signature_picks_its_index_and_filters_the_status() {
+        let filter = RecordFilter {
+            status: Some(ItemStatus::Dead),
+            signature: Some("abc".into()),
+            message_group: Some("g".into()),
+            ..RecordFilter::default()
+        };
+        let plan = QueryPlan::of(&filter);
+        assert_eq!(plan.index, Some(schema::BY_SIGNATURE_INDEX));
+        assert_eq!(plan.key_condition.as_deref(), Some("#sig = :sig"));
+        // The group is judged once the records are read whole, not by the index query.
+        assert_eq!(
+            plan.filter_expression().as_deref(),
+            Some("#status = :status")
+        );
+    }
+
+    #[test]
+    fn no_key_scans_with_every_condition_as_a_filter() {
+        let filter = RecordFilter {
+            until: Some(chrono::DateTime::UNIX_EPOCH),
+            eligible_only: true,
+            message_group: Some("g".into()),
+            ..RecordFilter::default()
+        };
+        let plan = QueryPlan::of(&filter);
+        assert_eq!(plan.index, None);
+        assert_eq!(
+            plan.filter_expression().as_deref(),
+            Some("#last <= :until AND #elig = :true AND #review = :false AND #source.#group = :group")
+        );
+        assert_eq!(plan.values.len(), 4);
     }
 }
