@@ -108,6 +108,49 @@ pub(super) fn within_lease(run: Deadline, leased_at: Instant, ttl: Duration) -> 
     }
 }
 
+/// What a run has taken so far against its `max_items`, and where each outcome is told:
+/// the caller's callback, the run's resolved set and the report.
+struct Tally<'a> {
+    /// Items taken (leased, or would be in a dry run): what `max_items` counts.
+    taken: usize,
+    limit: usize,
+    run: &'a RunContext,
+    on_item: &'a (dyn Fn(&ItemOutcome) + Send + Sync),
+    sample: usize,
+    report: &'a mut RedriveReport,
+}
+
+impl Tally<'_> {
+    /// Tells one item's outcome.
+    fn record(&mut self, outcome: ItemOutcome) {
+        (self.on_item)(&outcome);
+        if outcome.outcome == ItemOutcomeKind::Resolved {
+            self.run.note_resolved(&outcome.item_id);
+        }
+        self.report.add(outcome, self.sample);
+    }
+
+    /// Tells a chunk's outcomes, counting every item taken (all but the ineligible).
+    fn count(&mut self, outcomes: Vec<ItemOutcome>) {
+        for outcome in outcomes {
+            if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
+                self.taken += 1;
+            }
+            self.record(outcome);
+        }
+    }
+
+    /// How many more items the run may take.
+    fn room(&self) -> usize {
+        self.limit.saturating_sub(self.taken)
+    }
+
+    /// Whether the run must stop before its next chunk: `max_items` taken, or its time up.
+    fn must_stop(&self) -> bool {
+        self.taken >= self.limit || Instant::now() >= self.run.stop_at
+    }
+}
+
 /// The clock of one run: when it stops starting items, when running items are cut, when
 /// settling must be over; and the items it resolved (its DLQ messages are settled by them).
 pub(super) struct RunContext {
@@ -564,85 +607,101 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             RedriveMode::Reprocess => plan.parallelism,
             RedriveMode::Requeue => 10 * plan.parallelism,
         };
-        let limit = request.max_items.unwrap_or(usize::MAX);
-        // Items taken (leased, or would be in a dry run): what `max_items` counts.
-        let mut taken = 0usize;
-        let out_of_time = || Instant::now() >= run.stop_at;
-        let record = |outcome: ItemOutcome, report: &mut RedriveReport| {
-            on_item(&outcome);
-            if outcome.outcome == ItemOutcomeKind::Resolved {
-                run.note_resolved(&outcome.item_id);
-            }
-            report.add(outcome, self.settings.report_items);
+        let mut tally = Tally {
+            taken: 0,
+            limit: request.max_items.unwrap_or(usize::MAX),
+            run,
+            on_item,
+            sample: self.settings.report_items,
+            report,
         };
-        if !plan.ids.is_empty() {
-            let start = plan.continuation.next_index.unwrap_or(0);
-            let mut index = start;
-            for chunk in plan.ids[start.min(plan.ids.len())..].chunks(chunk_size) {
-                if taken >= limit || out_of_time() {
-                    report.continuation_token = Some(
-                        Continuation {
-                            next_index: Some(index),
-                            started_ms: plan.continuation.started_ms,
-                            request: plan.continuation.request.clone(),
-                            ..Continuation::default()
-                        }
-                        .encode(),
-                    );
-                    return Ok(());
-                }
-                let chunk = &chunk[..chunk.len().min(limit - taken)];
-                let mut records = Vec::new();
-                for id in chunk {
-                    let found = match self.store.get(id).await {
-                        Ok(found) => found,
-                        Err(e) => {
-                            // One unreadable record (or an id DynamoDB refuses) is this
-                            // item's error, not the run's.
-                            record(
-                                ItemOutcome {
-                                    error_class: None,
-                                    item_id: id.clone(),
-                                    outcome: ItemOutcomeKind::Error,
-                                    detail: Some(e.to_string()),
-                                },
-                                report,
-                            );
-                            continue;
-                        }
-                    };
-                    match found {
-                        Some(r) if plan.selects(&r) => records.push(r),
-                        Some(r) => record(
-                            ItemOutcome {
-                                error_class: None,
-                                item_id: id.clone(),
-                                outcome: ItemOutcomeKind::SkippedIneligible,
-                                detail: Some(format!("status is {}", r.status.as_str())),
-                            },
-                            report,
-                        ),
-                        None => record(
-                            ItemOutcome {
-                                error_class: None,
-                                item_id: id.clone(),
-                                outcome: ItemOutcomeKind::NotFound,
-                                detail: Some("no record with this item id".into()),
-                            },
-                            report,
-                        ),
-                    }
-                }
-                for outcome in self.redrive_chunk(&records, request, plan, run).await {
-                    if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
-                        taken += 1;
-                    }
-                    record(outcome, report);
-                }
-                index += chunk.len();
-            }
-            return Ok(());
+        if plan.ids.is_empty() {
+            return self
+                .redrive_selected(request, plan, chunk_size, &mut tally)
+                .await;
         }
+        self.redrive_named(request, plan, chunk_size, &mut tally)
+            .await;
+        Ok(())
+    }
+
+    /// Redrives the items the request names, a chunk at a time, from where its
+    /// continuation left off.
+    async fn redrive_named(
+        &self,
+        request: &RedriveRequest,
+        plan: &Plan,
+        chunk_size: usize,
+        tally: &mut Tally<'_>,
+    ) {
+        let start = plan.continuation.next_index.unwrap_or(0);
+        let mut index = start;
+        for chunk in plan.ids[start.min(plan.ids.len())..].chunks(chunk_size) {
+            if tally.must_stop() {
+                tally.report.continuation_token = Some(
+                    Continuation {
+                        next_index: Some(index),
+                        started_ms: plan.continuation.started_ms,
+                        request: plan.continuation.request.clone(),
+                        ..Continuation::default()
+                    }
+                    .encode(),
+                );
+                return;
+            }
+            let chunk = &chunk[..chunk.len().min(tally.room())];
+            let records = self.read_named(chunk, plan, tally).await;
+            let outcomes = self.redrive_chunk(&records, request, plan, tally.run).await;
+            tally.count(outcomes);
+            index += chunk.len();
+        }
+    }
+
+    /// The records of `ids` that the plan selects. An id without a record, with one the
+    /// plan does not select, or whose record cannot be read is that item's outcome, told
+    /// at once; not the run's error.
+    async fn read_named(
+        &self,
+        ids: &[String],
+        plan: &Plan,
+        tally: &mut Tally<'_>,
+    ) -> Vec<DeadLetteredItem> {
+        let mut records = Vec::new();
+        for id in ids {
+            let (outcome, detail) = match self.store.get(id).await {
+                Ok(Some(r)) if plan.selects(&r) => {
+                    records.push(r);
+                    continue;
+                }
+                Ok(Some(r)) => (
+                    ItemOutcomeKind::SkippedIneligible,
+                    format!("status is {}", r.status.as_str()),
+                ),
+                Ok(None) => (
+                    ItemOutcomeKind::NotFound,
+                    "no record with this item id".to_string(),
+                ),
+                Err(e) => (ItemOutcomeKind::Error, e.to_string()),
+            };
+            tally.record(ItemOutcome {
+                error_class: None,
+                item_id: id.clone(),
+                outcome,
+                detail: Some(detail),
+            });
+        }
+        records
+    }
+
+    /// Redrives the records the plan's filters select, phase by phase and page by page,
+    /// from where its continuation left off.
+    async fn redrive_selected(
+        &self,
+        request: &RedriveRequest,
+        plan: &Plan,
+        chunk_size: usize,
+        tally: &mut Tally<'_>,
+    ) -> Result<(), RedriveError> {
         // The token that resumes the chain right after `token`, in query `phase`.
         let resume_after = |token: &Option<PageToken>, phase: usize| {
             Continuation {
@@ -665,15 +724,12 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     .await
                     .map_err(RedriveError::Store)?;
                 for bad in &page.unreadable {
-                    record(
-                        ItemOutcome {
-                            error_class: None,
-                            item_id: bad.item_id.clone(),
-                            outcome: ItemOutcomeKind::Error,
-                            detail: Some(bad.error.clone()),
-                        },
-                        report,
-                    );
+                    tally.record(ItemOutcome {
+                        error_class: None,
+                        item_id: bad.item_id.clone(),
+                        outcome: ItemOutcomeKind::Error,
+                        detail: Some(bad.error.clone()),
+                    });
                 }
                 let fresh: Vec<DeadLetteredItem> = page
                     .records
@@ -681,25 +737,21 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     .filter(|r| seen.insert(r.item_id.clone()))
                     .collect();
                 for chunk in fresh.chunks(chunk_size) {
-                    if taken >= limit || out_of_time() {
-                        report.continuation_token = Some(resume_after(&token, phase));
+                    if tally.must_stop() {
+                        tally.report.continuation_token = Some(resume_after(&token, phase));
                         return Ok(());
                     }
-                    let cut = chunk.len() > limit - taken;
-                    let chunk = &chunk[..chunk.len().min(limit - taken)];
-                    for outcome in self.redrive_chunk(chunk, request, plan, run).await {
-                        if outcome.outcome != ItemOutcomeKind::SkippedIneligible {
-                            taken += 1;
-                        }
-                        record(outcome, report);
-                    }
+                    let cut = chunk.len() > tally.room();
+                    let chunk = &chunk[..chunk.len().min(tally.room())];
+                    let outcomes = self.redrive_chunk(chunk, request, plan, tally.run).await;
+                    tally.count(outcomes);
                     if let Some(last) = chunk.last() {
                         token = Some(self.store.token_after(last, filter));
                     }
                     if cut {
                         // The page goes on after the last record handled: resume there,
                         // not at the next page.
-                        report.continuation_token = Some(resume_after(&token, phase));
+                        tally.report.continuation_token = Some(resume_after(&token, phase));
                         return Ok(());
                     }
                 }
