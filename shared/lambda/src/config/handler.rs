@@ -144,100 +144,21 @@ impl HandlerConfig {
             .integer_if_set(&MAX_RECEIVE_COUNT)
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
         let margin = env.integer(&RECEIVE_BUDGET_MARGIN);
-        let max_attempts = env.integer(&RETRY_MAX_ATTEMPTS);
-        let base_delay = env.integer(&RETRY_BASE_DELAY_MS);
-        let max_delay = env.integer(&RETRY_MAX_DELAY_MS);
-        if base_delay > max_delay {
-            env.problem(
-                RETRY_BASE_DELAY_MS.name,
-                format!("{base_delay} is larger than {RETRY_MAX_DELAY_MS} ({max_delay}); expected base <= max"),
-            );
-        }
-        let retry_unknown = env.flag(&RETRY_UNKNOWN_ERRORS);
-        let attempts_by_class: sqs_keeper_core::ClassAttempts =
-            env.optional(&RETRY_ATTEMPTS_BY_CLASS).unwrap_or_default();
-        let retry_after_free = env.flag(&RETRY_AFTER_FREE);
-        // A budget for a class that is never retried would be silently without effect.
-        for class in attempts_by_class.by_class.keys() {
-            if !class.is_retryable(retry_unknown) {
-                env.problem(
-                    RETRY_ATTEMPTS_BY_CLASS.name,
-                    format!(
-                        "{class} is never retried (a permanent class{}): a budget for it has no effect",
-                        if *class == sqs_keeper_core::ErrorClass::Unknown {
-                            ", unless WORKER_RETRY_UNKNOWN_ERRORS=true"
-                        } else {
-                            ""
-                        }
-                    ),
-                );
-            }
-        }
+        let retry = read_retry(env);
         let deadline_margin = env.integer(&DEADLINE_MARGIN_MS);
         let skip_group_on_error = env.flag(&SKIP_GROUP_ON_ERROR);
         let payload = read_payload_policy(env);
         let store = read_store_config(env);
         let idempotency_table: Option<String> = env.optional(&IDEMPOTENCY_TABLE);
         let idempotency_ttl = env.integer(&IDEMPOTENCY_TTL_SECS);
-        let redelivery_base = env.integer(&REDELIVERY_BASE_SECS);
-        let redelivery_multiplier = env.integer(&REDELIVERY_MULTIPLIER);
-        let redelivery_max = env.integer(&REDELIVERY_MAX_SECS);
+        let redelivery = read_redelivery(env);
         let breaker_table: Option<String> = env.optional(&BREAKER_TABLE);
-        let function = env.lambda_variable("AWS_LAMBDA_FUNCTION_NAME");
-        let breaker_key: String = env
-            .optional(&BREAKER_KEY)
-            .unwrap_or_else(|| default_breaker_key(function.as_deref()));
-        let idempotency_prefix: String = env
-            .optional(&IDEMPOTENCY_KEY_PREFIX)
-            .unwrap_or_else(|| default_idempotency_prefix(function.as_deref()));
-        if let (Some(breakers), Some(claims)) = (&breaker_table, &idempotency_table) {
-            if breakers == claims {
-                if let Some(reason) = shared_table_clash(&idempotency_prefix, &breaker_key) {
-                    env.problem(IDEMPOTENCY_KEY_PREFIX.name, reason);
-                }
-            }
-        }
-        let breaker_threshold = env.integer(&BREAKER_THRESHOLD);
-        let breaker_window = env.integer(&BREAKER_WINDOW_SECS);
-        let breaker_open = env.integer(&BREAKER_OPEN_SECS);
-        let per_group = match env.text_or_default::<String>(&BREAKER_SCOPE).as_deref() {
-            Some("message-group") => true,
-            Some("function") | None => false,
-            Some(other) => {
-                env.problem(
-                    BREAKER_SCOPE.name,
-                    format!(
-                        "{other:?} is not valid; expected {}",
-                        BREAKER_SCOPE.expected()
-                    ),
-                );
-                false
-            }
-        };
+        let (breaker_key, idempotency_prefix) =
+            read_keys(env, breaker_table.as_deref(), idempotency_table.as_deref());
+        let breaker = read_breaker(env);
         HandlerConfig {
-            breaker: breaker_table.map(|table| {
-                let open_for = Duration::from_secs(breaker_open);
-                BreakerConfig {
-                    table,
-                    key: breaker_key,
-                    policy: sqs_keeper_core::BreakerPolicy {
-                        threshold: u32::try_from(breaker_threshold).unwrap_or(u32::MAX),
-                        window: Duration::from_secs(breaker_window),
-                        open_for,
-                        max_open: open_for
-                            .saturating_mul(16)
-                            .min(sqs_keeper_core::MAX_VISIBILITY),
-                        probe_for: Duration::from_secs(60),
-                        refresh: Duration::from_secs(1),
-                    },
-                    per_group,
-                }
-            }),
-            redelivery: (redelivery_base > 0).then(|| sqs_keeper_core::RedeliveryPolicy {
-                base: Duration::from_secs(redelivery_base),
-                multiplier: u32::try_from(redelivery_multiplier).unwrap_or(u32::MAX),
-                max: Duration::from_secs(redelivery_max.max(redelivery_base)),
-            }),
+            breaker: breaker_table.map(|table| breaker(table, breaker_key)),
+            redelivery,
             store,
             payload,
             batch: BatchConfig {
@@ -246,18 +167,7 @@ impl HandlerConfig {
                     body_format,
                     envelope,
                 },
-                retry: RetryPolicy {
-                    max_attempts: u32::try_from(max_attempts).unwrap_or(u32::MAX),
-                    base_delay: Duration::from_millis(base_delay),
-                    max_delay: Duration::from_millis(max_delay),
-                    retry_unknown,
-                    jitter: Jitter::Full,
-                    class_attempts: sqs_keeper_core::ClassAttempts {
-                        retry_after_free,
-                        ..attempts_by_class
-                    },
-                    ..RetryPolicy::default()
-                },
+                retry,
                 concurrency: usize::try_from(concurrency).unwrap_or(usize::MAX),
                 max_receive_count,
                 receive_budget_margin: u32::try_from(margin).unwrap_or(u32::MAX),
@@ -270,6 +180,118 @@ impl HandlerConfig {
                 key_prefix: idempotency_prefix,
             }),
         }
+    }
+}
+
+/// The retry policy within an invocation: attempts, backoff, and the per-class budgets.
+fn read_retry(env: &mut EnvReader<'_>) -> RetryPolicy {
+    let max_attempts = env.integer(&RETRY_MAX_ATTEMPTS);
+    let base_delay = env.integer(&RETRY_BASE_DELAY_MS);
+    let max_delay = env.integer(&RETRY_MAX_DELAY_MS);
+    if base_delay > max_delay {
+        env.problem(
+            RETRY_BASE_DELAY_MS.name,
+            format!("{base_delay} is larger than {RETRY_MAX_DELAY_MS} ({max_delay}); expected base <= max"),
+        );
+    }
+    let retry_unknown = env.flag(&RETRY_UNKNOWN_ERRORS);
+    let attempts_by_class: sqs_keeper_core::ClassAttempts =
+        env.optional(&RETRY_ATTEMPTS_BY_CLASS).unwrap_or_default();
+    let retry_after_free = env.flag(&RETRY_AFTER_FREE);
+    // A budget for a class that is never retried would be silently without effect.
+    for class in attempts_by_class.by_class.keys() {
+        if !class.is_retryable(retry_unknown) {
+            let unless = if *class == sqs_keeper_core::ErrorClass::Unknown {
+                ", unless WORKER_RETRY_UNKNOWN_ERRORS=true"
+            } else {
+                ""
+            };
+            env.problem(
+                RETRY_ATTEMPTS_BY_CLASS.name,
+                format!("{class} is never retried (a permanent class{unless}): a budget for it has no effect"),
+            );
+        }
+    }
+    RetryPolicy {
+        max_attempts: u32::try_from(max_attempts).unwrap_or(u32::MAX),
+        base_delay: Duration::from_millis(base_delay),
+        max_delay: Duration::from_millis(max_delay),
+        retry_unknown,
+        jitter: Jitter::Full,
+        class_attempts: sqs_keeper_core::ClassAttempts {
+            retry_after_free,
+            ..attempts_by_class
+        },
+        ..RetryPolicy::default()
+    }
+}
+
+/// Spaced redelivery, on when its base delay is above zero.
+fn read_redelivery(env: &mut EnvReader<'_>) -> Option<sqs_keeper_core::RedeliveryPolicy> {
+    let base = env.integer(&REDELIVERY_BASE_SECS);
+    let multiplier = env.integer(&REDELIVERY_MULTIPLIER);
+    let max = env.integer(&REDELIVERY_MAX_SECS);
+    (base > 0).then(|| sqs_keeper_core::RedeliveryPolicy {
+        base: Duration::from_secs(base),
+        multiplier: u32::try_from(multiplier).unwrap_or(u32::MAX),
+        max: Duration::from_secs(max.max(base)),
+    })
+}
+
+/// The breaker's item key and the idempotency keys' prefix, each defaulting to the
+/// function's name. Refuses a prefix that could name a breaker item in a shared table.
+fn read_keys(
+    env: &mut EnvReader<'_>,
+    breaker_table: Option<&str>,
+    idempotency_table: Option<&str>,
+) -> (String, String) {
+    let function = env.lambda_variable("AWS_LAMBDA_FUNCTION_NAME");
+    let breaker_key: String = env
+        .optional(&BREAKER_KEY)
+        .unwrap_or_else(|| default_breaker_key(function.as_deref()));
+    let idempotency_prefix: String = env
+        .optional(&IDEMPOTENCY_KEY_PREFIX)
+        .unwrap_or_else(|| default_idempotency_prefix(function.as_deref()));
+    if breaker_table.is_some() && breaker_table == idempotency_table {
+        if let Some(reason) = shared_table_clash(&idempotency_prefix, &breaker_key) {
+            env.problem(IDEMPOTENCY_KEY_PREFIX.name, reason);
+        }
+    }
+    (breaker_key, idempotency_prefix)
+}
+
+/// The breaker's policy and scope; what it returns builds the breaker's configuration
+/// for its table and key.
+fn read_breaker(env: &mut EnvReader<'_>) -> impl FnOnce(String, String) -> BreakerConfig {
+    let threshold = env.integer(&BREAKER_THRESHOLD);
+    let window = env.integer(&BREAKER_WINDOW_SECS);
+    let open_for = Duration::from_secs(env.integer(&BREAKER_OPEN_SECS));
+    let per_group = match env.text_or_default::<String>(&BREAKER_SCOPE).as_deref() {
+        Some("message-group") => true,
+        Some("function") | None => false,
+        Some(other) => {
+            let expected = BREAKER_SCOPE.expected();
+            env.problem(
+                BREAKER_SCOPE.name,
+                format!("{other:?} is not valid; expected {expected}"),
+            );
+            false
+        }
+    };
+    move |table, key| BreakerConfig {
+        table,
+        key,
+        policy: sqs_keeper_core::BreakerPolicy {
+            threshold: u32::try_from(threshold).unwrap_or(u32::MAX),
+            window: Duration::from_secs(window),
+            open_for,
+            max_open: open_for
+                .saturating_mul(16)
+                .min(sqs_keeper_core::MAX_VISIBILITY),
+            probe_for: Duration::from_secs(60),
+            refresh: Duration::from_secs(1),
+        },
+        per_group,
     }
 }
 
