@@ -277,9 +277,8 @@ impl RedriveRequest {
     /// Validates the request into a plan, its relative times (`since`, `until`) counted
     /// back from `now`; nothing is read or changed.
     pub(super) fn plan(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Plan, RedriveError> {
-        let invalid = |m: String| RedriveError::InvalidRequest(m);
         if let Some(status @ (ItemStatus::Requeued | ItemStatus::Resolved)) = self.status {
-            return Err(invalid(format!(
+            return Err(RedriveError::InvalidRequest(format!(
                 "status {status} cannot be redriven: a redrive takes dead items (and redriving ones whose run died). \
                  A requeued item is set back to dead when its message returns to the DLQ; list them with `dlq list --status {status}`"
             )));
@@ -296,53 +295,95 @@ impl RedriveRequest {
             .started_ms
             .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
             .unwrap_or(now);
-        let since = self
-            .since
-            .as_deref()
-            .map(|t| crate::duration::parse_time(t, started))
-            .transpose()
-            .map_err(|e| invalid(format!("since: {e}")))?;
-        let until = self
-            .until
-            .as_deref()
-            .map(|t| crate::duration::parse_time(t, started))
-            .transpose()
-            .map_err(|e| invalid(format!("until: {e}")))?;
+        let (since, until) = self.time_range(started)?;
+        let (parallelism, interval, budget) = self.pace()?;
+        Ok(Plan {
+            filters: self.filters(since, until, started, now),
+            // Each id once: a repeat would be leased twice in one transaction, which
+            // DynamoDB refuses for the whole chunk.
+            ids: {
+                let mut seen = std::collections::HashSet::new();
+                self.item_ids
+                    .iter()
+                    .filter(|id| seen.insert(id.as_str()))
+                    .cloned()
+                    .collect()
+            },
+            parallelism,
+            interval,
+            budget,
+            continuation: Continuation {
+                started_ms: Some(started.timestamp_millis()),
+                request: Some(self.selection()),
+                ..continuation
+            },
+        })
+    }
+
+    /// `since` and `until`, read from `started` when relative.
+    fn time_range(
+        &self,
+        started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<TimeRange, RedriveError> {
+        let read = |text: &Option<String>, name: &str| {
+            text.as_deref()
+                .map(|t| crate::duration::parse_time(t, started))
+                .transpose()
+                .map_err(|e| RedriveError::InvalidRequest(format!("{name}: {e}")))
+        };
+        let since = read(&self.since, "since")?;
+        let until = read(&self.until, "until")?;
         if let (Some(s), Some(u)) = (since, until) {
             if s > u {
-                return Err(invalid("since is after until".to_string()));
+                return Err(RedriveError::InvalidRequest(
+                    "since is after until".to_string(),
+                ));
             }
         }
+        Ok((since, until))
+    }
+
+    /// The run's parallelism, its interval between items (from `rate`) and its time
+    /// budget, each checked against its range, and the other bounds of the request.
+    fn pace(&self) -> Result<(usize, Option<Duration>, Duration), RedriveError> {
+        let invalid = |m: String| Err(RedriveError::InvalidRequest(m));
         let parallelism = self.parallelism.unwrap_or(4);
         if !(1..=64).contains(&parallelism) {
-            return Err(invalid(format!(
-                "parallelism {parallelism} is out of range 1-64"
-            )));
+            return invalid(format!("parallelism {parallelism} is out of range 1-64"));
         }
         let interval = match self.rate {
             Some(rate) if RATE_RANGE.contains(&rate) => Some(Duration::from_secs_f64(1.0 / rate)),
             Some(rate) => {
-                return Err(invalid(format!(
-                    "rate {rate} is out of range: expected {} to {} items per second",
-                    RATE_RANGE.start(),
-                    RATE_RANGE.end()
-                )))
+                let (low, high) = (RATE_RANGE.start(), RATE_RANGE.end());
+                return invalid(format!(
+                    "rate {rate} is out of range: expected {low} to {high} items per second"
+                ));
             }
             None => None,
         };
         if self.max_items == Some(0) {
-            return Err(invalid("max_items must be at least 1".to_string()));
+            return invalid("max_items must be at least 1".to_string());
         }
         let budget_secs = self.time_budget_secs.unwrap_or(600);
         if !(1..=MAX_TIME_BUDGET_SECS).contains(&budget_secs) {
-            return Err(invalid(format!(
+            return invalid(format!(
                 "time_budget_secs {budget_secs} is out of range: expected 1 to {MAX_TIME_BUDGET_SECS} (a day)"
-            )));
+            ));
         }
-        let budget = Duration::from_secs(budget_secs);
         if self.item_ids.iter().any(|id| id.is_empty()) {
-            return Err(invalid("item_ids must not contain empty ids".to_string()));
+            return invalid("item_ids must not contain empty ids".to_string());
         }
+        Ok((parallelism, interval, Duration::from_secs(budget_secs)))
+    }
+
+    /// The queries of the selection, in the order a run reads them.
+    fn filters(
+        &self,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        until: Option<chrono::DateTime<chrono::Utc>>,
+        started: chrono::DateTime<chrono::Utc>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Vec<RecordFilter> {
         // (Never before `since`: a range DynamoDB would refuse; one in the future selects
         // nothing either way.)
         let until = Some(
@@ -383,26 +424,12 @@ impl RedriveRequest {
             });
         }
         filters.push(base);
-        Ok(Plan {
-            filters,
-            // Each id once: a repeat would be leased twice in one transaction, which
-            // DynamoDB refuses for the whole chunk.
-            ids: {
-                let mut seen = std::collections::HashSet::new();
-                self.item_ids
-                    .iter()
-                    .filter(|id| seen.insert(id.as_str()))
-                    .cloned()
-                    .collect()
-            },
-            parallelism,
-            interval,
-            budget,
-            continuation: Continuation {
-                started_ms: Some(started.timestamp_millis()),
-                request: Some(self.selection()),
-                ..continuation
-            },
-        })
+        filters
     }
 }
+
+/// A request's `since` and `until`, read.
+type TimeRange = (
+    Option<chrono::DateTime<chrono::Utc>>,
+    Option<chrono::DateTime<chrono::Utc>>,
+);
