@@ -19,34 +19,62 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let Some((policy, port)) = &self.redelivery else {
             return;
         };
+        let plan = self.plan_hides(policy, reports, handles, received);
+        if plan.firsts.is_empty() {
+            return;
+        }
+        let first_call = tokio::time::Instant::now();
+        let mut results = self.hide_until(port.as_ref(), &plan.firsts, deadline).await;
+        let mut tried = plan.firsts.len();
+        // The later records' hides count from the second call: what the first took comes
+        // off them, so none ends after its group's first does, nor past the caps (12 h
+        // from the receive, the retention) computed before the first call.
+        let took = first_call.elapsed();
+        let followers: Vec<crate::redelivery::Hide> = plan
+            .followers
+            .into_iter()
+            .filter(|(first, _)| matches!(results.get(*first), Some(Ok(()))))
+            .map(|(_, mut hide)| {
+                hide.delay = hide.delay.saturating_sub(took);
+                hide
+            })
+            .collect();
+        if !followers.is_empty() {
+            tried += followers.len();
+            results.extend(self.hide_until(port.as_ref(), &followers, deadline).await);
+        }
+        log_hides(&results, tried);
+    }
+
+    /// The hides of the records going back: each record's delay, capped by the 12 hours
+    /// from its receive and by what is left of its retention.
+    ///
+    /// FIFO: no record of a message group going back is hidden longer than the group's
+    /// first. A group with a message in flight yields nothing, so one hidden longer (or
+    /// left in flight for the rest of its visibility timeout) would hold the whole group,
+    /// its first record included, past that record's delay and even its retention
+    /// (docs/ARCHITECTURE.md §1.6).
+    ///
+    /// A later record of a group is hidden only once the group's first is: were the
+    /// first's hide to fail (or the first to have no receipt handle), the first comes back
+    /// after its visibility timeout, and a later record hidden for the first's intended
+    /// delay would hold it past that (and past its retention), so it is left to come back
+    /// with the first. A group is a queue's: the same group id on two queues is two groups.
+    fn plan_hides(
+        &self,
+        policy: &crate::redelivery::RedeliveryPolicy,
+        reports: &[RecordReport],
+        handles: &HashMap<String, Handle>,
+        received: tokio::time::Instant,
+    ) -> HidePlan {
         // SQS refuses a visibility timeout reaching past 12 hours from the message's
         // receive, not from the change: what the receive and the batching window before
         // the invocation may have used, and this invocation so far, come off the cap.
         let longest = crate::redelivery::longest_hide(received.elapsed());
         let now = self.config.retry.clock.system_time();
-        // FIFO: no record of a message group going back is hidden longer than the group's
-        // first. A group with a message in flight yields nothing, so one hidden longer (or
-        // left in flight for the rest of its visibility timeout) would hold the whole group,
-        // its first record included, past that record's delay and even its retention
-        // (docs/ARCHITECTURE.md §1.6).
-        //
-        // A later record of a group is hidden only once the group's first is: were the
-        // first's hide to fail (or the first to have no receipt handle), the first comes
-        // back after its visibility timeout, and a later record hidden for the first's
-        // intended delay would hold it past that (and past its retention), so it is left
-        // to come back with the first. A group is a queue's: the same group id on two
-        // queues is two groups.
-        let mut firsts: Vec<crate::redelivery::Hide> = Vec::new();
+        let mut plan = HidePlan::default();
         let mut first_of_group: HashMap<(&str, &str), Option<(usize, Duration)>> = HashMap::new();
-        let mut followers: Vec<(usize, crate::redelivery::Hide)> = Vec::new();
-        for r in reports.iter().filter(|r| {
-            matches!(
-                r.disposition,
-                Disposition::RetryLater { .. }
-                    | Disposition::DeadLetterFailed { .. }
-                    | Disposition::NotStarted { .. }
-            )
-        }) {
+        for r in reports.iter().filter(|r| goes_back(&r.disposition)) {
             let Some(handle) = handles.get(&r.message_id) else {
                 continue;
             };
@@ -61,23 +89,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 }
                 continue;
             };
-            // Never past what is left of the message's retention (less a visibility
-            // timeout for its next delivery): a message that expires while hidden is
-            // gone without a trace.
-            // Whole seconds down: SQS rounds a hide up to whole seconds.
-            let within_retention = self
-                .retry_room(Some(&handle.queue_arn), handle.sent, now)
-                .map_or(Duration::MAX, |room| Duration::from_secs(room.as_secs()));
-            let delay = policy
-                .delay(
-                    handle.receive_count,
-                    r.retry_after.filter(|_| {
-                        !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored)
-                    }),
-                    self.config.retry.random.f64(),
-                )
-                .min(longest)
-                .min(within_retention);
+            let delay = self.redelivery_delay(policy, r, handle, now).min(longest);
             let hide = |delay| crate::redelivery::Hide {
                 queue_arn: handle.queue_arn.clone(),
                 receipt_handle,
@@ -85,54 +97,46 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             };
             match group {
                 Some(group) => match first_of_group.get(&group) {
-                    Some(Some((first, cap))) => followers.push((*first, hide(delay.min(*cap)))),
+                    Some(Some((first, cap))) => {
+                        plan.followers.push((*first, hide(delay.min(*cap))));
+                    }
                     // Its group's first cannot be hidden: left to come back with it.
                     Some(None) => {}
                     None => {
-                        first_of_group.insert(group, Some((firsts.len(), delay)));
-                        firsts.push(hide(delay));
+                        first_of_group.insert(group, Some((plan.firsts.len(), delay)));
+                        plan.firsts.push(hide(delay));
                     }
                 },
-                None => firsts.push(hide(delay)),
+                None => plan.firsts.push(hide(delay)),
             }
         }
-        if firsts.is_empty() {
-            return;
-        }
-        let first_call = tokio::time::Instant::now();
-        let mut results = self.hide_until(port.as_ref(), &firsts, deadline).await;
-        let mut tried = firsts.len();
-        // The later records' hides count from the second call: what the first took comes
-        // off them, so none ends after its group's first does, nor past the caps (12 h
-        // from the receive, the retention) computed before the first call.
-        let took = first_call.elapsed();
-        let followers: Vec<crate::redelivery::Hide> = followers
-            .into_iter()
-            .filter(|(first, _)| matches!(results.get(*first), Some(Ok(()))))
-            .map(|(_, mut hide)| {
-                hide.delay = hide.delay.saturating_sub(took);
-                hide
-            })
-            .collect();
-        if !followers.is_empty() {
-            tried += followers.len();
-            results.extend(self.hide_until(port.as_ref(), &followers, deadline).await);
-        }
-        let hidden = results.iter().filter(|r| r.is_ok()).count();
-        if hidden < tried {
-            let error = results.iter().find_map(|r| r.as_ref().err());
-            tracing::warn!(
-                hidden,
-                returned = tried,
-                error = %error.map_or_else(|| "cut at the deadline's hard stop".to_string(), ToString::to_string),
-                "some records going back to the queue could not be hidden for their redelivery delay; they come back after the queue's visibility timeout"
-            );
-        } else {
-            tracing::info!(
-                hidden,
-                "records going back to the queue hidden for their redelivery delay"
-            );
-        }
+        plan
+    }
+
+    /// A record's redelivery delay by the policy (its `Retry-After` included), never past
+    /// what is left of the message's retention less a visibility timeout for its next
+    /// delivery: a message that expires while hidden is gone without a trace.
+    fn redelivery_delay(
+        &self,
+        policy: &crate::redelivery::RedeliveryPolicy,
+        report: &RecordReport,
+        handle: &Handle,
+        now: std::time::SystemTime,
+    ) -> Duration {
+        // Whole seconds down: SQS rounds a hide up to whole seconds.
+        let within_retention = self
+            .retry_room(Some(&handle.queue_arn), handle.sent, now)
+            .map_or(Duration::MAX, |room| Duration::from_secs(room.as_secs()));
+        let retry_after = report
+            .retry_after
+            .filter(|_| !crate::mutants::is_on(crate::mutants::Mutant::RetryAfterIgnored));
+        policy
+            .delay(
+                handle.receive_count,
+                retry_after,
+                self.config.retry.random.f64(),
+            )
+            .min(within_retention)
     }
 
     /// One `ChangeMessageVisibilityBatch` (per queue, by the port), bounded by the
@@ -295,4 +299,42 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 pub(super) fn sent_time(attribute: Option<&str>) -> Option<std::time::SystemTime> {
     let millis = attribute?.parse::<u64>().ok()?;
     std::time::UNIX_EPOCH.checked_add(Duration::from_millis(millis))
+}
+
+/// The hides of one batch: the records hidden in the first call (standard records and
+/// each FIFO group's first), and the later records of each group, with the index of their
+/// group's first in that call.
+#[derive(Default)]
+struct HidePlan {
+    firsts: Vec<crate::redelivery::Hide>,
+    followers: Vec<(usize, crate::redelivery::Hide)>,
+}
+
+/// Whether a record with `disposition` goes back to the queue (and so is hidden).
+fn goes_back(disposition: &Disposition) -> bool {
+    matches!(
+        disposition,
+        Disposition::RetryLater { .. }
+            | Disposition::DeadLetterFailed { .. }
+            | Disposition::NotStarted { .. }
+    )
+}
+
+/// Says how many of the `tried` records were hidden, and why the others were not.
+fn log_hides(results: &[Result<(), ProcessError>], tried: usize) {
+    let hidden = results.iter().filter(|r| r.is_ok()).count();
+    if hidden < tried {
+        let error = results.iter().find_map(|r| r.as_ref().err());
+        tracing::warn!(
+            hidden,
+            returned = tried,
+            error = %error.map_or_else(|| "cut at the deadline's hard stop".to_string(), ToString::to_string),
+            "some records going back to the queue could not be hidden for their redelivery delay; they come back after the queue's visibility timeout"
+        );
+    } else {
+        tracing::info!(
+            hidden,
+            "records going back to the queue hidden for their redelivery delay"
+        );
+    }
 }
