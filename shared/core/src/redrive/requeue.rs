@@ -159,33 +159,41 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         records: &[&DeadLetteredItem],
         run_id: &str,
     ) -> Vec<ItemOutcome> {
+        let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; records.len()];
+        let by_queue = self.lease_and_build(records, run_id, &mut outcomes).await;
+        let sent = self
+            .send_requeues(by_queue, records, run_id, &mut outcomes)
+            .await;
+        // Requeued is not resolved: the record waits for the worker to finish the message.
+        for (i, message_id) in sent {
+            outcomes[i] = Some(self.mark_sent(records[i], run_id, &message_id).await);
+        }
+        outcomes.into_iter().flatten().collect()
+    }
+
+    /// Leases the records and builds each leased one's message, by queue URL. A record not
+    /// leased, or whose message cannot be built (its lease given back), gets its outcome.
+    async fn lease_and_build(
+        &self,
+        records: &[&DeadLetteredItem],
+        run_id: &str,
+        outcomes: &mut [Option<ItemOutcome>],
+    ) -> ByQueue {
         let ids: Vec<String> = records.iter().map(|r| r.item_id.clone()).collect();
         let leases = self
             .store
             .acquire_leases(&ids, run_id, self.settings.lease_ttl)
             .await;
-        let mut outcomes: Vec<Option<ItemOutcome>> = vec![None; records.len()];
-        let fail = |i: usize, kind, detail| {
-            Some(ItemOutcome {
-                error_class: None,
-                item_id: records[i].item_id.clone(),
-                outcome: kind,
-                detail,
-            })
-        };
-        // Per queue URL: (index, message, size in bytes).
-        // By queue URL, in order: the queues are sent to in the same order at every run, so
-        // that a world (and its faults) replays exactly.
-        let mut by_queue: BTreeMap<String, Vec<(usize, OutgoingMessage, usize)>> = BTreeMap::new();
+        let mut by_queue = ByQueue::new();
         for (i, (record, lease)) in records.iter().zip(leases).enumerate() {
             match lease {
                 Ok(true) => {}
                 Ok(false) => {
-                    outcomes[i] = fail(i, ItemOutcomeKind::LeasedElsewhere, None);
+                    outcomes[i] = Some(failed(record, ItemOutcomeKind::LeasedElsewhere, None));
                     continue;
                 }
                 Err(e) => {
-                    outcomes[i] = fail(i, ItemOutcomeKind::Error, Some(e.to_string()));
+                    outcomes[i] = Some(failed(record, ItemOutcomeKind::Error, Some(e.to_string())));
                     continue;
                 }
             }
@@ -196,85 +204,93 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                 }
                 Err(e) => {
                     let _ = self.store.release_lease(&record.item_id, run_id).await;
-                    outcomes[i] = fail(i, ItemOutcomeKind::Error, Some(e.to_string()));
+                    outcomes[i] = Some(failed(record, ItemOutcomeKind::Error, Some(e.to_string())));
                 }
             }
         }
-        // (index, id of the message now in the source queue)
+        by_queue
+    }
+
+    /// Sends the messages in batches by size, queue by queue. Returns the records sent,
+    /// each with the id of its message now in the source queue; a record whose message
+    /// was refused gets its outcome, its lease given back.
+    async fn send_requeues(
+        &self,
+        by_queue: ByQueue,
+        records: &[&DeadLetteredItem],
+        run_id: &str,
+        outcomes: &mut [Option<ItemOutcome>],
+    ) -> Vec<(usize, String)> {
         let mut sent: Vec<(usize, String)> = Vec::new();
         for (url, batch) in by_queue {
             for chunk in batches_by_size(batch) {
                 let messages: Vec<OutgoingMessage> = chunk.iter().map(|(_, m)| m.clone()).collect();
-                match self.store.send_batch(&url, &messages).await {
-                    Ok(results) => {
-                        for (n, (i, _)) in chunk.iter().enumerate() {
-                            match results.get(n) {
-                                Some(Ok(message_id)) => sent.push((*i, message_id.clone())),
-                                refused => {
-                                    let _ = self
-                                        .store
-                                        .release_lease(&records[*i].item_id, run_id)
-                                        .await;
-                                    let reason = match refused {
-                                        Some(Err(reason)) => reason.as_str(),
-                                        _ => "no result for it",
-                                    };
-                                    outcomes[*i] = fail(
-                                        *i,
-                                        ItemOutcomeKind::Error,
-                                        Some(format!(
-                                            "source queue rejected the message: {reason}"
-                                        )),
-                                    );
-                                }
-                            }
-                        }
-                    }
+                let results = match self.store.send_batch(&url, &messages).await {
+                    Ok(results) => results,
                     Err(error) => {
                         for (i, _) in &chunk {
                             let _ = self.store.release_lease(&records[*i].item_id, run_id).await;
-                            outcomes[*i] =
-                                fail(*i, ItemOutcomeKind::Error, Some(error.to_string()));
+                            outcomes[*i] = Some(failed(
+                                records[*i],
+                                ItemOutcomeKind::Error,
+                                Some(error.to_string()),
+                            ));
                         }
+                        continue;
                     }
+                };
+                for (n, (i, _)) in chunk.iter().enumerate() {
+                    let reason = match results.get(n) {
+                        Some(Ok(message_id)) => {
+                            sent.push((*i, message_id.clone()));
+                            continue;
+                        }
+                        Some(Err(reason)) => reason.as_str(),
+                        None => "no result for it",
+                    };
+                    let _ = self.store.release_lease(&records[*i].item_id, run_id).await;
+                    let detail = format!("source queue rejected the message: {reason}");
+                    outcomes[*i] = Some(failed(records[*i], ItemOutcomeKind::Error, Some(detail)));
                 }
             }
         }
-        // Requeued is not resolved: the record waits for the worker to finish the message.
-        for (i, message_id) in sent {
-            let record = records[i];
-            let mut marked = if crate::mutants::is_on(crate::mutants::Mutant::RequeueResolvesOnSend)
-            {
-                self.store.resolve(record, run_id).await
-            } else {
-                self.store.mark_requeued(record, run_id, &message_id).await
-            };
-            if marked.is_err() && self.finished_before_marked(record).await {
-                // The worker finished the message while the run still held the record,
-                // and resolved it (under this run's lease): nothing is left to mark.
-                marked = Ok(());
-            }
-            outcomes[i] = Some(
-                match marked {
-                    Ok(()) => ItemOutcome {
-                        error_class: None,
-                        item_id: record.item_id.clone(),
-                        outcome: ItemOutcomeKind::Requeued,
-                        detail: Some(format!("sent to the source queue as message {message_id}")),
-                    },
-                    Err(e) => ItemOutcome {
-                        error_class: None,
-                        item_id: record.item_id.clone(),
-                        outcome: ItemOutcomeKind::Error,
-                        detail: Some(format!(
-                            "requeued as message {message_id}, but the record could not be marked requeued \
-                             (its lease expires and a later run may send it again): {e}"
-                        )),
-                    },
-                },
-            );
+        sent
+    }
+
+    /// Marks a record whose message was sent as requeued, and says how that went.
+    async fn mark_sent(
+        &self,
+        record: &DeadLetteredItem,
+        run_id: &str,
+        message_id: &str,
+    ) -> ItemOutcome {
+        let mut marked = if crate::mutants::is_on(crate::mutants::Mutant::RequeueResolvesOnSend) {
+            self.store.resolve(record, run_id).await
+        } else {
+            self.store.mark_requeued(record, run_id, message_id).await
+        };
+        if marked.is_err() && self.finished_before_marked(record).await {
+            // The worker finished the message while the run still held the record,
+            // and resolved it (under this run's lease): nothing is left to mark.
+            marked = Ok(());
         }
-        outcomes.into_iter().flatten().collect()
+        match marked {
+            Ok(()) => ItemOutcome {
+                error_class: None,
+                item_id: record.item_id.clone(),
+                outcome: ItemOutcomeKind::Requeued,
+                detail: Some(format!("sent to the source queue as message {message_id}")),
+            },
+            Err(e) => ItemOutcome {
+                error_class: None,
+                item_id: record.item_id.clone(),
+                outcome: ItemOutcomeKind::Error,
+                detail: Some(format!(
+                    "requeued as message {message_id}, but the record could not be marked requeued \
+                     (its lease expires and a later run may send it again): {e}"
+                )),
+            },
+        }
     }
 
     /// Whether the record was resolved since this run leased it: the worker finished the
@@ -343,5 +359,20 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             PayloadLocation::Inline { .. } => self.load_body(record).await?,
         };
         Ok((url, message))
+    }
+}
+
+/// The messages a requeue sends, by queue URL: each with its record's index and its size
+/// in bytes. In URL order, so the queues are sent to in the same order at every run and a
+/// simulated world (with its faults) replays exactly.
+type ByQueue = BTreeMap<String, Vec<(usize, OutgoingMessage, usize)>>;
+
+/// The outcome of `record` when it was not requeued.
+fn failed(record: &DeadLetteredItem, kind: ItemOutcomeKind, detail: Option<String>) -> ItemOutcome {
+    ItemOutcome {
+        error_class: None,
+        item_id: record.item_id.clone(),
+        outcome: kind,
+        detail,
     }
 }
