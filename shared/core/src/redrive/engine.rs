@@ -901,14 +901,9 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         run_id: &str,
         deadline: Deadline,
     ) -> ItemOutcome {
-        let outcome = |kind, detail: Option<String>| ItemOutcome {
-            error_class: None,
-            item_id: record.item_id.clone(),
-            outcome: kind,
-            detail,
-        };
         let Some(processor) = &self.processor else {
-            return outcome(
+            return outcome_of(
+                record,
                 ItemOutcomeKind::Error,
                 Some("no processor configured".into()),
             );
@@ -919,59 +914,20 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             .await
         {
             Ok(true) => {}
-            Ok(false) => return outcome(ItemOutcomeKind::LeasedElsewhere, None),
-            Err(e) => return outcome(ItemOutcomeKind::Error, Some(e.to_string())),
+            Ok(false) => return outcome_of(record, ItemOutcomeKind::LeasedElsewhere, None),
+            Err(e) => return outcome_of(record, ItemOutcomeKind::Error, Some(e.to_string())),
         }
         // No attempt runs past the lease: once it expires another run may take the item, and
         // both would process it. The attempts are cut a margin before it, leaving the outcome
         // write its slice within the lease.
         let deadline = within_lease(deadline, Instant::now(), self.settings.lease_ttl);
-        let loaded = match self.load_body(record).await {
-            Ok(body) => self.resolve_pointer(body).await,
-            Err(error) => Err(error),
-        };
-        let mut item = match loaded {
-            Ok(body) => work_item(record, body),
-            Err(error) => {
-                let item = work_item(record, String::new());
-                return self
-                    .fail(
-                        record,
-                        run_id,
-                        &item,
-                        vec![immediate(error, &self.settings.retry.clock)],
-                    )
-                    .await;
+        let item = match self.item_to_reprocess(record, &deadline).await {
+            Ok(item) => item,
+            Err((item, error)) => {
+                let failure = immediate(error, &self.settings.retry.clock);
+                return self.fail(record, run_id, &item, vec![failure]).await;
             }
         };
-        // The record keeps the body as it arrived; the processor gets what the worker's
-        // would have, the envelope unwrapped.
-        if let Err(error) = self.settings.parser.unwrap_envelope(&mut item) {
-            return self
-                .fail(
-                    record,
-                    run_id,
-                    &item,
-                    vec![immediate(error, &self.settings.retry.clock)],
-                )
-                .await;
-        }
-        if deadline.remaining().is_zero() {
-            // Reading the payload took what the lease had left: no attempt starts now.
-            let error = ProcessError::new(
-                crate::error::ErrorClass::Timeout,
-                "not attempted: reading the payload used up the item's lease",
-            )
-            .with_step("reprocess");
-            return self
-                .fail(
-                    record,
-                    run_id,
-                    &item,
-                    vec![immediate(error, &self.settings.retry.clock)],
-                )
-                .await;
-        }
         // Inside a record's context, as the worker runs its attempts: a layer reads the
         // item's cut-off and hard stop from it, so an idempotency claim lasts until the
         // hard stop and an attempt cut at the cut-off releases it.
@@ -983,11 +939,57 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             |_| crate::batch::guard_panics(processor.process(&item)),
         )))
         .await;
+        self.settle(record, run_id, &item, run).await
+    }
+
+    /// The item a record's payload makes, as the worker's processor would get it: the
+    /// payload read (from S3, or through the producer's pointer), the envelope unwrapped.
+    /// A payload that cannot be read or unwrapped, or a lease used up reading it, is the
+    /// item's immediate failure, with the item as far as it was made.
+    async fn item_to_reprocess(
+        &self,
+        record: &DeadLetteredItem,
+        deadline: &Deadline,
+    ) -> Result<WorkItem, (WorkItem, ProcessError)> {
+        let loaded = match self.load_body(record).await {
+            Ok(body) => self.resolve_pointer(body).await,
+            Err(error) => Err(error),
+        };
+        let mut item = match loaded {
+            Ok(body) => work_item(record, body),
+            Err(error) => return Err((work_item(record, String::new()), error)),
+        };
+        // The record keeps the body as it arrived; the processor gets what the worker's
+        // would have, the envelope unwrapped.
+        if let Err(error) = self.settings.parser.unwrap_envelope(&mut item) {
+            return Err((item, error));
+        }
+        if deadline.remaining().is_zero() {
+            // Reading the payload took what the lease had left: no attempt starts now.
+            let error = ProcessError::new(
+                crate::error::ErrorClass::Timeout,
+                "not attempted: reading the payload used up the item's lease",
+            )
+            .with_step("reprocess");
+            return Err((item, error));
+        }
+        Ok(item)
+    }
+
+    /// Writes what the attempts at `item` came to: resolved, held back by its group's
+    /// breaker (given back as it was), or failed again.
+    async fn settle<T>(
+        &self,
+        record: &DeadLetteredItem,
+        run_id: &str,
+        item: &WorkItem,
+        run: crate::retry::RetryRun<T>,
+    ) -> ItemOutcome {
         match run.result {
             Ok(_) => match self.store.resolve(record, run_id).await {
                 Ok(()) => {
                     self.drop_payload(record).await;
-                    outcome(ItemOutcomeKind::Resolved, None)
+                    outcome_of(record, ItemOutcomeKind::Resolved, None)
                 }
                 Err(e) => {
                     // Processed, but not marked resolved: give the item back (dead, no
@@ -995,7 +997,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     // lease expires. The downstream saw it; its idempotency key covers a
                     // second delivery.
                     let _ = self.store.release_lease(&record.item_id, run_id).await;
-                    outcome(ItemOutcomeKind::Error, Some(e.to_string()))
+                    outcome_of(record, ItemOutcomeKind::Error, Some(e.to_string()))
                 }
             },
             // Only refusals: the item's group breaker is open, and the downstream was not
@@ -1005,12 +1007,13 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     && run.failures.iter().all(|f| f.error.is_breaker_refusal()) =>
             {
                 let _ = self.store.release_lease(&record.item_id, run_id).await;
-                outcome(
+                outcome_of(
+                    record,
                     ItemOutcomeKind::HeldByBreaker,
                     Some("its message group's circuit breaker is open: not reprocessed".into()),
                 )
             }
-            Err(_) => self.fail(record, run_id, &item, run.failures).await,
+            Err(_) => self.fail(record, run_id, item, run.failures).await,
         }
     }
 
@@ -1176,4 +1179,18 @@ fn immediate(error: ProcessError, clock: &Clock) -> crate::retry::AttemptFailure
 /// A shared no-op progress callback.
 pub fn no_progress() -> Arc<dyn Fn(&ItemOutcome) + Send + Sync> {
     Arc::new(|_| {})
+}
+
+/// The outcome of `record`'s item, of `kind`.
+fn outcome_of(
+    record: &DeadLetteredItem,
+    kind: ItemOutcomeKind,
+    detail: Option<String>,
+) -> ItemOutcome {
+    ItemOutcome {
+        error_class: None,
+        item_id: record.item_id.clone(),
+        outcome: kind,
+        detail,
+    }
 }
