@@ -137,106 +137,27 @@ impl RecordStore for DeadLetterStore {
         claim: Option<&DlqClaim>,
         expect: Expect,
     ) -> Result<Option<Written>, ProcessError> {
-        let mut fields = schema::record_to_item(record)?;
-        fields.remove(schema::ITEM_ID);
-        fields.remove(schema::FAILURE_COUNT);
-        fields.remove(schema::FAILURE_HISTORY);
-        // Counted by compaction alone.
-        fields.remove(schema::HISTORY_OMITTED);
-        // Accumulated by resolutions; a new failure does not forget them.
-        fields.remove(schema::PROCESSED);
-        let first_attempt = fields.remove("first_attempt");
-        // Set on creation; afterwards `review_flag_change` decides on the whole history
-        // (which may hold dropped attempts this write cannot see).
-        let review = fields.remove(schema::MANUAL_REVIEW_REQUIRED);
-        // In name order, so that the same record always makes the same expression.
-        let mut fields: Vec<(String, AttributeValue)> = fields.into_iter().collect();
-        fields.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-
+        let Some(update) = AppendUpdate::of(record, pending, claim)? else {
+            return Ok(None);
+        };
         let mut request = self
             .clients
             .dynamodb
             .update_item()
             .table_name(&self.config.table)
             .key(schema::ITEM_ID, AttributeValue::S(record.item_id.clone()))
-            .return_values(ReturnValue::AllNew);
-        let mut sets = Vec::new();
-        for (n, (name, value)) in fields.into_iter().enumerate() {
-            sets.push(format!("#f{n} = :f{n}"));
-            request = request
-                .expression_attribute_names(format!("#f{n}"), name)
-                .expression_attribute_values(format!(":f{n}"), value);
+            .return_values(ReturnValue::AllNew)
+            .update_expression(update.expression());
+        for (placeholder, name) in update.names {
+            request = request.expression_attribute_names(placeholder, name);
         }
-        if let Some(review) = review {
-            sets.push("#review = if_not_exists(#review, :review)".to_string());
-            request = request
-                .expression_attribute_names("#review", schema::MANUAL_REVIEW_REQUIRED)
-                .expression_attribute_values(":review", review);
-        }
-        if let Some(first) = first_attempt {
-            sets.push("#first = if_not_exists(#first, :first)".to_string());
-            request = request
-                .expression_attribute_names("#first", "first_attempt")
-                .expression_attribute_values(":first", first);
-        }
-        // A new failure ends a requeue: the item is dead again.
-        let removes = " REMOVE #requeued";
-        request = request.expression_attribute_names("#requeued", schema::REQUEUED_MESSAGE_ID);
-        // A claim-only write (no attempt left to append: the twin that recorded them freed
-        // the claim) leaves the history and its count alone; DynamoDB refuses empty sets.
-        let appends = !pending.is_empty();
-        if appends {
-            sets.push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
-            request = request
-                .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
-                .expression_attribute_names("#count", schema::FAILURE_COUNT)
-                .expression_attribute_names("#ids", schema::ATTEMPT_IDS)
-                .expression_attribute_values(":empty", AttributeValue::L(Vec::new()))
-                .expression_attribute_values(":hist", schema::history_to_attr(pending)?)
-                .expression_attribute_values(":count", AttributeValue::N(pending.len().to_string()))
-                .expression_attribute_values(
-                    ":ids",
-                    AttributeValue::Ss(pending.iter().map(|f| f.attempt_id.clone()).collect()),
-                );
-        } else if claim.is_none() {
-            return Ok(None);
-        }
-        let mut adds: Vec<&str> = if appends {
-            vec!["#count :count", "#ids :ids"]
-        } else {
-            Vec::new()
-        };
-        if let Some(claim) = claim {
-            adds.push("#claims :claims");
-            request = request
-                .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-                .expression_attribute_values(":claims", AttributeValue::Ss(vec![claim.element()]));
+        for (placeholder, value) in update.values {
+            request = request.expression_attribute_values(placeholder, value);
         }
         let attempt_ids: Vec<&str> = pending.iter().map(|f| f.attempt_id.as_str()).collect();
         let condition = conditions::records_attempts(&attempt_ids, claim, &expect);
-        let update = format!("SET {}{removes} ADD {}", sets.join(", "), adds.join(", "));
-        let result = request
-            .update_expression(update)
-            .with_condition(&condition)
-            .send()
-            .await;
-        match result {
-            Ok(output) => {
-                let stored = output
-                    .attributes()
-                    .map(schema::record_from_item)
-                    .transpose()?;
-                let claims = output
-                    .attributes()
-                    .and_then(|item| item.get(schema::DLQ_CLAIMS))
-                    .and_then(|v| v.as_ss().ok())
-                    .map(|elements| elements.iter().cloned().collect())
-                    .unwrap_or_default();
-                Ok(Some(Written {
-                    record: stored.unwrap_or_else(|| record.clone()),
-                    claims,
-                }))
-            }
+        match request.with_condition(&condition).send().await {
+            Ok(output) => Ok(Some(written_of(output.attributes(), record)?)),
             Err(e)
                 if e.as_service_error()
                     .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
@@ -532,5 +453,132 @@ mod tests {
             throttled.num_calls(),
             super::super::BATCH_GET_ROUNDS as usize
         );
+    }
+}
+
+/// The record and its claims as a write left them (`ALL_NEW`); the record written when
+/// DynamoDB returned nothing.
+fn written_of(
+    stored: Option<&HashMap<String, AttributeValue>>,
+    record: &DeadLetteredItem,
+) -> Result<Written, ProcessError> {
+    let claims = stored
+        .and_then(|item| item.get(schema::DLQ_CLAIMS))
+        .and_then(|v| v.as_ss().ok())
+        .map(|elements| elements.iter().cloned().collect())
+        .unwrap_or_default();
+    let stored = stored.map(schema::record_from_item).transpose()?;
+    Ok(Written {
+        record: stored.unwrap_or_else(|| record.clone()),
+        claims,
+    })
+}
+
+/// The update expression of a delivery's append: the record's fields set, its attempts
+/// appended and counted, its claim added; with the placeholders' names and values.
+#[derive(Debug, Default)]
+struct AppendUpdate {
+    sets: Vec<String>,
+    adds: Vec<&'static str>,
+    names: Vec<(String, String)>,
+    values: Vec<(String, AttributeValue)>,
+}
+
+impl AppendUpdate {
+    /// The update appending `pending` to `record`'s item and taking `claim`; `None` when
+    /// there is neither an attempt to append nor a claim to take.
+    fn of(
+        record: &DeadLetteredItem,
+        pending: &[FailureDetail],
+        claim: Option<&DlqClaim>,
+    ) -> Result<Option<AppendUpdate>, ProcessError> {
+        // A claim-only write (no attempt left to append: the twin that recorded them freed
+        // the claim) leaves the history and its count alone; DynamoDB refuses empty sets.
+        if pending.is_empty() && claim.is_none() {
+            return Ok(None);
+        }
+        let mut update = AppendUpdate::default();
+        update.set_fields(record)?;
+        // A new failure ends a requeue: the item is dead again.
+        update.name("#requeued", schema::REQUEUED_MESSAGE_ID);
+        if !pending.is_empty() {
+            update.append(pending)?;
+        }
+        if let Some(claim) = claim {
+            update.adds.push("#claims :claims");
+            update.name("#claims", schema::DLQ_CLAIMS);
+            update.value(":claims", AttributeValue::Ss(vec![claim.element()]));
+        }
+        Ok(Some(update))
+    }
+
+    /// Sets the record's own fields, in name order so that the same record always makes
+    /// the same expression. What the record accumulates is left to the write's other parts.
+    fn set_fields(&mut self, record: &DeadLetteredItem) -> Result<(), ProcessError> {
+        let mut fields = schema::record_to_item(record)?;
+        fields.remove(schema::ITEM_ID);
+        fields.remove(schema::FAILURE_COUNT);
+        fields.remove(schema::FAILURE_HISTORY);
+        // Counted by compaction alone.
+        fields.remove(schema::HISTORY_OMITTED);
+        // Accumulated by resolutions; a new failure does not forget them.
+        fields.remove(schema::PROCESSED);
+        let first_attempt = fields.remove("first_attempt");
+        // Set on creation; afterwards `review_flag_change` decides on the whole history
+        // (which may hold dropped attempts this write cannot see).
+        let review = fields.remove(schema::MANUAL_REVIEW_REQUIRED);
+        let mut fields: Vec<(String, AttributeValue)> = fields.into_iter().collect();
+        fields.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (n, (name, value)) in fields.into_iter().enumerate() {
+            self.sets.push(format!("#f{n} = :f{n}"));
+            self.name(&format!("#f{n}"), &name);
+            self.value(&format!(":f{n}"), value);
+        }
+        if let Some(review) = review {
+            self.sets
+                .push("#review = if_not_exists(#review, :review)".to_string());
+            self.name("#review", schema::MANUAL_REVIEW_REQUIRED);
+            self.value(":review", review);
+        }
+        if let Some(first) = first_attempt {
+            self.sets
+                .push("#first = if_not_exists(#first, :first)".to_string());
+            self.name("#first", "first_attempt");
+            self.value(":first", first);
+        }
+        Ok(())
+    }
+
+    /// Appends `pending` to the history, and adds their count and ids.
+    fn append(&mut self, pending: &[FailureDetail]) -> Result<(), ProcessError> {
+        self.sets
+            .push("#hist = list_append(if_not_exists(#hist, :empty), :hist)".to_string());
+        self.adds.extend(["#count :count", "#ids :ids"]);
+        self.name("#hist", schema::FAILURE_HISTORY);
+        self.name("#count", schema::FAILURE_COUNT);
+        self.name("#ids", schema::ATTEMPT_IDS);
+        self.value(":empty", AttributeValue::L(Vec::new()));
+        self.value(":hist", schema::history_to_attr(pending)?);
+        self.value(":count", AttributeValue::N(pending.len().to_string()));
+        let ids = pending.iter().map(|f| f.attempt_id.clone()).collect();
+        self.value(":ids", AttributeValue::Ss(ids));
+        Ok(())
+    }
+
+    fn name(&mut self, placeholder: &str, name: &str) {
+        self.names.push((placeholder.to_string(), name.to_string()));
+    }
+
+    fn value(&mut self, placeholder: &str, value: AttributeValue) {
+        self.values.push((placeholder.to_string(), value));
+    }
+
+    /// The update expression.
+    fn expression(&self) -> String {
+        format!(
+            "SET {} REMOVE #requeued ADD {}",
+            self.sets.join(", "),
+            self.adds.join(", ")
+        )
     }
 }
