@@ -5,7 +5,7 @@
 //! probe, one record at a time, succeeds and closes it (docs/ARCHITECTURE.md §7).
 //!
 //! The state lives in one small item of a store every sandbox reads ([`BreakerStore`]:
-//! DynamoDB in production, `adapters::breaker_table`), so fifty sandboxes do not each
+//! DynamoDB in production, `sqs_keeper_aws::DynamoBreakerStore`), so fifty sandboxes do not each
 //! rediscover an outage. A sandbox reads it at most once per [`BreakerPolicy::refresh`]
 //! and writes only on failures and transitions.
 //!

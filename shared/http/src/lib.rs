@@ -89,7 +89,7 @@ pub struct HttpDeliveryConfig {
     /// The `Content-Type` sent with the body.
     pub content_type: String,
     /// A credential sent on every request (header name, value marked sensitive); see
-    /// `sqs_keeper::adapters::secrets`. Never shown by `Debug`.
+    /// `sqs_keeper_aws::auth_header`. Never shown by `Debug`.
     pub auth_header: Option<(HeaderName, HeaderValue)>,
 }
 
@@ -149,6 +149,23 @@ async fn drain(mut response: reqwest::Response) {
 /// skipped (the downstream had already processed this item: acked and counted apart);
 /// other statuses and transport failures are classified per docs/ARCHITECTURE.md §2. Sends `Idempotency-Key` (the item id) so the downstream can
 /// drop the duplicates that at-least-once delivery produces.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
+///
+/// # fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let delivery = HttpDelivery::new(HttpDeliveryConfig {
+///     url: "https://orders.example.com/ingest".parse()?,
+///     timeout: Duration::from_secs(10),
+///     content_type: "application/json".into(),
+///     auth_header: None,
+/// })?;
+/// // A processor like any other: `sqs_keeper::run(delivery)` serves it under Lambda.
+/// # let _ = delivery;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct HttpDelivery {
     client: reqwest::Client,

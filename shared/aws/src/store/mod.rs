@@ -102,6 +102,29 @@ impl StoreConfig {
 }
 
 /// The DynamoDB + S3 + SQS dead-letter store.
+///
+/// The worker's sink, and what the redrive and `dlq` read and write through:
+///
+/// ```no_run
+/// use sqs_keeper_aws::{AwsClients, DeadLetterStore, StoreConfig};
+/// use sqs_keeper_core::{RecordFilter, ItemStatus};
+///
+/// # async fn example() -> Result<(), sqs_keeper_core::ProcessError> {
+/// let clients = AwsClients::from_env().await;
+/// let config = StoreConfig::new(
+///     "orders-dead-letters",
+///     "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq",
+///     "orders-payloads",
+/// );
+/// let store = DeadLetterStore::new(clients, config);
+/// let dead = RecordFilter { status: Some(ItemStatus::Dead), ..RecordFilter::default() };
+/// let page = store.query_page(&dead, 100, None).await?;
+/// for record in &page.records {
+///     println!("{} {} {}", record.item_id, record.error_class, record.failure_count);
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct DeadLetterStore {
     clients: AwsClients,

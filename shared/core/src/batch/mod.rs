@@ -351,6 +351,45 @@ struct Handle {
 }
 
 /// Runs a processor over batches with the semantics above.
+///
+/// One record done, one dead-lettered at first sight (a validation failure), and a
+/// response that lists neither for retry:
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_keeper_core::testing::MemorySink;
+/// use sqs_keeper_core::{
+///     handler_fn, BatchConfig, BatchProcessor, Deadline, InvocationInfo, Outcome, ProcessError,
+///     WorkItem,
+/// };
+///
+/// async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
+///     match item.payload() {
+///         "{\"qty\":0}" => Err(ProcessError::validation("no quantity")),
+///         _ => Ok(Outcome::Done),
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let engine = BatchProcessor::new(handler_fn(handle), MemorySink::new(), BatchConfig::default());
+/// let record = |id: &str, body: &str| serde_json::json!({
+///     "messageId": id, "body": body, "eventSource": "aws:sqs",
+///     "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:orders",
+///     "attributes": {"ApproximateReceiveCount": "1"},
+/// });
+/// let event = serde_json::from_value(serde_json::json!({
+///     "Records": [record("m-1", "{\"qty\":2}"), record("m-2", "{\"qty\":0}")],
+/// }))?;
+/// let deadline = Deadline::after(Duration::from_secs(30), Duration::from_secs(1));
+/// let report = engine.process_batch(event, deadline, &InvocationInfo::default()).await?;
+///
+/// let counts = report.counts();
+/// assert_eq!((counts.done, counts.dead_lettered), (1, 1));
+/// assert_eq!(engine.sink().accepted_ids(), ["m-2"]);
+/// assert!(report.response().batch_item_failures.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
 pub struct BatchProcessor<P, S> {
     processor: P,
     sink: S,
