@@ -305,85 +305,11 @@ impl DeadLetterQueue for DeadLetterStore {
         pass: &str,
         item_id: &str,
     ) -> Result<bool, ProcessError> {
-        use aws_sdk_sqs::types::MessageAttributeValue;
-        let system = |name: &str| {
-            message
-                .attributes()
-                .and_then(|a| a.get(&MessageSystemAttributeName::from(name)))
-                .cloned()
-        };
-        let Some(group) = system("MessageGroupId") else {
+        let Some(group) = system_attribute(message, "MessageGroupId") else {
             return Ok(false);
         };
         let original_id = message.message_id().unwrap_or_default();
-        let mut attributes = message.message_attributes().cloned().unwrap_or_default();
-        let string = |value: &str| {
-            MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value(value)
-                .build()
-                .ok()
-        };
-        // What identifies the original's content stays with the copy: the source message
-        // (a message moved by the redrive policy is its own source), the item it is tracked
-        // by (`DeadLetterQueue::rotate`) and its source queue. Most needed first, each only
-        // while the copy stays within SQS's size: a copy refused for its size would hide its
-        // group's later messages for ever.
-        let mut added = Vec::new();
-        if !attributes.contains_key(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE) {
-            added.push((
-                sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
-                sqs_keeper_core::MessageAttribute::string(original_id),
-            ));
-        }
-        if !attributes.contains_key(ITEM_ID_ATTRIBUTE) {
-            added.push((
-                ITEM_ID_ATTRIBUTE.to_string(),
-                sqs_keeper_core::MessageAttribute::string(item_id),
-            ));
-        }
-        if let Some(arn) = system(SOURCE_ARN_ATTRIBUTE) {
-            if !attributes.contains_key(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE) {
-                added.push((
-                    sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
-                    sqs_keeper_core::MessageAttribute::string(arn),
-                ));
-            }
-        }
-        let size = message.body().unwrap_or_default().len()
-            + attributes
-                .iter()
-                .map(|(name, value)| {
-                    name.len()
-                        + value.data_type().len()
-                        + value.string_value().map_or(0, str::len)
-                        + value.binary_value().map_or(0, |b| b.as_ref().len())
-                })
-                .sum::<usize>();
-        for (name, value) in
-            sqs_keeper_core::fitting_additions(size, added, sqs_keeper_core::MAX_MESSAGE_BYTES)
-        {
-            if let Some(value) = value.string_value().and_then(string) {
-                attributes.insert(name, value);
-            }
-        }
-        if attributes.len() > MAX_MESSAGE_ATTRIBUTES {
-            // SQS takes ten attributes at most. What identifies the message (ours) stays;
-            // producer attributes past the tenth are left off the copy (the record, which
-            // an adopting sweep has written by now, keeps every one): a message that
-            // cannot move would hide its group's later messages for ever.
-            let mut names: Vec<String> = attributes.keys().cloned().collect();
-            names.sort_by_key(|name| {
-                (
-                    !sqs_keeper_core::RESERVED_ATTRIBUTES.contains(&name.as_str()),
-                    name.clone(),
-                )
-            });
-            for dropped in names.split_off(MAX_MESSAGE_ATTRIBUTES) {
-                attributes.remove(&dropped);
-            }
-            tracing::warn!(message_id = %original_id, "a FIFO DLQ message moved behind its group lost the producer attributes past SQS's ten; its record keeps them");
-        }
+        let attributes = copy_attributes(message, item_id);
         let dedup = format!(
             "{ROTATION_PREFIX}{pass}:{}",
             sqs_keeper_core::sha256_hex(original_id.as_bytes())
@@ -408,6 +334,91 @@ impl DeadLetterQueue for DeadLetterStore {
             .await
             .map_err(|e| ProcessError::from_sdk(&e).with_step("dlq-rotate"))?;
         Ok(true)
+    }
+}
+
+/// A system attribute of `message`, if it has it.
+fn system_attribute(message: &Message, name: &str) -> Option<String> {
+    message
+        .attributes()
+        .and_then(|a| a.get(&MessageSystemAttributeName::from(name)))
+        .cloned()
+}
+
+type Attributes = std::collections::HashMap<String, aws_sdk_sqs::types::MessageAttributeValue>;
+
+/// The message attributes of a rotated copy: the original's, and what identifies its
+/// content. What identifies it stays with the copy: the source message (a message moved
+/// by the redrive policy is its own source), the item it is tracked by
+/// (`DeadLetterQueue::rotate`) and its source queue. Most needed first, each only while the
+/// copy stays within SQS's size: a copy refused for its size would hide its group's later
+/// messages for ever.
+fn copy_attributes(message: &Message, item_id: &str) -> Attributes {
+    let original_id = message.message_id().unwrap_or_default();
+    let mut attributes = message.message_attributes().cloned().unwrap_or_default();
+    let mut added = Vec::new();
+    let mut add = |name: &str, value: &str| {
+        if !attributes.contains_key(name) {
+            added.push((
+                name.to_string(),
+                sqs_keeper_core::MessageAttribute::string(value),
+            ));
+        }
+    };
+    add(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE, original_id);
+    add(ITEM_ID_ATTRIBUTE, item_id);
+    if let Some(arn) = system_attribute(message, SOURCE_ARN_ATTRIBUTE) {
+        add(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE, &arn);
+    }
+    let size = message.body().unwrap_or_default().len() + attributes_size(&attributes);
+    for (name, value) in
+        sqs_keeper_core::fitting_additions(size, added, sqs_keeper_core::MAX_MESSAGE_BYTES)
+    {
+        let copied = value.string_value().and_then(|value| {
+            aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .ok()
+        });
+        if let Some(value) = copied {
+            attributes.insert(name, value);
+        }
+    }
+    if attributes.len() > MAX_MESSAGE_ATTRIBUTES {
+        keep_ours_first(&mut attributes);
+        tracing::warn!(message_id = %original_id, "a FIFO DLQ message moved behind its group lost the producer attributes past SQS's ten; its record keeps them");
+    }
+    attributes
+}
+
+/// The bytes SQS counts for `attributes`: names, types and values.
+fn attributes_size(attributes: &Attributes) -> usize {
+    attributes
+        .iter()
+        .map(|(name, value)| {
+            name.len()
+                + value.data_type().len()
+                + value.string_value().map_or(0, str::len)
+                + value.binary_value().map_or(0, |b| b.as_ref().len())
+        })
+        .sum()
+}
+
+/// Keeps SQS's ten attributes at most. What identifies the message (ours) stays; producer
+/// attributes past the tenth are left off the copy (the record, which an adopting sweep
+/// has written by now, keeps every one): a message that cannot move would hide its
+/// group's later messages for ever.
+fn keep_ours_first(attributes: &mut Attributes) {
+    let mut names: Vec<String> = attributes.keys().cloned().collect();
+    names.sort_by_key(|name| {
+        (
+            !sqs_keeper_core::RESERVED_ATTRIBUTES.contains(&name.as_str()),
+            name.clone(),
+        )
+    });
+    for dropped in names.split_off(MAX_MESSAGE_ATTRIBUTES) {
+        attributes.remove(&dropped);
     }
 }
 
