@@ -111,11 +111,18 @@ pub enum Mutant {
     /// The worker's probe closes the breaker on a failure that never reached the
     /// downstream (a handler's own decode error).
     ProbeDecidedWithoutDownstream,
+    /// A continuation token resumes a position only: the selection (filters, item ids,
+    /// mode, `force`, `dry_run`) comes from the command that continues, so the printed
+    /// `dlq redrive --continue <token>` redrives items never selected.
+    ContinuationDropsSelection,
+    /// `dlq clear` ignores its snapshot: it removes records and DLQ messages of failures
+    /// that arrived while it ran.
+    ClearIgnoresItsSnapshot,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 32] = [
+    pub const ALL: [Mutant; 34] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -148,6 +155,8 @@ impl Mutant {
         Mutant::PurgeTakesMessagesOfKeptRecords,
         Mutant::PurgeRemovesInFlight,
         Mutant::ProbeDecidedWithoutDownstream,
+        Mutant::ContinuationDropsSelection,
+        Mutant::ClearIgnoresItsSnapshot,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -185,6 +194,8 @@ impl Mutant {
             Mutant::PurgeTakesMessagesOfKeptRecords => "purge-takes-messages-of-kept-records",
             Mutant::PurgeRemovesInFlight => "purge-removes-in-flight",
             Mutant::ProbeDecidedWithoutDownstream => "probe-decided-without-downstream",
+            Mutant::ContinuationDropsSelection => "continuation-drops-selection",
+            Mutant::ClearIgnoresItsSnapshot => "clear-ignores-its-snapshot",
         }
     }
 
@@ -193,8 +204,8 @@ impl Mutant {
         Mutant::ALL.into_iter().find(|m| m.name() == name)
     }
 
-    fn bit(self) -> u32 {
-        1 << (self as u32)
+    fn bit(self) -> u64 {
+        1 << (self as u64)
     }
 }
 
@@ -210,7 +221,7 @@ pub(crate) fn deadline_guard(at: tokio::time::Instant) -> tokio::time::Instant {
 
 #[cfg(feature = "sim")]
 thread_local! {
-    static ACTIVE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    static ACTIVE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether `mutant` is switched on (on this thread); always `false` without `sim`.
@@ -236,6 +247,15 @@ pub fn switch_on(mutants: &[Mutant]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_mutant_has_a_bit_of_its_own() {
+        let bits = Mutant::ALL.iter().fold(0u64, |all, m| {
+            assert_eq!(all & m.bit(), 0, "{} shares a bit", m.name());
+            all | m.bit()
+        });
+        assert_eq!(bits.count_ones() as usize, Mutant::ALL.len());
+    }
 
     #[test]
     fn names_round_trip() {

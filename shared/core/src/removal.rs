@@ -133,6 +133,11 @@ where
 {
     let parser = ItemParser::default();
     // A record read after the snapshot that failed since is a new failure: kept.
+    let snapshot_ms = if crate::mutants::is_on(crate::mutants::Mutant::ClearIgnoresItsSnapshot) {
+        i64::MAX
+    } else {
+        snapshot_ms
+    };
     let before: Vec<Removable> = records
         .iter()
         .filter(|r| r.last_attempt.timestamp_millis() < snapshot_ms)
@@ -428,6 +433,39 @@ mod tests {
         expected.sort();
         assert_eq!(left, expected);
         assert!(store.record("new").is_some());
+    }
+
+    /// A failure whose attempt began before a clear's snapshot and whose record and DLQ
+    /// message were written after it arrived after the snapshot: the clear keeps both,
+    /// though the record's last attempt predates the snapshot.
+    #[tokio::test]
+    async fn a_clear_keeps_a_failure_whose_message_came_after_its_snapshot() {
+        let store = MemoryStore::new();
+        let spanning = dead_record("spanning", ErrorClass::Throttled, 1);
+        let snapshot_ms = store.world().now_ms() + 1;
+        let message = store.send_dead_letter_at(&spanning, snapshot_ms + 5_000);
+        store.insert(spanning.clone());
+
+        let report = clear_records(
+            &store,
+            &[Removable::of(&spanning)],
+            snapshot_ms,
+            &Random::seeded(3),
+            |_| {},
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(report.records_deleted, 0);
+        assert_eq!(report.records_changed, 1);
+        assert_eq!(report.dlq_messages_deleted, 0);
+        assert!(store.record("spanning").is_some());
+        let left: Vec<String> = store
+            .dlq_messages()
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        assert_eq!(left, vec![message]);
     }
 
     #[test]

@@ -1266,6 +1266,13 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
                 corrupted = corrupt_a_record(&store, &mut rng);
             }
             10 => purge(&store).await,
+            12 => {
+                // A clear racing the scheduled redrive: failures arrive after its snapshot.
+                tokio::join!(
+                    clear(&store),
+                    redrive(&store, "schedule", RedriveRequest::default(), true)
+                );
+            }
             11 => {
                 // A purge racing the scheduled redrive: the two stores must still agree.
                 tokio::join!(
@@ -1410,6 +1417,111 @@ async fn purge(store: &SimStore) {
         Err(e) => format!("purge failed midway: {e}"),
     };
     store.world().lock().ext.trace.note("purge", "-", &what);
+}
+
+/// An operator empties the store as `dlq clear` does: the time it starts is its snapshot,
+/// every record is read page by page while the workers go on, then the library's own
+/// `clear_records` removes them with the DLQ messages no record holds.
+async fn clear(store: &SimStore) {
+    use sqs_keeper_core::RecordStore;
+    let actor = store.as_actor("clear");
+    let snapshot_ms = store.world().clock.now().timestamp_millis();
+    discard_dlq_messages_sent_before(store, snapshot_ms);
+    let mut records = Vec::new();
+    let mut after = None;
+    loop {
+        // A page of a production table (thousands of records) takes a while to read:
+        // failures arrive after the snapshot and before the records are all read.
+        sleep(Duration::from_secs(2)).await;
+        match actor
+            .query_page(
+                &sqs_keeper_core::RecordFilter::default(),
+                100,
+                after.as_ref(),
+            )
+            .await
+        {
+            Ok(page) => {
+                records.extend(page.records);
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+            Err(e) => {
+                let what = format!("clear could not select: {e}");
+                store.world().lock().ext.trace.note("clear", "-", &what);
+                return;
+            }
+        }
+    }
+    discard_records_failed_before(store, &records, snapshot_ms);
+    let removable: Vec<_> = records.iter().map(sqs_keeper_core::Removable::of).collect();
+    let result = sqs_keeper_core::clear_records(
+        &actor,
+        &removable,
+        snapshot_ms,
+        &store.world().random,
+        |_| {},
+    )
+    .await;
+    let what = match result {
+        Ok(report) => format!("clear done: {report:?}"),
+        Err(e) => format!("clear failed midway: {e}"),
+    };
+    store.world().lock().ext.trace.note("clear", "-", &what);
+}
+
+/// What the operator chose to discard with a clear, of the DLQ: the payloads of the
+/// messages sent before its snapshot (but those an item in flight holds). A message the
+/// queue's redrive policy moves after the snapshot was not chosen: a clear that deletes it
+/// loses it.
+fn discard_dlq_messages_sent_before(store: &SimStore, snapshot_ms: i64) {
+    let mut state = store.world().lock();
+    let messages: Vec<String> = state
+        .dlq
+        .messages()
+        .iter()
+        .filter(|m| m.sent_at_ms < snapshot_ms)
+        .map(|m| {
+            let sha = m
+                .attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE)
+                .map(str::to_string)
+                .unwrap_or_else(|| m.body_sha256.clone());
+            (m.item_id(), sha)
+        })
+        // Not the payload of the item in flight: that record holds the message, and is kept.
+        .filter(|(item, sha)| {
+            state.table.get(item).is_none_or(|row| {
+                !row.record.status.is_in_flight() || row.record.payload.sha256 != *sha
+            })
+        })
+        .map(|(_, sha)| sha)
+        .collect();
+    state.ext.ledger.discarded.extend(messages);
+}
+
+/// What the operator chose to discard with a clear, of the records it read: those not in
+/// flight whose last attempt came before its snapshot. A record whose last attempt came
+/// after was not chosen: a clear that deletes it loses it.
+fn discard_records_failed_before(
+    store: &SimStore,
+    records: &[sqs_keeper_core::DeadLetteredItem],
+    snapshot_ms: i64,
+) {
+    let chosen = records
+        .iter()
+        .filter(|r| !r.status.is_in_flight() && r.last_attempt.timestamp_millis() < snapshot_ms);
+    let ids: Vec<String> = chosen.clone().map(|r| r.item_id.clone()).collect();
+    let shas: Vec<String> = chosen.map(|r| r.payload.sha256.clone()).collect();
+    let mut state = store.world().lock();
+    state.ext.trace.note(
+        "clear",
+        "-",
+        &format!("clearing {} (snapshot {snapshot_ms})", ids.join(" ")),
+    );
+    state.ext.ledger.purged.extend(ids);
+    state.ext.ledger.discarded.extend(shas);
 }
 
 /// Between a purge's selection and its removal, one selected record whose payload is in
@@ -1635,8 +1747,43 @@ async fn redrive(
                 "-",
                 &format!("redrive continuation failed: {e}"),
             ),
-            Ok(_) => {}
+            Ok(report) => continued_its_selection(&mut world.lock(), &request, &report),
         }
     }
     ran
+}
+
+/// §3: a continuation takes only what the request it continues selects, and puts items
+/// back as that request said: its named items, and its mode.
+fn continued_its_selection(
+    state: &mut crate::world::State,
+    request: &RedriveRequest,
+    report: &sqs_keeper_core::RedriveReport,
+) {
+    use sqs_keeper_core::ItemOutcomeKind as Kind;
+    for item in &report.items {
+        // An error may be the sweep's, before the selection (a DLQ message it could not
+        // adopt): only what the run took counts.
+        let taken = !matches!(
+            item.outcome,
+            Kind::Error | Kind::NotFound | Kind::HeldByBreaker
+        );
+        let unnamed =
+            taken && !request.item_ids.is_empty() && !request.item_ids.contains(&item.item_id);
+        let reprocessed = matches!(item.outcome, Kind::Resolved | Kind::FailedAgain);
+        let other_mode = match request.mode {
+            RedriveMode::Requeue => reprocessed,
+            RedriveMode::Reprocess => item.outcome == Kind::Requeued,
+        };
+        if unnamed || other_mode {
+            state.violate(
+                Section::Record,
+                &item.item_id,
+                format!(
+                    "a continuation took an item its request did not select ({:?} in a {:?} run of {:?})",
+                    item.outcome, request.mode, request.item_ids
+                ),
+            );
+        }
+    }
 }

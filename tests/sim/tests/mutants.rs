@@ -227,3 +227,16 @@ fn finds_a_probe_decided_by_a_failure_that_never_reached_the_downstream() {
         &["a probe the downstream never answered"],
     );
 }
+
+#[test]
+fn finds_a_continuation_that_drops_its_selection() {
+    finds(
+        Mutant::ContinuationDropsSelection,
+        &["a continuation took an item its request did not select"],
+    );
+}
+
+#[test]
+fn finds_a_clear_that_ignores_its_snapshot() {
+    finds(Mutant::ClearIgnoresItsSnapshot, &["lost"]);
+}

@@ -211,6 +211,9 @@ impl RedriveRequest {
         let Some(token) = self.continuation_token.as_deref() else {
             return Ok(self.clone());
         };
+        if crate::mutants::is_on(crate::mutants::Mutant::ContinuationDropsSelection) {
+            return Ok(self.clone());
+        }
         let carried = Continuation::decode(token)?.request.ok_or_else(|| {
             RedriveError::InvalidRequest(
                 "the continuation token does not say which request it continues; run the redrive again without it"

@@ -186,6 +186,14 @@ impl Pass {
         received: &ReceivedMessage<D::Message>,
     ) -> Result<Verdict, ProcessError> {
         let item_id = &received.item_id;
+        if options.purge.contains_key(item_id) && sent_since_snapshot(options, received) {
+            // A clear's selected record whose message came after its snapshot: the failure
+            // was recorded since, though its attempt began before. Record and message stay.
+            if !self.sweep.removed.contains(item_id) {
+                self.sweep.changed.insert(item_id.clone());
+            }
+            return Ok(Verdict::Keep);
+        }
         if let Some(selected) = options.purge.get(item_id) {
             // Taken only once its record is deleted on the condition that it is still as
             // selected ([`Pass::take`]): one condition decides both.
@@ -205,11 +213,7 @@ impl Pass {
                 return Ok(Verdict::Keep);
             }
         };
-        // Only a message sent to the DLQ itself (a dead-letter's, a rotated copy: it names
-        // a source message of its own) is dated by its `SentTimestamp`. One the queue's
-        // redrive policy moved keeps its source queue's, and may have arrived after.
-        let sent_here = received.view.source_message_id != received.view.message_id;
-        let cleared = sent_here
+        let cleared = sent_here(received)
             && options
                 .orphans_sent_before_ms
                 .is_some_and(|before| received.sent_at_ms.is_some_and(|sent| sent < before));
@@ -344,4 +348,20 @@ enum Verdict {
     /// A purge's: deleted once its record is ([`Pass::remove_records_of`]), else kept.
     Take,
     Keep,
+}
+
+/// Whether `received` was sent to the DLQ itself, so that its `SentTimestamp` dates it: a
+/// dead-letter's message or a rotated copy (each names a source message of its own). One
+/// the queue's redrive policy moved keeps its source queue's, and may have arrived after.
+fn sent_here<M>(received: &ReceivedMessage<M>) -> bool {
+    received.view.source_message_id != received.view.message_id
+}
+
+/// Whether `received` was sent to the DLQ at or after a clear's snapshot
+/// ([`SweepOptions::orphans_sent_before_ms`]).
+fn sent_since_snapshot<M>(options: &SweepOptions, received: &ReceivedMessage<M>) -> bool {
+    sent_here(received)
+        && options
+            .orphans_sent_before_ms
+            .is_some_and(|before| received.sent_at_ms.is_some_and(|sent| sent >= before))
 }
