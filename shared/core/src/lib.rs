@@ -89,7 +89,7 @@ pub mod event;
 mod hex;
 pub mod idempotency;
 mod item;
-mod message;
+pub mod message;
 mod mutants;
 mod pointer;
 mod polling;

@@ -76,6 +76,21 @@ pub fn fifo_group_id(source_group: Option<&str>, item_id: &str) -> String {
     }
 }
 
+/// How long SQS drops a FIFO message whose deduplication id it saw sent before.
+pub const FIFO_DEDUPLICATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// A FIFO DLQ message's deduplication id: one per source message and item, whichever
+/// delivery sends it. A source message has one DLQ message (the record's claim). The repeat
+/// this catches is a later delivery re-sending after a send whose answer was lost, and
+/// that delivery has another receive count.
+pub fn dlq_deduplication_id(record: &crate::DeadLetteredItem) -> String {
+    let mut key = format!("{}:{}", record.item_id, record.source.message_id);
+    if crate::mutants::is_on(crate::mutants::Mutant::DeduplicationByReceive) {
+        key.push_str(&format!(":{}", record.source.receive_count));
+    }
+    crate::hex::sha256_hex(key.as_bytes())
+}
+
 /// Splits `(key, entry, size)` triples into `SendMessageBatch` calls: at most 10 entries
 /// and 1 MiB each (an entry bigger than that goes alone, and SQS says why it refuses it).
 pub fn batches_by_size<K, E>(entries: Vec<(K, E, usize)>) -> Vec<Vec<(K, E)>> {

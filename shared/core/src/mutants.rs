@@ -118,11 +118,14 @@ pub enum Mutant {
     /// `dlq clear` ignores its snapshot: it removes records and DLQ messages of failures
     /// that arrived while it ran.
     ClearIgnoresItsSnapshot,
+    /// A FIFO DLQ message's deduplication id includes the receive count: a later delivery
+    /// re-sending a source message's DLQ message is not deduplicated.
+    DeduplicationByReceive,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 34] = [
+    pub const ALL: [Mutant; 35] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -157,6 +160,7 @@ impl Mutant {
         Mutant::ProbeDecidedWithoutDownstream,
         Mutant::ContinuationDropsSelection,
         Mutant::ClearIgnoresItsSnapshot,
+        Mutant::DeduplicationByReceive,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -196,6 +200,7 @@ impl Mutant {
             Mutant::ProbeDecidedWithoutDownstream => "probe-decided-without-downstream",
             Mutant::ContinuationDropsSelection => "continuation-drops-selection",
             Mutant::ClearIgnoresItsSnapshot => "clear-ignores-its-snapshot",
+            Mutant::DeduplicationByReceive => "deduplication-by-receive",
         }
     }
 

@@ -90,7 +90,7 @@ pub struct Summary {
     pub redrives: u64,
     /// Purges in all.
     pub purges: u64,
-    /// Invocations cut right after a DLQ claim, in all.
+    /// Invocations cut right after a DLQ claim or send, in all.
     pub cuts_after_claim: u64,
     /// Pauses of polling the control recorded, in all.
     pub pauses: u64,

@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         eprintln!("{}", describe_failure(failure, &mutants));
     }
     println!(
-        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} invocations, {} redrive runs, {} purges, {} cuts after a DLQ claim, {} polling pauses, {} events, {} steps, {} invariant checks, largest record {} bytes; {} failing",
+        "{} seeds in {:.1} s ({:.0} seeds/s): {} messages, {} invocations, {} redrive runs, {} purges, {} cuts after a DLQ claim or send, {} polling pauses, {} events, {} steps, {} invariant checks, largest record {} bytes; {} failing",
         summary.seeds,
         secs,
         summary.seeds as f64 / secs,

@@ -768,10 +768,13 @@ async fn poll(
         if roll < shape.crash_rate {
             let at = Duration::from_millis(rng.u64(0..FUNCTION_TIMEOUT.as_millis() as u64));
             let invocation = invoke(&world, &worker, &messages, &arn, &name, true);
-            // Half the crashes come at a random moment; the other half right after the
+            // Half the crashes come at a random moment. A quarter come right after the
             // first DLQ claim on one of the batch's messages, if that comes first (a hard
-            // stop between a dead-letter's record write and its DLQ send).
-            let at_claim = roll < shape.crash_rate / 2.0;
+            // stop between a dead-letter's record write and its DLQ send). A quarter come
+            // right after the first DLQ send for one of them, before the record marks it
+            // sent: the next delivery sends again, and a FIFO DLQ's deduplication drops it.
+            let at_send = roll < shape.crash_rate / 4.0;
+            let at_claim = !at_send && roll < shape.crash_rate / 2.0;
             tokio::select! {
                 biased;
                 _ = invocation => {}
@@ -781,6 +784,10 @@ async fn poll(
                 _ = claim_taken(&world, &messages), if at_claim => {
                     world.lock().ext.stats.cuts_after_claim += 1;
                     note_unacked(&world, &messages, &[], &name, "crashed right after a DLQ claim");
+                }
+                _ = dead_letter_sent(&world, &messages), if at_send => {
+                    world.lock().ext.stats.cuts_after_claim += 1;
+                    note_unacked(&world, &messages, &[], &name, "crashed right after a DLQ send");
                 }
             }
         } else if roll < shape.crash_rate + shape.double_invoke_rate {
@@ -907,18 +914,38 @@ const POLL_GAP_MS: i64 = 5_000;
 
 /// Resolves once a DLQ claim is taken on one of `messages` (never, if none is).
 async fn claim_taken(world: &Arc<World>, messages: &[QueueMessage]) {
+    let notify = world.lock().ext.claim_taken.clone();
+    counted(world, messages, &notify, |ledger| &ledger.claims_taken).await;
+}
+
+/// Returns once the worker sends a DLQ message for one of `messages`.
+async fn dead_letter_sent(world: &Arc<World>, messages: &[QueueMessage]) {
+    let notify = world.lock().ext.dead_letter_sending.clone();
+    counted(world, messages, &notify, |ledger| {
+        &ledger.dead_letters_sending
+    })
+    .await;
+}
+
+/// Returns once the ledger's count `pick` of one of `messages` moves, woken by `notify`.
+async fn counted(
+    world: &Arc<World>,
+    messages: &[QueueMessage],
+    notify: &tokio::sync::Notify,
+    pick: fn(&crate::world::Ledger) -> &std::collections::HashMap<String, u32>,
+) {
     let ids: Vec<String> = messages
         .iter()
         .map(|m| sqs_keeper_core::recorded_message_id(&m.id))
         .collect();
     let count = |world: &Arc<World>| -> u32 {
         let state = world.lock();
+        let counts = pick(&state.ext.ledger);
         ids.iter()
-            .map(|id| state.ext.ledger.claims_taken.get(id).copied().unwrap_or(0))
+            .map(|id| counts.get(id).copied().unwrap_or(0))
             .sum()
     };
     let before = count(world);
-    let notify = world.lock().ext.claim_taken.clone();
     loop {
         notify.notified().await;
         if count(world) != before {

@@ -34,6 +34,8 @@ pub struct Ledger {
     pub delivered: HashMap<String, u32>,
     /// DLQ claims taken, by source message id (as records keep it).
     pub claims_taken: HashMap<String, u32>,
+    /// The worker's DLQ sends, by source message id (as records keep it).
+    pub dead_letters_sending: HashMap<String, u32>,
     /// Successful deliveries by the worker, by source message id.
     pub worker_deliveries: HashMap<String, u32>,
     /// At-least-once events by source message id: duplicate receives, and receives whose
@@ -142,7 +144,7 @@ pub struct Stats {
     pub largest_record: usize,
     /// Deliveries beyond the first of a payload.
     pub duplicate_deliveries: u64,
-    /// Invocations cut right after a DLQ claim on one of their messages.
+    /// Invocations cut right after a DLQ claim or send for one of their messages.
     pub cuts_after_claim: u64,
     /// Pauses of polling the control recorded.
     pub pauses: u64,
@@ -176,6 +178,9 @@ pub struct Sim {
     /// Wakes an invocation waiting to be cut right after a claim on one of its messages
     /// ([`Ledger::claims_taken`]).
     pub claim_taken: std::sync::Arc<tokio::sync::Notify>,
+    /// Wakes an invocation waiting to be cut right after a DLQ send for one of its messages
+    /// ([`Ledger::dead_letters_sending`]), before the send is marked on the record.
+    pub dead_letter_sending: std::sync::Arc<tokio::sync::Notify>,
     /// The event source mapping and the polling control's record of its pause.
     pub polling: crate::polling::Polling,
     /// What was sent and delivered.
@@ -221,6 +226,7 @@ pub fn new_state(seed: u64, source: Queue, dlq: Queue) -> State {
             redriving_now: HashMap::new(),
             outage: false,
             claim_taken: std::sync::Arc::new(tokio::sync::Notify::new()),
+            dead_letter_sending: std::sync::Arc::new(tokio::sync::Notify::new()),
             polling: crate::polling::Polling::default(),
             ledger: Ledger::default(),
             trace: Trace::default(),
@@ -357,6 +363,13 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
             }
         }
         Event::DeadLetterSending { record } => {
+            *state
+                .ext
+                .ledger
+                .dead_letters_sending
+                .entry(record.source.message_id.clone())
+                .or_default() += 1;
+            state.ext.dead_letter_sending.notify_waiters();
             // §1.1, persisted first: a DLQ message is sent only for a delivery whose
             // attempts its record holds (appended, whether or not compaction kept them).
             let appended = state.ext.ledger.appended.get(&record.item_id);
@@ -633,6 +646,12 @@ impl Checks for State {
                 ));
             }
         }
+        if self.dlq.fifo {
+            self.ext.stats.checks += 1;
+            if let Some((item, what)) = repeated_dead_letter(&self.dlq) {
+                broken.push((Section::RecordingIdempotent, item, what));
+            }
+        }
         // §1.12: a mapping the control disabled is recorded as paused, so a later run
         // enables it again (nothing else disables it in these worlds).
         self.ext.stats.checks += 1;
@@ -660,6 +679,40 @@ impl Checks for State {
             }
         }
     }
+}
+
+/// §1.5 on a FIFO DLQ: two dead-letter messages of one source message and item, sent within
+/// SQS's deduplication window of each other, which the deduplication id should have made
+/// one (a later delivery re-sending after a send whose answer was lost). A rotation's copy
+/// and a message the redrive policy moved are not dead-letter sends.
+fn repeated_dead_letter(dlq: &Queue) -> Option<(String, String)> {
+    let window_ms =
+        i64::try_from(sqs_keeper_core::message::FIFO_DEDUPLICATION_WINDOW.as_millis()).ok()?;
+    let mut seen: HashMap<(String, String), (&str, i64)> = HashMap::new();
+    for m in dlq.messages() {
+        if m.marker.is_some() || m.moved_from.is_some() {
+            continue;
+        }
+        let key = (
+            m.item_id(),
+            m.attribute(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE)
+                .unwrap_or_default()
+                .to_string(),
+        );
+        if let Some((other, sent_ms)) = seen.get(&key) {
+            if (m.sent_at_ms - sent_ms).abs() < window_ms {
+                return Some((
+                    key.0.clone(),
+                    format!(
+                        "DLQ messages {other} and {} both dead-letter source message {} within the FIFO deduplication window",
+                        m.id, key.1
+                    ),
+                ));
+            }
+        }
+        seen.insert(key, (m.id.as_str(), m.sent_at_ms));
+    }
+    None
 }
 
 /// Whether the copy `sha` of a payload is delivered, purged, or held by a message (other

@@ -240,3 +240,11 @@ fn finds_a_continuation_that_drops_its_selection() {
 fn finds_a_clear_that_ignores_its_snapshot() {
     finds(Mutant::ClearIgnoresItsSnapshot, &["lost"]);
 }
+
+#[test]
+fn finds_a_deduplication_id_that_holds_the_receive_count() {
+    finds(
+        Mutant::DeduplicationByReceive,
+        &["within the FIFO deduplication window"],
+    );
+}

@@ -25,14 +25,9 @@ pub fn message_body(record: &DeadLetteredItem) -> String {
     }
 }
 
-/// A FIFO DLQ message's deduplication id: one per source message and item, whichever
-/// delivery sends it. A source message has one DLQ message (the record's claim). The repeat
-/// this catches is a later delivery re-sending after a send whose answer was lost, and
-/// that delivery has another receive count.
+/// A FIFO DLQ message's deduplication id ([`sqs_keeper_core::message::dlq_deduplication_id`]).
 pub fn deduplication_id(record: &DeadLetteredItem) -> String {
-    sqs_keeper_core::sha256_hex(
-        format!("{}:{}", record.item_id, record.source.message_id).as_bytes(),
-    )
+    sqs_keeper_core::message::dlq_deduplication_id(record)
 }
 
 fn string_attr(value: &str) -> Option<MessageAttributeValue> {

@@ -178,6 +178,8 @@ pub struct Queue {
     next: u64,
     /// What its message ids begin with.
     prefix: &'static str,
+    /// FIFO: each deduplication id sent, with the message it made and when.
+    deduplication: std::collections::HashMap<String, (String, i64)>,
 }
 
 /// SQS's `InvalidMessageContents` when `body` or a string attribute holds a character
@@ -232,6 +234,7 @@ impl Queue {
             messages: Vec::new(),
             next: 0,
             prefix: "src",
+            deduplication: std::collections::HashMap::new(),
         }
     }
 
@@ -267,6 +270,31 @@ impl Queue {
             seq: self.next,
         });
         id
+    }
+
+    /// Sends a message to a FIFO queue with a deduplication id, as SQS does: within
+    /// [`crate::message::FIFO_DEDUPLICATION_WINDOW`] of a message sent with the same id
+    /// (deleted since or not), the send succeeds and adds nothing. The message's id, and
+    /// whether it was added.
+    pub fn send_deduplicated(
+        &mut self,
+        body: String,
+        attributes: Vec<(String, MessageAttribute)>,
+        group: Option<String>,
+        deduplication_id: &str,
+        now_ms: i64,
+    ) -> (String, bool) {
+        let window_ms =
+            i64::try_from(crate::message::FIFO_DEDUPLICATION_WINDOW.as_millis()).unwrap_or(0);
+        if let Some((id, sent_ms)) = self.deduplication.get(deduplication_id) {
+            if now_ms < sent_ms.saturating_add(window_ms) {
+                return (id.clone(), false);
+            }
+        }
+        let id = self.send(body, attributes, group, now_ms);
+        self.deduplication
+            .insert(deduplication_id.to_string(), (id.clone(), now_ms));
+        (id, true)
     }
 
     /// Sets the sweep pass marker of the message `id` (a copy a rotation sent).

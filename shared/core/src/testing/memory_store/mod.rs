@@ -544,17 +544,24 @@ fn dlq_message(record: &DeadLetteredItem) -> (String, Vec<(String, MessageAttrib
 }
 
 /// Sends `record`'s DLQ message: a FIFO DLQ's goes in the source message's group (else the
-/// item's), as the adapter sends it. Its id.
+/// item's) with the record's deduplication id, as the adapter sends it, and SQS drops a
+/// repeat within its window. Its id.
 fn send_dead_letter<X>(
     state: &mut WorldState<X>,
     record: &DeadLetteredItem,
     now_ms: i64,
 ) -> String {
     let (body, attributes) = dlq_message(record);
-    let group = state.dlq.fifo.then(|| {
-        crate::message::fifo_group_id(record.source.message_group_id.as_deref(), &record.item_id)
-    });
-    state.dlq.send(body, attributes, group, now_ms)
+    if !state.dlq.fifo {
+        return state.dlq.send(body, attributes, None, now_ms);
+    }
+    let group =
+        crate::message::fifo_group_id(record.source.message_group_id.as_deref(), &record.item_id);
+    let deduplication_id = crate::message::dlq_deduplication_id(record);
+    state
+        .dlq
+        .send_deduplicated(body, attributes, Some(group), &deduplication_id, now_ms)
+        .0
 }
 
 fn to_work_item(m: &QueueMessage, parser: &ItemParser, arn: Option<&str>) -> WorkItem {
