@@ -452,6 +452,23 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         }
     }
 
+    /// Notes who holds the probe (`probe_until`) on the state this sandbox knows now, or on
+    /// `read` when it knows none. Not on `read` itself: it is what this record read before
+    /// its probe, and another record of the sandbox may have opened the breaker since. A
+    /// probe's bookkeeping written over that would take the sandbox back to the half-open
+    /// it had read, and it would call the downstream while it knows the breaker open.
+    fn remember_probe(&self, read: &BreakerState, probe_until: Option<SystemTime>) {
+        if let Ok(mut cached) = self.cached.lock() {
+            let stale = crate::mutants::is_on(crate::mutants::Mutant::ProbeRemembersStaleState);
+            let mut state = match cached.as_ref() {
+                Some((_, known)) if !stale => known.clone(),
+                _ => read.clone(),
+            };
+            state.probe_until = probe_until;
+            *cached = Some((tokio::time::Instant::now(), state));
+        }
+    }
+
     /// Counts one failure of the downstream; written now when this sandbox's count reaches
     /// the threshold or its last write is a period old. The write that takes the window's
     /// count across the threshold opens the breaker: one opening per outage, not one per
@@ -571,10 +588,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         tracing::info!(
             "the probe's failure never reached the downstream: the circuit breaker stays half-open"
         );
-        self.remember(&BreakerState {
-            probe_until: None,
-            ..state.clone()
-        });
+        self.remember_probe(state, None);
     }
 
     /// How long the probe's lock lasts: the configured time, and at least as long as the
@@ -626,20 +640,14 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
             if let Err(e) = &taken {
                 tracing::warn!(error = %e, "could not take the circuit breaker's probe");
             }
-            self.remember(&BreakerState {
-                probe_until: Some(lock),
-                ..state.clone()
-            });
+            self.remember_probe(state, Some(lock));
             return Err(refused_while_probing());
         }
         if on_its_own {
             tracing::warn!(
                 "the circuit breaker's table has been out of reach for an open period: this sandbox probes on its own"
             );
-            self.remember(&BreakerState {
-                probe_until: Some(lock),
-                ..state.clone()
-            });
+            self.remember_probe(state, Some(lock));
         }
         // A panicking handler decides nothing either: the probe goes back before the panic
         // goes on to the batch, which fails the record (not every sandbox's records until
@@ -997,6 +1005,40 @@ mod tests {
         // The next record is the next probe, at once.
         sandbox.process(&item).await.unwrap_err();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// Simulation seed 33300: two records of one sandbox found its breaker half-open while
+    /// the table was unavailable. One probed and its 503s opened the breaker for ten
+    /// minutes; the other's probe bookkeeping then wrote the half-open it had read over
+    /// that, and the sandbox called the downstream a minute later, the breaker it knew
+    /// open. The bookkeeping now keeps the newer state the sandbox learnt.
+    #[test]
+    fn a_probes_bookkeeping_keeps_an_opening_learnt_meanwhile() {
+        let sandbox = Breaker::new(
+            SlowlyFailing {
+                calls: Arc::new(AtomicU32::new(0)),
+            },
+            MemoryBreakerStore::default(),
+            policy(),
+        );
+        let now = SystemTime::now();
+        let read_half_open = BreakerState {
+            open_until: Some(now - Duration::from_secs(1)),
+            opens: 5,
+            ..BreakerState::default()
+        };
+        let opened_since = BreakerState {
+            open_until: Some(now + Duration::from_secs(600)),
+            opens: 6,
+            ..BreakerState::default()
+        };
+        sandbox.remember(&read_half_open);
+        sandbox.remember(&opened_since);
+        sandbox.remember_probe(&read_half_open, Some(now + Duration::from_secs(35)));
+        sandbox.remember_probe(&read_half_open, None);
+        let known = sandbox.cached.lock().unwrap().clone().unwrap().1;
+        assert_eq!(known.open_until, opened_since.open_until, "{known:?}");
+        assert!(known.is_open(now));
     }
 
     /// A downstream that answers 503 after a while.

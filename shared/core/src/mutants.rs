@@ -121,11 +121,30 @@ pub enum Mutant {
     /// A FIFO DLQ message's deduplication id includes the receive count: a later delivery
     /// re-sending a source message's DLQ message is not deduplicated.
     DeduplicationByReceive,
+    /// A redrive deletes a resolved item's payload object at once: a worker failing a
+    /// source message of the same payload meanwhile records it under that object, and its
+    /// record and DLQ message point to nothing.
+    ResolveDeletesLivePayload,
+    /// The polling control pauses a queue whose sweep interval a lapsing lease can
+    /// outlast (a retention of 40 minutes and up): a run cut before it gave its lease back
+    /// delays the next sweep past the worker's reserve.
+    SweepsOutlastedByLease,
+    /// A clear keeps a failure recorded after its snapshot only by its last attempt: one
+    /// whose attempt began before the snapshot, recorded and dead-lettered after it, is
+    /// cleared with its DLQ message.
+    ClearDatesByLastAttemptOnly,
+    /// An adopted record is dated by its message's `SentTimestamp` (its source queue's):
+    /// a clear whose snapshot the adoption postdates takes it as older, and clears it.
+    AdoptionDatedBySentTime,
+    /// A probe's bookkeeping replaces what the sandbox knows with the state its record read
+    /// before probing: an opening another record of the sandbox wrote meanwhile is
+    /// forgotten, and the sandbox calls the downstream while it knew the breaker open.
+    ProbeRemembersStaleState,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 35] = [
+    pub const ALL: [Mutant; 40] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -161,6 +180,11 @@ impl Mutant {
         Mutant::ContinuationDropsSelection,
         Mutant::ClearIgnoresItsSnapshot,
         Mutant::DeduplicationByReceive,
+        Mutant::ResolveDeletesLivePayload,
+        Mutant::SweepsOutlastedByLease,
+        Mutant::ClearDatesByLastAttemptOnly,
+        Mutant::AdoptionDatedBySentTime,
+        Mutant::ProbeRemembersStaleState,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -201,6 +225,11 @@ impl Mutant {
             Mutant::ContinuationDropsSelection => "continuation-drops-selection",
             Mutant::ClearIgnoresItsSnapshot => "clear-ignores-its-snapshot",
             Mutant::DeduplicationByReceive => "deduplication-by-receive",
+            Mutant::ResolveDeletesLivePayload => "resolve-deletes-live-payload",
+            Mutant::SweepsOutlastedByLease => "sweeps-outlasted-by-lease",
+            Mutant::ClearDatesByLastAttemptOnly => "clear-dates-by-last-attempt-only",
+            Mutant::AdoptionDatedBySentTime => "adoption-dated-by-sent-time",
+            Mutant::ProbeRemembersStaleState => "probe-remembers-stale-state",
         }
     }
 

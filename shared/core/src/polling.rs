@@ -17,7 +17,8 @@
 //! [`sweep_reserve`] (a quarter) of a record's retention in reserve under a breaker
 //! (`crate::batch`), dead-letters those that could expire before the next sweep. The other
 //! eighth covers the schedule's period, the mapping's start and a visibility timeout: a
-//! queue whose retention is too short for that ([`MIN_SWEEP_INTERVAL`]) is never paused.
+//! queue whose retention is too short for that, or for a sweep a lapsing lease delays
+//! ([`MIN_SWEEP_INTERVAL`]), is never paused.
 //!
 //! Runs are serialised by a lease on the marker item (EventBridge may deliver a schedule
 //! twice, and a run waiting on a slow call overlaps the next); the pause is recorded before
@@ -179,9 +180,21 @@ pub fn blind_restore_after(retention: Option<Duration>) -> Duration {
 }
 
 /// The shortest sweep interval the control pauses with (a queue with a retention under
-/// 40 minutes is never paused): it must cover the schedule's minute, the mapping's start
-/// and the sweep itself.
-pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(300);
+/// 2 h 40 min is never paused). A run cut before it gave its lease back holds every later
+/// run off for up to [`PAUSE_LEASE`], so a sweep may come that much late. The worker's
+/// reserve (two intervals) must cover an interval, that delay, the schedule's minute and
+/// the mapping's start.
+pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(PAUSE_LEASE.as_secs() + 300);
+
+/// [`MIN_SWEEP_INTERVAL`], or (with a mutant) the five minutes it was, which a lapsing
+/// lease could outlast.
+fn min_sweep_interval() -> Duration {
+    if crate::mutants::is_on(crate::mutants::Mutant::SweepsOutlastedByLease) {
+        Duration::from_secs(300)
+    } else {
+        MIN_SWEEP_INTERVAL
+    }
+}
 
 /// Why a run's step failed: its own record could not be read ([`PollingControl::blind`]
 /// then decides), or any other call failed (the next run finishes what this one began).
@@ -316,7 +329,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
             }
             let queue = self.probe.queue().await?;
             if queue.visible > 0
-                || sweep_interval(queue.retention) < MIN_SWEEP_INTERVAL
+                || sweep_interval(queue.retention) < min_sweep_interval()
                 || !self.mapping.enabled().await?
             {
                 // A first open is left to receive-and-hide, and so is a queue whose waiting
@@ -568,6 +581,23 @@ mod tests {
             .open(until, opens, now - Duration::from_secs(600))
             .await
             .unwrap());
+    }
+
+    /// Simulation seed 210256: a run whose marker write and lease release both failed held
+    /// every later run off for 15 minutes, no sweep came, and a message of a one-hour
+    /// queue expired while the mapping was disabled. A queue is paused only when a sweep
+    /// delayed by a whole lease still comes within the worker's reserve.
+    #[test]
+    fn a_lease_left_by_a_cut_run_cannot_delay_a_sweep_past_the_reserve() {
+        let slack = Duration::from_secs(120);
+        for retention_secs in [MIN_SWEEP_INTERVAL.as_secs() * 8, 4 * 86_400, 14 * 86_400] {
+            let retention = Duration::from_secs(retention_secs);
+            assert!(
+                sweep_reserve(retention) >= sweep_interval(retention) + PAUSE_LEASE + slack,
+                "retention {retention_secs} s"
+            );
+        }
+        assert!(sweep_interval(Duration::from_secs(3_727)) < MIN_SWEEP_INTERVAL);
     }
 
     #[tokio::test]

@@ -231,6 +231,16 @@ where
 /// record's last attempt, so past this no message of the record can be left.
 const MAX_SQS_RETENTION: chrono::Duration = chrono::Duration::days(14);
 
+/// Whether a message of a record last attempted at `last_attempt` may still be delivered
+/// at `now`: a DLQ message, or a source message of the same payload in flight. Past SQS's
+/// longest retention none can be.
+pub(crate) fn may_still_be_delivered(
+    last_attempt: chrono::DateTime<chrono::Utc>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    now.signed_duration_since(last_attempt) <= MAX_SQS_RETENTION
+}
+
 /// Whether a live message may point to the object of a record just deleted. A DLQ message
 /// of the record may still be held by another run (a scheduled sweep, a redrive), which
 /// this removal's sweep never saw, until SQS's retention has passed since the last
@@ -242,7 +252,7 @@ async fn object_may_be_live<S: RecordStore>(
     pointer: &S3Pointer,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<bool, ProcessError> {
-    if now.signed_duration_since(removal.last_attempt) <= MAX_SQS_RETENTION {
+    if may_still_be_delivered(removal.last_attempt, now) {
         return Ok(true);
     }
     let current = store.get(&removal.selected.item_id).await?;
@@ -681,5 +691,69 @@ mod race_tests {
             1,
             "the clear deleted a failure that arrived after its snapshot: {report:?}"
         );
+    }
+
+    /// Issue: a message SQS's redrive policy moved to the DLQ after a clear's snapshot, and
+    /// that a sweep adopted before the clear read its page, was cleared. The adopted
+    /// record's last attempt was the message's `SentTimestamp`, its source queue's, before
+    /// the snapshot. An adopted record is dated by its adoption now, so the clear keeps it.
+    #[tokio::test]
+    async fn a_clear_keeps_a_moved_message_adopted_after_its_snapshot() {
+        let store = MemoryStore::new();
+        let now_ms = store.world().now_ms();
+        let mut source = crate::testing::Queue::new("orders", Some(3));
+        source.send(
+            "{\"id\":\"late\"}".into(),
+            Vec::new(),
+            None,
+            now_ms - 60_000,
+        );
+        let message = source.messages()[0].clone();
+        let snapshot_ms = now_ms;
+        // After the snapshot: SQS moves it, and a scheduled sweep adopts it.
+        store.world().lock().dlq.accept_moved(message, &source.arn);
+        let sweep = crate::sweep::sweep_dlq(
+            &store,
+            &SweepOptions {
+                adopt: true,
+                ..SweepOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(sweep.adopted, 1, "{sweep:?}");
+        let receipts: Vec<String> = sweep
+            .held
+            .into_values()
+            .flatten()
+            .map(|m| m.receipt)
+            .collect();
+        store.hold(&receipts, Duration::ZERO).await.unwrap();
+        // The clear reads the table after the adoption (a page every few seconds).
+        let ids: Vec<String> = store.world().lock().table.keys().cloned().collect();
+        assert_eq!(ids.len(), 1, "{ids:?}");
+        let id = ids[0].clone();
+        let read = store.record(&id).expect("adopted");
+        assert!(
+            read.last_attempt.timestamp_millis() >= snapshot_ms,
+            "the adopted record is dated by its adoption"
+        );
+
+        let report = clear_records(
+            &store,
+            &[Removable::of(&read)],
+            snapshot_ms,
+            &Random::seeded(3),
+            |_| {},
+        )
+        .await
+        .unwrap();
+
+        assert_eq!(
+            store.dlq_messages().len(),
+            1,
+            "the clear deleted a failure whose message SQS moved after its snapshot: {report:?}"
+        );
+        assert!(store.record(&id).is_some(), "{report:?}");
     }
 }

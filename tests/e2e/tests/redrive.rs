@@ -147,7 +147,11 @@ async fn reprocess_resolves_successes_and_extends_history_of_failures() {
     );
     assert_eq!(report.dlq_messages_deleted, 2);
     assert_eq!(p.dlq_depth().await, 1, "only ok2's message is left");
-    assert!(p.objects().await.is_empty(), "resolved payload deleted");
+    assert_eq!(
+        p.objects().await.len(),
+        1,
+        "a resolved item's payload is kept while a message of it may be delivered (14 days)"
+    );
     let ok1 = p.store().get("ok1").await.unwrap().unwrap();
     assert_eq!(ok1.status, ItemStatus::Resolved);
     assert!(ok1.resolved_at.is_some());

@@ -1453,7 +1453,7 @@ async fn clear(store: &SimStore) {
     use sqs_keeper_core::RecordStore;
     let actor = store.as_actor("clear");
     let snapshot_ms = store.world().clock.now().timestamp_millis();
-    discard_dlq_messages_sent_before(store, snapshot_ms);
+    discard_what_the_store_holds(store, snapshot_ms);
     let mut records = Vec::new();
     let mut after = None;
     loop {
@@ -1482,7 +1482,6 @@ async fn clear(store: &SimStore) {
             }
         }
     }
-    discard_records_failed_before(store, &records, snapshot_ms);
     let removable: Vec<_> = records.iter().map(sqs_keeper_core::Removable::of).collect();
     let result = sqs_keeper_core::clear_records(
         &actor,
@@ -1499,56 +1498,42 @@ async fn clear(store: &SimStore) {
     store.world().lock().ext.trace.note("clear", "-", &what);
 }
 
-/// What the operator chose to discard with a clear, of the DLQ: the payloads of the
-/// messages sent before its snapshot (but those an item in flight holds). A message the
-/// queue's redrive policy moves after the snapshot was not chosen: a clear that deletes it
-/// loses it.
-fn discard_dlq_messages_sent_before(store: &SimStore, snapshot_ms: i64) {
+/// What the operator chose to discard with a clear: what the store held at its snapshot,
+/// read from the world, not from what the clear reads. Every record then and every DLQ
+/// message then, whether sent to the DLQ or moved there by the queue's redrive policy. An
+/// item in flight then may be dead by the time the clear reads it (its run died), and is
+/// cleared. That it is never removed while in flight is checked at each deletion. A
+/// failure that arrives after the snapshot was not chosen: a clear that removes it loses
+/// it.
+fn discard_what_the_store_holds(store: &SimStore, snapshot_ms: i64) {
     let mut state = store.world().lock();
+    let records: Vec<(String, String)> = state
+        .table
+        .iter()
+        .map(|(id, row)| (id.clone(), row.record.payload.sha256.clone()))
+        .collect();
     let messages: Vec<String> = state
         .dlq
         .messages()
         .iter()
-        .filter(|m| m.sent_at_ms < snapshot_ms)
         .map(|m| {
-            let sha = m
-                .attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE)
+            m.attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE)
                 .map(str::to_string)
-                .unwrap_or_else(|| m.body_sha256.clone());
-            (m.item_id(), sha)
+                .unwrap_or_else(|| m.body_sha256.clone())
         })
-        // Not the payload of the item in flight: that record holds the message, and is kept.
-        .filter(|(item, sha)| {
-            state.table.get(item).is_none_or(|row| {
-                !row.record.status.is_in_flight() || row.record.payload.sha256 != *sha
-            })
-        })
-        .map(|(_, sha)| sha)
         .collect();
-    state.ext.ledger.discarded.extend(messages);
-}
-
-/// What the operator chose to discard with a clear, of the records it read: those not in
-/// flight whose last attempt came before its snapshot. A record whose last attempt came
-/// after was not chosen: a clear that deletes it loses it.
-fn discard_records_failed_before(
-    store: &SimStore,
-    records: &[sqs_keeper_core::DeadLetteredItem],
-    snapshot_ms: i64,
-) {
-    let chosen = records
-        .iter()
-        .filter(|r| !r.status.is_in_flight() && r.last_attempt.timestamp_millis() < snapshot_ms);
-    let ids: Vec<String> = chosen.clone().map(|r| r.item_id.clone()).collect();
-    let shas: Vec<String> = chosen.map(|r| r.payload.sha256.clone()).collect();
-    let mut state = store.world().lock();
+    let ids: Vec<String> = records.iter().map(|(id, _)| id.clone()).collect();
     state.ext.trace.note(
         "clear",
         "-",
         &format!("clearing {} (snapshot {snapshot_ms})", ids.join(" ")),
     );
     state.ext.ledger.purged.extend(ids);
-    state.ext.ledger.discarded.extend(shas);
+    state
+        .ext
+        .ledger
+        .discarded
+        .extend(records.into_iter().map(|(_, sha)| sha).chain(messages));
 }
 
 /// Between a purge's selection and its removal, one selected record whose payload is in

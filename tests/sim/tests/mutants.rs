@@ -248,3 +248,8 @@ fn finds_a_deduplication_id_that_holds_the_receive_count() {
         &["within the FIFO deduplication window"],
     );
 }
+
+#[test]
+fn finds_a_clear_that_dates_a_failure_by_its_last_attempt_only() {
+    finds(Mutant::ClearDatesByLastAttemptOnly, &["lost"]);
+}

@@ -38,7 +38,8 @@ pub struct RedriveSettings {
     pub parser: ItemParser,
     /// Requeue target overriding the queue named in each record.
     pub source_queue_url: Option<String>,
-    /// Keep S3 payload objects of resolved items (default: delete them).
+    /// Keep S3 payload objects of resolved items. By default one is deleted once no
+    /// message can point to it any more (SQS's longest retention after the last attempt).
     pub keep_payloads: bool,
     /// How long a lease lasts if its run dies.
     pub lease_ttl: Duration,
@@ -1133,8 +1134,16 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         }
     }
 
+    /// Deletes a resolved item's payload object, unless the settings keep it or a message
+    /// may still point to it. A source message with the same payload may be in flight
+    /// until SQS's longest retention has passed since the last attempt. A worker failing it
+    /// again records it under the same object, which a delete would take from under it
+    /// (docs/ARCHITECTURE.md §4). The bucket's lifecycle expires what is kept.
     async fn drop_payload(&self, record: &DeadLetteredItem) {
-        if self.settings.keep_payloads {
+        let now = self.settings.retry.clock.now();
+        let live = crate::removal::may_still_be_delivered(record.last_attempt, now)
+            && !crate::mutants::is_on(crate::mutants::Mutant::ResolveDeletesLivePayload);
+        if self.settings.keep_payloads || live {
             return;
         }
         if let PayloadLocation::S3 { bucket, key } = &record.payload.location {

@@ -408,13 +408,47 @@ async fn processed_but_not_marked_resolved_gives_the_item_back_at_once() {
     assert_eq!(engine.store().dlq_messages().len(), 1);
 }
 
+/// Simulation seed 176717: a redrive resolved an item and deleted its payload object
+/// while a worker failed a source message of the same payload again and recorded it under
+/// that object. A resolved item's object is kept while a message of it may still be
+/// delivered (SQS's longest retention after its last attempt); an older one is deleted.
+#[tokio::test]
+async fn a_resolved_items_payload_is_kept_while_a_message_of_it_may_be_delivered() {
+    let mut recent = dead_record("recent", ErrorClass::Throttled, 1);
+    let mut old = dead_record("old", ErrorClass::Throttled, 15 * 24);
+    let mut pointers = Vec::new();
+    for record in [&mut recent, &mut old] {
+        let body = format!(r#"{{"id":"{}"}}"#, record.item_id);
+        let pointer = S3Pointer {
+            bucket: "payloads".into(),
+            key: record.item_id.clone(),
+        };
+        record.payload.location = PayloadLocation::S3 {
+            bucket: pointer.bucket.clone(),
+            key: pointer.key.clone(),
+        };
+        record.payload.sha256 = crate::hex::sha256_hex(body.as_bytes());
+        pointers.push((pointer, body));
+    }
+    let engine = engine_with(vec![recent, old], ScriptedProcessor::new());
+    for (pointer, body) in &pointers {
+        engine.store().put_payload(pointer, body);
+    }
+    let report = run(&engine, RedriveRequest::default()).await;
+    assert_eq!(outcome(&report, "recent"), ItemOutcomeKind::Resolved);
+    assert_eq!(outcome(&report, "old"), ItemOutcomeKind::Resolved);
+    assert!(engine.store().has_payload(&pointers[0].0), "recent: kept");
+    assert!(!engine.store().has_payload(&pointers[1].0), "old: deleted");
+}
+
 #[tokio::test]
 async fn payloads_in_s3_are_checked_then_deleted_once_resolved() {
     let pointer = S3Pointer {
         bucket: "payloads".into(),
         key: "a".into(),
     };
-    let mut good = dead_record("good", ErrorClass::Throttled, 1);
+    // Older than SQS's longest retention: no message of it can be delivered any more.
+    let mut good = dead_record("good", ErrorClass::Throttled, 15 * 24);
     let body = r#"{"id":"good"}"#;
     good.payload.location = PayloadLocation::S3 {
         bucket: pointer.bucket.clone(),

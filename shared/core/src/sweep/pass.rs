@@ -186,7 +186,10 @@ impl Pass {
         received: &ReceivedMessage<D::Message>,
     ) -> Result<Verdict, ProcessError> {
         let item_id = &received.item_id;
-        if options.purge.contains_key(item_id) && sent_since_snapshot(options, received) {
+        if options.purge.contains_key(item_id)
+            && sent_since_snapshot(options, received)
+            && !crate::mutants::is_on(crate::mutants::Mutant::ClearDatesByLastAttemptOnly)
+        {
             // A clear's selected record whose message came after its snapshot: the failure
             // was recorded since, though its attempt began before. Record and message stay.
             if !self.sweep.removed.contains(item_id) {

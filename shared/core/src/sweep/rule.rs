@@ -111,7 +111,14 @@ pub fn adopted_record(
     let candidate = DeadLetterCandidate {
         failures: vec![AttemptFailure {
             attempt: 1,
-            started_at: item.sent_timestamp.unwrap_or(now),
+            // When the sweep found it: the attempt happened in the source queue at a time
+            // nothing records, and a record dated before it was written would let a clear
+            // whose snapshot it postdates take it as older (docs/ARCHITECTURE.md §4).
+            started_at: if crate::mutants::is_on(crate::mutants::Mutant::AdoptionDatedBySentTime) {
+                item.sent_timestamp.unwrap_or(now)
+            } else {
+                now
+            },
             duration: Duration::ZERO,
             error: error.clone(),
         }],

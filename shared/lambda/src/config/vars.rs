@@ -436,7 +436,7 @@ pub const SOURCE_QUEUE_URL: Var = text(
 /// `REDRIVE_KEEP_PAYLOADS`
 pub const KEEP_PAYLOADS: Var = flag(
     "REDRIVE_KEEP_PAYLOADS",
-    "keep the S3 payloads of resolved items",
+    "keep the S3 payloads of resolved items (else each is deleted once no message of its item can be delivered, 14 days after its last attempt)",
 );
 
 /// `REDRIVE_WORKER_FUNCTION`
@@ -578,7 +578,7 @@ mod tests {
         );
         assert_eq!(
             KEEP_PAYLOADS.describe(),
-            "keep the S3 payloads of resolved items: `true` or `false` (default `false`)"
+            "keep the S3 payloads of resolved items (else each is deleted once no message of its item can be delivered, 14 days after its last attempt): `true` or `false` (default `false`)"
         );
         assert_eq!(RETRY_MAX_ATTEMPTS.expected(), "an integer from 1 to 20");
     }
