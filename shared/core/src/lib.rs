@@ -156,8 +156,9 @@ pub use pointer::{
     EXTENDED_PAYLOAD_SIZE_ATTRIBUTE, SHA256_METADATA,
 };
 pub use polling::{
-    blind_restore_after, sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseMarker,
-    PauseState, PollingControl, ProbeOutcome, SourceProbe, SourceQueueState, PAUSE_LEASE,
+    blind_restore_after, pausable, sweep_interval, sweep_reserve, ControlAction, MappingSwitch,
+    PauseMarker, PauseState, PollingControl, ProbeOutcome, SourceProbe, SourceQueueState,
+    MIN_SWEEP_INTERVAL, PAUSE_LEASE,
 };
 pub use ports::{
     Adoption, Compaction, DeadLetterQueue, Deliveries, Expect, MessageView, OutgoingMessage,

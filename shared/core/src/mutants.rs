@@ -140,11 +140,18 @@ pub enum Mutant {
     /// before probing: an opening another record of the sandbox wrote meanwhile is
     /// forgotten, and the sandbox calls the downstream while it knew the breaker open.
     ProbeRemembersStaleState,
+    /// Compaction drops the claim of a message whose every entry goes though its DLQ send
+    /// is under way: a twin of that delivery claims again, appends its attempts a second
+    /// time and sends a second DLQ message.
+    CompactionDropsUnsentClaims,
+    /// A redrive's probe run closes the breaker on an item resolved with nothing done (its
+    /// idempotency key completed before), which never reached the downstream.
+    ProbeClosedBySkippedItem,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 40] = [
+    pub const ALL: [Mutant; 42] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -185,6 +192,8 @@ impl Mutant {
         Mutant::ClearDatesByLastAttemptOnly,
         Mutant::AdoptionDatedBySentTime,
         Mutant::ProbeRemembersStaleState,
+        Mutant::CompactionDropsUnsentClaims,
+        Mutant::ProbeClosedBySkippedItem,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -230,6 +239,8 @@ impl Mutant {
             Mutant::ClearDatesByLastAttemptOnly => "clear-dates-by-last-attempt-only",
             Mutant::AdoptionDatedBySentTime => "adoption-dated-by-sent-time",
             Mutant::ProbeRemembersStaleState => "probe-remembers-stale-state",
+            Mutant::CompactionDropsUnsentClaims => "compaction-drops-unsent-claims",
+            Mutant::ProbeClosedBySkippedItem => "probe-closed-by-skipped-item",
         }
     }
 

@@ -186,6 +186,13 @@ pub fn blind_restore_after(retention: Option<Duration>) -> Duration {
 /// the mapping's start.
 pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(PAUSE_LEASE.as_secs() + 300);
 
+/// Whether the control may pause a queue of this retention: its sweep interval is at least
+/// [`MIN_SWEEP_INTERVAL`]. The worker keeps [`sweep_reserve`] only for such a queue; a
+/// queue never paused needs no sweeps, and its records keep their whole retention.
+pub fn pausable(retention: Duration) -> bool {
+    sweep_interval(retention) >= min_sweep_interval()
+}
+
 /// [`MIN_SWEEP_INTERVAL`], or (with a mutant) the five minutes it was, which a lapsing
 /// lease could outlast.
 fn min_sweep_interval() -> Duration {
@@ -328,10 +335,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
                 return Ok(ControlAction::Polling);
             }
             let queue = self.probe.queue().await?;
-            if queue.visible > 0
-                || sweep_interval(queue.retention) < min_sweep_interval()
-                || !self.mapping.enabled().await?
-            {
+            if queue.visible > 0 || !pausable(queue.retention) || !self.mapping.enabled().await? {
                 // A first open is left to receive-and-hide, and so is a queue whose waiting
                 // messages have not all been received (and judged against their retention)
                 // since, or whose retention is too short to sweep in time; a mapping
@@ -598,6 +602,9 @@ mod tests {
             );
         }
         assert!(sweep_interval(Duration::from_secs(3_727)) < MIN_SWEEP_INTERVAL);
+        // Never paused, so the worker keeps no reserve for its sweeps.
+        assert!(!pausable(Duration::from_secs(3_727)));
+        assert!(pausable(Duration::from_secs(4 * 86_400)));
     }
 
     #[tokio::test]

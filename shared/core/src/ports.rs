@@ -479,6 +479,18 @@ pub struct Deliveries {
     pub sent: HashSet<String>,
 }
 
+impl Written {
+    /// `record` as a write left it, its claims and sent marks not read: compaction then
+    /// keeps every claim at a latest receive.
+    pub fn record_only(record: DeadLetteredItem) -> Written {
+        Written {
+            record,
+            claims: HashSet::new(),
+            sent: HashSet::new(),
+        }
+    }
+}
+
 /// A record as a recording write left it ([`RecordStore::try_record`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Written {
@@ -488,6 +500,10 @@ pub struct Written {
     /// A claim a later receive took shows here, so that an earlier delivery still running
     /// does not send beside it.
     pub claims: HashSet<String>,
+    /// The source message ids whose DLQ message is marked sent, as the write left them. A
+    /// claim on a message not among them is a DLQ send in progress (or cut), and
+    /// compaction keeps it ([`crate::recording::compaction_of`]).
+    pub sent: HashSet<String>,
 }
 
 /// What compacting a record's history writes: the history kept, and with it the attempt

@@ -72,7 +72,17 @@ pub fn stays_inline(len: usize, inline_max: usize) -> bool {
 
 /// The compaction a record just written needs: `None` while its history is within
 /// `history_limit`.
-pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<Compaction> {
+///
+/// `sent` holds the source messages whose DLQ message is marked sent. The claim of a
+/// message whose every entry goes, at its latest receive, is kept unless that message is
+/// among them: its DLQ send may be under way (another message of the same item written in
+/// the same batch grew the history). Dropping it would let a twin of that delivery claim
+/// and send again, and append its attempts a second time.
+pub fn compaction_of(
+    stored: &DeadLetteredItem,
+    sent: &HashSet<String>,
+    history_limit: usize,
+) -> Option<Compaction> {
     let history_limit = limit_keeping_latest(&stored.failure_history, history_limit);
     if stored.failure_history.len() <= history_limit {
         return None;
@@ -94,7 +104,7 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
             forgotten.push(f.message_id.clone());
         }
     }
-    let dropped_claims = dropped_claims(&stored.failure_history, &kept_messages);
+    let dropped_claims = dropped_claims(&stored.failure_history, &kept_messages, sent);
     let skip = stored
         .processed
         .len()
@@ -110,12 +120,17 @@ pub fn compaction_of(stored: &DeadLetteredItem, history_limit: usize) -> Option<
 }
 
 /// The claim elements a compaction of `history` drops: every claim of a message none of
-/// whose entries is kept, and the claims of a kept message's receives before its latest.
+/// whose entries is kept (but one at its latest receive whose DLQ message is not marked
+/// `sent`), and the claims of a message's receives before its latest.
 /// A delivery at a later receive takes those over, so they no longer hold anything back.
 /// In order, once each. An element kept before receive counts were (the message id
 /// alone) is left: it may spell another message's claim (`x:3` is message `x`'s at
 /// receive 3), and it holds nothing back either.
-fn dropped_claims(history: &[FailureDetail], kept_messages: &HashSet<&str>) -> Vec<String> {
+fn dropped_claims(
+    history: &[FailureDetail],
+    kept_messages: &HashSet<&str>,
+    sent: &HashSet<String>,
+) -> Vec<String> {
     let mut latest: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     for f in history {
         let count = latest.entry(f.message_id.as_str()).or_insert(0);
@@ -130,7 +145,11 @@ fn dropped_claims(history: &[FailureDetail], kept_messages: &HashSet<&str>) -> V
     for f in history {
         let message = f.message_id.as_str();
         let kept = kept_messages.contains(message);
-        if !kept || f.receive_count < latest.get(message).copied().unwrap_or(0) {
+        let latest_receive = latest.get(message).copied().unwrap_or(0);
+        let in_progress = f.receive_count == latest_receive
+            && !sent.contains(message)
+            && !crate::mutants::is_on(crate::mutants::Mutant::CompactionDropsUnsentClaims);
+        if (!kept && !in_progress) || f.receive_count < latest_receive {
             push(crate::DlqClaim::new(message, f.receive_count).element());
         }
     }
@@ -217,7 +236,7 @@ pub async fn adopt<T: RecordStore>(
         .await?
     {
         Some(written) => {
-            after_append(table, settings, written.record).await?;
+            after_append(table, settings, &written).await?;
             Ok(true)
         }
         None => Ok(false),
@@ -326,7 +345,7 @@ pub async fn record_delivery<T: RecordStore>(
         }
         match write_compacting_if_full(table, settings, record, &pending, claim).await? {
             Some(written) => {
-                after_append(table, settings, written.record).await?;
+                after_append(table, settings, &written).await?;
                 // A later receive took the claim before this write: this delivery (one
                 // that overlapped the next, its visibility lapsed) must not send beside
                 // it. Its own element stays behind, superseded ([`crate::DlqClaim`]).
@@ -383,7 +402,9 @@ async fn write_compacting_if_full<T: RecordStore>(
         Err(error) if is_item_too_large(&error) => {
             tracing::warn!(item_id = %record.item_id, "record too large to append to; compacting it first");
             if let Some(stored) = table.get(&record.item_id).await? {
-                if let Some(compaction) = compaction_of(&stored, settings.history_limit) {
+                // What is marked sent is not read here: every claim at a latest receive stays.
+                let unknown = HashSet::new();
+                if let Some(compaction) = compaction_of(&stored, &unknown, settings.history_limit) {
                     table.compact(&stored, &compaction).await?;
                 }
             }
@@ -438,13 +459,14 @@ fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
 pub async fn after_append<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
-    stored: DeadLetteredItem,
+    written: &crate::ports::Written,
 ) -> Result<(), ProcessError> {
-    if let Some(wanted) = review_flag_change(&stored) {
+    let stored = &written.record;
+    if let Some(wanted) = review_flag_change(stored) {
         table.set_review_flag(&stored.item_id, wanted).await?;
     }
-    if let Some(compaction) = compaction_of(&stored, settings.history_limit) {
-        if let Err(error) = table.compact(&stored, &compaction).await {
+    if let Some(compaction) = compaction_of(stored, &written.sent, settings.history_limit) {
+        if let Err(error) = table.compact(stored, &compaction).await {
             tracing::warn!(item_id = %stored.item_id, error = %error, "history not compacted; the next failure retries");
         }
     }
@@ -705,16 +727,43 @@ mod tests {
         record
     }
 
+    /// Every message of [`stored`]'s histories marked sent.
+    fn all_sent() -> HashSet<String> {
+        (0..100)
+            .map(|n| format!("m-{n}"))
+            .chain(["m".to_string()])
+            .collect()
+    }
+
+    /// Simulation seed 138109: one batch dead-lettered three messages of one item, and
+    /// the batch was invoked twice. The third write's compaction dropped every entry of the
+    /// first message and its claim, though its DLQ send was under way. The twin then
+    /// claimed it again, appended its attempt a second time and sent a second DLQ
+    /// message. A claim at a forgotten message's latest receive stays until it is sent.
+    #[test]
+    fn compaction_keeps_the_claim_of_a_dlq_send_under_way() {
+        let record = stored(60, 0);
+        let mut sent = all_sent();
+        sent.remove("m-4");
+        let compaction = compaction_of(&record, &sent, 50).unwrap();
+        assert_eq!(compaction.forgotten, ["m-4", "m-5"]);
+        assert_eq!(
+            compaction.dropped_claims,
+            ["m-5:1"],
+            "m-4's DLQ message is not marked sent: its claim stays"
+        );
+    }
+
     #[test]
     fn a_history_within_its_limit_is_not_compacted() {
-        assert_eq!(compaction_of(&stored(50, 30), 50), None);
-        assert_eq!(compaction_of(&stored(3, 0), 50), None);
+        assert_eq!(compaction_of(&stored(50, 30), &all_sent(), 50), None);
+        assert_eq!(compaction_of(&stored(3, 0), &all_sent(), 50), None);
     }
 
     #[test]
     fn compaction_keeps_the_first_and_latest_attempts_with_their_ids_and_claims() {
         let record = stored(60, 30);
-        let compaction = compaction_of(&record, 50).unwrap();
+        let compaction = compaction_of(&record, &all_sent(), 50).unwrap();
         let (history, dropped) = compact_history(record.failure_history.clone(), 50);
         assert_eq!(compaction.history, history);
         assert_eq!(compaction.dropped, 10);
@@ -749,7 +798,7 @@ mod tests {
 
     #[test]
     fn compaction_keeps_a_short_processed_list_whole() {
-        let compaction = compaction_of(&stored(4, 2), 3).unwrap();
+        let compaction = compaction_of(&stored(4, 2), &all_sent(), 3).unwrap();
         assert_eq!(compaction.processed, ["msg:p0", "msg:p1"]);
         assert_eq!(compaction.dropped, 1);
         // The first entry (half the limit, rounded down) and the latest two.
@@ -768,7 +817,7 @@ mod tests {
             entry.receive_count = u32::try_from(n / 2 + 1).unwrap();
             entry.attempt_id = format!("m:{}:{}", entry.receive_count, n % 2 + 1);
         }
-        let compaction = compaction_of(&record, 4).unwrap();
+        let compaction = compaction_of(&record, &all_sent(), 4).unwrap();
         assert_eq!(compaction.dropped_claims, ["m:1", "m:2"]);
         assert!(compaction.forgotten.is_empty());
     }
@@ -780,7 +829,7 @@ mod tests {
     #[test]
     fn compaction_forgets_only_the_deliveries_whose_every_entry_goes_each_once() {
         // Entries 10..20 go: m-3 and m-6 keep some, every entry of m-4 and m-5 goes.
-        let compaction = compaction_of(&stored(60, 0), 50).unwrap();
+        let compaction = compaction_of(&stored(60, 0), &all_sent(), 50).unwrap();
         assert_eq!(compaction.forgotten, ["m-4", "m-5"]);
     }
 

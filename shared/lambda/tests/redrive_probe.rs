@@ -497,3 +497,58 @@ async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next
         "closed by the second probe item: {state:?}"
     );
 }
+
+/// Simulation seed 2776: the probe item was resolved from its completed idempotency key
+/// during an outage (nothing reached the downstream), and the gate closed the breaker on
+/// it. An item resolved with nothing done says nothing of the downstream: the probe run
+/// takes the next item, whose failure opens the breaker again.
+#[tokio::test]
+async fn a_probe_item_resolved_with_nothing_done_decides_nothing() {
+    use sqs_keeper_core::testing::{ScriptedProcessor, Step};
+    let policy = BreakerPolicy {
+        threshold: 3,
+        window: Duration::from_secs(60),
+        open_for: Duration::from_millis(100),
+        max_open: Duration::from_secs(10),
+        probe_for: Duration::from_millis(200),
+        refresh: Duration::ZERO,
+    };
+    let breaker = MemoryBreakerStore::default();
+    let now = SystemTime::now();
+    assert!(breaker
+        .open(
+            now - Duration::from_millis(10),
+            1,
+            now - Duration::from_secs(1)
+        )
+        .await
+        .unwrap());
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("done-before", ErrorClass::Throttled, 3));
+    store.insert_dead_lettered(dead_record("still-down", ErrorClass::Throttled, 2));
+    let processor = ScriptedProcessor::new()
+        .script("done-before", vec![Step::Skip])
+        .script(
+            "still-down",
+            vec![Step::Error(ProcessError::from_http_status(503, "down"))],
+        );
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(processor), settings);
+    let progress = redrive::no_progress();
+    let report = sqs_keeper_lambda::run_gated(
+        &engine,
+        Some((&breaker, &policy)),
+        &RedriveRequest::default(),
+        None,
+        &*progress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.succeeded, 1, "{report:?}");
+    let state = breaker.read().await.unwrap();
+    assert!(
+        state.is_open(SystemTime::now()),
+        "the downstream's 503 decided the probe, not the skipped item: {state:?}"
+    );
+}

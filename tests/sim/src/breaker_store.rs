@@ -80,12 +80,13 @@ impl SimBreakerStore {
         }
     }
 
-    /// §1.12: a worker's sandbox closes the breaker only on the downstream's answer to its
-    /// probe, never on a failure that did not reach it (a handler's decode error).
+    /// §1.12: a worker's sandbox, or a redrive run that took the probe, closes the breaker
+    /// only on the downstream's answer to its probe, never on a failure that did not reach
+    /// it (a handler's decode error, a bad item).
     fn closes_on_an_answer(&self) {
         let mut state = self.world.lock();
         let unanswered = state.ext.ledger.answered_since_probe.get(&self.sandbox) == Some(&false);
-        if self.sandbox.starts_with("worker") && unanswered {
+        if unanswered {
             state.violate(
                 crate::world::Section::Breaker,
                 "-",

@@ -188,7 +188,8 @@ impl SimVisibility {
             );
             // Under a breaker the worker keeps a quarter of the retention in reserve for
             // the polling control's sweeps (docs/ARCHITECTURE.md §1.12).
-            let reserve = if state.ext.breaker.is_some() {
+            let retention = state.source().retention;
+            let reserve = if state.ext.breaker.is_some() && sqs_keeper_core::pausable(retention) {
                 sqs_keeper_core::sweep_reserve(state.source().retention)
             } else {
                 Duration::ZERO

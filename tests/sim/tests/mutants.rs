@@ -253,3 +253,11 @@ fn finds_a_deduplication_id_that_holds_the_receive_count() {
 fn finds_a_clear_that_dates_a_failure_by_its_last_attempt_only() {
     finds(Mutant::ClearDatesByLastAttemptOnly, &["lost"]);
 }
+
+#[test]
+fn finds_a_redrive_probe_closed_by_an_item_resolved_with_nothing_done() {
+    finds(
+        Mutant::ProbeClosedBySkippedItem,
+        &["closed the breaker after a probe the downstream never answered"],
+    );
+}

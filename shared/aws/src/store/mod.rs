@@ -286,7 +286,12 @@ impl DeadLetterStore {
     /// What follows a write that appended to a record's history: the review flag settled,
     /// the history compacted ([`sqs_keeper_core::after_append`]).
     pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::after_append(self, &self.recording(), stored).await
+        sqs_keeper_core::after_append(
+            self,
+            &self.recording(),
+            &sqs_keeper_core::Written::record_only(stored),
+        )
+        .await
     }
 
     /// The items of `ids` (each once) by item id, read with strongly consistent

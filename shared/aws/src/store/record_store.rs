@@ -462,15 +462,20 @@ fn written_of(
     stored: Option<&HashMap<String, AttributeValue>>,
     record: &DeadLetteredItem,
 ) -> Result<Written, ProcessError> {
-    let claims = stored
-        .and_then(|item| item.get(schema::DLQ_CLAIMS))
-        .and_then(|v| v.as_ss().ok())
-        .map(|elements| elements.iter().cloned().collect())
-        .unwrap_or_default();
+    let strings = |name: &str| -> HashSet<String> {
+        stored
+            .and_then(|item| item.get(name))
+            .and_then(|v| v.as_ss().ok())
+            .map(|elements| elements.iter().cloned().collect())
+            .unwrap_or_default()
+    };
+    let claims = strings(schema::DLQ_CLAIMS);
+    let sent = strings(schema::DLQ_SENT);
     let stored = stored.map(schema::record_from_item).transpose()?;
     Ok(Written {
         record: stored.unwrap_or_else(|| record.clone()),
         claims,
+        sent,
     })
 }
 

@@ -181,9 +181,10 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 // spacing longer than the queue's retention: said here, once per sandbox.
                 // Nothing is lost either way (hides are capped, and a message with no room
                 // left is dead-lettered), but the receive budget cannot be spent.
-                // Under a breaker whose control may pause polling, a record needs room for a
-                // sweep besides its next delivery: kept as part of the visibility timeout.
-                let timing = if self.sweep_reserve {
+                // Under a breaker whose control may pause polling (a queue it can pause), a
+                // record needs room for a sweep besides its next delivery: kept as part of
+                // the visibility timeout.
+                let timing = if self.sweep_reserve && crate::polling::pausable(timing.retention) {
                     crate::redelivery::QueueTiming {
                         visibility_timeout: timing.visibility_timeout
                             + crate::polling::sweep_reserve(timing.retention),

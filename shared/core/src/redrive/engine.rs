@@ -384,6 +384,12 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         if !request.dry_run {
             report.requeues_outlived = self.reopen_outlived_requeues(&run).await;
         }
+        // A run that begins a chain selects what is there once its sweep has adopted: an
+        // adopted record is dated by its adoption, after the plan above was made.
+        let plan = match plan.continuation.started_ms {
+            Some(_) if request.continuation_token.is_some() => plan,
+            _ => request.plan(self.settings.retry.clock.now())?,
+        };
         let result = self
             .select_and_redrive(request, &plan, &run, &mut report, on_item)
             .await;
@@ -979,18 +985,22 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
 
     /// Writes what the attempts at `item` came to: resolved, held back by its group's
     /// breaker (given back as it was), or failed again.
-    async fn settle<T>(
+    async fn settle(
         &self,
         record: &DeadLetteredItem,
         run_id: &str,
         item: &WorkItem,
-        run: crate::retry::RetryRun<T>,
+        run: crate::retry::RetryRun<crate::Outcome>,
     ) -> ItemOutcome {
         match run.result {
-            Ok(_) => match self.store.resolve(record, run_id).await {
+            Ok(outcome) => match self.store.resolve(record, run_id).await {
                 Ok(()) => {
                     self.drop_payload(record).await;
-                    outcome_of(record, ItemOutcomeKind::Resolved, None)
+                    let detail = match outcome {
+                        crate::Outcome::Skipped { reason } => Some(format!("{SKIPPED}: {reason}")),
+                        _ => None,
+                    };
+                    outcome_of(record, ItemOutcomeKind::Resolved, detail)
                 }
                 Err(e) => {
                     // Processed, but not marked resolved: give the item back (dead, no
@@ -1191,6 +1201,11 @@ pub fn no_progress() -> Arc<dyn Fn(&ItemOutcome) + Send + Sync> {
 }
 
 /// The outcome of `record`'s item, of `kind`.
+/// How the detail of an item resolved with nothing done begins (the handler skipped it,
+/// or its idempotency key was completed before). Such an item says nothing of the
+/// downstream, and the breaker's gate does not close on it.
+pub(super) const SKIPPED: &str = "resolved with nothing to do";
+
 fn outcome_of(
     record: &DeadLetteredItem,
     kind: ItemOutcomeKind,

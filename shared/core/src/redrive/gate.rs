@@ -118,7 +118,7 @@ where
             return Err(error);
         }
     };
-    if report.succeeded > 0 {
+    if probe_answered_downstream(&report) {
         if let Err(error) = breaker.close().await {
             tracing::warn!(%error, "could not close the circuit breaker");
         }
@@ -174,7 +174,7 @@ where
             ..request.clone()
         };
         let mut report = engine.run_until(&probe, deadline, on_item).await?;
-        let told = report.succeeded > 0 || probe_failed_downstream(&report);
+        let told = probe_answered_downstream(&report) || probe_failed_downstream(&report);
         let next = report.continuation_token.clone();
         let nothing_taken = report.selected == 0;
         if let Some(earlier) = taken.take() {
@@ -193,6 +193,20 @@ where
         }
     }
     Ok(taken.unwrap_or_default())
+}
+
+/// Whether a probe run saw the downstream answer: an item resolved by processing it. One
+/// resolved with nothing done (skipped by its handler, or its idempotency key completed
+/// before: the downstream was never called) says nothing of the downstream.
+fn probe_answered_downstream(report: &RedriveReport) -> bool {
+    report.items.iter().any(|item| {
+        item.outcome == crate::ItemOutcomeKind::Resolved
+            && (crate::mutants::is_on(crate::mutants::Mutant::ProbeClosedBySkippedItem)
+                || !item
+                    .detail
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with(super::engine::SKIPPED)))
+    })
 }
 
 /// Whether a probe run saw the downstream fail: an item failed again with a transient

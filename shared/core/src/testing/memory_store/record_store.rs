@@ -162,6 +162,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         let stored = Written {
             record: row.record.clone(),
             claims: row.claims.iter().cloned().collect(),
+            sent: row.sent.iter().cloned().collect(),
         };
         self.put_row(&mut state, id, row)?;
         if let Some(claim) = claim.filter(|c| c.is_held_later(&stored.claims)) {
@@ -422,7 +423,9 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             },
         )?;
         match stored {
-            Some(stored) => recording::after_append(self, &self.settings, stored).await,
+            Some(stored) => {
+                recording::after_append(self, &self.settings, &Written::record_only(stored)).await
+            }
             None => Ok(()),
         }
     }
@@ -472,7 +475,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             );
             stored
         };
-        recording::after_append(self, &self.settings, stored).await?;
+        recording::after_append(self, &self.settings, &Written::record_only(stored)).await?;
         Ok(true)
     }
 
