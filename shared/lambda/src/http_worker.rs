@@ -14,6 +14,7 @@ pub type DefaultWorker = Worker<Handler<HttpDelivery>, ConfiguredSink>;
 impl DefaultWorker {
     /// Builds the worker from the environment (clients once, reused by every invocation).
     pub async fn from_env() -> Result<Self, StartupError> {
+        crate::config::vars::warn_of_unknown();
         let config = WorkerConfig::from_env()?;
         Self::from_config(config, None).await
     }

@@ -52,6 +52,19 @@
 // or from the crate that defines it).
 #![deny(unnameable_types)]
 
+// A handler's panic fails its record, and only if the build unwinds: built with
+// `panic = "abort"`, the first panic kills the sandbox and the whole batch comes back.
+// `cargo lambda build` and `sam build` pass `panic = "abort"` unless the handler's crate
+// sets `panic` itself, so the build that would lose this says how to keep it.
+#[cfg(all(panic = "abort", not(feature = "panic-abort")))]
+compile_error!(
+    "sqs-keeper: this build aborts on panic, so one panicking handler call would kill the \
+     whole batch instead of failing its record. Add to your crate's Cargo.toml:\n\n\
+     [profile.release]\npanic = \"unwind\"\n\n\
+     (cargo lambda build and sam build otherwise build with panic = \"abort\"). To abort on \
+     purpose, enable the `panic-abort` feature of sqs-keeper."
+);
+
 mod config;
 #[cfg(feature = "http")]
 mod http_worker;

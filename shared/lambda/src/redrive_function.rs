@@ -219,6 +219,7 @@ impl RedriveFunction {
     /// Builds the engine from the environment: the store is required; the processor is
     /// configured when `WORKER_DOWNSTREAM_URL` is set (otherwise only `requeue` works).
     pub async fn from_env() -> Result<RedriveFunction, ConfigError> {
+        crate::config::vars::warn_of_unknown();
         let lookup = |name: &str| std::env::var(name).ok();
         let mut env = EnvReader::new(&lookup);
         let config = RedriveConfig::read(&mut env);

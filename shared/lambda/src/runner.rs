@@ -169,6 +169,14 @@ impl Setup {
     /// returned, naming the variable.
     pub async fn from_env() -> Result<Setup, StartupError> {
         crate::telemetry::init();
+        crate::config::vars::warn_of_unknown();
+        if std::env::var_os("AWS_LAMBDA_RUNTIME_API").is_none() {
+            // Said first: a run outside Lambda usually lacks the variables too, and
+            // lambda_runtime would otherwise end it with a panic that names neither.
+            let error = StartupError::NotUnderLambda;
+            tracing::error!("{error}");
+            return Err(error);
+        }
         match HandlerConfig::from_env() {
             Ok(config) => Ok(Setup::new(config)),
             Err(e) => {

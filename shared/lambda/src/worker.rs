@@ -39,6 +39,9 @@ pub enum StartupError {
     /// The handler's own set-up failed ([`crate::init_failed`]).
     #[error("{0}")]
     Handler(String),
+    /// The binary was started outside Lambda: no Runtime API to take invocations from.
+    #[error("not under Lambda (AWS_LAMBDA_RUNTIME_API is not set): this binary serves a Lambda function's invocations. Run it locally with `local run` (docs/HANDLERS.md) or `cargo lambda watch`")]
+    NotUnderLambda,
 }
 
 impl std::fmt::Debug for StartupError {
@@ -56,6 +59,7 @@ impl StartupError {
             #[cfg(feature = "http")]
             StartupError::Secret(_) => "Runtime.SecretError",
             StartupError::Handler(_) => "Runtime.HandlerInitError",
+            StartupError::NotUnderLambda => "Runtime.NotUnderLambda",
         }
     }
 

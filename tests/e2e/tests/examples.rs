@@ -578,3 +578,29 @@ async fn a_start_up_error_is_printed_once_and_reported_to_lambda() {
         assert!(reported.contains("errorType"), "{binary}: {reported:?}");
     }
 }
+
+/// A handler's binary started outside Lambda (no `AWS_LAMBDA_RUNTIME_API`) says so and how
+/// to run it locally, instead of lambda_runtime's panic naming neither. A misspelt
+/// variable is warned of first.
+#[test]
+fn a_handler_started_outside_lambda_says_how_to_run_it() {
+    let output = std::process::Command::new(e2e::function_binary("orders-worker"))
+        .env_clear()
+        .env("AWS_REGION", "us-east-1")
+        .env("WORKER_RETRY_MAX_ATTEMPT", "5")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let both = format!("{stdout}{stderr}");
+    assert!(both.contains("not under Lambda"), "{both}");
+    assert!(both.contains("local run"), "{both}");
+    assert!(!both.contains("panicked"), "{both}");
+    // A misspelt variable is named, with the one it likely meant.
+    assert!(
+        both.contains("WORKER_RETRY_MAX_ATTEMPT is not a variable sqs-keeper reads")
+            && both.contains("did you mean WORKER_RETRY_MAX_ATTEMPTS?"),
+        "{both}"
+    );
+}

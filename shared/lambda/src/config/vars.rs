@@ -503,9 +503,88 @@ pub const REDRIVE_VARS: &[Var] = &[
     WORKER_MAPPING,
 ];
 
+/// What this library's variables begin with. A variable that begins so and that no list
+/// here names is most likely a misspelling: it would be ignored without a word.
+pub const PREFIXES: &[&str] = &["WORKER_", "DLQ_", "REDRIVE_", "IDEMPOTENCY_"];
+
+/// The names among `names` that begin like this library's variables ([`PREFIXES`]) but
+/// name none of them, each with the known name nearest to it when one is close (at most
+/// three edits). Sorted, each once.
+pub fn unknown<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Vec<(String, Option<&'static str>)> {
+    let known: Vec<&'static str> = WORKER_VARS
+        .iter()
+        .chain(STORE_VARS)
+        .chain(REDRIVE_VARS)
+        .map(|v| v.name)
+        .collect();
+    let mut found: Vec<(String, Option<&'static str>)> = names
+        .into_iter()
+        .filter(|name| PREFIXES.iter().any(|p| name.starts_with(p)))
+        .filter(|name| !known.contains(name))
+        .map(|name| {
+            let nearest = known
+                .iter()
+                .map(|k| (strsim::levenshtein(name, k), *k))
+                .min()
+                .filter(|(distance, _)| *distance <= 3)
+                .map(|(_, k)| k);
+            (name.to_string(), nearest)
+        })
+        .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Logs a warning for each variable of the process's environment that [`unknown`] finds.
+pub fn warn_of_unknown() {
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    for (name, nearest) in unknown(names.iter().map(String::as_str)) {
+        match nearest {
+            Some(nearest) => tracing::warn!(
+                variable = %name,
+                "{name} is not a variable sqs-keeper reads, and is ignored: did you mean {nearest}?"
+            ),
+            None => tracing::warn!(
+                variable = %name,
+                "{name} is not a variable sqs-keeper reads, and is ignored (docs/HANDLERS.md lists them)"
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelt_variable_is_named_with_the_nearest_known_one() {
+        let found = unknown([
+            "WORKER_RETRY_MAX_ATTEMPT",
+            "WORKER_RETRY_MAX_ATTEMPTS",
+            "DLQ_TABEL",
+            "IDEMPOTENCY_TABLE",
+            "WORKER_SOMETHING_ELSE_ENTIRELY",
+            "PATH",
+            "ORDERS_TABLE",
+        ]);
+        assert_eq!(
+            found,
+            [
+                ("DLQ_TABEL".to_string(), Some("DLQ_TABLE")),
+                ("IDEMPOTENCY_TABLE".to_string(), None),
+                (
+                    "WORKER_RETRY_MAX_ATTEMPT".to_string(),
+                    Some("WORKER_RETRY_MAX_ATTEMPTS")
+                ),
+                ("WORKER_SOMETHING_ELSE_ENTIRELY".to_string(), None),
+            ]
+        );
+    }
 
     #[test]
     fn names_are_unique_and_defaults_lie_in_their_ranges() {
