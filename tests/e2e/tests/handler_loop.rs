@@ -52,6 +52,7 @@ async fn local_store_then_local_run_feed_your_binary_and_dead_letter_into_that_s
         "AWS_ENDPOINT_URL",
         "AWS_ENDPOINT_URL_DYNAMODB",
         "AWS_REGION",
+        "AWS_DEFAULT_REGION",
         "DLQ_TABLE",
         "DLQ_QUEUE_URL",
         "DLQ_BUCKET",
@@ -120,8 +121,8 @@ async fn local_store_then_local_run_feed_your_binary_and_dead_letter_into_that_s
             .await
             .unwrap();
     }
-    let mut env = emulator.clone();
-    env.extend(vars.clone());
+    // `local run` with exactly what `local store` printed: its endpoints are the emulator's.
+    let env = vars.clone();
     let handler = e2e::function_binary("fixture-handler");
     let (code, out, err) = local(
         &[

@@ -305,6 +305,8 @@ pub async fn object_count(clients: &AwsClients, bucket: &str) -> Result<u64, Str
 pub fn emulator_env(endpoints: &Endpoints, region: &str) -> Vec<(String, String)> {
     let fixed = [
         ("AWS_REGION", region),
+        // The AWS CLI reads this one, not AWS_REGION.
+        ("AWS_DEFAULT_REGION", region),
         ("AWS_ACCESS_KEY_ID", "test"),
         ("AWS_SECRET_ACCESS_KEY", "test"),
         ("AWS_EC2_METADATA_DISABLED", "true"),

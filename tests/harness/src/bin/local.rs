@@ -27,11 +27,12 @@ struct Cli {
 #[derive(Args)]
 struct EmulatorArgs {
     /// The URL of the emulator that serves SQS, S3 and the other services but DynamoDB
-    /// (`scripts/emulator.sh url`).
+    /// (`scripts/emulator.sh url`); default: `AWS_ENDPOINT_URL`, as `local store` prints it.
     #[arg(long, env = "EMULATOR_URL")]
-    endpoint_url: String,
-    /// DynamoDB Local's URL (`scripts/emulator.sh dynamodb-url`); default: `--endpoint-url`,
-    /// for an emulator that serves every service.
+    endpoint_url: Option<String>,
+    /// DynamoDB Local's URL (`scripts/emulator.sh dynamodb-url`); default:
+    /// `AWS_ENDPOINT_URL_DYNAMODB`, then `--endpoint-url`, for an emulator that serves every
+    /// service.
     #[arg(long, env = "EMULATOR_DYNAMODB_URL")]
     dynamodb_endpoint_url: Option<String>,
 }
@@ -40,11 +41,16 @@ impl EmulatorArgs {
     /// The endpoints, refused unless both are on loopback: these commands create, fill and
     /// delete resources, which must never reach a real account.
     fn endpoints(self) -> Result<Endpoints, String> {
+        let aws = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let shared = self.endpoint_url.or_else(|| aws("AWS_ENDPOINT_URL")).ok_or(
+            "no emulator named: pass --endpoint-url, or set EMULATOR_URL or AWS_ENDPOINT_URL (`local store` prints it; `scripts/emulator.sh env` prints both)",
+        )?;
         let endpoints = Endpoints {
             dynamodb: self
                 .dynamodb_endpoint_url
-                .unwrap_or_else(|| self.endpoint_url.clone()),
-            shared: self.endpoint_url,
+                .or_else(|| aws("AWS_ENDPOINT_URL_DYNAMODB"))
+                .unwrap_or_else(|| shared.clone()),
+            shared,
         };
         for url in [&endpoints.shared, &endpoints.dynamodb] {
             if !url.starts_with("http://127.") && !url.starts_with("http://localhost") {
