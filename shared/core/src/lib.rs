@@ -87,6 +87,8 @@ pub mod envelope;
 mod error;
 pub mod event;
 mod hex;
+#[cfg(feature = "reqwest")]
+mod http_response;
 pub mod idempotency;
 mod item;
 pub mod message;
@@ -137,6 +139,8 @@ pub use duration::{parse_duration, parse_time};
 pub use error::{ErrorClass, ProcessError, CIRCUIT_OPEN};
 pub use event::{decode_event, decode_sqs_event, EventError, SqsBatch, SqsRecord, Text};
 pub use hex::sha256_hex;
+#[cfg(feature = "reqwest")]
+pub use http_response::{error_for_status, retry_after, EXCERPT_CHARS};
 pub use item::{
     bounded_item_id, kept_id, BodyFormat, InvalidRecord, ItemIdSource, ItemParser, WorkItem,
     MAX_ITEM_ID_BYTES,
@@ -180,6 +184,10 @@ pub use redrive::{
     SETTLE_RESERVE,
 };
 pub use removal::{clear_records, remove_records, remove_selected, Removable, RemovalReport};
+/// The `reqwest` this crate classifies errors of (`reqwest` feature): a handler's own client
+/// needs no dependency of its own, and its version always matches.
+#[cfg(feature = "reqwest")]
+pub use reqwest;
 pub use retry::{
     worst_case_record_time, AttemptFailure, ClassAttempts, Deadline, InvocationBudget, Jitter,
     RetryPolicy, FALLBACK_INVOCATION_TIME, MAX_ATTEMPTS_PER_INVOCATION, MIN_RESPONSE_RESERVE,

@@ -42,6 +42,10 @@
 pub use sqs_keeper_core::idempotency::Idempotency;
 pub use sqs_keeper_core::DeadLetterReason;
 pub use sqs_keeper_core::{context, envelope, idempotency, testing};
+/// A handler's own HTTP calls (`reqwest` feature): the client, and its non-success answers
+/// as classified failures with their `Retry-After`.
+#[cfg(feature = "reqwest")]
+pub use sqs_keeper_core::{error_for_status, reqwest};
 pub use sqs_keeper_core::{
     handler_fn, DeadLettered, ErrorClass, Outcome, ProcessError, Processor, WorkItem,
 };
