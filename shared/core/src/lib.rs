@@ -128,12 +128,12 @@ pub use classify::{
 pub use clock::Clock;
 pub use condition::{attr, conditions, epoch_millis, names, Attr, Condition, Found, StoredRecord};
 pub use dead_letter::{
-    compact_history, processed_after, processed_key_for_message, processed_key_for_payload,
-    recorded_message_id, DeadLetterCandidate, DeadLetterReason, DeadLetterSink, DeadLetteredItem,
-    DlqClaim, FailureDetail, InvocationInfo, ItemPayload, ItemStatus, MessageAttribute,
-    NoDeadLetterStore, PayloadLocation, SourceContext, Triage, ATTRIBUTES_LIMIT, CAUSES_LIMIT,
-    CAUSE_LIMIT, ERROR_MESSAGE_LIMIT, HISTORY_HEAD, HISTORY_LIMIT, LEASED_WITH_PAYLOAD,
-    PROCESSED_LIMIT, REQUEUED_BY_ATTRIBUTE, RESPONSE_EXCERPT_LIMIT,
+    compact_history, is_dead_lettering_elsewhere, processed_after, processed_key_for_message,
+    processed_key_for_payload, recorded_message_id, DeadLetterCandidate, DeadLetterReason,
+    DeadLetterSink, DeadLetteredItem, DlqClaim, FailureDetail, InvocationInfo, ItemPayload,
+    ItemStatus, MessageAttribute, NoDeadLetterStore, PayloadLocation, SourceContext, Triage,
+    ATTRIBUTES_LIMIT, CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT, HISTORY_HEAD, HISTORY_LIMIT,
+    LEASED_WITH_PAYLOAD, PROCESSED_LIMIT, REQUEUED_BY_ATTRIBUTE, RESPONSE_EXCERPT_LIMIT,
 };
 pub use duration::{parse_duration, parse_time};
 pub use error::{ErrorClass, ProcessError, CIRCUIT_OPEN};

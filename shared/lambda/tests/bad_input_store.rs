@@ -1060,3 +1060,26 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
         "one per source message"
     );
 }
+
+/// A table misnamed in the configuration (`DLQ_TABLE=no-such-table`) fails every dead
+/// letter with an error that names the table and the region, not only DynamoDB's
+/// `ResourceNotFoundException`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_into_a_missing_table_names_the_table_and_region() {
+    use sqs_keeper_core::DeadLetterSink;
+    let (clients, mut config) = emulator_store_resources("missing-table").await;
+    config.table = unique("no-such-table");
+    let store = DeadLetterStore::new(clients, config.clone());
+    let results = store
+        .dead_letter(
+            &[claim_candidate("order-1", "m-1", 1)],
+            &InvocationInfo::default(),
+        )
+        .await;
+    let error = results[0].as_ref().unwrap_err();
+    assert!(
+        error.message.contains(&format!("table {}", config.table))
+            && error.message.contains("us-east-1"),
+        "{error:?}"
+    );
+}

@@ -388,6 +388,34 @@ impl DeadLetterStore {
     }
 }
 
+impl DeadLetterStore {
+    /// `error` with the resource its step used, and the region, said in its message: a
+    /// table, queue or bucket misnamed in the configuration is named where it fails. A
+    /// dead letter handed on to another delivery is left as it is.
+    fn naming_its_resource(&self, mut error: ProcessError) -> ProcessError {
+        if sqs_keeper_core::is_dead_lettering_elsewhere(&error) {
+            return error;
+        }
+        let step = error.step.as_deref().unwrap_or_default();
+        let resource = match step {
+            "dlq" => format!("queue {}", self.config.queue_url),
+            s if s.contains("payload") => format!("bucket {}", self.config.bucket),
+            _ if step.is_empty() => format!(
+                "table {}, queue {}, bucket {}",
+                self.config.table, self.config.queue_url, self.config.bucket
+            ),
+            _ => format!("table {}", self.config.table),
+        };
+        let region = self
+            .clients
+            .config
+            .region()
+            .map_or_else(|| "no region".to_string(), |r| r.to_string());
+        error.message = format!("{} ({resource}, {region})", error.message);
+        error
+    }
+}
+
 impl DeadLetterSink for DeadLetterStore {
     async fn finish_requeued(
         &self,
@@ -416,7 +444,11 @@ impl DeadLetterSink for DeadLetterStore {
         invocation: &InvocationInfo,
     ) -> Vec<Result<(), ProcessError>> {
         let settings = self.recording_for_dlq().await;
-        sqs_keeper_core::recording::dead_letter(self, &settings, candidates, invocation).await
+        sqs_keeper_core::recording::dead_letter(self, &settings, candidates, invocation)
+            .await
+            .into_iter()
+            .map(|result| result.map_err(|error| self.naming_its_resource(error)))
+            .collect()
     }
 }
 

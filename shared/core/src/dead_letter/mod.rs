@@ -128,7 +128,8 @@ pub fn dead_lettering_elsewhere() -> ProcessError {
 
 const DEAD_LETTERING_ELSEWHERE: &str = "dead-letter-elsewhere";
 
-/// Whether a sink's error is [`dead_lettering_elsewhere`].
+/// Whether a sink's error says another delivery is dead-lettering the record (SQS delivered
+/// its message twice): the record goes back for retry, neither acknowledged nor sent again.
 pub fn is_dead_lettering_elsewhere(error: &ProcessError) -> bool {
     error.step.as_deref() == Some(DEAD_LETTERING_ELSEWHERE)
 }
