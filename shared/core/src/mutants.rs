@@ -147,11 +147,14 @@ pub enum Mutant {
     /// A redrive's probe run closes the breaker on an item resolved with nothing done (its
     /// idempotency key completed before), which never reached the downstream.
     ProbeClosedBySkippedItem,
+    /// A delivery refused by its twin's claim at the same receive appends the attempts
+    /// whose ids compaction dropped: they are counted twice.
+    TwinAppendsAgain,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 42] = [
+    pub const ALL: [Mutant; 43] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -194,6 +197,7 @@ impl Mutant {
         Mutant::ProbeRemembersStaleState,
         Mutant::CompactionDropsUnsentClaims,
         Mutant::ProbeClosedBySkippedItem,
+        Mutant::TwinAppendsAgain,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -241,6 +245,7 @@ impl Mutant {
             Mutant::ProbeRemembersStaleState => "probe-remembers-stale-state",
             Mutant::CompactionDropsUnsentClaims => "compaction-drops-unsent-claims",
             Mutant::ProbeClosedBySkippedItem => "probe-closed-by-skipped-item",
+            Mutant::TwinAppendsAgain => "twin-appends-again",
         }
     }
 

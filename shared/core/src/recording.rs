@@ -370,7 +370,18 @@ pub async fn record_delivery<T: RecordStore>(
                 // A twin's claim, or a later receive's, stays theirs; one an earlier
                 // receive left behind (cut before its send, or its release failed) is
                 // taken over by the next write ([`crate::DlqClaim`]).
-                if claim.is_some_and(|c| c.is_held_elsewhere(&known.claims)) {
+                if let Some(held) = claim.filter(|c| c.is_held_elsewhere(&known.claims)) {
+                    if known.claims.contains(&held.element())
+                        && !crate::mutants::is_on(crate::mutants::Mutant::TwinAppendsAgain)
+                    {
+                        // The claim at this very receive was taken by the write that
+                        // appended this delivery's attempts (its twin's): they are
+                        // recorded, though compaction may have dropped their ids.
+                        pending.retain(|f| {
+                            !(f.message_id == held.message_id
+                                && f.receive_count == held.receive_count)
+                        });
+                    }
                     claim = None;
                 }
             }
@@ -1149,6 +1160,32 @@ mod tests {
             "{earlier:?}"
         );
         assert!(sent(&table).is_empty());
+    }
+
+    /// An outside review's reading of seed 138109's fix: the twin refused by the claim
+    /// still appended the attempts whose ids compaction had dropped. A claim at the same
+    /// receive means the delivery's attempts are recorded: nothing is appended again.
+    #[tokio::test]
+    async fn a_twin_refused_by_the_claim_appends_nothing_though_compaction_dropped_its_ids() {
+        let table = MemoryStore::new();
+        let info = InvocationInfo::default();
+        let first = dead_letter(&table, &settings(), &[candidate("a", 3)], &info).await;
+        assert!(first[0].is_ok(), "{first:?}");
+        let counted = table.record("a").unwrap().failure_count;
+        {
+            // Compaction after another message's write forgot this delivery's ids, and its
+            // DLQ message is not marked sent yet (the twin's send is under way).
+            let mut state = table.world().lock();
+            let row = state.table.get_mut("a").unwrap();
+            row.attempt_ids.clear();
+            row.sent.clear();
+        }
+        let twin = dead_letter(&table, &settings(), &[candidate("a", 3)], &info).await;
+        assert!(
+            crate::dead_letter::is_dead_lettering_elsewhere(twin[0].as_ref().unwrap_err()),
+            "{twin:?}"
+        );
+        assert_eq!(table.record("a").unwrap().failure_count, counted);
     }
 
     /// `candidate` of item `item` carried by message `message`.
