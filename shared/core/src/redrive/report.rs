@@ -61,6 +61,10 @@ pub struct RedriveReport {
     pub selected: usize,
     /// Resolved.
     pub succeeded: usize,
+    /// Of those resolved, the ones resolved with nothing done (skipped by the handler, or
+    /// their idempotency key completed before): the downstream was not called.
+    #[serde(default)]
+    pub resolved_with_nothing_done: usize,
     /// Sent back to the source queue (record `requeued`).
     #[serde(default)]
     pub requeued: usize,
@@ -109,7 +113,16 @@ impl RedriveReport {
     pub(super) fn add(&mut self, outcome: ItemOutcome, sample: usize) {
         self.selected += 1;
         match outcome.outcome {
-            ItemOutcomeKind::Resolved => self.succeeded += 1,
+            ItemOutcomeKind::Resolved => {
+                self.succeeded += 1;
+                if outcome
+                    .detail
+                    .as_deref()
+                    .is_some_and(|d| d.starts_with(super::engine::SKIPPED))
+                {
+                    self.resolved_with_nothing_done += 1;
+                }
+            }
             ItemOutcomeKind::Requeued => self.requeued += 1,
             ItemOutcomeKind::FailedAgain => self.failed_again += 1,
             ItemOutcomeKind::SkippedIneligible => self.skipped_ineligible += 1,
@@ -136,6 +149,7 @@ impl RedriveReport {
     pub fn absorb(&mut self, earlier: RedriveReport) {
         self.selected += earlier.selected;
         self.succeeded += earlier.succeeded;
+        self.resolved_with_nothing_done += earlier.resolved_with_nothing_done;
         self.requeued += earlier.requeued;
         self.failed_again += earlier.failed_again;
         self.skipped_ineligible += earlier.skipped_ineligible;
