@@ -8,7 +8,7 @@ TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 # The architecture `make package` builds for: the template's default.
 LAMBDA_ARCH ?= arm64
 
-.PHONY: help build handler-tools shipped tools emulator demo demo-outage demo-down test soak fmt-check clippy clippy-workspace clippy-sim doc unit unit-workspace unit-sim simulation bench bench-store bench-runtime infra-check sim mutants package
+.PHONY: help build handler-tools package-check shipped tools emulator demo demo-outage demo-down test soak fmt-check clippy clippy-workspace clippy-sim doc unit unit-workspace unit-sim simulation bench bench-store bench-runtime infra-check sim mutants package
 
 help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
@@ -102,6 +102,21 @@ LIBRARIES := -p sqs-keeper-core -p sqs-keeper-aws -p sqs-keeper-http -p sqs-keep
 doc:
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps $(LIBRARIES) --all-features
 
+# The publishable crates packaged as `cargo publish` would package them, and each built from
+# its package against the others' packages (Cargo's verification). With the workspace's dev
+# profile, so that the verification reuses the dependencies the other steps compile. Cargo
+# unpacks a packaged crate into its registry cache as it unpacks a crates.io download, never
+# unpacks one again, and never looks again whether its compiled code is fresh: the last
+# run's copies of these crates and their fingerprints go first (the workspace's crates
+# then compile again once, a few seconds each).
+CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
+PUBLISHED := $(LIBRARIES) -p sqs-keeper-cli
+package-check:
+	rm -rf $(TARGET_DIR)/package $(CARGO_HOME_DIR)/registry/src/*/sqs-keeper-*-[0-9]* \
+	  $(TARGET_DIR)/debug/.fingerprint/sqs-keeper-*
+	$(CARGO) package $(PUBLISHED) --allow-dirty --quiet \
+	  --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
+
 # cfn-lint (SAM and translated), checkov (zero failed checks); installs the tools on first use.
 infra-check:
 	scripts/infra.sh check
@@ -123,7 +138,7 @@ tools:
 # stage's output is printed as each of its steps ends.
 STAGE := --no-print-directory --output-sync=target
 test:
-	$(MAKE) $(STAGE) -j4 fmt-check clippy-workspace doc tools
+	$(MAKE) $(STAGE) -j4 fmt-check clippy-workspace doc tools package-check
 	$(MAKE) $(STAGE) -j3 infra-check emulator shipped
 	$(MAKE) $(STAGE) unit-workspace simulation
 

@@ -331,6 +331,20 @@ impl Setup {
         }
     }
 
+    /// Reads the dead-letter store's table, DLQ and bucket once when `DLQ_CHECK_AT_START`
+    /// asks for it; the error names what failed.
+    async fn check_store(&self) -> Result<(), StartupError> {
+        match &self.config.store {
+            Some(store) if self.config.check_store_at_start => {
+                DeadLetterStore::new(self.aws_clients().await, store.clone())
+                    .check_reachable()
+                    .await
+                    .map_err(StartupError::StoreUnreachable)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Runs `processor` for every invocation until the process ends.
     pub async fn run<P: Processor + 'static>(self, processor: P) -> Result<(), Error> {
         // The simulation's hooks (its mutants) must never serve real traffic:
@@ -344,6 +358,11 @@ impl Setup {
         let concurrency = std::env::var(MAX_CONCURRENCY_VAR).ok();
         if let Some(warning) = concurrency_warning(concurrency.as_deref()) {
             tracing::warn!("{warning}");
+        }
+        if let Err(error) = self.check_store().await {
+            tracing::error!("{error}");
+            error.report().await;
+            return Err(error.into());
         }
         let worker = self.worker(processor).await;
         // The worker serves every invocation until the process ends.

@@ -42,6 +42,10 @@ pub enum StartupError {
     /// The binary was started outside Lambda: no Runtime API to take invocations from.
     #[error("not under Lambda (AWS_LAMBDA_RUNTIME_API is not set): this binary serves a Lambda function's invocations. Run it locally with `local run` (docs/HANDLERS.md) or `cargo lambda watch`")]
     NotUnderLambda,
+    /// `DLQ_CHECK_AT_START` found the dead-letter store's table, DLQ or bucket missing or
+    /// out of reach.
+    #[error("{0}")]
+    StoreUnreachable(String),
 }
 
 impl std::fmt::Debug for StartupError {
@@ -60,6 +64,7 @@ impl StartupError {
             StartupError::Secret(_) => "Runtime.SecretError",
             StartupError::Handler(_) => "Runtime.HandlerInitError",
             StartupError::NotUnderLambda => "Runtime.NotUnderLambda",
+            StartupError::StoreUnreachable(_) => "Runtime.StoreUnreachable",
         }
     }
 

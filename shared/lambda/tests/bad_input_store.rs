@@ -1083,3 +1083,29 @@ async fn a_dead_letter_into_a_missing_table_names_the_table_and_region() {
         "{error:?}"
     );
 }
+
+/// `DLQ_CHECK_AT_START`'s reads: a store whose three resources exist passes; one whose
+/// table, DLQ and bucket are all misnamed fails with each named, and its region.
+#[tokio::test]
+async fn the_start_up_check_passes_a_whole_store_and_names_each_missing_resource() {
+    let (clients, config) = emulator_store_resources("start-check").await;
+    let whole = DeadLetterStore::new(clients.clone(), config.clone());
+    whole.check_reachable().await.unwrap();
+
+    let mut wrong = config.clone();
+    wrong.table = unique("no-such-table");
+    wrong.queue_url = format!("{}-gone", config.queue_url);
+    wrong.bucket = unique("no-such-bucket");
+    let error = DeadLetterStore::new(clients, wrong.clone())
+        .check_reachable()
+        .await
+        .unwrap_err();
+    for named in [
+        format!("table {}", wrong.table),
+        format!("queue {}", wrong.queue_url),
+        format!("bucket {}", wrong.bucket),
+        "us-east-1".to_string(),
+    ] {
+        assert!(error.contains(&named), "{named} not in: {error}");
+    }
+}

@@ -149,3 +149,55 @@ async fn local_store_then_local_run_feed_your_binary_and_dead_letter_into_that_s
         .unwrap();
     assert_eq!(records.count(), 1, "{records:?}");
 }
+
+/// `DLQ_CHECK_AT_START=true` with a misnamed table: the handler refuses to start and says
+/// which table, in which region, before any record is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_up_check_refuses_a_misnamed_table_before_any_record() {
+    let endpoints = e2e::emulator().await;
+    let clients = e2e::clients().await;
+    let emulator = HashMap::from([
+        ("EMULATOR_URL".to_string(), endpoints.shared.clone()),
+        (
+            "EMULATOR_DYNAMODB_URL".to_string(),
+            endpoints.dynamodb.clone(),
+        ),
+    ]);
+    let prefix = e2e::unique_prefix("check");
+    let (code, out, err) = local(&["store", "--prefix", &prefix], &emulator);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let mut env: HashMap<String, String> = out
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let (code, out, err) = local(&["send", "--body", r#"{"id":"a"}"#], &env);
+    assert_eq!(code, 0, "{out}\n{err}");
+    env.insert("DLQ_CHECK_AT_START".to_string(), "true".to_string());
+    env.insert("DLQ_TABLE".to_string(), format!("{prefix}-misnamed"));
+    let handler = e2e::function_binary("fixture-handler");
+    let (code, out, err) = local(
+        &[
+            "run",
+            "--worker",
+            handler.to_str().unwrap(),
+            "--max-secs",
+            "20",
+            "--timeout-secs",
+            "3",
+        ],
+        &env,
+    );
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("the dead-letter store cannot be reached")
+            && err.contains(&format!("table {prefix}-misnamed, us-east-1")),
+        "{err}"
+    );
+    assert!(!err.contains("record done"), "{err}");
+    // The message is still there, for a handler started right.
+    let depth = sqs_keeper_local::esm::queue_depth(&clients.sqs, &env["SOURCE_QUEUE_URL"])
+        .await
+        .unwrap();
+    assert_eq!(depth, 1);
+}

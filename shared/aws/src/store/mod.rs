@@ -388,7 +388,71 @@ impl DeadLetterStore {
     }
 }
 
+/// The key the start-up check reads: no record has it, so each read finds nothing.
+const START_UP_CHECK_KEY: &str = "sqs-keeper-start-up-check";
+
 impl DeadLetterStore {
+    /// Checks that the table, the DLQ and the bucket exist and answer, with one read each:
+    /// `GetItem`, `GetQueueAttributes` and `GetObject`, the reads a worker's role allows.
+    /// The error names each resource that failed, with its region and why.
+    pub async fn check_reachable(&self) -> Result<(), String> {
+        let table = async {
+            self.clients
+                .dynamodb
+                .get_item()
+                .table_name(&self.config.table)
+                .key(
+                    schema::ITEM_ID,
+                    AttributeValue::S(START_UP_CHECK_KEY.to_string()),
+                )
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| ProcessError::from_sdk(&e).with_step("check-table"))
+        };
+        let queue = async {
+            self.clients
+                .sqs
+                .get_queue_attributes()
+                .queue_url(&self.config.queue_url)
+                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| ProcessError::from_sdk(&e).with_step("dlq"))
+        };
+        let bucket = async {
+            let read = self
+                .clients
+                .s3
+                .get_object()
+                .bucket(&self.config.bucket)
+                .key(START_UP_CHECK_KEY)
+                .send()
+                .await;
+            match read {
+                Ok(_) => Ok(()),
+                Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(()),
+                Err(e) => Err(ProcessError::from_sdk(&e).with_step("check-payload-bucket")),
+            }
+        };
+        // At once: a cold start waits for one round trip, not three.
+        let (table, queue, bucket) = futures::join!(table, queue, bucket);
+        let failures: Vec<String> = [table, queue, bucket]
+            .into_iter()
+            .filter_map(Result::err)
+            .map(|e| self.naming_its_resource(e).message)
+            .collect();
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the dead-letter store cannot be reached: {}",
+                failures.join("; ")
+            ))
+        }
+    }
+
     /// `error` with the resource its step used, and the region, said in its message: a
     /// table, queue or bucket misnamed in the configuration is named where it fails. A
     /// dead letter handed on to another delivery is left as it is.

@@ -57,6 +57,9 @@ pub struct HandlerConfig {
     pub deadline_margin: Duration,
     /// Where dead-lettered items go; `None` when no store is configured.
     pub store: Option<sqs_keeper_aws::StoreConfig>,
+    /// Read the store's table, DLQ and bucket once at start-up, and refuse to start when one
+    /// fails (`DLQ_CHECK_AT_START`).
+    pub check_store_at_start: bool,
     /// The idempotency table, when one is configured.
     pub idempotency: Option<IdempotencyConfig>,
     /// Spaced redelivery of records returned for retry; `None` when off.
@@ -149,6 +152,7 @@ impl HandlerConfig {
         let skip_group_on_error = env.flag(&SKIP_GROUP_ON_ERROR);
         let payload = read_payload_policy(env);
         let store = read_store_config(env);
+        let check_store_at_start = env.flag(&CHECK_AT_START);
         let idempotency_table: Option<String> = env.optional(&IDEMPOTENCY_TABLE);
         let idempotency_ttl = env.integer(&IDEMPOTENCY_TTL_SECS);
         let redelivery = read_redelivery(env);
@@ -160,6 +164,7 @@ impl HandlerConfig {
             breaker: breaker_table.map(|table| breaker(table, breaker_key)),
             redelivery,
             store,
+            check_store_at_start,
             payload,
             batch: BatchConfig {
                 parser: ItemParser {

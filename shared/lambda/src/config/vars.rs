@@ -425,6 +425,11 @@ pub const RETENTION_DAYS: Var = integer(
     3650,
     14,
 );
+/// `DLQ_CHECK_AT_START`
+pub const CHECK_AT_START: Var = flag(
+    "DLQ_CHECK_AT_START",
+    "at start-up, read the table, the DLQ and the bucket once each and refuse to start when one is missing or out of reach (three requests per new sandbox)",
+);
 
 /// `REDRIVE_SOURCE_QUEUE_URL`
 pub const SOURCE_QUEUE_URL: Var = text(
@@ -492,7 +497,14 @@ pub const WORKER_VARS: &[Var] = &[
 ];
 
 /// The dead-letter store's variables (worker, redrive function and `dlq`).
-pub const STORE_VARS: &[Var] = &[TABLE, QUEUE_URL, BUCKET, INLINE_MAX_BYTES, RETENTION_DAYS];
+pub const STORE_VARS: &[Var] = &[
+    TABLE,
+    QUEUE_URL,
+    BUCKET,
+    INLINE_MAX_BYTES,
+    RETENTION_DAYS,
+    CHECK_AT_START,
+];
 
 /// The redrive function's own variables (it also reads the store's and, to reprocess, the
 /// worker's).
