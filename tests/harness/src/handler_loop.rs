@@ -142,19 +142,31 @@ pub async fn run(options: &RunOptions) -> Result<(EsmStats, bool), String> {
         api,
         timeout: options.timeout,
     };
-    let result = match wait_for_a_message(&mapping, options.wait).await {
-        Ok(()) => mapping.run_until_drained(&invoker, options.max).await,
-        Err(e) => Err(e),
+    let drive = async {
+        wait_for_a_message(&mapping, options.wait).await?;
+        mapping.run_until_drained(&invoker, options.max).await
     };
-    if let Some(status) = process.exited() {
-        let _ = process.kill().await;
-        return Err(format!(
+    // A handler that ends (a refused start, a crash) ends the run at once, not after the
+    // invocation it leaves unanswered times out.
+    let result = tokio::select! {
+        result = drive => result,
+        status = exit_of(&mut process) => Err(format!(
             "{} exited ({status}); its log lines above say why",
             options.worker.display()
-        ));
-    }
+        )),
+    };
     let _ = process.kill().await;
     result
+}
+
+/// Resolves when the process has ended, with how it ended.
+async fn exit_of(process: &mut FunctionProcess) -> std::process::ExitStatus {
+    loop {
+        if let Some(status) = process.exited() {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Waits until the queue holds a message or `wait` passes, saying so once on stderr.
