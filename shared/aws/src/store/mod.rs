@@ -388,6 +388,11 @@ impl DeadLetterStore {
     }
 }
 
+/// A queue's name: the last segment of its URL.
+fn queue_name(url: &str) -> &str {
+    url.trim_end_matches('/').rsplit('/').next().unwrap_or(url)
+}
+
 /// The key the start-up check reads: no record has it, so each read finds nothing.
 const START_UP_CHECK_KEY: &str = "sqs-keeper-start-up-check";
 
@@ -461,12 +466,14 @@ impl DeadLetterStore {
             return error;
         }
         let step = error.step.as_deref().unwrap_or_default();
+        // The queue by its name: its URL carries the account id, which logs need not hold.
+        let queue = queue_name(&self.config.queue_url);
         let resource = match step {
-            "dlq" => format!("queue {}", self.config.queue_url),
+            "dlq" => format!("queue {queue}"),
             s if s.contains("payload") => format!("bucket {}", self.config.bucket),
             _ if step.is_empty() => format!(
-                "table {}, queue {}, bucket {}",
-                self.config.table, self.config.queue_url, self.config.bucket
+                "table {}, queue {queue}, bucket {}",
+                self.config.table, self.config.bucket
             ),
             _ => format!("table {}", self.config.table),
         };
