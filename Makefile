@@ -108,7 +108,8 @@ doc:
 # unpacks a packaged crate into its registry cache as it unpacks a crates.io download, never
 # unpacks one again, and never looks again whether its compiled code is fresh: the last
 # run's copies of these crates and their fingerprints go first (the workspace's crates
-# then compile again once, a few seconds each).
+# then compile again once, a few seconds each). Run it alone: a build beside it would lose
+# those fingerprints under its feet (`make test` runs it last).
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
 PUBLISHED := $(LIBRARIES) -p sqs-keeper-cli
 package-check:
@@ -134,13 +135,14 @@ tools:
 # not one: the installs beside the workspace's clippy and the docs; the template checks and
 # the emulators' start beside the build of the shipped binaries. The third runs the
 # workspace's tests, then the simulation's build, tests and clippy: on two cores, the
-# simulation's build beside the workspace's test build made neither finish sooner. A
-# stage's output is printed as each of its steps ends.
+# simulation's build beside the workspace's test build made neither finish sooner; then the
+# packages' verification, alone (package-check). A stage's output is printed as each of its
+# steps ends.
 STAGE := --no-print-directory --output-sync=target
 test:
-	$(MAKE) $(STAGE) -j4 fmt-check clippy-workspace doc tools package-check
+	$(MAKE) $(STAGE) -j4 fmt-check clippy-workspace doc tools
 	$(MAKE) $(STAGE) -j3 infra-check emulator shipped
-	$(MAKE) $(STAGE) unit-workspace simulation
+	$(MAKE) $(STAGE) unit-workspace simulation package-check
 
 # The deterministic simulation (docs/SIMULATION.md), optimised build; no emulator needed.
 # `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.
