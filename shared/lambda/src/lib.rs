@@ -69,6 +69,7 @@ mod config;
 #[cfg(feature = "http")]
 mod http_worker;
 pub mod init_error;
+pub mod metric_names;
 mod metrics;
 #[cfg(feature = "http")]
 mod redrive_function;

@@ -1,6 +1,7 @@
 //! CloudWatch Embedded Metric Format (EMF): the functions' metrics as JSON lines on
 //! stdout. Lambda ships stdout to CloudWatch Logs, which turns these lines into metrics
-//! without any API call. Namespace [`NAMESPACE`], dimension `FunctionName`.
+//! without any API call. Namespace [`NAMESPACE`] and dimension `FunctionName`, unless
+//! [`crate::metric_names`] says otherwise.
 //!
 //! Per worker invocation: the batch counts, `ColdStart` (1 on the process's first
 //! invocation, else 0, so its sum counts cold starts and its average is their rate; a
@@ -15,11 +16,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::metric_names::MetricNames;
 use sqs_keeper_core::BatchCounts;
 use sqs_keeper_core::RedriveReport;
 
-/// The metric namespace.
-pub const NAMESPACE: &str = "SqsWorker";
+/// The metric namespace when none is chosen ([`crate::metric_names`]).
+pub const NAMESPACE: &str = crate::metric_names::DEFAULT_NAMESPACE;
 
 /// The most values one metric may carry in one EMF document (the EMF specification's
 /// limit); a batch with more processed records spreads them over more documents.
@@ -64,8 +66,34 @@ fn document(
     extra_dimension: Option<(&str, &str)>,
     metrics: &[(&str, &str, Value)],
 ) -> Value {
+    document_named(
+        crate::metric_names::current(),
+        timestamp_ms,
+        function_name,
+        extra_dimension,
+        metrics,
+    )
+}
+
+/// [`document`] under the given names: the `FunctionName` set always (the templates'
+/// alarms read it), and a second set with the service and the team's dimensions when any
+/// is chosen.
+fn document_named(
+    names: &MetricNames,
+    timestamp_ms: i64,
+    function_name: &str,
+    extra_dimension: Option<(&str, &str)>,
+    metrics: &[(&str, &str, Value)],
+) -> Value {
     let mut dimensions = vec!["FunctionName"];
     dimensions.extend(extra_dimension.map(|(name, _)| name));
+    let team = names.extra();
+    let mut sets = vec![dimensions.clone()];
+    if !team.is_empty() {
+        let mut set = dimensions;
+        set.extend(team.iter().map(|(name, _)| *name));
+        sets.push(set);
+    }
     let definitions: Vec<Value> = metrics
         .iter()
         .map(|(name, unit, _)| json!({"Name": name, "Unit": unit}))
@@ -74,14 +102,17 @@ fn document(
         "_aws": {
             "Timestamp": timestamp_ms,
             "CloudWatchMetrics": [{
-                "Namespace": NAMESPACE,
-                "Dimensions": [dimensions],
+                "Namespace": names.namespace.as_str(),
+                "Dimensions": sets,
                 "Metrics": definitions,
             }]
         },
         "FunctionName": function_name,
     });
     if let Some((name, value)) = extra_dimension {
+        doc[name] = json!(value);
+    }
+    for (name, value) in team {
         doc[name] = json!(value);
     }
     for (name, _, value) in metrics {
@@ -262,6 +293,39 @@ pub fn emit_redrive(report: &RedriveReport, function_name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_teams_names_add_a_dimension_set_beside_the_one_alarms_read() {
+        let names = MetricNames {
+            namespace: "Payments".parse().unwrap(),
+            service: Some("orders".to_string()),
+            dimensions: "environment=prod".parse().unwrap(),
+        };
+        let metrics = [("FailedRecords", COUNT, json!(2))];
+        let doc = document_named(&names, 0, "fn", Some(("ErrorClass", "timeout")), &metrics);
+        let directive = &doc["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], "Payments");
+        assert_eq!(
+            directive["Dimensions"],
+            json!([
+                ["FunctionName", "ErrorClass"],
+                ["FunctionName", "ErrorClass", "service", "environment"]
+            ])
+        );
+        assert_eq!(doc["service"], "orders");
+        assert_eq!(doc["environment"], "prod");
+        assert_eq!(doc["ErrorClass"], "timeout");
+        // Nothing chosen: the one set, as before.
+        let plain = document_named(&MetricNames::default(), 0, "fn", None, &metrics);
+        assert_eq!(
+            plain["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
+            json!([["FunctionName"]])
+        );
+        assert_eq!(
+            plain["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+            "SqsWorker"
+        );
+    }
     use sqs_keeper_core::ErrorClass;
     use sqs_keeper_core::RedriveMode;
 

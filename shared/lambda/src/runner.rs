@@ -178,7 +178,10 @@ impl Setup {
             return Err(error);
         }
         match HandlerConfig::from_env() {
-            Ok(config) => Ok(Setup::new(config)),
+            Ok(config) => {
+                crate::metric_names::configure(config.metrics.clone());
+                Ok(Setup::new(config))
+            }
             Err(e) => {
                 let error = StartupError::from(e);
                 error.report().await;

@@ -109,6 +109,19 @@ struct Plotted {
 
 /// Every metric the dashboard plots, by widget title. Rows use the dashboard shorthand:
 /// `"."` repeats the previous row's value at that position, `"..."` the whole previous row.
+/// A namespace as the template gives it, its parameter (`${MetricsNamespace}`, or a `Ref`
+/// to it) read as its default: the namespace the functions use when nothing is chosen.
+fn metrics_namespace(template: &Value, given: &str) -> String {
+    let default = template["Parameters"]["MetricsNamespace"]["Default"]
+        .as_str()
+        .unwrap();
+    assert_eq!(default, sqs_keeper_lambda::METRICS_NAMESPACE);
+    match given {
+        "${MetricsNamespace}" | "MetricsNamespace" => default.to_string(),
+        other => other.to_string(),
+    }
+}
+
 fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
     let body = &template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0];
     // The `${...}` references are inside JSON strings: the body parses as it is.
@@ -145,7 +158,7 @@ fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
             plotted.push((
                 title.clone(),
                 Plotted {
-                    namespace: resolved[0].clone(),
+                    namespace: metrics_namespace(template, &resolved[0]),
                     metric: resolved[1].clone(),
                     function,
                     stat,
@@ -414,7 +427,10 @@ fn event_source_alarms_and_iam_as_declared() {
         alarms
             .iter()
             .find(|(_, a)| {
-                a["Properties"]["Namespace"] == namespace && a["Properties"]["MetricName"] == metric
+                let given = &a["Properties"]["Namespace"];
+                let given = given.as_str().or(given["Ref"].as_str()).unwrap_or_default();
+                metrics_namespace(&template, given) == namespace
+                    && a["Properties"]["MetricName"] == metric
             })
             .map(|(name, a)| (name.as_str(), &a["Properties"]))
     };

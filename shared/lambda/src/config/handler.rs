@@ -57,6 +57,8 @@ pub struct HandlerConfig {
     pub deadline_margin: Duration,
     /// Where dead-lettered items go; `None` when no store is configured.
     pub store: Option<sqs_keeper_aws::StoreConfig>,
+    /// The metrics' namespace and dimensions.
+    pub metrics: crate::metric_names::MetricNames,
     /// Read the store's table, DLQ and bucket once at start-up, and refuse to start when one
     /// fails (`DLQ_CHECK_AT_START`).
     pub check_store_at_start: bool,
@@ -153,6 +155,7 @@ impl HandlerConfig {
         let payload = read_payload_policy(env);
         let store = read_store_config(env);
         let check_store_at_start = env.flag(&CHECK_AT_START);
+        let metrics = crate::metric_names::MetricNames::read(env);
         let idempotency_table: Option<String> = env.optional(&IDEMPOTENCY_TABLE);
         let idempotency_ttl = env.integer(&IDEMPOTENCY_TTL_SECS);
         let redelivery = read_redelivery(env);
@@ -165,6 +168,7 @@ impl HandlerConfig {
             redelivery,
             store,
             check_store_at_start,
+            metrics,
             payload,
             batch: BatchConfig {
                 parser: ItemParser {

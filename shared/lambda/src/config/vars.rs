@@ -459,6 +459,28 @@ pub const WORKER_MAPPING: Var = text(
     None,
 );
 
+/// `POWERTOOLS_METRICS_NAMESPACE`
+pub const METRICS_NAMESPACE: Var = text(
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "the CloudWatch namespace of the EMF metrics (as Powertools reads it)",
+    "1 to 255 printable ASCII characters, not starting with AWS/",
+    Some("SqsWorker"),
+);
+/// `POWERTOOLS_SERVICE_NAME`
+pub const SERVICE_NAME: Var = text(
+    "POWERTOOLS_SERVICE_NAME",
+    "a `service` dimension on every metric, in a dimension set beside `FunctionName` (as Powertools reads it)",
+    "1 to 1024 characters",
+    None,
+);
+/// `WORKER_METRICS_DIMENSIONS`
+pub const METRICS_DIMENSIONS: Var = text(
+    "WORKER_METRICS_DIMENSIONS",
+    "a team's own dimensions on every metric, in the set `service` is in",
+    "comma-separated name=value pairs, at most 27",
+    None,
+);
+
 /// The worker's own variables.
 pub const WORKER_VARS: &[Var] = &[
     DOWNSTREAM_URL,
@@ -494,6 +516,9 @@ pub const WORKER_VARS: &[Var] = &[
     BREAKER_WINDOW_SECS,
     BREAKER_OPEN_SECS,
     BREAKER_SCOPE,
+    METRICS_NAMESPACE,
+    SERVICE_NAME,
+    METRICS_DIMENSIONS,
 ];
 
 /// The dead-letter store's variables (worker, redrive function and `dlq`).
