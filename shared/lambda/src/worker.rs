@@ -40,7 +40,7 @@ pub enum StartupError {
     #[error("{0}")]
     Handler(String),
     /// The binary was started outside Lambda: no Runtime API to take invocations from.
-    #[error("not under Lambda (AWS_LAMBDA_RUNTIME_API is not set): this binary serves a Lambda function's invocations. Run it locally with `local run` (docs/HANDLERS.md) or `cargo lambda watch`")]
+    #[error("not under Lambda (AWS_LAMBDA_RUNTIME_API is not set): this binary serves a Lambda function's invocations. Run it locally with `keeper run` (docs/HANDLERS.md) or `cargo lambda watch`")]
     NotUnderLambda,
     /// `DLQ_CHECK_AT_START` found the dead-letter store's table, DLQ or bucket missing or
     /// out of reach.

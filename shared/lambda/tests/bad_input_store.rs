@@ -1111,3 +1111,41 @@ async fn the_start_up_check_passes_a_whole_store_and_names_each_missing_resource
     // The queue by its name only: its URL carries the account id.
     assert!(!error.contains(&wrong.queue_url), "{error}");
 }
+
+/// An endpoint that takes the connection and never answers is named within the check's
+/// bound, well inside Lambda's 10 s init limit.
+#[tokio::test]
+async fn the_start_up_check_names_a_silent_endpoint_in_time() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = silent.local_addr().unwrap();
+    let _held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            open.push(socket);
+        }
+    });
+    let (clients, config) = emulator_store_resources("start-silent").await;
+    let s3_config = clients
+        .s3
+        .config()
+        .to_builder()
+        .endpoint_url(format!("http://{address}"))
+        .build();
+    let mut silent_clients = clients.clone();
+    silent_clients.s3 = aws_sdk_s3::Client::from_conf(s3_config);
+    let started = std::time::Instant::now();
+    let error = DeadLetterStore::new(silent_clients, config.clone())
+        .check_reachable()
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        error.contains(&format!("bucket {}", config.bucket)) && error.contains("no answer"),
+        "{error}"
+    );
+    assert!(!error.contains("table"), "{error}");
+}

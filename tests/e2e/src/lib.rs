@@ -477,7 +477,12 @@ pub fn function_binary(name: &str) -> PathBuf {
 /// change dependency fingerprints, and it would rebuild another variant of everything.
 pub fn inner_cargo() -> std::process::Command {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut command = std::process::Command::new(cargo);
+    without_cargo_test_vars(std::process::Command::new(cargo))
+}
+
+/// `command` without the variables `cargo test` sets for this package ([`inner_cargo`]):
+/// for a shell that runs `cargo` in its turn.
+pub fn without_cargo_test_vars(mut command: std::process::Command) -> std::process::Command {
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         let per_crate = [

@@ -595,7 +595,7 @@ fn a_handler_started_outside_lambda_says_how_to_run_it() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let both = format!("{stdout}{stderr}");
     assert!(both.contains("not under Lambda"), "{both}");
-    assert!(both.contains("local run"), "{both}");
+    assert!(both.contains("keeper run"), "{both}");
     assert!(!both.contains("panicked"), "{both}");
     // A misspelt variable is named, with the one it likely meant.
     assert!(

@@ -1,6 +1,6 @@
-//! A handler author's local loop, as the README gives it: `local store` creates the
+//! A handler author's local loop, as the README gives it: `keeper store` creates the
 //! dead-letter store and the source queue on the emulator and prints their variables;
-//! `local run --worker <bin>` feeds the author's own compiled handler from that queue, its
+//! `keeper run --worker <bin>` feeds the author's own compiled handler from that queue, its
 //! log lines on the terminal, a failing record dead-lettered into that store.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::TimeToLiveStatus;
 use aws_sdk_sqs::types::QueueAttributeName;
 
 fn local(args: &[&str], env: &HashMap<String, String>) -> (i32, String, String) {
-    let output = Command::new(e2e::function_binary("local"))
+    let output = Command::new(e2e::function_binary("keeper"))
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -121,7 +121,7 @@ async fn local_store_then_local_run_feed_your_binary_and_dead_letter_into_that_s
             .await
             .unwrap();
     }
-    // `local run` with exactly what `local store` printed: its endpoints are the emulator's.
+    // `keeper run` with exactly what `keeper store` printed: its endpoints are the emulator's.
     let env = vars.clone();
     let handler = e2e::function_binary("fixture-handler");
     let (code, out, err) = local(
@@ -139,7 +139,7 @@ async fn local_store_then_local_run_feed_your_binary_and_dead_letter_into_that_s
     // The handler's own lines, on the terminal.
     assert_eq!(err.matches("record done").count(), 2, "{err}");
     assert!(err.contains("record failed: dead-lettered"), "{err}");
-    // Dead-lettered into the store `local store` made.
+    // Dead-lettered into the store `keeper store` made.
     let records = clients
         .dynamodb
         .scan()

@@ -1,7 +1,8 @@
-//! A handler crate of one's own, outside this workspace, through the README's quick start:
-//! `local new` makes the crate, `cargo build` builds it, `local store` makes the store and
-//! queue, `local send` fills the queue, `local run` runs the handler, and `dlq list` shows
-//! what was dead-lettered. The README holds each command this test runs.
+//! A handler crate of one's own, outside this workspace: the README's quick start, its
+//! `sh` block run by bash as a user pastes it (`keeper new`, `cargo build`, `keeper store`,
+//! `keeper send`, `keeper run`, `dlq list`), with only what a test must change replaced, each
+//! replacement checked to find its line. Then the same crate through a run started before
+//! anything was sent, and built to abort on panic.
 //!
 //! The crate is built into the workspace's target directory (`CARGO_TARGET_DIR`), so that
 //! it reuses the dependencies the tests compiled; its own directory would build the same
@@ -11,14 +12,22 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The README's quick start; each command below must be in it.
-const README: &str = include_str!("../../../README.md");
+/// The README's quick start: the first `sh` block of its "Write a handler" section.
+fn readme_quick_start() -> &'static str {
+    let readme: &'static str = include_str!("../../../README.md");
+    let section = &readme[readme.find("## Write a handler").unwrap()..];
+    let block = &section[section.find("```sh\n").unwrap() + 6..];
+    &block[..block.find("```").unwrap()]
+}
 
-fn readme_says(command: &str) {
+/// `text` with `from` replaced by `to`, which must be there: the README drifting from
+/// what this test knows fails here.
+fn replaced(text: &str, from: &str, to: &str) -> String {
     assert!(
-        README.contains(command),
-        "the README's quick start no longer says `{command}`"
+        text.contains(from),
+        "the README's quick start no longer says `{from}`:\n{text}"
     );
+    text.replace(from, to)
 }
 
 fn tool(
@@ -65,68 +74,97 @@ fn cargo(crate_dir: &Path, args: &[&str]) -> (bool, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crate_from_local_new_builds_runs_and_dead_letters_as_the_readme_says() {
+async fn the_readmes_quick_start_runs_in_bash_as_written() {
     let endpoints = e2e::emulator().await;
     let home = std::env::temp_dir().join(e2e::unique_prefix("outside"));
-    std::fs::create_dir_all(&home).unwrap();
-    let mut env = HashMap::from([
-        ("EMULATOR_URL".to_string(), endpoints.shared.clone()),
-        (
-            "EMULATOR_DYNAMODB_URL".to_string(),
-            endpoints.dynamodb.clone(),
-        ),
-    ]);
-
-    // The crate, outside the workspace.
-    readme_says("local new ../orders-handler");
-    let (code, out, err) = tool("local", &["new", "orders-handler"], &env, &home);
-    assert_eq!(code, 0, "{out}\n{err}");
-    let crate_dir = home.join("orders-handler");
-
-    // Built as the README says; the library says nothing to a handler's build.
-    readme_says("cargo build\n");
-    let (built, log) = cargo(&crate_dir, &["build"]);
-    assert!(built, "{log}");
-    let warnings: Vec<&str> = log.lines().filter(|l| l.starts_with("warning")).collect();
-    assert!(warnings.is_empty(), "{log}");
-    let binary = target_dir().join("debug/orders-handler");
-
-    // The store and queue, and the variables for them.
-    readme_says("export $(local store --prefix orders)");
+    let bin = home.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["keeper", "dlq"] {
+        std::os::unix::fs::symlink(e2e::function_binary(tool), bin.join(tool)).unwrap();
+    }
     let prefix = e2e::unique_prefix("outside");
-    let (code, out, err) = tool("local", &["store", "--prefix", &prefix], &env, &home);
-    assert_eq!(code, 0, "{out}\n{err}");
-    env.extend(
-        out.lines()
-            .filter_map(|line| line.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string())),
+    // The README's commands, in bash, with what a test must change: the tools already
+    // built, the test's emulators, a store and a crate of their own, and the workspace's
+    // target directory (so that the crate reuses the dependencies the tests compiled).
+    let mut script = readme_quick_start().to_string();
+    script = replaced(
+        &script,
+        "make handler-tools && export PATH=\"$PWD/target/debug:$PATH\"",
+        &format!("export PATH=\"{}:$PATH\"", bin.display()),
     );
+    script = replaced(
+        &script,
+        "scripts/emulator.sh start >/dev/null && export $(scripts/emulator.sh env)",
+        &format!(
+            "export EMULATOR_URL={} EMULATOR_DYNAMODB_URL={}",
+            endpoints.shared, endpoints.dynamodb
+        ),
+    );
+    script = replaced(&script, "--prefix orders", &format!("--prefix {prefix}"));
+    let crate_dir = home.join("orders-handler");
+    script = replaced(
+        &script,
+        "../orders-handler",
+        &crate_dir.display().to_string(),
+    );
+    script = replaced(
+        &script,
+        "--worker target/debug/orders-handler",
+        "--worker \"$CARGO_TARGET_DIR/debug/orders-handler\"",
+    );
+    // And, after the README's lines, the variables they exported, for the checks below.
+    let exported = home.join("exported.env");
+    script.push_str(&format!(
+        "env | grep -E '^(AWS_|DLQ_|SOURCE_QUEUE_URL|EMULATOR_|WORKER_)' > {}\n",
+        exported.display()
+    ));
+    let output = e2e::without_cargo_test_vars(Command::new("bash"))
+        .args(["-eu", "-o", "pipefail", "-c", &script])
+        .env("CARGO_TARGET_DIR", target_dir())
+        .current_dir(&home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&output.stdout);
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{script}\n{out}\n{err}");
+    // Built with no warning from the library; the handler's lines on the terminal; the
+    // queue emptied; the refused order dead-lettered and listed by `dlq list`.
+    assert!(!err.lines().any(|l| l.starts_with("warning")), "{err}");
+    assert_eq!(err.matches("record done").count(), 1, "{err}");
+    assert!(out.contains("queue empty"), "{out}");
+    assert!(out.contains("has no quantity"), "{out}");
 
-    // `local run` first waits for a message: it is started before anything is sent.
-    readme_says("local run --worker target/debug/orders-handler");
+    // `keeper run` started before anything is sent waits for it.
+    let env: HashMap<String, String> = std::fs::read_to_string(&exported)
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let run = {
         let env = env.clone();
+        let binary = target_dir().join("debug/orders-handler");
         let crate_dir = crate_dir.clone();
-        let binary = binary.to_string_lossy().into_owned();
         tokio::task::spawn_blocking(move || {
             tool(
-                "local",
-                &["run", "--worker", &binary, "--max-secs", "90"],
+                "keeper",
+                &[
+                    "run",
+                    "--worker",
+                    binary.to_str().unwrap(),
+                    "--max-secs",
+                    "90",
+                ],
                 &env,
                 &crate_dir,
             )
         })
     };
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    readme_says(r#"local send --body '{"order_id":"o-1","qty":2}'"#);
-    readme_says(r#"local send --body '{"order_id":"o-2","qty":0}'"#);
-    for (body, count) in [
-        (r#"{"order_id":"o-1","qty":2}"#, "3"),
-        (r#"{"order_id":"o-2","qty":0}"#, "1"),
-        ("not json", "1"),
-    ] {
+    for (body, count) in [(r#"{"order_id":"o-3","qty":2}"#, "3"), ("not json", "1")] {
         let (code, out, err) = tool(
-            "local",
+            "keeper",
             &["send", "--body", body, "--count", count],
             &env,
             &crate_dir,
@@ -137,14 +175,9 @@ async fn a_crate_from_local_new_builds_runs_and_dead_letters_as_the_readme_says(
     let (code, out, err) = run.await.unwrap();
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(err.contains("waiting up to 30 s for a message"), "{err}");
-    assert!(out.contains("queue empty"), "{out}");
     assert_eq!(err.matches("record done").count(), 3, "{err}");
-
-    // The two it refused, dead-lettered with their reasons.
-    readme_says("dlq list");
     let (code, out, err) = tool("dlq", &["list", "--json"], &env, &crate_dir);
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("order o-2 has no quantity"), "{out}");
     assert_eq!(
         out.matches("\"error_class\":\"validation\"").count(),
         2,
@@ -152,7 +185,7 @@ async fn a_crate_from_local_new_builds_runs_and_dead_letters_as_the_readme_says(
     );
 
     // A send SQS would refuse is refused here, with nothing sent.
-    let (code, _, err) = tool("local", &["send", "--body", "a\u{1}b"], &env, &crate_dir);
+    let (code, _, err) = tool("keeper", &["send", "--body", "a\u{1}b"], &env, &crate_dir);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("outside the characters SQS takes"), "{err}");
 

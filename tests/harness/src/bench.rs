@@ -1,4 +1,4 @@
-//! `local bench` (`make bench`): every benchmark in one run — per-record CPU against
+//! `keeper bench` (`make bench`): every benchmark in one run — per-record CPU against
 //! Powertools and the `serde_json` floor, cold start / size / peak RSS / concurrency of the
 //! worker binary, and dead-letter overhead against the emulator — printed as tables,
 //! written as JSON, and rendered as `docs/BENCHMARKS.md` with the machine's description.

@@ -1,4 +1,4 @@
-//! `local bench` (cost part): what a million messages cost in Lambda, end to end, for the
+//! `keeper bench` (cost part): what a million messages cost in Lambda, end to end, for the
 //! compiled worker against Powertools for AWS Lambda (Python) doing the same work in the same
 //! harness.
 //!

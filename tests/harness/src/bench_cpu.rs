@@ -1,4 +1,4 @@
-//! `local bench-cpu`: per-record CPU of the worker's whole invocation path — raw event
+//! `keeper bench-cpu`: per-record CPU of the worker's whole invocation path — raw event
 //! bytes in, response bytes out — against two peers measured in the same run: the floor
 //! (only deserializing the same bytes into `aws_lambda_events`' `SqsEvent` with
 //! `serde_json`) and, when its venv is available, Powertools for AWS Lambda (Python)

@@ -1,4 +1,4 @@
-//! `local bench` (dead-letter part): what dead-lettering adds per item, against the
+//! `keeper bench` (dead-letter part): what dead-lettering adds per item, against the
 //! emulator through the real SDK clients — latency against a successful item in the same
 //! run, and AWS API calls per dead-lettered item (the record's conditional write, the
 //! batched DLQ send, an S3 write only for large payloads).

@@ -1,4 +1,4 @@
-//! `local bench-runtime`: what the worker binary costs to start and run, against peers
+//! `keeper bench-runtime`: what the worker binary costs to start and run, against peers
 //! measured in the same run: cold start (spawn to the first Runtime API poll) against a
 //! hello-world `lambda_runtime` binary of the same profile, stripped binary size, peak
 //! RSS while handling a 10,000-record event against the event's size, and a batch's

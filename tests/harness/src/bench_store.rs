@@ -1,4 +1,4 @@
-//! `local bench-store`: how the operator's reads and the redrive scale on the emulator.
+//! `keeper bench-store`: how the operator's reads and the redrive scale on the emulator.
 //!
 //! Seeds a table with N records (10,000 by default) and measures, in one run, the
 //! latency of a `list` page, a signature page, `analyze` and `stats` against the floor of

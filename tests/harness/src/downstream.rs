@@ -1,4 +1,4 @@
-//! A downstream HTTP service that answers deterministically per item, so a local run has
+//! A downstream HTTP service that answers deterministically per item, so a keeper run has
 //! every kind of failure on cue. The item body's `scenario` field decides:
 //!
 //! | scenario | answer |

@@ -148,7 +148,7 @@ impl FunctionProcess {
 
     /// [`FunctionProcess::spawn`] with the function's output on this process's stderr (both
     /// its stdout, where Lambda functions log, and its stderr): a developer watching a
-    /// local run sees the handler's lines, and this process's stdout stays its own.
+    /// keeper run sees the handler's lines, and this process's stdout stays its own.
     pub fn spawn_to_terminal(
         binary: &Path,
         function_name: &str,
@@ -158,7 +158,7 @@ impl FunctionProcess {
         use std::os::fd::AsFd;
         let stderr = std::io::stderr().as_fd().try_clone_to_owned()?;
         Self::launch(
-            Command::new(binary),
+            without_other_endpoints(Command::new(binary), env),
             function_name,
             runtime_api,
             env,
@@ -180,4 +180,21 @@ impl FunctionProcess {
     pub async fn kill(&mut self) -> std::io::Result<()> {
         self.child.kill().await
     }
+}
+
+/// `command` without the variables of this shell that could point the function away from
+/// the endpoints and credentials `env` gives it: every `AWS_ENDPOINT_URL*` that `env` does
+/// not set (a per-service one wins over the general one), a session token and a profile.
+fn without_other_endpoints(mut command: Command, env: &[(String, String)]) -> Command {
+    let given = |name: &str| env.iter().any(|(k, _)| k == name);
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let elsewhere = name.starts_with("AWS_ENDPOINT_URL")
+            || name == "AWS_SESSION_TOKEN"
+            || name == "AWS_PROFILE";
+        if elsewhere && !given(&name) {
+            command.env_remove(name.as_ref());
+        }
+    }
+    command
 }

@@ -1,13 +1,13 @@
 //! A handler author's local loop, on the emulators:
 //!
-//! - [`create_store`] (`local store`): a handler's dead-letter store (the table with its
+//! - [`create_store`] (`keeper store`): a handler's dead-letter store (the table with its
 //!   indexes and TTL, the DLQ, the payload bucket) and its source queue (with the redrive
 //!   policy to that DLQ), shaped as the templates shape them, and the variables that point a
 //!   handler and `dlq` at them, printed as `NAME=value` lines.
-//! - [`run`] (`local run --worker <bin>`): the author's own compiled handler served through
+//! - [`run`] (`keeper run --worker <bin>`): the author's own compiled handler served through
 //!   the Lambda Runtime API and fed by the local event source mapping from a queue, as
 //!   Lambda would run it, with the handler's log lines on this terminal (stderr).
-//! - [`send`] (`local send`): messages onto that queue, refused before anything is sent
+//! - [`send`] (`keeper send`): messages onto that queue, refused before anything is sent
 //!   when SQS would refuse them (its character set, its size limit).
 
 use std::path::PathBuf;
@@ -22,7 +22,7 @@ use crate::invokers::RuntimeApiInvoker;
 use crate::resources::{PipelineResources, ResourceSpec};
 use crate::runtime_api::RuntimeApi;
 
-/// What `local store` creates.
+/// What `keeper store` creates.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
     /// The emulators.
@@ -77,7 +77,7 @@ pub async fn create_store(options: &StoreOptions) -> Result<Vec<(String, String)
     Ok(env)
 }
 
-/// What `local run` runs.
+/// What `keeper run` runs.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The emulators.
@@ -142,9 +142,12 @@ pub async fn run(options: &RunOptions) -> Result<(EsmStats, bool), String> {
         api,
         timeout: options.timeout,
     };
+    // The wait counts in `max`: a run never outlasts it.
     let drive = async {
-        wait_for_a_message(&mapping, options.wait).await?;
-        mapping.run_until_drained(&invoker, options.max).await
+        let start = std::time::Instant::now();
+        wait_for_a_message(&mapping, options.wait.min(options.max)).await?;
+        let left = options.max.saturating_sub(start.elapsed());
+        mapping.run_until_drained(&invoker, left).await
     };
     // A handler that ends (a refused start, a crash) ends the run at once, not after the
     // invocation it leaves unanswered times out.
@@ -176,7 +179,7 @@ async fn wait_for_a_message(mapping: &EventSourceMapping, wait: Duration) -> Res
     while mapping.depth().await? == 0 && start.elapsed() < wait {
         if !said {
             eprintln!(
-                "local run: the queue is empty; waiting up to {} s for a message (local send puts one there)",
+                "keeper run: the queue is empty; waiting up to {} s for a message (keeper send puts one there)",
                 wait.as_secs()
             );
             said = true;
@@ -186,14 +189,14 @@ async fn wait_for_a_message(mapping: &EventSourceMapping, wait: Duration) -> Res
     Ok(())
 }
 
-/// What `local send` sends.
+/// What `keeper send` sends.
 #[derive(Debug, Clone)]
 pub struct SendOptions {
     /// The emulators.
     pub endpoints: Endpoints,
     /// The region.
     pub region: String,
-    /// The queue (`SOURCE_QUEUE_URL` from `local store`).
+    /// The queue (`SOURCE_QUEUE_URL` from `keeper store`).
     pub queue_url: String,
     /// The body of every message.
     pub body: String,
@@ -212,7 +215,7 @@ pub async fn send(options: &SendOptions) -> Result<usize, String> {
     let run = fastrand::u64(..);
     let mut sent = 0;
     while sent < options.count {
-        let chunk = (options.count - sent).min(10);
+        let chunk = copies_per_request(options.body.len()).min(options.count - sent);
         let mut request = clients
             .sqs
             .send_message_batch()
@@ -230,7 +233,7 @@ pub async fn send(options: &SendOptions) -> Result<usize, String> {
         }
         let output = request.send().await.map_err(|e| {
             format!(
-                "cannot send to {}: {} (is it a queue on the emulator? local store prints SOURCE_QUEUE_URL)",
+                "cannot send to {}: {} (is it a queue on the emulator? keeper store prints SOURCE_QUEUE_URL)",
                 options.queue_url,
                 sqs_keeper_lambda::ProcessError::from_sdk(&e)
             )
@@ -247,6 +250,13 @@ pub async fn send(options: &SendOptions) -> Result<usize, String> {
     Ok(sent)
 }
 
+/// Copies of a body of `bytes` one `SendMessageBatch` takes: ten at most, and no more than
+/// fit in the 1,048,576 bytes SQS takes per request; one for a body too large to share.
+fn copies_per_request(bytes: usize) -> usize {
+    use sqs_keeper_core::message::MAX_BATCH_BYTES;
+    (MAX_BATCH_BYTES / bytes.max(1)).clamp(1, 10)
+}
+
 /// Refuses a body SQS would refuse, with the reason.
 pub fn check_body(body: &str) -> Result<(), String> {
     use sqs_keeper_core::message::{sqs_allows, MAX_MESSAGE_BYTES};
@@ -255,8 +265,7 @@ pub fn check_body(body: &str) -> Result<(), String> {
     }
     if body.len() > MAX_MESSAGE_BYTES {
         return Err(format!(
-            "the body is {} bytes: SQS takes at most {MAX_MESSAGE_BYTES}",
-            body.len()
+            "the body is larger than SQS takes ({MAX_MESSAGE_BYTES} bytes at most)"
         ));
     }
     if let Some((at, c)) = body.char_indices().find(|(_, c)| !sqs_allows(*c)) {
@@ -279,7 +288,20 @@ mod tests {
         let err = check_body("a\u{1}b").unwrap_err();
         assert!(err.contains("byte 1"), "{err}");
         let err = check_body(&"x".repeat(1_048_577)).unwrap_err();
-        assert!(err.contains("1048577 bytes"), "{err}");
+        assert!(err.contains("larger than SQS takes"), "{err}");
         assert!(check_body(&"x".repeat(1_048_576)).is_ok());
+    }
+
+    #[test]
+    fn a_request_never_carries_more_than_sqs_takes() {
+        assert_eq!(copies_per_request(30), 10);
+        assert_eq!(copies_per_request(104_857), 10);
+        assert_eq!(copies_per_request(200_000), 5);
+        assert_eq!(copies_per_request(1_048_576), 1);
+        for bytes in [1, 1000, 104_858, 200_000, 524_289, 1_048_576] {
+            assert!(
+                copies_per_request(bytes) * bytes <= 1_048_576 || copies_per_request(bytes) == 1
+            );
+        }
     }
 }

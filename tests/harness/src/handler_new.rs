@@ -1,4 +1,4 @@
-//! `local new`: a handler crate of one's own, outside this workspace.
+//! `keeper new`: a handler crate of one's own, outside this workspace.
 //!
 //! The crate depends on this checkout's `sqs-keeper` by path, carries the checkout's
 //! `Cargo.lock` (so that it builds with the dependency versions `make test` tested instead
@@ -28,7 +28,7 @@ const CHECKOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 /// The Rust version the library needs (the workspace's `rust-version`).
 const RUST_VERSION: &str = env!("CARGO_PKG_RUST_VERSION");
 
-/// What `local new` makes.
+/// What `keeper new` makes.
 #[derive(Debug, Clone)]
 pub struct NewOptions {
     /// The crate's directory; it must not exist or be empty.
@@ -46,14 +46,19 @@ pub fn create(options: &NewOptions) -> Result<String, String> {
     refuse_non_empty(&options.dir)?;
     let docs = library.join("../../docs");
     let docs = docs.canonicalize().unwrap_or(docs);
-    let fill = |text: &str| {
-        text.replace("{{name}}", &name)
-            .replace("{{rust_version}}", RUST_VERSION)
-            .replace("{{sqs_keeper}}", &toml_path(&library))
-            .replace("{{sqs_keeper_docs}}", &docs.display().to_string())
-    };
     for (path, template) in FILES {
-        write(&options.dir.join(path), &fill(template))?;
+        // The manifest takes the path as a TOML string; the README as it is.
+        let library = if path == "Cargo.toml" {
+            toml_path(&library)
+        } else {
+            library.display().to_string()
+        };
+        let text = template
+            .replace("{{name}}", &name)
+            .replace("{{rust_version}}", RUST_VERSION)
+            .replace("{{sqs_keeper}}", &library)
+            .replace("{{sqs_keeper_docs}}", &docs.display().to_string());
+        write(&options.dir.join(path), &text)?;
     }
     write(&options.dir.join("Cargo.lock"), CHECKOUT_LOCK)?;
     Ok(name)
@@ -72,13 +77,27 @@ fn package_name(options: &NewOptions) -> Result<String, String> {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if valid {
-        Ok(name)
-    } else {
-        Err(format!(
+    if !valid {
+        return Err(format!(
             "{name:?} is not a package name: a letter, then letters, digits, `-` or `_` (--name sets it)"
-        ))
+        ));
     }
+    if CARGO_RESERVED.contains(&name.as_str()) || in_the_lock_at_our_version(&name) {
+        return Err(format!(
+            "{name:?} cannot name the crate: Cargo keeps it, or this checkout's Cargo.lock has a package of that name (--name sets another)"
+        ));
+    }
+    Ok(name)
+}
+
+/// Names Cargo refuses for a binary: its own directories in `target/`.
+const CARGO_RESERVED: [&str; 4] = ["build", "deps", "examples", "incremental"];
+
+/// Whether the lock the crate carries has a package of this name at the new crate's version:
+/// the two would collide in it (this workspace's own packages are all there).
+fn in_the_lock_at_our_version(name: &str) -> bool {
+    let entry = format!("name = \"{name}\"\nversion = \"0.1.0\"");
+    CHECKOUT_LOCK.contains(&entry)
 }
 
 /// The library crate's directory, absolute, checked to be `sqs-keeper`.
@@ -111,12 +130,19 @@ fn refuse_non_empty(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// A path as a TOML basic string's contents.
+/// A path as a TOML basic string's contents: a backslash and a quote escaped, a control
+/// character as `\uXXXX` (TOML takes neither raw).
 fn toml_path(path: &Path) -> String {
-    path.display()
-        .to_string()
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
+    let mut escaped = String::new();
+    for c in path.display().to_string().chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            c if c.is_control() => escaped.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
@@ -130,6 +156,7 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     fn options(dir: &Path) -> NewOptions {
         NewOptions {
@@ -177,6 +204,21 @@ mod tests {
     }
 
     #[test]
+    fn any_checkout_path_makes_a_manifest_toml_reads_back() {
+        let strange = Path::new("/tmp/a \"b\\c\nd\u{7f}e\tf");
+        let quoted = format!("path = \"{}\"", toml_path(strange));
+        let table: HashMap<String, String> = toml_line(&quoted);
+        assert_eq!(table["path"], strange.display().to_string());
+    }
+
+    /// `key = "value"` read back as a TOML basic string, as Cargo reads it.
+    fn toml_line(line: &str) -> HashMap<String, String> {
+        let (key, value) = line.split_once(" = ").unwrap();
+        let value: String = serde_json::from_str(value).unwrap();
+        HashMap::from([(key.to_string(), value)])
+    }
+
+    #[test]
     fn a_directory_in_use_or_a_bad_name_is_refused_and_left_alone() {
         let dir = scratch("in-use");
         std::fs::create_dir_all(&dir).unwrap();
@@ -194,6 +236,12 @@ mod tests {
         bad.name = Some("1st handler".to_string());
         let err = create(&bad).unwrap_err();
         assert!(err.contains("not a package name"), "{err}");
+        for taken in ["deps", "build", "sqs-keeper", "sqs-keeper-core", "worker"] {
+            let mut named = options(&scratch("taken"));
+            named.name = Some(taken.to_string());
+            let err = create(&named).unwrap_err();
+            assert!(err.contains("cannot name the crate"), "{taken}: {err}");
+        }
         let mut elsewhere = options(&scratch("elsewhere"));
         elsewhere.sqs_keeper = Some(std::env::temp_dir());
         let err = create(&elsewhere).unwrap_err();

@@ -14,15 +14,15 @@
 //! | [`invokers`] | reach the worker as a binary over the Runtime API, or in process |
 //! | [`lambda_api`] | a local Lambda Invoke API that forwards to a function binary |
 //! | [`demo`] | the `make demo` workload, run and summary |
-//! | [`handler_loop`] | a handler author's loop: `local store` (a dead-letter store on the emulator) and `local run` (your binary fed from a queue) |
-//! | [`bench`](mod@bench) | `local bench` (`make bench`): every benchmark in one run, JSON and docs/BENCHMARKS.md |
+//! | [`handler_loop`] | a handler author's loop: `keeper store` (a dead-letter store on the emulator) and `keeper run` (your binary fed from a queue) |
+//! | [`bench`](mod@bench) | `keeper bench` (`make bench`): every benchmark in one run, JSON and docs/BENCHMARKS.md |
 //! | [`bench_cpu`] | per-record CPU against Powertools (Python) and the serde_json floor |
 //! | [`bench_deadletter`] | latency and AWS calls each dead-lettered item adds |
-//! | [`bench_store`] | `local bench-store`: operator reads and redrive throughput at scale |
-//! | [`bench_runtime`] | `local bench-runtime`: cold start, size, peak RSS, batch concurrency |
+//! | [`bench_store`] | `keeper bench-store`: operator reads and redrive throughput at scale |
+//! | [`bench_runtime`] | `keeper bench-runtime`: cold start, size, peak RSS, batch concurrency |
 //! | [`fault_proxy`] | an HTTP proxy in front of the emulator that injects AWS faults, for reliability tests |
 //!
-//! The `local` binary wires these together for `make demo`; the integration tests use
+//! The `keeper` binary wires these together for `make demo`; the integration tests use
 //! the same pieces.
 
 pub mod bench;

@@ -393,6 +393,23 @@ fn queue_name(url: &str) -> &str {
     url.trim_end_matches('/').rsplit('/').next().unwrap_or(url)
 }
 
+/// How long the start-up check waits for each read.
+pub const START_UP_CHECK_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// `read`'s outcome, or a timeout of `step` when it does not answer in
+/// [`START_UP_CHECK_TIMEOUT`].
+async fn answered(
+    read: impl std::future::Future<Output = Result<(), ProcessError>>,
+    step: &str,
+) -> Result<(), ProcessError> {
+    tokio::time::timeout(START_UP_CHECK_TIMEOUT, read)
+        .await
+        .unwrap_or_else(|_| {
+            let message = format!("no answer in {} s", START_UP_CHECK_TIMEOUT.as_secs());
+            Err(ProcessError::new(sqs_keeper_core::ErrorClass::Timeout, message).with_step(step))
+        })
+}
+
 /// The key the start-up check reads: no record has it, so each read finds nothing.
 const START_UP_CHECK_KEY: &str = "sqs-keeper-start-up-check";
 
@@ -441,8 +458,13 @@ impl DeadLetterStore {
                 Err(e) => Err(ProcessError::from_sdk(&e).with_step("check-payload-bucket")),
             }
         };
-        // At once: a cold start waits for one round trip, not three.
-        let (table, queue, bucket) = futures::join!(table, queue, bucket);
+        // At once: a cold start waits for one round trip, not three. Each within a bound,
+        // so that an endpoint that never answers is named before Lambda's 10 s init limit.
+        let (table, queue, bucket) = futures::join!(
+            answered(table, "check-table"),
+            answered(queue, "dlq"),
+            answered(bucket, "check-payload-bucket")
+        );
         let failures: Vec<String> = [table, queue, bucket]
             .into_iter()
             .filter_map(Result::err)

@@ -1,4 +1,4 @@
-//! `local`: runs the worker pipeline on this machine (see `local --help`).
+//! `keeper`: runs the worker pipeline on this machine (see `keeper --help`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Args)]
 struct EmulatorArgs {
     /// The URL of the emulator that serves SQS, S3 and the other services but DynamoDB
-    /// (`scripts/emulator.sh url`); default: `AWS_ENDPOINT_URL`, as `local store` prints it.
+    /// (`scripts/emulator.sh url`); default: `AWS_ENDPOINT_URL`, as `keeper store` prints it.
     #[arg(long, env = "EMULATOR_URL")]
     endpoint_url: Option<String>,
     /// DynamoDB Local's URL (`scripts/emulator.sh dynamodb-url`); default:
@@ -43,7 +43,7 @@ impl EmulatorArgs {
     fn endpoints(self) -> Result<Endpoints, String> {
         let aws = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         let shared = self.endpoint_url.or_else(|| aws("AWS_ENDPOINT_URL")).ok_or(
-            "no emulator named: pass --endpoint-url, or set EMULATOR_URL or AWS_ENDPOINT_URL (`local store` prints it; `scripts/emulator.sh env` prints both)",
+            "no emulator named: pass --endpoint-url, or set EMULATOR_URL or AWS_ENDPOINT_URL (`keeper store` prints it; `scripts/emulator.sh env` prints both)",
         )?;
         let endpoints = Endpoints {
             dynamodb: self
@@ -74,7 +74,7 @@ enum Command {
     /// The data is left in place; the environment to reach it is written to
     /// `<state-dir>/demo.env` and the worker's log to `<state-dir>/worker.log`.
     ///
-    /// Example: local demo --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
+    /// Example: keeper demo --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
     Demo {
         #[command(flatten)]
         emulator: EmulatorArgs,
@@ -99,7 +99,7 @@ enum Command {
     /// shared circuit breaker, and the compiled redrive function runs as its schedule
     /// would (during the outage, then after). Prints a summary that must add up.
     ///
-    /// Example: local demo-outage --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --outage-secs 20
+    /// Example: keeper demo-outage --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --outage-secs 20
     DemoOutage {
         #[command(flatten)]
         emulator: EmulatorArgs,
@@ -131,7 +131,7 @@ enum Command {
     /// and redrive throughput and AWS calls per item, against the emulator. Prints a
     /// table and writes the figures as JSON.
     ///
-    /// Example: local bench-store --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --records 10000
+    /// Example: keeper bench-store --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000 --records 10000
     BenchStore {
         #[command(flatten)]
         emulator: EmulatorArgs,
@@ -153,7 +153,7 @@ enum Command {
     /// a 100-record batch at concurrency 1, 10 and 50 against the ideal. Run it from a
     /// release build (`make bench-runtime`).
     ///
-    /// Example: local bench-runtime --spawns 20
+    /// Example: keeper bench-runtime --spawns 20
     BenchRuntime {
         /// Spawns per binary for the cold-start medians.
         #[arg(long, default_value_t = 20)]
@@ -167,7 +167,7 @@ enum Command {
     /// and dead-letter overhead against the emulator. Prints tables, writes the figures as
     /// JSON and renders docs/BENCHMARKS.md. Run it from a release build.
     ///
-    /// Example: local bench --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
+    /// Example: keeper bench --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
     Bench {
         #[command(flatten)]
         emulator: EmulatorArgs,
@@ -196,7 +196,7 @@ enum Command {
     /// end (event source mapping, Runtime API, a 20 ms downstream), for the worker binary
     /// against Powertools for AWS Lambda (Python) with BatchProcessor and AsyncBatchProcessor.
     ///
-    /// Example: local bench-cost --bin-dir target/lambda --messages 1000
+    /// Example: keeper bench-cost --bin-dir target/lambda --messages 1000
     BenchCost {
         #[command(flatten)]
         emulator: EmulatorArgs,
@@ -210,7 +210,7 @@ enum Command {
     /// Per-record CPU of the worker's invocation path against the serde_json floor and
     /// Powertools for AWS Lambda (Python) on the same event bytes.
     ///
-    /// Example: local bench-cpu --iterations 20
+    /// Example: keeper bench-cpu --iterations 20
     BenchCpu {
         /// Iterations per event shape (the median is reported).
         #[arg(long, default_value_t = 20)]
@@ -222,10 +222,10 @@ enum Command {
     /// Creates a handler's dead-letter store on the emulator: the record table (with its two
     /// indexes and TTL), the DLQ, the payload bucket, and a source queue whose redrive
     /// policy names that DLQ, shaped as the templates shape them. Prints the variables
-    /// that point a handler and `dlq` at them (`NAME=value` lines; `export $(local store
+    /// that point a handler and `dlq` at them (`NAME=value` lines; `export $(keeper store
     /// ...)` sets them in a shell).
     ///
-    /// Example: local store --prefix orders
+    /// Example: keeper store --prefix orders
     Store {
         #[command(flatten)]
         emulator: EmulatorArgs,
@@ -257,14 +257,14 @@ enum Command {
     /// (the dependency versions its tests pass with), a README and a `.gitignore`.
     /// Prints the commands that build it and run it locally.
     ///
-    /// Example: local new ../orders-handler
+    /// Example: keeper new ../orders-handler
     New {
         /// The crate's directory (created; refused when it holds anything).
         dir: PathBuf,
         /// The package and binary name (default: the directory's name).
         #[arg(long)]
         name: Option<String>,
-        /// The `sqs-keeper` crate to depend on (default: the checkout this `local` was
+        /// The `sqs-keeper` crate to depend on (default: the checkout this `keeper` was
         /// built from).
         #[arg(long)]
         sqs_keeper: Option<PathBuf>,
@@ -273,14 +273,14 @@ enum Command {
     /// file, as many times as --count says. A body SQS would refuse (empty, over
     /// 1,048,576 bytes, a character outside its set) is refused before anything is sent.
     ///
-    /// Example: local send --body '{"order_id":"o-1","qty":2}' --count 10
+    /// Example: keeper send --body '{"order_id":"o-1","qty":2}' --count 10
     Send {
         #[command(flatten)]
         emulator: EmulatorArgs,
         /// Region name used with the emulator.
         #[arg(long, default_value = "us-east-1")]
         region: String,
-        /// The queue (`SOURCE_QUEUE_URL` from `local store`).
+        /// The queue (`SOURCE_QUEUE_URL` from `keeper store`).
         #[arg(long, env = "SOURCE_QUEUE_URL")]
         queue_url: String,
         /// The message body.
@@ -301,11 +301,11 @@ enum Command {
     /// queue is empty (nothing visible, nothing in flight) or --max-secs pass; a queue
     /// empty at the start is waited on for --wait-secs first. The
     /// handler gets this shell's environment (its own variables, and the DLQ_* ones that
-    /// `local store` prints for a dead-letter store), with the emulators' endpoints and
+    /// `keeper store` prints for a dead-letter store), with the emulators' endpoints and
     /// test credentials set over it. Prints the totals; exits 1 when the queue was not
     /// emptied in time.
     ///
-    /// Example: local run --worker target/debug/my-handler --queue-url "$SOURCE_QUEUE_URL"
+    /// Example: keeper run --worker target/debug/my-handler --queue-url "$SOURCE_QUEUE_URL"
     Run {
         #[command(flatten)]
         emulator: EmulatorArgs,
@@ -315,7 +315,7 @@ enum Command {
         /// Your handler's compiled binary.
         #[arg(long)]
         worker: PathBuf,
-        /// The queue to feed it from (`SOURCE_QUEUE_URL` from `local store`).
+        /// The queue to feed it from (`SOURCE_QUEUE_URL` from `keeper store`).
         #[arg(long, env = "SOURCE_QUEUE_URL")]
         queue_url: String,
         /// Records per invocation (above 10, gathered from several receives).
@@ -340,9 +340,9 @@ enum Command {
     /// a local deterministic downstream (the body's `scenario` decides its answer); a
     /// dead-letter store is used only when this shell sets DLQ_TABLE, DLQ_QUEUE_URL and
     /// DLQ_BUCKET (then also AWS_ENDPOINT_URL for the emulator), else permanent failures
-    /// are returned. For a handler of your own fed from a queue, see `local run`.
+    /// are returned. For a handler of your own fed from a queue, see `keeper run`.
     ///
-    /// Example: local invoke --event samples/demo-event.json
+    /// Example: keeper invoke --event samples/demo-event.json
     Invoke {
         /// The SQS event (JSON, as Lambda delivers it).
         #[arg(long)]
@@ -356,13 +356,20 @@ enum Command {
     },
 }
 
-/// The body of `local send`: given, or read from a file.
+/// The body of `keeper send`: given, or read from a file.
 fn read_body(body: Option<String>, file: Option<PathBuf>) -> Result<String, String> {
     match (body, file) {
         (Some(body), _) => Ok(body),
-        (None, Some(file)) => std::fs::read(&file)
+        (None, Some(file)) => read_at_most(&file, sqs_keeper_core::message::MAX_MESSAGE_BYTES + 1)
             .map_err(|e| format!("cannot read {}: {e}", file.display()))
             .and_then(|bytes| {
+                if bytes.len() > sqs_keeper_core::message::MAX_MESSAGE_BYTES {
+                    return Err(format!(
+                        "{} is larger than SQS takes ({} bytes at most)",
+                        file.display(),
+                        sqs_keeper_core::message::MAX_MESSAGE_BYTES
+                    ));
+                }
                 String::from_utf8(bytes).map_err(|e| {
                     format!(
                         "{} is not UTF-8 (byte {}): SQS bodies are text; send binary data base64-encoded",
@@ -375,7 +382,18 @@ fn read_body(body: Option<String>, file: Option<PathBuf>) -> Result<String, Stri
     }
 }
 
-/// `local new`: writes the crate and prints what to run next.
+/// The first `limit` bytes of a file: enough to refuse one too large for SQS without
+/// reading it all (`/dev/zero` never ends).
+fn read_at_most(path: &std::path::Path, limit: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(u64::try_from(limit).unwrap_or(u64::MAX))
+        .read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// `keeper new`: writes the crate and prints what to run next.
 fn new_handler(
     dir: PathBuf,
     name: Option<String>,
@@ -389,10 +407,10 @@ fn new_handler(
     let name = sqs_keeper_local::handler_new::create(&options)?;
     let dir = options.dir.display();
     println!("created {dir} (package {name})");
-    println!("next, with the variables of `local store` exported:");
+    println!("next, with the variables of `keeper store` exported:");
     println!("  cd {dir} && cargo build");
-    println!("  local send --body '{{\"order_id\":\"o-1\",\"qty\":2}}'");
-    println!("  local run --worker target/debug/{name}");
+    println!("  keeper send --body '{{\"order_id\":\"o-1\",\"qty\":2}}'");
+    println!("  keeper run --worker target/debug/{name}");
     Ok(ExitCode::SUCCESS)
 }
 
