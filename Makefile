@@ -111,7 +111,7 @@ doc:
 # then compile again once, a few seconds each). Run it alone: a build beside it would lose
 # those fingerprints under its feet (`make test` runs it last).
 CARGO_HOME_DIR := $(or $(CARGO_HOME),$(HOME)/.cargo)
-PUBLISHED := $(LIBRARIES) -p sqs-keeper-cli
+PUBLISHED := $(LIBRARIES) -p sqs-keeper-cli -p sqs-keeper-local
 package-check:
 	rm -rf $(TARGET_DIR)/package $(CARGO_HOME_DIR)/registry/src/*/sqs-keeper-[0-9]* \
 	  $(CARGO_HOME_DIR)/registry/src/*/sqs-keeper-*-[0-9]* \

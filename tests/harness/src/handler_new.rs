@@ -1,8 +1,9 @@
 //! `keeper new`: a handler crate of one's own, outside this workspace.
 //!
-//! The crate depends on this checkout's `sqs-keeper` by path, carries the checkout's
-//! `Cargo.lock` (so that it builds with the dependency versions `make test` tested instead
-//! of resolving afresh), and a release profile that unwinds on panic. The files come from
+//! The crate depends on this checkout's `sqs-keeper` by path (on crates.io's when the tool
+//! was installed and no checkout is at hand), carries the workspace's `Cargo.lock` (so that
+//! it builds with the dependency versions `make test` tested instead of resolving afresh),
+//! and a release profile that unwinds on panic. The files come from
 //! `tests/harness/templates/handler/`, compiled in, with their `{{…}}` names replaced.
 //! A template engine is not used: four fixed names in four small files need none.
 
@@ -19,8 +20,10 @@ const FILES: [(&str, &str); 4] = [
     (".gitignore", include_str!("../templates/handler/gitignore")),
 ];
 
-/// The dependency versions this checkout builds and tests with.
-const CHECKOUT_LOCK: &str = include_str!("../../../Cargo.lock");
+/// The dependency versions the workspace builds and tests with: a copy of its `Cargo.lock`
+/// kept in the package, so that an installed `keeper` has it too (a test keeps the two
+/// equal).
+const TESTED_LOCK: &str = include_str!("../templates/handler/Cargo.lock");
 
 /// The checkout this binary was built from.
 const CHECKOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -39,28 +42,58 @@ pub struct NewOptions {
     pub sqs_keeper: Option<PathBuf>,
 }
 
+/// Where the new crate takes `sqs-keeper` from.
+enum Library {
+    /// A checkout's `shared/sqs-keeper`, by path.
+    Checkout(PathBuf),
+    /// crates.io, at this tool's version (a `keeper` installed with `cargo install`).
+    Published,
+}
+
+impl Library {
+    /// The dependency's value in the manifest (a TOML inline table or string).
+    fn dependency(&self) -> String {
+        match self {
+            Library::Checkout(dir) => format!("{{ path = \"{}\" }}", toml_path(dir)),
+            Library::Published => format!("\"{}\"", env!("CARGO_PKG_VERSION")),
+        }
+    }
+
+    /// Where it comes from, for the crate's README.
+    fn origin(&self) -> String {
+        match self {
+            Library::Checkout(dir) => format!("the checkout at {}", dir.display()),
+            Library::Published => format!("crates.io, version {}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+
+    /// Where the handler's documentation is.
+    fn handler_docs(&self) -> String {
+        match self {
+            Library::Checkout(dir) => {
+                let docs = dir.join("../../docs/HANDLERS.md");
+                docs.canonicalize().unwrap_or(docs).display().to_string()
+            }
+            Library::Published => "https://docs.rs/sqs-keeper".to_string(),
+        }
+    }
+}
+
 /// Writes the crate and returns its package name.
 pub fn create(options: &NewOptions) -> Result<String, String> {
     let name = package_name(options)?;
-    let library = library_dir(options.sqs_keeper.as_deref())?;
+    let library = library(options.sqs_keeper.as_deref())?;
     refuse_non_empty(&options.dir)?;
-    let docs = library.join("../../docs");
-    let docs = docs.canonicalize().unwrap_or(docs);
     for (path, template) in FILES {
-        // The manifest takes the path as a TOML string; the README as it is.
-        let library = if path == "Cargo.toml" {
-            toml_path(&library)
-        } else {
-            library.display().to_string()
-        };
         let text = template
             .replace("{{name}}", &name)
             .replace("{{rust_version}}", RUST_VERSION)
-            .replace("{{sqs_keeper}}", &library)
-            .replace("{{sqs_keeper_docs}}", &docs.display().to_string());
+            .replace("{{sqs_keeper_dependency}}", &library.dependency())
+            .replace("{{sqs_keeper_origin}}", &library.origin())
+            .replace("{{handler_docs}}", &library.handler_docs());
         write(&options.dir.join(path), &text)?;
     }
-    write(&options.dir.join("Cargo.lock"), CHECKOUT_LOCK)?;
+    write(&options.dir.join("Cargo.lock"), TESTED_LOCK)?;
     Ok(name)
 }
 
@@ -97,14 +130,21 @@ const CARGO_RESERVED: [&str; 4] = ["build", "deps", "examples", "incremental"];
 /// the two would collide in it (this workspace's own packages are all there).
 fn in_the_lock_at_our_version(name: &str) -> bool {
     let entry = format!("name = \"{name}\"\nversion = \"0.1.0\"");
-    CHECKOUT_LOCK.contains(&entry)
+    TESTED_LOCK.contains(&entry)
 }
 
-/// The library crate's directory, absolute, checked to be `sqs-keeper`.
-fn library_dir(given: Option<&Path>) -> Result<PathBuf, String> {
+/// The library: the directory given, else the checkout this tool was built from, else
+/// (an installed tool, its checkout gone) crates.io.
+fn library(given: Option<&Path>) -> Result<Library, String> {
     let dir = match given {
         Some(dir) => dir.to_path_buf(),
-        None => Path::new(CHECKOUT).join("shared/sqs-keeper"),
+        None => {
+            let checkout = Path::new(CHECKOUT).join("shared/sqs-keeper");
+            if !checkout.join("Cargo.toml").is_file() {
+                return Ok(Library::Published);
+            }
+            checkout
+        }
     };
     let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).map_err(|e| {
         format!(
@@ -116,6 +156,7 @@ fn library_dir(given: Option<&Path>) -> Result<PathBuf, String> {
         return Err(format!("{} is not the sqs-keeper crate", dir.display()));
     }
     dir.canonicalize()
+        .map(Library::Checkout)
         .map_err(|e| format!("{}: {e}", dir.display()))
 }
 
@@ -194,13 +235,33 @@ mod tests {
             "{manifest}"
         );
         let lock = std::fs::read_to_string(dir.join("Cargo.lock")).unwrap();
-        assert_eq!(lock, CHECKOUT_LOCK);
+        assert_eq!(lock, TESTED_LOCK);
+        let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        assert!(!readme.contains("{{"), "{readme}");
         let main = std::fs::read_to_string(dir.join("src/main.rs")).unwrap();
         assert!(
             main.contains("sqs_keeper::run(handler_fn(handle))"),
             "{main}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_lock_a_crate_gets_is_the_one_the_workspace_tests_with() {
+        assert!(
+            TESTED_LOCK == include_str!("../../../Cargo.lock"),
+            "the workspace's Cargo.lock changed: cp Cargo.lock tests/harness/templates/handler/Cargo.lock"
+        );
+    }
+
+    #[test]
+    fn an_installed_tool_without_its_checkout_takes_the_published_crate() {
+        let published = Library::Published;
+        assert_eq!(
+            published.dependency(),
+            format!("\"{}\"", env!("CARGO_PKG_VERSION"))
+        );
+        assert_eq!(published.handler_docs(), "https://docs.rs/sqs-keeper");
     }
 
     #[test]
