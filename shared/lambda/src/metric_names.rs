@@ -23,8 +23,37 @@ pub const DEFAULT_NAMESPACE: &str = "SqsWorker";
 /// `FunctionName`, `service` and per-line dimension (`ErrorClass`) take three.
 pub const MAX_EXTRA_DIMENSIONS: usize = 27;
 
-/// Names the library's own dimensions and properties take; a team's dimension may not.
-const RESERVED: [&str; 5] = ["FunctionName", "service", "ErrorClass", "_aws", "requestId"];
+/// Names the library's own dimensions, properties and redrive metrics take; a team's
+/// dimension may not (nor a worker metric's, [`sqs_keeper_core::context::RESERVED_METRICS`]):
+/// in one document the two would share a key.
+const RESERVED: [&str; 21] = [
+    "FunctionName",
+    "service",
+    "ErrorClass",
+    "_aws",
+    "requestId",
+    "RunId",
+    "Mode",
+    "Selected",
+    "Resolved",
+    "Requeued",
+    "FailedAgain",
+    "SkippedIneligible",
+    "LeasedElsewhere",
+    "NotFound",
+    "Errors",
+    "Adopted",
+    "DlqMessagesDeleted",
+    "StoppedEarly",
+    "OldestDeadRecordAgeSeconds",
+    "Pending",
+    "Resumed",
+];
+
+/// Whether a team's dimension may take `name`.
+fn reserved(name: &str) -> bool {
+    RESERVED.contains(&name) || sqs_keeper_core::context::RESERVED_METRICS.contains(&name)
+}
 
 /// Where the metrics go and under which dimensions.
 ///
@@ -111,7 +140,8 @@ pub fn configure(names: MetricNames) {
 static NAMES: OnceLock<MetricNames> = OnceLock::new();
 
 /// A CloudWatch namespace: 1 to 255 characters, printable ASCII, not `AWS/…` (AWS keeps
-/// those for its own services).
+/// those for its own services), and no `"` or `\` (the templates' dashboard holds it in
+/// a JSON string).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Namespace(String);
 
@@ -132,8 +162,9 @@ impl FromStr for Namespace {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.len() > 255 || !s.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
-            return Err("1 to 255 printable ASCII characters".to_string());
+        let printable = s.chars().all(|c| c.is_ascii_graphic() || c == ' ');
+        if s.len() > 255 || !printable || s.contains(['"', '\\']) {
+            return Err("1 to 255 printable ASCII characters, no `\"` or `\\`".to_string());
         }
         if s.starts_with("AWS/") {
             return Err("namespaces starting with AWS/ are AWS's own".to_string());
@@ -142,15 +173,16 @@ impl FromStr for Namespace {
     }
 }
 
-/// A dimension value: 1 to 1,024 characters, no control character.
+/// A dimension value: 1 to 1,024 printable ASCII characters (CloudWatch refuses others).
 struct DimensionValue(String);
 
 impl FromStr for DimensionValue {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.is_empty() || s.chars().count() > 1024 || s.chars().any(char::is_control) {
-            return Err("1 to 1024 characters, none a control character".to_string());
+        let printable = s.chars().all(|c| c.is_ascii_graphic() || c == ' ');
+        if s.is_empty() || s.len() > 1024 || !printable {
+            return Err("1 to 1024 printable ASCII characters".to_string());
         }
         Ok(DimensionValue(s.to_string()))
     }
@@ -179,12 +211,16 @@ impl FromStr for Dimensions {
                 .split_once('=')
                 .ok_or_else(|| format!("{pair:?} is not name=value"))?;
             let (name, value) = (name.trim(), value.trim());
-            if name.is_empty() || name.len() > 255 || !name.chars().all(|c| c.is_ascii_graphic()) {
+            if name.is_empty()
+                || name.len() > 255
+                || name.starts_with(':')
+                || !name.chars().all(|c| c.is_ascii_graphic())
+            {
                 return Err(format!(
-                    "{name:?}: a name is 1 to 255 printable ASCII characters"
+                    "{name:?}: a name is 1 to 255 printable ASCII characters, not starting with `:`"
                 ));
             }
-            if RESERVED.contains(&name) || pairs.iter().any(|(n, _)| n == name) {
+            if reserved(name) || pairs.iter().any(|(n, _)| n == name) {
                 return Err(format!(
                     "{name:?} is taken (by the library or an earlier pair)"
                 ));
@@ -254,7 +290,25 @@ mod tests {
             ("WORKER_METRICS_DIMENSIONS", "FunctionName=x", "taken"),
             ("WORKER_METRICS_DIMENSIONS", "a=1,a=2", "taken"),
             ("WORKER_METRICS_DIMENSIONS", "a=", "1 to 1024"),
-            ("POWERTOOLS_SERVICE_NAME", "bell\u{7}", "control"),
+            ("POWERTOOLS_SERVICE_NAME", "bell\u{7}", "printable ASCII"),
+            (
+                "POWERTOOLS_SERVICE_NAME",
+                "commandes-été",
+                "printable ASCII",
+            ),
+            (
+                "WORKER_METRICS_DIMENSIONS",
+                "team=paiements-été",
+                "printable ASCII",
+            ),
+            (
+                "WORKER_METRICS_DIMENSIONS",
+                ":team=core",
+                "not starting with `:`",
+            ),
+            ("WORKER_METRICS_DIMENSIONS", "Records=eu", "taken"),
+            ("WORKER_METRICS_DIMENSIONS", "RunId=1", "taken"),
+            ("POWERTOOLS_METRICS_NAMESPACE", "Orders \"EU\"", "no `\"`"),
         ] {
             let error = read(&[(var, value)]).unwrap_err();
             let problem = &error.problems[0];

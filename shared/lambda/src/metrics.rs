@@ -176,7 +176,16 @@ pub fn emf_documents(
     // The handler's metrics: the first hundred values of each in the worker's document,
     // the rest in documents of their own, as for the record times.
     let mut custom = Vec::new();
+    let dimensions = crate::metric_names::current().extra();
     for metric in &timings.custom {
+        // A handler's metric named like a team's dimension would overwrite its value.
+        if dimensions.iter().any(|(name, _)| *name == metric.name) {
+            tracing::warn!(
+                metric = metric.name.as_str(),
+                "a metric named like a dimension is not published"
+            );
+            continue;
+        }
         for (n, chunk) in metric.values.chunks(MAX_VALUES_PER_METRIC).enumerate() {
             let value = if chunk.len() == 1 {
                 json!(chunk[0])

@@ -310,6 +310,11 @@ pub fn emulator_env(endpoints: &Endpoints, region: &str) -> Vec<(String, String)
         ("AWS_ACCESS_KEY_ID", "test"),
         ("AWS_SECRET_ACCESS_KEY", "test"),
         ("AWS_EC2_METADATA_DISABLED", "true"),
+        // Set, so that neither the shell nor a profile in ~/.aws/config turns the endpoints
+        // above off (or to FIPS or dual-stack ones, which have no custom endpoint).
+        ("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "false"),
+        ("AWS_USE_FIPS_ENDPOINT", "false"),
+        ("AWS_USE_DUALSTACK_ENDPOINT", "false"),
     ]
     .map(|(k, v)| (k, v.to_string()));
     endpoints

@@ -183,14 +183,20 @@ impl FunctionProcess {
 }
 
 /// `command` without the variables of this shell that could point the function away from
-/// the endpoints and credentials `env` gives it: every `AWS_ENDPOINT_URL*` that `env` does
+/// the endpoints and credentials `env` gives it, when `env` gives an endpoint: every `AWS_ENDPOINT_URL*` that `env` does
 /// not set (a per-service one wins over the general one), a session token and a profile.
 fn without_other_endpoints(mut command: Command, env: &[(String, String)]) -> Command {
     let given = |name: &str| env.iter().any(|(k, _)| k == name);
+    // Only over endpoints of the caller's: without them (`keeper invoke`) the shell's own
+    // endpoints are the ones to use.
+    if !given("AWS_ENDPOINT_URL") {
+        return command;
+    }
     for (name, _) in std::env::vars_os() {
         let name = name.to_string_lossy();
         let elsewhere = name.starts_with("AWS_ENDPOINT_URL")
             || name == "AWS_SESSION_TOKEN"
+            || name == "AWS_SECURITY_TOKEN"
             || name == "AWS_PROFILE";
         if elsewhere && !given(&name) {
             command.env_remove(name.as_ref());

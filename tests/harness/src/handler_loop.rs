@@ -240,7 +240,9 @@ pub async fn send(options: &SendOptions) -> Result<usize, String> {
         })?;
         if let Some(failed) = output.failed().first() {
             return Err(format!(
-                "{sent} sent, then SQS refused one: {} {}",
+                "{} sent, then SQS refused {}: {} {}",
+                sent + output.successful().len(),
+                output.failed().len(),
                 failed.code(),
                 failed.message().unwrap_or_default()
             ));

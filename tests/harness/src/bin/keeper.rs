@@ -405,7 +405,11 @@ fn new_handler(
         sqs_keeper,
     };
     let name = sqs_keeper_local::handler_new::create(&options)?;
-    let dir = options.dir.display();
+    // Quoted for a shell: the lines below are meant to be pasted.
+    let dir = format!(
+        "'{}'",
+        options.dir.display().to_string().replace('\'', "'\\''")
+    );
     println!("created {dir} (package {name})");
     println!("next, with the variables of `keeper store` exported:");
     println!("  cd {dir} && cargo build");
