@@ -26,15 +26,7 @@ pub fn at_quiescence(state: &mut State, now: chrono::DateTime<chrono::Utc>) {
     // Payload digests of the DLQ's messages, by item.
     let mut dlq: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for m in state.dlq.messages() {
-        // A producer's pointer names its item in the payload it points to.
-        let body = sqs_keeper_core::S3Pointer::parse(&m.body)
-            .and_then(|p| state.bucket.get(&(p.bucket, p.key)))
-            .unwrap_or(&m.body);
-        let item = sqs_keeper_core::dlq_item_id(
-            |name| m.attribute(name),
-            sqs_keeper_core::testing::payload_id(body),
-            &m.id,
-        );
+        let item = tracked_item(state, m);
         let sha = m
             .attribute(PAYLOAD_SHA256_ATTRIBUTE)
             .map(str::to_string)
@@ -198,6 +190,19 @@ pub fn at_quiescence(state: &mut State, now: chrono::DateTime<chrono::Utc>) {
 /// payload could not be read when it was recorded (docs/SIMULATION.md, "Windows
 /// excused"): recorded under its message id then, under the item its payload names once
 /// read, one payload under two records, each holding it.
+/// The item a DLQ message tracks, as an adoption would name it: its item attribute, else
+/// the item its payload names (a producer's pointer followed into the bucket), else its id.
+fn tracked_item(state: &State, m: &sqs_keeper_core::testing::QueueMessage) -> String {
+    let body = sqs_keeper_core::S3Pointer::parse(&m.body)
+        .and_then(|p| state.bucket.get(&(p.bucket, p.key)))
+        .unwrap_or(&m.body);
+    sqs_keeper_core::dlq_item_id(
+        |name| m.attribute(name),
+        sqs_keeper_core::testing::payload_id(body),
+        &m.id,
+    )
+}
+
 fn held_under_another_item(
     state: &State,
     dlq: &BTreeMap<String, BTreeSet<String>>,
@@ -210,8 +215,10 @@ fn held_under_another_item(
         .recorded_under
         .get(message)
         .is_some_and(|items| items.iter().any(|item| item != id));
+    // The DLQ message's item as the DLQ map above has it: a message SQS's redrive policy
+    // moved carries no item attribute, and its pointer names the item in the payload.
     let in_dlq = state.dlq.messages().iter().any(|m| {
-        let tracked = sqs_keeper_core::dlq_item_id(|n| m.attribute(n), None, &m.id);
+        let tracked = tracked_item(state, m);
         (m.id == message
             || m.attribute(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE) == Some(message))
             && tracked != id
