@@ -191,20 +191,33 @@ impl DeadLetterStore {
     /// an error whose code says which (`ResourceNotFoundException`, `QueueDoesNotExist`,
     /// `NoSuchBucket`).
     pub async fn check_resources(&self) -> Result<(), ProcessError> {
+        self.check_table().await?;
+        self.check_dlq().await?;
+        self.check_bucket().await
+    }
+
+    /// One read of the table (`GetItem` of a key no record has).
+    async fn check_table(&self) -> Result<(), ProcessError> {
         self.clients
             .dynamodb
             .get_item()
             .table_name(&self.config.table)
-            .key(
-                schema::ITEM_ID,
-                aws_sdk_dynamodb::types::AttributeValue::S("resource-check".into()),
-            )
+            .key(schema::ITEM_ID, AttributeValue::S("resource-check".into()))
             .projection_expression("#id")
             .expression_attribute_names("#id", schema::ITEM_ID)
             .send()
             .await
-            .map_err(|e| ProcessError::from_sdk(&e).with_step("check-table"))?;
-        self.dlq_depth().await?;
+            .map(|_| ())
+            .map_err(|e| ProcessError::from_sdk(&e).with_step("check-table"))
+    }
+
+    /// One read of the DLQ (`GetQueueAttributes`).
+    async fn check_dlq(&self) -> Result<(), ProcessError> {
+        self.dlq_depth().await.map(|_| ())
+    }
+
+    /// One read of the bucket (`HeadBucket`, which `s3:ListBucket` allows).
+    async fn check_bucket(&self) -> Result<(), ProcessError> {
         let bucket = self
             .clients
             .s3
@@ -410,60 +423,18 @@ async fn answered(
         })
 }
 
-/// The key the start-up check reads: no record has it, so each read finds nothing.
-const START_UP_CHECK_KEY: &str = "sqs-keeper-start-up-check";
-
 impl DeadLetterStore {
-    /// Checks that the table, the DLQ and the bucket exist and answer, with one read each:
-    /// `GetItem`, `GetQueueAttributes` and `GetObject`, the reads a worker's role allows.
-    /// The error names each resource that failed, with its region and why.
+    /// Checks that the table, the DLQ and the bucket exist and answer, with the reads of
+    /// [`DeadLetterStore::check_resources`] (`GetItem`, `GetQueueAttributes`, `HeadBucket`,
+    /// which a worker's role allows), at once and each bounded. The error names each
+    /// resource that failed, with its region and why.
     pub async fn check_reachable(&self) -> Result<(), String> {
-        let table = async {
-            self.clients
-                .dynamodb
-                .get_item()
-                .table_name(&self.config.table)
-                .key(
-                    schema::ITEM_ID,
-                    AttributeValue::S(START_UP_CHECK_KEY.to_string()),
-                )
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| ProcessError::from_sdk(&e).with_step("check-table"))
-        };
-        let queue = async {
-            self.clients
-                .sqs
-                .get_queue_attributes()
-                .queue_url(&self.config.queue_url)
-                .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| ProcessError::from_sdk(&e).with_step("dlq"))
-        };
-        let bucket = async {
-            let read = self
-                .clients
-                .s3
-                .get_object()
-                .bucket(&self.config.bucket)
-                .key(START_UP_CHECK_KEY)
-                .send()
-                .await;
-            match read {
-                Ok(_) => Ok(()),
-                Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(()),
-                Err(e) => Err(ProcessError::from_sdk(&e).with_step("check-payload-bucket")),
-            }
-        };
         // At once: a cold start waits for one round trip, not three. Each within a bound,
         // so that an endpoint that never answers is named before Lambda's 10 s init limit.
         let (table, queue, bucket) = futures::join!(
-            answered(table, "check-table"),
-            answered(queue, "dlq"),
-            answered(bucket, "check-payload-bucket")
+            answered(self.check_table(), "check-table"),
+            answered(self.check_dlq(), "dlq-depth"),
+            answered(self.check_bucket(), "check-bucket")
         );
         let failures: Vec<String> = [table, queue, bucket]
             .into_iter()
@@ -491,8 +462,10 @@ impl DeadLetterStore {
         // The queue by its name: its URL carries the account id, which logs need not hold.
         let queue = queue_name(&self.config.queue_url);
         let resource = match step {
-            "dlq" => format!("queue {queue}"),
-            s if s.contains("payload") => format!("bucket {}", self.config.bucket),
+            s if s.starts_with("dlq") => format!("queue {queue}"),
+            s if s.contains("payload") || s.contains("bucket") => {
+                format!("bucket {}", self.config.bucket)
+            }
             _ if step.is_empty() => format!(
                 "table {}, queue {queue}, bucket {}",
                 self.config.table, self.config.bucket
