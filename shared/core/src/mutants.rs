@@ -150,11 +150,15 @@ pub enum Mutant {
     /// A delivery refused by its twin's claim at the same receive appends the attempts
     /// whose ids compaction dropped: they are counted twice.
     TwinAppendsAgain,
+    /// Compaction drops the unsent claim of the receive just before a message's latest, as
+    /// an earlier receive's: that delivery's twin appends its attempts a second time and
+    /// sends a second DLQ message.
+    CompactionDropsRunningClaim,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 43] = [
+    pub const ALL: [Mutant; 44] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -198,6 +202,7 @@ impl Mutant {
         Mutant::CompactionDropsUnsentClaims,
         Mutant::ProbeClosedBySkippedItem,
         Mutant::TwinAppendsAgain,
+        Mutant::CompactionDropsRunningClaim,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -246,6 +251,7 @@ impl Mutant {
             Mutant::CompactionDropsUnsentClaims => "compaction-drops-unsent-claims",
             Mutant::ProbeClosedBySkippedItem => "probe-closed-by-skipped-item",
             Mutant::TwinAppendsAgain => "twin-appends-again",
+            Mutant::CompactionDropsRunningClaim => "compaction-drops-running-claim",
         }
     }
 

@@ -119,11 +119,18 @@ pub fn compaction_of(
     })
 }
 
-/// The claim elements a compaction of `history` drops: every claim of a message none of
-/// whose entries is kept (but one at its latest receive whose DLQ message is not marked
-/// `sent`), and the claims of a message's receives before its latest.
-/// A delivery at a later receive takes those over, so they no longer hold anything back.
-/// In order, once each. An element kept before receive counts were (the message id
+/// The claim elements a compaction of `history` drops, in order, once each.
+///
+/// A claim whose message's DLQ message is marked `sent` holds nothing back, unless it is
+/// at the latest receive of a message whose entries are kept. A claim two or more receives
+/// before the message's latest is dropped too. A later delivery takes such a claim over
+/// ([`crate::DlqClaim`]), so it no longer holds anything back.
+///
+/// An unsent claim at the message's latest receive or the receive just before it stays.
+/// Its delivery may still be running: a twin invoked with the same receive, or a delivery
+/// whose visibility lapsed while it ran. Dropping it would let that delivery's twin, or
+/// the next receive, claim and send a second DLQ message, and the twin would append its
+/// attempts a second time (found by the simulation, seeds 138109 and 391046). An element kept before receive counts were (the message id
 /// alone) is left: it may spell another message's claim (`x:3` is message `x`'s at
 /// receive 3), and it holds nothing back either.
 fn dropped_claims(
@@ -146,10 +153,17 @@ fn dropped_claims(
         let message = f.message_id.as_str();
         let kept = kept_messages.contains(message);
         let latest_receive = latest.get(message).copied().unwrap_or(0);
-        let in_progress = f.receive_count == latest_receive
-            && !sent.contains(message)
-            && !crate::mutants::is_on(crate::mutants::Mutant::CompactionDropsUnsentClaims);
-        if (!kept && !in_progress) || f.receive_count < latest_receive {
+        let unsent = !sent.contains(message);
+        let drop = if f.receive_count == latest_receive {
+            !kept
+                && (!unsent
+                    || crate::mutants::is_on(crate::mutants::Mutant::CompactionDropsUnsentClaims))
+        } else if f.receive_count.saturating_add(1) == latest_receive {
+            !unsent || crate::mutants::is_on(crate::mutants::Mutant::CompactionDropsRunningClaim)
+        } else {
+            true
+        };
+        if drop {
             push(crate::DlqClaim::new(message, f.receive_count).element());
         }
     }
@@ -820,6 +834,28 @@ mod tests {
     /// A claim an earlier receive left behind no longer holds anything back (a later
     /// receive takes it over), so compaction drops it. The set would otherwise grow with
     /// every cut delivery.
+    /// Simulation seed 391046: a message was delivered twice in flight, and its first
+    /// receive was invoked twice. The first twin recorded and claimed; the second receive
+    /// retried, and its write's compaction dropped every entry of the first receive and
+    /// its claim, as an earlier receive's. The other twin then appended its attempts a
+    /// second time, claimed, and sent a second DLQ message. The claim of the receive just
+    /// before the latest stays until its message is sent.
+    #[test]
+    fn compaction_keeps_the_unsent_claim_of_the_receive_before_the_latest() {
+        let mut record = stored(6, 0);
+        for (n, entry) in record.failure_history.iter_mut().enumerate() {
+            entry.message_id = "m".to_string();
+            entry.receive_count = u32::try_from(n / 2 + 1).unwrap();
+            entry.attempt_id = format!("m:{}:{}", entry.receive_count, n % 2 + 1);
+        }
+        let compaction = compaction_of(&record, &HashSet::new(), 2).unwrap();
+        assert_eq!(
+            compaction.dropped_claims,
+            ["m:1"],
+            "receive 2 may still be running beside receive 3"
+        );
+    }
+
     #[test]
     fn compaction_drops_the_claims_of_earlier_receives_of_a_kept_message() {
         let mut record = stored(6, 0);

@@ -261,3 +261,30 @@ fn finds_a_redrive_probe_closed_by_an_item_resolved_with_nothing_done() {
         &["closed the breaker after a probe the downstream never answered"],
     );
 }
+
+#[test]
+fn finds_a_compaction_that_drops_the_claim_of_a_delivery_still_running() {
+    found_by_its_seed(
+        Mutant::CompactionDropsRunningClaim,
+        391046,
+        "appended a second time",
+    );
+}
+
+#[test]
+fn finds_a_resolve_that_deletes_a_payload_a_record_still_names() {
+    found_by_its_seed(
+        Mutant::ResolveDeletesLivePayload,
+        176717,
+        "which the record of",
+    );
+}
+
+#[test]
+fn finds_a_pause_whose_sweep_a_cut_runs_lease_delays_past_the_reserve() {
+    found_by_its_seed(
+        Mutant::SweepsOutlastedByLease,
+        210256,
+        "reached the end of its retention",
+    );
+}
