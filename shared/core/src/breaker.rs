@@ -586,7 +586,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
             }
         }
         tracing::info!(
-            "the probe's failure never reached the downstream: the circuit breaker stays half-open"
+            "the probe never reached the downstream: the circuit breaker stays half-open"
         );
         self.remember_probe(state, None);
     }
@@ -679,6 +679,13 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                         && !crate::mutants::is_on(
                             crate::mutants::Mutant::ProbeDecidedWithoutDownstream,
                         ) =>
+                {
+                    self.give_back_probe(lock, state, on_its_own).await;
+                }
+                // A skip never called the downstream (a completed idempotency key, a
+                // handler's own filter): it decides nothing either.
+                Ok(Outcome::Skipped { .. })
+                    if !crate::mutants::is_on(crate::mutants::Mutant::ProbeClosedBySkippedItem) =>
                 {
                     self.give_back_probe(lock, state, on_its_own).await;
                 }
@@ -1005,6 +1012,71 @@ mod tests {
         // The next record is the next probe, at once.
         sandbox.process(&item).await.unwrap_err();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    /// A handler that ends every item with `outcome`, counting its calls.
+    struct EndsWith {
+        outcome: Outcome,
+        calls: Arc<AtomicU32>,
+    }
+
+    impl Processor for EndsWith {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(self.outcome.clone())
+        }
+    }
+
+    /// A skipped probe never called the downstream: a message group's breaker in front of
+    /// a completed idempotency key closed on it, and sent the group's records to a
+    /// downstream nobody had heard from. It leaves the breaker half-open.
+    #[tokio::test]
+    async fn a_skipped_probe_decides_nothing() {
+        let store = half_open_store().await;
+        let calls = Arc::new(AtomicU32::new(0));
+        let outcome = Outcome::Skipped {
+            reason: "already processed (idempotency record)".to_string(),
+        };
+        let sandbox = Breaker::new(
+            EndsWith {
+                outcome,
+                calls: calls.clone(),
+            },
+            store.clone(),
+            policy(),
+        );
+        let item = WorkItem::new("m", "{}");
+        assert!(matches!(
+            sandbox.process(&item).await,
+            Ok(Outcome::Skipped { .. })
+        ));
+        let state = store.state();
+        assert!(state.is_half_open(SystemTime::now()), "{state:?}");
+        assert_eq!((state.opens, state.probe_until), (1, None), "{state:?}");
+    }
+
+    /// A downstream answering that it had done the item before (208) answered: the probe
+    /// closes the breaker.
+    #[tokio::test]
+    async fn a_probe_the_downstream_answers_already_done_closes_the_breaker() {
+        let store = half_open_store().await;
+        let calls = Arc::new(AtomicU32::new(0));
+        let outcome = Outcome::AlreadyDone {
+            reason: "downstream had already processed the item (208)".to_string(),
+        };
+        let sandbox = Breaker::new(
+            EndsWith {
+                outcome,
+                calls: calls.clone(),
+            },
+            store.clone(),
+            policy(),
+        );
+        let item = WorkItem::new("m", "{}");
+        assert!(sandbox.process(&item).await.is_ok());
+        let state = store.state();
+        assert!(!state.is_open(SystemTime::now()), "{state:?}");
+        assert_eq!(state.opens, 0, "{state:?}");
     }
 
     /// Simulation seed 33300: two records of one sandbox found its breaker half-open while

@@ -286,6 +286,9 @@ struct StoredOutcome {
     done: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     skipped: Option<String>,
+    /// The skip was the downstream's answer ([`Outcome::AlreadyDone`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    answered: bool,
 }
 
 impl<P: Processor, S: IdempotencyStore> Processor for Idempotent<P, S> {
@@ -297,16 +300,28 @@ impl<P: Processor, S: IdempotencyStore> Processor for Idempotent<P, S> {
                     Outcome::Done => StoredOutcome {
                         done: true,
                         skipped: None,
+                        answered: false,
                     },
                     Outcome::Skipped { reason } => StoredOutcome {
                         done: false,
                         skipped: Some(reason),
+                        answered: false,
+                    },
+                    Outcome::AlreadyDone { reason } => StoredOutcome {
+                        done: false,
+                        skipped: Some(reason),
+                        answered: true,
                     },
                 })
             })
             .await?;
         Ok(match ran {
             Once::Ran(StoredOutcome { skipped: None, .. }) => Outcome::Done,
+            Once::Ran(StoredOutcome {
+                skipped: Some(reason),
+                answered: true,
+                ..
+            }) => Outcome::AlreadyDone { reason },
             Once::Ran(StoredOutcome {
                 skipped: Some(reason),
                 ..

@@ -144,8 +144,9 @@ pub enum Mutant {
     /// is under way: a twin of that delivery claims again, appends its attempts a second
     /// time and sends a second DLQ message.
     CompactionDropsUnsentClaims,
-    /// A redrive's probe run closes the breaker on an item resolved with nothing done (its
-    /// idempotency key completed before), which never reached the downstream.
+    /// A probe closes the breaker on an item resolved with nothing done (its idempotency
+    /// key completed before), which never reached the downstream: a redrive's probe run,
+    /// or a breaker's probe (a message group's, behind which a redrive's idempotency sits).
     ProbeClosedBySkippedItem,
     /// A delivery refused by its twin's claim at the same receive appends the attempts
     /// whose ids compaction dropped: they are counted twice.

@@ -16,8 +16,20 @@ pub enum Outcome {
     /// The item was processed.
     Done,
     /// There was nothing to do (a logical outcome, not a failure): acked and counted.
+    ///
+    /// A skip says nothing of the downstream, which was not called. A breaker's probe that
+    /// ends skipped neither closes nor opens the breaker: the next record probes.
     Skipped {
         /// Why nothing was done, for logs and metrics.
+        reason: String,
+    },
+    /// The downstream answered that it had processed the item before (HTTP 208 Already
+    /// Reported, or a service's equivalent): acked and counted as skipped.
+    ///
+    /// Unlike [`Outcome::Skipped`], the downstream answered. A breaker's probe, or a
+    /// redrive's, closes the breaker on it.
+    AlreadyDone {
+        /// What the downstream said, for logs and metrics.
         reason: String,
     },
 }

@@ -146,7 +146,8 @@ async fn drain(mut response: reqwest::Response) {
 }
 
 /// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
-/// skipped (the downstream had already processed this item: acked and counted apart);
+/// [`Outcome::AlreadyDone`] (the downstream had already processed this item: acked and
+/// counted as skipped, and a breaker's probe closes on it);
 /// other statuses and transport failures are classified per docs/ARCHITECTURE.md §2. Sends `Idempotency-Key` (the item id) so the downstream can
 /// drop the duplicates that at-least-once delivery produces.
 ///
@@ -314,7 +315,7 @@ impl Processor for HttpDelivery {
             // new connection (a TLS handshake, on an https downstream).
             drain(response).await;
             if status == reqwest::StatusCode::ALREADY_REPORTED {
-                return Ok(Outcome::Skipped {
+                return Ok(Outcome::AlreadyDone {
                     reason: "downstream had already processed the item (208)".to_string(),
                 });
             }

@@ -124,6 +124,21 @@ async fn success_posts_body_and_ids() {
     assert_eq!(seen.body, "{\"id\":\"order-7\"}");
 }
 
+/// A 208 is the downstream's answer that it had the item before: acknowledged, and, unlike
+/// a skip, it tells a breaker's probe that the downstream answered.
+#[tokio::test]
+async fn already_reported_is_already_done() {
+    let (url, _) = server(208, "", Duration::ZERO).await;
+    let outcome = delivery(&url, Duration::from_secs(5))
+        .process(&item())
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, Outcome::AlreadyDone { reason } if reason.contains("208")),
+        "{outcome:?}"
+    );
+}
+
 #[tokio::test]
 async fn statuses_are_classified() {
     let rows = [

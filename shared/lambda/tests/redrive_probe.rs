@@ -120,24 +120,7 @@ async fn a_redrive_probe_longer_than_probe_for_holds_the_lock_until_it_ends() {
 /// rather than being left half-open for the next record to probe at once.
 #[tokio::test(start_paused = true)]
 async fn a_redrive_probe_cut_at_its_deadline_opens_the_breaker_again() {
-    let policy = BreakerPolicy {
-        threshold: 3,
-        window: Duration::from_secs(60),
-        open_for: Duration::from_millis(100),
-        max_open: Duration::from_secs(10),
-        probe_for: Duration::from_millis(200),
-        refresh: Duration::ZERO,
-    };
-    let breaker = MemoryBreakerStore::default();
-    let now = SystemTime::now();
-    assert!(breaker
-        .open(
-            now - Duration::from_millis(10),
-            1,
-            now - Duration::from_secs(1)
-        )
-        .await
-        .unwrap());
+    let (breaker, policy) = half_open_breaker().await;
     // A downstream that hangs (far longer than the run's deadline).
     let downstream = Downstream {
         latency: Duration::from_secs(3600),
@@ -445,14 +428,8 @@ async fn a_function_continuation_of_a_dry_run_never_reprocesses() {
     );
 }
 
-/// Guarantee 10 / docs §7, the redrive as the probe: an eligible item that tells nothing
-/// of the downstream (its handler panics) is the oldest, so every run took it as the
-/// probe, gave the probe back, and stopped: the breaker stayed half-open and no other item
-/// was ever redriven (found by the simulation, seed 88386). The probe run now goes on to
-/// the next item, and its success closes the breaker.
-#[tokio::test]
-async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next() {
-    use sqs_keeper_core::testing::{ScriptedProcessor, Step};
+/// A breaker whose open period just ended (half-open, no probe), with a short policy.
+async fn half_open_breaker() -> (MemoryBreakerStore, BreakerPolicy) {
     let policy = BreakerPolicy {
         threshold: 3,
         window: Duration::from_secs(60),
@@ -471,6 +448,18 @@ async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next
         )
         .await
         .unwrap());
+    (breaker, policy)
+}
+
+/// Guarantee 10 / docs §7, the redrive as the probe: an eligible item that tells nothing
+/// of the downstream (its handler panics) is the oldest, so every run took it as the
+/// probe, gave the probe back, and stopped: the breaker stayed half-open and no other item
+/// was ever redriven (found by the simulation, seed 88386). The probe run now goes on to
+/// the next item, and its success closes the breaker.
+#[tokio::test]
+async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next() {
+    use sqs_keeper_core::testing::{ScriptedProcessor, Step};
+    let (breaker, policy) = half_open_breaker().await;
     let store = MemoryStore::new();
     store.insert_dead_lettered(dead_record("panics", ErrorClass::Unknown, 3));
     store.insert_dead_lettered(dead_record("heals", ErrorClass::Throttled, 2));
@@ -505,24 +494,7 @@ async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next
 #[tokio::test]
 async fn a_probe_item_resolved_with_nothing_done_decides_nothing() {
     use sqs_keeper_core::testing::{ScriptedProcessor, Step};
-    let policy = BreakerPolicy {
-        threshold: 3,
-        window: Duration::from_secs(60),
-        open_for: Duration::from_millis(100),
-        max_open: Duration::from_secs(10),
-        probe_for: Duration::from_millis(200),
-        refresh: Duration::ZERO,
-    };
-    let breaker = MemoryBreakerStore::default();
-    let now = SystemTime::now();
-    assert!(breaker
-        .open(
-            now - Duration::from_millis(10),
-            1,
-            now - Duration::from_secs(1)
-        )
-        .await
-        .unwrap());
+    let (breaker, policy) = half_open_breaker().await;
     let store = MemoryStore::new();
     store.insert_dead_lettered(dead_record("done-before", ErrorClass::Throttled, 3));
     store.insert_dead_lettered(dead_record("still-down", ErrorClass::Throttled, 2));
@@ -550,5 +522,38 @@ async fn a_probe_item_resolved_with_nothing_done_decides_nothing() {
     assert!(
         state.is_open(SystemTime::now()),
         "the downstream's 503 decided the probe, not the skipped item: {state:?}"
+    );
+}
+
+/// A downstream answering 208 (it had done the item before) answered: the probe item
+/// closes the breaker. Counted as resolved with nothing done, it left the breaker
+/// half-open, and every run redrove five items until another probe closed it.
+#[tokio::test]
+async fn a_probe_item_the_downstream_answers_already_done_closes_the_breaker() {
+    use sqs_keeper_core::testing::{ScriptedProcessor, Step};
+    let (breaker, policy) = half_open_breaker().await;
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("done-downstream", ErrorClass::Throttled, 2));
+    let processor = ScriptedProcessor::new().script("done-downstream", vec![Step::AlreadyDone]);
+    let mut settings = RedriveSettings::default();
+    settings.retry.max_attempts = 1;
+    let engine = RedriveEngine::new(store, Some(processor), settings);
+    let progress = redrive::no_progress();
+    let report = sqs_keeper_lambda::run_gated(
+        &engine,
+        Some((&breaker, &policy)),
+        &RedriveRequest::default(),
+        None,
+        &*progress,
+    )
+    .await
+    .unwrap();
+    assert_eq!(report.succeeded, 1, "{report:?}");
+    assert_eq!(report.resolved_with_nothing_done, 0, "{report:?}");
+    let state = breaker.read().await.unwrap();
+    let now = SystemTime::now();
+    assert!(
+        !state.is_open(now) && !state.is_half_open(now),
+        "the downstream answered the probe: {state:?}"
     );
 }

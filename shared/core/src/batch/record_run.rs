@@ -249,7 +249,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             Ok(outcome) => {
                 let mut disposition = match outcome {
                     Outcome::Done => Disposition::Done,
-                    Outcome::Skipped { reason } => Disposition::Skipped { reason },
+                    Outcome::Skipped { reason } | Outcome::AlreadyDone { reason } => {
+                        Disposition::Skipped { reason }
+                    }
                 };
                 if let Err(error) = self
                     .finish_requeued(&item, pointer_sha.as_deref(), deadline)

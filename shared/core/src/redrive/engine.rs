@@ -998,6 +998,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
                     self.drop_payload(record).await;
                     let detail = match outcome {
                         crate::Outcome::Skipped { reason } => Some(format!("{SKIPPED}: {reason}")),
+                        crate::Outcome::AlreadyDone { reason } => Some(reason),
                         _ => None,
                     };
                     outcome_of(record, ItemOutcomeKind::Resolved, detail)

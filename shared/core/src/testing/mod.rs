@@ -44,6 +44,8 @@ pub enum Step {
     Done,
     /// Succeed with nothing to do.
     Skip,
+    /// Succeed: the downstream answered that it had done the item before.
+    AlreadyDone,
     /// Fail with this class.
     Fail(ErrorClass),
     /// Fail with this error (a `Retry-After`, a code).
@@ -105,6 +107,9 @@ impl Processor for ScriptedProcessor {
             Step::Done => Ok(Outcome::Done),
             Step::Skip => Ok(Outcome::Skipped {
                 reason: "scripted skip".to_string(),
+            }),
+            Step::AlreadyDone => Ok(Outcome::AlreadyDone {
+                reason: "scripted: already done downstream".to_string(),
             }),
             Step::Fail(class) => Err(ProcessError::new(
                 class,
