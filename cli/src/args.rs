@@ -7,10 +7,10 @@ use std::path::PathBuf;
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use sqs_keeper_core::analysis::ExportFormat;
+use sqs_keeper_core::dead_letter::ItemStatus;
+use sqs_keeper_core::redrive::RedriveMode;
 use sqs_keeper_core::ErrorClass;
-use sqs_keeper_core::ExportFormat;
-use sqs_keeper_core::ItemStatus;
-use sqs_keeper_core::RedriveMode;
 
 /// Inspect and redrive dead-lettered SQS items (DynamoDB records, S3 payloads, the DLQ).
 ///

@@ -49,8 +49,8 @@ pub async fn store(global: &GlobalArgs) -> Result<DeadLetterStore, CliError> {
         (Some(table), Some(queue_url), Some(bucket)) => {
             let mut config = StoreConfig::new(table, queue_url, bucket);
             let lookup = |name: &str| std::env::var(name).ok();
-            let mut env = sqs_keeper_lambda::EnvReader::new(&lookup);
-            if let Some(from_env) = sqs_keeper_lambda::read_store_config(&mut env) {
+            let mut env = sqs_keeper_lambda::config::EnvReader::new(&lookup);
+            if let Some(from_env) = sqs_keeper_lambda::config::read_store_config(&mut env) {
                 config.inline_max_bytes = from_env.inline_max_bytes;
                 config.retention = from_env.retention;
             }

@@ -332,9 +332,12 @@ fn assert_no_controls(what: &str, text: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
-    use sqs_keeper_core::AttemptFailure;
-    use sqs_keeper_core::{BodyFormat, ItemParser};
-    use sqs_keeper_core::{DeadLetterCandidate, DeadLetterReason, DeadLetterSink, InvocationInfo};
+    use sqs_keeper_core::retry::AttemptFailure;
+    use sqs_keeper_core::{
+        dead_letter::DeadLetterCandidate, dead_letter::DeadLetterSink, dead_letter::InvocationInfo,
+        DeadLetterReason,
+    };
+    use sqs_keeper_core::{item::BodyFormat, item::ItemParser};
 
     let p = Pipeline::new("cliterm", e2e::Setup::default()).await;
     let dlq = Dlq::new(&p).await;
@@ -342,7 +345,7 @@ async fn data_cannot_drive_the_terminal_or_a_spreadsheet() {
     // error, its cause, an attribute and the body. The id, holding characters SQS refuses
     // in an attribute, is stored by its digest; the operator finds it by the id itself.
     let item_id = format!("=HYPERLINK(\"http://evil\"){EVIL}");
-    let stored_id = sqs_keeper_core::bounded_item_id(item_id.clone());
+    let stored_id = sqs_keeper_core::item::bounded_item_id(item_id.clone());
     let body = format!("line one {EVIL}\nline\ttwo");
     let msg = serde_json::from_value(json!({
         "messageId": item_id,
@@ -690,7 +693,7 @@ async fn the_operator_cli_at_3am() {
 /// output says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_local_redrive_waits_for_an_open_breaker() {
-    use sqs_keeper_core::BreakerStore;
+    use sqs_keeper_core::breaker::BreakerStore;
     let p = Pipeline::with_dead_items("cli-breaker", &[body("t1", "throttled")]).await;
     let dlq = Dlq::new(&p).await;
     let table = e2e::create_table(&p.clients.dynamodb, "cli-breaker", "id").await;
@@ -724,7 +727,7 @@ async fn a_local_redrive_waits_for_an_open_breaker() {
     );
     assert_eq!(
         p.store().get("t1").await.unwrap().unwrap().status,
-        sqs_keeper_core::ItemStatus::Dead
+        sqs_keeper_core::dead_letter::ItemStatus::Dead
     );
 }
 
@@ -752,7 +755,7 @@ async fn a_local_redrive_follows_pointers_into_the_workers_payload_buckets() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_keeper_core::S3Pointer {
+    let pointer = sqs_keeper_core::pointer::S3Pointer {
         bucket: producer.clone(),
         key: "ec-1".into(),
     }
@@ -799,7 +802,7 @@ async fn a_missing_bucket_is_named_before_anything_changes() {
         .records()
         .await
         .iter()
-        .all(|r| r.status == sqs_keeper_core::ItemStatus::Dead));
+        .all(|r| r.status == sqs_keeper_core::dead_letter::ItemStatus::Dead));
     assert_eq!(p.dlq_depth().await, 4, "nothing moved");
 }
 
@@ -861,7 +864,7 @@ async fn list_stats_and_a_large_redrive_speak_plainly() {
         .records()
         .await
         .iter()
-        .all(|r| r.status == sqs_keeper_core::ItemStatus::Dead));
+        .all(|r| r.status == sqs_keeper_core::dead_letter::ItemStatus::Dead));
     // A small selection goes ahead as before.
     let (code, out, err) = dlq.run(&["redrive", "--class", "throttled", "--mode", "requeue"]);
     assert_eq!(code, 0, "{out}{err}");

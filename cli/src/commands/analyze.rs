@@ -63,7 +63,7 @@ fn write_groups(out: &mut impl Write, a: &analysis::Analysis) -> Result<(), CliE
                 time_format::format(&g.last_seen),
                 g.eligible.to_string(),
                 g.sample_ids.join(" "),
-                sqs_keeper_core::ellipsize(&g.sample_error, 50),
+                sqs_keeper_core::analysis::ellipsize(&g.sample_error, 50),
             ]
         })
         .collect();

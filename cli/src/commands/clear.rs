@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use sqs_keeper_core::RecordFilter;
+use sqs_keeper_core::selection::RecordFilter;
 
 use super::render::{out, write_err};
 use crate::args::GlobalArgs;

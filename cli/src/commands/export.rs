@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use sqs_keeper_core::ExportFormat;
+use sqs_keeper_core::analysis::ExportFormat;
 
 use super::render::{out, write_err};
 use crate::args::{FilterArgs, GlobalArgs};

@@ -4,9 +4,9 @@
 use std::io::Write;
 
 use sqs_keeper_aws::DeadLetterStore;
-use sqs_keeper_core::PayloadStore;
-use sqs_keeper_core::S3Pointer;
-use sqs_keeper_core::{DeadLetteredItem, PayloadLocation};
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::ports::PayloadStore;
+use sqs_keeper_core::{dead_letter::DeadLetteredItem, dead_letter::PayloadLocation};
 
 use super::render::{out, safe, safe_lines, write_err};
 use crate::args::GlobalArgs;
@@ -37,7 +37,7 @@ async fn fetch_payload(
             store.fetch(&pointer).await?
         }
     };
-    let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
+    let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
     if sha != record.payload.sha256 {
         return Err(CliError::Failed(format!(
             "payload of {:?} has sha256 {sha} but the record says {}: it was changed or corrupted",
@@ -59,7 +59,7 @@ pub async fn inspect(
     let record = store.get(&key).await?.ok_or_else(|| {
         CliError::NotFound(format!(
             "no dead-lettered item with id {:?} in table {:?}",
-            safe(&sqs_keeper_core::ellipsize(item_id, 80)),
+            safe(&sqs_keeper_core::analysis::ellipsize(item_id, 80)),
             global.table.as_deref().unwrap_or("?")
         ))
     })?;
@@ -93,7 +93,7 @@ pub async fn inspect(
 
 /// Where a dead item stands and what happens next; other statuses are where they are.
 fn standing(r: &DeadLetteredItem) -> String {
-    if r.status == sqs_keeper_core::ItemStatus::Dead {
+    if r.status == sqs_keeper_core::dead_letter::ItemStatus::Dead {
         let triage = r.triage();
         format!("{}: {}", triage.as_str(), triage.next_step())
     } else {
@@ -164,7 +164,7 @@ fn describe(r: &DeadLetteredItem) -> String {
     }
     text.push_str("history:\n");
     // A compacted history keeps the first attempts and the latest ones; say where the gap is.
-    let head = sqs_keeper_core::HISTORY_HEAD.min(r.failure_history.len());
+    let head = sqs_keeper_core::dead_letter::HISTORY_HEAD.min(r.failure_history.len());
     for (n, f) in r.failure_history.iter().enumerate() {
         if r.history_omitted > 0 && n == head {
             text.push_str(&format!(

@@ -47,7 +47,7 @@ pub async fn list(
                     sqs_keeper_core::time_format::format(&r.last_attempt),
                     r.error_signature.clone(),
                     // One line, whole: the table cuts it to a terminal's width, never a pipe.
-                    sqs_keeper_core::ellipsize(&r.last_error, usize::MAX),
+                    sqs_keeper_core::analysis::ellipsize(&r.last_error, usize::MAX),
                 ]
             })
             .collect();

@@ -24,7 +24,7 @@ pub mod render;
 pub mod stats;
 
 use chrono::Utc;
-use sqs_keeper_core::RecordFilter;
+use sqs_keeper_core::selection::RecordFilter;
 
 use crate::args::{Cli, Command, FilterArgs};
 use crate::{CliError, Completion};
@@ -79,7 +79,7 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
     let now = Utc::now();
     let time = |t: &Option<String>, what: &str| {
         t.as_deref()
-            .map(|t| sqs_keeper_core::parse_time(t, now))
+            .map(|t| sqs_keeper_core::duration::parse_time(t, now))
             .transpose()
             .map_err(|e| CliError::Usage(format!("--{what}: {e}")))
     };
@@ -97,7 +97,7 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
 }
 
 /// The key a record of `item_id` is stored under: the id as the worker keeps it
-/// ([`sqs_keeper_core::bounded_item_id`]), so an operator can paste the id the producer
+/// ([`sqs_keeper_core::item::bounded_item_id`]), so an operator can paste the id the producer
 /// used or the digest `dlq list` shows (a kept id is kept as it is). An empty id is a
 /// usage error: no record has one.
 fn stored_item_id(item_id: &str) -> Result<String, CliError> {
@@ -106,5 +106,5 @@ fn stored_item_id(item_id: &str) -> Result<String, CliError> {
             "the item id is empty; give the id `dlq list` shows".into(),
         ));
     }
-    Ok(sqs_keeper_core::bounded_item_id(item_id.to_string()))
+    Ok(sqs_keeper_core::item::bounded_item_id(item_id.to_string()))
 }

@@ -5,8 +5,8 @@
 use std::io::Write;
 
 use chrono::Utc;
-use sqs_keeper_core::RecordFilter;
-use sqs_keeper_core::RemovalReport;
+use sqs_keeper_core::removal::RemovalReport;
+use sqs_keeper_core::selection::RecordFilter;
 
 use super::render::{out, write_err};
 use crate::args::{GlobalArgs, StatusChoice};
@@ -26,7 +26,7 @@ pub async fn purge(
             "--status {status}: a purge never deletes an item in flight (its message is live); wait until it is dead or resolved, or choose --status dead, resolved or any"
         )));
     }
-    let age = sqs_keeper_core::parse_duration(older_than)
+    let age = sqs_keeper_core::duration::parse_duration(older_than)
         .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
     let cutoff = chrono::Duration::from_std(age)
         .ok()
@@ -60,9 +60,11 @@ pub async fn purge(
     )?;
     let bar = progress(Some(records.len() as u64), "purging");
     let report = store
-        .remove_selected(&records, &sqs_keeper_core::ItemParser::default(), |n| {
-            bar.set_position(n as u64)
-        })
+        .remove_selected(
+            &records,
+            &sqs_keeper_core::item::ItemParser::default(),
+            |n| bar.set_position(n as u64),
+        )
         .await?;
     bar.finish_and_clear();
     if json {

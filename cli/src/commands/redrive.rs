@@ -3,14 +3,16 @@
 //! report.
 //!
 //! The engine is built here from the same configuration as the redrive function's
-//! ([`sqs_keeper_lambda::RedriveConfig`]: the worker's retries and processor,
+//! ([`sqs_keeper_lambda::config::RedriveConfig`]: the worker's retries and processor,
 //! `REDRIVE_KEEP_PAYLOADS`, `REDRIVE_SOURCE_QUEUE_URL`); `invoke_function` runs the
 //! request remotely.
 
 use std::io::Write;
 
-use sqs_keeper_core::{ItemOutcomeKind, RedriveMode, RedriveReport, RedriveRequest};
-use sqs_keeper_lambda::redrive_processor;
+use sqs_keeper_core::{
+    redrive::ItemOutcomeKind, redrive::RedriveMode, redrive::RedriveReport, redrive::RedriveRequest,
+};
+use sqs_keeper_lambda::redrive_function::redrive_processor;
 
 use super::render::{out, table, write_err};
 use crate::args::{GlobalArgs, RedriveArgs};
@@ -52,7 +54,7 @@ fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
     request.parallelism = args.parallelism.or(request.parallelism);
     request.rate = args.rate.or(request.rate);
     if let Some(budget) = &args.time_budget {
-        let d = sqs_keeper_core::parse_duration(budget)
+        let d = sqs_keeper_core::duration::parse_duration(budget)
             .map_err(|e| CliError::Usage(format!("--time-budget: {e}")))?;
         request.time_budget_secs = Some(d.as_secs());
     }
@@ -112,8 +114,8 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             // The same configuration as the redrive function's (retries, processor, item
             // ids, requeue target, payload keeping), from the same variables.
             let lookup = |name: &str| std::env::var(name).ok();
-            let mut env = sqs_keeper_lambda::EnvReader::new(&lookup);
-            let mut config = sqs_keeper_lambda::RedriveConfig::read(&mut env);
+            let mut env = sqs_keeper_lambda::config::EnvReader::new(&lookup);
+            let mut config = sqs_keeper_lambda::config::RedriveConfig::read(&mut env);
             env.finish().map_err(|e| CliError::Usage(e.to_string()))?;
             let store = store(global).await?;
             if !request.dry_run {
@@ -132,22 +134,23 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
                 eprintln!("note: the dry run only selects; {advice}");
             }
             // Behind the worker's circuit breaker, as the function runs it.
-            let breaker = sqs_keeper_lambda::redrive_breaker(&config, store.clients());
+            let breaker =
+                sqs_keeper_lambda::redrive_function::redrive_breaker(&config, store.clients());
             if args.source_queue_url.is_some() {
                 config.settings.source_queue_url = args.source_queue_url.clone();
             }
             // A keeper run has no response size limit: the report lists every item.
             config.settings.report_items = usize::MAX;
             // The function's engine: its payload buckets, pointers and sweep policy.
-            let engine = sqs_keeper_lambda::redrive_engine(
+            let engine = sqs_keeper_lambda::redrive_function::redrive_engine(
                 &config,
                 store.clients().clone(),
                 store.config().clone(),
                 processor,
             );
             let bar = progress(request.max_items.map(|n| n as u64), "redriving");
-            let on_item = |_: &sqs_keeper_core::ItemOutcome| bar.inc(1);
-            let report = sqs_keeper_lambda::run_gated(
+            let on_item = |_: &sqs_keeper_core::redrive::ItemOutcome| bar.inc(1);
+            let report = sqs_keeper_lambda::redrive_function::run_gated(
                 &engine,
                 breaker.as_ref().map(|(store, policy)| (store, policy)),
                 &request,
@@ -156,8 +159,8 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             )
             .await
             .map_err(|e| match e {
-                sqs_keeper_core::RedriveError::InvalidRequest(m) => CliError::Usage(m),
-                sqs_keeper_core::RedriveError::Store(e) => CliError::from(e),
+                sqs_keeper_core::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
+                sqs_keeper_core::redrive::RedriveError::Store(e) => CliError::from(e),
             })?;
             bar.finish_and_clear();
             report
@@ -237,7 +240,7 @@ fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),
-                sqs_keeper_core::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
+                sqs_keeper_core::analysis::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
             ]
         })
         .collect();

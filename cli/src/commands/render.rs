@@ -24,12 +24,12 @@ pub fn write_err(e: std::io::Error) -> CliError {
 
 /// A field that comes from the data, for one line of text output.
 pub fn safe(text: &str) -> String {
-    sqs_keeper_core::terminal_safe(text, false)
+    sqs_keeper_core::analysis::terminal_safe(text, false)
 }
 
 /// A field that comes from the data and may span lines (error messages).
 pub fn safe_lines(text: &str) -> String {
-    sqs_keeper_core::terminal_safe(text, true)
+    sqs_keeper_core::analysis::terminal_safe(text, true)
 }
 
 /// How long ago, for a person: whole seconds under an hour (`59m 12s`), whole minutes

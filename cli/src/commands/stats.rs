@@ -6,7 +6,7 @@ use std::io::Write;
 
 use chrono::Utc;
 
-use sqs_keeper_core::RecordFilter;
+use sqs_keeper_core::selection::RecordFilter;
 
 use super::render::{human_age, out, write_err};
 use crate::args::GlobalArgs;
@@ -17,7 +17,7 @@ use crate::{CliError, Completion};
 pub async fn stats(global: &GlobalArgs, json: bool) -> Result<Completion, CliError> {
     let store = store(global).await?;
     // A page at a time: memory holds one page and the totals, whatever the table's size.
-    let mut counter = sqs_keeper_core::StatsCounter::default();
+    let mut counter = sqs_keeper_core::analysis::StatsCounter::default();
     store
         .for_each_page::<CliError>(&RecordFilter::default(), &mut Vec::new(), |page| {
             page.iter().for_each(|r| counter.add(r));

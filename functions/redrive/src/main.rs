@@ -7,8 +7,8 @@
 #![recursion_limit = "256"]
 
 use lambda_runtime::{service_fn, Error, LambdaEvent, Runtime};
-use sqs_keeper_lambda::InvocationLayer;
-use sqs_keeper_lambda::RedriveFunction;
+use sqs_keeper_lambda::redrive_function::RedriveFunction;
+use sqs_keeper_lambda::telemetry::InvocationLayer;
 
 // The simulation's test hooks (its mutants) must never be in a function
 // binary: Cargo unifies features across one build, so a build with the simulation in it
@@ -20,7 +20,7 @@ const _: () = assert!(
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    sqs_keeper_lambda::init_telemetry();
+    sqs_keeper_lambda::telemetry::init();
     let function = RedriveFunction::from_env()
         .await
         .inspect_err(|e| tracing::error!(error = %e, "redrive function cannot start"))?;

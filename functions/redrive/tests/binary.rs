@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use e2e::Pipeline;
 use serde_json::Value;
-use sqs_keeper_core::ItemStatus;
+use sqs_keeper_core::dead_letter::ItemStatus;
 use sqs_keeper_local::function::FunctionProcess;
 use sqs_keeper_local::lambda_api::LambdaApi;
 use sqs_keeper_local::runtime_api::{InvocationResult, RuntimeApi};
@@ -116,7 +116,10 @@ async fn function_answers_requests_with_reports() {
     );
     let run = &metrics[0];
     let directive = &run["_aws"]["CloudWatchMetrics"][0];
-    assert_eq!(directive["Namespace"], sqs_keeper_lambda::METRICS_NAMESPACE);
+    assert_eq!(
+        directive["Namespace"],
+        sqs_keeper_lambda::metrics::NAMESPACE
+    );
     assert_eq!(
         directive["Dimensions"],
         serde_json::json!([["FunctionName"]])

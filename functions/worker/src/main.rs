@@ -23,6 +23,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 // CPU-bound decode is one pass, and fewer threads mean a faster start and less memory.
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), sqs_keeper_lambda::Error> {
-    let (setup, delivery) = sqs_keeper_lambda::http_delivery_from_env().await?;
+    let (setup, delivery) = sqs_keeper_lambda::http_worker::http_delivery_from_env().await?;
     setup.run(delivery).await
 }

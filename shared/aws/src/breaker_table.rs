@@ -1,4 +1,4 @@
-//! The circuit breaker's shared state in DynamoDB ([`sqs_keeper_core::BreakerStore`]).
+//! The circuit breaker's shared state in DynamoDB ([`sqs_keeper_core::breaker::BreakerStore`]).
 //!
 //! One item per breaker (`id` = its name) in a table with a string key `id` and TTL on
 //! `expires_at` (the idempotency table's schema: one table can hold both). Attributes:
@@ -17,7 +17,7 @@ use futures::future::BoxFuture;
 use super::condition_expression::WithCondition;
 use sqs_keeper_core::condition::breaker as conditions;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::{BreakerState, BreakerStore};
+use sqs_keeper_core::{breaker::BreakerState, breaker::BreakerStore};
 
 /// How long an untouched breaker item is kept (TTL).
 const KEEP: Duration = Duration::from_secs(7 * 86_400);
@@ -55,7 +55,7 @@ impl DynamoBreakerStore {
 }
 
 /// Epoch milliseconds of `at` (0 before the epoch), as stored.
-pub(super) use sqs_keeper_core::epoch_millis as millis;
+pub(super) use sqs_keeper_core::condition::epoch_millis as millis;
 
 /// A DynamoDB number.
 pub(super) fn number(n: i64) -> AttributeValue {

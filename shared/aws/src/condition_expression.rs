@@ -1,11 +1,11 @@
-//! Sends a [`sqs_keeper_core::Condition`] with a DynamoDB request: its rendered text as
+//! Sends a [`sqs_keeper_core::condition::Condition`] with a DynamoDB request: its rendered text as
 //! the request's condition expression, its placeholders beside the request's own. The
-//! conditions themselves are defined once in [`sqs_keeper_core::conditions`], where the
+//! conditions themselves are defined once in [`sqs_keeper_core::condition::conditions`], where the
 //! in-memory stores evaluate them too.
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use sqs_keeper_core::{condition::Value, Condition};
+use sqs_keeper_core::{condition::Condition, condition::Value};
 
 /// A DynamoDB value for a condition's value.
 pub fn attribute(value: &Value) -> AttributeValue {
@@ -57,7 +57,8 @@ mod tests {
     use crate::store::schema;
     use aws_sdk_dynamodb::types::AttributeValue;
     use sqs_keeper_core::{
-        attr, condition::Item as _, names, Attr, Condition, Found, StoredRecord,
+        condition::attr, condition::names, condition::Attr, condition::Condition, condition::Found,
+        condition::Item as _, condition::StoredRecord,
     };
 
     /// The attribute at `attr` in a written item, as the conditions would find it.

@@ -12,7 +12,8 @@ use sqs_keeper_core::{ErrorClass, ProcessError};
 use std::time::{Duration, SystemTime};
 
 use sqs_keeper_core::{
-    MappingSwitch, PauseMarker, PauseState, ProbeOutcome, SourceProbe, SourceQueueState,
+    polling::MappingSwitch, polling::PauseMarker, polling::PauseState, polling::ProbeOutcome,
+    polling::SourceProbe, polling::SourceQueueState,
 };
 
 /// The worker's event source mapping, by its UUID.

@@ -53,7 +53,7 @@ impl DynamoIdempotencyStore {
     }
 }
 
-use sqs_keeper_core::epoch_millis as millis;
+use sqs_keeper_core::condition::epoch_millis as millis;
 
 fn number(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())

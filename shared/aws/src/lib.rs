@@ -1,10 +1,10 @@
 //! # sqs-keeper-aws
 //!
 //! Every AWS SDK call of `sqs-keeper`, behind the core's ports: the store's four, one per
-//! resource ([`sqs_keeper_core::RecordStore`], [`sqs_keeper_core::DeadLetterQueue`],
-//! [`sqs_keeper_core::PayloadStore`], [`sqs_keeper_core::SourceQueue`], all implemented by
-//! [`DeadLetterStore`]), the worker's [`sqs_keeper_core::DeadLetterSink`] and
-//! [`sqs_keeper_core::BodyResolver`], and the breaker's, idempotency table's, visibility and
+//! resource ([`sqs_keeper_core::ports::RecordStore`], [`sqs_keeper_core::ports::DeadLetterQueue`],
+//! [`sqs_keeper_core::ports::PayloadStore`], [`sqs_keeper_core::ports::SourceQueue`], all implemented by
+//! [`DeadLetterStore`]), the worker's [`sqs_keeper_core::dead_letter::DeadLetterSink`] and
+//! [`sqs_keeper_core::batch::BodyResolver`], and the breaker's, idempotency table's, visibility and
 //! polling ports: the core decides, these modules talk to DynamoDB, SQS, S3, Lambda and
 //! Secrets Manager.
 //!
@@ -28,14 +28,15 @@
 //! # }
 //! ```
 //!
-//! The modules are private; everything the crate offers is re-exported at its root.
+//! Every adapter is re-exported at the root. Two modules are public for the names that
+//! belong to them: [`condition_expression`] and [`idempotency_table`].
 //!
-//! | module (private) | what it holds |
+//! | module | what it holds |
 //! | --- | --- |
 //! | `aws` | the AWS clients, built once from the standard configuration chain ([`AwsClients`]) |
 //! | `breaker_table` | the circuit breaker's shared state in DynamoDB ([`DynamoBreakerStore`]) |
-//! | `condition_expression` | the conditions of `sqs_keeper_core::condition` sent with a DynamoDB request ([`WithCondition`]) |
-//! | `idempotency_table` | the idempotency table in DynamoDB ([`DynamoIdempotencyStore`]) |
+//! | [`condition_expression`] | the conditions of `sqs_keeper_core::condition` sent with a DynamoDB request ([`WithCondition`]) |
+//! | [`idempotency_table`] | the idempotency table in DynamoDB ([`DynamoIdempotencyStore`]) |
 //! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`secrets` feature) |
 //! | `event_source` | the worker's event source mapping, the pause marker and the probe with a source message ([`LambdaMapping`], [`DynamoPauseMarker`], [`InvokeWorkerProbe`]) |
 //! | `visibility` | `ChangeMessageVisibilityBatch` for spaced redelivery ([`SqsVisibility`]) |
@@ -47,9 +48,9 @@
 
 mod aws;
 mod breaker_table;
-mod condition_expression;
+pub mod condition_expression;
 mod event_source;
-mod idempotency_table;
+pub mod idempotency_table;
 #[cfg(feature = "secrets")]
 mod secrets;
 mod store;
@@ -58,11 +59,11 @@ mod visibility;
 // The crate's whole public API.
 pub use aws::{s3_path_style_from_env, AwsClients, CallCounter, Endpoints};
 pub use breaker_table::DynamoBreakerStore;
-pub use condition_expression::{attribute as condition_attribute, WithCondition};
+pub use condition_expression::WithCondition;
 pub use event_source::{
     lambda_event, queue_arn_of_url, DynamoPauseMarker, InvokeWorkerProbe, LambdaMapping,
 };
-pub use idempotency_table::{DynamoIdempotencyStore, TTL_ATTRIBUTE as IDEMPOTENCY_TTL_ATTRIBUTE};
+pub use idempotency_table::DynamoIdempotencyStore;
 #[cfg(feature = "secrets")]
 pub use secrets::{auth_header, SecretError};
 pub use store::{

@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry;
 use futures::future::BoxFuture;
 
+use sqs_keeper_core::{redelivery::Hide, redelivery::QueueTiming, redelivery::VisibilityPort};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{Hide, QueueTiming, VisibilityPort};
 
 /// Entries per `ChangeMessageVisibilityBatch` call (the API's limit).
 const BATCH: usize = 10;
@@ -35,7 +35,7 @@ impl SqsVisibility {
         if let Some(url) = self.urls.lock().ok().and_then(|u| u.get(arn).cloned()) {
             return Ok(url);
         }
-        let (account, name) = sqs_keeper_core::queue_of_arn(arn).ok_or_else(|| {
+        let (account, name) = sqs_keeper_core::message::queue_of_arn(arn).ok_or_else(|| {
             ProcessError::validation(format!("{arn:?} is not an SQS queue ARN"))
                 .with_step("redelivery")
         })?;

@@ -36,7 +36,7 @@ pub mod names {
     /// String set of the ids of the attempts in the history.
     pub const ATTEMPT_IDS: &str = "attempt_ids";
     /// String set of the DLQ message claims, one per claiming receive
-    /// ([`crate::DlqClaim::element`]).
+    /// ([`crate::dead_letter::DlqClaim::element`]).
     pub const DLQ_CLAIMS: &str = "dlq_claims";
     /// String set of the source message ids whose DLQ message was sent.
     pub const DLQ_SENT: &str = "dlq_sent";
@@ -412,10 +412,10 @@ pub mod conditions {
     /// An attempt write: none of `attempt_ids` is recorded, and the record is as `expect`
     /// requires. With a `claim`: neither a twin nor the receive just before holds it, and
     /// its message's DLQ message is not sent. A claim held by an earlier receive does not
-    /// refuse the write, which takes it over ([`crate::DlqClaim`]).
+    /// refuse the write, which takes it over ([`crate::dead_letter::DlqClaim`]).
     pub fn records_attempts(
         attempt_ids: &[&str],
-        claim: Option<&crate::DlqClaim>,
+        claim: Option<&crate::dead_letter::DlqClaim>,
         expect: &crate::ports::Expect,
     ) -> Condition {
         let mut all: Vec<Condition> = attempt_ids
@@ -425,7 +425,7 @@ pub mod conditions {
         if let Some(claim) = claim {
             all.push(Condition::lacks(attr::DLQ_CLAIMS, claim.element()));
             // The receive just before may still be running (its visibility lapsed while it
-            // ran): its claim is not taken over ([`crate::DlqClaim::is_held_elsewhere`]).
+            // ran): its claim is not taken over ([`crate::dead_letter::DlqClaim::is_held_elsewhere`]).
             if let Some(previous) = claim.previous() {
                 all.push(Condition::lacks(attr::DLQ_CLAIMS, previous.element()));
             }

@@ -266,7 +266,7 @@ impl Drop for OpenSection {
 
 impl RecordContext {
     /// A context for a record of an invocation whose cut-off is `deadline` and which ends
-    /// at `hard_stop` (see [`crate::Deadline`]), adding its metrics to `metrics`.
+    /// at `hard_stop` (see [`crate::retry::Deadline`]), adding its metrics to `metrics`.
     pub fn new(deadline: SystemTime, hard_stop: SystemTime, metrics: Arc<MetricSink>) -> Self {
         RecordContext {
             deadline,

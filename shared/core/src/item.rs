@@ -92,7 +92,7 @@ const DIGEST_PREFIX: &str = "sha256:";
 /// that a deliberate act, never a coincidence.
 ///
 /// ```
-/// use sqs_keeper_core::kept_id;
+/// use sqs_keeper_core::item::kept_id;
 ///
 /// assert_eq!(kept_id("order-7".to_string(), 64), "order-7");
 /// let digest = kept_id("a\u{1}b".to_string(), 64);
@@ -474,8 +474,8 @@ mod tests {
         let digest = bounded_item_id("a\u{1}b".to_string());
         assert!(digest.starts_with("sha256:"));
         assert_eq!(bounded_item_id(digest.clone()), digest);
-        assert_eq!(crate::recorded_message_id(&digest), digest);
-        assert_eq!(crate::recorded_message_id("m-1"), "m-1");
+        assert_eq!(crate::dead_letter::recorded_message_id(&digest), digest);
+        assert_eq!(crate::dead_letter::recorded_message_id("m-1"), "m-1");
         // Our DLQ message naming the kept id is tracked by that same key.
         let ours =
             |name: &str| (name == crate::message::ITEM_ID_ATTRIBUTE).then_some(digest.as_str());

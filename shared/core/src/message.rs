@@ -83,7 +83,7 @@ pub const FIFO_DEDUPLICATION_WINDOW: std::time::Duration = std::time::Duration::
 /// delivery sends it. A source message has one DLQ message (the record's claim). The repeat
 /// this catches is a later delivery re-sending after a send whose answer was lost, and
 /// that delivery has another receive count.
-pub fn dlq_deduplication_id(record: &crate::DeadLetteredItem) -> String {
+pub fn dlq_deduplication_id(record: &crate::dead_letter::DeadLetteredItem) -> String {
     let mut key = format!("{}:{}", record.item_id, record.source.message_id);
     if crate::mutants::is_on(crate::mutants::Mutant::DeduplicationByReceive) {
         key.push_str(&format!(":{}", record.source.receive_count));

@@ -18,7 +18,7 @@
 //! [`crate::removal`], [`crate::redrive`]) import this one and it imports none of them; they
 //! re-export what they speak of.
 //!
-//! The batch engine's ports are [`crate::Processor`], [`crate::DeadLetterSink`] (which the
+//! The batch engine's ports are [`crate::Processor`], [`crate::dead_letter::DeadLetterSink`] (which the
 //! adapters implement with [`crate::recording::dead_letter`] over these ports) and
 //! [`crate::batch::BodyResolver`].
 
@@ -90,7 +90,7 @@ pub trait RecordStore: Send + Sync {
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
-        claim: Option<&crate::DlqClaim>,
+        claim: Option<&crate::dead_letter::DlqClaim>,
         expect: Expect,
     ) -> impl Future<Output = Result<Option<Written>, ProcessError>> + Send;
 
@@ -123,7 +123,7 @@ pub trait RecordStore: Send + Sync {
     fn release_claim(
         &self,
         item_id: &str,
-        claim: &crate::DlqClaim,
+        claim: &crate::dead_letter::DlqClaim,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
     /// Takes the lease on one item for `owner`; `false` when the item is not dead and no
@@ -201,7 +201,7 @@ pub trait RecordStore: Send + Sync {
     /// the redrive run `requeued_by` sent back with a payload of digest `payload_sha256`,
     /// when the record waits for that message or that run still holds it with that
     /// payload (the worker can finish the message before the run marked it requeued);
-    /// anything else is left as it is ([`crate::DeadLetterSink::finish_requeued`]).
+    /// anything else is left as it is ([`crate::dead_letter::DeadLetterSink::finish_requeued`]).
     fn finish_requeued(
         &self,
         item_id: &str,
@@ -213,7 +213,7 @@ pub trait RecordStore: Send + Sync {
     /// Resolves the record `item_id` after the worker finished `message_id`, a DLQ message
     /// moved back to the source queue from outside holding the delivery `dead_lettered`,
     /// when it is dead holding that payload; anything else is left as it is
-    /// ([`crate::DeadLetterSink::finish_moved_back`]).
+    /// ([`crate::dead_letter::DeadLetterSink::finish_moved_back`]).
     fn finish_moved_back(
         &self,
         item_id: &str,
@@ -234,7 +234,7 @@ pub trait RecordStore: Send + Sync {
 /// The dead-letter queue (an SQS queue): the dead-letter messages recording sends to it,
 /// and what the sweep does with its messages (receive, adopt, delete, hold, rotate). Each
 /// operation is one SQS call or a few and decides nothing; the sweep and its rule are
-/// [`crate::sweep_dlq`] and [`crate::sweep::decide`].
+/// [`crate::sweep::sweep_dlq`] and [`crate::sweep::decide`].
 pub trait DeadLetterQueue: Send + Sync {
     /// The raw message a record may have to be adopted from.
     type Message: Clone + Send + Sync;
@@ -473,7 +473,7 @@ impl Expect {
 pub struct Deliveries {
     /// The ids of the attempts recorded.
     pub attempt_ids: HashSet<String>,
-    /// The claims on DLQ messages, as elements ([`crate::DlqClaim::element`]).
+    /// The claims on DLQ messages, as elements ([`crate::dead_letter::DlqClaim::element`]).
     pub claims: HashSet<String>,
     /// The source message ids whose DLQ message was sent.
     pub sent: HashSet<String>,
@@ -496,7 +496,7 @@ impl Written {
 pub struct Written {
     /// The record.
     pub record: DeadLetteredItem,
-    /// The claims on DLQ messages beside it, as elements ([`crate::DlqClaim::element`]).
+    /// The claims on DLQ messages beside it, as elements ([`crate::dead_letter::DlqClaim::element`]).
     /// A claim a later receive took shows here, so that an earlier delivery still running
     /// does not send beside it.
     pub claims: HashSet<String>,
@@ -565,7 +565,7 @@ impl Selected {
         {
             return crate::condition::Condition::NotExists(crate::condition::attr::ITEM_ID);
         }
-        crate::conditions::unchanged_since(self.status, &self.last_attempt)
+        crate::condition::conditions::unchanged_since(self.status, &self.last_attempt)
     }
 }
 
@@ -604,7 +604,7 @@ impl Standing {
 
     /// Whether a live run is redriving the item (not one that died holding its lease): the
     /// complement of what the store lets another run take back
-    /// ([`crate::conditions::lease_is_free`], a lease expired strictly before `now`), so a
+    /// ([`crate::condition::conditions::lease_is_free`], a lease expired strictly before `now`), so a
     /// lease is live through its last second.
     pub fn leased_at(&self, now: i64) -> bool {
         self.status == Some(ItemStatus::Redriving)

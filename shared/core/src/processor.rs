@@ -37,7 +37,7 @@ pub enum Outcome {
 /// Processes one item. Implementations return a classified [`ProcessError`]; the batch
 /// engine decides from its class whether to retry, report or dead-letter. `?` works on
 /// AWS SDK, `reqwest`, `std::io`, `serde_json` and timeout errors, each classified
-/// ([`crate::classify_error`]).
+/// ([`crate::classify::classify_error`]).
 ///
 /// ```
 /// use sqs_keeper_core::{Outcome, ProcessError, Processor, WorkItem};

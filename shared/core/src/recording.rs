@@ -14,14 +14,14 @@
 //!
 //! | the write finds | result |
 //! | --- | --- |
-//! | none of the pending attempt ids recorded, the claim free or held only by earlier receives, the DLQ message not sent | appended; `failure_count` counts them; the claim taken (over an earlier receive's: [`crate::DlqClaim`]) |
+//! | none of the pending attempt ids recorded, the claim free or held only by earlier receives, the DLQ message not sent | appended; `failure_count` counts them; the claim taken (over an earlier receive's: [`crate::dead_letter::DlqClaim`]) |
 //! | some attempt ids recorded, or the claim held at this receive (a twin) | refused: the known attempts (and those of a delivery with a sibling attempt known: its twin wrote them, `is_recorded`) are dropped, and the claim when a twin or a later receive holds it; the write is tried again (at most 5 rounds) |
 //! | the DLQ message marked sent | nothing appended: the delivery is acknowledged ([`Delivery::AlreadySent`]) |
 //! | every attempt already recorded (the same delivery, invoked twice) | nothing to write: the claim is not held |
 //! | after an append: the review flag disagrees with the whole history | the flag set ([`review_flag_change`]) |
 //! | after an append: the history past its limit | compacted ([`compaction_of`]); a failure only logged (the record is durable) |
 //!
-//! The logic runs over the store's ports ([`crate::RecordStore`] and the other port
+//! The logic runs over the store's ports ([`crate::ports::RecordStore`] and the other port
 //! traits): the record table's reads and
 //! conditional writes ([`RecordStore`]), the payload bucket ([`PayloadStore::put`]) and the
 //! DLQ ([`DeadLetterQueue::send_to_dlq`]); DynamoDB, S3 and SQS in production
@@ -124,7 +124,7 @@ pub fn compaction_of(
 /// A claim whose message's DLQ message is marked `sent` holds nothing back, unless it is
 /// at the latest receive of a message whose entries are kept. A claim two or more receives
 /// before the message's latest is dropped too. A later delivery takes such a claim over
-/// ([`crate::DlqClaim`]), so it no longer holds anything back.
+/// ([`crate::dead_letter::DlqClaim`]), so it no longer holds anything back.
 ///
 /// An unsent claim at the message's latest receive or the receive just before it stays.
 /// Its delivery may still be running: a twin invoked with the same receive, or a delivery
@@ -164,7 +164,7 @@ fn dropped_claims(
             true
         };
         if drop {
-            push(crate::DlqClaim::new(message, f.receive_count).element());
+            push(crate::dead_letter::DlqClaim::new(message, f.receive_count).element());
         }
     }
     dropped
@@ -326,7 +326,7 @@ pub async fn record<T: RecordStore>(
         .map(|_| ())
 }
 
-/// Upserts a record as [`record`] does and, with `claim` (the delivery's [`crate::DlqClaim`]),
+/// Upserts a record as [`record`] does and, with `claim` (the delivery's [`crate::dead_letter::DlqClaim`]),
 /// undertakes in the same conditional write to send that message's one DLQ message. Says whether this
 /// write holds the claim, or, when another delivery of the same message (SQS delivers at
 /// least once, and a delivery whose acknowledgement was lost comes back) or the same
@@ -335,19 +335,20 @@ pub async fn record_delivery<T: RecordStore>(
     table: &T,
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
-    claim: Option<&crate::DlqClaim>,
+    claim: Option<&crate::dead_letter::DlqClaim>,
 ) -> Result<Delivery, ProcessError> {
     let requested = claim;
     let mut pending: Vec<FailureDetail> = record.failure_history.clone();
     let mut claim = claim;
     // Whether the requested claim's DLQ message is known sent (read after a conflict).
     let mut sent = false;
-    let settled = |claim: Option<&crate::DlqClaim>, sent: bool| match (requested, claim) {
-        (None, _) => Delivery::Recorded,
-        (Some(_), Some(_)) => Delivery::Claimed,
-        (Some(_), None) if sent => Delivery::AlreadySent,
-        (Some(_), None) => Delivery::ClaimedElsewhere,
-    };
+    let settled =
+        |claim: Option<&crate::dead_letter::DlqClaim>, sent: bool| match (requested, claim) {
+            (None, _) => Delivery::Recorded,
+            (Some(_), Some(_)) => Delivery::Claimed,
+            (Some(_), None) if sent => Delivery::AlreadySent,
+            (Some(_), None) => Delivery::ClaimedElsewhere,
+        };
     // A conflict means another writer recorded some of these attempts (or claimed the
     // message); at most a few rounds are needed to converge.
     for _ in 0..5 {
@@ -362,7 +363,7 @@ pub async fn record_delivery<T: RecordStore>(
                 after_append(table, settings, &written).await?;
                 // A later receive took the claim before this write: this delivery (one
                 // that overlapped the next, its visibility lapsed) must not send beside
-                // it. Its own element stays behind, superseded ([`crate::DlqClaim`]).
+                // it. Its own element stays behind, superseded ([`crate::dead_letter::DlqClaim`]).
                 if claim.is_some_and(|c| c.is_held_later(&written.claims)) {
                     return Ok(settled(None, sent));
                 }
@@ -383,7 +384,7 @@ pub async fn record_delivery<T: RecordStore>(
                 pending.retain(|f| !is_recorded(f, &known.attempt_ids));
                 // A twin's claim, or a later receive's, stays theirs; one an earlier
                 // receive left behind (cut before its send, or its release failed) is
-                // taken over by the next write ([`crate::DlqClaim`]).
+                // taken over by the next write ([`crate::dead_letter::DlqClaim`]).
                 if let Some(held) = claim.filter(|c| c.is_held_elsewhere(&known.claims)) {
                     if known.claims.contains(&held.element())
                         && !crate::mutants::is_on(crate::mutants::Mutant::TwinAppendsAgain)
@@ -421,7 +422,7 @@ async fn write_compacting_if_full<T: RecordStore>(
     settings: &RecordingSettings,
     record: &DeadLetteredItem,
     pending: &[FailureDetail],
-    claim: Option<&crate::DlqClaim>,
+    claim: Option<&crate::dead_letter::DlqClaim>,
 ) -> Result<Option<crate::ports::Written>, ProcessError> {
     match table.try_record(record, pending, claim, Expect::Any).await {
         Err(error) if is_item_too_large(&error) => {
@@ -513,7 +514,7 @@ pub async fn persist<T: RecordStore + PayloadStore>(
     let mut record =
         DeadLetteredItem::from_candidate(candidate, invocation, now, settings.retention);
     offload_payload(table, settings, &mut record).await?;
-    let claim = crate::DlqClaim::of(&record.source);
+    let claim = crate::dead_letter::DlqClaim::of(&record.source);
     let delivery = record_delivery(table, settings, &record, Some(&claim)).await;
     if delivery.is_err() && crate::mutants::is_on(crate::mutants::Mutant::SentBeforePersisted) {
         return Ok(Some(record));
@@ -573,7 +574,7 @@ pub async fn dead_letter<T: RecordStore + DeadLetterQueue + PayloadStore>(
         .map(|(record, _)| async move {
             // The next delivery of this message must be free to send it.
             if let Err(e) = table
-                .release_claim(&record.item_id, &crate::DlqClaim::of(&record.source))
+                .release_claim(&record.item_id, &crate::dead_letter::DlqClaim::of(&record.source))
                 .await
             {
                 tracing::warn!(item_id = %record.item_id, error = %e, "could not release the DLQ claim; the message reaches the DLQ through the queue's redrive policy");
@@ -1006,7 +1007,7 @@ mod tests {
             &table,
             &in_flight,
             &in_flight.failure_history,
-            Some(&crate::DlqClaim::of(&in_flight.source)),
+            Some(&crate::dead_letter::DlqClaim::of(&in_flight.source)),
             Expect::Any
         )
         .await
@@ -1109,7 +1110,7 @@ mod tests {
             Utc::now(),
             settings().retention,
         );
-        let claim = crate::DlqClaim::of(&cut.source);
+        let claim = crate::dead_letter::DlqClaim::of(&cut.source);
         let written = RecordStore::try_record(
             &table,
             &cut,
@@ -1179,7 +1180,7 @@ mod tests {
             Utc::now(),
             settings().retention,
         );
-        let claim = crate::DlqClaim::of(&later.source);
+        let claim = crate::dead_letter::DlqClaim::of(&later.source);
         RecordStore::try_record(
             &table,
             &later,

@@ -8,7 +8,7 @@
 //! object whose record is gone is only storage (the bucket's lifecycle expires it). A
 //! record whose object is gone has lost its payload.
 //!
-//! An item in flight ([`crate::ItemStatus::is_in_flight`]) is never removed, whatever was
+//! An item in flight ([`crate::dead_letter::ItemStatus::is_in_flight`]) is never removed, whatever was
 //! selected. A `requeued` record's message waits in the source queue, pointing to the
 //! record's payload object. A `redriving` one is held by a run.
 //!

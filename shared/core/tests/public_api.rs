@@ -10,8 +10,9 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use sqs_keeper_core::testing::{MemoryMessage, MemorySink, MemoryStore};
 use sqs_keeper_core::{
-    attr, condition, event, handler_fn, BatchConfig, BatchProcessor, BatchReport, Condition,
-    Deadline, HandlerFn, InvocationInfo, ItemFn, Outcome, ProcessError, RecordReport, WorkItem,
+    batch::RecordReport, condition, condition::attr, condition::Condition,
+    dead_letter::InvocationInfo, event, handler_fn, retry::Deadline, BatchConfig, BatchProcessor,
+    BatchReport, HandlerFn, ItemFn, Outcome, ProcessError, WorkItem,
 };
 
 /// A batch's per-record reports, as a caller of the engine reads them.
@@ -61,8 +62,8 @@ fn dlq_of(store: &MemoryStore) -> Vec<MemoryMessage> {
 
 #[cfg(feature = "operator")]
 mod operator {
-    use sqs_keeper_core::SignatureGroup;
-    use sqs_keeper_core::{analysis, DeadLetteredItem};
+    use sqs_keeper_core::analysis::SignatureGroup;
+    use sqs_keeper_core::{analysis, dead_letter::DeadLetteredItem};
 
     fn groups_of(analysis: &analysis::Analysis) -> &[SignatureGroup] {
         &analysis.groups

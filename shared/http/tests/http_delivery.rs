@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqs_keeper_core::ErrorClass;
-use sqs_keeper_core::{ItemParser, WorkItem};
+use sqs_keeper_core::{item::ItemParser, WorkItem};
 use sqs_keeper_core::{Outcome, Processor};
 use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -1,12 +1,13 @@
 //! # sqs-keeper-lambda
 //!
 //! The Lambda glue of `sqs-keeper`: [`run`] and [`Setup`] serve any [`Processor`] as a
-//! Lambda function, [`Worker`] and [`WorkerLayer`] answer its invocations,
-//! `RedriveFunction` runs the scheduled and operator redrive, [`WorkerConfig`],
-//! [`RedriveConfig`] and [`HandlerConfig`] read every variable once ([`vars`] names them),
-//! and [`init_telemetry`] and [`emf_documents`] write logs and EMF lines as Lambda expects.
-//! The shipped functions, the `dlq` CLI and the tests build on it; a handler author
-//! depends on `sqs-keeper`, which re-exports the few names a handler needs.
+//! Lambda function. [`worker::Worker`] and [`runtime::WorkerLayer`] answer its
+//! invocations, and `redrive_function::RedriveFunction` runs the scheduled and operator
+//! redrive. [`config::WorkerConfig`], [`config::RedriveConfig`] and
+//! [`config::HandlerConfig`] read every variable once ([`config::vars`] names them).
+//! [`telemetry::init`] and [`metrics::emf_documents`] write logs and EMF lines as Lambda
+//! expects. The shipped functions, the `dlq` CLI and the tests build on it; a handler
+//! author depends on `sqs-keeper`, which re-exports the few names a handler needs.
 //!
 //! ```no_run
 //! use sqs_keeper_lambda::{handler_fn, Outcome, ProcessError, Setup, WorkItem};
@@ -27,20 +28,21 @@
 //!
 //! The core (`sqs-keeper-core`) decides and does no I/O of its own; `sqs-keeper-aws` holds
 //! every AWS SDK call, behind the core's ports; this crate wires them together for Lambda.
-//! Its modules are private and everything it offers is re-exported at its root. The whole
-//! map, with the data's path, is in `docs/ARCHITECTURE.md` §5.
+//! The root holds what a handler's `main` spells; everything else lives in the module of
+//! its concept. The whole map, with the data's path, is in `docs/ARCHITECTURE.md` §5.
 //!
-//! | module (private) | what it holds | I/O |
+//! | module | what it holds | I/O |
 //! | --- | --- | --- |
-//! | `config` | every environment variable once ([`vars`]) and the configurations read from them ([`WorkerConfig`], [`RedriveConfig`], [`HandlerConfig`]) | env |
-//! | `runner` | one call that runs any [`Processor`] as a Lambda function ([`run`], [`Setup`]) | env, AWS |
-//! | `worker` | the Lambda handler a runner serves ([`Worker`]) | via traits |
-//! | `runtime` | plugs the worker into `lambda_runtime` ahead of its serde decode ([`WorkerLayer`]) | via traits |
+//! | [`config`] | every environment variable once ([`config::vars`]) and the configurations read from them ([`config::WorkerConfig`], [`config::RedriveConfig`], [`config::HandlerConfig`]) | env |
+//! | [`runner`] | one call that runs any [`Processor`] as a Lambda function ([`run`], [`Setup`]) | env, AWS |
+//! | [`worker`] | the Lambda handler a runner serves ([`worker::Worker`]) | via traits |
+//! | [`runtime`] | plugs the worker into `lambda_runtime` ahead of its serde decode ([`runtime::WorkerLayer`]) | via traits |
 //! | `http_worker` | the shipped worker's start-up: `HttpDelivery` into the configured store (`http` feature) | env, AWS |
 //! | `redrive_function` | the Lambda handler the `redrive` binary runs (`http` feature) | via ports |
 //! | [`init_error`] | a start-up failure posted to the Runtime API's `/runtime/init/error` ([`init_failed`]) | Runtime API |
-//! | `metrics` | CloudWatch Embedded Metric Format lines per invocation, worker and redrive ([`emf_documents`]) | stdout |
-//! | `telemetry` | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span ([`init_telemetry`], [`InvocationLayer`]) | stdout |
+//! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation, worker and redrive ([`metrics::emf_documents`]) | stdout |
+//! | [`metric_names`] | the namespace, service and dimensions a team chooses for those lines | env |
+//! | [`telemetry`] | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span ([`telemetry::init`], [`telemetry::InvocationLayer`]) | stdout |
 //!
 //! ## Guarantees
 //!
@@ -48,8 +50,8 @@
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged.
 
-// Every type a public signature mentions can be named from the root (re-exported there,
-// or from the crate that defines it).
+// Every type a public signature mentions can be named: public in its module, or from the
+// crate that defines it.
 #![deny(unnameable_types)]
 
 // A handler's panic fails its record, and only if the build unwinds: built with
@@ -65,50 +67,26 @@ compile_error!(
      purpose, enable the `panic-abort` feature of sqs-keeper."
 );
 
-mod config;
+pub mod config;
 #[cfg(feature = "http")]
-mod http_worker;
+pub mod http_worker;
 pub mod init_error;
 pub mod metric_names;
-mod metrics;
+pub mod metrics;
 #[cfg(feature = "http")]
-mod redrive_function;
-mod runner;
-mod runtime;
-mod telemetry;
-mod worker;
+pub mod redrive_function;
+pub mod runner;
+pub mod runtime;
+pub mod telemetry;
+pub mod worker;
 
-// The crate's whole public API. The core's names a handler's code spells are re-exported
-// too, so that `Setup` and `run` can be used with this crate alone.
-pub use config::{
-    read_ids_and_envelope, read_item_id_source, read_store_config, vars, BreakerConfig,
-    ConfigError, ConfigProblem, EnvReader, HandlerConfig, IdempotencyConfig, Var, BREAKER_ID,
-    REDRIVE_VARS, STORE_VARS, WORKER_VARS,
-};
-#[cfg(feature = "http")]
-pub use config::{DownstreamAuth, PollingTarget, RedriveConfig, WorkerConfig};
-#[cfg(feature = "http")]
-pub use http_worker::{http_delivery_from_env, DefaultWorker};
+// The short root: what a handler's `main` spells. Everything else lives in the module of its
+// concept (`config::WorkerConfig`, `metrics::emf_documents`, `telemetry::InvocationLayer`).
 pub use init_error::init_failed;
-pub use metrics::{
-    emf_documents, emit as emit_metrics, emit_redrive as emit_redrive_metrics, redrive_document,
-    InvocationTimings, MAX_VALUES_PER_METRIC, NAMESPACE as METRICS_NAMESPACE,
-};
-#[cfg(feature = "http")]
-pub use redrive_function::{
-    redrive_breaker, redrive_engine, redrive_processor, run_gated, RedriveBreaker, RedriveDelivery,
-    RedriveFunction, RedriveProcessor,
-};
-pub use runner::{run, Error, GroupStores, Guarded, Handler, Setup};
-pub use runtime::{respond, HandlerOutcome, WorkerLayer, WorkerService};
+pub use runner::{run, Error, Setup};
 pub use sqs_keeper_core::{
     handler_fn, DeadLettered, ErrorClass, Outcome, ProcessError, Processor, WorkItem,
 };
+pub use worker::StartupError;
 // Whether this build has the simulation's hooks: the functions refuse to compile with them.
-pub use sqs_keeper_core::SIMULATION_HOOKS;
-pub use telemetry::{
-    cold_start, init as init_telemetry, subscriber as log_subscriber, InvocationLayer,
-    InvocationService, LambdaJson, LogFormat, LogSettings, INVOCATION_SPAN, LOG_FORMAT_VAR,
-    LOG_LEVEL_VAR, RUST_LOG_VAR,
-};
-pub use worker::{ConfiguredSink, InvocationError, StartupError, Worker};
+pub use sqs_keeper_core::mutants::SIMULATION_HOOKS;

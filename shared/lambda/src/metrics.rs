@@ -17,8 +17,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::metric_names::MetricNames;
-use sqs_keeper_core::BatchCounts;
-use sqs_keeper_core::RedriveReport;
+use sqs_keeper_core::batch::BatchCounts;
+use sqs_keeper_core::redrive::RedriveReport;
 
 /// The metric namespace when none is chosen ([`crate::metric_names`]).
 pub const NAMESPACE: &str = crate::metric_names::DEFAULT_NAMESPACE;
@@ -335,8 +335,8 @@ mod tests {
             "SqsWorker"
         );
     }
+    use sqs_keeper_core::redrive::RedriveMode;
     use sqs_keeper_core::ErrorClass;
-    use sqs_keeper_core::RedriveMode;
 
     #[cfg(feature = "http")]
     #[test]

@@ -14,14 +14,15 @@ use sqs_keeper_aws::AwsClients;
 use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_aws::DynamoBreakerStore;
 use sqs_keeper_aws::DynamoIdempotencyStore;
+use sqs_keeper_core::breaker::GroupBreakers;
 /// The gate a run goes through, in the core so that the simulation draws it.
-pub use sqs_keeper_core::run_gated;
-use sqs_keeper_core::GroupBreakers;
+pub use sqs_keeper_core::redrive::run_gated;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::WorkItem;
 use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
 use sqs_keeper_core::{
-    redrive::no_progress, RedriveEngine, RedriveError, RedriveReport, RedriveRequest,
+    redrive::no_progress, redrive::RedriveEngine, redrive::RedriveError, redrive::RedriveReport,
+    redrive::RedriveRequest,
 };
 use sqs_keeper_core::{Outcome, Processor};
 use sqs_keeper_http::HttpDelivery;
@@ -39,7 +40,7 @@ pub enum RedriveProcessor {
     /// (`WORKER_BREAKER_SCOPE=message-group`): a tenant whose own breaker is open is not
     /// reprocessed. An item without a group goes straight through: the run's gate holds the
     /// function's breaker ([`run_gated`]).
-    Grouped(Box<GroupBreakers<RedriveDelivery, DynamoBreakerStore, crate::GroupStores>>),
+    Grouped(Box<GroupBreakers<RedriveDelivery, DynamoBreakerStore, crate::runner::GroupStores>>),
 }
 
 /// What a grouped [`RedriveProcessor`] delivers through: one of the two others.
@@ -136,9 +137,9 @@ pub async fn redrive_processor(
                 breaker.table.clone(),
                 breaker.key.clone(),
             );
-            let stores: crate::GroupStores = Box::new(move |group| {
+            let stores: crate::runner::GroupStores = Box::new(move |group| {
                 let key = match group {
-                    Some(group) => sqs_keeper_core::group_key(&key, group),
+                    Some(group) => sqs_keeper_core::breaker::group_key(&key, group),
                     None => key.clone(),
                 };
                 DynamoBreakerStore::new(client.clone(), table.clone(), &key)
@@ -195,7 +196,7 @@ pub struct RedriveFunction {
     breaker: Option<RedriveBreaker>,
     /// Pauses the worker's polling while its breaker stays open (`sqs_keeper_core::polling`).
     polling: Option<
-        sqs_keeper_core::PollingControl<
+        sqs_keeper_core::polling::PollingControl<
             sqs_keeper_aws::DynamoBreakerStore,
             sqs_keeper_aws::LambdaMapping,
             sqs_keeper_aws::DynamoPauseMarker,
@@ -250,7 +251,7 @@ impl RedriveFunction {
                     .config
                     .region()
                     .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
-                Some(sqs_keeper_core::PollingControl {
+                Some(sqs_keeper_core::polling::PollingControl {
                     breaker: sqs_keeper_aws::DynamoBreakerStore::new(
                         clients.dynamodb.clone(),
                         breaker.table.clone(),
@@ -331,7 +332,7 @@ impl RedriveFunction {
                         .run(self.engine.settings().retry.clock.system_time())
                         .await;
                     match &action {
-                        sqs_keeper_core::ControlAction::Failed { error } => {
+                        sqs_keeper_core::polling::ControlAction::Failed { error } => {
                             tracing::warn!(%error, "the polling control could not finish; the next run goes on from here");
                         }
                         action => tracing::info!(?action, "polling control"),
@@ -342,7 +343,7 @@ impl RedriveFunction {
                     use crate::config::vars::{
                         BREAKER_TABLE, SOURCE_QUEUE_URL, WORKER_FUNCTION, WORKER_MAPPING,
                     };
-                    sqs_keeper_core::ControlAction::Failed {
+                    sqs_keeper_core::polling::ControlAction::Failed {
                         error: format!(
                             "not configured: {}, {}, {} and {}",
                             WORKER_FUNCTION.name,
@@ -374,7 +375,7 @@ impl RedriveFunction {
         let mut request = RedriveRequest::from_json(&text).map_err(diagnostic)?;
         // A deadline already past on arrival (as `cargo lambda watch` sends) gets the
         // worker's fallback budget rather than none.
-        let budget = sqs_keeper_core::InvocationBudget::of(
+        let budget = sqs_keeper_core::retry::InvocationBudget::of(
             event.context.deadline(),
             std::time::SystemTime::now(),
         )
@@ -384,8 +385,8 @@ impl RedriveFunction {
         let until_settling = budget
             .saturating_sub(
                 ANSWER_RESERVE
-                    + sqs_keeper_core::SETTLE_RESERVE
-                    + sqs_keeper_core::OUTCOME_WRITE_SLICE,
+                    + sqs_keeper_core::redrive::SETTLE_RESERVE
+                    + sqs_keeper_core::redrive::OUTCOME_WRITE_SLICE,
             )
             .as_secs()
             .max(1);
@@ -427,7 +428,7 @@ impl RedriveFunction {
 /// The worker's circuit breaker as a redrive sees it: its store and policy.
 pub type RedriveBreaker = (
     sqs_keeper_aws::DynamoBreakerStore,
-    sqs_keeper_core::BreakerPolicy,
+    sqs_keeper_core::breaker::BreakerPolicy,
 );
 
 /// The worker's circuit breaker of `config`, when it has one (`WORKER_BREAKER_TABLE`).

@@ -48,9 +48,9 @@ use sqs_keeper_aws::AwsClients;
 use sqs_keeper_aws::DynamoBreakerStore;
 use sqs_keeper_aws::DynamoIdempotencyStore;
 use sqs_keeper_aws::{DeadLetterStore, ExtendedClientResolver};
+use sqs_keeper_core::breaker::Breaker;
+use sqs_keeper_core::dead_letter::NoDeadLetterStore;
 use sqs_keeper_core::BatchProcessor;
-use sqs_keeper_core::Breaker;
-use sqs_keeper_core::NoDeadLetterStore;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::WorkItem;
 use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
@@ -91,7 +91,7 @@ pub enum Guarded<P> {
     /// a DynamoDB client beside the processor.
     Breaker(Box<Breaker<P, DynamoBreakerStore>>),
     /// Behind a breaker per message group (`WORKER_BREAKER_SCOPE=message-group`).
-    Groups(Box<sqs_keeper_core::GroupBreakers<P, DynamoBreakerStore, GroupStores>>),
+    Groups(Box<sqs_keeper_core::breaker::GroupBreakers<P, DynamoBreakerStore, GroupStores>>),
 }
 
 impl<P> Handler<P> {
@@ -260,12 +260,12 @@ impl Setup {
                 );
                 let stores: GroupStores = Box::new(move |group| {
                     let key = match group {
-                        Some(group) => sqs_keeper_core::group_key(&key, group),
+                        Some(group) => sqs_keeper_core::breaker::group_key(&key, group),
                         None => key.clone(),
                     };
                     DynamoBreakerStore::new(client.clone(), table.clone(), &key)
                 });
-                Guarded::Groups(Box::new(sqs_keeper_core::GroupBreakers::new(
+                Guarded::Groups(Box::new(sqs_keeper_core::breaker::GroupBreakers::new(
                     processor,
                     stores,
                     breaker.policy,
@@ -315,7 +315,7 @@ impl Setup {
         }
         if config.redelivery.is_some() || config.breaker.is_some() {
             let sqs = self.aws_clients().await.sqs;
-            let port: Arc<dyn sqs_keeper_core::VisibilityPort> =
+            let port: Arc<dyn sqs_keeper_core::redelivery::VisibilityPort> =
                 Arc::new(sqs_keeper_aws::SqsVisibility::new(sqs));
             if let Some(policy) = config.redelivery {
                 engine = engine.with_redelivery(policy, port.clone());
@@ -353,7 +353,7 @@ impl Setup {
         // The simulation's hooks (its mutants) must never serve real traffic:
         // Cargo unifies features across one build, so a handler built beside the
         // simulation would carry them (docs/SIMULATION.md).
-        if sqs_keeper_core::SIMULATION_HOOKS {
+        if sqs_keeper_core::mutants::SIMULATION_HOOKS {
             let why = "this binary was built with the simulation's test hooks (feature `sim` of sqs-keeper-core, unified from another package of the build): build it on its own, e.g. `cargo build -p <your crate>`";
             tracing::error!("{why}");
             return Err(why.into());

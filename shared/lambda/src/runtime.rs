@@ -13,12 +13,12 @@
 //! whose request id and cold start every log line carries.
 //!
 //! ```no_run
-//! # use sqs_keeper_core::{DeadLetterSink, Processor};
-//! # use sqs_keeper_lambda::Worker;
+//! # use sqs_keeper_core::{dead_letter::DeadLetterSink, Processor};
+//! # use sqs_keeper_lambda::worker::Worker;
 //! # async fn example<P: Processor + 'static, S: DeadLetterSink + 'static>(worker: &'static Worker<P, S>) -> Result<(), lambda_runtime::Error> {
 //! use lambda_runtime::{service_fn, Runtime};
-//! use sqs_keeper_lambda::{respond, WorkerLayer};
-//! use sqs_keeper_lambda::InvocationLayer;
+//! use sqs_keeper_lambda::{runtime::respond, runtime::WorkerLayer};
+//! use sqs_keeper_lambda::telemetry::InvocationLayer;
 //!
 //! Runtime::new(service_fn(respond))
 //!     .layer(WorkerLayer::new(worker))
@@ -39,7 +39,7 @@ use lambda_runtime::{Diagnostic, LambdaEvent, LambdaInvocation};
 use serde::{Deserialize, Serialize};
 
 use crate::worker::Worker;
-use sqs_keeper_core::DeadLetterSink;
+use sqs_keeper_core::dead_letter::DeadLetterSink;
 use sqs_keeper_core::Processor;
 
 /// What the worker decided for one invocation, as the runtime's handler receives it.
@@ -148,8 +148,8 @@ where
                 Ok(Ok(response)) => HandlerOutcome::Response(response),
                 Ok(Err(error)) => HandlerOutcome::Failed(error.into()),
                 Err(panic) => {
-                    let message = sqs_keeper_core::panic_message(&*panic);
-                    tracing::error!(panic = %sqs_keeper_core::loggable_message(&message), "the worker panicked; failing the whole invocation");
+                    let message = sqs_keeper_core::batch::panic_message(&*panic);
+                    tracing::error!(panic = %sqs_keeper_core::signature::loggable_message(&message), "the worker panicked; failing the whole invocation");
                     HandlerOutcome::Failed(Diagnostic {
                         error_type: "Panic".to_string(),
                         error_message: format!("the worker panicked: {message}"),

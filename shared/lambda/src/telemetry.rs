@@ -377,7 +377,7 @@ pub fn cold_start() -> bool {
 /// ```no_run
 /// # async fn example() -> Result<(), lambda_runtime::Error> {
 /// use lambda_runtime::{service_fn, LambdaEvent, Runtime};
-/// use sqs_keeper_lambda::InvocationLayer;
+/// use sqs_keeper_lambda::telemetry::InvocationLayer;
 ///
 /// async fn echo(event: LambdaEvent<serde_json::Value>) -> Result<serde_json::Value, lambda_runtime::Error> {
 ///     Ok(event.payload)

@@ -17,10 +17,13 @@ use crate::config::ConfigError;
 use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::Processor;
-use sqs_keeper_core::{decode_event, EventError, SqsBatch, SqsRecord};
-use sqs_keeper_core::{worst_case_record_time, Deadline, InvocationBudget};
-use sqs_keeper_core::{BatchError, BatchProcessor, BatchReport};
-use sqs_keeper_core::{DeadLetterCandidate, DeadLetterSink, InvocationInfo, NoDeadLetterStore};
+use sqs_keeper_core::{batch::BatchError, BatchProcessor, BatchReport};
+use sqs_keeper_core::{
+    dead_letter::DeadLetterCandidate, dead_letter::DeadLetterSink, dead_letter::InvocationInfo,
+    dead_letter::NoDeadLetterStore,
+};
+use sqs_keeper_core::{event::decode_event, event::EventError, event::SqsBatch, event::SqsRecord};
+use sqs_keeper_core::{retry::worst_case_record_time, retry::Deadline, retry::InvocationBudget};
 
 /// Why the worker could not start. Its `Debug` is its message: `main` returning it prints
 /// `Error: <message>`, once and readable.
@@ -314,7 +317,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
     /// individually.
     ///
     /// The body is decoded with [`decode_event`] (a SIMD parser) straight from the bytes
-    /// the runtime received, into records that borrow from them; see [`crate::WorkerLayer`]
+    /// the runtime received, into records that borrow from them; see [`crate::runtime::WorkerLayer`]
     /// for how the function binary gets them before the runtime's own `serde_json` decode
     /// would.
     pub async fn handle_invocation<B: AsRef<[u8]>>(

@@ -19,17 +19,17 @@ use lambda_runtime::{Context, LambdaEvent};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
-use sqs_keeper_core::{decode_sqs_event, EventError};
+use sqs_keeper_core::{batch::BatchError, batch::Disposition, BatchProcessor};
+use sqs_keeper_core::{dead_letter::InvocationInfo, DeadLetterReason};
+use sqs_keeper_core::{event::decode_sqs_event, event::EventError};
+use sqs_keeper_core::{item::BodyFormat, item::ItemIdSource, item::ItemParser, WorkItem};
+use sqs_keeper_core::{redrive::RedriveError, redrive::RedriveRequest};
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
-use sqs_keeper_core::{BatchError, BatchProcessor, Disposition};
-use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
-use sqs_keeper_core::{DeadLetterReason, InvocationInfo};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Outcome, Processor};
-use sqs_keeper_core::{RedriveError, RedriveRequest};
-use sqs_keeper_lambda::InvocationError;
-use sqs_keeper_lambda::Worker;
-use sqs_keeper_lambda::WorkerConfig;
+use sqs_keeper_lambda::config::WorkerConfig;
+use sqs_keeper_lambda::worker::InvocationError;
+use sqs_keeper_lambda::worker::Worker;
 
 use crate::common::{
     assert_accounted, config, disposition, far_deadline, json_parser, record, run,
@@ -39,7 +39,7 @@ use crate::common::{
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
 
 /// The decoder under test, on text (it takes the invocation's bytes).
-fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_core::EventError> {
+fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_core::event::EventError> {
     decode_sqs_event(text.as_bytes())
 }
 
@@ -661,7 +661,7 @@ async fn non_ascii_attribute_values_round_trip() {
         assert_eq!(item.message_id, format!("m{n}"), "FIFO keeps order");
         // From the attribute: unchanged, or its digest when SQS could not carry it in the
         // DLQ message's attribute (a NUL).
-        let expected = sqs_keeper_core::bounded_item_id(v.to_string());
+        let expected = sqs_keeper_core::item::bounded_item_id(v.to_string());
         assert_eq!(item.item_id, expected, "item id from the attribute");
         assert_eq!(item.message_group_id.as_deref(), Some(*v));
         assert_eq!(item.attributes.get("Custom"), Some(*v));
@@ -727,7 +727,9 @@ async fn binary_message_attributes_are_accepted() {
 // Configuration
 // ---------------------------------------------------------------------------------------
 
-fn read_config(vars: &[(&str, &str)]) -> Result<WorkerConfig, sqs_keeper_lambda::ConfigError> {
+fn read_config(
+    vars: &[(&str, &str)],
+) -> Result<WorkerConfig, sqs_keeper_lambda::config::ConfigError> {
     let map: HashMap<String, String> = vars
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

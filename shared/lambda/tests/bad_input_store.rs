@@ -17,16 +17,19 @@ use std::time::Duration;
 use serde_json::json;
 use sqs_keeper_aws::{AwsClients, Endpoints};
 use sqs_keeper_aws::{DeadLetterStore, ExtendedClientResolver, StoreConfig};
-use sqs_keeper_core::AttemptFailure;
-use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::retry::AttemptFailure;
+use sqs_keeper_core::{batch::Disposition, BatchConfig, BatchProcessor};
 use sqs_keeper_core::{
-    redrive, ItemOutcomeKind, RedriveEngine, RedriveError, RedriveMode, RedriveRequest,
-    RedriveSettings,
+    dead_letter::DeadLetterCandidate, dead_letter::DeadLetteredItem, dead_letter::InvocationInfo,
+    DeadLetterReason,
+};
+use sqs_keeper_core::{item::BodyFormat, item::ItemIdSource, item::ItemParser, WorkItem};
+use sqs_keeper_core::{
+    redrive, redrive::ItemOutcomeKind, redrive::RedriveEngine, redrive::RedriveError,
+    redrive::RedriveMode, redrive::RedriveRequest, redrive::RedriveSettings,
 };
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
-use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
-use sqs_keeper_core::{DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Outcome, Processor};
 
@@ -180,7 +183,10 @@ async fn extended_client_pointer_to_a_missing_object_is_dead_lettered_not_found(
     )
     .with_body_resolver(std::sync::Arc::new(ExtendedClientResolver::new(
         clients.s3.clone(),
-        sqs_keeper_core::PayloadPolicy::allowing([bucket.clone(), missing_bucket_name.clone()]),
+        sqs_keeper_core::pointer::PayloadPolicy::allowing([
+            bucket.clone(),
+            missing_bucket_name.clone(),
+        ]),
     )));
     let ids = ["m-key", "m-bucket", "m-present", "m-binary", "m-fake"];
     let report = run(
@@ -496,7 +502,7 @@ async fn redrive_ids(
     name: &str,
     item_ids: &[&str],
     mode: RedriveMode,
-) -> (sqs_keeper_core::RedriveReport, String) {
+) -> (sqs_keeper_core::redrive::RedriveReport, String) {
     let store = emulator_store(name).await;
     let distinct: HashSet<&str> = item_ids.iter().copied().collect();
     for id in distinct {
@@ -596,7 +602,9 @@ impl Processor for Verbose {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_too_large_for_a_record_is_clipped_and_recorded() {
-    use sqs_keeper_core::{CAUSES_LIMIT, CAUSE_LIMIT, ERROR_MESSAGE_LIMIT};
+    use sqs_keeper_core::{
+        dead_letter::CAUSES_LIMIT, dead_letter::CAUSE_LIMIT, dead_letter::ERROR_MESSAGE_LIMIT,
+    };
     let store = emulator_store("verbose").await;
     let engine = BatchProcessor::new(Verbose, store.clone(), config(json_parser()));
     let report = engine
@@ -652,7 +660,7 @@ async fn the_largest_record_the_worst_case_builds_is_written() {
 /// made again. Before, every later write of the item was refused for ever.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_too_large_after_a_failed_compaction_compacts_first() {
-    use sqs_keeper_core::{Expect, RecordStore};
+    use sqs_keeper_core::{ports::Expect, ports::RecordStore};
     let (clients, mut config) = emulator_store_resources("uncompacted").await;
     config.inline_max_bytes = 262_144;
     let store = DeadLetterStore::new(clients, config);
@@ -667,7 +675,7 @@ async fn a_write_too_large_after_a_failed_compaction_compacts_first() {
     let left = store.get("big").await.unwrap().expect("the record");
     assert_eq!(
         left.failure_history.len(),
-        sqs_keeper_core::HISTORY_ENTRIES_MAX,
+        sqs_keeper_core::recording::HISTORY_ENTRIES_MAX,
         "the most a failed compaction leaves"
     );
     store
@@ -681,7 +689,7 @@ async fn a_write_too_large_after_a_failed_compaction_compacts_first() {
 /// inline (under an inline maximum of 256 KiB), attributes at their cap, and 20 attempts
 /// whose every field is over its limit.
 fn worst_case_delivery(delivery: u32) -> DeadLetteredItem {
-    use sqs_keeper_core::stays_inline;
+    use sqs_keeper_core::recording::stays_inline;
     let inline = (0..=262_144)
         .rev()
         .find(|n| stays_inline(*n, 262_144))
@@ -750,11 +758,11 @@ fn worst_case_delivery(delivery: u32) -> DeadLetteredItem {
 async fn assert_worst_case_record_compacted(store: &DeadLetterStore) {
     let stored = store.get("big").await.unwrap().expect("the record");
     assert_eq!(stored.failure_count, 100);
-    assert!(stored.failure_history.len() <= sqs_keeper_core::HISTORY_LIMIT);
+    assert!(stored.failure_history.len() <= sqs_keeper_core::dead_letter::HISTORY_LIMIT);
     assert!(
         matches!(
             stored.payload.location,
-            sqs_keeper_core::PayloadLocation::Inline { .. }
+            sqs_keeper_core::dead_letter::PayloadLocation::Inline { .. }
         ),
         "the body stayed inline"
     );
@@ -765,7 +773,7 @@ async fn assert_worst_case_record_compacted(store: &DeadLetterStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_source_queues_retention_is_read_from_its_attributes() {
     use aws_sdk_sqs::types::QueueAttributeName;
-    use sqs_keeper_core::SourceQueue;
+    use sqs_keeper_core::ports::SourceQueue;
     let (clients, config) = emulator_store_resources("retention").await;
     let url = clients
         .sqs
@@ -874,7 +882,7 @@ async fn an_item_that_keeps_failing_keeps_a_bounded_history_and_an_exact_count()
 /// run, and the lease can be given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_cannot_finish_an_item_whose_payload_a_new_failure_replaced() {
-    use sqs_keeper_core::ItemStatus;
+    use sqs_keeper_core::dead_letter::ItemStatus;
     let store = emulator_store("replaced").await;
     let id = unique("replaced-item");
     dead_item(&store, &id).await;
@@ -990,7 +998,7 @@ async fn dlq_message_count(clients: &AwsClients, url: &str) -> usize {
 /// message's claim and "sent" mark in one update. One DLQ message per source message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
-    use sqs_keeper_core::{DlqClaim, Expect, RecordStore};
+    use sqs_keeper_core::{dead_letter::DlqClaim, ports::Expect, ports::RecordStore};
     let (clients, mut config) = emulator_store_resources("claims").await;
     config.history_limit = 4;
     let url = config.queue_url.clone();
@@ -1066,7 +1074,7 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
 /// `ResourceNotFoundException`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_into_a_missing_table_names_the_table_and_region() {
-    use sqs_keeper_core::DeadLetterSink;
+    use sqs_keeper_core::dead_letter::DeadLetterSink;
     let (clients, mut config) = emulator_store_resources("missing-table").await;
     config.table = unique("no-such-table");
     let store = DeadLetterStore::new(clients, config.clone());

@@ -7,11 +7,15 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use serde_json::json;
 use sqs_keeper_core::ErrorClass;
+use sqs_keeper_core::{
+    batch::BatchError, batch::Disposition, batch::NotStartedReason, BatchConfig, BatchProcessor,
+};
+use sqs_keeper_core::{
+    dead_letter::InvocationInfo, dead_letter::NoDeadLetterStore, DeadLetterReason,
+};
+use sqs_keeper_core::{item::ItemIdSource, item::ItemParser};
+use sqs_keeper_core::{retry::Deadline, retry::Jitter, retry::RetryPolicy};
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
-use sqs_keeper_core::{BatchConfig, BatchError, BatchProcessor, Disposition, NotStartedReason};
-use sqs_keeper_core::{DeadLetterReason, InvocationInfo, NoDeadLetterStore};
-use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
-use sqs_keeper_core::{ItemIdSource, ItemParser};
 
 const STANDARD_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders";
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
@@ -903,10 +907,10 @@ struct FinishSink {
     finished: std::sync::Arc<std::sync::Mutex<Vec<Finished>>>,
 }
 
-impl sqs_keeper_core::DeadLetterSink for FinishSink {
+impl sqs_keeper_core::dead_letter::DeadLetterSink for FinishSink {
     async fn dead_letter(
         &self,
-        candidates: &[sqs_keeper_core::DeadLetterCandidate],
+        candidates: &[sqs_keeper_core::dead_letter::DeadLetterCandidate],
         _invocation: &InvocationInfo,
     ) -> Vec<Result<(), sqs_keeper_lambda::ProcessError>> {
         candidates.iter().map(|_| Ok(())).collect()
@@ -935,7 +939,7 @@ struct OnePointer {
     payload: String,
 }
 
-impl sqs_keeper_core::BodyResolver for OnePointer {
+impl sqs_keeper_core::batch::BodyResolver for OnePointer {
     fn resolve<'a>(
         &'a self,
         body: &'a str,
@@ -953,13 +957,13 @@ async fn a_requeued_pointer_is_finished_with_the_digest_its_record_holds_not_the
     // compare the digest the record holds, which the requeue stamped on the message: the
     // digest of what the worker fetched would never match, and a record the worker
     // finished before the run marked it requeued would stay requeued.
-    let pointer = sqs_keeper_core::S3Pointer {
+    let pointer = sqs_keeper_core::pointer::S3Pointer {
         bucket: "b".into(),
         key: "k".into(),
     }
     .to_body();
     let payload = json!({"id": "order-1"}).to_string();
-    let record_sha = sqs_keeper_core::sha256_hex(pointer.as_bytes());
+    let record_sha = sqs_keeper_core::hex::sha256_hex(pointer.as_bytes());
     let mut r = record("x", 1);
     r["body"] = json!(pointer);
     let string = |v: &str| json!({"dataType": "String", "stringValue": v});
@@ -1020,7 +1024,7 @@ async fn a_stated_digest_never_finishes_a_record_the_message_does_not_carry() {
         )
         .await
         .unwrap();
-    let body_sha = sqs_keeper_core::sha256_hex(json!({"id": "x"}).to_string().as_bytes());
+    let body_sha = sqs_keeper_core::hex::sha256_hex(json!({"id": "x"}).to_string().as_bytes());
     let finished = finished.lock().unwrap().clone();
     assert!(!finished.is_empty());
     assert!(finished.iter().all(|f| f.2 == body_sha), "{finished:?}");

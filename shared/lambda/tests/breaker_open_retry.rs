@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use sqs_keeper_core::testing::MemoryBreakerStore;
 use sqs_keeper_core::WorkItem;
-use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerState, BreakerStore};
+use sqs_keeper_core::{
+    breaker::Breaker, breaker::BreakerPolicy, breaker::BreakerState, breaker::BreakerStore,
+};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Outcome, Processor};
 

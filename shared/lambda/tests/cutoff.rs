@@ -14,9 +14,11 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 
 use serde_json::json;
-use sqs_keeper_core::Deadline;
-use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::dead_letter::InvocationInfo;
+use sqs_keeper_core::retry::Deadline;
 use sqs_keeper_core::WorkItem;
+use sqs_keeper_core::{batch::Disposition, BatchConfig, BatchProcessor};
+use sqs_keeper_core::{breaker::Breaker, breaker::BreakerPolicy, breaker::BreakerStore};
 use sqs_keeper_core::{
     idempotency::Claim, idempotency::Idempotency, idempotency::IdempotencyStore,
     idempotency::Idempotent,
@@ -25,8 +27,6 @@ use sqs_keeper_core::{
     testing::MemoryBreakerStore, testing::MemoryIdempotencyStore, testing::MemorySink,
     testing::ScriptedProcessor, testing::Step,
 };
-use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerStore};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Outcome, Processor};
 

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
 use serde_json::json;
+use sqs_keeper_core::dead_letter::InvocationInfo;
 use sqs_keeper_core::testing::MemorySink;
-use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::{batch::Disposition, BatchConfig, BatchProcessor};
 use sqs_keeper_core::{context, context::MetricSink, context::Unit};
-use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
-use sqs_keeper_core::{ItemIdSource, ItemParser};
+use sqs_keeper_core::{item::ItemIdSource, item::ItemParser};
+use sqs_keeper_core::{retry::Deadline, retry::Jitter, retry::RetryPolicy};
 use sqs_keeper_lambda::{DeadLettered, Outcome, ProcessError, Processor, WorkItem};
 
 const FIFO_ARN: &str = "arn:aws:sqs:us-east-1:123456789012:orders.fifo";
@@ -183,10 +183,10 @@ impl Processor for Noting {
 /// `ChangeMessageVisibilityBatch` that never answers (a hide cut at the hard stop).
 struct HangingHide;
 
-impl sqs_keeper_core::VisibilityPort for HangingHide {
+impl sqs_keeper_core::redelivery::VisibilityPort for HangingHide {
     fn hide<'a>(
         &'a self,
-        _records: &'a [sqs_keeper_core::Hide],
+        _records: &'a [sqs_keeper_core::redelivery::Hide],
     ) -> futures::future::BoxFuture<'a, Vec<Result<(), ProcessError>>> {
         Box::pin(std::future::pending())
     }
@@ -194,7 +194,7 @@ impl sqs_keeper_core::VisibilityPort for HangingHide {
     fn queue_timing<'a>(
         &'a self,
         _queue_arn: &'a str,
-    ) -> futures::future::BoxFuture<'a, Option<sqs_keeper_core::QueueTiming>> {
+    ) -> futures::future::BoxFuture<'a, Option<sqs_keeper_core::redelivery::QueueTiming>> {
         Box::pin(async { None })
     }
 }
@@ -216,7 +216,7 @@ async fn a_hide_that_hangs_leaves_the_death_hooks_their_time() {
     }
     let engine = BatchProcessor::new(Shared(hooked.clone()), MemorySink::new(), config())
         .with_redelivery(
-            sqs_keeper_core::RedeliveryPolicy {
+            sqs_keeper_core::redelivery::RedeliveryPolicy {
                 base: Duration::from_secs(60),
                 multiplier: 2,
                 max: Duration::from_secs(600),

@@ -15,20 +15,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_core::BreakerStore;
-use sqs_keeper_core::Deadline;
-use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::breaker::BreakerStore;
+use sqs_keeper_core::dead_letter::InvocationInfo;
+use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::{batch::Disposition, BatchConfig, BatchProcessor};
 use sqs_keeper_core::{
-    sweep_interval, sweep_reserve, ControlAction, MappingSwitch, PauseState, PollingControl,
-    ProbeOutcome, SourceProbe, SourceQueueState,
+    polling::sweep_interval, polling::sweep_reserve, polling::ControlAction,
+    polling::MappingSwitch, polling::PauseState, polling::PollingControl, polling::ProbeOutcome,
+    polling::SourceProbe, polling::SourceQueueState,
 };
+use sqs_keeper_core::{redelivery::Hide, redelivery::QueueTiming, redelivery::VisibilityPort};
 use sqs_keeper_core::{
     testing::MemoryBreakerStore, testing::MemoryPauseMarker, testing::MemorySink,
     testing::ScriptedProcessor, testing::Step,
 };
-use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{Hide, QueueTiming, VisibilityPort};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -809,7 +810,7 @@ async fn without_a_breaker_no_reserve_is_kept() {
             config,
         )
         .with_redelivery(
-            sqs_keeper_core::RedeliveryPolicy {
+            sqs_keeper_core::redelivery::RedeliveryPolicy {
                 base: Duration::from_secs(300),
                 multiplier: 3,
                 max: Duration::from_secs(4 * 3600),

@@ -28,13 +28,17 @@ use aws_lambda_events::sqs::{SqsEvent, SqsMessage};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{json, Map, Value};
-use sqs_keeper_core::decode_sqs_event;
-use sqs_keeper_core::{classify_aws_code, classify_http_status, classify_message};
+use sqs_keeper_core::event::decode_sqs_event;
+use sqs_keeper_core::{
+    batch::BatchError, batch::Disposition, batch::NotStartedReason, BatchConfig, BatchProcessor,
+};
+use sqs_keeper_core::{
+    classify::classify_aws_code, classify::classify_http_status, classify::classify_message,
+};
+use sqs_keeper_core::{dead_letter::InvocationInfo, DeadLetterReason};
+use sqs_keeper_core::{item::BodyFormat, item::ItemIdSource, item::ItemParser};
+use sqs_keeper_core::{retry::Deadline, retry::Jitter, retry::RetryPolicy};
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
-use sqs_keeper_core::{BatchConfig, BatchError, BatchProcessor, Disposition, NotStartedReason};
-use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser};
-use sqs_keeper_core::{DeadLetterReason, InvocationInfo};
-use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 
 /// Proptest's defaults (so `PROPTEST_CASES` applies), without regression files: a failure
@@ -47,7 +51,7 @@ fn config() -> ProptestConfig {
 }
 
 /// The decoder under test, on text (it takes the invocation's bytes).
-fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_core::EventError> {
+fn decode(text: &str) -> Result<SqsEvent, sqs_keeper_core::event::EventError> {
     decode_sqs_event(text.as_bytes())
 }
 
@@ -708,7 +712,7 @@ proptest! {
                 prop_assert_eq!(item.receive_count, expected);
                 if let ItemIdSource::MessageId = source {
                     // Kept as it is, or its digest when SQS could not carry it.
-                    let bounded = sqs_keeper_core::bounded_item_id(message_id.clone());
+                    let bounded = sqs_keeper_core::item::bounded_item_id(message_id.clone());
                     prop_assert_eq!(&item.item_id, &bounded);
                 }
             }
@@ -716,7 +720,7 @@ proptest! {
                 prop_assert!(!must_be_valid, "refused a valid body {:?}: {}", body, invalid.error);
                 prop_assert_eq!(invalid.error.class, ErrorClass::Validation);
                 prop_assert_eq!(invalid.error.step.as_deref(), Some("parse"));
-                let bounded = sqs_keeper_core::bounded_item_id(message_id.clone());
+                let bounded = sqs_keeper_core::item::bounded_item_id(message_id.clone());
                 prop_assert_eq!(&invalid.item.item_id, &bounded);
                 prop_assert_eq!(&invalid.item.body, &body);
                 prop_assert!(!invalid.error.message.is_empty());
@@ -878,7 +882,7 @@ proptest! {
         status in 100u16..600,
     ) {
         let err = service_error(code.as_deref(), status);
-        let class = sqs_keeper_core::classify_sdk_error(&err);
+        let class = sqs_keeper_core::classify::classify_sdk_error(&err);
         let expected = code
             .as_deref()
             .and_then(classify_aws_code)
@@ -925,16 +929,16 @@ proptest! {
     fn any_text_classifies_and_signs_without_panic(message in any::<String>(), class in 0usize..8) {
         let _ = classify_message(&message);
         let _ = classify_aws_code(&message);
-        let signature = sqs_keeper_core::error_signature(ErrorClass::ALL[class], &message);
+        let signature = sqs_keeper_core::signature::error_signature(ErrorClass::ALL[class], &message);
         prop_assert_eq!(signature.len(), 16);
         prop_assert!(signature.chars().all(|c| c.is_ascii_hexdigit()));
-        let _ = sqs_keeper_core::normalize_message(&message);
+        let _ = sqs_keeper_core::signature::normalize_message(&message);
     }
 
     #[test]
     fn signatures_ignore_the_numbers_in_a_message(a in 0u64..1_000_000, b in 0u64..1_000_000, c in 0u64..1_000_000, d in 0u64..1_000_000) {
         let sign = |x: u64, y: u64| {
-            sqs_keeper_core::error_signature(
+            sqs_keeper_core::signature::error_signature(
                 ErrorClass::Timeout,
                 &format!("timeout after {x}s on order {y}"),
             )
@@ -1310,11 +1314,11 @@ proptest! {
 
     #[test]
     fn durations_and_times_never_panic(text in any::<String>(), n in 0u64..1_000_000, unit in 0usize..5) {
-        let _ = sqs_keeper_core::parse_duration(&text);
-        let _ = sqs_keeper_core::parse_time(&text, chrono::Utc::now());
+        let _ = sqs_keeper_core::duration::parse_duration(&text);
+        let _ = sqs_keeper_core::duration::parse_time(&text, chrono::Utc::now());
         let (suffix, seconds) = [("s", 1), ("m", 60), ("h", 3_600), ("d", 86_400), ("w", 604_800)][unit];
         prop_assert_eq!(
-            sqs_keeper_core::parse_duration(&format!("{n}{suffix}")),
+            sqs_keeper_core::duration::parse_duration(&format!("{n}{suffix}")),
             Ok(Duration::from_secs(n * seconds))
         );
     }
@@ -1329,13 +1333,13 @@ proptest! {
         ], json_value()), 0..4)
             .prop_map(|kv| Value::Object(kv.into_iter().collect::<Map<_, _>>()).to_string()),
     ]) {
-        match sqs_keeper_core::RedriveRequest::from_json(&text) {
+        match sqs_keeper_core::redrive::RedriveRequest::from_json(&text) {
             Ok(request) => {
                 // Whatever was accepted serialises back to the same request (the rate up
                 // to serde_json's float parsing, which is not exact without its
                 // `float_roundtrip` feature).
                 let again = serde_json::to_string(&request).unwrap();
-                let mut back = sqs_keeper_core::RedriveRequest::from_json(&again).unwrap();
+                let mut back = sqs_keeper_core::redrive::RedriveRequest::from_json(&again).unwrap();
                 let mut request = request;
                 match (back.rate.take(), request.rate.take()) {
                     (Some(a), Some(b)) => prop_assert!((a - b).abs() <= b.abs() * 1e-15, "{} vs {}", a, b),

@@ -10,12 +10,15 @@ use std::time::Duration;
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_core::Deadline;
-use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::dead_letter::InvocationInfo;
+use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::{
+    redelivery::Hide, redelivery::QueueTiming, redelivery::RedeliveryPolicy,
+    redelivery::VisibilityPort,
+};
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
 use sqs_keeper_core::{BatchConfig, BatchProcessor};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
 
 /// Records what it was asked to hide; fails every entry when `fail` is set; answers the
 /// queue's retention and visibility timeout with `timing`.
@@ -186,7 +189,7 @@ async fn a_retry_after_spaces_the_next_delivery_at_least_that_far() {
 
 #[tokio::test(start_paused = true)]
 async fn records_the_open_breaker_refuses_are_returned_at_once_and_hidden_until_it_ends() {
-    use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerStore};
+    use sqs_keeper_core::{breaker::Breaker, breaker::BreakerPolicy, breaker::BreakerStore};
     let store = sqs_keeper_core::testing::MemoryBreakerStore::default();
     let now = std::time::SystemTime::now();
     // Open for 20 s more: shorter than the invocation, so sleeping it out would fit.
@@ -261,7 +264,7 @@ async fn records_held_back_are_hidden_and_dead_lettered_with_why_on_their_last_r
     assert_eq!(accepted[0].item.item_id, "r2");
     assert_eq!(
         accepted[0].error.code.as_deref(),
-        Some(sqs_keeper_core::NOT_STARTED)
+        Some(sqs_keeper_core::batch::NOT_STARTED)
     );
     assert!(accepted[0].error.class.is_reprocess_eligible());
     // r3, given back unstarted, is hidden as r1 is (60 × 3 = 180 s ceiling on receive 2).
@@ -596,13 +599,16 @@ mod two_calls {
     use aws_lambda_events::sqs::SqsEvent;
     use futures::future::BoxFuture;
     use serde_json::json;
-    use sqs_keeper_core::Deadline;
-    use sqs_keeper_core::InvocationInfo;
-    use sqs_keeper_core::Random;
+    use sqs_keeper_core::dead_letter::InvocationInfo;
+    use sqs_keeper_core::random::Random;
+    use sqs_keeper_core::retry::Deadline;
+    use sqs_keeper_core::{
+        redelivery::Hide, redelivery::QueueTiming, redelivery::RedeliveryPolicy,
+        redelivery::VisibilityPort,
+    };
     use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
     use sqs_keeper_core::{BatchConfig, BatchProcessor};
     use sqs_keeper_core::{ErrorClass, ProcessError};
-    use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
 
     /// One hide as the port saw it: when its call came (tokio time) and what it asked.
     #[derive(Clone, Debug)]

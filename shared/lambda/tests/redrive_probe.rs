@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sqs_keeper_core::WorkItem;
-use sqs_keeper_core::{redrive, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::{breaker::Breaker, breaker::BreakerPolicy, breaker::BreakerStore};
+use sqs_keeper_core::{
+    redrive, redrive::RedriveEngine, redrive::RedriveRequest, redrive::RedriveSettings,
+};
 use sqs_keeper_core::{testing::dead_record, testing::MemoryBreakerStore, testing::MemoryStore};
-use sqs_keeper_core::{Breaker, BreakerPolicy, BreakerStore};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Outcome, Processor};
 
@@ -89,7 +91,7 @@ async fn a_redrive_probe_longer_than_probe_for_holds_the_lock_until_it_ends() {
     let item = WorkItem::new("m-worker", "{}");
     let progress = redrive::no_progress();
     let (report, worker) = tokio::join!(
-        sqs_keeper_lambda::run_gated(
+        sqs_keeper_lambda::redrive_function::run_gated(
             &engine,
             Some((&breaker, &policy)),
             &request,
@@ -135,7 +137,7 @@ async fn a_redrive_probe_cut_at_its_deadline_opens_the_breaker_again() {
     // The redrive function's deadline (items are cut 25 s before it); tokio's clock is
     // paused, so the hang and the cut take no real time.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let report = sqs_keeper_lambda::run_gated(
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &request,
@@ -187,7 +189,7 @@ async fn a_redrive_probe_run_that_reprocessed_nothing_gives_the_probe_back() {
         }
         let engine =
             RedriveEngine::new(store, Some(downstream.clone()), RedriveSettings::default());
-        let report = sqs_keeper_lambda::run_gated(
+        let report = sqs_keeper_lambda::redrive_function::run_gated(
             &engine,
             Some((&breaker, &policy)),
             &RedriveRequest::default(),
@@ -228,7 +230,7 @@ async fn a_redrive_holds_back_a_tenant_whose_own_breaker_is_open() {
         .unwrap());
     let healthy = MemoryBreakerStore::default();
     let downstream = Downstream::default();
-    let grouped = sqs_keeper_core::GroupBreakers::new(
+    let grouped = sqs_keeper_core::breaker::GroupBreakers::new(
         downstream.clone(),
         move |group: Option<&str>| match group {
             Some("tenant-a") => open_tenant.clone(),
@@ -258,7 +260,7 @@ async fn a_redrive_holds_back_a_tenant_whose_own_breaker_is_open() {
         "tenant-b's only"
     );
     let after = engine.store().record("a").unwrap();
-    assert_eq!(after.status, sqs_keeper_core::ItemStatus::Dead);
+    assert_eq!(after.status, sqs_keeper_core::dead_letter::ItemStatus::Dead);
     assert_eq!(
         after.failure_count, before.failure_count,
         "no failure appended"
@@ -295,7 +297,7 @@ async fn a_run_the_breaker_holds_back_still_reports_the_oldest_dead_age() {
         Some(Downstream::default()),
         RedriveSettings::default(),
     );
-    let report = sqs_keeper_lambda::run_gated(
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &RedriveRequest::default(),
@@ -343,7 +345,7 @@ async fn a_probe_run_that_errors_gives_the_probe_back() {
         since: Some("not a time".into()),
         ..RedriveRequest::default()
     };
-    let run = sqs_keeper_lambda::run_gated(
+    let run = sqs_keeper_lambda::redrive_function::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &request,
@@ -410,7 +412,7 @@ async fn a_function_continuation_of_a_dry_run_never_reprocesses() {
         .unwrap());
     let request =
         RedriveRequest::from_json(&format!("{{\"continuation_token\":\"{token}\"}}")).unwrap();
-    let report = sqs_keeper_lambda::run_gated(
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &request,
@@ -469,7 +471,7 @@ async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(processor), settings);
     let progress = redrive::no_progress();
-    let report = sqs_keeper_lambda::run_gated(
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &RedriveRequest::default(),
@@ -508,7 +510,7 @@ async fn a_probe_item_resolved_with_nothing_done_decides_nothing() {
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(processor), settings);
     let progress = redrive::no_progress();
-    let report = sqs_keeper_lambda::run_gated(
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &RedriveRequest::default(),
@@ -539,7 +541,7 @@ async fn a_probe_item_the_downstream_answers_already_done_closes_the_breaker() {
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(processor), settings);
     let progress = redrive::no_progress();
-    let report = sqs_keeper_lambda::run_gated(
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
         &engine,
         Some((&breaker, &policy)),
         &RedriveRequest::default(),

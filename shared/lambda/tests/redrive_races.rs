@@ -10,16 +10,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use sqs_keeper_core::sweep_dlq;
-use sqs_keeper_core::S3Pointer;
-use sqs_keeper_core::SweepOptions;
-use sqs_keeper_core::{redrive::no_progress, RedriveEngine, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::sweep::sweep_dlq;
+use sqs_keeper_core::sweep::SweepOptions;
+use sqs_keeper_core::{
+    dead_letter::DeadLetteredItem, dead_letter::ItemStatus, dead_letter::PayloadLocation,
+};
+use sqs_keeper_core::{item::ItemParser, WorkItem};
+use sqs_keeper_core::{
+    redrive::no_progress, redrive::RedriveEngine, redrive::RedriveRequest, redrive::RedriveSettings,
+};
 use sqs_keeper_core::{
     testing::dead_record, testing::MemoryStore, testing::ScriptedProcessor, testing::Step,
 };
-use sqs_keeper_core::{DeadLetteredItem, ItemStatus, PayloadLocation};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{ItemParser, WorkItem};
 use sqs_keeper_core::{Outcome, Processor};
 
 // ---------------------------------------------------------------------------------------
@@ -230,7 +234,7 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
     let selected = DeadLetteredItem {
         status: ItemStatus::Resolved,
         last_attempt: now.last_attempt - chrono::Duration::hours(48),
-        source: sqs_keeper_core::SourceContext {
+        source: sqs_keeper_core::dead_letter::SourceContext {
             message_id: "s1".into(),
             ..now.source.clone()
         },
@@ -239,11 +243,11 @@ async fn a_purge_keeps_the_dlq_message_of_a_later_failure_with_the_same_payload(
     // After the selection: a new failure of the same item, same bytes, new delivery (`s2`),
     // and its DLQ message.
     store.insert_dead_lettered(now);
-    let report = sqs_keeper_core::remove_records(
+    let report = sqs_keeper_core::removal::remove_records(
         &store,
         &[selected],
         &ItemParser::default(),
-        &sqs_keeper_core::Random::default(),
+        &sqs_keeper_core::random::Random::default(),
         |_| {},
     )
     .await
@@ -278,7 +282,7 @@ async fn a_sweep_whose_delete_fails_gives_back_what_it_held() {
     store.insert_dead_lettered(done.clone());
     store.insert(DeadLetteredItem {
         status: ItemStatus::Resolved,
-        processed: sqs_keeper_core::processed_after(&done),
+        processed: sqs_keeper_core::dead_letter::processed_after(&done),
         ..done
     });
     store.insert_dead_lettered(with("b", ItemStatus::Dead, "s-b", &[], 5));

@@ -10,12 +10,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use aws_lambda_events::sqs::SqsEvent;
 use futures::future::BoxFuture;
 use serde_json::json;
-use sqs_keeper_core::Deadline;
-use sqs_keeper_core::InvocationInfo;
+use sqs_keeper_core::dead_letter::InvocationInfo;
+use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::{batch::Disposition, BatchConfig, BatchProcessor};
+use sqs_keeper_core::{
+    redelivery::Hide, redelivery::QueueTiming, redelivery::RedeliveryPolicy,
+    redelivery::VisibilityPort,
+};
 use sqs_keeper_core::{testing::MemorySink, testing::ScriptedProcessor, testing::Step};
-use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{Hide, QueueTiming, RedeliveryPolicy, VisibilityPort};
 
 struct Port {
     seen: Mutex<Vec<(SystemTime, Hide)>>,

@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use sqs_keeper_aws::DeadLetterStore;
 use sqs_keeper_aws::{AwsClients, Endpoints};
-use sqs_keeper_core::DeadLetteredItem;
+use sqs_keeper_core::dead_letter::DeadLetteredItem;
 use sqs_keeper_http::HttpDelivery;
-use sqs_keeper_lambda::ConfiguredSink;
-use sqs_keeper_lambda::DefaultWorker;
-use sqs_keeper_lambda::Handler;
-use sqs_keeper_lambda::WorkerConfig;
+use sqs_keeper_lambda::config::WorkerConfig;
+use sqs_keeper_lambda::http_worker::DefaultWorker;
+use sqs_keeper_lambda::runner::Handler;
+use sqs_keeper_lambda::worker::ConfiguredSink;
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
 use sqs_keeper_local::esm::{queue_depth, EventSourceMapping};
 use sqs_keeper_local::invokers::InProcessInvoker;
@@ -32,8 +32,8 @@ use tokio::sync::OnceCell;
 
 /// The item ids of a redrive report with the given outcome, sorted.
 pub fn outcome_ids(
-    report: &sqs_keeper_core::RedriveReport,
-    kind: sqs_keeper_core::ItemOutcomeKind,
+    report: &sqs_keeper_core::redrive::RedriveReport,
+    kind: sqs_keeper_core::redrive::ItemOutcomeKind,
 ) -> Vec<String> {
     let mut ids: Vec<String> = report
         .items
@@ -121,7 +121,7 @@ pub async fn idempotency_table(client: &aws_sdk_dynamodb::Client, name: &str) ->
         .table_name(&table)
         .time_to_live_specification(
             TimeToLiveSpecification::builder()
-                .attribute_name(sqs_keeper_aws::IDEMPOTENCY_TTL_ATTRIBUTE)
+                .attribute_name(sqs_keeper_aws::idempotency_table::TTL_ATTRIBUTE)
                 .enabled(true)
                 .build()
                 .unwrap(),
@@ -373,7 +373,8 @@ impl Pipeline {
     /// A redrive engine over this pipeline, reprocessing through the same downstream.
     pub fn redrive_engine(
         &self,
-    ) -> sqs_keeper_core::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore> {
+    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore>
+    {
         self.redrive_engine_via(self.clients.clone())
     }
 
@@ -382,7 +383,8 @@ impl Pipeline {
     pub fn redrive_engine_via(
         &self,
         clients: AwsClients,
-    ) -> sqs_keeper_core::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore> {
+    ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore>
+    {
         let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
             url: self.downstream.url().parse().unwrap(),
             timeout: Duration::from_millis(500),
@@ -390,15 +392,15 @@ impl Pipeline {
             auth_header: None,
         })
         .unwrap();
-        sqs_keeper_core::RedriveEngine::new(
+        sqs_keeper_core::redrive::RedriveEngine::new(
             DeadLetterStore::new(clients, self.resources.store_config()),
             Some(delivery),
-            sqs_keeper_core::RedriveSettings {
-                retry: sqs_keeper_core::RetryPolicy {
+            sqs_keeper_core::redrive::RedriveSettings {
+                retry: sqs_keeper_core::retry::RetryPolicy {
                     max_attempts: 1,
-                    ..sqs_keeper_core::RetryPolicy::default()
+                    ..sqs_keeper_core::retry::RetryPolicy::default()
                 },
-                parser: sqs_keeper_core::ItemParser {
+                parser: sqs_keeper_core::item::ItemParser {
                     id_source: "pointer:/id".parse().unwrap(),
                     ..Default::default()
                 },

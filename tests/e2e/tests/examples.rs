@@ -287,7 +287,7 @@ async fn sns_to_fifo_movements_apply_in_order_once_and_a_foreign_body_is_dead_le
     // Kept as it arrived, for a redrive once the subscription is fixed.
     assert_eq!(
         records[0].payload.location,
-        sqs_keeper_core::PayloadLocation::Inline {
+        sqs_keeper_core::dead_letter::PayloadLocation::Inline {
             body: foreign.clone()
         }
     );

@@ -37,19 +37,23 @@ use e2e::{body, outcome_ids, Pipeline, Setup, REGION};
 use serde_json::json;
 use sqs_keeper_aws::AwsClients;
 use sqs_keeper_aws::DeadLetterStore;
-use sqs_keeper_core::Deadline;
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::retry::Deadline;
 use sqs_keeper_core::ErrorClass;
-use sqs_keeper_core::ItemParser;
-use sqs_keeper_core::S3Pointer;
+use sqs_keeper_core::{batch::Disposition, batch::NotStartedReason, BatchReport};
 use sqs_keeper_core::{
-    redrive, ItemOutcomeKind, RedriveEngine, RedriveReport, RedriveRequest, RedriveSettings,
+    dead_letter::DeadLetteredItem, dead_letter::ItemStatus, dead_letter::PayloadLocation,
+    DeadLetterReason,
 };
-use sqs_keeper_core::{BatchReport, Disposition, NotStartedReason};
-use sqs_keeper_core::{DeadLetterReason, DeadLetteredItem, ItemStatus, PayloadLocation};
-use sqs_keeper_core::{Outcome, ProcessError, Processor, RetryPolicy, WorkItem};
+use sqs_keeper_core::{
+    redrive, redrive::ItemOutcomeKind, redrive::RedriveEngine, redrive::RedriveReport,
+    redrive::RedriveRequest, redrive::RedriveSettings,
+};
+use sqs_keeper_core::{retry::RetryPolicy, Outcome, ProcessError, Processor, WorkItem};
 use sqs_keeper_http::HttpDelivery;
 use sqs_keeper_http::HttpDeliveryConfig;
-use sqs_keeper_lambda::DefaultWorker;
+use sqs_keeper_lambda::http_worker::DefaultWorker;
 use sqs_keeper_local::esm::{EsmStats, Invoker};
 use sqs_keeper_local::fault_proxy::{Fault, FaultProxy, Faults, Operation, Rule, Trigger};
 use sqs_keeper_local::function::FunctionProcess;
@@ -520,7 +524,10 @@ async fn s3_failing_while_offloading_never_leaves_a_record_without_its_object() 
         .await
         .unwrap();
     let stored = object.body.collect().await.unwrap().into_bytes();
-    assert_eq!(sqs_keeper_core::sha256_hex(&stored), big.payload.sha256);
+    assert_eq!(
+        sqs_keeper_core::hex::sha256_hex(&stored),
+        big.payload.sha256
+    );
     assert_eq!(big.source.receive_count, 4);
     assert_eq!(attempt_ids(big), [format!("{}:4:1", big.source.message_id)]);
     assert_eq!(big.failure_count, 1);

@@ -425,7 +425,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // Open the breaker as the worker's sandboxes do after an outage, and let its open
     // period end: no worker invocation is left to probe, so the schedule must.
     {
-        use sqs_keeper_core::BreakerStore;
+        use sqs_keeper_core::breaker::BreakerStore;
         let breaker = sqs_keeper_aws::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),
@@ -496,7 +496,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     // disables the worker's mapping, then probes with a source message once the open
     // period is over (the worker, invoked directly, closes the breaker) and enables it.
     {
-        use sqs_keeper_core::BreakerStore;
+        use sqs_keeper_core::breaker::BreakerStore;
         let breaker = sqs_keeper_aws::DynamoBreakerStore::new(
             test_clients.dynamodb.clone(),
             breaker_table.clone(),

@@ -8,7 +8,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqs_keeper_aws::DynamoPauseMarker;
-use sqs_keeper_core::{PauseMarker, PauseState, PAUSE_LEASE};
+use sqs_keeper_core::{polling::PauseMarker, polling::PauseState, polling::PAUSE_LEASE};
 
 use sqs_keeper_aws::DynamoIdempotencyStore;
 use sqs_keeper_core::{
@@ -270,7 +270,9 @@ async fn a_lapsed_run_does_not_release_the_lease_of_the_run_that_took_it_over() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redrive_skips_an_item_the_worker_completed() {
     use e2e::{body, Pipeline, Setup};
-    use sqs_keeper_core::{redrive, ItemOutcomeKind, RedriveEngine, RedriveRequest};
+    use sqs_keeper_core::{
+        redrive, redrive::ItemOutcomeKind, redrive::RedriveEngine, redrive::RedriveRequest,
+    };
     let clients = e2e::clients().await;
     let table = e2e::idempotency_table(&clients.dynamodb, "redrive-idem").await;
     let p = Pipeline::new(
@@ -291,16 +293,16 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
     // The redrive function's processor, from the same variables as the worker's.
     let env: std::collections::HashMap<String, String> = p.worker_env.iter().cloned().collect();
     let lookup = |name: &str| env.get(name).cloned();
-    let mut reader = sqs_keeper_lambda::EnvReader::new(&lookup);
-    let config = sqs_keeper_lambda::RedriveConfig::read(&mut reader);
+    let mut reader = sqs_keeper_lambda::config::EnvReader::new(&lookup);
+    let config = sqs_keeper_lambda::config::RedriveConfig::read(&mut reader);
     reader.finish().unwrap();
-    let processor = sqs_keeper_lambda::redrive_processor(&config, &p.clients)
+    let processor = sqs_keeper_lambda::redrive_function::redrive_processor(&config, &p.clients)
         .await
         .unwrap()
         .unwrap();
     assert!(matches!(
         processor,
-        sqs_keeper_lambda::RedriveProcessor::Idempotent(_)
+        sqs_keeper_lambda::redrive_function::RedriveProcessor::Idempotent(_)
     ));
     // With a breaker per message group, each item goes behind its group's.
     let mut grouped_env = env.clone();
@@ -308,14 +310,14 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
     grouped_env.insert("WORKER_BREAKER_SCOPE".into(), "message-group".into());
     grouped_env.insert("WORKER_IDEMPOTENCY_KEY_PREFIX".into(), "orders#".into());
     let grouped_lookup = |name: &str| grouped_env.get(name).cloned();
-    let mut grouped_reader = sqs_keeper_lambda::EnvReader::new(&grouped_lookup);
-    let grouped = sqs_keeper_lambda::RedriveConfig::read(&mut grouped_reader);
+    let mut grouped_reader = sqs_keeper_lambda::config::EnvReader::new(&grouped_lookup);
+    let grouped = sqs_keeper_lambda::config::RedriveConfig::read(&mut grouped_reader);
     grouped_reader.finish().unwrap();
     assert!(matches!(
-        sqs_keeper_lambda::redrive_processor(&grouped, &p.clients)
+        sqs_keeper_lambda::redrive_function::redrive_processor(&grouped, &p.clients)
             .await
             .unwrap(),
-        Some(sqs_keeper_lambda::RedriveProcessor::Grouped(_))
+        Some(sqs_keeper_lambda::redrive_function::RedriveProcessor::Grouped(_))
     ));
     let mut settings = config.settings;
     settings.retry.max_attempts = 1;
@@ -346,7 +348,7 @@ async fn a_redrive_skips_an_item_the_worker_completed() {
 #[tokio::test]
 async fn the_breaker_and_idempotency_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     use sqs_keeper_aws::DynamoBreakerStore;
-    use sqs_keeper_core::BreakerStore;
+    use sqs_keeper_core::breaker::BreakerStore;
     use sqs_keeper_core::{testing::MemoryBreakerStore, testing::MemoryIdempotencyStore};
 
     let clients = e2e::clients().await;

@@ -115,7 +115,7 @@ fn metrics_namespace(template: &Value, given: &str) -> String {
     let default = template["Parameters"]["MetricsNamespace"]["Default"]
         .as_str()
         .unwrap();
-    assert_eq!(default, sqs_keeper_lambda::METRICS_NAMESPACE);
+    assert_eq!(default, sqs_keeper_lambda::metrics::NAMESPACE);
     match given {
         "${MetricsNamespace}" | "MetricsNamespace" => default.to_string(),
         other => other.to_string(),
@@ -186,11 +186,12 @@ fn defined_metrics(documents: &[Value]) -> BTreeSet<String> {
 #[test]
 fn dashboard_plots_what_the_functions_emit() {
     use sqs_keeper_lambda::{
-        emf_documents, redrive_document, InvocationTimings, METRICS_NAMESPACE as NAMESPACE,
+        metrics::emf_documents, metrics::redrive_document, metrics::InvocationTimings,
+        metrics::NAMESPACE,
     };
 
     let template = translated_template("main");
-    let mut counts = sqs_keeper_core::BatchCounts {
+    let mut counts = sqs_keeper_core::batch::BatchCounts {
         records: 1,
         ..Default::default()
     };
@@ -205,10 +206,12 @@ fn dashboard_plots_what_the_functions_emit() {
         request_id: None,
     };
     let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
-    let redrive_metrics =
-        defined_metrics(&[
-            redrive_document(&sqs_keeper_core::RedriveReport::default(), "r", 0).unwrap(),
-        ]);
+    let redrive_metrics = defined_metrics(&[redrive_document(
+        &sqs_keeper_core::redrive::RedriveReport::default(),
+        "r",
+        0,
+    )
+    .unwrap()]);
 
     let plotted = dashboard_metrics(&template);
     // Every custom metric the dashboard plots is one the function it names emits.
@@ -269,14 +272,15 @@ fn variable_names_match_the_code() {
     let template = translated_template("main");
     let worker = &template["Resources"]["WorkerFunction"];
     let redrive = &template["Resources"]["RedriveFunction"];
-    let worker_code: BTreeSet<String> = sqs_keeper_lambda::WorkerConfig::documented_variables()
-        .keys()
-        .map(|k| k.to_string())
-        .collect();
+    let worker_code: BTreeSet<String> =
+        sqs_keeper_lambda::config::WorkerConfig::documented_variables()
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
     assert_eq!(env_names(worker), worker_code, "worker variables drifted");
     let mut redrive_code = worker_code.clone();
     redrive_code.extend(
-        sqs_keeper_lambda::REDRIVE_VARS
+        sqs_keeper_lambda::config::REDRIVE_VARS
             .iter()
             .map(|v| v.name.to_string()),
     );
@@ -385,23 +389,23 @@ fn event_source_alarms_and_iam_as_declared() {
     for (parameter, var) in [
         (
             "WorkerMaxConcurrency",
-            sqs_keeper_lambda::vars::MAX_CONCURRENCY,
+            sqs_keeper_lambda::config::vars::MAX_CONCURRENCY,
         ),
         (
             "RetryMaxAttempts",
-            sqs_keeper_lambda::vars::RETRY_MAX_ATTEMPTS,
+            sqs_keeper_lambda::config::vars::RETRY_MAX_ATTEMPTS,
         ),
         (
             "RetryBaseDelayMs",
-            sqs_keeper_lambda::vars::RETRY_BASE_DELAY_MS,
+            sqs_keeper_lambda::config::vars::RETRY_BASE_DELAY_MS,
         ),
         (
             "RetryMaxDelayMs",
-            sqs_keeper_lambda::vars::RETRY_MAX_DELAY_MS,
+            sqs_keeper_lambda::config::vars::RETRY_MAX_DELAY_MS,
         ),
     ] {
         let p = &template["Parameters"][parameter];
-        let sqs_keeper_lambda::vars::Form::Integer {
+        let sqs_keeper_lambda::config::vars::Form::Integer {
             min,
             max,
             default: Some(default),
@@ -527,7 +531,7 @@ fn event_source_alarms_and_iam_as_declared() {
         "Errors"
     );
     for metric in ["DeadLettered", "DeadLetterFailed"] {
-        let (_, a) = find(sqs_keeper_lambda::METRICS_NAMESPACE, metric)
+        let (_, a) = find(sqs_keeper_lambda::metrics::NAMESPACE, metric)
             .unwrap_or_else(|| panic!("{metric} alarm"));
         assert_eq!(a["Statistic"], "Sum");
     }
@@ -985,7 +989,7 @@ async fn deploys_into_the_emulator() {
         .unwrap();
     let vars = worker.environment().unwrap().variables().unwrap();
     let names: BTreeSet<String> = vars.keys().cloned().collect();
-    let code: BTreeSet<String> = sqs_keeper_lambda::WorkerConfig::documented_variables()
+    let code: BTreeSet<String> = sqs_keeper_lambda::config::WorkerConfig::documented_variables()
         .keys()
         .map(|k| k.to_string())
         .collect();
@@ -994,7 +998,8 @@ async fn deploys_into_the_emulator() {
     assert_eq!(vars["DLQ_QUEUE_URL"], outputs["DeadLetterQueueUrl"]);
     assert_eq!(vars["WORKER_MAX_RECEIVE_COUNT"], "5");
     // The deployed values pass the worker's own validation.
-    let config = sqs_keeper_lambda::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
+    let config =
+        sqs_keeper_lambda::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
     assert_eq!(config.handler.batch.max_receive_count, Some(5));
     assert_eq!(
         config.handler.store.unwrap().table,
@@ -1006,7 +1011,8 @@ async fn deploys_into_the_emulator() {
     assert_eq!(vars["WORKER_PAYLOAD_BUCKETS"], "producer-a,producer-b");
     assert_eq!(vars["WORKER_PAYLOAD_MAX_BYTES"], "1048576");
     assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
-    let config = sqs_keeper_lambda::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
+    let config =
+        sqs_keeper_lambda::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
     assert_eq!(
         config
             .handler
@@ -1205,7 +1211,7 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
         .await
         .unwrap();
     let vars = function.environment().unwrap().variables().unwrap().clone();
-    let config = sqs_keeper_lambda::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
+    let config = sqs_keeper_lambda::config::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
         .unwrap_or_else(|e| panic!("the template's variables do not validate: {e}"));
     let store = config.store.expect("the dead-letter store is configured");
     assert!(outputs["CliEnvironment"].contains(&store.table));
@@ -1213,7 +1219,7 @@ async fn the_handler_template_deploys_and_configures_a_valid_handler() {
     assert!(config.idempotency.is_some(), "{vars:?}");
     assert!(vars.contains_key("ORDERS_TABLE"));
     // Every variable is one the runner documents, or the handler's own.
-    let known = sqs_keeper_lambda::WorkerConfig::documented_variables();
+    let known = sqs_keeper_lambda::config::WorkerConfig::documented_variables();
     for name in vars.keys().filter(|k| k.as_str() != "ORDERS_TABLE") {
         assert!(
             known.contains_key(name.as_str()),
@@ -1346,7 +1352,7 @@ fn the_readme_states_the_template_defaults() {
 /// delay at its jitter's top).
 fn default_spacing(template: &Value, receives: u32) -> Duration {
     let number = |name: &str| template["Parameters"][name]["Default"].as_u64().unwrap();
-    let policy = sqs_keeper_core::RedeliveryPolicy {
+    let policy = sqs_keeper_core::redelivery::RedeliveryPolicy {
         base: Duration::from_secs(number("RedeliveryBaseSeconds")),
         multiplier: u32::try_from(number("RedeliveryMultiplier")).unwrap(),
         max: Duration::from_secs(number("RedeliveryMaxSeconds")),

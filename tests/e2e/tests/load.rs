@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use e2e::{emulator, Pipeline, Setup};
-use sqs_keeper_core::DeadLetteredItem;
-use sqs_keeper_core::PayloadLocation;
-use sqs_keeper_core::ITEM_ID_ATTRIBUTE;
+use sqs_keeper_core::dead_letter::DeadLetteredItem;
+use sqs_keeper_core::dead_letter::PayloadLocation;
+use sqs_keeper_core::message::ITEM_ID_ATTRIBUTE;
 use sqs_keeper_local::esm::EsmStats;
 use sqs_keeper_local::fault_proxy::{Fault, FaultProxy, Matcher, Rule, Service, Trigger};
 

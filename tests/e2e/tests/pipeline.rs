@@ -5,9 +5,9 @@
 
 use e2e::{body, Pipeline, Setup};
 use serde_json::json;
+use sqs_keeper_core::pointer::S3Pointer;
 use sqs_keeper_core::ErrorClass;
-use sqs_keeper_core::S3Pointer;
-use sqs_keeper_core::{DeadLetterReason, DlqClaim, PayloadLocation};
+use sqs_keeper_core::{dead_letter::DlqClaim, dead_letter::PayloadLocation, DeadLetterReason};
 use std::collections::HashMap;
 
 fn attr<'a>(m: &'a aws_sdk_sqs::types::Message, name: &str) -> Option<&'a str> {
@@ -174,7 +174,7 @@ async fn large_payload_goes_to_s3_with_matching_sha256() {
     assert_eq!(r.payload.size_bytes, large.len() as u64);
     assert_eq!(
         r.payload.sha256,
-        sqs_keeper_core::sha256_hex(large.as_bytes())
+        sqs_keeper_core::hex::sha256_hex(large.as_bytes())
     );
     assert_eq!(p.objects().await, std::slice::from_ref(key));
     let object = p
@@ -188,7 +188,7 @@ async fn large_payload_goes_to_s3_with_matching_sha256() {
         .unwrap();
     assert_eq!(object.metadata().unwrap()["sha256"], r.payload.sha256);
     let stored = object.body.collect().await.unwrap().into_bytes();
-    assert_eq!(sqs_keeper_core::sha256_hex(&stored), r.payload.sha256);
+    assert_eq!(sqs_keeper_core::hex::sha256_hex(&stored), r.payload.sha256);
     // The DLQ message points at the object, as the SQS Extended Client would.
     let dlq = p.dlq_messages().await;
     assert_eq!(dlq.len(), 1);
@@ -283,8 +283,8 @@ async fn both_extended_client_pointer_forms_are_read_with_900_kb_payloads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() {
-    use sqs_keeper_core::ItemParser;
-    use sqs_keeper_core::{DeadLetterSink, InvocationInfo};
+    use sqs_keeper_core::item::ItemParser;
+    use sqs_keeper_core::{dead_letter::DeadLetterSink, dead_letter::InvocationInfo};
 
     let p = Pipeline::new("idem", Setup::default()).await;
     let store = p.store();
@@ -371,9 +371,9 @@ async fn recording_the_same_failure_twice_keeps_one_record_and_an_exact_count() 
 /// leave the history, its count and its ids alone).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
-    use sqs_keeper_core::ItemParser;
-    use sqs_keeper_core::{DeadLetteredItem, InvocationInfo};
-    use sqs_keeper_core::{Expect, RecordStore};
+    use sqs_keeper_core::item::ItemParser;
+    use sqs_keeper_core::{dead_letter::DeadLetteredItem, dead_letter::InvocationInfo};
+    use sqs_keeper_core::{ports::Expect, ports::RecordStore};
 
     let p = Pipeline::new("claimonly", Setup::default()).await;
     let store = p.store();
@@ -398,7 +398,7 @@ async fn a_claim_only_write_takes_a_freed_claim_and_appends_nothing() {
         std::time::Duration::from_secs(86_400),
     );
     let history = record.failure_history.clone();
-    let claim = sqs_keeper_core::DlqClaim::of(&record.source);
+    let claim = sqs_keeper_core::dead_letter::DlqClaim::of(&record.source);
     let first = RecordStore::try_record(&store, &record, &history, Some(&claim), Expect::Any)
         .await
         .unwrap();
@@ -489,9 +489,11 @@ async fn fifo_order_is_kept_across_a_failure() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn awkward_text_round_trips_through_the_record() {
-    use sqs_keeper_core::AttemptFailure;
-    use sqs_keeper_core::ItemParser;
-    use sqs_keeper_core::{DeadLetterCandidate, DeadLetterSink, InvocationInfo};
+    use sqs_keeper_core::item::ItemParser;
+    use sqs_keeper_core::retry::AttemptFailure;
+    use sqs_keeper_core::{
+        dead_letter::DeadLetterCandidate, dead_letter::DeadLetterSink, dead_letter::InvocationInfo,
+    };
 
     let p = Pipeline::new("awkward", Setup::default()).await;
     let text = "q\"uote back\\slash Some(\\\"x\\\") ü € 😀 new\nline \u{1} tab\t";
@@ -570,8 +572,10 @@ async fn call_counter_counts_and_times_each_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
     use aws_sdk_sqs::types::MessageSystemAttributeName as S;
-    use sqs_keeper_core::fifo_group_id;
-    use sqs_keeper_core::{redrive, ItemOutcomeKind, RedriveMode, RedriveRequest};
+    use sqs_keeper_core::message::fifo_group_id;
+    use sqs_keeper_core::{
+        redrive, redrive::ItemOutcomeKind, redrive::RedriveMode, redrive::RedriveRequest,
+    };
 
     let p = Pipeline::new(
         "fifonogroup",
@@ -609,7 +613,7 @@ async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
         .worker
         .run(
             event,
-            sqs_keeper_core::Deadline::after(
+            sqs_keeper_core::retry::Deadline::after(
                 std::time::Duration::from_secs(30),
                 std::time::Duration::ZERO,
             ),
@@ -687,8 +691,8 @@ async fn fifo_records_without_a_usable_group_are_dead_lettered_and_requeued() {
 async fn a_secret_rotated_while_the_worker_runs_is_read_again_on_a_401() {
     use std::sync::Arc;
 
-    use sqs_keeper_lambda::DefaultWorker;
-    use sqs_keeper_lambda::WorkerConfig;
+    use sqs_keeper_lambda::config::WorkerConfig;
+    use sqs_keeper_lambda::http_worker::DefaultWorker;
     use sqs_keeper_local::http_server::{text, Handler, Server};
 
     let clients = e2e::clients().await;
@@ -743,7 +747,7 @@ async fn a_secret_rotated_while_the_worker_runs_is_read_again_on_a_401() {
     let report = worker
         .run(
             event,
-            sqs_keeper_core::Deadline::after(
+            sqs_keeper_core::retry::Deadline::after(
                 std::time::Duration::from_secs(30),
                 std::time::Duration::ZERO,
             ),
@@ -758,8 +762,8 @@ async fn a_secret_rotated_while_the_worker_runs_is_read_again_on_a_401() {
 async fn the_downstream_credential_comes_from_secrets_manager() {
     use std::sync::{Arc, Mutex};
 
-    use sqs_keeper_lambda::DefaultWorker;
-    use sqs_keeper_lambda::WorkerConfig;
+    use sqs_keeper_lambda::config::WorkerConfig;
+    use sqs_keeper_lambda::http_worker::DefaultWorker;
     use sqs_keeper_local::http_server::{text, Handler, Server};
 
     let clients = e2e::clients().await;
@@ -818,7 +822,7 @@ async fn the_downstream_credential_comes_from_secrets_manager() {
         let report = worker
             .run(
                 event,
-                sqs_keeper_core::Deadline::after(
+                sqs_keeper_core::retry::Deadline::after(
                     std::time::Duration::from_secs(30),
                     std::time::Duration::ZERO,
                 ),
@@ -870,8 +874,8 @@ async fn the_downstream_credential_comes_from_secrets_manager() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes() {
     use sqs_keeper_aws::{AwsClients, CallCounter};
-    use sqs_keeper_lambda::DefaultWorker;
-    use sqs_keeper_lambda::WorkerConfig;
+    use sqs_keeper_lambda::config::WorkerConfig;
+    use sqs_keeper_lambda::http_worker::DefaultWorker;
 
     let p = Pipeline::new("extpolicy", Setup::default()).await;
     let producer = e2e::unique_prefix("producer").to_ascii_lowercase();
@@ -936,7 +940,7 @@ async fn extended_client_pointers_are_followed_only_to_allowed_buckets_and_sizes
     let report = worker
         .run(
             event,
-            sqs_keeper_core::Deadline::after(
+            sqs_keeper_core::retry::Deadline::after(
                 std::time::Duration::from_secs(30),
                 std::time::Duration::ZERO,
             ),
@@ -1323,9 +1327,11 @@ async fn a_long_outage_pauses_polling_and_costs_each_message_a_bounded_number_of
 }
 
 /// A candidate for `item` on its last receive after two attempts that timed out.
-fn timed_out_twice(item: sqs_keeper_core::WorkItem) -> sqs_keeper_core::DeadLetterCandidate {
-    use sqs_keeper_core::AttemptFailure;
-    use sqs_keeper_core::DeadLetterCandidate;
+fn timed_out_twice(
+    item: sqs_keeper_core::WorkItem,
+) -> sqs_keeper_core::dead_letter::DeadLetterCandidate {
+    use sqs_keeper_core::dead_letter::DeadLetterCandidate;
+    use sqs_keeper_core::retry::AttemptFailure;
     let error = sqs_keeper_lambda::ProcessError::new(ErrorClass::Timeout, "timeout after 3s");
     DeadLetterCandidate {
         item,
@@ -1351,16 +1357,20 @@ fn timed_out_twice(item: sqs_keeper_core::WorkItem) -> sqs_keeper_core::DeadLett
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follow_ups_to_a_record_a_purge_deleted_leave_no_item() {
     use aws_sdk_dynamodb::types::AttributeValue;
-    use sqs_keeper_core::RecordStore;
+    use sqs_keeper_core::ports::RecordStore;
 
     let p = Pipeline::new("follow-ups", Setup::default()).await;
     let store = p.store();
     RecordStore::set_review_flag(&store, "gone", true)
         .await
         .unwrap();
-    RecordStore::release_claim(&store, "gone", &sqs_keeper_core::DlqClaim::new("m-1", 1))
-        .await
-        .unwrap();
+    RecordStore::release_claim(
+        &store,
+        "gone",
+        &sqs_keeper_core::dead_letter::DlqClaim::new("m-1", 1),
+    )
+    .await
+    .unwrap();
     let item = p
         .clients
         .dynamodb
@@ -1374,7 +1384,7 @@ async fn follow_ups_to_a_record_a_purge_deleted_leave_no_item() {
     assert_eq!(item.item(), None, "an item without a status was created");
 }
 
-/// The store's conditions are defined once (`sqs_keeper_core::conditions`): the
+/// The store's conditions are defined once (`sqs_keeper_core::condition::conditions`): the
 /// adapter sends each as a condition expression and the in-memory stores (the
 /// simulation's) evaluate the same value. Here both readings of every condition meet
 /// every kind of stored record, and an absent one, on DynamoDB Local: a condition that
@@ -1384,10 +1394,12 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
     use sqs_keeper_aws::schema;
     use sqs_keeper_aws::WithCondition;
-    use sqs_keeper_core::Expect;
-    use sqs_keeper_core::ItemParser;
-    use sqs_keeper_core::{conditions, Condition, StoredRecord};
-    use sqs_keeper_core::{DeadLetteredItem, InvocationInfo, ItemStatus};
+    use sqs_keeper_core::item::ItemParser;
+    use sqs_keeper_core::ports::Expect;
+    use sqs_keeper_core::{condition::conditions, condition::Condition, condition::StoredRecord};
+    use sqs_keeper_core::{
+        dead_letter::DeadLetteredItem, dead_letter::InvocationInfo, dead_letter::ItemStatus,
+    };
 
     let p = Pipeline::new("conditions", Setup::default()).await;
     let dynamodb = &p.clients.dynamodb;
@@ -1674,10 +1686,12 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
     use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
     use sqs_keeper_aws::schema;
     use sqs_keeper_aws::WithCondition;
-    use sqs_keeper_core::Expect;
-    use sqs_keeper_core::ItemParser;
-    use sqs_keeper_core::{conditions, Condition, StoredRecord};
-    use sqs_keeper_core::{DeadLetteredItem, InvocationInfo, ItemStatus};
+    use sqs_keeper_core::item::ItemParser;
+    use sqs_keeper_core::ports::Expect;
+    use sqs_keeper_core::{condition::conditions, condition::Condition, condition::StoredRecord};
+    use sqs_keeper_core::{
+        dead_letter::DeadLetteredItem, dead_letter::InvocationInfo, dead_letter::ItemStatus,
+    };
 
     let p = Pipeline::new("condrev", Setup::default()).await;
     let dynamodb = &p.clients.dynamodb;
@@ -1927,7 +1941,7 @@ async fn the_store_conditions_agree_on_bare_records_and_odd_strings() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_queue_tenant_is_kept_on_the_record_and_the_dlq_message() {
     use aws_sdk_sqs::types::MessageSystemAttributeName;
-    use sqs_keeper_core::RecordFilter;
+    use sqs_keeper_core::selection::RecordFilter;
 
     let p = Pipeline::new("fair", Setup::default()).await;
     for (id, tenant) in [("f1", Some("tenant-a")), ("f2", None)] {
@@ -1979,7 +1993,7 @@ async fn a_fair_queue_tenant_is_kept_on_the_record_and_the_dlq_message() {
     );
     assert!(groups.contains(&("f2".to_string(), None)), "{groups:?}");
     // The listing's filter, through the status index (records read whole) and a scan.
-    for status in [Some(sqs_keeper_core::ItemStatus::Dead), None] {
+    for status in [Some(sqs_keeper_core::dead_letter::ItemStatus::Dead), None] {
         let listed = p
             .store()
             .query_all(

@@ -6,8 +6,11 @@
 use e2e::{body, outcome_ids, Pipeline, Setup};
 use serde_json::json;
 use sqs_keeper_core::ErrorClass;
-use sqs_keeper_core::{redrive, ItemOutcomeKind, RedriveError, RedriveMode, RedriveRequest};
-use sqs_keeper_core::{DeadLetterReason, ItemStatus, PayloadLocation};
+use sqs_keeper_core::{dead_letter::ItemStatus, dead_letter::PayloadLocation, DeadLetterReason};
+use sqs_keeper_core::{
+    redrive, redrive::ItemOutcomeKind, redrive::RedriveError, redrive::RedriveMode,
+    redrive::RedriveRequest,
+};
 
 /// A pipeline whose items dead-letter on their first delivery.
 async fn dead_items(name: &str, items: &[(&str, &str)]) -> Pipeline {
@@ -788,7 +791,7 @@ async fn an_adopted_extended_client_message_is_reprocessed_with_its_payload() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_keeper_core::S3Pointer {
+    let pointer = sqs_keeper_core::pointer::S3Pointer {
         bucket: p.resources.bucket.clone(),
         key: "producer/ec-1".into(),
     }
@@ -834,7 +837,7 @@ async fn an_adopted_pointer_to_a_bucket_not_allowed_is_not_followed() {
         .send()
         .await
         .unwrap();
-    let pointer = sqs_keeper_core::S3Pointer {
+    let pointer = sqs_keeper_core::pointer::S3Pointer {
         bucket: foreign.clone(),
         key: "secret".into(),
     }
@@ -961,7 +964,7 @@ async fn message_attributes_round_trip_with_their_types_through_requeue() {
 /// (`REDRIVE_REPEATS`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
-    use sqs_keeper_core::{FailureDetail, HISTORY_LIMIT};
+    use sqs_keeper_core::{dead_letter::FailureDetail, dead_letter::HISTORY_LIMIT};
     let p = dead_items("thousand", &[("hot", "throttled")]).await;
     let store = p.store();
     let template = store.get("hot").await.unwrap().unwrap().failure_history[0].clone();
@@ -1022,10 +1025,10 @@ async fn a_record_redriven_a_thousand_times_stays_bounded_and_writable() {
     assert!(size < 300_000, "record is {size} bytes");
 }
 
-fn pointer_parser() -> sqs_keeper_core::ItemParser {
-    sqs_keeper_core::ItemParser {
+fn pointer_parser() -> sqs_keeper_core::item::ItemParser {
+    sqs_keeper_core::item::ItemParser {
         id_source: "pointer:/id".parse().unwrap(),
-        ..sqs_keeper_core::ItemParser::default()
+        ..sqs_keeper_core::item::ItemParser::default()
     }
 }
 
@@ -1149,7 +1152,7 @@ async fn a_requeue_refreshes_the_records_expiry_and_its_payloads_lifecycle() {
     assert_eq!(run.requeued, 1, "{run:?}");
     let after = &p.records().await[0];
     assert_eq!(after.status, ItemStatus::Requeued);
-    let life = i64::try_from(sqs_keeper_core::REQUEUED_RECORD_LIFE.as_secs()).unwrap();
+    let life = i64::try_from(sqs_keeper_core::redrive::REQUEUED_RECORD_LIFE.as_secs()).unwrap();
     assert!(
         after.expires_at >= chrono::Utc::now().timestamp() + life - 60,
         "expires {} (was {})",
@@ -1275,7 +1278,7 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
 /// that appeared (or changed status) meanwhile is never overwritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_adoption_never_overwrites_a_record() {
-    use sqs_keeper_core::{Adoption, DeadLetterQueue};
+    use sqs_keeper_core::{ports::Adoption, ports::DeadLetterQueue};
     let p = dead_items("adopt-guard", &[("a1", "invalid")]).await;
     let before = p.store().get("a1").await.unwrap().unwrap();
     let message = p.dlq_messages().await.remove(0);
@@ -1476,7 +1479,7 @@ async fn a_900_kb_message_is_dead_lettered_to_s3_requeued_inline_and_delivered()
         .unwrap();
     assert_eq!(dlq.messages().len(), 1);
     assert!(
-        sqs_keeper_core::S3Pointer::parse(dlq.messages()[0].body().unwrap()).is_some(),
+        sqs_keeper_core::pointer::S3Pointer::parse(dlq.messages()[0].body().unwrap()).is_some(),
         "the DLQ message points at the payload"
     );
 

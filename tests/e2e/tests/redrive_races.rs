@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use e2e::{body, Pipeline};
-use sqs_keeper_core::ItemParser;
-use sqs_keeper_core::SweepOptions;
-use sqs_keeper_core::{redrive::no_progress, RedriveMode, RedriveRequest};
-use sqs_keeper_core::{DeadLetteredItem, ItemStatus};
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::sweep::SweepOptions;
+use sqs_keeper_core::{dead_letter::DeadLetteredItem, dead_letter::ItemStatus};
+use sqs_keeper_core::{redrive::no_progress, redrive::RedriveMode, redrive::RedriveRequest};
 
 fn parser() -> ItemParser {
     ItemParser {
@@ -103,7 +103,7 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
     // A sweep reopens the record with it.
     let store = p.store();
     let sweep = store.sweep_dlq(&adopting()).await.unwrap();
-    sqs_keeper_core::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
+    sqs_keeper_core::sweep::settle_held(&store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .unwrap();
     let reopened = record(&p, "x").await;
@@ -149,8 +149,8 @@ async fn a_requeued_message_moved_back_from_the_dlq_by_the_console_resolves_its_
 /// S3 does not answer.
 mod producer_attributes {
     use e2e::{body, Pipeline, Setup};
-    use sqs_keeper_core::ItemStatus;
-    use sqs_keeper_core::RedriveRequest;
+    use sqs_keeper_core::dead_letter::ItemStatus;
+    use sqs_keeper_core::redrive::RedriveRequest;
 
     use sqs_keeper_core::redrive::no_progress;
 
@@ -352,7 +352,7 @@ mod producer_attributes {
     trait MessageIds {
         fn redrive_engine_with_message_ids(
             &self,
-        ) -> sqs_keeper_core::RedriveEngine<
+        ) -> sqs_keeper_core::redrive::RedriveEngine<
             sqs_keeper_http::HttpDelivery,
             sqs_keeper_aws::DeadLetterStore,
         >;
@@ -361,7 +361,7 @@ mod producer_attributes {
     impl MessageIds for Pipeline {
         fn redrive_engine_with_message_ids(
             &self,
-        ) -> sqs_keeper_core::RedriveEngine<
+        ) -> sqs_keeper_core::redrive::RedriveEngine<
             sqs_keeper_http::HttpDelivery,
             sqs_keeper_aws::DeadLetterStore,
         > {
@@ -373,15 +373,15 @@ mod producer_attributes {
                     auth_header: None,
                 })
                 .unwrap();
-            sqs_keeper_core::RedriveEngine::new(
+            sqs_keeper_core::redrive::RedriveEngine::new(
                 self.store(),
                 Some(delivery),
-                sqs_keeper_core::RedriveSettings {
-                    retry: sqs_keeper_core::RetryPolicy {
+                sqs_keeper_core::redrive::RedriveSettings {
+                    retry: sqs_keeper_core::retry::RetryPolicy {
                         max_attempts: 1,
-                        ..sqs_keeper_core::RetryPolicy::default()
+                        ..sqs_keeper_core::retry::RetryPolicy::default()
                     },
-                    parser: sqs_keeper_core::ItemParser::default(),
+                    parser: sqs_keeper_core::item::ItemParser::default(),
                     ..Default::default()
                 },
             )
@@ -445,7 +445,7 @@ mod producer_attributes {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sweep_ends_by_its_until_when_s3_does_not_answer() {
         let p = Pipeline::new("atk-hang", Setup::default()).await;
-        let pointer = sqs_keeper_core::S3Pointer {
+        let pointer = sqs_keeper_core::pointer::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/hang".into(),
         }
@@ -463,10 +463,10 @@ mod producer_attributes {
         };
         let store = sqs_keeper_aws::DeadLetterStore::new(clients, p.resources.store_config());
         let started = tokio::time::Instant::now();
-        let options = sqs_keeper_core::SweepOptions {
+        let options = sqs_keeper_core::sweep::SweepOptions {
             adopt: false,
             purge: Default::default(),
-            parser: sqs_keeper_core::ItemParser {
+            parser: sqs_keeper_core::item::ItemParser {
                 id_source: "pointer:/id".parse().unwrap(),
                 ..Default::default()
             },
@@ -532,7 +532,7 @@ mod producer_attributes {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_redrive_run_returns_by_its_deadline_when_s3_does_not_answer() {
         let p = Pipeline::new("atk-hang2", Setup::default()).await;
-        let pointer = sqs_keeper_core::S3Pointer {
+        let pointer = sqs_keeper_core::pointer::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/hang".into(),
         }
@@ -589,7 +589,7 @@ mod producer_attributes {
             .send()
             .await
             .unwrap();
-        let pointer = sqs_keeper_core::S3Pointer {
+        let pointer = sqs_keeper_core::pointer::S3Pointer {
             bucket: p.resources.bucket.clone(),
             key: "producer/huge".into(),
         }
@@ -606,7 +606,10 @@ mod producer_attributes {
         }
         let records = p.records().await;
         assert_eq!(records.len(), 1, "{errors:?}");
-        assert_eq!(records[0].item_id, sqs_keeper_core::bounded_item_id(id));
+        assert_eq!(
+            records[0].item_id,
+            sqs_keeper_core::item::bounded_item_id(id)
+        );
         assert_eq!(records[0].status, ItemStatus::Resolved);
         assert_eq!(p.dlq_depth().await, 0);
     }

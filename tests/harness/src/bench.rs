@@ -401,9 +401,9 @@ const NOTES: &str = r#"
   `dlq` CLI adds the providers back for operators' profiles. Logging filters with
   tracing-subscriber's `Targets` rather than `EnvFilter` (no regular-expression engine).
 - **Event decode.** The worker does not let the runtime derive `SqsEvent` through
-  `serde_json`. `sqs_keeper_lambda::WorkerLayer` takes the invocation body as the bytes
+  `serde_json`. `sqs_keeper_lambda::runtime::WorkerLayer` takes the invocation body as the bytes
   the Runtime API sent and decodes them in one pass with `sonic-rs` into records that
-  borrow from those bytes (`sqs_keeper_core::decode_event`): ids, receipt handles, ARNs
+  borrow from those bytes (`sqs_keeper_core::event::decode_event`): ids, receipt handles, ARNs
   and every string without JSON escapes are slices of the body; a body with escapes (a
   JSON body always has some) is unescaped once; a record's system attributes are one
   compact value (two allocations) instead of a map of owned strings; the records array is

@@ -17,14 +17,14 @@ use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::tower::{Layer, Service};
 use lambda_runtime::{service_fn, LambdaEvent, LambdaInvocation};
 use serde::{Deserialize, Serialize};
-use sqs_keeper_core::NoDeadLetterStore;
-use sqs_keeper_core::RetryPolicy;
+use sqs_keeper_core::dead_letter::NoDeadLetterStore;
+use sqs_keeper_core::retry::RetryPolicy;
+use sqs_keeper_core::{item::BodyFormat, item::ItemIdSource, item::ItemParser, WorkItem};
 use sqs_keeper_core::{BatchConfig, BatchProcessor};
-use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser, WorkItem};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_core::{Outcome, Processor};
-use sqs_keeper_lambda::Worker;
-use sqs_keeper_lambda::{respond, HandlerOutcome, WorkerLayer};
+use sqs_keeper_lambda::worker::Worker;
+use sqs_keeper_lambda::{runtime::respond, runtime::HandlerOutcome, runtime::WorkerLayer};
 
 /// One event shape measured.
 #[derive(Debug, Clone, Copy)]
@@ -223,7 +223,7 @@ fn floor(raw: &[u8]) -> usize {
 /// The worker's decoder alone on the same bytes: the records borrowing from them, as the
 /// worker decodes an invocation.
 fn decoder(raw: &[u8]) -> usize {
-    sqs_keeper_core::decode_event(raw)
+    sqs_keeper_core::event::decode_event(raw)
         .map(|e| e.records.len())
         .unwrap_or(0)
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::json;
-use sqs_keeper_core::Deadline;
+use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_core::{dead_letter::InvocationInfo, dead_letter::NoDeadLetterStore};
 use sqs_keeper_core::{BatchConfig, BatchProcessor};
-use sqs_keeper_core::{InvocationInfo, NoDeadLetterStore};
 use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 
 use crate::downstream::{Downstream, DownstreamConfig};

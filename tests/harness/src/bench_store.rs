@@ -14,12 +14,16 @@ use serde_json::json;
 use sqs_keeper_aws::{schema, DeadLetterStore};
 use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
 
-use sqs_keeper_core::AttemptFailure;
-use sqs_keeper_core::ItemParser;
-use sqs_keeper_core::RecordFilter;
-use sqs_keeper_core::{redrive, RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::retry::AttemptFailure;
+use sqs_keeper_core::selection::RecordFilter;
 use sqs_keeper_core::{
-    DeadLetterCandidate, DeadLetterReason, DeadLetteredItem, InvocationInfo, ItemStatus,
+    dead_letter::DeadLetterCandidate, dead_letter::DeadLetteredItem, dead_letter::InvocationInfo,
+    dead_letter::ItemStatus, DeadLetterReason,
+};
+use sqs_keeper_core::{
+    redrive, redrive::RedriveEngine, redrive::RedriveMode, redrive::RedriveRequest,
+    redrive::RedriveSettings,
 };
 use sqs_keeper_core::{ErrorClass, ProcessError};
 use sqs_keeper_http::HttpDelivery;
@@ -110,19 +114,20 @@ async fn bench_sweep(
     eprintln!("sending {messages} DLQ messages...");
     let refs: Vec<&DeadLetteredItem> = seeded[..messages].iter().collect();
     for chunk in refs.chunks(500) {
-        for result in sqs_keeper_core::DeadLetterQueue::send_to_dlq(store, chunk).await {
+        for result in sqs_keeper_core::ports::DeadLetterQueue::send_to_dlq(store, chunk).await {
             result.map_err(|e| e.to_string())?;
         }
     }
     eprintln!("sweeping...");
     let start = Instant::now();
-    let sweep = sqs_keeper_core::sweep_dlq(store, &sqs_keeper_core::SweepOptions::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let sweep =
+        sqs_keeper_core::sweep::sweep_dlq(store, &sqs_keeper_core::sweep::SweepOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
     let pass_secs = start.elapsed().as_secs_f64();
     let complete = sweep.complete;
     let start = Instant::now();
-    sqs_keeper_core::settle_held(store, sweep.held, Duration::ZERO, Duration::ZERO, None)
+    sqs_keeper_core::sweep::settle_held(store, sweep.held, Duration::ZERO, Duration::ZERO, None)
         .await
         .map_err(|e| e.to_string())?;
     let settle_secs = start.elapsed().as_secs_f64();
@@ -153,7 +158,7 @@ async fn bench_sweep(
     }
     let bare_receive_secs = start.elapsed().as_secs_f64();
     let receipts: Vec<String> = receipts;
-    sqs_keeper_core::DeadLetterQueue::hold(store, &receipts, Duration::ZERO)
+    sqs_keeper_core::ports::DeadLetterQueue::hold(store, &receipts, Duration::ZERO)
         .await
         .map_err(|e| e.to_string())?;
     Ok(SweepFigures {
@@ -458,7 +463,7 @@ pub async fn run(
     analyze.vs_paging = Some(analyze.median_ms / paging_floor.max(f64::MIN_POSITIVE));
     reads.push(analyze);
     let samples = time_it(3, || async {
-        let mut counter = sqs_keeper_core::StatsCounter::default();
+        let mut counter = sqs_keeper_core::analysis::StatsCounter::default();
         store
             .for_each_page::<ProcessError>(&RecordFilter::default(), &mut Vec::new(), |page| {
                 page.iter().for_each(|r| counter.add(r));
@@ -526,7 +531,7 @@ async fn bench_redrive(
     eprintln!("seeding {items} eligible records and their DLQ messages for {name}...");
     seed(&store, &records).await?;
     let refs: Vec<&DeadLetteredItem> = records.iter().collect();
-    for result in sqs_keeper_core::DeadLetterQueue::send_to_dlq(&store, &refs).await {
+    for result in sqs_keeper_core::ports::DeadLetterQueue::send_to_dlq(&store, &refs).await {
         result.map_err(|e| e.to_string())?;
     }
     let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {

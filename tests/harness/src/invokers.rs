@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use bytes::Bytes;
-use sqs_keeper_core::DeadLetterSink;
-use sqs_keeper_core::Deadline;
-use sqs_keeper_lambda::{Processor, Worker};
+use sqs_keeper_core::dead_letter::DeadLetterSink;
+use sqs_keeper_core::retry::Deadline;
+use sqs_keeper_lambda::{worker::Worker, Processor};
 
 use crate::esm::Invoker;
 use crate::runtime_api::{InvocationResult, RuntimeApi};

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use sqs_keeper_aws::{AwsClients, CallCounter, Endpoints};
-use sqs_keeper_core::classify_sdk_error;
+use sqs_keeper_core::classify::classify_sdk_error;
 use sqs_keeper_lambda::{ErrorClass, ProcessError};
 use sqs_keeper_local::fault_proxy::{
     Fault, FaultProxy, Faults, Matcher, Operation, Rule, Service, Trigger,

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use sqs_keeper_core::testing::MemoryBreakerStore;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::{BreakerState, BreakerStore};
+use sqs_keeper_core::{breaker::BreakerState, breaker::BreakerStore};
 
 use crate::world::{Checks, World};
 

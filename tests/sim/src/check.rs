@@ -15,8 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use sqs_keeper_core::ItemStatus;
-use sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE;
+use sqs_keeper_core::dead_letter::ItemStatus;
+use sqs_keeper_core::message::PAYLOAD_SHA256_ATTRIBUTE;
 
 use crate::world::{Checks, Section, State};
 
@@ -193,10 +193,10 @@ pub fn at_quiescence(state: &mut State, now: chrono::DateTime<chrono::Utc>) {
 /// The item a DLQ message tracks, as an adoption would name it: its item attribute, else
 /// the item its payload names (a producer's pointer followed into the bucket), else its id.
 fn tracked_item(state: &State, m: &sqs_keeper_core::testing::QueueMessage) -> String {
-    let body = sqs_keeper_core::S3Pointer::parse(&m.body)
+    let body = sqs_keeper_core::pointer::S3Pointer::parse(&m.body)
         .and_then(|p| state.bucket.get(&(p.bucket, p.key)))
         .unwrap_or(&m.body);
-    sqs_keeper_core::dlq_item_id(
+    sqs_keeper_core::message::dlq_item_id(
         |name| m.attribute(name),
         sqs_keeper_core::testing::payload_id(body),
         &m.id,
@@ -220,7 +220,7 @@ fn held_under_another_item(
     let in_dlq = state.dlq.messages().iter().any(|m| {
         let tracked = tracked_item(state, m);
         (m.id == message
-            || m.attribute(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE) == Some(message))
+            || m.attribute(sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE) == Some(message))
             && tracked != id
             && dlq.contains_key(&tracked)
     });
@@ -228,18 +228,18 @@ fn held_under_another_item(
 }
 
 /// Whether a requeued record's message expired and the redrive's reset of it is not due
-/// yet (§3: the queue's retention and [`sqs_keeper_core::REQUEUE_MARGIN`] after the
+/// yet (§3: the queue's retention and [`sqs_keeper_core::redrive::REQUEUE_MARGIN`] after the
 /// requeue).
 fn requeue_awaits_reset(
     state: &State,
-    record: &sqs_keeper_core::DeadLetteredItem,
+    record: &sqs_keeper_core::dead_letter::DeadLetteredItem,
     now: chrono::DateTime<chrono::Utc>,
 ) -> bool {
     let expired = record
         .requeued_message_id
         .as_ref()
         .is_some_and(|m| state.ext.ledger.expired_messages.contains(m));
-    let outlived = state.source().retention + sqs_keeper_core::REQUEUE_MARGIN;
+    let outlived = state.source().retention + sqs_keeper_core::redrive::REQUEUE_MARGIN;
     let due = record
         .requeued_at
         .zip(chrono::Duration::from_std(outlived).ok())

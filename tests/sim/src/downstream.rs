@@ -212,7 +212,8 @@ impl Downstream {
             .and_then(|row| row.record.lease_expires_at);
         // Attempts are cut 30 s before the lease ends (`redrive::LEASE_MARGIN`) and none
         // starts past that cut; a second of allowance for the expiry's whole seconds.
-        let cut = |expires: i64| expires - sqs_keeper_core::LEASE_MARGIN.as_secs() as i64 + 1;
+        let cut =
+            |expires: i64| expires - sqs_keeper_core::redrive::LEASE_MARGIN.as_secs() as i64 + 1;
         if lease.is_some_and(|expires| now.timestamp() >= cut(expires)) {
             state.violate(
                 Section::Record,
@@ -280,7 +281,7 @@ impl Processor for Downstream {
         };
         let mut call = call;
         call.own_probe = self.check_start(item);
-        if sqs_keeper_core::S3Pointer::parse(&item.body).is_some() {
+        if sqs_keeper_core::pointer::S3Pointer::parse(&item.body).is_some() {
             self.world.lock().violate(
                 Section::NoPointer,
                 &item.item_id,
@@ -372,7 +373,7 @@ impl Processor for Downstream {
         };
         tokio::time::sleep(latency).await;
         if status == 200 {
-            let sha = sqs_keeper_core::sha256_hex(item.body.as_bytes());
+            let sha = sqs_keeper_core::hex::sha256_hex(item.body.as_bytes());
             let mut state = self.world.lock();
             let n = state.ext.ledger.delivered.entry(sha).or_default();
             *n += 1;

@@ -35,7 +35,7 @@ pub mod world;
 
 pub use run::{run_seed, RunReport};
 
-use sqs_keeper_core::Mutant;
+use sqs_keeper_core::mutants::Mutant;
 
 /// The command that replays `seed` (with `mutants` switched on).
 pub fn replay_command(seed: u64, mutants: &[Mutant]) -> String {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use sqs_keeper_core::Mutant;
+use sqs_keeper_core::mutants::Mutant;
 use sqs_keeper_sim::{describe_failure, run_seeds};
 
 /// Runs the whole pipeline in a simulated world, once per seed, and checks its guarantees.

@@ -17,8 +17,9 @@ use std::time::SystemTime;
 use futures::future::BoxFuture;
 use sqs_keeper_core::testing::{MemoryBreakerStore, MemoryPauseMarker};
 use sqs_keeper_core::{
-    ErrorClass, MappingSwitch, PauseMarker, PauseState, PollingControl, ProbeOutcome, ProcessError,
-    SourceProbe, SourceQueueState,
+    polling::MappingSwitch, polling::PauseMarker, polling::PauseState, polling::PollingControl,
+    polling::ProbeOutcome, polling::SourceProbe, polling::SourceQueueState, ErrorClass,
+    ProcessError,
 };
 
 use crate::breaker_store::SimBreakerStore;

@@ -11,18 +11,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
+use sqs_keeper_core::dead_letter::InvocationInfo;
 use sqs_keeper_core::envelope::Envelope;
-use sqs_keeper_core::InvocationInfo;
-use sqs_keeper_core::Mutant;
-use sqs_keeper_core::RecordingSettings;
-use sqs_keeper_core::RedeliveryPolicy;
+use sqs_keeper_core::mutants::Mutant;
+use sqs_keeper_core::recording::RecordingSettings;
+use sqs_keeper_core::redelivery::RedeliveryPolicy;
+use sqs_keeper_core::{breaker::Breaker, breaker::BreakerPolicy};
+use sqs_keeper_core::{clock::Clock, random::Random, BatchConfig, BatchProcessor};
 use sqs_keeper_core::{idempotency::Idempotency, idempotency::Idempotent};
+use sqs_keeper_core::{item::BodyFormat, item::ItemIdSource, item::ItemParser};
+use sqs_keeper_core::{
+    redrive::RedriveEngine, redrive::RedriveMode, redrive::RedriveRequest, redrive::RedriveSettings,
+};
+use sqs_keeper_core::{retry::Deadline, retry::Jitter, retry::RetryPolicy};
 use sqs_keeper_core::{testing::MemoryBreakerStore, testing::MemoryIdempotencyStore};
-use sqs_keeper_core::{BatchConfig, BatchProcessor, Clock, Random};
-use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser};
-use sqs_keeper_core::{Breaker, BreakerPolicy};
-use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
-use sqs_keeper_core::{RedriveEngine, RedriveMode, RedriveRequest, RedriveSettings};
 use tokio::time::{sleep, Instant};
 
 use crate::breaker_store::SimBreakerStore;
@@ -74,7 +76,7 @@ fn quiet_handler_panics() {
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let message = sqs_keeper_core::panic_message(info.payload());
+            let message = sqs_keeper_core::batch::panic_message(info.payload());
             if !message.starts_with(crate::downstream::HANDLER_PANIC) {
                 previous(info);
             }
@@ -88,7 +90,7 @@ const WORLD_START: i64 = 1_767_225_600;
 /// Runs the world of `seed` with `mutants` switched on; deterministic for a seed.
 pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
     quiet_handler_panics();
-    sqs_keeper_core::switch_on(mutants);
+    sqs_keeper_core::mutants::switch_on(mutants);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -123,7 +125,7 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
                 }))
             });
             if let Err(panic) = outcome {
-                let message = sqs_keeper_core::panic_message(&*panic);
+                let message = sqs_keeper_core::batch::panic_message(&*panic);
                 world
                     .lock()
                     .violate(Section::NoPanic, "-", format!("panic: {message}"));
@@ -139,7 +141,7 @@ pub fn run_seed(seed: u64, mutants: &[Mutant]) -> RunReport {
             sent: 0,
         },
     };
-    sqs_keeper_core::switch_on(&[]);
+    sqs_keeper_core::mutants::switch_on(&[]);
     report
 }
 
@@ -421,7 +423,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
             bucket: BUCKET.into(),
             inline_max_bytes: if shape.big { 65_536 } else { 2048 },
             history_limit: if shape.big {
-                sqs_keeper_core::HISTORY_LIMIT
+                sqs_keeper_core::dead_letter::HISTORY_LIMIT
             } else {
                 4
             },
@@ -591,7 +593,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
 async fn join_reporting(world: &World, what: &str, task: tokio::task::JoinHandle<()>) {
     if let Err(e) = task.await {
         let message = if e.is_panic() {
-            sqs_keeper_core::panic_message(&*e.into_panic())
+            sqs_keeper_core::batch::panic_message(&*e.into_panic())
         } else {
             e.to_string()
         };
@@ -626,7 +628,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         // The id as the body spells it (JSON), and as the worker keys it.
         let json_id = serde_json::to_string(&raw).unwrap_or_default();
         let json_id = json_id.trim_matches('"').to_string();
-        let id = sqs_keeper_core::bounded_item_id(raw);
+        let id = sqs_keeper_core::item::bounded_item_id(raw);
         let behaviour = match rng.u32(0..100) {
             0..=54 => Behaviour::Healthy,
             55..=74 => Behaviour::Flaky,
@@ -661,14 +663,14 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             Some(envelope) => wrapped(envelope, &body, n),
             None => body,
         };
-        let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
+        let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
         let group = shape.fifo.then(|| format!("group-{}", rng.u32(0..3)));
         let attributes = if shape.big && rng.bool() {
             (0..10)
                 .map(|a| {
                     (
                         format!("attribute-{a}"),
-                        sqs_keeper_core::MessageAttribute::string("a".repeat(3000)),
+                        sqs_keeper_core::dead_letter::MessageAttribute::string("a".repeat(3000)),
                     )
                 })
                 .collect()
@@ -681,7 +683,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             && fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25))
                 .bool();
         let body = if by_pointer {
-            let pointer = sqs_keeper_core::S3Pointer {
+            let pointer = sqs_keeper_core::pointer::S3Pointer {
                 bucket: PRODUCER_BUCKET.to_string(),
                 key: format!("producer/{n}"),
             };
@@ -689,11 +691,10 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
                 .bucket
                 .insert((pointer.bucket.clone(), pointer.key.clone()), body);
             let text = pointer.to_body();
-            state
-                .ext
-                .ledger
-                .pointers
-                .insert(sqs_keeper_core::sha256_hex(text.as_bytes()), sha.clone());
+            state.ext.ledger.pointers.insert(
+                sqs_keeper_core::hex::sha256_hex(text.as_bytes()),
+                sha.clone(),
+            );
             text
         } else {
             body
@@ -833,11 +834,9 @@ pub(crate) fn receive(
     let arn = state.source_mut().arn.clone();
     for expired in received.expired {
         let item = item_of(&expired);
-        state
-            .ext
-            .ledger
-            .expired_messages
-            .insert(sqs_keeper_core::recorded_message_id(&expired.id));
+        state.ext.ledger.expired_messages.insert(
+            sqs_keeper_core::dead_letter::recorded_message_id(&expired.id),
+        );
         let excused = state.ext.ledger.hidden_blind.contains(&expired.id)
             || state.ext.ledger.held_past_retention.contains(&expired.id)
             || state
@@ -936,7 +935,7 @@ async fn counted(
 ) {
     let ids: Vec<String> = messages
         .iter()
-        .map(|m| sqs_keeper_core::recorded_message_id(&m.id))
+        .map(|m| sqs_keeper_core::dead_letter::recorded_message_id(&m.id))
         .collect();
     let count = |world: &Arc<World>| -> u32 {
         let state = world.lock();
@@ -1097,7 +1096,7 @@ fn left_to_the_redrive_policy(
     delivered_now: &[bool],
     name: &str,
 ) {
-    use sqs_keeper_core::Disposition;
+    use sqs_keeper_core::batch::Disposition;
     for record in &report.records {
         let Some(i) = messages.iter().position(|m| m.id == record.message_id) else {
             continue;
@@ -1150,7 +1149,7 @@ fn left_to_the_redrive_policy(
         // message to the redrive policy, whose DLQ message the sweep adopts): the documented
         // exception, judged by what the store saw at the write (`claims_held_elsewhere`).
         let delivery = crate::world::delivery_key(
-            &sqs_keeper_core::recorded_message_id(&m.id),
+            &sqs_keeper_core::dead_letter::recorded_message_id(&m.id),
             m.receive_count,
         );
         let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
@@ -1365,7 +1364,7 @@ fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fa
         2 => request.force = true,
         3 => request.rate = Some([0.5, 2.0][rng.usize(0..2)]),
         4 => request.time_budget_secs = Some(rng.u64(5..60)),
-        5 => request.status = Some(sqs_keeper_core::ItemStatus::Dead),
+        5 => request.status = Some(sqs_keeper_core::dead_letter::ItemStatus::Dead),
         _ => {}
     }
 }
@@ -1374,7 +1373,7 @@ fn operator_options(store: &SimStore, request: &mut RedriveRequest, rng: &mut fa
 /// class) last tried more than ten minutes ago, of every status as `dlq purge --older-than 10m` selects by default (items in flight
 /// among them, which the removal must keep), through the library's own removal.
 async fn purge(store: &SimStore) {
-    use sqs_keeper_core::RecordStore;
+    use sqs_keeper_core::ports::RecordStore;
     let actor = store.as_actor("purge");
     let until = store.world().clock.now() - chrono::Duration::minutes(10);
     let mut records = Vec::new();
@@ -1390,7 +1389,7 @@ async fn purge(store: &SimStore) {
             ]
         };
     for class in classes {
-        let filter = sqs_keeper_core::RecordFilter {
+        let filter = sqs_keeper_core::selection::RecordFilter {
             status: None,
             class,
             until: Some(until),
@@ -1428,7 +1427,7 @@ async fn purge(store: &SimStore) {
             .note("purge", "-", &format!("purging {}", ids.join(" ")));
     }
     fail_one_again_meanwhile(store, &records);
-    let result = sqs_keeper_core::remove_records(
+    let result = sqs_keeper_core::removal::remove_records(
         &actor,
         &records,
         &parser(store.world()),
@@ -1450,7 +1449,7 @@ async fn purge(store: &SimStore) {
 /// every record is read page by page while the workers go on, then the library's own
 /// `clear_records` removes them with the DLQ messages no record holds.
 async fn clear(store: &SimStore) {
-    use sqs_keeper_core::RecordStore;
+    use sqs_keeper_core::ports::RecordStore;
     let actor = store.as_actor("clear");
     let snapshot_ms = store.world().clock.now().timestamp_millis();
     discard_what_the_store_holds(store, snapshot_ms);
@@ -1462,7 +1461,7 @@ async fn clear(store: &SimStore) {
         sleep(Duration::from_secs(2)).await;
         match actor
             .query_page(
-                &sqs_keeper_core::RecordFilter::default(),
+                &sqs_keeper_core::selection::RecordFilter::default(),
                 100,
                 after.as_ref(),
             )
@@ -1482,8 +1481,11 @@ async fn clear(store: &SimStore) {
             }
         }
     }
-    let removable: Vec<_> = records.iter().map(sqs_keeper_core::Removable::of).collect();
-    let result = sqs_keeper_core::clear_records(
+    let removable: Vec<_> = records
+        .iter()
+        .map(sqs_keeper_core::removal::Removable::of)
+        .collect();
+    let result = sqs_keeper_core::removal::clear_records(
         &actor,
         &removable,
         snapshot_ms,
@@ -1517,7 +1519,7 @@ fn discard_what_the_store_holds(store: &SimStore, snapshot_ms: i64) {
         .messages()
         .iter()
         .map(|m| {
-            m.attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE)
+            m.attribute(sqs_keeper_core::message::PAYLOAD_SHA256_ATTRIBUTE)
                 .map(str::to_string)
                 .unwrap_or_else(|| m.body_sha256.clone())
         })
@@ -1540,14 +1542,17 @@ fn discard_what_the_store_holds(store: &SimStore, snapshot_ms: i64) {
 /// S3 fails again (in every other purge that selected an even number of records): its last
 /// attempt moves on and the purge must keep it, with its object. Drawn from the selection
 /// alone, so the world's other draws stay as they were.
-fn fail_one_again_meanwhile(store: &SimStore, records: &[sqs_keeper_core::DeadLetteredItem]) {
+fn fail_one_again_meanwhile(
+    store: &SimStore,
+    records: &[sqs_keeper_core::dead_letter::DeadLetteredItem],
+) {
     if !records.len().is_multiple_of(2) {
         return;
     }
     let Some(selected) = records.iter().find(|r| {
         matches!(
             r.payload.location,
-            sqs_keeper_core::PayloadLocation::S3 { .. }
+            sqs_keeper_core::dead_letter::PayloadLocation::S3 { .. }
         ) && !r.status.is_in_flight()
     }) else {
         return;
@@ -1574,18 +1579,17 @@ fn fail_one_again_meanwhile(store: &SimStore, records: &[sqs_keeper_core::DeadLe
 /// Damages one dead record that has a DLQ message (an operator's hand edit).
 fn corrupt_a_record(store: &SimStore, rng: &mut fastrand::Rng) -> bool {
     let mut state = store.world().lock();
-    let candidates: Vec<String> =
-        state
-            .table
-            .iter()
-            .filter(|(id, row)| {
-                row.record.status == sqs_keeper_core::ItemStatus::Dead
-                    && state.dlq.messages().iter().any(|m| {
-                        m.attribute(sqs_keeper_core::ITEM_ID_ATTRIBUTE) == Some(id.as_str())
-                    })
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
+    let candidates: Vec<String> = state
+        .table
+        .iter()
+        .filter(|(id, row)| {
+            row.record.status == sqs_keeper_core::dead_letter::ItemStatus::Dead
+                && state.dlq.messages().iter().any(|m| {
+                    m.attribute(sqs_keeper_core::message::ITEM_ID_ATTRIBUTE) == Some(id.as_str())
+                })
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
     if candidates.is_empty() {
         return false;
     }
@@ -1612,7 +1616,7 @@ async fn gated<P: sqs_keeper_core::Processor>(
     actor: &str,
     request: &RedriveRequest,
     deadline: Option<Instant>,
-) -> Result<sqs_keeper_core::RedriveReport, sqs_keeper_core::RedriveError> {
+) -> Result<sqs_keeper_core::redrive::RedriveReport, sqs_keeper_core::redrive::RedriveError> {
     let world = engine.store().world().clone();
     let breaker = {
         let mut state = world.lock();
@@ -1623,7 +1627,7 @@ async fn gated<P: sqs_keeper_core::Processor>(
             .clone()
             .map(|(table, policy)| (SimBreakerStore::new(world.clone(), table, actor), policy))
     };
-    let result = sqs_keeper_core::run_gated(
+    let result = sqs_keeper_core::redrive::run_gated(
         engine,
         breaker.as_ref().map(|(store, policy)| (store, policy)),
         request,
@@ -1748,7 +1752,7 @@ async fn redrive(
             .note(actor, "-", "redrive continues from its token");
         match gated(&engine, actor, &again, None).await {
             // The printed line is always the request it continues.
-            Err(e @ sqs_keeper_core::RedriveError::InvalidRequest(_)) => {
+            Err(e @ sqs_keeper_core::redrive::RedriveError::InvalidRequest(_)) => {
                 world.lock().ext.violations.push((
                     "-".to_string(),
                     format!("the printed continuation was refused as another request: {e}"),
@@ -1770,9 +1774,9 @@ async fn redrive(
 fn continued_its_selection(
     state: &mut crate::world::State,
     request: &RedriveRequest,
-    report: &sqs_keeper_core::RedriveReport,
+    report: &sqs_keeper_core::redrive::RedriveReport,
 ) {
-    use sqs_keeper_core::ItemOutcomeKind as Kind;
+    use sqs_keeper_core::redrive::ItemOutcomeKind as Kind;
     for item in &report.items {
         // An error may be the sweep's, before the selection (a DLQ message it could not
         // adopt): only what the run took counts.

@@ -10,11 +10,11 @@
 use futures::future::BoxFuture;
 use std::time::Duration;
 
-use sqs_keeper_core::PayloadStore;
-use sqs_keeper_core::RecordingSettings;
+use sqs_keeper_core::ports::PayloadStore;
+use sqs_keeper_core::recording::RecordingSettings;
+use sqs_keeper_core::{redelivery::Hide, redelivery::QueueTiming, redelivery::VisibilityPort};
 use sqs_keeper_core::{testing::MemoryStore, testing::QueueMessage};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{Hide, QueueTiming, VisibilityPort};
 
 use crate::world::{draw_latency, Checks, Section, Sim, State, World};
 
@@ -64,12 +64,12 @@ pub const PRODUCER_BUCKET: &str = "producer-payloads";
 /// the simulated bucket, with its latency and S3 faults.
 pub struct SimResolver {
     store: SimStore,
-    policy: sqs_keeper_core::PayloadPolicy,
+    policy: sqs_keeper_core::pointer::PayloadPolicy,
 }
 
 /// The worker's payload policy in every world: the producer's bucket and the store's.
-fn worker_payload_policy() -> sqs_keeper_core::PayloadPolicy {
-    sqs_keeper_core::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET])
+fn worker_payload_policy() -> sqs_keeper_core::pointer::PayloadPolicy {
+    sqs_keeper_core::pointer::PayloadPolicy::allowing([PRODUCER_BUCKET, BUCKET])
 }
 
 impl SimResolver {
@@ -82,7 +82,7 @@ impl SimResolver {
     }
 }
 
-impl sqs_keeper_core::BodyResolver for SimResolver {
+impl sqs_keeper_core::batch::BodyResolver for SimResolver {
     fn resolve<'a>(&'a self, body: &'a str) -> BoxFuture<'a, Option<Result<String, ProcessError>>> {
         Box::pin(async move {
             let pointer = match self.policy.pointer_in(body)? {
@@ -189,11 +189,12 @@ impl SimVisibility {
             // Under a breaker the worker keeps a quarter of the retention in reserve for
             // the polling control's sweeps (docs/ARCHITECTURE.md §1.12).
             let retention = state.source().retention;
-            let reserve = if state.ext.breaker.is_some() && sqs_keeper_core::pausable(retention) {
-                sqs_keeper_core::sweep_reserve(state.source().retention)
-            } else {
-                Duration::ZERO
-            };
+            let reserve =
+                if state.ext.breaker.is_some() && sqs_keeper_core::polling::pausable(retention) {
+                    sqs_keeper_core::polling::sweep_reserve(state.source().retention)
+                } else {
+                    Duration::ZERO
+                };
             let room = asked + crate::run::VISIBILITY + reserve + Duration::from_secs(60);
             let doubled = state.ext.ledger.doubled.contains(receipt);
             if hide.delay < asked && left > room && !doubled {

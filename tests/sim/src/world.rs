@@ -10,9 +10,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use sqs_keeper_core::{dead_letter::ItemStatus, dead_letter::PayloadLocation};
 use sqs_keeper_core::{testing::Event, testing::ITEM_SIZE_LIMIT};
 use sqs_keeper_core::{testing::Queue, testing::QueueMessage};
-use sqs_keeper_core::{ItemStatus, PayloadLocation};
 
 use crate::trace::Trace;
 
@@ -54,7 +54,7 @@ pub struct Ledger {
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
     /// What each sandbox last read or wrote of the circuit breaker's state.
-    pub breaker_known: HashMap<String, sqs_keeper_core::BreakerState>,
+    pub breaker_known: HashMap<String, sqs_keeper_core::breaker::BreakerState>,
     /// The probe each sandbox (or redrive run) took last, until when.
     pub probes: HashMap<String, std::time::SystemTime>,
     /// Redrive runs that took the probe and answered it: closed the breaker, opened it
@@ -161,7 +161,7 @@ pub struct Sim {
     /// sandboxes and every reprocessing redrive run share it.
     pub breaker: Option<(
         sqs_keeper_core::testing::MemoryBreakerStore,
-        sqs_keeper_core::BreakerPolicy,
+        sqs_keeper_core::breaker::BreakerPolicy,
     )>,
     /// Downstream calls running now, by item id (worlds with idempotency: at most one).
     pub running_now: HashMap<String, u32>,
@@ -401,14 +401,14 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
                 .insert(delivery_key(&claim.message_id, claim.receive_count));
         }
         Event::DlqMessageDeleted { message } => {
-            let view = sqs_keeper_core::MessageView::of(
+            let view = sqs_keeper_core::ports::MessageView::of(
                 &message.id,
                 &message.body,
                 |name| message.attribute(name),
                 crate::store::BUCKET,
             );
             let item = message
-                .attribute(sqs_keeper_core::ITEM_ID_ATTRIBUTE)
+                .attribute(sqs_keeper_core::message::ITEM_ID_ATTRIBUTE)
                 .unwrap_or(&message.id)
                 .to_string();
             let sha = view
@@ -449,7 +449,7 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
             // Nor does a message still waiting in the source queue (a requeue's pointer)
             // point to it, its payload undelivered. (A DLQ message may: the redrive that
             // delivered its payload deletes the object, then the message.)
-            let sha = sqs_keeper_core::sha256_hex(body.as_bytes());
+            let sha = sqs_keeper_core::hex::sha256_hex(body.as_bytes());
             let undelivered = state.deliveries_of(&sha) == 0;
             let pointing: Vec<String> = state
                 .source()
@@ -457,7 +457,7 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
                 .iter()
                 .filter(|_| undelivered)
                 .filter(|m| {
-                    sqs_keeper_core::S3Pointer::parse(&m.body)
+                    sqs_keeper_core::pointer::S3Pointer::parse(&m.body)
                         .is_some_and(|p| p.bucket == crate::store::BUCKET && p.key == *key)
                 })
                 .map(|m| m.id.clone())
@@ -695,7 +695,7 @@ fn repeated_dead_letter(dlq: &Queue) -> Option<(String, String)> {
         }
         let key = (
             m.item_id(),
-            m.attribute(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE)
+            m.attribute(sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE)
                 .unwrap_or_default()
                 .to_string(),
         );
@@ -727,7 +727,7 @@ fn copy_is_safe(state: &State, sha: &str, deleting: Option<&str>) -> bool {
         q.messages().iter().any(|m| {
             Some(m.id.as_str()) != deleting
                 && (m.body_sha256 == sha
-                    || m.attribute(sqs_keeper_core::PAYLOAD_SHA256_ATTRIBUTE) == Some(sha))
+                    || m.attribute(sqs_keeper_core::message::PAYLOAD_SHA256_ATTRIBUTE) == Some(sha))
         })
     };
     in_queue(state.source())

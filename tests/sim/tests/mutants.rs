@@ -3,7 +3,7 @@
 
 #![allow(clippy::panic)] // a test fails loudly
 
-use sqs_keeper_core::Mutant;
+use sqs_keeper_core::mutants::Mutant;
 use sqs_keeper_sim::{describe_failure, run_seeds};
 
 /// Runs seeds with `mutant` on until one fails, and checks that the invariant it broke is

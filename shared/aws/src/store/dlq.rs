@@ -4,13 +4,15 @@
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::StoreConfig;
-use sqs_keeper_core::{DeadLetteredItem, PayloadLocation};
+use sqs_keeper_core::{dead_letter::DeadLetteredItem, dead_letter::PayloadLocation};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 
 use sqs_keeper_core::{
-    batches_by_size, fifo_group_id, S3Pointer, ERROR_CLASS_ATTRIBUTE, ERROR_SIGNATURE_ATTRIBUTE,
-    EXTENDED_PAYLOAD_SIZE_ATTRIBUTE, ITEM_ID_ATTRIBUTE, PAYLOAD_SHA256_ATTRIBUTE,
-    RECORD_TABLE_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE,
+    message::batches_by_size, message::fifo_group_id, message::ERROR_CLASS_ATTRIBUTE,
+    message::ERROR_SIGNATURE_ATTRIBUTE, message::ITEM_ID_ATTRIBUTE,
+    message::PAYLOAD_SHA256_ATTRIBUTE, message::RECORD_TABLE_ATTRIBUTE,
+    message::SOURCE_MESSAGE_ID_ATTRIBUTE, pointer::S3Pointer,
+    pointer::EXTENDED_PAYLOAD_SIZE_ATTRIBUTE,
 };
 
 /// The DLQ body for a record: the original body, or a pointer to the S3 payload.
@@ -90,7 +92,7 @@ fn entry(
         .source
         .message_group_id
         .as_deref()
-        .filter(|g| sqs_keeper_core::is_valid_message_group_id(g))
+        .filter(|g| sqs_keeper_core::message::is_valid_message_group_id(g))
     {
         // A fair queue's tenant: the standard DLQ keeps it (SQS shares a standard queue's
         // consumers fairly between the groups its messages name). A group SQS would refuse
@@ -190,7 +192,7 @@ async fn send_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqs_keeper_core::is_valid_message_group_id;
+    use sqs_keeper_core::message::is_valid_message_group_id;
 
     /// 25 dead letters go out as three batches; the second fails as a whole (503) and the
     /// third has one entry refused. Exactly those records fail, whether the batches go at
@@ -311,7 +313,7 @@ mod tests {
             hashed,
             format!(
                 "item-{}",
-                &sqs_keeper_core::sha256_hex("odd id/ü".as_bytes())[..32]
+                &sqs_keeper_core::hex::sha256_hex("odd id/ü".as_bytes())[..32]
             )
         );
         assert_eq!(hashed.len(), 37);
@@ -319,7 +321,7 @@ mod tests {
         assert_eq!(fifo_group_id(Some(""), "odd id/ü"), hashed);
         assert_eq!(
             fifo_group_id(None, ""),
-            format!("item-{}", &sqs_keeper_core::sha256_hex(b"")[..32])
+            format!("item-{}", &sqs_keeper_core::hex::sha256_hex(b"")[..32])
         );
         assert!(!is_valid_message_group_id(&"x".repeat(129)));
     }

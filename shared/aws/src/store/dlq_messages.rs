@@ -13,21 +13,23 @@ use aws_sdk_sqs::types::{
 };
 
 use super::DeadLetterStore;
-use sqs_keeper_core::DeadLetteredItem;
-use sqs_keeper_core::ItemParser;
-use sqs_keeper_core::S3Pointer;
-use sqs_keeper_core::ITEM_ID_ATTRIBUTE;
-use sqs_keeper_core::{adopted_record, Sweep, SweepOptions};
-use sqs_keeper_core::{Adoption, DeadLetterQueue, MessageView, ReceivedMessage};
+use sqs_keeper_core::dead_letter::DeadLetteredItem;
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::message::ITEM_ID_ATTRIBUTE;
+use sqs_keeper_core::pointer::S3Pointer;
+use sqs_keeper_core::{
+    ports::Adoption, ports::DeadLetterQueue, ports::MessageView, ports::ReceivedMessage,
+};
+use sqs_keeper_core::{sweep::adopted_record, sweep::Sweep, sweep::SweepOptions};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 
 /// The attribute real SQS adds to messages its redrive policy moved.
 const SOURCE_ARN_ATTRIBUTE: &str = "DeadLetterQueueSourceArn";
 
 impl DeadLetterStore {
-    /// One sweep pass over the DLQ ([`sqs_keeper_core::sweep_dlq`] over this store).
+    /// One sweep pass over the DLQ ([`sqs_keeper_core::sweep::sweep_dlq`] over this store).
     pub async fn sweep_dlq(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
-        sqs_keeper_core::sweep_dlq(self, options).await
+        sqs_keeper_core::sweep::sweep_dlq(self, options).await
     }
 
     /// Deletes DLQ messages by receipt handle; returns how many were deleted.
@@ -254,7 +256,7 @@ impl DeadLetterQueue for DeadLetterStore {
                     let ours = message
                         .message_attributes()
                         .is_some_and(|a| a.contains_key(ITEM_ID_ATTRIBUTE));
-                    sqs_keeper_core::tracked_as_its_payload_names(
+                    sqs_keeper_core::sweep::tracked_as_its_payload_names(
                         ours,
                         item_id,
                         parser.id_named_by(&item).as_deref(),
@@ -278,7 +280,10 @@ impl DeadLetterQueue for DeadLetterStore {
             self,
             &self.recording(),
             &record,
-            sqs_keeper_core::Expect::judged(adoption.expected_status, &adoption.message_keys),
+            sqs_keeper_core::ports::Expect::judged(
+                adoption.expected_status,
+                &adoption.message_keys,
+            ),
         )
         .await?;
         Ok(written.then_some(record))
@@ -312,7 +317,7 @@ impl DeadLetterQueue for DeadLetterStore {
         let attributes = copy_attributes(message, item_id);
         let dedup = format!(
             "{ROTATION_PREFIX}{pass}:{}",
-            sqs_keeper_core::sha256_hex(original_id.as_bytes())
+            sqs_keeper_core::hex::sha256_hex(original_id.as_bytes())
         );
         self.clients
             .sqs
@@ -361,19 +366,24 @@ fn copy_attributes(message: &Message, item_id: &str) -> Attributes {
         if !attributes.contains_key(name) {
             added.push((
                 name.to_string(),
-                sqs_keeper_core::MessageAttribute::string(value),
+                sqs_keeper_core::dead_letter::MessageAttribute::string(value),
             ));
         }
     };
-    add(sqs_keeper_core::SOURCE_MESSAGE_ID_ATTRIBUTE, original_id);
+    add(
+        sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE,
+        original_id,
+    );
     add(ITEM_ID_ATTRIBUTE, item_id);
     if let Some(arn) = system_attribute(message, SOURCE_ARN_ATTRIBUTE) {
-        add(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE, &arn);
+        add(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE, &arn);
     }
     let size = message.body().unwrap_or_default().len() + attributes_size(&attributes);
-    for (name, value) in
-        sqs_keeper_core::fitting_additions(size, added, sqs_keeper_core::MAX_MESSAGE_BYTES)
-    {
+    for (name, value) in sqs_keeper_core::message::fitting_additions(
+        size,
+        added,
+        sqs_keeper_core::message::MAX_MESSAGE_BYTES,
+    ) {
         let copied = value.string_value().and_then(|value| {
             aws_sdk_sqs::types::MessageAttributeValue::builder()
                 .data_type("String")
@@ -413,7 +423,7 @@ fn keep_ours_first(attributes: &mut Attributes) {
     let mut names: Vec<String> = attributes.keys().cloned().collect();
     names.sort_by_key(|name| {
         (
-            !sqs_keeper_core::RESERVED_ATTRIBUTES.contains(&name.as_str()),
+            !sqs_keeper_core::message::RESERVED_ATTRIBUTES.contains(&name.as_str()),
             name.clone(),
         )
     });
@@ -439,7 +449,7 @@ fn rotation_marker(message: &Message) -> Option<String> {
 
 /// The item id a DLQ message is tracked by: our `item_id` attribute, else the id the
 /// parser finds in it, else its message id; kept within DynamoDB's key size
-/// ([`sqs_keeper_core::bounded_item_id`]).
+/// ([`sqs_keeper_core::item::bounded_item_id`]).
 impl DeadLetterStore {
     /// The item id a DLQ message is tracked by ([`message_item_id`]). A message without
     /// our `item_id` attribute whose body is an Extended-Client pointer (one SQS's redrive
@@ -470,7 +480,7 @@ impl DeadLetterStore {
 }
 
 fn message_item_id(message: &Message, parser: &ItemParser) -> String {
-    sqs_keeper_core::dlq_item_id(
+    sqs_keeper_core::message::dlq_item_id(
         |name| {
             message
                 .message_attributes()
@@ -501,7 +511,7 @@ fn message_view(message: &Message, own_bucket: &str) -> MessageView {
 fn to_work_item(
     message: &Message,
     parser: &ItemParser,
-) -> Result<sqs_keeper_core::WorkItem, Box<sqs_keeper_core::InvalidRecord>> {
+) -> Result<sqs_keeper_core::WorkItem, Box<sqs_keeper_core::item::InvalidRecord>> {
     let attributes: serde_json::Map<String, serde_json::Value> = message
         .attributes()
         .map(|a| {
@@ -536,7 +546,7 @@ fn to_work_item(
         .or_else(|| {
             message
                 .message_attributes()
-                .and_then(|a| a.get(sqs_keeper_core::SOURCE_QUEUE_ARN_ATTRIBUTE))
+                .and_then(|a| a.get(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE))
                 .and_then(|v| v.string_value())
                 .map(str::to_string)
         });

@@ -11,18 +11,20 @@ use chrono::{DateTime, Utc};
 use super::schema::{LEASE_EXPIRES_AT, LEASE_OWNER};
 use super::{schema, DeadLetterStore};
 use crate::condition_expression::WithCondition;
-use sqs_keeper_core::conditions;
-use sqs_keeper_core::error_signature;
-use sqs_keeper_core::{DeadLetteredItem, FailureDetail, ItemStatus};
+use sqs_keeper_core::condition::conditions;
+use sqs_keeper_core::signature::error_signature;
+use sqs_keeper_core::{
+    dead_letter::DeadLetteredItem, dead_letter::FailureDetail, dead_letter::ItemStatus,
+};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 
 /// Items per `TransactWriteItems` call (DynamoDB's limit is 100 actions).
 const TRANSACTION_ITEMS: usize = 100;
 
-/// [`sqs_keeper_core::processed_after`] as the attribute to write.
+/// [`sqs_keeper_core::dead_letter::processed_after`] as the attribute to write.
 fn processed_after(record: &DeadLetteredItem) -> AttributeValue {
     AttributeValue::L(
-        sqs_keeper_core::processed_after(record)
+        sqs_keeper_core::dead_letter::processed_after(record)
             .into_iter()
             .map(AttributeValue::S)
             .collect(),
@@ -239,7 +241,7 @@ impl DeadLetterStore {
     /// `record` resolved by `owner`: its current payload (and source message) joins the
     /// `processed` list, so that exactly the DLQ messages holding it are deleted. Only while
     /// the item is still redriving with the payload the run processed
-    /// ([`sqs_keeper_core::LEASED_WITH_PAYLOAD`]).
+    /// ([`sqs_keeper_core::dead_letter::LEASED_WITH_PAYLOAD`]).
     fn resolve_update(
         &self,
         record: &DeadLetteredItem,
@@ -306,7 +308,7 @@ impl DeadLetterStore {
         message_id: &str,
     ) -> Result<(), ProcessError> {
         let now = self.clock.now();
-        let expires_at = sqs_keeper_core::expiry_when_requeued(record.expires_at, now);
+        let expires_at = sqs_keeper_core::redrive::expiry_when_requeued(record.expires_at, now);
         self.end_lease(
             &record.item_id,
             owner,
@@ -388,8 +390,8 @@ impl DeadLetterStore {
             .resolving(
                 item_id,
                 &[
-                    sqs_keeper_core::processed_key_for_message(message_id),
-                    sqs_keeper_core::processed_key_for_payload(payload_sha256),
+                    sqs_keeper_core::dead_letter::processed_key_for_message(message_id),
+                    sqs_keeper_core::dead_letter::processed_key_for_payload(payload_sha256),
                 ],
                 " REMOVE #requeued, #owner, #expires",
             )
@@ -420,9 +422,9 @@ impl DeadLetterStore {
             .resolving(
                 item_id,
                 &[
-                    sqs_keeper_core::processed_key_for_message(dead_lettered),
-                    sqs_keeper_core::processed_key_for_message(message_id),
-                    sqs_keeper_core::processed_key_for_payload(payload_sha256),
+                    sqs_keeper_core::dead_letter::processed_key_for_message(dead_lettered),
+                    sqs_keeper_core::dead_letter::processed_key_for_message(message_id),
+                    sqs_keeper_core::dead_letter::processed_key_for_payload(payload_sha256),
                 ],
                 "",
             )
@@ -502,7 +504,7 @@ impl DeadLetterStore {
             &record.item_id,
             &BackFrom::Requeued(
                 message_id,
-                sqs_keeper_core::expiry_when_reopened(
+                sqs_keeper_core::redrive::expiry_when_reopened(
                     record.expires_at,
                     self.clock.now(),
                     self.config.retention,

@@ -6,17 +6,17 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{schema, DeadLetterStore};
 use crate::condition_expression::WithCondition;
-use sqs_keeper_core::DeadLetteredItem;
-use sqs_keeper_core::ItemParser;
+use sqs_keeper_core::dead_letter::DeadLetteredItem;
+use sqs_keeper_core::item::ItemParser;
+use sqs_keeper_core::ports::Selected;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::Selected;
 
-use sqs_keeper_core::Removable;
-use sqs_keeper_core::RemovalReport;
+use sqs_keeper_core::removal::Removable;
+use sqs_keeper_core::removal::RemovalReport;
 
 impl DeadLetterStore {
     /// Deletes `record` if it is still as selected ([`Selected::condition`]): its id, or
-    /// `None` when it changed ([`sqs_keeper_core::RecordStore::delete_records`]).
+    /// `None` when it changed ([`sqs_keeper_core::ports::RecordStore::delete_records`]).
     pub(super) async fn delete_if_unchanged(
         &self,
         record: &Selected,
@@ -54,7 +54,7 @@ impl DeadLetterStore {
     /// at a time: never the records themselves.
     pub async fn removable(
         &self,
-        filter: &sqs_keeper_core::RecordFilter,
+        filter: &sqs_keeper_core::selection::RecordFilter,
     ) -> Result<Vec<Removable>, ProcessError> {
         let mut selected = Vec::new();
         self.for_each_page::<ProcessError>(filter, &mut Vec::new(), |page| {
@@ -72,28 +72,31 @@ impl DeadLetterStore {
         parser: &ItemParser,
         progress: impl FnMut(usize),
     ) -> Result<RemovalReport, ProcessError> {
-        sqs_keeper_core::remove_selected(self, selected, parser, &self.random, progress).await
+        sqs_keeper_core::removal::remove_selected(self, selected, parser, &self.random, progress)
+            .await
     }
 
     /// Deletes the DLQ messages of `records`, then their payload objects, then the records
-    /// ([`sqs_keeper_core::remove_records`] over this store).
+    /// ([`sqs_keeper_core::removal::remove_records`] over this store).
     pub async fn remove_records(
         &self,
         records: &[DeadLetteredItem],
         parser: &ItemParser,
         progress: impl FnMut(usize),
     ) -> Result<RemovalReport, ProcessError> {
-        sqs_keeper_core::remove_records(self, records, parser, &self.random, progress).await
+        sqs_keeper_core::removal::remove_records(self, records, parser, &self.random, progress)
+            .await
     }
 
     /// Deletes every record (but those in flight) with its payload object and DLQ messages,
     /// and every DLQ message no record holds, as they were when it started
-    /// ([`sqs_keeper_core::clear_records`]): a failure that arrives meanwhile is kept.
+    /// ([`sqs_keeper_core::removal::clear_records`]): a failure that arrives meanwhile is kept.
     pub async fn clear(&self, progress: impl FnMut(usize)) -> Result<RemovalReport, ProcessError> {
         let snapshot_ms = self.clock.now().timestamp_millis();
         let records = self
-            .removable(&sqs_keeper_core::RecordFilter::default())
+            .removable(&sqs_keeper_core::selection::RecordFilter::default())
             .await?;
-        sqs_keeper_core::clear_records(self, &records, snapshot_ms, &self.random, progress).await
+        sqs_keeper_core::removal::clear_records(self, &records, snapshot_ms, &self.random, progress)
+            .await
     }
 }

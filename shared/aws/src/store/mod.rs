@@ -18,10 +18,10 @@
 //!
 //! | port | here | what it is |
 //! | --- | --- | --- |
-//! | [`sqs_keeper_core::RecordStore`] | `record_store` (with `lease`, `query`, `maintenance`) | the DynamoDB table: reads, the conditional `UpdateItem`s, leases, deletes |
-//! | [`sqs_keeper_core::DeadLetterQueue`] | `dlq_messages` (with `dlq`) | the DLQ: the batched dead-letter send, receive, adopt, delete, hold, rotate |
-//! | [`sqs_keeper_core::PayloadStore`] | `payload` | the S3 bucket: `GetObject`, `PutObject`, `DeleteObject` |
-//! | [`sqs_keeper_core::SourceQueue`] | `source_queue` | the source queues a requeue sends to |
+//! | [`sqs_keeper_core::ports::RecordStore`] | `record_store` (with `lease`, `query`, `maintenance`) | the DynamoDB table: reads, the conditional `UpdateItem`s, leases, deletes |
+//! | [`sqs_keeper_core::ports::DeadLetterQueue`] | `dlq_messages` (with `dlq`) | the DLQ: the batched dead-letter send, receive, adopt, delete, hold, rotate |
+//! | [`sqs_keeper_core::ports::PayloadStore`] | `payload` | the S3 bucket: `GetObject`, `PutObject`, `DeleteObject` |
+//! | [`sqs_keeper_core::ports::SourceQueue`] | `source_queue` | the source queues a requeue sends to |
 //!
 //! and the worker's [`DeadLetterSink`]: [`sqs_keeper_core::recording::dead_letter`] over
 //! them, with the DLQ's `MaximumMessageSize` read once.
@@ -42,12 +42,15 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::aws::AwsClients;
-use sqs_keeper_core::PayloadPolicy;
+use sqs_keeper_core::pointer::PayloadPolicy;
+use sqs_keeper_core::ports::RecordStore;
+use sqs_keeper_core::recording::RecordingSettings;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::RecordStore;
-use sqs_keeper_core::RecordingSettings;
-use sqs_keeper_core::{Clock, Random};
-use sqs_keeper_core::{DeadLetterCandidate, DeadLetterSink, DeadLetteredItem, InvocationInfo};
+use sqs_keeper_core::{clock::Clock, random::Random};
+use sqs_keeper_core::{
+    dead_letter::DeadLetterCandidate, dead_letter::DeadLetterSink, dead_letter::DeadLetteredItem,
+    dead_letter::InvocationInfo,
+};
 
 /// Where dead-lettered items go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +68,7 @@ pub struct StoreConfig {
     pub retention: Duration,
     /// Records written at once.
     pub write_concurrency: usize,
-    /// Most entries a record's history keeps ([`sqs_keeper_core::HISTORY_LIMIT`]).
+    /// Most entries a record's history keeps ([`sqs_keeper_core::dead_letter::HISTORY_LIMIT`]).
     pub history_limit: usize,
 }
 
@@ -83,7 +86,7 @@ impl StoreConfig {
             // letters cost a few round trips instead of one per record. Each write in
             // flight may open its own connection on a sandbox's first dead letters.
             write_concurrency: 50,
-            history_limit: sqs_keeper_core::HISTORY_LIMIT,
+            history_limit: sqs_keeper_core::dead_letter::HISTORY_LIMIT,
         }
     }
 
@@ -107,7 +110,7 @@ impl StoreConfig {
 ///
 /// ```no_run
 /// use sqs_keeper_aws::{AwsClients, DeadLetterStore, StoreConfig};
-/// use sqs_keeper_core::{RecordFilter, ItemStatus};
+/// use sqs_keeper_core::{selection::RecordFilter, dead_letter::ItemStatus};
 ///
 /// # async fn example() -> Result<(), sqs_keeper_core::ProcessError> {
 /// let clients = AwsClients::from_env().await;
@@ -285,9 +288,9 @@ impl DeadLetterStore {
     }
 
     /// Moves the payload to S3 when it would not stay inline
-    /// ([`sqs_keeper_core::offload_payload`]).
+    /// ([`sqs_keeper_core::recording::offload_payload`]).
     pub async fn offload_payload(&self, record: &mut DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::offload_payload(self, &self.recording(), record).await
+        sqs_keeper_core::recording::offload_payload(self, &self.recording(), record).await
     }
 
     /// Upserts a record: new attempts are appended once, known ones are ignored
@@ -297,12 +300,12 @@ impl DeadLetterStore {
     }
 
     /// What follows a write that appended to a record's history: the review flag settled,
-    /// the history compacted ([`sqs_keeper_core::after_append`]).
+    /// the history compacted ([`sqs_keeper_core::recording::after_append`]).
     pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::after_append(
+        sqs_keeper_core::recording::after_append(
             self,
             &self.recording(),
-            &sqs_keeper_core::Written::record_only(stored),
+            &sqs_keeper_core::ports::Written::record_only(stored),
         )
         .await
     }
@@ -455,7 +458,7 @@ impl DeadLetterStore {
     /// table, queue or bucket misnamed in the configuration is named where it fails. A
     /// dead letter handed on to another delivery is left as it is.
     fn naming_its_resource(&self, mut error: ProcessError) -> ProcessError {
-        if sqs_keeper_core::is_dead_lettering_elsewhere(&error) {
+        if sqs_keeper_core::dead_letter::is_dead_lettering_elsewhere(&error) {
             return error;
         }
         let step = error.step.as_deref().unwrap_or_default();
@@ -589,7 +592,7 @@ impl ExtendedClientResolver {
     }
 }
 
-impl sqs_keeper_core::BodyResolver for ExtendedClientResolver {
+impl sqs_keeper_core::batch::BodyResolver for ExtendedClientResolver {
     fn resolve<'a>(
         &'a self,
         body: &'a str,
@@ -678,8 +681,8 @@ mod tests {
             .try_record(
                 &record,
                 &record.failure_history,
-                Some(&sqs_keeper_core::DlqClaim::new("m-1", 3)),
-                sqs_keeper_core::Expect::Any,
+                Some(&sqs_keeper_core::dead_letter::DlqClaim::new("m-1", 3)),
+                sqs_keeper_core::ports::Expect::Any,
             )
             .await
             .unwrap();

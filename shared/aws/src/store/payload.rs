@@ -5,9 +5,9 @@
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::DeadLetterStore;
-use sqs_keeper_core::PayloadStore;
+use sqs_keeper_core::ports::PayloadStore;
+use sqs_keeper_core::{pointer::S3Pointer, pointer::SHA256_METADATA};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{S3Pointer, SHA256_METADATA};
 
 /// Stores a payload with its sha256 in the object metadata.
 pub async fn put_payload(

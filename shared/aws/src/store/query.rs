@@ -8,9 +8,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_dynamo::aws_sdk_dynamodb_1 as dynamo;
 
 use super::{schema, DeadLetterStore};
-use sqs_keeper_core::DeadLetteredItem;
+use sqs_keeper_core::dead_letter::DeadLetteredItem;
+use sqs_keeper_core::{
+    selection::Page, selection::PageToken, selection::RecordFilter, selection::Unreadable,
+};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{Page, PageToken, RecordFilter, Unreadable};
 
 /// The token of a key DynamoDB returned: the key as a JSON object, in base64.
 fn token_of_key(key: HashMap<String, AttributeValue>) -> Result<PageToken, ProcessError> {
@@ -169,7 +171,7 @@ impl DeadLetterStore {
                 .await;
         }
         let mut records = Vec::new();
-        for status in sqs_keeper_core::ItemStatus::ALL {
+        for status in sqs_keeper_core::dead_letter::ItemStatus::ALL {
             let one_status = RecordFilter {
                 status: Some(status),
                 ..filter.clone()
@@ -179,7 +181,7 @@ impl DeadLetterStore {
                     .await?,
             );
         }
-        sqs_keeper_core::sort_newest_first(&mut records);
+        sqs_keeper_core::selection::sort_newest_first(&mut records);
         records.truncate(limit);
         Ok(records)
     }
@@ -434,7 +436,7 @@ impl QueryPlan {
 #[cfg(test)]
 mod plan_tests {
     use super::*;
-    use sqs_keeper_core::{ErrorClass, ItemStatus};
+    use sqs_keeper_core::{dead_letter::ItemStatus, ErrorClass};
 
     #[test]
     fn a_status_and_a_time_range_query_the_status_index_by_key() {

@@ -3,7 +3,7 @@
 //! append and claim, the marks, the review flag, compaction) are here; the leases and status
 //! changes are the store's own ([`super::lease`]), as are queries ([`super::query`]) and
 //! conditional deletes ([`super::maintenance`]); each condition is the core's
-//! ([`sqs_keeper_core::conditions`]), rendered to the expression sent.
+//! ([`sqs_keeper_core::condition::conditions`]), rendered to the expression sent.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -14,12 +14,20 @@ use futures::StreamExt;
 use super::schema::LEASE_EXPIRES_AT;
 use super::{schema, DeadLetterStore};
 use crate::condition_expression::WithCondition;
-use sqs_keeper_core::conditions;
-use sqs_keeper_core::Clock;
+use sqs_keeper_core::clock::Clock;
+use sqs_keeper_core::condition::conditions;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::{Compaction, Deliveries, Expect, RecordStore, Selected, Standing};
-use sqs_keeper_core::{DeadLetteredItem, DlqClaim, FailureDetail, ItemStatus};
-use sqs_keeper_core::{Page, PageToken, RecordFilter, Written};
+use sqs_keeper_core::{
+    dead_letter::DeadLetteredItem, dead_letter::DlqClaim, dead_letter::FailureDetail,
+    dead_letter::ItemStatus,
+};
+use sqs_keeper_core::{
+    ports::Compaction, ports::Deliveries, ports::Expect, ports::RecordStore, ports::Selected,
+    ports::Standing,
+};
+use sqs_keeper_core::{
+    ports::Written, selection::Page, selection::PageToken, selection::RecordFilter,
+};
 
 impl RecordStore for DeadLetterStore {
     fn clock(&self) -> Clock {
@@ -174,7 +182,7 @@ impl RecordStore for DeadLetterStore {
     }
 
     /// `manual_review_required` depends on the whole history, which an update expression
-    /// cannot see: set afterwards ([`sqs_keeper_core::review_flag_change`]).
+    /// cannot see: set afterwards ([`sqs_keeper_core::recording::review_flag_change`]).
     /// On the condition that the record exists: DynamoDB's `UpdateItem` creates an item it
     /// does not find, and a record a purge deleted in between would come back as an item of
     /// one attribute, without a status (the in-memory world writes nothing there either).

@@ -11,7 +11,7 @@
 //! | `failure_history` | L of M | one map per failed attempt, oldest first; at most `history_limit` (the first and the latest) |
 //! | `history_omitted` | N | attempts counted in `failure_count` but dropped from the history |
 //! | `attempt_ids` | SS | ids of recorded attempts: makes recording idempotent |
-//! | `dlq_claims` | SS | claims on DLQ messages, `<source message id>:<receive count>` (`sqs_keeper_core::DlqClaim`) |
+//! | `dlq_claims` | SS | claims on DLQ messages, `<source message id>:<receive count>` (`sqs_keeper_core::dead_letter::DlqClaim`) |
 //! | `dlq_sent` | SS | source message ids whose DLQ message was sent (a redelivery of one is acknowledged) |
 //! | `processed` | L of S | `msg:<source message id>` / `sha:<payload sha256>` known processed |
 //! | everything else | | the fields of [`DeadLetteredItem`], as native types |
@@ -33,15 +33,15 @@ use aws_sdk_dynamodb::types::{
 
 use serde_dynamo::aws_sdk_dynamodb_1 as dynamo;
 
-use sqs_keeper_core::{DeadLetteredItem, FailureDetail};
+use sqs_keeper_core::{dead_letter::DeadLetteredItem, dead_letter::FailureDetail};
 use sqs_keeper_core::{ErrorClass, ProcessError};
 
 /// Partition key.
-pub const ITEM_ID: &str = sqs_keeper_core::names::ITEM_ID;
+pub const ITEM_ID: &str = sqs_keeper_core::condition::names::ITEM_ID;
 /// Status attribute and `by-status` partition key.
-pub const STATUS: &str = sqs_keeper_core::names::STATUS;
+pub const STATUS: &str = sqs_keeper_core::condition::names::STATUS;
 /// Sort key of both indexes.
-pub const LAST_ATTEMPT: &str = sqs_keeper_core::names::LAST_ATTEMPT;
+pub const LAST_ATTEMPT: &str = sqs_keeper_core::condition::names::LAST_ATTEMPT;
 /// `by-signature` partition key.
 pub const ERROR_SIGNATURE: &str = "error_signature";
 /// TTL attribute.
@@ -49,29 +49,29 @@ pub const EXPIRES_AT: &str = "expires_at";
 /// The attempt history.
 pub const FAILURE_HISTORY: &str = "failure_history";
 /// Count of recorded attempts.
-pub const FAILURE_COUNT: &str = sqs_keeper_core::names::FAILURE_COUNT;
+pub const FAILURE_COUNT: &str = sqs_keeper_core::condition::names::FAILURE_COUNT;
 /// Attempts dropped from `failure_history` by compaction (N).
 pub const HISTORY_OMITTED: &str = "history_omitted";
 /// Whether an operator must look before a redrive (BOOL).
 pub const MANUAL_REVIEW_REQUIRED: &str = "manual_review_required";
 /// Ids of recorded attempts.
-pub const ATTEMPT_IDS: &str = sqs_keeper_core::names::ATTEMPT_IDS;
+pub const ATTEMPT_IDS: &str = sqs_keeper_core::condition::names::ATTEMPT_IDS;
 /// Source message ids whose DLQ message a delivery has undertaken to send (SS): a second
 /// delivery of the same message sends none.
-pub const DLQ_CLAIMS: &str = sqs_keeper_core::names::DLQ_CLAIMS;
+pub const DLQ_CLAIMS: &str = sqs_keeper_core::condition::names::DLQ_CLAIMS;
 /// Source message ids whose DLQ message was sent (SS): a later delivery of one (its
 /// acknowledgement was lost) is acknowledged, not sent back.
 pub const DLQ_SENT: &str = "dlq_sent";
 /// Source messages and payloads known processed (L of S).
-pub const PROCESSED: &str = sqs_keeper_core::names::PROCESSED;
+pub const PROCESSED: &str = sqs_keeper_core::condition::names::PROCESSED;
 /// While requeued: the message sent back to the source queue.
-pub const REQUEUED_MESSAGE_ID: &str = sqs_keeper_core::names::REQUEUED_MESSAGE_ID;
+pub const REQUEUED_MESSAGE_ID: &str = sqs_keeper_core::condition::names::REQUEUED_MESSAGE_ID;
 /// When the record was last requeued (S, RFC 3339).
 pub const REQUEUED_AT: &str = "requeued_at";
 /// Owner of a redrive lease (S).
-pub const LEASE_OWNER: &str = sqs_keeper_core::names::LEASE_OWNER;
+pub const LEASE_OWNER: &str = sqs_keeper_core::condition::names::LEASE_OWNER;
 /// Lease expiry, epoch seconds (N).
-pub const LEASE_EXPIRES_AT: &str = sqs_keeper_core::names::LEASE_EXPIRES_AT;
+pub const LEASE_EXPIRES_AT: &str = sqs_keeper_core::condition::names::LEASE_EXPIRES_AT;
 
 // The `processed` entries of a source message id and of a payload digest (the record's
 // own format, so the core's DLQ sweep reads them too).
@@ -250,7 +250,8 @@ pub(crate) mod tests {
 
     use super::*;
     use sqs_keeper_core::{
-        DeadLetterReason, ItemPayload, ItemStatus, MessageAttribute, PayloadLocation, SourceContext,
+        dead_letter::ItemPayload, dead_letter::ItemStatus, dead_letter::MessageAttribute,
+        dead_letter::PayloadLocation, dead_letter::SourceContext, DeadLetterReason,
     };
 
     fn at(secs: i64) -> DateTime<Utc> {
@@ -545,7 +546,8 @@ pub(crate) mod tests {
         assert_eq!(list.len(), 2);
         let first = m(&list[0]);
         assert!(
-            first["error_message"].as_s().unwrap().len() <= sqs_keeper_core::ERROR_MESSAGE_LIMIT
+            first["error_message"].as_s().unwrap().len()
+                <= sqs_keeper_core::dead_letter::ERROR_MESSAGE_LIMIT
         );
         assert_eq!(m(&list[1])["http_status"].as_n().unwrap(), "422");
     }

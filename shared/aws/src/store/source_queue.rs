@@ -8,7 +8,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::DeadLetterStore;
 use sqs_keeper_core::ProcessError;
-use sqs_keeper_core::{OutgoingMessage, SendResult, SourceQueue};
+use sqs_keeper_core::{ports::OutgoingMessage, ports::SendResult, ports::SourceQueue};
 
 impl SourceQueue for DeadLetterStore {
     async fn queue_url(&self, name: &str, account: &str) -> Result<String, ProcessError> {

@@ -359,7 +359,7 @@ struct Handle {
 /// use std::time::Duration;
 /// use sqs_keeper_core::testing::MemorySink;
 /// use sqs_keeper_core::{
-///     handler_fn, BatchConfig, BatchProcessor, Deadline, InvocationInfo, Outcome, ProcessError,
+///     handler_fn, BatchConfig, BatchProcessor, retry::Deadline, dead_letter::InvocationInfo, Outcome, ProcessError,
 ///     WorkItem,
 /// };
 ///

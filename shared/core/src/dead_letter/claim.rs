@@ -23,7 +23,7 @@ use super::SourceContext;
 /// One delivery's claim: the source message and the receive that took it.
 ///
 /// ```
-/// use sqs_keeper_core::DlqClaim;
+/// use sqs_keeper_core::dead_letter::DlqClaim;
 ///
 /// let claim = DlqClaim::new("m-1", 3);
 /// assert_eq!(claim.element(), "m-1:3");

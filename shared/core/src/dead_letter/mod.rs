@@ -51,9 +51,9 @@ pub const LOG_STREAM_LIMIT: usize = 96;
 /// Longest log group kept per attempt (`/aws/lambda/` and a 64-byte name are 76 bytes).
 pub const LOG_GROUP_LIMIT: usize = 128;
 /// Most entries a record's `failure_history` keeps once compacted (an entry is at most
-/// [`crate::HISTORY_ENTRY_MAX`] bytes with the limits above). Beyond it [`compact_history`]
+/// [`crate::recording::HISTORY_ENTRY_MAX`] bytes with the limits above). Beyond it [`compact_history`]
 /// keeps the first and the latest attempts; the write that appends a delivery's attempts
-/// holds up to [`crate::MAX_ATTEMPTS_PER_INVOCATION`] more until it is compacted.
+/// holds up to [`crate::retry::MAX_ATTEMPTS_PER_INVOCATION`] more until it is compacted.
 pub const HISTORY_LIMIT: usize = 50;
 /// How many of the first attempts a compacted history keeps (how the trouble started);
 /// the rest of [`HISTORY_LIMIT`] goes to the latest ones.

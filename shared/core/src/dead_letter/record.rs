@@ -353,7 +353,7 @@ impl FailureDetail {
     /// The entry within the size limits (every text field: [`ERROR_MESSAGE_LIMIT`],
     /// [`CAUSES_LIMIT`] × [`CAUSE_LIMIT`], [`RESPONSE_EXCERPT_LIMIT`], the code, step and
     /// invocation fields): every write of a history entry goes through this, whoever built
-    /// the entry, so no entry passes [`crate::HISTORY_ENTRY_MAX`].
+    /// the entry, so no entry passes [`crate::recording::HISTORY_ENTRY_MAX`].
     pub fn bounded(&self) -> FailureDetail {
         FailureDetail {
             error_message: clip(&self.error_message, ERROR_MESSAGE_LIMIT),

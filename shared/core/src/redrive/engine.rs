@@ -67,7 +67,7 @@ impl Default for RedriveSettings {
 
 /// The engine reads the randomness its retry policy holds, one generator for the whole run
 /// (run ids, the markers of the runs' sweeps, the retries' jitter; the thread's generator
-/// by default), and the clock of its store ([`crate::RecordStore::clock`], which
+/// by default), and the clock of its store ([`crate::ports::RecordStore::clock`], which
 /// [`RedriveEngine::new`] puts in the retry policy): the time a request's `since` and
 /// `until` are relative to, the age of requeues and of the oldest dead record, leases left
 /// by dead runs, the start of a failure found before any attempt. One clock, the one that

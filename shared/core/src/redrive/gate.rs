@@ -16,15 +16,15 @@ use crate::Processor;
 /// empty report whose `held_by_breaker` says why.
 pub async fn run_gated<P, S, B>(
     engine: &RedriveEngine<P, S>,
-    breaker: Option<(&B, &crate::BreakerPolicy)>,
+    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
     request: &RedriveRequest,
     deadline: Option<tokio::time::Instant>,
-    on_item: &(dyn Fn(&crate::ItemOutcome) + Send + Sync),
+    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
 ) -> Result<RedriveReport, RedriveError>
 where
     P: Processor,
-    S: crate::RedrivePorts,
-    B: crate::BreakerStore,
+    S: crate::ports::RedrivePorts,
+    B: crate::breaker::BreakerStore,
 {
     // A continuation runs the request its token carries: the gate judges that one (a dry
     // run's continuation is a dry run, never the breaker's probe).
@@ -48,20 +48,20 @@ where
 
 async fn gate<P, S, B>(
     engine: &RedriveEngine<P, S>,
-    breaker: Option<(&B, &crate::BreakerPolicy)>,
+    breaker: Option<(&B, &crate::breaker::BreakerPolicy)>,
     request: &RedriveRequest,
     deadline: Option<tokio::time::Instant>,
-    on_item: &(dyn Fn(&crate::ItemOutcome) + Send + Sync),
+    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
 ) -> Result<Gate, RedriveError>
 where
     P: Processor,
-    S: crate::RedrivePorts,
-    B: crate::BreakerStore,
+    S: crate::ports::RedrivePorts,
+    B: crate::breaker::BreakerStore,
 {
     let Some((breaker, policy)) = breaker else {
         return Ok(Gate::Go(None));
     };
-    if request.mode != crate::RedriveMode::Reprocess || request.dry_run {
+    if request.mode != crate::redrive::RedriveMode::Reprocess || request.dry_run {
         return Ok(Gate::Go(None));
     }
     let skipped = |why: &str| {
@@ -98,7 +98,7 @@ where
         .min(engine.settings().lease_ttl);
     let lock = policy
         .probe_for
-        .max(run_bound.saturating_add(crate::PROBE_SLACK));
+        .max(run_bound.saturating_add(crate::breaker::PROBE_SLACK));
     let probe_until = now + lock;
     match breaker.take_probe(probe_until, now).await {
         Ok(true) => {}
@@ -127,7 +127,7 @@ where
     }
     if probe_failed_downstream(&report) {
         let opens = state.opens + 1;
-        let until = now + crate::open_period(policy, opens);
+        let until = now + crate::breaker::open_period(policy, opens);
         if let Err(error) = breaker.open(until, opens, now).await {
             tracing::warn!(%error, "could not open the circuit breaker again");
         }
@@ -159,11 +159,11 @@ async fn probe_items<P, S>(
     engine: &RedriveEngine<P, S>,
     request: &RedriveRequest,
     deadline: Option<tokio::time::Instant>,
-    on_item: &(dyn Fn(&crate::ItemOutcome) + Send + Sync),
+    on_item: &(dyn Fn(&crate::redrive::ItemOutcome) + Send + Sync),
 ) -> Result<RedriveReport, RedriveError>
 where
     P: Processor,
-    S: crate::RedrivePorts,
+    S: crate::ports::RedrivePorts,
 {
     let mut taken: Option<RedriveReport> = None;
     let mut token = None;
@@ -212,7 +212,7 @@ fn probe_answered_downstream(report: &RedriveReport) -> bool {
 /// the downstream, and does not reopen the breaker for every worker.
 fn probe_failed_downstream(report: &RedriveReport) -> bool {
     report.items.iter().any(|item| {
-        item.outcome == crate::ItemOutcomeKind::FailedAgain
+        item.outcome == crate::redrive::ItemOutcomeKind::FailedAgain
             && item
                 .error_class
                 .is_some_and(|class| crate::breaker::counts(&crate::ProcessError::new(class, "")))
@@ -233,7 +233,7 @@ mod tests {
     use crate::testing::{dead_record, MemoryStore, ScriptedProcessor};
     use crate::unreachable_store_tests::FlakyBreakerStore;
     use crate::ErrorClass;
-    use crate::{ItemOutcome, ItemOutcomeKind};
+    use crate::{redrive::ItemOutcome, redrive::ItemOutcomeKind};
     use std::time::Duration;
 
     #[tokio::test]
@@ -243,9 +243,9 @@ mod tests {
         let engine = RedriveEngine::new(
             store,
             Some(ScriptedProcessor::new()),
-            crate::RedriveSettings::default(),
+            crate::redrive::RedriveSettings::default(),
         );
-        let policy = crate::BreakerPolicy {
+        let policy = crate::breaker::BreakerPolicy {
             threshold: 3,
             window: Duration::from_secs(60),
             open_for: Duration::from_secs(30),

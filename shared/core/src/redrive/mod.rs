@@ -20,7 +20,7 @@
 //! | --- | --- |
 //! | [`request`] | the request, its validation into a plan, continuation tokens (pure) |
 //! | [`report`] | per-item outcomes and the run's counts (pure) |
-//! | [`engine`] | the run itself, over [`crate::RecordStore`] and the other port traits |
+//! | [`engine`] | the run itself, over [`crate::ports::RecordStore`] and the other port traits |
 //! | [`requeue`] | requeue mode: the message an item goes back as, batching |
 //! | [`gate`] | a run behind the worker's circuit breaker: held back, or the probe |
 

@@ -26,7 +26,7 @@
 //! (`sqs_keeper_aws::DeadLetterStore`), the in-memory world in tests and the
 //! simulation ([`crate::testing::MemoryStore`]). No I/O of their own. What a message is
 //! known by ([`MessageView`]) and what the sweep reads of a record ([`Standing`]) are what
-//! those ports pass ([`crate::RecordStore`] and the other port traits); the rule over them is here ([`decide`]).
+//! those ports pass ([`crate::ports::RecordStore`] and the other port traits); the rule over them is here ([`decide`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;

@@ -46,7 +46,7 @@ pub struct Row {
     pub record: DeadLetteredItem,
     /// Ids of the attempts in its history (and of compacted ones, while not trimmed).
     pub attempt_ids: BTreeSet<String>,
-    /// Claims on DLQ messages, as elements ([`crate::DlqClaim::element`]).
+    /// Claims on DLQ messages, as elements ([`crate::dead_letter::DlqClaim::element`]).
     pub claims: BTreeSet<String>,
     /// Source message ids whose DLQ message was sent.
     pub sent: BTreeSet<String>,
@@ -174,12 +174,12 @@ pub enum Event<'a> {
         /// The item.
         item: &'a str,
         /// The claim asked for.
-        claim: Option<&'a crate::DlqClaim>,
+        claim: Option<&'a crate::dead_letter::DlqClaim>,
     },
     /// A worker's DLQ message about to be sent for `record` (the send accepted).
     DeadLetterSending {
         /// The record as the worker made it: its history is this delivery's attempts.
-        record: &'a crate::DeadLetteredItem,
+        record: &'a crate::dead_letter::DeadLetteredItem,
     },
     /// A recording write that took its claim while a later receive held the message's
     /// claim (the two deliveries overlapped): the write's delivery will not send.
@@ -187,7 +187,7 @@ pub enum Event<'a> {
         /// The item.
         item: &'a str,
         /// The claim the write took.
-        claim: &'a crate::DlqClaim,
+        claim: &'a crate::dead_letter::DlqClaim,
     },
     /// A DLQ message deleted.
     DlqMessageDeleted {

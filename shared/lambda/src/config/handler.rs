@@ -65,7 +65,7 @@ pub struct HandlerConfig {
     /// The idempotency table, when one is configured.
     pub idempotency: Option<IdempotencyConfig>,
     /// Spaced redelivery of records returned for retry; `None` when off.
-    pub redelivery: Option<sqs_keeper_core::RedeliveryPolicy>,
+    pub redelivery: Option<sqs_keeper_core::redelivery::RedeliveryPolicy>,
     /// The shared circuit breaker; `None` when off.
     pub breaker: Option<BreakerConfig>,
 }
@@ -78,9 +78,9 @@ pub struct BreakerConfig {
     /// The breaker's item: one breaker per key (`WORKER_BREAKER_KEY`).
     pub key: String,
     /// When it opens and for how long.
-    pub policy: sqs_keeper_core::BreakerPolicy,
+    pub policy: sqs_keeper_core::breaker::BreakerPolicy,
     /// One breaker per message group (`WORKER_BREAKER_SCOPE=message-group`), each under
-    /// [`sqs_keeper_core::group_key`] of `key`; else one for the function.
+    /// [`sqs_keeper_core::breaker::group_key`] of `key`; else one for the function.
     pub per_group: bool,
 }
 
@@ -204,7 +204,7 @@ fn read_retry(env: &mut EnvReader<'_>) -> RetryPolicy {
         );
     }
     let retry_unknown = env.flag(&RETRY_UNKNOWN_ERRORS);
-    let attempts_by_class: sqs_keeper_core::ClassAttempts =
+    let attempts_by_class: sqs_keeper_core::retry::ClassAttempts =
         env.optional(&RETRY_ATTEMPTS_BY_CLASS).unwrap_or_default();
     let retry_after_free = env.flag(&RETRY_AFTER_FREE);
     // A budget for a class that is never retried would be silently without effect.
@@ -227,7 +227,7 @@ fn read_retry(env: &mut EnvReader<'_>) -> RetryPolicy {
         max_delay: Duration::from_millis(max_delay),
         retry_unknown,
         jitter: Jitter::Full,
-        class_attempts: sqs_keeper_core::ClassAttempts {
+        class_attempts: sqs_keeper_core::retry::ClassAttempts {
             retry_after_free,
             ..attempts_by_class
         },
@@ -236,11 +236,13 @@ fn read_retry(env: &mut EnvReader<'_>) -> RetryPolicy {
 }
 
 /// Spaced redelivery, on when its base delay is above zero.
-fn read_redelivery(env: &mut EnvReader<'_>) -> Option<sqs_keeper_core::RedeliveryPolicy> {
+fn read_redelivery(
+    env: &mut EnvReader<'_>,
+) -> Option<sqs_keeper_core::redelivery::RedeliveryPolicy> {
     let base = env.integer(&REDELIVERY_BASE_SECS);
     let multiplier = env.integer(&REDELIVERY_MULTIPLIER);
     let max = env.integer(&REDELIVERY_MAX_SECS);
-    (base > 0).then(|| sqs_keeper_core::RedeliveryPolicy {
+    (base > 0).then(|| sqs_keeper_core::redelivery::RedeliveryPolicy {
         base: Duration::from_secs(base),
         multiplier: u32::try_from(multiplier).unwrap_or(u32::MAX),
         max: Duration::from_secs(max.max(base)),
@@ -290,13 +292,13 @@ fn read_breaker(env: &mut EnvReader<'_>) -> impl FnOnce(String, String) -> Break
     move |table, key| BreakerConfig {
         table,
         key,
-        policy: sqs_keeper_core::BreakerPolicy {
+        policy: sqs_keeper_core::breaker::BreakerPolicy {
             threshold: u32::try_from(threshold).unwrap_or(u32::MAX),
             window: Duration::from_secs(window),
             open_for,
             max_open: open_for
                 .saturating_mul(16)
-                .min(sqs_keeper_core::MAX_VISIBILITY),
+                .min(sqs_keeper_core::redelivery::MAX_VISIBILITY),
             probe_for: Duration::from_secs(60),
             refresh: Duration::from_secs(1),
         },

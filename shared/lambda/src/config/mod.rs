@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use sqs_keeper_aws::StoreConfig;
 use sqs_keeper_core::envelope::Envelopes;
-use sqs_keeper_core::BatchConfig;
-use sqs_keeper_core::PayloadPolicy;
+use sqs_keeper_core::pointer::PayloadPolicy;
 #[cfg(feature = "http")]
-use sqs_keeper_core::RedriveSettings;
-use sqs_keeper_core::{BodyFormat, ItemIdSource, ItemParser};
-use sqs_keeper_core::{Jitter, RetryPolicy};
+use sqs_keeper_core::redrive::RedriveSettings;
+use sqs_keeper_core::BatchConfig;
+use sqs_keeper_core::{item::BodyFormat, item::ItemIdSource, item::ItemParser};
+use sqs_keeper_core::{retry::Jitter, retry::RetryPolicy};
 #[cfg(feature = "http")]
 use sqs_keeper_http::{redact_url, redact_url_text, HttpDeliveryConfig};
 

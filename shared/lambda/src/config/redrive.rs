@@ -55,7 +55,7 @@ impl RedriveConfig {
             },
             source_queue_url,
             keep_payloads,
-            invocation: sqs_keeper_core::InvocationInfo {
+            invocation: sqs_keeper_core::dead_letter::InvocationInfo {
                 function_name: env.lambda_variable("AWS_LAMBDA_FUNCTION_NAME"),
                 request_id: None,
                 log_group: env.lambda_variable("AWS_LAMBDA_LOG_GROUP_NAME"),

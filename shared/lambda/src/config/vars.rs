@@ -383,7 +383,7 @@ pub const PAYLOAD_MAX_BYTES: Var = integer(
     "largest SQS Extended Client payload read from S3",
     1024,
     2_147_483_648,
-    sqs_keeper_core::DEFAULT_PAYLOAD_MAX_BYTES,
+    sqs_keeper_core::pointer::DEFAULT_PAYLOAD_MAX_BYTES,
 );
 /// `WORKER_PAYLOAD_BUCKETS`
 pub const PAYLOAD_BUCKETS: Var = text(
@@ -675,7 +675,7 @@ mod tests {
     /// names it writes are these.
     #[test]
     fn the_pointer_policy_names_the_variables_that_set_it() {
-        let policy = sqs_keeper_core::PayloadPolicy::allowing(["ours"]);
+        let policy = sqs_keeper_core::pointer::PayloadPolicy::allowing(["ours"]);
         let body = r#"["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":"theirs","s3Key":"k"}]"#;
         let refusal = match policy.pointer_in(body) {
             Some(Err(e)) => e.message,

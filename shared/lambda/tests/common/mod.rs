@@ -9,11 +9,11 @@ use aws_lambda_events::sqs::SqsEvent;
 use serde_json::json;
 use sqs_keeper_core::testing::MemorySink;
 use sqs_keeper_core::BatchReport;
-use sqs_keeper_core::{BatchConfig, BatchProcessor, Disposition};
-use sqs_keeper_core::{DeadLetterReason, InvocationInfo};
-use sqs_keeper_core::{Deadline, Jitter, RetryPolicy};
+use sqs_keeper_core::{batch::Disposition, BatchConfig, BatchProcessor};
+use sqs_keeper_core::{dead_letter::InvocationInfo, DeadLetterReason};
+use sqs_keeper_core::{item::ItemParser, WorkItem};
+use sqs_keeper_core::{retry::Deadline, retry::Jitter, retry::RetryPolicy};
 use sqs_keeper_core::{ErrorClass, ProcessError};
-use sqs_keeper_core::{ItemParser, WorkItem};
 use sqs_keeper_core::{Outcome, Processor};
 
 /// The source queue of every record.

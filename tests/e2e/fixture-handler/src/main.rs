@@ -12,7 +12,7 @@ use sqs_keeper::{handler_fn, Outcome, ProcessError, WorkItem};
 // binary: Cargo unifies features across one build, so a build with the simulation in it
 // fails here instead (docs/SIMULATION.md).
 const _: () = assert!(
-    !sqs_keeper_core::SIMULATION_HOOKS,
+    !sqs_keeper_core::mutants::SIMULATION_HOOKS,
     "built with the simulation's test hooks: build the simulation apart (make sim)"
 );
 

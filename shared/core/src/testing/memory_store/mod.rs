@@ -229,7 +229,7 @@ impl<X> MemoryStore<X> {
     pub fn insert_dead_lettered(&self, record: DeadLetteredItem) {
         let mut row = Row::of(record.clone());
         row.claims
-            .insert(crate::DlqClaim::of(&record.source).element());
+            .insert(crate::dead_letter::DlqClaim::of(&record.source).element());
         row.sent.insert(record.source.message_id.clone());
         let mut state = self.world.lock();
         state.table.insert(record.item_id.clone(), row);
@@ -621,7 +621,7 @@ mod tests {
         RecordStore::set_review_flag(&store, "a", true)
             .await
             .unwrap();
-        RecordStore::release_claim(&store, "a", &crate::DlqClaim::new("m-1", 1))
+        RecordStore::release_claim(&store, "a", &crate::dead_letter::DlqClaim::new("m-1", 1))
             .await
             .unwrap();
         assert!(store.row("a").is_none(), "{:?}", store.row("a"));

@@ -94,7 +94,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         &self,
         record: &DeadLetteredItem,
         pending: &[FailureDetail],
-        claim: Option<&crate::DlqClaim>,
+        claim: Option<&crate::dead_letter::DlqClaim>,
         expect: Expect,
     ) -> Result<Option<Written>, ProcessError> {
         self.latency("try_record").await;
@@ -275,7 +275,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
     async fn release_claim(
         &self,
         item_id: &str,
-        claim: &crate::DlqClaim,
+        claim: &crate::dead_letter::DlqClaim,
     ) -> Result<(), ProcessError> {
         self.latency("release_claim").await;
         let mut state = self.world.lock();
