@@ -660,63 +660,70 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                 std::panic::resume_unwind(panic);
             }
         };
-        crate::context::finishing(async {
-            let after = self.clock.system_time();
-            match &result {
-                Err(error) if counts(error) => {
-                    let opens = state.opens + 1;
-                    if !self.open(opens, after, "the probe failed").await {
-                        // Open here, for as long as the store would have been told.
-                        self.remember(&BreakerState {
-                            open_until: Some(after + open_period(&self.policy, opens)),
-                            opens,
-                            ..BreakerState::default()
-                        });
-                    }
+        crate::context::finishing(self.decide_probe(&result, lock, state, on_its_own)).await;
+        result
+    }
+
+    /// What the probe's `result` decides: a counted failure opens the breaker again for
+    /// longer; a failure or a skip that never reached the downstream gives the probe back;
+    /// any other answer closes the breaker. A sandbox probing on its own (`on_its_own`)
+    /// keeps the answer to itself when the table takes no write.
+    async fn decide_probe(
+        &self,
+        result: &Result<Outcome, ProcessError>,
+        lock: SystemTime,
+        state: &BreakerState,
+        on_its_own: bool,
+    ) {
+        let after = self.clock.system_time();
+        match result {
+            Err(error) if counts(error) => {
+                let opens = state.opens + 1;
+                if !self.open(opens, after, "the probe failed").await {
+                    // Open here, for as long as the store would have been told.
+                    self.remember(&BreakerState {
+                        open_until: Some(after + open_period(&self.policy, opens)),
+                        opens,
+                        ..BreakerState::default()
+                    });
                 }
-                Err(error)
-                    if !downstream_answered(error)
-                        && !crate::mutants::is_on(
-                            crate::mutants::Mutant::ProbeDecidedWithoutDownstream,
-                        ) =>
-                {
-                    self.give_back_probe(lock, state, on_its_own).await;
+            }
+            Err(error)
+                if !downstream_answered(error)
+                    && !crate::mutants::is_on(
+                        crate::mutants::Mutant::ProbeDecidedWithoutDownstream,
+                    ) =>
+            {
+                self.give_back_probe(lock, state, on_its_own).await;
+            }
+            // A skip never called the downstream (a completed idempotency key, a
+            // handler's own filter): it decides nothing either.
+            Ok(Outcome::Skipped { .. })
+                if !crate::mutants::is_on(crate::mutants::Mutant::ProbeClosedBySkippedItem) =>
+            {
+                self.give_back_probe(lock, state, on_its_own).await;
+            }
+            _ => match self.store.close().await {
+                Ok(()) => {
+                    self.touch();
+                    tracing::info!(
+                        opens = state.opens,
+                        "circuit breaker closed: the probe succeeded"
+                    );
+                    crate::context::add_metric("BreakerClosed", crate::context::Unit::Count, 1.0);
+                    self.forget_failures();
+                    self.remember(&BreakerState::default());
                 }
-                // A skip never called the downstream (a completed idempotency key, a
-                // handler's own filter): it decides nothing either.
-                Ok(Outcome::Skipped { .. })
-                    if !crate::mutants::is_on(crate::mutants::Mutant::ProbeClosedBySkippedItem) =>
-                {
-                    self.give_back_probe(lock, state, on_its_own).await;
-                }
-                _ => match self.store.close().await {
-                    Ok(()) => {
-                        self.touch();
-                        tracing::info!(
-                            opens = state.opens,
-                            "circuit breaker closed: the probe succeeded"
-                        );
-                        crate::context::add_metric(
-                            "BreakerClosed",
-                            crate::context::Unit::Count,
-                            1.0,
-                        );
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not close the circuit breaker");
+                    if on_its_own {
+                        // Closed here: the downstream answered this sandbox's probe.
                         self.forget_failures();
                         self.remember(&BreakerState::default());
                     }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not close the circuit breaker");
-                        if on_its_own {
-                            // Closed here: the downstream answered this sandbox's probe.
-                            self.forget_failures();
-                            self.remember(&BreakerState::default());
-                        }
-                    }
-                },
-            }
-        })
-        .await;
-        result
+                }
+            },
+        }
     }
 }
 

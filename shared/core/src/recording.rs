@@ -381,24 +381,7 @@ pub async fn record_delivery<T: RecordStore>(
                     // of the attempts it would repeat (docs/ARCHITECTURE.md §1.5).
                     return Ok(Delivery::AlreadySent);
                 }
-                pending.retain(|f| !is_recorded(f, &known.attempt_ids));
-                // A twin's claim, or a later receive's, stays theirs; one an earlier
-                // receive left behind (cut before its send, or its release failed) is
-                // taken over by the next write ([`crate::dead_letter::DlqClaim`]).
-                if let Some(held) = claim.filter(|c| c.is_held_elsewhere(&known.claims)) {
-                    if known.claims.contains(&held.element())
-                        && !crate::mutants::is_on(crate::mutants::Mutant::TwinAppendsAgain)
-                    {
-                        // The claim at this very receive was taken by the write that
-                        // appended this delivery's attempts (its twin's): they are
-                        // recorded, though compaction may have dropped their ids.
-                        pending.retain(|f| {
-                            !(f.message_id == held.message_id
-                                && f.receive_count == held.receive_count)
-                        });
-                    }
-                    claim = None;
-                }
+                claim = drop_what_is_recorded(&known, &mut pending, claim);
             }
         }
     }
@@ -410,6 +393,32 @@ pub async fn record_delivery<T: RecordStore>(
         ),
     )
     .with_step("record"))
+}
+
+/// Drops from `pending` the attempts a refused write found recorded, and returns the claim
+/// still to ask for. A twin's claim, or a later receive's, stays theirs. One an earlier
+/// receive left behind (cut before its send, or its release failed) is taken over by the
+/// next write ([`crate::dead_letter::DlqClaim`]).
+fn drop_what_is_recorded<'c>(
+    known: &crate::ports::Deliveries,
+    pending: &mut Vec<FailureDetail>,
+    claim: Option<&'c crate::dead_letter::DlqClaim>,
+) -> Option<&'c crate::dead_letter::DlqClaim> {
+    pending.retain(|f| !is_recorded(f, &known.attempt_ids));
+    let Some(held) = claim.filter(|c| c.is_held_elsewhere(&known.claims)) else {
+        return claim;
+    };
+    if known.claims.contains(&held.element())
+        && !crate::mutants::is_on(crate::mutants::Mutant::TwinAppendsAgain)
+    {
+        // The claim at this very receive was taken by the write that appended this
+        // delivery's attempts (its twin's): they are recorded, though compaction may have
+        // dropped their ids.
+        pending.retain(|f| {
+            !(f.message_id == held.message_id && f.receive_count == held.receive_count)
+        });
+    }
+    None
 }
 
 /// [`RecordStore::try_record`] with `pending` and `claim`. A write DynamoDB refuses for

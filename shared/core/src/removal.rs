@@ -146,6 +146,10 @@ where
     remove(store, &before, &parser, random, Some(snapshot_ms), progress).await
 }
 
+/// Removes `records`, in order: their DLQ messages (the sweep takes a message only once
+/// its record is deleted on the condition that it is still as selected), then the records
+/// the DLQ held no message of, then their payload objects. A record in flight is never
+/// removed.
 async fn remove<S>(
     store: &S,
     records: &[Removable],
@@ -207,6 +211,21 @@ where
     }
     report.records_deleted = removed.len();
     report.records_changed = changed;
+    remove_payloads(store, &removable, &removed, &mut report).await?;
+    Ok(report)
+}
+
+/// Deletes the payload objects of the `removed` records, last: an object a message of the
+/// same payload may still need is kept ([`object_may_be_live`]). Counted in `report`.
+async fn remove_payloads<S>(
+    store: &S,
+    removable: &[&Removable],
+    removed: &BTreeSet<String>,
+    report: &mut RemovalReport,
+) -> Result<(), ProcessError>
+where
+    S: RecordStore + DeadLetterQueue + PayloadStore,
+{
     let now = store.clock().now();
     let kept_objects_too = crate::mutants::is_on(crate::mutants::Mutant::PurgeDeletesKeptObjects);
     for removal in removable
@@ -224,7 +243,7 @@ where
             report.payloads_deleted += 1;
         }
     }
-    Ok(report)
+    Ok(())
 }
 
 /// SQS's longest message retention. A DLQ message holds a delivery no later than its

@@ -342,30 +342,7 @@ where
         // The wall time an attempt started at is only kept when it fails: worked out then
         // from its duration, so a successful attempt reads the clock once.
         let started = Instant::now();
-        let mut work = std::pin::pin!(op(attempt));
-        let (result, cut) = match finish_by(
-            crate::mutants::deadline_guard(deadline.cutoff()),
-            work.as_mut(),
-        )
-        .await
-        {
-            Some(result) => (result, false),
-            // The attempt ends itself at the cut-off (its layers account for the cut
-            // and finish their writes, `crate::context::until_cut`): polled on until
-            // the hard stop.
-            None if crate::context::pass_cutoff() => {
-                match finish_by(
-                    crate::mutants::deadline_guard(deadline.hard_stop()),
-                    crate::context::past_cutoff(work),
-                )
-                .await
-                {
-                    Some(Some(result)) => (result, true),
-                    Some(None) | None => (Err(ProcessError::deadline_cut(started.elapsed())), true),
-                }
-            }
-            None => (Err(ProcessError::deadline_cut(started.elapsed())), true),
-        };
+        let (result, cut) = attempt_until_cut(deadline, started, op(attempt)).await;
         let error = match result {
             Ok(value) => {
                 return RetryRun {
@@ -387,31 +364,9 @@ where
         if policy.class_attempts.counts(&error) {
             counted += 1;
         }
-        let limit = policy
-            .class_attempts
-            .limit(error.class, policy.max_attempts);
-        let stop = if cut {
-            Some(StopReason::Deadline)
-        } else if !error.class.is_retryable(policy.retry_unknown) {
-            Some(StopReason::Permanent)
-        } else if error.is_breaker_refusal() {
-            Some(StopReason::Refused)
-        } else if counted >= limit || attempt >= MAX_ATTEMPTS_PER_INVOCATION {
-            Some(StopReason::AttemptsExhausted)
-        } else {
-            let delay = policy.backoff(attempt).max(
-                error
-                    .retry_after
-                    .unwrap_or(Duration::ZERO)
-                    .min(MAX_RETRY_AFTER),
-            );
-            match Instant::now().checked_add(delay) {
-                Some(wake) if wake < deadline.cutoff() => {
-                    tokio::time::sleep_until(wake).await;
-                    None
-                }
-                _ => Some(StopReason::Deadline),
-            }
+        let stop = match stop_reason(policy, &error, cut, counted, attempt) {
+            Some(reason) => Some(reason),
+            None => wait_for_next_attempt(policy, deadline, &error, attempt).await,
         };
         if let Some(reason) = stop {
             return RetryRun {
@@ -420,6 +375,88 @@ where
             };
         }
         attempt += 1;
+    }
+}
+
+/// One attempt, `work`, cut at the deadline's cut-off: its result and whether it was cut.
+/// An attempt that can end itself at the cut-off (its layers account for the cut and
+/// finish their writes, `crate::context::until_cut`) is polled on until the hard stop.
+async fn attempt_until_cut<T, Fut>(
+    deadline: &Deadline,
+    started: Instant,
+    work: Fut,
+) -> (Result<T, ProcessError>, bool)
+where
+    Fut: Future<Output = Result<T, ProcessError>>,
+{
+    let mut work = std::pin::pin!(work);
+    match finish_by(
+        crate::mutants::deadline_guard(deadline.cutoff()),
+        work.as_mut(),
+    )
+    .await
+    {
+        Some(result) => (result, false),
+        None if crate::context::pass_cutoff() => {
+            match finish_by(
+                crate::mutants::deadline_guard(deadline.hard_stop()),
+                crate::context::past_cutoff(work),
+            )
+            .await
+            {
+                Some(Some(result)) => (result, true),
+                Some(None) | None => (Err(ProcessError::deadline_cut(started.elapsed())), true),
+            }
+        }
+        None => (Err(ProcessError::deadline_cut(started.elapsed())), true),
+    }
+}
+
+/// Why no attempt follows `error`, if its class, the cut or the record's budget say so
+/// (`counted` attempts spent it, `attempt` is the number of the one that failed).
+fn stop_reason(
+    policy: &RetryPolicy,
+    error: &ProcessError,
+    cut: bool,
+    counted: u32,
+    attempt: u32,
+) -> Option<StopReason> {
+    let limit = policy
+        .class_attempts
+        .limit(error.class, policy.max_attempts);
+    if cut {
+        Some(StopReason::Deadline)
+    } else if !error.class.is_retryable(policy.retry_unknown) {
+        Some(StopReason::Permanent)
+    } else if error.is_breaker_refusal() {
+        Some(StopReason::Refused)
+    } else if counted >= limit || attempt >= MAX_ATTEMPTS_PER_INVOCATION {
+        Some(StopReason::AttemptsExhausted)
+    } else {
+        None
+    }
+}
+
+/// Sleeps the backoff after `attempt` (at least the `Retry-After` asked for, capped), or
+/// says the next attempt would start past the cut-off.
+async fn wait_for_next_attempt(
+    policy: &RetryPolicy,
+    deadline: &Deadline,
+    error: &ProcessError,
+    attempt: u32,
+) -> Option<StopReason> {
+    let delay = policy.backoff(attempt).max(
+        error
+            .retry_after
+            .unwrap_or(Duration::ZERO)
+            .min(MAX_RETRY_AFTER),
+    );
+    match Instant::now().checked_add(delay) {
+        Some(wake) if wake < deadline.cutoff() => {
+            tokio::time::sleep_until(wake).await;
+            None
+        }
+        _ => Some(StopReason::Deadline),
     }
 }
 

@@ -129,6 +129,52 @@ fn add_metric(doc: &mut Value, name: &str, unit: &str, value: Value) {
     doc[name] = value;
 }
 
+/// Adds the handler's metrics: the first hundred values of each to the worker's document
+/// (the first of `documents`), the rest in documents of their own, as for the record times.
+/// A metric named like one of the team's dimensions is not published: it would overwrite
+/// the dimension's value.
+fn add_handler_metrics(
+    documents: &mut Vec<Value>,
+    custom_metrics: &[sqs_keeper_core::context::CustomMetric],
+    function_name: &str,
+    timestamp_ms: i64,
+) {
+    let mut custom = Vec::new();
+    let dimensions = crate::metric_names::current().extra();
+    for metric in custom_metrics {
+        // A handler's metric named like a team's dimension would overwrite its value.
+        if dimensions.iter().any(|(name, _)| *name == metric.name) {
+            tracing::warn!(
+                metric = metric.name.as_str(),
+                "a metric named like a dimension is not published"
+            );
+            continue;
+        }
+        for (n, chunk) in metric.values.chunks(MAX_VALUES_PER_METRIC).enumerate() {
+            let value = if chunk.len() == 1 {
+                json!(chunk[0])
+            } else {
+                json!(chunk)
+            };
+            custom.push((n, metric.name.as_str(), metric.unit.as_str(), value));
+        }
+    }
+    for (n, name, unit, value) in &custom {
+        if *n == 0 {
+            if let Some(doc) = documents.first_mut() {
+                add_metric(doc, name, unit, value.clone());
+            }
+        } else {
+            documents.push(document(
+                timestamp_ms,
+                function_name,
+                None,
+                &[(name, unit, value.clone())],
+            ));
+        }
+    }
+}
+
 /// The EMF documents for one worker invocation.
 pub fn emf_documents(
     counts: &BatchCounts,
@@ -173,42 +219,7 @@ pub fn emf_documents(
             &[("RecordProcessingTime", MILLISECONDS, chunk)],
         ));
     }
-    // The handler's metrics: the first hundred values of each in the worker's document,
-    // the rest in documents of their own, as for the record times.
-    let mut custom = Vec::new();
-    let dimensions = crate::metric_names::current().extra();
-    for metric in &timings.custom {
-        // A handler's metric named like a team's dimension would overwrite its value.
-        if dimensions.iter().any(|(name, _)| *name == metric.name) {
-            tracing::warn!(
-                metric = metric.name.as_str(),
-                "a metric named like a dimension is not published"
-            );
-            continue;
-        }
-        for (n, chunk) in metric.values.chunks(MAX_VALUES_PER_METRIC).enumerate() {
-            let value = if chunk.len() == 1 {
-                json!(chunk[0])
-            } else {
-                json!(chunk)
-            };
-            custom.push((n, metric.name.as_str(), metric.unit.as_str(), value));
-        }
-    }
-    for (n, name, unit, value) in &custom {
-        if *n == 0 {
-            if let Some(doc) = documents.first_mut() {
-                add_metric(doc, name, unit, value.clone());
-            }
-        } else {
-            documents.push(document(
-                timestamp_ms,
-                function_name,
-                None,
-                &[(name, unit, value.clone())],
-            ));
-        }
-    }
+    add_handler_metrics(&mut documents, &timings.custom, function_name, timestamp_ms);
     for (class, failed) in &counts.by_class {
         documents.push(document(
             timestamp_ms,

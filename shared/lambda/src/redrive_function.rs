@@ -195,14 +195,7 @@ pub struct RedriveFunction {
     /// open, so outage-caused dead letters come back once the downstream has recovered.
     breaker: Option<RedriveBreaker>,
     /// Pauses the worker's polling while its breaker stays open (`sqs_keeper_core::polling`).
-    polling: Option<
-        sqs_keeper_core::polling::PollingControl<
-            sqs_keeper_aws::DynamoBreakerStore,
-            sqs_keeper_aws::LambdaMapping,
-            sqs_keeper_aws::DynamoPauseMarker,
-            sqs_keeper_aws::InvokeWorkerProbe,
-        >,
-    >,
+    polling: Option<WorkerPolling>,
     /// The `FunctionName` dimension of the metrics.
     function_name: String,
 }
@@ -238,50 +231,7 @@ impl RedriveFunction {
         let clients = AwsClients::from_env().await;
         let processor = redrive_processor(&config, &clients).await?;
         let breaker = redrive_breaker(&config, &clients);
-        let polling = match (
-            &config.polling,
-            config
-                .processor
-                .as_ref()
-                .and_then(|worker| worker.handler.breaker.as_ref()),
-        ) {
-            (Some(target), Some(breaker)) => {
-                let lambda = aws_sdk_lambda::Client::new(&clients.config);
-                let region = clients
-                    .config
-                    .region()
-                    .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
-                Some(sqs_keeper_core::polling::PollingControl {
-                    breaker: sqs_keeper_aws::DynamoBreakerStore::new(
-                        clients.dynamodb.clone(),
-                        breaker.table.clone(),
-                        &breaker.key,
-                    ),
-                    mapping: sqs_keeper_aws::LambdaMapping::new(lambda.clone(), &target.mapping),
-                    marker: sqs_keeper_aws::DynamoPauseMarker::new(
-                        clients.dynamodb.clone(),
-                        breaker.table.clone(),
-                        &breaker.key,
-                    ),
-                    probe: sqs_keeper_aws::InvokeWorkerProbe {
-                        sqs: clients.sqs.clone(),
-                        lambda,
-                        queue_url: target.queue_url.clone(),
-                        function: target.function.clone(),
-                        region,
-                    },
-                })
-            }
-            (Some(_), None) => {
-                tracing::warn!(
-                    "{} is set but the worker's breaker is not ({}): its polling is never paused",
-                    crate::config::vars::WORKER_MAPPING.name,
-                    crate::config::vars::BREAKER_TABLE.name
-                );
-                None
-            }
-            _ => None,
-        };
+        let polling = worker_polling(&config, &clients);
         let store_config = store.ok_or_else(|| ConfigError {
             problems: Vec::new(),
         })?;
@@ -457,5 +407,62 @@ fn diagnostic(error: RedriveError) -> Diagnostic {
     Diagnostic {
         error_type: error_type.to_string(),
         error_message: error.to_string(),
+    }
+}
+
+/// The polling control of the worker, as the redrive function runs it.
+type WorkerPolling = sqs_keeper_core::polling::PollingControl<
+    sqs_keeper_aws::DynamoBreakerStore,
+    sqs_keeper_aws::LambdaMapping,
+    sqs_keeper_aws::DynamoPauseMarker,
+    sqs_keeper_aws::InvokeWorkerProbe,
+>;
+
+/// The control that pauses the worker's polling while its breaker stays open: only when
+/// both the worker's mapping (`WORKER_MAPPING`) and its breaker are configured.
+fn worker_polling(config: &RedriveConfig, clients: &AwsClients) -> Option<WorkerPolling> {
+    match (
+        &config.polling,
+        config
+            .processor
+            .as_ref()
+            .and_then(|worker| worker.handler.breaker.as_ref()),
+    ) {
+        (Some(target), Some(breaker)) => {
+            let lambda = aws_sdk_lambda::Client::new(&clients.config);
+            let region = clients
+                .config
+                .region()
+                .map_or_else(|| "us-east-1".to_string(), ToString::to_string);
+            Some(sqs_keeper_core::polling::PollingControl {
+                breaker: sqs_keeper_aws::DynamoBreakerStore::new(
+                    clients.dynamodb.clone(),
+                    breaker.table.clone(),
+                    &breaker.key,
+                ),
+                mapping: sqs_keeper_aws::LambdaMapping::new(lambda.clone(), &target.mapping),
+                marker: sqs_keeper_aws::DynamoPauseMarker::new(
+                    clients.dynamodb.clone(),
+                    breaker.table.clone(),
+                    &breaker.key,
+                ),
+                probe: sqs_keeper_aws::InvokeWorkerProbe {
+                    sqs: clients.sqs.clone(),
+                    lambda,
+                    queue_url: target.queue_url.clone(),
+                    function: target.function.clone(),
+                    region,
+                },
+            })
+        }
+        (Some(_), None) => {
+            tracing::warn!(
+                "{} is set but the worker's breaker is not ({}): its polling is never paused",
+                crate::config::vars::WORKER_MAPPING.name,
+                crate::config::vars::BREAKER_TABLE.name
+            );
+            None
+        }
+        _ => None,
     }
 }

@@ -247,11 +247,10 @@ impl Setup {
         )
     }
 
-    /// The worker around `processor`: the dead-letter store and Extended-Client resolver
-    /// when one is configured, idempotency when a table is.
-    pub async fn worker<P: Processor>(self, processor: P) -> Worker<Handler<P>, ConfiguredSink> {
-        let attempt_timeout = processor.attempt_timeout();
-        let processor = match &self.config.breaker {
+    /// `processor` behind the worker's circuit breaker when one is configured
+    /// (`WORKER_BREAKER_TABLE`): one per message group with `WORKER_BREAKER_SCOPE=message-group`.
+    async fn guarded<P: Processor>(&self, processor: P) -> Guarded<P> {
+        match &self.config.breaker {
             Some(breaker) if breaker.per_group => {
                 let (client, table, key) = (
                     self.aws_clients().await.dynamodb,
@@ -280,13 +279,13 @@ impl Setup {
                 Guarded::Breaker(Box::new(Breaker::new(processor, store, breaker.policy)))
             }
             None => Guarded::Direct(processor),
-        };
-        let handler = match self.idempotency().await {
-            Some(idempotency) => Handler::Idempotent(Idempotent::new(processor, idempotency)),
-            None => Handler::Plain(processor),
-        };
+        }
+    }
+
+    /// The dead-letter store and the Extended-Client resolver, when a store is configured.
+    async fn sink(&self) -> (ConfiguredSink, Option<ExtendedClientResolver>) {
         let config = &self.config;
-        let (sink, resolver) = match &config.store {
+        match &config.store {
             Some(store_config) => {
                 let clients = self.aws_clients().await;
                 // The store's own bucket holds the pointers the DLQ and a requeue carry.
@@ -304,11 +303,24 @@ impl Setup {
             None => {
                 tracing::warn!(
                     "no dead-letter store configured (DLQ_TABLE, DLQ_QUEUE_URL, DLQ_BUCKET): \
-                     permanent failures are returned to the queue"
+                 permanent failures are returned to the queue"
                 );
                 (ConfiguredSink::Disabled(NoDeadLetterStore), None)
             }
+        }
+    }
+
+    /// The worker around `processor`: the dead-letter store and Extended-Client resolver
+    /// when one is configured, idempotency when a table is.
+    pub async fn worker<P: Processor>(self, processor: P) -> Worker<Handler<P>, ConfiguredSink> {
+        let attempt_timeout = processor.attempt_timeout();
+        let processor = self.guarded(processor).await;
+        let handler = match self.idempotency().await {
+            Some(idempotency) => Handler::Idempotent(Idempotent::new(processor, idempotency)),
+            None => Handler::Plain(processor),
         };
+        let config = &self.config;
+        let (sink, resolver) = self.sink().await;
         let mut engine = BatchProcessor::new(handler, sink, config.batch.clone());
         if let Some(resolver) = resolver {
             engine = engine.with_body_resolver(Arc::new(resolver));

@@ -292,7 +292,7 @@ fn variable_names_match_the_code() {
 }
 
 #[test]
-fn event_source_alarms_and_iam_as_declared() {
+fn the_event_source_mapping_polls_as_configured() {
     let template = translated_template("main");
     let mappings = resources_of_type(&template, "AWS::Lambda::EventSourceMapping");
     assert_eq!(mappings.len(), 1);
@@ -333,7 +333,11 @@ fn event_source_alarms_and_iam_as_declared() {
         serde_json::json!(2)
     );
     assert_eq!(esm["BatchSize"], serde_json::json!({"Ref": "BatchSize"}));
+}
 
+#[test]
+fn the_visibility_timeout_covers_every_function_timeout_and_window() {
+    let template = translated_template("main");
     // Visibility timeout is 6 x the function timeout plus the batching window, for every
     // allowed pair, and the queue reads it from that mapping.
     let allowed = template["Parameters"]["WorkerTimeoutSeconds"]["AllowedValues"]
@@ -383,7 +387,11 @@ fn event_source_alarms_and_iam_as_declared() {
             "BatchSize {batch}, window {window}"
         );
     }
+}
 
+#[test]
+fn concurrency_and_retries_reach_both_functions_within_the_workers_bounds() {
+    let template = translated_template("main");
     // Concurrency and retries are parameters, with the bounds and defaults the worker's
     // configuration accepts, and reach both functions.
     for (parameter, var) in [
@@ -425,7 +433,11 @@ fn event_source_alarms_and_iam_as_declared() {
             );
         }
     }
+}
 
+#[test]
+fn alarms_watch_what_the_functions_emit() {
+    let template = translated_template("main");
     let alarms = resources_of_type(&template, "AWS::CloudWatch::Alarm");
     let find = |namespace: &str, metric: &str| {
         alarms
@@ -547,7 +559,11 @@ fn event_source_alarms_and_iam_as_declared() {
         resources_of_type(&template, "AWS::CloudWatch::Dashboard").len(),
         1
     );
+}
 
+#[test]
+fn logs_records_and_payloads_are_kept_as_declared() {
+    let template = translated_template("main");
     // Both functions log through Lambda's advanced logging controls, in JSON, at a level
     // that keeps the EMF lines (Lambda takes a line without a level for INFO).
     for function in ["WorkerFunction", "RedriveFunction"] {
@@ -599,7 +615,11 @@ fn event_source_alarms_and_iam_as_declared() {
             .contains("${AWS::StackName}-source"),
         "{allow}"
     );
+}
 
+#[test]
+fn every_role_grants_least_privilege() {
+    let template = translated_template("main");
     // Least privilege: no wildcard actions; wildcard resources only for X-Ray.
     for (name, role) in resources_of_type(&template, "AWS::IAM::Role") {
         for policy in role["Properties"]["Policies"].as_array().unwrap() {

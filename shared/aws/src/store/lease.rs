@@ -527,6 +527,39 @@ impl DeadLetterStore {
         let Some(failure) = failures.last() else {
             return Ok(false);
         };
+        let request = self.back_to_dead_request(item_id, from, failures, failure)?;
+        let result = match request.send().await {
+            Ok(result) => result,
+            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => {
+                return match from {
+                    // The lease was lost: an error of the run, as before.
+                    BackFrom::Lease(_) => Err(ProcessError::from_sdk(&e)),
+                    BackFrom::Requeued(..) => Ok(false),
+                };
+            }
+            Err(e) => return Err(ProcessError::from_sdk(&e)),
+        };
+        if let Some(item) = result.attributes() {
+            self.after_append(schema::record_from_item(item)?).await?;
+        }
+        Ok(true)
+    }
+
+    /// The `UpdateItem` of [`Self::back_to_dead`]: `failure` (the last of `failures`) sets
+    /// the record's latest error, and every one of `failures` is appended.
+    ///
+    /// One piece, though long: the update expression and the names and values it spells
+    /// are read together.
+    fn back_to_dead_request(
+        &self,
+        item_id: &str,
+        from: &BackFrom<'_>,
+        failures: &[FailureDetail],
+        failure: &FailureDetail,
+    ) -> Result<
+        aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+        ProcessError,
+    > {
         let (condition, removes, name, key) = match from {
             BackFrom::Lease(owner) => (
                 conditions::leased_by(owner),
@@ -592,21 +625,7 @@ impl DeadLetterStore {
                     .expression_attribute_values(":ttl", AttributeValue::N(expires_at.to_string()));
             }
         }
-        let result = match request.send().await {
-            Ok(result) => result,
-            Err(e) if e.as_service_error().is_some_and(is_conditional_failure) => {
-                return match from {
-                    // The lease was lost: an error of the run, as before.
-                    BackFrom::Lease(_) => Err(ProcessError::from_sdk(&e)),
-                    BackFrom::Requeued(..) => Ok(false),
-                };
-            }
-            Err(e) => return Err(ProcessError::from_sdk(&e)),
-        };
-        if let Some(item) = result.attributes() {
-            self.after_append(schema::record_from_item(item)?).await?;
-        }
-        Ok(true)
+        Ok(request)
     }
 }
 

@@ -328,15 +328,7 @@ impl DeadLetterStore {
         let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
         let unique: Vec<&String> = unique.into_iter().collect();
         for chunk in unique.chunks(100) {
-            let mut keys: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|id| {
-                    HashMap::from([(
-                        schema::ITEM_ID.to_string(),
-                        AttributeValue::S((*id).clone()),
-                    )])
-                })
-                .collect();
+            let mut keys = item_keys(chunk);
             for round in 0..BATCH_GET_ROUNDS {
                 if keys.is_empty() {
                     break;
@@ -358,12 +350,8 @@ impl DeadLetterStore {
                     .send()
                     .await
                     .map_err(|e| ProcessError::from_sdk(&e).with_step(step))?;
-                for item in output
-                    .responses()
-                    .and_then(|r| r.get(&self.config.table))
-                    .into_iter()
-                    .flatten()
-                {
+                let items = output.responses().and_then(|r| r.get(&self.config.table));
+                for item in items.into_iter().flatten() {
                     if let Some(id) = item.get(schema::ITEM_ID).and_then(|v| v.as_s().ok()) {
                         found.insert(id.clone(), item.clone());
                     }
@@ -622,6 +610,18 @@ pub(crate) fn mocked_store(mock: impl FnOnce(&mut AwsClients)) -> DeadLetterStor
     let mut clients = AwsClients::from_config(&shared, true);
     mock(&mut clients);
     DeadLetterStore::new(clients, StoreConfig::new("t", "q", "b"))
+}
+
+/// The table keys of `ids`.
+fn item_keys(ids: &[&String]) -> Vec<HashMap<String, AttributeValue>> {
+    ids.iter()
+        .map(|id| {
+            HashMap::from([(
+                schema::ITEM_ID.to_string(),
+                AttributeValue::S((*id).clone()),
+            )])
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -533,30 +533,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             }
         }
         // What spaced redelivery needs to hide a record afterwards (only when configured).
-        let handles: HashMap<String, Handle> = match &self.redelivery {
-            Some(_) => message_ids
-                .iter()
-                .zip(&records)
-                .filter_map(|(id, m)| {
-                    Some((
-                        id.as_str().to_string(),
-                        Handle {
-                            receipt_handle: m.receipt_handle().map(str::to_string),
-                            queue_arn: m.event_source_arn()?.to_string(),
-                            receive_count: m
-                                .attribute("ApproximateReceiveCount")
-                                .and_then(|v| v.parse().ok())
-                                .unwrap_or(1),
-                            sent: sent_time(m.attribute("SentTimestamp")),
-                            fifo_group: m
-                                .event_source_arn()
-                                .filter(|arn| is_fifo_arn(arn))
-                                .and(m.attribute("MessageGroupId"))
-                                .map(str::to_string),
-                        },
-                    ))
-                })
-                .collect(),
+        let handles = match &self.redelivery {
+            Some(_) => redelivery_handles(&message_ids, &records),
             None => HashMap::new(),
         };
         let fifo = records
@@ -564,13 +542,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .and_then(|m| m.event_source_arn())
             .is_some_and(is_fifo_arn);
         // Every queue of the batch (one, from an event source mapping).
-        let mut queues: Vec<&str> = records
-            .iter()
-            .filter_map(|m| m.event_source_arn())
-            .collect();
-        queues.sort_unstable();
-        queues.dedup();
-        for arn in queues {
+        for arn in batch_queues(&records) {
             self.learn_queue_timing(arn, &deadline).await;
         }
         let ids = &message_ids;
@@ -599,20 +571,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 );
                 Ok(BatchReport { records: reports })
             }
-            Err(_) => {
-                tracing::error!(
-                    records = message_ids.len(),
-                    "the batch was still running at the deadline's hard stop; every record is returned for retry"
-                );
-                let reports: Vec<RecordReport> = message_ids
-                    .into_iter()
-                    .map(|message_id| {
-                        not_started_report(message_id.into_owned(), NotStartedReason::Deadline)
-                    })
-                    .collect();
-                record_run::log_not_started(&reports);
-                Ok(BatchReport { records: reports })
-            }
+            Err(_) => Ok(all_returned_at_hard_stop(message_ids)),
         }
     }
 
@@ -628,14 +587,6 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         // Each report goes straight to its record's place as the record ends.
         let mut reports: Vec<Option<RecordReport>> = Vec::with_capacity(count);
         reports.resize_with(count, || None);
-        // Each with its place in the batch, attempts, processing time and handler fields.
-        type Waiting = (
-            usize,
-            DeadLetterCandidate,
-            u32,
-            Option<Duration>,
-            Option<String>,
-        );
         let mut candidates: Vec<Waiting> = Vec::new();
         // Up to `concurrency` records at once. A plain loop over `FuturesUnordered` rather
         // than a stream combinator: a closure making futures of records that borrow from
@@ -683,43 +634,47 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             }
         }
         if !candidates.is_empty() {
-            // The sink gets them in the batch's order, whatever order they ended in.
-            candidates.sort_by_key(|(index, ..)| *index);
-            let (slots, candidates): (Vec<_>, Vec<_>) = candidates
-                .into_iter()
-                .map(|(index, candidate, attempts, time, fields)| {
-                    ((index, attempts, time, fields), candidate)
-                })
-                .unzip();
-            let results = self.dead_letter(&candidates, invocation, deadline).await;
-            for (n, (candidate, (index, attempts, time, fields))) in
-                candidates.into_iter().zip(slots).enumerate()
-            {
-                if let Some(slot) = reports.get_mut(index) {
-                    *slot = Some(dead_letter_report(
-                        &candidate,
-                        (attempts, time),
-                        results.get(n),
-                        fields.as_deref(),
-                    ));
-                }
-                if matches!(results.get(n), Some(Ok(()))) {
-                    durable.push(candidate);
-                }
+            self.dead_letter_waiting(candidates, &mut reports, invocation, deadline, durable)
+                .await;
+        }
+        every_place_filled(reports, ids)
+    }
+
+    /// Dead-letters the records of a standard batch that ended failing for good, in the
+    /// batch's order, and fills their places in `reports`. Each one the sink made durable
+    /// joins `durable`, for the death hooks.
+    async fn dead_letter_waiting(
+        &self,
+        mut candidates: Vec<Waiting>,
+        reports: &mut [Option<RecordReport>],
+        invocation: &InvocationInfo,
+        deadline: &Deadline,
+        durable: &mut Vec<DeadLetterCandidate>,
+    ) {
+        // The sink gets them in the batch's order, whatever order they ended in.
+        candidates.sort_by_key(|(index, ..)| *index);
+        let (slots, candidates): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .map(|(index, candidate, attempts, time, fields)| {
+                ((index, attempts, time, fields), candidate)
+            })
+            .unzip();
+        let results = self.dead_letter(&candidates, invocation, deadline).await;
+        for (n, (candidate, (index, attempts, time, fields))) in
+            candidates.into_iter().zip(slots).enumerate()
+        {
+            if let Some(slot) = reports.get_mut(index) {
+                *slot = Some(dead_letter_report(
+                    &candidate,
+                    (attempts, time),
+                    results.get(n),
+                    fields.as_deref(),
+                ));
+            }
+            if matches!(results.get(n), Some(Ok(()))) {
+                durable.push(candidate);
             }
         }
-        // Every place is filled by now; were one not, its record would be returned for
-        // retry rather than left out of the response. (Collected in place: an
-        // `Option<RecordReport>` is the size of a report.)
-        reports
-            .into_iter()
-            .zip(ids)
-            .map(|(report, id)| {
-                report.unwrap_or_else(|| {
-                    not_started_report(id.as_str().to_string(), NotStartedReason::Deadline)
-                })
-            })
-            .collect()
     }
 
     async fn process_fifo(
@@ -787,3 +742,84 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
 
 #[cfg(test)]
 mod tests;
+
+/// A record waiting to be dead-lettered: its place in the batch, attempts, processing time
+/// and handler fields.
+type Waiting = (
+    usize,
+    DeadLetterCandidate,
+    u32,
+    Option<Duration>,
+    Option<String>,
+);
+
+/// What spaced redelivery needs to hide each record of the batch afterwards, by message id.
+fn redelivery_handles(
+    message_ids: &[Text<'_>],
+    records: &[SqsRecord<'_>],
+) -> HashMap<String, Handle> {
+    message_ids
+        .iter()
+        .zip(records)
+        .filter_map(|(id, m)| {
+            Some((
+                id.as_str().to_string(),
+                Handle {
+                    receipt_handle: m.receipt_handle().map(str::to_string),
+                    queue_arn: m.event_source_arn()?.to_string(),
+                    receive_count: m
+                        .attribute("ApproximateReceiveCount")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(1),
+                    sent: sent_time(m.attribute("SentTimestamp")),
+                    fifo_group: m
+                        .event_source_arn()
+                        .filter(|arn| is_fifo_arn(arn))
+                        .and(m.attribute("MessageGroupId"))
+                        .map(str::to_string),
+                },
+            ))
+        })
+        .collect()
+}
+
+/// Every queue of the batch, once each (one, from an event source mapping).
+fn batch_queues<'a>(records: &'a [SqsRecord<'_>]) -> Vec<&'a str> {
+    let mut queues: Vec<&str> = records
+        .iter()
+        .filter_map(|m| m.event_source_arn())
+        .collect();
+    queues.sort_unstable();
+    queues.dedup();
+    queues
+}
+
+/// The report of a batch still running at the deadline's hard stop: every record is
+/// returned for retry.
+fn all_returned_at_hard_stop(message_ids: Vec<Text<'_>>) -> BatchReport {
+    tracing::error!(
+        records = message_ids.len(),
+        "the batch was still running at the deadline's hard stop; every record is returned for retry"
+    );
+    let reports: Vec<RecordReport> = message_ids
+        .into_iter()
+        .map(|message_id| not_started_report(message_id.into_owned(), NotStartedReason::Deadline))
+        .collect();
+    record_run::log_not_started(&reports);
+    BatchReport { records: reports }
+}
+
+/// The reports in the batch's order. Every place is filled by now; were one not, its
+/// record would be returned for retry rather than left out of the response. (Collected in
+/// place: an `Option<RecordReport>` is the size of a report.)
+fn every_place_filled(reports: Vec<Option<RecordReport>>, ids: &[Text<'_>]) -> Vec<RecordReport> {
+    reports
+        .into_iter()
+        .zip(ids)
+        .map(|(report, id)| {
+            report.unwrap_or_else(|| {
+                not_started_report(id.as_str().to_string(), NotStartedReason::Deadline)
+            })
+        })
+        .collect()
+}

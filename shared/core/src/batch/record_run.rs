@@ -172,45 +172,21 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         mut msg: SqsRecord<'_>,
         deadline: &Deadline,
     ) -> Step {
-        let mut resolve_error = None;
         // The digest of the body as received, when a pointer was followed: the record of a
         // requeued pointer holds that, not the payload fetched.
-        let mut pointer_sha = None;
-        if let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_ref()) {
-            match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body.as_str())).await
-            {
-                Ok(Some(Ok(payload))) => {
-                    pointer_sha = Some(crate::hex::sha256_hex(body.as_str().as_bytes()));
-                    msg.body = Some(Text::from(payload));
-                }
-                Ok(Some(Err(error))) => resolve_error = Some(error),
-                Ok(None) => {}
-                Err(_) => {
-                    resolve_error = Some(
-                        ProcessError::new(
-                            ErrorClass::Timeout,
-                            "fetching the payload was cut at the invocation's cut-off",
-                        )
-                        .with_step("fetch-payload"),
-                    )
-                }
-            }
-        }
+        let (pointer_sha, resolve_error) = match self.follow_pointer(&mut msg, deadline).await {
+            Ok(sha) => (sha, None),
+            Err(error) => (None, Some(error)),
+        };
         let parsed = self
             .config
             .parser
             .parse_record(message_id.into_owned(), msg);
         if let Some(error) = resolve_error {
-            // The payload could not be fetched: decide as for a failed attempt, without
+            // The payload could not be fetched: decided as for a failed attempt, without
             // running the processor on a pointer (nor judging the pointer as the payload).
             let item = parsed.unwrap_or_else(|invalid| invalid.item);
-            let stop = if error.class.is_retryable(self.config.retry.retry_unknown) {
-                StopReason::AttemptsExhausted
-            } else {
-                StopReason::Permanent
-            };
-            let failure = immediate_failure(error.clone(), &self.config.retry.clock);
-            return self.settle_failure(item, error, stop, vec![failure], 0, deadline);
+            return self.settle_unfetched(item, error, deadline);
         }
         let item = match parsed {
             Ok(item) => item,
@@ -247,36 +223,85 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             u32::try_from(run.failures.len()).unwrap_or(u32::MAX) + u32::from(run.result.is_ok());
         match run.result {
             Ok(outcome) => {
-                let mut disposition = match outcome {
-                    Outcome::Done => Disposition::Done,
-                    Outcome::Skipped { reason } | Outcome::AlreadyDone { reason } => {
-                        Disposition::Skipped { reason }
-                    }
-                };
-                if let Err(error) = self
-                    .finish_requeued(&item, pointer_sha.as_deref(), deadline)
+                self.settle_success(item, outcome, attempts, pointer_sha.as_deref(), deadline)
                     .await
-                {
-                    // Processed, but its record still says requeued: returned for retry so
-                    // the record ends true (the downstream's idempotency key covers the
-                    // repeat).
-                    tracing::warn!(message_id = %item.message_id, item_id = %item.item_id, error = %error,
-                        "requeued item processed but its record could not be resolved; returned for retry");
-                    disposition = Disposition::RetryLater { class: error.class };
-                }
-                Step::Final(RecordReport {
-                    message_id: item.message_id,
-                    item_id: item.item_id,
-                    attempts,
-                    disposition,
-                    processing_time: None,
-                    retry_after: None,
-                })
             }
             Err((error, stop)) => {
                 self.settle_failure(item, error, stop, run.failures, attempts, deadline)
             }
         }
+    }
+
+    /// Settles a record whose payload could not be fetched, as a failed attempt of
+    /// `error`'s class: returned for retry when it is retryable, dead-lettered when not.
+    fn settle_unfetched(&self, item: WorkItem, error: ProcessError, deadline: &Deadline) -> Step {
+        let stop = if error.class.is_retryable(self.config.retry.retry_unknown) {
+            StopReason::AttemptsExhausted
+        } else {
+            StopReason::Permanent
+        };
+        let failure = immediate_failure(error.clone(), &self.config.retry.clock);
+        self.settle_failure(item, error, stop, vec![failure], 0, deadline)
+    }
+
+    /// Follows an Extended Client pointer in `msg`'s body, putting the payload in its
+    /// place: the digest of the pointer as received, when one was followed. Fetching the
+    /// payload is bounded by the cut-off.
+    async fn follow_pointer(
+        &self,
+        msg: &mut SqsRecord<'_>,
+        deadline: &Deadline,
+    ) -> Result<Option<String>, ProcessError> {
+        let (Some(resolver), Some(body)) = (&self.resolver, msg.body.as_ref()) else {
+            return Ok(None);
+        };
+        match tokio::time::timeout_at(deadline.cutoff(), resolver.resolve(body.as_str())).await {
+            Ok(Some(Ok(payload))) => {
+                let sha = crate::hex::sha256_hex(body.as_str().as_bytes());
+                msg.body = Some(Text::from(payload));
+                Ok(Some(sha))
+            }
+            Ok(Some(Err(error))) => Err(error),
+            Ok(None) => Ok(None),
+            Err(_) => Err(ProcessError::new(
+                ErrorClass::Timeout,
+                "fetching the payload was cut at the invocation's cut-off",
+            )
+            .with_step("fetch-payload")),
+        }
+    }
+
+    /// The report of a record its processor finished, once a requeued item's record is
+    /// resolved.
+    async fn settle_success(
+        &self,
+        item: WorkItem,
+        outcome: Outcome,
+        attempts: u32,
+        pointer_sha: Option<&str>,
+        deadline: &Deadline,
+    ) -> Step {
+        let mut disposition = match outcome {
+            Outcome::Done => Disposition::Done,
+            Outcome::Skipped { reason } | Outcome::AlreadyDone { reason } => {
+                Disposition::Skipped { reason }
+            }
+        };
+        if let Err(error) = self.finish_requeued(&item, pointer_sha, deadline).await {
+            // Processed, but its record still says requeued: returned for retry so the
+            // record ends true (the downstream's idempotency key covers the repeat).
+            tracing::warn!(message_id = %item.message_id, item_id = %item.item_id, error = %error,
+                "requeued item processed but its record could not be resolved; returned for retry");
+            disposition = Disposition::RetryLater { class: error.class };
+        }
+        Step::Final(RecordReport {
+            message_id: item.message_id,
+            item_id: item.item_id,
+            attempts,
+            disposition,
+            processing_time: None,
+            retry_after: None,
+        })
     }
 
     /// After a message a redrive requeued is processed, its record is resolved; so is the
@@ -317,43 +342,13 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             (None, None) => return Ok(()),
             found => found,
         };
-        let record_id = record_id.as_str();
-        let finish: futures::future::BoxFuture<'_, Result<(), ProcessError>> =
-            Box::pin(async move {
-                for sha in &digests {
-                    match requeued_by {
-                        // A requeued message: its record waits for it, or (the message
-                        // came back to the DLQ, reopening the record, and was moved back
-                        // by the console) is dead holding its payload.
-                        Some(requeued_by) => {
-                            self.sink
-                                .finish_requeued(record_id, &item.message_id, sha, requeued_by)
-                                .await?;
-                            self.sink
-                                .finish_moved_back(
-                                    record_id,
-                                    &item.message_id,
-                                    &item.message_id,
-                                    sha,
-                                )
-                                .await?;
-                        }
-                        None => {
-                            if let Some(dead_lettered) = dead_lettered {
-                                self.sink
-                                    .finish_moved_back(
-                                        record_id,
-                                        dead_lettered,
-                                        &item.message_id,
-                                        sha,
-                                    )
-                                    .await?;
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            });
+        let finish = Box::pin(self.finish_by_digests(
+            record_id.as_str(),
+            &item.message_id,
+            &digests,
+            requeued_by,
+            dead_lettered,
+        ));
         tokio::time::timeout_at(deadline.hard_stop(), finish)
             .await
             .unwrap_or_else(|_| {
@@ -363,6 +358,37 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
                 )
                 .with_step("finish-requeued"))
             })
+    }
+
+    /// Resolves the record `record_id` of a message that came back to the source queue,
+    /// once per digest of what it carried (each write is conditional on the record holding
+    /// the digest; at most one applies). A requeued message's record waits for it, or (the
+    /// message came back to the DLQ, reopening the record, and was moved back by the
+    /// console) is dead holding its payload. A message moved back from outside names the
+    /// source message it dead-lettered (`dead_lettered`).
+    async fn finish_by_digests(
+        &self,
+        record_id: &str,
+        message_id: &str,
+        digests: &[String],
+        requeued_by: Option<&str>,
+        dead_lettered: Option<&str>,
+    ) -> Result<(), ProcessError> {
+        for sha in digests {
+            if let Some(requeued_by) = requeued_by {
+                self.sink
+                    .finish_requeued(record_id, message_id, sha, requeued_by)
+                    .await?;
+                self.sink
+                    .finish_moved_back(record_id, message_id, message_id, sha)
+                    .await?;
+            } else if let Some(dead_lettered) = dead_lettered {
+                self.sink
+                    .finish_moved_back(record_id, dead_lettered, message_id, sha)
+                    .await?;
+            }
+        }
+        Ok(())
     }
 
     /// A record the batch will not run (past the cut-off, or held back behind a FIFO

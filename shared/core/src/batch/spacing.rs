@@ -152,6 +152,47 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .unwrap_or_default()
     }
 
+    /// `timing` with the sweep's reserve counted in the visibility timeout, on a queue the
+    /// breaker's control may pause. A record there needs room for a sweep besides its next
+    /// delivery.
+    fn reserving_a_sweep(
+        &self,
+        timing: crate::redelivery::QueueTiming,
+    ) -> crate::redelivery::QueueTiming {
+        if self.sweep_reserve && crate::polling::pausable(timing.retention) {
+            crate::redelivery::QueueTiming {
+                visibility_timeout: timing.visibility_timeout
+                    + crate::polling::sweep_reserve(timing.retention),
+                ..timing
+            }
+        } else {
+            timing
+        }
+    }
+
+    /// Warns, once per sandbox, when the spacing of the queue's receives outlasts its
+    /// retention. CloudFormation cannot compare numbers, so a template cannot refuse it.
+    /// Nothing is lost either way: hides are capped, and a message with no room left is
+    /// dead-lettered. But the receive budget cannot be spent.
+    fn warn_if_spacing_outlasts_retention(
+        &self,
+        policy: &crate::redelivery::RedeliveryPolicy,
+        timing: &crate::redelivery::QueueTiming,
+    ) {
+        let Some(receives) = self.config.max_receive_count else {
+            return;
+        };
+        let span = policy.least_span(receives);
+        if span + timing.visibility_timeout > timing.retention {
+            tracing::warn!(
+                receives,
+                spacing_hours = span.as_secs() / 3600,
+                retention_hours = timing.retention.as_secs() / 3600,
+                "the redelivery spacing of the queue's receives outlasts its retention: messages still failing near the end of their retention are dead-lettered (reason retention_ending) before their receives are spent"
+            );
+        }
+    }
+
     /// Reads the source queue's retention and visibility timeout once (when redeliveries
     /// are spaced), bounded by the cut-off; a queue that cannot be read is tried again by
     /// the next batch, and its hides meanwhile are capped by SQS's limits only.
@@ -177,32 +218,9 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let read = tokio::time::timeout_at(bound, port.queue_timing(queue_arn)).await;
         match read {
             Ok(Some(timing)) => {
-                // CloudFormation cannot compare numbers, so a template cannot refuse a
-                // spacing longer than the queue's retention: said here, once per sandbox.
-                // Nothing is lost either way (hides are capped, and a message with no room
-                // left is dead-lettered), but the receive budget cannot be spent.
-                // Under a breaker whose control may pause polling (a queue it can pause), a
-                // record needs room for a sweep besides its next delivery: kept as part of
-                // the visibility timeout.
-                let timing = if self.sweep_reserve && crate::polling::pausable(timing.retention) {
-                    crate::redelivery::QueueTiming {
-                        visibility_timeout: timing.visibility_timeout
-                            + crate::polling::sweep_reserve(timing.retention),
-                        ..timing
-                    }
-                } else {
-                    timing
-                };
-                if let Some((receives, policy)) = self.config.max_receive_count.zip(policy) {
-                    let span = policy.least_span(receives);
-                    if span + timing.visibility_timeout > timing.retention {
-                        tracing::warn!(
-                            receives,
-                            spacing_hours = span.as_secs() / 3600,
-                            retention_hours = timing.retention.as_secs() / 3600,
-                            "the redelivery spacing of the queue's receives outlasts its retention: messages still failing near the end of their retention are dead-lettered (reason retention_ending) before their receives are spent"
-                        );
-                    }
+                let timing = self.reserving_a_sweep(timing);
+                if let Some(policy) = policy {
+                    self.warn_if_spacing_outlasts_retention(policy, &timing);
                 }
                 if let Ok(mut timings) = self.queue_timings.lock() {
                     timings.insert(queue_arn.to_string(), QueueTimingRead::Known(timing));

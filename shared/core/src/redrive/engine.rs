@@ -340,59 +340,28 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             dry_run: request.dry_run,
             ..RedriveReport::default()
         };
-        // Sweep the DLQ, adopting unrecorded messages, and hold what it keeps for the run.
-        // The sweep takes at most half of the time items may start in, so that a DLQ too
-        // large for one run still leaves the run time to redrive (what it did not reach,
-        // the next runs do: see `CARRY_HOLD`).
-        let mut held = BTreeMap::new();
-        let mut swept_whole_dlq = true;
-        if !request.dry_run {
-            let sweep_until = started + run.stop_at.saturating_duration_since(started) / 2;
-            let sweep = crate::sweep::sweep_dlq(
-                &self.store,
-                &SweepOptions {
-                    adopt: true,
-                    purge: HashMap::new(),
-                    parser: self.settings.parser.clone(),
-                    until: Some(sweep_until),
-                    hold_until: Some(run.settle_by),
-                    random: self.settings.retry.random.clone(),
-                    orphans_sent_before_ms: None,
-                },
-            )
-            .await
-            .map_err(RedriveError::Store)?;
-            report.adopted_from_dlq = sweep.adopted;
-            report.dlq_messages_deleted = sweep.deleted;
-            swept_whole_dlq = sweep.complete;
-            for (item_id, error) in sweep.errors {
-                // A DLQ message the sweep could not handle: an error of the run, not a
-                // selected item.
-                report.errors += 1;
-                report.list(
-                    ItemOutcome {
-                        error_class: None,
-                        item_id,
-                        outcome: ItemOutcomeKind::Error,
-                        detail: Some(error),
-                    },
-                    self.settings.report_items,
-                );
-            }
-            held = sweep.held;
-        }
+        let (held, swept_whole_dlq) = if request.dry_run {
+            (BTreeMap::new(), true)
+        } else {
+            self.sweep_for_run(&run, started, &mut report).await?
+        };
         if !request.dry_run {
             report.requeues_outlived = self.reopen_outlived_requeues(&run).await;
         }
         // A run that begins a chain selects what is there once its sweep has adopted: an
         // adopted record is dated by its adoption, after the plan above was made.
+        // A re-plan that fails still settles what the sweep holds, below.
         let plan = match plan.continuation.started_ms {
-            Some(_) if request.continuation_token.is_some() => plan,
-            _ => request.plan(self.settings.retry.clock.now())?,
+            Some(_) if request.continuation_token.is_some() => Ok(plan),
+            _ => request.plan(self.settings.retry.clock.now()),
         };
-        let result = self
-            .select_and_redrive(request, &plan, &run, &mut report, on_item)
-            .await;
+        let result = match plan {
+            Ok(plan) => {
+                self.select_and_redrive(request, &plan, &run, &mut report, on_item)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
         // Settle the DLQ messages, even on error: delete those of what was resolved, give the
         // rest back.
         report.dlq_messages_deleted += self
@@ -404,6 +373,53 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             report.oldest_dead_age_secs = self.oldest_dead_age().await;
         }
         Ok(report)
+    }
+
+    /// Sweeps the DLQ for a run: adopts unrecorded messages and holds what it keeps for the
+    /// run. Returns the held messages by item and whether the sweep went through the whole
+    /// DLQ.
+    ///
+    /// The sweep takes at most half of the time items may start in. A DLQ too large for
+    /// one run then still leaves the run time to redrive, and the next runs reach what it
+    /// did not (see `CARRY_HOLD`).
+    async fn sweep_for_run(
+        &self,
+        run: &RunContext,
+        started: Instant,
+        report: &mut RedriveReport,
+    ) -> Result<(BTreeMap<String, Vec<crate::sweep::HeldMessage>>, bool), RedriveError> {
+        let sweep_until = started + run.stop_at.saturating_duration_since(started) / 2;
+        let sweep = crate::sweep::sweep_dlq(
+            &self.store,
+            &SweepOptions {
+                adopt: true,
+                purge: HashMap::new(),
+                parser: self.settings.parser.clone(),
+                until: Some(sweep_until),
+                hold_until: Some(run.settle_by),
+                random: self.settings.retry.random.clone(),
+                orphans_sent_before_ms: None,
+            },
+        )
+        .await
+        .map_err(RedriveError::Store)?;
+        report.adopted_from_dlq = sweep.adopted;
+        report.dlq_messages_deleted = sweep.deleted;
+        for (item_id, error) in sweep.errors {
+            // A DLQ message the sweep could not handle: an error of the run, not a
+            // selected item.
+            report.errors += 1;
+            report.list(
+                ItemOutcome {
+                    error_class: None,
+                    item_id,
+                    outcome: ItemOutcomeKind::Error,
+                    detail: Some(error),
+                },
+                self.settings.report_items,
+            );
+        }
+        Ok((sweep.held, sweep.complete))
     }
 
     /// Sets back to dead every record still `requeued` longer than its queue keeps a

@@ -88,18 +88,7 @@ where
     if !state.is_half_open(now) {
         return Ok(Gate::Go(None));
     }
-    // The lock lasts as long as the probe run can: to its deadline, and never past its one
-    // item's lease (no attempt outlives it), with the worker's slack; so no worker sandbox
-    // probes beside it (the configured `probe_for` alone is a minute, an item's attempts
-    // may take longer).
-    let run_bound = deadline
-        .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
-        .unwrap_or(engine.settings().lease_ttl)
-        .min(engine.settings().lease_ttl);
-    let lock = policy
-        .probe_for
-        .max(run_bound.saturating_add(crate::breaker::PROBE_SLACK));
-    let probe_until = now + lock;
+    let probe_until = now + probe_lock(engine.settings(), policy, deadline);
     match breaker.take_probe(probe_until, now).await {
         Ok(true) => {}
         Ok(false) => return skipped("a worker is probing"),
@@ -118,12 +107,44 @@ where
             return Err(error);
         }
     };
+    Ok(decide_probe(breaker, policy, &state, now, probe_until, report).await)
+}
+
+/// How long the probe's lock lasts: as long as the probe run can, to its deadline and never
+/// past its one item's lease (no attempt outlives it), with the worker's slack. So no
+/// worker sandbox probes beside it. The configured `probe_for` alone is a minute, and an
+/// item's attempts may take longer.
+fn probe_lock(
+    settings: &crate::redrive::RedriveSettings,
+    policy: &crate::breaker::BreakerPolicy,
+    deadline: Option<tokio::time::Instant>,
+) -> std::time::Duration {
+    let run_bound = deadline
+        .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+        .unwrap_or(settings.lease_ttl)
+        .min(settings.lease_ttl);
+    policy
+        .probe_for
+        .max(run_bound.saturating_add(crate::breaker::PROBE_SLACK))
+}
+
+/// What the probe run's `report` decides: the downstream's answer closes the breaker and
+/// lets the run go on; its transient failure opens the breaker again for longer; nothing
+/// told of the downstream gives the probe back.
+async fn decide_probe<B: crate::breaker::BreakerStore>(
+    breaker: &B,
+    policy: &crate::breaker::BreakerPolicy,
+    state: &crate::breaker::BreakerState,
+    now: std::time::SystemTime,
+    probe_until: std::time::SystemTime,
+    report: RedriveReport,
+) -> Gate {
     if probe_answered_downstream(&report) {
         if let Err(error) = breaker.close().await {
             tracing::warn!(%error, "could not close the circuit breaker");
         }
         tracing::info!("circuit breaker closed: the redrive's probe succeeded");
-        return Ok(Gate::Go(Some(report)));
+        return Gate::Go(Some(report));
     }
     if probe_failed_downstream(&report) {
         let opens = state.opens + 1;
@@ -132,18 +153,18 @@ where
             tracing::warn!(%error, "could not open the circuit breaker again");
         }
         tracing::warn!("the redrive's probe failed: the circuit breaker is open again");
-        return Ok(Gate::Stop(report));
+        return Gate::Stop(report);
     }
     // Nothing told of the downstream (nothing eligible, an item skipped, a bad item's
     // failure): the probe goes back, so that the next caller probes at once instead of
     // every sandbox refusing its records until the lock lapses.
     if crate::mutants::is_on(crate::mutants::Mutant::RedriveProbeKept) {
-        return Ok(Gate::Stop(report));
+        return Gate::Stop(report);
     }
     if let Err(error) = breaker.release_probe(probe_until).await {
         tracing::warn!(%error, "could not give back the circuit breaker's probe; it lapses by itself");
     }
-    Ok(Gate::Stop(report))
+    Gate::Stop(report)
 }
 
 /// Most items a probe run takes, one after the other, until one tells of the downstream.

@@ -140,30 +140,46 @@ impl Pass {
                     Verdict::Keep => to_rotate.push(received),
                 }
             }
-            self.remove_records_of(dlq, options, &to_take).await?;
-            for received in to_take {
-                if self.sweep.removed.contains(&received.item_id) {
-                    to_delete.push((received.view.message_id.clone(), received.receipt));
-                } else {
-                    to_rotate.push(received);
-                }
-            }
-            let receipts: Vec<String> = to_delete.iter().map(|(_, r)| r.clone()).collect();
-            // Forgotten only once deleted: a failed delete leaves them held, and the error
-            // path gives them back.
-            self.sweep.deleted += dlq.delete_messages(&receipts).await?;
-            for (id, _) in &to_delete {
-                self.forget(id);
-            }
-            if dlq.is_fifo() {
-                for received in to_rotate {
-                    self.rotate(dlq, &received).await;
-                }
-            }
+            self.carry_out(dlq, options, to_delete, to_take, to_rotate)
+                .await?;
             if out_of_time {
                 return Ok(());
             }
         }
+    }
+
+    /// Carries out a page's verdicts: the records of what a purge takes are removed (a
+    /// message whose record was kept is kept too), then the messages to delete are
+    /// deleted, and a FIFO DLQ's kept messages rotated behind the marker.
+    async fn carry_out<D: DeadLetterQueue + RecordStore>(
+        &mut self,
+        dlq: &D,
+        options: &SweepOptions,
+        mut to_delete: Vec<(String, String)>,
+        to_take: Vec<ReceivedMessage<D::Message>>,
+        mut to_rotate: Vec<ReceivedMessage<D::Message>>,
+    ) -> Result<(), ProcessError> {
+        self.remove_records_of(dlq, options, &to_take).await?;
+        for received in to_take {
+            if self.sweep.removed.contains(&received.item_id) {
+                to_delete.push((received.view.message_id.clone(), received.receipt));
+            } else {
+                to_rotate.push(received);
+            }
+        }
+        let receipts: Vec<String> = to_delete.iter().map(|(_, r)| r.clone()).collect();
+        // Forgotten only once deleted: a failed delete leaves them held, and the error
+        // path gives them back.
+        self.sweep.deleted += dlq.delete_messages(&receipts).await?;
+        for (id, _) in &to_delete {
+            self.forget(id);
+        }
+        if dlq.is_fifo() {
+            for received in to_rotate {
+                self.rotate(dlq, &received).await;
+            }
+        }
+        Ok(())
     }
 
     /// Whether `received` was judged earlier in this pass: received again after its hold
@@ -228,39 +244,54 @@ impl Pass {
             MessageFate::Keep => Verdict::Keep,
             MessageFate::Adopt | MessageFate::Reopen(_) if !options.adopt => Verdict::Keep,
             fate @ (MessageFate::Adopt | MessageFate::Reopen(_)) => {
-                let adoption = Adoption {
-                    reason: match fate {
-                        MessageFate::Reopen(reason) => reason,
-                        _ => "exceeded maxReceiveCount without a recorded failure (moved by the queue's redrive policy)",
-                    },
-                    reopen: matches!(fate, MessageFate::Reopen(_)),
-                    known_queue_arn: standing.and_then(|s| s.source_queue_arn.clone()),
-                    expected_status: standing.and_then(|s| s.status),
-                    message_keys: unprocessed_keys(&received.view, standing),
-                };
-                match dlq
-                    .adopt(&received.message, item_id, &options.parser, &adoption)
-                    .await
-                {
-                    Ok(Some(_)) => self.sweep.adopted += 1,
-                    Ok(None) => {
-                        tracing::info!(item_id = %item_id, "the record changed while its DLQ message was judged; the next sweep judges it again");
-                    }
-                    Err(error)
-                        if crate::mutants::is_on(
-                            crate::mutants::Mutant::PoisonMessageAbortsSweep,
-                        ) =>
-                    {
-                        return Err(error);
-                    }
-                    Err(error) => {
-                        tracing::warn!(item_id = %item_id, error = %error, "DLQ message could not be recorded; left in the DLQ");
-                        self.sweep.errors.push((item_id.clone(), error.to_string()));
-                    }
-                }
+                self.adopt(dlq, options, received, fate, standing).await?;
                 Verdict::Keep
             }
         })
+    }
+
+    /// Records a DLQ message no record holds (`fate` adopt), or reopens the record that no
+    /// longer holds it (`fate` reopen), on the condition that the record is still as
+    /// judged. A message that cannot be recorded is counted among the sweep's errors and
+    /// left in the DLQ.
+    async fn adopt<D: DeadLetterQueue + RecordStore>(
+        &mut self,
+        dlq: &D,
+        options: &SweepOptions,
+        received: &ReceivedMessage<D::Message>,
+        fate: MessageFate,
+        standing: Option<&Standing>,
+    ) -> Result<(), ProcessError> {
+        let item_id = &received.item_id;
+        let adoption = Adoption {
+            reason: match fate {
+                MessageFate::Reopen(reason) => reason,
+                _ => "exceeded maxReceiveCount without a recorded failure (moved by the queue's redrive policy)",
+            },
+            reopen: matches!(fate, MessageFate::Reopen(_)),
+            known_queue_arn: standing.and_then(|s| s.source_queue_arn.clone()),
+            expected_status: standing.and_then(|s| s.status),
+            message_keys: unprocessed_keys(&received.view, standing),
+        };
+        match dlq
+            .adopt(&received.message, item_id, &options.parser, &adoption)
+            .await
+        {
+            Ok(Some(_)) => self.sweep.adopted += 1,
+            Ok(None) => {
+                tracing::info!(item_id = %item_id, "the record changed while its DLQ message was judged; the next sweep judges it again");
+            }
+            Err(error)
+                if crate::mutants::is_on(crate::mutants::Mutant::PoisonMessageAbortsSweep) =>
+            {
+                return Err(error);
+            }
+            Err(error) => {
+                tracing::warn!(item_id = %item_id, error = %error, "DLQ message could not be recorded; left in the DLQ");
+                self.sweep.errors.push((item_id.clone(), error.to_string()));
+            }
+        }
+        Ok(())
     }
 
     /// Deletes the selected records of `taken`'s items not decided yet, each on the

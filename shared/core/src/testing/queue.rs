@@ -315,6 +315,50 @@ impl Queue {
         self.messages.push(message);
     }
 
+    /// FIFO: the groups with a message in flight, which yield nothing more until it is
+    /// done.
+    fn groups_in_flight(&self, now: Instant) -> HashSet<String> {
+        if !self.fifo {
+            return HashSet::new();
+        }
+        self.messages
+            .iter()
+            .filter(|m| m.visible_at > now)
+            .filter_map(|m| m.group.clone())
+            .collect()
+    }
+
+    /// Delivers again one message already in flight and not in `received` (a standard
+    /// queue's at-least-once delivery).
+    fn duplicate_one_in_flight(
+        &mut self,
+        received: &mut Received,
+        visibility: Duration,
+        now: Instant,
+    ) {
+        let taken: HashSet<&str> = received.messages.iter().map(|m| m.id.as_str()).collect();
+        // A message past its last receive is not delivered again: SQS's redrive policy
+        // moves it at its next receive instead.
+        let in_flight = self.messages.iter().position(|m| {
+            m.visible_at > now
+                && m.receipt.is_some()
+                && !taken.contains(m.id.as_str())
+                && self
+                    .max_receive_count
+                    .is_none_or(|max| m.receive_count < max)
+        });
+        if let Some(i) = in_flight {
+            let m = &mut self.messages[i];
+            m.receive_count += 1;
+            let receipt = format!("{}#{}", m.id, m.receive_count);
+            m.receipt = Some(receipt);
+            m.visible_at = now + visibility;
+            m.received_at = now;
+            received.duplicated.push(m.id.clone());
+            received.messages.push(m.clone());
+        }
+    }
+
     /// Receives up to `max` visible messages, holding each invisible for `visibility`.
     /// `duplicate` (standard queues) also returns one message already in flight. `now_ms`
     /// is wall time (messages past the retention expire).
@@ -334,18 +378,7 @@ impl Queue {
                 .partition(|m| m.sent_at_ms.saturating_add(retention_ms) <= now_ms);
         self.messages = kept;
         received.expired = expired;
-        // FIFO: a group with a message in flight (or one skipped in this receive) yields
-        // nothing more until it is done.
-        let mut blocked: HashSet<String> = HashSet::new();
-        if self.fifo {
-            for m in &self.messages {
-                if m.visible_at > now {
-                    if let Some(g) = &m.group {
-                        blocked.insert(g.clone());
-                    }
-                }
-            }
-        }
+        let blocked = self.groups_in_flight(now);
         let mut index = 0;
         while index < self.messages.len() && received.messages.len() < max {
             let m = &self.messages[index];
@@ -372,27 +405,7 @@ impl Queue {
             index += 1;
         }
         if duplicate && !self.fifo && received.messages.len() < max {
-            let taken: HashSet<&str> = received.messages.iter().map(|m| m.id.as_str()).collect();
-            // A message past its last receive is not delivered again: SQS's redrive policy
-            // moves it at its next receive instead.
-            let in_flight = self.messages.iter().position(|m| {
-                m.visible_at > now
-                    && m.receipt.is_some()
-                    && !taken.contains(m.id.as_str())
-                    && self
-                        .max_receive_count
-                        .is_none_or(|max| m.receive_count < max)
-            });
-            if let Some(i) = in_flight {
-                let m = &mut self.messages[i];
-                m.receive_count += 1;
-                let receipt = format!("{}#{}", m.id, m.receive_count);
-                m.receipt = Some(receipt);
-                m.visible_at = now + visibility;
-                m.received_at = now;
-                received.duplicated.push(m.id.clone());
-                received.messages.push(m.clone());
-            }
+            self.duplicate_one_in_flight(&mut received, visibility, now);
         }
         received
     }

@@ -235,31 +235,9 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
                 return Err(unavailable("SQS", "dlq-rotate"));
             }
             let mut attributes = message.attributes.clone();
-            let has = |name: &str| message.attribute(name).is_some();
-            // Most needed first: what identifies the content, then what tracks it.
-            let mut added: Vec<(String, MessageAttribute)> = Vec::new();
-            if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
-                added.push((
-                    SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
-                    MessageAttribute::string(&message.id),
-                ));
-            }
-            if !has(ITEM_ID_ATTRIBUTE) {
-                added.push((
-                    ITEM_ID_ATTRIBUTE.to_string(),
-                    MessageAttribute::string(item_id),
-                ));
-            }
-            if let Some(from) = &message.moved_from {
-                if !has(crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
-                    added.push((
-                        crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
-                        MessageAttribute::string(from),
-                    ));
-                }
-            }
+            let added = rotation_attributes(message, item_id);
             let size = crate::message::message_size(&message.body, &attributes);
-            added = crate::message::fitting_additions(size, added, state.dlq.max_message_bytes);
+            let added = crate::message::fitting_additions(size, added, state.dlq.max_message_bytes);
             attributes.extend(added);
             if let Some(error) = super::super::queue::refused_contents(&message.body, &attributes) {
                 let item = message.item_id();
@@ -285,15 +263,11 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
                 .dlq
                 .send(message.body.clone(), attributes, Some(group), now_ms);
             state.dlq.mark(&id, pass);
-            let item = message.item_id();
-            state.step(
-                &self.actor,
-                &item,
-                &format!(
-                    "rotated DLQ message {} behind its group as {id}",
-                    message.id
-                ),
+            let what = format!(
+                "rotated DLQ message {} behind its group as {id}",
+                message.id
             );
+            state.step(&self.actor, &message.item_id(), &what);
         }
         self.latency("rotate").await;
         let mut state = self.world.lock();
@@ -310,4 +284,34 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
         }
         Ok(true)
     }
+}
+
+/// The attributes a rotated copy adds to `message`'s own, most needed first: what
+/// identifies the content (its source message id, its item id), then what tracks it (the
+/// source queue it was moved from).
+fn rotation_attributes(message: &QueueMessage, item_id: &str) -> Vec<(String, MessageAttribute)> {
+    let has = |name: &str| message.attribute(name).is_some();
+    // Most needed first: what identifies the content, then what tracks it.
+    let mut added: Vec<(String, MessageAttribute)> = Vec::new();
+    if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
+        added.push((
+            SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
+            MessageAttribute::string(&message.id),
+        ));
+    }
+    if !has(ITEM_ID_ATTRIBUTE) {
+        added.push((
+            ITEM_ID_ATTRIBUTE.to_string(),
+            MessageAttribute::string(item_id),
+        ));
+    }
+    if let Some(from) = &message.moved_from {
+        if !has(crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE) {
+            added.push((
+                crate::message::SOURCE_QUEUE_ARN_ATTRIBUTE.to_string(),
+                MessageAttribute::string(from),
+            ));
+        }
+    }
+    added
 }

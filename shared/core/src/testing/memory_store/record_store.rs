@@ -113,35 +113,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             state.observe(&self.actor, &Event::RecordRefused { item: id, claim });
             return Ok(None);
         }
-        let mut row = match existing {
-            Some(mut row) => {
-                // What the adapter's update sets: every field of the new record but the
-                // history, its count, `processed`, and the two set only on creation.
-                let old = row.record.clone();
-                let mut r = record.clone();
-                r.failure_history = old.failure_history;
-                r.failure_count = old.failure_count;
-                r.history_omitted = old.history_omitted;
-                r.processed = old.processed;
-                r.first_attempt = old.first_attempt;
-                r.manual_review_required = old.manual_review_required;
-                // Not in the update: a lease in place stays.
-                r.lease_expires_at = old.lease_expires_at;
-                r.resolved_at = old.resolved_at;
-                r.requeued_message_id = None;
-                row.record = r;
-                row
-            }
-            None => {
-                let mut r = record.clone();
-                r.failure_history = Vec::new();
-                r.failure_count = 0;
-                r.history_omitted = 0;
-                r.processed = Vec::new();
-                r.requeued_message_id = None;
-                Row::of(r)
-            }
-        };
+        let mut row = upserted_row(existing, record);
         state.observe(
             &self.actor,
             &Event::Appending {
@@ -182,28 +154,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             )
             .with_step("record"));
         }
-        state.observe(
-            &self.actor,
-            &Event::Recorded {
-                item: id,
-                message_id: &record.source.message_id,
-                claimed: claim.is_some(),
-            },
-        );
-        state.step(
-            &self.actor,
-            id,
-            &format!(
-                "recorded {} attempt(s) of message {}{}",
-                pending.len(),
-                record.source.message_id,
-                if claim.is_some() {
-                    ", claiming its DLQ message"
-                } else {
-                    ""
-                }
-            ),
-        );
+        self.tell_recorded(&mut state, record, pending.len(), claim.is_some());
         Ok(Some(stored))
     }
 
@@ -583,5 +534,70 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             state.step(&self.actor, id, "record deleted");
         }
         Ok(deleted)
+    }
+}
+
+/// The row a record write leaves before its attempts are appended: what the adapter's
+/// update sets on an `existing` row, or a new row of `record` with an empty history.
+fn upserted_row(existing: Option<Row>, record: &DeadLetteredItem) -> Row {
+    match existing {
+        Some(mut row) => {
+            // What the adapter's update sets: every field of the new record but the
+            // history, its count, `processed`, and the two set only on creation.
+            let old = row.record.clone();
+            let mut r = record.clone();
+            r.failure_history = old.failure_history;
+            r.failure_count = old.failure_count;
+            r.history_omitted = old.history_omitted;
+            r.processed = old.processed;
+            r.first_attempt = old.first_attempt;
+            r.manual_review_required = old.manual_review_required;
+            // Not in the update: a lease in place stays.
+            r.lease_expires_at = old.lease_expires_at;
+            r.resolved_at = old.resolved_at;
+            r.requeued_message_id = None;
+            row.record = r;
+            row
+        }
+        None => {
+            let mut r = record.clone();
+            r.failure_history = Vec::new();
+            r.failure_count = 0;
+            r.history_omitted = 0;
+            r.processed = Vec::new();
+            r.requeued_message_id = None;
+            Row::of(r)
+        }
+    }
+}
+
+impl<X: Send + 'static> MemoryStore<X> {
+    /// Tells the observer and the step log that `appended` attempts of `record`'s message
+    /// were recorded, `claimed` its DLQ message or not.
+    fn tell_recorded(
+        &self,
+        state: &mut WorldState<X>,
+        record: &DeadLetteredItem,
+        appended: usize,
+        claimed: bool,
+    ) {
+        state.observe(
+            &self.actor,
+            &Event::Recorded {
+                item: &record.item_id,
+                message_id: &record.source.message_id,
+                claimed,
+            },
+        );
+        let claiming = if claimed {
+            ", claiming its DLQ message"
+        } else {
+            ""
+        };
+        let what = format!(
+            "recorded {} attempt(s) of message {}{claiming}",
+            appended, record.source.message_id
+        );
+        state.step(&self.actor, &record.item_id, &what);
     }
 }
