@@ -37,7 +37,14 @@
 
 use std::sync::Arc;
 
+use lambda_runtime::tower::{Layer as TowerLayer, Service};
 use lambda_runtime::{service_fn, Runtime};
+
+/// The tower crate lambda_runtime builds on: a layer of a team's own implements its
+/// `Layer` ([`Setup::run_with_layer`]).
+pub use lambda_runtime::tower;
+/// One invocation as lambda_runtime's services take it.
+pub use lambda_runtime::LambdaInvocation;
 use tokio::sync::OnceCell;
 
 use crate::config::HandlerConfig;
@@ -362,6 +369,64 @@ impl Setup {
 
     /// Runs `processor` for every invocation until the process ends.
     pub async fn run<P: Processor + 'static>(self, processor: P) -> Result<(), Error> {
+        let worker = self.serving(processor).await?;
+        // Added last, so it runs first: the batch runs inside each invocation's span.
+        // `run_concurrent` serves `AWS_LAMBDA_MAX_CONCURRENCY` invocations at once where
+        // Lambda sets it (Managed Instances) and one at a time where it does not
+        // (docs/HANDLERS.md, "Lambda Managed Instances").
+        Runtime::new(service_fn(respond))
+            .layer(WorkerLayer::new(worker))
+            .layer(InvocationLayer)
+            .run_concurrent()
+            .await
+    }
+
+    /// Runs `processor` as [`Setup::run`] does, with the team's own tower `layer` around
+    /// each invocation: lambda_runtime's OpenTelemetry layer, a timing layer, a layer of
+    /// the team's own.
+    ///
+    /// The layer runs inside the invocation's span (its log lines carry the request id)
+    /// and around the batch: it sees every invocation, and the batch's response is
+    /// posted when it finishes.
+    ///
+    /// ```no_run
+    /// use sqs_keeper_lambda::{handler_fn, Outcome, ProcessError, Setup, WorkItem};
+    ///
+    /// async fn handle(_item: &WorkItem) -> Result<Outcome, ProcessError> {
+    ///     Ok(Outcome::Done)
+    /// }
+    ///
+    /// # async fn example() -> Result<(), sqs_keeper_lambda::Error> {
+    /// // Any tower layer generic over its service; this one does nothing.
+    /// let layer = lambda_runtime::tower::layer::util::Identity::new();
+    /// Setup::from_env().await?.run_with_layer(handler_fn(handle), layer).await
+    /// # }
+    /// ```
+    pub async fn run_with_layer<P, L>(self, processor: P, layer: L) -> Result<(), Error>
+    where
+        P: Processor + 'static,
+        L: TowerLayer<InvocationBox>,
+        L::Service:
+            Service<LambdaInvocation, Response = (), Error = Error> + Clone + Send + 'static,
+        <L::Service as Service<LambdaInvocation>>::Future: Send,
+    {
+        let worker = self.serving(processor).await?;
+        Runtime::new(service_fn(respond))
+            .layer(WorkerLayer::new(worker))
+            .layer(InvocationBox::layer())
+            .layer(layer)
+            .layer(InvocationLayer)
+            .run_concurrent()
+            .await
+    }
+
+    /// The worker every invocation is served by, once the process may serve: built with
+    /// the simulation's hooks it may not, and the store must answer when
+    /// `DLQ_CHECK_AT_START` asks.
+    async fn serving<P: Processor + 'static>(
+        self,
+        processor: P,
+    ) -> Result<&'static Worker<Handler<P>, ConfiguredSink>, Error> {
         // The simulation's hooks (its mutants) must never serve real traffic:
         // Cargo unifies features across one build, so a handler built beside the
         // simulation would carry them (docs/SIMULATION.md).
@@ -381,18 +446,14 @@ impl Setup {
         }
         let worker = self.worker(processor).await;
         // The worker serves every invocation until the process ends.
-        let worker: &'static _ = Box::leak(Box::new(worker));
-        // Added last, so it runs first: the batch runs inside each invocation's span.
-        // `run_concurrent` serves `AWS_LAMBDA_MAX_CONCURRENCY` invocations at once where
-        // Lambda sets it (Managed Instances) and one at a time where it does not
-        // (docs/HANDLERS.md, "Lambda Managed Instances").
-        Runtime::new(service_fn(respond))
-            .layer(WorkerLayer::new(worker))
-            .layer(InvocationLayer)
-            .run_concurrent()
-            .await
+        Ok(Box::leak(Box::new(worker)))
     }
 }
+
+/// The service a team's layer wraps in [`Setup::run_with_layer`]: the worker and the
+/// runtime's handling of the response, boxed, so that a layer generic over its service
+/// fits whatever the processor is.
+pub type InvocationBox = lambda_runtime::tower::util::BoxCloneService<LambdaInvocation, (), Error>;
 
 /// The variable Lambda Managed Instances sets to the invocations a process serves at once.
 pub const MAX_CONCURRENCY_VAR: &str = "AWS_LAMBDA_MAX_CONCURRENCY";

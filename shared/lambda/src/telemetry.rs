@@ -155,10 +155,13 @@ fn parse_level(value: &str) -> Option<LevelFilter> {
     }
 }
 
-/// The subscriber the functions log through, writing lines to `writer`: for tests, which
-/// capture them, and for [`init`].
-pub fn subscriber<W>(settings: &LogSettings, writer: W) -> impl Subscriber + Send + Sync
+/// The layer the functions log through, writing lines to `writer` as `settings` say:
+/// Lambda's format and level, and the invocation span's fields on every line.
+///
+/// A team with a subscriber of its own adds it there (see [`log_layer`]).
+pub fn layer_with<S, W>(settings: &LogSettings, writer: W) -> Box<dyn Layer<S> + Send + Sync>
 where
+    S: Subscriber + for<'a> LookupSpan<'a>,
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
     // The invocation span passes whatever the level: its fields belong on every line that
@@ -168,7 +171,7 @@ where
     })
     .with_max_level_hint(LevelFilter::INFO);
     let filter = settings.env_filter().or(invocation_span);
-    let layer = match settings.format {
+    match settings.format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .fmt_fields(JsonFields::new())
             .event_format(LambdaJson {
@@ -184,24 +187,70 @@ where
             .with_writer(writer)
             .with_filter(filter)
             .boxed(),
-    };
-    tracing_subscriber::registry().with(layer)
+    }
+}
+
+/// The functions' log layer, as Lambda's logging controls set it, writing to stdout: for
+/// a team that installs its own subscriber, beside its own layers (Sentry,
+/// OpenTelemetry, a filter of its own).
+///
+/// Installed before [`crate::Setup::from_env`], that subscriber is the one used: the
+/// library installs none, and its lines still carry the invocation's fields.
+///
+/// ```no_run
+/// use tracing_subscriber::layer::SubscriberExt;
+/// use tracing_subscriber::util::SubscriberInitExt;
+///
+/// tracing_subscriber::registry()
+///     .with(sqs_keeper_lambda::telemetry::log_layer())
+///     .with(tracing_subscriber::filter::LevelFilter::INFO) // or the team's own layers
+///     .init();
+/// ```
+pub fn log_layer<S>() -> Box<dyn Layer<S> + Send + Sync>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let settings = LogSettings::from_env();
+    for problem in &settings.problems {
+        // Said on stderr: no subscriber is installed yet to say it.
+        eprintln!("{problem}");
+    }
+    layer_with(&settings, std::io::stdout)
+}
+
+/// The subscriber the functions log through, writing lines to `writer`: for tests, which
+/// capture them, and for [`init`].
+pub fn subscriber<W>(settings: &LogSettings, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::registry().with(layer_with(settings, writer))
 }
 
 /// Installs the functions' subscriber, writing to stdout (Lambda sends stdout to
-/// CloudWatch Logs), and logs what was wrong with the logging variables. Safe to call more
-/// than once (later calls do nothing).
+/// CloudWatch Logs), and logs what was wrong with the logging variables. A subscriber
+/// installed before (a team's own, see [`log_layer`]) stays: none is installed over it.
+/// Safe to call more than once (later calls do nothing).
 pub fn init() {
     let settings = LogSettings::from_env();
     if tracing::subscriber::set_global_default(subscriber(&settings, std::io::stdout)).is_ok() {
         for problem in &settings.problems {
             tracing::warn!("{problem}");
         }
-        // Rust's own panic hook writes the panic's message to stderr, which Lambda sends
-        // to the logs: a handler's `panic!("declined for {holder}")` would put the
-        // payload's values there. The worker catches a processor's panic and keeps its
-        // message in the record; the log gets where it happened, never the message
-        // (docs/ARCHITECTURE.md §1.9).
+    }
+    // Installed whether or not the subscriber is ours: a team's own subscriber must not
+    // get a panic's message either.
+    install_panic_hook();
+}
+
+/// Replaces Rust's own panic hook, which writes the panic's message to stderr, which
+/// Lambda sends to the logs: a handler's `panic!("declined for {holder}")` would put the
+/// payload's values there. The worker catches a processor's panic and keeps its message
+/// in the record; the log gets where it happened, never the message
+/// (docs/ARCHITECTURE.md §1.9). Installed once.
+fn install_panic_hook() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
             let location = info
                 .location()
@@ -212,7 +261,7 @@ pub fn init() {
                 "panicked (the message is kept in the record, not logged)"
             );
         }));
-    }
+    });
 }
 
 /// RFC 3339 UTC with milliseconds, as Lambda's own lines and the dead-letter records have it.

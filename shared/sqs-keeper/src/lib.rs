@@ -51,6 +51,14 @@ pub use sqs_keeper_core::{
 };
 #[cfg(feature = "http")]
 pub use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
+
+/// What a team plugs its own telemetry in with: the library's log layer, for a tracing
+/// subscriber of its own, and what a tower layer of its own wraps
+/// ([`Setup::run_with_layer`]). `examples/telemetry` shows both.
+pub mod telemetry {
+    pub use sqs_keeper_lambda::runner::{tower, InvocationBox, LambdaInvocation};
+    pub use sqs_keeper_lambda::telemetry::log_layer;
+}
 pub use sqs_keeper_lambda::{init_failed, run, Error, Setup, StartupError};
 
 /// The README's Rust blocks, compiled as doctests by `cargo test` (`make test`), so that

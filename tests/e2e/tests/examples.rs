@@ -604,3 +604,78 @@ fn a_handler_started_outside_lambda_says_how_to_run_it() {
         "{both}"
     );
 }
+
+/// The telemetry example installs its own subscriber (the library's log layer beside a
+/// layer of its own) and serves with a tower layer of its own: both reach the runtime. The
+/// library installs no subscriber over the team's, its JSON lines still carry the
+/// invocation's request id, and the team's tower layer logs inside that span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_own_subscriber_and_tower_layer_reach_the_runtime() {
+    let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:telemetry")
+        .await
+        .unwrap();
+    let env: Vec<(String, String)> = vec![("WORKER_BODY_FORMAT".into(), "text".into())];
+    let log = std::env::temp_dir().join(format!("telemetry-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let binary = e2e::function_binary("telemetry-worker");
+    let mut process =
+        FunctionProcess::spawn(&binary, "telemetry", &api.address(), &env, Some(&log)).unwrap();
+    let record = |id: &str| {
+        json!({
+            "messageId": id, "receiptHandle": "rh", "body": "fine",
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1763700000000"},
+            "messageAttributes": {}, "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:telemetry", "awsRegion": "us-east-1"
+        })
+    };
+    for round in 1..=2 {
+        let event =
+            json!({"Records": [record(&format!("a-{round}")), record(&format!("b-{round}"))]});
+        let result = api
+            .invoke(
+                serde_json::to_vec(&event).unwrap().into(),
+                Duration::from_secs(20),
+            )
+            .await;
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        let Ok(InvocationResult::Response(body)) = result else {
+            panic!(
+                "round {round}: {result:?} (exit {:?}); output:\n{output}",
+                process.exited()
+            );
+        };
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            r#"{"batchItemFailures":[]}"#
+        );
+    }
+    let output = std::fs::read_to_string(&log).unwrap_or_default();
+    let lines: Vec<Value> = output
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    // The tower layer ran once per invocation, inside the invocation's span.
+    let counted: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["message"] == "the team's tower layer saw an invocation")
+        .collect();
+    assert_eq!(counted.len(), 2, "{output}");
+    assert_eq!(counted[1]["served"], json!(2), "{output}");
+    assert!(
+        counted
+            .iter()
+            .all(|l| l["requestId"].as_str().is_some_and(|id| !id.is_empty())),
+        "{output}"
+    );
+    // The library's own lines, in Lambda's JSON, and the handler's, with the request id.
+    let handled = lines.iter().filter(|l| l["message"] == "handled").count();
+    assert_eq!(handled, 4, "{output}");
+    // The team's tracing layer saw the same events.
+    assert!(
+        output
+            .matches("the team's tracing layer saw a INFO event")
+            .count()
+            >= 6,
+        "{output}"
+    );
+}
