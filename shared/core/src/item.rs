@@ -170,6 +170,13 @@ pub struct WorkItem {
 }
 
 impl WorkItem {
+    /// The trace context the record carries: a W3C `traceparent` message attribute, else
+    /// the `AWSTraceHeader` SQS keeps from an X-Ray-traced producer
+    /// ([`crate::trace::TraceContext::of`]).
+    pub fn trace(&self) -> Option<crate::trace::TraceContext> {
+        crate::trace::TraceContext::of(self)
+    }
+
     /// An item with this message id (also its item id) and body, everything else empty:
     /// for tests of a processor.
     pub fn new(message_id: impl Into<String>, body: impl Into<String>) -> WorkItem {

@@ -60,6 +60,7 @@
 //! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
 //! | [`processor`] | the [`Processor`] trait, [`handler_fn`] | none |
 //! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |
+//! | [`trace`] | a record's trace context (`AWSTraceHeader`, a W3C `traceparent`), in both forms | none |
 //! | [`duration`], [`time_format`], [`hex`] | durations and times as operators write them; record timestamps; sha256 in hex | none |
 //! | [`testing`] | scripted processor, in-memory sink; one in-memory world of the store's AWS side ([`testing::World`]) and its ports ([`testing::MemoryStore`]), with fault and latency knobs and an observer: what the unit tests, the engine tests and the simulation run over | none |
 //!
@@ -109,6 +110,7 @@ pub mod signature;
 pub mod sweep;
 pub mod testing;
 pub mod time_format;
+pub mod trace;
 
 // The short root: what a processor's code spells. Everything else is reached through the
 // module of its concept (`dead_letter::DlqClaim`, `redrive::RedriveEngine`).

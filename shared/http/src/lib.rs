@@ -145,7 +145,8 @@ async fn drain(mut response: reqwest::Response) {
     }
 }
 
-/// POSTs each item's body to a URL. 2xx is done, except 208 Already Reported, which is
+/// POSTs each item's body to a URL, with the record's trace (`traceparent`,
+/// `X-Amzn-Trace-Id`) when it carries one. 2xx is done, except 208 Already Reported, which is
 /// [`Outcome::AlreadyDone`] (the downstream had already processed this item: acked and
 /// counted as skipped, and a breaker's probe closes on it);
 /// other statuses and transport failures are classified per docs/ARCHITECTURE.md §2. Sends `Idempotency-Key` (the item id) so the downstream can
@@ -261,6 +262,15 @@ impl HttpDelivery {
             HeaderName::from_static("x-sqs-message-id"),
             &item.message_id,
         );
+        // The record's trace, in both forms: the downstream continues the producer's trace
+        // whichever it reads (docs/HANDLERS.md, "Traces").
+        if let Some(trace) = item.trace() {
+            set(HeaderName::from_static("traceparent"), &trace.traceparent());
+            set(
+                HeaderName::from_static("x-amzn-trace-id"),
+                &trace.xray_header(),
+            );
+        }
         let auth = match &self.credential {
             Some(credential) => credential.header(),
             None => self.config.auth_header.clone(),

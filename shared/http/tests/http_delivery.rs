@@ -139,6 +139,41 @@ async fn already_reported_is_already_done() {
     );
 }
 
+/// A record traced by its producer (X-Ray's `AWSTraceHeader`) is delivered with the trace
+/// in both forms, so the downstream continues it; an untraced record sends neither header.
+#[tokio::test]
+async fn the_records_trace_reaches_the_downstream_in_both_forms() {
+    let (url, seen) = server(200, "", Duration::ZERO).await;
+    let mut traced = item();
+    traced.attributes.insert(
+        "AWSTraceHeader",
+        "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
+    );
+    let to = delivery(&url, Duration::from_secs(5));
+    to.process(&traced).await.unwrap();
+    let head = seen.lock().unwrap().head.to_ascii_lowercase();
+    assert!(
+        head.contains("traceparent: 00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"),
+        "{head}"
+    );
+    assert!(
+        head.contains(
+            "x-amzn-trace-id: root=1-5759e988-bd862e3fe1be46a994272793;parent=53995c3f42cd8ad8;sampled=1"
+        ),
+        "{head}"
+    );
+    let (url, seen) = server(200, "", Duration::ZERO).await;
+    delivery(&url, Duration::from_secs(5))
+        .process(&item())
+        .await
+        .unwrap();
+    let head = seen.lock().unwrap().head.to_ascii_lowercase();
+    assert!(
+        !head.contains("traceparent") && !head.contains("x-amzn-trace-id"),
+        "{head}"
+    );
+}
+
 #[tokio::test]
 async fn statuses_are_classified() {
     let rows = [

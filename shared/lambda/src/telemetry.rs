@@ -165,9 +165,12 @@ where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
     // The invocation span passes whatever the level: its fields belong on every line that
-    // is written, errors included.
+    // is written, errors included. So does a traced record's span: its trace belongs on its lines.
     let invocation_span = filter_fn(|meta| {
-        meta.is_span() && meta.name() == INVOCATION_SPAN && meta.target() == module_path!()
+        meta.is_span()
+            && ((meta.name() == INVOCATION_SPAN && meta.target() == module_path!())
+                || (meta.name() == sqs_keeper_core::trace::RECORD_SPAN
+                    && meta.target() == "sqs_keeper_core::trace"))
     })
     .with_max_level_hint(LevelFilter::INFO);
     let filter = settings.env_filter().or(invocation_span);

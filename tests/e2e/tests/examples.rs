@@ -628,9 +628,16 @@ async fn a_handlers_own_subscriber_and_tower_layer_reach_the_runtime() {
             "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:telemetry", "awsRegion": "us-east-1"
         })
     };
+    // One record of each invocation was sent by a producer X-Ray traced.
+    let traced = |id: &str| {
+        let mut r = record(id);
+        r["attributes"]["AWSTraceHeader"] =
+            json!("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1");
+        r
+    };
     for round in 1..=2 {
         let event =
-            json!({"Records": [record(&format!("a-{round}")), record(&format!("b-{round}"))]});
+            json!({"Records": [traced(&format!("a-{round}")), record(&format!("b-{round}"))]});
         let result = api
             .invoke(
                 serde_json::to_vec(&event).unwrap().into(),
@@ -668,8 +675,16 @@ async fn a_handlers_own_subscriber_and_tower_layer_reach_the_runtime() {
         "{output}"
     );
     // The library's own lines, in Lambda's JSON, and the handler's, with the request id.
-    let handled = lines.iter().filter(|l| l["message"] == "handled").count();
-    assert_eq!(handled, 4, "{output}");
+    let handled: Vec<&Value> = lines.iter().filter(|l| l["message"] == "handled").collect();
+    assert_eq!(handled.len(), 4, "{output}");
+    // The traced record's lines name its trace; the other's do not.
+    for line in &handled {
+        let traced = line["item_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("a-"));
+        let expected = traced.then(|| json!("1-5759e988-bd862e3fe1be46a994272793"));
+        assert_eq!(line.get("trace_id").cloned(), expected, "{output}");
+    }
     // The team's tracing layer saw the same events.
     assert!(
         output

@@ -3,6 +3,7 @@
 //! done, skipped, returned for retry (and logged), or dead-lettered through the sink.
 
 use super::*;
+use tracing::Instrument;
 
 impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     /// Hands candidates to the sink, bounded by the deadline's hard stop: writes still
@@ -107,9 +108,25 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         )
     }
 
+    /// Runs one record, inside the span of the trace it carries when it carries one
+    /// ([`crate::trace::TraceContext`]): every line it logs then names the trace.
+    pub(super) async fn run_record(
+        &self,
+        message_id: Text<'_>,
+        msg: SqsRecord<'_>,
+        deadline: &Deadline,
+        shared: &RecordShared,
+    ) -> Step {
+        let span = crate::trace::TraceContext::of_record(&msg)
+            .map_or_else(tracing::Span::none, |trace| trace.span());
+        self.run_timed(message_id, msg, deadline, shared)
+            .instrument(span)
+            .await
+    }
+
     /// Runs one record unless the cut-off has passed, and times it: one clock read at each
     /// end, nothing per attempt.
-    pub(super) async fn run_record(
+    async fn run_timed(
         &self,
         message_id: Text<'_>,
         msg: SqsRecord<'_>,
