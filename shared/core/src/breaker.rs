@@ -231,6 +231,15 @@ impl<P: Processor> Processor for SharedProcessor<P> {
     }
 }
 
+/// The metric a record the breaker refused adds to its invocation's EMF document.
+pub const REFUSED_METRIC: &str = "BreakerRefused";
+/// The metric an opening of the breaker adds.
+pub const OPENED_METRIC: &str = "BreakerOpened";
+/// The metric a probe that closed the breaker adds.
+pub const CLOSED_METRIC: &str = "BreakerClosed";
+/// Every metric the breaker adds: the dashboard plots them.
+pub const METRICS: [&str; 3] = [REFUSED_METRIC, OPENED_METRIC, CLOSED_METRIC];
+
 /// Most group breakers a sandbox keeps; past it, those of quiet groups are dropped, and a
 /// group that finds no room runs behind a breaker of its own for that record only.
 pub const MAX_GROUP_BREAKERS: usize = 4096;
@@ -373,7 +382,7 @@ fn refused_while_probing() -> ProcessError {
 }
 
 fn refusal(message: String) -> ProcessError {
-    crate::context::add_metric("BreakerRefused", crate::context::Unit::Count, 1.0);
+    crate::context::add_metric(REFUSED_METRIC, crate::context::Unit::Count, 1.0);
     ProcessError::new(ErrorClass::ServerError, message)
         .with_code(CIRCUIT_OPEN)
         .with_step("breaker")
@@ -548,7 +557,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                     "circuit breaker opened: {why}; the downstream is not called for {} s",
                     period.as_secs()
                 );
-                crate::context::add_metric("BreakerOpened", crate::context::Unit::Count, 1.0);
+                crate::context::add_metric(OPENED_METRIC, crate::context::Unit::Count, 1.0);
                 self.forget_failures();
                 self.remember(&BreakerState {
                     open_until: Some(until),
@@ -710,7 +719,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                         opens = state.opens,
                         "circuit breaker closed: the probe succeeded"
                     );
-                    crate::context::add_metric("BreakerClosed", crate::context::Unit::Count, 1.0);
+                    crate::context::add_metric(CLOSED_METRIC, crate::context::Unit::Count, 1.0);
                     self.forget_failures();
                     self.remember(&BreakerState::default());
                 }

@@ -23,10 +23,11 @@ pub const DEFAULT_NAMESPACE: &str = "SqsWorker";
 /// `FunctionName`, `service` and per-line dimension (`ErrorClass`) take three.
 pub const MAX_EXTRA_DIMENSIONS: usize = 27;
 
-/// Names the library's own dimensions, properties and redrive metrics take; a team's
-/// dimension may not (nor a worker metric's, [`sqs_keeper_core::context::RESERVED_METRICS`]):
-/// in one document the two would share a key.
-const RESERVED: [&str; 21] = [
+/// Names the library's own dimensions and properties take; a team's dimension may not
+/// take one, nor the name of a metric the library writes (a worker's,
+/// [`sqs_keeper_core::context::RESERVED_METRICS`]; a breaker's, a redrive's or the polling
+/// control's): in one document the two would share a key.
+const RESERVED: [&str; 7] = [
     "FunctionName",
     "service",
     "ErrorClass",
@@ -34,25 +35,16 @@ const RESERVED: [&str; 21] = [
     "requestId",
     "RunId",
     "Mode",
-    "Selected",
-    "Resolved",
-    "Requeued",
-    "FailedAgain",
-    "SkippedIneligible",
-    "LeasedElsewhere",
-    "NotFound",
-    "Errors",
-    "Adopted",
-    "DlqMessagesDeleted",
-    "StoppedEarly",
-    "OldestDeadRecordAgeSeconds",
-    "Pending",
-    "Resumed",
 ];
 
 /// Whether a team's dimension may take `name`.
 fn reserved(name: &str) -> bool {
-    RESERVED.contains(&name) || sqs_keeper_core::context::RESERVED_METRICS.contains(&name)
+    RESERVED.contains(&name)
+        || sqs_keeper_core::context::RESERVED_METRICS.contains(&name)
+        || sqs_keeper_core::breaker::METRICS.contains(&name)
+        || crate::metrics::REDRIVE_METRICS.contains(&name)
+        || crate::metrics::POLLING_METRICS.contains(&name)
+        || name == crate::metrics::OLDEST_DEAD_AGE
 }
 
 /// Where the metrics go and under which dimensions.

@@ -244,6 +244,27 @@ pub fn emit(counts: &BatchCounts, timings: &InvocationTimings, function_name: &s
     }
 }
 
+/// The counts a redrive run writes, in the order [`redrive_document`] gives them:
+/// `Resolved` is the report's `succeeded`, `Adopted` its `adopted_from_dlq`, and
+/// `StoppedEarly` 1 when the run handed back a continuation token.
+pub const REDRIVE_METRICS: [&str; 11] = [
+    "Selected",
+    "Resolved",
+    "Requeued",
+    "FailedAgain",
+    "SkippedIneligible",
+    "LeasedElsewhere",
+    "NotFound",
+    "Errors",
+    "Adopted",
+    "DlqMessagesDeleted",
+    "StoppedEarly",
+];
+
+/// The oldest dead record's wait since its last attempt, in seconds: the DLQ age alarm's
+/// metric.
+pub const OLDEST_DEAD_AGE: &str = "OldestDeadRecordAgeSeconds";
+
 /// The EMF document for one redrive run, or `None` for a dry run (it changed nothing, and
 /// its would-be selections counted as `Selected` would overstate what was redriven).
 pub fn redrive_document(
@@ -254,34 +275,74 @@ pub fn redrive_document(
     if report.dry_run {
         return None;
     }
-    let metrics: Vec<(&str, &str, Value)> = [
-        ("Selected", report.selected),
-        ("Resolved", report.succeeded),
-        ("Requeued", report.requeued),
-        ("FailedAgain", report.failed_again),
-        ("SkippedIneligible", report.skipped_ineligible),
-        ("LeasedElsewhere", report.leased_elsewhere),
-        ("NotFound", report.not_found),
-        ("Errors", report.errors),
-        ("Adopted", report.adopted_from_dlq),
-        ("DlqMessagesDeleted", report.dlq_messages_deleted),
-        (
-            "StoppedEarly",
-            usize::from(report.continuation_token.is_some()),
-        ),
-    ]
-    .into_iter()
-    .map(|(name, value)| (name, COUNT, json!(value)))
-    .collect();
-    let mut metrics = metrics;
+    let values = [
+        report.selected,
+        report.succeeded,
+        report.requeued,
+        report.failed_again,
+        report.skipped_ineligible,
+        report.leased_elsewhere,
+        report.not_found,
+        report.errors,
+        report.adopted_from_dlq,
+        report.dlq_messages_deleted,
+        usize::from(report.continuation_token.is_some()),
+    ];
+    let mut metrics: Vec<(&str, &str, Value)> = REDRIVE_METRICS
+        .into_iter()
+        .zip(values)
+        .map(|(name, value)| (name, COUNT, json!(value)))
+        .collect();
     if let Some(age) = report.oldest_dead_age_secs {
-        metrics.push(("OldestDeadRecordAgeSeconds", SECONDS, json!(age)));
+        metrics.push((OLDEST_DEAD_AGE, SECONDS, json!(age)));
     }
     let mut doc = document(timestamp_ms, function_name, None, &metrics);
     // Searchable in Logs Insights, not dimensions: a run id is unique.
     doc["RunId"] = json!(report.run_id);
     doc["Mode"] = serde_json::to_value(report.mode).unwrap_or(Value::Null);
     Some(doc)
+}
+
+/// The metrics of one run of the polling control: `PollingStopped` (1 while the worker's
+/// polling is stopped after the run, else 0: its maximum over a period says whether polling
+/// stopped at all), `PollingPaused` (1 when this run stopped it) and `PollingResumed` (1
+/// when this run restored it).
+pub const POLLING_METRICS: [&str; 3] = ["PollingStopped", "PollingPaused", "PollingResumed"];
+
+/// The EMF document of one polling control run, or `None` when the run did nothing it
+/// can say (another run held the lease, or a call failed).
+pub fn polling_document(
+    action: &sqs_keeper_core::polling::ControlAction,
+    function_name: &str,
+    timestamp_ms: i64,
+) -> Option<Value> {
+    use sqs_keeper_core::polling::ControlAction;
+    let (stopped, paused, resumed) = match action {
+        ControlAction::Polling | ControlAction::Sweeping => (0, 0, 0),
+        ControlAction::Paused => (1, 1, 0),
+        ControlAction::StaysPaused { .. } => (1, 0, 0),
+        ControlAction::Resumed { .. } => (0, 0, 1),
+        _ => return None,
+    };
+    let [stopped_name, paused_name, resumed_name] = POLLING_METRICS;
+    Some(document(
+        timestamp_ms,
+        function_name,
+        None,
+        &[
+            (stopped_name, COUNT, json!(stopped)),
+            (paused_name, COUNT, json!(paused)),
+            (resumed_name, COUNT, json!(resumed)),
+        ],
+    ))
+}
+
+/// Prints the EMF line of one polling control run to stdout.
+pub fn emit_polling(action: &sqs_keeper_core::polling::ControlAction, function_name: &str) {
+    let now = chrono::Utc::now().timestamp_millis();
+    if let Some(document) = polling_document(action, function_name, now) {
+        println!("{document}");
+    }
 }
 
 /// The EMF document of the oldest dead record's age alone (the scheduled age report).
@@ -291,7 +352,7 @@ fn dead_record_age_document(age_secs: u64, function_name: &str, timestamp_ms: i6
         timestamp_ms,
         function_name,
         None,
-        &[("OldestDeadRecordAgeSeconds", SECONDS, json!(age_secs))],
+        &[(OLDEST_DEAD_AGE, SECONDS, json!(age_secs))],
     )
 }
 
@@ -557,6 +618,35 @@ mod tests {
             .unwrap()
             .iter()
             .all(|m| m["Name"] != "RunId"));
+    }
+
+    /// The polling control's runs say whether polling is stopped, and when it stopped or
+    /// came back; a run that did nothing says nothing.
+    #[test]
+    fn a_polling_control_run_says_whether_polling_is_stopped() {
+        use sqs_keeper_core::polling::ControlAction;
+        let values = |action: &ControlAction| {
+            polling_document(action, "redrive", 0)
+                .map(|doc| POLLING_METRICS.map(|name| doc[name].as_u64().unwrap_or(u64::MAX)))
+        };
+        assert_eq!(values(&ControlAction::Paused), Some([1, 1, 0]));
+        assert_eq!(
+            values(&ControlAction::StaysPaused { probe: None }),
+            Some([1, 0, 0])
+        );
+        assert_eq!(
+            values(&ControlAction::Resumed { probe: None }),
+            Some([0, 0, 1])
+        );
+        assert_eq!(values(&ControlAction::Polling), Some([0, 0, 0]));
+        assert_eq!(values(&ControlAction::Sweeping), Some([0, 0, 0]));
+        assert_eq!(values(&ControlAction::Busy), None);
+        let failed = ControlAction::Failed {
+            error: "x".to_string(),
+        };
+        assert_eq!(values(&failed), None);
+        let doc = polling_document(&ControlAction::Paused, "redrive", 0).unwrap();
+        assert_eq!(doc["FunctionName"], "redrive");
     }
 
     #[test]

@@ -287,6 +287,7 @@ impl RedriveFunction {
                         }
                         action => tracing::info!(?action, "polling control"),
                     }
+                    crate::metrics::emit_polling(&action, &self.function_name);
                     action
                 }
                 None => {

@@ -104,6 +104,8 @@ struct Plotted {
     metric: String,
     /// The `FunctionName` dimension's value (a `${...}` reference), if any.
     function: Option<String>,
+    /// The `ErrorClass` dimension's value, if any.
+    error_class: Option<String>,
     stat: Option<String>,
 }
 
@@ -147,10 +149,14 @@ fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
                     })
                     .collect()
             };
-            let function = resolved
-                .iter()
-                .position(|d| d == "FunctionName")
-                .map(|i| resolved[i + 1].clone());
+            let dimension = |name: &str| {
+                resolved
+                    .iter()
+                    .position(|d| d == name)
+                    .map(|i| resolved[i + 1].clone())
+            };
+            let function = dimension("FunctionName");
+            let error_class = dimension("ErrorClass");
             let stat = options
                 .and_then(|o| o["stat"].as_str())
                 .or(properties["stat"].as_str())
@@ -161,6 +167,7 @@ fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
                     namespace: metrics_namespace(template, &resolved[0]),
                     metric: resolved[1].clone(),
                     function,
+                    error_class,
                     stat,
                 },
             ));
@@ -198,20 +205,30 @@ fn dashboard_plots_what_the_functions_emit() {
     counts
         .by_class
         .insert(sqs_keeper_lambda::ErrorClass::Throttled, 1);
+    // What a worker behind its breaker adds to the document.
+    let breaker_metrics =
+        sqs_keeper_core::breaker::METRICS.map(|name| sqs_keeper_core::context::CustomMetric {
+            name: name.to_string(),
+            unit: sqs_keeper_core::context::Unit::Count,
+            values: vec![1.0],
+        });
     let timings = InvocationTimings {
-        custom: Vec::new(),
+        custom: breaker_metrics.to_vec(),
         cold_start: true,
         batch_duration: Duration::from_millis(5),
         record_times: vec![Duration::from_millis(1)],
         request_id: None,
     };
     let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
-    let redrive_metrics = defined_metrics(&[redrive_document(
-        &sqs_keeper_core::redrive::RedriveReport::default(),
-        "r",
-        0,
-    )
-    .unwrap()]);
+    let redrive_metrics = defined_metrics(&[
+        redrive_document(&sqs_keeper_core::redrive::RedriveReport::default(), "r", 0).unwrap(),
+        sqs_keeper_lambda::metrics::polling_document(
+            &sqs_keeper_core::polling::ControlAction::Paused,
+            "r",
+            0,
+        )
+        .unwrap(),
+    ]);
 
     let plotted = dashboard_metrics(&template);
     // Every custom metric the dashboard plots is one the function it names emits.
@@ -265,6 +282,29 @@ fn dashboard_plots_what_the_functions_emit() {
         assert!(!shows("AWS/Lambda", metric, redrive).is_empty(), "{metric}");
         assert!(!shows("AWS/Lambda", metric, worker).is_empty(), "{metric}");
     }
+    // Failures by every error class the worker counts, each under its own dimension.
+    let classes: BTreeSet<String> = plotted
+        .iter()
+        .filter(|(_, p)| p.metric == "FailedRecords" && p.function.as_deref() == Some(worker))
+        .filter_map(|(_, p)| p.error_class.clone())
+        .collect();
+    let every_class: BTreeSet<String> = sqs_keeper_lambda::ErrorClass::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(classes, every_class);
+    // The breaker's refusals, openings and closings, and whether polling stopped.
+    for metric in sqs_keeper_core::breaker::METRICS {
+        assert_eq!(
+            shows(NAMESPACE, metric, worker),
+            BTreeSet::from(["Sum".to_string()]),
+            "{metric}"
+        );
+    }
+    assert_eq!(
+        shows(NAMESPACE, "PollingStopped", redrive),
+        BTreeSet::from(["Maximum".to_string()])
+    );
 }
 
 #[test]
