@@ -137,6 +137,33 @@ pub fn open_period(policy: &BreakerPolicy, opens: u32) -> Duration {
 /// sandbox alone reaches the threshold); a probe is tried at most once per half-open
 /// period. The writes on the item are thus bounded by the breaker's transitions, not by
 /// the failures or records of a fleet.
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use sqs_keeper_core::breaker::{Breaker, BreakerPolicy, BreakerStore};
+/// use sqs_keeper_core::testing::{MemoryBreakerStore, ScriptedProcessor};
+/// use sqs_keeper_core::{Processor, WorkItem};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// // Another sandbox opened the shared breaker a moment ago, for a minute.
+/// let store = MemoryBreakerStore::default();
+/// let now = SystemTime::now();
+/// store.open(now + Duration::from_secs(60), 1, now).await.unwrap();
+///
+/// let policy = BreakerPolicy {
+///     threshold: 5,
+///     window: Duration::from_secs(60),
+///     open_for: Duration::from_secs(60),
+///     max_open: Duration::from_secs(960),
+///     probe_for: Duration::from_secs(60),
+///     refresh: Duration::from_secs(5),
+/// };
+/// let guarded = Breaker::new(ScriptedProcessor::new(), store, policy);
+/// let refused = guarded.process(&WorkItem::new("m-1", "{}")).await.unwrap_err();
+/// // Refused without calling the processor: the record goes back to the queue.
+/// assert!(refused.is_breaker_refusal());
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct Breaker<P, S> {
     inner: P,

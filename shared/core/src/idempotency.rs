@@ -113,6 +113,21 @@ pub enum Once<T> {
 }
 
 /// Idempotency over a store: the keys' TTL and the claim rules above.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_keeper_core::idempotency::{Idempotency, Once};
+/// use sqs_keeper_core::testing::MemoryIdempotencyStore;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let once = Idempotency::new(MemoryIdempotencyStore::default(), Duration::from_secs(3600));
+/// let first = once.once("order-7", || async { Ok(42u32) }).await.unwrap();
+/// assert_eq!(first, Once::Ran(42));
+/// // A second delivery of the same item does not run the work again.
+/// let again = once.once("order-7", || async { Ok(43u32) }).await.unwrap();
+/// assert_eq!(again, Once::AlreadyDone(Some(42)));
+/// # });
+/// ```
 #[derive(Debug, Clone)]
 pub struct Idempotency<S> {
     store: S,

@@ -135,6 +135,28 @@ pub enum Jitter {
 }
 
 /// When and how often a retryable failure is tried again within one invocation.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_keeper_core::retry::{run_with_retry, Deadline, RetryPolicy};
+/// use sqs_keeper_core::ProcessError;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap().block_on(async {
+/// let policy = RetryPolicy::default();
+/// let deadline = Deadline::after(Duration::from_secs(30), Duration::from_secs(1));
+/// // Throttled once, then through: the second attempt succeeds within the invocation.
+/// let run = run_with_retry(&policy, &deadline, |attempt| async move {
+///     if attempt == 1 {
+///         Err(ProcessError::from_http_status(429, "slow down"))
+///     } else {
+///         Ok("done")
+///     }
+/// })
+/// .await;
+/// assert_eq!(run.result.ok(), Some("done"));
+/// assert_eq!(run.failures.len(), 1);
+/// # });
+/// ```
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     /// Total attempts, the first included (1 = no retries).

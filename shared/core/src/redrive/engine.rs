@@ -243,7 +243,25 @@ pub fn expiry_when_reopened(
 /// what the tools show, and the DLQ's depth alarm counts hidden messages too.
 pub const CARRY_HOLD: Duration = Duration::from_secs(3_600);
 
-/// Runs redrives.
+/// Runs redrives: selects dead records, leases each, reprocesses or requeues it, and
+/// settles its DLQ messages.
+///
+/// ```
+/// use sqs_keeper_core::redrive::{RedriveEngine, RedriveRequest, RedriveSettings};
+/// use sqs_keeper_core::testing::{dead_record, MemoryStore, ScriptedProcessor};
+/// use sqs_keeper_core::ErrorClass;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// // A record the worker dead-lettered after the downstream throttled it.
+/// let store = MemoryStore::new();
+/// store.insert_dead_lettered(dead_record("order-7", ErrorClass::Throttled, 3));
+///
+/// // The downstream is back: the processor succeeds, and the redrive resolves the item.
+/// let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), RedriveSettings::default());
+/// let report = engine.run(&RedriveRequest::default(), &|_| {}).await.unwrap();
+/// assert_eq!((report.selected, report.succeeded), (1, 1));
+/// # });
+/// ```
 pub struct RedriveEngine<P, S> {
     pub(super) store: S,
     pub(super) processor: Option<P>,

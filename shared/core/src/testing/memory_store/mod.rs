@@ -115,6 +115,17 @@ pub struct MemoryMessage {
 /// The store ports over a [`World`]: one handle per caller (its name goes to the
 /// observer, [`MemoryStore::as_actor`]), all sharing the world. See the module
 /// documentation.
+///
+/// ```
+/// use sqs_keeper_core::testing::{dead_record, MemoryStore};
+/// use sqs_keeper_core::ErrorClass;
+///
+/// let store = MemoryStore::new();
+/// store.insert_dead_lettered(dead_record("order-7", ErrorClass::Validation, 1));
+/// let record = store.record("order-7").unwrap();
+/// assert_eq!(record.failure_count, 1);
+/// assert_eq!(record.item_id, "order-7");
+/// ```
 #[derive(Debug)]
 pub struct MemoryStore<X = ()> {
     world: Arc<World<X>>,
