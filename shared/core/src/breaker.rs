@@ -696,7 +696,12 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                 std::panic::resume_unwind(panic);
             }
         };
-        crate::context::finishing(self.decide_probe(&result, lock, state, on_its_own)).await;
+        // Boxed: the decision's writes are futures of their own, and the probe's future sits
+        // inside every record's.
+        crate::context::finishing(Box::pin(
+            self.decide_probe(&result, lock, state, on_its_own),
+        ))
+        .await;
         result
     }
 

@@ -364,7 +364,10 @@ where
         // The wall time an attempt started at is only kept when it fails: worked out then
         // from its duration, so a successful attempt reads the clock once.
         let started = Instant::now();
-        let (result, cut) = attempt_until_cut(deadline, started, op(attempt)).await;
+        // Pinned here and lent: moved into the callee, the processor's future (large in a
+        // debug build) would be copied on the stack on its way.
+        let work = std::pin::pin!(op(attempt));
+        let (result, cut) = attempt_until_cut(deadline, started, work).await;
         let error = match result {
             Ok(value) => {
                 return RetryRun {
@@ -406,12 +409,11 @@ where
 async fn attempt_until_cut<T, Fut>(
     deadline: &Deadline,
     started: Instant,
-    work: Fut,
+    mut work: std::pin::Pin<&mut Fut>,
 ) -> (Result<T, ProcessError>, bool)
 where
     Fut: Future<Output = Result<T, ProcessError>>,
 {
-    let mut work = std::pin::pin!(work);
     match finish_by(
         crate::mutants::deadline_guard(deadline.cutoff()),
         work.as_mut(),

@@ -361,7 +361,8 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         let (held, swept_whole_dlq) = if request.dry_run {
             (BTreeMap::new(), true)
         } else {
-            self.sweep_for_run(&run, started, &mut report).await?
+            // Boxed: the sweep's future is large, and a debug build's stack is not.
+            Box::pin(self.sweep_for_run(&run, started, &mut report)).await?
         };
         if !request.dry_run {
             report.requeues_outlived = self.reopen_outlived_requeues(&run).await;

@@ -107,7 +107,15 @@ where
             return Err(error);
         }
     };
-    Ok(decide_probe(breaker, policy, &state, now, probe_until, report).await)
+    Ok(Box::pin(decide_probe(
+        breaker,
+        policy,
+        &state,
+        now,
+        probe_until,
+        report,
+    ))
+    .await)
 }
 
 /// How long the probe's lock lasts: as long as the probe run can, to its deadline and never
