@@ -78,7 +78,7 @@ impl Processor for Ledger {
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), UpdateItemError::ConditionalCheckFailedException(_)) =>
             {
-                Ok(Outcome::Skipped {
+                Ok(Outcome::AlreadyDone {
                     reason: format!(
                         "movement {} of {} was already applied",
                         movement.seq, movement.account

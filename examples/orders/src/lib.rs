@@ -115,7 +115,9 @@ impl Processor for Orders {
             Err(SdkError::ServiceError(e))
                 if matches!(e.err(), PutItemError::ConditionalCheckFailedException(_)) =>
             {
-                Ok(Outcome::Skipped {
+                // The table's answer that the order is there: done before, by another
+                // delivery (and, behind the breaker, proof the table answers).
+                Ok(Outcome::AlreadyDone {
                     reason: format!("order {} is already stored", order.order_id),
                 })
             }

@@ -409,7 +409,7 @@ fn refused_while_probing() -> ProcessError {
 }
 
 fn refusal(message: String) -> ProcessError {
-    crate::context::add_metric(REFUSED_METRIC, crate::context::Unit::Count, 1.0);
+    crate::context::add_own_metric(REFUSED_METRIC, crate::context::Unit::Count, 1.0);
     ProcessError::new(ErrorClass::ServerError, message)
         .with_code(CIRCUIT_OPEN)
         .with_step("breaker")
@@ -584,7 +584,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                     "circuit breaker opened: {why}; the downstream is not called for {} s",
                     period.as_secs()
                 );
-                crate::context::add_metric(OPENED_METRIC, crate::context::Unit::Count, 1.0);
+                crate::context::add_own_metric(OPENED_METRIC, crate::context::Unit::Count, 1.0);
                 self.forget_failures();
                 self.remember(&BreakerState {
                     open_until: Some(until),
@@ -751,7 +751,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
                         opens = state.opens,
                         "circuit breaker closed: the probe succeeded"
                     );
-                    crate::context::add_metric(CLOSED_METRIC, crate::context::Unit::Count, 1.0);
+                    crate::context::add_own_metric(CLOSED_METRIC, crate::context::Unit::Count, 1.0);
                     self.forget_failures();
                     self.remember(&BreakerState::default());
                 }

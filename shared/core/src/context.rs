@@ -424,6 +424,16 @@ pub(crate) async fn past_cutoff<F: Future>(work: F) -> Option<F::Output> {
 
 /// Adds a value to a custom metric of this invocation (see the module's documentation).
 pub fn add_metric(name: &str, unit: Unit, value: f64) {
+    if crate::breaker::METRICS.contains(&name) {
+        tracing::warn!(metric = %name, "custom metric ignored: the circuit breaker writes this name");
+        return;
+    }
+    add_own_metric(name, unit, value);
+}
+
+/// [`add_metric`] for the library's own metrics (the breaker's), which a handler's may
+/// not take.
+pub(crate) fn add_own_metric(name: &str, unit: Unit, value: f64) {
     let _ = RECORD.try_with(|c| c.metrics.add(name, unit, value));
 }
 
@@ -472,6 +482,22 @@ mod tests {
         let mut values = metrics[0].values.clone();
         values.sort_by(f64::total_cmp);
         assert_eq!(values, [1.0, 2.0]);
+    }
+
+    /// A handler's metric named like the breaker's would add to its counts: it is ignored,
+    /// and the breaker's own still counts.
+    #[tokio::test]
+    async fn a_handlers_metric_may_not_take_the_breakers_names() {
+        let sink = Arc::new(MetricSink::default());
+        let deadline = SystemTime::now() + Duration::from_secs(30);
+        RecordContext::new(deadline, deadline + Duration::from_secs(1), sink.clone())
+            .scope(async {
+                add_metric("BreakerOpened", Unit::Count, 1.0);
+                add_own_metric("BreakerRefused", Unit::Count, 1.0);
+            })
+            .await;
+        let names: Vec<String> = sink.take().into_iter().map(|m| m.name).collect();
+        assert_eq!(names, ["BreakerRefused"]);
     }
 
     #[test]

@@ -80,15 +80,24 @@ impl TraceContext {
             pieces.next()?,
             pieces.next()?,
         );
-        if version.len() != 2 || version == "ff" || !is_hex(version) {
+        // Lowercase hex only, as the recommendation writes every field; version ff is
+        // invalid.
+        let lower_hex = |field: &str| {
+            field
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        };
+        if version.len() != 2 || version == "ff" || !lower_hex(version) {
             return None;
         }
         if version == "00" && pieces.next().is_some() {
             return None;
         }
-        let flags = u8::from_str_radix(flags, 16)
-            .ok()
-            .filter(|_| flags.len() == 2)?;
+        let fields_hex = lower_hex(flags) && lower_hex(trace_id) && lower_hex(parent_id);
+        if flags.len() != 2 || !fields_hex {
+            return None;
+        }
+        let flags = u8::from_str_radix(flags, 16).ok()?;
         TraceContext::checked(trace_id.to_string(), parent_id.to_string(), flags & 1 == 1)
     }
 
@@ -203,6 +212,9 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-+1",
+            "FF-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
         ] {
             assert_eq!(TraceContext::from_traceparent(value), None, "{value}");
         }

@@ -387,7 +387,11 @@ impl Setup {
     ///
     /// The layer runs inside the invocation's span (its log lines carry the request id)
     /// and around the batch: it sees every invocation, and the batch's response is
-    /// posted when it finishes.
+    /// posted when it finishes. Its service need not be `Clone` (lambda_runtime's
+    /// OpenTelemetry service is not): it is served behind a tower `Buffer`, which keeps
+    /// Lambda Managed Instances' concurrent invocations concurrent. Its service need not be `Clone` (lambda_runtime's
+    /// OpenTelemetry service is not): it is served behind a tower `Buffer`, which keeps
+    /// Lambda Managed Instances' concurrent invocations concurrent.
     ///
     /// ```no_run
     /// use sqs_keeper_lambda::{handler_fn, Outcome, ProcessError, Setup, WorkItem};
@@ -406,15 +410,21 @@ impl Setup {
     where
         P: Processor + 'static,
         L: TowerLayer<InvocationBox>,
-        L::Service:
-            Service<LambdaInvocation, Response = (), Error = Error> + Clone + Send + 'static,
+        L::Service: Service<LambdaInvocation, Response = (), Error = Error> + Send + 'static,
         <L::Service as Service<LambdaInvocation>>::Future: Send,
     {
         let worker = self.serving(processor).await?;
+        // As many invocations wait for the layer's service as the runtime serves at once.
+        let concurrency = std::env::var(MAX_CONCURRENCY_VAR)
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
         Runtime::new(service_fn(respond))
             .layer(WorkerLayer::new(worker))
             .layer(InvocationBox::layer())
             .layer(layer)
+            .layer(::tower::buffer::BufferLayer::new(concurrency))
             .layer(InvocationLayer)
             .run_concurrent()
             .await
@@ -474,6 +484,48 @@ fn concurrency_warning(value: Option<&str>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A layer whose service is not `Clone`, as lambda_runtime's OpenTelemetry service is
+    /// not: `run_with_layer` must take it. Checked by compiling the call.
+    struct NotClone;
+
+    impl<S> TowerLayer<S> for NotClone {
+        type Service = NotCloneService<S>;
+
+        fn layer(&self, inner: S) -> NotCloneService<S> {
+            NotCloneService(inner)
+        }
+    }
+
+    struct NotCloneService<S>(S);
+
+    impl<S: Service<LambdaInvocation>> Service<LambdaInvocation> for NotCloneService<S> {
+        type Response = S::Response;
+        type Error = S::Error;
+        type Future = S::Future;
+
+        fn poll_ready(
+            &mut self,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), S::Error>> {
+            self.0.poll_ready(cx)
+        }
+
+        fn call(&mut self, invocation: LambdaInvocation) -> S::Future {
+            self.0.call(invocation)
+        }
+    }
+
+    async fn done(_item: &WorkItem) -> Result<Outcome, ProcessError> {
+        Ok(Outcome::Done)
+    }
+
+    #[allow(dead_code)]
+    async fn a_layer_whose_service_is_not_clone_is_taken(setup: Setup) -> Result<(), Error> {
+        setup
+            .run_with_layer(sqs_keeper_core::handler_fn(done), NotClone)
+            .await
+    }
 
     #[test]
     fn a_max_concurrency_that_is_no_count_is_warned_of() {

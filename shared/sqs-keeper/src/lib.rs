@@ -41,7 +41,7 @@
 
 pub use sqs_keeper_core::idempotency::Idempotency;
 pub use sqs_keeper_core::DeadLetterReason;
-pub use sqs_keeper_core::{context, envelope, idempotency, testing};
+pub use sqs_keeper_core::{context, envelope, idempotency, testing, trace};
 /// A handler's own HTTP calls (`reqwest` feature): the client, and its non-success answers
 /// as classified failures with their `Retry-After`.
 #[cfg(feature = "reqwest")]
