@@ -1075,30 +1075,26 @@ mod tests {
         }
     }
 
+    /// A probe of a half-open breaker whose processor ends every item with `outcome`:
+    /// what it returned, and the breaker's state after it.
+    async fn probe_ending_with(outcome: Outcome) -> (Result<Outcome, ProcessError>, BreakerState) {
+        let store = half_open_store().await;
+        let calls = Arc::new(AtomicU32::new(0));
+        let sandbox = Breaker::new(EndsWith { outcome, calls }, store.clone(), policy());
+        let result = sandbox.process(&WorkItem::new("m", "{}")).await;
+        (result, store.state())
+    }
+
     /// A skipped probe never called the downstream: a message group's breaker in front of
     /// a completed idempotency key closed on it, and sent the group's records to a
     /// downstream nobody had heard from. It leaves the breaker half-open.
     #[tokio::test]
     async fn a_skipped_probe_decides_nothing() {
-        let store = half_open_store().await;
-        let calls = Arc::new(AtomicU32::new(0));
-        let outcome = Outcome::Skipped {
+        let (result, state) = probe_ending_with(Outcome::Skipped {
             reason: "already processed (idempotency record)".to_string(),
-        };
-        let sandbox = Breaker::new(
-            EndsWith {
-                outcome,
-                calls: calls.clone(),
-            },
-            store.clone(),
-            policy(),
-        );
-        let item = WorkItem::new("m", "{}");
-        assert!(matches!(
-            sandbox.process(&item).await,
-            Ok(Outcome::Skipped { .. })
-        ));
-        let state = store.state();
+        })
+        .await;
+        assert!(matches!(result, Ok(Outcome::Skipped { .. })));
         assert!(state.is_half_open(SystemTime::now()), "{state:?}");
         assert_eq!((state.opens, state.probe_until), (1, None), "{state:?}");
     }
@@ -1107,22 +1103,11 @@ mod tests {
     /// closes the breaker.
     #[tokio::test]
     async fn a_probe_the_downstream_answers_already_done_closes_the_breaker() {
-        let store = half_open_store().await;
-        let calls = Arc::new(AtomicU32::new(0));
-        let outcome = Outcome::AlreadyDone {
+        let (result, state) = probe_ending_with(Outcome::AlreadyDone {
             reason: "downstream had already processed the item (208)".to_string(),
-        };
-        let sandbox = Breaker::new(
-            EndsWith {
-                outcome,
-                calls: calls.clone(),
-            },
-            store.clone(),
-            policy(),
-        );
-        let item = WorkItem::new("m", "{}");
-        assert!(sandbox.process(&item).await.is_ok());
-        let state = store.state();
+        })
+        .await;
+        assert!(result.is_ok());
         assert!(!state.is_open(SystemTime::now()), "{state:?}");
         assert_eq!(state.opens, 0, "{state:?}");
     }

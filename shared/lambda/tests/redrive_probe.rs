@@ -453,20 +453,17 @@ async fn half_open_breaker() -> (MemoryBreakerStore, BreakerPolicy) {
     (breaker, policy)
 }
 
-/// Guarantee 10 / docs §7, the redrive as the probe: an eligible item that tells nothing
-/// of the downstream (its handler panics) is the oldest, so every run took it as the
-/// probe, gave the probe back, and stopped: the breaker stayed half-open and no other item
-/// was ever redriven (found by the simulation, seed 88386). The probe run now goes on to
-/// the next item, and its success closes the breaker.
-#[tokio::test]
-async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next() {
-    use sqs_keeper_core::testing::{ScriptedProcessor, Step};
+/// A scheduled redrive run, one attempt per item, over `store` through `processor`,
+/// gated by a breaker whose open period just ended: its report and the breaker's state
+/// after it.
+async fn probe_run(
+    store: MemoryStore,
+    processor: sqs_keeper_core::testing::ScriptedProcessor,
+) -> (
+    sqs_keeper_core::redrive::RedriveReport,
+    sqs_keeper_core::breaker::BreakerState,
+) {
     let (breaker, policy) = half_open_breaker().await;
-    let store = MemoryStore::new();
-    store.insert_dead_lettered(dead_record("panics", ErrorClass::Unknown, 3));
-    store.insert_dead_lettered(dead_record("heals", ErrorClass::Throttled, 2));
-    store.insert_dead_lettered(dead_record("later", ErrorClass::Throttled, 1));
-    let processor = ScriptedProcessor::new().script("panics", vec![Step::Panic]);
     let mut settings = RedriveSettings::default();
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(processor), settings);
@@ -480,9 +477,25 @@ async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next
     )
     .await
     .unwrap();
+    (report, breaker.read().await.unwrap())
+}
+
+/// Guarantee 10 / docs §7, the redrive as the probe: an eligible item that tells nothing
+/// of the downstream (its handler panics) is the oldest, so every run took it as the
+/// probe, gave the probe back, and stopped: the breaker stayed half-open and no other item
+/// was ever redriven (found by the simulation, seed 88386). The probe run now goes on to
+/// the next item, and its success closes the breaker.
+#[tokio::test]
+async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next() {
+    use sqs_keeper_core::testing::{ScriptedProcessor, Step};
+    let store = MemoryStore::new();
+    store.insert_dead_lettered(dead_record("panics", ErrorClass::Unknown, 3));
+    store.insert_dead_lettered(dead_record("heals", ErrorClass::Throttled, 2));
+    store.insert_dead_lettered(dead_record("later", ErrorClass::Throttled, 1));
+    let processor = ScriptedProcessor::new().script("panics", vec![Step::Panic]);
+    let (report, state) = probe_run(store, processor).await;
     assert_eq!(report.succeeded, 2, "both others redriven: {report:?}");
     assert!(report.failed_again >= 1, "{report:?}");
-    let state = breaker.read().await.unwrap();
     assert!(
         !state.is_open(SystemTime::now()) && !state.is_half_open(SystemTime::now()),
         "closed by the second probe item: {state:?}"
@@ -496,7 +509,6 @@ async fn a_probe_item_that_tells_nothing_of_the_downstream_gives_way_to_the_next
 #[tokio::test]
 async fn a_probe_item_resolved_with_nothing_done_decides_nothing() {
     use sqs_keeper_core::testing::{ScriptedProcessor, Step};
-    let (breaker, policy) = half_open_breaker().await;
     let store = MemoryStore::new();
     store.insert_dead_lettered(dead_record("done-before", ErrorClass::Throttled, 3));
     store.insert_dead_lettered(dead_record("still-down", ErrorClass::Throttled, 2));
@@ -506,21 +518,8 @@ async fn a_probe_item_resolved_with_nothing_done_decides_nothing() {
             "still-down",
             vec![Step::Error(ProcessError::from_http_status(503, "down"))],
         );
-    let mut settings = RedriveSettings::default();
-    settings.retry.max_attempts = 1;
-    let engine = RedriveEngine::new(store, Some(processor), settings);
-    let progress = redrive::no_progress();
-    let report = sqs_keeper_lambda::redrive_function::run_gated(
-        &engine,
-        Some((&breaker, &policy)),
-        &RedriveRequest::default(),
-        None,
-        &*progress,
-    )
-    .await
-    .unwrap();
+    let (report, state) = probe_run(store, processor).await;
     assert_eq!(report.succeeded, 1, "{report:?}");
-    let state = breaker.read().await.unwrap();
     assert!(
         state.is_open(SystemTime::now()),
         "the downstream's 503 decided the probe, not the skipped item: {state:?}"
@@ -533,26 +532,12 @@ async fn a_probe_item_resolved_with_nothing_done_decides_nothing() {
 #[tokio::test]
 async fn a_probe_item_the_downstream_answers_already_done_closes_the_breaker() {
     use sqs_keeper_core::testing::{ScriptedProcessor, Step};
-    let (breaker, policy) = half_open_breaker().await;
     let store = MemoryStore::new();
     store.insert_dead_lettered(dead_record("done-downstream", ErrorClass::Throttled, 2));
     let processor = ScriptedProcessor::new().script("done-downstream", vec![Step::AlreadyDone]);
-    let mut settings = RedriveSettings::default();
-    settings.retry.max_attempts = 1;
-    let engine = RedriveEngine::new(store, Some(processor), settings);
-    let progress = redrive::no_progress();
-    let report = sqs_keeper_lambda::redrive_function::run_gated(
-        &engine,
-        Some((&breaker, &policy)),
-        &RedriveRequest::default(),
-        None,
-        &*progress,
-    )
-    .await
-    .unwrap();
+    let (report, state) = probe_run(store, processor).await;
     assert_eq!(report.succeeded, 1, "{report:?}");
     assert_eq!(report.resolved_with_nothing_done, 0, "{report:?}");
-    let state = breaker.read().await.unwrap();
     let now = SystemTime::now();
     assert!(
         !state.is_open(now) && !state.is_half_open(now),

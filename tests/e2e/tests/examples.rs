@@ -475,14 +475,8 @@ async fn a_panicking_handler_fails_its_record_only_and_the_process_serves_on() {
     let binary = e2e::function_binary("fixture-handler");
     let mut process =
         FunctionProcess::spawn(&binary, "fixture", &api.address(), &env, Some(&log)).unwrap();
-    let record = |id: &str, body: &str| {
-        json!({
-            "messageId": id, "receiptHandle": "rh", "body": body,
-            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1763700000000"},
-            "messageAttributes": {}, "eventSource": "aws:sqs",
-            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:fixture", "awsRegion": "us-east-1"
-        })
-    };
+    let record =
+        |id: &str, body: &str| record(id, body, "arn:aws:sqs:us-east-1:000000000000:fixture");
     for round in 0..2 {
         let event = json!({"Records": [
             record(&format!("ok-{round}"), "fine"),
@@ -620,24 +614,18 @@ async fn a_handlers_own_subscriber_and_tower_layer_reach_the_runtime() {
     let binary = e2e::function_binary("telemetry-worker");
     let mut process =
         FunctionProcess::spawn(&binary, "telemetry", &api.address(), &env, Some(&log)).unwrap();
-    let record = |id: &str| {
-        json!({
-            "messageId": id, "receiptHandle": "rh", "body": "fine",
-            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1763700000000"},
-            "messageAttributes": {}, "eventSource": "aws:sqs",
-            "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:telemetry", "awsRegion": "us-east-1"
-        })
-    };
+    let queue = "arn:aws:sqs:us-east-1:000000000000:telemetry";
+    let plain = |id: &str| record(id, "fine", queue);
     // One record of each invocation was sent by a producer X-Ray traced.
     let traced = |id: &str| {
-        let mut r = record(id);
+        let mut r = plain(id);
         r["attributes"]["AWSTraceHeader"] =
             json!("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1");
         r
     };
     for round in 1..=2 {
         let event =
-            json!({"Records": [traced(&format!("a-{round}")), record(&format!("b-{round}"))]});
+            json!({"Records": [traced(&format!("a-{round}")), plain(&format!("b-{round}"))]});
         let result = api
             .invoke(
                 serde_json::to_vec(&event).unwrap().into(),

@@ -394,6 +394,20 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         Ok(report)
     }
 
+    /// The options of a run's sweeps: adopting, until `until`, holding what they keep until
+    /// `hold_until`.
+    fn adopting_sweep(&self, until: Option<Instant>, hold_until: Option<Instant>) -> SweepOptions {
+        SweepOptions {
+            adopt: true,
+            purge: HashMap::new(),
+            parser: self.settings.parser.clone(),
+            until,
+            hold_until,
+            random: self.settings.retry.random.clone(),
+            orphans_sent_before_ms: None,
+        }
+    }
+
     /// Sweeps the DLQ for a run: adopts unrecorded messages and holds what it keeps for the
     /// run. Returns the held messages by item and whether the sweep went through the whole
     /// DLQ.
@@ -410,15 +424,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         let sweep_until = started + run.stop_at.saturating_duration_since(started) / 2;
         let sweep = crate::sweep::sweep_dlq(
             &self.store,
-            &SweepOptions {
-                adopt: true,
-                purge: HashMap::new(),
-                parser: self.settings.parser.clone(),
-                until: Some(sweep_until),
-                hold_until: Some(run.settle_by),
-                random: self.settings.retry.random.clone(),
-                orphans_sent_before_ms: None,
-            },
+            &self.adopting_sweep(Some(sweep_until), Some(run.settle_by)),
         )
         .await
         .map_err(RedriveError::Store)?;
@@ -581,15 +587,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         if resolved_unheld && Instant::now() < run.settle_by {
             let sweep = crate::sweep::sweep_dlq(
                 &self.store,
-                &SweepOptions {
-                    adopt: true,
-                    purge: HashMap::new(),
-                    parser: self.settings.parser.clone(),
-                    until: Some(run.settle_by),
-                    hold_until: Some(run.settle_by),
-                    random: self.settings.retry.random.clone(),
-                    orphans_sent_before_ms: None,
-                },
+                &self.adopting_sweep(Some(run.settle_by), Some(run.settle_by)),
             )
             .await?;
             deleted += sweep.deleted;
@@ -612,15 +610,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         if settled.to_reopen > 0 && Instant::now() < run.settle_by {
             let sweep = crate::sweep::sweep_dlq(
                 &self.store,
-                &SweepOptions {
-                    adopt: true,
-                    purge: HashMap::new(),
-                    parser: self.settings.parser.clone(),
-                    until: Some(run.settle_by),
-                    hold_until: None,
-                    random: self.settings.retry.random.clone(),
-                    orphans_sent_before_ms: None,
-                },
+                &self.adopting_sweep(Some(run.settle_by), None),
             )
             .await?;
             deleted += sweep.deleted;
