@@ -49,7 +49,8 @@ pub enum Mutant {
     RetentionIgnored,
     /// An attempt of a delivery recorded twice (invoked twice, or again after its DLQ send
     /// failed) is appended again when compaction had dropped its id: compaction may drop
-    /// the latest delivery's attempts, and a known sibling does not cover them.
+    /// the latest delivery's attempts, and a known sibling does not cover them. The ids of
+    /// unsent deliveries compaction keeps since go too: they would cover the same twins.
     DroppedAttemptRecordedAgain,
     /// A redrive's attempts are cut at the run's deadline only, not before the item's
     /// lease ends: a slow item runs on after another run may have taken it.
@@ -153,13 +154,21 @@ pub enum Mutant {
     TwinAppendsAgain,
     /// Compaction drops the unsent claim of the receive just before a message's latest, as
     /// an earlier receive's: that delivery's twin appends its attempts a second time and
-    /// sends a second DLQ message.
+    /// sends a second DLQ message. The ids of unsent deliveries compaction keeps since
+    /// ([`Mutant::CompactionForgetsUnsentAttempts`]) go too: they would cover the twin.
     CompactionDropsRunningClaim,
+    /// Compaction deletes the "DLQ message sent" mark of a message whose every entry goes:
+    /// a twin of its delivery, or its next receive, appends its attempts again and sends a
+    /// second DLQ message.
+    CompactionForgetsSentMarks,
+    /// Compaction drops every id of a delivery whose entries all go though its message is
+    /// not marked sent: after a failed DLQ send, its twin appends its attempts again.
+    CompactionForgetsUnsentAttempts,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 44] = [
+    pub const ALL: [Mutant; 46] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -204,6 +213,8 @@ impl Mutant {
         Mutant::ProbeClosedBySkippedItem,
         Mutant::TwinAppendsAgain,
         Mutant::CompactionDropsRunningClaim,
+        Mutant::CompactionForgetsSentMarks,
+        Mutant::CompactionForgetsUnsentAttempts,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -253,6 +264,8 @@ impl Mutant {
             Mutant::ProbeClosedBySkippedItem => "probe-closed-by-skipped-item",
             Mutant::TwinAppendsAgain => "twin-appends-again",
             Mutant::CompactionDropsRunningClaim => "compaction-drops-running-claim",
+            Mutant::CompactionForgetsSentMarks => "compaction-forgets-sent-marks",
+            Mutant::CompactionForgetsUnsentAttempts => "compaction-forgets-unsent-attempts",
         }
     }
 

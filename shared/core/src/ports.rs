@@ -480,13 +480,15 @@ pub struct Deliveries {
 }
 
 impl Written {
-    /// `record` as a write left it, its claims and sent marks not read: compaction then
-    /// keeps every claim at a latest receive.
+    /// `record` as a write left it, its attempt ids, claims and sent marks not read:
+    /// compaction then keeps every claim at a latest receive, and every "sent" mark.
     pub fn record_only(record: DeadLetteredItem) -> Written {
         Written {
             record,
+            attempt_ids: HashSet::new(),
             claims: HashSet::new(),
             sent: HashSet::new(),
+            forgotten_sent: None,
         }
     }
 }
@@ -496,6 +498,10 @@ impl Written {
 pub struct Written {
     /// The record.
     pub record: DeadLetteredItem,
+    /// The ids of the attempts recorded, as the write left them. Compaction keeps some of
+    /// those whose entries an earlier compaction dropped
+    /// ([`crate::recording::compaction_of`]).
+    pub attempt_ids: HashSet<String>,
     /// The claims on DLQ messages beside it, as elements ([`crate::dead_letter::DlqClaim::element`]).
     /// A claim a later receive took shows here, so that an earlier delivery still running
     /// does not send beside it.
@@ -504,6 +510,10 @@ pub struct Written {
     /// claim on a message not among them is a DLQ send in progress (or cut), and
     /// compaction keeps it ([`crate::recording::compaction_of`]).
     pub sent: HashSet<String>,
+    /// The ids in `sent` whose every history entry compaction dropped, oldest first
+    /// ([`crate::recording::SENT_MARKS_FORGOTTEN_MAX`] at most). `None`: the marks were not
+    /// read, and compaction leaves them as they are.
+    pub forgotten_sent: Option<Vec<String>>,
 }
 
 /// What compacting a record's history writes: the history kept, and with it the attempt
@@ -516,13 +526,17 @@ pub struct Compaction {
     /// The ids of the kept entries. The ids of dropped attempts go with them: `attempt_ids`
     /// would otherwise grow by one id per attempt for ever.
     pub attempt_ids: Vec<String>,
-    /// The claim elements that go: every claim of a message whose every entry goes, and
-    /// the claims of earlier receives of the messages that stay (a later receive took
-    /// them over, or could). The set would otherwise grow with every cut delivery.
+    /// The claim elements that go: the claims of messages marked sent whose every entry
+    /// goes, and the claims two or more receives before a message's latest (a later
+    /// receive took them over). The set would otherwise grow with every cut delivery.
     pub dropped_claims: Vec<String>,
-    /// The source message ids whose every entry goes: their "DLQ message sent" marks go
-    /// with them, as their claims do (`dlq_sent` would otherwise grow for ever).
-    pub forgotten: Vec<String>,
+    /// The new list of "sent" marks whose message has no entry left, oldest first
+    /// ([`Written::forgotten_sent`]). `None`: left as it is (the marks were not read).
+    pub forgotten_sent: Option<Vec<String>>,
+    /// The "sent" marks that go: the oldest of that list, past
+    /// [`crate::recording::SENT_MARKS_FORGOTTEN_MAX`]. `dlq_sent` would otherwise grow for
+    /// ever.
+    pub unmarked: Vec<String>,
     /// The latest [`crate::dead_letter::PROCESSED_LIMIT`] entries of `processed` (a finished
     /// requeue appends to it without trimming it: trimmed here).
     pub processed: Vec<String>,

@@ -995,14 +995,17 @@ async fn dlq_message_count(clients: &AwsClients, url: &str) -> usize {
 
 /// On DynamoDB Local: the receive after next takes over the claim a cut delivery left and sends,
 /// its twin and the next receive send nothing more, and a compaction deletes a forgotten
-/// message's claim and "sent" mark in one update. One DLQ message per source message.
+/// message's claim and lists its "sent" mark in one update, so that its twin still sends
+/// nothing. One DLQ message per source message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
+    use aws_sdk_dynamodb::types::AttributeValue;
     use sqs_keeper_core::{dead_letter::DlqClaim, ports::Expect, ports::RecordStore};
     let (clients, mut config) = emulator_store_resources("claims").await;
     config.history_limit = 4;
     let url = config.queue_url.clone();
     let settings = config.recording_settings();
+    let table_name = config.table.clone();
     let store = DeadLetterStore::new(clients.clone(), config);
     let info = InvocationInfo::default();
     // A delivery cut after its claim (receive 3), then receive 4 dead-letters it.
@@ -1059,9 +1062,36 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
     assert_eq!(k.failure_count, 5);
     assert!(k.failure_history.len() <= 4, "compacted on DynamoDB");
     assert!(
-        !d.sent.contains("r") && !d.claims.contains("r:1"),
-        "r forgotten"
+        d.sent.contains("r") && !d.claims.contains("r:1"),
+        "r's entries and claim gone, its mark kept: {d:?}"
     );
+    let item = clients
+        .dynamodb
+        .get_item()
+        .table_name(&table_name)
+        .key("item_id", AttributeValue::S("k".into()))
+        .send()
+        .await
+        .unwrap();
+    let listed = item
+        .item()
+        .and_then(|i| i.get("dlq_sent_forgotten"))
+        .cloned();
+    assert_eq!(
+        listed,
+        Some(AttributeValue::L(vec![AttributeValue::S("r".into())])),
+        "the marks of messages with no entry left, oldest first"
+    );
+    // r's twin, after the compaction: nothing appended, nothing sent.
+    let r = sqs_keeper_core::recording::dead_letter(
+        &store,
+        &settings,
+        &[claim_candidate("k", "r", 1)],
+        &info,
+    )
+    .await;
+    assert!(r[0].is_ok(), "{r:?}");
+    assert_eq!(store.get("k").await.unwrap().unwrap().failure_count, 5);
     assert_eq!(
         dlq_message_count(&clients, &url).await,
         6,

@@ -272,6 +272,24 @@ fn finds_a_compaction_that_drops_the_claim_of_a_delivery_still_running() {
 }
 
 #[test]
+fn finds_a_compaction_that_forgets_the_sent_marks_of_the_messages_it_drops() {
+    found_by_its_seed(
+        Mutant::CompactionForgetsSentMarks,
+        460865,
+        "appended a second time",
+    );
+}
+
+#[test]
+fn finds_a_compaction_that_forgets_the_attempts_of_a_delivery_whose_send_failed() {
+    found_by_its_seed(
+        Mutant::CompactionForgetsUnsentAttempts,
+        511320,
+        "appended a second time",
+    );
+}
+
+#[test]
 fn finds_a_resolve_that_deletes_a_payload_a_record_still_names() {
     found_by_its_seed(
         Mutant::ResolveDeletesLivePayload,

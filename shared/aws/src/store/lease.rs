@@ -540,7 +540,7 @@ impl DeadLetterStore {
             Err(e) => return Err(ProcessError::from_sdk(&e)),
         };
         if let Some(item) = result.attributes() {
-            self.after_append(schema::record_from_item(item)?).await?;
+            self.after_append(item).await?;
         }
         Ok(true)
     }

@@ -299,15 +299,16 @@ impl DeadLetterStore {
         sqs_keeper_core::recording::record(self, &self.recording(), record).await
     }
 
-    /// What follows a write that appended to a record's history: the review flag settled,
-    /// the history compacted ([`sqs_keeper_core::recording::after_append`]).
-    pub(crate) async fn after_append(&self, stored: DeadLetteredItem) -> Result<(), ProcessError> {
-        sqs_keeper_core::recording::after_append(
-            self,
-            &self.recording(),
-            &sqs_keeper_core::ports::Written::record_only(stored),
-        )
-        .await
+    /// What follows a write that appended to a record's history, from the item it left
+    /// (`ALL_NEW`): the review flag settled, the history compacted
+    /// ([`sqs_keeper_core::recording::after_append`]).
+    pub(crate) async fn after_append(
+        &self,
+        item: &HashMap<String, AttributeValue>,
+    ) -> Result<(), ProcessError> {
+        let record = schema::record_from_item(item)?;
+        let written = record_store::written_of(Some(item), &record)?;
+        sqs_keeper_core::recording::after_append(self, &self.recording(), &written).await
     }
 
     /// The items of `ids` (each once) by item id, read with strongly consistent

@@ -244,16 +244,26 @@ impl RecordStore for DeadLetterStore {
                 ":dropped",
                 AttributeValue::N(compaction.dropped.to_string()),
             );
-        // The "sent" marks of the messages whose entries all go, and the claims that go
-        // (DynamoDB refuses an empty set, hence only when there are some).
-        let request = if compaction.forgotten.is_empty() {
+        // The list of "sent" marks kept for messages with no entry left, the marks that go,
+        // and the claims that go (DynamoDB refuses an empty set, hence only when there are
+        // some).
+        let request = match &compaction.forgotten_sent {
+            Some(list) => request
+                .expression_attribute_names("#forgotten_sent", schema::DLQ_SENT_FORGOTTEN)
+                .expression_attribute_values(
+                    ":forgotten_sent",
+                    AttributeValue::L(list.iter().cloned().map(AttributeValue::S).collect()),
+                ),
+            None => request,
+        };
+        let request = if compaction.unmarked.is_empty() {
             request
         } else {
             request
                 .expression_attribute_names("#sent", schema::DLQ_SENT)
                 .expression_attribute_values(
-                    ":forgotten",
-                    AttributeValue::Ss(compaction.forgotten.clone()),
+                    ":unmarked",
+                    AttributeValue::Ss(compaction.unmarked.clone()),
                 )
         };
         let request = if compaction.dropped_claims.is_empty() {
@@ -407,14 +417,18 @@ fn done_unless_refused(
 }
 
 /// The update of a compaction: the kept history, ids and `processed` set, the dropped
-/// entries counted, and the "sent" marks and claims that go deleted when there are some.
+/// entries counted, the list of forgotten messages' "sent" marks when read, and the marks
+/// and claims that go deleted when there are some.
 fn compaction_expression(compaction: &Compaction) -> String {
-    let mut expression = "SET #hist = :kept, #ids = :kept_ids, #processed = :kept_processed \
-                          ADD #omitted :dropped"
-        .to_string();
+    let mut expression =
+        "SET #hist = :kept, #ids = :kept_ids, #processed = :kept_processed".to_string();
+    if compaction.forgotten_sent.is_some() {
+        expression.push_str(", #forgotten_sent = :forgotten_sent");
+    }
+    expression.push_str(" ADD #omitted :dropped");
     let mut deletes = Vec::new();
-    if !compaction.forgotten.is_empty() {
-        deletes.push("#sent :forgotten");
+    if !compaction.unmarked.is_empty() {
+        deletes.push("#sent :unmarked");
     }
     if !compaction.dropped_claims.is_empty() {
         deletes.push("#claims :dropped_claims");
@@ -464,9 +478,9 @@ mod tests {
     }
 }
 
-/// The record and its claims as a write left them (`ALL_NEW`); the record written when
+/// The record and its sets as a write left them (`ALL_NEW`); the record written when
 /// DynamoDB returned nothing.
-fn written_of(
+pub(super) fn written_of(
     stored: Option<&HashMap<String, AttributeValue>>,
     record: &DeadLetteredItem,
 ) -> Result<Written, ProcessError> {
@@ -477,13 +491,21 @@ fn written_of(
             .map(|elements| elements.iter().cloned().collect())
             .unwrap_or_default()
     };
+    let attempt_ids = strings(schema::ATTEMPT_IDS);
     let claims = strings(schema::DLQ_CLAIMS);
     let sent = strings(schema::DLQ_SENT);
+    let forgotten_sent = stored
+        .and_then(|item| item.get(schema::DLQ_SENT_FORGOTTEN))
+        .and_then(|v| v.as_l().ok())
+        .map(|list| list.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
+        .unwrap_or_default();
     let stored = stored.map(schema::record_from_item).transpose()?;
     Ok(Written {
         record: stored.unwrap_or_else(|| record.clone()),
+        attempt_ids,
         claims,
         sent,
+        forgotten_sent: Some(forgotten_sent),
     })
 }
 

@@ -13,6 +13,7 @@
 //! | `attempt_ids` | SS | ids of recorded attempts: makes recording idempotent |
 //! | `dlq_claims` | SS | claims on DLQ messages, `<source message id>:<receive count>` (`sqs_keeper_core::dead_letter::DlqClaim`) |
 //! | `dlq_sent` | SS | source message ids whose DLQ message was sent (a redelivery of one is acknowledged) |
+//! | `dlq_sent_forgotten` | L of S | the ids in `dlq_sent` whose every history entry compaction dropped, oldest first; past 32 the oldest leave both |
 //! | `processed` | L of S | `msg:<source message id>` / `sha:<payload sha256>` known processed |
 //! | everything else | | the fields of [`DeadLetteredItem`], as native types |
 //!
@@ -62,6 +63,9 @@ pub const DLQ_CLAIMS: &str = sqs_keeper_core::condition::names::DLQ_CLAIMS;
 /// Source message ids whose DLQ message was sent (SS): a later delivery of one (its
 /// acknowledgement was lost) is acknowledged, not sent back.
 pub const DLQ_SENT: &str = "dlq_sent";
+/// The ids in [`DLQ_SENT`] whose every history entry compaction dropped, oldest first
+/// (`sqs_keeper_core::recording::SENT_MARKS_FORGOTTEN_MAX` at most).
+pub const DLQ_SENT_FORGOTTEN: &str = "dlq_sent_forgotten";
 /// Source messages and payloads known processed (L of S).
 pub const PROCESSED: &str = sqs_keeper_core::condition::names::PROCESSED;
 /// While requeued: the message sent back to the source queue.
@@ -169,7 +173,8 @@ pub async fn create_table(
 }
 
 /// The record as a DynamoDB item: every field of [`DeadLetteredItem`], without the sets
-/// `attempt_ids`, `dlq_claims` and `dlq_sent`, which the writes maintain themselves.
+/// `attempt_ids`, `dlq_claims` and `dlq_sent` and the list `dlq_sent_forgotten`, which the
+/// writes maintain themselves.
 pub fn record_to_item(
     record: &DeadLetteredItem,
 ) -> Result<HashMap<String, AttributeValue>, ProcessError> {
@@ -219,7 +224,12 @@ pub fn record_from_item(
     // The sets are the writes' bookkeeping, not fields of the record: not copied.
     let fields: HashMap<String, AttributeValue> = item
         .iter()
-        .filter(|(name, _)| !matches!(name.as_str(), ATTEMPT_IDS | DLQ_CLAIMS))
+        .filter(|(name, _)| {
+            !matches!(
+                name.as_str(),
+                ATTEMPT_IDS | DLQ_CLAIMS | DLQ_SENT | DLQ_SENT_FORGOTTEN
+            )
+        })
         .map(|(name, value)| (name.clone(), value.clone()))
         .collect();
     dynamo::from_item(fields).map_err(|e| unreadable(&e))

@@ -50,6 +50,8 @@ pub struct Row {
     pub claims: BTreeSet<String>,
     /// Source message ids whose DLQ message was sent.
     pub sent: BTreeSet<String>,
+    /// The ids in `sent` whose every history entry compaction dropped, oldest first.
+    pub forgotten_sent: Vec<String>,
     /// Who holds the lease.
     pub lease_owner: Option<String>,
     /// Damaged outside the pipeline (a hand edit, an older schema): it reads without a
@@ -69,6 +71,7 @@ impl Row {
             record,
             claims: BTreeSet::new(),
             sent: BTreeSet::new(),
+            forgotten_sent: Vec::new(),
             lease_owner: None,
             corrupt: false,
         }
@@ -97,6 +100,11 @@ impl Row {
             + self.attempt_ids.iter().map(|s| s.len() + 3).sum::<usize>()
             + self.claims.iter().map(|s| s.len() + 3).sum::<usize>()
             + self.sent.iter().map(|s| s.len() + 3).sum::<usize>()
+            + self
+                .forgotten_sent
+                .iter()
+                .map(|s| s.len() + 3)
+                .sum::<usize>()
     }
 }
 

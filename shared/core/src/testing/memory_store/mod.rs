@@ -344,6 +344,11 @@ impl<X> MemoryStore<X> {
         self.world.lock().refuse_sends_of(item_id);
     }
 
+    /// Takes back [`MemoryStore::refuse_sends_of`].
+    pub fn allow_sends_of(&self, item_id: &str) {
+        self.world.lock().allow_sends_of(item_id);
+    }
+
     /// Makes the operation `name` fail from now on ([`WorldState::fail`]).
     pub fn fail(&self, name: &str) {
         self.world.lock().fail(name);

@@ -131,15 +131,13 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         if let Some(claim) = claim {
             row.claims.insert(claim.element());
         }
-        let stored = Written {
-            record: row.record.clone(),
-            claims: row.claims.iter().cloned().collect(),
-            sent: row.sent.iter().cloned().collect(),
-        };
+        let stored = written(&row);
         self.put_row(&mut state, id, row)?;
         if let Some(claim) = claim.filter(|c| c.is_held_later(&stored.claims)) {
             state.observe(&self.actor, &Event::ClaimSuperseded { item: id, claim });
         }
+        // The write landed, whatever its caller hears of it.
+        self.tell_recorded(&mut state, record, pending.len(), claim.is_some());
         // A write that landed and whose answer was lost (a timeout after DynamoDB applied
         // it): the caller sees a failure it must not take for "not written".
         if self.call_fails(
@@ -154,7 +152,6 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             )
             .with_step("record"));
         }
-        self.tell_recorded(&mut state, record, pending.len(), claim.is_some());
         Ok(Some(stored))
     }
 
@@ -209,8 +206,11 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         for dropped in &compaction.dropped_claims {
             row.claims.remove(dropped);
         }
-        for forgotten in &compaction.forgotten {
-            row.sent.remove(forgotten);
+        if let Some(list) = &compaction.forgotten_sent {
+            row.forgotten_sent.clone_from(list);
+        }
+        for unmarked in &compaction.unmarked {
+            row.sent.remove(unmarked);
         }
         row.record.processed = compaction.processed.clone();
         row.record.history_omitted += compaction.dropped;
@@ -370,13 +370,11 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
                 r.failure_count += u32::try_from(failures.len()).unwrap_or(u32::MAX);
                 row.attempt_ids
                     .extend(failures.iter().map(|f| f.attempt_id.clone()));
-                stored = Some(row.record.clone());
+                stored = Some(written(row));
             },
         )?;
         match stored {
-            Some(stored) => {
-                recording::after_append(self, &self.settings, &Written::record_only(stored)).await
-            }
+            Some(stored) => recording::after_append(self, &self.settings, &stored).await,
             None => Ok(()),
         }
     }
@@ -417,7 +415,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
                 self.settings.retention,
             );
             row.attempt_ids.insert(failure.attempt_id.clone());
-            let stored = row.record.clone();
+            let stored = written(&row);
             self.put_row(&mut state, &record.item_id, row)?;
             state.step(
                 &self.actor,
@@ -426,7 +424,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             );
             stored
         };
-        recording::after_append(self, &self.settings, &Written::record_only(stored)).await?;
+        recording::after_append(self, &self.settings, &stored).await?;
         Ok(true)
     }
 
@@ -539,6 +537,17 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
 
 /// The row a record write leaves before its attempts are appended: what the adapter's
 /// update sets on an `existing` row, or a new row of `record` with an empty history.
+/// `row` as a write that returns the whole item leaves it (DynamoDB's `ALL_NEW`).
+fn written(row: &Row) -> Written {
+    Written {
+        record: row.record.clone(),
+        attempt_ids: row.attempt_ids.iter().cloned().collect(),
+        claims: row.claims.iter().cloned().collect(),
+        sent: row.sent.iter().cloned().collect(),
+        forgotten_sent: Some(row.forgotten_sent.clone()),
+    }
+}
+
 fn upserted_row(existing: Option<Row>, record: &DeadLetteredItem) -> Row {
     match existing {
         Some(mut row) => {
