@@ -493,7 +493,10 @@ fn alarms_watch_what_the_functions_emit() {
     // The DLQ's depth counts visible and held messages (a sweep holds them while a
     // redrive runs): its metric math adds the two.
     let depth = &template["Resources"]["DlqDepthAlarm"]["Properties"];
-    assert_eq!(depth["Threshold"], 0);
+    assert_eq!(
+        depth["Threshold"],
+        serde_json::json!({"Ref": "DlqDepthAlarmThreshold"})
+    );
     assert_eq!(depth["ComparisonOperator"], "GreaterThanThreshold");
     let metrics = depth["Metrics"].as_array().unwrap();
     let stat = |id: &str| {
@@ -878,15 +881,147 @@ fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
     }
 
     // What holds messages and records outlives the stack and any replacement.
+    // The idempotency table too: a replacement would lose the completion records, and
+    // recent work would run again. And the breaker's: a replacement mid-outage closes it.
     for name in [
         "SourceQueue",
         "DeadLetterQueue",
         "DeadLetterTable",
         "PayloadBucket",
+        "IdempotencyTable",
+        "BreakerTable",
     ] {
         assert_eq!(resources[name]["DeletionPolicy"], "Retain", "{name}");
         assert_eq!(resources[name]["UpdateReplacePolicy"], "Retain", "{name}");
     }
+}
+
+/// Alarms say in their names whether they page or open a ticket. The ticket alarms go to
+/// the ticket topic when one is given, and none of them fires on one expected dead letter.
+#[test]
+fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
+    let template = translated_template("main");
+    let alarm_topic = serde_json::json!({"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]});
+    let ticket_topic =
+        serde_json::json!({"Fn::If": ["HasTicketTopic", {"Ref": "TicketTopicArn"}, alarm_topic]});
+    let tickets = ["DlqDepthAlarm", "DeadLetteredAlarm", "WorkerThrottlesAlarm"];
+    for (name, alarm) in resources_of_type(&template, "AWS::CloudWatch::Alarm") {
+        let p = &alarm["Properties"];
+        let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
+        let ticket = tickets.contains(&name.as_str());
+        let (severity, topic) = if ticket {
+            ("-ticket-", &ticket_topic)
+        } else {
+            ("-page-", &alarm_topic)
+        };
+        assert!(
+            alarm_name.starts_with("${AWS::StackName}") && alarm_name.contains(severity),
+            "{name}: {alarm_name}"
+        );
+        assert_eq!(p["AlarmActions"][0], *topic, "{name}");
+    }
+    let parameters = &template["Parameters"];
+    assert_eq!(parameters["TicketTopicArn"]["Default"], "");
+    assert_eq!(
+        template["Conditions"]["HasTicketTopic"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "TicketTopicArn"}, ""]}]})
+    );
+    let dead_lettered = &template["Resources"]["DeadLetteredAlarm"]["Properties"];
+    assert_eq!(
+        dead_lettered["Threshold"],
+        serde_json::json!({"Ref": "DeadLetteredAlarmThreshold"})
+    );
+    assert_eq!(dead_lettered["ComparisonOperator"], "GreaterThanThreshold");
+    assert!(
+        parameters["DeadLetteredAlarmThreshold"]["Default"]
+            .as_u64()
+            .is_some_and(|d| d >= 1),
+        "one dead letter must not fire it"
+    );
+    assert_eq!(parameters["DlqDepthAlarmThreshold"]["Default"], 0);
+}
+
+/// SNS topics, EventBridge rules and S3 buckets named by parameter may send to the source
+/// queue, each service for the resources named only; with none named there is no policy.
+#[test]
+fn producers_named_may_send_to_the_source_queue_and_no_one_else() {
+    for which in ["main", "handler"] {
+        producers_may_send(&translated_template(which));
+    }
+    // The handler's idempotency table is kept as the main stack's is.
+    let handler = translated_template("handler");
+    let idempotency = &handler["Resources"]["IdempotencyTable"];
+    assert_eq!(idempotency["DeletionPolicy"], "Retain");
+    assert_eq!(idempotency["UpdateReplacePolicy"], "Retain");
+}
+
+fn producers_may_send(template: &Value) {
+    let policy = &template["Resources"]["SourceQueuePolicy"];
+    assert_eq!(policy["Type"], "AWS::SQS::QueuePolicy");
+    assert_eq!(policy["Condition"], "HasProducers");
+    assert_eq!(
+        policy["Properties"]["Queues"],
+        serde_json::json!([{"Ref": "SourceQueue"}])
+    );
+    let statements = policy["Properties"]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap();
+    let expected = [
+        (
+            "HasProducerTopics",
+            "sns.amazonaws.com",
+            "ProducerTopicArns",
+        ),
+        (
+            "HasProducerRules",
+            "events.amazonaws.com",
+            "ProducerRuleArns",
+        ),
+        (
+            "HasProducerBuckets",
+            "s3.amazonaws.com",
+            "ProducerBucketArns",
+        ),
+    ];
+    assert_eq!(statements.len(), expected.len());
+    for (statement, (condition, service, parameter)) in statements.iter().zip(expected) {
+        let branches = statement["Fn::If"].as_array().unwrap();
+        assert_eq!(branches[0], condition);
+        assert_eq!(branches[2], serde_json::json!({"Ref": "AWS::NoValue"}));
+        let allow = &branches[1];
+        assert_eq!(allow["Effect"], "Allow");
+        assert_eq!(allow["Principal"], serde_json::json!({"Service": service}));
+        assert_eq!(allow["Action"], "sqs:SendMessage");
+        assert_eq!(
+            allow["Resource"],
+            serde_json::json!({"Fn::GetAtt": ["SourceQueue", "Arn"]})
+        );
+        assert_eq!(
+            allow["Condition"]["ArnEquals"]["aws:SourceArn"],
+            serde_json::json!({"Ref": parameter}),
+            "{service}"
+        );
+        let p = &template["Parameters"][parameter];
+        assert_eq!(p["Type"], "CommaDelimitedList");
+        assert_eq!(p["Default"], "");
+        assert_eq!(
+            template["Conditions"][condition],
+            serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Fn::Join": ["", {"Ref": parameter}]}, ""]}]})
+        );
+    }
+    // A bucket's ARN names no account: the bucket must be this account's.
+    assert_eq!(
+        statements[2]["Fn::If"][1]["Condition"]["StringEquals"]["aws:SourceAccount"],
+        serde_json::json!({"Ref": "AWS::AccountId"})
+    );
+    assert_eq!(
+        template["Conditions"]["HasProducers"],
+        serde_json::json!({"Fn::Or": [
+            {"Condition": "HasProducerTopics"},
+            {"Condition": "HasProducerRules"},
+            {"Condition": "HasProducerBuckets"}
+        ]})
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
