@@ -342,6 +342,9 @@ pub struct OutgoingMessage {
     pub group_id: Option<String>,
     /// FIFO queues: the deduplication id.
     pub deduplication_id: Option<String>,
+    /// The X-Ray trace header sent as the `AWSTraceHeader` system attribute: the trace the
+    /// message continues.
+    pub trace_header: Option<String>,
 }
 
 impl OutgoingMessage {
@@ -349,6 +352,7 @@ impl OutgoingMessage {
     /// types and values), with a small allowance per attribute for the encoding.
     pub fn size(&self) -> usize {
         self.body.len()
+            + self.trace_header.as_ref().map_or(0, |h| h.len() + 32)
             + self
                 .attributes
                 .iter()

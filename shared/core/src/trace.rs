@@ -107,6 +107,15 @@ impl TraceContext {
         TraceContext::carried(&item.message_attributes, &item.attributes)
     }
 
+    /// The context a dead-lettered item's record kept ([`crate::dead_letter::SourceContext::trace_header`]).
+    pub fn of_dead(record: &crate::dead_letter::DeadLetteredItem) -> Option<TraceContext> {
+        record
+            .source
+            .trace_header
+            .as_deref()
+            .and_then(TraceContext::from_xray)
+    }
+
     /// The context a record carries, as [`TraceContext::of`] reads it from an item.
     pub fn of_record(record: &SqsRecord<'_>) -> Option<TraceContext> {
         TraceContext::carried(&record.message_attributes, &record.attributes)

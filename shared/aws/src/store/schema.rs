@@ -332,6 +332,10 @@ pub(crate) mod tests {
                     ("blob".into(), attribute("Binary", None, Some("AAEC"))),
                 ]),
                 attributes_omitted: 2,
+                trace_header: Some(
+                    "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+                        .into(),
+                ),
             },
             status: ItemStatus::Redriving,
             expires_at: 1_701_209_600,
@@ -416,6 +420,7 @@ pub(crate) mod tests {
                 ("queue_arn", "S"),
                 ("receive_count", "N"),
                 ("sent_timestamp", "S"),
+                ("trace_header", "S"),
             ])
         );
         let attributes = m(&source["message_attributes"]);
@@ -493,6 +498,7 @@ pub(crate) mod tests {
         record.processed.clear();
         record.source.queue_arn = None;
         record.source.attributes_omitted = 0;
+        record.source.trace_header = None;
         record.failure_history[0].error_code = None;
         record.failure_history[0].response_excerpt = None;
         let item = record_to_item(&record).unwrap();
@@ -509,6 +515,7 @@ pub(crate) mod tests {
         let source = m(&item["source"]);
         assert_eq!(source["queue_arn"], AttributeValue::Null(true));
         assert!(!source.contains_key("attributes_omitted"));
+        assert!(!source.contains_key("trace_header"));
         let first = m(&item["failure_history"].as_l().unwrap()[0]);
         assert_eq!(first["error_code"], AttributeValue::Null(true));
         assert!(!first.contains_key("response_excerpt"));
@@ -731,6 +738,7 @@ pub(crate) mod tests {
                     ),
                 ]),
                 attributes_omitted: 0,
+                trace_header: None,
             },
             status: ItemStatus::Dead,
             expires_at: 1_701_209_600,

@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::{
+    MessageAttributeValue, MessageSystemAttributeNameForSends, MessageSystemAttributeValue,
+    SendMessageBatchRequestEntry,
+};
 
 use super::DeadLetterStore;
 use sqs_keeper_core::ProcessError;
@@ -103,7 +106,47 @@ fn batch_entry(message: &OutgoingMessage) -> Result<SendMessageBatchRequestEntry
             .map_err(|e| ProcessError::validation(e.to_string()).with_step("requeue"))?;
         entry = entry.message_attributes(name, attribute);
     }
+    if let Some(header) = &message.trace_header {
+        let trace = MessageSystemAttributeValue::builder()
+            .data_type("String")
+            .string_value(header)
+            .build()
+            .map_err(|e| ProcessError::validation(e.to_string()).with_step("requeue"))?;
+        entry = entry
+            .message_system_attributes(MessageSystemAttributeNameForSends::AwsTraceHeader, trace);
+    }
     entry
         .build()
         .map_err(|e| ProcessError::validation(e.to_string()).with_step("requeue"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A requeued message continues its record's trace: the header is sent as the
+    /// `AWSTraceHeader` system attribute, and a message without one sends none.
+    #[test]
+    fn a_traced_message_is_sent_with_its_aws_trace_header() {
+        let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let message = OutgoingMessage {
+            id: "0".into(),
+            body: "{}".into(),
+            attributes: Vec::new(),
+            group_id: None,
+            deduplication_id: None,
+            trace_header: Some(header.into()),
+        };
+        let entry = batch_entry(&message).unwrap();
+        let system = entry.message_system_attributes().unwrap();
+        let trace = &system[&MessageSystemAttributeNameForSends::AwsTraceHeader];
+        assert_eq!(trace.string_value(), Some(header));
+        assert_eq!(trace.data_type(), "String");
+        let untraced = batch_entry(&OutgoingMessage {
+            trace_header: None,
+            ..message
+        })
+        .unwrap();
+        assert!(untraced.message_system_attributes().is_none());
+    }
 }

@@ -202,6 +202,12 @@ pub struct SourceContext {
     /// Message attributes left out of `message_attributes` to keep the record small.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attributes_omitted: u32,
+    /// The producer's trace, as an X-Ray trace header: from the latest delivery's
+    /// `traceparent` message attribute or its `AWSTraceHeader`
+    /// ([`crate::trace::TraceContext::of`]). A redrive continues it when it reprocesses or
+    /// requeues the item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_header: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -513,6 +519,7 @@ impl DeadLetteredItem {
                 receive_count: item.receive_count,
                 message_attributes,
                 attributes_omitted,
+                trace_header: item.trace().map(|t| t.xray_header()),
             },
             status: ItemStatus::Dead,
             expires_at: now.checked_add_signed(retention).unwrap_or(now).timestamp(),

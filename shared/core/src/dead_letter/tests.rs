@@ -306,3 +306,22 @@ fn eligibility_and_review_rules() {
     );
     assert!(!not_found.reprocess_eligible);
 }
+
+/// A dead-lettered record keeps the producer's trace, from a `traceparent` attribute or the
+/// `AWSTraceHeader`, as an X-Ray header; without one it keeps none.
+#[test]
+fn a_record_keeps_its_producers_trace() {
+    let now = DateTime::<Utc>::from_timestamp(1_700_000_200, 0).unwrap();
+    let retention = Duration::from_secs(86_400);
+    let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    let mut c = candidate(ErrorClass::Timeout, 1, DeadLetterReason::Permanent);
+    let untraced = DeadLetteredItem::from_candidate(&c, &InvocationInfo::default(), now, retention);
+    assert_eq!(untraced.source.trace_header, None);
+    c.item
+        .attributes
+        .insert(crate::trace::AWS_TRACE_HEADER, header);
+    let traced = DeadLetteredItem::from_candidate(&c, &InvocationInfo::default(), now, retention);
+    assert_eq!(traced.source.trace_header.as_deref(), Some(header));
+    let trace = crate::trace::TraceContext::of_dead(&traced).unwrap();
+    assert_eq!(trace.trace_id, "5759e988bd862e3fe1be46a994272793");
+}

@@ -1194,8 +1194,14 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     }
 }
 
-/// A dead-lettered item as a work item for reprocessing.
+/// A dead-lettered item as a work item for reprocessing. It carries the record's trace as
+/// its `AWSTraceHeader`, so the handler, its log lines and the downstream continue the
+/// producer's trace ([`crate::trace::TraceContext::of_dead`]).
 pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
+    let mut attributes = crate::event::Attributes::new();
+    if let Some(trace) = crate::trace::TraceContext::of_dead(record) {
+        attributes.insert(crate::trace::AWS_TRACE_HEADER, &trace.xray_header());
+    }
     WorkItem {
         message_id: record.source.message_id.clone(),
         item_id: record.item_id.clone(),
@@ -1204,7 +1210,7 @@ pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
         sent_timestamp: record.source.sent_timestamp,
         message_group_id: record.source.message_group_id.clone(),
         event_source_arn: record.source.queue_arn.clone(),
-        attributes: Default::default(),
+        attributes,
         message_attributes: HashMap::new(),
         envelope: None,
     }

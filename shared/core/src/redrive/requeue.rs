@@ -26,7 +26,8 @@ const RESTORED_ATTRIBUTES_MAX: usize = 7;
 /// The message that puts `record` back on its queue, with `body`: the record's restorable
 /// attributes (not ours, at most seven), then ours (item id, the run that requeued it, the
 /// payload's sha256); on a FIFO queue, the record's group (or one derived from the item
-/// id) and a deduplication id unique to the item and run.
+/// id) and a deduplication id unique to the item and run. It continues the record's trace
+/// (`AWSTraceHeader`).
 pub fn outgoing_message(
     id: String,
     record: &DeadLetteredItem,
@@ -87,6 +88,7 @@ pub fn outgoing_message(
         attributes,
         group_id,
         deduplication_id,
+        trace_header: crate::trace::TraceContext::of_dead(record).map(|t| t.xray_header()),
     }
 }
 

@@ -1406,3 +1406,45 @@ async fn a_requeue_leaves_off_an_attribute_sqs_refuses() {
     .await;
     assert_eq!(report.requeued, 1, "{report:?}");
 }
+
+/// A record keeps its producer's trace, and a redrive continues it: the reprocessed item
+/// carries it as its `AWSTraceHeader` (the handler's span, its log lines and
+/// `HttpDelivery`'s headers read it there), and a requeued message sends it as its own.
+#[tokio::test]
+async fn a_redrive_continues_the_records_trace_when_it_reprocesses_or_requeues() {
+    let header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    let mut traced = dead_record("a", ErrorClass::Throttled, 1);
+    traced.source.trace_header = Some(header.to_string());
+    let trace = crate::trace::TraceContext::of_dead(&traced).unwrap();
+    let item = engine::work_item(&traced, "{}".into());
+    assert_eq!(item.trace(), Some(trace.clone()));
+    let untraced = engine::work_item(&dead_record("b", ErrorClass::Throttled, 1), "{}".into());
+    assert_eq!(untraced.trace(), None);
+
+    let engine = engine_with(
+        vec![traced, dead_record("b", ErrorClass::Throttled, 2)],
+        ScriptedProcessor::new(),
+    );
+    let report = run(
+        &engine,
+        RedriveRequest {
+            mode: RedriveMode::Requeue,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(report.requeued, 2, "{report:?}");
+    let sent = engine.store().sent();
+    let header_of = |id: &str| {
+        sent.iter()
+            .map(|(_, m)| m)
+            .find(|m| {
+                m.attributes.iter().any(|(n, v)| {
+                    n == crate::message::ITEM_ID_ATTRIBUTE && v.string_value() == Some(id)
+                })
+            })
+            .map(|m| m.trace_header.clone())
+    };
+    assert_eq!(header_of("a"), Some(Some(trace.xray_header())));
+    assert_eq!(header_of("b"), Some(None));
+}
