@@ -2,9 +2,11 @@
 //! library's Lambda log layer beside a layer of the team's), and a tower layer of its own
 //! around each invocation.
 //!
-//! The team's layers here only count and mark what they see. They stand for Sentry's or
-//! OpenTelemetry's tracing layer, and for lambda_runtime's OpenTelemetry layer or a timing
-//! layer: each plugs in at the same place.
+//! The team's layers here only count and mark what they see. They stand for Sentry's
+//! tracing layer, and for lambda_runtime's OpenTelemetry layer or a timing layer: each
+//! plugs in at the same place. Its OpenTelemetry tracer is real (`opentelemetry` feature):
+//! a traced record's span is exported as a child of its producer's span. Its exporter
+//! marks each span on stderr; a team's would be OTLP to the ADOT collector.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -64,6 +66,28 @@ where
     }
 }
 
+/// The team's span exporter: marks on stderr each span exported, with its trace and
+/// parent. A team's would send them on (`opentelemetry-otlp`).
+#[derive(Debug)]
+struct MarkSpans;
+
+impl opentelemetry_sdk::trace::SpanExporter for MarkSpans {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        for span in batch {
+            eprintln!(
+                "the team's exporter saw span {} in trace {} under {}",
+                span.name,
+                span.span_context.trace_id(),
+                span.parent_span_id
+            );
+        }
+        Ok(())
+    }
+}
+
 /// The team's tracing layer: marks on stderr each event it is given, with its level.
 struct MarkEvents;
 
@@ -78,10 +102,17 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for MarkEvents {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), sqs_keeper::Error> {
+    use opentelemetry::trace::TracerProvider as _;
+    let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(MarkSpans)
+        .build();
     // Installed first, this subscriber is the one used: the library installs none.
     tracing_subscriber::registry()
         .with(sqs_keeper::telemetry::log_layer())
         .with(MarkEvents)
+        .with(sqs_keeper::telemetry::otel::layer(
+            provider.tracer("telemetry-worker"),
+        ))
         .init();
     let setup = Setup::from_env().await?;
     setup

@@ -24,6 +24,21 @@ pub const TRACEPARENT: &str = "traceparent";
 /// are on every line logged while it runs.
 pub const RECORD_SPAN: &str = "record";
 
+/// What is called with each traced record's span as it is made ([`on_record_span`]).
+pub type RecordSpanHook = fn(&TraceContext, &tracing::Span);
+
+static RECORD_SPAN_HOOK: std::sync::OnceLock<RecordSpanHook> = std::sync::OnceLock::new();
+
+/// Sets the hook called with each traced record's span as it is made, once per process.
+/// `false` when one was set before (it stays).
+///
+/// A tracing integration that keeps a span's parent apart from its fields (OpenTelemetry)
+/// links the span to the producer's there. The core depends on no such crate: the lambda
+/// crate's `opentelemetry` feature sets this hook.
+pub fn on_record_span(hook: RecordSpanHook) -> bool {
+    RECORD_SPAN_HOOK.set(hook).is_ok()
+}
+
 /// One trace context: the trace, the span that sent the record, and whether it is sampled.
 ///
 /// ```
@@ -136,13 +151,19 @@ impl TraceContext {
         })
     }
 
-    /// The span a record carrying this context runs in ([`RECORD_SPAN`]).
+    /// The span a record carrying this context runs in ([`RECORD_SPAN`]). The hook set by
+    /// [`on_record_span`], if any, is called with it: an OpenTelemetry integration makes it
+    /// a child of the producer's span there.
     pub fn span(&self) -> tracing::Span {
-        tracing::info_span!(
+        let span = tracing::info_span!(
             "record",
             trace_id = %self.xray_trace_id(),
             traceparent = %self.traceparent()
-        )
+        );
+        if let Some(hook) = RECORD_SPAN_HOOK.get() {
+            hook(self, &span);
+        }
+        span
     }
 
     /// The W3C `traceparent` header value.

@@ -42,6 +42,7 @@
 //! | [`init_error`] | a start-up failure posted to the Runtime API's `/runtime/init/error` ([`init_failed`]) | Runtime API |
 //! | [`metrics`] | CloudWatch Embedded Metric Format lines per invocation, worker and redrive ([`metrics::emf_documents`]) | stdout |
 //! | [`metric_names`] | the namespace, service and dimensions a team chooses for those lines | env |
+//! | `otel` | traced records' spans as children of their producers' spans, for a team's OpenTelemetry tracer (`opentelemetry` feature) | via the tracer |
 //! | [`telemetry`] | logs as Lambda's advanced logging controls set them (level, JSON or text), the invocation span ([`telemetry::init`], [`telemetry::InvocationLayer`]) | stdout |
 //!
 //! ## Guarantees
@@ -73,6 +74,8 @@ pub mod http_worker;
 pub mod init_error;
 pub mod metric_names;
 pub mod metrics;
+#[cfg(feature = "opentelemetry")]
+pub mod otel;
 #[cfg(feature = "http")]
 pub mod redrive_function;
 pub mod runner;

@@ -56,6 +56,10 @@ pub use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 /// subscriber of its own, and what a tower layer of its own wraps
 /// ([`Setup::run_with_layer`]). `examples/telemetry` shows both.
 pub mod telemetry {
+    /// Traced records' spans as children of their producers' spans, for the team's
+    /// OpenTelemetry tracer (`opentelemetry` feature).
+    #[cfg(feature = "opentelemetry")]
+    pub use sqs_keeper_lambda::otel;
     pub use sqs_keeper_lambda::runner::{tower, InvocationBox, LambdaInvocation};
     pub use sqs_keeper_lambda::telemetry::log_layer;
 }

@@ -602,7 +602,8 @@ fn a_handler_started_outside_lambda_says_how_to_run_it() {
 /// The telemetry example installs its own subscriber (the library's log layer beside a
 /// layer of its own) and serves with a tower layer of its own: both reach the runtime. The
 /// library installs no subscriber over the team's, its JSON lines still carry the
-/// invocation's request id, and the team's tower layer logs inside that span.
+/// invocation's request id, and the team's tower layer logs inside that span. Its
+/// OpenTelemetry tracer exports a traced record's span under the producer's span.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handlers_own_subscriber_and_tower_layer_reach_the_runtime() {
     let api = RuntimeApi::start("arn:aws:lambda:us-east-1:000000000000:function:telemetry")
@@ -679,6 +680,18 @@ async fn a_handlers_own_subscriber_and_tower_layer_reach_the_runtime() {
             .matches("the team's tracing layer saw a INFO event")
             .count()
             >= 6,
+        "{output}"
+    );
+    // The team's OpenTelemetry exporter got each traced record's span as a child of its
+    // producer's span, in the producer's trace (`opentelemetry` feature).
+    assert_eq!(
+        output
+            .matches(
+                "the team's exporter saw span record in trace \
+                 5759e988bd862e3fe1be46a994272793 under 53995c3f42cd8ad8"
+            )
+            .count(),
+        2,
         "{output}"
     );
 }

@@ -1,0 +1,209 @@
+//! OpenTelemetry for traced records (`opentelemetry` feature).
+//!
+//! A record a traced producer sent runs in a `record` span
+//! ([`sqs_keeper_core::trace::TraceContext::span`]). Through [`layer`], that span is
+//! exported as a child of the producer's span, so the producer, the record, the handler's
+//! own spans and the downstream (`HttpDelivery` sends `traceparent`) share one trace. The
+//! team brings its tracer: an OTLP exporter to the ADOT collector or to CloudWatch's OTLP
+//! endpoint, built on the maintained `opentelemetry` crates. The feature is off by default,
+//! and a build without it carries none of them.
+//!
+//! ```no_run
+//! use opentelemetry::trace::TracerProvider as _;
+//! use tracing_subscriber::prelude::*;
+//!
+//! # fn provider() -> opentelemetry::trace::noop::NoopTracerProvider {
+//! #     opentelemetry::trace::noop::NoopTracerProvider::new()
+//! # }
+//! // The team's provider and exporter (OTLP, say).
+//! let tracer = provider().tracer("orders-worker");
+//! tracing_subscriber::registry()
+//!     .with(sqs_keeper_lambda::telemetry::log_layer())
+//!     .with(sqs_keeper_lambda::otel::layer(tracer))
+//!     .init();
+//! ```
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use sqs_keeper_core::trace::TraceContext;
+use tracing::Subscriber;
+use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// The `tracing` layer exporting spans to `tracer`, with every traced record's span a child
+/// of its producer's ([`link_records`]).
+pub fn layer<S, T>(tracer: T) -> OpenTelemetryLayer<S, T>
+where
+    S: Subscriber + for<'span> LookupSpan<'span>,
+    T: opentelemetry::trace::Tracer + 'static,
+    T::Span: Send + Sync,
+{
+    link_records();
+    tracing_opentelemetry::layer().with_tracer(tracer)
+}
+
+/// Makes every traced record's span, from now on, a child of its producer's span. For a
+/// team that builds its `tracing-opentelemetry` layer itself; [`layer`] calls it.
+pub fn link_records() {
+    // Set once per process: a second call finds this very hook in place.
+    let _ = sqs_keeper_core::trace::on_record_span(set_producer_parent);
+}
+
+/// The OpenTelemetry context of the producer's span that `trace` names, as a remote
+/// parent. `None` for ids OpenTelemetry would not take (the core has checked them).
+pub fn producer_context(trace: &TraceContext) -> Option<opentelemetry::Context> {
+    let trace_id = TraceId::from_hex(&trace.trace_id).ok()?;
+    let span_id = SpanId::from_hex(&trace.parent_id).ok()?;
+    let flags = if trace.sampled {
+        TraceFlags::SAMPLED
+    } else {
+        TraceFlags::default()
+    };
+    let span = SpanContext::new(trace_id, span_id, flags, true, TraceState::default());
+    span.is_valid()
+        .then(|| opentelemetry::Context::new().with_remote_span_context(span))
+}
+
+fn set_producer_parent(trace: &TraceContext, span: &tracing::Span) {
+    if let Some(parent) = producer_context(trace) {
+        // Refused only when no OpenTelemetry layer sees the span: nothing to link then.
+        let _ = span.set_parent(parent);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use lambda_runtime::{Context, LambdaEvent};
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    use serde_json::value::RawValue;
+    use sqs_keeper_core::testing::MemorySink;
+    use sqs_keeper_core::{
+        BatchConfig, BatchProcessor, Outcome, ProcessError, Processor, WorkItem,
+    };
+    use tracing_subscriber::prelude::*;
+
+    const PRODUCER_TRACE: &str = "5759e988bd862e3fe1be46a994272793";
+    const PRODUCER_SPAN: &str = "53995c3f42cd8ad8";
+
+    /// The trace a handler's span was in, and the `traceparent` `HttpDelivery` would send.
+    type Seen = (String, Option<String>);
+
+    /// A handler that calls its downstream inside a span of its own, and keeps what it saw.
+    #[derive(Default, Clone)]
+    struct Downstream {
+        seen: Arc<Mutex<Vec<Seen>>>,
+    }
+
+    impl Processor for Downstream {
+        async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
+            let call = tracing::info_span!("downstream-call");
+            let trace_id = call.context().span().span_context().trace_id().to_string();
+            let traceparent = item.trace().map(|t| t.traceparent());
+            if let Ok(mut seen) = self.seen.lock() {
+                seen.push((trace_id, traceparent));
+            }
+            Ok(Outcome::Done)
+        }
+    }
+
+    fn event() -> String {
+        let record = |id: &str, traced: bool| {
+            let mut attributes = serde_json::json!({"ApproximateReceiveCount": "1"});
+            let mut message_attributes = serde_json::json!({});
+            if traced {
+                message_attributes["traceparent"] = serde_json::json!({
+                    "dataType": "String",
+                    "stringValue": format!("00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01"),
+                });
+            } else {
+                attributes["SentTimestamp"] = serde_json::json!("1700000000000");
+            }
+            serde_json::json!({
+                "messageId": id, "body": "{}", "attributes": attributes,
+                "messageAttributes": message_attributes,
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:000000000000:orders",
+            })
+        };
+        serde_json::json!({"Records": [record("traced", true), record("plain", false)]}).to_string()
+    }
+
+    /// Producer, record and downstream share one trace: the worker's `record` span is
+    /// exported as a child of the producer's span, the handler's own span is in that
+    /// trace, and the downstream is sent the same trace. A record without a trace gets a
+    /// trace of its own, not the producer's.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_producer_the_record_and_the_downstream_share_one_trace() {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry().with(layer(provider.tracer("test")));
+        let _guard = tracing::subscriber::set_default(subscriber);
+
+        let downstream = Downstream::default();
+        let engine = BatchProcessor::new(
+            downstream.clone(),
+            MemorySink::new(),
+            BatchConfig::default(),
+        );
+        let worker =
+            crate::worker::Worker::new(engine, Duration::from_millis(100)).without_metrics();
+        let raw: Box<RawValue> = serde_json::from_str(&event()).unwrap();
+        let mut context = Context::default();
+        context.request_id = "req-1".into();
+        context.deadline = u64::try_from(
+            (std::time::SystemTime::now() + Duration::from_secs(300))
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis(),
+        )
+        .unwrap();
+        let response = worker.handle(LambdaEvent::new(raw, context)).await.unwrap();
+        assert!(response.batch_item_failures.is_empty());
+        provider.force_flush().unwrap();
+
+        let spans = exporter.get_finished_spans().unwrap();
+        let record = spans
+            .iter()
+            .find(|s| s.name == sqs_keeper_core::trace::RECORD_SPAN)
+            .expect("the traced record's span was exported");
+        assert_eq!(record.span_context.trace_id().to_string(), PRODUCER_TRACE);
+        assert_eq!(record.parent_span_id.to_string(), PRODUCER_SPAN);
+        let seen = downstream.seen.lock().unwrap().clone();
+        let traced = seen.iter().find(|(_, tp)| tp.is_some()).unwrap();
+        assert_eq!(traced.0, PRODUCER_TRACE, "the handler's span");
+        assert_eq!(
+            traced.1.as_deref(),
+            Some(format!("00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-01").as_str()),
+            "what the downstream is sent"
+        );
+        let calls: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name == "downstream-call")
+            .collect();
+        assert_eq!(calls.len(), 2);
+        assert!(calls
+            .iter()
+            .any(|s| s.span_context.trace_id().to_string() == PRODUCER_TRACE
+                && s.parent_span_id == record.span_context.span_id()));
+        let plain = seen.iter().find(|(_, tp)| tp.is_none()).unwrap();
+        assert_ne!(plain.0, PRODUCER_TRACE);
+    }
+
+    #[test]
+    fn a_producer_context_is_remote_and_keeps_the_sampling() {
+        let trace =
+            TraceContext::from_traceparent(&format!("00-{PRODUCER_TRACE}-{PRODUCER_SPAN}-00"))
+                .unwrap();
+        let context = producer_context(&trace).unwrap();
+        let span = context.span().span_context().clone();
+        assert!(span.is_remote());
+        assert!(!span.is_sampled());
+        assert_eq!(span.span_id().to_string(), PRODUCER_SPAN);
+    }
+}
