@@ -161,6 +161,7 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
             .map_err(|e| match e {
                 sqs_keeper_core::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
                 sqs_keeper_core::redrive::RedriveError::Store(e) => CliError::from(e),
+                other => CliError::Failed(other.to_string()),
             })?;
             bar.finish_and_clear();
             report

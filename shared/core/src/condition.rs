@@ -96,6 +96,8 @@ pub mod attr {
 
 /// A scalar a condition compares with.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+// Exhaustive on purpose: the renderer and the evaluator must handle a new variant
+// before it compiles.
 pub enum Value {
     /// A string.
     S(String),
@@ -112,6 +114,8 @@ impl Value {
 
 /// How a comparison compares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Exhaustive on purpose: the renderer and the evaluator must handle a new variant
+// before it compiles.
 pub enum Compare {
     /// `=`
     Eq,
@@ -125,6 +129,8 @@ pub enum Compare {
 
 /// A condition on one item.
 #[derive(Clone, Debug, PartialEq)]
+// Exhaustive on purpose: the renderer and the evaluator must handle a new variant
+// before it compiles.
 pub enum Condition {
     /// `attribute_exists(a)`
     Exists(Attr),
@@ -143,6 +149,8 @@ pub enum Condition {
 }
 
 /// What an item holds at an attribute, as far as conditions read it.
+// Exhaustive on purpose: the renderer and the evaluator must handle a new variant
+// before it compiles.
 pub enum Found<'a> {
     /// A string.
     S(std::borrow::Cow<'a, str>),

@@ -401,12 +401,8 @@ pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<R
 }
 
 fn diagnostic(error: RedriveError) -> Diagnostic {
-    let error_type = match error {
-        RedriveError::InvalidRequest(_) => "InvalidRequest",
-        RedriveError::Store(_) => "StoreError",
-    };
     Diagnostic {
-        error_type: error_type.to_string(),
+        error_type: error.error_type().to_string(),
         error_message: error.to_string(),
     }
 }

@@ -510,10 +510,7 @@ async fn bench_redrive(
     items: usize,
     downstream: &Downstream,
 ) -> Result<RedriveFigures, String> {
-    let name = match mode {
-        RedriveMode::Requeue => "requeue",
-        RedriveMode::Reprocess => "reprocess",
-    };
+    let name = mode.as_str();
     let clients = AwsClients::counted(shared, true, counter);
     let spec = ResourceSpec {
         prefix: format!("bench{}-{name}", std::process::id()),

@@ -1787,9 +1787,11 @@ fn continued_its_selection(
         let unnamed =
             taken && !request.item_ids.is_empty() && !request.item_ids.contains(&item.item_id);
         let reprocessed = matches!(item.outcome, Kind::Resolved | Kind::FailedAgain);
+        // A mode the check does not know takes no item of either kind.
         let other_mode = match request.mode {
             RedriveMode::Requeue => reprocessed,
             RedriveMode::Reprocess => item.outcome == Kind::Requeued,
+            _ => reprocessed || item.outcome == Kind::Requeued,
         };
         if unnamed || other_mode {
             state.violate(

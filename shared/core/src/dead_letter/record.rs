@@ -64,6 +64,8 @@ fn clipped(text: &Option<String>, max_bytes: usize) -> Option<String> {
     derive(clap::ValueEnum),
     value(rename_all = "snake_case")
 )]
+// Exhaustive on purpose: a status is part of the stored schema, and every crate that
+// reads records must decide what a new one means before it compiles.
 pub enum ItemStatus {
     /// Waiting for an operator or redrive.
     Dead,
@@ -102,6 +104,8 @@ impl ItemStatus {
 /// Where the item's payload lives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "storage", rename_all = "snake_case")]
+// Exhaustive on purpose: every reader of a payload must know where a new location is
+// read from before it compiles.
 pub enum PayloadLocation {
     /// In the record itself.
     Inline {

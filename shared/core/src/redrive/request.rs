@@ -14,12 +14,23 @@ use crate::selection::RecordFilter;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[non_exhaustive]
 pub enum RedriveMode {
     /// Run the processor on the item here and now.
     #[default]
     Reprocess,
     /// Send the original payload back to the source queue.
     Requeue,
+}
+
+impl RedriveMode {
+    /// Its name in a request (`reprocess`, `requeue`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RedriveMode::Reprocess => "reprocess",
+            RedriveMode::Requeue => "requeue",
+        }
+    }
 }
 
 /// A redrive request: what the redrive function receives and `dlq redrive` builds.
@@ -60,6 +71,7 @@ pub struct RedriveRequest {
 
 /// Why a run could not start or continue.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RedriveError {
     /// The request is invalid; nothing was changed.
     #[error("invalid redrive request: {0}")]
@@ -67,6 +79,16 @@ pub enum RedriveError {
     /// The store failed outside any one item.
     #[error("redrive failed: {0}")]
     Store(ProcessError),
+}
+
+impl RedriveError {
+    /// Its kind as a Lambda error type names it (`InvalidRequest`, `StoreError`).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            RedriveError::InvalidRequest(_) => "InvalidRequest",
+            RedriveError::Store(_) => "StoreError",
+        }
+    }
 }
 
 /// What a request selects and how it puts items back: everything but its pacing and its
