@@ -920,6 +920,36 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
         );
         assert_eq!(p["AlarmActions"][0], *topic, "{name}");
     }
+    // The handler's template: the same severities, and the source queue's age pages.
+    let handler = translated_template("handler");
+    let handler_tickets = ["DlqDepthAlarm"];
+    for (name, alarm) in resources_of_type(&handler, "AWS::CloudWatch::Alarm") {
+        let p = &alarm["Properties"];
+        let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
+        let (severity, topic) = if handler_tickets.contains(&name.as_str()) {
+            (
+                "-ticket-",
+                serde_json::json!({"Fn::If": ["HasTicketTopic", {"Ref": "TicketTopicArn"}, {"Ref": "AlarmTopicArn"}]}),
+            )
+        } else {
+            ("-page-", serde_json::json!({"Ref": "AlarmTopicArn"}))
+        };
+        assert!(
+            alarm_name.contains(severity),
+            "handler {name}: {alarm_name}"
+        );
+        assert_eq!(p["AlarmActions"][0], topic, "handler {name}");
+    }
+    let source_age = &handler["Resources"]["SourceAgeAlarm"]["Properties"];
+    assert_eq!(source_age["MetricName"], "ApproximateAgeOfOldestMessage");
+    assert_eq!(
+        source_age["Dimensions"][0]["Value"],
+        serde_json::json!({"Fn::GetAtt": ["SourceQueue", "QueueName"]})
+    );
+    assert_eq!(
+        source_age["Threshold"],
+        serde_json::json!({"Ref": "SourceAgeAlarmSeconds"})
+    );
     let parameters = &template["Parameters"];
     assert_eq!(parameters["TicketTopicArn"]["Default"], "");
     assert_eq!(
