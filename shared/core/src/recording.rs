@@ -197,11 +197,11 @@ fn dropped_claims(written: &crate::ports::Written, kept_messages: &HashSet<&str>
             .map(|element| crate::dead_letter::DlqClaim::parse(element))
             .filter(|claim| claim.receive_count > 0),
     );
-    let mut latest: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
-    for claim in &named {
-        let count = latest.entry(claim.message_id.as_str()).or_insert(0);
-        *count = (*count).max(claim.receive_count);
-    }
+    let latest = latest_receives(
+        named
+            .iter()
+            .map(|c| (c.message_id.as_str(), c.receive_count)),
+    );
     let mut dropped: Vec<String> = Vec::new();
     for claim in &named {
         let message = claim.message_id.as_str();
@@ -219,6 +219,18 @@ fn dropped_claims(written: &crate::ports::Written, kept_messages: &HashSet<&str>
         }
     }
     dropped
+}
+
+/// The latest receive of each message among `receives` (message, receive count).
+fn latest_receives<'a>(
+    receives: impl IntoIterator<Item = (&'a str, u32)>,
+) -> std::collections::HashMap<&'a str, u32> {
+    let mut latest = std::collections::HashMap::new();
+    for (message, receive) in receives {
+        let count = latest.entry(message).or_insert(0);
+        *count = receive.max(*count);
+    }
+    latest
 }
 
 /// Whether compaction drops a claim at `receive` of a message whose latest receive is
@@ -313,21 +325,21 @@ fn unsent_deliveries_dropped(
         return Vec::new();
     }
     let deliveries = worker_deliveries(written);
-    let mut latest: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     let claims: Vec<crate::dead_letter::DlqClaim> = written
         .claims
         .iter()
         .map(|c| crate::dead_letter::DlqClaim::parse(c))
         .collect();
-    let known = deliveries.iter().map(|d| (d.message.as_str(), d.receive));
-    for (message, receive) in known.chain(
-        claims
+    let latest = latest_receives(
+        deliveries
             .iter()
-            .map(|c| (c.message_id.as_str(), c.receive_count)),
-    ) {
-        let count = latest.entry(message).or_insert(0);
-        *count = (*count).max(receive);
-    }
+            .map(|d| (d.message.as_str(), d.receive))
+            .chain(
+                claims
+                    .iter()
+                    .map(|c| (c.message_id.as_str(), c.receive_count)),
+            ),
+    );
     let mut ids: Vec<String> = Vec::new();
     for delivery in deliveries.iter().rev() {
         if written.sent.contains(&delivery.message)
@@ -667,13 +679,11 @@ fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
     // Ids are `message id:receive count:attempt`; split from the right, so a message id
     // holding ':' matches only itself. A twin that made fewer attempts did not record the
     // later ones: only a known attempt at least as far along covers this one.
-    let delivery = format!("{}:{}", attempt.message_id, attempt.receive_count);
     known_ids.iter().any(|id| {
-        id.rsplit_once(':').is_some_and(|(known_delivery, number)| {
-            known_delivery == delivery
-                && number
-                    .parse::<u32>()
-                    .is_ok_and(|n| n >= attempt.attempt_number)
+        parse_attempt_id(id).is_some_and(|(message, receive, number)| {
+            message == attempt.message_id
+                && receive == attempt.receive_count
+                && number >= attempt.attempt_number
         })
     })
 }
@@ -1558,6 +1568,14 @@ mod tests {
         assert_eq!(sent(&table).len(), 5, "one DLQ message per source message");
     }
 
+    /// Whether `row`'s history holds an entry of message `message`.
+    fn has_entries_of(row: &crate::testing::Row, message: &str) -> bool {
+        row.record
+            .failure_history
+            .iter()
+            .any(|f| f.message_id == message)
+    }
+
     /// A message whose DLQ message is out, and whose every entry compaction then dropped,
     /// sends nothing more: not its twin (the same receive invoked again), not its next
     /// receive, and its attempts are not counted again. Compaction once deleted its "sent"
@@ -1572,11 +1590,7 @@ mod tests {
         }
         let before = table.row("a").unwrap();
         assert!(
-            !before
-                .record
-                .failure_history
-                .iter()
-                .any(|f| f.message_id == "x"),
+            !has_entries_of(&before, "x"),
             "x's entries were compacted away"
         );
         assert_eq!(before.forgotten_sent, ["x"]);
@@ -1606,14 +1620,7 @@ mod tests {
         table.allow_sends_of("a");
         ok(dead_letter(&table, &settings(), &[delivery_of("y", 1, 2)], &info).await);
         let before = table.row("a").unwrap();
-        assert!(
-            !before
-                .record
-                .failure_history
-                .iter()
-                .any(|f| f.message_id == "x"),
-            "every entry of x went"
-        );
+        assert!(!has_entries_of(&before, "x"), "every entry of x went");
         assert!(
             before.attempt_ids.contains("x:5:3"),
             "{:?}",

@@ -306,8 +306,7 @@ impl DeadLetterStore {
         &self,
         item: &HashMap<String, AttributeValue>,
     ) -> Result<(), ProcessError> {
-        let record = schema::record_from_item(item)?;
-        let written = record_store::written_of(Some(item), &record)?;
+        let written = record_store::written_from_item(item)?;
         sqs_keeper_core::recording::after_append(self, &self.recording(), &written).await
     }
 

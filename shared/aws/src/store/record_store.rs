@@ -478,33 +478,38 @@ mod tests {
     }
 }
 
-/// The record and its sets as a write left them (`ALL_NEW`); the record written when
-/// DynamoDB returned nothing.
-pub(super) fn written_of(
+/// The record and its sets as a write left them (`ALL_NEW`); the record written, its sets
+/// not read, when DynamoDB returned nothing.
+fn written_of(
     stored: Option<&HashMap<String, AttributeValue>>,
     record: &DeadLetteredItem,
 ) -> Result<Written, ProcessError> {
+    match stored {
+        Some(item) => written_from_item(item),
+        None => Ok(Written::record_only(record.clone())),
+    }
+}
+
+/// The record and its sets as the item `item` holds them.
+pub(super) fn written_from_item(
+    item: &HashMap<String, AttributeValue>,
+) -> Result<Written, ProcessError> {
     let strings = |name: &str| -> HashSet<String> {
-        stored
-            .and_then(|item| item.get(name))
+        item.get(name)
             .and_then(|v| v.as_ss().ok())
             .map(|elements| elements.iter().cloned().collect())
             .unwrap_or_default()
     };
-    let attempt_ids = strings(schema::ATTEMPT_IDS);
-    let claims = strings(schema::DLQ_CLAIMS);
-    let sent = strings(schema::DLQ_SENT);
-    let forgotten_sent = stored
-        .and_then(|item| item.get(schema::DLQ_SENT_FORGOTTEN))
+    let forgotten_sent = item
+        .get(schema::DLQ_SENT_FORGOTTEN)
         .and_then(|v| v.as_l().ok())
         .map(|list| list.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
         .unwrap_or_default();
-    let stored = stored.map(schema::record_from_item).transpose()?;
     Ok(Written {
-        record: stored.unwrap_or_else(|| record.clone()),
-        attempt_ids,
-        claims,
-        sent,
+        record: schema::record_from_item(item)?,
+        attempt_ids: strings(schema::ATTEMPT_IDS),
+        claims: strings(schema::DLQ_CLAIMS),
+        sent: strings(schema::DLQ_SENT),
         forgotten_sent: Some(forgotten_sent),
     })
 }

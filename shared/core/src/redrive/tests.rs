@@ -42,6 +42,14 @@ fn records(ids: &[&str]) -> Vec<DeadLetteredItem> {
         .collect()
 }
 
+/// A request that requeues every eligible item.
+fn requeue_all() -> RedriveRequest {
+    RedriveRequest {
+        mode: RedriveMode::Requeue,
+        ..Default::default()
+    }
+}
+
 async fn run(engine: &Engine, request: RedriveRequest) -> RedriveReport {
     match engine.run(&request, &*no_progress()).await {
         Ok(report) => report,
@@ -288,14 +296,7 @@ async fn requeue_sends_each_item_back_with_our_attributes_and_marks_it_requeued(
         .message_attributes
         .insert("item_id".into(), MessageAttribute::string("stale"));
     let engine = engine_with(rs, ScriptedProcessor::new());
-    let report = run(
-        &engine,
-        RedriveRequest {
-            mode: RedriveMode::Requeue,
-            ..Default::default()
-        },
-    )
-    .await;
+    let report = run(&engine, requeue_all()).await;
     assert_eq!(report.requeued, 2, "{report:?}");
     let sent = engine.store().sent();
     assert_eq!(sent.len(), 2);
@@ -359,14 +360,7 @@ async fn requeue_to_a_fair_queue_keeps_the_tenant_and_sets_no_deduplication_id()
     let mut r = dead_record("a", ErrorClass::Throttled, 1);
     r.source.message_group_id = Some("tenant-9".into());
     let engine = engine_with(vec![r], ScriptedProcessor::new());
-    run(
-        &engine,
-        RedriveRequest {
-            mode: RedriveMode::Requeue,
-            ..Default::default()
-        },
-    )
-    .await;
+    run(&engine, requeue_all()).await;
     let sent = engine.store().sent();
     assert_eq!(sent.len(), 1);
     assert!(!sent[0].0.ends_with(".fifo"));
@@ -380,14 +374,7 @@ async fn requeue_to_a_fifo_queue_sets_group_and_deduplication_ids() {
     r.source.queue_arn = Some("arn:aws:sqs:us-east-1:123456789012:orders.fifo".into());
     r.source.message_group_id = Some("customer-7".into());
     let engine = engine_with(vec![r], ScriptedProcessor::new());
-    run(
-        &engine,
-        RedriveRequest {
-            mode: RedriveMode::Requeue,
-            ..Default::default()
-        },
-    )
-    .await;
+    run(&engine, requeue_all()).await;
     let sent = engine.store().sent();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].1.group_id.as_deref(), Some("customer-7"));
@@ -1248,14 +1235,7 @@ async fn a_requeued_record_outlives_its_reset_and_the_reset_refreshes_its_expiry
     let now = chrono::Utc::now();
     record.expires_at = now.timestamp() + 3_600;
     let engine = engine_with(vec![record], ScriptedProcessor::new());
-    let report = run(
-        &engine,
-        RedriveRequest {
-            mode: RedriveMode::Requeue,
-            ..Default::default()
-        },
-    )
-    .await;
+    let report = run(&engine, requeue_all()).await;
     assert_eq!(report.requeued, 1, "{report:?}");
     let requeued = engine.store().record("late").unwrap();
     let life = i64::try_from(REQUEUED_RECORD_LIFE.as_secs()).unwrap();
@@ -1342,14 +1322,7 @@ async fn a_payload_sqs_cannot_carry_is_requeued_as_its_pointer() {
     record.payload.size_bytes = body.len() as u64;
     let engine = engine_with(vec![record], ScriptedProcessor::new());
     engine.store().put_payload(&pointer, body);
-    let report = run(
-        &engine,
-        RedriveRequest {
-            mode: RedriveMode::Requeue,
-            ..Default::default()
-        },
-    )
-    .await;
+    let report = run(&engine, requeue_all()).await;
     assert_eq!(report.requeued, 1, "{report:?}");
     let sent = engine.store().sent();
     assert_eq!(sent.len(), 1);
@@ -1396,14 +1369,7 @@ async fn a_requeue_leaves_off_an_attribute_sqs_refuses() {
     let mut settings = RedriveSettings::default();
     settings.retry.max_attempts = 1;
     let engine = RedriveEngine::new(store, Some(ScriptedProcessor::new()), settings);
-    let report = run(
-        &engine,
-        RedriveRequest {
-            mode: RedriveMode::Requeue,
-            ..Default::default()
-        },
-    )
-    .await;
+    let report = run(&engine, requeue_all()).await;
     assert_eq!(report.requeued, 1, "{report:?}");
 }
 
@@ -1425,14 +1391,7 @@ async fn a_redrive_continues_the_records_trace_when_it_reprocesses_or_requeues()
         vec![traced, dead_record("b", ErrorClass::Throttled, 2)],
         ScriptedProcessor::new(),
     );
-    let report = run(
-        &engine,
-        RedriveRequest {
-            mode: RedriveMode::Requeue,
-            ..Default::default()
-        },
-    )
-    .await;
+    let report = run(&engine, requeue_all()).await;
     assert_eq!(report.requeued, 2, "{report:?}");
     let sent = engine.store().sent();
     let header_of = |id: &str| {
