@@ -32,12 +32,10 @@ pub const RESERVED_ATTRIBUTES: &[&str] = &[
     crate::dead_letter::REQUEUED_BY_ATTRIBUTE,
 ];
 
-/// The item id a DLQ message is tracked by: its `item_id` attribute (our DLQ messages,
-/// requeues and FIFO rotations' copies carry it); else the id its body gives
-/// (`from_body`: what the parser named the item, which is the message id when the body
-/// names none); else its own message id (SQS's redrive policy keeps a message's id). A
-/// producer's `source_message_id` attribute is never taken for it: it could name another
-/// item's message.
+/// The item id a DLQ message is tracked by: its `item_id` attribute (our DLQ messages and
+/// requeues carry it); else the id its body gives (`from_body`: what the parser named the
+/// item, which is the message id when the body names none); else `message_id`, the id of
+/// the source message it holds ([`original_message_id`]).
 pub fn dlq_item_id<'a>(
     attribute: impl Fn(&str) -> Option<&'a str>,
     from_body: Option<String>,
@@ -48,6 +46,24 @@ pub fn dlq_item_id<'a>(
         None => from_body.unwrap_or_else(|| message_id.to_string()),
     };
     crate::item::bounded_item_id(id)
+}
+
+/// The id of the source message a DLQ message holds, which also stands for its item when
+/// its body names none. Our DLQ messages and requeues (they carry our `item_id`) and the
+/// copies a sweep's FIFO rotation sent (`rotated`) carry it in our `source_message_id`
+/// attribute. Any other message is its own source: SQS's redrive policy keeps a message's
+/// id. A producer's `source_message_id` attribute on such a message is never taken: it
+/// could name another item's message.
+pub fn original_message_id<'a>(
+    attribute: impl Fn(&str) -> Option<&'a str>,
+    own_id: &str,
+    rotated: bool,
+) -> String {
+    let ours = rotated || attribute(ITEM_ID_ATTRIBUTE).is_some();
+    match attribute(SOURCE_MESSAGE_ID_ATTRIBUTE) {
+        Some(original) if ours => original.to_string(),
+        _ => own_id.to_string(),
+    }
 }
 
 /// Most entries a `SendMessageBatch` call takes.
@@ -163,6 +179,23 @@ mod dlq_item_id_tests {
         // Bounded as every item id.
         let long = "x".repeat(3000);
         assert!(dlq_item_id(none, Some(long), "m-3").len() < 100);
+    }
+
+    #[test]
+    fn a_rotated_copy_stands_for_its_original_and_no_other_message_does() {
+        let carried = |name: &str| (name == SOURCE_MESSAGE_ID_ATTRIBUTE).then_some("m-1");
+        assert_eq!(original_message_id(carried, "copy-9", true), "m-1");
+        // A producer's attribute on a message SQS moved names no message of ours.
+        assert_eq!(original_message_id(carried, "m-2", false), "m-2");
+        // A copy too large to carry the attribute is known by its own id.
+        assert_eq!(original_message_id(|_| None, "copy-9", true), "copy-9");
+        // Our dead-letter messages carry it beside our `item_id`.
+        let ours = |name: &str| match name {
+            SOURCE_MESSAGE_ID_ATTRIBUTE => Some("m-1"),
+            ITEM_ID_ATTRIBUTE => Some("order-1"),
+            _ => None,
+        };
+        assert_eq!(original_message_id(ours, "dlq-4", false), "m-1");
     }
 }
 

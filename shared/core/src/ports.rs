@@ -33,7 +33,7 @@ use crate::dead_letter::{
 };
 use crate::error::ProcessError;
 use crate::item::ItemParser;
-use crate::message::{PAYLOAD_SHA256_ATTRIBUTE, SOURCE_MESSAGE_ID_ATTRIBUTE};
+use crate::message::PAYLOAD_SHA256_ATTRIBUTE;
 use crate::pointer::S3Pointer;
 use crate::selection::{Page, PageToken, RecordFilter};
 
@@ -290,21 +290,24 @@ pub trait DeadLetterQueue: Send + Sync {
     }
 
     /// Moves a message of a FIFO DLQ behind the rest of its group: sends a copy marked with
-    /// `pass` (same body, attributes and group; its source message id kept, so its record
-    /// still knows it; stamped with `item_id`, the item it is tracked by, when it carries
-    /// no `item_id` attribute, so that the copy is tracked as the original was: a body that
-    /// names no item would otherwise be tracked by the copy's new message id, found by the
-    /// simulation, seed 169), then deletes the original by `receipt`. `Ok(false)`: no copy could
-    /// be made (the original stays where it is). A crash between the two leaves both, with
-    /// the same content: each is judged as the other.
+    /// `pass` (same body, attributes and group; its source message id kept), then deletes
+    /// the original by `receipt`. `Ok(false)`: no copy could be made (the original stays
+    /// where it is). A crash between the two leaves both, with the same content: each is
+    /// judged as the other.
+    ///
+    /// The copy is tracked as its original is, by every sweep after: where its body names
+    /// no item, by the original's message id it carries
+    /// ([`crate::message::original_message_id`]), not by its own new id (found by the
+    /// simulation, seed 169). No item id is written onto it. A purge's sweep names items
+    /// without the worker's parser, and a copy stamped with its guess was adopted under the
+    /// source message's id instead of the item its payload names (seed 713214).
     fn rotate(
         &self,
         message: &Self::Message,
         receipt: &str,
         pass: &str,
-        item_id: &str,
     ) -> impl Future<Output = Result<bool, ProcessError>> + Send {
-        let _ = (message, receipt, pass, item_id);
+        let _ = (message, receipt, pass);
         async { Ok(false) }
     }
 }
@@ -666,8 +669,8 @@ impl MessageView {
     /// `attribute` gives (docs/ARCHITECTURE.md §4):
     ///
     /// - the source message is our `source_message_id` attribute where the message carries
-    ///   our `item_id` too (our DLQ messages, requeues and rotation copies carry both),
-    ///   else its own id (a message the queue's redrive policy moved keeps its id);
+    ///   our `item_id` too (our DLQ messages and requeues carry both), else its own id (a
+    ///   message the queue's redrive policy moved keeps its id);
     /// - the payload digest is the body's own; for an Extended-Client pointer into
     ///   `own_bucket` (the dead-letter store's payloads, content-addressed by
     ///   [`crate::pointer::payload_key`]) the digest its key ends with, when our
@@ -679,17 +682,26 @@ impl MessageView {
         attribute: impl Fn(&str) -> Option<&'a str>,
         own_bucket: &str,
     ) -> MessageView {
+        Self::of_dlq_message(message_id, body, attribute, own_bucket, false)
+    }
+
+    /// [`MessageView::of`] a DLQ message that may be a copy a sweep's FIFO rotation sent
+    /// (`rotated`): such a copy holds its original's delivery, whose id it carries in our
+    /// `source_message_id` attribute ([`crate::message::original_message_id`]).
+    pub fn of_dlq_message<'a>(
+        message_id: &str,
+        body: &str,
+        attribute: impl Fn(&str) -> Option<&'a str>,
+        own_bucket: &str,
+        rotated: bool,
+    ) -> MessageView {
         let pointer = S3Pointer::parse(body);
-        let ours = attribute(crate::message::ITEM_ID_ATTRIBUTE).is_some();
         MessageView {
             message_id: message_id.to_string(),
             // A producer's message keeps its attributes into the DLQ: one naming a processed
             // delivery, holding a pointer whose payload is unknown, would be deleted as that
             // delivery.
-            source_message_id: attribute(SOURCE_MESSAGE_ID_ATTRIBUTE)
-                .filter(|_| ours)
-                .unwrap_or(message_id)
-                .to_string(),
+            source_message_id: crate::message::original_message_id(&attribute, message_id, rotated),
             // A digest is believed only where it cannot lie: a body that is its payload is
             // its own digest, whatever an attribute states, and a pointer's payload is known
             // only when it points into our own bucket at the key that digest names, where

@@ -1215,6 +1215,7 @@ async fn a_purge_keeps_a_failure_that_arrived_after_it_selected() {
 /// On a FIFO DLQ a sweep that holds a group's first messages sees nothing more of that
 /// group: the kept messages are moved behind their group, so an orphan behind twelve dead
 /// messages of its group is adopted by the first run, and nothing is lost or duplicated.
+/// A copy is tracked as its original by the next run, also when its body names no item.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
     let p = Pipeline::new(
@@ -1243,6 +1244,20 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
         .send()
         .await
         .unwrap();
+    // And one whose body names no item: tracked by its message id, and its rotated copy
+    // by the id it carries (its deduplication id names the sweep that sent it).
+    let unnamed = p
+        .clients
+        .sqs
+        .send_message()
+        .queue_url(&p.resources.dlq_url)
+        .message_body("not json")
+        .message_group_id("g1")
+        .message_deduplication_id("unnamed")
+        .send()
+        .await
+        .unwrap();
+    let unnamed = unnamed.message_id().unwrap().to_string();
     let report = p
         .redrive_engine()
         .run(
@@ -1254,9 +1269,10 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
         )
         .await
         .unwrap();
-    assert_eq!(report.adopted_from_dlq, 1, "{report:?}");
+    assert_eq!(report.adopted_from_dlq, 2, "{report:?}");
     assert!(p.store().get("orphan").await.unwrap().is_some());
-    assert_eq!(p.dlq_depth().await, 13, "one message per item, none lost");
+    assert!(p.store().get(&unnamed).await.unwrap().is_some());
+    assert_eq!(p.dlq_depth().await, 14, "one message per item, none lost");
     // Each message still names what it holds: a second run adopts nothing more.
     let again = p
         .redrive_engine()
@@ -1270,8 +1286,8 @@ async fn a_fifo_sweep_adopts_an_orphan_behind_a_held_group() {
         .await
         .unwrap();
     assert_eq!(again.adopted_from_dlq, 0, "{again:?}");
-    assert_eq!(p.records().await.len(), 13);
-    assert_eq!(p.dlq_depth().await, 13);
+    assert_eq!(p.records().await.len(), 14);
+    assert_eq!(p.dlq_depth().await, 14);
 }
 
 /// An adoption is written only if the record is still as the sweep judged it: a record

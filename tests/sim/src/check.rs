@@ -199,7 +199,11 @@ fn tracked_item(state: &State, m: &sqs_keeper_core::testing::QueueMessage) -> St
     sqs_keeper_core::message::dlq_item_id(
         |name| m.attribute(name),
         sqs_keeper_core::testing::payload_id(body),
-        &m.id,
+        &sqs_keeper_core::message::original_message_id(
+            |name| m.attribute(name),
+            &m.id,
+            m.marker.is_some(),
+        ),
     )
 }
 

@@ -401,11 +401,12 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
                 .insert(delivery_key(&claim.message_id, claim.receive_count));
         }
         Event::DlqMessageDeleted { message } => {
-            let view = sqs_keeper_core::ports::MessageView::of(
+            let view = sqs_keeper_core::ports::MessageView::of_dlq_message(
                 &message.id,
                 &message.body,
                 |name| message.attribute(name),
                 crate::store::BUCKET,
+                message.marker.is_some(),
             );
             let item = message
                 .attribute(sqs_keeper_core::message::ITEM_ID_ATTRIBUTE)

@@ -308,13 +308,12 @@ impl DeadLetterQueue for DeadLetterStore {
         message: &Message,
         receipt: &str,
         pass: &str,
-        item_id: &str,
     ) -> Result<bool, ProcessError> {
         let Some(group) = system_attribute(message, "MessageGroupId") else {
             return Ok(false);
         };
         let original_id = message.message_id().unwrap_or_default();
-        let attributes = copy_attributes(message, item_id);
+        let attributes = copy_attributes(message);
         let dedup = format!(
             "{ROTATION_PREFIX}{pass}:{}",
             sqs_keeper_core::hex::sha256_hex(original_id.as_bytes())
@@ -354,13 +353,22 @@ type Attributes = std::collections::HashMap<String, aws_sdk_sqs::types::MessageA
 
 /// The message attributes of a rotated copy: the original's, and what identifies its
 /// content. What identifies it stays with the copy: the source message (a message moved
-/// by the redrive policy is its own source), the item it is tracked by
-/// (`DeadLetterQueue::rotate`) and its source queue. Most needed first, each only while the
-/// copy stays within SQS's size: a copy refused for its size would hide its group's later
-/// messages for ever.
-fn copy_attributes(message: &Message, item_id: &str) -> Attributes {
+/// by the redrive policy is its own source), by which the copy is tracked as its original
+/// (`DeadLetterQueue::rotate`), then its source queue. Most needed first, each only while
+/// the copy stays within SQS's size: a copy refused for its size would hide its group's
+/// later messages for ever.
+fn copy_attributes(message: &Message) -> Attributes {
     let original_id = message.message_id().unwrap_or_default();
+    let source = original_message_id(message);
     let mut attributes = message.message_attributes().cloned().unwrap_or_default();
+    // A producer's own `source_message_id` gives way: the copy names the delivery it holds.
+    if string_attribute(
+        message,
+        sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE,
+    ) != Some(source.as_str())
+    {
+        attributes.remove(sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE);
+    }
     let mut added = Vec::new();
     let mut add = |name: &str, value: &str| {
         if !attributes.contains_key(name) {
@@ -372,9 +380,8 @@ fn copy_attributes(message: &Message, item_id: &str) -> Attributes {
     };
     add(
         sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE,
-        original_id,
+        &source,
     );
-    add(ITEM_ID_ATTRIBUTE, item_id);
     if let Some(arn) = system_attribute(message, SOURCE_ARN_ATTRIBUTE) {
         add(sqs_keeper_core::message::SOURCE_QUEUE_ARN_ATTRIBUTE, &arn);
     }
@@ -481,30 +488,39 @@ impl DeadLetterStore {
 
 fn message_item_id(message: &Message, parser: &ItemParser) -> String {
     sqs_keeper_core::message::dlq_item_id(
-        |name| {
-            message
-                .message_attributes()
-                .and_then(|a| a.get(name))
-                .and_then(|v| v.string_value())
-        },
+        |name| string_attribute(message, name),
         to_work_item(message, parser).ok().map(|item| item.item_id),
-        message.message_id().unwrap_or_default(),
+        &original_message_id(message),
     )
 }
 
-/// What identifies a DLQ message's content ([`MessageView::of`]).
+/// The id of the source message `message` holds: a rotated copy's original's
+/// ([`sqs_keeper_core::message::original_message_id`]), else its own.
+fn original_message_id(message: &Message) -> String {
+    sqs_keeper_core::message::original_message_id(
+        |name| string_attribute(message, name),
+        message.message_id().unwrap_or_default(),
+        rotation_marker(message).is_some(),
+    )
+}
+
+/// What identifies a DLQ message's content ([`MessageView::of_dlq_message`]).
 fn message_view(message: &Message, own_bucket: &str) -> MessageView {
-    MessageView::of(
+    MessageView::of_dlq_message(
         message.message_id().unwrap_or_default(),
         message.body().unwrap_or_default(),
-        |name| {
-            message
-                .message_attributes()
-                .and_then(|a| a.get(name))
-                .and_then(|v| v.string_value())
-        },
+        |name| string_attribute(message, name),
         own_bucket,
+        rotation_marker(message).is_some(),
     )
+}
+
+/// The string value of `message`'s message attribute `name`.
+fn string_attribute<'a>(message: &'a Message, name: &str) -> Option<&'a str> {
+    message
+        .message_attributes()
+        .and_then(|a| a.get(name))
+        .and_then(|v| v.string_value())
 }
 
 /// A DLQ message as a work item (as the worker would have seen it).
@@ -550,7 +566,8 @@ fn to_work_item(
                 .and_then(|v| v.string_value())
                 .map(str::to_string)
         });
-    let message_id = message.message_id().unwrap_or_default().to_string();
+    // A rotated copy is read as its original: under the original's id.
+    let message_id = original_message_id(message);
     let msg = serde_json::from_value(serde_json::json!({
         "messageId": message_id,
         "body": message.body().unwrap_or_default(),
@@ -589,5 +606,89 @@ mod tests {
             .unwrap();
         assert!(received.is_empty());
         assert_eq!(receive.num_calls(), 1, "the request long-polled");
+    }
+
+    fn string_value(value: &str) -> aws_sdk_sqs::types::MessageAttributeValue {
+        aws_sdk_sqs::types::MessageAttributeValue::builder()
+            .data_type("String")
+            .string_value(value)
+            .build()
+            .unwrap()
+    }
+
+    /// A FIFO DLQ message with `attributes`, sent by a rotation when `rotated`.
+    fn fifo_message(id: &str, body: &str, attributes: &[(&str, &str)], rotated: bool) -> Message {
+        let mut message = Message::builder()
+            .message_id(id)
+            .body(body)
+            .attributes(MessageSystemAttributeName::MessageGroupId, "g1");
+        if rotated {
+            message = message.attributes(
+                MessageSystemAttributeName::MessageDeduplicationId,
+                format!("{ROTATION_PREFIX}pass-1:abc"),
+            );
+        }
+        for (name, value) in attributes {
+            message = message.message_attributes(*name, string_value(value));
+        }
+        message.build()
+    }
+
+    /// Found by the simulation (seed 713214): a copy carried the item a purge's sweep
+    /// guessed for it. A copy now carries the delivery it holds and no item id, and is
+    /// tracked and judged as its original, whatever parser the sweep reads it with.
+    #[test]
+    fn a_rotated_copy_carries_its_original_delivery_and_is_tracked_as_it() {
+        use sqs_keeper_core::message::SOURCE_MESSAGE_ID_ATTRIBUTE;
+        // SQS's redrive policy moved it; its producer set our attribute's name.
+        let moved = fifo_message(
+            "m-1",
+            r#"{"note":"no id"}"#,
+            &[(SOURCE_MESSAGE_ID_ATTRIBUTE, "victim")],
+            false,
+        );
+        let attributes = copy_attributes(&moved);
+        let carried = attributes
+            .get(SOURCE_MESSAGE_ID_ATTRIBUTE)
+            .and_then(|v| v.string_value());
+        assert_eq!(
+            carried,
+            Some("m-1"),
+            "the delivery it holds, not the producer's"
+        );
+        assert!(
+            !attributes.contains_key(ITEM_ID_ATTRIBUTE),
+            "no guessed item"
+        );
+        assert_eq!(message_view(&moved, "ours").source_message_id, "m-1");
+        let copy = fifo_message(
+            "copy-9",
+            r#"{"note":"no id"}"#,
+            &[(SOURCE_MESSAGE_ID_ATTRIBUTE, "m-1")],
+            true,
+        );
+        let by_message_id = ItemParser::default();
+        let by_payload = ItemParser {
+            id_source: sqs_keeper_core::item::ItemIdSource::JsonPointer("/id".into()),
+            ..ItemParser::default()
+        };
+        assert_eq!(message_item_id(&copy, &by_message_id), "m-1");
+        assert_eq!(message_item_id(&copy, &by_payload), "m-1");
+        assert_eq!(message_view(&copy, "ours").source_message_id, "m-1");
+        let named = fifo_message(
+            "copy-9",
+            r#"{"id":"order-7"}"#,
+            &[(SOURCE_MESSAGE_ID_ATTRIBUTE, "m-1")],
+            true,
+        );
+        assert_eq!(message_item_id(&named, &by_payload), "order-7");
+        // A copy of a copy carries the same delivery.
+        let again = copy_attributes(&copy);
+        assert_eq!(
+            again
+                .get(SOURCE_MESSAGE_ID_ATTRIBUTE)
+                .and_then(|v| v.string_value()),
+            Some("m-1")
+        );
     }
 }

@@ -339,12 +339,7 @@ impl Pass {
         received: &ReceivedMessage<D::Message>,
     ) {
         match dlq
-            .rotate(
-                &received.message,
-                &received.receipt,
-                &self.marker,
-                &received.item_id,
-            )
+            .rotate(&received.message, &received.receipt, &self.marker)
             .await
         {
             Ok(true) => {

@@ -620,6 +620,53 @@ async fn a_fifo_sweep_reaches_the_messages_behind_a_held_group_head() {
     assert_eq!(visible(&store).len(), 13);
 }
 
+/// Found by the simulation (seed 713214): a purge's sweep names items without the
+/// worker's parser. On a FIFO DLQ it rotated a message SQS's redrive policy moved and
+/// wrote its guess, the message id, onto the copy as `item_id`; the schedule then adopted
+/// the copy under that id, not under the item its payload names. A copy now carries no
+/// item id and is tracked as its original: by the item its payload names, else by the
+/// original's message id (never by its own new one, seed 169).
+#[tokio::test]
+async fn a_rotated_copy_is_tracked_as_its_original_by_every_later_sweep() {
+    let store = MemoryStore::new();
+    store.world().lock().dlq = Queue::new("orders-dlq.fifo", None);
+    // Two messages the redrive policy moved: none of our attributes.
+    let named = store.send_dlq_message(r#"{"id":"order-7"}"#, &[], Some("g1"));
+    let unnamed = store.send_dlq_message(r#"{"note":"no id"}"#, &[], Some("g1"));
+    // A purge's sweep (the default parser, no adoption) keeps both and rotates them.
+    let purge = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
+    assert_eq!(purge.rotated, 2, "{purge:?}");
+    settle_held(&store, purge.held, Duration::ZERO, Duration::ZERO, None)
+        .await
+        .unwrap();
+    let copies: Vec<String> = store
+        .dlq_messages()
+        .into_iter()
+        .map(|m| m.message_id)
+        .collect();
+    assert!(
+        !copies.contains(&named) && !copies.contains(&unnamed),
+        "{copies:?}"
+    );
+    let schedule = SweepOptions {
+        adopt: true,
+        parser: ItemParser {
+            id_source: crate::item::ItemIdSource::JsonPointer("/id".into()),
+            ..ItemParser::default()
+        },
+        ..SweepOptions::default()
+    };
+    let sweep = sweep_dlq(&store, &schedule).await.unwrap();
+    assert_eq!(sweep.adopted, 2);
+    let by_payload = store
+        .record("order-7")
+        .expect("under the item its payload names");
+    assert_eq!(by_payload.source.message_id, named);
+    let by_original = store.record(&unnamed).expect("under the original's id");
+    assert_eq!(by_original.source.message_id, unnamed);
+    assert!(copies.iter().all(|copy| store.record(copy).is_none()));
+}
+
 /// A pass judges each message once: one received again by its id (its hold ended) and a
 /// copy the pass's own rotation sent (a new id, the pass's marker) are already judged;
 /// a copy another pass sent is not. Taken as judged only when both held, a message was

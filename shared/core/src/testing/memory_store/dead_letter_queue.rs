@@ -102,13 +102,19 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
                         }
                     }
                 }
+                // A rotated copy is read as its original: under the original's id.
+                let original = crate::message::original_message_id(
+                    |name| m.attribute(name),
+                    &m.id,
+                    m.marker.is_some(),
+                );
                 let item_id = crate::message::dlq_item_id(
                     |name| m.attribute(name),
                     parser
-                        .parse(m.id.clone(), readable)
+                        .parse(original.clone(), readable)
                         .ok()
                         .map(|item| item.item_id),
-                    &m.id,
+                    &original,
                 );
                 ReceivedMessage {
                     receipt: m.receipt.clone().unwrap_or_default(),
@@ -222,7 +228,6 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
         message: &QueueMessage,
         receipt: &str,
         pass: &str,
-        item_id: &str,
     ) -> Result<bool, ProcessError> {
         let Some(group) = message.group.clone() else {
             return Ok(false);
@@ -234,8 +239,14 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
             if self.call_fails(&mut state, |f| f.send, "-", "rotation send failed") {
                 return Err(unavailable("SQS", "dlq-rotate"));
             }
-            let mut attributes = message.attributes.clone();
-            let added = rotation_attributes(message, item_id);
+            let added = rotation_attributes(message);
+            // What the copy adds replaces the original's (a producer's `source_message_id`).
+            let mut attributes: Vec<_> = message
+                .attributes
+                .iter()
+                .filter(|(name, _)| added.iter().all(|(new, _)| new != name))
+                .cloned()
+                .collect();
             let size = crate::message::message_size(&message.body, &attributes);
             let added = crate::message::fitting_additions(size, added, state.dlq.max_message_bytes);
             attributes.extend(added);
@@ -287,22 +298,20 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
 }
 
 /// The attributes a rotated copy adds to `message`'s own, most needed first: what
-/// identifies the content (its source message id, its item id), then what tracks it (the
-/// source queue it was moved from).
-fn rotation_attributes(message: &QueueMessage, item_id: &str) -> Vec<(String, MessageAttribute)> {
+/// identifies the content (its source message id), then what tracks it (the source queue
+/// it was moved from).
+fn rotation_attributes(message: &QueueMessage) -> Vec<(String, MessageAttribute)> {
     let has = |name: &str| message.attribute(name).is_some();
-    // Most needed first: what identifies the content, then what tracks it.
+    let source = crate::message::original_message_id(
+        |name| message.attribute(name),
+        &message.id,
+        message.marker.is_some(),
+    );
     let mut added: Vec<(String, MessageAttribute)> = Vec::new();
-    if !has(SOURCE_MESSAGE_ID_ATTRIBUTE) {
+    if message.attribute(SOURCE_MESSAGE_ID_ATTRIBUTE) != Some(source.as_str()) {
         added.push((
             SOURCE_MESSAGE_ID_ATTRIBUTE.to_string(),
-            MessageAttribute::string(&message.id),
-        ));
-    }
-    if !has(ITEM_ID_ATTRIBUTE) {
-        added.push((
-            ITEM_ID_ATTRIBUTE.to_string(),
-            MessageAttribute::string(item_id),
+            MessageAttribute::string(&source),
         ));
     }
     if let Some(from) = &message.moved_from {

@@ -481,11 +481,12 @@ impl<X> MemoryStore<X> {
 
     /// What identifies a DLQ message's content, by the library's rule.
     fn view_of(&self, m: &QueueMessage) -> MessageView {
-        MessageView::of(
+        MessageView::of_dlq_message(
             &m.id,
             &m.body,
             |name| m.attribute(name),
             &self.settings.bucket,
+            m.marker.is_some(),
         )
     }
 }
@@ -580,8 +581,12 @@ fn send_dead_letter<X>(
         .0
 }
 
+/// The work item a DLQ message holds, read as the worker read it: a rotated copy under its
+/// original's message id ([`crate::message::original_message_id`]).
 fn to_work_item(m: &QueueMessage, parser: &ItemParser, arn: Option<&str>) -> WorkItem {
-    match parser.parse(m.id.clone(), m.to_sqs_message(arn)) {
+    let original =
+        crate::message::original_message_id(|name| m.attribute(name), &m.id, m.marker.is_some());
+    match parser.parse(original, m.to_sqs_message(arn)) {
         Ok(item) => item,
         Err(invalid) => invalid.item,
     }
