@@ -818,6 +818,30 @@ async fn poll(
     }
 }
 
+/// A documented window reaches a FIFO message's later group-mates (docs/SIMULATION.md,
+/// "A FIFO group held by a group-mate's failed hide"): a message `in_window` holds its
+/// group while it is in flight, and the messages behind it may expire before any receive
+/// can reach them. The group and place (sent at, then id) of each such holder: in flight
+/// now, or expiring with `expired` (it held its group until now).
+fn group_holders_in_window(
+    state: &State,
+    expired: &[QueueMessage],
+    in_window: impl Fn(&State, &str) -> bool,
+) -> Vec<(String, (i64, String))> {
+    let now = Instant::now();
+    let in_flight = state
+        .source()
+        .messages()
+        .iter()
+        .filter(|m| m.visible_at > now);
+    expired
+        .iter()
+        .chain(in_flight)
+        .filter(|m| in_window(state, &m.id))
+        .filter_map(|m| Some((m.group.clone()?, (m.sent_at_ms, m.id.clone()))))
+        .collect()
+}
+
 /// Receives up to `max` messages from the source queue as the event source mapping does,
 /// noting the messages SQS expired or moved to the DLQ meanwhile, and the duplicates it
 /// returned (one in `duplicate_rate` receives).
@@ -832,18 +856,23 @@ pub(crate) fn receive(
         .source_mut()
         .receive(max, VISIBILITY, duplicate, world.now_ms());
     let arn = state.source_mut().arn.clone();
+    let in_window = |state: &State, id: &str| {
+        state.ext.ledger.hidden_blind.contains(id)
+            || state.ext.ledger.held_past_retention.contains(id)
+            || state.ext.ledger.unhidden_failed_dead_letters.contains(id)
+    };
+    let holders = group_holders_in_window(&state, &received.expired, in_window);
     for expired in received.expired {
         let item = item_of(&expired);
         state.ext.ledger.expired_messages.insert(
             sqs_keeper_core::dead_letter::recorded_message_id(&expired.id),
         );
-        let excused = state.ext.ledger.hidden_blind.contains(&expired.id)
-            || state.ext.ledger.held_past_retention.contains(&expired.id)
-            || state
-                .ext
-                .ledger
-                .unhidden_failed_dead_letters
-                .contains(&expired.id);
+        let held_behind = expired.group.as_ref().is_some_and(|group| {
+            holders
+                .iter()
+                .any(|(g, place)| g == group && *place < (expired.sent_at_ms, expired.id.clone()))
+        });
+        let excused = in_window(&state, &expired.id) || held_behind;
         if excused {
             state
                 .ext
