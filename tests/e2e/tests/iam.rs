@@ -274,12 +274,77 @@ fn queue_arn_of(url: &str) -> String {
     format!("arn:aws:sqs:{}:{account}:{name}", e2e::REGION)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_call_of_each_function_is_allowed_by_its_role() {
-    let emulator = e2e::emulator().await;
-    let moto = Endpoints::single(&emulator.shared);
-    let test_clients = AwsClients::for_endpoints(&emulator, e2e::REGION).await;
-    let moto_clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
+/// The main stack deployed, with what runs its functions: the worker behind its local
+/// event source mapping, the redrive function, and the proxies that audit their calls.
+struct MainStack {
+    deployed: Deployed,
+    clients: AwsClients,
+    proxy: FaultProxy,
+    lambda_proxy: FaultProxy,
+    downstream: Downstream,
+    esm: EventSourceMapping,
+    worker: SharedRuntimeApiInvoker,
+    redrive: RuntimeApi,
+    secret_arn: String,
+    producer_bucket: String,
+    /// What must outlive the scenario: the function processes and the Lambda API.
+    _running: (FunctionProcess, FunctionProcess, LambdaApi),
+}
+
+impl MainStack {
+    fn physical(&self, logical: &str) -> &str {
+        &self.deployed.physical[logical]
+    }
+
+    /// The name of the queue (or table) `logical`'s physical id ends with.
+    fn name_of(&self, logical: &str) -> &str {
+        self.physical(logical)
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+    }
+
+    fn redrive_env(&self, name: &str) -> &str {
+        &self.deployed.environments["RedriveFunction"][name]
+    }
+
+    fn breaker(&self) -> sqs_keeper_aws::DynamoBreakerStore {
+        sqs_keeper_aws::DynamoBreakerStore::new(
+            self.clients.dynamodb.clone(),
+            self.physical("BreakerTable").to_string(),
+            self.deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
+        )
+    }
+
+    async fn send(&self, queue_url: &str, body: String) {
+        self.clients
+            .sqs
+            .send_message()
+            .queue_url(queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    async fn put(&self, bucket: &str, key: &str, body: String) {
+        self.clients
+            .s3
+            .put_object()
+            .bucket(bucket)
+            .key(key)
+            .body(body.into_bytes().into())
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// Deploys `infra/template.yaml` with every optional path on (the downstream's secret,
+/// idempotency, the breaker, spaced retries, a producer's payload bucket), with its tables
+/// in DynamoDB Local. The stack, the secret's ARN and the producer's bucket.
+async fn deploy_main_stack(clients: &AwsClients, moto: &Endpoints) -> (Deployed, String, String) {
+    let moto_clients = AwsClients::for_endpoints(moto, e2e::REGION).await;
     let secret = aws_sdk_secretsmanager::Client::new(&moto_clients.config)
         .create_secret()
         .name(e2e::unique_prefix("downstream-key"))
@@ -290,7 +355,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     let secret_arn = secret.arn().unwrap().to_string();
     // A producer's own bucket of Extended-Client payloads (the template's PayloadBuckets).
     let producer_bucket = e2e::unique_prefix("producer").to_lowercase();
-    test_clients
+    clients
         .s3
         .create_bucket()
         .bucket(&producer_bucket)
@@ -298,7 +363,7 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         .await
         .unwrap();
     let deployed = deploy(
-        &moto,
+        moto,
         translated_template("main"),
         &[
             ("DownstreamUrl", "https://downstream.example.com/ingest"),
@@ -318,44 +383,44 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         ],
     )
     .await;
-    let table = &deployed.physical["DeadLetterTable"];
-    let breaker_table = &deployed.physical["BreakerTable"];
-    let idempotency_table = &deployed.physical["IdempotencyTable"];
     create_tables(
-        &test_clients,
-        table,
-        &[(breaker_table, "id"), (idempotency_table, "id")],
+        clients,
+        &deployed.physical["DeadLetterTable"],
+        &[
+            (&deployed.physical["BreakerTable"], "id"),
+            (&deployed.physical["IdempotencyTable"], "id"),
+        ],
     )
     .await;
-    let source_url = deployed.physical["SourceQueue"].clone();
-    let bucket = deployed.physical["PayloadBucket"].clone();
+    (deployed, secret_arn, producer_bucket)
+}
 
-    let proxy = FaultProxy::start(&emulator).await.unwrap();
+/// [`deploy_main_stack`], then its worker and redrive function started as their roles.
+async fn start_main_stack(emulator: &Endpoints, moto: &Endpoints) -> MainStack {
+    let clients = AwsClients::for_endpoints(emulator, e2e::REGION).await;
+    let (deployed, secret_arn, producer_bucket) = deploy_main_stack(&clients, moto).await;
+    let source_url = deployed.physical["SourceQueue"].clone();
+    let proxy = FaultProxy::start(emulator).await.unwrap();
     let downstream = Downstream::start(0, DownstreamConfig::default())
         .await
         .unwrap();
-    let url = [("WORKER_DOWNSTREAM_URL", downstream.url())];
-    let (worker_api, _worker) = start_function(
+    let local_downstream = [("WORKER_DOWNSTREAM_URL", downstream.url())];
+    let (worker_api, worker_process) = start_function(
         "worker",
         "WorkerRole",
         &deployed.environments["WorkerFunction"],
-        &url,
+        &local_downstream,
         &proxy,
     )
     .await;
-    let worker_config = config_as("WorkerRole", &proxy).await;
     let esm = EventSourceMapping::new(
-        aws_sdk_sqs::Client::new(&worker_config),
+        aws_sdk_sqs::Client::new(&config_as("WorkerRole", &proxy).await),
         &source_url,
         &queue_arn_of(&source_url),
         e2e::REGION,
         10,
     );
     let worker_api = std::sync::Arc::new(worker_api);
-    let worker = SharedRuntimeApiInvoker {
-        api: worker_api.clone(),
-        timeout: Duration::from_secs(40),
-    };
     // The Lambda API the redrive function's polling control calls (the worker's mapping,
     // the worker itself), behind a proxy of its own that audits those calls.
     let redrive_env = &deployed.environments["RedriveFunction"];
@@ -372,21 +437,49 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     let lambda_proxy = FaultProxy::start(&Endpoints::single(&lambda_api.url()))
         .await
         .unwrap();
+    let redrive_overrides = [
+        local_downstream[0].clone(),
+        ("AWS_ENDPOINT_URL_LAMBDA", lambda_proxy.url()),
+    ];
+    let (redrive, redrive_process) = start_function(
+        "redrive",
+        "RedriveRole",
+        redrive_env,
+        &redrive_overrides,
+        &proxy,
+    )
+    .await;
+    MainStack {
+        deployed,
+        clients,
+        proxy,
+        lambda_proxy,
+        downstream,
+        esm,
+        worker: SharedRuntimeApiInvoker {
+            api: worker_api,
+            timeout: Duration::from_secs(40),
+        },
+        redrive,
+        secret_arn,
+        producer_bucket,
+        _running: (worker_process, redrive_process, lambda_api),
+    }
+}
 
-    // An Extended Client pointer to a payload in the store's bucket.
-    test_clients
-        .s3
-        .put_object()
-        .bucket(&bucket)
-        .key("in/pointed")
-        .body(e2e::body("pointed", "ok").into_bytes().into())
-        .send()
-        .await
-        .unwrap();
+/// The worker's paths: a success, a dead letter, a payload large enough for S3, an
+/// Extended Client pointer into the store's bucket, and a throttled downstream (spaced
+/// retries, the breaker).
+async fn run_the_worker(stack: &MainStack) {
+    let bucket = stack.physical("PayloadBucket").to_string();
+    stack
+        .put(&bucket, "in/pointed", e2e::body("pointed", "ok"))
+        .await;
     let pointer = json!(["software.amazon.payloadoffloading.PayloadS3Pointer",
         {"s3BucketName": bucket, "s3Key": "in/pointed"}])
     .to_string();
     let large = json!({"id": "large", "scenario": "invalid", "pad": "x".repeat(2048)}).to_string();
+    let source_url = stack.physical("SourceQueue").to_string();
     for body in [
         e2e::body("ok", "ok"),
         e2e::body("invalid", "invalid"),
@@ -394,142 +487,111 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
         pointer,
         e2e::body("down", "throttled"),
     ] {
-        test_clients
-            .sqs
-            .send_message()
-            .queue_url(&source_url)
-            .message_body(body)
-            .send()
-            .await
-            .unwrap();
+        stack.send(&source_url, body).await;
     }
-    let (stats, drained) = esm
-        .run_until_drained(&worker, Duration::from_secs(90))
+    let (stats, drained) = stack
+        .esm
+        .run_until_drained(&stack.worker, Duration::from_secs(90))
         .await
         .unwrap();
     assert!(drained, "the worker did not drain its queue: {stats:?}");
+}
 
-    // The scheduled redrive once the breaker's open period is over: it is the probe.
-    let redrive_overrides = [
-        url[0].clone(),
-        ("AWS_ENDPOINT_URL_LAMBDA", lambda_proxy.url()),
-    ];
-    let (redrive_api, _redrive) = start_function(
-        "redrive",
-        "RedriveRole",
-        &deployed.environments["RedriveFunction"],
-        &redrive_overrides,
-        &proxy,
-    )
-    .await;
-    // Open the breaker as the worker's sandboxes do after an outage, and let its open
-    // period end: no worker invocation is left to probe, so the schedule must.
-    {
-        use sqs_keeper_core::breaker::BreakerStore;
-        let breaker = sqs_keeper_aws::DynamoBreakerStore::new(
-            test_clients.dynamodb.clone(),
-            breaker_table.clone(),
-            deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
-        );
-        let now = std::time::SystemTime::now();
-        // Refused when the worker left it open already (for up to 16 open periods).
-        breaker
-            .open(now + Duration::from_secs(1), 1, now)
-            .await
-            .unwrap();
-        let waited = std::time::Instant::now();
-        loop {
-            let state = breaker.read().await.unwrap();
-            let now = std::time::SystemTime::now();
-            if state.is_half_open(now) {
-                break;
-            }
-            assert!(
-                waited.elapsed() < Duration::from_secs(60),
-                "the breaker never became half-open: {state:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
+/// Opens the breaker as the worker's sandboxes do after an outage, and waits out its open
+/// period: no worker invocation is left to probe, so the schedule must.
+async fn leave_the_breaker_half_open(stack: &MainStack) {
+    use sqs_keeper_core::breaker::BreakerStore;
+    let breaker = stack.breaker();
+    let now = std::time::SystemTime::now();
+    // Refused when the worker left it open already (for up to 16 open periods).
+    breaker
+        .open(now + Duration::from_secs(1), 1, now)
+        .await
+        .unwrap();
+    let waited = std::time::Instant::now();
+    loop {
+        let state = breaker.read().await.unwrap();
+        if state.is_half_open(std::time::SystemTime::now()) {
+            return;
         }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the breaker never became half-open: {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The redrive function's paths: a scheduled run that is the breaker's probe and adopts
+/// an orphan pointing at a producer's payload, a requeue the worker then finishes, and a
+/// forced reprocess of what is left. Their reports, for the log.
+async fn run_the_redrives(stack: &MainStack) -> [Value; 3] {
+    leave_the_breaker_half_open(stack).await;
     // An orphan in the DLQ (moved by the redrive policy, no record) whose body points at
     // a producer's payload: the scheduled run's sweep adopts it by reading the payload.
-    test_clients
-        .s3
-        .put_object()
-        .bucket(&producer_bucket)
-        .key("orphan")
-        .body(e2e::body("orphan", "ok").into_bytes().into())
-        .send()
-        .await
-        .unwrap();
-    test_clients
-        .sqs
-        .send_message()
-        .queue_url(&deployed.physical["DeadLetterQueue"])
-        .message_body(
-            json!(["software.amazon.payloadoffloading.PayloadS3Pointer",
-                {"s3BucketName": producer_bucket, "s3Key": "orphan"}])
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
+    stack
+        .put(&stack.producer_bucket, "orphan", e2e::body("orphan", "ok"))
+        .await;
+    let orphan = json!(["software.amazon.payloadoffloading.PayloadS3Pointer",
+        {"s3BucketName": stack.producer_bucket, "s3Key": "orphan"}]);
+    stack
+        .send(stack.physical("DeadLetterQueue"), orphan.to_string())
+        .await;
     let schedule = invoke(
-        &redrive_api,
+        &stack.redrive,
         json!({"mode": "reprocess", "max_items": 1000, "parallelism": 4}),
     )
     .await;
-    // A requeue the worker then finishes, and a forced reprocess of what is left.
-    downstream.fix();
+    stack.downstream.fix();
     let requeue = invoke(
-        &redrive_api,
+        &stack.redrive,
         json!({"mode": "requeue", "force": true, "item_ids": ["invalid"]}),
     )
     .await;
-    esm.run_until_drained(&worker, Duration::from_secs(60))
+    stack
+        .esm
+        .run_until_drained(&stack.worker, Duration::from_secs(60))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let forced = invoke(&redrive_api, json!({"mode": "reprocess", "force": true})).await;
+    let forced = invoke(&stack.redrive, json!({"mode": "reprocess", "force": true})).await;
+    [schedule, requeue, forced]
+}
 
-    // A long outage: the breaker opened a second time in a row; the polling control
-    // disables the worker's mapping, then probes with a source message once the open
-    // period is over (the worker, invoked directly, closes the breaker) and enables it.
-    {
-        use sqs_keeper_core::breaker::BreakerStore;
-        let breaker = sqs_keeper_aws::DynamoBreakerStore::new(
-            test_clients.dynamodb.clone(),
-            breaker_table.clone(),
-            deployed.environments["WorkerFunction"]["WORKER_BREAKER_KEY"].clone(),
-        );
-        breaker.close().await.unwrap();
-        let now = std::time::SystemTime::now();
-        assert!(breaker
-            .open(now + Duration::from_secs(2), 2, now)
-            .await
-            .unwrap());
-        let paused = invoke(&redrive_api, json!({"control": "polling"})).await;
-        assert_eq!(paused["polling"], "paused", "{paused}");
-        assert!(!esm.state().enabled());
-        test_clients
-            .sqs
-            .send_message()
-            .queue_url(&source_url)
-            .message_body(e2e::body("probe", "ok"))
-            .send()
-            .await
-            .unwrap();
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let resumed = invoke(&redrive_api, json!({"control": "polling"})).await;
-        assert_eq!(resumed["polling"], "resumed", "{resumed}");
-        assert_eq!(resumed["probe"], "processed", "{resumed}");
-        assert!(esm.state().enabled());
-        assert_eq!(e2e_depth(&test_clients, &source_url).await, 0);
-    }
+/// A long outage: the breaker opened a second time in a row; the polling control disables
+/// the worker's mapping, then probes with a source message once the open period is over
+/// (the worker, invoked directly, closes the breaker) and enables it again.
+async fn pause_and_resume_polling(stack: &MainStack) {
+    use sqs_keeper_core::breaker::BreakerStore;
+    let breaker = stack.breaker();
+    breaker.close().await.unwrap();
+    let now = std::time::SystemTime::now();
+    assert!(breaker
+        .open(now + Duration::from_secs(2), 2, now)
+        .await
+        .unwrap());
+    let paused = invoke(&stack.redrive, json!({"control": "polling"})).await;
+    assert_eq!(paused["polling"], "paused", "{paused}");
+    assert!(!stack.esm.state().enabled());
+    let source_url = stack.physical("SourceQueue");
+    stack.send(source_url, e2e::body("probe", "ok")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let resumed = invoke(&stack.redrive, json!({"control": "polling"})).await;
+    assert_eq!(resumed["polling"], "resumed", "{resumed}");
+    assert_eq!(resumed["probe"], "processed", "{resumed}");
+    assert!(stack.esm.state().enabled());
+    assert_eq!(e2e_depth(&stack.clients, source_url).await, 0);
+}
 
-    // The handler of infra/handler.yaml, with its own stack.
+/// The handler of `infra/handler.yaml`, in a stack of its own: it stores one order and
+/// dead-letters another. Its deployed stack.
+async fn run_the_handler_stack(
+    moto: &Endpoints,
+    clients: &AwsClients,
+    proxy: &FaultProxy,
+) -> Deployed {
     let handler = deploy(
-        &moto,
+        moto,
         translated_template("handler"),
         &[
             ("AlarmTopicArn", "arn:aws:sns:us-east-1:123456789012:alarms"),
@@ -541,53 +603,124 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     if let Some(t) = handler.physical.get("IdempotencyTable") {
         others.push((t.as_str(), "id"));
     }
-    create_tables(&test_clients, &handler.physical["DeadLetterTable"], &others).await;
-    let handler_source = handler.physical["SourceQueue"].clone();
-    let (handler_api, _handler) = start_function(
+    create_tables(clients, &handler.physical["DeadLetterTable"], &others).await;
+    let source = handler.physical["SourceQueue"].clone();
+    let (api, _process) = start_function(
         "orders-worker",
         "HandlerRole",
         &handler.environments["HandlerFunction"],
         &[],
-        &proxy,
+        proxy,
     )
     .await;
     for body in [
         json!({"order_id": "o-1", "customer": "c", "lines": [{"sku": "tea", "qty": 1, "unit_price_cents": 250}]}),
         json!({"order_id": "o-2", "customer": "c", "lines": "not a list"}),
     ] {
-        test_clients
+        clients
             .sqs
             .send_message()
-            .queue_url(&handler_source)
+            .queue_url(&source)
             .message_body(body.to_string())
             .send()
             .await
             .unwrap();
     }
-    let handler_esm = EventSourceMapping::new(
-        aws_sdk_sqs::Client::new(&config_as("HandlerRole", &proxy).await),
-        &handler_source,
-        &queue_arn_of(&handler_source),
+    let esm = EventSourceMapping::new(
+        aws_sdk_sqs::Client::new(&config_as("HandlerRole", proxy).await),
+        &source,
+        &queue_arn_of(&source),
         e2e::REGION,
         10,
     );
-    let (stats, drained) = handler_esm
-        .run_until_drained(
-            &RuntimeApiInvoker {
-                api: handler_api,
-                timeout: Duration::from_secs(40),
-            },
-            Duration::from_secs(60),
-        )
+    let invoker = RuntimeApiInvoker {
+        api,
+        timeout: Duration::from_secs(40),
+    };
+    let (stats, drained) = esm
+        .run_until_drained(&invoker, Duration::from_secs(60))
         .await
         .unwrap();
     assert!(drained, "the handler did not drain its queue: {stats:?}");
+    handler
+}
 
-    let mut accesses = proxy.accesses();
-    accesses.extend(lambda_proxy.accesses());
+/// The calls the scenario exists to check, as (role, action, the resource's ARN's end):
+/// each must have been made, else the test would pass without checking it.
+fn calls_the_scenario_covers(
+    main: &MainStack,
+    handler: &Deployed,
+) -> Vec<(&'static str, &'static str, String)> {
+    let source = main.name_of("SourceQueue").to_string();
+    let dlq = main.name_of("DeadLetterQueue").to_string();
+    let breaker = format!("table/{}", main.physical("BreakerTable"));
+    let mapping = main.redrive_env("REDRIVE_WORKER_MAPPING");
+    let function = main.redrive_env("REDRIVE_WORKER_FUNCTION");
+    let handler_dlq = handler.physical["DeadLetterQueue"]
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    vec![
+        ("WorkerRole", "sqs:ChangeMessageVisibility", source.clone()),
+        ("WorkerRole", "dynamodb:UpdateItem", breaker.clone()),
+        (
+            "WorkerRole",
+            "dynamodb:UpdateItem",
+            format!("table/{}", main.physical("DeadLetterTable")),
+        ),
+        ("WorkerRole", "sqs:SendMessage", dlq.clone()),
+        ("WorkerRole", "s3:PutObject", String::new()),
+        ("WorkerRole", "s3:GetObject", "in/pointed".to_string()),
+        (
+            "WorkerRole",
+            "secretsmanager:GetSecretValue",
+            main.secret_arn.clone(),
+        ),
+        ("RedriveRole", "dynamodb:UpdateItem", breaker),
+        (
+            "RedriveRole",
+            "s3:GetObject",
+            format!("{}/orphan", main.producer_bucket),
+        ),
+        ("RedriveRole", "sqs:SendMessage", source.clone()),
+        (
+            "RedriveRole",
+            "lambda:UpdateEventSourceMapping",
+            format!("event-source-mapping:{mapping}"),
+        ),
+        (
+            "RedriveRole",
+            "lambda:InvokeFunction",
+            format!("function:{function}"),
+        ),
+        ("RedriveRole", "sqs:ReceiveMessage", source.clone()),
+        ("RedriveRole", "sqs:DeleteMessage", source.clone()),
+        ("RedriveRole", "sqs:GetQueueAttributes", source),
+        ("RedriveRole", "sqs:ReceiveMessage", dlq),
+        (
+            "HandlerRole",
+            "dynamodb:PutItem",
+            format!("table/{}", handler.physical["OrdersTable"]),
+        ),
+        ("HandlerRole", "sqs:SendMessage", handler_dlq.to_string()),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_call_of_each_function_is_allowed_by_its_role() {
+    let emulator = e2e::emulator().await;
+    let moto = Endpoints::single(&emulator.shared);
+    let main = start_main_stack(&emulator, &moto).await;
+    run_the_worker(&main).await;
+    let [schedule, requeue, forced] = run_the_redrives(&main).await;
+    pause_and_resume_polling(&main).await;
+    let handler = run_the_handler_stack(&moto, &main.clients, &main.proxy).await;
+
+    let mut accesses = main.proxy.accesses();
+    accesses.extend(main.lambda_proxy.accesses());
     let by_role: BTreeMap<&str, BTreeSet<String>> = [
-        ("WorkerRole", &deployed.policies["WorkerRole"]),
-        ("RedriveRole", &deployed.policies["RedriveRole"]),
+        ("WorkerRole", &main.deployed.policies["WorkerRole"]),
+        ("RedriveRole", &main.deployed.policies["RedriveRole"]),
         ("HandlerRole", &handler.policies["HandlerRole"]),
     ]
     .into_iter()
@@ -596,100 +729,12 @@ async fn every_call_of_each_function_is_allowed_by_its_role() {
     println!(
         "actions by role: {by_role:#?}\nschedule: {schedule}\nrequeue: {requeue}\nforced: {forced}"
     );
-
-    // The paths this test exists for were taken (else it would pass without checking them).
-    let made = |role: &str, action: &str, resource: &str| {
-        accesses.iter().any(|a| {
-            a.principal == role && a.action == action && a.arn(ACCOUNT).ends_with(resource)
-        })
-    };
-    let breaker_arn = format!("table/{breaker_table}");
-    for (role, action, resource) in [
-        (
-            "WorkerRole",
-            "sqs:ChangeMessageVisibility",
-            source_url.rsplit('/').next().unwrap(),
-        ),
-        ("WorkerRole", "dynamodb:UpdateItem", breaker_arn.as_str()),
-        (
-            "WorkerRole",
-            "dynamodb:UpdateItem",
-            &format!("table/{table}"),
-        ),
-        (
-            "WorkerRole",
-            "sqs:SendMessage",
-            deployed.physical["DeadLetterQueue"]
-                .rsplit('/')
-                .next()
-                .unwrap(),
-        ),
-        ("WorkerRole", "s3:PutObject", ""),
-        ("WorkerRole", "s3:GetObject", "in/pointed"),
-        ("WorkerRole", "secretsmanager:GetSecretValue", &secret_arn),
-        ("RedriveRole", "dynamodb:UpdateItem", breaker_arn.as_str()),
-        (
-            "RedriveRole",
-            "s3:GetObject",
-            &format!("{producer_bucket}/orphan"),
-        ),
-        (
-            "RedriveRole",
-            "sqs:SendMessage",
-            source_url.rsplit('/').next().unwrap(),
-        ),
-        (
-            "RedriveRole",
-            "lambda:UpdateEventSourceMapping",
-            &format!(
-                "event-source-mapping:{}",
-                redrive_env["REDRIVE_WORKER_MAPPING"]
-            ),
-        ),
-        (
-            "RedriveRole",
-            "lambda:InvokeFunction",
-            &format!("function:{}", redrive_env["REDRIVE_WORKER_FUNCTION"]),
-        ),
-        (
-            "RedriveRole",
-            "sqs:ReceiveMessage",
-            source_url.rsplit('/').next().unwrap(),
-        ),
-        (
-            "RedriveRole",
-            "sqs:DeleteMessage",
-            source_url.rsplit('/').next().unwrap(),
-        ),
-        (
-            "RedriveRole",
-            "sqs:GetQueueAttributes",
-            source_url.rsplit('/').next().unwrap(),
-        ),
-        (
-            "RedriveRole",
-            "sqs:ReceiveMessage",
-            deployed.physical["DeadLetterQueue"]
-                .rsplit('/')
-                .next()
-                .unwrap(),
-        ),
-        (
-            "HandlerRole",
-            "dynamodb:PutItem",
-            &format!("table/{}", handler.physical["OrdersTable"]),
-        ),
-        (
-            "HandlerRole",
-            "sqs:SendMessage",
-            handler.physical["DeadLetterQueue"]
-                .rsplit('/')
-                .next()
-                .unwrap(),
-        ),
-    ] {
+    for (role, action, resource) in calls_the_scenario_covers(&main, &handler) {
+        let made = accesses.iter().any(|a| {
+            a.principal == role && a.action == action && a.arn(ACCOUNT).ends_with(&resource)
+        });
         assert!(
-            made(role, action, resource),
+            made,
             "{role} never made {action} on …{resource}; the scenario no longer covers it"
         );
     }
