@@ -244,38 +244,7 @@ impl RecordStore for DeadLetterStore {
                 ":dropped",
                 AttributeValue::N(compaction.dropped.to_string()),
             );
-        // The list of "sent" marks kept for messages with no entry left, the marks that go,
-        // and the claims that go (DynamoDB refuses an empty set, hence only when there are
-        // some).
-        let request = match &compaction.forgotten_sent {
-            Some(list) => request
-                .expression_attribute_names("#forgotten_sent", schema::DLQ_SENT_FORGOTTEN)
-                .expression_attribute_values(
-                    ":forgotten_sent",
-                    AttributeValue::L(list.iter().cloned().map(AttributeValue::S).collect()),
-                ),
-            None => request,
-        };
-        let request = if compaction.unmarked.is_empty() {
-            request
-        } else {
-            request
-                .expression_attribute_names("#sent", schema::DLQ_SENT)
-                .expression_attribute_values(
-                    ":unmarked",
-                    AttributeValue::Ss(compaction.unmarked.clone()),
-                )
-        };
-        let request = if compaction.dropped_claims.is_empty() {
-            request
-        } else {
-            request
-                .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-                .expression_attribute_values(
-                    ":dropped_claims",
-                    AttributeValue::Ss(compaction.dropped_claims.clone()),
-                )
-        };
+        let request = with_mark_changes(request, compaction);
         // Refused: an attempt was appended since `stored` was read; that writer compacts.
         done_unless_refused(request.send().await, "compact-history")
     }
@@ -419,6 +388,45 @@ fn done_unless_refused(
 /// The update of a compaction: the kept history, ids and `processed` set, the dropped
 /// entries counted, the list of forgotten messages' "sent" marks when read, and the marks
 /// and claims that go deleted when there are some.
+/// `request` with the values of a compaction's optional parts: the list of "sent" marks
+/// kept for messages with no entry left, the marks that go, and the claims that go.
+/// DynamoDB refuses an empty set, and a name or value the expression does not use, so
+/// each part is there only when [`compaction_expression`] names it.
+fn with_mark_changes(
+    request: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    compaction: &Compaction,
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    let request = match &compaction.forgotten_sent {
+        Some(list) => request
+            .expression_attribute_names("#forgotten_sent", schema::DLQ_SENT_FORGOTTEN)
+            .expression_attribute_values(
+                ":forgotten_sent",
+                AttributeValue::L(list.iter().cloned().map(AttributeValue::S).collect()),
+            ),
+        None => request,
+    };
+    let request = if compaction.unmarked.is_empty() {
+        request
+    } else {
+        request
+            .expression_attribute_names("#sent", schema::DLQ_SENT)
+            .expression_attribute_values(
+                ":unmarked",
+                AttributeValue::Ss(compaction.unmarked.clone()),
+            )
+    };
+    if compaction.dropped_claims.is_empty() {
+        request
+    } else {
+        request
+            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
+            .expression_attribute_values(
+                ":dropped_claims",
+                AttributeValue::Ss(compaction.dropped_claims.clone()),
+            )
+    }
+}
+
 fn compaction_expression(compaction: &Compaction) -> String {
     let mut expression =
         "SET #hist = :kept, #ids = :kept_ids, #processed = :kept_processed".to_string();

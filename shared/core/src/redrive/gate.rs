@@ -64,14 +64,7 @@ where
     if request.mode != crate::redrive::RedriveMode::Reprocess || request.dry_run {
         return Ok(Gate::Go(None));
     }
-    let skipped = |why: &str| {
-        tracing::info!("the worker's circuit breaker is open ({why}): nothing is reprocessed now");
-        Ok(Gate::Stop(RedriveReport {
-            mode: request.mode,
-            held_by_breaker: Some(why.to_string()),
-            ..RedriveReport::default()
-        }))
-    };
+    let skipped = |why: &str| Ok(held_by_breaker(request, why));
     let now = engine.settings().retry.clock.system_time();
     let state = match breaker.read().await {
         Ok(state) => state,
@@ -116,6 +109,16 @@ where
         report,
     ))
     .await)
+}
+
+/// The report of a run the breaker holds back (`why`): nothing is reprocessed now.
+fn held_by_breaker(request: &RedriveRequest, why: &str) -> Gate {
+    tracing::info!("the worker's circuit breaker is open ({why}): nothing is reprocessed now");
+    Gate::Stop(RedriveReport {
+        mode: request.mode,
+        held_by_breaker: Some(why.to_string()),
+        ..RedriveReport::default()
+    })
 }
 
 /// How long the probe's lock lasts: as long as the probe run can, to its deadline and never

@@ -81,49 +81,13 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
         Ok(received
             .messages
             .into_iter()
-            .map(|m| {
-                // As the adapter tracks it (`DeadLetterStore::tracked_item_id`): a pointer
-                // without our `item_id` attribute names its item in the payload, read
-                // here (an S3 call that may fail; the message id then).
-                let mut readable = m.to_sqs_message(arn.as_deref());
-                let pointer = Some(&m.body)
-                    .filter(|_| m.attribute(ITEM_ID_ATTRIBUTE).is_none())
-                    .and_then(|body| self.policy.pointer_in(body))
-                    .and_then(Result::ok);
-                if let Some(pointer) = pointer {
-                    if !self.call_fails(
-                        &mut state,
-                        |f| f.bucket,
-                        "-",
-                        "sweep payload read: S3 unavailable",
-                    ) {
-                        if let Some(payload) = state.bucket.get(&(pointer.bucket, pointer.key)) {
-                            readable.body = Some(payload.clone());
-                        }
-                    }
-                }
-                // A rotated copy is read as its original: under the original's id.
-                let original = crate::message::original_message_id(
-                    |name| m.attribute(name),
-                    &m.id,
-                    m.marker.is_some(),
-                );
-                let item_id = crate::message::dlq_item_id(
-                    |name| m.attribute(name),
-                    parser
-                        .parse(original.clone(), readable)
-                        .ok()
-                        .map(|item| item.item_id),
-                    &original,
-                );
-                ReceivedMessage {
-                    receipt: m.receipt.clone().unwrap_or_default(),
-                    item_id,
-                    view: self.view_of(&m),
-                    marker: m.marker.clone(),
-                    sent_at_ms: Some(m.sent_at_ms),
-                    message: m,
-                }
+            .map(|m| ReceivedMessage {
+                receipt: m.receipt.clone().unwrap_or_default(),
+                item_id: self.tracked_item_id(&mut state, &m, parser, arn.as_deref()),
+                view: self.view_of(&m),
+                marker: m.marker.clone(),
+                sent_at_ms: Some(m.sent_at_ms),
+                message: m,
             })
             .collect())
     }
@@ -239,36 +203,7 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
             if self.call_fails(&mut state, |f| f.send, "-", "rotation send failed") {
                 return Err(unavailable("SQS", "dlq-rotate"));
             }
-            let added = rotation_attributes(message);
-            // What the copy adds replaces the original's (a producer's `source_message_id`).
-            let mut attributes: Vec<_> = message
-                .attributes
-                .iter()
-                .filter(|(name, _)| added.iter().all(|(new, _)| new != name))
-                .cloned()
-                .collect();
-            let size = crate::message::message_size(&message.body, &attributes);
-            let added = crate::message::fitting_additions(size, added, state.dlq.max_message_bytes);
-            attributes.extend(added);
-            if let Some(error) = super::super::queue::refused_contents(&message.body, &attributes) {
-                let item = message.item_id();
-                let event = Event::ContentsRefused {
-                    item: &item,
-                    call: "rotate",
-                };
-                state.observe(&self.actor, &event);
-                return Err(error.with_step("dlq-rotate"));
-            }
-            // SQS refuses a message over the queue's size, attributes included.
-            if crate::message::message_size(&message.body, &attributes)
-                > state.dlq.max_message_bytes
-            {
-                return Err(ProcessError::new(
-                    ErrorClass::Validation,
-                    "InvalidParameterValue: the message is larger than the queue's MaximumMessageSize",
-                )
-                .with_step("dlq-rotate"));
-            }
+            let attributes = self.copy_attributes(&mut state, message)?;
             let now_ms = self.world.now_ms();
             let id = state
                 .dlq
@@ -294,6 +229,83 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
             );
         }
         Ok(true)
+    }
+}
+
+impl<X: Send + 'static> MemoryStore<X> {
+    /// The attributes of `message`'s rotated copy, refused as SQS refuses them: what the
+    /// copy adds ([`rotation_attributes`]) replaces the original's (a producer's
+    /// `source_message_id`), each only while the copy stays within the queue's size.
+    fn copy_attributes(
+        &self,
+        state: &mut WorldState<X>,
+        message: &QueueMessage,
+    ) -> Result<Vec<(String, MessageAttribute)>, ProcessError> {
+        let added = rotation_attributes(message);
+        let mut attributes: Vec<_> = message
+            .attributes
+            .iter()
+            .filter(|(name, _)| added.iter().all(|(new, _)| new != name))
+            .cloned()
+            .collect();
+        let size = crate::message::message_size(&message.body, &attributes);
+        let added = crate::message::fitting_additions(size, added, state.dlq.max_message_bytes);
+        attributes.extend(added);
+        if let Some(error) = super::super::queue::refused_contents(&message.body, &attributes) {
+            let item = message.item_id();
+            let event = Event::ContentsRefused {
+                item: &item,
+                call: "rotate",
+            };
+            state.observe(&self.actor, &event);
+            return Err(error.with_step("dlq-rotate"));
+        }
+        // SQS refuses a message over the queue's size, attributes included.
+        if crate::message::message_size(&message.body, &attributes) > state.dlq.max_message_bytes {
+            return Err(ProcessError::new(
+                ErrorClass::Validation,
+                "InvalidParameterValue: the message is larger than the queue's MaximumMessageSize",
+            )
+            .with_step("dlq-rotate"));
+        }
+        Ok(attributes)
+    }
+
+    /// The item a received DLQ message is tracked by, as the adapter tracks it
+    /// (`DeadLetterStore::tracked_item_id`): a pointer without our `item_id` attribute
+    /// names its item in the payload, read here (an S3 call that may fail; the message id
+    /// then). A rotated copy is read as its original: under the original's id.
+    fn tracked_item_id(
+        &self,
+        state: &mut WorldState<X>,
+        m: &QueueMessage,
+        parser: &ItemParser,
+        arn: Option<&str>,
+    ) -> String {
+        let mut readable = m.to_sqs_message(arn);
+        let pointer = Some(&m.body)
+            .filter(|_| m.attribute(ITEM_ID_ATTRIBUTE).is_none())
+            .and_then(|body| self.policy.pointer_in(body))
+            .and_then(Result::ok);
+        if let Some(pointer) = pointer {
+            let unavailable = "sweep payload read: S3 unavailable";
+            if !self.call_fails(state, |f| f.bucket, "-", unavailable) {
+                if let Some(payload) = state.bucket.get(&(pointer.bucket, pointer.key)) {
+                    readable.body = Some(payload.clone());
+                }
+            }
+        }
+        let original = crate::message::original_message_id(
+            |name| m.attribute(name),
+            &m.id,
+            m.marker.is_some(),
+        );
+        let named = parser.parse(original.clone(), readable).ok();
+        crate::message::dlq_item_id(
+            |name| m.attribute(name),
+            named.map(|i| i.item_id),
+            &original,
+        )
     }
 }
 
