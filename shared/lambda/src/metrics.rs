@@ -246,8 +246,10 @@ pub fn emit(counts: &BatchCounts, timings: &InvocationTimings, function_name: &s
 
 /// The counts a redrive run writes, in the order [`redrive_document`] gives them:
 /// `Resolved` is the report's `succeeded`, `Adopted` its `adopted_from_dlq`, and
-/// `StoppedEarly` 1 when the run handed back a continuation token.
-pub const REDRIVE_METRICS: [&str; 11] = [
+/// `StoppedEarly` 1 when the run handed back a continuation token. `HeldByBreaker` is 1 when
+/// the worker's circuit breaker held the whole run back, and `HeldByGroupBreaker` counts the
+/// items a message group's breaker held back.
+pub const REDRIVE_METRICS: [&str; 13] = [
     "Selected",
     "Resolved",
     "Requeued",
@@ -259,6 +261,8 @@ pub const REDRIVE_METRICS: [&str; 11] = [
     "Adopted",
     "DlqMessagesDeleted",
     "StoppedEarly",
+    "HeldByBreaker",
+    "HeldByGroupBreaker",
 ];
 
 /// The oldest dead record's wait since its last attempt, in seconds: the DLQ age alarm's
@@ -287,6 +291,8 @@ pub fn redrive_document(
         report.adopted_from_dlq,
         report.dlq_messages_deleted,
         usize::from(report.continuation_token.is_some()),
+        usize::from(report.held_by_breaker.is_some()),
+        report.held_by_group_breaker,
     ];
     let mut metrics: Vec<(&str, &str, Value)> = REDRIVE_METRICS
         .into_iter()
@@ -575,6 +581,19 @@ mod tests {
         assert!(none.is_none_or(|doc| doc.get("OldestDeadRecordAgeSeconds").is_none()));
     }
 
+    /// A run the worker's breaker held back says so, for the dashboard's breaker widget.
+    #[test]
+    fn a_run_the_breaker_held_back_counts_one() {
+        let held = RedriveReport {
+            held_by_breaker: Some("open period running".to_string()),
+            ..RedriveReport::default()
+        };
+        let doc = redrive_document(&held, "redrive", 0).unwrap();
+        assert_eq!(doc["HeldByBreaker"], 1);
+        let ran = redrive_document(&RedriveReport::default(), "redrive", 0).unwrap();
+        assert_eq!(ran["HeldByBreaker"], 0);
+    }
+
     #[test]
     fn redrive_document_carries_the_reports_counts() {
         let report = RedriveReport {
@@ -588,6 +607,7 @@ mod tests {
             errors: 1,
             adopted_from_dlq: 3,
             dlq_messages_deleted: 4,
+            held_by_group_breaker: 2,
             continuation_token: Some("next".to_string()),
             ..RedriveReport::default()
         };
@@ -606,11 +626,13 @@ mod tests {
             ("Adopted", 3),
             ("DlqMessagesDeleted", 4),
             ("StoppedEarly", 1),
+            ("HeldByBreaker", 0),
+            ("HeldByGroupBreaker", 2),
         ] {
             assert_eq!(doc[name], value, "{name}");
         }
         assert!(definitions(&doc).iter().all(|(_, unit)| unit == "Count"));
-        assert_eq!(definitions(&doc).len(), 11);
+        assert_eq!(definitions(&doc).len(), REDRIVE_METRICS.len());
         assert_eq!(doc["RunId"], "run-1");
         assert_eq!(doc["Mode"], "reprocess");
         assert!(doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]

@@ -190,14 +190,9 @@ fn defined_metrics(documents: &[Value]) -> BTreeSet<String> {
         .collect()
 }
 
-#[test]
-fn dashboard_plots_what_the_functions_emit() {
-    use sqs_keeper_lambda::{
-        metrics::emf_documents, metrics::redrive_document, metrics::InvocationTimings,
-        metrics::NAMESPACE,
-    };
-
-    let template = translated_template("main");
+/// The metrics a worker's (or a handler's) EMF documents define, a breaker's included.
+fn worker_metrics() -> BTreeSet<String> {
+    use sqs_keeper_lambda::{metrics::emf_documents, metrics::InvocationTimings};
     let mut counts = sqs_keeper_core::batch::BatchCounts {
         records: 1,
         ..Default::default()
@@ -219,7 +214,15 @@ fn dashboard_plots_what_the_functions_emit() {
         record_times: vec![Duration::from_millis(1)],
         request_id: None,
     };
-    let worker_metrics = defined_metrics(&emf_documents(&counts, &timings, "w", 0));
+    defined_metrics(&emf_documents(&counts, &timings, "w", 0))
+}
+
+#[test]
+fn dashboard_plots_what_the_functions_emit() {
+    use sqs_keeper_lambda::{metrics::redrive_document, metrics::NAMESPACE};
+
+    let template = translated_template("main");
+    let worker_metrics = worker_metrics();
     let redrive_metrics = defined_metrics(&[
         redrive_document(&sqs_keeper_core::redrive::RedriveReport::default(), "r", 0).unwrap(),
         sqs_keeper_lambda::metrics::polling_document(
@@ -305,6 +308,49 @@ fn dashboard_plots_what_the_functions_emit() {
         shows(NAMESPACE, "PollingStopped", redrive),
         BTreeSet::from(["Maximum".to_string()])
     );
+    // The redrive's runs and items a breaker held back.
+    for metric in ["HeldByBreaker", "HeldByGroupBreaker"] {
+        assert_eq!(
+            shows(NAMESPACE, metric, redrive),
+            BTreeSet::from(["Sum".to_string()]),
+            "{metric}"
+        );
+    }
+}
+
+/// The handler template's dashboard: every metric it plots is one the handler emits (the
+/// same runtime as the worker's), with records by outcome and failures by every class.
+#[test]
+fn the_handler_dashboard_plots_what_its_function_emits() {
+    use sqs_keeper_lambda::metrics::NAMESPACE;
+    let template = translated_template("handler");
+    let emitted = worker_metrics();
+    let plotted = dashboard_metrics(&template);
+    let handler = "${HandlerFunction}";
+    for (title, p) in plotted.iter().filter(|(_, p)| p.namespace == NAMESPACE) {
+        assert_eq!(p.function.as_deref(), Some(handler), "{title}: {p:?}");
+        assert!(emitted.contains(&p.metric), "{title}: {p:?} is not emitted");
+    }
+    let shown: BTreeSet<&str> = plotted.iter().map(|(_, p)| p.metric.as_str()).collect();
+    for metric in [
+        "Done",
+        "DeadLettered",
+        "DeadLetterFailed",
+        "RetryLater",
+        "BatchDuration",
+    ] {
+        assert!(shown.contains(metric), "{metric}");
+    }
+    let classes: BTreeSet<String> = plotted
+        .iter()
+        .filter(|(_, p)| p.metric == "FailedRecords")
+        .filter_map(|(_, p)| p.error_class.clone())
+        .collect();
+    let every_class: BTreeSet<String> = sqs_keeper_lambda::ErrorClass::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(classes, every_class);
 }
 
 #[test]
@@ -922,7 +968,11 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
     }
     // The handler's template: the same severities, and the source queue's age pages.
     let handler = translated_template("handler");
-    let handler_tickets = ["DlqDepthAlarm"];
+    let handler_tickets = [
+        "DlqDepthAlarm",
+        "DeadLetteredAlarm",
+        "HandlerThrottlesAlarm",
+    ];
     for (name, alarm) in resources_of_type(&handler, "AWS::CloudWatch::Alarm") {
         let p = &alarm["Properties"];
         let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
@@ -969,6 +1019,15 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
         "one dead letter must not fire it"
     );
     assert_eq!(parameters["DlqDepthAlarmThreshold"]["Default"], 0);
+    // The handler's: the same threshold, by the same parameter and default.
+    assert_eq!(
+        handler["Resources"]["DeadLetteredAlarm"]["Properties"]["Threshold"],
+        serde_json::json!({"Ref": "DeadLetteredAlarmThreshold"})
+    );
+    assert_eq!(
+        handler["Parameters"]["DeadLetteredAlarmThreshold"]["Default"],
+        parameters["DeadLetteredAlarmThreshold"]["Default"]
+    );
 }
 
 /// SNS topics, EventBridge rules and S3 buckets named by parameter may send to the source
