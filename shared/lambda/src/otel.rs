@@ -4,6 +4,8 @@
 //! ([`sqs_keeper_core::trace::TraceContext::span`]). Through [`layer`], that span is
 //! exported as a child of the producer's span, so the producer, the record, the handler's
 //! own spans and the downstream (`HttpDelivery` sends `traceparent`) share one trace. The
+//! invocation's span is a child of Lambda's own segment (the invocation's X-Ray trace), and
+//! each traced record's span links to it. The
 //! team brings its tracer: an OTLP exporter to the ADOT collector or to CloudWatch's OTLP
 //! endpoint, built on the maintained `opentelemetry` crates. The feature is off by default,
 //! and a build without it carries none of them.
@@ -64,9 +66,31 @@ pub fn producer_context(trace: &TraceContext) -> Option<opentelemetry::Context> 
 }
 
 fn set_producer_parent(trace: &TraceContext, span: &tracing::Span) {
+    // The invocation the record runs in, read before the producer's span replaces it as
+    // the parent. It is linked, so that the invocation's trace still leads to the record.
+    let invocation = tracing::Span::current()
+        .context()
+        .span()
+        .span_context()
+        .clone();
     if let Some(parent) = producer_context(trace) {
         // Refused only when no OpenTelemetry layer sees the span: nothing to link then.
         let _ = span.set_parent(parent);
+        if invocation.is_valid() {
+            span.add_link(invocation);
+        }
+    }
+}
+
+/// Makes an invocation's span a child of Lambda's own segment, which `xray_trace_id` (the
+/// invocation's `X-Amzn-Trace-Id`) names. The invocation then sits in the trace X-Ray shows
+/// for the function, and each traced record links to it ([`link_records`]).
+pub(crate) fn parent_on_lambda_segment(span: &tracing::Span, xray_trace_id: &str) {
+    let segment = TraceContext::from_xray(xray_trace_id)
+        .as_ref()
+        .and_then(producer_context);
+    if let Some(segment) = segment {
+        let _ = span.set_parent(segment);
     }
 }
 
@@ -84,10 +108,14 @@ mod tests {
     use sqs_keeper_core::{
         BatchConfig, BatchProcessor, Outcome, ProcessError, Processor, WorkItem,
     };
+    use tracing::Instrument;
     use tracing_subscriber::prelude::*;
 
     const PRODUCER_TRACE: &str = "5759e988bd862e3fe1be46a994272793";
     const PRODUCER_SPAN: &str = "53995c3f42cd8ad8";
+    /// The trace Lambda's own segment is in, and the segment's id.
+    const LAMBDA_TRACE: &str = "6759e988aaaaaaaaaaaaaaaaaaaaaaaa";
+    const LAMBDA_SEGMENT: &str = "1111111111111111";
 
     /// The trace a handler's span was in, and the `traceparent` `HttpDelivery` would send.
     type Seen = (String, Option<String>);
@@ -156,6 +184,11 @@ mod tests {
         let raw: Box<RawValue> = serde_json::from_str(&event()).unwrap();
         let mut context = Context::default();
         context.request_id = "req-1".into();
+        context.xray_trace_id = Some(format!(
+            "Root=1-{}-{};Parent={LAMBDA_SEGMENT};Sampled=1",
+            &LAMBDA_TRACE[..8],
+            &LAMBDA_TRACE[8..]
+        ));
         context.deadline = u64::try_from(
             (std::time::SystemTime::now() + Duration::from_secs(300))
                 .duration_since(std::time::UNIX_EPOCH)
@@ -163,7 +196,12 @@ mod tests {
                 .as_millis(),
         )
         .unwrap();
-        let response = worker.handle(LambdaEvent::new(raw, context)).await.unwrap();
+        let invocation = crate::telemetry::invocation_span(&context, false);
+        let response = worker
+            .handle(LambdaEvent::new(raw, context))
+            .instrument(invocation)
+            .await
+            .unwrap();
         assert!(response.batch_item_failures.is_empty());
         provider.force_flush().unwrap();
 
@@ -193,6 +231,21 @@ mod tests {
                 && s.parent_span_id == record.span_context.span_id()));
         let plain = seen.iter().find(|(_, tp)| tp.is_none()).unwrap();
         assert_ne!(plain.0, PRODUCER_TRACE);
+        // The invocation is a child of Lambda's own segment, and the traced record links
+        // to it; the untraced record's spans stay in the invocation's trace.
+        let invocation = spans
+            .iter()
+            .find(|s| s.name == crate::telemetry::INVOCATION_SPAN)
+            .expect("the invocation's span was exported");
+        assert_eq!(invocation.span_context.trace_id().to_string(), LAMBDA_TRACE);
+        assert_eq!(invocation.parent_span_id.to_string(), LAMBDA_SEGMENT);
+        let linked: Vec<_> = record
+            .links
+            .iter()
+            .map(|l| l.span_context.clone())
+            .collect();
+        assert_eq!(linked, std::slice::from_ref(&invocation.span_context));
+        assert_eq!(plain.0, LAMBDA_TRACE);
     }
 
     #[test]

@@ -480,7 +480,10 @@ where
 }
 
 /// The span of one invocation.
-fn invocation_span(context: &lambda_runtime::Context, cold_start: bool) -> tracing::Span {
+pub(crate) fn invocation_span(
+    context: &lambda_runtime::Context,
+    cold_start: bool,
+) -> tracing::Span {
     let span = tracing::info_span!(
         INVOCATION_SPAN,
         requestId = %context.request_id,
@@ -490,6 +493,8 @@ fn invocation_span(context: &lambda_runtime::Context, cold_start: bool) -> traci
     );
     if let Some(trace) = &context.xray_trace_id {
         span.record("xrayTraceId", trace.as_str());
+        #[cfg(feature = "opentelemetry")]
+        crate::otel::parent_on_lambda_segment(&span, trace);
     }
     if let Some(tenant) = &context.tenant_id {
         span.record("tenantId", tenant.as_str());
