@@ -164,11 +164,15 @@ pub enum Mutant {
     /// Compaction drops every id of a delivery whose entries all go though its message is
     /// not marked sent: after a failed DLQ send, its twin appends its attempts again.
     CompactionForgetsUnsentAttempts,
+    /// Compaction lists the one id of a single-attempt unsent delivery twice: DynamoDB
+    /// refuses the set, the history grows past its limit, and the places spent on the
+    /// duplicates leave out an older delivery's ids, whose twin appends them again.
+    CompactionListsAnIdTwice,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 46] = [
+    pub const ALL: [Mutant; 47] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -215,6 +219,7 @@ impl Mutant {
         Mutant::CompactionDropsRunningClaim,
         Mutant::CompactionForgetsSentMarks,
         Mutant::CompactionForgetsUnsentAttempts,
+        Mutant::CompactionListsAnIdTwice,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -266,6 +271,7 @@ impl Mutant {
             Mutant::CompactionDropsRunningClaim => "compaction-drops-running-claim",
             Mutant::CompactionForgetsSentMarks => "compaction-forgets-sent-marks",
             Mutant::CompactionForgetsUnsentAttempts => "compaction-forgets-unsent-attempts",
+            Mutant::CompactionListsAnIdTwice => "compaction-lists-an-id-twice",
         }
     }
 

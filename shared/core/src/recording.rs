@@ -348,10 +348,15 @@ fn unsent_deliveries_dropped(
         {
             continue;
         }
-        let missing: Vec<&String> = [&delivery.first, &delivery.last]
+        let mut missing: Vec<&String> = [&delivery.first, &delivery.last]
             .into_iter()
             .filter(|id| !already.contains(id) && !ids.contains(id))
             .collect();
+        // A delivery of one attempt has one id, first and last. Listed twice, it spent two
+        // places of the room, and DynamoDB refuses a string set holding a duplicate.
+        if !is_on(Mutant::CompactionListsAnIdTwice) {
+            missing.dedup();
+        }
         if ids.len() + missing.len() > room {
             break;
         }
@@ -1881,5 +1886,59 @@ mod tests {
         let c = delivery_of(&long, 5, 20);
         let results = dead_letter(&table, &settings(), &[c], &InvocationInfo::default()).await;
         assert!(results[0].is_ok(), "{results:?}");
+    }
+
+    /// Found by an outside review: a delivery whose first and last attempt are one id (a
+    /// single attempt) was carried twice by `unsent_deliveries_dropped`. DynamoDB refuses
+    /// a string set with duplicates (`SET #ids = :kept_ids`), so such a compaction never
+    /// landed there, and the history grew past its limit.
+    #[test]
+    fn compaction_never_lists_an_attempt_id_twice() {
+        // Six single-attempt deliveries of six messages, none sent; limit 4 drops two.
+        let mut record = stored(6, 0);
+        for (n, entry) in record.failure_history.iter_mut().enumerate() {
+            entry.message_id = format!("m-{n}");
+            entry.attempt_number = 1;
+            entry.attempt_id = format!("m-{n}:1:1");
+        }
+        let compaction = compaction_of(&written(&record, &HashSet::new()), 4).unwrap();
+        let unique: HashSet<&String> = compaction.attempt_ids.iter().collect();
+        assert_eq!(
+            unique.len(),
+            compaction.attempt_ids.len(),
+            "{:?}",
+            compaction.attempt_ids
+        );
+    }
+
+    /// Found by the same review: the duplicate also spent two places of the room on one
+    /// id, so the ids of an older unsent delivery that fit were dropped, and its twin
+    /// appended its attempts a second time.
+    #[tokio::test]
+    async fn single_attempt_deliveries_leave_room_for_an_unsent_twins_ids() {
+        let table = MemoryStore::new();
+        let info = InvocationInfo::default();
+        let ok = |r: Vec<Result<(), ProcessError>>| assert!(r[0].is_ok(), "{r:?}");
+        ok(dead_letter(&table, &settings(), &[delivery_of("h", 1, 2)], &info).await);
+        table.refuse_sends_of("a");
+        for (message, attempts) in [("x", 2), ("y", 1), ("z", 1)] {
+            let candidate = delivery_of(message, 1, attempts);
+            let r = dead_letter(&table, &settings(), &[candidate], &info).await;
+            assert!(r[0].is_err(), "{message}'s DLQ send failed: {r:?}");
+        }
+        table.allow_sends_of("a");
+        ok(dead_letter(&table, &settings(), &[delivery_of("w", 1, 2)], &info).await);
+        // The room is 4 (twice the 4 entries kept, less those 4 ids): z, y and x need one,
+        // one and two ids.
+        let before = table.row("a").unwrap();
+        // x's twin (the same batch invoked again) takes the free claim and sends, but must
+        // not count its attempts again.
+        ok(dead_letter(&table, &settings(), &[delivery_of("x", 1, 2)], &info).await);
+        let after = table.row("a").unwrap();
+        assert_eq!(
+            after.record.failure_count, before.record.failure_count,
+            "ids before x's twin: {:?}",
+            before.attempt_ids
+        );
     }
 }

@@ -993,6 +993,37 @@ async fn dlq_message_count(clients: &AwsClients, url: &str) -> usize {
     }
 }
 
+/// On DynamoDB Local: a compaction that keeps the ids of unsent single-attempt deliveries
+/// (their DLQ sends failed) lands. DynamoDB refuses a string set holding an id twice, and
+/// such a compaction once listed each of those ids twice (found by an outside review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_keeping_unsent_single_attempts_lands_on_dynamodb() {
+    let (clients, mut config) = emulator_store_resources("unsent-ids").await;
+    config.history_limit = 4;
+    let settings = config.recording_settings();
+    // The DLQ sends fail: the queue does not exist.
+    config.queue_url = format!("{}-missing", config.queue_url);
+    let store = DeadLetterStore::new(clients.clone(), config);
+    let info = InvocationInfo::default();
+    for m in ["m0", "m1", "m2", "m3", "m4", "m5"] {
+        let r = sqs_keeper_core::recording::dead_letter(
+            &store,
+            &settings,
+            &[claim_candidate("u", m, 1)],
+            &info,
+        )
+        .await;
+        assert!(r[0].is_err(), "{m}'s DLQ send fails: {r:?}");
+    }
+    let u = store.get("u").await.unwrap().unwrap();
+    assert_eq!(u.failure_count, 6);
+    assert!(
+        u.failure_history.len() <= 4,
+        "compacted on DynamoDB: {} entries",
+        u.failure_history.len()
+    );
+}
+
 /// On DynamoDB Local: the receive after next takes over the claim a cut delivery left and sends,
 /// its twin and the next receive send nothing more, and a compaction deletes a forgotten
 /// message's claim and lists its "sent" mark in one update, so that its twin still sends

@@ -157,13 +157,16 @@ pub fn markdown(run: &BenchRun) -> String {
              Python {}. Both responses are compared byte for byte. *Work alone* is the \
              per-record work in Rust without decode or engine: no handler doing this work can \
              go below that ratio. The floor is `serde_json::from_slice::<SqsEvent>` only; \
-             *decoder* is the worker's own decode alone (records borrowing from the bytes).\n\n",
+             *decoder* is the worker's own decode alone (records borrowing from the bytes). \
+             *Traced* is ours on the same event with every record carrying a producer's \
+             `AWSTraceHeader`, no tracing subscriber installed: what following a record's \
+             trace costs when tracing is off.\n\n",
             first.powertools.powertools_version, first.powertools.python_version
         ));
     }
     out.push_str(
-        "| event | ours µs/record | Powertools µs/record | ours ÷ Powertools (goal) | work alone ÷ Powertools | floor µs/record | ours ÷ floor (goal) | decoder ÷ floor | same response |\n\
-         | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        "| event | ours µs/record | Powertools µs/record | ours ÷ Powertools (goal) | work alone ÷ Powertools | floor µs/record | ours ÷ floor (goal) | decoder ÷ floor | traced ÷ ours (goal) | same response |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for r in &run.cpu {
         let (powertools_goal, floor_goal) = bench_cpu::goals(r.body_bytes);
@@ -172,7 +175,7 @@ pub fn markdown(run: &BenchRun) -> String {
             None => "—".to_string(),
         };
         out.push_str(&format!(
-            "| {} × {} B bodies ({:.1} MB) | {:.2} | {:.2} | {:.3} (≤ {}: {}) | {:.3} | {:.2} | {:.2} ({}) | {:.2} | {} |\n",
+            "| {} × {} B bodies ({:.1} MB) | {:.2} | {:.2} | {:.3} (≤ {}: {}) | {:.3} | {:.2} | {:.2} ({}) | {:.2} | {:.3} (≤ {}: {}) | {} |\n",
             r.records,
             r.body_bytes,
             r.event_bytes as f64 / 1e6,
@@ -186,6 +189,9 @@ pub fn markdown(run: &BenchRun) -> String {
             r.floor_ratio,
             floor_verdict,
             r.decoder_floor_ratio,
+            r.traced_ratio,
+            bench_cpu::TRACED_GOAL,
+            verdict(r.traced_ratio <= bench_cpu::TRACED_GOAL),
             if r.responses_identical { "yes" } else { "no" },
         ));
     }

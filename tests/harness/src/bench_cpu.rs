@@ -48,6 +48,9 @@ pub const SHAPES: [EventShape; 2] = [
     },
 ];
 
+/// The most a traced record may cost over an untraced one with tracing off: noise.
+pub const TRACED_GOAL: f64 = 1.05;
+
 /// The message id of record `i` (the Python generator uses the same).
 pub fn message_id(i: usize) -> String {
     format!("00000000-0000-4000-8000-{i:012}")
@@ -64,8 +67,22 @@ pub fn goals(body_bytes: usize) -> (f64, Option<f64>) {
     }
 }
 
+/// The X-Ray header every record of [`traced_event`] carries, as SQS passes a producer's.
+pub const TRACE_HEADER: &str =
+    "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+
 /// A Lambda SQS event with `Order` bodies of about `body_bytes` each.
 pub fn event(shape: EventShape) -> Vec<u8> {
+    event_with(shape, None)
+}
+
+/// [`event`], every record carrying the producer's trace ([`TRACE_HEADER`]) as its
+/// `AWSTraceHeader` system attribute.
+pub fn traced_event(shape: EventShape) -> Vec<u8> {
+    event_with(shape, Some(TRACE_HEADER))
+}
+
+fn event_with(shape: EventShape, trace_header: Option<&str>) -> Vec<u8> {
     let records: Vec<serde_json::Value> = (0..shape.records)
         .map(|i| {
             let mut order = serde_json::json!({
@@ -80,16 +97,20 @@ pub fn event(shape: EventShape) -> Vec<u8> {
             order["note"] = serde_json::Value::String(
                 "x".repeat(shape.body_bytes.saturating_sub(unpadded)),
             );
+            let mut attributes = serde_json::json!({
+                "ApproximateReceiveCount": "1",
+                "SentTimestamp": "1763700000000",
+                "SenderId": "AIDAIENQZJOLO23YVJ4VO",
+                "ApproximateFirstReceiveTimestamp": "1763700000100"
+            });
+            if let Some(header) = trace_header {
+                attributes["AWSTraceHeader"] = serde_json::Value::String(header.to_string());
+            }
             serde_json::json!({
                 "messageId": message_id(i),
                 "receiptHandle": format!("AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a+Hh0jqDA/LYJlPsN2Y4eyJ1mFv0a0RXcLZ5uM6F4B2gbC0q4S0cj40L1Ss/AQUvEJTZ7U09yg{i:012}=="),
                 "body": order.to_string(),
-                "attributes": {
-                    "ApproximateReceiveCount": "1",
-                    "SentTimestamp": "1763700000000",
-                    "SenderId": "AIDAIENQZJOLO23YVJ4VO",
-                    "ApproximateFirstReceiveTimestamp": "1763700000100"
-                },
+                "attributes": attributes,
                 "messageAttributes": {},
                 "md5OfBody": "e4e68fb7bd0e697a0ae8f1bb342846b3",
                 "eventSource": "aws:sqs",
@@ -278,7 +299,13 @@ pub struct CpuRun {
     pub floor_ratio: f64,
     /// decoder ÷ floor.
     pub decoder_floor_ratio: f64,
-    /// Both responses were the same bytes.
+    /// Our whole path on the same event with every record traced (an `AWSTraceHeader`),
+    /// no tracing subscriber installed, µs per record.
+    pub traced_us_per_record: f64,
+    /// traced ÷ ours: what a record's trace costs with tracing off (goal:
+    /// [`TRACED_GOAL`]).
+    pub traced_ratio: f64,
+    /// Both responses were the same bytes (ours traced and untraced, and Powertools').
     pub responses_identical: bool,
     /// `batchItemFailures` entries in the response.
     pub failures_reported: usize,
@@ -331,6 +358,7 @@ pub async fn run(iterations: usize, work_dir: &Path) -> Result<Vec<CpuRun>, Stri
     let mut runs = Vec::new();
     for shape in SHAPES {
         let raw = event(shape);
+        let traced = traced_event(shape);
         let name = format!("{}x{}", shape.records, shape.body_bytes);
         let event_path = work_dir.join(format!("event-{name}.json"));
         let peer_response_path = work_dir.join(format!("response-{name}-powertools.json"));
@@ -343,9 +371,11 @@ pub async fn run(iterations: usize, work_dir: &Path) -> Result<Vec<CpuRun>, Stri
             .into_iter()
             .filter_map(|r| r.body)
             .collect();
-        // The four measures take turns within each iteration, so a slow spell on a shared
+        // The five measures take turns within each iteration, so a slow spell on a shared
         // machine hits all of them rather than skewing one ratio.
         let mut ours_times = Vec::with_capacity(iterations);
+        let mut traced_times = Vec::with_capacity(iterations);
+        let mut traced_response = Vec::new();
         let mut floor_times = Vec::with_capacity(iterations);
         let mut decoder_times = Vec::with_capacity(iterations);
         let mut work_times = Vec::with_capacity(iterations);
@@ -357,6 +387,10 @@ pub async fn run(iterations: usize, work_dir: &Path) -> Result<Vec<CpuRun>, Stri
             let start = Instant::now();
             response = ours(worker, body).await;
             ours_times.push(start.elapsed());
+            let body = bytes::Bytes::from(traced.clone());
+            let start = Instant::now();
+            traced_response = ours(worker, body).await;
+            traced_times.push(start.elapsed());
             floor_times.push(timed(|| floor(&raw)));
             decoder_times.push(timed(|| decoder(&raw)));
             work_times.push(timed(|| work_only(&bodies)));
@@ -376,6 +410,7 @@ pub async fn run(iterations: usize, work_dir: &Path) -> Result<Vec<CpuRun>, Stri
 
         let per_record = |d: Duration| d.as_secs_f64() * 1e6 / shape.records as f64;
         let ours_us = per_record(median(ours_times));
+        let traced_us = per_record(median(traced_times));
         let floor_us = per_record(floor_time);
         let decoder_us = per_record(decoder_time);
         let work_us = per_record(work_time);
@@ -396,7 +431,9 @@ pub async fn run(iterations: usize, work_dir: &Path) -> Result<Vec<CpuRun>, Stri
             powertools: peer,
             floor_ratio: ours_us / floor_us,
             decoder_floor_ratio: decoder_us / floor_us,
-            responses_identical: response == peer_response,
+            traced_us_per_record: traced_us,
+            traced_ratio: traced_us / ours_us,
+            responses_identical: response == peer_response && traced_response == response,
             failures_reported,
         });
     }
@@ -429,6 +466,7 @@ pub fn render(runs: &[CpuRun]) -> String {
                 format!("{:.2}", r.floor_us_per_record),
                 format!("{:.2}×", r.floor_ratio),
                 format!("{:.2}×", r.decoder_floor_ratio),
+                format!("{:.3}×", r.traced_ratio),
                 format!(
                     "{} ({} failures)",
                     if r.responses_identical { "yes" } else { "NO" },
@@ -447,6 +485,7 @@ pub fn render(runs: &[CpuRun]) -> String {
             "FLOOR µs/rec",
             "OURS÷FLOOR (goal ≤ 1.0 at 400 B)",
             "DECODER÷FLOOR",
+            "TRACED÷OURS (goal ≤ 1.05)",
             "SAME RESPONSE",
         ],
         &rows,

@@ -276,6 +276,11 @@ pub fn observe(state: &mut State, actor: &str, event: &Event<'_>) {
         }
         Event::Step { item, what } => state.after_step(actor, item, what),
         Event::Note { item, what } => state.ext.trace.note(actor, item, what),
+        Event::WriteMalformed { item, what } => state.violate(
+            Section::Record,
+            item,
+            format!("{what}: DynamoDB refuses the write (ValidationException)"),
+        ),
         Event::ContentsRefused { item, call } => state.violate(
             Section::DlqRule,
             item,

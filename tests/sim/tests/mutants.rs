@@ -290,6 +290,11 @@ fn finds_a_compaction_that_forgets_the_attempts_of_a_delivery_whose_send_failed(
 }
 
 #[test]
+fn finds_a_compaction_that_lists_an_attempt_id_twice() {
+    found_by_its_seed(Mutant::CompactionListsAnIdTwice, 104, "ValidationException");
+}
+
+#[test]
 fn finds_a_resolve_that_deletes_a_payload_a_record_still_names() {
     found_by_its_seed(
         Mutant::ResolveDeletesLivePayload,

@@ -217,6 +217,14 @@ pub enum Event<'a> {
         /// The call that sent it.
         call: &'a str,
     },
+    /// A record write DynamoDB refuses as malformed (`ValidationException`: a string set
+    /// with a duplicate or no element): a write built wrong, which no retry will fix.
+    WriteMalformed {
+        /// The item.
+        item: &'a str,
+        /// The call that wrote, and why it is refused.
+        what: &'a str,
+    },
     /// A record deleted, as it was.
     RecordDeleted {
         /// The item.

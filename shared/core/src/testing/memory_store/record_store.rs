@@ -201,6 +201,20 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         if !row.satisfies(&conditions::counts(stored.failure_count)) {
             return Ok(());
         }
+        if let Some(why) = malformed_sets(compaction) {
+            state.observe(
+                &self.actor,
+                &Event::WriteMalformed {
+                    item: id,
+                    what: why,
+                },
+            );
+            return Err(ProcessError::new(
+                ErrorClass::Validation,
+                format!("ValidationException: {why}"),
+            )
+            .with_step("compact-history"));
+        }
         row.record.failure_history = compaction.history.clone();
         row.attempt_ids = compaction.attempt_ids.iter().cloned().collect();
         for dropped in &compaction.dropped_claims {
@@ -608,5 +622,27 @@ impl<X: Send + 'static> MemoryStore<X> {
             appended, record.source.message_id
         );
         state.step(&self.actor, &record.item_id, &what);
+    }
+}
+
+/// Why DynamoDB would refuse `compaction`'s string sets, if it would: a set that holds an
+/// element twice, or the attempt ids' set empty (the other sets are sent only when not
+/// empty).
+fn malformed_sets(compaction: &Compaction) -> Option<&'static str> {
+    let sets = [
+        &compaction.attempt_ids,
+        &compaction.unmarked,
+        &compaction.dropped_claims,
+    ];
+    let duplicated = sets.iter().any(|set| {
+        let distinct: std::collections::BTreeSet<&String> = set.iter().collect();
+        distinct.len() != set.len()
+    });
+    if duplicated {
+        Some("compaction: a string set holds an element twice")
+    } else if compaction.attempt_ids.is_empty() {
+        Some("compaction: an empty string set of attempt ids")
+    } else {
+        None
     }
 }
