@@ -66,8 +66,9 @@ pub fn producer_context(trace: &TraceContext) -> Option<opentelemetry::Context> 
 }
 
 fn set_producer_parent(trace: &TraceContext, span: &tracing::Span) {
-    // The invocation the record runs in, read before the producer's span replaces it as
-    // the parent. It is linked, so that the invocation's trace still leads to the record.
+    // The span the record starts in (the invocation's, or a team layer's span inside it),
+    // read before the producer's span replaces it as the parent. It is linked, so that the
+    // invocation's trace still leads to the record.
     let invocation = tracing::Span::current()
         .context()
         .span()
@@ -83,10 +84,14 @@ fn set_producer_parent(trace: &TraceContext, span: &tracing::Span) {
 }
 
 /// Makes an invocation's span a child of Lambda's own segment, which `xray_trace_id` (the
-/// invocation's `X-Amzn-Trace-Id`) names. The invocation then sits in the trace X-Ray shows
-/// for the function, and each traced record links to it ([`link_records`]).
+/// invocation's `X-Amzn-Trace-Id`) names, when X-Ray sampled it. The invocation then sits
+/// in the trace X-Ray shows for the function, and each traced record links to it
+/// ([`link_records`]). An unsampled segment is not taken as the parent: under a
+/// parent-based sampler it would drop the invocation's spans, which the team's own sampler
+/// decides on instead.
 pub(crate) fn parent_on_lambda_segment(span: &tracing::Span, xray_trace_id: &str) {
     let segment = TraceContext::from_xray(xray_trace_id)
+        .filter(|segment| segment.sampled)
         .as_ref()
         .and_then(producer_context);
     if let Some(segment) = segment {
@@ -246,6 +251,33 @@ mod tests {
             .collect();
         assert_eq!(linked, std::slice::from_ref(&invocation.span_context));
         assert_eq!(plain.0, LAMBDA_TRACE);
+    }
+
+    /// An invocation X-Ray did not sample is not put under Lambda's segment: a
+    /// parent-based sampler would drop its spans. It is a root, for the team's sampler.
+    #[test]
+    fn an_unsampled_invocation_is_a_root_of_its_own() {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let subscriber = tracing_subscriber::registry().with(layer(provider.tracer("test")));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut context = Context::default();
+        context.xray_trace_id = Some(format!(
+            "Root=1-{}-{};Parent={LAMBDA_SEGMENT};Sampled=0",
+            &LAMBDA_TRACE[..8],
+            &LAMBDA_TRACE[8..]
+        ));
+        drop(crate::telemetry::invocation_span(&context, false));
+        provider.force_flush().unwrap();
+        let spans = exporter.get_finished_spans().unwrap();
+        let invocation = spans
+            .iter()
+            .find(|s| s.name == crate::telemetry::INVOCATION_SPAN)
+            .expect("the invocation's span was exported");
+        assert_ne!(invocation.span_context.trace_id().to_string(), LAMBDA_TRACE);
+        assert_eq!(invocation.parent_span_id, SpanId::INVALID);
     }
 
     #[test]

@@ -620,6 +620,23 @@ mod tests {
         assert_eq!(other.problems.len(), 1);
     }
 
+    /// At `AWS_LAMBDA_LOG_LEVEL=WARN`, a traced record's warning still names its trace: the
+    /// `record` span's own callsite is let through at every level (found by an outside
+    /// review, when the span was skipped unless INFO spans were enabled).
+    #[test]
+    fn a_traced_records_warning_names_its_trace_at_warn_level() {
+        let out = Captured::default();
+        let s = settings(&[(LOG_LEVEL_VAR, "WARN")]);
+        let _guard = tracing::subscriber::set_default(subscriber(&s, out.clone()));
+        let json = br#"{"Records":[{"messageId":"m-1","body":"{}","attributes":{"AWSTraceHeader":"Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"}}]}"#;
+        let batch = sqs_keeper_core::event::decode_event(json).unwrap();
+        let span = sqs_keeper_core::trace::TraceContext::record_span(&batch.records[0]);
+        span.in_scope(|| tracing::warn!("record failed"));
+        let lines = out.json_lines();
+        assert_eq!(lines.len(), 1, "{}", out.text());
+        assert_eq!(lines[0]["trace_id"], "1-5759e988-bd862e3fe1be46a994272793");
+    }
+
     #[test]
     fn json_lines_are_flat_with_timestamp_level_message_and_span_fields() {
         let out = Captured::default();

@@ -117,8 +117,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         deadline: &Deadline,
         shared: &RecordShared,
     ) -> Step {
-        let span = crate::trace::TraceContext::of_record(&msg)
-            .map_or_else(tracing::Span::none, |trace| trace.span());
+        let span = crate::trace::TraceContext::record_span(&msg);
         self.run_timed(message_id, msg, deadline, shared)
             .instrument(span)
             .await
