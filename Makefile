@@ -14,7 +14,7 @@ help:
 	@echo "make demo       run the whole pipeline locally on the emulator and print a summary"
 	@echo "make demo-outage  the outage scenario: spaced retries, the circuit breaker, redrive after recovery"
 	@echo "make demo-down  stop the emulator (the demo's data goes with it)"
-	@echo "make handler-tools  local and dlq only: what writing your own handler needs (README)"
+	@echo "make handler-tools  keeper and dlq only: what writing your own handler needs (README)"
 	@echo "make test       formatting, clippy (-D warnings) and every test (starts the emulator)"
 	@echo "make mutants    cargo-mutants over the guarantee modules, in shards it resumes (hours; SHARDS=16, ONLY=\"0 1\")"
 	@echo "make simulation  the simulation's checks as make test runs them: its tests (optimised build) and clippy"
@@ -27,7 +27,7 @@ help:
 
 # The simulation (`tests/sim/`) is built apart everywhere: it turns on the library's test-only
 # hooks, which Cargo would unify into every binary built with it, and the function binaries
-# refuse to compile with them (sqs_keeper::mutants::SIMULATION_HOOKS).
+# refuse to compile with them (sqs_keeper_core::mutants::SIMULATION_HOOKS).
 NOT_SIM := --workspace --exclude sqs-keeper-sim
 
 build:

@@ -56,7 +56,7 @@
 //! | [`ports`] | the store's ports, one per AWS resource: [`ports::RecordStore`] (the table), [`ports::DeadLetterQueue`], [`ports::PayloadStore`], [`ports::SourceQueue`]; and what they pass | traits |
 //! | [`recording`] | dead-lettering: payload, record (merge, claim, compaction), DLQ message; over the ports | via ports |
 //! | [`sweep`] | the DLQ message rule ([`sweep::decide`]) and the sweep and settling of the DLQ; over the ports | via ports |
-//! | [`removal`] | purge and clear: DLQ messages, then records, then payloads; over the ports | via ports |
+//! | [`removal`] | purge and clear: each record, then its DLQ messages, then the payloads; over the ports | via ports |
 //! | [`redrive`] | the redrive request, plan, engine (over the ports) and report | via ports |
 //! | [`processor`] | the [`Processor`] trait, [`handler_fn`] | none |
 //! | [`mutants`] | fixed defects the simulation switches back on (test-only `sim` feature) | none |

@@ -28,6 +28,7 @@ use sqs_keeper_core::{retry::worst_case_record_time, retry::Deadline, retry::Inv
 /// Why the worker could not start. Its `Debug` is its message: `main` returning it prints
 /// `Error: <message>`, once and readable.
 #[derive(thiserror::Error)]
+#[non_exhaustive]
 pub enum StartupError {
     /// The environment is incomplete or wrong.
     #[error(transparent)]

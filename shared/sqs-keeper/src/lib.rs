@@ -32,8 +32,8 @@
 //!
 //! Every record ends as exactly one of done, skipped, returned for retry (listed in
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
-//! after it is persisted. Bodies are never logged. The whole list, with the windows each
-//! leaves, is docs/ARCHITECTURE.md §1.
+//! after it is persisted. Bodies are never logged. The whole list, with the limits of
+//! each, is docs/GUARANTEES.md; how each is kept, docs/ARCHITECTURE.md §1.
 
 // Every type a public signature mentions can be named from the root (re-exported there,
 // or from the crate that defines it).
