@@ -14,6 +14,16 @@ use serde::{Deserialize, Serialize};
 ///
 /// One spelling everywhere (records, logs, metrics, the command line): snake_case, from
 /// serde, strum and clap alike (a test checks they agree).
+///
+/// ```
+/// use sqs_keeper_core::ErrorClass;
+///
+/// // Transient classes are retried; the others are dead-lettered at once.
+/// assert!(ErrorClass::Throttled.is_retryable(false));
+/// assert!(!ErrorClass::Validation.is_retryable(false));
+/// assert_eq!(ErrorClass::parse("not_found"), Some(ErrorClass::NotFound));
+/// assert_eq!(ErrorClass::ServerError.as_str(), "server_error");
+/// ```
 #[derive(
     Debug,
     Clone,
@@ -117,6 +127,19 @@ pub(crate) const fn variant_array<T: Copy, const N: usize>(variants: &[T]) -> [T
 ///
 /// `message` is the top-level description, `causes` the `source()` chain below it (outermost
 /// first), so a record keeps the whole story even after the typed error is gone.
+///
+/// ```
+/// use sqs_keeper_core::{ErrorClass, ProcessError};
+///
+/// // A business rule the payload breaks: permanent, dead-lettered on first sight.
+/// let refused = ProcessError::validation("the order has no lines");
+/// assert_eq!(refused.class, ErrorClass::Validation);
+///
+/// // A downstream that asked to slow down: retried, then spaced across deliveries.
+/// let busy = ProcessError::new(ErrorClass::Throttled, "429 from the ledger").with_step("post");
+/// assert!(busy.class.is_retryable(false));
+/// assert_eq!(busy.step.as_deref(), Some("post"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessError {
     /// The failure class; decides retry and dead-letter behaviour.

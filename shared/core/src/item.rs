@@ -141,6 +141,26 @@ impl Default for ItemParser {
 }
 
 /// One record, ready for processing.
+///
+/// ```
+/// use sqs_keeper_core::WorkItem;
+///
+/// #[derive(serde::Deserialize)]
+/// struct Order {
+///     order_id: String,
+/// }
+///
+/// let item = WorkItem {
+///     message_id: "m-1".into(),
+///     item_id: "o-1".into(),
+///     body: r#"{"order_id":"o-1"}"#.into(),
+///     ..WorkItem::default()
+/// };
+/// // The payload, typed; a body that does not parse is a validation error.
+/// let order: Order = item.json()?;
+/// assert_eq!(order.order_id, "o-1");
+/// # Ok::<(), sqs_keeper_core::ProcessError>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct WorkItem {
     /// The SQS message id (what the batch response reports).

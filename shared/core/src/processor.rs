@@ -10,6 +10,20 @@ use crate::error::ProcessError;
 use crate::item::WorkItem;
 
 /// A successful end for one item.
+///
+/// ```
+/// use sqs_keeper_core::{handler_fn, Outcome, ProcessError, WorkItem};
+///
+/// // Every outcome acknowledges the record; they differ in how it is counted.
+/// async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
+///     if item.payload().is_empty() {
+///         return Ok(Outcome::Skipped { reason: "empty body".into() });
+///     }
+///     Ok(Outcome::Done)
+/// }
+/// let processor = handler_fn(handle);
+/// # let _ = processor;
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {

@@ -163,6 +163,25 @@ impl<P: Processor> Processor for Handler<P> {
 }
 
 /// The configuration a handler runs with, and the AWS configuration its clients share.
+///
+/// ```no_run
+/// use sqs_keeper_core::{handler_fn, Outcome, ProcessError, WorkItem};
+/// use sqs_keeper_lambda::runner::Setup;
+///
+/// async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
+///     let _order: serde_json::Value = item.json()?;
+///     Ok(Outcome::Done)
+/// }
+///
+/// # async fn main_() -> Result<(), lambda_runtime::Error> {
+/// // Reads the environment (the store, retries, idempotency) and fails with a clear
+/// // message when it is incomplete.
+/// let setup = Setup::from_env().await?;
+/// // Clients for the handler's own AWS calls share the setup's configuration.
+/// let _dynamodb = setup.aws_clients().await.dynamodb;
+/// setup.run(handler_fn(handle)).await
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Setup {
     config: HandlerConfig,
