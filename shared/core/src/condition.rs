@@ -33,6 +33,8 @@ pub mod names {
     pub const LAST_ATTEMPT: &str = "last_attempt";
     /// How many attempts the record counts (compacted ones included).
     pub const FAILURE_COUNT: &str = "failure_count";
+    /// Attempts counted in `failure_count` whose entries compaction dropped.
+    pub const HISTORY_OMITTED: &str = "history_omitted";
     /// String set of the ids of the attempts in the history.
     pub const ATTEMPT_IDS: &str = "attempt_ids";
     /// String set of the DLQ message claims, one per claiming receive
@@ -74,6 +76,8 @@ pub mod attr {
     pub const LAST_ATTEMPT: Attr = Attr(&[names::LAST_ATTEMPT]);
     /// The attempt count.
     pub const FAILURE_COUNT: Attr = Attr(&[names::FAILURE_COUNT]);
+    /// `history_omitted`
+    pub const HISTORY_OMITTED: Attr = Attr(&[names::HISTORY_OMITTED]);
     /// The attempt ids.
     pub const ATTEMPT_IDS: Attr = Attr(&[names::ATTEMPT_IDS]);
     /// The claimed DLQ messages.
@@ -325,6 +329,7 @@ impl Item for StoredRecord<'_> {
             attr::STATUS => Some(Found::S(r.status.as_str().into())),
             attr::LAST_ATTEMPT => s(&crate::time_format::format(&r.last_attempt)),
             attr::FAILURE_COUNT => Some(Found::N(i64::from(r.failure_count))),
+            attr::HISTORY_OMITTED => Some(Found::N(i64::from(r.history_omitted))),
             attr::ATTEMPT_IDS => self.attempt_ids.map(|has| Found::Strings(Box::new(has))),
             attr::DLQ_CLAIMS => self.claims.map(|has| Found::Strings(Box::new(has))),
             attr::DLQ_SENT => self.sent.map(|has| Found::Strings(Box::new(has))),
@@ -461,6 +466,23 @@ pub mod conditions {
     /// was read).
     pub fn counts(failure_count: u32) -> Condition {
         Condition::eq(attr::FAILURE_COUNT, Value::N(i64::from(failure_count)))
+    }
+
+    /// A compaction of `stored`: no append since it was read ([`counts`]), and no other
+    /// compaction of the same read either. Compaction leaves `failure_count` as it is, so
+    /// two built from one read both held [`counts`], and `history_omitted` counted the
+    /// dropped attempts twice. An item written before the attribute existed lacks it.
+    pub fn compacts(stored: &crate::dead_letter::DeadLetteredItem) -> Condition {
+        let omitted = Condition::eq(
+            attr::HISTORY_OMITTED,
+            Value::N(i64::from(stored.history_omitted)),
+        );
+        let omitted = if stored.history_omitted == 0 {
+            Condition::Any(vec![Condition::NotExists(attr::HISTORY_OMITTED), omitted])
+        } else {
+            omitted
+        };
+        Condition::All(vec![counts(stored.failure_count), omitted])
     }
 
     /// A removal: the record is still `status` with its last attempt at `last_attempt`.

@@ -110,8 +110,9 @@ pub trait RecordStore: Send + Sync {
         wanted: bool,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
-    /// Writes `compaction` if the record's `failure_count` is still `stored.failure_count`
-    /// (`Ok(())` also when that condition fails: the other writer compacts).
+    /// Writes `compaction` if the record's `failure_count` and `history_omitted` are still
+    /// `stored`'s ([`crate::condition::conditions::compacts`]). `Ok(())` also when that
+    /// condition fails: another writer appended (and compacts) or compacted already.
     fn compact(
         &self,
         stored: &DeadLetteredItem,

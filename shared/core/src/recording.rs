@@ -1941,4 +1941,24 @@ mod tests {
             before.attempt_ids
         );
     }
+
+    /// Two compactions built from one read state: the first lands, the second finds the
+    /// record compacted and is refused. Both landed before, and `history_omitted` counted
+    /// the dropped attempts twice (8 where 4 were dropped).
+    #[tokio::test]
+    async fn a_second_compaction_of_the_same_read_is_refused() {
+        let table = MemoryStore::new();
+        let record = stored(8, 0);
+        table.insert_dead_lettered(record.clone());
+        let compaction = compaction_of(&written(&record, &HashSet::new()), 4).unwrap();
+        table.compact(&record, &compaction).await.unwrap();
+        table.compact(&record, &compaction).await.unwrap();
+        let row = table.row("a").unwrap();
+        assert_eq!(row.record.failure_history.len(), 4);
+        assert_eq!(
+            row.record.history_omitted,
+            row.record.failure_count - 4,
+            "each dropped attempt counted once"
+        );
+    }
 }

@@ -993,6 +993,47 @@ async fn dlq_message_count(clients: &AwsClients, url: &str) -> usize {
     }
 }
 
+/// On DynamoDB Local: two compactions built from one read of the record; the second is
+/// refused, so `history_omitted` counts each dropped attempt once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_compaction_of_one_read_is_refused_on_dynamodb() {
+    use sqs_keeper_core::ports::RecordStore;
+    let (clients, mut config) = emulator_store_resources("compact-twice").await;
+    config.history_limit = 100;
+    let settings = config.recording_settings();
+    let store = DeadLetterStore::new(clients.clone(), config);
+    let info = InvocationInfo::default();
+    for m in ["m0", "m1", "m2", "m3", "m4", "m5"] {
+        let r = sqs_keeper_core::recording::dead_letter(
+            &store,
+            &settings,
+            &[claim_candidate("t", m, 1)],
+            &info,
+        )
+        .await;
+        assert!(r[0].is_ok(), "{m}: {r:?}");
+    }
+    let stored = store.get("t").await.unwrap().unwrap();
+    let known = RecordStore::deliveries(&store, "t").await.unwrap();
+    let written = sqs_keeper_core::ports::Written {
+        record: stored.clone(),
+        attempt_ids: known.attempt_ids,
+        claims: known.claims,
+        sent: known.sent,
+        forgotten_sent: None,
+    };
+    let compaction = sqs_keeper_core::recording::compaction_of(&written, 4).unwrap();
+    RecordStore::compact(&store, &stored, &compaction)
+        .await
+        .unwrap();
+    RecordStore::compact(&store, &stored, &compaction)
+        .await
+        .unwrap();
+    let t = store.get("t").await.unwrap().unwrap();
+    assert_eq!(t.failure_history.len(), 4);
+    assert_eq!(t.history_omitted, t.failure_count - 4, "counted once");
+}
+
 /// On DynamoDB Local: a compaction that keeps the ids of unsent single-attempt deliveries
 /// (their DLQ sends failed) lands. DynamoDB refuses a string set holding an id twice, and
 /// such a compaction once listed each of those ids twice (found by an outside review).

@@ -1600,6 +1600,14 @@ async fn the_store_conditions_mean_on_dynamodb_what_they_mean_in_memory() {
         ),
         ("counts", conditions::counts(record.failure_count)),
         ("counts", conditions::counts(record.failure_count + 1)),
+        ("compacts", conditions::compacts(record)),
+        (
+            "compacts",
+            conditions::compacts(&sqs_keeper_core::dead_letter::DeadLetteredItem {
+                history_omitted: record.history_omitted + 3,
+                ..record.clone()
+            }),
+        ),
         (
             "unchanged_since",
             conditions::unchanged_since(ItemStatus::Dead, &last),

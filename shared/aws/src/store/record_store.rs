@@ -203,8 +203,8 @@ impl RecordStore for DeadLetterStore {
 
     /// Keeps a record's history within [`crate::StoreConfig::history_limit`]: the first attempts
     /// and the latest ones stay, `history_omitted` counts the others. The write holds only
-    /// if no attempt was appended since `stored` was read (`failure_count` unchanged); when
-    /// one was, that writer compacts instead.
+    /// if no attempt was appended and no other compaction landed since `stored` was read
+    /// ([`conditions::compacts`]); when one did, that writer has compacted or will.
     async fn compact(
         &self,
         stored: &DeadLetteredItem,
@@ -236,7 +236,7 @@ impl RecordStore for DeadLetterStore {
                 ":kept_ids",
                 AttributeValue::Ss(compaction.attempt_ids.clone()),
             )
-            .with_condition(&conditions::counts(stored.failure_count))
+            .with_condition(&conditions::compacts(stored))
             .expression_attribute_names("#hist", schema::FAILURE_HISTORY)
             .expression_attribute_names("#omitted", schema::HISTORY_OMITTED)
             .expression_attribute_values(":kept", schema::history_to_attr(&compaction.history)?)

@@ -198,7 +198,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         let Some(mut row) = state.table.get(id).cloned() else {
             return Ok(());
         };
-        if !row.satisfies(&conditions::counts(stored.failure_count)) {
+        if !row.satisfies(&conditions::compacts(stored)) {
             return Ok(());
         }
         if let Some(why) = malformed_sets(compaction) {
