@@ -639,16 +639,7 @@ async fn write_compacting_if_full<T: RecordStore>(
     match table.try_record(record, pending, claim, Expect::Any).await {
         Err(error) if is_item_too_large(&error) => {
             tracing::warn!(item_id = %record.item_id, "record too large to append to; compacting it first");
-            if let Some(stored) = table.get(&record.item_id).await? {
-                let known = table.deliveries(&record.item_id).await?;
-                // The list of forgotten "sent" marks is not read here: it stays as it is.
-                let written = crate::ports::Written {
-                    record: stored,
-                    attempt_ids: known.attempt_ids,
-                    claims: known.claims,
-                    sent: known.sent,
-                    forgotten_sent: None,
-                };
+            if let Some(written) = read_written(table, &record.item_id).await? {
                 if let Some(compaction) = compaction_of(&written, settings.history_limit) {
                     table.compact(&written.record, &compaction).await?;
                 }
@@ -657,6 +648,26 @@ async fn write_compacting_if_full<T: RecordStore>(
         }
         other => other,
     }
+}
+
+/// The record of `item_id` with its attempt ids, claims and "sent" marks, as a write would
+/// have returned them: what a compaction is built from when no write returned it. The list
+/// of forgotten "sent" marks is not read (`forgotten_sent: None`): it stays as it is.
+pub async fn read_written<T: RecordStore>(
+    table: &T,
+    item_id: &str,
+) -> Result<Option<crate::ports::Written>, ProcessError> {
+    let Some(record) = table.get(item_id).await? else {
+        return Ok(None);
+    };
+    let known = table.deliveries(item_id).await?;
+    Ok(Some(crate::ports::Written {
+        record,
+        attempt_ids: known.attempt_ids,
+        claims: known.claims,
+        sent: known.sent,
+        forgotten_sent: None,
+    }))
 }
 
 /// Whether `error` is DynamoDB refusing a write that would make its item larger than

@@ -143,6 +143,56 @@ mod tests {
         }
     }
 
+    /// Spans exported to memory through [`layer`], for as long as it lives.
+    struct Exported {
+        exporter: InMemorySpanExporter,
+        provider: SdkTracerProvider,
+        _subscriber: tracing::subscriber::DefaultGuard,
+    }
+
+    impl Exported {
+        fn start() -> Exported {
+            let exporter = InMemorySpanExporter::default();
+            let provider = SdkTracerProvider::builder()
+                .with_simple_exporter(exporter.clone())
+                .build();
+            let subscriber = tracing_subscriber::registry().with(layer(provider.tracer("test")));
+            Exported {
+                exporter,
+                provider,
+                _subscriber: tracing::subscriber::set_default(subscriber),
+            }
+        }
+
+        /// The spans finished so far.
+        fn spans(&self) -> Vec<opentelemetry_sdk::trace::SpanData> {
+            self.provider.force_flush().unwrap();
+            self.exporter.get_finished_spans().unwrap()
+        }
+    }
+
+    /// The exported span named `name`.
+    fn named<'a>(
+        spans: &'a [opentelemetry_sdk::trace::SpanData],
+        name: &str,
+    ) -> &'a opentelemetry_sdk::trace::SpanData {
+        spans
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no {name} span was exported"))
+    }
+
+    /// The X-Ray header Lambda gives an invocation in [`LAMBDA_TRACE`] under
+    /// [`LAMBDA_SEGMENT`].
+    fn lambda_trace_header(sampled: bool) -> String {
+        format!(
+            "Root=1-{}-{};Parent={LAMBDA_SEGMENT};Sampled={}",
+            &LAMBDA_TRACE[..8],
+            &LAMBDA_TRACE[8..],
+            u8::from(sampled)
+        )
+    }
+
     fn event() -> String {
         let record = |id: &str, traced: bool| {
             let mut attributes = serde_json::json!({"ApproximateReceiveCount": "1"});
@@ -171,12 +221,7 @@ mod tests {
     /// trace of its own, not the producer's.
     #[tokio::test(flavor = "current_thread")]
     async fn the_producer_the_record_and_the_downstream_share_one_trace() {
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build();
-        let subscriber = tracing_subscriber::registry().with(layer(provider.tracer("test")));
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let exported = Exported::start();
 
         let downstream = Downstream::default();
         let engine = BatchProcessor::new(
@@ -189,11 +234,7 @@ mod tests {
         let raw: Box<RawValue> = serde_json::from_str(&event()).unwrap();
         let mut context = Context::default();
         context.request_id = "req-1".into();
-        context.xray_trace_id = Some(format!(
-            "Root=1-{}-{};Parent={LAMBDA_SEGMENT};Sampled=1",
-            &LAMBDA_TRACE[..8],
-            &LAMBDA_TRACE[8..]
-        ));
+        context.xray_trace_id = Some(lambda_trace_header(true));
         context.deadline = u64::try_from(
             (std::time::SystemTime::now() + Duration::from_secs(300))
                 .duration_since(std::time::UNIX_EPOCH)
@@ -208,13 +249,9 @@ mod tests {
             .await
             .unwrap();
         assert!(response.batch_item_failures.is_empty());
-        provider.force_flush().unwrap();
 
-        let spans = exporter.get_finished_spans().unwrap();
-        let record = spans
-            .iter()
-            .find(|s| s.name == sqs_keeper_core::trace::RECORD_SPAN)
-            .expect("the traced record's span was exported");
+        let spans = exported.spans();
+        let record = named(&spans, sqs_keeper_core::trace::RECORD_SPAN);
         assert_eq!(record.span_context.trace_id().to_string(), PRODUCER_TRACE);
         assert_eq!(record.parent_span_id.to_string(), PRODUCER_SPAN);
         let seen = downstream.seen.lock().unwrap().clone();
@@ -238,10 +275,7 @@ mod tests {
         assert_ne!(plain.0, PRODUCER_TRACE);
         // The invocation is a child of Lambda's own segment, and the traced record links
         // to it; the untraced record's spans stay in the invocation's trace.
-        let invocation = spans
-            .iter()
-            .find(|s| s.name == crate::telemetry::INVOCATION_SPAN)
-            .expect("the invocation's span was exported");
+        let invocation = named(&spans, crate::telemetry::INVOCATION_SPAN);
         assert_eq!(invocation.span_context.trace_id().to_string(), LAMBDA_TRACE);
         assert_eq!(invocation.parent_span_id.to_string(), LAMBDA_SEGMENT);
         let linked: Vec<_> = record
@@ -257,25 +291,12 @@ mod tests {
     /// parent-based sampler would drop its spans. It is a root, for the team's sampler.
     #[test]
     fn an_unsampled_invocation_is_a_root_of_its_own() {
-        let exporter = InMemorySpanExporter::default();
-        let provider = SdkTracerProvider::builder()
-            .with_simple_exporter(exporter.clone())
-            .build();
-        let subscriber = tracing_subscriber::registry().with(layer(provider.tracer("test")));
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let exported = Exported::start();
         let mut context = Context::default();
-        context.xray_trace_id = Some(format!(
-            "Root=1-{}-{};Parent={LAMBDA_SEGMENT};Sampled=0",
-            &LAMBDA_TRACE[..8],
-            &LAMBDA_TRACE[8..]
-        ));
+        context.xray_trace_id = Some(lambda_trace_header(false));
         drop(crate::telemetry::invocation_span(&context, false));
-        provider.force_flush().unwrap();
-        let spans = exporter.get_finished_spans().unwrap();
-        let invocation = spans
-            .iter()
-            .find(|s| s.name == crate::telemetry::INVOCATION_SPAN)
-            .expect("the invocation's span was exported");
+        let spans = exported.spans();
+        let invocation = named(&spans, crate::telemetry::INVOCATION_SPAN);
         assert_ne!(invocation.span_context.trace_id().to_string(), LAMBDA_TRACE);
         assert_eq!(invocation.parent_span_id, SpanId::INVALID);
     }

@@ -993,6 +993,29 @@ async fn dlq_message_count(clients: &AwsClients, url: &str) -> usize {
     }
 }
 
+/// Dead-letters the first delivery of each of `messages`, one item `item_id`, one after
+/// another; each message with what its dead-lettering returned.
+async fn dead_letter_each<'m>(
+    store: &DeadLetterStore,
+    settings: &sqs_keeper_core::recording::RecordingSettings,
+    item_id: &str,
+    messages: &[&'m str],
+) -> Vec<(&'m str, Result<(), ProcessError>)> {
+    let mut results = Vec::new();
+    for &m in messages {
+        let candidate = claim_candidate(item_id, m, 1);
+        let mut r = sqs_keeper_core::recording::dead_letter(
+            store,
+            settings,
+            &[candidate],
+            &InvocationInfo::default(),
+        )
+        .await;
+        results.push((m, r.remove(0)));
+    }
+    results
+}
+
 /// On DynamoDB Local: two compactions built from one read of the record; the second is
 /// refused, so `history_omitted` counts each dropped attempt once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1002,33 +1025,26 @@ async fn a_second_compaction_of_one_read_is_refused_on_dynamodb() {
     config.history_limit = 100;
     let settings = config.recording_settings();
     let store = DeadLetterStore::new(clients.clone(), config);
-    let info = InvocationInfo::default();
-    for m in ["m0", "m1", "m2", "m3", "m4", "m5"] {
-        let r = sqs_keeper_core::recording::dead_letter(
-            &store,
-            &settings,
-            &[claim_candidate("t", m, 1)],
-            &info,
-        )
-        .await;
-        assert!(r[0].is_ok(), "{m}: {r:?}");
+    for (m, r) in dead_letter_each(
+        &store,
+        &settings,
+        "t",
+        &["m0", "m1", "m2", "m3", "m4", "m5"],
+    )
+    .await
+    {
+        assert!(r.is_ok(), "{m}: {r:?}");
     }
-    let stored = store.get("t").await.unwrap().unwrap();
-    let known = RecordStore::deliveries(&store, "t").await.unwrap();
-    let written = sqs_keeper_core::ports::Written {
-        record: stored.clone(),
-        attempt_ids: known.attempt_ids,
-        claims: known.claims,
-        sent: known.sent,
-        forgotten_sent: None,
-    };
+    let written = sqs_keeper_core::recording::read_written(&store, "t")
+        .await
+        .unwrap()
+        .unwrap();
     let compaction = sqs_keeper_core::recording::compaction_of(&written, 4).unwrap();
-    RecordStore::compact(&store, &stored, &compaction)
-        .await
-        .unwrap();
-    RecordStore::compact(&store, &stored, &compaction)
-        .await
-        .unwrap();
+    for _ in 0..2 {
+        RecordStore::compact(&store, &written.record, &compaction)
+            .await
+            .unwrap();
+    }
     let t = store.get("t").await.unwrap().unwrap();
     assert_eq!(t.failure_history.len(), 4);
     assert_eq!(t.history_omitted, t.failure_count - 4, "counted once");
@@ -1045,16 +1061,15 @@ async fn a_compaction_keeping_unsent_single_attempts_lands_on_dynamodb() {
     // The DLQ sends fail: the queue does not exist.
     config.queue_url = format!("{}-missing", config.queue_url);
     let store = DeadLetterStore::new(clients.clone(), config);
-    let info = InvocationInfo::default();
-    for m in ["m0", "m1", "m2", "m3", "m4", "m5"] {
-        let r = sqs_keeper_core::recording::dead_letter(
-            &store,
-            &settings,
-            &[claim_candidate("u", m, 1)],
-            &info,
-        )
-        .await;
-        assert!(r[0].is_err(), "{m}'s DLQ send fails: {r:?}");
+    for (m, r) in dead_letter_each(
+        &store,
+        &settings,
+        "u",
+        &["m0", "m1", "m2", "m3", "m4", "m5"],
+    )
+    .await
+    {
+        assert!(r.is_err(), "{m}'s DLQ send fails: {r:?}");
     }
     let u = store.get("u").await.unwrap().unwrap();
     assert_eq!(u.failure_count, 6);
@@ -1119,15 +1134,8 @@ async fn a_cut_claim_is_taken_over_and_compaction_deletes_claims_on_dynamodb() {
         assert!(r[0].is_ok(), "{receive}: {r:?}");
     }
     // Compaction deleting from both sets in one update.
-    for m in ["p", "q", "r", "s", "t"] {
-        let r = sqs_keeper_core::recording::dead_letter(
-            &store,
-            &settings,
-            &[claim_candidate("k", m, 1)],
-            &info,
-        )
-        .await;
-        assert!(r[0].is_ok(), "{m}: {r:?}");
+    for (m, r) in dead_letter_each(&store, &settings, "k", &["p", "q", "r", "s", "t"]).await {
+        assert!(r.is_ok(), "{m}: {r:?}");
     }
     let k = store.get("k").await.unwrap().unwrap();
     let d = RecordStore::deliveries(&store, "k").await.unwrap();

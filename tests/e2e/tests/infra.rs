@@ -190,6 +190,24 @@ fn defined_metrics(documents: &[Value]) -> BTreeSet<String> {
         .collect()
 }
 
+/// The dashboard plots `function`'s failed records under every error class the worker
+/// counts, each under its own dimension.
+fn assert_failures_by_every_class(plotted: &[(String, Plotted)], function: &str) {
+    let classes: BTreeSet<String> = plotted
+        .iter()
+        .filter(|(_, p)| p.metric == "FailedRecords" && p.function.as_deref() == Some(function))
+        .filter_map(|(_, p)| p.error_class.clone())
+        .collect();
+    let every_class: BTreeSet<String> = sqs_keeper_lambda::ErrorClass::ALL
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(
+        classes, every_class,
+        "failed records of {function} by class"
+    );
+}
+
 /// The metrics a worker's (or a handler's) EMF documents define, a breaker's included.
 fn worker_metrics() -> BTreeSet<String> {
     use sqs_keeper_lambda::{metrics::emf_documents, metrics::InvocationTimings};
@@ -285,17 +303,7 @@ fn dashboard_plots_what_the_functions_emit() {
         assert!(!shows("AWS/Lambda", metric, redrive).is_empty(), "{metric}");
         assert!(!shows("AWS/Lambda", metric, worker).is_empty(), "{metric}");
     }
-    // Failures by every error class the worker counts, each under its own dimension.
-    let classes: BTreeSet<String> = plotted
-        .iter()
-        .filter(|(_, p)| p.metric == "FailedRecords" && p.function.as_deref() == Some(worker))
-        .filter_map(|(_, p)| p.error_class.clone())
-        .collect();
-    let every_class: BTreeSet<String> = sqs_keeper_lambda::ErrorClass::ALL
-        .iter()
-        .map(|c| c.as_str().to_string())
-        .collect();
-    assert_eq!(classes, every_class);
+    assert_failures_by_every_class(&plotted, worker);
     // The breaker's refusals, openings and closings, and whether polling stopped.
     for metric in sqs_keeper_core::breaker::METRICS {
         assert_eq!(
@@ -341,16 +349,7 @@ fn the_handler_dashboard_plots_what_its_function_emits() {
     ] {
         assert!(shown.contains(metric), "{metric}");
     }
-    let classes: BTreeSet<String> = plotted
-        .iter()
-        .filter(|(_, p)| p.metric == "FailedRecords")
-        .filter_map(|(_, p)| p.error_class.clone())
-        .collect();
-    let every_class: BTreeSet<String> = sqs_keeper_lambda::ErrorClass::ALL
-        .iter()
-        .map(|c| c.as_str().to_string())
-        .collect();
-    assert_eq!(classes, every_class);
+    assert_failures_by_every_class(&plotted, handler);
 }
 
 #[test]

@@ -405,26 +405,34 @@ fn with_mark_changes(
             ),
         None => request,
     };
-    let request = if compaction.unmarked.is_empty() {
-        request
-    } else {
-        request
-            .expression_attribute_names("#sent", schema::DLQ_SENT)
-            .expression_attribute_values(
-                ":unmarked",
-                AttributeValue::Ss(compaction.unmarked.clone()),
-            )
-    };
-    if compaction.dropped_claims.is_empty() {
-        request
-    } else {
-        request
-            .expression_attribute_names("#claims", schema::DLQ_CLAIMS)
-            .expression_attribute_values(
-                ":dropped_claims",
-                AttributeValue::Ss(compaction.dropped_claims.clone()),
-            )
+    let request = removing(
+        request,
+        ("#sent", schema::DLQ_SENT),
+        ":unmarked",
+        &compaction.unmarked,
+    );
+    removing(
+        request,
+        ("#claims", schema::DLQ_CLAIMS),
+        ":dropped_claims",
+        &compaction.dropped_claims,
+    )
+}
+
+/// `request` with the name and value of a `DELETE` of `elements` from a string set, when
+/// there are any.
+fn removing(
+    request: aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder,
+    (name, attribute): (&str, &str),
+    value: &str,
+    elements: &[String],
+) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+    if elements.is_empty() {
+        return request;
     }
+    request
+        .expression_attribute_names(name, attribute)
+        .expression_attribute_values(value, AttributeValue::Ss(elements.to_vec()))
 }
 
 fn compaction_expression(compaction: &Compaction) -> String {
