@@ -4,9 +4,9 @@
 use std::io::Write;
 
 use sqs_keeper_aws::DeadLetterStore;
+use sqs_keeper_core::dead_letter::{DeadLetteredItem, FailureDetail, PayloadLocation};
 use sqs_keeper_core::pointer::S3Pointer;
 use sqs_keeper_core::ports::PayloadStore;
-use sqs_keeper_core::{dead_letter::DeadLetteredItem, dead_letter::PayloadLocation};
 
 use super::render::{out, safe, safe_lines, write_err};
 use crate::args::GlobalArgs;
@@ -102,67 +102,88 @@ fn standing(r: &DeadLetteredItem) -> String {
 }
 
 /// The record as text: fields, attributes, then every attempt kept.
+///
+/// Every field that comes from the data (ids, messages, attributes, names the sender
+/// chose) goes through `safe`/`safe_lines`. It cannot drive the terminal.
 fn describe(r: &DeadLetteredItem) -> String {
-    let yes_no = |b: bool| if b { "yes" } else { "no" };
-    // Every field below that comes from the data (ids, messages, attributes, names the
-    // sender chose) goes through `safe`/`safe_lines`: it cannot drive the terminal.
-    let payload = match &r.payload.location {
+    let mut text = describe_fields(r);
+    text.push_str(&describe_attributes(r));
+    text.push_str(&describe_history(r));
+    text
+}
+
+/// Writes where the payload is kept, inline or in S3, with its size and digest.
+fn describe_payload(r: &DeadLetteredItem) -> String {
+    match &r.payload.location {
         PayloadLocation::Inline { .. } => format!(
             "inline, {} bytes, sha256 {}",
             r.payload.size_bytes,
             safe(&r.payload.sha256)
         ),
-        PayloadLocation::S3 { bucket, key } => {
-            format!(
-                "s3://{}/{}, {} bytes, sha256 {}",
-                safe(bucket),
-                safe(key),
-                r.payload.size_bytes,
-                safe(&r.payload.sha256)
-            )
-        }
-    };
-    let mut text = format!(
+        PayloadLocation::S3 { bucket, key } => format!(
+            "s3://{}/{}, {} bytes, sha256 {}",
+            safe(bucket),
+            safe(key),
+            r.payload.size_bytes,
+            safe(&r.payload.sha256)
+        ),
+    }
+}
+
+/// Writes the record's fields, one per line.
+fn describe_fields(r: &DeadLetteredItem) -> String {
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
+    let when = sqs_keeper_core::time_format::format;
+    format!(
         "item id:        {}\nstatus:         {}{}\nreason:         {}\nerror:          {} ({}), signature {}\nlast error:     {}\nfailures:       {} (first {}, last {})\neligible:       {}   manual review: {}\nstands:         {}\npayload:        {}\nsource:         queue {}, message {}, group {}, sent {}, receive count {}\n",
         safe(&r.item_id),
         r.status.as_str(),
-        r.resolved_at.map(|t| format!(" at {}", sqs_keeper_core::time_format::format(&t))).unwrap_or_default(),
+        r.resolved_at.map(|t| format!(" at {}", when(&t))).unwrap_or_default(),
         r.reason.as_str(),
         r.error_class,
         r.failure_history.last().and_then(|f| f.http_status).map(|s| format!("HTTP {s}")).unwrap_or_else(|| "no HTTP status".into()),
         safe(&r.error_signature),
         safe_lines(&r.last_error),
         r.failure_count,
-        sqs_keeper_core::time_format::format(&r.first_attempt),
-        sqs_keeper_core::time_format::format(&r.last_attempt),
+        when(&r.first_attempt),
+        when(&r.last_attempt),
         yes_no(r.reprocess_eligible),
         yes_no(r.manual_review_required),
         standing(r),
-        payload,
+        describe_payload(r),
         safe(r.source.queue_arn.as_deref().unwrap_or("?")),
         safe(&r.source.message_id),
         safe(r.source.message_group_id.as_deref().unwrap_or("-")),
-        r.source.sent_timestamp.map(|t| sqs_keeper_core::time_format::format(&t)).unwrap_or_else(|| "?".into()),
+        r.source.sent_timestamp.map(|t| when(&t)).unwrap_or_else(|| "?".into()),
         r.source.receive_count,
-    );
-    if !r.source.message_attributes.is_empty() {
-        let mut attrs: Vec<String> = r
-            .source
-            .message_attributes
-            .iter()
-            .map(|(k, v)| {
-                let value = match (v.string_value(), v.binary_base64()) {
-                    (Some(text), _) => text.to_string(),
-                    (None, Some(binary)) => format!("<{} base64 bytes>", binary.len()),
-                    (None, None) => "<not kept>".to_string(),
-                };
-                format!("{}={} ({})", safe(k), safe(&value), safe(v.data_type()))
-            })
-            .collect();
-        attrs.sort();
-        text.push_str(&format!("attributes:     {}\n", attrs.join(", ")));
+    )
+}
+
+/// Writes the message attributes kept, sorted, or nothing when there are none.
+fn describe_attributes(r: &DeadLetteredItem) -> String {
+    if r.source.message_attributes.is_empty() {
+        return String::new();
     }
-    text.push_str("history:\n");
+    let mut attrs: Vec<String> = r
+        .source
+        .message_attributes
+        .iter()
+        .map(|(k, v)| {
+            let value = match (v.string_value(), v.binary_base64()) {
+                (Some(text), _) => text.to_string(),
+                (None, Some(binary)) => format!("<{} base64 bytes>", binary.len()),
+                (None, None) => "<not kept>".to_string(),
+            };
+            format!("{}={} ({})", safe(k), safe(&value), safe(v.data_type()))
+        })
+        .collect();
+    attrs.sort();
+    format!("attributes:     {}\n", attrs.join(", "))
+}
+
+/// Writes every attempt kept, marking where a compacted history left attempts out.
+fn describe_history(r: &DeadLetteredItem) -> String {
+    let mut text = String::from("history:\n");
     // A compacted history keeps the first attempts and the latest ones; say where the gap is.
     let head = sqs_keeper_core::dead_letter::HISTORY_HEAD.min(r.failure_history.len());
     for (n, f) in r.failure_history.iter().enumerate() {
@@ -172,28 +193,34 @@ fn describe(r: &DeadLetteredItem) -> String {
                 r.history_omitted
             ));
         }
-        text.push_str(&format!(
-            "  {}  delivery {} attempt {}  {}{}  step {}  {} ms  request {}  log {} {}\n      {}\n",
-            sqs_keeper_core::time_format::format(&f.timestamp),
-            f.receive_count,
-            f.attempt_number,
-            f.error_type,
-            f.http_status
-                .map(|s| format!(" (HTTP {s})"))
-                .unwrap_or_default(),
-            safe(f.step.as_deref().unwrap_or("-")),
-            f.duration_ms,
-            safe(f.request_id.as_deref().unwrap_or("-")),
-            safe(f.log_group.as_deref().unwrap_or("-")),
-            safe(f.log_stream.as_deref().unwrap_or("-")),
-            safe_lines(&f.error_message),
-        ));
-        for cause in &f.causes {
-            text.push_str(&format!("      caused by: {}\n", safe_lines(cause)));
-        }
-        if let Some(excerpt) = &f.response_excerpt {
-            text.push_str(&format!("      response: {}\n", safe_lines(excerpt)));
-        }
+        text.push_str(&describe_attempt(f));
+    }
+    text
+}
+
+/// Writes one attempt: when, which delivery, the error, where its logs are, its causes.
+fn describe_attempt(f: &FailureDetail) -> String {
+    let mut text = format!(
+        "  {}  delivery {} attempt {}  {}{}  step {}  {} ms  request {}  log {} {}\n      {}\n",
+        sqs_keeper_core::time_format::format(&f.timestamp),
+        f.receive_count,
+        f.attempt_number,
+        f.error_type,
+        f.http_status
+            .map(|s| format!(" (HTTP {s})"))
+            .unwrap_or_default(),
+        safe(f.step.as_deref().unwrap_or("-")),
+        f.duration_ms,
+        safe(f.request_id.as_deref().unwrap_or("-")),
+        safe(f.log_group.as_deref().unwrap_or("-")),
+        safe(f.log_stream.as_deref().unwrap_or("-")),
+        safe_lines(&f.error_message),
+    );
+    for cause in &f.causes {
+        text.push_str(&format!("      caused by: {}\n", safe_lines(cause)));
+    }
+    if let Some(excerpt) = &f.response_excerpt {
+        text.push_str(&format!("      response: {}\n", safe_lines(excerpt)));
     }
     text
 }

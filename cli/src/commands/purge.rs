@@ -26,15 +26,9 @@ pub async fn purge(
             "--status {status}: a purge never deletes an item in flight (its message is live); wait until it is dead or resolved, or choose --status dead, resolved or any"
         )));
     }
-    let age = sqs_keeper_core::duration::parse_duration(older_than)
-        .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
-    let cutoff = chrono::Duration::from_std(age)
-        .ok()
-        .and_then(|age| Utc::now().checked_sub_signed(age))
-        .ok_or_else(|| CliError::Usage("--older-than is too long".into()))?;
     let filter = RecordFilter {
         status: status.0,
-        until: Some(cutoff),
+        until: Some(cutoff(older_than)?),
         ..RecordFilter::default()
     };
     let store = store(global).await?;
@@ -70,33 +64,49 @@ pub async fn purge(
     if json {
         print_json_report(&report)?;
     } else {
-        writeln!(
-            out(),
-            "purged {} record(s), {} payload(s), {} DLQ message(s)",
-            report.records_deleted,
-            report.payloads_deleted,
-            report.dlq_messages_deleted
-        )
-        .map_err(write_err)?;
-        print_kept_payloads(&report)?;
-        if report.records_in_flight > 0 {
-            writeln!(
-                out(),
-                "kept {} record(s) in flight (requeued or redriving: a live message needs them)",
-                report.records_in_flight
-            )
-            .map_err(write_err)?;
-        }
-        if report.records_changed > 0 {
-            writeln!(
-                out(),
-                "kept {} record(s) that failed again after they were selected (run the purge again to select them as they are now)",
-                report.records_changed
-            )
-            .map_err(write_err)?;
-        }
+        print_purge_report(&report)?;
     }
     Ok(Completion::Ok)
+}
+
+/// Reads `--older-than` (a duration such as `30d`) as the instant before which records go.
+fn cutoff(older_than: &str) -> Result<chrono::DateTime<Utc>, CliError> {
+    let age = sqs_keeper_core::duration::parse_duration(older_than)
+        .map_err(|e| CliError::Usage(format!("--older-than: {e}")))?;
+    chrono::Duration::from_std(age)
+        .ok()
+        .and_then(|age| Utc::now().checked_sub_signed(age))
+        .ok_or_else(|| CliError::Usage("--older-than is too long".into()))
+}
+
+/// Prints what a purge deleted and what it kept, with why.
+fn print_purge_report(report: &RemovalReport) -> Result<(), CliError> {
+    writeln!(
+        out(),
+        "purged {} record(s), {} payload(s), {} DLQ message(s)",
+        report.records_deleted,
+        report.payloads_deleted,
+        report.dlq_messages_deleted
+    )
+    .map_err(write_err)?;
+    print_kept_payloads(report)?;
+    if report.records_in_flight > 0 {
+        writeln!(
+            out(),
+            "kept {} record(s) in flight (requeued or redriving: a live message needs them)",
+            report.records_in_flight
+        )
+        .map_err(write_err)?;
+    }
+    if report.records_changed > 0 {
+        writeln!(
+            out(),
+            "kept {} record(s) that failed again after they were selected (run the purge again to select them as they are now)",
+            report.records_changed
+        )
+        .map_err(write_err)?;
+    }
+    Ok(())
 }
 
 /// The line saying how many payload objects a removal kept, when it kept any (`dlq purge`,

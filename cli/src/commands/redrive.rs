@@ -110,62 +110,7 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let report = match &args.via_function {
         Some(function) => invoke_function(global, function, &request).await?,
-        None => {
-            // The same configuration as the redrive function's (retries, processor, item
-            // ids, requeue target, payload keeping), from the same variables.
-            let lookup = |name: &str| std::env::var(name).ok();
-            let mut env = sqs_keeper_lambda::config::EnvReader::new(&lookup);
-            let mut config = sqs_keeper_lambda::config::RedriveConfig::read(&mut env);
-            env.finish().map_err(|e| CliError::Usage(e.to_string()))?;
-            let store = store(global).await?;
-            if !request.dry_run {
-                // Every resource it changes exists, before anything changes.
-                store.check_resources().await?;
-                confirm_large_run(&store, &request, args.yes).await?;
-            }
-            let processor = redrive_processor(&config, store.clients())
-                .await
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            if processor.is_none() && request.mode == RedriveMode::Reprocess {
-                let advice = "reprocessing here needs the worker's downstream: set WORKER_DOWNSTREAM_URL (and the worker's other WORKER_* variables), or run it in the deployed redrive function with --via-function <stack>-redrive, or send the items back to their queue with --mode requeue";
-                if !request.dry_run {
-                    return Err(CliError::Usage(advice.to_string()));
-                }
-                eprintln!("note: the dry run only selects; {advice}");
-            }
-            // Behind the worker's circuit breaker, as the function runs it.
-            let breaker =
-                sqs_keeper_lambda::redrive_function::redrive_breaker(&config, store.clients());
-            if args.source_queue_url.is_some() {
-                config.settings.source_queue_url = args.source_queue_url.clone();
-            }
-            // A keeper run has no response size limit: the report lists every item.
-            config.settings.report_items = usize::MAX;
-            // The function's engine: its payload buckets, pointers and sweep policy.
-            let engine = sqs_keeper_lambda::redrive_function::redrive_engine(
-                &config,
-                store.clients().clone(),
-                store.config().clone(),
-                processor,
-            );
-            let bar = progress(request.max_items.map(|n| n as u64), "redriving");
-            let on_item = |_: &sqs_keeper_core::redrive::ItemOutcome| bar.inc(1);
-            let report = sqs_keeper_lambda::redrive_function::run_gated(
-                &engine,
-                breaker.as_ref().map(|(store, policy)| (store, policy)),
-                &request,
-                None,
-                &on_item,
-            )
-            .await
-            .map_err(|e| match e {
-                sqs_keeper_core::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
-                sqs_keeper_core::redrive::RedriveError::Store(e) => CliError::from(e),
-                other => CliError::Failed(other.to_string()),
-            })?;
-            bar.finish_and_clear();
-            report
-        }
+        None => run_here(global, &args, &request).await?,
     };
     print_report(&report, args.json)?;
     Ok(if report.is_partial_failure() {
@@ -173,6 +118,77 @@ pub async fn redrive(global: &GlobalArgs, args: RedriveArgs) -> Result<Completio
     } else {
         Completion::Ok
     })
+}
+
+/// Runs the request in this process, as the redrive function would run it.
+///
+/// The configuration is the redrive function's (retries, processor, item ids, requeue
+/// target, payload keeping), read from the same variables.
+async fn run_here(
+    global: &GlobalArgs,
+    args: &RedriveArgs,
+    request: &RedriveRequest,
+) -> Result<RedriveReport, CliError> {
+    let lookup = |name: &str| std::env::var(name).ok();
+    let mut env = sqs_keeper_lambda::config::EnvReader::new(&lookup);
+    let mut config = sqs_keeper_lambda::config::RedriveConfig::read(&mut env);
+    env.finish().map_err(|e| CliError::Usage(e.to_string()))?;
+    let store = store(global).await?;
+    if !request.dry_run {
+        // Every resource it changes exists, before anything changes.
+        store.check_resources().await?;
+        confirm_large_run(&store, request, args.yes).await?;
+    }
+    let processor = redrive_processor(&config, store.clients())
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    if processor.is_none() {
+        refuse_reprocessing_without_downstream(request)?;
+    }
+    // Behind the worker's circuit breaker, as the function runs it.
+    let breaker = sqs_keeper_lambda::redrive_function::redrive_breaker(&config, store.clients());
+    if args.source_queue_url.is_some() {
+        config.settings.source_queue_url = args.source_queue_url.clone();
+    }
+    // A keeper run has no response size limit: the report lists every item.
+    config.settings.report_items = usize::MAX;
+    // The function's engine: its payload buckets, pointers and sweep policy.
+    let engine = sqs_keeper_lambda::redrive_function::redrive_engine(
+        &config,
+        store.clients().clone(),
+        store.config().clone(),
+        processor,
+    );
+    let bar = progress(request.max_items.map(|n| n as u64), "redriving");
+    let on_item = |_: &sqs_keeper_core::redrive::ItemOutcome| bar.inc(1);
+    let report = sqs_keeper_lambda::redrive_function::run_gated(
+        &engine,
+        breaker.as_ref().map(|(store, policy)| (store, policy)),
+        request,
+        None,
+        &on_item,
+    )
+    .await
+    .map_err(|e| match e {
+        sqs_keeper_core::redrive::RedriveError::InvalidRequest(m) => CliError::Usage(m),
+        sqs_keeper_core::redrive::RedriveError::Store(e) => CliError::from(e),
+        other => CliError::Failed(other.to_string()),
+    })?;
+    bar.finish_and_clear();
+    Ok(report)
+}
+
+/// Refuses a reprocessing run that has no downstream to call here; a dry run only notes it.
+fn refuse_reprocessing_without_downstream(request: &RedriveRequest) -> Result<(), CliError> {
+    if request.mode != RedriveMode::Reprocess {
+        return Ok(());
+    }
+    let advice = "reprocessing here needs the worker's downstream: set WORKER_DOWNSTREAM_URL (and the worker's other WORKER_* variables), or run it in the deployed redrive function with --via-function <stack>-redrive, or send the items back to their queue with --mode requeue";
+    if !request.dry_run {
+        return Err(CliError::Usage(advice.to_string()));
+    }
+    eprintln!("note: the dry run only selects; {advice}");
+    Ok(())
 }
 
 /// Runs the request in the deployed redrive function and returns its report.
@@ -212,50 +228,73 @@ async fn invoke_function(
     })
 }
 
-/// The report: one row per item, the totals, and how to continue a run that stopped early.
+/// Prints the report: one row per item, the totals, and how to continue a run that stopped early.
 fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
     let mut out = out();
-    if json {
-        writeln!(
-            out,
-            "{}",
+    let text = if json {
+        format!(
+            "{}\n",
             serde_json::to_string_pretty(report).unwrap_or_default()
         )
-        .map_err(write_err)?;
-        return Ok(());
-    }
+    } else {
+        report_text(report)
+    };
+    write!(out, "{text}").map_err(write_err)
+}
+
+/// Writes the report as a table of items and the lines that follow it.
+fn report_text(report: &RedriveReport) -> String {
+    let mut text = String::new();
     if let Some(why) = &report.held_by_breaker {
-        writeln!(
-            out,
-            "nothing reprocessed: the worker's circuit breaker is open ({why}); the scheduled redrive probes once its open period is over"
-        )
-        .map_err(write_err)?;
+        text.push_str(&format!(
+            "nothing reprocessed: the worker's circuit breaker is open ({why}); the scheduled redrive probes once its open period is over\n"
+        ));
     }
-    let rows: Vec<Vec<String>> = report
-        .items
-        .iter()
-        .map(|o| {
-            vec![
-                o.item_id.clone(),
-                serde_json::to_value(o.outcome)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                sqs_keeper_core::analysis::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
-            ]
-        })
-        .collect();
+    let rows: Vec<Vec<String>> = report.items.iter().map(item_row).collect();
     if !rows.is_empty() {
-        write!(
-            out,
-            "{}",
-            table(&["ITEM ID", "OUTCOME", "DETAIL"], &["DETAIL"], rows)
-        )
-        .map_err(write_err)?;
+        text.push_str(&table(&["ITEM ID", "OUTCOME", "DETAIL"], &["DETAIL"], rows));
     }
-    writeln!(
-        out,
-        "{}{} selected: {} resolved, {} failed again, {} skipped (ineligible), {} leased by another run, {} not found, {} errors; {} adopted from the DLQ, {} DLQ messages deleted",
+    text.push_str(&totals_line(report));
+    if report.held_by_group_breaker > 0 {
+        text.push_str(&format!(
+            "{} item(s) held back by their message group's open circuit breaker, unchanged: a later run takes them once it has closed\n",
+            report.held_by_group_breaker
+        ));
+    }
+    if report.dry_run {
+        let would = report
+            .items
+            .iter()
+            .filter(|o| o.outcome == ItemOutcomeKind::WouldRedrive)
+            .count();
+        text.push_str(&format!(
+            "{would} item(s) would be redriven; nothing was changed\n"
+        ));
+    }
+    if let Some(token) = &report.continuation_token {
+        text.push_str(&format!(
+            "stopped early; continue with: dlq redrive --continue {token}\n"
+        ));
+    }
+    text
+}
+
+/// Writes one item's row: its id, its outcome as the JSON report names it, the detail.
+fn item_row(o: &sqs_keeper_core::redrive::ItemOutcome) -> Vec<String> {
+    vec![
+        o.item_id.clone(),
+        serde_json::to_value(o.outcome)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        sqs_keeper_core::analysis::ellipsize(o.detail.as_deref().unwrap_or(""), 70),
+    ]
+}
+
+/// Writes the run's totals on one line.
+fn totals_line(report: &RedriveReport) -> String {
+    format!(
+        "{}{} selected: {} resolved, {} failed again, {} skipped (ineligible), {} leased by another run, {} not found, {} errors; {} adopted from the DLQ, {} DLQ messages deleted\n",
         if report.dry_run { "dry run: " } else { "" },
         report.selected,
         report.succeeded,
@@ -267,33 +306,4 @@ fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
         report.adopted_from_dlq,
         report.dlq_messages_deleted,
     )
-    .map_err(write_err)?;
-    if report.held_by_group_breaker > 0 {
-        writeln!(
-            out,
-            "{} item(s) held back by their message group's open circuit breaker, unchanged: a later run takes them once it has closed",
-            report.held_by_group_breaker
-        )
-        .map_err(write_err)?;
-    }
-    if report.dry_run {
-        let would = report
-            .items
-            .iter()
-            .filter(|o| o.outcome == ItemOutcomeKind::WouldRedrive)
-            .count();
-        writeln!(
-            out,
-            "{would} item(s) would be redriven; nothing was changed"
-        )
-        .map_err(write_err)?;
-    }
-    if let Some(token) = &report.continuation_token {
-        writeln!(
-            out,
-            "stopped early; continue with: dlq redrive --continue {token}"
-        )
-        .map_err(write_err)?;
-    }
-    Ok(())
 }
