@@ -44,7 +44,7 @@ impl From<sqs_keeper_lambda::ProcessError> for CliError {
 }
 
 impl CliError {
-    /// The message and exit code, with AWS errors explained in terms of the options that
+    /// Returns the message and exit code, with AWS errors explained in terms of the options that
     /// named the resource (`region`: the region the clients used).
     fn explain(self, global: &args::GlobalArgs, region: &str) -> (String, u8) {
         match self {
@@ -59,7 +59,7 @@ impl CliError {
     }
 }
 
-/// What an AWS error says about the configuration, in words, when it is about it: a table,
+/// Tells what an AWS error says about the configuration, in words, when it is about it: a table,
 /// queue or bucket that does not exist where the options point, or credentials without
 /// access.
 fn configuration_problem(

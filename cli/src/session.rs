@@ -10,7 +10,7 @@ use sqs_keeper_aws::{DeadLetterStore, StoreConfig};
 use crate::args::GlobalArgs;
 use crate::CliError;
 
-/// The AWS configuration for the global options (profile, region, endpoint).
+/// Returns the AWS configuration for the global options (profile, region, endpoint).
 pub async fn sdk_config(global: &GlobalArgs) -> aws_config::SdkConfig {
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(profile) = &global.profile {
@@ -33,7 +33,7 @@ pub async fn clients(global: &GlobalArgs) -> AwsClients {
     )
 }
 
-/// The store named by the global options; a usage error naming what is missing.
+/// Returns the store named by the global options; a usage error naming what is missing.
 pub async fn store(global: &GlobalArgs) -> Result<DeadLetterStore, CliError> {
     let mut missing = Vec::new();
     if global.table.is_none() {
@@ -87,7 +87,7 @@ pub fn confirm(question: &str, yes: bool) -> Result<(), CliError> {
     }
 }
 
-/// A progress bar on stderr (hidden when stderr is not a terminal).
+/// Returns a progress bar on stderr (hidden when stderr is not a terminal).
 pub fn progress(total: Option<u64>, what: &str) -> ProgressBar {
     let bar = match total {
         Some(n) => ProgressBar::new(n),

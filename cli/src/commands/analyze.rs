@@ -42,7 +42,7 @@ pub async fn analyze(
     Ok(Completion::Ok)
 }
 
-/// The pattern groups, as a table.
+/// Writes the pattern groups, as a table.
 fn write_groups(out: &mut impl Write, a: &analysis::Analysis) -> Result<(), CliError> {
     writeln!(
         out,
@@ -81,7 +81,7 @@ fn write_groups(out: &mut impl Write, a: &analysis::Analysis) -> Result<(), CliE
     write!(out, "{text}").map_err(write_err)
 }
 
-/// The records by class, and by message group (the ten with most records).
+/// Writes the records by class, and by message group (the ten with most records).
 fn write_by_class_and_group(out: &mut impl Write, a: &analysis::Analysis) -> Result<(), CliError> {
     writeln!(out, "\nby class:").map_err(write_err)?;
     for (class, n) in &a.by_class {

@@ -22,7 +22,7 @@ pub enum PayloadOutput {
     Raw,
 }
 
-/// The record's payload (from S3 if offloaded), refused unless its sha256 matches.
+/// Returns the record's payload (from S3 if offloaded), refused unless its sha256 matches.
 async fn fetch_payload(
     store: &DeadLetterStore,
     record: &DeadLetteredItem,
@@ -101,7 +101,7 @@ fn standing(r: &DeadLetteredItem) -> String {
     }
 }
 
-/// The record as text: fields, attributes, then every attempt kept.
+/// Returns the record as text: fields, attributes, then every attempt kept.
 ///
 /// Every field that comes from the data (ids, messages, attributes, names the sender
 /// chose) goes through `safe`/`safe_lines`. It cannot drive the terminal.

@@ -74,7 +74,7 @@ pub async fn dispatch(cli: Cli) -> Result<Completion, CliError> {
     }
 }
 
-/// The store query for the selection options (`--since`/`--until` relative to now).
+/// Returns the store query for the selection options (`--since`/`--until` relative to now).
 fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
     let now = Utc::now();
     let time = |t: &Option<String>, what: &str| {
@@ -96,7 +96,7 @@ fn filter_from(args: &FilterArgs) -> Result<RecordFilter, CliError> {
     })
 }
 
-/// The key a record of `item_id` is stored under: the id as the worker keeps it
+/// Returns the key a record of `item_id` is stored under: the id as the worker keeps it
 /// ([`sqs_keeper_core::item::bounded_item_id`]), so an operator can paste the id the producer
 /// used or the digest `dlq list` shows (a kept id is kept as it is). An empty id is a
 /// usage error: no record has one.

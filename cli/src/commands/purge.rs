@@ -109,7 +109,7 @@ fn print_purge_report(report: &RemovalReport) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The line saying how many payload objects a removal kept, when it kept any (`dlq purge`,
+/// Prints the line saying how many payload objects a removal kept, when it kept any (`dlq purge`,
 /// `dlq clear`).
 pub fn print_kept_payloads(report: &RemovalReport) -> Result<(), CliError> {
     if report.payloads_kept == 0 {
@@ -123,7 +123,7 @@ pub fn print_kept_payloads(report: &RemovalReport) -> Result<(), CliError> {
     .map_err(write_err)
 }
 
-/// What was removed, as one JSON object (`dlq purge --json`, `dlq clear --json`).
+/// Prints what was removed, as one JSON object (`dlq purge --json`, `dlq clear --json`).
 pub fn print_json_report(report: &RemovalReport) -> Result<(), CliError> {
     writeln!(
         out(),

@@ -19,7 +19,7 @@ use crate::args::{GlobalArgs, RedriveArgs};
 use crate::session::{progress, store};
 use crate::{CliError, Completion};
 
-/// The request the options describe; run options apply on top of a request file.
+/// Returns the request the options describe; run options apply on top of a request file.
 fn redrive_request(args: &RedriveArgs) -> Result<RedriveRequest, CliError> {
     let mut request = match &args.request {
         Some(path) => {

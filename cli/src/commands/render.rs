@@ -17,22 +17,22 @@ pub fn out() -> std::io::StdoutLock<'static> {
     std::io::stdout().lock()
 }
 
-/// A failed write to standard output (a closed pipe, a full disk).
+/// Returns a failed write to standard output (a closed pipe, a full disk).
 pub fn write_err(e: std::io::Error) -> CliError {
     CliError::Failed(format!("cannot write output: {e}"))
 }
 
-/// A field that comes from the data, for one line of text output.
+/// Returns a field that comes from the data, for one line of text output.
 pub fn safe(text: &str) -> String {
     sqs_keeper_core::analysis::terminal_safe(text, false)
 }
 
-/// A field that comes from the data and may span lines (error messages).
+/// Returns a field that comes from the data and may span lines (error messages).
 pub fn safe_lines(text: &str) -> String {
     sqs_keeper_core::analysis::terminal_safe(text, true)
 }
 
-/// How long ago, for a person: whole seconds under an hour (`59m 12s`), whole minutes
+/// Writes how long ago, for a person: whole seconds under an hour (`59m 12s`), whole minutes
 /// under a day (`5h 3m`), whole hours after (`3days 4h`).
 pub fn human_age(secs: i64) -> String {
     let secs = u64::try_from(secs).unwrap_or(0);
@@ -47,7 +47,7 @@ pub fn human_age(secs: i64) -> String {
     )
 }
 
-/// The terminal's width when standard output is one.
+/// Returns the terminal's width when standard output is one.
 fn terminal_width() -> Option<u16> {
     if !std::io::stdout().is_terminal() {
         return None;

@@ -55,7 +55,7 @@ impl AwsClients {
         Self::from_config(&Self::endpoint_config(endpoints, region).await, true)
     }
 
-    /// The shared configuration for explicit endpoints with static credentials. Every
+    /// Returns the shared configuration for explicit endpoints with static credentials. Every
     /// client built from it (`Client::new`, `config::Builder::from`) takes its service's
     /// endpoint from `endpoints`.
     pub async fn endpoint_config(endpoints: &Endpoints, region: &str) -> aws_config::SdkConfig {
@@ -95,7 +95,7 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// One endpoint for every service, DynamoDB included (a proxy, or an emulator that
+    /// Returns one endpoint for every service, DynamoDB included (a proxy, or an emulator that
     /// serves them all).
     pub fn single(url: &str) -> Self {
         Endpoints {
@@ -104,7 +104,7 @@ impl Endpoints {
         }
     }
 
-    /// The environment that points a process's SDK clients here: `AWS_ENDPOINT_URL` and
+    /// Returns the environment that points a process's SDK clients here: `AWS_ENDPOINT_URL` and
     /// `AWS_ENDPOINT_URL_DYNAMODB`, which the SDK's configuration chain reads.
     pub fn env(&self) -> [(&'static str, String); 2] {
         [
@@ -113,7 +113,7 @@ impl Endpoints {
         ]
     }
 
-    /// The endpoint of the service the SDK names `service_id` (`DynamoDB`, `SQS`, `S3`...).
+    /// Returns the endpoint of the service the SDK names `service_id` (`DynamoDB`, `SQS`, `S3`...).
     pub fn for_service(&self, service_id: &str) -> &str {
         if service_id == "DynamoDB" {
             &self.dynamodb

@@ -31,7 +31,7 @@ pub struct DynamoBreakerStore {
 }
 
 impl DynamoBreakerStore {
-    /// The breaker `name` (one per function: every sandbox of it shares it) in `table`.
+    /// Creates the breaker `name` (one per function: every sandbox of it shares it) in `table`.
     pub fn new(
         client: aws_sdk_dynamodb::Client,
         table: impl Into<String>,
@@ -57,12 +57,12 @@ impl DynamoBreakerStore {
 /// Epoch milliseconds of `at` (0 before the epoch), as stored.
 pub(super) use sqs_keeper_core::condition::epoch_millis as millis;
 
-/// A DynamoDB number.
+/// Returns a DynamoDB number.
 pub(super) fn number(n: i64) -> AttributeValue {
     AttributeValue::N(n.to_string())
 }
 
-/// The time an item's epoch-milliseconds attribute `name` holds (`None` when absent or
+/// Returns the time an item's epoch-milliseconds attribute `name` holds (`None` when absent or
 /// out of range).
 pub(super) fn time_of(
     item: &std::collections::HashMap<String, AttributeValue>,

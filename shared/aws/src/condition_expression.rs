@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use sqs_keeper_core::{condition::Condition, condition::Value};
 
-/// A DynamoDB value for a condition's value.
+/// Returns a DynamoDB value for a condition's value.
 pub fn attribute(value: &Value) -> AttributeValue {
     match value {
         Value::S(s) => AttributeValue::S(s.clone()),
@@ -17,7 +17,7 @@ pub fn attribute(value: &Value) -> AttributeValue {
 
 /// A request that takes a condition expression and its placeholders.
 pub trait WithCondition: Sized {
-    /// The request with `condition` as its condition expression (none when it always
+    /// Returns the request with `condition` as its condition expression (none when it always
     /// holds).
     fn with_condition(self, condition: &Condition) -> Self;
 }

@@ -24,7 +24,7 @@ pub struct LambdaMapping {
 }
 
 impl LambdaMapping {
-    /// The mapping `uuid` through `client`.
+    /// Returns a handle on the mapping `uuid`, reached through `client`.
     pub fn new(client: aws_sdk_lambda::Client, uuid: impl Into<String>) -> Self {
         LambdaMapping {
             client,
@@ -94,7 +94,7 @@ pub struct DynamoPauseMarker {
 }
 
 impl DynamoPauseMarker {
-    /// The marker of the breaker `breaker_key` in `table`.
+    /// Returns a handle on the marker of the breaker `breaker_key` in `table`.
     pub fn new(
         client: aws_sdk_dynamodb::Client,
         table: impl Into<String>,
@@ -117,7 +117,7 @@ impl DynamoPauseMarker {
     }
 }
 
-/// An epoch-milliseconds attribute, as the breaker's item stores its times.
+/// Returns an epoch-milliseconds attribute, as the breaker's item stores its times.
 fn millis(at: SystemTime) -> AttributeValue {
     super::breaker_table::number(super::breaker_table::millis(at))
 }
@@ -370,7 +370,7 @@ pub fn queue_arn_of_url(url: &str, region: &str) -> Option<String> {
     Some(format!("arn:{partition}:sqs:{region}:{account}:{name}"))
 }
 
-/// The Lambda event the SQS event source mapping builds for received `messages` of
+/// Returns the Lambda event the SQS event source mapping builds for received `messages` of
 /// `queue_arn` (the records' camel-case fields, attributes and message attributes).
 pub fn lambda_event(messages: &[Message], queue_arn: &str, region: &str) -> Value {
     let records: Vec<Value> = messages

@@ -39,7 +39,7 @@ pub struct DynamoIdempotencyStore {
 }
 
 impl DynamoIdempotencyStore {
-    /// The store over `table`.
+    /// Creates the store over `table`.
     pub fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
         DynamoIdempotencyStore {
             client,
@@ -47,7 +47,7 @@ impl DynamoIdempotencyStore {
         }
     }
 
-    /// The table's name.
+    /// Returns the table's name.
     pub fn table(&self) -> &str {
         &self.table
     }
@@ -72,7 +72,7 @@ where
     ProcessError::from_sdk(err).with_step("idempotency")
 }
 
-/// What an item read back says about a key.
+/// Reads what an item read back says about a key.
 fn claim_of(item: &std::collections::HashMap<String, AttributeValue>) -> Claim {
     let until = item
         .get(UNTIL)

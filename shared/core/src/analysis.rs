@@ -78,7 +78,7 @@ pub struct Analyzer {
 }
 
 impl Analyzer {
-    /// An empty analysis keeping `samples` item ids per group.
+    /// Creates an empty analysis keeping `samples` item ids per group.
     pub fn new(samples: usize) -> Analyzer {
         Analyzer {
             samples,
@@ -125,7 +125,7 @@ impl Analyzer {
         }
     }
 
-    /// The analysis of every record added: groups largest first.
+    /// Returns the analysis of every record added: groups largest first.
     pub fn finish(self) -> Analysis {
         let mut groups: Vec<SignatureGroup> = self.groups.into_values().collect();
         groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_seen.cmp(&a.last_seen)));
@@ -209,7 +209,7 @@ impl StatsCounter {
         );
     }
 
-    /// The totals of every record added, with the DLQ's depth (visible, in flight).
+    /// Returns the totals of every record added, with the DLQ's depth (visible, in flight).
     pub fn finish(self, dlq: (u64, u64), now: DateTime<Utc>) -> Stats {
         Stats {
             dlq_visible: dlq.0,
@@ -235,7 +235,7 @@ pub enum ExportFormat {
 }
 
 impl ExportFormat {
-    /// The format for a file name's extension.
+    /// Creates the format for a file name's extension.
     pub fn from_path(path: &std::path::Path) -> Option<ExportFormat> {
         match path.extension()?.to_str()? {
             "json" => Some(ExportFormat::Json),
@@ -264,7 +264,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "last_error",
 ];
 
-/// One CSV cell, defused: a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage
+/// Writes one CSV cell, defused: a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage
 /// return is prefixed with `'`, because spreadsheets run such a cell as a formula and item
 /// ids and error messages come from the data (OWASP, CSV injection). The `csv` writer
 /// then quotes it as needed.
@@ -276,7 +276,7 @@ fn csv_field(value: String) -> String {
     }
 }
 
-/// One CSV row of a record, in [`CSV_COLUMNS`] order.
+/// Writes one CSV row of a record, in [`CSV_COLUMNS`] order.
 fn csv_row(r: &DeadLetteredItem) -> [String; CSV_COLUMNS.len()] {
     let storage = match r.payload.location {
         PayloadLocation::Inline { .. } => "inline",
@@ -395,7 +395,7 @@ pub fn ellipsize(text: &str, max: usize) -> String {
     }
 }
 
-/// Whether `c` may change what a terminal shows beyond printing itself: C0 and C1
+/// Tells whether `c` may change what a terminal shows beyond printing itself: C0 and C1
 /// controls and DEL (ESC starts colour, cursor, title and hyperlink sequences; CSI is
 /// ESC `[` in one character), and the bidirectional overrides that reorder a line.
 fn is_terminal_control(c: char) -> bool {

@@ -63,12 +63,12 @@ pub struct BreakerState {
 }
 
 impl BreakerState {
-    /// Whether the breaker is open at `now` (before the end of its open period).
+    /// Tells whether the breaker is open at `now` (before the end of its open period).
     pub fn is_open(&self, now: SystemTime) -> bool {
         self.open_until.is_some_and(|until| now < until)
     }
 
-    /// Whether it opened and its open period is over: a probe may run.
+    /// Tells whether it opened and its open period is over: a probe may run.
     pub fn is_half_open(&self, now: SystemTime) -> bool {
         self.open_until.is_some_and(|until| now >= until)
     }
@@ -76,7 +76,7 @@ impl BreakerState {
 
 /// Where the shared state lives. Every write is one atomic conditional step.
 pub trait BreakerStore: Send + Sync {
-    /// The current state (closed when none is stored).
+    /// Returns the current state (closed when none is stored).
     fn read(&self) -> BoxFuture<'_, Result<BreakerState, ProcessError>>;
     /// Counts `n` transient failures in the window that started at `window_start` (a new
     /// window when the stored one is older than `window`); returns the state after.
@@ -107,7 +107,7 @@ pub trait BreakerStore: Send + Sync {
     fn release_probe(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>>;
 }
 
-/// Whether a failure of the downstream counts towards opening the breaker: those that
+/// Tells whether a failure of the downstream counts towards opening the breaker: those that
 /// say it is unwell, not that the item is bad.
 pub fn counts(error: &ProcessError) -> bool {
     matches!(
@@ -119,7 +119,7 @@ pub fn counts(error: &ProcessError) -> bool {
     ) && !error.is_breaker_refusal()
 }
 
-/// The open period after `opens` openings in a row.
+/// Returns the open period after `opens` openings in a row.
 pub fn open_period(policy: &BreakerPolicy, opens: u32) -> Duration {
     let factor = 1u32
         .checked_shl(opens.saturating_sub(1).min(16))
@@ -214,12 +214,12 @@ impl<P, S> Breaker<P, S> {
         self
     }
 
-    /// The processor inside.
+    /// Returns the processor inside.
     pub fn inner(&self) -> &P {
         &self.inner
     }
 
-    /// Whether this sandbox knows nothing of it worth keeping: closed as last known, no
+    /// Tells whether this sandbox knows nothing of it worth keeping: closed as last known, no
     /// probe, no failure counted and unwritten (a breaker of a group that went quiet,
     /// which [`GroupBreakers`] may drop).
     fn is_idle(&self) -> bool {
@@ -323,12 +323,12 @@ where
         self
     }
 
-    /// The processor inside.
+    /// Returns the processor inside.
     pub fn inner(&self) -> &P {
         &self.inner
     }
 
-    /// The breaker of `group`, kept for the next records of the group when there is room.
+    /// Returns the breaker of `group`, kept for the next records of the group when there is room.
     fn breaker(&self, group: Option<&str>) -> GroupBreaker<P, S> {
         let key = group.map(str::to_string);
         let make = || {
@@ -382,12 +382,12 @@ where
     }
 }
 
-/// The item of `group`'s breaker beside the function's breaker item `key`.
+/// Returns the item of `group`'s breaker beside the function's breaker item `key`.
 pub fn group_key(key: &str, group: &str) -> String {
     format!("{key}#group#{group}")
 }
 
-/// The error of a record the open breaker refused, with a `Retry-After` to the end of the
+/// Returns the error of a record the open breaker refused, with a `Retry-After` to the end of the
 /// open period (its next delivery is hidden until then).
 fn refused(until: SystemTime, now: SystemTime, why: &str) -> ProcessError {
     let wait = until.duration_since(now).unwrap_or(Duration::ZERO);
@@ -398,7 +398,7 @@ fn refused(until: SystemTime, now: SystemTime, why: &str) -> ProcessError {
     .with_retry_after(wait)
 }
 
-/// The error of a record refused while another sandbox probes: no `Retry-After`, since the
+/// Returns the error of a record refused while another sandbox probes: no `Retry-After`, since the
 /// probe's answer may come at any moment (its lock only bounds it); the record is spaced
 /// as any record returned for retry.
 fn refused_while_probing() -> ProcessError {
@@ -463,14 +463,14 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         }
     }
 
-    /// A call to the store succeeded.
+    /// Notes that a call to the store succeeded.
     fn touch(&self) {
         if let Ok(mut last) = self.last_contact.lock() {
             *last = Some(tokio::time::Instant::now());
         }
     }
 
-    /// Whether no call to the store has succeeded for a whole open period (the table is
+    /// Tells whether no call to the store has succeeded for a whole open period (the table is
     /// unavailable, not just throttling a hot item): the sandbox then keeps a breaker of
     /// its own rather than refuse every record until the table is back while the
     /// downstream may have recovered long ago.
@@ -627,7 +627,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         self.remember_probe(state, None);
     }
 
-    /// How long the probe's lock lasts: the configured time, and at least as long as the
+    /// Returns how long the probe's lock lasts: the configured time, and at least as long as the
     /// probe's call can run (its timeout, bounded by the invocation's cut-off), so that
     /// no second probe starts while the first still runs.
     fn probe_lock(&self) -> Duration {
@@ -640,7 +640,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         self.policy.probe_for.max(call.saturating_add(PROBE_SLACK))
     }
 
-    /// The user's call, cut at the invocation's cut-off into a `timeout` failure that the
+    /// Returns the user's call, cut at the invocation's cut-off into a `timeout` failure that the
     /// breaker counts (`crate::context::until_cut`).
     async fn call(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
         let started = tokio::time::Instant::now();
@@ -705,7 +705,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         result
     }
 
-    /// What the probe's `result` decides: a counted failure opens the breaker again for
+    /// Returns what the probe's `result` decides: a counted failure opens the breaker again for
     /// longer; a failure or a skip that never reached the downstream gives the probe back;
     /// any other answer closes the breaker. A sandbox probing on its own (`on_its_own`)
     /// keeps the answer to itself when the table takes no write.
@@ -768,7 +768,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
     }
 }
 
-/// Whether a failure carries the downstream's answer: a response status or a service's
+/// Tells whether a failure carries the downstream's answer: a response status or a service's
 /// error code. A failure without either (a handler's own decode error) never reached the
 /// downstream, and a probe it ends decides nothing.
 fn downstream_answered(error: &ProcessError) -> bool {

@@ -30,12 +30,12 @@ enum Source {
 }
 
 impl Clock {
-    /// The system clock (`chrono::Utc::now()`).
+    /// Returns the system clock (`chrono::Utc::now()`).
     pub const fn system() -> Self {
         Clock(Source::System)
     }
 
-    /// A clock that reads `start` now and then follows tokio's clock: wall time is `start`
+    /// Returns a clock that reads `start` now and then follows tokio's clock: wall time is `start`
     /// plus the time tokio's clock has advanced since this call. Under a paused clock
     /// (`tokio::time::pause`, `start_paused`) it moves only as tokio's does, so the wall
     /// time a run reads is the same at every run. Made within the runtime whose clock it is

@@ -110,7 +110,7 @@ pub enum Value {
 }
 
 impl Value {
-    /// A string value.
+    /// Returns a string value.
     pub fn s(text: impl Into<String>) -> Self {
         Self::S(text.into())
     }
@@ -168,7 +168,7 @@ pub enum Found<'a> {
 
 /// An item a condition can be evaluated on.
 pub trait Item {
-    /// What the item holds at `attr`; `None` when the attribute is missing.
+    /// Returns what the item holds at `attr`; `None` when the attribute is missing.
     fn at(&self, attr: Attr) -> Option<Found<'_>>;
 }
 
@@ -183,7 +183,7 @@ impl Condition {
         Self::Not(Box::new(Self::Contains(attr, member.into())))
     }
 
-    /// Whether the condition holds for `item` (`None`: the item does not exist), as
+    /// Tells whether the condition holds for `item` (`None`: the item does not exist), as
     /// DynamoDB evaluates it.
     pub fn holds(&self, item: Option<&dyn Item>) -> bool {
         let at = |attr: Attr| item.and_then(|i| i.at(attr));
@@ -214,7 +214,7 @@ impl Condition {
         }
     }
 
-    /// The condition expression DynamoDB takes, with its placeholders (`#cN` for names,
+    /// Returns the condition expression DynamoDB takes, with its placeholders (`#cN` for names,
     /// `:cN` for values, so they never meet an update expression's); `None` for a
     /// condition that always holds (an empty [`Condition::All`]).
     pub fn render(&self) -> Option<Expression> {
@@ -358,7 +358,7 @@ pub mod conditions {
         Condition::eq(attr::STATUS, Value::s(s.as_str()))
     }
 
-    /// A run may take the lease: the item is dead, or its redrive died holding a lease
+    /// Requires that a run may take the lease: the item is dead, or its redrive died holding a lease
     /// that has expired by `now` (epoch seconds) (docs/ARCHITECTURE.md §3).
     pub fn lease_is_free(now: i64) -> Condition {
         let dead = status(ItemStatus::Dead);
@@ -389,7 +389,7 @@ pub mod conditions {
         ])
     }
 
-    /// The record waits for the requeued message `message_id`.
+    /// Requires that the record waits for the requeued message `message_id`.
     pub fn requeued_as(message_id: &str) -> Condition {
         Condition::All(vec![
             status(ItemStatus::Requeued),
@@ -397,7 +397,7 @@ pub mod conditions {
         ])
     }
 
-    /// The worker finished `message_id`, which the run `run` requeued with the payload
+    /// Requires that the worker finished `message_id`, which the run `run` requeued with the payload
     /// `sha256`: the record waits for that message, or the run still holds it with that
     /// payload (the worker finished before the run marked it requeued).
     pub fn finishes_requeued(message_id: &str, run: &str, sha256: &str) -> Condition {
@@ -410,7 +410,7 @@ pub mod conditions {
         ])
     }
 
-    /// The worker finished a DLQ message moved back from outside, carrying the payload
+    /// Requires that the worker finished a DLQ message moved back from outside, carrying the payload
     /// `sha256` (the digest of what it carried, never one it states): the record is dead
     /// holding that payload. Its source message id alone is not enough: a producer's
     /// message can carry any attributes, and would resolve a record whose payload it
@@ -422,7 +422,7 @@ pub mod conditions {
         ])
     }
 
-    /// An attempt write: none of `attempt_ids` is recorded, and the record is as `expect`
+    /// Guards an attempt write: none of `attempt_ids` is recorded, and the record is as `expect`
     /// requires. With a `claim`: neither a twin nor the receive just before holds it, and
     /// its message's DLQ message is not sent. A claim held by an earlier receive does not
     /// refuse the write, which takes it over ([`crate::dead_letter::DlqClaim`]).
@@ -468,7 +468,7 @@ pub mod conditions {
         Condition::eq(attr::FAILURE_COUNT, Value::N(i64::from(failure_count)))
     }
 
-    /// A compaction of `stored`: no append since it was read ([`counts`]), and no other
+    /// Guards a compaction of `stored`: no append since it was read ([`counts`]), and no other
     /// compaction of the same read either. Compaction leaves `failure_count` as it is, so
     /// two built from one read both held [`counts`], and `history_omitted` counted the
     /// dropped attempts twice. An item written before the attribute existed lacks it.
@@ -485,7 +485,7 @@ pub mod conditions {
         Condition::All(vec![counts(stored.failure_count), omitted])
     }
 
-    /// A removal: the record is still `status` with its last attempt at `last_attempt`.
+    /// Guards a removal: the record is still `status` with its last attempt at `last_attempt`.
     pub fn unchanged_since(status_now: ItemStatus, last_attempt: &str) -> Condition {
         Condition::All(vec![
             status(status_now),
@@ -493,7 +493,7 @@ pub mod conditions {
         ])
     }
 
-    /// The record exists.
+    /// Requires that the record exists.
     pub fn exists() -> Condition {
         Condition::Exists(attr::ITEM_ID)
     }
@@ -528,7 +528,7 @@ pub mod breaker {
         Condition::Compare(attr, op, Value::N(ms))
     }
 
-    /// A window started at or after `floor_ms` is current: failures are added to it.
+    /// Requires that a window started at or after `floor_ms` is current: failures are added to it.
     pub fn window_current(floor_ms: i64) -> Condition {
         at(WINDOW_START, Compare::Ge, floor_ms)
     }
@@ -560,7 +560,7 @@ pub mod breaker {
         ])
     }
 
-    /// The probe is still the one taken until `until_ms`: its taker may give it back.
+    /// Requires that the probe is still the one taken until `until_ms`: its taker may give it back.
     pub fn probe_held_until(until_ms: i64) -> Condition {
         at(PROBE_UNTIL, Compare::Eq, until_ms)
     }
@@ -603,7 +603,7 @@ pub mod idempotency {
     /// [`STATUS`] of a key done.
     pub const COMPLETED: &str = "completed";
 
-    /// The key may be claimed at `now_ms`: no item, or one whose claim or completion has
+    /// Requires that the key may be claimed at `now_ms`: no item, or one whose claim or completion has
     /// ended (DynamoDB's TTL deletes expired items late, so expiry is read, not awaited).
     pub fn claimable(now_ms: i64) -> Condition {
         Condition::Any(vec![
@@ -612,7 +612,7 @@ pub mod idempotency {
         ])
     }
 
-    /// The attempt `token` holds the claim, still in progress: it may complete or release
+    /// Requires that the attempt `token` holds the claim, still in progress: it may complete or release
     /// it (a claim taken over after it ended is no longer its own).
     pub fn held_by(token: &str) -> Condition {
         Condition::All(vec![

@@ -49,12 +49,12 @@ pub async fn with_invocation_metrics<F: std::future::Future>(
     INVOCATION.scope(sink, work).await
 }
 
-/// The running invocation's metric sink, or a new one outside an invocation.
+/// Returns the running invocation's metric sink, or a new one outside an invocation.
 pub fn invocation_metrics() -> Arc<MetricSink> {
     INVOCATION.try_with(Arc::clone).unwrap_or_default()
 }
 
-/// The current record's custom fields as a JSON object, or `None` when it has none (or
+/// Returns the current record's custom fields as a JSON object, or `None` when it has none (or
 /// outside the worker).
 pub fn fields_json() -> Option<String> {
     RECORD
@@ -88,7 +88,7 @@ pub enum Unit {
 }
 
 impl Unit {
-    /// The name CloudWatch uses.
+    /// Returns the name CloudWatch uses.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -244,7 +244,7 @@ impl CutState {
         }
     }
 
-    /// Whether the work of `node` is to be cut now (its waker registered first, so that a
+    /// Tells whether the work of `node` is to be cut now (its waker registered first, so that a
     /// section closing inside it or the cut-off passing polls it again).
     fn cuts(&self, node: &SectionNode, waker: &std::task::Waker) -> bool {
         node.waker.register(waker);
@@ -265,7 +265,7 @@ impl Drop for OpenSection {
 }
 
 impl RecordContext {
-    /// A context for a record of an invocation whose cut-off is `deadline` and which ends
+    /// Creates a context for a record of an invocation whose cut-off is `deadline` and which ends
     /// at `hard_stop` (see [`crate::retry::Deadline`]), adding its metrics to `metrics`.
     pub fn new(deadline: SystemTime, hard_stop: SystemTime, metrics: Arc<MetricSink>) -> Self {
         RecordContext {
@@ -304,19 +304,19 @@ impl RecordContext {
     }
 }
 
-/// The time by which the record's work must be over: the invocation's cut-off (the
+/// Returns the time by which the record's work must be over: the invocation's cut-off (the
 /// Lambda deadline less the worker's margin). `None` outside the worker.
 pub fn deadline() -> Option<SystemTime> {
     RECORD.try_with(|c| c.deadline).ok()
 }
 
-/// The last moment the invocation can still answer (just before the Lambda deadline):
+/// Returns the last moment the invocation can still answer (just before the Lambda deadline):
 /// what a claim on the record's work lasts until. `None` outside the worker.
 pub fn hard_stop() -> Option<SystemTime> {
     RECORD.try_with(|c| c.hard_stop).ok()
 }
 
-/// The time left before [`deadline`]; `None` outside the worker.
+/// Returns the time left before [`deadline`]; `None` outside the worker.
 pub fn remaining() -> Option<Duration> {
     RECORD
         .try_with(|c| {
@@ -360,7 +360,7 @@ pub(crate) async fn until_cut<F: Future>(work: F) -> Option<F::Output> {
     .await
 }
 
-/// Whether the current record's cut-off has passed and its attempt is ending itself: a
+/// Tells whether the current record's cut-off has passed and its attempt is ending itself: a
 /// layer starts no new work then (an idempotency claim is not taken). `false` outside the
 /// worker.
 pub(crate) fn cutoff_passed() -> bool {
@@ -379,7 +379,7 @@ pub(crate) async fn finishing<F: Future>(work: F) -> F::Output {
     work.await
 }
 
-/// The engine at the cut-off: `true` when the attempt ends itself (a section is open in
+/// Returns the engine at the cut-off: `true` when the attempt ends itself (a section is open in
 /// it), which is then told the cut-off has passed and must be polled on with
 /// [`past_cutoff`]; `false` when it is to be dropped.
 pub(crate) fn pass_cutoff() -> bool {
@@ -401,7 +401,7 @@ pub(crate) fn pass_cutoff() -> bool {
     true
 }
 
-/// The engine's attempt after [`pass_cutoff`]: polled until it ends, or `None` once no
+/// Returns the engine's attempt after [`pass_cutoff`]: polled until it ends, or `None` once no
 /// section is open in it (the user's code that runs on after the layers' bookkeeping is
 /// cut there).
 pub(crate) async fn past_cutoff<F: Future>(work: F) -> Option<F::Output> {

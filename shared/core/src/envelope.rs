@@ -50,7 +50,7 @@ pub enum Envelope {
 }
 
 impl Envelope {
-    /// The name `WORKER_ENVELOPE` uses.
+    /// Returns the name `WORKER_ENVELOPE` uses.
     pub fn name(self) -> &'static str {
         match self {
             Envelope::Sns => "sns",
@@ -72,7 +72,7 @@ impl fmt::Display for Envelope {
 pub struct Envelopes(pub Vec<Envelope>);
 
 impl Envelopes {
-    /// Whether there is anything to unwrap.
+    /// Tells whether there is anything to unwrap.
     pub fn is_none(&self) -> bool {
         self.0.iter().all(|e| *e == Envelope::SnsRaw)
     }
@@ -163,7 +163,7 @@ pub struct Unwrapped {
 }
 
 impl Unwrapped {
-    /// The event id of the innermost layer that has one.
+    /// Returns the event id of the innermost layer that has one.
     pub fn event_id(&self) -> Option<String> {
         self.layers.iter().rev().find_map(Layer::event_id)
     }
@@ -224,7 +224,7 @@ pub enum Layer {
 }
 
 impl Layer {
-    /// The id that belongs to the event of this layer, if it has one.
+    /// Returns the id that belongs to the event of this layer, if it has one.
     pub fn event_id(&self) -> Option<String> {
         match self {
             Layer::Sns { message_id, .. } if !message_id.is_empty() => Some(message_id.clone()),
@@ -462,7 +462,7 @@ fn open_s3(body: &str) -> Result<Opened, String> {
     })
 }
 
-/// An S3 notification's object key as the object is named: S3 form-encodes it (`+` for a
+/// Returns an S3 notification's object key as the object is named: S3 form-encodes it (`+` for a
 /// space, `%XX` for other bytes). A malformed escape is kept as it is.
 pub fn decode_s3_key(key: &str) -> String {
     let bytes = key.as_bytes();

@@ -73,7 +73,7 @@ impl ErrorClass {
     pub const ALL: [ErrorClass; <ErrorClass as strum::EnumCount>::COUNT] =
         variant_array(<ErrorClass as strum::VariantArray>::VARIANTS);
 
-    /// The class name as it appears in records, logs and metrics.
+    /// Returns the class name as it appears in records, logs and metrics.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -83,7 +83,7 @@ impl ErrorClass {
         name.parse().ok()
     }
 
-    /// Whether a failure of this class is worth retrying. `retry_unknown` decides for
+    /// Tells whether a failure of this class is worth retrying. `retry_unknown` decides for
     /// [`ErrorClass::Unknown`] (docs/ARCHITECTURE.md §2: configurable, default no).
     pub fn is_retryable(self, retry_unknown: bool) -> bool {
         match self {
@@ -96,7 +96,7 @@ impl ErrorClass {
         }
     }
 
-    /// Whether a dead-lettered item of this class can be redriven without changing it:
+    /// Tells whether a dead-lettered item of this class can be redriven without changing it:
     /// transient classes and unknown are; validation, permission and not-found are not.
     pub fn is_reprocess_eligible(self) -> bool {
         !matches!(
@@ -176,13 +176,13 @@ pub struct ProcessError {
 pub const CIRCUIT_OPEN: &str = "CircuitOpen";
 
 impl ProcessError {
-    /// Whether this is the circuit breaker's refusal ([`CIRCUIT_OPEN`]): the downstream
+    /// Tells whether this is the circuit breaker's refusal ([`CIRCUIT_OPEN`]): the downstream
     /// was not called.
     pub fn is_breaker_refusal(&self) -> bool {
         self.code.as_deref() == Some(CIRCUIT_OPEN)
     }
 
-    /// A failure of the given class with a message and nothing else.
+    /// Creates a failure of the given class with a message and nothing else.
     pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
         ProcessError {
             class,
@@ -196,7 +196,7 @@ impl ProcessError {
         }
     }
 
-    /// A permanent input error: the item will never succeed as it is.
+    /// Returns a permanent input error: the item will never succeed as it is.
     pub fn validation(message: impl Into<String>) -> Self {
         ProcessError::new(ErrorClass::Validation, message)
     }
@@ -231,7 +231,7 @@ impl ProcessError {
         self
     }
 
-    /// What the callee said, if anything ([`ProcessError::detail`]).
+    /// Returns what the callee said, if anything ([`ProcessError::detail`]).
     pub fn detail(&self) -> Option<&str> {
         self.detail.as_deref().map(String::as_str)
     }
@@ -242,7 +242,7 @@ impl ProcessError {
         self
     }
 
-    /// The failure of an attempt cut at the invocation's cut-off.
+    /// Returns the failure of an attempt cut at the invocation's cut-off.
     pub(crate) fn deadline_cut(ran: Duration) -> ProcessError {
         ProcessError::new(
             ErrorClass::Timeout,

@@ -49,17 +49,17 @@ pub enum EventError {
 pub struct Text<'a>(pub Cow<'a, str>);
 
 impl<'a> Text<'a> {
-    /// The text.
+    /// Returns the text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
-    /// The text, owned (no copy when it was unescaped already).
+    /// Returns the text, owned (no copy when it was unescaped already).
     pub fn into_owned(self) -> String {
         self.0.into_owned()
     }
 
-    /// Whether the text is a slice of the event's bytes.
+    /// Tells whether the text is a slice of the event's bytes.
     pub fn is_borrowed(&self) -> bool {
         matches!(self.0, Cow::Borrowed(_))
     }
@@ -119,7 +119,7 @@ impl Attributes {
         Attributes::default()
     }
 
-    /// The value of attribute `name`.
+    /// Returns the value of attribute `name`.
     pub fn get(&self, name: &str) -> Option<&str> {
         // Compared as bytes, and only the value found made a `str`: every name and value
         // was pushed whole, so each range is on character boundaries.
@@ -168,17 +168,17 @@ impl Attributes {
         })
     }
 
-    /// How many attributes there are.
+    /// Returns how many attributes there are.
     pub fn len(&self) -> usize {
         self.ends.len()
     }
 
-    /// Whether there are none.
+    /// Tells whether there are none.
     pub fn is_empty(&self) -> bool {
         self.ends.is_empty()
     }
 
-    /// The attributes as `aws_lambda_events` holds them.
+    /// Returns the attributes as `aws_lambda_events` holds them.
     pub fn to_map(&self) -> HashMap<String, String> {
         self.iter()
             .map(|(n, v)| (n.to_string(), v.to_string()))
@@ -244,7 +244,7 @@ impl<'de> Visitor<'de> for AttributesVisitor {
 }
 
 impl<'de> Deserialize<'de> for Attributes {
-    /// An object of strings; `null` is none, as `aws_lambda_events` reads it.
+    /// Returns an object of strings; `null` is none, as `aws_lambda_events` reads it.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_option(AttributesVisitor)
     }
@@ -298,7 +298,7 @@ pub struct SqsRecord<'a> {
 }
 
 impl SqsRecord<'_> {
-    /// A system attribute's value.
+    /// Returns a system attribute's value.
     pub fn attribute(&self, name: &str) -> Option<&str> {
         self.attributes.get(name)
     }
@@ -318,7 +318,7 @@ impl SqsRecord<'_> {
         self.receipt_handle.as_ref().map(Text::as_str)
     }
 
-    /// The record as `aws_lambda_events` has it.
+    /// Returns the record as `aws_lambda_events` has it.
     pub fn into_message(self) -> SqsMessage {
         let mut message = SqsMessage::default();
         message.message_id = self.message_id.map(Text::into_owned);
@@ -336,7 +336,7 @@ impl SqsRecord<'_> {
 }
 
 impl From<SqsMessage> for SqsRecord<'static> {
-    /// An owned record as the engine reads it (the strings move, nothing is copied but
+    /// Returns an owned record as the engine reads it (the strings move, nothing is copied but
     /// the system attributes).
     fn from(message: SqsMessage) -> Self {
         SqsRecord {

@@ -1,7 +1,7 @@
 //! The sha256 of a byte string as lower-case hex: how payload digests, oversized item ids,
 //! DLQ message ids and deduplication ids are written. The encoding is the `hex` crate's.
 
-/// The sha256 of `data` as 64 lower-case hex digits.
+/// Returns the sha256 of `data` as 64 lower-case hex digits.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     ::hex::encode(Sha256::digest(data))

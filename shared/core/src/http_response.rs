@@ -43,7 +43,7 @@ pub async fn error_for_status(
     Err(error)
 }
 
-/// The delay a `Retry-After` header asks for, in whole seconds (its date form is not read).
+/// Returns the delay a `Retry-After` header asks for, in whole seconds (its date form is not read).
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     headers
         .get(reqwest::header::RETRY_AFTER)
@@ -52,7 +52,7 @@ pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// The start of `response`'s body as text, trimmed, at most [`EXCERPT_CHARS`] characters.
+/// Returns the start of `response`'s body as text, trimmed, at most [`EXCERPT_CHARS`] characters.
 async fn excerpt(mut response: reqwest::Response) -> String {
     let mut head: Vec<u8> = Vec::new();
     while head.len() < EXCERPT_CHARS * 4 {

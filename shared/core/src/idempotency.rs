@@ -174,7 +174,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
         self
     }
 
-    /// The store.
+    /// Returns the store.
     pub fn store(&self) -> &S {
         &self.store
     }
@@ -268,7 +268,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
     }
 }
 
-/// A unique token for one attempt, claiming `now`: which claim is whose.
+/// Returns a unique token for one attempt, claiming `now`: which claim is whose.
 fn attempt_token(now: SystemTime, random: &Random) -> String {
     let nanos = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("{nanos:x}-{:016x}", random.u64(..))
@@ -288,7 +288,7 @@ impl<P, S> Idempotent<P, S> {
         Idempotent { inner, idempotency }
     }
 
-    /// The processor inside.
+    /// Returns the processor inside.
     pub fn inner(&self) -> &P {
         &self.inner
     }

@@ -82,7 +82,7 @@ pub fn bounded_item_id(id: String) -> String {
 /// Digests of ids begin with this.
 const DIGEST_PREFIX: &str = "sha256:";
 
-/// An id as records and DLQ messages keep it: `id` itself while it is at most `bound`
+/// Returns an id as records and DLQ messages keep it: `id` itself while it is at most `bound`
 /// bytes and of SQS's character set ([`crate::message::sqs_safe`]); otherwise `sha256:`
 /// and the hex digest of `id`.
 ///
@@ -190,14 +190,14 @@ pub struct WorkItem {
 }
 
 impl WorkItem {
-    /// The trace context the record carries: a W3C `traceparent` message attribute, else
+    /// Returns the trace context the record carries: a W3C `traceparent` message attribute, else
     /// the `AWSTraceHeader` SQS keeps from an X-Ray-traced producer
     /// ([`crate::trace::TraceContext::of`]).
     pub fn trace(&self) -> Option<crate::trace::TraceContext> {
         crate::trace::TraceContext::of(self)
     }
 
-    /// An item with this message id (also its item id) and body, everything else empty:
+    /// Creates an item with this message id (also its item id) and body, everything else empty:
     /// for tests of a processor.
     pub fn new(message_id: impl Into<String>, body: impl Into<String>) -> WorkItem {
         let message_id = message_id.into();
@@ -210,7 +210,7 @@ impl WorkItem {
         }
     }
 
-    /// What the handler processes: the body, or what the configured envelope wrapped
+    /// Returns what the handler processes: the body, or what the configured envelope wrapped
     /// (`WORKER_ENVELOPE`).
     pub fn payload(&self) -> &str {
         self.envelope
@@ -218,7 +218,7 @@ impl WorkItem {
             .map_or(self.body.as_str(), |e| e.payload.as_str())
     }
 
-    /// The payload read as `T`. A payload that does not fit is a validation failure
+    /// Returns the payload read as `T`. A payload that does not fit is a validation failure
     /// (dead-lettered on first sight) whose message names where it does not fit, e.g.
     /// `lines[2].qty: invalid type: string "2", expected u32`.
     pub fn json<'a, T: serde::Deserialize<'a>>(&'a self) -> Result<T, ProcessError> {
@@ -371,7 +371,7 @@ impl ItemParser {
         }
     }
 
-    /// How errors name what was checked.
+    /// Returns how errors name what was checked.
     fn what(&self) -> &'static str {
         if self.envelope.is_none() {
             "body"
@@ -411,7 +411,7 @@ fn id_from_json(value: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// Whether an event source ARN names a FIFO queue.
+/// Tells whether an event source ARN names a FIFO queue.
 pub fn is_fifo_arn(arn: &str) -> bool {
     arn.ends_with(".fifo")
 }

@@ -32,7 +32,7 @@ pub const RESERVED_ATTRIBUTES: &[&str] = &[
     crate::dead_letter::REQUEUED_BY_ATTRIBUTE,
 ];
 
-/// The item id a DLQ message is tracked by: its `item_id` attribute (our DLQ messages and
+/// Returns the item id a DLQ message is tracked by: its `item_id` attribute (our DLQ messages and
 /// requeues carry it); else the id its body gives (`from_body`: what the parser named the
 /// item, which is the message id when the body names none); else `message_id`, the id of
 /// the source message it holds ([`original_message_id`]).
@@ -48,7 +48,7 @@ pub fn dlq_item_id<'a>(
     crate::item::bounded_item_id(id)
 }
 
-/// The id of the source message a DLQ message holds, which also stands for its item when
+/// Returns the id of the source message a DLQ message holds, which also stands for its item when
 /// its body names none. Our DLQ messages and requeues (they carry our `item_id`) and the
 /// copies a sweep's FIFO rotation sent (`rotated`) carry it in our `source_message_id`
 /// attribute. Any other message is its own source: SQS's redrive policy keeps a message's
@@ -71,13 +71,13 @@ pub const MAX_ENTRIES: usize = 10;
 /// Most bytes a `SendMessageBatch` call takes.
 pub const MAX_BATCH_BYTES: usize = 1_048_576;
 
-/// Whether SQS accepts `id` as a `MessageGroupId`: 1 to 128 characters, each an ASCII
+/// Tells whether SQS accepts `id` as a `MessageGroupId`: 1 to 128 characters, each an ASCII
 /// letter, digit or punctuation mark.
 pub fn is_valid_message_group_id(id: &str) -> bool {
     (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic())
 }
 
-/// The message group for a message sent to a FIFO queue on behalf of an item: the source
+/// Returns the message group for a message sent to a FIFO queue on behalf of an item: the source
 /// message's group when SQS accepts it, else the item id when SQS accepts that, else
 /// `item-` and the first 32 hex digits of the item id's sha256. A record whose group is
 /// missing or unusable (a hand-built event, a group id the item id was made from) must
@@ -95,7 +95,7 @@ pub fn fifo_group_id(source_group: Option<&str>, item_id: &str) -> String {
 /// How long SQS drops a FIFO message whose deduplication id it saw sent before.
 pub const FIFO_DEDUPLICATION_WINDOW: std::time::Duration = std::time::Duration::from_secs(300);
 
-/// A FIFO DLQ message's deduplication id: one per source message and item, whichever
+/// Returns a FIFO DLQ message's deduplication id: one per source message and item, whichever
 /// delivery sends it. A source message has one DLQ message (the record's claim). The repeat
 /// this catches is a later delivery re-sending after a send whose answer was lost, and
 /// that delivery has another receive count.
@@ -127,7 +127,7 @@ pub fn batches_by_size<K, E>(entries: Vec<(K, E, usize)>) -> Vec<Vec<(K, E)>> {
     batches
 }
 
-/// What names a queue in an SQS queue ARN: its account and name (for `GetQueueUrl`).
+/// Returns what names a queue in an SQS queue ARN: its account and name (for `GetQueueUrl`).
 pub fn queue_of_arn(arn: &str) -> Option<(&str, &str)> {
     let parts: Vec<&str> = arn.split(':').collect();
     match (parts.first(), parts.get(2), parts.get(4), parts.get(5)) {
@@ -202,20 +202,20 @@ mod dlq_item_id_tests {
 /// The largest message SQS takes, body and attributes together.
 pub const MAX_MESSAGE_BYTES: usize = 1_048_576;
 
-/// Whether SQS takes `c` in a message body or a string attribute value. Its documented
+/// Tells whether SQS takes `c` in a message body or a string attribute value. Its documented
 /// character set is `#x9 | #xA | #xD | #x20-#xD7FF | #xE000-#xFFFD | #x10000-#x10FFFF`.
 /// Any other character fails the whole send with `InvalidMessageContents`.
 pub fn sqs_allows(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
-/// Whether SQS takes `text` as a message body or a string attribute value
+/// Tells whether SQS takes `text` as a message body or a string attribute value
 /// ([`sqs_allows`] for each character).
 pub fn sqs_safe(text: &str) -> bool {
     text.chars().all(sqs_allows)
 }
 
-/// One attribute's share of a message's size, as SQS counts it: its name, data type and
+/// Returns one attribute's share of a message's size, as SQS counts it: its name, data type and
 /// value (a binary value by its bytes).
 pub fn attribute_size(name: &str, value: &crate::dead_letter::MessageAttribute) -> usize {
     name.len()
@@ -224,7 +224,7 @@ pub fn attribute_size(name: &str, value: &crate::dead_letter::MessageAttribute) 
         + value.binary_base64().map_or(0, |b| b.len() * 3 / 4)
 }
 
-/// A message's size as SQS counts it against a queue's `MaximumMessageSize`.
+/// Returns a message's size as SQS counts it against a queue's `MaximumMessageSize`.
 pub fn message_size(
     body: &str,
     attributes: &[(String, crate::dead_letter::MessageAttribute)],

@@ -275,7 +275,7 @@ impl Mutant {
         }
     }
 
-    /// The mutant of that name.
+    /// Returns the mutant of that name.
     pub fn parse(name: &str) -> Option<Mutant> {
         Mutant::ALL.into_iter().find(|m| m.name() == name)
     }
@@ -300,7 +300,7 @@ thread_local! {
     static ACTIVE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Whether `mutant` is switched on (on this thread); always `false` without `sim`.
+/// Tells whether `mutant` is switched on (on this thread); always `false` without `sim`.
 #[inline]
 pub fn is_on(mutant: Mutant) -> bool {
     #[cfg(feature = "sim")]

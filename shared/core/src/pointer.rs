@@ -64,7 +64,7 @@ impl S3Pointer {
         })
     }
 
-    /// The pointer as an Extended Client body.
+    /// Returns the pointer as an Extended Client body.
     pub fn to_body(&self) -> String {
         serde_json::json!([POINTER_CLASS, {"s3BucketName": self.bucket, "s3Key": self.key}])
             .to_string()
@@ -86,7 +86,7 @@ pub struct PayloadPolicy {
 pub const DEFAULT_PAYLOAD_MAX_BYTES: u64 = 32 * 1024 * 1024;
 
 impl PayloadPolicy {
-    /// A policy allowing `buckets`, with the default size cap.
+    /// Returns a policy allowing `buckets`, with the default size cap.
     pub fn allowing<I, S>(buckets: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -98,12 +98,12 @@ impl PayloadPolicy {
         }
     }
 
-    /// Whether a pointer to `bucket` may be followed.
+    /// Tells whether a pointer to `bucket` may be followed.
     pub fn allows(&self, bucket: &str) -> bool {
         self.allowed_buckets.contains(bucket)
     }
 
-    /// The pointer `body` holds, if it is one, and whether it may be followed: `None` for
+    /// Returns the pointer `body` holds, if it is one, and whether it may be followed: `None` for
     /// a body that is no pointer; a `permission` failure for a pointer to a bucket this
     /// policy does not allow (not followed at all: the sender chose the bucket, and the
     /// worker's role may read more than the sender should; a human looks before any
@@ -135,7 +135,7 @@ impl PayloadPolicy {
     }
 }
 
-/// The object key the dead-letter store puts an item's payload under: item id (made
+/// Returns the object key the dead-letter store puts an item's payload under: item id (made
 /// key-safe) plus the payload's sha256, so the same payload always lands on the same key
 /// (re-recording is idempotent). An id that had to be changed to be safe (a character
 /// outside `[A-Za-z0-9-_.]`, or longer than 200) also carries a digest of the id as it is
@@ -163,7 +163,7 @@ pub fn payload_key(item_id: &str, sha256: &str) -> String {
 /// Where [`payload_key`] puts every payload.
 const PAYLOAD_PREFIX: &str = "payloads/";
 
-/// Whether `key` has the shape of a [`payload_key`]: an object the store wrote under its
+/// Tells whether `key` has the shape of a [`payload_key`]: an object the store wrote under its
 /// payload's digest and never rewrites. A producer sharing the bucket uses keys of its
 /// own, whose objects it may rewrite.
 pub fn is_payload_key(key: &str) -> bool {

@@ -41,7 +41,7 @@ use crate::error::ProcessError;
 
 /// The worker's event source mapping: read and set whether it polls.
 pub trait MappingSwitch: Send + Sync {
-    /// Whether the mapping is enabled (or enabling).
+    /// Tells whether the mapping is enabled (or enabling).
     fn enabled(&self) -> BoxFuture<'_, Result<bool, ProcessError>>;
     /// Enables or disables it.
     fn set_enabled(&self, enabled: bool) -> BoxFuture<'_, Result<(), ProcessError>>;
@@ -77,7 +77,7 @@ pub trait PauseMarker: Send + Sync {
     ) -> BoxFuture<'_, Result<bool, ProcessError>>;
     /// Gives back the lease taken until `until` (not one another run took since).
     fn release(&self, until: SystemTime) -> BoxFuture<'_, Result<(), ProcessError>>;
-    /// The recorded pause.
+    /// Returns the recorded pause.
     fn read(&self) -> BoxFuture<'_, Result<PauseState, ProcessError>>;
     /// Records the pause.
     fn write(&self, state: PauseState) -> BoxFuture<'_, Result<(), ProcessError>>;
@@ -109,7 +109,7 @@ pub struct SourceQueueState {
 /// The source queue: its state, and a probe with one of its messages run by the worker as
 /// the event source mapping would (deleted when the worker does not report it failed).
 pub trait SourceProbe: Send + Sync {
-    /// The queue's visible messages and retention.
+    /// Returns the queue's visible messages and retention.
     fn queue(&self) -> BoxFuture<'_, Result<SourceQueueState, ProcessError>>;
     /// Runs the probe.
     fn probe(&self) -> BoxFuture<'_, Result<ProbeOutcome, ProcessError>>;
@@ -155,21 +155,21 @@ pub const PAUSE_AFTER_OPENS: u32 = 2;
 /// How long a run holds the lease at most (the redrive function's longest run).
 pub const PAUSE_LEASE: Duration = Duration::from_secs(900);
 
-/// How often a pause is interrupted by a sweep: an eighth of the queue's retention, so a
+/// Returns how often a pause is interrupted by a sweep: an eighth of the queue's retention, so a
 /// message is received at most eight times in its life by sweeps, whatever the outage's
 /// length.
 pub fn sweep_interval(retention: Duration) -> Duration {
     retention / 8
 }
 
-/// What the worker keeps of a record's retention in reserve under a breaker: twice the
+/// Returns what the worker keeps of a record's retention in reserve under a breaker: twice the
 /// sweep interval, so a record it returns is still there at the next sweep with room for
 /// one more delivery, the schedule's period and the mapping's start.
 pub fn sweep_reserve(retention: Duration) -> Duration {
     retention / 4
 }
 
-/// How long a mapping must have been disabled before a run that cannot read its own record
+/// Returns how long a mapping must have been disabled before a run that cannot read its own record
 /// (the breaker table is unavailable: no lease, no marker) enables it anyway: a sweep
 /// interval of the queue's retention, or an hour when that cannot be read either. The
 /// record it cannot read may be its own pause, and a pause must never outlast a message:
@@ -186,7 +186,7 @@ pub fn blind_restore_after(retention: Option<Duration>) -> Duration {
 /// the mapping's start.
 pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(PAUSE_LEASE.as_secs() + 300);
 
-/// Whether the control may pause a queue of this retention: its sweep interval is at least
+/// Tells whether the control may pause a queue of this retention: its sweep interval is at least
 /// [`MIN_SWEEP_INTERVAL`]. The worker keeps [`sweep_reserve`] only for such a queue; a
 /// queue never paused needs no sweeps, and its records keep their whole retention.
 pub fn pausable(retention: Duration) -> bool {
@@ -230,7 +230,7 @@ pub struct PollingControl<B, S, M, P> {
 }
 
 impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingControl<B, S, M, P> {
-    /// One control run at `now`.
+    /// Makes one control run at `now`.
     pub async fn run(&self, now: SystemTime) -> ControlAction {
         match self.marker.lease(now, now + PAUSE_LEASE).await {
             Ok(true) => {}
@@ -250,7 +250,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         action
     }
 
-    /// A run that cannot read its own record (no lease, no marker: the breaker table is
+    /// Returns a run that cannot read its own record (no lease, no marker: the breaker table is
     /// unavailable): a mapping disabled for longer than [`blind_restore_after`] is enabled,
     /// since the record it cannot read may be its pause; anything else waits for the next
     /// run. The record is left as it is (a later run that reads it again finds the mapping
@@ -316,7 +316,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         Ok(self.decide(pause, state, now).await?)
     }
 
-    /// The rest of a run, with the record and the breaker read and no sweep due.
+    /// Returns the rest of a run, with the record and the breaker read and no sweep due.
     async fn decide(
         &self,
         pause: PauseState,
@@ -389,7 +389,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         Ok(ControlAction::Sweeping)
     }
 
-    /// A run during a sweep.
+    /// Returns a run during a sweep.
     async fn sweep_on(
         &self,
         pause: PauseState,

@@ -41,18 +41,18 @@ use crate::selection::{Page, PageToken, RecordFilter};
 /// conditional (docs/ARCHITECTURE.md §3): two runs never both act on one item, and no write
 /// overwrites another writer's work.
 pub trait RecordStore: Send + Sync {
-    /// The wall clock this store stamps records and leases by. Whoever judges them reads
+    /// Returns the wall clock this store stamps records and leases by. Whoever judges them reads
     /// it too (the settling of held DLQ messages, a redrive's engine), so that a lease is
     /// live or expired by the clock that set it.
     fn clock(&self) -> Clock;
 
-    /// One record by item id (strongly consistent); `None` when there is none.
+    /// Reads one record by item id (strongly consistent); `None` when there is none.
     fn get(
         &self,
         item_id: &str,
     ) -> impl Future<Output = Result<Option<DeadLetteredItem>, ProcessError>> + Send;
 
-    /// One page of the records `filter` selects, newest last attempt first. `limit` bounds
+    /// Reads one page of the records `filter` selects, newest last attempt first. `limit` bounds
     /// the items read, so a page may be short and still have a next one.
     fn query_page(
         &self,
@@ -61,10 +61,10 @@ pub trait RecordStore: Send + Sync {
         start: Option<&PageToken>,
     ) -> impl Future<Output = Result<Page, ProcessError>> + Send;
 
-    /// The token that resumes a query with `filter` right after `record`.
+    /// Returns the token that resumes a query with `filter` right after `record`.
     fn token_after(&self, record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken;
 
-    /// What the sweep needs of each existing record among `ids` (strongly consistent). An
+    /// Returns what the sweep needs of each existing record among `ids` (strongly consistent). An
     /// id that could not be read is an error, never a missing record (a record taken for
     /// missing would be adopted over).
     fn standings(
@@ -72,7 +72,7 @@ pub trait RecordStore: Send + Sync {
         ids: &[String],
     ) -> impl Future<Output = Result<HashMap<String, Standing>, ProcessError>> + Send;
 
-    /// What a record holds of its deliveries (strongly consistent): its attempt ids, the
+    /// Returns what a record holds of its deliveries (strongly consistent): its attempt ids, the
     /// source message ids whose DLQ message was claimed, and those whose DLQ message was
     /// sent.
     fn deliveries(
@@ -80,7 +80,7 @@ pub trait RecordStore: Send + Sync {
         item_id: &str,
     ) -> impl Future<Output = Result<Deliveries, ProcessError>> + Send;
 
-    /// One conditional write appending `pending` to the record (creating it if absent) and,
+    /// Makes one conditional write appending `pending` to the record (creating it if absent) and,
     /// with `claim`, adding it to the DLQ claims. It is refused when a pending attempt id
     /// is already recorded, or when the claim's element is already there or its message's
     /// DLQ message is sent ([`crate::condition::conditions::records_attempts`]).
@@ -284,7 +284,7 @@ pub trait DeadLetterQueue: Send + Sync {
         hold: Duration,
     ) -> impl Future<Output = Result<(), ProcessError>> + Send;
 
-    /// Whether the DLQ is a FIFO queue, where a message held blocks every later message of
+    /// Tells whether the DLQ is a FIFO queue, where a message held blocks every later message of
     /// its group.
     fn is_fifo(&self) -> bool {
         false
@@ -315,7 +315,7 @@ pub trait DeadLetterQueue: Send + Sync {
 
 /// Payloads stored apart from their records (an S3 bucket).
 pub trait PayloadStore: Send + Sync {
-    /// The payload's body.
+    /// Returns the payload's body.
     fn fetch(
         &self,
         pointer: &S3Pointer,
@@ -384,14 +384,14 @@ pub const SQS_MAX_RETENTION: std::time::Duration = std::time::Duration::from_sec
 
 /// The queues items are requeued to.
 pub trait SourceQueue: Send + Sync {
-    /// The URL of the queue `name` owned by `account`.
+    /// Returns the URL of the queue `name` owned by `account`.
     fn queue_url(
         &self,
         name: &str,
         account: &str,
     ) -> impl Future<Output = Result<String, ProcessError>> + Send;
 
-    /// The largest message `queue_url` takes, in bytes (its `MaximumMessageSize`: up to
+    /// Returns the largest message `queue_url` takes, in bytes (its `MaximumMessageSize`: up to
     /// 1 MiB), so that a requeue sends a payload inline whenever the queue takes it. An
     /// adapter that cannot ask keeps this default, [`CLASSIC_MESSAGE_MAX`].
     fn maximum_message_size(
@@ -402,7 +402,7 @@ pub trait SourceQueue: Send + Sync {
         std::future::ready(Ok(CLASSIC_MESSAGE_MAX))
     }
 
-    /// How long `queue_url` keeps a message (its `MessageRetentionPeriod`), so that a
+    /// Returns how long `queue_url` keeps a message (its `MessageRetentionPeriod`), so that a
     /// record requeued there is set back to dead once its message must be gone. An
     /// adapter that cannot ask keeps this default, SQS's longest: 14 days.
     fn message_retention(
@@ -451,7 +451,7 @@ pub enum Expect {
 }
 
 impl Expect {
-    /// What an adoption judged: no record (`None`), or one of that status that had not
+    /// Returns what an adoption judged: no record (`None`), or one of that status that had not
     /// processed the message of `keys`.
     pub fn judged(status: Option<ItemStatus>, keys: &[String]) -> Expect {
         match status {
@@ -463,7 +463,7 @@ impl Expect {
         }
     }
 
-    /// Whether a record of `status` listing `processed` (`None`: no record) meets it.
+    /// Tells whether a record of `status` listing `processed` (`None`: no record) meets it.
     pub fn admits(&self, status: Option<ItemStatus>, processed: &[String]) -> bool {
         match self {
             Expect::Any => true,
@@ -579,7 +579,7 @@ impl Selected {
         }
     }
 
-    /// The condition of its delete: still the status and last attempt selected, and never
+    /// Returns the condition of its delete: still the status and last attempt selected, and never
     /// in flight (a status selected in flight matches no record).
     pub fn condition(&self) -> crate::condition::Condition {
         if self.status.is_in_flight()
@@ -611,7 +611,7 @@ pub struct Standing {
 }
 
 impl Standing {
-    /// What the sweep judges of `record`.
+    /// Returns what the sweep judges of `record`.
     pub fn of(record: &DeadLetteredItem) -> Standing {
         Standing {
             status: Some(record.status),
@@ -624,7 +624,7 @@ impl Standing {
         }
     }
 
-    /// Whether a live run is redriving the item (not one that died holding its lease): the
+    /// Tells whether a live run is redriving the item (not one that died holding its lease): the
     /// complement of what the store lets another run take back
     /// ([`crate::condition::conditions::lease_is_free`], a lease expired strictly before `now`), so a
     /// lease is live through its last second.
@@ -633,7 +633,7 @@ impl Standing {
             && self.lease_expires_at.is_some_and(|e| e >= now)
     }
 
-    /// Whether `message` holds the record's current payload.
+    /// Tells whether `message` holds the record's current payload.
     /// By its content when the message's is known ([`MessageView::keys`]), else by its
     /// source message.
     pub fn holds_current_payload(&self, message: &MessageView) -> bool {
@@ -666,7 +666,7 @@ pub struct MessageView {
 }
 
 impl MessageView {
-    /// The view of DLQ message `message_id` with `body`, whose string message attributes
+    /// Returns the view of DLQ message `message_id` with `body`, whose string message attributes
     /// `attribute` gives (docs/ARCHITECTURE.md §4):
     ///
     /// - the source message is our `source_message_id` attribute where the message carries
@@ -726,7 +726,7 @@ impl MessageView {
         }
     }
 
-    /// The keys under which a record lists this message as processed: its content's
+    /// Returns the keys under which a record lists this message as processed: its content's
     /// digests when known, else its source message. Never both: a message whose content
     /// is known is judged by its content alone, and one holding a payload no record
     /// processed is never deleted because an attribute names a delivery that was.
@@ -739,7 +739,7 @@ impl MessageView {
         }
     }
 
-    /// The digests its content is known by (none: unknown).
+    /// Returns the digests its content is known by (none: unknown).
     pub fn digests(&self) -> impl Iterator<Item = &str> {
         self.payload_sha256
             .iter()
@@ -784,7 +784,7 @@ pub struct Adoption {
 }
 
 impl Adoption {
-    /// What an adoption does when the message's payload is an Extended-Client pointer whose
+    /// Returns what an adoption does when the message's payload is an Extended-Client pointer whose
     /// object could not be fetched. A transient failure fails the adoption (`Err`): the
     /// message stays in the DLQ and the next sweep tries again. Were the record to take the
     /// pointer as its payload, a redrive would deliver the pointer's text, resolve the

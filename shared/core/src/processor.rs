@@ -78,7 +78,7 @@ pub trait Processor: Send + Sync {
         item: &WorkItem,
     ) -> impl Future<Output = Result<Outcome, ProcessError>> + Send;
 
-    /// The longest one call can take, when the processor bounds it (an HTTP client's
+    /// Returns the longest one call can take, when the processor bounds it (an HTTP client's
     /// timeout): the worker warns once when attempts and backoff cannot fit an invocation.
     fn attempt_timeout(&self) -> Option<Duration> {
         None

@@ -31,7 +31,7 @@ impl Random {
         Random(Source::Thread)
     }
 
-    /// A generator seeded with `seed`: the same seed draws the same values in the same
+    /// Returns a generator seeded with `seed`: the same seed draws the same values in the same
     /// order. Its clones share it, so one seeded `Random` given to every value that draws
     /// makes one sequence (of a single-threaded run, the same at every run).
     pub fn seeded(seed: u64) -> Self {
@@ -40,7 +40,7 @@ impl Random {
         ))))
     }
 
-    /// A `u64` in `range`, uniformly.
+    /// Returns a `u64` in `range`, uniformly.
     pub fn u64(&self, range: impl RangeBounds<u64>) -> u64 {
         match &self.0 {
             Source::Thread => fastrand::u64(range),
@@ -51,7 +51,7 @@ impl Random {
         }
     }
 
-    /// An `f64` in `[0, 1)`, uniformly.
+    /// Returns an `f64` in `[0, 1)`, uniformly.
     pub fn f64(&self) -> f64 {
         match &self.0 {
             Source::Thread => fastrand::f64(),

@@ -59,7 +59,7 @@ pub const HISTORY_ENTRY_MAX: usize = 4096;
 pub const HISTORY_ENTRIES_MAX: usize =
     crate::dead_letter::HISTORY_LIMIT + crate::retry::MAX_ATTEMPTS_PER_INVOCATION as usize;
 
-/// Whether a body of `len` bytes stays inline in its record: within `inline_max`, and small
+/// Tells whether a body of `len` bytes stays inline in its record: within `inline_max`, and small
 /// enough that the record stays within [`RECORD_BUDGET`] with the fullest history it can
 /// hold ([`HISTORY_ENTRIES_MAX`] entries of [`HISTORY_ENTRY_MAX`]), the capped attributes
 /// and the rest of the record. A larger body goes to S3, whatever `DLQ_INLINE_MAX_BYTES`
@@ -76,7 +76,7 @@ pub fn stays_inline(len: usize, inline_max: usize) -> bool {
 /// within its visibility timeout, long before 32 others of the same item are dead-lettered.
 pub const SENT_MARKS_FORGOTTEN_MAX: usize = 32;
 
-/// The compaction a record just written needs: `None` while its history is within
+/// Returns the compaction a record just written needs: `None` while its history is within
 /// `history_limit`.
 ///
 /// `written.sent` holds the source messages whose DLQ message is marked sent. The claim of
@@ -122,7 +122,7 @@ pub fn compaction_of(written: &crate::ports::Written, history_limit: usize) -> O
     })
 }
 
-/// The list of "sent" marks whose message keeps no entry, oldest first, and the marks that
+/// Returns the list of "sent" marks whose message keeps no entry, oldest first, and the marks that
 /// go because the list is full ([`SENT_MARKS_FORGOTTEN_MAX`]).
 ///
 /// The list keeps its order and takes the newly forgotten messages at its end, in history
@@ -155,7 +155,7 @@ fn sent_marks_forgotten(
     (Some(list), unmarked)
 }
 
-/// The messages of `history` with no entry among `kept_messages`, in order, once each.
+/// Returns the messages of `history` with no entry among `kept_messages`, in order, once each.
 fn forgotten_messages(history: &[FailureDetail], kept_messages: &HashSet<&str>) -> Vec<String> {
     let mut forgotten: Vec<String> = Vec::new();
     for f in history {
@@ -166,7 +166,7 @@ fn forgotten_messages(history: &[FailureDetail], kept_messages: &HashSet<&str>) 
     forgotten
 }
 
-/// The claim elements a compaction drops, in order, once each: of the claims the history's
+/// Returns the claim elements a compaction drops, in order, once each: of the claims the history's
 /// entries name and of those in `written.claims`.
 ///
 /// A claim whose message's DLQ message is marked sent holds nothing back, unless it is
@@ -221,7 +221,7 @@ fn dropped_claims(written: &crate::ports::Written, kept_messages: &HashSet<&str>
     dropped
 }
 
-/// The latest receive of each message among `receives` (message, receive count).
+/// Returns the latest receive of each message among `receives` (message, receive count).
 fn latest_receives<'a>(
     receives: impl IntoIterator<Item = (&'a str, u32)>,
 ) -> std::collections::HashMap<&'a str, u32> {
@@ -233,7 +233,7 @@ fn latest_receives<'a>(
     latest
 }
 
-/// Whether compaction drops a claim at `receive` of a message whose latest receive is
+/// Tells whether compaction drops a claim at `receive` of a message whose latest receive is
 /// `latest` ([`dropped_claims`]).
 fn claim_goes(receive: u32, latest: u32, kept: bool, sent: bool) -> bool {
     use crate::mutants::{is_on, Mutant};
@@ -273,7 +273,7 @@ fn limit_keeping_latest(history: &[crate::dead_letter::FailureDetail], limit: us
     raised
 }
 
-/// The ids of the last attempt of each delivery the compacted `history` keeps entries of,
+/// Returns the ids of the last attempt of each delivery the compacted `history` keeps entries of,
 /// where compaction dropped that last attempt's entry: one id per such delivery, so the
 /// ids stay within twice the entries kept. A twin of that delivery (invoked twice) that
 /// records its attempts afterwards finds them covered by the later sibling ([`is_recorded`])
@@ -299,7 +299,7 @@ fn last_attempts_dropped(
     ids
 }
 
-/// The ids of the first and the last attempt of each worker delivery (from the history and
+/// Returns the ids of the first and the last attempt of each worker delivery (from the history and
 /// the ids an earlier compaction kept) that `already` lacks, while that delivery may still
 /// record again: its message is not marked sent, and it is the message's latest receive or
 /// the one before. Those of the newest deliveries, within `room` ids.
@@ -373,7 +373,7 @@ struct KnownDelivery {
     last: String,
 }
 
-/// The worker deliveries whose attempt ids `written` holds (its history's and those an
+/// Returns the worker deliveries whose attempt ids `written` holds (its history's and those an
 /// earlier compaction kept), oldest first as far as known: the kept ids' order is not, so
 /// they come first, sorted. Ids of another form (a redrive's `<run>:<attempt>`) are left.
 fn worker_deliveries(written: &crate::ports::Written) -> Vec<KnownDelivery> {
@@ -426,7 +426,7 @@ fn parse_attempt_id(id: &str) -> Option<(&str, u32, u32)> {
     Some((message, receive.parse().ok()?, number.parse().ok()?))
 }
 
-/// The `manual_review_required` a record just written should have, when it differs from
+/// Returns the `manual_review_required` a record just written should have, when it differs from
 /// the stored one. It depends on the whole history, which an update expression cannot
 /// see: fixed afterwards in the rare case the merged history changes it. Once attempts have
 /// been dropped from the history the flag is only ever raised: a dropped permission or
@@ -650,7 +650,7 @@ async fn write_compacting_if_full<T: RecordStore>(
     }
 }
 
-/// The record of `item_id` with its attempt ids, claims and "sent" marks, as a write would
+/// Returns the record of `item_id` with its attempt ids, claims and "sent" marks, as a write would
 /// have returned them: what a compaction is built from when no write returned it. The list
 /// of forgotten "sent" marks is not read (`forgotten_sent: None`): it stays as it is.
 pub async fn read_written<T: RecordStore>(
@@ -670,7 +670,7 @@ pub async fn read_written<T: RecordStore>(
     }))
 }
 
-/// Whether `error` is DynamoDB refusing a write that would make its item larger than
+/// Tells whether `error` is DynamoDB refusing a write that would make its item larger than
 /// 400 KB: a `ValidationException` saying "Item size has exceeded the maximum allowed
 /// size" (`PutItem`) or "Item size to update has exceeded the maximum allowed size"
 /// (`UpdateItem`, as DynamoDB Local says it).
@@ -679,7 +679,7 @@ fn is_item_too_large(error: &ProcessError) -> bool {
         && error.message.contains("exceeded the maximum allowed size")
 }
 
-/// Whether `attempt` is recorded: its id is, or a later attempt of its delivery (the same
+/// Tells whether `attempt` is recorded: its id is, or a later attempt of its delivery (the same
 /// message at the same receive) is. A delivery's attempts are appended together in one
 /// conditional write, so a known later sibling means the same delivery, invoked twice, was
 /// recorded by its twin up to there; compaction may since have dropped some of the twin's
@@ -704,7 +704,7 @@ fn is_recorded(attempt: &FailureDetail, known_ids: &HashSet<String>) -> bool {
     })
 }
 
-/// What follows a write that appended to a record's history (`stored` is the record as
+/// Returns what follows a write that appended to a record's history (`stored` is the record as
 /// written): the review flag is settled on the whole history ([`review_flag_change`]), then
 /// the history is compacted if it grew past the limit ([`compaction_of`]). Compaction is
 /// housekeeping: the record is already durable, so a failed compaction is logged, not

@@ -30,7 +30,7 @@ pub const MAX_VISIBILITY: Duration = Duration::from_secs(43_200);
 /// minute for the receive and the invocation themselves.
 pub const RECEIVE_TO_INVOCATION: Duration = Duration::from_secs(360);
 
-/// The longest hide a visibility change can ask for `in_invocation` after the invocation
+/// Returns the longest hide a visibility change can ask for `in_invocation` after the invocation
 /// started: SQS counts its 12 hours from the receive, which came at most
 /// [`RECEIVE_TO_INVOCATION`] before the invocation.
 pub fn longest_hide(in_invocation: Duration) -> Duration {
@@ -51,7 +51,7 @@ pub struct RedeliveryPolicy {
 }
 
 impl RedeliveryPolicy {
-    /// The delay before the next delivery of a record received `receive_count` times,
+    /// Returns the delay before the next delivery of a record received `receive_count` times,
     /// at least what the callee asked for (`retry_after`): equal jitter (half of the
     /// exponential ceiling fixed, half drawn by `random` in `[0, 1)`), so records that
     /// failed together do not all come back in the same second, and never less than half
@@ -81,7 +81,7 @@ impl RedeliveryPolicy {
             .min(ceiling_kept.min(MAX_VISIBILITY))
     }
 
-    /// The time `receives` deliveries take at least, each followed by its delay: what
+    /// Returns the time `receives` deliveries take at least, each followed by its delay: what
     /// the spacing buys before SQS's redrive policy would move a message (lower bound,
     /// jitter at its least).
     pub fn least_span(&self, receives: u32) -> Duration {
@@ -100,7 +100,7 @@ pub struct QueueTiming {
     pub visibility_timeout: Duration,
 }
 
-/// The longest a message sent at `sent` may be hidden `now` so that its next delivery
+/// Returns the longest a message sent at `sent` may be hidden `now` so that its next delivery
 /// still has a whole visibility timeout before the message expires; `None` when even a
 /// delivery right now could not (the message is to be dead-lettered rather than returned).
 pub fn retry_room(
@@ -131,7 +131,7 @@ pub trait VisibilityPort: Send + Sync {
     /// Hides each record for its delay; one result per entry, in order.
     fn hide<'a>(&'a self, records: &'a [Hide]) -> BoxFuture<'a, Vec<Result<(), ProcessError>>>;
 
-    /// The queue's retention and visibility timeout (read once per queue and kept);
+    /// Returns the queue's retention and visibility timeout (read once per queue and kept);
     /// `None` when they cannot be read, and then hides are capped by SQS's limits only.
     fn queue_timing<'a>(&'a self, queue_arn: &'a str) -> BoxFuture<'a, Option<QueueTiming>> {
         let _ = queue_arn;

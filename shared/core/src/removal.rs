@@ -250,7 +250,7 @@ where
 /// record's last attempt, so past this no message of the record can be left.
 const MAX_SQS_RETENTION: chrono::Duration = chrono::Duration::days(14);
 
-/// Whether a message of a record last attempted at `last_attempt` may still be delivered
+/// Tells whether a message of a record last attempted at `last_attempt` may still be delivered
 /// at `now`: a DLQ message, or a source message of the same payload in flight. Past SQS's
 /// longest retention none can be.
 pub(crate) fn may_still_be_delivered(
@@ -260,7 +260,7 @@ pub(crate) fn may_still_be_delivered(
     now.signed_duration_since(last_attempt) <= MAX_SQS_RETENTION
 }
 
-/// Whether a live message may point to the object of a record just deleted. A DLQ message
+/// Tells whether a live message may point to the object of a record just deleted. A DLQ message
 /// of the record may still be held by another run (a scheduled sweep, a redrive), which
 /// this removal's sweep never saw, until SQS's retention has passed since the last
 /// attempt. And the item may have been dead-lettered again since, its new record (and

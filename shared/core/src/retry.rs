@@ -48,7 +48,7 @@ pub struct Deadline {
 }
 
 impl Deadline {
-    /// A deadline at `at`, keeping `margin` free before it.
+    /// Creates a deadline at `at`, keeping `margin` free before it.
     pub fn new(at: Instant, margin: Duration) -> Self {
         let reserve = RESPONSE_RESERVE.min(margin / 2).max(MIN_RESPONSE_RESERVE);
         let hard_stop = at.checked_sub(reserve).unwrap_or(at);
@@ -58,7 +58,7 @@ impl Deadline {
         }
     }
 
-    /// The deadline `remaining` from now, with `margin` kept free.
+    /// Returns the deadline `remaining` from now, with `margin` kept free.
     pub fn after(remaining: Duration, margin: Duration) -> Self {
         let now = Instant::now();
         // Any clock overflows somewhere: a year is far beyond any run this library makes.
@@ -68,12 +68,12 @@ impl Deadline {
         Deadline::new(at, margin)
     }
 
-    /// The last instant at which new work may start; running attempts are cut here.
+    /// Returns the last instant at which new work may start; running attempts are cut here.
     pub fn cutoff(&self) -> Instant {
         self.cutoff
     }
 
-    /// The instant by which the dead-letter writes must be done, so that the response is
+    /// Returns the instant by which the dead-letter writes must be done, so that the response is
     /// posted before the deadline.
     pub fn hard_stop(&self) -> Instant {
         self.hard_stop
@@ -84,7 +84,7 @@ impl Deadline {
         self.cutoff.saturating_duration_since(Instant::now())
     }
 
-    /// Whether new work may still start.
+    /// Tells whether new work may still start.
     pub fn can_start(&self) -> bool {
         Instant::now() < self.cutoff
     }
@@ -114,7 +114,7 @@ impl InvocationBudget {
         }
     }
 
-    /// The time the invocation will be given.
+    /// Returns the time the invocation will be given.
     pub fn time(self) -> Duration {
         match self {
             InvocationBudget::Credible(left) => left,
@@ -200,14 +200,14 @@ pub struct ClassAttempts {
 }
 
 impl ClassAttempts {
-    /// Whether `error` spends one of the record's attempts.
+    /// Tells whether `error` spends one of the record's attempts.
     pub fn counts(&self, error: &ProcessError) -> bool {
         !(self.retry_after_free
             && error.class == crate::error::ErrorClass::Throttled
             && error.retry_after.is_some())
     }
 
-    /// The attempts a record may make when its last failure is of `class`.
+    /// Returns the attempts a record may make when its last failure is of `class`.
     pub fn limit(&self, class: crate::error::ErrorClass, default: u32) -> u32 {
         self.by_class.get(&class).copied().unwrap_or(default)
     }
@@ -268,7 +268,7 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The largest delay after failed attempt number `attempt` (1-based): the exponential
+    /// Returns the largest delay after failed attempt number `attempt` (1-based): the exponential
     /// delay, capped.
     pub fn backoff_ceiling(&self, attempt: u32) -> Duration {
         let exponent = attempt.saturating_sub(1).min(31);
@@ -277,7 +277,7 @@ impl RetryPolicy {
             .min(self.max_delay)
     }
 
-    /// The delay after failed attempt number `attempt` (1-based), before any `Retry-After`.
+    /// Returns the delay after failed attempt number `attempt` (1-based), before any `Retry-After`.
     pub fn backoff(&self, attempt: u32) -> Duration {
         let ceiling = self.backoff_ceiling(attempt);
         match self.jitter {
@@ -403,7 +403,7 @@ where
     }
 }
 
-/// One attempt, `work`, cut at the deadline's cut-off: its result and whether it was cut.
+/// Runs one attempt, `work`, cut at the deadline's cut-off: its result and whether it was cut.
 /// An attempt that can end itself at the cut-off (its layers account for the cut and
 /// finish their writes, `crate::context::until_cut`) is polled on until the hard stop.
 async fn attempt_until_cut<T, Fut>(
@@ -484,7 +484,7 @@ async fn wait_for_next_attempt(
     }
 }
 
-/// The longest one record can take with `policy` when every attempt runs for its whole
+/// Returns the longest one record can take with `policy` when every attempt runs for its whole
 /// `attempt_timeout`: attempts × timeout plus the longest backoffs between them.
 pub fn worst_case_record_time(policy: &RetryPolicy, attempt_timeout: Duration) -> Duration {
     // The largest budget of any class (free throttled attempts aside: they wait as long as

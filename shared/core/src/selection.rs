@@ -35,7 +35,7 @@ pub struct RecordFilter {
 }
 
 impl RecordFilter {
-    /// Whether a record passes the filter (used for records fetched by id).
+    /// Tells whether a record passes the filter (used for records fetched by id).
     pub fn matches(&self, r: &DeadLetteredItem) -> bool {
         self.status.is_none_or(|s| s == r.status)
             && self
@@ -95,7 +95,7 @@ pub fn sort_newest_first(records: &mut [DeadLetteredItem]) {
     records.sort_by(|a, b| listing_key(a).cmp(&listing_key(b)));
 }
 
-/// The token that resumes an in-memory listing right after `record`.
+/// Returns the token that resumes an in-memory listing right after `record`.
 pub fn token_after_record(record: &DeadLetteredItem) -> PageToken {
     PageToken(format!(
         "{}|{}",
@@ -104,7 +104,7 @@ pub fn token_after_record(record: &DeadLetteredItem) -> PageToken {
     ))
 }
 
-/// One page of `selected` as a table's query gives it, for the stores that hold records
+/// Returns one page of `selected` as a table's query gives it, for the stores that hold records
 /// in memory (the test store, the simulation's): newest first, at most `limit` records,
 /// resuming after `start` the way DynamoDB's start key does (the position after the key,
 /// whether or not the record there still matches: a record resolved since no longer does).

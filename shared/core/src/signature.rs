@@ -11,7 +11,7 @@ const DURATION_UNITS: &[&str] = &[
     "minutes", "h", "hr", "hrs", "hour", "hours",
 ];
 
-/// An error message as it may be logged (docs/ARCHITECTURE.md §1.9): what it quotes
+/// Returns an error message as it may be logged (docs/ARCHITECTURE.md §1.9): what it quotes
 /// (`"…"`, `` `…` ``, `'…'`: serde, envelope and most library errors quote the offending
 /// value) is dropped and the variable parts masked as for a signature, so a payload's
 /// values never reach the logs; the message itself is kept whole in the record.
@@ -100,7 +100,7 @@ pub fn normalize_message(message: &str) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The signature of an error: the first 16 hex digits of sha256 over the class and the
+/// Returns the signature of an error: the first 16 hex digits of sha256 over the class and the
 /// normalised message.
 pub fn error_signature(class: ErrorClass, message: &str) -> String {
     let normalized = normalize_message(message);
@@ -195,7 +195,7 @@ fn mask_digit_runs(token: &str) -> String {
 
 /// Class, message and causes; never [`ProcessError::detail`].
 impl ProcessError {
-    /// The error as a log line may carry it: class, code and a message with what it quotes
+    /// Returns the error as a log line may carry it: class, code and a message with what it quotes
     /// dropped and numbers masked ([`loggable_message`]); a panic's
     /// message (the handler's own text, which may hold any value) not at all. The whole
     /// message goes into the record only.

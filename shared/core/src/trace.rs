@@ -116,13 +116,13 @@ impl TraceContext {
         TraceContext::checked(trace_id.to_string(), parent_id.to_string(), flags & 1 == 1)
     }
 
-    /// The context `item` carries: its `traceparent` message attribute, else its
+    /// Returns the context `item` carries: its `traceparent` message attribute, else its
     /// `AWSTraceHeader` system attribute. `None` when neither is there or valid.
     pub fn of(item: &WorkItem) -> Option<TraceContext> {
         TraceContext::carried(&item.message_attributes, &item.attributes)
     }
 
-    /// The context a dead-lettered item's record kept ([`crate::dead_letter::SourceContext::trace_header`]).
+    /// Returns the context a dead-lettered item's record kept ([`crate::dead_letter::SourceContext::trace_header`]).
     pub fn of_dead(record: &crate::dead_letter::DeadLetteredItem) -> Option<TraceContext> {
         record
             .source
@@ -131,7 +131,7 @@ impl TraceContext {
             .and_then(TraceContext::from_xray)
     }
 
-    /// The context a record carries, as [`TraceContext::of`] reads it from an item.
+    /// Returns the context a record carries, as [`TraceContext::of`] reads it from an item.
     pub fn of_record(record: &SqsRecord<'_>) -> Option<TraceContext> {
         TraceContext::carried(&record.message_attributes, &record.attributes)
     }
@@ -151,7 +151,7 @@ impl TraceContext {
         })
     }
 
-    /// The span the record `msg` runs in: its trace's ([`TraceContext::span`]) when it
+    /// Returns the span the record `msg` runs in: its trace's ([`TraceContext::span`]) when it
     /// carries one, else none. With tracing off (no subscriber in the process), the trace
     /// is not even read: a traced record then costs what an untraced one does (`make
     /// bench`, "traced ÷ untraced"). The trace still reaches the downstream and the
@@ -167,7 +167,7 @@ impl TraceContext {
         TraceContext::of_record(msg).map_or_else(tracing::Span::none, |trace| trace.span())
     }
 
-    /// The span a record carrying this context runs in ([`RECORD_SPAN`]). The hook set by
+    /// Returns the span a record carrying this context runs in ([`RECORD_SPAN`]). The hook set by
     /// [`on_record_span`], if any, is called with it: an OpenTelemetry integration makes it
     /// a child of the producer's span there.
     pub fn span(&self) -> tracing::Span {
@@ -182,13 +182,13 @@ impl TraceContext {
         span
     }
 
-    /// The W3C `traceparent` header value.
+    /// Returns the W3C `traceparent` header value.
     pub fn traceparent(&self) -> String {
         let flags = if self.sampled { "01" } else { "00" };
         format!("00-{}-{}-{flags}", self.trace_id, self.parent_id)
     }
 
-    /// The X-Ray trace header (`X-Amzn-Trace-Id`).
+    /// Returns the X-Ray trace header (`X-Amzn-Trace-Id`).
     pub fn xray_header(&self) -> String {
         let sampled = if self.sampled { 1 } else { 0 };
         format!(
@@ -198,7 +198,7 @@ impl TraceContext {
         )
     }
 
-    /// The trace id as X-Ray writes it (`1-{8 hex}-{24 hex}`), as the console searches it.
+    /// Returns the trace id as X-Ray writes it (`1-{8 hex}-{24 hex}`), as the console searches it.
     pub fn xray_trace_id(&self) -> String {
         let (time, rest) = self.trace_id.split_at(8);
         format!("1-{time}-{rest}")

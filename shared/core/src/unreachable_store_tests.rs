@@ -136,14 +136,14 @@ pub(crate) struct FlakyBreakerStore {
 }
 
 impl FlakyBreakerStore {
-    /// A store whose every call fails.
+    /// Returns a store whose every call fails.
     pub(crate) fn unreachable() -> Self {
         let store = FlakyBreakerStore::default();
         store.down.store(true, Ordering::SeqCst);
         store
     }
 
-    /// The failure of a call made while the store is down.
+    /// Returns the failure of a call made while the store is down.
     fn refused<T: Send + 'static>(&self) -> BoxFuture<'static, Result<T, ProcessError>> {
         let latency = self.latency;
         Box::pin(async move {
@@ -207,7 +207,7 @@ impl BreakerStore for FlakyBreakerStore {
     }
 }
 
-/// A control whose mapping was paused at `t0` with the breaker open (a second time).
+/// Returns a control whose mapping was paused at `t0` with the breaker open (a second time).
 async fn paused_at(
     t0: SystemTime,
 ) -> (

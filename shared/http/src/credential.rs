@@ -18,7 +18,7 @@ pub const REREAD_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Where the credential is read again (the worker: Secrets Manager).
 pub trait CredentialSource: Send + Sync {
-    /// The header's value as the source holds it now.
+    /// Returns the header's value as the source holds it now.
     fn read(&self) -> Pin<Box<dyn Future<Output = Result<HeaderValue, ProcessError>> + Send + '_>>;
 }
 
@@ -52,12 +52,12 @@ impl Credential {
         }
     }
 
-    /// The header's name.
+    /// Returns the header's name.
     pub(crate) fn name(&self) -> &HeaderName {
         &self.name
     }
 
-    /// The header to send now.
+    /// Returns the header to send now.
     pub(crate) fn header(&self) -> Option<(HeaderName, HeaderValue)> {
         let value = self.current.lock().ok()?.clone();
         Some((self.name.clone(), value))

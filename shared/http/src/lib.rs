@@ -211,7 +211,7 @@ impl HttpDelivery {
         self
     }
 
-    /// A failed request as a classified error that does not show the URL's query or
+    /// Returns a failed request as a classified error that does not show the URL's query or
     /// credentials: reqwest writes the full request URL into its message.
     fn transport_error(&self, error: reqwest::Error) -> ProcessError {
         let had_url = error.url().is_some();
@@ -359,7 +359,7 @@ impl Processor for HttpDelivery {
     }
 }
 
-/// What `Idempotency-Key` and `X-Item-Id` carry for `id`: the id itself when it is
+/// Returns what `Idempotency-Key` and `X-Item-Id` carry for `id`: the id itself when it is
 /// printable ASCII without surrounding spaces, else `UTF-8''` and its percent-encoded
 /// bytes (RFC 8187's form), every byte but the unreserved ones escaped.
 /// A header cannot carry a control character, and many servers mangle other bytes.

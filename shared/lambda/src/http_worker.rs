@@ -30,7 +30,7 @@ impl DefaultWorker {
     }
 }
 
-/// The runner's [`Setup`] for `config` and the delivery it runs, with the downstream
+/// Returns the runner's [`Setup`] for `config` and the delivery it runs, with the downstream
 /// credential read when one is configured; `clients` overrides the AWS clients that would
 /// otherwise be loaded from the environment.
 async fn setup_and_delivery(
@@ -54,7 +54,7 @@ async fn setup_and_delivery(
     Ok((setup, delivery))
 }
 
-/// The shipped worker's start: the logs, every variable (the handler's and the
+/// Returns the shipped worker's start: the logs, every variable (the handler's and the
 /// downstream's, all problems named at once), the downstream credential from Secrets
 /// Manager when one is configured. Returns the [`Setup`] to run the delivery with, so the
 /// shipped worker runs the way any handler does. A failure is reported to Lambda

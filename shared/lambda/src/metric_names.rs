@@ -37,7 +37,7 @@ const RESERVED: [&str; 7] = [
     "Mode",
 ];
 
-/// Whether a team's dimension may take `name`.
+/// Tells whether a team's dimension may take `name`.
 fn reserved(name: &str) -> bool {
     RESERVED.contains(&name)
         || sqs_keeper_core::context::RESERVED_METRICS.contains(&name)
@@ -96,7 +96,7 @@ impl MetricNames {
         }
     }
 
-    /// The dimensions of the second set, with their values: `service`, then the team's.
+    /// Returns the dimensions of the second set, with their values: `service`, then the team's.
     /// Empty when neither is chosen (then only `FunctionName` is published).
     pub fn extra(&self) -> Vec<(&str, &str)> {
         let service = self.service.as_deref().map(|s| ("service", s));
@@ -112,7 +112,7 @@ impl MetricNames {
     }
 }
 
-/// The names this process publishes under: those [`configure`] set, else read from the
+/// Returns the names this process publishes under: those [`configure`] set, else read from the
 /// environment on first use (a bad value is warned of and the default kept).
 pub fn current() -> &'static MetricNames {
     NAMES.get_or_init(|| {
@@ -138,7 +138,7 @@ static NAMES: OnceLock<MetricNames> = OnceLock::new();
 pub struct Namespace(String);
 
 impl Namespace {
-    /// The namespace.
+    /// Returns the namespace.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -187,7 +187,7 @@ impl FromStr for DimensionValue {
 pub struct Dimensions(Vec<(String, String)>);
 
 impl Dimensions {
-    /// The pairs, in the order given.
+    /// Returns the pairs, in the order given.
     pub fn pairs(&self) -> &[(String, String)] {
         &self.0
     }

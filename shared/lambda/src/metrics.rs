@@ -53,12 +53,12 @@ pub struct InvocationTimings {
     pub request_id: Option<String>,
 }
 
-/// A duration in milliseconds, to the microsecond.
+/// Returns a duration in milliseconds, to the microsecond.
 fn millis(duration: Duration) -> f64 {
     (duration.as_secs_f64() * 1_000_000.0).round() / 1_000.0
 }
 
-/// An EMF document: the metadata for `metrics` (name, unit) in the namespace with the
+/// Returns an EMF document: the metadata for `metrics` (name, unit) in the namespace with the
 /// `FunctionName` dimension (and `extra_dimension` when given), and the values at the root.
 fn document(
     timestamp_ms: i64,
@@ -175,7 +175,7 @@ fn add_handler_metrics(
     }
 }
 
-/// The EMF documents for one worker invocation.
+/// Returns the EMF documents for one worker invocation.
 pub fn emf_documents(
     counts: &BatchCounts,
     timings: &InvocationTimings,
@@ -269,7 +269,7 @@ pub const REDRIVE_METRICS: [&str; 13] = [
 /// metric.
 pub const OLDEST_DEAD_AGE: &str = "OldestDeadRecordAgeSeconds";
 
-/// The EMF document for one redrive run, or `None` for a dry run (it changed nothing, and
+/// Returns the EMF document for one redrive run, or `None` for a dry run (it changed nothing, and
 /// its would-be selections counted as `Selected` would overstate what was redriven).
 pub fn redrive_document(
     report: &RedriveReport,
@@ -315,7 +315,7 @@ pub fn redrive_document(
 /// when this run restored it).
 pub const POLLING_METRICS: [&str; 3] = ["PollingStopped", "PollingPaused", "PollingResumed"];
 
-/// The EMF document of one polling control run, or `None` when the run did nothing it
+/// Returns the EMF document of one polling control run, or `None` when the run did nothing it
 /// can say (another run held the lease, or a call failed).
 pub fn polling_document(
     action: &sqs_keeper_core::polling::ControlAction,
@@ -351,7 +351,7 @@ pub fn emit_polling(action: &sqs_keeper_core::polling::ControlAction, function_n
     }
 }
 
-/// The EMF document of the oldest dead record's age alone (the scheduled age report).
+/// Returns the EMF document of the oldest dead record's age alone (the scheduled age report).
 #[cfg(feature = "http")]
 fn dead_record_age_document(age_secs: u64, function_name: &str, timestamp_ms: i64) -> Value {
     document(

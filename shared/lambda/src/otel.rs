@@ -31,7 +31,7 @@ use tracing::Subscriber;
 use tracing_opentelemetry::{OpenTelemetryLayer, OpenTelemetrySpanExt};
 use tracing_subscriber::registry::LookupSpan;
 
-/// The `tracing` layer exporting spans to `tracer`, with every traced record's span a child
+/// Returns the `tracing` layer exporting spans to `tracer`, with every traced record's span a child
 /// of its producer's ([`link_records`]).
 pub fn layer<S, T>(tracer: T) -> OpenTelemetryLayer<S, T>
 where
@@ -50,7 +50,7 @@ pub fn link_records() {
     let _ = sqs_keeper_core::trace::on_record_span(set_producer_parent);
 }
 
-/// The OpenTelemetry context of the producer's span that `trace` names, as a remote
+/// Returns the OpenTelemetry context of the producer's span that `trace` names, as a remote
 /// parent. `None` for ids OpenTelemetry would not take (the core has checked them).
 pub fn producer_context(trace: &TraceContext) -> Option<opentelemetry::Context> {
     let trace_id = TraceId::from_hex(&trace.trace_id).ok()?;

@@ -91,7 +91,7 @@ impl Processor for RedriveProcessor {
     }
 }
 
-/// The processor a redrive reprocesses with: the worker's, with its downstream credential
+/// Returns the processor a redrive reprocesses with: the worker's, with its downstream credential
 /// read from Secrets Manager, behind its idempotency table when it has one; `None` when no
 /// downstream is configured (requeue only). The redrive function and `dlq redrive` both
 /// build it here.
@@ -157,7 +157,7 @@ pub async fn redrive_processor(
     }))
 }
 
-/// The redrive engine over `store_config`'s store, as the redrive function and `dlq
+/// Returns the redrive engine over `store_config`'s store, as the redrive function and `dlq
 /// redrive` both run it. A record that kept an Extended-Client pointer (the worker could
 /// not fetch its payload then) is reprocessed with the payload, fetched as the worker
 /// would: the buckets it allows (`WORKER_PAYLOAD_BUCKETS`, its store's included) and its
@@ -382,7 +382,7 @@ pub type RedriveBreaker = (
     sqs_keeper_core::breaker::BreakerPolicy,
 );
 
-/// The worker's circuit breaker of `config`, when it has one (`WORKER_BREAKER_TABLE`).
+/// Returns the worker's circuit breaker of `config`, when it has one (`WORKER_BREAKER_TABLE`).
 pub fn redrive_breaker(config: &RedriveConfig, clients: &AwsClients) -> Option<RedriveBreaker> {
     config
         .processor
@@ -415,7 +415,7 @@ type WorkerPolling = sqs_keeper_core::polling::PollingControl<
     sqs_keeper_aws::InvokeWorkerProbe,
 >;
 
-/// The control that pauses the worker's polling while its breaker stays open: only when
+/// Returns the control that pauses the worker's polling while its breaker stays open: only when
 /// both the worker's mapping (`WORKER_MAPPING`) and its breaker are configured.
 fn worker_polling(config: &RedriveConfig, clients: &AwsClients) -> Option<WorkerPolling> {
     match (

@@ -102,7 +102,7 @@ pub enum Guarded<P> {
 }
 
 impl<P> Handler<P> {
-    /// The user's processor.
+    /// Returns the user's processor.
     pub fn inner(&self) -> &P {
         let guarded = match self {
             Handler::Plain(p) => p,
@@ -216,7 +216,7 @@ impl Setup {
         }
     }
 
-    /// A set-up from a configuration read elsewhere.
+    /// Creates a set-up from a configuration read elsewhere.
     pub fn new(config: HandlerConfig) -> Setup {
         Setup {
             config,
@@ -233,12 +233,12 @@ impl Setup {
         self
     }
 
-    /// The configuration read from the environment.
+    /// Returns the configuration read from the environment.
     pub fn config(&self) -> &HandlerConfig {
         &self.config
     }
 
-    /// The AWS configuration (region, credentials, endpoints), loaded once on first use:
+    /// Returns the AWS configuration (region, credentials, endpoints), loaded once on first use:
     /// build the handler's own clients from it.
     pub async fn aws_config(&self) -> &aws_config::SdkConfig {
         self.aws
@@ -248,7 +248,7 @@ impl Setup {
             .await
     }
 
-    /// The worker's AWS clients, built from [`Setup::aws_config`].
+    /// Returns the worker's AWS clients, built from [`Setup::aws_config`].
     pub async fn aws_clients(&self) -> AwsClients {
         match &self.clients {
             Some(clients) => clients.clone(),
@@ -259,7 +259,7 @@ impl Setup {
         }
     }
 
-    /// The idempotency table, when `WORKER_IDEMPOTENCY_TABLE` names one: for handlers that
+    /// Returns the idempotency table, when `WORKER_IDEMPOTENCY_TABLE` names one: for handlers that
     /// make parts of their work idempotent themselves ([`Idempotency::once`]).
     pub async fn idempotency(&self) -> Option<Idempotency<DynamoIdempotencyStore>> {
         let config = self.config.idempotency.as_ref()?;
@@ -308,7 +308,7 @@ impl Setup {
         }
     }
 
-    /// The dead-letter store and the Extended-Client resolver, when a store is configured.
+    /// Returns the dead-letter store and the Extended-Client resolver, when a store is configured.
     async fn sink(&self) -> (ConfiguredSink, Option<ExtendedClientResolver>) {
         let config = &self.config;
         match &config.store {
@@ -336,7 +336,7 @@ impl Setup {
         }
     }
 
-    /// The worker around `processor`: the dead-letter store and Extended-Client resolver
+    /// Returns the worker around `processor`: the dead-letter store and Extended-Client resolver
     /// when one is configured, idempotency when a table is.
     pub async fn worker<P: Processor>(self, processor: P) -> Worker<Handler<P>, ConfiguredSink> {
         let attempt_timeout = processor.attempt_timeout();
@@ -449,7 +449,7 @@ impl Setup {
             .await
     }
 
-    /// The worker every invocation is served by, once the process may serve: built with
+    /// Returns the worker every invocation is served by, once the process may serve: built with
     /// the simulation's hooks it may not, and the store must answer when
     /// `DLQ_CHECK_AT_START` asks.
     async fn serving<P: Processor + 'static>(
@@ -487,7 +487,7 @@ pub type InvocationBox = lambda_runtime::tower::util::BoxCloneService<LambdaInvo
 /// The variable Lambda Managed Instances sets to the invocations a process serves at once.
 pub const MAX_CONCURRENCY_VAR: &str = "AWS_LAMBDA_MAX_CONCURRENCY";
 
-/// What to warn of when [`MAX_CONCURRENCY_VAR`] is set but not a whole number of 1 or more:
+/// Returns what to warn of when [`MAX_CONCURRENCY_VAR`] is set but not a whole number of 1 or more:
 /// the runtime then serves one invocation at a time, and says nothing.
 fn concurrency_warning(value: Option<&str>) -> Option<String> {
     let value = value?;

@@ -51,7 +51,7 @@ pub enum HandlerOutcome {
     Failed(Diagnostic),
 }
 
-/// The handler behind [`WorkerLayer`]: returns what the layer decided.
+/// Answers with what the layer decided: the handler behind [`WorkerLayer`].
 pub async fn respond(event: LambdaEvent<HandlerOutcome>) -> Result<SqsBatchResponse, Diagnostic> {
     match event.payload {
         HandlerOutcome::Response(response) => Ok(response),
@@ -74,7 +74,7 @@ impl<P: 'static, S: 'static> Clone for WorkerLayer<P, S> {
 }
 
 impl<P: 'static, S: 'static> WorkerLayer<P, S> {
-    /// A layer around a worker that lives as long as the process.
+    /// Creates a layer around a worker that lives as long as the process.
     pub fn new(worker: &'static Worker<P, S>) -> Self {
         WorkerLayer { worker }
     }

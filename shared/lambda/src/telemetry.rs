@@ -134,7 +134,7 @@ impl LogSettings {
         }
     }
 
-    /// The filter for events: `RUST_LOG`'s directives when given, else the Lambda level.
+    /// Returns the filter for events: `RUST_LOG`'s directives when given, else the Lambda level.
     fn env_filter(&self) -> Targets {
         self.directives
             .as_deref()
@@ -155,7 +155,7 @@ fn parse_level(value: &str) -> Option<LevelFilter> {
     }
 }
 
-/// The layer the functions log through, writing lines to `writer` as `settings` say:
+/// Returns the layer the functions log through, writing lines to `writer` as `settings` say:
 /// Lambda's format and level, and the invocation span's fields on every line.
 ///
 /// A team with a subscriber of its own adds it there (see [`log_layer`]).
@@ -193,7 +193,7 @@ where
     }
 }
 
-/// The functions' log layer, as Lambda's logging controls set it, writing to stdout: for
+/// Returns the functions' log layer, as Lambda's logging controls set it, writing to stdout: for
 /// a team that installs its own subscriber, beside its own layers (Sentry,
 /// OpenTelemetry, a filter of its own).
 ///
@@ -221,7 +221,7 @@ where
     layer_with(&settings, std::io::stdout)
 }
 
-/// The subscriber the functions log through, writing lines to `writer`: for tests, which
+/// Returns the subscriber the functions log through, writing lines to `writer`: for tests, which
 /// capture them, and for [`init`].
 pub fn subscriber<W>(settings: &LogSettings, writer: W) -> impl Subscriber + Send + Sync
 where
@@ -411,7 +411,7 @@ fn take_cold_start() -> bool {
     COLD.swap(false, Ordering::Relaxed)
 }
 
-/// Whether the running invocation is the process's first: what [`InvocationLayer`] decided
+/// Tells whether the running invocation is the process's first: what [`InvocationLayer`] decided
 /// for it (and wrote on its log lines), so that the logs and the `ColdStart` metric agree.
 /// Outside that layer (a worker driven directly, as tests and embedders do) each call
 /// counts as a new invocation: true for the process's first call only.
@@ -479,7 +479,7 @@ where
     }
 }
 
-/// The span of one invocation.
+/// Returns the span of one invocation.
 pub(crate) fn invocation_span(
     context: &lambda_runtime::Context,
     cold_start: bool,

@@ -59,7 +59,7 @@ impl std::fmt::Debug for StartupError {
 }
 
 impl StartupError {
-    /// The error type Lambda shows for it.
+    /// Returns the error type Lambda shows for it.
     pub fn error_type(&self) -> &'static str {
         match self {
             StartupError::Config(_) => "Runtime.ConfigError",
@@ -160,7 +160,7 @@ pub struct Worker<P, S> {
 }
 
 impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
-    /// A worker around an engine; function name and log location come from the Lambda
+    /// Creates a worker around an engine; function name and log location come from the Lambda
     /// environment variables when present.
     pub fn new(engine: BatchProcessor<P, S>, deadline_margin: Duration) -> Self {
         Worker {
@@ -194,7 +194,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         self
     }
 
-    /// The deadline of one invocation, with one warning per process when the Runtime API's
+    /// Returns the deadline of one invocation, with one warning per process when the Runtime API's
     /// deadline is not credible or when a record's worst case does not fit the time.
     fn invocation_deadline(&self, at: std::time::SystemTime) -> Deadline {
         let budget = InvocationBudget::of(at, std::time::SystemTime::now());
@@ -240,7 +240,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         Deadline::after(budget.time(), self.deadline_margin)
     }
 
-    /// The engine, for callers that drive batches themselves.
+    /// Returns the engine, for callers that drive batches themselves.
     pub fn engine(&self) -> &BatchProcessor<P, S> {
         &self.engine
     }

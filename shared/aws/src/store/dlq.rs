@@ -15,7 +15,7 @@ use sqs_keeper_core::{
     pointer::EXTENDED_PAYLOAD_SIZE_ATTRIBUTE,
 };
 
-/// The DLQ body for a record: the original body, or a pointer to the S3 payload.
+/// Returns the DLQ body for a record: the original body, or a pointer to the S3 payload.
 pub fn message_body(record: &DeadLetteredItem) -> String {
     match &record.payload.location {
         PayloadLocation::Inline { body } => body.clone(),
@@ -27,7 +27,7 @@ pub fn message_body(record: &DeadLetteredItem) -> String {
     }
 }
 
-/// A FIFO DLQ message's deduplication id ([`sqs_keeper_core::message::dlq_deduplication_id`]).
+/// Returns a FIFO DLQ message's deduplication id ([`sqs_keeper_core::message::dlq_deduplication_id`]).
 pub fn deduplication_id(record: &DeadLetteredItem) -> String {
     sqs_keeper_core::message::dlq_deduplication_id(record)
 }

@@ -27,7 +27,7 @@ use sqs_keeper_core::{ErrorClass, ProcessError};
 const SOURCE_ARN_ATTRIBUTE: &str = "DeadLetterQueueSourceArn";
 
 impl DeadLetterStore {
-    /// One sweep pass over the DLQ ([`sqs_keeper_core::sweep::sweep_dlq`] over this store).
+    /// Makes one sweep pass over the DLQ ([`sqs_keeper_core::sweep::sweep_dlq`] over this store).
     pub async fn sweep_dlq(&self, options: &SweepOptions) -> Result<Sweep, ProcessError> {
         sqs_keeper_core::sweep::sweep_dlq(self, options).await
     }
@@ -164,12 +164,12 @@ async fn read_payload(
 impl DeadLetterQueue for DeadLetterStore {
     type Message = Message;
 
-    /// One `SendMessageBatch` per ten messages (and 1 MiB) (the store's `dlq::send`).
+    /// Sends with one `SendMessageBatch` per ten messages (and 1 MiB) (the store's `dlq::send`).
     async fn send_to_dlq(&self, records: &[&DeadLetteredItem]) -> Vec<Result<(), ProcessError>> {
         super::dlq::send(&self.clients.sqs, &self.config, records).await
     }
 
-    /// One `ReceiveMessage` of up to 10 messages, with all their attributes, long-polling
+    /// Receives with one `ReceiveMessage` of up to 10 messages, with all their attributes, long-polling
     /// for a second: an empty answer then means no server of the queue had a visible
     /// message (a short poll samples a few, and answered empty while messages waited, which
     /// ended sweeps early). A message without a receipt handle (SQS always gives one) could
@@ -341,7 +341,7 @@ impl DeadLetterQueue for DeadLetterStore {
     }
 }
 
-/// A system attribute of `message`, if it has it.
+/// Returns a system attribute of `message`, if it has it.
 fn system_attribute(message: &Message, name: &str) -> Option<String> {
     message
         .attributes()
@@ -351,7 +351,7 @@ fn system_attribute(message: &Message, name: &str) -> Option<String> {
 
 type Attributes = std::collections::HashMap<String, aws_sdk_sqs::types::MessageAttributeValue>;
 
-/// The message attributes of a rotated copy: the original's, and what identifies its
+/// Returns the message attributes of a rotated copy: the original's, and what identifies its
 /// content. What identifies it stays with the copy: the source message (a message moved
 /// by the redrive policy is its own source), by which the copy is tracked as its original
 /// (`DeadLetterQueue::rotate`), then its source queue. Most needed first, each only while
@@ -409,7 +409,7 @@ fn copy_attributes(message: &Message) -> Attributes {
     attributes
 }
 
-/// The bytes SQS counts for `attributes`: names, types and values.
+/// Returns the bytes SQS counts for `attributes`: names, types and values.
 fn attributes_size(attributes: &Attributes) -> usize {
     attributes
         .iter()
@@ -445,7 +445,7 @@ const MAX_MESSAGE_ATTRIBUTES: usize = 10;
 /// How the deduplication id of a copy a sweep's rotation sent begins.
 const ROTATION_PREFIX: &str = "sweep:";
 
-/// The pass whose rotation sent `message`, read from its deduplication id.
+/// Returns the pass whose rotation sent `message`, read from its deduplication id.
 fn rotation_marker(message: &Message) -> Option<String> {
     let dedup = message
         .attributes()
@@ -458,7 +458,7 @@ fn rotation_marker(message: &Message) -> Option<String> {
 /// parser finds in it, else its message id; kept within DynamoDB's key size
 /// ([`sqs_keeper_core::item::bounded_item_id`]).
 impl DeadLetterStore {
-    /// The item id a DLQ message is tracked by ([`message_item_id`]). A message without
+    /// Returns the item id a DLQ message is tracked by ([`message_item_id`]). A message without
     /// our `item_id` attribute whose body is an Extended-Client pointer (one SQS's redrive
     /// policy moved from a producer using the Extended Client) names its item in the
     /// payload, as the worker read it: the payload is read (under the worker's payload
@@ -494,7 +494,7 @@ fn message_item_id(message: &Message, parser: &ItemParser) -> String {
     )
 }
 
-/// The id of the source message `message` holds: a rotated copy's original's
+/// Returns the id of the source message `message` holds: a rotated copy's original's
 /// ([`sqs_keeper_core::message::original_message_id`]), else its own.
 fn original_message_id(message: &Message) -> String {
     sqs_keeper_core::message::original_message_id(
@@ -504,7 +504,7 @@ fn original_message_id(message: &Message) -> String {
     )
 }
 
-/// What identifies a DLQ message's content ([`MessageView::of_dlq_message`]).
+/// Returns what identifies a DLQ message's content ([`MessageView::of_dlq_message`]).
 fn message_view(message: &Message, own_bucket: &str) -> MessageView {
     MessageView::of_dlq_message(
         message.message_id().unwrap_or_default(),
@@ -515,7 +515,7 @@ fn message_view(message: &Message, own_bucket: &str) -> MessageView {
     )
 }
 
-/// The string value of `message`'s message attribute `name`.
+/// Returns the string value of `message`'s message attribute `name`.
 fn string_attribute<'a>(message: &'a Message, name: &str) -> Option<&'a str> {
     message
         .message_attributes()
@@ -523,7 +523,7 @@ fn string_attribute<'a>(message: &'a Message, name: &str) -> Option<&'a str> {
         .and_then(|v| v.string_value())
 }
 
-/// A DLQ message as a work item (as the worker would have seen it).
+/// Returns a DLQ message as a work item (as the worker would have seen it).
 fn to_work_item(
     message: &Message,
     parser: &ItemParser,

@@ -63,7 +63,7 @@ impl DeadLetterStore {
             .await
     }
 
-    /// One `TransactWriteItems` of `updates`: `Ok(true)` written, `Ok(false)` refused by a
+    /// Writes with one `TransactWriteItems` of `updates`: `Ok(true)` written, `Ok(false)` refused by a
     /// condition (the caller then writes item by item), the error otherwise.
     async fn transact(&self, updates: Vec<Update>) -> Result<bool, ProcessError> {
         let items = updates
@@ -94,7 +94,7 @@ impl DeadLetterStore {
         }
     }
 
-    /// The update marking `message_id`'s DLQ message sent on its record (existing records
+    /// Returns the update marking `message_id`'s DLQ message sent on its record (existing records
     /// only: a record purged meanwhile is not recreated as a stub).
     fn sent_update(&self, item_id: &str, message_id: &str) -> Result<Update, ProcessError> {
         Update::builder()
@@ -373,7 +373,7 @@ impl DeadLetterStore {
             .map_err(|e| ProcessError::from_sdk(&e).with_step(step))
     }
 
-    /// The worker finished `message_id`, the message the run `requeued_by` sent for
+    /// Resolves a record: the worker finished `message_id`, the message the run `requeued_by` sent for
     /// `item_id`: the record is resolved, with that message and its payload listed as
     /// processed, when it waits for that message (`requeued`) or that run still holds it
     /// with that payload (the worker finished the message before the run marked the record
@@ -406,7 +406,7 @@ impl DeadLetterStore {
         unless_changed(request, "finish-requeued").await
     }
 
-    /// The worker finished `message_id`, a DLQ message moved back to the source queue from
+    /// Resolves a record: the worker finished `message_id`, a DLQ message moved back to the source queue from
     /// outside (the console's "Start DLQ redrive") holding the delivery `dead_lettered`:
     /// a dead record that holds that very payload (just delivered successfully) is
     /// resolved, with both messages and the payload listed as processed. Anything else
@@ -432,7 +432,7 @@ impl DeadLetterStore {
         unless_changed(request, "finish-moved-back").await
     }
 
-    /// The update that resolves `item_id` (now), appending `keys` to `processed` and
+    /// Returns the update that resolves `item_id` (now), appending `keys` to `processed` and
     /// ending with `removes` (` REMOVE ...`, or empty); the caller adds its condition.
     fn resolving(
         &self,
@@ -489,7 +489,7 @@ impl DeadLetterStore {
             .map_err(|e| e.with_step("record-redrive-failure"))
     }
 
-    /// A record still `requeued` with the message `requeued_message_id` goes back to dead
+    /// Sends a record still `requeued` with the message `requeued_message_id` back to dead
     /// with `failure` appended (the message outlived its queue unfinished); `Ok(false)`
     /// when it changed meanwhile (finished, failed again, requeued anew).
     pub async fn reopen_requeued(
@@ -545,7 +545,7 @@ impl DeadLetterStore {
         Ok(true)
     }
 
-    /// The `UpdateItem` of [`Self::back_to_dead`]: `failure` (the last of `failures`) sets
+    /// Returns the `UpdateItem` of [`Self::back_to_dead`]: `failure` (the last of `failures`) sets
     /// the record's latest error, and every one of `failures` is appended.
     ///
     /// One piece, though long: the update expression and the names and values it spells

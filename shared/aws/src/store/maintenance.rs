@@ -50,7 +50,7 @@ impl DeadLetterStore {
 pub(super) const DELETE_CONCURRENCY: usize = 8;
 
 impl DeadLetterStore {
-    /// What a removal keeps of every record `filter` selects ([`Removable`]), read a page
+    /// Reads what a removal keeps of every record `filter` selects ([`Removable`]), read a page
     /// at a time: never the records themselves.
     pub async fn removable(
         &self,

@@ -73,7 +73,7 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
-    /// A configuration with default limits.
+    /// Creates a configuration with default limits.
     pub fn new(table: &str, queue_url: &str, bucket: &str) -> Self {
         StoreConfig {
             table: table.to_string(),
@@ -90,7 +90,7 @@ impl StoreConfig {
         }
     }
 
-    /// What the core's `recording` needs of it, by the system clock (a store that
+    /// Returns what the core's `recording` needs of it, by the system clock (a store that
     /// reads another sets its own: [`DeadLetterStore::with_clock`]).
     pub fn recording_settings(&self) -> RecordingSettings {
         RecordingSettings {
@@ -154,7 +154,7 @@ pub const DLQ_ATTRIBUTES_ALLOWANCE: u64 = 8 * 1024;
 pub(crate) const BATCH_GET_ROUNDS: u32 = 8;
 
 impl DeadLetterStore {
-    /// A store over existing clients.
+    /// Creates a store over existing clients.
     pub fn new(clients: AwsClients, config: StoreConfig) -> Self {
         let payload_policy = PayloadPolicy::allowing([config.bucket.clone()]);
         DeadLetterStore {
@@ -199,7 +199,7 @@ impl DeadLetterStore {
         self.check_bucket().await
     }
 
-    /// One read of the table (`GetItem` of a key no record has).
+    /// Makes one read of the table (`GetItem` of a key no record has).
     async fn check_table(&self) -> Result<(), ProcessError> {
         self.clients
             .dynamodb
@@ -214,12 +214,12 @@ impl DeadLetterStore {
             .map_err(|e| ProcessError::from_sdk(&e).with_step("check-table"))
     }
 
-    /// One read of the DLQ (`GetQueueAttributes`).
+    /// Makes one read of the DLQ (`GetQueueAttributes`).
     async fn check_dlq(&self) -> Result<(), ProcessError> {
         self.dlq_depth().await.map(|_| ())
     }
 
-    /// One read of the bucket (`HeadBucket`, which `s3:ListBucket` allows).
+    /// Makes one read of the bucket (`HeadBucket`, which `s3:ListBucket` allows).
     async fn check_bucket(&self) -> Result<(), ProcessError> {
         let bucket = self
             .clients
@@ -240,17 +240,17 @@ impl DeadLetterStore {
         }
     }
 
-    /// The configuration.
+    /// Returns the configuration.
     pub fn config(&self) -> &StoreConfig {
         &self.config
     }
 
-    /// The clients.
+    /// Returns the clients.
     pub fn clients(&self) -> &AwsClients {
         &self.clients
     }
 
-    /// The settings the core's `recording` runs with.
+    /// Returns the settings the core's `recording` runs with.
     fn recording(&self) -> RecordingSettings {
         RecordingSettings {
             clock: self.clock,
@@ -299,7 +299,7 @@ impl DeadLetterStore {
         sqs_keeper_core::recording::record(self, &self.recording(), record).await
     }
 
-    /// What follows a write that appended to a record's history, from the item it left
+    /// Returns what follows a write that appended to a record's history, from the item it left
     /// (`ALL_NEW`): the review flag settled, the history compacted
     /// ([`sqs_keeper_core::recording::after_append`]).
     pub(crate) async fn after_append(
@@ -310,7 +310,7 @@ impl DeadLetterStore {
         sqs_keeper_core::recording::after_append(self, &self.recording(), &written).await
     }
 
-    /// The items of `ids` (each once) by item id, read with strongly consistent
+    /// Returns the items of `ids` (each once) by item id, read with strongly consistent
     /// `BatchGetItem`s of 100 shaped by `shape` (a projection, say). Keys DynamoDB leaves
     /// unprocessed (it throttles) are asked again with backoff; still unread after
     /// [`BATCH_GET_ROUNDS`], they are an error named `step`, never a missing item (a record
@@ -392,7 +392,7 @@ impl DeadLetterStore {
     }
 }
 
-/// A queue's name: the last segment of its URL.
+/// Returns a queue's name: the last segment of its URL.
 fn queue_name(url: &str) -> &str {
     url.trim_end_matches('/').rsplit('/').next().unwrap_or(url)
 }
@@ -509,7 +509,7 @@ impl DeadLetterSink for DeadLetterStore {
     }
 }
 
-/// The largest message the queue at `queue_url` takes (its `MaximumMessageSize`, one
+/// Returns the largest message the queue at `queue_url` takes (its `MaximumMessageSize`, one
 /// `GetQueueAttributes`); `step` names the caller's step in an error.
 pub(crate) async fn maximum_message_size(
     sqs: &aws_sdk_sqs::Client,
@@ -520,7 +520,7 @@ pub(crate) async fn maximum_message_size(
     queue_number(sqs, queue_url, QueueAttributeName::MaximumMessageSize, step).await
 }
 
-/// How long the queue at `queue_url` keeps a message (its `MessageRetentionPeriod`, one
+/// Reads how long the queue at `queue_url` keeps a message (its `MessageRetentionPeriod`, one
 /// `GetQueueAttributes`); `step` names the caller's step in an error.
 pub(crate) async fn message_retention(
     sqs: &aws_sdk_sqs::Client,
@@ -538,7 +538,7 @@ pub(crate) async fn message_retention(
     .map(std::time::Duration::from_secs)
 }
 
-/// One numeric attribute of the queue at `queue_url` (one `GetQueueAttributes`).
+/// Reads one numeric attribute of the queue at `queue_url` (one `GetQueueAttributes`).
 async fn queue_number(
     sqs: &aws_sdk_sqs::Client,
     queue_url: &str,
@@ -574,7 +574,7 @@ pub struct ExtendedClientResolver {
 }
 
 impl ExtendedClientResolver {
-    /// A resolver using this S3 client and policy.
+    /// Creates a resolver using this S3 client and policy.
     pub fn new(s3: aws_sdk_s3::Client, policy: PayloadPolicy) -> Self {
         ExtendedClientResolver { s3, policy }
     }
@@ -599,7 +599,7 @@ impl sqs_keeper_core::batch::BodyResolver for ExtendedClientResolver {
     }
 }
 
-/// A store over table `t`, queue `q` and bucket `b` whose clients `mock` replaces (with
+/// Returns a store over table `t`, queue `q` and bucket `b` whose clients `mock` replaces (with
 /// `aws_smithy_mocks` clients); the others are never called.
 #[cfg(test)]
 pub(crate) fn mocked_store(mock: impl FnOnce(&mut AwsClients)) -> DeadLetterStore {
@@ -612,7 +612,7 @@ pub(crate) fn mocked_store(mock: impl FnOnce(&mut AwsClients)) -> DeadLetterStor
     DeadLetterStore::new(clients, StoreConfig::new("t", "q", "b"))
 }
 
-/// The table keys of `ids`.
+/// Returns the table keys of `ids`.
 fn item_keys(ids: &[&String]) -> Vec<HashMap<String, AttributeValue>> {
     ids.iter()
         .map(|id| {

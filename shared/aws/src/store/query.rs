@@ -14,7 +14,7 @@ use sqs_keeper_core::{
 };
 use sqs_keeper_core::{ErrorClass, ProcessError};
 
-/// The token of a key DynamoDB returned: the key as a JSON object, in base64.
+/// Returns the token of a key DynamoDB returned: the key as a JSON object, in base64.
 fn token_of_key(key: HashMap<String, AttributeValue>) -> Result<PageToken, ProcessError> {
     let json: serde_json::Map<String, serde_json::Value> = dynamo::from_item(key).map_err(|e| {
         ProcessError::new(
@@ -31,7 +31,7 @@ fn token_of_json(json: serde_json::Map<String, serde_json::Value>) -> PageToken 
     PageToken(aws_smithy_types::base64::encode(text.as_bytes()))
 }
 
-/// The key a token this store made names; a validation failure for any other text.
+/// Returns the key a token this store made names; a validation failure for any other text.
 fn key_of_token(token: &PageToken) -> Result<HashMap<String, AttributeValue>, ProcessError> {
     let bad = || ProcessError::validation(format!("continuation token {:?} is not valid", token.0));
     let bytes = aws_smithy_types::base64::decode(&token.0).map_err(|_| bad())?;
@@ -43,7 +43,7 @@ fn key_of_token(token: &PageToken) -> Result<HashMap<String, AttributeValue>, Pr
     }
 }
 
-/// The token for resuming right after `record` in a query with `filter`.
+/// Returns the token for resuming right after `record` in a query with `filter`.
 pub fn token_after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToken {
     let text = |s: &str| serde_json::Value::String(s.to_string());
     let mut key = serde_json::Map::new();
@@ -63,7 +63,7 @@ pub fn token_after(record: &DeadLetteredItem, filter: &RecordFilter) -> PageToke
 }
 
 impl DeadLetterStore {
-    /// The whole records of the index entries `entries`, in their order (strongly
+    /// Returns the whole records of the index entries `entries`, in their order (strongly
     /// consistent; a record deleted since is left out).
     async fn whole_records(
         &self,
@@ -155,7 +155,7 @@ impl DeadLetterStore {
         }
     }
 
-    /// The `limit` records of the selection whose last attempt is newest, newest first, read
+    /// Returns the `limit` records of the selection whose last attempt is newest, newest first, read
     /// through the indexes: one index query when the filter names a status or a signature
     /// (both indexes sort by last attempt), else one per status, merged. Stored items that
     /// do not read as records are added to `unreadable`.
@@ -254,7 +254,7 @@ impl DeadLetterStore {
 /// A stored item, as DynamoDB returns it.
 type Item = HashMap<String, AttributeValue>;
 
-/// The records of a page's `items`, and those that do not read as records. Items read
+/// Returns the records of a page's `items`, and those that do not read as records. Items read
 /// from an index are judged by `filter` again, since the index does not hold every field
 /// the filter reads.
 fn decode_page(
@@ -296,7 +296,7 @@ struct QueryPlan {
 }
 
 impl QueryPlan {
-    /// The plan of `filter`. A signature picks its index, else a status picks its own;
+    /// Returns the plan of `filter`. A signature picks its index, else a status picks its own;
     /// both sort by last attempt, so a time range is part of their key condition.
     fn of(filter: &RecordFilter) -> QueryPlan {
         let mut plan = QueryPlan::default();
@@ -372,7 +372,7 @@ impl QueryPlan {
         }
     }
 
-    /// The conditions no index holds: class, lease expiry, eligibility, and (on a scan)
+    /// Adds the conditions no index holds: class, lease expiry, eligibility, and (on a scan)
     /// the message group.
     fn filter_the_rest(&mut self, filter: &RecordFilter) {
         if let Some(class) = filter.class {
@@ -427,7 +427,7 @@ impl QueryPlan {
         }
     }
 
-    /// The filter expression, if the plan filters on anything.
+    /// Returns the filter expression, if the plan filters on anything.
     fn filter_expression(&self) -> Option<String> {
         (!self.filters.is_empty()).then(|| self.filters.join(" AND "))
     }

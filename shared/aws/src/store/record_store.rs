@@ -51,7 +51,7 @@ impl RecordStore for DeadLetterStore {
         super::query::token_after(record, filter)
     }
 
-    /// One `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again
+    /// Reads with one `BatchGetItem` per 100 ids (strongly consistent), unprocessed keys asked again
     /// with backoff. Keys still unread after that are an error, never "no record": a record
     /// taken for missing would be adopted over.
     async fn standings(&self, ids: &[String]) -> Result<HashMap<String, Standing>, ProcessError> {
@@ -105,7 +105,7 @@ impl RecordStore for DeadLetterStore {
             .collect())
     }
 
-    /// One `GetItem` of the three sets (strongly consistent).
+    /// Reads with one `GetItem` of the three sets (strongly consistent).
     async fn deliveries(&self, item_id: &str) -> Result<Deliveries, ProcessError> {
         let output = self
             .clients
@@ -136,7 +136,7 @@ impl RecordStore for DeadLetterStore {
         })
     }
 
-    /// One conditional `UpdateItem` (`ALL_NEW`); `None` when a pending attempt was already
+    /// Writes with one conditional `UpdateItem` (`ALL_NEW`); `None` when a pending attempt was already
     /// recorded (or the claim was already taken).
     async fn try_record(
         &self,
@@ -176,7 +176,7 @@ impl RecordStore for DeadLetterStore {
         }
     }
 
-    /// One `TransactWriteItems` per 100 records (`DeadLetterStore::mark_sent_all`).
+    /// Writes with one `TransactWriteItems` per 100 records (`DeadLetterStore::mark_sent_all`).
     async fn mark_sent(&self, sent: &[(&str, &str)]) -> Result<(), ProcessError> {
         self.mark_sent_all(sent).await
     }
@@ -342,7 +342,7 @@ impl RecordStore for DeadLetterStore {
             .await
     }
 
-    /// One conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few
+    /// Deletes with one conditional `DeleteItem` per record (`BatchWriteItem` takes no condition), a few
     /// at once: status and last attempt as selected.
     async fn delete_records(&self, selected: &[Selected]) -> Result<Vec<String>, ProcessError> {
         let deletes: Vec<_> = selected
@@ -361,7 +361,7 @@ impl RecordStore for DeadLetterStore {
     }
 }
 
-/// The result of a conditional `UpdateItem` whose condition, refused, means there is
+/// Reads the result of a conditional `UpdateItem` whose condition, refused, means there is
 /// nothing left to do (the record is gone, or another writer got there first): `Ok`.
 fn done_unless_refused(
     result: Result<
@@ -385,7 +385,7 @@ fn done_unless_refused(
     }
 }
 
-/// The update of a compaction: the kept history, ids and `processed` set, the dropped
+/// Returns the update of a compaction: the kept history, ids and `processed` set, the dropped
 /// entries counted, the list of forgotten messages' "sent" marks when read, and the marks
 /// and claims that go deleted when there are some.
 /// `request` with the values of a compaction's optional parts: the list of "sent" marks
@@ -494,7 +494,7 @@ mod tests {
     }
 }
 
-/// The record and its sets as a write left them (`ALL_NEW`); the record written, its sets
+/// Returns the record and its sets as a write left them (`ALL_NEW`); the record written, its sets
 /// not read, when DynamoDB returned nothing.
 fn written_of(
     stored: Option<&HashMap<String, AttributeValue>>,
@@ -506,7 +506,7 @@ fn written_of(
     }
 }
 
-/// The record and its sets as the item `item` holds them.
+/// Returns the record and its sets as the item `item` holds them.
 pub(super) fn written_from_item(
     item: &HashMap<String, AttributeValue>,
 ) -> Result<Written, ProcessError> {
@@ -541,7 +541,7 @@ struct AppendUpdate {
 }
 
 impl AppendUpdate {
-    /// The update appending `pending` to `record`'s item and taking `claim`; `None` when
+    /// Returns the update appending `pending` to `record`'s item and taking `claim`; `None` when
     /// there is neither an attempt to append nor a claim to take.
     fn of(
         record: &DeadLetteredItem,
@@ -629,7 +629,7 @@ impl AppendUpdate {
         self.values.push((placeholder.to_string(), value));
     }
 
-    /// The update expression.
+    /// Returns the update expression.
     fn expression(&self) -> String {
         format!(
             "SET {} REMOVE #requeued ADD {}",

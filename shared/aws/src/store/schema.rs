@@ -172,7 +172,7 @@ pub async fn create_table(
     Ok(())
 }
 
-/// The record as a DynamoDB item: every field of [`DeadLetteredItem`], without the sets
+/// Returns the record as a DynamoDB item: every field of [`DeadLetteredItem`], without the sets
 /// `attempt_ids`, `dlq_claims` and `dlq_sent` and the list `dlq_sent_forgotten`, which the
 /// writes maintain themselves.
 pub fn record_to_item(
@@ -235,7 +235,7 @@ pub fn record_from_item(
     dynamo::from_item(fields).map_err(|e| unreadable(&e))
 }
 
-/// Whether a value, and everything in it, is of a type DynamoDB documents.
+/// Tells whether a value, and everything in it, is of a type DynamoDB documents.
 fn is_known(value: &AttributeValue) -> bool {
     match value {
         AttributeValue::M(map) => map.values().all(is_known),
@@ -290,7 +290,7 @@ pub(crate) mod tests {
         }
     }
 
-    /// A record with every optional field set, a two-entry history and message attributes
+    /// Returns a record with every optional field set, a two-entry history and message attributes
     /// of the three SQS data types.
     pub(crate) fn full_record() -> DeadLetteredItem {
         let attribute = |data_type: &str, string: Option<&str>, binary: Option<&str>| {
@@ -347,7 +347,7 @@ pub(crate) mod tests {
         }
     }
 
-    /// The DynamoDB type of a value, as the console names it.
+    /// Returns the DynamoDB type of a value, as the console names it.
     pub(crate) fn kind(value: &AttributeValue) -> &'static str {
         match value {
             AttributeValue::S(_) => "S",
@@ -364,7 +364,7 @@ pub(crate) mod tests {
         }
     }
 
-    /// The names and types of a map's attributes, in name order.
+    /// Returns the names and types of a map's attributes, in name order.
     pub(crate) fn kinds(map: &HashMap<String, AttributeValue>) -> BTreeMap<&str, &'static str> {
         map.iter().map(|(k, v)| (k.as_str(), kind(v))).collect()
     }

@@ -139,7 +139,7 @@ pub enum Disposition {
 }
 
 impl Disposition {
-    /// Whether the record must be listed in `batchItemFailures`.
+    /// Tells whether the record must be listed in `batchItemFailures`.
     pub fn is_reported(&self) -> bool {
         matches!(
             self,
@@ -210,7 +210,7 @@ pub struct BatchReport {
 }
 
 impl BatchReport {
-    /// The response Lambda expects: the reported records' message ids; empty on full success.
+    /// Returns the response Lambda expects: the reported records' message ids; empty on full success.
     pub fn response(&self) -> SqsBatchResponse {
         let mut response = SqsBatchResponse::default();
         for record in self.records.iter().filter(|r| r.disposition.is_reported()) {
@@ -219,7 +219,7 @@ impl BatchReport {
         response
     }
 
-    /// The processing time of every record that was started, in event order.
+    /// Returns the processing time of every record that was started, in event order.
     pub fn record_times(&self) -> Vec<Duration> {
         self.records
             .iter()
@@ -331,7 +331,7 @@ impl RecordShared {
         }
     }
 
-    /// The context of one record (or one death hook) of the batch.
+    /// Returns the context of one record (or one death hook) of the batch.
     fn context(&self) -> crate::context::RecordContext {
         crate::context::RecordContext::new(self.cutoff_at, self.hard_stop_at, self.metrics.clone())
             .with_clock(self.clock)
@@ -437,7 +437,7 @@ impl<P: std::fmt::Debug, S: std::fmt::Debug> std::fmt::Debug for BatchProcessor<
 }
 
 impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
-    /// An engine for `processor`, dead-lettering into `sink`.
+    /// Creates an engine for `processor`, dead-lettering into `sink`.
     pub fn new(processor: P, sink: S, config: BatchConfig) -> Self {
         BatchProcessor {
             processor,
@@ -480,17 +480,17 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         self
     }
 
-    /// The engine's configuration.
+    /// Returns the engine's configuration.
     pub fn config(&self) -> &BatchConfig {
         &self.config
     }
 
-    /// The processor, e.g. for a redrive that reprocesses items in place.
+    /// Returns the processor, e.g. for a redrive that reprocesses items in place.
     pub fn processor(&self) -> &P {
         &self.processor
     }
 
-    /// The dead-letter sink.
+    /// Returns the dead-letter sink.
     pub fn sink(&self) -> &S {
         &self.sink
     }
@@ -753,7 +753,7 @@ type Waiting = (
     Option<String>,
 );
 
-/// What spaced redelivery needs to hide each record of the batch afterwards, by message id.
+/// Returns what spaced redelivery needs to hide each record of the batch afterwards, by message id.
 fn redelivery_handles(
     message_ids: &[Text<'_>],
     records: &[SqsRecord<'_>],
@@ -794,7 +794,7 @@ fn batch_queues<'a>(records: &'a [SqsRecord<'_>]) -> Vec<&'a str> {
     queues
 }
 
-/// The report of a batch still running at the deadline's hard stop: every record is
+/// Returns the report of a batch still running at the deadline's hard stop: every record is
 /// returned for retry.
 fn all_returned_at_hard_stop(message_ids: Vec<Text<'_>>) -> BatchReport {
     tracing::error!(
@@ -809,7 +809,7 @@ fn all_returned_at_hard_stop(message_ids: Vec<Text<'_>>) -> BatchReport {
     BatchReport { records: reports }
 }
 
-/// The reports in the batch's order. Every place is filled by now; were one not, its
+/// Returns the reports in the batch's order. Every place is filled by now; were one not, its
 /// record would be returned for retry rather than left out of the response. (Collected in
 /// place: an `Option<RecordReport>` is the size of a report.)
 fn every_place_filled(reports: Vec<Option<RecordReport>>, ids: &[Text<'_>]) -> Vec<RecordReport> {

@@ -39,7 +39,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         results
     }
 
-    /// The processor's death hooks ([`Processor::on_dead_letter`]) for the candidates the
+    /// Runs the processor's death hooks ([`Processor::on_dead_letter`]) for the candidates the
     /// sink made durable, once the batch's dead letters are written, so that no hook can
     /// take their time; beside the batch's hides (other records), so that no hide takes
     /// theirs. Concurrently, each in a record context of its own (its metrics go to the
@@ -287,7 +287,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
-    /// The report of a record its processor finished, once a requeued item's record is
+    /// Returns the report of a record its processor finished, once a requeued item's record is
     /// resolved.
     async fn settle_success(
         &self,
@@ -407,7 +407,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         Ok(())
     }
 
-    /// A record the batch will not run (past the cut-off, or held back behind a FIFO
+    /// Returns a record the batch will not run (past the cut-off, or held back behind a FIFO
     /// failure): reported as not started (and hidden like any record returned), except on
     /// its last receive, where the queue's redrive policy would move it without a record:
     /// then it is dead-lettered, class `timeout` (transient, so a redrive brings it back),
@@ -520,7 +520,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     }
 }
 
-/// A processor's future behind a pointer: one allocation per attempt, so that the engine's
+/// Returns a processor's future behind a pointer: one allocation per attempt, so that the engine's
 /// own future does not nest the handler's (an AWS SDK call nests deeply) and a handler
 /// crate compiles without raising its `recursion_limit`.
 fn boxed<'a, T>(
@@ -546,7 +546,7 @@ pub async fn guard_panics<T>(
     }
 }
 
-/// The text of a panic's payload (`panic!` with a message gives a `&str` or a `String`).
+/// Returns the text of a panic's payload (`panic!` with a message gives a `&str` or a `String`).
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
@@ -555,7 +555,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
-/// The name of a disposition on log lines.
+/// Returns the name of a disposition on log lines.
 /// The step with the record's processing time.
 fn finish(step: Step, took: Option<Duration>) -> Step {
     match step {
@@ -650,7 +650,7 @@ fn outcome_name(disposition: &Disposition) -> &'static str {
     }
 }
 
-/// A failure found before the processor ran (bad body, unfetchable payload), at `clock`'s now.
+/// Returns a failure found before the processor ran (bad body, unfetchable payload), at `clock`'s now.
 fn immediate_failure(error: ProcessError, clock: &Clock) -> AttemptFailure {
     AttemptFailure {
         attempt: 1,
@@ -685,7 +685,7 @@ pub(super) fn not_started(
     }
 }
 
-/// A record that was not started, keyed by its message id.
+/// Returns a record that was not started, keyed by its message id.
 pub(super) fn not_started_report(message_id: String, reason: NotStartedReason) -> RecordReport {
     RecordReport {
         item_id: message_id.clone(),
@@ -697,7 +697,7 @@ pub(super) fn not_started_report(message_id: String, reason: NotStartedReason) -
     }
 }
 
-/// The report of a record the sink was asked to dead-letter, after `(attempts, processing
+/// Returns the report of a record the sink was asked to dead-letter, after `(attempts, processing
 /// time)`, logged with its handler's `fields` (JSON) when it added any.
 pub(super) fn dead_letter_report(
     candidate: &DeadLetterCandidate,

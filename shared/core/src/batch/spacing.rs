@@ -46,7 +46,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         log_hides(&results, tried);
     }
 
-    /// The hides of the records going back: each record's delay, capped by the 12 hours
+    /// Returns the hides of the records going back: each record's delay, capped by the 12 hours
     /// from its receive and by what is left of its retention.
     ///
     /// FIFO: no record of a message group going back is hidden longer than the group's
@@ -113,7 +113,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         plan
     }
 
-    /// A record's redelivery delay by the policy (its `Retry-After` included), never past
+    /// Returns a record's redelivery delay by the policy (its `Retry-After` included), never past
     /// what is left of the message's retention less a visibility timeout for its next
     /// delivery: a message that expires while hidden is gone without a trace.
     fn redelivery_delay(
@@ -139,7 +139,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .min(within_retention)
     }
 
-    /// One `ChangeMessageVisibilityBatch` (per queue, by the port), bounded by the
+    /// Sends one `ChangeMessageVisibilityBatch` (per queue, by the port), bounded by the
     /// deadline's hard stop: a call cut there counts as no record hidden.
     async fn hide_until(
         &self,
@@ -262,7 +262,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
-    /// How long a record of `queue_arn` sent at `sent` may be hidden `now` and still be
+    /// Returns how long a record of `queue_arn` sent at `sent` may be hidden `now` and still be
     /// delivered once more before it expires (`crate::redelivery::retry_room`): `None`
     /// when unknown (redeliveries not spaced, the queue's retention unread, no
     /// `SentTimestamp`), `Some(ZERO)` when there is no room.
@@ -279,7 +279,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         Some(crate::redelivery::retry_room(sent?, &timing, now).unwrap_or(Duration::ZERO))
     }
 
-    /// Whether a record returned by this invocation could not be delivered again before its
+    /// Tells whether a record returned by this invocation could not be delivered again before its
     /// retention ends: it is then dead-lettered, never left to expire while hidden
     /// (docs/ARCHITECTURE.md §1.11). Judged at the hard stop, the latest the batch answers
     /// (the rest of the batch may run on after this record ended).
@@ -304,7 +304,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         }
     }
 
-    /// Whether this delivery is the last one SQS will make before its redrive policy moves
+    /// Tells whether this delivery is the last one SQS will make before its redrive policy moves
     /// the message (less the configured margin).
     pub(super) fn receive_budget_spent(&self, receive_count: u32) -> bool {
         self.config.max_receive_count.is_some_and(|max| {
@@ -313,7 +313,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     }
 }
 
-/// A record's `SentTimestamp` attribute (epoch milliseconds) as a time; `None` when absent
+/// Returns a record's `SentTimestamp` attribute (epoch milliseconds) as a time; `None` when absent
 /// or out of range.
 pub(super) fn sent_time(attribute: Option<&str>) -> Option<std::time::SystemTime> {
     let millis = attribute?.parse::<u64>().ok()?;
@@ -329,7 +329,7 @@ struct HidePlan {
     followers: Vec<(usize, crate::redelivery::Hide)>,
 }
 
-/// Whether a record with `disposition` goes back to the queue (and so is hidden).
+/// Tells whether a record with `disposition` goes back to the queue (and so is hidden).
 fn goes_back(disposition: &Disposition) -> bool {
     matches!(
         disposition,

@@ -199,7 +199,7 @@ impl ProcessError {
         error
     }
 
-    /// A classified error from an AWS SDK call, keeping its code, status and full context
+    /// Creates a classified error from an AWS SDK call, keeping its code, status and full context
     /// (`SdkError`'s own `Display` only says "service error").
     pub fn from_sdk<E>(err: &SdkError<E, HttpResponse>) -> Self
     where
@@ -226,7 +226,7 @@ impl ProcessError {
         error
     }
 
-    /// A failure for a non-success HTTP response; unnamed statuses are [`ErrorClass::Unknown`].
+    /// Creates a failure for a non-success HTTP response; unnamed statuses are [`ErrorClass::Unknown`].
     pub fn from_http_status(status: u16, message: impl Into<String>) -> Self {
         ProcessError::new(
             classify_http_status(status).unwrap_or(ErrorClass::Unknown),
@@ -360,7 +360,7 @@ pub fn display_chain(err: &(dyn StdError + 'static)) -> String {
     parts.join(": ")
 }
 
-/// The `source()` chain below `err` as strings, outermost first.
+/// Returns the `source()` chain below `err` as strings, outermost first.
 pub fn cause_chain(err: &(dyn StdError + 'static)) -> Vec<String> {
     let mut causes = Vec::new();
     let mut current = err.source();

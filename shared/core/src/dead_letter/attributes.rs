@@ -44,7 +44,7 @@ pub enum MessageAttribute {
 }
 
 impl MessageAttribute {
-    /// A `String` attribute.
+    /// Returns a `String` attribute.
     pub fn string(value: impl Into<String>) -> Self {
         MessageAttribute::String {
             data_type: "String".to_string(),
@@ -52,7 +52,7 @@ impl MessageAttribute {
         }
     }
 
-    /// The attribute from SQS's three fields: binary when it has a binary value, a number
+    /// Creates the attribute from SQS's three fields: binary when it has a binary value, a number
     /// when its type is `Number…`, a string otherwise; unkept when it has no value.
     pub fn from_parts(
         data_type: String,
@@ -79,7 +79,7 @@ impl MessageAttribute {
         }
     }
 
-    /// The value of a string or number attribute.
+    /// Returns the value of a string or number attribute.
     pub fn string_value(&self) -> Option<&str> {
         match self {
             MessageAttribute::String { value, .. } | MessageAttribute::Number { value, .. } => {
@@ -89,7 +89,7 @@ impl MessageAttribute {
         }
     }
 
-    /// The value of a binary attribute, base64.
+    /// Returns the value of a binary attribute, base64.
     pub fn binary_base64(&self) -> Option<&str> {
         match self {
             MessageAttribute::Binary { base64, .. } => Some(base64),
@@ -97,7 +97,7 @@ impl MessageAttribute {
         }
     }
 
-    /// Whether the attribute has a value that can be sent again.
+    /// Tells whether the attribute has a value that can be sent again.
     pub fn is_restorable(&self) -> bool {
         !matches!(self, MessageAttribute::Unkept { .. })
     }
@@ -172,7 +172,7 @@ impl From<StoredAttribute> for MessageAttribute {
 /// (`data_type`, `string_value`) and DynamoDB's per-element overhead.
 const STORED_ATTRIBUTE_OVERHEAD: usize = 40;
 
-/// The record's copy of a delivery's attributes: typed, and capped at [`ATTRIBUTES_LIMIT`]
+/// Returns the record's copy of a delivery's attributes: typed, and capped at [`ATTRIBUTES_LIMIT`]
 /// (in name order, the first that fit); returns them and how many were left out.
 pub fn capped_attributes(
     attributes: &HashMap<String, aws_lambda_events::sqs::SqsMessageAttribute>,

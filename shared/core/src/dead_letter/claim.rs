@@ -40,7 +40,7 @@ pub struct DlqClaim {
 }
 
 impl DlqClaim {
-    /// The claim of `message_id` at `receive_count`.
+    /// Creates the claim of `message_id` at `receive_count`.
     pub fn new(message_id: &str, receive_count: u32) -> DlqClaim {
         DlqClaim {
             message_id: message_id.to_string(),
@@ -48,17 +48,17 @@ impl DlqClaim {
         }
     }
 
-    /// The claim a record's latest delivery asks for.
+    /// Returns the claim a record's latest delivery asks for.
     pub fn of(source: &SourceContext) -> DlqClaim {
         DlqClaim::new(&source.message_id, source.receive_count)
     }
 
-    /// The claim of the receive just before this one, if any.
+    /// Returns the claim of the receive just before this one, if any.
     pub fn previous(&self) -> Option<DlqClaim> {
         (self.receive_count > 1).then(|| DlqClaim::new(&self.message_id, self.receive_count - 1))
     }
 
-    /// The element the claim set holds for this claim.
+    /// Returns the element the claim set holds for this claim.
     pub fn element(&self) -> String {
         if crate::mutants::is_on(crate::mutants::Mutant::CutClaimKept) {
             return self.message_id.clone();
@@ -77,7 +77,7 @@ impl DlqClaim {
             .unwrap_or_else(|| DlqClaim::new(element, 0))
     }
 
-    /// Whether `claims` hold this message's claim at a later receive.
+    /// Tells whether `claims` hold this message's claim at a later receive.
     ///
     /// A delivery that finds this after taking its own claim overlapped the next delivery
     /// (its visibility lapsed while it ran). The later claim wins.
@@ -85,7 +85,7 @@ impl DlqClaim {
         self.held_from(claims, self.receive_count.saturating_add(1))
     }
 
-    /// Whether `claims` hold this message's claim at the receive just before this one, at
+    /// Tells whether `claims` hold this message's claim at the receive just before this one, at
     /// this one, or later.
     ///
     /// Such a claim may be a delivery's still running, so this delivery must not send. A
@@ -97,7 +97,7 @@ impl DlqClaim {
         self.held_from(claims, self.receive_count.saturating_sub(1).max(1))
     }
 
-    /// Whether `claims` hold this message's claim at receive `from` or later.
+    /// Tells whether `claims` hold this message's claim at receive `from` or later.
     fn held_from<'a>(&self, claims: impl IntoIterator<Item = &'a String>, from: u32) -> bool {
         claims
             .into_iter()

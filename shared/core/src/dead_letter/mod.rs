@@ -79,7 +79,7 @@ pub enum DeadLetterReason {
 }
 
 impl DeadLetterReason {
-    /// The reason as stored (its serde name).
+    /// Returns the reason as stored (its serde name).
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -115,7 +115,7 @@ pub struct DeadLetterCandidate {
 /// id): the worker, having finished it, marks the record resolved.
 pub const REQUEUED_BY_ATTRIBUTE: &str = "requeued_by";
 
-/// The error a sink returns for a record whose source message another delivery is
+/// Returns the error a sink returns for a record whose source message another delivery is
 /// dead-lettering at this moment (SQS delivered it twice): that delivery sends the one DLQ
 /// message; this one is returned for retry, neither acknowledged nor sent again.
 pub fn dead_lettering_elsewhere() -> ProcessError {
@@ -128,7 +128,7 @@ pub fn dead_lettering_elsewhere() -> ProcessError {
 
 const DEAD_LETTERING_ELSEWHERE: &str = "dead-letter-elsewhere";
 
-/// Whether a sink's error says another delivery is dead-lettering the record (SQS delivered
+/// Tells whether a sink's error says another delivery is dead-lettering the record (SQS delivered
 /// its message twice): the record goes back for retry, neither acknowledged nor sent again.
 pub fn is_dead_lettering_elsewhere(error: &ProcessError) -> bool {
     error.step.as_deref() == Some(DEAD_LETTERING_ELSEWHERE)

@@ -83,7 +83,7 @@ impl ItemStatus {
     pub const ALL: [ItemStatus; <ItemStatus as strum::EnumCount>::COUNT] =
         crate::error::variant_array(<ItemStatus as strum::VariantArray>::VARIANTS);
 
-    /// The status as stored.
+    /// Returns the status as stored.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -93,7 +93,7 @@ impl ItemStatus {
         name.parse().ok()
     }
 
-    /// Whether an item of this status is in flight: a run holds it (`redriving`), or its
+    /// Tells whether an item of this status is in flight: a run holds it (`redriving`), or its
     /// message waits in the source queue (`requeued`). A removal never takes such an item.
     /// Its payload may be what a live message points to.
     pub fn is_in_flight(self) -> bool {
@@ -286,7 +286,7 @@ pub struct DeadLetteredItem {
 /// Most entries a record's `processed` list keeps.
 pub const PROCESSED_LIMIT: usize = 20;
 
-/// The `processed` list of `record` once resolved: its current source message and payload
+/// Returns the `processed` list of `record` once resolved: its current source message and payload
 /// added (moved to the end if already there), the latest [`PROCESSED_LIMIT`] kept. A DLQ
 /// message is deleted only when its record lists it so (docs/ARCHITECTURE.md §4).
 pub fn processed_after(record: &DeadLetteredItem) -> Vec<String> {
@@ -302,12 +302,12 @@ pub fn processed_after(record: &DeadLetteredItem) -> Vec<String> {
     processed.split_off(excess)
 }
 
-/// The `processed` entry of a source message id.
+/// Returns the `processed` entry of a source message id.
 pub fn processed_key_for_message(message_id: &str) -> String {
     format!("msg:{}", recorded_message_id(message_id))
 }
 
-/// A source message id as records, claims and DLQ attributes keep it: the id SQS gave
+/// Returns a source message id as records, claims and DLQ attributes keep it: the id SQS gave
 /// (at most 100 characters of its own set), or for a hand-built event's id SQS could not
 /// carry or too long for the record's bounds, `sha256:` and its digest
 /// ([`crate::item::kept_id`] within 128 bytes).
@@ -315,7 +315,7 @@ pub fn recorded_message_id(message_id: &str) -> String {
     crate::item::kept_id(message_id.to_string(), 128)
 }
 
-/// The `processed` entry of a payload digest.
+/// Returns the `processed` entry of a payload digest.
 pub fn processed_key_for_payload(sha256: &str) -> String {
     format!("sha:{sha256}")
 }
@@ -360,7 +360,7 @@ impl FailureDetail {
 }
 
 impl FailureDetail {
-    /// The entry within the size limits (every text field: [`ERROR_MESSAGE_LIMIT`],
+    /// Returns the entry within the size limits (every text field: [`ERROR_MESSAGE_LIMIT`],
     /// [`CAUSES_LIMIT`] × [`CAUSE_LIMIT`], [`RESPONSE_EXCERPT_LIMIT`], the code, step and
     /// invocation fields): every write of a history entry goes through this, whoever built
     /// the entry, so no entry passes [`crate::recording::HISTORY_ENTRY_MAX`].
@@ -430,7 +430,7 @@ pub enum Triage {
 }
 
 impl Triage {
-    /// The name `dlq stats` and `dlq inspect` print.
+    /// Returns the name `dlq stats` and `dlq inspect` print.
     pub fn as_str(self) -> &'static str {
         match self {
             Triage::Eligible => "eligible",
@@ -439,7 +439,7 @@ impl Triage {
         }
     }
 
-    /// What an operator does next, in one line.
+    /// Returns what an operator does next, in one line.
     pub fn next_step(self) -> &'static str {
         match self {
             Triage::Eligible => "a redrive run retries it",
@@ -466,7 +466,7 @@ impl DeadLetteredItem {
         }
     }
 
-    /// The record for a candidate, with the payload inline (a sink may move it to S3).
+    /// Creates the record for a candidate, with the payload inline (a sink may move it to S3).
     pub fn from_candidate(
         candidate: &DeadLetterCandidate,
         invocation: &InvocationInfo,

@@ -96,7 +96,7 @@ pub const ITEM_GRACE: Duration = Duration::from_secs(60);
 /// Kept free at the end of a lease: the outcome write and the clocks' drift.
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 
-/// The run's item deadline, brought forward so that an item leased at `leased_at` for
+/// Returns the run's item deadline, brought forward so that an item leased at `leased_at` for
 /// `ttl` is done (attempts cut, outcome written) [`LEASE_MARGIN`] before its lease ends.
 pub(super) fn within_lease(run: Deadline, leased_at: Instant, ttl: Duration) -> Deadline {
     let lease_end = leased_at + ttl.saturating_sub(LEASE_MARGIN);
@@ -141,12 +141,12 @@ impl Tally<'_> {
         }
     }
 
-    /// How many more items the run may take.
+    /// Returns how many more items the run may take.
     fn room(&self) -> usize {
         self.limit.saturating_sub(self.taken)
     }
 
-    /// Whether the run must stop before its next chunk: `max_items` taken, or its time up.
+    /// Tells whether the run must stop before its next chunk: `max_items` taken, or its time up.
     fn must_stop(&self) -> bool {
         self.taken >= self.limit || Instant::now() >= self.run.stop_at
     }
@@ -219,14 +219,14 @@ pub const REQUEUE_MARGIN: Duration = Duration::from_secs(3_600);
 /// expired first would vanish with its message lost.
 pub const REQUEUED_RECORD_LIFE: Duration = Duration::from_secs(REQUEUE_OUTLIVED.as_secs() + 86_400);
 
-/// The expiry (epoch seconds) of a record requeued at `now` that expired at `expires_at`:
+/// Returns the expiry (epoch seconds) of a record requeued at `now` that expired at `expires_at`:
 /// never sooner, and at least [`REQUEUED_RECORD_LIFE`] away.
 pub fn expiry_when_requeued(expires_at: i64, now: chrono::DateTime<chrono::Utc>) -> i64 {
     let life = i64::try_from(REQUEUED_RECORD_LIFE.as_secs()).unwrap_or(i64::MAX);
     expires_at.max(now.timestamp().saturating_add(life))
 }
 
-/// The expiry (epoch seconds) of a record set back to dead at `now`: never sooner, and at
+/// Returns the expiry (epoch seconds) of a record set back to dead at `now`: never sooner, and at
 /// least the store's `retention` away, so that an operator has the whole retention to act.
 pub fn expiry_when_reopened(
     expires_at: i64,
@@ -278,7 +278,7 @@ pub struct RedriveEngine<P, S> {
 }
 
 impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
-    /// An engine; `processor` is needed for `reprocess` mode only. It reads `store`'s clock
+    /// Creates an engine; `processor` is needed for `reprocess` mode only. It reads `store`'s clock
     /// (a clock in `settings` is replaced by it: see [`RedriveSettings`]).
     pub fn new(store: S, processor: Option<P>, mut settings: RedriveSettings) -> Self {
         settings.retry.clock = store.clock();
@@ -304,17 +304,17 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         self
     }
 
-    /// The store.
+    /// Returns the store.
     pub fn store(&self) -> &S {
         &self.store
     }
 
-    /// The engine's settings.
+    /// Returns the engine's settings.
     pub fn settings(&self) -> &RedriveSettings {
         &self.settings
     }
 
-    /// The settings, to change them.
+    /// Returns the settings, to change them.
     pub fn settings_mut(&mut self) -> &mut RedriveSettings {
         &mut self.settings
     }
@@ -394,7 +394,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         Ok(report)
     }
 
-    /// The options of a run's sweeps: adopting, until `until`, holding what they keep until
+    /// Returns the options of a run's sweeps: adopting, until `until`, holding what they keep until
     /// `hold_until`.
     fn adopting_sweep(&self, until: Option<Instant>, hold_until: Option<Instant>) -> SweepOptions {
         SweepOptions {
@@ -516,7 +516,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         }
     }
 
-    /// How long after its requeue a record still `requeued` has no message left that
+    /// Returns how long after its requeue a record still `requeued` has no message left that
     /// could finish it: its queue's retention (read once per queue per run of the engine;
     /// SQS's longest, 14 days, when it cannot be read) and [`REQUEUE_MARGIN`].
     async fn requeue_outlived_after(&self, record: &DeadLetteredItem) -> Duration {
@@ -547,7 +547,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         retention + REQUEUE_MARGIN
     }
 
-    /// How long the oldest dead record has waited since its last attempt: one query of one
+    /// Returns how long the oldest dead record has waited since its last attempt: one query of one
     /// record (`None` when there is none, or the query failed: the age is a metric, never a
     /// reason to fail the run).
     pub async fn oldest_dead_age(&self) -> Option<u64> {
@@ -689,7 +689,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         }
     }
 
-    /// The records of `ids` that the plan selects. An id without a record, with one the
+    /// Returns the records of `ids` that the plan selects. An id without a record, with one the
     /// plan does not select, or whose record cannot be read is that item's outcome, told
     /// at once; not the run's error.
     async fn read_named(
@@ -974,7 +974,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         self.settle(record, run_id, &item, run).await
     }
 
-    /// The item a record's payload makes, as the worker's processor would get it: the
+    /// Returns the item a record's payload makes, as the worker's processor would get it: the
     /// payload read (from S3, or through the producer's pointer), the envelope unwrapped.
     /// A payload that cannot be read or unwrapped, or a lease used up reading it, is the
     /// item's immediate failure, with the item as far as it was made.
@@ -1054,7 +1054,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         }
     }
 
-    /// The record context of an item's attempts bounded by `deadline`, its instants read
+    /// Returns the record context of an item's attempts bounded by `deadline`, its instants read
     /// as wall times by the engine's clock.
     fn record_context(&self, deadline: &Deadline) -> crate::context::RecordContext {
         let clock = self.settings.retry.clock;
@@ -1112,7 +1112,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         }
     }
 
-    /// The item's body: inline, or fetched from S3 and checked against its sha256.
+    /// Returns the item's body: inline, or fetched from S3 and checked against its sha256.
     pub(super) async fn load_body(
         &self,
         record: &DeadLetteredItem,
@@ -1138,7 +1138,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         }
     }
 
-    /// The payload behind a record that kept an Extended-Client pointer (the worker could
+    /// Returns the payload behind a record that kept an Extended-Client pointer (the worker could
     /// not fetch it then): fetched under the payload policy, or refused. The downstream is
     /// never handed the pointer as if it were the payload.
     async fn resolve_pointer(&self, body: String) -> Result<String, ProcessError> {
@@ -1194,7 +1194,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
     }
 }
 
-/// A dead-lettered item as a work item for reprocessing. It carries the record's trace as
+/// Returns a dead-lettered item as a work item for reprocessing. It carries the record's trace as
 /// its `AWSTraceHeader`, so the handler, its log lines and the downstream continue the
 /// producer's trace ([`crate::trace::TraceContext::of_dead`]).
 pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
@@ -1216,7 +1216,7 @@ pub(super) fn work_item(record: &DeadLetteredItem, body: String) -> WorkItem {
     }
 }
 
-/// A failure found before any attempt (the payload unreadable, the lease used up), at
+/// Returns a failure found before any attempt (the payload unreadable, the lease used up), at
 /// `clock`'s now.
 fn immediate(error: ProcessError, clock: &Clock) -> crate::retry::AttemptFailure {
     crate::retry::AttemptFailure {
@@ -1227,7 +1227,7 @@ fn immediate(error: ProcessError, clock: &Clock) -> crate::retry::AttemptFailure
     }
 }
 
-/// A shared no-op progress callback.
+/// Returns a shared no-op progress callback.
 pub fn no_progress() -> Arc<dyn Fn(&ItemOutcome) + Send + Sync> {
     Arc::new(|_| {})
 }

@@ -111,7 +111,7 @@ where
     .await)
 }
 
-/// The report of a run the breaker holds back (`why`): nothing is reprocessed now.
+/// Returns the report of a run the breaker holds back (`why`): nothing is reprocessed now.
 fn held_by_breaker(request: &RedriveRequest, why: &str) -> Gate {
     tracing::info!("the worker's circuit breaker is open ({why}): nothing is reprocessed now");
     Gate::Stop(RedriveReport {
@@ -121,7 +121,7 @@ fn held_by_breaker(request: &RedriveRequest, why: &str) -> Gate {
     })
 }
 
-/// How long the probe's lock lasts: as long as the probe run can, to its deadline and never
+/// Returns how long the probe's lock lasts: as long as the probe run can, to its deadline and never
 /// past its one item's lease (no attempt outlives it), with the worker's slack. So no
 /// worker sandbox probes beside it. The configured `probe_for` alone is a minute, and an
 /// item's attempts may take longer.
@@ -139,7 +139,7 @@ fn probe_lock(
         .max(run_bound.saturating_add(crate::breaker::PROBE_SLACK))
 }
 
-/// What the probe run's `report` decides: the downstream's answer closes the breaker and
+/// Returns what the probe run's `report` decides: the downstream's answer closes the breaker and
 /// lets the run go on; its transient failure opens the breaker again for longer; nothing
 /// told of the downstream gives the probe back.
 async fn decide_probe<B: crate::breaker::BreakerStore>(
@@ -181,7 +181,7 @@ async fn decide_probe<B: crate::breaker::BreakerStore>(
 /// Most items a probe run takes, one after the other, until one tells of the downstream.
 pub const PROBE_ITEMS: usize = 5;
 
-/// The probe run: one item at a time, the next only while none has told of the downstream
+/// Returns the probe run: one item at a time, the next only while none has told of the downstream
 /// (succeeded, or failed it), at most [`PROBE_ITEMS`]. An item that says nothing of the
 /// downstream (its handler panicked, the item is bad) would otherwise be every probe's
 /// item: the oldest eligible item is selected first, and the breaker would stay half-open
@@ -227,7 +227,7 @@ where
     Ok(taken.unwrap_or_default())
 }
 
-/// Whether a probe run saw the downstream answer: an item resolved by processing it. One
+/// Tells whether a probe run saw the downstream answer: an item resolved by processing it. One
 /// resolved with nothing done (skipped by its handler, or its idempotency key completed
 /// before: the downstream was never called) says nothing of the downstream.
 fn probe_answered_downstream(report: &RedriveReport) -> bool {
@@ -238,7 +238,7 @@ fn probe_answered_downstream(report: &RedriveReport) -> bool {
             && report.succeeded > 0)
 }
 
-/// Whether a probe run saw the downstream fail: an item failed again with a transient
+/// Tells whether a probe run saw the downstream fail: an item failed again with a transient
 /// class, as the worker's breaker counts failures. A bad item taken as the probe (one of
 /// the poison items the open breaker refused during the outage, now a 400) says nothing of
 /// the downstream, and does not reopen the breaker for every worker.

@@ -165,7 +165,7 @@ impl RedriveReport {
         self.items = items;
     }
 
-    /// Whether anything failed (failed again, errors, unknown ids).
+    /// Tells whether anything failed (failed again, errors, unknown ids).
     pub fn is_partial_failure(&self) -> bool {
         self.failed_again + self.errors + self.not_found > 0
     }

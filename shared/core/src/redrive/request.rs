@@ -109,7 +109,7 @@ pub(super) struct Selection {
 }
 
 impl Selection {
-    /// The names of the options where `self` and `other` differ.
+    /// Returns the names of the options where `self` and `other` differ.
     fn differences(&self, other: &Selection) -> Vec<&'static str> {
         let differ = [
             ("item_ids", self.item_ids != other.item_ids),
@@ -195,7 +195,7 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    /// Whether a record fetched by id is one this selection takes (eligibility aside:
+    /// Tells whether a record fetched by id is one this selection takes (eligibility aside:
     /// [`RedriveEngine`] reports an ineligible item as skipped, with the reason).
     pub(super) fn selects(&self, record: &DeadLetteredItem) -> bool {
         self.filters.iter().any(|f| {
@@ -209,7 +209,7 @@ impl Plan {
 }
 
 impl RedriveRequest {
-    /// What this request selects and how it puts items back.
+    /// Returns what this request selects and how it puts items back.
     pub(super) fn selection(&self) -> Selection {
         Selection {
             item_ids: self.item_ids.clone(),
@@ -225,7 +225,7 @@ impl RedriveRequest {
         }
     }
 
-    /// The request a continuation runs: the one its token carries. A request with a token
+    /// Returns the request a continuation runs: the one its token carries. A request with a token
     /// and no selection of its own (`dlq redrive --continue <token>`, as a run prints it)
     /// takes the token's. One that names a selection must name the token's. Otherwise the
     /// token would resume a position in another selection, or run a dry run for real.
@@ -276,7 +276,7 @@ impl RedriveRequest {
         })
     }
 
-    /// The queries that select this request's records (its item ids aside), relative times
+    /// Returns the queries that select this request's records (its item ids aside), relative times
     /// read from `now`: what an operator's tool counts before a large run.
     pub fn record_filters(
         &self,
@@ -368,7 +368,7 @@ impl RedriveRequest {
         Ok((since, until))
     }
 
-    /// The run's parallelism, its interval between items (from `rate`) and its time
+    /// Returns the run's parallelism, its interval between items (from `rate`) and its time
     /// budget, each checked against its range, and the other bounds of the request.
     fn pace(&self) -> Result<(usize, Option<Duration>, Duration), RedriveError> {
         let invalid = |m: String| Err(RedriveError::InvalidRequest(m));
@@ -401,7 +401,7 @@ impl RedriveRequest {
         Ok((parallelism, interval, Duration::from_secs(budget_secs)))
     }
 
-    /// The queries of the selection, in the order a run reads them.
+    /// Returns the queries of the selection, in the order a run reads them.
     fn filters(
         &self,
         since: Option<chrono::DateTime<chrono::Utc>>,

@@ -23,7 +23,7 @@ use crate::processor::Processor;
 /// SQS takes 10 message attributes; ours take three, so at most seven are restored.
 const RESTORED_ATTRIBUTES_MAX: usize = 7;
 
-/// The message that puts `record` back on its queue, with `body`: the record's restorable
+/// Returns the message that puts `record` back on its queue, with `body`: the record's restorable
 /// attributes (not ours, at most seven), then ours (item id, the run that requeued it, the
 /// payload's sha256); on a FIFO queue, the record's group (or one derived from the item
 /// id) and a deduplication id unique to the item and run. It continues the record's trace
@@ -125,7 +125,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         Ok(url)
     }
 
-    /// The largest message the queue at `url` takes, read once per run; SQS's classic
+    /// Returns the largest message the queue at `url` takes, read once per run; SQS's classic
     /// 256 KiB when it cannot be read (a larger payload then goes as a pointer, which every
     /// queue takes).
     async fn queue_message_max(&self, url: &str) -> u64 {
@@ -295,7 +295,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
         }
     }
 
-    /// Whether the record was resolved since this run leased it: the worker finished the
+    /// Tells whether the record was resolved since this run leased it: the worker finished the
     /// requeued message before the run could mark the record requeued.
     async fn finished_before_marked(&self, record: &DeadLetteredItem) -> bool {
         matches!(
@@ -320,7 +320,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
             .map_err(|e| e.with_step("requeue-refresh-payload"))
     }
 
-    /// The queue and message that put `record` back: the body inline when the queue takes
+    /// Returns the queue and message that put `record` back: the body inline when the queue takes
     /// it with the message's attributes (its `MaximumMessageSize`, up to 1 MiB, read once
     /// per queue; 256 KiB when it cannot be read) and SQS's character set allows it, else
     /// the S3 payload as an Extended Client pointer.
@@ -369,7 +369,7 @@ impl<P: Processor, S: RedrivePorts> RedriveEngine<P, S> {
 /// simulated world (with its faults) replays exactly.
 type ByQueue = BTreeMap<String, Vec<(usize, OutgoingMessage, usize)>>;
 
-/// The outcome of `record` when it was not requeued.
+/// Returns the outcome of `record` when it was not requeued.
 fn failed(record: &DeadLetteredItem, kind: ItemOutcomeKind, detail: Option<String>) -> ItemOutcome {
     ItemOutcome {
         error_class: None,

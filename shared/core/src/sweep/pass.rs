@@ -14,7 +14,7 @@ const HOLD_MARGIN: Duration = Duration::from_secs(30);
 /// SQS's longest visibility timeout.
 pub(super) const MAX_HOLD: Duration = Duration::from_secs(43_200);
 
-/// How long a message received `elapsed` into a pass is held: until the instants the
+/// Returns how long a message received `elapsed` into a pass is held: until the instants the
 /// caller names (plus a margin), and at least twice as long as the pass has run so far
 /// (plus `MIN_HOLD`). The second bound is what ends a pass over a queue larger than one
 /// hold: a message given back while the pass goes on is received again, held twice as
@@ -31,12 +31,12 @@ pub fn hold_for(elapsed: Duration, until: &[Option<Instant>], now: Instant) -> D
     growing.max(named).min(MAX_HOLD)
 }
 
-/// The marker of one sweep pass, carried by the copies its FIFO rotations send.
+/// Returns the marker of one sweep pass, carried by the copies its FIFO rotations send.
 fn pass_marker(random: &crate::random::Random) -> String {
     format!("{:016x}", random.u64(..))
 }
 
-/// One pass over the DLQ: receives every visible message (until `options.until`), judges
+/// Makes one pass over the DLQ: receives every visible message (until `options.until`), judges
 /// each once by [`decide`] (or, purging, [`purge_takes`]), deletes, adopts and reopens at
 /// once, and returns the rest held (receipts and identities only) for the caller to settle
 /// with [`settle_held`]. On an error it gives back what it holds before returning it. On a
@@ -182,7 +182,7 @@ impl Pass {
         Ok(())
     }
 
-    /// Whether `received` was judged earlier in this pass: received again after its hold
+    /// Tells whether `received` was judged earlier in this pass: received again after its hold
     /// ended, or a copy this pass's rotation sent.
     pub(super) fn already_judged<M>(&self, received: &ReceivedMessage<M>) -> bool {
         self.judged.contains(&received.view.message_id)
@@ -379,14 +379,14 @@ enum Verdict {
     Keep,
 }
 
-/// Whether `received` was sent to the DLQ itself, so that its `SentTimestamp` dates it: a
+/// Tells whether `received` was sent to the DLQ itself, so that its `SentTimestamp` dates it: a
 /// dead-letter's message or a rotated copy (each names a source message of its own). One
 /// the queue's redrive policy moved keeps its source queue's, and may have arrived after.
 fn sent_here<M>(received: &ReceivedMessage<M>) -> bool {
     received.view.source_message_id != received.view.message_id
 }
 
-/// Whether `received` was sent to the DLQ at or after a clear's snapshot
+/// Tells whether `received` was sent to the DLQ at or after a clear's snapshot
 /// ([`SweepOptions::orphans_sent_before_ms`]).
 fn sent_since_snapshot<M>(options: &SweepOptions, received: &ReceivedMessage<M>) -> bool {
     sent_here(received)

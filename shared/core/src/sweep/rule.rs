@@ -20,7 +20,7 @@ pub enum MessageFate {
     Reopen(&'static str),
 }
 
-/// The rule of the module's table, for one message and its record (`None`: no record).
+/// Returns the rule of the module's table, for one message and its record (`None`: no record).
 pub fn decide(message: &MessageView, record: Option<&Standing>) -> MessageFate {
     let Some(record) = record.filter(|r| r.status.is_some()) else {
         return MessageFate::Adopt;
@@ -57,7 +57,7 @@ pub fn decide(message: &MessageView, record: Option<&Standing>) -> MessageFate {
     }
 }
 
-/// The keys of `message` its record did not list processed when the sweep judged it: an
+/// Returns the keys of `message` its record did not list processed when the sweep judged it: an
 /// adoption is written only while the record lists none of them, so that it never
 /// overwrites a record that processed this message *since*. A key listed before (the same
 /// payload, delivered once, then failed again and requeued) does not guard: it would refuse
@@ -71,7 +71,7 @@ pub(super) fn unprocessed_keys(message: &MessageView, standing: Option<&Standing
         .collect()
 }
 
-/// Whether a DLQ message tracked by `tracked` may be adopted now that its payload, read
+/// Tells whether a DLQ message tracked by `tracked` may be adopted now that its payload, read
 /// through an Extended-Client pointer, names `named`. A message without our `item_id`
 /// attribute (`ours`) is tracked by the item its payload names; when that payload could
 /// not be read as the message was received, it was tracked by its message id instead, and
@@ -95,7 +95,7 @@ pub fn tracked_as_its_payload_names(
     }
 }
 
-/// The record of a DLQ message adopted (or reopening its record) `now`: `item` carries the
+/// Returns the record of a DLQ message adopted (or reopening its record) `now`: `item` carries the
 /// message's payload, `error` says why (the adoption's reason, or why a pointer could not
 /// be followed), `message_id` is the DLQ message's own id and `source_message_id` the one
 /// its record is keyed to.
@@ -143,7 +143,7 @@ pub fn adopted_record(
     record
 }
 
-/// Whether a purge deletes `message` of an item it selected: only when the record, as
+/// Tells whether a purge deletes `message` of an item it selected: only when the record, as
 /// selected, holds this very delivery (its source message, with the record's payload when
 /// the message's is known) or lists it processed. Not by
 /// the payload's digest alone: the same payload dead-lettered again after the selection is

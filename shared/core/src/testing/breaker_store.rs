@@ -19,7 +19,7 @@ fn stored(at: SystemTime) -> SystemTime {
         + Duration::from_millis(u64::try_from(epoch_millis(at)).unwrap_or_default())
 }
 
-/// Whether `condition` holds on the stored `state`.
+/// Tells whether `condition` holds on the stored `state`.
 fn holds(condition: &Condition, state: &BreakerState) -> bool {
     condition.holds(Some(&StoredBreaker(state)))
 }
@@ -31,7 +31,7 @@ pub struct MemoryBreakerStore {
 }
 
 impl MemoryBreakerStore {
-    /// The state now.
+    /// Returns the state now.
     pub fn state(&self) -> BreakerState {
         self.state.lock().map(|s| s.clone()).unwrap_or_default()
     }

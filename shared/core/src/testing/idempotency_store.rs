@@ -33,7 +33,7 @@ impl MemoryIdempotencyStore {
             .map_err(|_| ProcessError::new(ErrorClass::Unknown, "store poisoned"))
     }
 
-    /// Whether `key` is recorded as completed.
+    /// Tells whether `key` is recorded as completed.
     pub fn is_completed(&self, key: &str) -> bool {
         self.entries()
             .map(|e| e.get(key).is_some_and(|entry| entry.completed))
@@ -41,7 +41,7 @@ impl MemoryIdempotencyStore {
     }
 }
 
-/// Whether `condition` holds on the item of `key` (`None`: no item).
+/// Tells whether `condition` holds on the item of `key` (`None`: no item).
 fn holds(condition: &Condition, key: &str, entry: Option<&Entry>) -> bool {
     let stored = entry.map(|e| StoredClaim {
         key,

@@ -65,7 +65,7 @@ pub struct ScriptedProcessor {
 }
 
 impl ScriptedProcessor {
-    /// A processor where every item succeeds.
+    /// Creates a processor where every item succeeds.
     pub fn new() -> Self {
         Self::default()
     }
@@ -76,7 +76,7 @@ impl ScriptedProcessor {
         self
     }
 
-    /// How often the processor was called for an item id.
+    /// Returns how often the processor was called for an item id.
     pub fn calls(&self, item_id: &str) -> usize {
         self.calls
             .lock()
@@ -137,12 +137,12 @@ pub struct MemorySink {
 }
 
 impl MemorySink {
-    /// A sink that accepts everything.
+    /// Creates a sink that accepts everything.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// A sink that fails everything (a store outage).
+    /// Returns a sink that fails everything (a store outage).
     pub fn failing() -> Self {
         MemorySink {
             fail: true,
@@ -150,7 +150,7 @@ impl MemorySink {
         }
     }
 
-    /// A sink whose every write takes `delay` (on tokio's clock) before it succeeds: a
+    /// Returns a sink whose every write takes `delay` (on tokio's clock) before it succeeds: a
     /// store that hangs.
     pub fn slow(delay: Duration) -> Self {
         MemorySink {
@@ -159,7 +159,7 @@ impl MemorySink {
         }
     }
 
-    /// The item ids accepted so far.
+    /// Returns the item ids accepted so far.
     pub fn accepted_ids(&self) -> Vec<String> {
         self.accepted
             .lock()

@@ -17,7 +17,7 @@ pub struct MemoryPauseMarker {
 }
 
 impl MemoryPauseMarker {
-    /// The recorded pause.
+    /// Returns the recorded pause.
     pub fn state(&self) -> PauseState {
         *self.pause.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -32,7 +32,7 @@ impl MemoryPauseMarker {
         *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lease held until `until`, as by another run.
+    /// Holds the lease until `until`, as by another run.
     pub fn hold_lease(&self, until: SystemTime) {
         *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(until);
     }

@@ -46,7 +46,7 @@ pub struct QueueMessage {
 }
 
 impl QueueMessage {
-    /// The item id it carries: the body's `id`, else its item id attribute, else its
+    /// Returns the item id it carries: the body's `id`, else its item id attribute, else its
     /// message id (for the trace and the invariants' reports).
     pub fn item_id(&self) -> String {
         payload_id(&self.body)
@@ -57,7 +57,7 @@ impl QueueMessage {
             .unwrap_or_else(|| self.id.clone())
     }
 
-    /// A string attribute's value.
+    /// Returns a string attribute's value.
     pub fn attribute(&self, name: &str) -> Option<&str> {
         self.attributes
             .iter()
@@ -65,7 +65,7 @@ impl QueueMessage {
             .and_then(|(_, v)| v.string_value())
     }
 
-    /// The message as Lambda hands it to a function reading `queue_arn` (a message the
+    /// Returns the message as Lambda hands it to a function reading `queue_arn` (a message the
     /// redrive policy moved names the queue it came from).
     pub fn to_sqs_message(&self, queue_arn: Option<&str>) -> aws_lambda_events::sqs::SqsMessage {
         let mut attributes = serde_json::Map::new();
@@ -114,7 +114,7 @@ impl QueueMessage {
     }
 }
 
-/// The payload inside an SNS notification (its `Message`) or an EventBridge event (its
+/// Returns the payload inside an SNS notification (its `Message`) or an EventBridge event (its
 /// `detail`), or the body itself: the producer's envelopes, opened by their shape.
 fn unwrapped(body: serde_json::Value) -> serde_json::Value {
     if body.get("Type").and_then(|t| t.as_str()) == Some("Notification") {
@@ -134,7 +134,7 @@ fn unwrapped(body: serde_json::Value) -> serde_json::Value {
     body
 }
 
-/// The `id` of the payload in `body` (inside its envelope, if any).
+/// Returns the `id` of the payload in `body` (inside its envelope, if any).
 pub fn payload_id(body: &str) -> Option<String> {
     serde_json::from_str::<serde_json::Value>(body)
         .ok()
@@ -206,7 +206,7 @@ pub fn refused_contents(
 pub const ACCOUNT: &str = "123456789012";
 
 impl Queue {
-    /// An empty queue named `name` in [`ACCOUNT`]: a source queue when it has a redrive
+    /// Creates an empty queue named `name` in [`ACCOUNT`]: a source queue when it has a redrive
     /// policy (its message ids begin `src-`), else a DLQ (`dlq-`).
     pub fn new(name: &str, max_receive_count: Option<u32>) -> Self {
         let prefix = if max_receive_count.is_some() {
@@ -221,7 +221,7 @@ impl Queue {
         }
     }
 
-    /// An empty source queue named `name` in `account`, without a redrive policy (its
+    /// Returns an empty source queue named `name` in `account`, without a redrive policy (its
     /// message ids begin `src-`).
     pub fn source(name: &str, account: &str) -> Self {
         Queue {
@@ -238,7 +238,7 @@ impl Queue {
         }
     }
 
-    /// Whether it is the queue `name` owned by `account`.
+    /// Tells whether it is the queue `name` owned by `account`.
     pub fn is_named(&self, name: &str, account: &str) -> bool {
         self.arn.ends_with(&format!(":{account}:{name}"))
     }
@@ -440,7 +440,7 @@ impl Queue {
         Ok(())
     }
 
-    /// The message `receipt` was given for, while that receipt is its latest.
+    /// Returns the message `receipt` was given for, while that receipt is its latest.
     pub fn by_receipt(&self, receipt: &str) -> Option<&QueueMessage> {
         self.messages
             .iter()
@@ -452,7 +452,7 @@ impl Queue {
         &self.messages
     }
 
-    /// Whether it holds no message at all.
+    /// Tells whether it holds no message at all.
     pub fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }

@@ -60,7 +60,7 @@ pub struct Row {
 }
 
 impl Row {
-    /// A row holding `record`, its attempts' ids and nothing else.
+    /// Returns a row holding `record`, its attempts' ids and nothing else.
     pub fn of(record: DeadLetteredItem) -> Row {
         Row {
             attempt_ids: record
@@ -77,7 +77,7 @@ impl Row {
         }
     }
 
-    /// Whether `condition` (the one the DynamoDB adapter sends, from
+    /// Tells whether `condition` (the one the DynamoDB adapter sends, from
     /// [`crate::condition::conditions`]) holds for this row as stored.
     pub fn satisfies(&self, condition: &Condition) -> bool {
         let ids = |id: &str| self.attempt_ids.contains(id);
@@ -108,7 +108,7 @@ impl Row {
     }
 }
 
-/// Whether `condition` holds for the row `row` (`None`: no item), as DynamoDB evaluates it.
+/// Tells whether `condition` holds for the row `row` (`None`: no item), as DynamoDB evaluates it.
 pub fn satisfied(row: Option<&Row>, condition: &Condition) -> bool {
     row.map_or_else(|| condition.holds(None), |row| row.satisfies(condition))
 }
@@ -282,7 +282,7 @@ impl<X: Default> Default for WorldState<X> {
 }
 
 impl<X> WorldState<X> {
-    /// An empty world: no record, object or source queue, the DLQ `dlq`, random draws
+    /// Creates an empty world: no record, object or source queue, the DLQ `dlq`, random draws
     /// from `seed`, every knob off.
     pub fn new(seed: u64, dlq: Queue, ext: X) -> Self {
         WorldState {
@@ -310,17 +310,17 @@ impl<X> WorldState<X> {
         }
     }
 
-    /// A [`Event::Step`].
+    /// Tells the observer of a [`Event::Step`].
     pub fn step(&mut self, actor: &str, item: &str, what: &str) {
         self.observe(actor, &Event::Step { item, what });
     }
 
-    /// Whether a failure is injected now, with probability `p` (never once healed).
+    /// Tells whether a failure is injected now, with probability `p` (never once healed).
     pub fn chance(&mut self, p: f64) -> bool {
         p > 0.0 && !self.faults.healed && self.rng.f64() < p
     }
 
-    /// Whether the fault rate `pick` names strikes this call.
+    /// Tells whether the fault rate `pick` names strikes this call.
     pub fn chance_of(&mut self, pick: fn(&Faults) -> f64) -> bool {
         let p = pick(&self.faults);
         self.chance(p)
@@ -348,12 +348,12 @@ impl<X> WorldState<X> {
         self.refused.remove(item_id);
     }
 
-    /// Whether the queues refuse messages naming `item_id`.
+    /// Tells whether the queues refuse messages naming `item_id`.
     pub fn refuses(&self, item_id: &str) -> bool {
         self.refused.contains(item_id)
     }
 
-    /// The failure [`WorldState::fail_after`] injects into this call of `name`, if any.
+    /// Returns the failure [`WorldState::fail_after`] injects into this call of `name`, if any.
     pub fn injected(&mut self, name: &str) -> Result<(), ProcessError> {
         match self.failing.get_mut(name) {
             Some(0) => Err(ProcessError::new(
@@ -369,7 +369,7 @@ impl<X> WorldState<X> {
         }
     }
 
-    /// The source queue at `url`.
+    /// Returns the source queue at `url`.
     pub fn source_at(&mut self, url: &str) -> Option<&mut Queue> {
         self.sources.iter_mut().find(|q| q.url == url)
     }
@@ -392,7 +392,7 @@ pub struct World<X = ()> {
 }
 
 impl<X> World<X> {
-    /// A world over `state`, read by the system clock and the thread's generator.
+    /// Creates a world over `state`, read by the system clock and the thread's generator.
     pub fn new(state: WorldState<X>) -> Self {
         World {
             state: Mutex::new(state),
@@ -402,13 +402,13 @@ impl<X> World<X> {
         }
     }
 
-    /// The world read by `clock`.
+    /// Returns the world read by `clock`.
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self
     }
 
-    /// The world's library parts drawing from `random`.
+    /// Returns the world's library parts drawing from `random`.
     pub fn with_random(mut self, random: Random) -> Self {
         self.random = random;
         self
@@ -419,7 +419,7 @@ impl<X> World<X> {
         self.clock.now().timestamp_millis()
     }
 
-    /// The state, for one step.
+    /// Returns the state, for one step.
     pub fn lock(&self) -> MutexGuard<'_, WorldState<X>> {
         // A panic elsewhere is reported by the test that panicked; carry on with the data.
         self.state

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// Whether `name` is a valid S3 bucket name: 3 to 63 lowercase letters, digits, dots and
+/// Tells whether `name` is a valid S3 bucket name: 3 to 63 lowercase letters, digits, dots and
 /// hyphens, starting and ending with a letter or digit.
 fn is_bucket_name(name: &str) -> bool {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
@@ -95,13 +95,13 @@ pub struct IdempotencyConfig {
     pub key_prefix: String,
 }
 
-/// The breaker key of a function that names none: its own, so that two functions sharing
+/// Returns the breaker key of a function that names none: its own, so that two functions sharing
 /// a table do not share a breaker (outside Lambda: [`BREAKER_ID`]).
 fn default_breaker_key(function: Option<&str>) -> String {
     function.map_or_else(|| BREAKER_ID.to_string(), |name| format!("breaker#{name}"))
 }
 
-/// The idempotency key prefix of a function that names none: its name and `#`, as
+/// Returns the idempotency key prefix of a function that names none: its name and `#`, as
 /// Powertools prefixes its keys with the function's (outside Lambda: none).
 fn default_idempotency_prefix(function: Option<&str>) -> String {
     function.map_or_else(String::new, |name| format!("{name}#"))
@@ -192,7 +192,7 @@ impl HandlerConfig {
     }
 }
 
-/// The retry policy within an invocation: attempts, backoff, and the per-class budgets.
+/// Returns the retry policy within an invocation: attempts, backoff, and the per-class budgets.
 fn read_retry(env: &mut EnvReader<'_>) -> RetryPolicy {
     let max_attempts = env.integer(&RETRY_MAX_ATTEMPTS);
     let base_delay = env.integer(&RETRY_BASE_DELAY_MS);
@@ -249,7 +249,7 @@ fn read_redelivery(
     })
 }
 
-/// The breaker's item key and the idempotency keys' prefix, each defaulting to the
+/// Returns the breaker's item key and the idempotency keys' prefix, each defaulting to the
 /// function's name. Refuses a prefix that could name a breaker item in a shared table.
 fn read_keys(
     env: &mut EnvReader<'_>,
@@ -271,7 +271,7 @@ fn read_keys(
     (breaker_key, idempotency_prefix)
 }
 
-/// The breaker's policy and scope; what it returns builds the breaker's configuration
+/// Returns the breaker's policy and scope; what it returns builds the breaker's configuration
 /// for its table and key.
 fn read_breaker(env: &mut EnvReader<'_>) -> impl FnOnce(String, String) -> BreakerConfig {
     let threshold = env.integer(&BREAKER_THRESHOLD);

@@ -90,7 +90,7 @@ pub struct EnvReader<'a> {
 }
 
 impl<'a> EnvReader<'a> {
-    /// A reader over any lookup (tests pass a map; production passes `std::env::var`).
+    /// Creates a reader over any lookup (tests pass a map; production passes `std::env::var`).
     pub fn new(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
         EnvReader {
             lookup,
@@ -117,14 +117,14 @@ impl<'a> EnvReader<'a> {
         });
     }
 
-    /// The variable's trimmed value; `None` when unset or blank.
+    /// Returns the variable's trimmed value; `None` when unset or blank.
     pub fn raw(&self, var: &Var) -> Option<String> {
         (self.lookup)(var.name)
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
     }
 
-    /// A required variable parsed with `FromStr`.
+    /// Returns a required variable parsed with `FromStr`.
     pub fn required<T: FromStr>(&mut self, var: &Var) -> Option<T>
     where
         T::Err: fmt::Display,
@@ -138,7 +138,7 @@ impl<'a> EnvReader<'a> {
         }
     }
 
-    /// An optional variable parsed with `FromStr`; `None` when unset or bad (bad is noted).
+    /// Returns an optional variable parsed with `FromStr`; `None` when unset or bad (bad is noted).
     pub fn optional<T: FromStr>(&mut self, var: &Var) -> Option<T>
     where
         T::Err: fmt::Display,
@@ -156,7 +156,7 @@ impl<'a> EnvReader<'a> {
         }
     }
 
-    /// An optional text variable parsed with `FromStr`, or its default when unset (or bad:
+    /// Returns an optional text variable parsed with `FromStr`, or its default when unset (or bad:
     /// bad is noted).
     pub fn text_or_default<T: FromStr>(&mut self, var: &Var) -> Option<T>
     where
@@ -173,7 +173,7 @@ impl<'a> EnvReader<'a> {
         }
     }
 
-    /// An integer variable within its range; `None` when unset (or bad: bad is noted).
+    /// Returns an integer variable within its range; `None` when unset (or bad: bad is noted).
     pub fn integer_if_set(&mut self, var: &Var) -> Option<u64> {
         let vars::Form::Integer { min, max, .. } = var.form else {
             return self.optional(var);
@@ -190,13 +190,13 @@ impl<'a> EnvReader<'a> {
         }
     }
 
-    /// An integer variable within its range, or its default.
+    /// Returns an integer variable within its range, or its default.
     pub fn integer(&mut self, var: &Var) -> u64 {
         self.integer_if_set(var)
             .unwrap_or_else(|| var.integer_default())
     }
 
-    /// A `true`/`false` variable, or its default.
+    /// Returns a `true`/`false` variable, or its default.
     pub fn flag(&mut self, var: &Var) -> bool {
         let default = matches!(var.form, vars::Form::Flag { default: true });
         match self.raw(var).as_deref() {
@@ -213,7 +213,7 @@ impl<'a> EnvReader<'a> {
         }
     }
 
-    /// A variable Lambda sets for the function (its name, log group and stream): not
+    /// Returns a variable Lambda sets for the function (its name, log group and stream): not
     /// ours to validate, only to pass on.
     pub fn lambda_variable(&self, name: &str) -> Option<String> {
         (self.lookup)(name).filter(|v| !v.is_empty())

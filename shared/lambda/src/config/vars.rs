@@ -56,7 +56,7 @@ pub enum Form {
 }
 
 impl Var {
-    /// The form expected, as errors say it.
+    /// Returns the form expected, as errors say it.
     pub fn expected(&self) -> String {
         match self.form {
             Form::Required { expected } | Form::Text { expected, .. } => expected.to_string(),
@@ -65,7 +65,7 @@ impl Var {
         }
     }
 
-    /// The integer default (0 for a variable without one).
+    /// Returns the integer default (0 for a variable without one).
     pub const fn integer_default(&self) -> u64 {
         match self.form {
             Form::Integer {
@@ -75,7 +75,7 @@ impl Var {
         }
     }
 
-    /// One line for the documentation: meaning, form, default.
+    /// Writes one line for the documentation: meaning, form, default.
     pub fn describe(&self) -> String {
         match self.form {
             Form::Required { .. } => format!("required; {}", self.meaning),
@@ -100,7 +100,7 @@ impl Var {
     }
 }
 
-/// The docs' table of `vars`: a header and one row per variable.
+/// Returns the docs' table of `vars`: a header and one row per variable.
 pub fn markdown_table(vars: &[Var]) -> String {
     let mut table = String::from("| variable | meaning |\n| --- | --- |\n");
     for var in vars {
@@ -544,7 +544,7 @@ pub const REDRIVE_VARS: &[Var] = &[
 /// here names is most likely a misspelling: it would be ignored without a word.
 pub const PREFIXES: &[&str] = &["WORKER_", "DLQ_", "REDRIVE_", "IDEMPOTENCY_"];
 
-/// The names among `names` that begin like this library's variables ([`PREFIXES`]) but
+/// Returns the names among `names` that begin like this library's variables ([`PREFIXES`]) but
 /// name none of them, each with the known name nearest to it when one is close (at most
 /// three edits). Sorted, each once.
 pub fn unknown<'a>(

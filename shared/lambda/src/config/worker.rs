@@ -180,7 +180,7 @@ impl WorkerConfig {
         ))
     }
 
-    /// The variables and their descriptions (worker and store), for documentation and
+    /// Returns the variables and their descriptions (worker and store), for documentation and
     /// drift checks against the infrastructure template.
     pub fn documented_variables() -> BTreeMap<&'static str, String> {
         WORKER_VARS

@@ -233,7 +233,7 @@ impl<X: Send + 'static> DeadLetterQueue for MemoryStore<X> {
 }
 
 impl<X: Send + 'static> MemoryStore<X> {
-    /// The attributes of `message`'s rotated copy, refused as SQS refuses them: what the
+    /// Returns the attributes of `message`'s rotated copy, refused as SQS refuses them: what the
     /// copy adds ([`rotation_attributes`]) replaces the original's (a producer's
     /// `source_message_id`), each only while the copy stays within the queue's size.
     fn copy_attributes(
@@ -271,7 +271,7 @@ impl<X: Send + 'static> MemoryStore<X> {
         Ok(attributes)
     }
 
-    /// The item a received DLQ message is tracked by, as the adapter tracks it
+    /// Returns the item a received DLQ message is tracked by, as the adapter tracks it
     /// (`DeadLetterStore::tracked_item_id`): a pointer without our `item_id` attribute
     /// names its item in the payload, read here (an S3 call that may fail; the message id
     /// then). A rotated copy is read as its original: under the original's id.
@@ -309,7 +309,7 @@ impl<X: Send + 'static> MemoryStore<X> {
     }
 }
 
-/// The attributes a rotated copy adds to `message`'s own, most needed first: what
+/// Returns the attributes a rotated copy adds to `message`'s own, most needed first: what
 /// identifies the content (its source message id), then what tracks it (the source queue
 /// it was moved from).
 fn rotation_attributes(message: &QueueMessage) -> Vec<(String, MessageAttribute)> {

@@ -49,7 +49,7 @@ mod payload_store;
 mod record_store;
 mod source_queue;
 
-/// A dead record of class `class` for item `id`, last tried `hours_ago` hours before now,
+/// Returns a dead record of class `class` for item `id`, last tried `hours_ago` hours before now,
 /// with body `{"id":"<id>"}` inline.
 pub fn dead_record(id: &str, class: ErrorClass, hours_ago: i64) -> DeadLetteredItem {
     let message = serde_json::from_value::<aws_lambda_events::sqs::SqsMessage>(serde_json::json!({
@@ -152,7 +152,7 @@ impl Default for MemoryStore {
 }
 
 impl MemoryStore {
-    /// An empty world (a standard DLQ, source queues made as they are looked up) and its
+    /// Creates an empty world (a standard DLQ, source queues made as they are looked up) and its
     /// store, recording with small limits: payloads over 64 KiB go to [`BUCKET`], histories
     /// keep 50 entries.
     pub fn new() -> Self {
@@ -183,7 +183,7 @@ impl<X> MemoryStore<X> {
         self.world.clock.now()
     }
 
-    /// The store of `world`, recording with `settings`; an adoption follows Extended-Client
+    /// Returns the store of `world`, recording with `settings`; an adoption follows Extended-Client
     /// pointers into the settings' bucket only (see [`MemoryStore::with_payload_policy`]).
     /// The settings' clock is replaced by the world's, so that records are stamped, leases
     /// judged and messages timed by one clock.
@@ -206,7 +206,7 @@ impl<X> MemoryStore<X> {
         self
     }
 
-    /// The same store, its calls made as `actor`'s (for the observer).
+    /// Returns the same store, its calls made as `actor`'s (for the observer).
     pub fn as_actor(&self, actor: &str) -> Self {
         MemoryStore {
             actor: actor.to_string(),
@@ -219,12 +219,12 @@ impl<X> MemoryStore<X> {
         &self.actor
     }
 
-    /// The world.
+    /// Returns the world.
     pub fn world(&self) -> &Arc<World<X>> {
         &self.world
     }
 
-    /// The recording settings.
+    /// Returns the recording settings.
     pub fn settings(&self) -> &RecordingSettings {
         &self.settings
     }
@@ -279,7 +279,7 @@ impl<X> MemoryStore<X> {
         )
     }
 
-    /// The record of `item_id`.
+    /// Returns the record of `item_id`.
     pub fn record(&self, item_id: &str) -> Option<DeadLetteredItem> {
         self.world
             .lock()
@@ -288,7 +288,7 @@ impl<X> MemoryStore<X> {
             .map(|r| r.record.clone())
     }
 
-    /// The row of `item_id`: the record with its attempt ids, claims and sends.
+    /// Returns the row of `item_id`: the record with its attempt ids, claims and sends.
     pub fn row(&self, item_id: &str) -> Option<Row> {
         self.world.lock().table.get(item_id).cloned()
     }
@@ -302,7 +302,7 @@ impl<X> MemoryStore<X> {
             .and_then(|r| r.lease_owner.clone())
     }
 
-    /// The DLQ's messages, in the queue's order.
+    /// Returns the DLQ's messages, in the queue's order.
     pub fn dlq_messages(&self) -> Vec<MemoryMessage> {
         let now = tokio::time::Instant::now();
         self.world
@@ -326,7 +326,7 @@ impl<X> MemoryStore<X> {
         );
     }
 
-    /// Whether a payload object is stored.
+    /// Tells whether a payload object is stored.
     pub fn has_payload(&self, pointer: &S3Pointer) -> bool {
         self.world
             .lock()
@@ -354,7 +354,7 @@ impl<X> MemoryStore<X> {
         self.world.lock().fail(name);
     }
 
-    /// A call's latency, as the world's hook gives it.
+    /// Waits a call's latency, as the world's hook gives it.
     async fn latency(&self, operation: &str) {
         let delay = {
             let mut state = self.world.lock();
@@ -369,7 +369,7 @@ impl<X> MemoryStore<X> {
         }
     }
 
-    /// A table call: `operation`'s knob, then the table's failure rate (throttled or
+    /// Fails a table call by `operation`'s knob, then by the table's failure rate (throttled or
     /// unavailable, half and half), the error named `step`.
     fn table_call(
         &self,
@@ -397,7 +397,7 @@ impl<X> MemoryStore<X> {
         Ok(())
     }
 
-    /// Whether a call of `operation` fails at the rate `pick` reads (after its knob, which
+    /// Tells whether a call of `operation` fails at the rate `pick` reads (after its knob, which
     /// fails it with its own error), the observer told `what` against `item`.
     fn call_fails(
         &self,
@@ -413,7 +413,7 @@ impl<X> MemoryStore<X> {
         fails
     }
 
-    /// A write that leaves `row` as the item `item_id`, refused as DynamoDB refuses an
+    /// Writes `row` as the item `item_id`, refused as DynamoDB refuses an
     /// item over 400 KB.
     fn put_row(
         &self,
@@ -473,13 +473,13 @@ impl<X> MemoryStore<X> {
         Ok(())
     }
 
-    /// The ARN the world's DLQ messages are read with: the source queue's (the world's
+    /// Returns the ARN the world's DLQ messages are read with: the source queue's (the world's
     /// first), for a message that does not name the queue it came from.
     fn source_arn(state: &WorldState<X>) -> Option<String> {
         state.sources.first().map(|q| q.arn.clone())
     }
 
-    /// What identifies a DLQ message's content, by the library's rule.
+    /// Returns what identifies a DLQ message's content, by the library's rule.
     fn view_of(&self, m: &QueueMessage) -> MessageView {
         MessageView::of_dlq_message(
             &m.id,
@@ -522,7 +522,7 @@ fn lease_lost(item_id: &str, step: &str) -> ProcessError {
     .with_step(step)
 }
 
-/// The DLQ message of a record: its payload (or a pointer to it) with the attributes that
+/// Returns the DLQ message of a record: its payload (or a pointer to it) with the attributes that
 /// join it to its record, as dead-lettering sends it.
 fn dlq_message(record: &DeadLetteredItem) -> (String, Vec<(String, MessageAttribute)>) {
     let mut attributes = vec![
@@ -581,7 +581,7 @@ fn send_dead_letter<X>(
         .0
 }
 
-/// The work item a DLQ message holds, read as the worker read it: a rotated copy under its
+/// Returns the work item a DLQ message holds, read as the worker read it: a rotated copy under its
 /// original's message id ([`crate::message::original_message_id`]).
 fn to_work_item(m: &QueueMessage, parser: &ItemParser, arn: Option<&str>) -> WorkItem {
     let original =

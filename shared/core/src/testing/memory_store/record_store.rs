@@ -549,7 +549,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
     }
 }
 
-/// The row a record write leaves before its attempts are appended: what the adapter's
+/// Returns the row a record write leaves before its attempts are appended: what the adapter's
 /// update sets on an `existing` row, or a new row of `record` with an empty history.
 /// `row` as a write that returns the whole item leaves it (DynamoDB's `ALL_NEW`).
 fn written(row: &Row) -> Written {
