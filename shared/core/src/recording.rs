@@ -64,6 +64,12 @@ pub const HISTORY_ENTRIES_MAX: usize =
 /// hold ([`HISTORY_ENTRIES_MAX`] entries of [`HISTORY_ENTRY_MAX`]), the capped attributes
 /// and the rest of the record. A larger body goes to S3, whatever `DLQ_INLINE_MAX_BYTES`
 /// allows.
+///
+/// The rest is 16 KiB: the record's other fields and its sets of attempt ids, claims and
+/// "sent" marks. With SQS's longest message ids (100 characters), those sets reach about
+/// 22 KB; entries stored below their bound and the budget's 19,600 B margin absorb the
+/// difference. A test writes that worst case to DynamoDB Local
+/// (`a_record_of_many_long_message_ids_is_written`).
 pub fn stays_inline(len: usize, inline_max: usize) -> bool {
     let rest =
         HISTORY_ENTRIES_MAX * HISTORY_ENTRY_MAX + crate::dead_letter::ATTRIBUTES_LIMIT + 16 * 1024;

@@ -689,6 +689,25 @@ async fn a_write_too_large_after_a_failed_compaction_compacts_first() {
 /// inline (under an inline maximum of 256 KiB), attributes at their cap, and 20 attempts
 /// whose every field is over its limit.
 fn worst_case_delivery(delivery: u32) -> DeadLetteredItem {
+    let long = "é".repeat(5_000);
+    let invocation = InvocationInfo {
+        function_name: Some(long.clone()),
+        request_id: Some(long.clone()),
+        log_group: Some(long.clone()),
+        log_stream: Some(long),
+    };
+    DeadLetteredItem::from_candidate(
+        &worst_case_candidate(&"m".repeat(100), delivery, 20),
+        &invocation,
+        chrono::Utc::now(),
+        Duration::from_secs(86_400),
+    )
+}
+
+/// Delivery `delivery` of item `big` by message `message_id`, as large as a delivery gets:
+/// the largest body kept inline under an inline maximum of 256 KiB, attributes at their cap,
+/// and `attempts` attempts whose every field is over its limit.
+fn worst_case_candidate(message_id: &str, delivery: u32, attempts: u32) -> DeadLetterCandidate {
     use sqs_keeper_core::recording::stays_inline;
     let inline = (0..=262_144)
         .rev()
@@ -706,14 +725,8 @@ fn worst_case_delivery(delivery: u32) -> DeadLetteredItem {
         })
         .collect();
     let long = "é".repeat(5_000);
-    let invocation = InvocationInfo {
-        function_name: Some(long.clone()),
-        request_id: Some(long.clone()),
-        log_group: Some(long.clone()),
-        log_stream: Some(long.clone()),
-    };
     let message = serde_json::from_value(json!({
-        "messageId": "m".repeat(100),
+        "messageId": message_id,
         "body": body,
         "attributes": {"ApproximateReceiveCount": delivery.to_string(), "SentTimestamp": "1700000000000"},
         "messageAttributes": attributes,
@@ -724,14 +737,14 @@ fn worst_case_delivery(delivery: u32) -> DeadLetteredItem {
         id_source: ItemIdSource::JsonPointer("/id".into()),
         ..json_parser()
     };
-    let item = parser.parse("m".repeat(100), message).unwrap();
+    let item = parser.parse(message_id.to_string(), message).unwrap();
     let mut error = ProcessError::new(ErrorClass::Unknown, long.clone())
         .with_code(long.clone())
         .with_step(long.clone())
         .with_status(599)
         .with_detail(long.clone());
     error.causes = (0..10).map(|_| long.clone()).collect();
-    let failures = (1..=20)
+    let failures = (1..=attempts)
         .map(|attempt| AttemptFailure {
             attempt,
             started_at: chrono::Utc::now(),
@@ -739,18 +752,63 @@ fn worst_case_delivery(delivery: u32) -> DeadLetteredItem {
             error: error.clone(),
         })
         .collect();
-    let candidate = DeadLetterCandidate {
+    DeadLetterCandidate {
         item,
         error,
         failures,
         reason: DeadLetterReason::ReceiveBudgetExhausted,
-    };
-    DeadLetteredItem::from_candidate(
-        &candidate,
-        &invocation,
-        chrono::Utc::now(),
-        Duration::from_secs(86_400),
-    )
+    }
+}
+
+/// On DynamoDB Local (which refuses an item over 400 KB): the worst case for the sets a
+/// record keeps beside its history. One item is dead-lettered by 90 source messages whose
+/// ids are 100 characters long (the most SQS gives), each its own single failed attempt at
+/// its largest; then one more message fails 20 times. The record holds the largest inline
+/// body, attributes at their cap and the fullest history, with the most attempt ids,
+/// claims and "sent" marks of the longest ids. With every DLQ send made, the record keeps
+/// 32 forgotten "sent" marks beside those of its history; with every send failing, it keeps
+/// every unsent claim and twice the entries' ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_many_long_message_ids_is_written() {
+    for sends_fail in [false, true] {
+        let (clients, mut config) = emulator_store_resources("wide").await;
+        config.inline_max_bytes = 262_144;
+        if sends_fail {
+            config.queue_url = format!("{}-missing", config.queue_url);
+        }
+        let settings = config.recording_settings();
+        let store = DeadLetterStore::new(clients, config);
+        let long = "é".repeat(5_000);
+        let invocation = InvocationInfo {
+            function_name: Some(long.clone()),
+            request_id: Some(long.clone()),
+            log_group: Some(long.clone()),
+            log_stream: Some(long),
+        };
+        for n in 0..=90u32 {
+            let attempts = if n == 90 { 20 } else { 1 };
+            let candidate = worst_case_candidate(&format!("{n:0>100}"), 1, attempts);
+            let result = sqs_keeper_core::recording::dead_letter(
+                &store,
+                &settings,
+                &[candidate],
+                &invocation,
+            )
+            .await
+            .remove(0);
+            assert_eq!(result.is_err(), sends_fail, "message {n}: {result:?}");
+        }
+        let stored = store.get("big").await.unwrap().expect("the record");
+        assert_eq!(stored.failure_count, 110, "every attempt recorded");
+        assert!(stored.failure_history.len() <= sqs_keeper_core::recording::HISTORY_ENTRIES_MAX);
+        assert!(
+            matches!(
+                stored.payload.location,
+                sqs_keeper_core::dead_letter::PayloadLocation::Inline { .. }
+            ),
+            "the body stayed inline"
+        );
+    }
 }
 
 /// The worst-case record after five deliveries: every attempt counted, the history
