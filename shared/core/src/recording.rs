@@ -133,8 +133,11 @@ pub fn compaction_of(written: &crate::ports::Written, history_limit: usize) -> O
 ///
 /// The list keeps its order and takes the newly forgotten messages at its end, in history
 /// order. A mark outside the history and the list (its delivery marked it after an earlier
-/// compaction dropped its entries) joins at the end too, so no mark stays for ever. Marks not
-/// read (`written.forgotten_sent` is `None`) are left alone.
+/// compaction dropped its entries) joins at the end too, so no mark stays for ever. Such a
+/// mark is recent though its entries were old: it was set since the last compaction, and a
+/// twin or a redelivery of its message comes within a visibility timeout of the send. Several
+/// join in name order, a tie-break among marks set since the same compaction. Marks not read
+/// (`written.forgotten_sent` is `None`) are left alone.
 fn sent_marks_forgotten(
     written: &crate::ports::Written,
     kept_messages: &HashSet<&str>,
