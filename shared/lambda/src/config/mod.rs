@@ -84,18 +84,31 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Reads variables and collects every problem instead of stopping at the first.
+///
+/// A variable is read as set, else from [`vars::STORE_ENVIRONMENT`]: the store's variables
+/// in one JSON object, which the reusable store template writes for a function to take whole.
 pub struct EnvReader<'a> {
     lookup: &'a dyn Fn(&str) -> Option<String>,
+    store: std::collections::BTreeMap<String, String>,
     problems: Vec<ConfigProblem>,
 }
 
 impl<'a> EnvReader<'a> {
     /// Creates a reader over any lookup (tests pass a map; production passes `std::env::var`).
     pub fn new(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
-        EnvReader {
+        let mut reader = EnvReader {
             lookup,
+            store: std::collections::BTreeMap::new(),
             problems: Vec::new(),
+        };
+        let name = vars::STORE_ENVIRONMENT.name;
+        if let Some(text) = lookup(name).filter(|t| !t.trim().is_empty()) {
+            match store_environment(&text) {
+                Ok(store) => reader.store = store,
+                Err(problem) => reader.problem(name, problem),
+            }
         }
+        reader
     }
 
     /// Reads with `read` over `lookup`: what it read, or every problem it noted.
@@ -117,9 +130,11 @@ impl<'a> EnvReader<'a> {
         });
     }
 
-    /// Returns the variable's trimmed value; `None` when unset or blank.
+    /// Returns the variable's trimmed value, set on its own or in the store's object; `None`
+    /// when unset or blank.
     pub fn raw(&self, var: &Var) -> Option<String> {
         (self.lookup)(var.name)
+            .or_else(|| self.store.get(var.name).cloned())
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
     }
@@ -227,6 +242,78 @@ impl<'a> EnvReader<'a> {
             Err(ConfigError {
                 problems: self.problems,
             })
+        }
+    }
+}
+
+/// Reads the store's object of variables ([`vars::STORE_ENVIRONMENT`]), or says what is
+/// wrong with it. Every name must be one of this library's variables, since a name it does
+/// not know would be ignored without a word.
+fn store_environment(text: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let store: std::collections::BTreeMap<String, String> =
+        serde_json::from_str(text).map_err(|e| {
+            format!(
+                "is not a JSON object of strings ({e}); expected {}",
+                vars::STORE_ENVIRONMENT.expected()
+            )
+        })?;
+    let unknown: Vec<&str> = store
+        .keys()
+        .map(String::as_str)
+        .filter(|name| !vars::is_registered(name))
+        .collect();
+    if unknown.is_empty() {
+        Ok(store)
+    } else {
+        Err(format!(
+            "names {} that are not this library's variables",
+            unknown.join(", ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod store_environment_tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn reader_over<'m>(map: &'m HashMap<&str, &str>) -> impl Fn(&str) -> Option<String> + 'm {
+        |name: &str| map.get(name).map(|v| v.to_string())
+    }
+
+    #[test]
+    fn a_variable_is_read_from_the_stores_object_unless_set_on_its_own() {
+        let map = HashMap::from([
+            (
+                "SQS_KEEPER_STORE",
+                r#"{"DLQ_TABLE": "records", "DLQ_RETENTION_DAYS": "30", "WORKER_MAX_RECEIVE_COUNT": "5"}"#,
+            ),
+            ("DLQ_RETENTION_DAYS", "7"),
+        ]);
+        let lookup = reader_over(&map);
+        let mut env = EnvReader::new(&lookup);
+        assert_eq!(env.raw(&vars::TABLE).as_deref(), Some("records"));
+        assert_eq!(env.integer(&vars::RETENTION_DAYS), 7, "set on its own wins");
+        assert_eq!(env.integer_if_set(&vars::MAX_RECEIVE_COUNT), Some(5));
+        assert_eq!(env.raw(&vars::BUCKET), None);
+        env.finish().unwrap();
+    }
+
+    #[test]
+    fn a_malformed_or_unknown_store_object_is_named_at_start() {
+        for (text, says) in [
+            ("DLQ_TABLE=records", "is not a JSON object of strings"),
+            (r#"{"DLQ_TABLE": 7}"#, "is not a JSON object of strings"),
+            (r#"{"DLQ_TABEL": "records"}"#, "DLQ_TABEL"),
+            (r#"{"HOME": "/root"}"#, "HOME"),
+            (r#"{"SQS_KEEPER_STORE": "{}"}"#, "SQS_KEEPER_STORE"),
+        ] {
+            let map = HashMap::from([("SQS_KEEPER_STORE", text)]);
+            let lookup = reader_over(&map);
+            let err = EnvReader::new(&lookup).finish().unwrap_err();
+            assert_eq!(err.problems.len(), 1, "{text}: {err}");
+            assert_eq!(err.problems[0].variable, "SQS_KEEPER_STORE");
+            assert!(err.problems[0].problem.contains(says), "{text}: {err}");
         }
     }
 }

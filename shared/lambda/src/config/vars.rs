@@ -425,6 +425,13 @@ pub const RETENTION_DAYS: Var = integer(
     3650,
     14,
 );
+/// `SQS_KEEPER_STORE`: not in [`STORE_VARS`], since it carries them rather than being one.
+pub const STORE_ENVIRONMENT: Var = text(
+    "SQS_KEEPER_STORE",
+    "the store's variables in one JSON object of names and values, as the reusable store's `Environment` output writes them (infra/store.yaml); a variable set on its own wins",
+    "a JSON object of this library's variables and their values",
+    None,
+);
 /// `DLQ_CHECK_AT_START`
 pub const CHECK_AT_START: Var = flag(
     "DLQ_CHECK_AT_START",
@@ -543,6 +550,15 @@ pub const REDRIVE_VARS: &[Var] = &[
 /// What this library's variables begin with. A variable that begins so and that no list
 /// here names is most likely a misspelling: it would be ignored without a word.
 pub const PREFIXES: &[&str] = &["WORKER_", "DLQ_", "REDRIVE_", "IDEMPOTENCY_"];
+
+/// Tells whether `name` is one of this library's variables.
+pub fn is_registered(name: &str) -> bool {
+    WORKER_VARS
+        .iter()
+        .chain(STORE_VARS)
+        .chain(REDRIVE_VARS)
+        .any(|v| v.name == name)
+}
 
 /// Returns the names among `names` that begin like this library's variables ([`PREFIXES`]) but
 /// name none of them, each with the known name nearest to it when one is close (at most
