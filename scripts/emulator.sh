@@ -131,7 +131,8 @@ start_moto() {
   local port="${EMULATOR_PORT:-$(free_port)}"
   # A simple command in the background: `$!` is moto's own pid. No descriptor of the
   # caller's is inherited (stdin from /dev/null, stdout and stderr to the log).
-  nohup "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port" </dev/null >"$STATE/moto.log" 2>&1 &
+  # scripts/moto_server.py is moto's server with nested stacks' outputs readable.
+  nohup "$VENV/bin/python" "$ROOT/scripts/moto_server.py" -H 127.0.0.1 -p "$port" </dev/null >"$STATE/moto.log" 2>&1 &
   echo $! >"$STATE/moto.pid"
   echo "$port" >"$STATE/moto.port"
   wait_for moto "http://127.0.0.1:$port"

@@ -14,7 +14,9 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A translated template, `main` (`infra/template.yaml`) or `handler` (`infra/handler.yaml`).
+/// A translated template: `main` (`infra/template.yaml`), `handler` (`infra/handler.yaml`,
+/// the orders example on the reusable store), `store` (`infra/store.yaml`, as the handler
+/// nests it) or `scaffold` (the template `keeper new` writes, for a crate `my-handler`).
 /// Runs `scripts/infra.sh translate` once per test process, which installs the tools on
 /// first use.
 /// Tests run in parallel; translating once keeps one test from reading a file another is
@@ -30,10 +32,11 @@ pub fn translated_template(which: &str) -> Value {
         assert!(status.success(), "translating the SAM templates failed");
         *translated = true;
     }
-    let file = if which == "handler" {
-        "handler.json"
-    } else {
-        "template.json"
+    let file = match which {
+        "handler" => "handler.json",
+        "store" => "handler.json.Store.json",
+        "scaffold" => "scaffold.json",
+        _ => "template.json",
     };
     serde_json::from_str(&std::fs::read_to_string(root().join("target/infra").join(file)).unwrap())
         .unwrap()
@@ -81,6 +84,67 @@ pub fn deployable(mut template: Value) -> Value {
         top.remove("Rules");
     }
     template
+}
+
+/// The bucket the translated templates name for code and nested templates, as `sam package`
+/// would name its own.
+pub const ARTIFACTS: &str = "sam-artifacts-placeholder";
+
+/// Puts what `template` needs in the emulator's S3 before it is created: an empty zip for
+/// each function, and each nested stack's template (written beside the translated template
+/// by `scripts/infra.sh translate`), deployable as [`deployable`] makes it.
+pub async fn upload_artifacts(s3: &aws_sdk_s3::Client, template: &Value) {
+    let _ = s3.create_bucket().bucket(ARTIFACTS).send().await;
+    let resources = template["Resources"].as_object().unwrap();
+    for (name, resource) in resources {
+        let (key, body) = match resource["Type"].as_str() {
+            Some("AWS::Lambda::Function") => (format!("{name}.zip"), EMPTY_ZIP.to_vec()),
+            Some("AWS::CloudFormation::Stack") => {
+                let url = resource["Properties"]["TemplateURL"].as_str().unwrap();
+                let key = url.rsplit('/').next().unwrap().to_string();
+                let nested: Value = serde_json::from_str(
+                    &std::fs::read_to_string(root().join("target/infra").join(&key)).unwrap(),
+                )
+                .unwrap();
+                (key, deployable(nested).to_string().into_bytes())
+            }
+            _ => continue,
+        };
+        s3.put_object()
+            .bucket(ARTIFACTS)
+            .key(key)
+            .body(body.into())
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// The physical ids of a stack's resources by logical id, those of its nested stacks
+/// included (a nested stack's logical ids are told apart by nothing: the templates keep
+/// them distinct).
+pub async fn physical_resources(
+    cloudformation: &aws_sdk_cloudformation::Client,
+    stack: &str,
+) -> std::collections::HashMap<String, String> {
+    let mut physical = std::collections::HashMap::new();
+    let mut stacks = vec![stack.to_string()];
+    while let Some(stack) = stacks.pop() {
+        let resources = cloudformation
+            .describe_stack_resources()
+            .stack_name(&stack)
+            .send()
+            .await
+            .unwrap();
+        for r in resources.stack_resources() {
+            let id = r.physical_resource_id().unwrap_or_default().to_string();
+            if r.resource_type() == Some("AWS::CloudFormation::Stack") {
+                stacks.push(id.clone());
+            }
+            physical.insert(r.logical_resource_id().unwrap().to_string(), id);
+        }
+    }
+    physical
 }
 
 /// Creates a stack of `template` in the emulator and waits for it; returns its outputs.

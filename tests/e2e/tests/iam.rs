@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template, EMPTY_ZIP};
+use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template};
 use serde_json::{json, Value};
 use sqs_keeper_aws::{AwsClients, Endpoints};
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
@@ -63,59 +63,18 @@ async fn deploy(moto: &Endpoints, template: Value, parameters: &[(&str, &str)]) 
     let shared = AwsClients::endpoint_config(moto, e2e::REGION).await;
     let clients = AwsClients::for_endpoints(moto, e2e::REGION).await;
     let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
-    let artifacts = "sam-artifacts-placeholder";
-    let _ = clients.s3.create_bucket().bucket(artifacts).send().await;
-    for function in &functions {
-        clients
-            .s3
-            .put_object()
-            .bucket(artifacts)
-            .key(format!("{function}.zip"))
-            .body(EMPTY_ZIP.to_vec().into())
-            .send()
-            .await
-            .unwrap();
-    }
+    e2e::stack::upload_artifacts(&clients.s3, &template).await;
     let stack = e2e::unique_prefix("iam");
     create_stack(&cloudformation, &stack, &template, parameters).await;
-    let physical: HashMap<String, String> = cloudformation
-        .describe_stack_resources()
-        .stack_name(&stack)
-        .send()
-        .await
-        .unwrap()
-        .stack_resources()
-        .iter()
-        .map(|r| {
-            (
-                r.logical_resource_id().unwrap().to_string(),
-                r.physical_resource_id().unwrap_or_default().to_string(),
-            )
-        })
-        .collect();
+    let physical = e2e::stack::physical_resources(&cloudformation, &stack).await;
     let iam = aws_sdk_iam::Client::new(&shared);
     let mut policies = HashMap::new();
     for role in roles {
-        let name = physical[&role].clone();
-        let mut documents = Vec::new();
-        for policy in iam
-            .list_role_policies()
-            .role_name(&name)
-            .send()
-            .await
-            .unwrap()
-            .policy_names()
-        {
-            let output = iam
-                .get_role_policy()
-                .role_name(&name)
-                .policy_name(policy)
-                .send()
-                .await
-                .unwrap();
-            documents.push(percent_decoded(output.policy_document()));
-        }
-        assert!(!documents.is_empty(), "role {role} has no inline policy");
+        let documents = role_policies(&iam, &physical[&role]).await;
+        assert!(
+            !documents.is_empty(),
+            "role {role} has no policy of its own"
+        );
         policies.insert(role, documents);
     }
     let lambda = aws_sdk_lambda::Client::new(&shared);
@@ -139,6 +98,58 @@ async fn deploy(moto: &Endpoints, template: Value, parameters: &[(&str, &str)]) 
         policies,
         environments,
     }
+}
+
+/// The policy documents of the role `name`: its inline policies and the managed policies of
+/// the account attached to it (the reusable store's). The AWS managed policies SAM attaches
+/// (basic execution, X-Ray, the SQS poller's) are left out, so that every call must be
+/// allowed by a policy the templates write.
+async fn role_policies(iam: &aws_sdk_iam::Client, name: &str) -> Vec<String> {
+    let mut documents = Vec::new();
+    let inline = iam
+        .list_role_policies()
+        .role_name(name)
+        .send()
+        .await
+        .unwrap();
+    for policy in inline.policy_names() {
+        let output = iam
+            .get_role_policy()
+            .role_name(name)
+            .policy_name(policy)
+            .send()
+            .await
+            .unwrap();
+        documents.push(percent_decoded(output.policy_document()));
+    }
+    let attached = iam
+        .list_attached_role_policies()
+        .role_name(name)
+        .send()
+        .await
+        .unwrap();
+    for arn in attached
+        .attached_policies()
+        .iter()
+        .filter_map(|p| p.policy_arn())
+        .filter(|arn| !arn.contains(":aws:policy/"))
+    {
+        let policy = iam.get_policy().policy_arn(arn).send().await.unwrap();
+        let version = policy
+            .policy()
+            .and_then(|p| p.default_version_id())
+            .unwrap();
+        let output = iam
+            .get_policy_version()
+            .policy_arn(arn)
+            .version_id(version)
+            .send()
+            .await
+            .unwrap();
+        let document = output.policy_version().and_then(|v| v.document()).unwrap();
+        documents.push(percent_decoded(document));
+    }
+    documents
 }
 
 /// The SDK configuration of a function that signs as `role`, through the proxy.
@@ -599,7 +610,7 @@ async fn run_the_handler_stack(
         ],
     )
     .await;
-    let mut others = vec![(handler.physical["OrdersTable"].as_str(), "order_id")];
+    let mut others = vec![(handler.physical["Orders"].as_str(), "order_id")];
     if let Some(t) = handler.physical.get("IdempotencyTable") {
         others.push((t.as_str(), "id"));
     }
@@ -608,7 +619,7 @@ async fn run_the_handler_stack(
     let (api, _process) = start_function(
         "orders-worker",
         "HandlerRole",
-        &handler.environments["HandlerFunction"],
+        &handler.environments["Handler"],
         &[],
         proxy,
     )
@@ -700,7 +711,7 @@ fn calls_the_scenario_covers(
         (
             "HandlerRole",
             "dynamodb:PutItem",
-            format!("table/{}", handler.physical["OrdersTable"]),
+            format!("table/{}", handler.physical["Orders"]),
         ),
         ("HandlerRole", "sqs:SendMessage", handler_dlq.to_string()),
     ]

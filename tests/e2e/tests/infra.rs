@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_cloudformation::types::StackStatus;
-use e2e::stack::{create_stack, deployable, percent_decoded, translated_template, EMPTY_ZIP};
+use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template, EMPTY_ZIP};
 use serde_json::Value;
 use sqs_keeper_aws::{AwsClients, Endpoints};
 
@@ -326,15 +326,15 @@ fn dashboard_plots_what_the_functions_emit() {
     }
 }
 
-/// The handler template's dashboard: every metric it plots is one the handler emits (the
-/// same runtime as the worker's), with records by outcome and failures by every class.
+/// The store's dashboard: every metric it plots is one a handler emits (the same runtime as
+/// the worker's), with records by outcome and failures by every class.
 #[test]
 fn the_handler_dashboard_plots_what_its_function_emits() {
     use sqs_keeper_lambda::metrics::NAMESPACE;
-    let template = translated_template("handler");
+    let template = translated_template("store");
     let emitted = worker_metrics();
     let plotted = dashboard_metrics(&template);
-    let handler = "${HandlerFunction}";
+    let handler = "${FunctionName}";
     for (title, p) in plotted.iter().filter(|(_, p)| p.namespace == NAMESPACE) {
         assert_eq!(p.function.as_deref(), Some(handler), "{title}: {p:?}");
         assert!(emitted.contains(&p.metric), "{title}: {p:?} is not emitted");
@@ -844,9 +844,16 @@ fn every_role_grants_least_privilege() {
     );
 }
 
+/// In the main stack and in the store a handler nests: alarms reach a topic CloudWatch can
+/// use, and what holds messages and records outlives the stack.
 #[test]
 fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
-    let template = translated_template("main");
+    for which in ["main", "store"] {
+        alarms_reach_a_usable_topic_and_state_is_retained(&translated_template(which));
+    }
+}
+
+fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value) {
     let resources = &template["Resources"];
 
     // The created topic is encrypted with a key of the stack's own, which CloudWatch may
@@ -965,8 +972,9 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
         );
         assert_eq!(p["AlarmActions"][0], *topic, "{name}");
     }
-    // The handler's template: the same severities, and the source queue's age pages.
-    let handler = translated_template("handler");
+    // The store a handler nests: the same severities and topics, and the source queue's
+    // age pages.
+    let handler = translated_template("store");
     let handler_tickets = [
         "DlqDepthAlarm",
         "DeadLetteredAlarm",
@@ -976,12 +984,9 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
         let p = &alarm["Properties"];
         let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
         let (severity, topic) = if handler_tickets.contains(&name.as_str()) {
-            (
-                "-ticket-",
-                serde_json::json!({"Fn::If": ["HasTicketTopic", {"Ref": "TicketTopicArn"}, {"Ref": "AlarmTopicArn"}]}),
-            )
+            ("-ticket-", ticket_topic.clone())
         } else {
-            ("-page-", serde_json::json!({"Ref": "AlarmTopicArn"}))
+            ("-page-", alarm_topic.clone())
         };
         assert!(
             alarm_name.contains(severity),
@@ -1033,11 +1038,11 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
 /// queue, each service for the resources named only; with none named there is no policy.
 #[test]
 fn producers_named_may_send_to_the_source_queue_and_no_one_else() {
-    for which in ["main", "handler"] {
+    for which in ["main", "store"] {
         producers_may_send(&translated_template(which));
     }
-    // The handler's idempotency table is kept as the main stack's is.
-    let handler = translated_template("handler");
+    // The store's idempotency table is kept as the main stack's is.
+    let handler = translated_template("store");
     let idempotency = &handler["Resources"]["IdempotencyTable"];
     assert_eq!(idempotency["DeletionPolicy"], "Retain");
     assert_eq!(idempotency["UpdateReplacePolicy"], "Retain");
@@ -1441,73 +1446,92 @@ async fn deploys_into_the_emulator() {
         .expect("payload bucket deleted with the stack");
 }
 
-/// The handler template (`infra/handler.yaml`): deployable as it is, and the handler's
-/// variables pass the runner's own validation, which reads them at start-up.
+/// The handler templates on the reusable store (`infra/handler.yaml`, the orders example, and
+/// the template `keeper new` writes): each deploys as it is, nesting the store, and the
+/// function's variables (the store's, in `SQS_KEEPER_STORE`) pass the runner's own
+/// validation, which reads them at start-up. The template a team starts from is at most 40
+/// lines.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_handler_template_deploys_and_configures_a_valid_handler() {
-    let template = translated_template("handler");
-    let resources = template["Resources"].as_object().unwrap();
-    assert!(resources.contains_key("HandlerFunction"));
-    for alarm in [
-        "DlqDepthAlarm",
-        "HandlerErrorsAlarm",
-        "DeadLetterFailedAlarm",
-    ] {
-        assert_eq!(
-            resources[alarm]["Type"], "AWS::CloudWatch::Alarm",
-            "{alarm}"
-        );
-    }
-    let redrive = &resources["SourceQueue"]["Properties"]["RedrivePolicy"];
+async fn the_handler_templates_deploy_a_valid_handler_on_the_store() {
+    let scaffold = root().join("tests/harness/templates/handler/template.yaml");
+    let lines = std::fs::read_to_string(&scaffold).unwrap().lines().count();
+    assert!(
+        lines <= 40,
+        "the template keeper new writes has {lines} lines"
+    );
+    let store = translated_template("store");
+    let redrive = &store["Resources"]["SourceQueue"]["Properties"]["RedrivePolicy"];
     assert_eq!(
         redrive["deadLetterTargetArn"]["Fn::GetAtt"][0],
         "DeadLetterQueue"
     );
-    let template = deployable(template);
+    let orders = deploy_handler(
+        "handler",
+        &[
+            ("AlarmTopicArn", "arn:aws:sns:us-east-1:123456789012:alarms"),
+            ("EnableIdempotency", "true"),
+        ],
+    )
+    .await;
+    assert!(orders.config.idempotency.is_some(), "{:?}", orders.vars);
+    assert!(orders.vars.contains_key("ORDERS_TABLE"));
+    assert_eq!(
+        orders.config.batch.parser.id_source,
+        sqs_keeper_core::item::ItemIdSource::JsonPointer("/order_id".into())
+    );
+    let team = deploy_handler("scaffold", &[]).await;
+    assert!(team.config.idempotency.is_none());
+    for deployed in [&orders, &team] {
+        assert_eq!(deployed.config.batch.max_receive_count, Some(5));
+        let store = deployed
+            .config
+            .store
+            .as_ref()
+            .expect("the store is configured");
+        assert!(deployed.outputs["CliEnvironment"].contains(&store.table));
+        // Every variable is the store's, or the handler's own.
+        for name in deployed.vars.keys() {
+            assert!(
+                ["SQS_KEEPER_STORE", "ORDERS_TABLE"].contains(&name.as_str()),
+                "{name}"
+            );
+        }
+    }
+}
 
+/// A handler template deployed into the emulator: its outputs, its function's variables and
+/// the configuration the runner reads from them.
+struct DeployedHandler {
+    outputs: std::collections::HashMap<String, String>,
+    vars: std::collections::HashMap<String, String>,
+    config: sqs_keeper_lambda::config::HandlerConfig,
+}
+
+/// Deploys the translated handler template `which` with its nested store.
+async fn deploy_handler(which: &str, parameters: &[(&str, &str)]) -> DeployedHandler {
+    let template = deployable(translated_template(which));
     let moto = Endpoints::single(&e2e::emulator().await.shared);
     let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
     let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
     let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
     let lambda = aws_sdk_lambda::Client::new(&shared);
-    let artifacts = "sam-artifacts-placeholder";
-    let _ = clients.s3.create_bucket().bucket(artifacts).send().await;
-    clients
-        .s3
-        .put_object()
-        .bucket(artifacts)
-        .key("HandlerFunction.zip")
-        .body(EMPTY_ZIP.to_vec().into())
-        .send()
-        .await
-        .unwrap();
-    let stack = e2e::unique_prefix("handler");
-    let parameters = [
-        ("AlarmTopicArn", "arn:aws:sns:us-east-1:123456789012:alarms"),
-        ("EnableIdempotency", "true"),
-    ];
-    let outputs = create_stack(&cloudformation, &stack, &template, &parameters).await;
+    e2e::stack::upload_artifacts(&clients.s3, &template).await;
+    let stack = e2e::unique_prefix(which);
+    let outputs = create_stack(&cloudformation, &stack, &template, parameters).await;
+    let physical = e2e::stack::physical_resources(&cloudformation, &stack).await;
     let function = lambda
         .get_function_configuration()
-        .function_name(&outputs["HandlerFunctionName"])
+        .function_name(&physical["Handler"])
         .send()
         .await
         .unwrap();
     let vars = function.environment().unwrap().variables().unwrap().clone();
     let config = sqs_keeper_lambda::config::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
-        .unwrap_or_else(|e| panic!("the template's variables do not validate: {e}"));
-    let store = config.store.expect("the dead-letter store is configured");
-    assert!(outputs["CliEnvironment"].contains(&store.table));
-    assert_eq!(config.batch.max_receive_count, Some(5));
-    assert!(config.idempotency.is_some(), "{vars:?}");
-    assert!(vars.contains_key("ORDERS_TABLE"));
-    // Every variable is one the runner documents, or the handler's own.
-    let known = sqs_keeper_lambda::config::WorkerConfig::documented_variables();
-    for name in vars.keys().filter(|k| k.as_str() != "ORDERS_TABLE") {
-        assert!(
-            known.contains_key(name.as_str()),
-            "{name} is not a variable of the runner"
-        );
+        .unwrap_or_else(|e| panic!("{which}: the template's variables do not validate: {e}"));
+    DeployedHandler {
+        outputs,
+        vars,
+        config,
     }
 }
 
@@ -1679,7 +1703,7 @@ fn the_default_spacing_fits_the_source_queues_retention() {
 /// first deployed with whole-record indexes can keep them (`IndexProjection=ALL`).
 #[test]
 fn the_record_indexes_are_narrow_by_default_and_match_the_code() {
-    for which in ["main", "handler"] {
+    for which in ["main", "store"] {
         let template = translated_template(which);
         assert_eq!(
             template["Parameters"]["IndexProjection"]["Default"], "INCLUDE",

@@ -3,14 +3,15 @@
 //! The crate depends on this checkout's `sqs-keeper` by path (on crates.io's when the tool
 //! was installed and no checkout is at hand), carries the workspace's `Cargo.lock` (so that
 //! it builds with the dependency versions `make test` tested instead of resolving afresh),
-//! and a release profile that unwinds on panic. The files come from
-//! `tests/harness/templates/handler/`, compiled in, with their `{{…}}` names replaced.
-//! A template engine is not used: four fixed names in four small files need none.
+//! and a release profile that unwinds on panic, and the SAM template that deploys it on the
+//! reusable store (`template.yaml` beside a copy of `infra/store.yaml`). The files come
+//! from `tests/harness/templates/handler/`, compiled in, with their `{{…}}` names
+//! replaced. A template engine is not used: five fixed names in small files need none.
 
 use std::path::{Path, PathBuf};
 
 /// The files of a new handler crate: (path in the crate, template text).
-const FILES: [(&str, &str); 4] = [
+const FILES: [(&str, &str); 6] = [
     (
         "Cargo.toml",
         include_str!("../templates/handler/Cargo.toml.template"),
@@ -18,6 +19,11 @@ const FILES: [(&str, &str); 4] = [
     ("src/main.rs", include_str!("../templates/handler/main.rs")),
     ("README.md", include_str!("../templates/handler/README.md")),
     (".gitignore", include_str!("../templates/handler/gitignore")),
+    (
+        "template.yaml",
+        include_str!("../templates/handler/template.yaml"),
+    ),
+    ("store.yaml", include_str!("../templates/handler/store.yaml")),
 ];
 
 /// The dependency versions the workspace builds and tests with: a copy of its `Cargo.lock`
@@ -238,12 +244,27 @@ mod tests {
         assert_eq!(lock, TESTED_LOCK);
         let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
         assert!(!readme.contains("{{"), "{readme}");
+        let template = std::fs::read_to_string(dir.join("template.yaml")).unwrap();
+        assert!(
+            template.contains(&format!("Binary: {name} }}")),
+            "{template}"
+        );
+        assert!(dir.join("store.yaml").is_file());
         let main = std::fs::read_to_string(dir.join("src/main.rs")).unwrap();
         assert!(
             main.contains("sqs_keeper::run(handler_fn(handle))"),
             "{main}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_store_a_crate_gets_is_the_one_infra_holds() {
+        assert!(
+            include_str!("../templates/handler/store.yaml")
+                == include_str!("../../../infra/store.yaml"),
+            "infra/store.yaml changed: cp infra/store.yaml tests/harness/templates/handler/store.yaml"
+        );
     }
 
     #[test]
