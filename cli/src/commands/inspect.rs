@@ -112,7 +112,7 @@ fn describe(r: &DeadLetteredItem) -> String {
     text
 }
 
-/// Writes where the payload is kept, inline or in S3, with its size and digest.
+/// Returns where the payload is kept, inline or in S3, with its size and digest.
 fn describe_payload(r: &DeadLetteredItem) -> String {
     match &r.payload.location {
         PayloadLocation::Inline { .. } => format!(
@@ -130,7 +130,7 @@ fn describe_payload(r: &DeadLetteredItem) -> String {
     }
 }
 
-/// Writes the record's fields, one per line.
+/// Returns the record's fields, one per line.
 fn describe_fields(r: &DeadLetteredItem) -> String {
     let yes_no = |b: bool| if b { "yes" } else { "no" };
     let when = sqs_keeper_core::time_format::format;
@@ -159,7 +159,7 @@ fn describe_fields(r: &DeadLetteredItem) -> String {
     )
 }
 
-/// Writes the message attributes kept, sorted, or nothing when there are none.
+/// Returns the message attributes kept, sorted, or nothing when there are none.
 fn describe_attributes(r: &DeadLetteredItem) -> String {
     if r.source.message_attributes.is_empty() {
         return String::new();
@@ -181,7 +181,7 @@ fn describe_attributes(r: &DeadLetteredItem) -> String {
     format!("attributes:     {}\n", attrs.join(", "))
 }
 
-/// Writes every attempt kept, marking where a compacted history left attempts out.
+/// Returns every attempt kept, marking where a compacted history left attempts out.
 fn describe_history(r: &DeadLetteredItem) -> String {
     let mut text = String::from("history:\n");
     // A compacted history keeps the first attempts and the latest ones; say where the gap is.
@@ -198,7 +198,7 @@ fn describe_history(r: &DeadLetteredItem) -> String {
     text
 }
 
-/// Writes one attempt: when, which delivery, the error, where its logs are, its causes.
+/// Returns one attempt: when, which delivery, the error, where its logs are, its causes.
 fn describe_attempt(f: &FailureDetail) -> String {
     let mut text = format!(
         "  {}  delivery {} attempt {}  {}{}  step {}  {} ms  request {}  log {} {}\n      {}\n",

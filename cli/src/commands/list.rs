@@ -47,7 +47,7 @@ pub async fn list(
     })
 }
 
-/// Writes the records as a table, then their count and whether more match.
+/// Returns the records as a table, then their count and whether more match.
 fn list_table(records: &[DeadLetteredItem], more: bool) -> String {
     let rows: Vec<Vec<String>> = records
         .iter()

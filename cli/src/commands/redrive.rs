@@ -242,7 +242,7 @@ fn print_report(report: &RedriveReport, json: bool) -> Result<(), CliError> {
     write!(out, "{text}").map_err(write_err)
 }
 
-/// Writes the report as a table of items and the lines that follow it.
+/// Returns the report as a table of items and the lines that follow it.
 fn report_text(report: &RedriveReport) -> String {
     let mut text = String::new();
     if let Some(why) = &report.held_by_breaker {
@@ -279,7 +279,7 @@ fn report_text(report: &RedriveReport) -> String {
     text
 }
 
-/// Writes one item's row: its id, its outcome as the JSON report names it, the detail.
+/// Returns one item's row: its id, its outcome as the JSON report names it, the detail.
 fn item_row(o: &sqs_keeper_core::redrive::ItemOutcome) -> Vec<String> {
     vec![
         o.item_id.clone(),
@@ -291,7 +291,7 @@ fn item_row(o: &sqs_keeper_core::redrive::ItemOutcome) -> Vec<String> {
     ]
 }
 
-/// Writes the run's totals on one line.
+/// Returns the run's totals on one line.
 fn totals_line(report: &RedriveReport) -> String {
     format!(
         "{}{} selected: {} resolved, {} failed again, {} skipped (ineligible), {} leased by another run, {} not found, {} errors; {} adopted from the DLQ, {} DLQ messages deleted\n",

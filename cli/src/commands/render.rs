@@ -32,7 +32,7 @@ pub fn safe_lines(text: &str) -> String {
     sqs_keeper_core::analysis::terminal_safe(text, true)
 }
 
-/// Writes how long ago, for a person: whole seconds under an hour (`59m 12s`), whole minutes
+/// Returns how long ago, for a person: whole seconds under an hour (`59m 12s`), whole minutes
 /// under a day (`5h 3m`), whole hours after (`3days 4h`).
 pub fn human_age(secs: i64) -> String {
     let secs = u64::try_from(secs).unwrap_or(0);

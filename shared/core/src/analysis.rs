@@ -264,7 +264,7 @@ pub const CSV_COLUMNS: &[&str] = &[
     "last_error",
 ];
 
-/// Writes one CSV cell, defused: a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage
+/// Returns one CSV cell, defused: a cell starting with `=`, `+`, `-`, `@`, a tab or a carriage
 /// return is prefixed with `'`, because spreadsheets run such a cell as a formula and item
 /// ids and error messages come from the data (OWASP, CSV injection). The `csv` writer
 /// then quotes it as needed.
@@ -276,7 +276,7 @@ fn csv_field(value: String) -> String {
     }
 }
 
-/// Writes one CSV row of a record, in [`CSV_COLUMNS`] order.
+/// Returns one CSV row of a record, in [`CSV_COLUMNS`] order.
 fn csv_row(r: &DeadLetteredItem) -> [String; CSV_COLUMNS.len()] {
     let storage = match r.payload.location {
         PayloadLocation::Inline { .. } => "inline",

@@ -705,7 +705,7 @@ impl<P: Processor, S: BreakerStore> Breaker<P, S> {
         result
     }
 
-    /// Returns what the probe's `result` decides: a counted failure opens the breaker again for
+    /// Decides from the probe's `result`, and writes the breaker's state: a counted failure opens the breaker again for
     /// longer; a failure or a skip that never reached the downstream gives the probe back;
     /// any other answer closes the breaker. A sandbox probing on its own (`on_its_own`)
     /// keeps the answer to itself when the table takes no write.

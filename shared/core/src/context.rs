@@ -379,7 +379,7 @@ pub(crate) async fn finishing<F: Future>(work: F) -> F::Output {
     work.await
 }
 
-/// Returns the engine at the cut-off: `true` when the attempt ends itself (a section is open in
+/// Passes the cut-off for the engine: `true` when the attempt ends itself (a section is open in
 /// it), which is then told the cut-off has passed and must be polled on with
 /// [`past_cutoff`]; `false` when it is to be dropped.
 pub(crate) fn pass_cutoff() -> bool {
@@ -401,7 +401,7 @@ pub(crate) fn pass_cutoff() -> bool {
     true
 }
 
-/// Returns the engine's attempt after [`pass_cutoff`]: polled until it ends, or `None` once no
+/// Returns the output of the engine's attempt after [`pass_cutoff`]: polled until it ends, or `None` once no
 /// section is open in it (the user's code that runs on after the layers' bookkeeping is
 /// cut there).
 pub(crate) async fn past_cutoff<F: Future>(work: F) -> Option<F::Output> {

@@ -244,7 +244,7 @@ impl<'de> Visitor<'de> for AttributesVisitor {
 }
 
 impl<'de> Deserialize<'de> for Attributes {
-    /// Returns an object of strings; `null` is none, as `aws_lambda_events` reads it.
+    /// Reads an object of strings; `null` is none, as `aws_lambda_events` reads it.
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_option(AttributesVisitor)
     }

@@ -69,7 +69,7 @@
 //! Every record ends as exactly one of done, skipped, returned for retry (listed in
 //! `batchItemFailures`), or dead-lettered, and a dead-lettered record is acknowledged only
 //! after the sink has persisted it. Bodies are never logged. The whole list, with the
-//! windows each leaves, is docs/ARCHITECTURE.md §1.
+//! limits of each, is docs/GUARANTEES.md; how each is kept is docs/ARCHITECTURE.md §1.
 
 #![deny(missing_docs)]
 // Every type a public signature mentions is public in its module: a user can name what it holds.

@@ -250,7 +250,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         action
     }
 
-    /// Returns a run that cannot read its own record (no lease, no marker: the breaker table is
+    /// Runs a control that cannot read its own record (no lease, no marker: the breaker table is
     /// unavailable): a mapping disabled for longer than [`blind_restore_after`] is enabled,
     /// since the record it cannot read may be its pause; anything else waits for the next
     /// run. The record is left as it is (a later run that reads it again finds the mapping
@@ -316,7 +316,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         Ok(self.decide(pause, state, now).await?)
     }
 
-    /// Returns the rest of a run, with the record and the breaker read and no sweep due.
+    /// Runs the rest of a control run, with the record and the breaker read and no sweep due.
     async fn decide(
         &self,
         pause: PauseState,
@@ -389,7 +389,7 @@ impl<B: BreakerStore, S: MappingSwitch, M: PauseMarker, P: SourceProbe> PollingC
         Ok(ControlAction::Sweeping)
     }
 
-    /// Returns a run during a sweep.
+    /// Runs the control during a sweep.
     async fn sweep_on(
         &self,
         pause: PauseState,

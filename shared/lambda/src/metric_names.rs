@@ -37,7 +37,7 @@ const RESERVED: [&str; 7] = [
     "Mode",
 ];
 
-/// Tells whether a team's dimension may take `name`.
+/// Tells whether `name` is reserved: a team's dimension may not take it.
 fn reserved(name: &str) -> bool {
     RESERVED.contains(&name)
         || sqs_keeper_core::context::RESERVED_METRICS.contains(&name)

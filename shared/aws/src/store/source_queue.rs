@@ -83,7 +83,7 @@ impl SourceQueue for DeadLetterStore {
     }
 }
 
-/// Writes one message as a `SendMessageBatch` entry.
+/// Returns one message as a `SendMessageBatch` entry.
 fn batch_entry(message: &OutgoingMessage) -> Result<SendMessageBatchRequestEntry, ProcessError> {
     let mut entry = SendMessageBatchRequestEntry::builder()
         .id(&message.id)

@@ -411,7 +411,7 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
     /// failure): reported as not started (and hidden like any record returned), except on
     /// its last receive, where the queue's redrive policy would move it without a record:
     /// then it is dead-lettered, class `timeout` (transient, so a redrive brings it back),
-    /// code [`NOT_STARTED`], with why (docs/ARCHITECTURE.md §1.3).
+    /// code [`NOT_STARTED`], with why (docs/ARCHITECTURE.md §1.6).
     pub(super) fn not_run(
         &self,
         message_id: Text<'_>,
@@ -555,8 +555,7 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
-/// Returns the name of a disposition on log lines.
-/// The step with the record's processing time.
+/// Returns the step with the record's processing time.
 fn finish(step: Step, took: Option<Duration>) -> Step {
     match step {
         Step::Final(report) => Step::Final(RecordReport {
@@ -639,6 +638,7 @@ fn not_started_text(reason: NotStartedReason) -> &'static str {
     }
 }
 
+/// Returns the name of a disposition on log lines.
 fn outcome_name(disposition: &Disposition) -> &'static str {
     match disposition {
         Disposition::Done => "done",

@@ -1,4 +1,4 @@
-//! A delivery's claim on its source message's one DLQ message (docs/ARCHITECTURE.md §1.1).
+//! A delivery's claim on its source message's one DLQ message (docs/ARCHITECTURE.md §1.5).
 //!
 //! A record keeps its claims in one string set (`dlq_claims`), one element per claiming
 //! receive: `<message id>:<receive count>`. The receive count says which delivery took the
