@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Checks of the infrastructure templates, offline: the main stack (infra/template.yaml), the
-# reusable store (infra/store.yaml), the orders example on it (infra/handler.yaml) and the
-# template `keeper new` writes for a team's crate (tests/harness/templates/handler).
+# reusable store (infra/store.yaml), the orders example on it (infra/handler.yaml), the
+# template `keeper new` writes for a team's crate (tests/harness/templates/handler), and the
+# CDK construct's orders app (infra/cdk), synthesised with bundling skipped.
 #
-#   scripts/infra.sh install     create .venv-infra with pinned cfn-lint, checkov, aws-sam-translator (no-op when done)
-#   scripts/infra.sh translate   SAM -> CloudFormation JSON in target/infra/ (nested stores beside)
+#   scripts/infra.sh install     create .venv-infra with pinned cfn-lint, checkov, aws-sam-translator,
+#                                and infra/cdk/node_modules from its lockfile (no-op when done)
+#   scripts/infra.sh translate   SAM -> CloudFormation JSON in target/infra/ (nested stores beside),
+#                                and the CDK app synthesised into target/infra/cdk/
 #   scripts/infra.sh lint        cfn-lint on the SAM templates and on the translated ones
 #   scripts/infra.sh scan        checkov on every template (zero failed checks required)
 #   scripts/infra.sh check       all of the above
@@ -31,6 +34,31 @@ SCAFFOLD="$OUT/scaffold"
 # its DLQ), a VPC, a KMS key for the environment (names and tuning numbers, no secrets),
 # and a customer managed key for its own table.
 TEAM_SKIPS="CKV_AWS_115,CKV_AWS_116,CKV_AWS_117,CKV_AWS_173,CKV_AWS_119"
+CDK="$ROOT/infra/cdk"
+CDK_OUT="$OUT/cdk"
+
+# The CDK packages, exactly as the lockfile pins them; installed again when it changes.
+install_cdk() {
+  command -v npm >/dev/null 2>&1 || {
+    echo "npm is needed to synthesise the CDK construct (infra/cdk); install Node.js" >&2
+    return 1
+  }
+  local stamp="$CDK/node_modules/.lock-installed"
+  if [ -f "$stamp" ] && cmp -s "$stamp" "$CDK/package-lock.json"; then return 0; fi
+  echo "installing the CDK construct's packages (npm ci in infra/cdk)" >&2
+  (cd "$CDK" && npm ci --silent --no-audit --no-fund >&2)
+  cp "$CDK/package-lock.json" "$stamp"
+}
+
+# The orders app of the CDK construct, compiled and synthesised offline: bundling skipped
+# (no cargo lambda build), the template in target/infra/cdk/Orders.template.json.
+synth() {
+  install_cdk
+  (cd "$CDK" && npx --no-install tsc)
+  rm -rf "$CDK_OUT"
+  CDK_OUTDIR="$CDK_OUT" CDK_CONTEXT_JSON='{"aws:cdk:bundling-stacks":[]}' node "$CDK/dist/bin/orders.js"
+  echo "synthesised infra/cdk -> $CDK_OUT/Orders.template.json"
+}
 
 installed() {
   [ -x "$VENV/bin/cfn-lint" ] && [ -x "$VENV/bin/checkov" ] &&
@@ -56,6 +84,7 @@ translate() {
   sed 's/{{name}}/my-handler/g' "$ROOT/tests/harness/templates/handler/template.yaml" >"$SCAFFOLD/template.yaml"
   cp "$STORE_TEMPLATE" "$SCAFFOLD/store.yaml"
   "$VENV/bin/python" "$ROOT/infra/translate.py" "$SCAFFOLD/template.yaml" "$OUT/scaffold.json"
+  synth
 }
 
 lint() {
@@ -68,6 +97,9 @@ lint() {
   "$VENV/bin/cfn-lint" --region us-east-1 -- "$HANDLER_TEMPLATE" "$OUT/handler.json"
   echo "cfn-lint: the store, and the template keeper new writes (SAM and translated)"
   "$VENV/bin/cfn-lint" --region us-east-1 -- "$STORE_TEMPLATE" "$SCAFFOLD/template.yaml" "$OUT/scaffold.json"
+  # W3005: CDK makes a function depend on its role, which its GetAtt already implies.
+  echo "cfn-lint: the CDK construct's synthesised template"
+  "$VENV/bin/cfn-lint" --region us-east-1 --ignore-checks W3005 -- "$CDK_OUT/Orders.template.json"
   echo "cfn-lint: no findings"
 }
 
@@ -80,14 +112,15 @@ scan() {
   echo "checkov: the store"
   "$VENV/bin/checkov" --quiet --compact --skip-download --framework cloudformation --file "$STORE_TEMPLATE"
   echo "checkov: handler templates (SAM and translated), without the team's own choices ($TEAM_SKIPS)"
-  for template in "$HANDLER_TEMPLATE" "$OUT/handler.json" "$SCAFFOLD/template.yaml" "$OUT/scaffold.json"; do
+  for template in "$HANDLER_TEMPLATE" "$OUT/handler.json" "$SCAFFOLD/template.yaml" "$OUT/scaffold.json" \
+    "$CDK_OUT/Orders.template.json"; do
     "$VENV/bin/checkov" --quiet --compact --skip-download --framework cloudformation \
       --skip-check "$TEAM_SKIPS" --file "$template"
   done
 }
 
 case "${1:-}" in
-  install) install ;;
+  install) install && install_cdk ;;
   translate) translate ;;
   lint) lint ;;
   scan) translate >/dev/null && scan ;;

@@ -16,7 +16,8 @@ pub fn root() -> PathBuf {
 
 /// A translated template: `main` (`infra/template.yaml`), `handler` (`infra/handler.yaml`,
 /// the orders example on the reusable store), `store` (`infra/store.yaml`, as the handler
-/// nests it) or `scaffold` (the template `keeper new` writes, for a crate `my-handler`).
+/// nests it), `scaffold` (the template `keeper new` writes, for a crate `my-handler`) or
+/// `cdk` (the CDK construct's orders app, synthesised with bundling skipped).
 /// Runs `scripts/infra.sh translate` once per test process, which installs the tools on
 /// first use.
 /// Tests run in parallel; translating once keeps one test from reading a file another is
@@ -36,6 +37,7 @@ pub fn translated_template(which: &str) -> Value {
         "handler" => "handler.json",
         "store" => "handler.json.Store.json",
         "scaffold" => "scaffold.json",
+        "cdk" => "cdk/Orders.template.json",
         _ => "template.json",
     };
     serde_json::from_str(&std::fs::read_to_string(root().join("target/infra").join(file)).unwrap())

@@ -1499,6 +1499,100 @@ async fn the_handler_templates_deploy_a_valid_handler_on_the_store() {
     }
 }
 
+/// The CDK construct (`infra/cdk`) synthesises the store as SAM nests it, resource for
+/// resource, and a Rust function that attaches the store's policy, takes its variables
+/// whole, runs on arm64 within the timeout the store's queue is sized for, and reports
+/// partial batch failures to an event source on the store's queue.
+#[test]
+fn the_cdk_construct_synthesises_the_store_and_a_rust_handler() {
+    let cdk = translated_template("cdk");
+    let store = translated_template("store");
+    let resources = cdk["Resources"].as_object().unwrap();
+    for (name, resource) in store["Resources"].as_object().unwrap() {
+        let synthesised = resources
+            .get(name)
+            .unwrap_or_else(|| panic!("the construct has no {name}"));
+        assert_eq!(
+            short_get_atts(synthesised.clone()),
+            short_get_atts(resource.clone()),
+            "{name}"
+        );
+    }
+    let [function] = resources_of_type(&cdk, "AWS::Lambda::Function")[..] else {
+        panic!("one function");
+    };
+    let function = &function.1["Properties"];
+    assert_eq!(function["Runtime"], "provided.al2023");
+    assert_eq!(function["Handler"], "bootstrap");
+    assert_eq!(function["Architectures"], serde_json::json!(["arm64"]));
+    assert_eq!(function["TracingConfig"]["Mode"], "Active");
+    assert_eq!(
+        function["LoggingConfig"]["LogGroup"],
+        serde_json::json!({"Ref": "LogGroup"})
+    );
+    // The store's variables, the orders app's item id source given in place.
+    let mut environment = store["Outputs"]["Environment"]["Value"].clone();
+    let text = environment["Fn::Sub"][0]
+        .as_str()
+        .unwrap()
+        .replace("${ItemIdSource}", "pointer:/order_id");
+    environment["Fn::Sub"][0] = Value::String(text);
+    assert_eq!(
+        function["Environment"]["Variables"]["SQS_KEEPER_STORE"],
+        environment
+    );
+    let parameters = &cdk["Parameters"];
+    assert_eq!(
+        parameters["FunctionName"]["AllowedValues"],
+        serde_json::json!([function["FunctionName"]])
+    );
+    assert_eq!(
+        parameters["TimeoutSeconds"]["AllowedValues"],
+        serde_json::json!([function["Timeout"].to_string()])
+    );
+    let [role] = resources_of_type(&cdk, "AWS::IAM::Role")[..] else {
+        panic!("one role");
+    };
+    let managed = role.1["Properties"]["ManagedPolicyArns"]
+        .as_array()
+        .unwrap();
+    assert!(managed.contains(&serde_json::json!({"Ref": "HandlerPolicy"})));
+    let [mapping] = resources_of_type(&cdk, "AWS::Lambda::EventSourceMapping")[..] else {
+        panic!("one event source mapping");
+    };
+    let mapping = &mapping.1["Properties"];
+    assert_eq!(
+        mapping["EventSourceArn"],
+        serde_json::json!({"Fn::GetAtt": ["SourceQueue", "Arn"]})
+    );
+    assert_eq!(
+        mapping["FunctionResponseTypes"],
+        serde_json::json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(mapping["ScalingConfig"]["MaximumConcurrency"], 10);
+}
+
+/// `value` with every `Fn::GetAtt` in its list form: CDK keeps the `Resource.Attribute`
+/// form where a template wrote it, SAM's translation writes lists.
+fn short_get_atts(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| match (k.as_str(), v) {
+                    ("Fn::GetAtt", Value::String(s)) => {
+                        let parts: Vec<Value> =
+                            s.splitn(2, '.').map(|p| Value::String(p.into())).collect();
+                        (k, Value::Array(parts))
+                    }
+                    (_, v) => (k, short_get_atts(v)),
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(short_get_atts).collect()),
+        other => other,
+    }
+}
+
 /// A handler template deployed into the emulator: its outputs, its function's variables and
 /// the configuration the runner reads from them.
 struct DeployedHandler {

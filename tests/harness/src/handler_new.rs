@@ -23,7 +23,10 @@ const FILES: [(&str, &str); 6] = [
         "template.yaml",
         include_str!("../templates/handler/template.yaml"),
     ),
-    ("store.yaml", include_str!("../templates/handler/store.yaml")),
+    (
+        "store.yaml",
+        include_str!("../templates/handler/store.yaml"),
+    ),
 ];
 
 /// The dependency versions the workspace builds and tests with: a copy of its `Cargo.lock`
