@@ -14,8 +14,11 @@
 //! The runs go through every path that calls AWS: dead-lettering (record, DLQ message,
 //! payload in S3), an Extended Client pointer, the downstream's credential, spaced retries,
 //! the circuit breaker opening and probing, idempotency, a scheduled redrive that is the
-//! breaker's probe, a forced reprocess, a requeue that the worker then finishes; and the
-//! handler of `infra/handler.yaml` storing an order and dead-lettering another.
+//! breaker's probe, a forced reprocess, a requeue that the worker then finishes; the
+//! handler of `infra/handler.yaml` storing an order and dead-lettering another, under a
+//! role that attaches the reusable store's managed policy; and, in a FIFO stack, a
+//! scheduled redrive whose sweep moves a kept message behind its group (a copy it sends
+//! to the DLQ itself).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests fail loudly
 
@@ -755,4 +758,64 @@ async fn e2e_depth(clients: &AwsClients, queue_url: &str) -> u64 {
     sqs_keeper_local::esm::queue_depth(&clients.sqs, queue_url)
         .await
         .unwrap()
+}
+
+/// The main stack with FIFO queues: a scheduled redrive adopts an orphan from the DLQ,
+/// fails to reprocess it (the downstream refuses it), and its sweep moves the message it
+/// keeps behind its group by sending a copy to the DLQ, a call only a FIFO DLQ makes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_stacks_redrive_rotation_is_allowed_by_its_role() {
+    let emulator = e2e::emulator().await;
+    let moto = Endpoints::single(&emulator.shared);
+    let clients = AwsClients::for_endpoints(&emulator, e2e::REGION).await;
+    let deployed = deploy(
+        &moto,
+        translated_template("main"),
+        &[
+            ("DownstreamUrl", "https://downstream.example.com/ingest"),
+            ("FifoQueues", "true"),
+            ("ItemIdSource", "pointer:/id"),
+        ],
+    )
+    .await;
+    create_tables(&clients, &deployed.physical["DeadLetterTable"], &[]).await;
+    let dlq = deployed.physical["DeadLetterQueue"].clone();
+    assert!(dlq.ends_with(".fifo"), "{dlq}");
+    // An orphan: a message SQS's redrive policy moved, with no record.
+    clients
+        .sqs
+        .send_message()
+        .queue_url(&dlq)
+        .message_body(e2e::body("fifo-orphan", "invalid"))
+        .message_group_id("g")
+        .message_deduplication_id("fifo-orphan")
+        .send()
+        .await
+        .unwrap();
+    let proxy = FaultProxy::start(&emulator).await.unwrap();
+    let downstream = Downstream::start(0, DownstreamConfig::default())
+        .await
+        .unwrap();
+    let (redrive, _process) = start_function(
+        "redrive",
+        "RedriveRole",
+        &deployed.environments["RedriveFunction"],
+        &[("WORKER_DOWNSTREAM_URL", downstream.url())],
+        &proxy,
+    )
+    .await;
+    let report = invoke(&redrive, json!({"mode": "reprocess", "max_items": 10})).await;
+    assert_eq!(report["adopted_from_dlq"], 1, "{report}");
+    let accesses = proxy.accesses();
+    let actions = assert_allowed("RedriveRole", &deployed.policies["RedriveRole"], &accesses);
+    let dlq_name = dlq.rsplit('/').next().unwrap_or_default();
+    let rotated = accesses.iter().any(|a| {
+        a.principal == "RedriveRole"
+            && a.action == "sqs:SendMessage"
+            && a.arn(ACCOUNT).ends_with(dlq_name)
+    });
+    assert!(
+        rotated,
+        "the sweep sent no copy to the FIFO DLQ: {actions:?}\n{report}"
+    );
 }
