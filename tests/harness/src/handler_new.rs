@@ -261,6 +261,18 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The README's "Deploy it" shows the template a crate named `my-handler` gets, whole.
+    #[test]
+    fn the_readme_shows_the_template_a_crate_gets() {
+        let template =
+            include_str!("../templates/handler/template.yaml").replace("{{name}}", "my-handler");
+        let readme = include_str!("../../../README.md");
+        assert!(
+            readme.contains(&format!("```yaml\n{template}```")),
+            "README.md's template differs from tests/harness/templates/handler/template.yaml"
+        );
+    }
+
     #[test]
     fn the_store_a_crate_gets_is_the_one_infra_holds() {
         assert!(
