@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_cloudformation::types::StackStatus;
-use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template, EMPTY_ZIP};
+use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template};
 use serde_json::Value;
 use sqs_keeper_aws::{AwsClients, Endpoints};
 
@@ -1117,43 +1117,61 @@ fn producers_may_send(template: &Value) {
     );
 }
 
+/// The main template deployed into moto's CloudFormation, with what each part made: the
+/// queues, the record table, the bucket, the functions as configured and the roles'
+/// policies as resolved. Then deleting the stack keeps what holds messages and records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploys_into_the_emulator() {
-    // Alarms, the mapping, the dashboard and rules are checked on the JSON above.
-    let template = deployable(translated_template("main"));
-
-    // The stack is created by moto's CloudFormation, which makes every resource in moto,
-    // its DynamoDB table included: read them all there, not from DynamoDB Local.
-    let moto = Endpoints::single(&e2e::emulator().await.shared);
-    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
-    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
-    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
-    let lambda = aws_sdk_lambda::Client::new(&shared);
-    // The translated template points at the code where `sam package` would put it.
-    let artifacts = "sam-artifacts-placeholder";
-    let _ = clients.s3.create_bucket().bucket(artifacts).send().await;
-    for key in ["WorkerFunction.zip", "RedriveFunction.zip"] {
-        clients
-            .s3
-            .put_object()
-            .bucket(artifacts)
-            .key(key)
-            .body(EMPTY_ZIP.to_vec().into())
-            .send()
-            .await
-            .unwrap();
-    }
-    let stack = e2e::unique_prefix("stack");
     let secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:downstream-AbCdEf";
-    let parameters = [
+    let main = deploy_main(&[
         ("DownstreamUrl", "https://downstream.example.com/ingest"),
         ("DownstreamAuthHeader", "x-api-key"),
         ("DownstreamAuthSecretArn", secret_arn),
         ("PayloadBuckets", "producer-a,producer-b"),
         ("PayloadMaxBytes", "1048576"),
         ("AlarmEmail", "oncall@example.com"),
-    ];
-    let outputs = create_stack(&cloudformation, &stack, &template, &parameters).await;
+    ])
+    .await;
+    deployed_queues_are_as_declared(&main).await;
+    deployed_table_is_as_declared(&main).await;
+    deployed_worker_is_configured(&main, secret_arn).await;
+    deployed_redrive_is_configured(&main, secret_arn).await;
+    deployed_roles_grant_the_buckets_and_secret(&main, secret_arn).await;
+    // The alarm key, its alias and the topic are created (moto 5.2.5 does not create the
+    // email subscription; checked on the JSON).
+    for name in ["AlarmKey", "AlarmKeyAlias", "AlarmTopic"] {
+        assert!(
+            main.physical.contains_key(name),
+            "{name} not created: {:?}",
+            main.physical
+        );
+    }
+    deleting_the_stack_keeps_its_state(&main).await;
+}
+
+/// The main stack in moto: its clients, name, outputs and physical ids.
+struct DeployedMain {
+    clients: AwsClients,
+    shared: aws_config::SdkConfig,
+    cloudformation: aws_sdk_cloudformation::Client,
+    stack: String,
+    outputs: std::collections::HashMap<String, String>,
+    physical: std::collections::HashMap<String, String>,
+}
+
+/// Deploys the main template with `parameters` (alarms, the mapping, the dashboard and
+/// rules left out: they are checked on the JSON). The stack is created by moto's
+/// CloudFormation, which makes every resource in moto, its DynamoDB table included: read
+/// them all there, not from DynamoDB Local.
+async fn deploy_main(parameters: &[(&str, &str)]) -> DeployedMain {
+    let template = deployable(translated_template("main"));
+    let moto = Endpoints::single(&e2e::emulator().await.shared);
+    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
+    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
+    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
+    e2e::stack::upload_artifacts(&clients.s3, &template).await;
+    let stack = e2e::unique_prefix("stack");
+    let outputs = create_stack(&cloudformation, &stack, &template, parameters).await;
     for key in [
         "SourceQueueUrl",
         "DeadLetterQueueUrl",
@@ -1167,7 +1185,20 @@ async fn deploys_into_the_emulator() {
             "output {key} missing: {outputs:?}"
         );
     }
+    let physical = e2e::stack::physical_resources(&cloudformation, &stack).await;
+    DeployedMain {
+        clients,
+        shared,
+        cloudformation,
+        stack,
+        outputs,
+        physical,
+    }
+}
 
+/// The source queue's redrive policy, visibility timeout and encryption, and the DLQ's.
+async fn deployed_queues_are_as_declared(main: &DeployedMain) {
+    let (clients, outputs) = (&main.clients, &main.outputs);
     use aws_sdk_sqs::types::QueueAttributeName as Q;
     let source = clients
         .sqs
@@ -1213,7 +1244,11 @@ async fn deploys_into_the_emulator() {
         "DLQ keeps messages longer than the source"
     );
     // (moto 5.2.5 does not keep RedriveAllowPolicy from CloudFormation; checked on the JSON.)
+}
 
+/// The record table's key, indexes and billing mode, and the payload bucket.
+async fn deployed_table_is_as_declared(main: &DeployedMain) {
+    let (clients, outputs) = (&main.clients, &main.outputs);
     let table = clients
         .dynamodb
         .describe_table()
@@ -1268,7 +1303,12 @@ async fn deploys_into_the_emulator() {
         .send()
         .await
         .unwrap();
+}
 
+/// The worker's variables: every one the code documents, valid to its own validation.
+async fn deployed_worker_is_configured(main: &DeployedMain, secret_arn: &str) {
+    let outputs = &main.outputs;
+    let lambda = aws_sdk_lambda::Client::new(&main.shared);
     let worker = lambda
         .get_function_configuration()
         .function_name(&outputs["WorkerFunctionName"])
@@ -1316,7 +1356,12 @@ async fn deploys_into_the_emulator() {
         (auth.header.as_str(), auth.secret_id.as_str()),
         ("x-api-key", secret_arn)
     );
+}
 
+/// The redrive function's variables and timeout.
+async fn deployed_redrive_is_configured(main: &DeployedMain, secret_arn: &str) {
+    let outputs = &main.outputs;
+    let lambda = aws_sdk_lambda::Client::new(&main.shared);
     let redrive_fn = lambda
         .get_function_configuration()
         .function_name(&outputs["RedriveFunctionName"])
@@ -1327,25 +1372,13 @@ async fn deploys_into_the_emulator() {
     assert_eq!(vars["REDRIVE_SOURCE_QUEUE_URL"], outputs["SourceQueueUrl"]);
     assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
     assert_eq!(redrive_fn.timeout(), Some(900));
+}
 
-    // The roles as deployed: one GetObject and one ListBucket ARN per producer bucket,
-    // ListBucket on the payload bucket, the one secret.
-    let physical: std::collections::HashMap<String, String> = cloudformation
-        .describe_stack_resources()
-        .stack_name(&stack)
-        .send()
-        .await
-        .unwrap()
-        .stack_resources()
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r.logical_resource_id()?.to_string(),
-                r.physical_resource_id()?.to_string(),
-            ))
-        })
-        .collect();
-    let iam = aws_sdk_iam::Client::new(&shared);
+/// The roles as deployed: one GetObject and one ListBucket ARN per producer bucket,
+/// ListBucket on the payload bucket, the one secret.
+async fn deployed_roles_grant_the_buckets_and_secret(main: &DeployedMain, secret_arn: &str) {
+    let (outputs, physical) = (&main.outputs, &main.physical);
+    let iam = aws_sdk_iam::Client::new(&main.shared);
     let policy = |role: &str, name: &'static str| {
         let iam = iam.clone();
         let role = physical[role].clone();
@@ -1387,27 +1420,27 @@ async fn deploys_into_the_emulator() {
     for arn in ["arn:aws:s3:::producer-a/*", "arn:aws:s3:::producer-b"] {
         assert!(has(&redrive_policy, arn), "{arn} not in {redrive_policy}");
     }
+}
 
-    // The alarm key, its alias and the topic are created (moto 5.2.5 does not create the
-    // email subscription; checked on the JSON).
-    for name in ["AlarmKey", "AlarmKeyAlias", "AlarmTopic"] {
-        assert!(
-            physical.contains_key(name),
-            "{name} not created: {physical:?}"
-        );
-    }
-
-    // Deleting the stack keeps the queues, the table and the payload bucket.
+/// Deleting the stack keeps the queues, the table and the payload bucket.
+async fn deleting_the_stack_keeps_its_state(main: &DeployedMain) {
+    use aws_sdk_sqs::types::QueueAttributeName as Q;
+    let (clients, outputs, cloudformation, stack) = (
+        &main.clients,
+        &main.outputs,
+        &main.cloudformation,
+        &main.stack,
+    );
     cloudformation
         .delete_stack()
-        .stack_name(&stack)
+        .stack_name(stack.as_str())
         .send()
         .await
         .unwrap();
     for _ in 0..120 {
         let described = cloudformation
             .describe_stacks()
-            .stack_name(&stack)
+            .stack_name(stack.as_str())
             .send()
             .await;
         match described
