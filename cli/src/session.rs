@@ -34,22 +34,30 @@ pub async fn clients(global: &GlobalArgs) -> AwsClients {
 }
 
 /// Returns the store named by the global options; a usage error naming what is missing.
+///
+/// An option not given is read as the functions read it: its variable, else the store's
+/// object of variables (`SQS_KEEPER_STORE`).
 pub async fn store(global: &GlobalArgs) -> Result<DeadLetterStore, CliError> {
+    use sqs_keeper_lambda::config::vars;
+    let lookup = |name: &str| std::env::var(name).ok();
+    let mut env = sqs_keeper_lambda::config::EnvReader::new(&lookup);
+    let given = |option: &Option<String>, var: &vars::Var| option.clone().or_else(|| env.raw(var));
+    let table = given(&global.table, &vars::TABLE);
+    let queue_url = given(&global.queue_url, &vars::QUEUE_URL);
+    let bucket = given(&global.bucket, &vars::BUCKET);
     let mut missing = Vec::new();
-    if global.table.is_none() {
-        missing.push("--table / DLQ_TABLE");
+    for (value, what) in [
+        (&table, "--table / DLQ_TABLE"),
+        (&queue_url, "--queue-url / DLQ_QUEUE_URL"),
+        (&bucket, "--bucket / DLQ_BUCKET"),
+    ] {
+        if value.is_none() {
+            missing.push(what);
+        }
     }
-    if global.queue_url.is_none() {
-        missing.push("--queue-url / DLQ_QUEUE_URL");
-    }
-    if global.bucket.is_none() {
-        missing.push("--bucket / DLQ_BUCKET");
-    }
-    match (&global.table, &global.queue_url, &global.bucket) {
+    match (table, queue_url, bucket) {
         (Some(table), Some(queue_url), Some(bucket)) => {
-            let mut config = StoreConfig::new(table, queue_url, bucket);
-            let lookup = |name: &str| std::env::var(name).ok();
-            let mut env = sqs_keeper_lambda::config::EnvReader::new(&lookup);
+            let mut config = StoreConfig::new(&table, &queue_url, &bucket);
             if let Some(from_env) = sqs_keeper_lambda::config::read_store_config(&mut env) {
                 config.inline_max_bytes = from_env.inline_max_bytes;
                 config.retention = from_env.retention;

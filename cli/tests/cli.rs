@@ -65,6 +65,29 @@ async fn read_commands() {
     assert!(out.starts_with("ITEM ID"), "{out}");
     assert!(out.contains("4 record(s)"), "{out}");
 
+    // The store given as the functions get it from the reusable store: one JSON variable.
+    let store: serde_json::Map<String, serde_json::Value> = p
+        .resources
+        .store_env()
+        .into_iter()
+        .map(|(k, v)| (k, serde_json::Value::String(v)))
+        .collect();
+    let from_store = Dlq {
+        env: dlq
+            .env
+            .iter()
+            .filter(|(k, _)| !store.contains_key(k))
+            .cloned()
+            .chain([(
+                "SQS_KEEPER_STORE".to_string(),
+                serde_json::Value::Object(store.clone()).to_string(),
+            )])
+            .collect(),
+    };
+    let (code, out, err) = from_store.run(&["list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("4 record(s)"), "{out}");
+
     let (code, out, _) = dlq.run(&["list", "--class", "throttled", "--json"]);
     assert_eq!(code, 0);
     let ids: Vec<String> = out

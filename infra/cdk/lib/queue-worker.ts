@@ -16,7 +16,7 @@
  * table.grantWriteData(worker.function);
  */
 import * as path from 'node:path';
-import { Duration, Stack, Validations } from 'aws-cdk-lib';
+import { CfnParameter, Duration, Stack, Validations } from 'aws-cdk-lib';
 import * as iam from 'aws-cdk-lib/aws-iam';
 import * as lambda from 'aws-cdk-lib/aws-lambda';
 import { SqsEventSource } from 'aws-cdk-lib/aws-lambda-event-sources';
@@ -69,31 +69,51 @@ export class QueueWorker extends Construct {
     super(scope, id);
     const functionName = props.functionName ?? `${Stack.of(this).stackName}-handler`;
     const timeout = props.timeout ?? Duration.seconds(30);
+    const stack = Stack.of(this);
+    const others = stack.node.findAll().filter((c) => c instanceof QueueWorker && c !== this);
+    if (others.length > 0) {
+      throw new Error(
+        `${this.node.path}: a stack holds one QueueWorker, since the store keeps its logical ids; ` +
+          `give each worker a stack of its own (a NestedStack works), beside ${others[0].node.path}`,
+      );
+    }
     this.store = new include.CfnInclude(this, 'Store', {
       templateFile: props.storeTemplate ?? STORE_TEMPLATE,
-      parameters: props.storeParameters,
     });
-    // The two parameters the function fixes stay parameters, pinned to its values: a value
-    // replaced in place would leave each Fn::Sub that named it with nothing to substitute.
-    const pin = (name: string, value: string) => {
-      const parameter = this.store.getParameter(name);
-      parameter.default = value;
-      parameter.allowedValues = [value];
+    // Each value given becomes its parameter's default, checked against the parameter's
+    // constraints here: a parameter replaced in place would lose them, and a value such as
+    // a quote would then break the store's Environment output.
+    const given: Record<string, string> = {
+      ...props.storeParameters,
+      FunctionName: functionName,
+      TimeoutSeconds: String(timeout.toSeconds()),
     };
-    pin('FunctionName', functionName);
-    pin('TimeoutSeconds', String(timeout.toSeconds()));
-    // The store's alarms and outputs choose a topic or a table under a condition (Fn::If),
-    // which the synthesis-time validator does not follow: it warns of an empty topic and of
-    // a reference to a resource that may not exist. cfn-lint checks the store whole.
-    // Outputs are the stack's, so that acknowledgement is the stack's.
+    for (const [name, value] of Object.entries(given)) {
+      const parameter = this.store.getParameter(name);
+      const problem = refusal(parameter, value);
+      if (problem !== undefined) {
+        throw new Error(`${this.node.path}: store parameter ${name} = ${JSON.stringify(value)} ${problem}`);
+      }
+      parameter.default = value;
+    }
+    // The two the function fixes take no other value.
+    this.store.getParameter('FunctionName').allowedValues = [functionName];
+    this.store.getParameter('TimeoutSeconds').allowedValues = [given.TimeoutSeconds];
+    // The store's alarms choose a topic under a condition (Fn::If), which the
+    // synthesis-time validator does not follow: it warns of an empty topic. cfn-lint checks
+    // the store whole.
     Validations.of(this.store).acknowledge({
       id: 'CloudFormation-Validate::W1030',
       reason: 'an empty topic is never chosen (Fn::If)',
     });
-    Validations.of(Stack.of(this)).acknowledge({
-      id: 'CloudFormation-Validate::W1001',
-      reason: "the store's outputs refer to a conditional resource only under its condition",
-    });
+    // The outputs that name a conditional resource under its condition: the validator
+    // warns of each, and they are the stack's, so they are left out. The function takes
+    // the variables' value itself.
+    const environment = this.store.getOutput('Environment').value;
+    const outputs = this.store.node.findChild('$Outputs');
+    for (const name of ['Environment', 'AlarmTopicArn']) {
+      outputs.node.tryRemoveChild(this.store.getOutput(name).node.id);
+    }
     const logGroup = this.store.getResource('LogGroup') as logs.CfnLogGroup;
     this.function = new RustFunction(this, 'Handler', {
       manifestPath: props.manifestPath,
@@ -106,7 +126,7 @@ export class QueueWorker extends Construct {
       loggingFormat: lambda.LoggingFormat.JSON,
       logGroup: logs.LogGroup.fromLogGroupName(this, 'Logs', logGroup.ref),
       environment: {
-        SQS_KEEPER_STORE: this.store.getOutput('Environment').value,
+        SQS_KEEPER_STORE: environment,
         ...props.environment,
       },
     });
@@ -122,4 +142,29 @@ export class QueueWorker extends Construct {
       }),
     );
   }
+}
+
+/** Says why `value` breaks `parameter`'s constraints, or nothing when it meets them. */
+function refusal(parameter: CfnParameter, value: string): string | undefined {
+  if (parameter.allowedValues !== undefined && !parameter.allowedValues.includes(value)) {
+    return `is not one of ${parameter.allowedValues.join(', ')}`;
+  }
+  // CloudFormation matches the whole value, as Java's `matches` does.
+  const whole = parameter.allowedPattern && new RegExp(`^(?:${parameter.allowedPattern})$`);
+  if (whole && !whole.test(value)) {
+    return `does not match ${parameter.allowedPattern}`;
+  }
+  if (parameter.type === 'Number') {
+    const number = Number(value);
+    if (value.trim() === '' || Number.isNaN(number)) {
+      return 'is not a number';
+    }
+    if (parameter.minValue !== undefined && number < parameter.minValue) {
+      return `is below ${parameter.minValue}`;
+    }
+    if (parameter.maxValue !== undefined && number > parameter.maxValue) {
+      return `is above ${parameter.maxValue}`;
+    }
+  }
+  return undefined;
 }

@@ -849,11 +849,11 @@ fn every_role_grants_least_privilege() {
 #[test]
 fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
     for which in ["main", "store"] {
-        alarms_reach_a_usable_topic_and_state_is_retained(&translated_template(which));
+        alarms_reach_a_usable_topic_and_state_is_retained(&translated_template(which), which);
     }
 }
 
-fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value) {
+fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value, which: &str) {
     let resources = &template["Resources"];
 
     // The created topic is encrypted with a key of the stack's own, which CloudWatch may
@@ -935,6 +935,13 @@ fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value) {
     // What holds messages and records outlives the stack and any replacement.
     // The idempotency table too: a replacement would lose the completion records, and
     // recent work would run again. And the breaker's: a replacement mid-outage closes it.
+    // The store also keeps its function's logs, and lets a failed first creation delete
+    // what it made, so that the deploy can be tried again under the same names.
+    let (kept, deletion) = if which == "store" {
+        (&["LogGroup"][..], "RetainExceptOnCreate")
+    } else {
+        (&[][..], "Retain")
+    };
     for name in [
         "SourceQueue",
         "DeadLetterQueue",
@@ -942,9 +949,18 @@ fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value) {
         "PayloadBucket",
         "IdempotencyTable",
         "BreakerTable",
-    ] {
-        assert_eq!(resources[name]["DeletionPolicy"], "Retain", "{name}");
-        assert_eq!(resources[name]["UpdateReplacePolicy"], "Retain", "{name}");
+    ]
+    .iter()
+    .chain(kept)
+    {
+        assert_eq!(
+            resources[name]["DeletionPolicy"], deletion,
+            "{which} {name}"
+        );
+        assert_eq!(
+            resources[name]["UpdateReplacePolicy"], "Retain",
+            "{which} {name}"
+        );
     }
 }
 
@@ -973,13 +989,35 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
         assert_eq!(p["AlarmActions"][0], *topic, "{name}");
     }
     // The store a handler nests: the same severities and topics, and the source queue's
-    // age pages.
+    // age pages. Nothing redrives in a handler's stack, so a dead letter stays until an
+    // operator acts: the DLQ's age opens a ticket, and what pages watches the function,
+    // its writes, its queue and its breaker, never the DLQ.
     let handler = translated_template("store");
     let handler_tickets = [
         "DlqDepthAlarm",
+        "DlqAgeAlarm",
         "DeadLetteredAlarm",
         "HandlerThrottlesAlarm",
     ];
+    let pages: BTreeSet<&str> = resources_of_type(&handler, "AWS::CloudWatch::Alarm")
+        .into_iter()
+        .map(|(name, _)| name.as_str())
+        .filter(|name| !handler_tickets.contains(name))
+        .collect();
+    assert_eq!(
+        pages,
+        BTreeSet::from([
+            "BreakerOpenAlarm",
+            "DeadLetterFailedAlarm",
+            "HandlerErrorsAlarm",
+            "SourceAgeAlarm"
+        ])
+    );
+    // A day, as docs/HANDLERS.md says.
+    assert_eq!(
+        handler["Parameters"]["DlqAgeAlarmSeconds"]["Default"],
+        86400
+    );
     for (name, alarm) in resources_of_type(&handler, "AWS::CloudWatch::Alarm") {
         let p = &alarm["Properties"];
         let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
@@ -1041,10 +1079,11 @@ fn producers_named_may_send_to_the_source_queue_and_no_one_else() {
     for which in ["main", "store"] {
         producers_may_send(&translated_template(which));
     }
-    // The store's idempotency table is kept as the main stack's is.
+    // The store's idempotency table is kept as the main stack's is (but when its creation
+    // rolls back).
     let handler = translated_template("store");
     let idempotency = &handler["Resources"]["IdempotencyTable"];
-    assert_eq!(idempotency["DeletionPolicy"], "Retain");
+    assert_eq!(idempotency["DeletionPolicy"], "RetainExceptOnCreate");
     assert_eq!(idempotency["UpdateReplacePolicy"], "Retain");
 }
 
@@ -1563,18 +1602,18 @@ fn the_cdk_construct_synthesises_the_store_and_a_rust_handler() {
         function["LoggingConfig"]["LogGroup"],
         serde_json::json!({"Ref": "LogGroup"})
     );
-    // The store's variables, the orders app's item id source given in place.
-    let mut environment = store["Outputs"]["Environment"]["Value"].clone();
-    let text = environment["Fn::Sub"][0]
-        .as_str()
-        .unwrap()
-        .replace("${ItemIdSource}", "pointer:/order_id");
-    environment["Fn::Sub"][0] = Value::String(text);
     assert_eq!(
         function["Environment"]["Variables"]["SQS_KEEPER_STORE"],
-        environment
+        store["Outputs"]["Environment"]["Value"]
     );
+    // A store parameter the app gives stays a parameter, with its constraints, defaulting
+    // to the value given.
     let parameters = &cdk["Parameters"];
+    assert_eq!(parameters["ItemIdSource"]["Default"], "pointer:/order_id");
+    assert_eq!(
+        parameters["ItemIdSource"]["AllowedPattern"],
+        store["Parameters"]["ItemIdSource"]["AllowedPattern"]
+    );
     assert_eq!(
         parameters["FunctionName"]["AllowedValues"],
         serde_json::json!([function["FunctionName"]])
@@ -1652,6 +1691,8 @@ async fn deploy_handler(which: &str, parameters: &[(&str, &str)]) -> DeployedHan
         .send()
         .await
         .unwrap();
+    // The function's timeout is the store's TimeoutSeconds, which sized the queue.
+    assert_eq!(function.timeout(), Some(30), "{which}");
     let vars = function.environment().unwrap().variables().unwrap().clone();
     let config = sqs_keeper_lambda::config::HandlerConfig::from_lookup(&|k| vars.get(k).cloned())
         .unwrap_or_else(|e| panic!("{which}: the template's variables do not validate: {e}"));

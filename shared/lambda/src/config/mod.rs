@@ -131,9 +131,11 @@ impl<'a> EnvReader<'a> {
     }
 
     /// Returns the variable's trimmed value, set on its own or in the store's object; `None`
-    /// when unset or blank.
+    /// when unset or blank in both. A blank variable of its own does not hide the store's.
     pub fn raw(&self, var: &Var) -> Option<String> {
+        let blank = |v: &String| v.trim().is_empty();
         (self.lookup)(var.name)
+            .filter(|v| !blank(v))
             .or_else(|| self.store.get(var.name).cloned())
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty())
@@ -266,7 +268,7 @@ fn store_environment(text: &str) -> Result<std::collections::BTreeMap<String, St
         Ok(store)
     } else {
         Err(format!(
-            "names {} that are not this library's variables",
+            "names {}, which this version of the library does not read: update sqs-keeper, or leave them out of the store's Environment",
             unknown.join(", ")
         ))
     }
@@ -286,16 +288,23 @@ mod store_environment_tests {
         let map = HashMap::from([
             (
                 "SQS_KEEPER_STORE",
-                r#"{"DLQ_TABLE": "records", "DLQ_RETENTION_DAYS": "30", "WORKER_MAX_RECEIVE_COUNT": "5"}"#,
+                r#"{"DLQ_TABLE": "records", "DLQ_RETENTION_DAYS": "30", "WORKER_MAX_RECEIVE_COUNT": "5", "DLQ_QUEUE_URL": "https://q"}"#,
             ),
+            ("DLQ_QUEUE_URL", ""),
             ("DLQ_RETENTION_DAYS", "7"),
+            ("DLQ_BUCKET", " "),
         ]);
         let lookup = reader_over(&map);
         let mut env = EnvReader::new(&lookup);
         assert_eq!(env.raw(&vars::TABLE).as_deref(), Some("records"));
         assert_eq!(env.integer(&vars::RETENTION_DAYS), 7, "set on its own wins");
         assert_eq!(env.integer_if_set(&vars::MAX_RECEIVE_COUNT), Some(5));
-        assert_eq!(env.raw(&vars::BUCKET), None);
+        assert_eq!(env.raw(&vars::BUCKET), None, "blank here and absent there");
+        assert_eq!(
+            env.raw(&vars::QUEUE_URL).as_deref(),
+            Some("https://q"),
+            "a blank variable of its own does not hide the store's"
+        );
         env.finish().unwrap();
     }
 
