@@ -421,6 +421,27 @@ async fn binary_dead_letters_into_the_emulator() {
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("record failed: dead-lettered"), "{logged}");
     assert!(!logged.contains("must be a positive"), "{logged}");
+    // The invocations' EMF documents count the AWS requests they made: the dead letter's
+    // record writes and its DLQ message.
+    let metrics: Vec<serde_json::Value> = logged
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|value| value.get("_aws").is_some())
+        .collect();
+    let total = |name: &str| -> f64 {
+        metrics
+            .iter()
+            .filter(|doc| {
+                doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|d| d["Name"] == name))
+            })
+            .filter_map(|doc| doc[name].as_f64())
+            .sum()
+    };
+    assert!(total("DynamoDbRequests") >= 2.0, "{metrics:?}");
+    assert!(total("SqsRequests") >= 1.0, "{metrics:?}");
+    assert_eq!(total("S3Requests"), 0.0, "{metrics:?}");
 }
 
 /// The lines of a function's log, parsed: the log lines (with a `level`) and the EMF

@@ -36,16 +36,33 @@ impl AwsClients {
     }
 
     /// Builds clients from an explicit configuration.
+    ///
+    /// Every client counts its requests into the running worker invocation's metrics
+    /// ([`crate::request_meter`]).
     pub fn from_config(shared: &aws_config::SdkConfig, s3_path_style: bool) -> Self {
+        use crate::request_meter::RequestMeter;
         let s3_config = aws_sdk_s3::config::Builder::from(shared)
             .force_path_style(s3_path_style)
+            .interceptor(RequestMeter)
             .build();
         AwsClients {
-            sqs: aws_sdk_sqs::Client::new(shared),
-            dynamodb: aws_sdk_dynamodb::Client::new(shared),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::config::Builder::from(shared)
+                    .interceptor(RequestMeter)
+                    .build(),
+            ),
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(shared)
+                    .interceptor(RequestMeter)
+                    .build(),
+            ),
             s3: aws_sdk_s3::Client::from_conf(s3_config),
             #[cfg(feature = "secrets")]
-            secretsmanager: aws_sdk_secretsmanager::Client::new(shared),
+            secretsmanager: aws_sdk_secretsmanager::Client::from_conf(
+                aws_sdk_secretsmanager::config::Builder::from(shared)
+                    .interceptor(RequestMeter)
+                    .build(),
+            ),
             config: shared.clone(),
         }
     }

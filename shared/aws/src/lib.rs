@@ -51,6 +51,7 @@ mod breaker_table;
 pub mod condition_expression;
 mod event_source;
 pub mod idempotency_table;
+pub mod request_meter;
 #[cfg(feature = "secrets")]
 mod secrets;
 mod store;

@@ -110,6 +110,10 @@ pub const RESERVED_METRICS: &[&str] = &[
     "FailedRecords",
     "FunctionName",
     "ErrorClass",
+    "SqsRequests",
+    "DynamoDbRequests",
+    "S3Requests",
+    "SecretsManagerRequests",
 ];
 
 /// The most distinct custom metric names one invocation keeps (EMF allows 100 metrics per
@@ -161,6 +165,26 @@ impl MetricSink {
             });
         } else {
             tracing::warn!(metric = %name, "custom metric ignored: more than {MAX_CUSTOM_METRICS} names in one invocation");
+        }
+    }
+
+    /// Adds `value` to the one total `name` keeps, for the library's own counts (such as the
+    /// AWS requests an invocation made). Unlike [`MetricSink::add`], it takes the names the
+    /// library reserves, and never makes a second value: the document carries one sum.
+    pub fn tally(&self, name: &str, unit: Unit, value: f64) {
+        let Ok(mut metrics) = self.metrics.lock() else {
+            return;
+        };
+        match metrics.iter_mut().find(|m| m.name == name) {
+            Some(metric) => match metric.values.first_mut() {
+                Some(total) => *total += value,
+                None => metric.values.push(value),
+            },
+            None => metrics.push(CustomMetric {
+                name: name.to_string(),
+                unit,
+                values: vec![value],
+            }),
         }
     }
 
@@ -453,6 +477,26 @@ pub fn add_field(key: &str, value: impl Into<Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The library's own counts (the AWS requests of an invocation) keep one sum per name,
+    /// under names a handler may not take.
+    #[test]
+    fn a_tally_keeps_one_sum_under_a_name_handlers_may_not_take() {
+        let sink = MetricSink::default();
+        sink.tally("SqsRequests", Unit::Count, 1.0);
+        sink.tally("SqsRequests", Unit::Count, 3.0);
+        sink.add("SqsRequests", Unit::Count, 100.0);
+        sink.tally("S3Requests", Unit::Count, 1.0);
+        let taken = sink.take();
+        assert_eq!(taken.len(), 2);
+        assert_eq!(taken[0].name, "SqsRequests");
+        assert_eq!(
+            taken[0].values,
+            [4.0],
+            "one sum; the handler's add was refused"
+        );
+        assert_eq!(taken[1].values, [1.0]);
+    }
 
     #[tokio::test]
     async fn each_record_sees_its_own_fields_and_shares_the_metrics() {

@@ -137,6 +137,10 @@ fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
             let row = row.as_array().unwrap();
             let options = row.last().filter(|v| v.is_object());
             let names: Vec<&str> = row.iter().filter_map(Value::as_str).collect();
+            // A metric math expression plots the rows it names, which are checked as rows.
+            if names.is_empty() && options.is_some_and(|o| o.get("expression").is_some()) {
+                continue;
+            }
             let resolved: Vec<String> = if names == ["..."] {
                 previous.clone()
             } else {
@@ -225,8 +229,16 @@ fn worker_metrics() -> BTreeSet<String> {
             unit: sqs_keeper_core::context::Unit::Count,
             values: vec![1.0],
         });
+    // And the AWS requests each invocation counts.
+    let request_metrics = sqs_keeper_aws::request_meter::REQUEST_METRICS.map(|(_, name)| {
+        sqs_keeper_core::context::CustomMetric {
+            name: name.to_string(),
+            unit: sqs_keeper_core::context::Unit::Count,
+            values: vec![1.0],
+        }
+    });
     let timings = InvocationTimings {
-        custom: breaker_metrics.to_vec(),
+        custom: [&breaker_metrics[..], &request_metrics[..]].concat(),
         cold_start: true,
         batch_duration: Duration::from_millis(5),
         record_times: vec![Duration::from_millis(1)],
