@@ -20,12 +20,12 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use sqs_keeper_core::context::{invocation_metrics, Unit};
 
-/// The metrics the meter adds, by the service the SDK names.
+/// The metrics the meter adds, by the service as the SDK's operation metadata names it.
 pub const REQUEST_METRICS: [(&str, &str); 4] = [
     ("SQS", "SqsRequests"),
     ("DynamoDB", "DynamoDbRequests"),
     ("S3", "S3Requests"),
-    ("SecretsManager", "SecretsManagerRequests"),
+    ("Secrets Manager", "SecretsManagerRequests"),
 ];
 
 /// The chunk SQS bills a request by.
@@ -105,6 +105,24 @@ impl aws_smithy_types::config_bag::Storable for SentChunks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each service is found by the name its SDK's operations carry (aws-sdk-secretsmanager
+    /// names its service "Secrets Manager", with a space).
+    #[test]
+    fn each_service_is_found_by_the_name_its_sdk_gives() {
+        for (service, metric) in [
+            ("SQS", Some("SqsRequests")),
+            ("DynamoDB", Some("DynamoDbRequests")),
+            ("S3", Some("S3Requests")),
+            ("Secrets Manager", Some("SecretsManagerRequests")),
+            ("Lambda", None),
+        ] {
+            let mut layer = aws_smithy_types::config_bag::Layer::new("test");
+            layer.store_put(Metadata::new("AnOperation", service));
+            let cfg = ConfigBag::of_layers(vec![layer]);
+            assert_eq!(metric_of(&cfg), metric, "{service}");
+        }
+    }
 
     #[test]
     fn sqs_bills_each_64_kib_of_a_payload_as_a_request() {

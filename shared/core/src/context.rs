@@ -155,9 +155,14 @@ impl MetricSink {
         let Ok(mut metrics) = self.metrics.lock() else {
             return;
         };
+        // The library's own tallies take none of the handler's names.
+        let handlers = metrics
+            .iter()
+            .filter(|m| !RESERVED_METRICS.contains(&m.name.as_str()))
+            .count();
         if let Some(metric) = metrics.iter_mut().find(|m| m.name == name) {
             metric.values.push(value);
-        } else if metrics.len() < MAX_CUSTOM_METRICS {
+        } else if handlers < MAX_CUSTOM_METRICS {
             metrics.push(CustomMetric {
                 name: name.to_string(),
                 unit,
@@ -496,6 +501,12 @@ mod tests {
             "one sum; the handler's add was refused"
         );
         assert_eq!(taken[1].values, [1.0]);
+        // Tallies first, then a handler's full allowance of names: every one is kept.
+        sink.tally("SqsRequests", Unit::Count, 1.0);
+        for n in 0..MAX_CUSTOM_METRICS {
+            sink.add(&format!("m{n}"), Unit::Count, 1.0);
+        }
+        assert_eq!(sink.take().len(), MAX_CUSTOM_METRICS + 1);
     }
 
     #[tokio::test]
