@@ -149,6 +149,8 @@ test:
 # `make test` runs 1,000 seeds of it; this runs as many as you like, or replays one seed.
 SEEDS ?= 10000
 FROM ?= 0
+# The family of worlds (`sim --help`): mixed, or one focused on a kind of defect.
+FAMILY ?= mixed
 # Mutation score of the guarantee modules (docs/SIMULATION.md): cargo-mutants, with the
 # unit tests and the simulation as the test command (.cargo/mutants.toml). Hours.
 mutants:
@@ -156,7 +158,7 @@ mutants:
 
 sim:
 	$(CARGO) build --profile sim -p sqs-keeper-sim --bin sim
-	$(TARGET_DIR)/sim/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM)) $(if $(MUTANT),--mutant $(MUTANT))
+	$(TARGET_DIR)/sim/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM) --family $(FAMILY)) $(if $(MUTANT),--mutant $(MUTANT))
 
 # The load test of `make test` (300 messages) at full size; prints the throughput seen.
 SOAK_MESSAGES ?= 5000

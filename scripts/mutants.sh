@@ -11,11 +11,13 @@
 #   ONLY="0 1"           run only these shards (default: every unfinished one)
 #   MUTANTS_OUT=dir      where shards write (default target/mutants)
 #   SIM_SEEDS=300        seeded worlds per mutant (the simulation's test)
+#   SIM_FAMILY_SEEDS=100 and of each focused family
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shards=${SHARDS:-16}
 out=${MUTANTS_OUT:-target/mutants}
 export SIM_SEEDS=${SIM_SEEDS:-300}
+export SIM_FAMILY_SEEDS=${SIM_FAMILY_SEEDS:-100}
 if ! command -v cargo-mutants >/dev/null 2>&1; then
     cargo install --locked cargo-mutants
 fi

@@ -25,6 +25,7 @@
 pub mod breaker_store;
 pub mod check;
 pub mod downstream;
+pub mod family;
 pub mod idempotency_store;
 pub mod logs;
 pub mod polling;
@@ -33,6 +34,7 @@ pub mod store;
 pub mod trace;
 pub mod world;
 
+pub use family::Family;
 pub use run::{run_seed, RunReport};
 
 use sqs_keeper_core::mutants::Mutant;
@@ -50,8 +52,16 @@ pub fn replay_command(seed: u64, mutants: &[Mutant]) -> String {
 /// A failing run, for a person: the seed, what broke, the events that led there, and the
 /// command that replays it.
 pub fn describe_failure(report: &RunReport, mutants: &[Mutant]) -> String {
+    let family = match Family::of(report.seed) {
+        Family::Mixed => String::new(),
+        focused => format!(
+            " ({} world {})",
+            focused.name(),
+            report.seed & ((1 << 56) - 1)
+        ),
+    };
     let mut text = format!(
-        "seed {} broke {} invariant(s):\n",
+        "seed {}{family} broke {} invariant(s):\n",
         report.seed,
         report.violations.len()
     );

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use sqs_keeper_core::mutants::Mutant;
-use sqs_keeper_sim::{describe_failure, run_seeds};
+use sqs_keeper_sim::{describe_failure, run_seeds, Family};
 
 /// Runs the whole pipeline in a simulated world, once per seed, and checks its guarantees.
 ///
@@ -14,6 +14,8 @@ use sqs_keeper_sim::{describe_failure, run_seeds};
 ///   sim --seed 4711              replay one seed (prints its failure, if any)
 ///   sim --seeds 2000 --mutant sweep-deletes-by-item-id
 ///                                must fail: the fixed defect switched back on
+///   sim --family twins --seeds 1000
+///                                a thousand worlds of overlapping deliveries
 #[derive(Debug, Parser)]
 #[command(name = "sim", verbatim_doc_comment)]
 struct Args {
@@ -23,9 +25,15 @@ struct Args {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// Run exactly this seed (replay).
-    #[arg(long, conflicts_with_all = ["seeds", "from"])]
+    /// Run exactly this seed (replay). A focused family's seed names its family.
+    #[arg(long, conflicts_with_all = ["seeds", "from", "family"])]
     seed: Option<u64>,
+    /// The family of worlds: mixed (every part at its usual rate), or one focused on a
+    /// kind of defect: twins (overlapping deliveries and compaction), operators (purges
+    /// and clears racing the schedule), breaker (outages, the breaker and the polling
+    /// control's pauses), retention (spaced messages near the end of their retention).
+    #[arg(long, default_value = "mixed", value_parser = parse_family)]
+    family: Family,
     /// Switch a fixed defect back on (repeatable; comma-separated): deadline-overrun,
     /// requeue-resolves-on-send, sweep-deletes-by-item-id, leases-never-taken-back,
     /// poison-message-aborts-sweep, unbounded-attempt-ids.
@@ -59,7 +67,7 @@ fn main() -> ExitCode {
     let summary = match args.seed {
         Some(seed) => run_seeds(std::iter::once(seed), &mutants, 1, 1),
         None => run_seeds(
-            args.from..args.from.saturating_add(args.seeds),
+            (args.from..args.from.saturating_add(args.seeds)).map(|n| args.family.seed(n)),
             &mutants,
             threads,
             args.stop_after.max(1),
@@ -91,4 +99,12 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Reads a family's name, listing the names when it is none of them.
+fn parse_family(name: &str) -> Result<Family, String> {
+    Family::parse(name).ok_or_else(|| {
+        let known: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+        format!("no family {name:?}; known: {}", known.join(", "))
+    })
 }

@@ -29,6 +29,7 @@ use tokio::time::{sleep, Instant};
 
 use crate::breaker_store::SimBreakerStore;
 use crate::downstream::{Behaviour, Downstream};
+use crate::family::Family;
 use crate::idempotency_store::SimIdempotencyStore;
 use crate::store::{
     sim_store, to_sqs_message, SimResolver, SimStore, SimVisibility, BUCKET, PRODUCER_BUCKET,
@@ -217,6 +218,19 @@ struct Shape {
     /// Managed Instances (`AWS_LAMBDA_MAX_CONCURRENCY`), where that many pollers share one
     /// engine, one breaker cache and one idempotency view, as one process's invocations do.
     invocations_per_sandbox: usize,
+    /// The share of messages whose item id is one sent before (with a new body).
+    reuse_rate: f64,
+    /// Whether more than half the payloads fail: the healthy ones become flaky below a
+    /// share, so that items gather histories long enough to compact.
+    failing: bool,
+    /// Seconds between two operators' actions: at least, and at most.
+    operator_gap: (u64, u64),
+    /// Whether most of the operators' actions race the schedule as purges and clears.
+    operator_races: bool,
+    /// Seconds between two changes of the faults: at least, and at most.
+    fault_gap: (u64, u64),
+    /// The SQS calls' failure rate from the world's start, before the first change.
+    first_send_faults: f64,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -240,6 +254,12 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         envelope: None,
         receive_budget_margin: 0,
         invocations_per_sandbox: 1,
+        reuse_rate: 0.12,
+        failing: false,
+        operator_gap: (120, 1_200),
+        operator_races: false,
+        fault_gap: (60, 900),
+        first_send_faults: 0.0,
     }
 }
 
@@ -258,15 +278,61 @@ fn draw_spacing(shape: &mut Shape, seed: u64) {
     }
     shape.lease_ttl = LEASE_TTLS[usize::from(rng.f64() < 0.3)];
     shape.page_size = if rng.bool() { 3 } else { 100 };
-    shape.breaker = (rng.f64() < 0.4).then_some(BreakerPolicy {
-        threshold: 3,
-        window: Duration::from_secs(60),
-        open_for: Duration::from_secs(60),
-        max_open: Duration::from_secs(600),
-        probe_for: Duration::from_secs(30),
-        refresh: Duration::from_secs(5),
-    });
+    shape.breaker = (rng.f64() < 0.4).then_some(BREAKER);
     shape.idempotency = rng.f64() < 0.3;
+}
+
+/// The worlds' circuit breaker.
+const BREAKER: BreakerPolicy = BreakerPolicy {
+    threshold: 3,
+    window: Duration::from_secs(60),
+    open_for: Duration::from_secs(60),
+    max_open: Duration::from_secs(600),
+    probe_for: Duration::from_secs(30),
+    refresh: Duration::from_secs(5),
+};
+
+/// Draws more often, in a focused family's worlds, the parts its kind of defect needs
+/// ([`Family`]). The mixed worlds are left as drawn.
+fn focus(shape: &mut Shape, seed: u64) {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x0F0C_0500_5EED_0005);
+    match Family::of(seed) {
+        Family::Mixed => {}
+        Family::Twins => {
+            shape.pollers = 3;
+            shape.double_invoke_rate = 0.2;
+            shape.duplicate_rate = 0.15;
+            shape.crash_rate = [0.05, 0.15][rng.usize(0..2)];
+            shape.reuse_rate = 0.4;
+            shape.failing = true;
+            shape.fault_gap = (30, 300);
+        }
+        Family::Operators => {
+            shape.operator_gap = (60, 300);
+            shape.operator_races = true;
+            shape.page_size = 3;
+        }
+        Family::Breaker => {
+            shape.breaker = Some(BREAKER);
+            shape.fault_gap = (30, 300);
+            shape.pollers = 3;
+            shape.invocations_per_sandbox = rng.usize(1..4);
+        }
+        Family::Retention => {
+            shape.spacing = Some(RedeliveryPolicy {
+                base: Duration::from_secs([30, 60, 300][rng.usize(0..3)]),
+                multiplier: rng.u32(2..4),
+                max: Duration::from_secs([900, 3_600, 14_400][rng.usize(0..3)]),
+            });
+            shape.retention = Duration::from_secs(rng.u64(3_600..10_800));
+            shape.breaker = Some(BREAKER);
+            shape.pollers = 3;
+            shape.invocations_per_sandbox = rng.usize(2..4);
+            shape.fifo = rng.bool();
+            shape.fault_gap = (30, 300);
+            shape.first_send_faults = 0.3;
+        }
+    }
 }
 
 /// The downstream as one sandbox calls it: behind the circuit breaker in the worlds that
@@ -392,6 +458,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
     if shape.pollers > 1 && instances_rng.f64() < 0.25 {
         shape.invocations_per_sandbox = instances_rng.usize(2..=shape.pollers);
     }
+    focus(&mut shape, seed);
     {
         let mut state = world.lock();
         let name = if shape.fifo { "orders.fifo" } else { "orders" };
@@ -404,6 +471,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
         state.ext.envelopes =
             sqs_keeper_core::envelope::Envelopes(shape.envelope.into_iter().collect());
         state.ext.receive_budget_margin = shape.receive_budget_margin;
+        state.faults.send = shape.first_send_faults;
         state.dlq = Queue::new(
             if shape.fifo {
                 "orders-dlq.fifo"
@@ -525,8 +593,18 @@ async fn simulate(seed: u64, world: Arc<World>) {
             crate::polling::run_each_minute(world, control, stop).await;
         })
     });
-    let faults = tokio::spawn(inject_faults(world.clone(), rng.u64(..), healed.clone()));
-    let operators = tokio::spawn(operate(store.clone(), rng.u64(..), healed.clone()));
+    let faults = tokio::spawn(inject_faults(
+        world.clone(),
+        rng.u64(..),
+        shape.fault_gap,
+        healed.clone(),
+    ));
+    let operators = tokio::spawn(operate(
+        store.clone(),
+        rng.u64(..),
+        shape.clone(),
+        healed.clone(),
+    ));
 
     join_reporting(&world, "producer", producer).await;
     join_reporting(&world, "faults", faults).await;
@@ -562,7 +640,9 @@ async fn simulate(seed: u64, world: Arc<World>) {
 
     // The schedule, after every lease a dead run left has expired.
     sleep(shape.lease_ttl + Duration::from_secs(60)).await;
-    for round in 0..6 {
+    // A run resolves one DLQ message of an item and its sweep adopts the next: an item
+    // with many failed messages takes a run for each.
+    for round in 0..6 + shape.messages {
         // A DLQ message still held by a pass (one that died holding it, or a carried hold)
         // is not seen by this one: wait until every hold is over, as the schedule would
         // come round after it.
@@ -617,7 +697,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         let odd = fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0x517C_C1B7_2722_0A95))
             .u32(0..25)
             == 0;
-        let raw = if !shape.idempotency && !ids.is_empty() && rng.f64() < 0.12 {
+        let raw = if !shape.idempotency && !ids.is_empty() && rng.f64() < shape.reuse_rate {
             ids[rng.usize(0..ids.len())].clone()
         } else if odd {
             format!("item-{n}\u{1}")
@@ -630,6 +710,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         let json_id = json_id.trim_matches('"').to_string();
         let id = sqs_keeper_core::item::bounded_item_id(raw);
         let behaviour = match rng.u32(0..100) {
+            0..=29 if shape.failing => Behaviour::Flaky,
             0..=54 => Behaviour::Healthy,
             55..=74 => Behaviour::Flaky,
             75..=84 => Behaviour::Slow,
@@ -1256,11 +1337,11 @@ fn note_unacked(world: &World, messages: &[QueueMessage], before: &[u32], name: 
 }
 
 /// Switches faults on and off until the producer's time is over, then heals the world.
-async fn inject_faults(world: Arc<World>, seed: u64, healed: Arc<AtomicBool>) {
+async fn inject_faults(world: Arc<World>, seed: u64, gap: (u64, u64), healed: Arc<AtomicBool>) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let until = Instant::now() + Duration::from_secs(rng.u64(1_800..5_400));
     while Instant::now() < until {
-        sleep(Duration::from_secs(rng.u64(60..900))).await;
+        sleep(Duration::from_secs(rng.u64(gap.0..gap.1))).await;
         let mut state = world.lock();
         let what = match rng.u32(0..5) {
             0 => {
@@ -1298,13 +1379,16 @@ async fn inject_faults(world: Arc<World>, seed: u64, healed: Arc<AtomicBool>) {
 /// Operators: redrives (reprocess and requeue, by hand and on the schedule, now and then
 /// two at once, now and then one that dies midway), purges (now and then racing the
 /// schedule) and, rarely, a record damaged by hand.
-async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
+async fn operate(store: SimStore, seed: u64, shape: Shape, healed: Arc<AtomicBool>) {
     let mut rng = fastrand::Rng::with_seed(seed);
     // The options an operator adds, drawn apart so that every other choice stays as it was.
     let mut options = fastrand::Rng::with_seed(seed ^ 0x0b7e_a7e5);
     let mut corrupted = false;
     while !healed.load(Ordering::SeqCst) {
-        sleep(Duration::from_secs(rng.u64(120..1_200))).await;
+        sleep(Duration::from_secs(
+            rng.u64(shape.operator_gap.0..shape.operator_gap.1),
+        ))
+        .await;
         let mut request = RedriveRequest {
             mode: if rng.f64() < 0.35 {
                 RedriveMode::Requeue
@@ -1316,7 +1400,15 @@ async fn operate(store: SimStore, seed: u64, healed: Arc<AtomicBool>) {
             ..RedriveRequest::default()
         };
         operator_options(&store, &mut request, &mut options);
-        match rng.u32(0..20) {
+        let action = rng.u32(0..20);
+        // In the worlds focused on operators, the plain runs become purges and clears
+        // racing the schedule.
+        let action = if shape.operator_races && action >= 13 {
+            10 + action % 3
+        } else {
+            action
+        };
+        match action {
             0 if !corrupted => {
                 corrupted = corrupt_a_record(&store, &mut rng);
             }

@@ -1,10 +1,11 @@
 //! The simulation has teeth: each defect fixed earlier, switched back on, is found within
-//! 10,000 seeds. A simulation that cannot find known bugs proves nothing about others.
+//! 10,000 seeds, or within 1,000 of the family of worlds focused on its kind. A simulation
+//! that cannot find known bugs proves nothing about others.
 
 #![allow(clippy::panic)] // a test fails loudly
 
 use sqs_keeper_core::mutants::Mutant;
-use sqs_keeper_sim::{describe_failure, run_seeds};
+use sqs_keeper_sim::{describe_failure, run_seeds, Family, RunReport};
 
 /// Runs seeds with `mutant` on until one fails, and checks that the invariant it broke is
 /// one of `expected` (the one that guards what the fix fixed), not an incidental one.
@@ -14,6 +15,26 @@ fn finds(mutant: Mutant, expected: &[&str]) {
     let Some(failure) = summary.failures.first() else {
         panic!("{} was not found in 10,000 seeds", mutant.name());
     };
+    found_by(failure, mutant, expected, summary.seeds);
+}
+
+/// Runs the first 1,000 worlds of `family` with `mutant` on until one fails, and checks the
+/// invariant it broke as [`finds`] does.
+fn finds_in(family: Family, mutant: Mutant, expected: &[&str]) {
+    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    let summary = run_seeds((0..1_000).map(|n| family.seed(n)), &[mutant], threads, 1);
+    let Some(failure) = summary.failures.first() else {
+        panic!(
+            "{} was not found in 1,000 {} worlds",
+            mutant.name(),
+            family.name()
+        );
+    };
+    found_by(failure, mutant, expected, summary.seeds);
+}
+
+/// Checks that `failure` broke one of the `expected` invariants, and prints it.
+fn found_by(failure: &RunReport, mutant: Mutant, expected: &[&str], seeds: u64) {
     assert!(
         failure
             .violations
@@ -26,7 +47,7 @@ fn finds(mutant: Mutant, expected: &[&str]) {
     println!(
         "{} found after {} seeds:\n{}",
         mutant.name(),
-        summary.seeds,
+        seeds,
         describe_failure(failure, &[mutant])
     );
 }
@@ -76,7 +97,11 @@ fn finds_a_purge_that_deletes_by_item_id() {
 
 #[test]
 fn finds_fifo_hides_that_hold_a_group_past_its_first_records_retention() {
-    finds(Mutant::FifoHidesWholeGroup, &["end of its retention"]);
+    finds_in(
+        Family::Retention,
+        Mutant::FifoHidesWholeGroup,
+        &["end of its retention"],
+    );
 }
 
 #[test]
@@ -238,12 +263,17 @@ fn finds_a_continuation_that_drops_its_selection() {
 
 #[test]
 fn finds_a_clear_that_ignores_its_snapshot() {
-    finds(Mutant::ClearIgnoresItsSnapshot, &["lost"]);
+    finds_in(
+        Family::Operators,
+        Mutant::ClearIgnoresItsSnapshot,
+        &["lost"],
+    );
 }
 
 #[test]
 fn finds_a_deduplication_id_that_holds_the_receive_count() {
-    finds(
+    finds_in(
+        Family::Retention,
         Mutant::DeduplicationByReceive,
         &["within the FIFO deduplication window"],
     );
@@ -251,7 +281,11 @@ fn finds_a_deduplication_id_that_holds_the_receive_count() {
 
 #[test]
 fn finds_a_clear_that_dates_a_failure_by_its_last_attempt_only() {
-    finds(Mutant::ClearDatesByLastAttemptOnly, &["lost"]);
+    finds_in(
+        Family::Operators,
+        Mutant::ClearDatesByLastAttemptOnly,
+        &["lost"],
+    );
 }
 
 #[test]

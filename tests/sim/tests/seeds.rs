@@ -1,9 +1,9 @@
 //! The simulation as part of `make test`: a thousand seeded worlds must keep every
-//! guarantee, and a seed must replay exactly.
+//! guarantee, and so must five hundred of each focused family; a seed must replay exactly.
 
 #![allow(clippy::panic)] // a test fails loudly
 
-use sqs_keeper_sim::{describe_failure, run_seed, run_seeds};
+use sqs_keeper_sim::{describe_failure, run_seed, run_seeds, Family};
 
 fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -27,6 +27,26 @@ fn a_thousand_seeded_worlds_keep_every_guarantee() {
         "{} seeds: {} messages, {} events, {} steps, {} invariant checks",
         summary.seeds, summary.messages, summary.events, summary.steps, summary.checks
     );
+}
+
+#[test]
+fn the_focused_families_keep_every_guarantee() {
+    let seeds: u64 = std::env::var("SIM_FAMILY_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(500);
+    for family in Family::ALL.into_iter().filter(|f| *f != Family::Mixed) {
+        let summary = run_seeds((0..seeds).map(|n| family.seed(n)), &[], threads(), 1);
+        if let Some(failure) = summary.failures.first() {
+            panic!("{}", describe_failure(failure, &[]));
+        }
+        assert_eq!(summary.seeds, seeds, "{}", family.name());
+        assert!(
+            summary.messages >= seeds * 8,
+            "{}: {summary:?}",
+            family.name()
+        );
+    }
 }
 
 #[test]
