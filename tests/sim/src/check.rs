@@ -120,11 +120,9 @@ pub fn at_quiescence(state: &mut State, now: chrono::DateTime<chrono::Utc>) {
                     .contains(&r.source.message_id)
                     && !row.sent.contains(&r.source.message_id);
                 // The same window after a requeue: the requeue deleted the DLQ message, and
-                // a requeue that outlived its queue is set back to dead without one.
-                let reset_after_requeue = r
-                    .failure_history
-                    .iter()
-                    .any(|f| f.attempt_id.starts_with("requeue-outlived:"));
+                // a requeue that outlived its queue is set back to dead without one. Noted
+                // at the step that did it: compaction may drop the failure that says so.
+                let reset_after_requeue = state.ext.ledger.reopened_after_requeue.contains(id);
                 if !dlq.contains_key(id)
                     && !state.ext.ledger.purged.contains(id)
                     && !expired_unsent

@@ -14,8 +14,8 @@ pub enum Family {
     /// Every part of a world at its usual rate: the worlds of `make sim`.
     #[default]
     Mixed,
-    /// Three pollers, batches invoked twice, duplicate receives, crashes and item ids
-    /// reused: deliveries that overlap, and histories compacted under them.
+    /// Three pollers, batches invoked twice, duplicate receives, crashes, item ids reused
+    /// and frequent redrives: deliveries that overlap, and histories compacted under them.
     Twins,
     /// An operator every one to five minutes, most runs racing the schedule as purges and
     /// clears, on small query pages.
@@ -26,17 +26,26 @@ pub enum Family {
     /// Spaced redelivery under a short retention, on Managed Instances with a breaker:
     /// messages that reach the end of their retention while spaced or paused.
     Retention,
+    /// The twins' worlds with records that keep two failures, not four: compaction at
+    /// nearly every write. It finds a defect not fixed yet (worlds 178 and 684), so `make test`
+    /// does not run it ([`Family::OPEN`]).
+    Compaction,
 }
 
 impl Family {
     /// Every family, mixed first.
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Mixed,
         Family::Twins,
         Family::Operators,
         Family::Breaker,
         Family::Retention,
+        Family::Compaction,
     ];
+
+    /// The families whose worlds find a defect not fixed yet (docs/SIMULATION.md,
+    /// "Families of worlds"). `make test` leaves them out until it is.
+    pub const OPEN: [Family; 1] = [Family::Compaction];
 
     /// The family's name, as `sim --family` takes it.
     pub fn name(self) -> &'static str {
@@ -46,6 +55,7 @@ impl Family {
             Family::Operators => "operators",
             Family::Breaker => "breaker",
             Family::Retention => "retention",
+            Family::Compaction => "compaction",
         }
     }
 

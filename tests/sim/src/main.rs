@@ -31,7 +31,8 @@ struct Args {
     /// The family of worlds: mixed (every part at its usual rate), or one focused on a
     /// kind of defect: twins (overlapping deliveries and compaction), operators (purges
     /// and clears racing the schedule), breaker (outages, the breaker and the polling
-    /// control's pauses), retention (spaced messages near the end of their retention).
+    /// control's pauses), retention (spaced messages near the end of their retention),
+    /// compaction (the twins' worlds with records of two failures).
     #[arg(long, default_value = "mixed", value_parser = parse_family)]
     family: Family,
     /// Switch a fixed defect back on (repeatable; comma-separated): deadline-overrun,

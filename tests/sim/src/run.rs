@@ -231,6 +231,9 @@ struct Shape {
     fault_gap: (u64, u64),
     /// The SQS calls' failure rate from the world's start, before the first change.
     first_send_faults: f64,
+    /// The failures a record keeps before compaction drops the oldest (4, or the
+    /// production store's 50 in the big worlds).
+    history_limit: usize,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -260,6 +263,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         operator_races: false,
         fault_gap: (60, 900),
         first_send_faults: 0.0,
+        history_limit: 4,
     }
 }
 
@@ -292,20 +296,28 @@ const BREAKER: BreakerPolicy = BreakerPolicy {
     refresh: Duration::from_secs(5),
 };
 
+/// Draws the parts of a world of overlapping deliveries ([`Family::Twins`]).
+fn twins(shape: &mut Shape, rng: &mut fastrand::Rng) {
+    shape.pollers = 3;
+    shape.double_invoke_rate = 0.2;
+    shape.duplicate_rate = 0.15;
+    shape.crash_rate = [0.05, 0.15][rng.usize(0..2)];
+    shape.reuse_rate = 0.4;
+    shape.failing = true;
+    shape.fault_gap = (30, 300);
+    shape.operator_gap = (60, 300);
+}
+
 /// Draws more often, in a focused family's worlds, the parts its kind of defect needs
 /// ([`Family`]). The mixed worlds are left as drawn.
 fn focus(shape: &mut Shape, seed: u64) {
     let mut rng = fastrand::Rng::with_seed(seed ^ 0x0F0C_0500_5EED_0005);
     match Family::of(seed) {
         Family::Mixed => {}
-        Family::Twins => {
-            shape.pollers = 3;
-            shape.double_invoke_rate = 0.2;
-            shape.duplicate_rate = 0.15;
-            shape.crash_rate = [0.05, 0.15][rng.usize(0..2)];
-            shape.reuse_rate = 0.4;
-            shape.failing = true;
-            shape.fault_gap = (30, 300);
+        Family::Twins => twins(shape, &mut rng),
+        Family::Compaction => {
+            twins(shape, &mut rng);
+            shape.history_limit = 2;
         }
         Family::Operators => {
             shape.operator_gap = (60, 300);
@@ -493,7 +505,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
             history_limit: if shape.big {
                 sqs_keeper_core::dead_letter::HISTORY_LIMIT
             } else {
-                4
+                shape.history_limit
             },
             retention: Duration::from_secs(14 * 86_400),
             write_concurrency: 4,

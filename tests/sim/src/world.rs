@@ -53,6 +53,9 @@ pub struct Ledger {
     /// Items an operator purged (a purge failing midway may leave a record without its DLQ
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
+    /// Items whose requeued message outlived its queue, set back to dead without a DLQ
+    /// message. Noted when seen, since compaction may later drop the failure that says so.
+    pub reopened_after_requeue: BTreeSet<String>,
     /// What each sandbox last read or wrote of the circuit breaker's state.
     pub breaker_known: HashMap<String, sqs_keeper_core::breaker::BreakerState>,
     /// The probe each sandbox (or redrive run) took last, until when.
@@ -612,11 +615,18 @@ impl Checks for State {
         self.ext.stats.steps += 1;
         self.ext.trace.note(actor, item, what);
         let mut broken = Vec::new();
+        let mut reopened = Vec::new();
         for (id, row) in &self.table {
             if row.corrupt {
                 continue;
             }
             let r = &row.record;
+            if r.failure_history
+                .iter()
+                .any(|f| f.attempt_id.starts_with("requeue-outlived:"))
+            {
+                reopened.push(id.clone());
+            }
             self.ext.stats.checks += 3;
             let count = r.failure_history.len() as u64 + u64::from(r.history_omitted);
             if u64::from(r.failure_count) != count {
@@ -658,6 +668,7 @@ impl Checks for State {
                 broken.push((Section::RecordingIdempotent, item, what));
             }
         }
+        self.ext.ledger.reopened_after_requeue.extend(reopened);
         // §1.12: a mapping the control disabled is recorded as paused, so a later run
         // enables it again (nothing else disables it in these worlds).
         self.ext.stats.checks += 1;

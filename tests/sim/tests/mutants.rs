@@ -303,6 +303,11 @@ fn finds_a_compaction_that_drops_the_claim_of_a_delivery_still_running() {
         391046,
         "appended a second time",
     );
+    finds_in(
+        Family::Twins,
+        Mutant::CompactionDropsRunningClaim,
+        &["appended a second time"],
+    );
 }
 
 #[test]
@@ -311,6 +316,11 @@ fn finds_a_compaction_that_forgets_the_sent_marks_of_the_messages_it_drops() {
         Mutant::CompactionForgetsSentMarks,
         460865,
         "appended a second time",
+    );
+    finds_in(
+        Family::Twins,
+        Mutant::CompactionForgetsSentMarks,
+        &["appended a second time"],
     );
 }
 
