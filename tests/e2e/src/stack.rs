@@ -6,8 +6,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use aws_sdk_cloudformation::types::{Parameter, StackStatus};
 use serde_json::Value;
+use sqs_keeper_aws::{AwsClients, Endpoints};
 
 /// The workspace's root.
 pub fn root() -> PathBuf {
@@ -204,4 +207,46 @@ pub async fn create_stack(
         }
     }
     outputs
+}
+
+/// A stack deployed into the emulator, and the clients that reach what it made.
+pub struct Deployment {
+    /// The project's clients of the emulator's SQS, DynamoDB and S3.
+    pub clients: AwsClients,
+    /// The emulator's configuration, for the clients of other services.
+    pub shared: aws_config::SdkConfig,
+    /// The emulator's CloudFormation.
+    pub cloudformation: aws_sdk_cloudformation::Client,
+    /// The stack's name.
+    pub stack: String,
+    /// The stack's outputs, by key.
+    pub outputs: HashMap<String, String>,
+    /// The physical ids of its resources and its nested stacks' ([`physical_resources`]).
+    pub physical: HashMap<String, String>,
+}
+
+/// Deploys `template` into the emulator at `moto` as a stack named from `prefix`, with
+/// `parameters`: made [`deployable`], its artifacts uploaded, created and waited for.
+pub async fn deploy(
+    moto: &Endpoints,
+    prefix: &str,
+    template: Value,
+    parameters: &[(&str, &str)],
+) -> Deployment {
+    let template = deployable(template);
+    let clients = AwsClients::for_endpoints(moto, crate::REGION).await;
+    let shared = AwsClients::endpoint_config(moto, crate::REGION).await;
+    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
+    upload_artifacts(&clients.s3, &template).await;
+    let stack = crate::unique_prefix(prefix);
+    let outputs = create_stack(&cloudformation, &stack, &template, parameters).await;
+    let physical = physical_resources(&cloudformation, &stack).await;
+    Deployment {
+        clients,
+        shared,
+        cloudformation,
+        stack,
+        outputs,
+        physical,
+    }
 }

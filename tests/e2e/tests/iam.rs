@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template};
+use e2e::stack::{percent_decoded, root, translated_template};
 use serde_json::{json, Value};
 use sqs_keeper_aws::{AwsClients, Endpoints};
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
@@ -50,26 +50,18 @@ struct Deployed {
 /// Deploys `template` (its event source mappings, alarms, dashboards and rules left out:
 /// the emulator would invoke through a mapping and evaluates no alarm).
 async fn deploy(moto: &Endpoints, template: Value, parameters: &[(&str, &str)]) -> Deployed {
-    let template = deployable(template);
     let resources = template["Resources"].as_object().unwrap();
-    let functions: Vec<String> = resources
-        .iter()
-        .filter(|(_, r)| r["Type"] == "AWS::Lambda::Function")
-        .map(|(name, _)| name.clone())
-        .collect();
-    let roles: Vec<String> = resources
-        .iter()
-        .filter(|(_, r)| r["Type"] == "AWS::IAM::Role")
-        .map(|(name, _)| name.clone())
-        .collect();
-
-    let shared = AwsClients::endpoint_config(moto, e2e::REGION).await;
-    let clients = AwsClients::for_endpoints(moto, e2e::REGION).await;
-    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
-    e2e::stack::upload_artifacts(&clients.s3, &template).await;
-    let stack = e2e::unique_prefix("iam");
-    create_stack(&cloudformation, &stack, &template, parameters).await;
-    let physical = e2e::stack::physical_resources(&cloudformation, &stack).await;
+    let of_type = |kind: &str| -> Vec<String> {
+        resources
+            .iter()
+            .filter(|(_, r)| r["Type"] == kind)
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    let functions = of_type("AWS::Lambda::Function");
+    let roles = of_type("AWS::IAM::Role");
+    let deployment = e2e::stack::deploy(moto, "iam", template, parameters).await;
+    let (shared, physical) = (deployment.shared, deployment.physical);
     let iam = aws_sdk_iam::Client::new(&shared);
     let mut policies = HashMap::new();
     for role in roles {

@@ -8,9 +8,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_cloudformation::types::StackStatus;
-use e2e::stack::{create_stack, deployable, percent_decoded, root, translated_template};
+use e2e::stack::{percent_decoded, root, translated_template, Deployment};
 use serde_json::Value;
-use sqs_keeper_aws::{AwsClients, Endpoints};
+use sqs_keeper_aws::Endpoints;
 
 /// A rule assertion evaluated over parameter values, for the functions rules use
 /// (`Fn::Or`, `Fn::And`, `Fn::Not`, `Fn::Equals`, `Fn::Contains`, `Ref`); CloudFormation
@@ -1201,28 +1201,13 @@ async fn deploys_into_the_emulator() {
 }
 
 /// The main stack in moto: its clients, name, outputs and physical ids.
-struct DeployedMain {
-    clients: AwsClients,
-    shared: aws_config::SdkConfig,
-    cloudformation: aws_sdk_cloudformation::Client,
-    stack: String,
-    outputs: std::collections::HashMap<String, String>,
-    physical: std::collections::HashMap<String, String>,
-}
-
 /// Deploys the main template with `parameters` (alarms, the mapping, the dashboard and
 /// rules left out: they are checked on the JSON). The stack is created by moto's
 /// CloudFormation, which makes every resource in moto, its DynamoDB table included: read
 /// them all there, not from DynamoDB Local.
-async fn deploy_main(parameters: &[(&str, &str)]) -> DeployedMain {
-    let template = deployable(translated_template("main"));
+async fn deploy_main(parameters: &[(&str, &str)]) -> Deployment {
     let moto = Endpoints::single(&e2e::emulator().await.shared);
-    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
-    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
-    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
-    e2e::stack::upload_artifacts(&clients.s3, &template).await;
-    let stack = e2e::unique_prefix("stack");
-    let outputs = create_stack(&cloudformation, &stack, &template, parameters).await;
+    let main = e2e::stack::deploy(&moto, "stack", translated_template("main"), parameters).await;
     for key in [
         "SourceQueueUrl",
         "DeadLetterQueueUrl",
@@ -1232,23 +1217,16 @@ async fn deploy_main(parameters: &[(&str, &str)]) -> DeployedMain {
         "RedriveFunctionName",
     ] {
         assert!(
-            outputs.contains_key(key),
-            "output {key} missing: {outputs:?}"
+            main.outputs.contains_key(key),
+            "output {key} missing: {:?}",
+            main.outputs
         );
     }
-    let physical = e2e::stack::physical_resources(&cloudformation, &stack).await;
-    DeployedMain {
-        clients,
-        shared,
-        cloudformation,
-        stack,
-        outputs,
-        physical,
-    }
+    main
 }
 
 /// The source queue's redrive policy, visibility timeout and encryption, and the DLQ's.
-async fn deployed_queues_are_as_declared(main: &DeployedMain) {
+async fn deployed_queues_are_as_declared(main: &Deployment) {
     let (clients, outputs) = (&main.clients, &main.outputs);
     use aws_sdk_sqs::types::QueueAttributeName as Q;
     let source = clients
@@ -1298,7 +1276,7 @@ async fn deployed_queues_are_as_declared(main: &DeployedMain) {
 }
 
 /// The record table's key, indexes and billing mode, and the payload bucket.
-async fn deployed_table_is_as_declared(main: &DeployedMain) {
+async fn deployed_table_is_as_declared(main: &Deployment) {
     let (clients, outputs) = (&main.clients, &main.outputs);
     let table = clients
         .dynamodb
@@ -1357,7 +1335,7 @@ async fn deployed_table_is_as_declared(main: &DeployedMain) {
 }
 
 /// The worker's variables: every one the code documents, valid to its own validation.
-async fn deployed_worker_is_configured(main: &DeployedMain, secret_arn: &str) {
+async fn deployed_worker_is_configured(main: &Deployment, secret_arn: &str) {
     let outputs = &main.outputs;
     let lambda = aws_sdk_lambda::Client::new(&main.shared);
     let worker = lambda
@@ -1410,7 +1388,7 @@ async fn deployed_worker_is_configured(main: &DeployedMain, secret_arn: &str) {
 }
 
 /// The redrive function's variables and timeout.
-async fn deployed_redrive_is_configured(main: &DeployedMain, secret_arn: &str) {
+async fn deployed_redrive_is_configured(main: &Deployment, secret_arn: &str) {
     let outputs = &main.outputs;
     let lambda = aws_sdk_lambda::Client::new(&main.shared);
     let redrive_fn = lambda
@@ -1427,7 +1405,7 @@ async fn deployed_redrive_is_configured(main: &DeployedMain, secret_arn: &str) {
 
 /// The roles as deployed: one GetObject and one ListBucket ARN per producer bucket,
 /// ListBucket on the payload bucket, the one secret.
-async fn deployed_roles_grant_the_buckets_and_secret(main: &DeployedMain, secret_arn: &str) {
+async fn deployed_roles_grant_the_buckets_and_secret(main: &Deployment, secret_arn: &str) {
     let (outputs, physical) = (&main.outputs, &main.physical);
     let iam = aws_sdk_iam::Client::new(&main.shared);
     let policy = |role: &str, name: &'static str| {
@@ -1474,7 +1452,7 @@ async fn deployed_roles_grant_the_buckets_and_secret(main: &DeployedMain, secret
 }
 
 /// Deleting the stack keeps the queues, the table and the payload bucket.
-async fn deleting_the_stack_keeps_its_state(main: &DeployedMain) {
+async fn deleting_the_stack_keeps_its_state(main: &Deployment) {
     use aws_sdk_sqs::types::QueueAttributeName as Q;
     let (clients, outputs, cloudformation, stack) = (
         &main.clients,
@@ -1687,16 +1665,14 @@ struct DeployedHandler {
 
 /// Deploys the translated handler template `which` with its nested store.
 async fn deploy_handler(which: &str, parameters: &[(&str, &str)]) -> DeployedHandler {
-    let template = deployable(translated_template(which));
     let moto = Endpoints::single(&e2e::emulator().await.shared);
-    let clients = AwsClients::for_endpoints(&moto, e2e::REGION).await;
-    let shared = AwsClients::endpoint_config(&moto, e2e::REGION).await;
-    let cloudformation = aws_sdk_cloudformation::Client::new(&shared);
+    let Deployment {
+        shared,
+        outputs,
+        physical,
+        ..
+    } = e2e::stack::deploy(&moto, which, translated_template(which), parameters).await;
     let lambda = aws_sdk_lambda::Client::new(&shared);
-    e2e::stack::upload_artifacts(&clients.s3, &template).await;
-    let stack = e2e::unique_prefix(which);
-    let outputs = create_stack(&cloudformation, &stack, &template, parameters).await;
-    let physical = e2e::stack::physical_resources(&cloudformation, &stack).await;
     let function = lambda
         .get_function_configuration()
         .function_name(&physical["Handler"])
