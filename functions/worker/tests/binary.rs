@@ -440,6 +440,8 @@ async fn binary_dead_letters_into_the_emulator() {
             .sum()
     };
     assert!(total("DynamoDbRequests") >= 2.0, "{metrics:?}");
+    // And the capacity those writes consumed, as DynamoDB reports it.
+    assert!(total("DynamoDbWriteUnits") >= 1.0, "{metrics:?}");
     assert!(total("SqsRequests") >= 1.0, "{metrics:?}");
     assert_eq!(total("S3Requests"), 0.0, "{metrics:?}");
 }

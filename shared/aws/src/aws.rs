@@ -38,7 +38,8 @@ impl AwsClients {
     /// Builds clients from an explicit configuration.
     ///
     /// Every client counts its requests into the running worker invocation's metrics
-    /// ([`crate::request_meter`]).
+    /// ([`crate::request_meter`]), and the DynamoDB client the capacity units they consumed
+    /// ([`crate::capacity_meter`]).
     pub fn from_config(shared: &aws_config::SdkConfig, s3_path_style: bool) -> Self {
         use crate::request_meter::RequestMeter;
         let s3_config = aws_sdk_s3::config::Builder::from(shared)
@@ -54,6 +55,7 @@ impl AwsClients {
             dynamodb: aws_sdk_dynamodb::Client::from_conf(
                 aws_sdk_dynamodb::config::Builder::from(shared)
                     .interceptor(RequestMeter)
+                    .interceptor(crate::capacity_meter::CapacityMeter)
                     .build(),
             ),
             s3: aws_sdk_s3::Client::from_conf(s3_config),

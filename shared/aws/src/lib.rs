@@ -48,6 +48,7 @@
 
 mod aws;
 mod breaker_table;
+pub mod capacity_meter;
 pub mod condition_expression;
 mod event_source;
 pub mod idempotency_table;

@@ -112,6 +112,8 @@ pub const RESERVED_METRICS: &[&str] = &[
     "ErrorClass",
     "SqsRequests",
     "DynamoDbRequests",
+    "DynamoDbReadUnits",
+    "DynamoDbWriteUnits",
     "S3Requests",
     "SecretsManagerRequests",
 ];

@@ -229,14 +229,17 @@ fn worker_metrics() -> BTreeSet<String> {
             unit: sqs_keeper_core::context::Unit::Count,
             values: vec![1.0],
         });
-    // And the AWS requests each invocation counts.
-    let request_metrics = sqs_keeper_aws::request_meter::REQUEST_METRICS.map(|(_, name)| {
-        sqs_keeper_core::context::CustomMetric {
+    // And the AWS requests each invocation counts, with the DynamoDB capacity they consumed.
+    let request_metrics = sqs_keeper_aws::request_meter::REQUEST_METRICS
+        .iter()
+        .map(|(_, name)| *name)
+        .chain(sqs_keeper_aws::capacity_meter::CAPACITY_METRICS)
+        .map(|name| sqs_keeper_core::context::CustomMetric {
             name: name.to_string(),
             unit: sqs_keeper_core::context::Unit::Count,
             values: vec![1.0],
-        }
-    });
+        })
+        .collect::<Vec<_>>();
     let timings = InvocationTimings {
         custom: [&breaker_metrics[..], &request_metrics[..]].concat(),
         cold_start: true,
