@@ -2,15 +2,17 @@
 //! invocation.
 //!
 //! [`CapacityMeter`] is an SDK interceptor on the DynamoDB client [`crate::AwsClients`]
-//! builds. It asks every request for the capacity it consumed (`ReturnConsumedCapacity`
-//! `TOTAL`). It adds what each answer reports to the running invocation's metric sink
-//! ([`sqs_keeper_core::context::invocation_metrics`]): reads to `DynamoDbReadUnits`, writes
-//! to `DynamoDbWriteUnits` ([`CAPACITY_METRICS`]). A transaction's units count as writes.
+//! builds. It asks every request that asks for nothing else for the capacity it consumed
+//! (`ReturnConsumedCapacity` `TOTAL`). A request that already asks (`INDEXES`) keeps its
+//! setting. The meter adds what each answer reports to the running invocation's metric
+//! sink ([`sqs_keeper_core::context::invocation_metrics`]). Reads add to
+//! `DynamoDbReadUnits`, writes to `DynamoDbWriteUnits` ([`CAPACITY_METRICS`]). A write
+//! transaction's units count as writes, and a read transaction's as reads.
 //!
-//! A request DynamoDB refuses (a condition not met, a throttle) reports no capacity, so it
-//! adds none, though a refused conditional write is billed one write unit. The counts are
-//! therefore a floor of what on-demand tables bill, and `DynamoDbRequests` counts every
-//! request ([`crate::request_meter`]).
+//! A request DynamoDB refuses (a condition not met, a throttle) reports no capacity. It
+//! adds none, though DynamoDB bills a refused conditional write. The counts are therefore
+//! a floor of what on-demand tables bill. `DynamoDbRequests` counts every request
+//! ([`crate::request_meter`]).
 
 use aws_sdk_dynamodb::operation::{
     batch_get_item::{BatchGetItemInput, BatchGetItemOutput},
@@ -43,12 +45,16 @@ pub const CAPACITY_METRICS: [&str; 2] = ["DynamoDbReadUnits", "DynamoDbWriteUnit
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CapacityMeter;
 
-/// Sets `ReturnConsumedCapacity` `TOTAL` on `input`, if it is a request that takes it.
+/// Sets `ReturnConsumedCapacity` `TOTAL` on `input`, if it is a request that takes it and
+/// asks for none yet.
 fn ask_for_capacity(input: &mut Input) {
     macro_rules! total {
         ($($kind:ty),*) => {
             $(if let Some(request) = input.downcast_mut::<$kind>() {
-                request.return_consumed_capacity = Some(ReturnConsumedCapacity::Total);
+                let asked = &mut request.return_consumed_capacity;
+                if matches!(asked, None | Some(ReturnConsumedCapacity::None)) {
+                    *asked = Some(ReturnConsumedCapacity::Total);
+                }
                 return;
             })*
         };
@@ -133,8 +139,8 @@ impl Intercept for CapacityMeter {
 mod tests {
     use super::*;
 
-    /// Every request the meter knows is asked for its total capacity, and another input is
-    /// left as it was.
+    /// Every request the meter knows is asked for its total capacity. A request that asks
+    /// for the indexes' capacity keeps its setting, and another input is left as it was.
     #[test]
     fn each_request_is_asked_for_its_total_capacity() {
         let mut put = Input::erase(PutItemInput::builder().table_name("t").build().unwrap());
@@ -151,6 +157,19 @@ mod tests {
             query.return_consumed_capacity,
             Some(ReturnConsumedCapacity::Total)
         );
+        let mut indexes = Input::erase(
+            UpdateItemInput::builder()
+                .table_name("t")
+                .return_consumed_capacity(ReturnConsumedCapacity::Indexes)
+                .build()
+                .unwrap(),
+        );
+        ask_for_capacity(&mut indexes);
+        let indexes = indexes.downcast_ref::<UpdateItemInput>().unwrap();
+        assert_eq!(
+            indexes.return_consumed_capacity,
+            Some(ReturnConsumedCapacity::Indexes)
+        );
         let mut other = Input::erase(String::from("not a DynamoDB request"));
         ask_for_capacity(&mut other);
         assert_eq!(
@@ -159,8 +178,8 @@ mod tests {
         );
     }
 
-    /// Reads count as read units and writes and transactions as write units; a batch's
-    /// units are summed over its tables.
+    /// Reads count as read units, and writes and write transactions as write units. A
+    /// batch's units are summed over its tables.
     #[test]
     fn answers_count_as_reads_or_writes() {
         let units = |n: f64| ConsumedCapacity::builder().capacity_units(n).build();
@@ -186,5 +205,20 @@ mod tests {
         let none = Output::erase(UpdateItemOutput::builder().build());
         assert_eq!(consumed(&none), Some(("DynamoDbWriteUnits", 0.0)));
         assert_eq!(consumed(&Output::erase(String::from("other"))), None);
+    }
+
+    /// The meters' names are reserved, so a handler's own metric cannot take one.
+    #[test]
+    fn the_meters_names_are_reserved() {
+        let names = crate::request_meter::REQUEST_METRICS
+            .iter()
+            .map(|(_, name)| *name)
+            .chain(CAPACITY_METRICS);
+        for name in names {
+            assert!(
+                sqs_keeper_core::context::RESERVED_METRICS.contains(&name),
+                "{name}"
+            );
+        }
     }
 }

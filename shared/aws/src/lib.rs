@@ -28,8 +28,9 @@
 //! # }
 //! ```
 //!
-//! Every adapter is re-exported at the root. Two modules are public for the names that
-//! belong to them: [`condition_expression`] and [`idempotency_table`].
+//! Every adapter is re-exported at the root. Four modules are public for the names that
+//! belong to them: [`condition_expression`], [`idempotency_table`], [`request_meter`] and
+//! [`capacity_meter`].
 //!
 //! | module | what it holds |
 //! | --- | --- |
@@ -40,6 +41,8 @@
 //! | `secrets` | the downstream credential, read from Secrets Manager at start-up (`secrets` feature) |
 //! | `event_source` | the worker's event source mapping, the pause marker and the probe with a source message ([`LambdaMapping`], [`DynamoPauseMarker`], [`InvokeWorkerProbe`]) |
 //! | `visibility` | `ChangeMessageVisibilityBatch` for spaced redelivery ([`SqsVisibility`]) |
+//! | [`request_meter`] | the AWS requests each worker invocation makes, counted as its metrics ([`request_meter::RequestMeter`]) |
+//! | [`capacity_meter`] | the DynamoDB capacity units each worker invocation consumes, counted as its metrics ([`capacity_meter::CapacityMeter`]) |
 //! | `store` | the dead-letter store: records in DynamoDB, payloads in S3, the DLQ in SQS ([`DeadLetterStore`]); implements every port; [`schema`] names the table's attributes and indexes |
 
 // Every type a public signature mentions can be named from the root (re-exported there,

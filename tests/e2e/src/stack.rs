@@ -131,8 +131,8 @@ pub async fn upload_artifacts(s3: &aws_sdk_s3::Client, template: &Value) {
 pub async fn physical_resources(
     cloudformation: &aws_sdk_cloudformation::Client,
     stack: &str,
-) -> std::collections::HashMap<String, String> {
-    let mut physical = std::collections::HashMap::new();
+) -> HashMap<String, String> {
+    let mut physical = HashMap::new();
     let mut stacks = vec![stack.to_string()];
     while let Some(stack) = stacks.pop() {
         let resources = cloudformation
@@ -158,7 +158,7 @@ pub async fn create_stack(
     stack: &str,
     template: &Value,
     parameters: &[(&str, &str)],
-) -> std::collections::HashMap<String, String> {
+) -> HashMap<String, String> {
     let created = cloudformation
         .create_stack()
         .stack_name(stack)
@@ -181,7 +181,7 @@ pub async fn create_stack(
         let code = aws_sdk_cloudformation::error::ProvideErrorMetadata::code(&e);
         assert_eq!(code, Some("AlreadyExistsException"), "create_stack: {e:?}");
     }
-    let mut outputs = std::collections::HashMap::new();
+    let mut outputs = HashMap::new();
     for _ in 0..120 {
         let described = cloudformation
             .describe_stacks()

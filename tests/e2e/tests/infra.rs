@@ -1203,7 +1203,6 @@ async fn deploys_into_the_emulator() {
     deleting_the_stack_keeps_its_state(&main).await;
 }
 
-/// The main stack in moto: its clients, name, outputs and physical ids.
 /// Deploys the main template with `parameters` (alarms, the mapping, the dashboard and
 /// rules left out: they are checked on the JSON). The stack is created by moto's
 /// CloudFormation, which makes every resource in moto, its DynamoDB table included: read
