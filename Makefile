@@ -158,7 +158,7 @@ mutants:
 
 sim:
 	$(CARGO) build --profile sim -p sqs-keeper-sim --bin sim
-	$(TARGET_DIR)/sim/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM) --family $(FAMILY)) $(if $(MUTANT),--mutant $(MUTANT))
+	$(TARGET_DIR)/sim/sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS) --from $(FROM)) --family $(FAMILY) $(if $(MUTANT),--mutant $(MUTANT))
 
 # The load test of `make test` (300 messages) at full size; prints the throughput seen.
 SOAK_MESSAGES ?= 5000

@@ -17,8 +17,8 @@ pub enum Family {
     /// Three pollers, batches invoked twice, duplicate receives, crashes, item ids reused
     /// and frequent redrives: deliveries that overlap, and histories compacted under them.
     Twins,
-    /// An operator every one to five minutes, most runs racing the schedule as purges and
-    /// clears, on small query pages.
+    /// An operator every one to five minutes, half the runs purges or clears (most of
+    /// those racing the schedule), on small query pages.
     Operators,
     /// A breaker in every world and faults that change every half minute to five minutes:
     /// outages that open and close it, and the polling control's pauses.

@@ -25,8 +25,9 @@ struct Args {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// Run exactly this seed (replay). A focused family's seed names its family.
-    #[arg(long, conflicts_with_all = ["seeds", "from", "family"])]
+    /// Run exactly this seed (replay): a whole seed as a failure prints it, or, with
+    /// `--family`, that family's world of this number.
+    #[arg(long, conflicts_with_all = ["seeds", "from"])]
     seed: Option<u64>,
     /// The family of worlds: mixed (every part at its usual rate), or one focused on a
     /// kind of defect: twins (overlapping deliveries and compaction), operators (purges
@@ -65,8 +66,18 @@ fn main() -> ExitCode {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });
     let started = Instant::now();
+    if args.seed.is_none() && args.from.saturating_add(args.seeds) > WORLDS_PER_FAMILY {
+        eprintln!("sim: --from plus --seeds must stay within a family's 2^56 worlds");
+        return ExitCode::from(2);
+    }
     let summary = match args.seed {
-        Some(seed) => run_seeds(std::iter::once(seed), &mutants, 1, 1),
+        Some(seed) => {
+            let seed = match args.family {
+                Family::Mixed => seed,
+                focused => focused.seed(seed),
+            };
+            run_seeds(std::iter::once(seed), &mutants, 1, 1)
+        }
         None => run_seeds(
             (args.from..args.from.saturating_add(args.seeds)).map(|n| args.family.seed(n)),
             &mutants,
@@ -101,6 +112,9 @@ fn main() -> ExitCode {
         ExitCode::FAILURE
     }
 }
+
+/// How many worlds a family has: a seed's low 56 bits number them.
+const WORLDS_PER_FAMILY: u64 = 1 << 56;
 
 /// Reads a family's name, listing the names when it is none of them.
 fn parse_family(name: &str) -> Result<Family, String> {

@@ -225,7 +225,7 @@ struct Shape {
     failing: bool,
     /// Seconds between two operators' actions: at least, and at most.
     operator_gap: (u64, u64),
-    /// Whether most of the operators' actions race the schedule as purges and clears.
+    /// Whether the operators' plain runs become purges and clears, most racing the schedule.
     operator_races: bool,
     /// Seconds between two changes of the faults: at least, and at most.
     fault_gap: (u64, u64),
@@ -1413,8 +1413,8 @@ async fn operate(store: SimStore, seed: u64, shape: Shape, healed: Arc<AtomicBoo
         };
         operator_options(&store, &mut request, &mut options);
         let action = rng.u32(0..20);
-        // In the worlds focused on operators, the plain runs become purges and clears
-        // racing the schedule.
+        // In the worlds focused on operators, the plain runs become purges and clears,
+        // most racing the schedule: half the actions are then purges or clears.
         let action = if shape.operator_races && action >= 13 {
             10 + action % 3
         } else {

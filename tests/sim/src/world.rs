@@ -16,6 +16,10 @@ use sqs_keeper_core::{testing::Queue, testing::QueueMessage};
 
 use crate::trace::Trace;
 
+/// The step the memory store notes when it sets a record whose requeued message outlived
+/// its queue back to dead (`testing::memory_store`'s `reopen_requeued`).
+const REOPENED_AFTER_REQUEUE: &str = "reopened: the requeued message outlived its queue";
+
 /// The world: the library's, with the simulation's state ([`Sim`]) beside its own.
 pub type World = sqs_keeper_core::testing::World<Sim>;
 
@@ -54,7 +58,8 @@ pub struct Ledger {
     /// message, as designed: the next purge finds the record again).
     pub purged: BTreeSet<String>,
     /// Items whose requeued message outlived its queue, set back to dead without a DLQ
-    /// message. Noted when seen, since compaction may later drop the failure that says so.
+    /// message, until they are resolved or requeued again. Noted at the step that reopens
+    /// them, since compaction may later drop the failure that says so.
     pub reopened_after_requeue: BTreeSet<String>,
     /// What each sandbox last read or wrote of the circuit breaker's state.
     pub breaker_known: HashMap<String, sqs_keeper_core::breaker::BreakerState>,
@@ -615,17 +620,23 @@ impl Checks for State {
         self.ext.stats.steps += 1;
         self.ext.trace.note(actor, item, what);
         let mut broken = Vec::new();
-        let mut reopened = Vec::new();
+        if what == REOPENED_AFTER_REQUEUE {
+            self.ext
+                .ledger
+                .reopened_after_requeue
+                .insert(item.to_string());
+        }
+        let mut settled = Vec::new();
+        let reopened = &self.ext.ledger.reopened_after_requeue;
         for (id, row) in &self.table {
             if row.corrupt {
                 continue;
             }
             let r = &row.record;
-            if r.failure_history
-                .iter()
-                .any(|f| f.attempt_id.starts_with("requeue-outlived:"))
+            if matches!(r.status, ItemStatus::Resolved | ItemStatus::Requeued)
+                && reopened.contains(id)
             {
-                reopened.push(id.clone());
+                settled.push(id.clone());
             }
             self.ext.stats.checks += 3;
             let count = r.failure_history.len() as u64 + u64::from(r.history_omitted);
@@ -668,7 +679,9 @@ impl Checks for State {
                 broken.push((Section::RecordingIdempotent, item, what));
             }
         }
-        self.ext.ledger.reopened_after_requeue.extend(reopened);
+        for id in settled {
+            self.ext.ledger.reopened_after_requeue.remove(&id);
+        }
         // §1.12: a mapping the control disabled is recorded as paused, so a later run
         // enables it again (nothing else disables it in these worlds).
         self.ext.stats.checks += 1;

@@ -31,6 +31,13 @@ fn finds_in(family: Family, mutant: Mutant, expected: &[&str]) {
         );
     };
     found_by(failure, mutant, expected, summary.seeds);
+    let clean = sqs_keeper_sim::run_seed(failure.seed, &[]);
+    assert!(
+        clean.violations.is_empty(),
+        "{} world {} fails without the mutant",
+        family.name(),
+        failure.seed
+    );
 }
 
 /// Checks that `failure` broke one of the `expected` invariants, and prints it.
