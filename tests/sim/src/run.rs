@@ -1274,8 +1274,19 @@ fn left_to_the_redrive_policy(
             &sqs_keeper_core::dead_letter::recorded_message_id(&m.id),
             m.receive_count,
         );
+        // A delivery whose attempts were all recorded decides from its read of the record,
+        // without a write the store could judge: a later receive holding the claim unsent
+        // when it answers is the same exception (twins world 2193).
+        let recorded_id = sqs_keeper_core::dead_letter::recorded_message_id(&m.id);
+        let held_later = state.table.get(&item_of(m)).is_some_and(|row| {
+            !row.sent.contains(&recorded_id)
+                && row.claims.iter().any(|element| {
+                    crate::world::claim_receive(element, &recorded_id)
+                        .is_some_and(|n| n > m.receive_count)
+                })
+        });
         let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
-            && state.ext.ledger.claims_held_elsewhere.contains(&delivery);
+            && (state.ext.ledger.claims_held_elsewhere.contains(&delivery) || held_later);
         // Or its work ended well in this invocation (delivered, or skipped as done by its
         // idempotency key) and the record's update failed (a requeued message the store
         // could not mark finished): the policy moves a message whose payload arrived.

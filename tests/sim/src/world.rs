@@ -208,7 +208,7 @@ pub fn delivery_key(message_id: &str, receive_count: u32) -> String {
 
 /// The receive a claim element (`message id:receive count`) holds `message_id` at, if it
 /// is one of that message's; an element of the message id alone holds it at receive 0.
-fn claim_receive(element: &str, message_id: &str) -> Option<u32> {
+pub fn claim_receive(element: &str, message_id: &str) -> Option<u32> {
     if element == message_id {
         return Some(0);
     }
