@@ -271,11 +271,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
 fn draw_spacing(shape: &mut Shape, seed: u64) {
     let mut rng = fastrand::Rng::with_seed(seed.wrapping_mul(0xD1B5_4A32_D192_ED03) ^ 0x5ace);
     if rng.f64() < 0.5 {
-        shape.spacing = Some(RedeliveryPolicy {
-            base: Duration::from_secs([30, 60, 300][rng.usize(0..3)]),
-            multiplier: rng.u32(2..4),
-            max: Duration::from_secs([900, 3_600, 14_400][rng.usize(0..3)]),
-        });
+        shape.spacing = Some(draw_redelivery(&mut rng));
         if rng.f64() < 0.6 {
             shape.retention = Duration::from_secs(rng.u64(3_600..10_800));
         }
@@ -284,6 +280,15 @@ fn draw_spacing(shape: &mut Shape, seed: u64) {
     shape.page_size = if rng.bool() { 3 } else { 100 };
     shape.breaker = (rng.f64() < 0.4).then_some(BREAKER);
     shape.idempotency = rng.f64() < 0.3;
+}
+
+/// Draws a redelivery spacing: a base of 30 s to 5 min, ×2 or ×3, a cap of 15 min to 4 h.
+fn draw_redelivery(rng: &mut fastrand::Rng) -> RedeliveryPolicy {
+    RedeliveryPolicy {
+        base: Duration::from_secs([30, 60, 300][rng.usize(0..3)]),
+        multiplier: rng.u32(2..4),
+        max: Duration::from_secs([900, 3_600, 14_400][rng.usize(0..3)]),
+    }
 }
 
 /// The worlds' circuit breaker.
@@ -331,11 +336,7 @@ fn focus(shape: &mut Shape, seed: u64) {
             shape.invocations_per_sandbox = rng.usize(1..4);
         }
         Family::Retention => {
-            shape.spacing = Some(RedeliveryPolicy {
-                base: Duration::from_secs([30, 60, 300][rng.usize(0..3)]),
-                multiplier: rng.u32(2..4),
-                max: Duration::from_secs([900, 3_600, 14_400][rng.usize(0..3)]),
-            });
+            shape.spacing = Some(draw_redelivery(&mut rng));
             shape.retention = Duration::from_secs(rng.u64(3_600..10_800));
             shape.breaker = Some(BREAKER);
             shape.pollers = 3;

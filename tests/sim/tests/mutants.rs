@@ -7,11 +7,15 @@
 use sqs_keeper_core::mutants::Mutant;
 use sqs_keeper_sim::{describe_failure, run_seeds, Family, RunReport};
 
+/// The machine's cores: the worlds are independent.
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
 /// Runs seeds with `mutant` on until one fails, and checks that the invariant it broke is
 /// one of `expected` (the one that guards what the fix fixed), not an incidental one.
 fn finds(mutant: Mutant, expected: &[&str]) {
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let summary = run_seeds(0..10_000, &[mutant], threads, 1);
+    let summary = run_seeds(0..10_000, &[mutant], threads(), 1);
     let Some(failure) = summary.failures.first() else {
         panic!("{} was not found in 10,000 seeds", mutant.name());
     };
@@ -21,8 +25,7 @@ fn finds(mutant: Mutant, expected: &[&str]) {
 /// Runs the first 1,000 worlds of `family` with `mutant` on until one fails, and checks the
 /// invariant it broke as [`finds`] does.
 fn finds_in(family: Family, mutant: Mutant, expected: &[&str]) {
-    let threads = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let summary = run_seeds((0..1_000).map(|n| family.seed(n)), &[mutant], threads, 1);
+    let summary = run_seeds((0..1_000).map(|n| family.seed(n)), &[mutant], threads(), 1);
     let Some(failure) = summary.failures.first() else {
         panic!(
             "{} was not found in 1,000 {} worlds",

@@ -5,16 +5,21 @@
 
 use sqs_keeper_sim::{describe_failure, run_seed, run_seeds, Family};
 
+/// The number of seeds the variable `name` sets, or `default`.
+fn seeds_from_env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }
 
 #[test]
 fn a_thousand_seeded_worlds_keep_every_guarantee() {
-    let seeds: u64 = std::env::var("SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1000);
+    let seeds = seeds_from_env("SIM_SEEDS", 1000);
     let summary = run_seeds(0..seeds, &[], threads(), 1);
     if let Some(failure) = summary.failures.first() {
         panic!("{}", describe_failure(failure, &[]));
@@ -31,10 +36,7 @@ fn a_thousand_seeded_worlds_keep_every_guarantee() {
 
 #[test]
 fn the_focused_families_keep_every_guarantee() {
-    let seeds: u64 = std::env::var("SIM_FAMILY_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(500);
+    let seeds = seeds_from_env("SIM_FAMILY_SEEDS", 500);
     let focused = Family::ALL
         .into_iter()
         .filter(|f| *f != Family::Mixed && !Family::OPEN.contains(f));
@@ -60,10 +62,7 @@ fn the_focused_families_keep_every_guarantee() {
 /// (docs/SIMULATION.md, "Families of worlds"): any other failure is a new one.
 #[test]
 fn the_open_familys_worlds_break_only_its_open_defect() {
-    let seeds: u64 = std::env::var("SIM_FAMILY_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(500);
+    let seeds = seeds_from_env("SIM_FAMILY_SEEDS", 500);
     for family in Family::OPEN {
         let worlds = (0..seeds).map(|n| family.seed(n));
         let summary = run_seeds(worlds, &[], threads(), usize::MAX);
