@@ -168,11 +168,19 @@ pub enum Mutant {
     /// refuses the set, the history grows past its limit, and the places spent on the
     /// duplicates leave out an older delivery's ids, whose twin appends them again.
     CompactionListsAnIdTwice,
+    /// Compaction keeps at most twice as many attempt ids as history entries, with no
+    /// spare: under a history of two, an unsent delivery's ids do not fit, and its twin
+    /// appends its attempts a second time.
+    CompactionRoomByHistoryKept,
+    /// Compaction keeps the ids of an unsent delivery only at its message's latest receive
+    /// or the one before: a twin of the first receive, still running after two more, appends
+    /// its attempts a second time.
+    CompactionKeepsOnlyRecentReceives,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 47] = [
+    pub const ALL: [Mutant; 49] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -220,6 +228,8 @@ impl Mutant {
         Mutant::CompactionForgetsSentMarks,
         Mutant::CompactionForgetsUnsentAttempts,
         Mutant::CompactionListsAnIdTwice,
+        Mutant::CompactionRoomByHistoryKept,
+        Mutant::CompactionKeepsOnlyRecentReceives,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -272,6 +282,8 @@ impl Mutant {
             Mutant::CompactionForgetsSentMarks => "compaction-forgets-sent-marks",
             Mutant::CompactionForgetsUnsentAttempts => "compaction-forgets-unsent-attempts",
             Mutant::CompactionListsAnIdTwice => "compaction-lists-an-id-twice",
+            Mutant::CompactionRoomByHistoryKept => "compaction-room-by-history-kept",
+            Mutant::CompactionKeepsOnlyRecentReceives => "compaction-keeps-only-recent-receives",
         }
     }
 

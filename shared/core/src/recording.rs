@@ -107,7 +107,7 @@ pub fn compaction_of(written: &crate::ports::Written, history_limit: usize) -> O
     let kept_messages: HashSet<&str> = history.iter().map(|f| f.message_id.as_str()).collect();
     if !crate::mutants::is_on(crate::mutants::Mutant::UnboundedAttemptIds) {
         attempt_ids.extend(last_attempts_dropped(&stored.failure_history, &history));
-        let room = (2 * history.len()).saturating_sub(attempt_ids.len());
+        let room = attempt_ids_room(history.len()).saturating_sub(attempt_ids.len());
         let carried = unsent_deliveries_dropped(written, &attempt_ids, room);
         attempt_ids.extend(carried);
     }
@@ -126,6 +126,27 @@ pub fn compaction_of(written: &crate::ports::Written, history_limit: usize) -> O
         dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
         history,
     })
+}
+
+/// Attempt ids a compacted record keeps beyond twice its entries, for deliveries whose DLQ
+/// send failed ([`attempt_ids_room`]).
+///
+/// Sixteen ids cover eight such deliveries of one item at once. They add at most 1.8 KB
+/// with SQS's longest message ids, which the margin of [`RECORD_BUDGET`] absorbs
+/// ([`stays_inline`]).
+pub const ATTEMPT_IDS_SPARE: usize = 16;
+
+/// Returns how many attempt ids a compacted record keeps at most: twice the entries it keeps,
+/// and [`ATTEMPT_IDS_SPARE`] more.
+///
+/// The spare matters under a short history. A record of two entries otherwise keeps four
+/// ids, and the ids of a delivery whose DLQ send failed do not fit. Its twin then appends
+/// its attempts a second time (found by the simulation's `compaction` worlds 178 and 684).
+pub fn attempt_ids_room(entries_kept: usize) -> usize {
+    if crate::mutants::is_on(crate::mutants::Mutant::CompactionRoomByHistoryKept) {
+        return 2 * entries_kept;
+    }
+    2 * entries_kept + ATTEMPT_IDS_SPARE
 }
 
 /// Returns the list of "sent" marks whose message keeps no entry, oldest first, and the marks that
@@ -283,8 +304,8 @@ fn limit_keeping_latest(history: &[crate::dead_letter::FailureDetail], limit: us
 }
 
 /// Returns the ids of the last attempt of each delivery the compacted `history` keeps entries of,
-/// where compaction dropped that last attempt's entry: one id per such delivery, so the
-/// ids stay within twice the entries kept. A twin of that delivery (invoked twice) that
+/// where compaction dropped that last attempt's entry: one id per such delivery, so these
+/// and the kept entries' ids stay within twice the entries kept. A twin of that delivery (invoked twice) that
 /// records its attempts afterwards finds them covered by the later sibling ([`is_recorded`])
 /// instead of appending the dropped one again (found by the simulation, seed 30456: the
 /// head kept a delivery's first two attempts and dropped its third).
@@ -310,15 +331,19 @@ fn last_attempts_dropped(
 
 /// Returns the ids of the first and the last attempt of each worker delivery (from the history and
 /// the ids an earlier compaction kept) that `already` lacks, while that delivery may still
-/// record again: its message is not marked sent, and it is the message's latest receive or
-/// the one before. Those of the newest deliveries, within `room` ids.
+/// record again: its message is not marked sent. Those of the newest deliveries, within
+/// `room` ids.
+///
+/// An older receive counts too. SQS may deliver a message twice more while a twin of its
+/// first receive still runs, and that twin records last (found by the simulation's
+/// `compaction` world 684). The room, not the receive count, bounds what is kept.
 ///
 /// Such a delivery's twin makes the same attempts, from the first. The first's id refuses
 /// its write, and the last's covers every attempt it repeats ([`is_recorded`]), so it
 /// appends none a second time. Its claim does not protect it: a failed DLQ send released
 /// the claim, so that the twin or the next receive sends (found by the simulation, seed
 /// 511320: a redrive's failures pushed the delivery's entries out of the history). `room`
-/// keeps `attempt_ids` within twice the entries kept.
+/// keeps `attempt_ids` within [`attempt_ids_room`].
 fn unsent_deliveries_dropped(
     written: &crate::ports::Written,
     already: &[String],
@@ -351,9 +376,10 @@ fn unsent_deliveries_dropped(
     );
     let mut ids: Vec<String> = Vec::new();
     for delivery in deliveries.iter().rev() {
+        let superseded = delivery.receive.saturating_add(1)
+            < latest.get(delivery.message.as_str()).copied().unwrap_or(0);
         if written.sent.contains(&delivery.message)
-            || delivery.receive.saturating_add(1)
-                < latest.get(delivery.message.as_str()).copied().unwrap_or(0)
+            || (superseded && is_on(Mutant::CompactionKeepsOnlyRecentReceives))
         {
             continue;
         }
@@ -1811,15 +1837,15 @@ mod tests {
         assert_eq!(a.record.failure_history.len(), 4);
         assert_eq!(a.record.history_omitted, 2);
         // The ids of dropped attempts go with them, but for receive 2's first and last: its
-        // DLQ message is not sent, and it is the receive just before the latest, so a twin
-        // of it may still record.
+        // DLQ message is not sent, so a twin of it may still record.
         let mut ids: Vec<String> = a.attempt_ids.into_iter().collect();
         ids.sort();
         assert_eq!(
             ids,
             ["m-a:1:1", "m-a:1:2", "m-a:2:1", "m-a:2:2", "m-a:3:1", "m-a:3:2"]
         );
-        // A fourth receive: receive 2 is two behind, and its ids go.
+        // A fourth receive: receive 2 is two behind, and its ids stay. A twin of it may
+        // still run (the simulation's `compaction` world 684).
         let record = DeadLetteredItem::from_candidate(
             &candidate("a", 4),
             &InvocationInfo::default(),
@@ -1829,7 +1855,7 @@ mod tests {
         super::record(&table, &settings, &record).await.unwrap();
         let ids = table.row("a").unwrap().attempt_ids;
         assert!(
-            !ids.contains("m-a:2:1") && !ids.contains("m-a:2:2"),
+            ids.contains("m-a:2:1") && ids.contains("m-a:2:2"),
             "{ids:?}"
         );
     }
@@ -1960,6 +1986,81 @@ mod tests {
             "ids before x's twin: {:?}",
             before.attempt_ids
         );
+    }
+
+    /// Records `deliveries` of item `a` (message, receive, attempts) with every DLQ send
+    /// refused, then the twin of the second: returns the failure count before and after it.
+    /// The first stays in the history's head, which compaction keeps.
+    async fn twin_after_compaction(
+        settings: &RecordingSettings,
+        deliveries: &[(&str, u32, u32)],
+    ) -> (u32, u32) {
+        let table = MemoryStore::new();
+        let info = InvocationInfo::default();
+        table.refuse_sends_of("a");
+        for &(message, receive, attempts) in deliveries {
+            let candidate = delivery_of(message, receive, attempts);
+            let r = dead_letter(&table, settings, &[candidate], &info).await;
+            assert!(r[0].is_err(), "{message}'s DLQ send failed: {r:?}");
+        }
+        table.allow_sends_of("a");
+        let before = table.row("a").unwrap().record.failure_count;
+        let (message, receive, attempts) = deliveries[1];
+        let twin = delivery_of(message, receive, attempts);
+        let r = dead_letter(&table, settings, &[twin], &info).await;
+        assert!(r[0].is_ok(), "the twin sends: {r:?}");
+        (before, table.row("a").unwrap().record.failure_count)
+    }
+
+    /// Receives 2 and 3 of x while a twin of receive 1 still runs. Compaction kept the ids
+    /// of an unsent delivery only at the latest receive or the one before, so the twin
+    /// appended its attempts again (found by the simulation's `compaction` world 684).
+    const OLDER_RECEIVE: [(&str, u32, u32); 6] = [
+        ("h", 1, 2),
+        ("x", 1, 2),
+        ("x", 2, 1),
+        ("x", 3, 1),
+        ("y", 1, 2),
+        ("z", 1, 2),
+    ];
+
+    /// Records of two entries kept four ids, and an unsent delivery's did not fit: its twin
+    /// appended its attempts again (found by the simulation's `compaction` world 178).
+    const SHORT_HISTORY: [(&str, u32, u32); 4] =
+        [("h", 1, 2), ("x", 1, 3), ("y", 1, 2), ("z", 1, 2)];
+
+    fn short_history() -> RecordingSettings {
+        RecordingSettings {
+            history_limit: 2,
+            ..settings()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_twin_of_an_older_receive_appends_nothing_after_compaction() {
+        let (before, after) = twin_after_compaction(&settings(), &OLDER_RECEIVE).await;
+        assert_eq!(after, before);
+    }
+
+    #[tokio::test]
+    async fn a_short_history_keeps_the_ids_of_an_unsent_delivery() {
+        let (before, after) = twin_after_compaction(&short_history(), &SHORT_HISTORY).await;
+        assert_eq!(after, before);
+    }
+
+    /// The two tests above bite: each fails with the mutant of its fix on.
+    #[cfg(feature = "sim")]
+    #[tokio::test]
+    async fn without_their_fixes_the_twins_append_again() {
+        use crate::mutants::{switch_on, Mutant};
+        switch_on(&[Mutant::CompactionKeepsOnlyRecentReceives]);
+        let (older_before, older_after) = twin_after_compaction(&settings(), &OLDER_RECEIVE).await;
+        switch_on(&[Mutant::CompactionRoomByHistoryKept]);
+        let (short_before, short_after) =
+            twin_after_compaction(&short_history(), &SHORT_HISTORY).await;
+        switch_on(&[]);
+        assert!(older_after > older_before, "{older_before} {older_after}");
+        assert!(short_after > short_before, "{short_before} {short_after}");
     }
 
     /// Two compactions built from one read state: the first lands, the second finds the

@@ -767,7 +767,8 @@ fn worst_case_candidate(message_id: &str, delivery: u32, attempts: u32) -> DeadL
 /// body, attributes at their cap and the fullest history, with the most attempt ids,
 /// claims and "sent" marks of the longest ids. With every DLQ send made, the record keeps
 /// 32 forgotten "sent" marks beside those of its history; with every send failing, it keeps
-/// every unsent claim and twice the entries' ids.
+/// every unsent claim, twice the entries' ids and the spare for unsent deliveries
+/// (`recording::ATTEMPT_IDS_SPARE`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_of_many_long_message_ids_is_written() {
     for sends_fail in [false, true] {
@@ -808,6 +809,18 @@ async fn a_record_of_many_long_message_ids_is_written() {
             ),
             "the body stayed inline"
         );
+        if sends_fail {
+            let written = sqs_keeper_core::recording::read_written(&store, "big")
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                written.attempt_ids.len() > 2 * stored.failure_history.len(),
+                "the spare for unsent deliveries is in use: {} ids, {} entries",
+                written.attempt_ids.len(),
+                stored.failure_history.len()
+            );
+        }
     }
 }
 

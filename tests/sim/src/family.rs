@@ -27,8 +27,7 @@ pub enum Family {
     /// messages that reach the end of their retention while spaced or paused.
     Retention,
     /// The twins' worlds with records that keep two failures, not four: compaction at
-    /// nearly every write. It finds a defect not fixed yet (worlds 178 and 684), so `make test`
-    /// does not run it ([`Family::OPEN`]).
+    /// nearly every write.
     Compaction,
 }
 
@@ -42,10 +41,6 @@ impl Family {
         Family::Retention,
         Family::Compaction,
     ];
-
-    /// The families whose worlds find a defect not fixed yet (docs/SIMULATION.md,
-    /// "Families of worlds"). `make test` leaves them out until it is.
-    pub const OPEN: [Family; 1] = [Family::Compaction];
 
     /// The family's name, as `sim --family` takes it.
     pub fn name(self) -> &'static str {

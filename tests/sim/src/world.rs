@@ -10,6 +10,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use sqs_keeper_core::recording::ATTEMPT_IDS_SPARE;
 use sqs_keeper_core::{dead_letter::ItemStatus, dead_letter::PayloadLocation};
 use sqs_keeper_core::{testing::Event, testing::ITEM_SIZE_LIMIT};
 use sqs_keeper_core::{testing::Queue, testing::QueueMessage};
@@ -652,9 +653,10 @@ impl Checks for State {
                     ),
                 ));
             }
-            // The ids of the entries kept, and at most one more per delivery kept: the
-            // last attempt of a delivery whose last entry compaction dropped.
-            if row.attempt_ids.len() > 2 * r.failure_history.len() {
+            // The ids of the entries kept, at most one more per entry kept (the last
+            // attempt of a delivery whose last entry compaction dropped), and the spare
+            // for deliveries whose DLQ send failed.
+            if row.attempt_ids.len() > 2 * r.failure_history.len() + ATTEMPT_IDS_SPARE {
                 broken.push((
                     Section::Record,
                     id.clone(),
@@ -662,6 +664,16 @@ impl Checks for State {
                         "attempt_ids holds {} ids for {} attempts kept: it grows without bound",
                         row.attempt_ids.len(),
                         r.failure_history.len()
+                    ),
+                ));
+            }
+            if let Some(delivery) = delivery_keeping_middle_ids(r, &row.attempt_ids) {
+                broken.push((
+                    Section::Record,
+                    id.clone(),
+                    format!(
+                        "attempt_ids keeps more than the first and last dropped attempt of \
+                         delivery {delivery}: it grows without bound"
                     ),
                 ));
             }
@@ -819,4 +831,27 @@ impl Section {
             Section::Record => "§3 the dead-letter record",
         }
     }
+}
+
+/// Returns a delivery (an attempt id less its last `:<attempt>`) holding more than two ids that
+/// match no entry of `record`'s history. Compaction keeps at most a dropped delivery's first and
+/// last attempt ids: the last covers every attempt before it, and the first refuses a twin's
+/// write. A record that keeps more keeps every id it ever had.
+fn delivery_keeping_middle_ids(
+    record: &sqs_keeper_core::dead_letter::DeadLetteredItem,
+    attempt_ids: &BTreeSet<String>,
+) -> Option<String> {
+    let mut dropped: HashMap<&str, usize> = HashMap::new();
+    for id in attempt_ids {
+        if record.failure_history.iter().any(|f| &f.attempt_id == id) {
+            continue;
+        }
+        let delivery = id.rsplit_once(':').map_or(id.as_str(), |(d, _)| d);
+        *dropped.entry(delivery).or_default() += 1;
+    }
+    dropped
+        .into_iter()
+        .filter(|(_, n)| *n > 2)
+        .map(|(d, _)| d.to_string())
+        .min()
 }

@@ -349,6 +349,24 @@ fn finds_a_compaction_that_lists_an_attempt_id_twice() {
 }
 
 #[test]
+fn finds_a_compaction_whose_room_for_ids_follows_a_short_history() {
+    finds_in(
+        Family::Compaction,
+        Mutant::CompactionRoomByHistoryKept,
+        &["appended a second time"],
+    );
+}
+
+#[test]
+fn finds_a_compaction_that_forgets_a_twin_two_receives_back() {
+    finds_in(
+        Family::Compaction,
+        Mutant::CompactionKeepsOnlyRecentReceives,
+        &["appended a second time"],
+    );
+}
+
+#[test]
 fn finds_a_resolve_that_deletes_a_payload_a_record_still_names() {
     found_by_its_seed(
         Mutant::ResolveDeletesLivePayload,
