@@ -1738,4 +1738,71 @@ mod tests {
             store.state()
         );
     }
+
+    /// The open period ends at its instant: the breaker is open just before, and half-open
+    /// (a probe may run) at it, never both nor neither.
+    #[test]
+    fn the_open_period_ends_at_its_instant() {
+        let until = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let state = BreakerState {
+            open_until: Some(until),
+            ..BreakerState::default()
+        };
+        let before = until - Duration::from_millis(1);
+        assert!(state.is_open(before) && !state.is_half_open(before));
+        assert!(!state.is_open(until) && state.is_half_open(until));
+    }
+
+    /// A processor whose calls are bounded by `timeout`.
+    struct Bounded {
+        timeout: Option<Duration>,
+    }
+
+    impl Processor for Bounded {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            Ok(Outcome::Done)
+        }
+
+        fn attempt_timeout(&self) -> Option<Duration> {
+            self.timeout
+        }
+    }
+
+    /// The breakers pass the handler's attempt timeout through, and its absence: the worker
+    /// warns when attempts cannot fit an invocation by what the handler says.
+    #[test]
+    fn the_breakers_tell_the_handlers_attempt_timeout() {
+        for timeout in [None, Some(Duration::from_secs(7))] {
+            let store = MemoryBreakerStore::default();
+            let one = Breaker::new(Bounded { timeout }, store.clone(), policy());
+            assert_eq!(one.attempt_timeout(), timeout);
+            let groups = GroupBreakers::new(
+                Bounded { timeout },
+                move |_: Option<&str>| store.clone(),
+                policy(),
+            );
+            assert_eq!(groups.attempt_timeout(), timeout);
+            assert_eq!(groups.breaker(Some("g")).attempt_timeout(), timeout);
+        }
+    }
+
+    /// A sandbox keeps at most [`MAX_GROUP_BREAKERS`] group breakers: past it, a busy
+    /// group's record runs behind a breaker of its own, and the map does not grow.
+    #[test]
+    fn a_sandbox_keeps_at_most_its_bound_of_group_breakers() {
+        let store = MemoryBreakerStore::default();
+        let groups = GroupBreakers::new(
+            Bounded { timeout: None },
+            move |_: Option<&str>| store.clone(),
+            policy(),
+        );
+        let busy: Vec<_> = (0..MAX_GROUP_BREAKERS)
+            .map(|n| groups.breaker(Some(&format!("g{n}"))))
+            .collect();
+        let extra = groups.breaker(Some("one-more"));
+        let kept = groups.breakers.lock().unwrap().len();
+        assert_eq!(kept, MAX_GROUP_BREAKERS);
+        assert_eq!(std::sync::Arc::strong_count(&extra), 1, "not kept");
+        drop(busy);
+    }
 }

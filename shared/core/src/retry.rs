@@ -765,6 +765,12 @@ mod tests {
             InvocationBudget::of(now + Duration::from_secs(30), now),
             InvocationBudget::Credible(Duration::from_secs(30))
         );
+        // A function of Lambda's longest timeout, read at once, is credible: the worker
+        // warns only of a deadline no Lambda gives.
+        assert_eq!(
+            InvocationBudget::of(now + MAX_INVOCATION_TIME, now),
+            InvocationBudget::Credible(MAX_INVOCATION_TIME)
+        );
         let far = now + Duration::from_secs(10 * 365 * 86_400);
         assert_eq!(InvocationBudget::of(far, now), InvocationBudget::TooFar);
         assert_eq!(InvocationBudget::of(far, now).time(), MAX_INVOCATION_TIME);

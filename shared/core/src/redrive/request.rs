@@ -163,7 +163,7 @@ impl Continuation {
         aws_smithy_types::base64::encode(serde_json::to_string(self).unwrap_or_default().as_bytes())
     }
 
-    fn decode(token: &str) -> Result<Continuation, RedriveError> {
+    pub(super) fn decode(token: &str) -> Result<Continuation, RedriveError> {
         let bad =
             || RedriveError::InvalidRequest(format!("continuation token {token:?} is not valid"));
         let bytes = aws_smithy_types::base64::decode(token).map_err(|_| bad())?;

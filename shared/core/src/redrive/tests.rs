@@ -830,6 +830,37 @@ async fn named_items_stop_at_max_items_with_a_token_for_the_rest() {
     }
 }
 
+/// A chain of runs over named items keeps the instant it began in every token: relative
+/// times (`--older-than 24h`) and the bound on failures within the chain read from it, not
+/// from each run's start.
+#[tokio::test]
+async fn a_named_chain_keeps_when_it_began_in_every_token() {
+    let ids = ["a", "b", "c"];
+    let engine = engine_with(records(&ids), ScriptedProcessor::new());
+    let request = RedriveRequest {
+        item_ids: ids.iter().map(|id| id.to_string()).collect(),
+        max_items: Some(1),
+        parallelism: Some(1),
+        ..Default::default()
+    };
+    let began = |token: &Option<String>| {
+        let token = token.as_deref().expect("a token for the rest");
+        request::Continuation::decode(token).unwrap().started_ms
+    };
+    let first = run(&engine, request.clone()).await;
+    let started = began(&first.continuation_token);
+    assert!(started.is_some(), "{first:?}");
+    let second = run(
+        &engine,
+        RedriveRequest {
+            continuation_token: first.continuation_token.clone(),
+            ..request
+        },
+    )
+    .await;
+    assert_eq!(began(&second.continuation_token), started);
+}
+
 #[tokio::test]
 async fn a_redrive_failure_names_its_run_as_the_attempts_request() {
     let processor = ScriptedProcessor::new().script("a", vec![Step::Fail(ErrorClass::Throttled)]);

@@ -470,6 +470,27 @@ async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved()
     assert_eq!(left(&store), 0);
 }
 
+/// Settling gives up on a live redrive by its wait, never a poll past it: a run's deadline
+/// counts on it. The message stays held, its record still leased.
+#[tokio::test(start_paused = true)]
+async fn settling_gives_up_on_a_live_redrive_within_its_wait() {
+    let clock = Clock::following_tokio(chrono::DateTime::from_timestamp(946_684_800, 0).unwrap());
+    let store = MemoryStore::reading(clock);
+    let mut record = dead(&store, "a");
+    record.status = ItemStatus::Redriving;
+    record.lease_expires_at = Some(clock.now().timestamp() + 600);
+    store.insert(record);
+    let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
+    let wait = Duration::from_secs(2);
+    let started = tokio::time::Instant::now();
+    let settled = settle_held(&store, sweep.held, wait, Duration::ZERO, None)
+        .await
+        .unwrap();
+    assert!(started.elapsed() <= wait, "{:?}", started.elapsed());
+    assert_eq!(settled.deleted, 0);
+    assert_eq!(left(&store), 1, "nothing lost");
+}
+
 #[tokio::test]
 async fn without_adopt_a_sweep_holds_what_no_record_holds() {
     let store = MemoryStore::new();
