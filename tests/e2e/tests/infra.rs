@@ -950,13 +950,14 @@ fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value, which: &s
     // What holds messages and records outlives the stack and any replacement.
     // The idempotency table too: a replacement would lose the completion records, and
     // recent work would run again. And the breaker's: a replacement mid-outage closes it.
-    // The store also keeps its function's logs, and lets a failed first creation delete
+    // The store also keeps its function's logs. Both let a failed first creation delete
     // what it made, so that the deploy can be tried again under the same names.
-    let (kept, deletion) = if which == "store" {
-        (&["LogGroup"][..], "RetainExceptOnCreate")
+    let kept = if which == "store" {
+        &["LogGroup"][..]
     } else {
-        (&[][..], "Retain")
+        &[][..]
     };
+    let deletion = "RetainExceptOnCreate";
     for name in [
         "SourceQueue",
         "DeadLetterQueue",

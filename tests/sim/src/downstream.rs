@@ -99,6 +99,8 @@ impl Downstream {
 struct RunningCall {
     world: Arc<World>,
     item_id: String,
+    /// The item and its payload ([`payload_key`]): what one redrive run at a time processes.
+    payload: String,
     redrive: bool,
     /// The sandbox whose probe on its own this call is (§1.12: one at a time).
     own_probe: Option<String>,
@@ -108,7 +110,7 @@ impl Drop for RunningCall {
     fn drop(&mut self) {
         let mut state = self.world.lock();
         if self.redrive {
-            if let Some(n) = state.ext.redriving_now.get_mut(&self.item_id) {
+            if let Some(n) = state.ext.redriving_now.get_mut(&self.payload) {
                 *n = n.saturating_sub(1);
             }
         }
@@ -230,9 +232,12 @@ impl Downstream {
 
 impl Processor for Downstream {
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
-        // §3: one lease owner at a time. Two redrive runs never process one item at once
-        // (the worker may: another body under the same item id is another message). §6:
-        // with idempotency, nobody does.
+        // §3: one lease owner at a time. Two redrive runs never process one item's payload
+        // at once. Two bodies under one item id are two messages, which two workers may
+        // process at once, and so may two runs: a failure recorded while a run holds the
+        // lease sets the record dead with the new payload, which another run may take
+        // (twins world 11891). The first run cannot resolve it: its payload is no longer
+        // the record's. §6: with idempotency, nobody does.
         let call = {
             let mut state = self.world.lock();
             let redrive = !self.actor.starts_with("worker");
@@ -240,7 +245,7 @@ impl Processor for Downstream {
                 let running = state
                     .ext
                     .redriving_now
-                    .entry(item.item_id.clone())
+                    .entry(payload_key(item))
                     .or_default();
                 *running += 1;
                 if *running > 1 {
@@ -275,6 +280,7 @@ impl Processor for Downstream {
             RunningCall {
                 world: self.world.clone(),
                 item_id: item.item_id.clone(),
+                payload: payload_key(item),
                 redrive,
                 own_probe: None,
             }
@@ -449,4 +455,12 @@ impl Processor for Downstream {
             Err(error)
         }
     }
+}
+
+/// Names an item's payload: its id and a digest of its body.
+fn payload_key(item: &WorkItem) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    item.body.hash(&mut hasher);
+    format!("{}#{:016x}", item.item_id, hasher.finish())
 }

@@ -1276,14 +1276,16 @@ fn left_to_the_redrive_policy(
             m.receive_count,
         );
         // A delivery whose attempts were all recorded decides from its read of the record,
-        // without a write the store could judge: a later receive holding the claim unsent
-        // when it answers is the same exception (twins world 2193).
+        // without a write the store could judge. Another receive holding the claim when it
+        // answers is the same exception: a later one (twins world 2193), or the one before,
+        // which `DlqClaim::is_held_elsewhere` respects as still running (compaction world
+        // 4579). So is a DLQ message the claimant sent meanwhile: the message is in the DLQ.
         let recorded_id = sqs_keeper_core::dead_letter::recorded_message_id(&m.id);
         let held_later = state.table.get(&item_of(m)).is_some_and(|row| {
-            !row.sent.contains(&recorded_id)
-                && row.claims.iter().any(|element| {
+            row.sent.contains(&recorded_id)
+                || row.claims.iter().any(|element| {
                     crate::world::claim_receive(element, &recorded_id)
-                        .is_some_and(|n| n > m.receive_count)
+                        .is_some_and(|n| n > 0 && n + 1 >= m.receive_count)
                 })
         });
         let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })

@@ -180,7 +180,7 @@ pub struct Sim {
     pub receive_budget_margin: u32,
     /// Downstream calls running now by a sandbox probing on its own (§1.12: at most one).
     pub own_probes_now: HashMap<String, u32>,
-    /// Redrive runs processing each item at this moment (§3: at most one).
+    /// Redrive runs processing each item's payload at this moment (§3: at most one).
     pub redriving_now: HashMap<String, u32>,
     /// The downstream answers 503 to everything.
     pub outage: bool,
@@ -833,7 +833,7 @@ impl Section {
     }
 }
 
-/// Returns a delivery (an attempt id less its last `:<attempt>`) holding more than two ids that
+/// Returns a worker delivery (an attempt id less its last `:<attempt>`) holding more than two ids that
 /// match no entry of `record`'s history. Compaction keeps at most a dropped delivery's first and
 /// last attempt ids: the last covers every attempt before it, and the first refuses a twin's
 /// write. A record that keeps more keeps every id it ever had.
@@ -846,8 +846,17 @@ fn delivery_keeping_middle_ids(
         if record.failure_history.iter().any(|f| &f.attempt_id == id) {
             continue;
         }
-        let delivery = id.rsplit_once(':').map_or(id.as_str(), |(d, _)| d);
-        *dropped.entry(delivery).or_default() += 1;
+        // A worker delivery's ids only (`<message id>:<receive>:<attempt>`): an adoption's
+        // (`dlq:<message id>`) or a redrive run's share no delivery.
+        let Some((delivery, number)) = id.rsplit_once(':') else {
+            continue;
+        };
+        let numbered = delivery
+            .rsplit_once(':')
+            .is_some_and(|(_, receive)| receive.parse::<u32>().is_ok());
+        if numbered && number.parse::<u32>().is_ok() {
+            *dropped.entry(delivery).or_default() += 1;
+        }
     }
     dropped
         .into_iter()

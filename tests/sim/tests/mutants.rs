@@ -341,6 +341,11 @@ fn finds_a_compaction_that_forgets_the_attempts_of_a_delivery_whose_send_failed(
         511320,
         "appended a second time",
     );
+    finds_in(
+        Family::Compaction,
+        Mutant::CompactionForgetsUnsentAttempts,
+        &["appended a second time"],
+    );
 }
 
 #[test]
