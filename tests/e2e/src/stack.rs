@@ -60,6 +60,10 @@ pub const EMPTY_ZIP: &[u8] = &[
 /// on every send; the local event source mapping polls instead), without alarms and
 /// dashboards (it evaluates no alarm; they are checked on the JSON) and rules (parameter
 /// assertions, checked on the JSON).
+///
+/// A `RetainExceptOnCreate` deletion policy becomes `Retain`. The emulator deletes such a
+/// resource with its stack, where CloudFormation keeps it once the stack's creation has
+/// succeeded. The deployed stacks are created whole, so `Retain` is what AWS would do.
 pub fn deployable(mut template: Value) -> Value {
     if let Some(resources) = template["Resources"].as_object_mut() {
         resources.retain(|_, r| {
@@ -69,6 +73,9 @@ pub fn deployable(mut template: Value) -> Value {
             )
         });
         for resource in resources.values_mut() {
+            if resource["DeletionPolicy"] == "RetainExceptOnCreate" {
+                resource["DeletionPolicy"] = "Retain".into();
+            }
             if resource["Type"] == "AWS::Lambda::EventSourceMapping" {
                 let uuid = format!(
                     "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
