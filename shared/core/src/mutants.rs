@@ -143,14 +143,16 @@ pub enum Mutant {
     ProbeRemembersStaleState,
     /// Compaction drops the claim of a message whose every entry goes though its DLQ send
     /// is under way: a twin of that delivery claims again, appends its attempts a second
-    /// time and sends a second DLQ message.
+    /// time and sends a second DLQ message. The ids of unsent deliveries compaction keeps
+    /// since ([`Mutant::CompactionForgetsUnsentAttempts`]) go too: they would cover the twin.
     CompactionDropsUnsentClaims,
     /// A probe closes the breaker on an item resolved with nothing done (its idempotency
     /// key completed before), which never reached the downstream: a redrive's probe run,
     /// or a breaker's probe (a message group's, behind which a redrive's idempotency sits).
     ProbeClosedBySkippedItem,
     /// A delivery refused by its twin's claim at the same receive appends the attempts
-    /// whose ids compaction dropped: they are counted twice.
+    /// whose ids compaction dropped: they are counted twice. The ids of unsent deliveries
+    /// compaction keeps since go too: they would cover the twin.
     TwinAppendsAgain,
     /// Compaction drops the unsent claim of the receive just before a message's latest, as
     /// an earlier receive's: that delivery's twin appends its attempts a second time and

@@ -354,12 +354,14 @@ fn unsent_deliveries_dropped(
     already: &[String],
     room: usize,
 ) -> Vec<String> {
-    // The two older mutants switch this off too: it came later, and covers the same
-    // twins (docs/SIMULATION.md).
+    // The older mutants switch this off too: it came later, and covers the same twins
+    // (docs/SIMULATION.md).
     use crate::mutants::{is_on, Mutant};
     if is_on(Mutant::CompactionForgetsUnsentAttempts)
         || is_on(Mutant::CompactionDropsRunningClaim)
         || is_on(Mutant::DroppedAttemptRecordedAgain)
+        || is_on(Mutant::TwinAppendsAgain)
+        || is_on(Mutant::CompactionDropsUnsentClaims)
     {
         return Vec::new();
     }

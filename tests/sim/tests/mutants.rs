@@ -23,8 +23,8 @@ fn finds(mutant: Mutant, expected: &[&str]) {
 }
 
 /// Runs the first 1,000 worlds of `family` with `mutant` on until one fails, and checks the
-/// invariant it broke as [`finds`] does.
-fn finds_in(family: Family, mutant: Mutant, expected: &[&str]) {
+/// invariant it broke as [`finds`] does. Returns the world's seed.
+fn finds_in(family: Family, mutant: Mutant, expected: &[&str]) -> u64 {
     let summary = run_seeds((0..1_000).map(|n| family.seed(n)), &[mutant], threads(), 1);
     let Some(failure) = summary.failures.first() else {
         panic!(
@@ -40,6 +40,21 @@ fn finds_in(family: Family, mutant: Mutant, expected: &[&str]) {
         "{} world {} fails without the mutant",
         family.name(),
         failure.seed
+    );
+    failure.seed
+}
+
+/// Finds `mutant` in `family` as [`finds_in`] does, in a world that
+/// `compaction-forgets-unsent-attempts` alone leaves clean. The mutant also switches off the
+/// attempt ids compaction keeps for unsent deliveries, which cover the same twins; the find
+/// is then its own.
+fn finds_beyond_unsent_attempts(family: Family, mutant: Mutant) {
+    let seed = finds_in(family, mutant, &["appended a second time"]);
+    let alone = sqs_keeper_sim::run_seed(seed, &[Mutant::CompactionForgetsUnsentAttempts]);
+    assert!(
+        alone.violations.is_empty(),
+        "{} world {seed} fails with the unsent attempts forgotten alone",
+        family.name()
     );
 }
 
@@ -346,6 +361,16 @@ fn finds_a_compaction_that_forgets_the_attempts_of_a_delivery_whose_send_failed(
         Mutant::CompactionForgetsUnsentAttempts,
         &["appended a second time"],
     );
+}
+
+#[test]
+fn finds_a_compaction_that_drops_the_claim_of_a_dlq_send_under_way() {
+    finds_beyond_unsent_attempts(Family::Twins, Mutant::CompactionDropsUnsentClaims);
+}
+
+#[test]
+fn finds_a_twin_that_appends_what_compaction_dropped_though_refused_by_its_claim() {
+    finds_beyond_unsent_attempts(Family::Compaction, Mutant::TwinAppendsAgain);
 }
 
 #[test]
