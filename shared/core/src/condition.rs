@@ -360,18 +360,41 @@ pub mod conditions {
 
     /// Requires that a run may take the lease: the item is dead, or its redrive died holding a lease
     /// that has expired by `now` (epoch seconds) (docs/ARCHITECTURE.md §3).
+    ///
+    /// A dead item may still hold a live lease. A worker that records a new failure while a
+    /// run holds the item sets it dead and leaves the lease in place. That run is still
+    /// processing, so no other run takes the item until the run gives the lease back or
+    /// the lease expires.
     pub fn lease_is_free(now: i64) -> Condition {
         let dead = status(ItemStatus::Dead);
         if crate::mutants::is_on(crate::mutants::Mutant::LeasesNeverTakenBack) {
             return dead;
         }
+        let expired = Condition::Compare(attr::LEASE_EXPIRES_AT, Compare::Lt, Value::N(now));
+        let no_live_lease = Condition::Any(vec![
+            Condition::NotExists(attr::LEASE_EXPIRES_AT),
+            expired.clone(),
+        ]);
+        let dead_and_free =
+            if crate::mutants::is_on(crate::mutants::Mutant::LeaseTakenUnderNewFailure) {
+                dead
+            } else {
+                Condition::All(vec![dead, no_live_lease])
+            };
         Condition::Any(vec![
-            dead,
-            Condition::All(vec![
-                status(ItemStatus::Redriving),
-                Condition::Compare(attr::LEASE_EXPIRES_AT, Compare::Lt, Value::N(now)),
-            ]),
+            dead_and_free,
+            Condition::All(vec![status(ItemStatus::Redriving), expired]),
         ])
+    }
+
+    /// Requires that `owner` holds the lease and the item is still redriving: what a run's failure
+    /// write needs. A worker's new failure meanwhile set the item dead with another payload,
+    /// and the run's failure of the old payload must not overwrite that record's error.
+    pub fn still_redriving(owner: &str) -> Condition {
+        if crate::mutants::is_on(crate::mutants::Mutant::LeaseTakenUnderNewFailure) {
+            return leased_by(owner);
+        }
+        Condition::All(vec![leased_by(owner), status(ItemStatus::Redriving)])
     }
 
     /// `owner` holds the lease.
@@ -678,10 +701,14 @@ mod tests {
             rendered.values.values().cloned().collect::<Vec<_>>(),
             [Value::s("run-1"), Value::s("redriving"), Value::s("abc")]
         );
-        // A status named twice is one placeholder.
+        // A status named twice is one placeholder, and so is the expiry compared twice.
         let lease = conditions::lease_is_free(5).render().unwrap();
-        assert_eq!(lease.text, "(#c0 = :c0) OR ((#c0 = :c1) AND (#c1 < :c2))");
-        assert_eq!(lease.values[":c2"], Value::N(5));
+        assert_eq!(
+            lease.text,
+            "((#c0 = :c0) AND ((attribute_not_exists(#c1)) OR (#c1 < :c1))) \
+             OR ((#c0 = :c2) AND (#c1 < :c1))"
+        );
+        assert_eq!(lease.values[":c1"], Value::N(5));
     }
 
     #[test]

@@ -178,11 +178,16 @@ pub enum Mutant {
     /// or the one before: a twin of the first receive, still running after two more, appends
     /// its attempts a second time.
     CompactionKeepsOnlyRecentReceives,
+    /// A run takes the lease of a dead item whose lease is still live (a worker recorded a
+    /// new failure while another run held it), and a run's failure write lands on a record
+    /// a worker's new failure set dead: two runs process the item at once, and the stale
+    /// run's error overwrites the new failure's.
+    LeaseTakenUnderNewFailure,
 }
 
 impl Mutant {
     /// Every mutant.
-    pub const ALL: [Mutant; 49] = [
+    pub const ALL: [Mutant; 50] = [
         Mutant::DeadlineOverrun,
         Mutant::RequeueResolvesOnSend,
         Mutant::SweepDeletesByItemId,
@@ -232,6 +237,7 @@ impl Mutant {
         Mutant::CompactionListsAnIdTwice,
         Mutant::CompactionRoomByHistoryKept,
         Mutant::CompactionKeepsOnlyRecentReceives,
+        Mutant::LeaseTakenUnderNewFailure,
     ];
 
     /// Its name on a command line (`deadline-overrun`).
@@ -286,6 +292,7 @@ impl Mutant {
             Mutant::CompactionListsAnIdTwice => "compaction-lists-an-id-twice",
             Mutant::CompactionRoomByHistoryKept => "compaction-room-by-history-kept",
             Mutant::CompactionKeepsOnlyRecentReceives => "compaction-keeps-only-recent-receives",
+            Mutant::LeaseTakenUnderNewFailure => "lease-taken-under-new-failure",
         }
     }
 

@@ -624,10 +624,12 @@ impl Standing {
         }
     }
 
-    /// Tells whether a live run is redriving the item (not one that died holding its lease): the
-    /// complement of what the store lets another run take back
+    /// Tells whether a live run is redriving the item (not one that died holding its lease): its
+    /// lease expires at or after `now`, as the store judges it
     /// ([`crate::condition::conditions::lease_is_free`], a lease expired strictly before `now`), so a
-    /// lease is live through its last second.
+    /// lease is live through its last second. A dead item whose run still holds a live lease
+    /// (a worker's new failure meanwhile) is not redriving: its messages wait as a dead
+    /// item's, though the store lets no other run take it.
     pub fn leased_at(&self, now: i64) -> bool {
         self.status == Some(ItemStatus::Redriving)
             && self.lease_expires_at.is_some_and(|e| e >= now)

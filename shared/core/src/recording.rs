@@ -1996,6 +1996,48 @@ mod tests {
         );
     }
 
+    /// A worker records a new failure of an item a run holds: the item goes back to dead, its
+    /// lease in place. No other run takes it while the lease lives, and the run's failure
+    /// of the old payload does not overwrite the new failure's error: the run gives the
+    /// lease back (found by an outside review: two runs at once, and a stale error).
+    #[tokio::test]
+    async fn a_new_failure_under_a_live_lease_keeps_other_runs_out_and_its_error() {
+        use crate::ports::RecordStore;
+        let table = MemoryStore::new();
+        let s = settings();
+        let ttl = Duration::from_secs(900);
+        let written = |receive| {
+            DeadLetteredItem::from_candidate(
+                &candidate("a", receive),
+                &InvocationInfo::default(),
+                Utc::now(),
+                s.retention,
+            )
+        };
+        super::record(&table, &s, &written(1)).await.unwrap();
+        assert!(table.acquire_lease("a", "run-a", ttl).await.unwrap());
+        super::record(&table, &s, &written(2)).await.unwrap();
+        assert_eq!(table.row("a").unwrap().record.status, ItemStatus::Dead);
+        assert!(
+            !table.acquire_lease("a", "run-b", ttl).await.unwrap(),
+            "run-a still processes it"
+        );
+        let mut stale = table.row("a").unwrap().record.failure_history[0].clone();
+        stale.attempt_id = "run-a:1".into();
+        stale.error_type = ErrorClass::Validation;
+        let refused = table.record_redrive_failure("a", "run-a", &[stale]).await;
+        assert!(refused.is_err(), "{refused:?}");
+        table.release_lease("a", "run-a").await.unwrap();
+        let row = table.row("a").unwrap();
+        assert_eq!(
+            row.record.error_class,
+            ErrorClass::Throttled,
+            "the new failure's"
+        );
+        assert!(row.record.reprocess_eligible);
+        assert!(table.acquire_lease("a", "run-b", ttl).await.unwrap());
+    }
+
     /// Records `deliveries` of item `a` (message, receive, attempts) with every DLQ send
     /// refused, then the twin of the second: returns the failure count before and after it.
     /// The first stays in the history's head, which compaction keeps.

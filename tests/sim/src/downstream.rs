@@ -99,8 +99,6 @@ impl Downstream {
 struct RunningCall {
     world: Arc<World>,
     item_id: String,
-    /// The item and its payload ([`payload_key`]): what one redrive run at a time processes.
-    payload: String,
     redrive: bool,
     /// The sandbox whose probe on its own this call is (§1.12: one at a time).
     own_probe: Option<String>,
@@ -110,7 +108,7 @@ impl Drop for RunningCall {
     fn drop(&mut self) {
         let mut state = self.world.lock();
         if self.redrive {
-            if let Some(n) = state.ext.redriving_now.get_mut(&self.payload) {
+            if let Some(n) = state.ext.redriving_now.get_mut(&self.item_id) {
                 *n = n.saturating_sub(1);
             }
         }
@@ -232,12 +230,10 @@ impl Downstream {
 
 impl Processor for Downstream {
     async fn process(&self, item: &WorkItem) -> Result<Outcome, ProcessError> {
-        // §3: one lease owner at a time. Two redrive runs never process one item's payload
-        // at once. Two bodies under one item id are two messages, which two workers may
-        // process at once, and so may two runs: a failure recorded while a run holds the
-        // lease sets the record dead with the new payload, which another run may take
-        // (twins world 11891). The first run cannot resolve it: its payload is no longer
-        // the record's. §6: with idempotency, nobody does.
+        // §3: one lease owner at a time. Two redrive runs never process one item at once,
+        // even when a worker recorded a new failure (another payload) while one ran (twins
+        // worlds 11891 and 25052: `conditions::lease_is_free`). The worker may: another body
+        // under the same item id is another message. §6: with idempotency, nobody does.
         let call = {
             let mut state = self.world.lock();
             let redrive = !self.actor.starts_with("worker");
@@ -245,7 +241,7 @@ impl Processor for Downstream {
                 let running = state
                     .ext
                     .redriving_now
-                    .entry(payload_key(item))
+                    .entry(item.item_id.clone())
                     .or_default();
                 *running += 1;
                 if *running > 1 {
@@ -280,7 +276,6 @@ impl Processor for Downstream {
             RunningCall {
                 world: self.world.clone(),
                 item_id: item.item_id.clone(),
-                payload: payload_key(item),
                 redrive,
                 own_probe: None,
             }
@@ -455,12 +450,4 @@ impl Processor for Downstream {
             Err(error)
         }
     }
-}
-
-/// Names an item's payload: its id and a digest of its body.
-fn payload_key(item: &WorkItem) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    item.body.hash(&mut hasher);
-    format!("{}#{:016x}", item.item_id, hasher.finish())
 }

@@ -180,7 +180,7 @@ pub struct Sim {
     pub receive_budget_margin: u32,
     /// Downstream calls running now by a sandbox probing on its own (§1.12: at most one).
     pub own_probes_now: HashMap<String, u32>,
-    /// Redrive runs processing each item's payload at this moment (§3: at most one).
+    /// Redrive runs processing each item at this moment (§3: at most one).
     pub redriving_now: HashMap<String, u32>,
     /// The downstream answers 503 to everything.
     pub outage: bool,

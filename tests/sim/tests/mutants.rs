@@ -374,6 +374,15 @@ fn finds_a_twin_that_appends_what_compaction_dropped_though_refused_by_its_claim
 }
 
 #[test]
+fn finds_a_lease_taken_while_a_run_holds_it_under_a_new_failure() {
+    found_by_its_seed(
+        Mutant::LeaseTakenUnderNewFailure,
+        Family::Twins.seed(11891),
+        "one lease owner at a time",
+    );
+}
+
+#[test]
 fn finds_a_compaction_that_lists_an_attempt_id_twice() {
     found_by_its_seed(Mutant::CompactionListsAnIdTwice, 104, "ValidationException");
 }

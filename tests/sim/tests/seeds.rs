@@ -66,6 +66,7 @@ fn the_family_worlds_that_found_defects_stay_clean() {
         (Family::Compaction, 4579),
         (Family::Twins, 2193),
         (Family::Twins, 11891),
+        (Family::Twins, 25052),
     ] {
         let report = run_seed(family.seed(world), &[]);
         assert!(

@@ -562,7 +562,7 @@ impl DeadLetterStore {
     > {
         let (condition, removes, name, key) = match from {
             BackFrom::Lease(owner) => (
-                conditions::leased_by(owner),
+                conditions::still_redriving(owner),
                 "REMOVE #owner, #expires",
                 "#owner",
                 LEASE_OWNER,

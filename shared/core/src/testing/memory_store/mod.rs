@@ -438,25 +438,20 @@ impl<X> MemoryStore<X> {
         Ok(())
     }
 
-    /// Ends `owner`'s lease, changing the record with `change` (condition: `owner` holds
-    /// it; with `payload_sha256`, [`crate::dead_letter::LEASED_WITH_PAYLOAD`]).
+    /// Ends a run's lease, changing the record with `change`, on `condition` (that the run holds
+    /// it: [`conditions::leased_by`] or a narrower one).
     fn end_lease(
         &self,
         operation: &str,
         step: &str,
         item_id: &str,
-        owner: &str,
-        payload_sha256: Option<&str>,
+        condition: crate::condition::Condition,
         change: impl FnOnce(&mut Row),
     ) -> Result<(), ProcessError> {
         let mut state = self.world.lock();
         self.table_call(&mut state, operation, step)?;
         let Some(mut row) = state.table.get(item_id).cloned() else {
             return Err(lease_lost(item_id, step));
-        };
-        let condition = match payload_sha256 {
-            Some(sha) => conditions::leased_with_payload(owner, sha),
-            None => conditions::leased_by(owner),
         };
         if !row.satisfies(&condition) {
             return Err(lease_lost(item_id, step));

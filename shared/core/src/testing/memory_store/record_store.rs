@@ -302,8 +302,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             "release_lease",
             "release-lease",
             item_id,
-            owner,
-            None,
+            conditions::leased_by(owner),
             |row| {
                 row.record.status = ItemStatus::Dead;
             },
@@ -318,8 +317,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             "resolve",
             "resolve",
             &record.item_id,
-            owner,
-            Some(&record.payload.sha256),
+            conditions::leased_with_payload(owner, &record.payload.sha256),
             |row| {
                 row.record.status = ItemStatus::Resolved;
                 row.record.resolved_at = Some(now);
@@ -335,14 +333,13 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
         message_id: &str,
     ) -> Result<(), ProcessError> {
         self.latency("mark_requeued").await;
-        let sha = Some(record.payload.sha256.as_str());
+        let sha = record.payload.sha256.as_str();
         let now = self.now();
         self.end_lease(
             "mark_requeued",
             "mark-requeued",
             &record.item_id,
-            owner,
-            sha,
+            conditions::leased_with_payload(owner, sha),
             |row| {
                 row.record.status = ItemStatus::Requeued;
                 row.record.requeued_message_id = Some(message_id.to_string());
@@ -368,8 +365,7 @@ impl<X: Send + 'static> RecordStore for MemoryStore<X> {
             "record_redrive_failure",
             "record-redrive-failure",
             item_id,
-            owner,
-            None,
+            conditions::still_redriving(owner),
             |row| {
                 let r = &mut row.record;
                 r.status = ItemStatus::Dead;
