@@ -1279,13 +1279,14 @@ fn left_to_the_redrive_policy(
         // without a write the store could judge. Another receive holding the claim when it
         // answers is the same exception: a later one (twins world 2193), or the one before,
         // which `DlqClaim::is_held_elsewhere` respects as still running (compaction world
-        // 4579). So is a DLQ message the claimant sent meanwhile: the message is in the DLQ.
+        // 4579). A claim at this very receive is not: it may be this delivery's own, kept
+        // by a defect. A DLQ message sent meanwhile is: the message is in the DLQ.
         let recorded_id = sqs_keeper_core::dead_letter::recorded_message_id(&m.id);
+        let other_receive = |n: u32| n > 0 && n != m.receive_count && n + 1 >= m.receive_count;
         let held_later = state.table.get(&item_of(m)).is_some_and(|row| {
             row.sent.contains(&recorded_id)
                 || row.claims.iter().any(|element| {
-                    crate::world::claim_receive(element, &recorded_id)
-                        .is_some_and(|n| n > 0 && n + 1 >= m.receive_count)
+                    crate::world::claim_receive(element, &recorded_id).is_some_and(other_receive)
                 })
         });
         let claimed_elsewhere = matches!(record.disposition, Disposition::RetryLater { .. })
