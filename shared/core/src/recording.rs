@@ -305,8 +305,9 @@ fn limit_keeping_latest(history: &[crate::dead_letter::FailureDetail], limit: us
 
 /// Returns the ids of the last attempt of each delivery the compacted `history` keeps entries of,
 /// where compaction dropped that last attempt's entry: one id per such delivery, so these
-/// and the kept entries' ids stay within twice the entries kept. A twin of that delivery (invoked twice) that
-/// records its attempts afterwards finds them covered by the later sibling ([`is_recorded`])
+/// and the kept entries' ids stay within twice the entries kept. A twin of that delivery
+/// (invoked twice) that records its attempts afterwards finds them covered by the later
+/// sibling ([`is_recorded`])
 /// instead of appending the dropped one again (found by the simulation, seed 30456: the
 /// head kept a delivery's first two attempts and dropped its third).
 fn last_attempts_dropped(
@@ -366,28 +367,14 @@ fn unsent_deliveries_dropped(
         return Vec::new();
     }
     let deliveries = worker_deliveries(written);
-    let claims: Vec<crate::dead_letter::DlqClaim> = written
-        .claims
-        .iter()
-        .map(|c| crate::dead_letter::DlqClaim::parse(c))
-        .collect();
-    let latest = latest_receives(
-        deliveries
-            .iter()
-            .map(|d| (d.message.as_str(), d.receive))
-            .chain(
-                claims
-                    .iter()
-                    .map(|c| (c.message_id.as_str(), c.receive_count)),
-            ),
-    );
+    let superseded = if is_on(Mutant::CompactionKeepsOnlyRecentReceives) {
+        superseded_deliveries(written, &deliveries)
+    } else {
+        HashSet::new()
+    };
     let mut ids: Vec<String> = Vec::new();
-    for delivery in deliveries.iter().rev() {
-        let superseded = delivery.receive.saturating_add(1)
-            < latest.get(delivery.message.as_str()).copied().unwrap_or(0);
-        if written.sent.contains(&delivery.message)
-            || (superseded && is_on(Mutant::CompactionKeepsOnlyRecentReceives))
-        {
+    for (n, delivery) in deliveries.iter().enumerate().rev() {
+        if written.sent.contains(&delivery.message) || superseded.contains(&n) {
             continue;
         }
         let mut missing: Vec<&String> = [&delivery.first, &delivery.last]
@@ -406,6 +393,38 @@ fn unsent_deliveries_dropped(
         ids.extend(missing.into_iter().cloned());
     }
     ids
+}
+
+/// Returns the positions in `deliveries` of those two or more receives before their message's
+/// latest (known from the deliveries and `written`'s claims): what compaction kept ids of
+/// before any receive counted ([`Mutant::CompactionKeepsOnlyRecentReceives`]).
+///
+/// [`Mutant::CompactionKeepsOnlyRecentReceives`]: crate::mutants::Mutant::CompactionKeepsOnlyRecentReceives
+fn superseded_deliveries(
+    written: &crate::ports::Written,
+    deliveries: &[KnownDelivery],
+) -> HashSet<usize> {
+    let claims: Vec<crate::dead_letter::DlqClaim> = written
+        .claims
+        .iter()
+        .map(|c| crate::dead_letter::DlqClaim::parse(c))
+        .collect();
+    let latest = latest_receives(
+        deliveries
+            .iter()
+            .map(|d| (d.message.as_str(), d.receive))
+            .chain(
+                claims
+                    .iter()
+                    .map(|c| (c.message_id.as_str(), c.receive_count)),
+            ),
+    );
+    let behind = |d: &KnownDelivery| {
+        d.receive.saturating_add(1) < latest.get(d.message.as_str()).copied().unwrap_or(0)
+    };
+    (0..deliveries.len())
+        .filter(|&n| behind(&deliveries[n]))
+        .collect()
 }
 
 /// A worker delivery's first and last attempt ids known to a record.
@@ -462,8 +481,10 @@ fn worker_deliveries(written: &crate::ports::Written) -> Vec<KnownDelivery> {
     deliveries.into_iter().map(|(d, _, _)| d).collect()
 }
 
-/// `<message id>:<receive>:<attempt>`, split from the right (a message id may hold ':').
-fn parse_attempt_id(id: &str) -> Option<(&str, u32, u32)> {
+/// Splits a worker attempt id, `<message id>:<receive>:<attempt>`, from the right (a message
+/// id may hold ':'). An adoption's (`dlq:<message id>`) or a redrive run's
+/// (`<run>:<attempt>`) is `None`.
+pub fn parse_attempt_id(id: &str) -> Option<(&str, u32, u32)> {
     let (delivery, number) = id.rsplit_once(':')?;
     let (message, receive) = delivery.rsplit_once(':')?;
     Some((message, receive.parse().ok()?, number.parse().ok()?))

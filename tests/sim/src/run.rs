@@ -1271,17 +1271,14 @@ fn left_to_the_redrive_policy(
         // one wrote (it may have been sending it; a crash between claim and send leaves the
         // message to the redrive policy, whose DLQ message the sweep adopts): the documented
         // exception, judged by what the store saw at the write (`claims_held_elsewhere`).
-        let delivery = crate::world::delivery_key(
-            &sqs_keeper_core::dead_letter::recorded_message_id(&m.id),
-            m.receive_count,
-        );
+        let recorded_id = sqs_keeper_core::dead_letter::recorded_message_id(&m.id);
+        let delivery = crate::world::delivery_key(&recorded_id, m.receive_count);
         // A delivery whose attempts were all recorded decides from its read of the record,
         // without a write the store could judge. Another receive holding the claim when it
         // answers is the same exception: a later one (twins world 2193), or the one before,
         // which `DlqClaim::is_held_elsewhere` respects as still running (compaction world
         // 4579). A claim at this very receive is not: it may be this delivery's own, kept
         // by a defect. A DLQ message sent meanwhile is: the message is in the DLQ.
-        let recorded_id = sqs_keeper_core::dead_letter::recorded_message_id(&m.id);
         let other_receive = |n: u32| n > 0 && n != m.receive_count && n + 1 >= m.receive_count;
         let held_later = state.table.get(&item_of(m)).is_some_and(|row| {
             row.sent.contains(&recorded_id)

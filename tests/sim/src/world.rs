@@ -833,34 +833,27 @@ impl Section {
     }
 }
 
-/// Returns a worker delivery (an attempt id less its last `:<attempt>`) holding more than two ids that
-/// match no entry of `record`'s history. Compaction keeps at most a dropped delivery's first and
+/// Returns a worker delivery ([`delivery_key`]) holding more than two ids that match no entry of
+/// `record`'s history. Compaction keeps at most a dropped delivery's first and
 /// last attempt ids: the last covers every attempt before it, and the first refuses a twin's
 /// write. A record that keeps more keeps every id it ever had.
 fn delivery_keeping_middle_ids(
     record: &sqs_keeper_core::dead_letter::DeadLetteredItem,
     attempt_ids: &BTreeSet<String>,
 ) -> Option<String> {
-    let mut dropped: HashMap<&str, usize> = HashMap::new();
+    let mut dropped: HashMap<String, usize> = HashMap::new();
     for id in attempt_ids {
         if record.failure_history.iter().any(|f| &f.attempt_id == id) {
             continue;
         }
-        // A worker delivery's ids only (`<message id>:<receive>:<attempt>`): an adoption's
-        // (`dlq:<message id>`) or a redrive run's share no delivery.
-        let Some((delivery, number)) = id.rsplit_once(':') else {
-            continue;
-        };
-        let numbered = delivery
-            .rsplit_once(':')
-            .is_some_and(|(_, receive)| receive.parse::<u32>().is_ok());
-        if numbered && number.parse::<u32>().is_ok() {
-            *dropped.entry(delivery).or_default() += 1;
+        // A worker delivery's ids only: an adoption's or a redrive run's share no delivery.
+        if let Some((message, receive, _)) = sqs_keeper_core::recording::parse_attempt_id(id) {
+            *dropped.entry(delivery_key(message, receive)).or_default() += 1;
         }
     }
     dropped
         .into_iter()
         .filter(|(_, n)| *n > 2)
-        .map(|(d, _)| d.to_string())
+        .map(|(d, _)| d)
         .min()
 }

@@ -800,16 +800,21 @@ async fn a_requeue_outlives_its_own_queues_retention() {
     assert_eq!(status(&engine, "recent"), Some(ItemStatus::Requeued));
 }
 
+/// A redrive of the items `ids`, one at a time, `max_items` a run.
+fn named_one_at_a_time(ids: &[&str], max_items: usize) -> RedriveRequest {
+    RedriveRequest {
+        item_ids: ids.iter().map(|id| id.to_string()).collect(),
+        max_items: Some(max_items),
+        parallelism: Some(1),
+        ..Default::default()
+    }
+}
+
 #[tokio::test]
 async fn named_items_stop_at_max_items_with_a_token_for_the_rest() {
     let ids = ["a", "b", "c"];
     let engine = engine_with(records(&ids), ScriptedProcessor::new());
-    let request = RedriveRequest {
-        item_ids: ids.iter().map(|id| id.to_string()).collect(),
-        max_items: Some(2),
-        parallelism: Some(1),
-        ..Default::default()
-    };
+    let request = named_one_at_a_time(&ids, 2);
     let report = run(&engine, request.clone()).await;
     assert_eq!(report.items.len(), 2, "{report:?}");
     let token = report
@@ -837,12 +842,7 @@ async fn named_items_stop_at_max_items_with_a_token_for_the_rest() {
 async fn a_named_chain_keeps_when_it_began_in_every_token() {
     let ids = ["a", "b", "c"];
     let engine = engine_with(records(&ids), ScriptedProcessor::new());
-    let request = RedriveRequest {
-        item_ids: ids.iter().map(|id| id.to_string()).collect(),
-        max_items: Some(1),
-        parallelism: Some(1),
-        ..Default::default()
-    };
+    let request = named_one_at_a_time(&ids, 1);
     let began = |token: &Option<String>| {
         let token = token.as_deref().expect("a token for the rest");
         request::Continuation::decode(token).unwrap().started_ms

@@ -433,20 +433,26 @@ async fn a_held_message_whose_record_must_reopen_is_given_back_at_once() {
     assert_eq!(visible(&store), ["a"], "given back at once");
 }
 
-/// Settling waits for a run that holds a live lease on a held message's item, and
-/// deletes the message once that run resolves the item. Taken for a lease no run
-/// holds, the wait ended at once and the message was given back, to stay in the DLQ
-/// beside its resolved record until a later sweep.
-#[tokio::test(start_paused = true)]
-async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved() {
-    // Leases judged by the settling's clock: one following tokio's paused clock from the
-    // year 2000, by which the lease below is live (by the system clock it expired long ago).
+/// A store whose item `a` a live run is redriving, with a lease of ten minutes. Leases are
+/// judged by the settling's clock: one following tokio's paused clock from the year 2000,
+/// by which the lease is live (by the system clock it expired long ago).
+fn store_with_a_live_redrive() -> MemoryStore {
     let clock = Clock::following_tokio(chrono::DateTime::from_timestamp(946_684_800, 0).unwrap());
     let store = MemoryStore::reading(clock);
     let mut record = dead(&store, "a");
     record.status = ItemStatus::Redriving;
     record.lease_expires_at = Some(clock.now().timestamp() + 600);
     store.insert(record);
+    store
+}
+
+/// Settling waits for a run that holds a live lease on a held message's item, and
+/// deletes the message once that run resolves the item. Taken for a lease no run
+/// holds, the wait ended at once and the message was given back, to stay in the DLQ
+/// beside its resolved record until a later sweep.
+#[tokio::test(start_paused = true)]
+async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved() {
+    let store = store_with_a_live_redrive();
     let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
     assert!(
         visible(&store).is_empty(),
@@ -474,12 +480,7 @@ async fn settling_waits_for_a_live_redrive_and_deletes_the_message_it_resolved()
 /// counts on it. The message stays held, its record still leased.
 #[tokio::test(start_paused = true)]
 async fn settling_gives_up_on_a_live_redrive_within_its_wait() {
-    let clock = Clock::following_tokio(chrono::DateTime::from_timestamp(946_684_800, 0).unwrap());
-    let store = MemoryStore::reading(clock);
-    let mut record = dead(&store, "a");
-    record.status = ItemStatus::Redriving;
-    record.lease_expires_at = Some(clock.now().timestamp() + 600);
-    store.insert(record);
+    let store = store_with_a_live_redrive();
     let sweep = sweep_dlq(&store, &SweepOptions::default()).await.unwrap();
     let wait = Duration::from_secs(2);
     let started = tokio::time::Instant::now();
