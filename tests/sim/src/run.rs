@@ -1251,16 +1251,22 @@ fn left_to_the_redrive_policy(
             && messages
                 .iter()
                 .any(|o| o.id != m.id && o.group == m.group && given_back(o) && !hidden(o));
-        if matches!(record.disposition, Disposition::DeadLetterFailed { .. })
-            && (!hidden(m) || group_held)
-        {
-            state
-                .ext
-                .ledger
-                .unhidden_failed_dead_letters
-                .insert(m.id.clone());
-        } else {
-            state.ext.ledger.unhidden_failed_dead_letters.remove(&m.id);
+        // Only the message's latest receive decides. A twin of an older receive that answers
+        // later holds a stale receipt: its hide cannot keep the message from the timeout
+        // the latest receive left running (`twins` world 34455).
+        let latest = state
+            .source()
+            .messages()
+            .iter()
+            .find(|q| q.id == m.id)
+            .is_none_or(|q| q.receive_count == m.receive_count);
+        let unhidden = matches!(record.disposition, Disposition::DeadLetterFailed { .. })
+            && (!hidden(m) || group_held);
+        let marks = &mut state.ext.ledger.unhidden_failed_dead_letters;
+        if latest && unhidden {
+            marks.insert(m.id.clone());
+        } else if latest {
+            marks.remove(&m.id);
         }
         // The worker's last receive: SQS's, less the margin it keeps.
         let last_receive = m.receive_count

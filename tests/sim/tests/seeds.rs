@@ -88,6 +88,7 @@ fn the_seeds_that_found_defects_stay_clean() {
         (Family::Twins, 2193),
         (Family::Twins, 11891),
         (Family::Twins, 25052),
+        (Family::Twins, 34455),
     ];
     let worlds = focused.into_iter().map(|(family, n)| family.seed(n));
     for seed in mixed.into_iter().chain(worlds) {
