@@ -36,7 +36,7 @@
 //! | [`classify`] | AWS SDK / HTTP / io / timeout errors → [`ErrorClass`] | none |
 //! | [`clock`] | [`clock::Clock`]: where wall time comes from (the system's, or tokio's from a start), held by what reads it | clock |
 //! | [`random`] | [`random::Random`]: where random draws come from (the thread's generator, or a seeded one), held by what draws | none |
-//! | [`event`] | the invocation body → `SqsEvent`, with a SIMD JSON parser | none |
+//! | [`event`] | the invocation body → [`event::SqsBatch`], with a SIMD JSON parser | none |
 //! | [`item`] | [`WorkItem`]: one record, parsed per record; typed bodies ([`WorkItem::json`]) | none |
 //! | [`envelope`] | SNS, EventBridge and S3 envelopes around a body, unwrapped per record | none |
 //! | [`context`] | the record being processed: its deadline, custom metrics and log fields | task-local |

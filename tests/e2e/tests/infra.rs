@@ -1696,11 +1696,12 @@ async fn deploy_handler(which: &str, parameters: &[(&str, &str)]) -> DeployedHan
 
 /// Every default the README and the docs state for a template parameter is the template's: the
 /// parameter table of "Deploy", and the inline `template \`Name\` value` and
-/// `` `Name`, default `value` `` forms of the other sections.
+/// `` `Name`, default `value` `` forms of the other sections. DEPLOY.md's section on a handler
+/// of one's own states the store's defaults, and is held to `store.yaml`.
 #[test]
 fn the_readme_states_the_template_defaults() {
     // The README and the docs it points to, where the parameters are stated.
-    let readme: String = [
+    let docs: String = [
         "README.md",
         "docs/DEPLOY.md",
         "docs/HANDLERS.md",
@@ -1712,49 +1713,64 @@ fn the_readme_states_the_template_defaults() {
     .map(|f| std::fs::read_to_string(e2e::stack::root().join(f)).unwrap())
     .collect::<Vec<_>>()
     .join("\n");
-    let template = translated_template("main");
-    let default_of = |name: &str| -> Option<String> {
-        let parameter = template["Parameters"].get(name).unwrap_or_else(|| {
-            panic!("the README names a template parameter {name} that does not exist")
-        });
-        parameter.get("Default").map(|d| match d {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-    };
-    let mut stated: Vec<(String, String)> = Vec::new();
-    let mut in_table = false;
-    for line in readme.lines() {
-        if line.starts_with("| parameter | default | meaning |") {
-            in_table = true;
-            continue;
-        }
-        if in_table && !line.starts_with('|') {
-            in_table = false;
-        }
-        if !in_table || line.starts_with("| ---") {
-            continue;
-        }
-        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-        let names: Vec<String> = cells[1]
-            .split(", ")
-            .map(|n| n.trim_matches('`').to_string())
-            .collect();
-        let defaults: Vec<String> = cells[2]
-            .split(", ")
-            .map(|d| d.trim_matches('`').to_string())
-            .collect();
-        for (i, name) in names.iter().enumerate() {
-            let default = defaults.get(i).unwrap_or(&defaults[0]).clone();
-            stated.push((name.clone(), default));
-        }
-    }
+    let (main_text, store_text) = split_store_section(&docs);
+    let main = translated_template("main");
+    let store = translated_template("store");
+    let stated = stated_defaults(&main_text, &main);
     assert!(
         stated.len() >= 20,
         "the parameter table was not found: {stated:?}"
     );
-    // `` `Name` 300 ``, `` `Name` (15) `` and `` `Name`, default `value` `` in the prose.
-    let words: Vec<&str> = readme.split_whitespace().collect();
+    let stated_of_store = stated_defaults(&store_text, &store);
+    let mut wrong = wrong_defaults(&stated, &main, "template.yaml");
+    wrong.extend(wrong_defaults(&stated_of_store, &store, "store.yaml"));
+    assert!(
+        wrong.is_empty(),
+        "README defaults that are not the template's: {wrong:#?}"
+    );
+    for name in [
+        "RedeliveryBaseSeconds",
+        "RedeliveryMultiplier",
+        "RedeliveryMaxSeconds",
+        "EnableBreaker",
+        "BreakerAlarmMinutes",
+    ] {
+        assert!(
+            stated.iter().any(|(n, _)| n == name),
+            "the README's statement of {name}'s default is not checked"
+        );
+    }
+    for name in [
+        "SourceAgeAlarmSeconds",
+        "DlqAgeAlarmSeconds",
+        "DeadLetteredAlarmThreshold",
+    ] {
+        assert!(
+            stated_of_store.iter().any(|(n, _)| n == name),
+            "DEPLOY.md's statement of the store's {name} default is not checked"
+        );
+    }
+}
+
+/// `docs` without DEPLOY.md's section on a handler of one's own, and that section: the
+/// store's defaults are stated there.
+fn split_store_section(docs: &str) -> (String, String) {
+    let heading = "## A handler of your own: the store and its templates";
+    let start = docs.find(heading).expect("DEPLOY.md's store section");
+    let end = docs[start + heading.len()..]
+        .find("\n## ")
+        .map_or(docs.len(), |at| start + heading.len() + at);
+    (
+        format!("{}{}", &docs[..start], &docs[end..]),
+        docs[start..end].to_string(),
+    )
+}
+
+/// The defaults `text` states for `template`'s parameters: its parameter tables, and the
+/// `` `Name` 300 ``, `` `Name` (15) `` and `` `Name`, default `value` `` forms in the prose.
+fn stated_defaults(text: &str, template: &Value) -> Vec<(String, String)> {
+    let mut stated = table_defaults(text);
+    let words: Vec<&str> = text.split_whitespace().collect();
     for (i, word) in words.iter().enumerate() {
         let name = word.trim_matches(|c: char| c == '`' || c == ',' || c == '(' || c == ')');
         if !name.chars().next().is_some_and(|c| c.is_ascii_uppercase())
@@ -1762,8 +1778,7 @@ fn the_readme_states_the_template_defaults() {
         {
             continue;
         }
-        // `` `Name` 300 `` and `` `Name` (15) ``: a parameter followed by a number states
-        // its default, wherever it stands.
+        // A parameter followed by a number states its default, wherever it stands.
         if word.starts_with('`') {
             if let Some(value) = words.get(i + 1) {
                 let value = value
@@ -1783,9 +1798,46 @@ fn the_readme_states_the_template_defaults() {
             }
         }
     }
+    stated
+}
+
+/// The rows of every `| parameter | default | meaning |` table in `text`: (name, default).
+fn table_defaults(text: &str) -> Vec<(String, String)> {
+    let mut stated = Vec::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if line.starts_with("| parameter | default | meaning |") {
+            in_table = true;
+            continue;
+        }
+        if in_table && !line.starts_with('|') {
+            in_table = false;
+        }
+        if !in_table || line.starts_with("| ---") {
+            continue;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let names = cells[1].split(", ").map(|n| n.trim_matches('`'));
+        let defaults: Vec<&str> = cells[2].split(", ").map(|d| d.trim_matches('`')).collect();
+        for (i, name) in names.enumerate() {
+            let default = defaults.get(i).unwrap_or(&defaults[0]);
+            stated.push((name.to_string(), (*default).to_string()));
+        }
+    }
+    stated
+}
+
+/// The stated defaults that are not `template`'s, each with what the template says.
+fn wrong_defaults(stated: &[(String, String)], template: &Value, file: &str) -> Vec<String> {
     let mut wrong = Vec::new();
-    for (name, default) in &stated {
-        let actual = default_of(name);
+    for (name, default) in stated {
+        let parameter = template["Parameters"].get(name).unwrap_or_else(|| {
+            panic!("the docs name a parameter {name} that {file} does not have")
+        });
+        let actual = parameter.get("Default").map(|d| match d {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
         let matches = match default.as_str() {
             "(required)" => actual.is_none(),
             "(none)" | "(created)" => actual.as_deref().is_none_or(str::is_empty),
@@ -1793,25 +1845,10 @@ fn the_readme_states_the_template_defaults() {
             value => actual.as_deref() == Some(value),
         };
         if !matches {
-            wrong.push(format!("{name}: README {default}, template {actual:?}"));
+            wrong.push(format!("{name}: docs {default}, {file} {actual:?}"));
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "README defaults that are not the template's: {wrong:#?}"
-    );
-    for name in [
-        "RedeliveryBaseSeconds",
-        "RedeliveryMultiplier",
-        "RedeliveryMaxSeconds",
-        "EnableBreaker",
-        "BreakerAlarmMinutes",
-    ] {
-        assert!(
-            stated.iter().any(|(n, _)| n == name),
-            "the README's statement of {name}'s default is not checked"
-        );
-    }
+    wrong
 }
 
 /// The longest the default spacing keeps a message through `receives` deliveries (every

@@ -261,6 +261,35 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The README's handler is the `src/main.rs` a new crate gets: the same code, only
+    /// formatted by rustfmt and with the file's own doc comment.
+    #[test]
+    fn the_readme_shows_the_handler_a_crate_gets() {
+        let readme = include_str!("../../../README.md");
+        let block = readme
+            .split("```rust,no_run\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        assert_eq!(
+            code_tokens(block),
+            code_tokens(include_str!("../templates/handler/main.rs")),
+            "README.md's handler differs from tests/harness/templates/handler/main.rs"
+        );
+    }
+
+    /// `source` without comments, whitespace and trailing commas: what rustfmt cannot change.
+    fn code_tokens(source: &str) -> String {
+        source
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or(""))
+            .flat_map(str::split_whitespace)
+            .collect::<Vec<_>>()
+            .join("")
+            .replace(",)", ")")
+            .replace(",}", "}")
+    }
+
     /// The README's "Deploy it" shows the template a crate named `my-handler` gets, whole.
     #[test]
     fn the_readme_shows_the_template_a_crate_gets() {

@@ -36,9 +36,9 @@ struct Args {
     /// compaction (the twins' worlds with records of two failures).
     #[arg(long, default_value = "mixed", value_parser = parse_family)]
     family: Family,
-    /// Switch a fixed defect back on (repeatable; comma-separated): deadline-overrun,
-    /// requeue-resolves-on-send, sweep-deletes-by-item-id, leases-never-taken-back,
-    /// poison-message-aborts-sweep, unbounded-attempt-ids.
+    /// Switch a fixed defect back on, by name (repeatable, or comma-separated), for
+    /// example sweep-deletes-by-item-id. An unknown name is refused with the list of all
+    /// fifty; docs/SIMULATION.md says what each one breaks.
     #[arg(long, value_delimiter = ',')]
     mutant: Vec<String>,
     /// Worker threads (default: the machine's cores).

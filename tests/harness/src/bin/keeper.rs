@@ -254,8 +254,9 @@ enum Command {
     /// Creates a handler crate of your own in a new directory, outside this checkout:
     /// `src/main.rs` (a handler to edit), a `Cargo.toml` that depends on this checkout's
     /// `sqs-keeper` and unwinds on panic in release builds, this checkout's `Cargo.lock`
-    /// (the dependency versions its tests pass with), a README and a `.gitignore`.
-    /// Prints the commands that build it and run it locally.
+    /// (the dependency versions its tests pass with), a README, a `.gitignore`, and the SAM
+    /// templates that deploy it (`template.yaml` for the function, `store.yaml` for its
+    /// store). Prints the commands that build it and run it locally.
     ///
     /// Example: keeper new ../orders-handler
     New {

@@ -10,11 +10,12 @@ struct Order {
 }
 
 async fn handle(item: &WorkItem) -> Result<Outcome, ProcessError> {
-    // A body that does not fit is dead-lettered on first sight.
-    let order: Order = item.json()?;
+    let order: Order = item.json()?; // does not fit: dead-lettered on first sight
     if order.qty == 0 {
-        let message = format!("order {} has no quantity", order.order_id);
-        return Err(ProcessError::validation(message));
+        return Err(ProcessError::validation(format!(
+            "order {} has no quantity",
+            order.order_id
+        )));
     }
     Ok(Outcome::Done)
 }
