@@ -81,9 +81,9 @@ impl AwsClients {
         Self::endpoint_config_as(endpoints, region, "test").await
     }
 
-    /// [`Self::endpoint_config`] signing with the access key id `access_key` (alphanumeric,
-    /// as DynamoDB Local requires): a test that tells callers apart by their key, as an IAM
-    /// check tells the functions' roles apart.
+    /// Returns [`Self::endpoint_config`] signing with the access key id `access_key`
+    /// (alphanumeric, as DynamoDB Local requires): a test that tells callers apart by their
+    /// key, as an IAM check tells the functions' roles apart.
     pub async fn endpoint_config_as(
         endpoints: &Endpoints,
         region: &str,
@@ -151,8 +151,9 @@ impl aws_types::service_config::LoadServiceConfig for Endpoints {
     }
 }
 
-/// Path-style S3 when asked for (`S3_FORCE_PATH_STYLE=true`), or when a custom endpoint
-/// for S3 is configured in the environment (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_S3`).
+/// Tells whether to use path-style S3: when asked for (`S3_FORCE_PATH_STYLE=true`), or when
+/// a custom endpoint for S3 is configured in the environment (`AWS_ENDPOINT_URL`,
+/// `AWS_ENDPOINT_URL_S3`).
 pub fn s3_path_style_from_env() -> bool {
     let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
     std::env::var("S3_FORCE_PATH_STYLE").is_ok_and(|v| v == "true")
@@ -191,13 +192,13 @@ impl CallCounter {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
-    /// All calls so far.
+    /// Counts all calls so far.
     pub fn total(&self) -> u64 {
         self.snapshot().values().sum()
     }
 
-    /// Time spent waiting for responses, by operation (sum over calls, so overlapping
-    /// calls count in full).
+    /// Returns the time spent waiting for responses, by operation (sum over calls, so
+    /// overlapping calls count in full).
     pub fn latency(&self) -> std::collections::BTreeMap<String, std::time::Duration> {
         self.latency.lock().map(|c| c.clone()).unwrap_or_default()
     }

@@ -351,7 +351,7 @@ impl SourceProbe for InvokeWorkerProbe {
     }
 }
 
-/// `arn:aws:sqs:<region>:<account>:<name>` of a queue URL
+/// Returns the `arn:aws:sqs:<region>:<account>:<name>` of a queue URL
 /// (`https://sqs.<region>.amazonaws.com/<account>/<name>`, or an emulator's
 /// `http://host:port/<account>/<name>`).
 pub fn queue_arn_of_url(url: &str, region: &str) -> Option<String> {

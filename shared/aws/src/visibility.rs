@@ -23,7 +23,7 @@ pub struct SqsVisibility {
 }
 
 impl SqsVisibility {
-    /// Over `sqs`.
+    /// Creates one over `sqs`.
     pub fn new(sqs: aws_sdk_sqs::Client) -> Self {
         SqsVisibility {
             sqs,

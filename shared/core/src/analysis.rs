@@ -406,7 +406,7 @@ fn is_terminal_control(c: char) -> bool {
         )
 }
 
-/// `text` made safe to print to a terminal: every control character is written as a
+/// Returns `text` made safe to print to a terminal. Every control character is written as a
 /// visible escape (`\x1b`, `\u{9b}`), so data (ids, error messages, attributes, payloads
 /// written by whoever sent the message) cannot move the cursor, recolour or clear the
 /// screen, retitle the window or hide text. With `multiline`, newlines, tabs and the

@@ -191,7 +191,7 @@ pub struct Breaker<P, S> {
 }
 
 impl<P, S> Breaker<P, S> {
-    /// `inner` behind the breaker kept in `store`.
+    /// Puts `inner` behind the breaker kept in `store`.
     pub fn new(inner: P, store: S, policy: BreakerPolicy) -> Self {
         Breaker {
             inner,
@@ -305,8 +305,8 @@ impl<P, S, F> GroupBreakers<P, S, F>
 where
     F: Fn(Option<&str>) -> S,
 {
-    /// `inner` behind a breaker per message group; `stores` gives the store of a group's
-    /// breaker (`None`: the function's, for records without a group).
+    /// Puts `inner` behind a breaker per message group. `stores` gives the store of a
+    /// group's breaker (`None`: the function's, for records without a group).
     pub fn new(inner: P, stores: F, policy: BreakerPolicy) -> Self {
         GroupBreakers {
             inner: std::sync::Arc::new(inner),
@@ -317,7 +317,7 @@ where
         }
     }
 
-    /// Every group's breaker reads wall time from `clock` (the system clock unless set).
+    /// Makes every group's breaker read wall time from `clock` (the system clock unless set).
     pub fn with_clock(mut self, clock: Clock) -> Self {
         self.clock = clock;
         self

@@ -47,7 +47,7 @@ impl Clock {
         })
     }
 
-    /// Now, by this clock.
+    /// Returns the time now, by this clock.
     pub fn now(&self) -> DateTime<Utc> {
         match self.0 {
             Source::System => Utc::now(),
@@ -61,7 +61,7 @@ impl Clock {
         }
     }
 
-    /// [`Clock::now`] as a `SystemTime`.
+    /// Returns [`Clock::now`] as a `SystemTime`.
     pub fn system_time(&self) -> SystemTime {
         SystemTime::from(self.now())
     }

@@ -173,12 +173,12 @@ pub trait Item {
 }
 
 impl Condition {
-    /// `a = v`
+    /// Returns the condition `a = v`.
     pub fn eq(attr: Attr, value: Value) -> Self {
         Self::Compare(attr, Compare::Eq, value)
     }
 
-    /// `NOT contains(a, v)`
+    /// Returns the condition `NOT contains(a, v)`.
     pub fn lacks(attr: Attr, member: impl Into<String>) -> Self {
         Self::Not(Box::new(Self::Contains(attr, member.into())))
     }
@@ -397,13 +397,13 @@ pub mod conditions {
         Condition::All(vec![leased_by(owner), status(ItemStatus::Redriving)])
     }
 
-    /// `owner` holds the lease.
+    /// Requires that `owner` holds the lease.
     pub fn leased_by(owner: &str) -> Condition {
         Condition::eq(attr::LEASE_OWNER, Value::s(owner))
     }
 
-    /// [`crate::dead_letter::LEASED_WITH_PAYLOAD`]: `owner` holds the lease, the item is
-    /// redriving, and it still holds the payload `sha256` the run processed.
+    /// Requires [`crate::dead_letter::LEASED_WITH_PAYLOAD`]: `owner` holds the lease, the
+    /// item is redriving, and it still holds the payload `sha256` the run processed.
     pub fn leased_with_payload(owner: &str, sha256: &str) -> Condition {
         Condition::All(vec![
             leased_by(owner),
@@ -485,8 +485,8 @@ pub mod conditions {
         Condition::All(all)
     }
 
-    /// Compaction: the record still counts `failure_count` attempts (no append since it
-    /// was read).
+    /// Guards a compaction: the record still counts `failure_count` attempts (no append
+    /// since it was read).
     pub fn counts(failure_count: u32) -> Condition {
         Condition::eq(attr::FAILURE_COUNT, Value::N(i64::from(failure_count)))
     }
@@ -522,8 +522,8 @@ pub mod conditions {
     }
 }
 
-/// Epoch milliseconds of `at` (0 before the epoch), as the breaker and idempotency items
-/// store their times and their conditions compare them.
+/// Returns the epoch milliseconds of `at` (0 before the epoch), as the breaker and
+/// idempotency items store their times and their conditions compare them.
 pub fn epoch_millis(at: std::time::SystemTime) -> i64 {
     at.duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -556,7 +556,7 @@ pub mod breaker {
         at(WINDOW_START, Compare::Ge, floor_ms)
     }
 
-    /// No window, or one started before `floor_ms`: a new one starts.
+    /// Requires that there is no window, or one started before `floor_ms`: a new one starts.
     pub fn window_lapsed(floor_ms: i64) -> Condition {
         Condition::Any(vec![
             Condition::NotExists(WINDOW_START),
@@ -564,7 +564,8 @@ pub mod breaker {
         ])
     }
 
-    /// Not open at `now_ms`: it may open (one sandbox opens it; the others find it open).
+    /// Requires that it is not open at `now_ms`: it may open (one sandbox opens it; the
+    /// others find it open).
     pub fn may_open(now_ms: i64) -> Condition {
         Condition::Any(vec![
             Condition::NotExists(OPEN_UNTIL),
@@ -572,7 +573,8 @@ pub mod breaker {
         ])
     }
 
-    /// Half-open at `now_ms` with no probe running: one sandbox takes the probe.
+    /// Requires that it is half-open at `now_ms` with no probe running: one sandbox takes
+    /// the probe.
     pub fn probe_free(now_ms: i64) -> Condition {
         Condition::All(vec![
             at(OPEN_UNTIL, Compare::Le, now_ms),

@@ -195,7 +195,7 @@ impl MetricSink {
         }
     }
 
-    /// Everything collected, emptying the sink.
+    /// Takes everything collected, emptying the sink.
     pub fn take(&self) -> Vec<CustomMetric> {
         self.metrics
             .lock()

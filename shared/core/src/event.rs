@@ -114,7 +114,7 @@ pub struct Attributes {
 }
 
 impl Attributes {
-    /// No attributes.
+    /// Creates an empty set of attributes.
     pub fn new() -> Self {
         Attributes::default()
     }
@@ -157,7 +157,7 @@ impl Attributes {
         self.ends.push((name_end, self.text.len()));
     }
 
-    /// Every attribute, in the order they were set.
+    /// Returns every attribute, in the order they were set.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
         let mut start = 0;
         self.ends.iter().map(move |&(name_end, value_end)| {
@@ -303,17 +303,17 @@ impl SqsRecord<'_> {
         self.attributes.get(name)
     }
 
-    /// `messageId`.
+    /// Returns `messageId`.
     pub fn message_id(&self) -> Option<&str> {
         self.message_id.as_ref().map(Text::as_str)
     }
 
-    /// `eventSourceARN`.
+    /// Returns `eventSourceARN`.
     pub fn event_source_arn(&self) -> Option<&str> {
         self.event_source_arn.as_ref().map(Text::as_str)
     }
 
-    /// `receiptHandle`.
+    /// Returns `receiptHandle`.
     pub fn receipt_handle(&self) -> Option<&str> {
         self.receipt_handle.as_ref().map(Text::as_str)
     }

@@ -20,10 +20,10 @@ use crate::error::ProcessError;
 /// keeps the detail; a larger body is cut, and only this much of it is read.
 pub const EXCERPT_CHARS: usize = 512;
 
-/// `response` itself when its status is a success; otherwise the classified failure it
-/// means ([`ProcessError::from_http_status`]), with the `Retry-After` it asked for (in
-/// seconds) and the start of its body as the detail. At most four times
-/// [`EXCERPT_CHARS`] bytes of the body are read: an error page can be any size.
+/// Returns `response` itself when its status is a success; otherwise the classified failure
+/// it means ([`ProcessError::from_http_status`]), with the `Retry-After` it asked for (in
+/// seconds) and the start of its body as the detail. At most four times [`EXCERPT_CHARS`]
+/// bytes of the body are read: an error page can be any size.
 pub async fn error_for_status(
     response: reqwest::Response,
 ) -> Result<reqwest::Response, ProcessError> {

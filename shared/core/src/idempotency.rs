@@ -141,7 +141,7 @@ pub struct Idempotency<S> {
 }
 
 impl<S: IdempotencyStore> Idempotency<S> {
-    /// Completed keys expire `ttl` after completion.
+    /// Creates one whose completed keys expire `ttl` after completion.
     pub fn new(store: S, ttl: Duration) -> Self {
         Idempotency {
             store,
@@ -165,7 +165,7 @@ impl<S: IdempotencyStore> Idempotency<S> {
         self
     }
 
-    /// Every key starts with `prefix` (the runner uses the function's name and `#`,
+    /// Makes every key start with `prefix` (the runner uses the function's name and `#`,
     /// `WORKER_IDEMPOTENCY_KEY_PREFIX`): functions sharing a table keep apart, and no item
     /// id can name another kind of item in it (the circuit breaker's: the configuration
     /// refuses a prefix that could, in a table shared with the breaker).
@@ -283,7 +283,7 @@ pub struct Idempotent<P, S> {
 }
 
 impl<P, S> Idempotent<P, S> {
-    /// `inner`, once per item id.
+    /// Wraps `inner` so it runs once per item id.
     pub fn new(inner: P, idempotency: Idempotency<S>) -> Self {
         Idempotent { inner, idempotency }
     }

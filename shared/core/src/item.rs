@@ -66,9 +66,9 @@ impl FromStr for ItemIdSource {
 /// [`bounded_item_id`].
 pub const MAX_ITEM_ID_BYTES: usize = 1024;
 
-/// `id`, or `sha256:<hex digest of id>` ([`kept_id`] with [`MAX_ITEM_ID_BYTES`]): stable
-/// (the same id always maps to the same key), short, and one every DLQ message can carry.
-/// An id with a control character (`{"id":"a\u0001b"}`, an S3 key with `%01`) would
+/// Returns `id`, or `sha256:<hex digest of id>` ([`kept_id`] with [`MAX_ITEM_ID_BYTES`]):
+/// stable (the same id always maps to the same key), short, and one every DLQ message can
+/// carry. An id with a control character (`{"id":"a\u0001b"}`, an S3 key with `%01`) would
 /// otherwise fail every DLQ send of its item.
 pub fn bounded_item_id(id: String) -> String {
     if crate::mutants::is_on(crate::mutants::Mutant::IdsUnsafeForSqs)
@@ -272,8 +272,8 @@ impl ItemParser {
         self.parse_record(message_id, SqsRecord::from(msg))
     }
 
-    /// [`ItemParser::parse`] of a record decoded by [`crate::event::decode_event`]: its
-    /// strings are copied out of the event here, as the record runs (an unescaped body
+    /// Runs [`ItemParser::parse`] on a record decoded by [`crate::event::decode_event`].
+    /// Its strings are copied out of the event here, as the record runs (an unescaped body
     /// moves without a copy).
     pub fn parse_record(
         &self,

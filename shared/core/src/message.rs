@@ -236,11 +236,11 @@ pub fn message_size(
             .sum::<usize>()
 }
 
-/// Of the attributes a copy of a message of `size` bytes would add (`added`, most needed
-/// first), those that keep it within `limit`. A FIFO DLQ message near the limit can then
-/// still be moved behind its group: a copy refused for its size would hide its group's
-/// later messages for ever. What a dropped attribute said, the copy's body still says
-/// (its item, its content's digest).
+/// Returns those of the attributes a copy of a message of `size` bytes would add (`added`,
+/// most needed first) that keep it within `limit`. A FIFO DLQ message near the limit can
+/// then still be moved behind its group: a copy refused for its size would hide its group's
+/// later messages for ever. What a dropped attribute said, the copy's body still says (its
+/// item, its content's digest).
 pub fn fitting_additions(
     size: usize,
     added: Vec<(String, crate::dead_letter::MessageAttribute)>,

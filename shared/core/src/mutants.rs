@@ -240,7 +240,7 @@ impl Mutant {
         Mutant::LeaseTakenUnderNewFailure,
     ];
 
-    /// Its name on a command line (`deadline-overrun`).
+    /// Returns its name on a command line (`deadline-overrun`).
     pub fn name(self) -> &'static str {
         match self {
             Mutant::DeadlineOverrun => "deadline-overrun",

@@ -352,8 +352,8 @@ pub struct OutgoingMessage {
 }
 
 impl OutgoingMessage {
-    /// Its size as SQS counts it against the 1 MiB batch limit (body, attribute names,
-    /// types and values), with a small allowance per attribute for the encoding.
+    /// Returns its size as SQS counts it against the 1 MiB batch limit (body, attribute
+    /// names, types and values), with a small allowance per attribute for the encoding.
     pub fn size(&self) -> usize {
         self.body.len()
             + self.trace_header.as_ref().map_or(0, |h| h.len() + 32)
@@ -488,8 +488,8 @@ pub struct Deliveries {
 }
 
 impl Written {
-    /// `record` as a write left it, its attempt ids, claims and sent marks not read:
-    /// compaction then keeps every claim at a latest receive, and every "sent" mark.
+    /// Returns `record` as a write left it, its attempt ids, claims and sent marks not
+    /// read. Compaction then keeps every claim at a latest receive, and every "sent" mark.
     pub fn record_only(record: DeadLetteredItem) -> Written {
         Written {
             record,
@@ -569,7 +569,7 @@ pub struct Selected {
 }
 
 impl Selected {
-    /// `record` as selected now.
+    /// Returns `record` as selected now.
     pub fn of(record: &DeadLetteredItem) -> Selected {
         Selected {
             item_id: record.item_id.clone(),
@@ -688,9 +688,9 @@ impl MessageView {
         Self::of_dlq_message(message_id, body, attribute, own_bucket, false)
     }
 
-    /// [`MessageView::of`] a DLQ message that may be a copy a sweep's FIFO rotation sent
-    /// (`rotated`): such a copy holds its original's delivery, whose id it carries in our
-    /// `source_message_id` attribute ([`crate::message::original_message_id`]).
+    /// Runs [`MessageView::of`] on a DLQ message that may be a copy a sweep's FIFO rotation
+    /// sent (`rotated`). Such a copy holds its original's delivery, whose id it carries in
+    /// our `source_message_id` attribute ([`crate::message::original_message_id`]).
     pub fn of_dlq_message<'a>(
         message_id: &str,
         body: &str,

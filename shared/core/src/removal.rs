@@ -34,6 +34,7 @@ pub const DELETE_CHUNK: usize = 25;
 
 /// What a purge or clear removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RemovalReport {
     /// Records deleted.
     pub records_deleted: usize,
@@ -68,7 +69,7 @@ pub struct Removable {
 }
 
 impl Removable {
-    /// `record` as a removal selects it now.
+    /// Returns `record` as a removal selects it now.
     pub fn of(record: &DeadLetteredItem) -> Removable {
         Removable {
             selected: Selected::of(record),

@@ -79,7 +79,7 @@ impl Deadline {
         self.hard_stop
     }
 
-    /// Time left before the cut-off (zero once passed).
+    /// Returns the time left before the cut-off (zero once passed).
     pub fn remaining(&self) -> Duration {
         self.cutoff.saturating_duration_since(Instant::now())
     }

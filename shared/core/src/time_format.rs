@@ -9,12 +9,12 @@ pub fn format(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// Serde `with` module for `DateTime<Utc>`.
+/// Serializes a `DateTime<Utc>` (a serde `with` function).
 pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format(t))
 }
 
-/// Serde `with` module for `DateTime<Utc>`.
+/// Deserializes a `DateTime<Utc>` (a serde `with` function).
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
     let text = String::deserialize(d)?;
     DateTime::parse_from_rfc3339(&text)

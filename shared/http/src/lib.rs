@@ -37,9 +37,9 @@ use sqs_keeper_core::ProcessError;
 use sqs_keeper_core::WorkItem;
 use sqs_keeper_core::{Outcome, Processor};
 
-/// `url` as it may be shown in errors, logs and records: without a user name or password,
-/// and with its query (and fragment) replaced by `?<redacted>`, since a query string is
-/// where an API key ends up when it is not in a header.
+/// Renders `url` as it may be shown in errors, logs and records: without a user name or
+/// password, and with its query (and fragment) replaced by `?<redacted>`, since a query
+/// string is where an API key ends up when it is not in a header.
 pub fn redact_url(url: &reqwest::Url) -> String {
     let mut shown = url.clone();
     let _ = shown.set_username("");
@@ -53,9 +53,9 @@ pub fn redact_url(url: &reqwest::Url) -> String {
     text
 }
 
-/// [`redact_url`] for text that may not even parse as a URL (a bad variable's value): a
-/// `user:password@` before the host is dropped, anything from the first `?` or `#` on is
-/// replaced by `?<redacted>`.
+/// Applies [`redact_url`] to text that may not even parse as a URL (a bad variable's
+/// value): a `user:password@` before the host is dropped, anything from the first `?` or
+/// `#` on is replaced by `?<redacted>`.
 pub fn redact_url_text(text: &str) -> String {
     let (base, cut) = match text.find(['?', '#']) {
         Some(at) => (&text[..at], true),
@@ -80,6 +80,21 @@ pub fn redact_url_text(text: &str) -> String {
 }
 
 /// How [`HttpDelivery`] reaches the downstream.
+///
+/// ```
+/// use std::time::Duration;
+/// use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
+///
+/// let config = HttpDeliveryConfig {
+///     url: "https://orders.example.com/v1/orders".parse().unwrap(),
+///     timeout: Duration::from_secs(5),
+///     content_type: "application/json".to_string(),
+///     auth_header: None,
+/// };
+/// // Builds the client only: nothing is sent until a record is delivered.
+/// let delivery = HttpDelivery::new(config).unwrap();
+/// # let _ = delivery;
+/// ```
 #[derive(Clone)]
 pub struct HttpDeliveryConfig {
     /// The URL each item body is POSTed to.

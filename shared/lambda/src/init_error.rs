@@ -37,8 +37,8 @@ pub async fn report(error_type: &str, message: &str) {
     }
 }
 
-/// `message` as a start-up error of the handler's own, reported to Lambda ([`report`]):
-/// what `main` returns when the handler's set-up fails.
+/// Reports `message` to Lambda as a start-up error of the handler's own ([`report`]) and
+/// returns it: what `main` returns when the handler's set-up fails.
 ///
 /// ```no_run
 /// # async fn example() -> Result<(), sqs_keeper_lambda::Error> {

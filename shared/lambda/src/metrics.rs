@@ -570,10 +570,8 @@ mod tests {
 
     #[test]
     fn redrive_document_carries_the_age_of_the_oldest_dead_record() {
-        let aged = RedriveReport {
-            oldest_dead_age_secs: Some(108_000),
-            ..RedriveReport::default()
-        };
+        let mut aged = RedriveReport::default();
+        aged.oldest_dead_age_secs = Some(108_000);
         let doc = redrive_document(&aged, "redrive", 0).unwrap();
         assert_valid(&doc);
         assert_eq!(doc["OldestDeadRecordAgeSeconds"], json!(108_000));
@@ -584,10 +582,8 @@ mod tests {
     /// A run the worker's breaker held back says so, for the dashboard's breaker widget.
     #[test]
     fn a_run_the_breaker_held_back_counts_one() {
-        let held = RedriveReport {
-            held_by_breaker: Some("open period running".to_string()),
-            ..RedriveReport::default()
-        };
+        let mut held = RedriveReport::default();
+        held.held_by_breaker = Some("open period running".to_string());
         let doc = redrive_document(&held, "redrive", 0).unwrap();
         assert_eq!(doc["HeldByBreaker"], 1);
         let ran = redrive_document(&RedriveReport::default(), "redrive", 0).unwrap();
@@ -596,21 +592,19 @@ mod tests {
 
     #[test]
     fn redrive_document_carries_the_reports_counts() {
-        let report = RedriveReport {
-            run_id: "run-1".to_string(),
-            mode: RedriveMode::Reprocess,
-            selected: 9,
-            succeeded: 4,
-            failed_again: 2,
-            skipped_ineligible: 1,
-            not_found: 1,
-            errors: 1,
-            adopted_from_dlq: 3,
-            dlq_messages_deleted: 4,
-            held_by_group_breaker: 2,
-            continuation_token: Some("next".to_string()),
-            ..RedriveReport::default()
-        };
+        let mut report = RedriveReport::default();
+        report.run_id = "run-1".to_string();
+        report.mode = RedriveMode::Reprocess;
+        report.selected = 9;
+        report.succeeded = 4;
+        report.failed_again = 2;
+        report.skipped_ineligible = 1;
+        report.not_found = 1;
+        report.errors = 1;
+        report.adopted_from_dlq = 3;
+        report.dlq_messages_deleted = 4;
+        report.held_by_group_breaker = 2;
+        report.continuation_token = Some("next".to_string());
         let doc = redrive_document(&report, "redrive", 1_700_000_000_000).unwrap();
         assert_valid(&doc);
         assert_eq!(doc["FunctionName"], "redrive");
@@ -673,11 +667,9 @@ mod tests {
 
     #[test]
     fn a_dry_run_emits_no_metrics() {
-        let report = RedriveReport {
-            dry_run: true,
-            selected: 5,
-            ..RedriveReport::default()
-        };
+        let mut report = RedriveReport::default();
+        report.dry_run = true;
+        report.selected = 5;
         assert_eq!(redrive_document(&report, "redrive", 0), None);
     }
 }

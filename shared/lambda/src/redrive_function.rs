@@ -30,6 +30,7 @@ use sqs_keeper_http::HttpDelivery;
 /// The worker's processor as a redrive runs it: behind the worker's idempotency table when
 /// it has one (`WORKER_IDEMPOTENCY_TABLE`, the same key prefix), so that an item the worker
 /// completed is found completed and skipped, not delivered again (docs/ARCHITECTURE.md §6).
+// Exhaustive on purpose: the three ways the configuration composes the redrive's delivery.
 #[derive(Debug)]
 pub enum RedriveProcessor {
     /// Every redrive delivers.
@@ -44,6 +45,7 @@ pub enum RedriveProcessor {
 }
 
 /// What a grouped [`RedriveProcessor`] delivers through: one of the two others.
+// Exhaustive on purpose, as `RedriveProcessor`.
 #[derive(Debug)]
 pub enum RedriveDelivery {
     /// Every redrive delivers.

@@ -78,6 +78,7 @@ pub async fn run<P: Processor + 'static>(processor: P) -> Result<(), Error> {
 /// configured (`WORKER_IDEMPOTENCY_TABLE`), as it is otherwise; behind the shared circuit
 /// breaker when one is (`WORKER_BREAKER_TABLE`). Idempotency is outside the breaker: a
 /// duplicate of a completed item is skipped without asking it.
+// Exhaustive on purpose: idempotency is on or off, and the runner composes both.
 #[derive(Debug)]
 pub enum Handler<P> {
     /// Every delivery runs the processor.
@@ -90,6 +91,7 @@ pub enum Handler<P> {
 pub type GroupStores = Box<dyn Fn(Option<&str>) -> DynamoBreakerStore + Send + Sync>;
 
 /// The processor, behind the circuit breaker or not.
+// Exhaustive on purpose: the breaker is on or off, and the runner composes both.
 #[derive(Debug)]
 pub enum Guarded<P> {
     /// Called for every item.

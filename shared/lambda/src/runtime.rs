@@ -43,6 +43,7 @@ use sqs_keeper_core::dead_letter::DeadLetterSink;
 use sqs_keeper_core::Processor;
 
 /// What the worker decided for one invocation, as the runtime's handler receives it.
+// Exhaustive on purpose: Lambda's answer to an invocation is a response or an error.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HandlerOutcome {
     /// The batch response to return.

@@ -61,6 +61,7 @@ pub const LOG_FORMAT_VAR: &str = "AWS_LAMBDA_LOG_FORMAT";
 pub const RUST_LOG_VAR: &str = "RUST_LOG";
 
 /// How log lines are written.
+// Exhaustive on purpose: these are the two formats Lambda's `LogFormat` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
     /// One flat JSON object per line ([`LambdaJson`]).

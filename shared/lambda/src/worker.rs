@@ -79,6 +79,8 @@ impl StartupError {
 }
 
 /// The dead-letter sink chosen by configuration.
+// Exhaustive on purpose: each variant is a sink the configuration can name, and the
+// worker must handle one it adds.
 #[derive(Debug)]
 pub enum ConfiguredSink {
     /// DynamoDB + S3 + DLQ.
@@ -347,7 +349,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
         result.inspect_err(|e| tracing::error!(error = %e, "failing the whole invocation"))
     }
 
-    /// [`Worker::handle_invocation`] for an event the runtime has already checked as JSON.
+    /// Runs [`Worker::handle_invocation`] on an event the runtime has already checked as JSON.
     pub async fn handle(
         &self,
         event: LambdaEvent<Box<RawValue>>,
@@ -359,6 +361,7 @@ impl<P: Processor, S: DeadLetterSink> Worker<P, S> {
 
 /// Why a whole invocation fails (SQS then redelivers every record of the batch).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InvocationError {
     /// The body is not an SQS event.
     #[error(transparent)]

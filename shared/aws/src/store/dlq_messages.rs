@@ -100,7 +100,7 @@ impl DeadLetterStore {
         Ok(())
     }
 
-    /// DLQ depth: visible and in-flight messages.
+    /// Returns the DLQ depth: visible and in-flight messages.
     pub async fn dlq_depth(&self) -> Result<(u64, u64), ProcessError> {
         use aws_sdk_sqs::types::QueueAttributeName as Q;
         let output = self

@@ -52,8 +52,9 @@ use sqs_keeper_core::{
     dead_letter::InvocationInfo,
 };
 
-/// Where dead-lettered items go.
+/// Where dead-lettered items go. Built by [`StoreConfig::new`], then its fields set.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoreConfig {
     /// DynamoDB table.
     pub table: String,

@@ -37,8 +37,8 @@ pub async fn get_payload(
     get_payload_limited(s3, pointer, u64::MAX).await
 }
 
-/// [`get_payload`] reading at most `max_bytes`: an object whose `Content-Length` says it
-/// is larger is refused before its body is read, and one whose body turns out larger is
+/// Runs [`get_payload`], reading at most `max_bytes`. An object whose `Content-Length` says
+/// it is larger is refused before its body is read, and one whose body turns out larger is
 /// refused as soon as it passes the limit. Too large is `validation` (permanent).
 pub async fn get_payload_limited(
     s3: &aws_sdk_s3::Client,

@@ -221,8 +221,8 @@ impl DeadLetterStore {
             .await
     }
 
-    /// [`DeadLetterStore::query_all`], adding the stored items that do not read as records
-    /// to `unreadable` instead of failing (one malformed record must not hide the rest).
+    /// Runs [`DeadLetterStore::query_all`], adding the stored items that do not read as records to
+    /// `unreadable` instead of failing (one malformed record must not hide the rest).
     pub async fn query_all_noting(
         &self,
         filter: &RecordFilter,

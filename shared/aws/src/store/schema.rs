@@ -99,7 +99,7 @@ pub const INDEX_ATTRIBUTES: [&str; 6] = [
     LEASE_EXPIRES_AT,
 ];
 
-/// [`INDEX_ATTRIBUTES`] less the index's own key (`pk`), which every index holds anyway.
+/// Returns [`INDEX_ATTRIBUTES`] less the index's own key (`pk`), which every index holds anyway.
 pub fn index_attributes(pk: &str) -> Vec<String> {
     INDEX_ATTRIBUTES
         .iter()
@@ -186,8 +186,8 @@ pub fn record_to_item(
     })
 }
 
-/// History entries as the list attribute `failure_history` stores them, each within its
-/// size limits ([`FailureDetail::bounded`]).
+/// Renders history entries as the list attribute `failure_history` stores them, each within
+/// its size limits ([`FailureDetail::bounded`]).
 pub fn history_to_attr(entries: &[FailureDetail]) -> Result<AttributeValue, ProcessError> {
     let bounded: Vec<FailureDetail> = entries.iter().map(FailureDetail::bounded).collect();
     dynamo::to_attribute_value(bounded).map_err(|e| {

@@ -152,6 +152,7 @@ impl Disposition {
 
 /// How one record ended, with its ids.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct RecordReport {
     /// SQS message id.
     pub message_id: String,
@@ -204,6 +205,7 @@ impl BatchCounts {
 
 /// The outcome of a batch: one report per record, in event order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct BatchReport {
     /// One entry per record, in the event's order.
     pub records: Vec<RecordReport>,
@@ -512,8 +514,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .await
     }
 
-    /// [`BatchProcessor::process_batch`] over records decoded by
-    /// [`crate::event::decode_event`], which borrow from the invocation body: each becomes
+    /// Runs [`BatchProcessor::process_batch`] over records decoded by
+    /// [`crate::event::decode_event`], which borrow from the invocation body. Each becomes
     /// a [`WorkItem`] only when it runs.
     pub async fn process_records(
         &self,

@@ -349,7 +349,7 @@ pub fn classify_error(err: &(dyn StdError + 'static)) -> ErrorClass {
     }
 }
 
-/// `err` and its sources' `Display`, joined by `: `, without repeats.
+/// Joins the `Display` of `err` and of its sources with `: `, without repeats.
 pub fn display_chain(err: &(dyn StdError + 'static)) -> String {
     let mut parts = vec![err.to_string()];
     for cause in cause_chain(err) {
@@ -375,8 +375,8 @@ pub fn cause_chain(err: &(dyn StdError + 'static)) -> Vec<String> {
     causes
 }
 
-/// Last-resort classification of an error that is only text. Order matters: a
-/// "connection timed out" is a timeout, "throttled: internal" is throttling.
+/// Classifies an error that is only text, as a last resort. Order matters: a "connection
+/// timed out" is a timeout, "throttled: internal" is throttling.
 pub fn classify_message(message: &str) -> ErrorClass {
     let m = message.to_ascii_lowercase();
     let has = |needles: &[&str]| needles.iter().any(|n| m.contains(n));

@@ -69,7 +69,7 @@ impl MessageAttribute {
         }
     }
 
-    /// Its SQS data type.
+    /// Returns its SQS data type.
     pub fn data_type(&self) -> &str {
         match self {
             MessageAttribute::String { data_type, .. }

@@ -19,8 +19,8 @@ pub fn compact_history(
     (history, dropped)
 }
 
-/// `text` cut to at most `max_bytes` on a character boundary, marked when cut. The error
-/// signature is computed from the whole message, so cutting never regroups an error.
+/// Cuts `text` to at most `max_bytes` on a character boundary, marking it when cut. The
+/// error signature is computed from the whole message, so cutting never regroups an error.
 pub fn clip(text: &str, max_bytes: usize) -> String {
     if text.len() <= max_bytes {
         return text.to_string();
@@ -321,7 +321,7 @@ pub fn processed_key_for_payload(sha256: &str) -> String {
 }
 
 impl FailureDetail {
-    /// History entry for one failed attempt of `item` in `invocation`.
+    /// Creates the history entry for one failed attempt of `item` in `invocation`.
     pub fn from_attempt(
         item: &WorkItem,
         attempt: &AttemptFailure,
@@ -398,8 +398,8 @@ impl FailureDetail {
 pub const LEASED_WITH_PAYLOAD: &str =
     "lease owner is the run, status is redriving, payload sha256 is the one processed";
 
-/// `manual_review_required`: any permission failure, or validation failing more than once
-/// (a second validation failure after a redrive means the fix did not work).
+/// Tells whether `manual_review_required` holds: any permission failure, or validation failing
+/// more than once (a second validation failure after a redrive means the fix did not work).
 pub fn needs_manual_review(history: &[FailureDetail]) -> bool {
     let validations = history
         .iter()
@@ -454,7 +454,7 @@ impl Triage {
 }
 
 impl DeadLetteredItem {
-    /// Where this item stands (meaningful for a dead item; see [`Triage`]). Manual review
+    /// Tells where this item stands (meaningful for a dead item; see [`Triage`]). Manual review
     /// comes first: an item that needs a human is never taken by a run, eligible or not.
     pub fn triage(&self) -> Triage {
         if self.manual_review_required {

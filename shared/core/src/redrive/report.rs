@@ -50,6 +50,7 @@ pub struct ItemOutcome {
 
 /// The result of a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RedriveReport {
     /// This run's id (the lease owner).
     pub run_id: String,

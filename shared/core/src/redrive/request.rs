@@ -24,7 +24,7 @@ pub enum RedriveMode {
 }
 
 impl RedriveMode {
-    /// Its name in a request (`reprocess`, `requeue`).
+    /// Returns its name in a request (`reprocess`, `requeue`).
     pub fn as_str(self) -> &'static str {
         match self {
             RedriveMode::Reprocess => "reprocess",
@@ -82,7 +82,7 @@ pub enum RedriveError {
 }
 
 impl RedriveError {
-    /// Its kind as a Lambda error type names it (`InvalidRequest`, `StoreError`).
+    /// Returns its kind as a Lambda error type names it (`InvalidRequest`, `StoreError`).
     pub fn error_type(&self) -> &'static str {
         match self {
             RedriveError::InvalidRequest(_) => "InvalidRequest",

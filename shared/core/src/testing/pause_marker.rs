@@ -27,7 +27,7 @@ impl MemoryPauseMarker {
         *self.pause.lock().unwrap_or_else(PoisonError::into_inner) = state;
     }
 
-    /// Until when a run holds the lease, if one does.
+    /// Returns until when a run holds the lease, if one does.
     pub fn lease_until(&self) -> Option<SystemTime> {
         *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -447,7 +447,7 @@ impl Queue {
             .find(|m| m.receipt.as_deref() == Some(receipt))
     }
 
-    /// Every message, visible or not.
+    /// Returns every message, visible or not.
     pub fn messages(&self) -> &[QueueMessage] {
         &self.messages
     }

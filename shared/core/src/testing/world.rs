@@ -94,7 +94,8 @@ impl Row {
         condition.holds(Some(&stored))
     }
 
-    /// Its size as DynamoDB would count it, near enough (the record as JSON plus the sets).
+    /// Returns its size as DynamoDB would count it, near enough (the record as JSON plus
+    /// the sets).
     pub fn size(&self) -> usize {
         serde_json::to_vec(&self.record).map_or(0, |v| v.len())
             + self.attempt_ids.iter().map(|s| s.len() + 3).sum::<usize>()
@@ -376,6 +377,26 @@ impl<X> WorldState<X> {
 }
 
 /// A world: its state behind one lock, and the clock and randomness it is read by.
+///
+/// A [`MemoryStore`](crate::testing::MemoryStore) makes one, and a test reaches into it to
+/// look at what the ports left, or to make an operation fail:
+///
+/// ```
+/// use sqs_keeper_core::ports::RecordStore;
+/// use sqs_keeper_core::testing::{dead_record, MemoryStore};
+/// use sqs_keeper_core::ErrorClass;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = MemoryStore::new();
+/// store.insert_dead_lettered(dead_record("order-7", ErrorClass::Throttled, 2));
+/// assert_eq!(store.world().lock().table.len(), 1);
+///
+/// // The table's reads fail from now on, as a throttled DynamoDB's would.
+/// store.world().lock().fail("get");
+/// let read = store.get("order-7").await;
+/// assert_eq!(read.unwrap_err().class, ErrorClass::Throttled);
+/// # });
+/// ```
 #[derive(Debug)]
 pub struct World<X = ()> {
     state: Mutex<WorldState<X>>,
@@ -414,7 +435,7 @@ impl<X> World<X> {
         self
     }
 
-    /// Now, in milliseconds since the epoch, by the world's clock.
+    /// Returns the time now, in milliseconds since the epoch, by the world's clock.
     pub fn now_ms(&self) -> i64 {
         self.clock.now().timestamp_millis()
     }

@@ -46,6 +46,25 @@ fn read_payload_policy(env: &mut EnvReader<'_>) -> PayloadPolicy {
 /// What any handler's worker reads from the environment: the batch engine, deadline,
 /// payload policy, dead-letter store, envelope and idempotency. The shipped HTTP worker
 /// reads `WorkerConfig` (`http` feature), which is this and its downstream.
+///
+/// Every variable is read at once, and every bad one is reported together, by name:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use sqs_keeper_lambda::config::HandlerConfig;
+///
+/// let vars = HashMap::from([
+///     ("WORKER_RETRY_MAX_ATTEMPTS", "three"),
+///     ("WORKER_ITEM_ID_SOURCE", "pointer:/order_id"),
+/// ]);
+/// let read = HandlerConfig::from_lookup(&|name| vars.get(name).map(|v| v.to_string()));
+/// let error = read.unwrap_err().to_string();
+/// assert!(error.contains("WORKER_RETRY_MAX_ATTEMPTS"), "{error}");
+///
+/// let vars = HashMap::from([("WORKER_ITEM_ID_SOURCE", "pointer:/order_id")]);
+/// let config = HandlerConfig::from_lookup(&|name| vars.get(name).map(|v| v.to_string()));
+/// assert!(config.is_ok());
+/// ```
 #[derive(Debug, Clone)]
 pub struct HandlerConfig {
     /// What SQS Extended Client pointers may make the worker read (the store's bucket is
@@ -72,6 +91,7 @@ pub struct HandlerConfig {
 
 /// `WORKER_BREAKER_TABLE`, its key and policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BreakerConfig {
     /// The table.
     pub table: String,
@@ -306,8 +326,8 @@ fn read_breaker(env: &mut EnvReader<'_>) -> impl FnOnce(String, String) -> Break
     }
 }
 
-/// `WORKER_ITEM_ID_SOURCE` and `WORKER_ENVELOPE`, read the same by the worker and the
-/// redrive engine: with an envelope and no id source set, the item id is the event's own.
+/// Reads `WORKER_ITEM_ID_SOURCE` and `WORKER_ENVELOPE`, the same for the worker and the
+/// redrive engine. With an envelope and no id source set, the item id is the event's own.
 pub fn read_ids_and_envelope(env: &mut EnvReader<'_>) -> (ItemIdSource, Envelopes) {
     let envelope = env
         .text_or_default::<Envelopes>(&ENVELOPE)
@@ -320,7 +340,7 @@ pub fn read_ids_and_envelope(env: &mut EnvReader<'_>) -> (ItemIdSource, Envelope
     (id_source, envelope)
 }
 
-/// `WORKER_ITEM_ID_SOURCE`, read the same by the worker and the redrive engine.
+/// Reads `WORKER_ITEM_ID_SOURCE`, the same for the worker and the redrive engine.
 pub fn read_item_id_source(env: &mut EnvReader<'_>) -> ItemIdSource {
     env.text_or_default::<ItemIdSource>(&ITEM_ID_SOURCE)
         .unwrap_or(ItemIdSource::MessageId)
@@ -336,11 +356,12 @@ pub fn read_store_config(env: &mut EnvReader<'_>) -> Option<StoreConfig> {
     let days = env.integer(&RETENTION_DAYS);
     match (table, queue_url, bucket) {
         (None, None, None) => None,
-        (Some(table), Some(queue_url), Some(bucket)) => Some(StoreConfig {
-            inline_max_bytes: usize::try_from(inline).unwrap_or(usize::MAX),
-            retention: Duration::from_secs(days.saturating_mul(86_400)),
-            ..StoreConfig::new(&table, &queue_url, &bucket)
-        }),
+        (Some(table), Some(queue_url), Some(bucket)) => {
+            let mut config = StoreConfig::new(&table, &queue_url, &bucket);
+            config.inline_max_bytes = usize::try_from(inline).unwrap_or(usize::MAX);
+            config.retention = Duration::from_secs(days.saturating_mul(86_400));
+            Some(config)
+        }
         (table, queue_url, bucket) => {
             for (var, value) in [(TABLE, table), (QUEUE_URL, queue_url), (BUCKET, bucket)] {
                 if value.is_none() {

@@ -26,6 +26,7 @@ impl std::fmt::Display for Var {
 
 /// The form of a variable's value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Form {
     /// Text that must be set; `expected` says what form.
     Required {

@@ -210,8 +210,8 @@ impl WorkerConfig {
         Ok(())
     }
 
-    /// `delivery` reading the downstream credential again from Secrets Manager when the
-    /// downstream refuses it (401, 403): a rotated secret (docs/ARCHITECTURE.md §2).
+    /// Makes `delivery` read the downstream credential again from Secrets Manager when the
+    /// downstream refuses it (401, 403): a rotated secret (docs/ARCHITECTURE.md §2). Leaves
     /// `delivery` as it is when no credential is configured.
     pub fn renewing_credential(
         &self,

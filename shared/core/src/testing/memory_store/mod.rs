@@ -159,7 +159,7 @@ impl MemoryStore {
         Self::reading(Clock::system())
     }
 
-    /// [`MemoryStore::new`], its world read by `clock`.
+    /// Creates a store as [`MemoryStore::new`] does, its world read by `clock`.
     pub fn reading(clock: Clock) -> Self {
         let mut state = WorldState::new(0, Queue::new("orders-dlq", None), ());
         state.opens_queues = true;
@@ -214,7 +214,7 @@ impl<X> MemoryStore<X> {
         }
     }
 
-    /// Whose calls these are.
+    /// Returns whose calls these are.
     pub fn actor(&self) -> &str {
         &self.actor
     }
@@ -253,7 +253,8 @@ impl<X> MemoryStore<X> {
         send_dead_letter(&mut self.world.lock(), record, now_ms)
     }
 
-    /// [`MemoryStore::send_dead_letter`], stamped as sent at `sent_ms` (epoch ms).
+    /// Sends as [`MemoryStore::send_dead_letter`] does, stamping the message as sent at
+    /// `sent_ms` (epoch ms).
     pub fn send_dead_letter_at(&self, record: &DeadLetteredItem, sent_ms: i64) -> String {
         send_dead_letter(&mut self.world.lock(), record, sent_ms)
     }
@@ -293,7 +294,7 @@ impl<X> MemoryStore<X> {
         self.world.lock().table.get(item_id).cloned()
     }
 
-    /// Who holds the lease on `item_id`.
+    /// Returns who holds the lease on `item_id`.
     pub fn lease_owner(&self, item_id: &str) -> Option<String> {
         self.world
             .lock()
