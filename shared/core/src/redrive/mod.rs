@@ -16,19 +16,21 @@
 //! - **Nothing invisible**: each run first sweeps the DLQ and creates records for messages
 //!   the queue's redrive policy moved without one.
 //!
-//! | module | what it holds |
+//! Its names are at this module's root. They come from five files:
+//!
+//! | file | what it holds |
 //! | --- | --- |
-//! | [`request`] | the request, its validation into a plan, continuation tokens (pure) |
-//! | [`report`] | per-item outcomes and the run's counts (pure) |
-//! | [`engine`] | the run itself, over [`crate::ports::RecordStore`] and the other port traits |
-//! | [`requeue`] | requeue mode: the message an item goes back as, batching |
-//! | [`gate`] | a run behind the worker's circuit breaker: held back, or the probe |
+//! | `request.rs` | the request ([`RedriveRequest`]), its validation into a plan, continuation tokens (pure) |
+//! | `report.rs` | per-item outcomes and the run's counts ([`RedriveReport`], pure) |
+//! | `engine.rs` | the run itself ([`RedriveEngine`]), over [`crate::ports::RecordStore`] and the other port traits |
+//! | `requeue.rs` | requeue mode: the message an item goes back as, batching |
+//! | `gate.rs` | a run behind the worker's circuit breaker ([`run_gated`]): held back, or the probe |
 
-pub mod engine;
-pub mod gate;
-pub mod report;
-pub mod request;
-pub mod requeue;
+mod engine;
+mod gate;
+mod report;
+mod request;
+mod requeue;
 
 pub use engine::{
     expiry_when_reopened, expiry_when_requeued, no_progress, RedriveEngine, RedriveSettings,

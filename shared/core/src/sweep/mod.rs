@@ -45,7 +45,7 @@ mod pass;
 mod rule;
 mod settle;
 
-pub use crate::ports::{Adoption, MessageView, ReceivedMessage, Selected, Standing};
+use crate::ports::{Adoption, MessageView, ReceivedMessage, Selected, Standing};
 #[cfg(test)]
 use pass::hold_for;
 pub use pass::sweep_dlq;
