@@ -120,6 +120,10 @@ pub enum BodyFormat {
 }
 
 /// How records become work items.
+///
+/// Exhaustive on purpose: it is built with struct update syntax
+/// (`..Default::default()`), which `#[non_exhaustive]` forbids outside this crate. A field
+/// added later comes with its default, so such code keeps compiling.
 #[derive(Debug, Clone)]
 pub struct ItemParser {
     /// Where the item id comes from.

@@ -157,6 +157,10 @@ pub enum Jitter {
 /// assert_eq!(run.failures.len(), 1);
 /// # });
 /// ```
+///
+/// Exhaustive on purpose: it is built with struct update syntax
+/// (`..Default::default()`), which `#[non_exhaustive]` forbids outside this crate. A field
+/// added later comes with its default, so such code keeps compiling.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     /// Total attempts, the first included (1 = no retries).

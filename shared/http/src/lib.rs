@@ -85,17 +85,15 @@ pub fn redact_url_text(text: &str) -> String {
 /// use std::time::Duration;
 /// use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 ///
-/// let config = HttpDeliveryConfig {
-///     url: "https://orders.example.com/v1/orders".parse().unwrap(),
-///     timeout: Duration::from_secs(5),
-///     content_type: "application/json".to_string(),
-///     auth_header: None,
-/// };
+/// let url = "https://orders.example.com/v1/orders".parse().unwrap();
+/// let config = HttpDeliveryConfig::new(url, Duration::from_secs(5));
+/// assert_eq!(config.content_type, "application/json");
 /// // Builds the client only: nothing is sent until a record is delivered.
 /// let delivery = HttpDelivery::new(config).unwrap();
 /// # let _ = delivery;
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct HttpDeliveryConfig {
     /// The URL each item body is POSTed to.
     pub url: reqwest::Url,
@@ -106,6 +104,19 @@ pub struct HttpDeliveryConfig {
     /// A credential sent on every request (header name, value marked sensitive); see
     /// `sqs_keeper_aws::auth_header`. Never shown by `Debug`.
     pub auth_header: Option<(HeaderName, HeaderValue)>,
+}
+
+impl HttpDeliveryConfig {
+    /// Creates a configuration that posts JSON to `url` within `timeout`, with no
+    /// credential header. Set the other fields on the value it returns.
+    pub fn new(url: reqwest::Url, timeout: Duration) -> Self {
+        HttpDeliveryConfig {
+            url,
+            timeout,
+            content_type: "application/json".to_string(),
+            auth_header: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for HttpDeliveryConfig {

@@ -79,13 +79,7 @@ async fn server(status: u16, extra: &'static str, delay: Duration) -> (String, A
 }
 
 fn delivery(url: &str, timeout: Duration) -> HttpDelivery {
-    HttpDelivery::new(HttpDeliveryConfig {
-        url: url.parse().unwrap(),
-        timeout,
-        content_type: "application/json".into(),
-        auth_header: None,
-    })
-    .unwrap()
+    HttpDelivery::new(HttpDeliveryConfig::new(url.parse().unwrap(), timeout)).unwrap()
 }
 
 fn item() -> WorkItem {
@@ -213,13 +207,10 @@ async fn the_credential_header_is_sent_and_the_query_never_shown() {
     let (url, seen) = server(200, "", Duration::ZERO).await;
     let mut value = reqwest::header::HeaderValue::from_static("Bearer t0ken");
     value.set_sensitive(true);
-    let delivery = HttpDelivery::new(HttpDeliveryConfig {
-        url: format!("{url}?api_key=s3cret").parse().unwrap(),
-        timeout: Duration::from_secs(5),
-        content_type: "application/json".into(),
-        auth_header: Some((reqwest::header::AUTHORIZATION, value)),
-    })
-    .unwrap();
+    let url = format!("{url}?api_key=s3cret").parse().unwrap();
+    let mut config = HttpDeliveryConfig::new(url, Duration::from_secs(5));
+    config.auth_header = Some((reqwest::header::AUTHORIZATION, value));
+    let delivery = HttpDelivery::new(config).unwrap();
     for _ in 0..2 {
         assert_eq!(delivery.process(&item()).await.unwrap(), Outcome::Done);
         let seen = seen.lock().unwrap();
@@ -253,12 +244,10 @@ async fn the_credential_header_is_sent_and_the_query_never_shown() {
     );
     // And a timeout.
     let (slow, _) = server(200, "", Duration::from_secs(5)).await;
-    let err = HttpDelivery::new(HttpDeliveryConfig {
-        url: format!("{slow}?api_key=s3cret").parse().unwrap(),
-        timeout: Duration::from_millis(200),
-        content_type: "application/json".into(),
-        auth_header: None,
-    })
+    let err = HttpDelivery::new(HttpDeliveryConfig::new(
+        format!("{slow}?api_key=s3cret").parse().unwrap(),
+        Duration::from_millis(200),
+    ))
     .unwrap()
     .process(&item())
     .await
@@ -269,12 +258,10 @@ async fn the_credential_header_is_sent_and_the_query_never_shown() {
 }
 
 fn delivery_to(url: &str) -> HttpDelivery {
-    HttpDelivery::new(HttpDeliveryConfig {
-        url: url.parse().unwrap(),
-        timeout: Duration::from_secs(2),
-        content_type: "application/json".into(),
-        auth_header: None,
-    })
+    HttpDelivery::new(HttpDeliveryConfig::new(
+        url.parse().unwrap(),
+        Duration::from_secs(2),
+    ))
     .unwrap()
 }
 

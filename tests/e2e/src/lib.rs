@@ -385,12 +385,10 @@ impl Pipeline {
         clients: AwsClients,
     ) -> sqs_keeper_core::redrive::RedriveEngine<HttpDelivery, sqs_keeper_aws::DeadLetterStore>
     {
-        let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
-            url: self.downstream.url().parse().unwrap(),
-            timeout: Duration::from_millis(500),
-            content_type: "application/json".into(),
-            auth_header: None,
-        })
+        let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig::new(
+            self.downstream.url().parse().unwrap(),
+            Duration::from_millis(500),
+        ))
         .unwrap();
         sqs_keeper_core::redrive::RedriveEngine::new(
             DeadLetterStore::new(clients, self.resources.store_config()),

@@ -1202,12 +1202,10 @@ async fn armed_engine(
     p: &Pipeline,
     proxy: &FaultProxy,
 ) -> (RedriveEngine<ArmedDelivery, DeadLetterStore>, Trap) {
-    let delivery = HttpDelivery::new(HttpDeliveryConfig {
-        url: p.downstream.url().parse().unwrap(),
-        timeout: Duration::from_millis(500),
-        content_type: "application/json".into(),
-        auth_header: None,
-    })
+    let delivery = HttpDelivery::new(HttpDeliveryConfig::new(
+        p.downstream.url().parse().unwrap(),
+        Duration::from_millis(500),
+    ))
     .unwrap();
     let trap = Trap::default();
     let processor = ArmedDelivery {

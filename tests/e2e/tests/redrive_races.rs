@@ -366,12 +366,10 @@ mod producer_attributes {
             sqs_keeper_aws::DeadLetterStore,
         > {
             let delivery =
-                sqs_keeper_http::HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
-                    url: self.downstream.url().parse().unwrap(),
-                    timeout: std::time::Duration::from_millis(500),
-                    content_type: "application/json".into(),
-                    auth_header: None,
-                })
+                sqs_keeper_http::HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig::new(
+                    self.downstream.url().parse().unwrap(),
+                    std::time::Duration::from_millis(500),
+                ))
                 .unwrap();
             sqs_keeper_core::redrive::RedriveEngine::new(
                 self.store(),

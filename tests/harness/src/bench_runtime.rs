@@ -265,12 +265,10 @@ pub async fn run(bin_dir: &Path, spawns: usize) -> Result<RuntimeBench, String> 
     // Concurrency: 100 records, each taking 20 ms downstream.
     let mut concurrency = Vec::new();
     for c in [1usize, 10, 50] {
-        let delivery = HttpDelivery::new(HttpDeliveryConfig {
-            url: downstream.url().parse().map_err(|e| format!("{e}"))?,
-            timeout: Duration::from_secs(5),
-            content_type: "application/json".into(),
-            auth_header: None,
-        })
+        let delivery = HttpDelivery::new(HttpDeliveryConfig::new(
+            downstream.url().parse().map_err(|e| format!("{e}"))?,
+            Duration::from_secs(5),
+        ))
         .map_err(|e| e.to_string())?;
         let engine = BatchProcessor::new(
             delivery,

@@ -531,12 +531,10 @@ async fn bench_redrive(
     for result in sqs_keeper_core::ports::DeadLetterQueue::send_to_dlq(&store, &refs).await {
         result.map_err(|e| e.to_string())?;
     }
-    let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig {
-        url: downstream.url().parse().map_err(|e| format!("{e}"))?,
-        timeout: Duration::from_secs(5),
-        content_type: "application/json".into(),
-        auth_header: None,
-    })
+    let delivery = HttpDelivery::new(sqs_keeper_http::HttpDeliveryConfig::new(
+        downstream.url().parse().map_err(|e| format!("{e}"))?,
+        Duration::from_secs(5),
+    ))
     .map_err(|e| e.to_string())?;
     let bare_move = bare_sqs_move(&clients, &resources, items).await?;
     let engine = RedriveEngine::new(store, Some(delivery), RedriveSettings::default());

@@ -36,6 +36,10 @@ pub use record_run::{guard_panics, panic_message};
 use spacing::sent_time;
 
 /// How the engine treats a batch.
+///
+/// Exhaustive on purpose: it is built with struct update syntax
+/// (`..Default::default()`), which `#[non_exhaustive]` forbids outside this crate. A field
+/// added later comes with its default, so such code keeps compiling.
 #[derive(Debug, Clone)]
 pub struct BatchConfig {
     /// How records become work items.

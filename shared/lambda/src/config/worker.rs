@@ -169,15 +169,9 @@ impl WorkerConfig {
             .text_or_default::<String>(&DOWNSTREAM_CONTENT_TYPE)
             .unwrap_or_default();
         let downstream_auth = read_downstream_auth(env);
-        Some((
-            HttpDeliveryConfig {
-                url: url?,
-                timeout: Duration::from_millis(timeout),
-                content_type,
-                auth_header: None,
-            },
-            downstream_auth,
-        ))
+        let mut delivery = HttpDeliveryConfig::new(url?, Duration::from_millis(timeout));
+        delivery.content_type = content_type;
+        Some((delivery, downstream_auth))
     }
 
     /// Returns the variables and their descriptions (worker and store), for documentation and
