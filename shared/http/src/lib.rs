@@ -4,17 +4,13 @@
 //! downstream URL, classify the answer. `sqs-keeper` re-exports it as `http_delivery` with
 //! its `http` feature; the worker and redrive functions and the `dlq` CLI deliver through it.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let delivery = HttpDelivery::new(HttpDeliveryConfig {
-//!     url: "https://orders.example.com/ingest".parse()?,
-//!     timeout: Duration::from_secs(10),
-//!     content_type: "application/json".into(),
-//!     auth_header: None,
-//! })?;
+//! let url = "https://orders.example.com/ingest".parse()?;
+//! let delivery = HttpDelivery::new(HttpDeliveryConfig::new(url, Duration::from_secs(10)))?;
 //! // `delivery` is a `Processor`: run it with `sqs_keeper::run(delivery)`.
 //! # let _ = delivery;
 //! # Ok(())
@@ -178,17 +174,13 @@ async fn drain(mut response: reqwest::Response) {
 /// other statuses and transport failures are classified per docs/ARCHITECTURE.md §2. Sends `Idempotency-Key` (the item id) so the downstream can
 /// drop the duplicates that at-least-once delivery produces.
 ///
-/// ```no_run
+/// ```
 /// use std::time::Duration;
 /// use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 ///
-/// # fn example() -> Result<(), Box<dyn std::error::Error>> {
-/// let delivery = HttpDelivery::new(HttpDeliveryConfig {
-///     url: "https://orders.example.com/ingest".parse()?,
-///     timeout: Duration::from_secs(10),
-///     content_type: "application/json".into(),
-///     auth_header: None,
-/// })?;
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let url = "https://orders.example.com/ingest".parse()?;
+/// let delivery = HttpDelivery::new(HttpDeliveryConfig::new(url, Duration::from_secs(10)))?;
 /// // A processor like any other: `sqs_keeper::run(delivery)` serves it under Lambda.
 /// # let _ = delivery;
 /// # Ok(())
