@@ -100,6 +100,34 @@ pub struct SimVisibility {
     store: SimStore,
 }
 
+/// §1.11 at the step: a sandbox that read the queue's timing hides a message only so long
+/// that its next delivery still has a visibility timeout before the message expires. The
+/// worker decides the delay a little before the hide lands, so a minute's slack is allowed.
+fn hidden_within_retention(
+    state: &mut State,
+    item: &str,
+    message_id: &str,
+    (sent_at_ms, now_ms, delay): (i64, i64, Duration),
+) {
+    if delay.is_zero() || message_id.is_empty() {
+        return;
+    }
+    let retention_ms = i64::try_from(state.source().retention.as_millis()).unwrap_or(i64::MAX);
+    let left_ms = sent_at_ms.saturating_add(retention_ms) - now_ms;
+    let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
+    if delay + crate::run::VISIBILITY > left + Duration::from_secs(60) {
+        state.violate(
+            Section::Spacing,
+            item,
+            format!(
+                "message {message_id} hidden for {} s with {} s of retention left, by a sandbox that had read the queue's retention: its next delivery has less than a visibility timeout",
+                delay.as_secs(),
+                left.as_secs()
+            ),
+        );
+    }
+}
+
 impl SimVisibility {
     /// The visibility port of `store`'s actor.
     pub fn new(store: SimStore) -> Self {
@@ -212,6 +240,11 @@ impl SimVisibility {
         }
         match state.source_mut().change_visibility(receipt, hide.delay) {
             Ok(()) => {
+                if knew_timing {
+                    let now_ms = self.store.world().now_ms();
+                    let hidden = (sent_at_ms, now_ms, hide.delay);
+                    hidden_within_retention(state, &item, &message_id, hidden);
+                }
                 state
                     .ext
                     .ledger

@@ -136,7 +136,13 @@ fn finds_a_retry_after_that_does_not_reach_the_hide() {
 
 #[test]
 fn finds_hides_that_outlast_the_retention() {
-    finds(Mutant::RetentionIgnored, &["end of its retention"]);
+    finds(
+        Mutant::RetentionIgnored,
+        &[
+            "end of its retention",
+            "by a sandbox that had read the queue's retention",
+        ],
+    );
 }
 
 #[test]
@@ -239,6 +245,11 @@ fn found_by_its_seed(mutant: Mutant, seed: u64, expected: &str) {
 
 #[test]
 fn finds_a_failed_timing_read_that_forgets_a_concurrent_ones() {
+    finds_in(
+        Family::Retention,
+        Mutant::TimingForgotten,
+        &["by a sandbox that had read the queue's retention"],
+    );
     found_by_its_seed(Mutant::TimingForgotten, 85996, "end of its retention");
 }
 
