@@ -1029,7 +1029,7 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
             "SourceAgeAlarm"
         ])
     );
-    // A day, as docs/HANDLERS.md says.
+    // A day, as docs/DEPLOY.md says.
     assert_eq!(
         handler["Parameters"]["DlqAgeAlarmSeconds"]["Default"],
         86400
