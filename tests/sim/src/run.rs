@@ -231,6 +231,10 @@ struct Shape {
     fault_gap: (u64, u64),
     /// The SQS calls' failure rate from the world's start, before the first change.
     first_send_faults: f64,
+    /// The DynamoDB failure rates a change of the faults draws from: the last one, 1.0 in
+    /// the `breaker` worlds, is a table unavailable for minutes (a sandbox out of touch
+    /// with the breaker's table keeps a breaker of its own).
+    table_fault_rates: [f64; 4],
     /// The failures a record keeps before compaction drops the oldest (4, or the
     /// production store's 50 in the big worlds).
     history_limit: usize,
@@ -263,6 +267,7 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         operator_races: false,
         fault_gap: (60, 900),
         first_send_faults: 0.0,
+        table_fault_rates: [0.0, 0.05, 0.2, 0.5],
         history_limit: 4,
     }
 }
@@ -334,6 +339,7 @@ fn focus(shape: &mut Shape, seed: u64) {
             shape.fault_gap = (30, 300);
             shape.pollers = 3;
             shape.invocations_per_sandbox = rng.usize(1..4);
+            shape.table_fault_rates = [0.0, 0.2, 0.5, 1.0];
         }
         Family::Retention => {
             shape.spacing = Some(draw_redelivery(&mut rng));
@@ -609,7 +615,7 @@ async fn simulate(seed: u64, world: Arc<World>) {
     let faults = tokio::spawn(inject_faults(
         world.clone(),
         rng.u64(..),
-        shape.fault_gap,
+        (shape.fault_gap, shape.table_fault_rates),
         healed.clone(),
     ));
     let operators = tokio::spawn(operate(
@@ -1367,7 +1373,12 @@ fn note_unacked(world: &World, messages: &[QueueMessage], before: &[u32], name: 
 }
 
 /// Switches faults on and off until the producer's time is over, then heals the world.
-async fn inject_faults(world: Arc<World>, seed: u64, gap: (u64, u64), healed: Arc<AtomicBool>) {
+async fn inject_faults(
+    world: Arc<World>,
+    seed: u64,
+    (gap, table_rates): ((u64, u64), [f64; 4]),
+    healed: Arc<AtomicBool>,
+) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let until = Instant::now() + Duration::from_secs(rng.u64(1_800..5_400));
     while Instant::now() < until {
@@ -1375,7 +1386,7 @@ async fn inject_faults(world: Arc<World>, seed: u64, gap: (u64, u64), healed: Ar
         let mut state = world.lock();
         let what = match rng.u32(0..5) {
             0 => {
-                state.faults.table = [0.0, 0.05, 0.2, 0.5][rng.usize(0..4)];
+                state.faults.table = table_rates[rng.usize(0..4)];
                 format!("DynamoDB failure rate now {}", state.faults.table)
             }
             1 => {
