@@ -1395,10 +1395,16 @@ async fn concurrent_redrives_leave_no_dlq_message_of_a_resolved_item() {
         ra.dlq_messages_deleted,
         rb.dlq_messages_deleted
     );
-    assert_eq!(
-        ra.dlq_messages_deleted + rb.dlq_messages_deleted,
-        12,
-        "one message per item, deleted once"
+    // Each message is deleted by a run, so at least twelve deletes. More is not a defect:
+    // SQS delivers at least once, and the emulator's receive takes no lock, so two sweeps
+    // receiving at once can both get one message. Each run then deletes its copy, and the
+    // emulator answers a second delete of a deleted message with success. What must hold
+    // is the empty DLQ above, and each item processed once (the test before this one).
+    assert!(
+        ra.dlq_messages_deleted + rb.dlq_messages_deleted >= 12,
+        "every message deleted: {} + {}",
+        ra.dlq_messages_deleted,
+        rb.dlq_messages_deleted
     );
 }
 
