@@ -785,12 +785,18 @@ mod tests {
         ];
         let mut literals = Vec::new();
         for source in sources {
-            // The code, not its tests (which quote names in expected messages).
-            let source = source
+            // The code, not its tests (which quote names in expected messages) nor its doc
+            // examples (which set variables by name, as a user does).
+            let code = source
                 .split("#[cfg(test)]")
                 .next()
                 .and_then(|code| code.split("#[cfg(all(test,").next())
                 .unwrap_or_default();
+            let source: String = code
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("///"))
+                .collect::<Vec<_>>()
+                .join("\n");
             for prefix in ["\"WORKER_", "\"DLQ_", "\"REDRIVE_"] {
                 for (at, _) in source.match_indices(prefix) {
                     let name: String = source[at + 1..]
