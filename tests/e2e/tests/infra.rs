@@ -1728,27 +1728,28 @@ fn the_readme_states_the_template_defaults() {
         wrong.is_empty(),
         "README defaults that are not the template's: {wrong:#?}"
     );
-    for name in [
+    let main_names = [
         "RedeliveryBaseSeconds",
         "RedeliveryMultiplier",
         "RedeliveryMaxSeconds",
         "EnableBreaker",
         "BreakerAlarmMinutes",
-    ] {
-        assert!(
-            stated.iter().any(|(n, _)| n == name),
-            "the README's statement of {name}'s default is not checked"
-        );
-    }
-    for name in [
+    ];
+    let store_names = [
         "SourceAgeAlarmSeconds",
         "DlqAgeAlarmSeconds",
         "DeadLetteredAlarmThreshold",
+    ];
+    for (stated, names, file) in [
+        (&stated, &main_names[..], "template.yaml"),
+        (&stated_of_store, &store_names[..], "store.yaml"),
     ] {
-        assert!(
-            stated_of_store.iter().any(|(n, _)| n == name),
-            "DEPLOY.md's statement of the store's {name} default is not checked"
-        );
+        for name in names {
+            assert!(
+                stated.iter().any(|(n, _)| n == name),
+                "the docs' statement of {file}'s {name} default is not checked"
+            );
+        }
     }
 }
 

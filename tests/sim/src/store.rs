@@ -107,14 +107,11 @@ fn hidden_within_retention(
     state: &mut State,
     item: &str,
     message_id: &str,
-    (sent_at_ms, now_ms, delay): (i64, i64, Duration),
+    (left, delay): (Duration, Duration),
 ) {
     if delay.is_zero() || message_id.is_empty() {
         return;
     }
-    let retention_ms = i64::try_from(state.source().retention.as_millis()).unwrap_or(i64::MAX);
-    let left_ms = sent_at_ms.saturating_add(retention_ms) - now_ms;
-    let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
     if delay + crate::run::VISIBILITY > left + Duration::from_secs(60) {
         state.violate(
             Section::Spacing,
@@ -207,13 +204,11 @@ impl SimVisibility {
             Some(m) => (m.item_id(), m.id.clone(), m.sent_at_ms),
             None => ("-".to_string(), String::new(), 0),
         };
+        // What is left of the message's retention now.
+        let retention_ms = i64::try_from(state.source().retention.as_millis()).unwrap_or(i64::MAX);
+        let left_ms = sent_at_ms.saturating_add(retention_ms) - self.store.world().now_ms();
+        let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
         if let Some(asked) = state.ext.ledger.retry_after.get(receipt).copied() {
-            let now_ms = self.store.world().now_ms();
-            let retention_ms =
-                i64::try_from(state.source().retention.as_millis()).unwrap_or(i64::MAX);
-            let left = Duration::from_millis(
-                u64::try_from(sent_at_ms.saturating_add(retention_ms) - now_ms).unwrap_or(0),
-            );
             // Under a breaker the worker keeps a quarter of the retention in reserve for
             // the polling control's sweeps (docs/ARCHITECTURE.md §1.12).
             let retention = state.source().retention;
@@ -241,9 +236,7 @@ impl SimVisibility {
         match state.source_mut().change_visibility(receipt, hide.delay) {
             Ok(()) => {
                 if knew_timing {
-                    let now_ms = self.store.world().now_ms();
-                    let hidden = (sent_at_ms, now_ms, hide.delay);
-                    hidden_within_retention(state, &item, &message_id, hidden);
+                    hidden_within_retention(state, &item, &message_id, (left, hide.delay));
                 }
                 state
                     .ext
