@@ -17,10 +17,11 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A translated template: `main` (`infra/template.yaml`), `handler` (`infra/handler.yaml`,
-/// the orders example on the reusable store), `store` (`infra/store.yaml`, as the handler
-/// nests it), `scaffold` (the template `keeper new` writes, for a crate `my-handler`) or
-/// `cdk` (the CDK construct's orders app, synthesised with bundling skipped).
+/// A translated template: `main` (`infra/template.yaml`), `main-store` (`infra/store.yaml`,
+/// as the main template nests it), `handler` (`infra/handler.yaml`, the orders example on
+/// the reusable store), `store` (`infra/store.yaml`, as the handler nests it), `scaffold`
+/// (the template `keeper new` writes, for a crate `my-handler`) or `cdk` (the CDK
+/// construct's orders app, synthesised with bundling skipped).
 /// Runs `scripts/infra.sh translate` once per test process, which installs the tools on
 /// first use.
 /// Tests run in parallel; translating once keeps one test from reading a file another is
@@ -37,6 +38,7 @@ pub fn translated_template(which: &str) -> Value {
         *translated = true;
     }
     let file = match which {
+        "main-store" => "template.json.Store.json",
         "handler" => "handler.json",
         "store" => "handler.json.Store.json",
         "scaffold" => "scaffold.json",
@@ -49,6 +51,58 @@ pub fn translated_template(which: &str) -> Value {
 
 /// `text` with `%XX` escapes decoded (IAM returns policy documents URL-encoded).
 pub use sqs_keeper_local::fault_proxy::percent_decoded;
+
+/// The policy documents of the role `name`: its inline policies and the managed policies of
+/// the account attached to it (the reusable store's). The AWS managed policies SAM attaches
+/// (basic execution, X-Ray, the SQS poller's) are left out, so that every call must be
+/// allowed by a policy the templates write.
+pub async fn role_policies(iam: &aws_sdk_iam::Client, name: &str) -> Vec<String> {
+    let mut documents = Vec::new();
+    let inline = iam
+        .list_role_policies()
+        .role_name(name)
+        .send()
+        .await
+        .unwrap();
+    for policy in inline.policy_names() {
+        let output = iam
+            .get_role_policy()
+            .role_name(name)
+            .policy_name(policy)
+            .send()
+            .await
+            .unwrap();
+        documents.push(percent_decoded(output.policy_document()));
+    }
+    let attached = iam
+        .list_attached_role_policies()
+        .role_name(name)
+        .send()
+        .await
+        .unwrap();
+    for arn in attached
+        .attached_policies()
+        .iter()
+        .filter_map(|p| p.policy_arn())
+        .filter(|arn| !arn.contains(":aws:policy/"))
+    {
+        let policy = iam.get_policy().policy_arn(arn).send().await.unwrap();
+        let version = policy
+            .policy()
+            .and_then(|p| p.default_version_id())
+            .unwrap();
+        let output = iam
+            .get_policy_version()
+            .policy_arn(arn)
+            .version_id(version)
+            .send()
+            .await
+            .unwrap();
+        let document = output.policy_version().and_then(|v| v.document()).unwrap();
+        documents.push(percent_decoded(document));
+    }
+    documents
+}
 
 /// A zip file with no entries: enough for the emulator to create a function.
 pub const EMPTY_ZIP: &[u8] = &[

@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use e2e::stack::{percent_decoded, root, translated_template};
+use e2e::stack::{role_policies, root, translated_template};
 use serde_json::{json, Value};
 use sqs_keeper_aws::{AwsClients, Endpoints};
 use sqs_keeper_local::downstream::{Downstream, DownstreamConfig};
@@ -93,58 +93,6 @@ async fn deploy(moto: &Endpoints, template: Value, parameters: &[(&str, &str)]) 
         policies,
         environments,
     }
-}
-
-/// The policy documents of the role `name`: its inline policies and the managed policies of
-/// the account attached to it (the reusable store's). The AWS managed policies SAM attaches
-/// (basic execution, X-Ray, the SQS poller's) are left out, so that every call must be
-/// allowed by a policy the templates write.
-async fn role_policies(iam: &aws_sdk_iam::Client, name: &str) -> Vec<String> {
-    let mut documents = Vec::new();
-    let inline = iam
-        .list_role_policies()
-        .role_name(name)
-        .send()
-        .await
-        .unwrap();
-    for policy in inline.policy_names() {
-        let output = iam
-            .get_role_policy()
-            .role_name(name)
-            .policy_name(policy)
-            .send()
-            .await
-            .unwrap();
-        documents.push(percent_decoded(output.policy_document()));
-    }
-    let attached = iam
-        .list_attached_role_policies()
-        .role_name(name)
-        .send()
-        .await
-        .unwrap();
-    for arn in attached
-        .attached_policies()
-        .iter()
-        .filter_map(|p| p.policy_arn())
-        .filter(|arn| !arn.contains(":aws:policy/"))
-    {
-        let policy = iam.get_policy().policy_arn(arn).send().await.unwrap();
-        let version = policy
-            .policy()
-            .and_then(|p| p.default_version_id())
-            .unwrap();
-        let output = iam
-            .get_policy_version()
-            .policy_arn(arn)
-            .version_id(version)
-            .send()
-            .await
-            .unwrap();
-        let document = output.policy_version().and_then(|v| v.document()).unwrap();
-        documents.push(percent_decoded(document));
-    }
-    documents
 }
 
 /// The SDK configuration of a function that signs as `role`, through the proxy.

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use aws_sdk_cloudformation::types::StackStatus;
-use e2e::stack::{percent_decoded, root, translated_template, Deployment};
+use e2e::stack::{role_policies, root, translated_template, Deployment};
 use serde_json::Value;
 use sqs_keeper_aws::Endpoints;
 
@@ -70,12 +70,9 @@ fn statements(document: &Value) -> Vec<&Value> {
     all
 }
 
-/// The statement with this `Sid` in a role's inline policy, and the condition it is under.
-fn statement<'a>(role: &'a Value, sid: &str) -> (&'a Value, Option<&'a str>) {
-    for statement in role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        .as_array()
-        .unwrap()
-    {
+/// The statement with this `Sid` in a policy document, and the condition it is under.
+fn statement<'a>(document: &'a Value, sid: &str) -> (&'a Value, Option<&'a str>) {
+    for statement in document["Statement"].as_array().unwrap() {
         if statement["Sid"] == sid {
             return (statement, None);
         }
@@ -86,6 +83,67 @@ fn statement<'a>(role: &'a Value, sid: &str) -> (&'a Value, Option<&'a str>) {
         }
     }
     panic!("no statement {sid}")
+}
+
+/// A role's inline policies, each with the condition it is under (`Fn::If`).
+fn inline_policies(role: &Value) -> Vec<(&Value, Option<&str>)> {
+    role["Properties"]["Policies"]
+        .as_array()
+        .map_or_else(Vec::new, |policies| {
+            policies
+                .iter()
+                .map(|p| match p.get("Fn::If") {
+                    Some(branches) => (&branches[1], branches[0].as_str()),
+                    None => (p, None),
+                })
+                .collect()
+        })
+}
+
+/// The statement with this `Sid` in a role's inline policies, and the condition its
+/// policy is under.
+fn role_statement<'a>(role: &'a Value, sid: &str) -> (&'a Value, Option<&'a str>) {
+    for (policy, condition) in inline_policies(role) {
+        let statements = policy["PolicyDocument"]["Statement"].as_array().unwrap();
+        if let Some(found) = statements.iter().find(|s| s["Sid"] == sid) {
+            return (found, condition);
+        }
+    }
+    panic!("no inline statement {sid}")
+}
+
+/// The policy document of the store's managed policy `name`.
+fn managed_policy<'a>(store: &'a Value, name: &str) -> &'a Value {
+    &store["Resources"][name]["Properties"]["PolicyDocument"]
+}
+
+/// The variable names the store's `Environment` output holds (a function's
+/// `SQS_KEEPER_STORE`).
+fn store_environment_names(store: &Value) -> BTreeSet<String> {
+    let text = store_environment_text(store);
+    // The `${...}` references are inside JSON strings: the object parses as it is.
+    let object: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap();
+    object.keys().cloned().collect()
+}
+
+/// The store's `Environment` output as its template writes it, `${...}` references and all.
+fn store_environment_text(store: &Value) -> &str {
+    store["Outputs"]["Environment"]["Value"]["Fn::Sub"][0]
+        .as_str()
+        .unwrap()
+}
+
+/// The names a function of the main stack is configured by: its own variables and the
+/// store's, which it takes whole.
+fn configured_names(function: &Value, store: &Value) -> BTreeSet<String> {
+    assert_eq!(
+        function["Properties"]["Environment"]["Variables"]["SQS_KEEPER_STORE"],
+        serde_json::json!({"Fn::GetAtt": ["Store", "Outputs.Environment"]})
+    );
+    let mut names = env_names(function);
+    names.remove("SQS_KEEPER_STORE");
+    names.extend(store_environment_names(store));
+    names
 }
 
 fn env_names(function: &Value) -> BTreeSet<String> {
@@ -124,10 +182,8 @@ fn metrics_namespace(template: &Value, given: &str) -> String {
     }
 }
 
-fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
-    let body = &template["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0];
-    // The `${...}` references are inside JSON strings: the body parses as it is.
-    let body: Value = serde_json::from_str(body.as_str().unwrap()).unwrap();
+fn dashboard_metrics(template: &Value, with_redrive: bool) -> Vec<(String, Plotted)> {
+    let body = dashboard_body(template, with_redrive);
     let mut plotted = Vec::new();
     for widget in body["widgets"].as_array().unwrap() {
         let properties = &widget["properties"];
@@ -179,6 +235,25 @@ fn dashboard_metrics(template: &Value) -> Vec<(String, Plotted)> {
         }
     }
     plotted
+}
+
+/// The store's dashboard as deployed: with the redrive function's widgets when
+/// `with_redrive` (the main stack names one), else without them.
+fn dashboard_body(store: &Value, with_redrive: bool) -> Value {
+    let sub = &store["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"];
+    let widgets = &sub[1]["RedriveWidgets"]["Fn::If"];
+    assert_eq!(widgets[0], "HasRedrive");
+    let redrive = if with_redrive {
+        widgets[1]["Fn::Sub"].as_str().unwrap()
+    } else {
+        widgets[2].as_str().unwrap()
+    };
+    let body = sub[0]
+        .as_str()
+        .unwrap()
+        .replace("${RedriveWidgets}", redrive);
+    // The `${...}` references are inside JSON strings: the body parses as it is.
+    serde_json::from_str(&body).unwrap()
 }
 
 /// The metric names a set of EMF documents defines.
@@ -254,7 +329,7 @@ fn worker_metrics() -> BTreeSet<String> {
 fn dashboard_plots_what_the_functions_emit() {
     use sqs_keeper_lambda::{metrics::redrive_document, metrics::NAMESPACE};
 
-    let template = translated_template("main");
+    let template = translated_template("main-store");
     let worker_metrics = worker_metrics();
     let redrive_metrics = defined_metrics(&[
         redrive_document(&sqs_keeper_core::redrive::RedriveReport::default(), "r", 0).unwrap(),
@@ -266,12 +341,14 @@ fn dashboard_plots_what_the_functions_emit() {
         .unwrap(),
     ]);
 
-    let plotted = dashboard_metrics(&template);
+    let plotted = dashboard_metrics(&template, true);
+    let worker = "${FunctionName}";
+    let redrive = "${RedriveFunctionName}";
     // Every custom metric the dashboard plots is one the function it names emits.
     for (title, p) in plotted.iter().filter(|(_, p)| p.namespace == NAMESPACE) {
         let emitted = match p.function.as_deref() {
-            Some("${WorkerFunction}") => &worker_metrics,
-            Some("${RedriveFunction}") => &redrive_metrics,
+            Some(f) if f == worker => &worker_metrics,
+            Some(f) if f == redrive => &redrive_metrics,
             other => panic!("{title}: {} for {other:?}", p.metric),
         };
         assert!(emitted.contains(&p.metric), "{title}: {p:?} is not emitted");
@@ -287,8 +364,6 @@ fn dashboard_plots_what_the_functions_emit() {
             .map(|(_, p)| p.stat.clone().unwrap_or_default())
             .collect::<BTreeSet<_>>()
     };
-    let worker = "${WorkerFunction}";
-    let redrive = "${RedriveFunction}";
     assert_eq!(
         shows(NAMESPACE, "ColdStart", worker),
         BTreeSet::from(["Sum".to_string()])
@@ -339,6 +414,16 @@ fn dashboard_plots_what_the_functions_emit() {
             "{metric}"
         );
     }
+    // The main stack names its functions to the store, which plots them.
+    let passed = &translated_template("main")["Resources"]["Store"]["Properties"]["Parameters"];
+    assert_eq!(
+        passed["FunctionName"],
+        serde_json::json!({"Fn::Sub": "${AWS::StackName}-worker"})
+    );
+    assert_eq!(
+        passed["RedriveFunctionName"],
+        serde_json::json!({"Fn::Sub": "${AWS::StackName}-redrive"})
+    );
 }
 
 /// The store's dashboard: every metric it plots is one a handler emits (the same runtime as
@@ -348,7 +433,7 @@ fn the_handler_dashboard_plots_what_its_function_emits() {
     use sqs_keeper_lambda::metrics::NAMESPACE;
     let template = translated_template("store");
     let emitted = worker_metrics();
-    let plotted = dashboard_metrics(&template);
+    let plotted = dashboard_metrics(&template, false);
     let handler = "${FunctionName}";
     for (title, p) in plotted.iter().filter(|(_, p)| p.namespace == NAMESPACE) {
         assert_eq!(p.function.as_deref(), Some(handler), "{title}: {p:?}");
@@ -370,25 +455,22 @@ fn the_handler_dashboard_plots_what_its_function_emits() {
 #[test]
 fn variable_names_match_the_code() {
     let template = translated_template("main");
-    let worker = &template["Resources"]["WorkerFunction"];
-    let redrive = &template["Resources"]["RedriveFunction"];
+    let store = translated_template("main-store");
+    let worker = configured_names(&template["Resources"]["WorkerFunction"], &store);
+    let redrive = configured_names(&template["Resources"]["RedriveFunction"], &store);
     let worker_code: BTreeSet<String> =
         sqs_keeper_lambda::config::WorkerConfig::documented_variables()
             .keys()
             .map(|k| k.to_string())
             .collect();
-    assert_eq!(env_names(worker), worker_code, "worker variables drifted");
+    assert_eq!(worker, worker_code, "worker variables drifted");
     let mut redrive_code = worker_code.clone();
     redrive_code.extend(
         sqs_keeper_lambda::config::REDRIVE_VARS
             .iter()
             .map(|v| v.name.to_string()),
     );
-    assert_eq!(
-        env_names(redrive),
-        redrive_code,
-        "redrive variables drifted"
-    );
+    assert_eq!(redrive, redrive_code, "redrive variables drifted");
 }
 
 #[test]
@@ -438,33 +520,53 @@ fn the_event_source_mapping_polls_as_configured() {
 #[test]
 fn the_visibility_timeout_covers_every_function_timeout_and_window() {
     let template = translated_template("main");
+    let store = translated_template("main-store");
+    // The worker's timeout is the store's TimeoutSeconds, which sizes the source queue, and
+    // the function takes it back from the store.
+    let passed = &template["Resources"]["Store"]["Properties"]["Parameters"];
+    assert_eq!(
+        passed["TimeoutSeconds"],
+        serde_json::json!({"Ref": "WorkerTimeoutSeconds"})
+    );
+    assert_eq!(
+        passed["MaximumBatchingWindowInSeconds"],
+        serde_json::json!({"Ref": "MaximumBatchingWindowInSeconds"})
+    );
+    assert_eq!(
+        template["Resources"]["WorkerFunction"]["Properties"]["Timeout"],
+        serde_json::json!({"Fn::GetAtt": ["Store", "Outputs.TimeoutSeconds"]})
+    );
+    assert_eq!(
+        store["Outputs"]["TimeoutSeconds"]["Value"],
+        serde_json::json!({"Ref": "TimeoutSeconds"})
+    );
     // Visibility timeout is 6 x the function timeout plus the batching window, for every
     // allowed pair, and the queue reads it from that mapping.
-    let allowed = template["Parameters"]["WorkerTimeoutSeconds"]["AllowedValues"]
+    let allowed = store["Parameters"]["TimeoutSeconds"]["AllowedValues"]
         .as_array()
         .unwrap();
-    let windows = template["Parameters"]["MaximumBatchingWindowInSeconds"]["AllowedValues"]
+    assert_eq!(
+        &template["Parameters"]["WorkerTimeoutSeconds"]["AllowedValues"],
+        &store["Parameters"]["TimeoutSeconds"]["AllowedValues"]
+    );
+    let windows = store["Parameters"]["MaximumBatchingWindowInSeconds"]["AllowedValues"]
         .as_array()
         .unwrap();
     assert!(windows.len() > 5 && windows.iter().any(|w| w == "300"));
     for timeout in allowed {
         let t: u64 = timeout.as_str().unwrap().parse().unwrap();
-        assert_eq!(
-            template["Mappings"]["Timeouts"][t.to_string()]["Function"].as_u64(),
-            Some(t)
-        );
         for window in windows {
             let w: u64 = window.as_str().unwrap().parse().unwrap();
             assert_eq!(
-                template["Mappings"]["VisibilityTimeouts"][t.to_string()][w.to_string()].as_u64(),
+                store["Mappings"]["VisibilityTimeouts"][t.to_string()][w.to_string()].as_u64(),
                 Some(6 * t + w),
                 "visibility for timeout {t} and window {w}"
             );
         }
     }
     assert_eq!(
-        template["Resources"]["SourceQueue"]["Properties"]["VisibilityTimeout"],
-        serde_json::json!({"Fn::FindInMap": ["VisibilityTimeouts", {"Ref": "WorkerTimeoutSeconds"}, {"Ref": "MaximumBatchingWindowInSeconds"}]})
+        store["Resources"]["SourceQueue"]["Properties"]["VisibilityTimeout"],
+        serde_json::json!({"Fn::FindInMap": ["VisibilityTimeouts", {"Ref": "TimeoutSeconds"}, {"Ref": "MaximumBatchingWindowInSeconds"}]})
     );
     // AWS refuses a mapping of more than 10 records without a batching window: a rule
     // refuses the stack first. Its assertion, evaluated as CloudFormation would:
@@ -492,8 +594,9 @@ fn the_visibility_timeout_covers_every_function_timeout_and_window() {
 #[test]
 fn concurrency_and_retries_reach_both_functions_within_the_workers_bounds() {
     let template = translated_template("main");
+    let store = translated_template("main-store");
     // Concurrency and retries are parameters, with the bounds and defaults the worker's
-    // configuration accepts, and reach both functions.
+    // configuration accepts, and reach both functions through the store's variables.
     for (parameter, var) in [
         (
             "WorkerMaxConcurrency",
@@ -524,10 +627,18 @@ fn concurrency_and_retries_reach_both_functions_within_the_workers_bounds() {
         assert_eq!(p["MinValue"].as_u64(), Some(min), "{parameter}");
         assert_eq!(p["MaxValue"].as_u64(), Some(max), "{parameter}");
         assert_eq!(p["Default"].as_u64(), Some(default), "{parameter}");
+        assert_eq!(
+            template["Resources"]["Store"]["Properties"]["Parameters"][parameter],
+            serde_json::json!({"Ref": parameter})
+        );
+        let entry = format!("\"{}\": \"${{{parameter}}}\"", var.name);
+        assert!(
+            store_environment_text(&store).contains(&entry),
+            "the store's variables lack {entry}"
+        );
         for function in ["WorkerFunction", "RedriveFunction"] {
-            assert_eq!(
-                template["Resources"][function]["Properties"]["Environment"]["Variables"][var.name],
-                serde_json::json!({"Fn::Sub": format!("${{{parameter}}}")}),
+            assert!(
+                configured_names(&template["Resources"][function], &store).contains(var.name),
                 "{function} {}",
                 var.name
             );
@@ -537,7 +648,7 @@ fn concurrency_and_retries_reach_both_functions_within_the_workers_bounds() {
 
 #[test]
 fn alarms_watch_what_the_functions_emit() {
-    let template = translated_template("main");
+    let template = translated_template("main-store");
     let alarms = resources_of_type(&template, "AWS::CloudWatch::Alarm");
     let find = |namespace: &str, metric: &str| {
         alarms
@@ -583,10 +694,10 @@ fn alarms_watch_what_the_functions_emit() {
     let returned: Vec<_> = metrics.iter().filter(|m| m["ReturnData"] == true).collect();
     assert_eq!(returned.len(), 1);
     assert_eq!(returned[0]["Expression"], "visible + held");
-    // The DLQ's age: the larger of the redrive function's age of the oldest dead record
-    // (written on a schedule of its own, so a held run, a schedule's sweeps or a FIFO
-    // rotation cannot silence it) and SQS's own figure.
-    let age = &template["Resources"]["DlqAgeAlarm"]["Properties"]["Metrics"];
+    // The oldest dead item's age: the larger of the redrive function's age of the oldest
+    // dead record (written on a schedule of its own, so a held run, a schedule's sweeps or
+    // a FIFO rotation cannot silence it) and SQS's own figure.
+    let age = &template["Resources"]["DeadItemAgeAlarm"]["Properties"]["Metrics"];
     let metric = |id: &str| {
         age.as_array()
             .unwrap()
@@ -601,18 +712,25 @@ fn alarms_watch_what_the_functions_emit() {
     );
     assert_eq!(
         metric("records")["Dimensions"][0]["Value"],
-        serde_json::json!({"Ref": "RedriveFunction"})
+        serde_json::json!({"Ref": "RedriveFunctionName"})
     );
     assert_eq!(
         metric("queue")["MetricName"],
         "ApproximateAgeOfOldestMessage"
     );
-    let rule = &template["Resources"]["DlqAgeRule"]["Properties"];
+    // The main stack's schedule writes that age.
+    let main = translated_template("main");
+    let rule = &main["Resources"]["DlqAgeRule"]["Properties"];
     assert_eq!(rule["ScheduleExpression"], "rate(5 minutes)");
     assert_eq!(rule["Targets"][0]["Input"], r#"{"control": "age"}"#);
-    let source_age = find("AWS/SQS", "ApproximateAgeOfOldestMessage").expect("source age alarm");
     assert_eq!(
-        source_age.1["Dimensions"][0]["Value"]["Fn::GetAtt"][0],
+        rule["Targets"][0]["Arn"],
+        serde_json::json!({"Fn::GetAtt": ["RedriveFunction", "Arn"]})
+    );
+    let source_age = &template["Resources"]["SourceAgeAlarm"]["Properties"];
+    assert_eq!(source_age["MetricName"], "ApproximateAgeOfOldestMessage");
+    assert_eq!(
+        source_age["Dimensions"][0]["Value"]["Fn::GetAtt"][0],
         "SourceQueue"
     );
     // Lambda's own metrics: errors of both functions, throttles of the worker.
@@ -636,14 +754,10 @@ fn alarms_watch_what_the_functions_emit() {
     assert_eq!(
         lambda_alarms,
         BTreeSet::from([
-            ("Errors".to_string(), "WorkerFunction".to_string()),
-            ("Errors".to_string(), "RedriveFunction".to_string()),
-            ("Throttles".to_string(), "WorkerFunction".to_string()),
+            ("Errors".to_string(), "FunctionName".to_string()),
+            ("Errors".to_string(), "RedriveFunctionName".to_string()),
+            ("Throttles".to_string(), "FunctionName".to_string()),
         ])
-    );
-    assert_eq!(
-        template["Resources"]["RedriveErrorsAlarm"]["Properties"]["MetricName"],
-        "Errors"
     );
     for metric in ["DeadLettered", "DeadLetterFailed"] {
         let (_, a) = find(sqs_keeper_lambda::metrics::NAMESPACE, metric)
@@ -666,13 +780,29 @@ fn alarms_watch_what_the_functions_emit() {
 
 #[test]
 fn logs_records_and_payloads_are_kept_as_declared() {
-    let template = translated_template("main");
+    let main = translated_template("main");
+    let template = translated_template("main-store");
     // Both functions log through Lambda's advanced logging controls, in JSON, at a level
-    // that keeps the EMF lines (Lambda takes a line without a level for INFO).
-    for function in ["WorkerFunction", "RedriveFunction"] {
-        let logging = &template["Resources"][function]["Properties"]["LoggingConfig"];
+    // that keeps the EMF lines (Lambda takes a line without a level for INFO), into the
+    // store's log groups (kept 30 days).
+    for (function, group) in [
+        ("WorkerFunction", "LogGroupName"),
+        ("RedriveFunction", "RedriveLogGroupName"),
+    ] {
+        let logging = &main["Resources"][function]["Properties"]["LoggingConfig"];
         assert_eq!(logging["LogFormat"], "JSON", "{function}");
         assert_eq!(logging["ApplicationLogLevel"], "INFO", "{function}");
+        assert_eq!(
+            logging["LogGroup"],
+            serde_json::json!({"Fn::GetAtt": ["Store", format!("Outputs.{group}")]}),
+            "{function}"
+        );
+    }
+    for group in ["LogGroup", "RedriveLogGroup"] {
+        assert_eq!(
+            template["Resources"][group]["Properties"]["RetentionInDays"],
+            30
+        );
     }
 
     let table = &template["Resources"]["DeadLetterTable"]["Properties"];
@@ -715,7 +845,7 @@ fn logs_records_and_payloads_are_kept_as_declared() {
     assert!(
         allow["sourceQueueArns"][0]
             .to_string()
-            .contains("${AWS::StackName}-source"),
+            .contains("${FunctionName}-source"),
         "{allow}"
     );
 }
@@ -723,38 +853,60 @@ fn logs_records_and_payloads_are_kept_as_declared() {
 #[test]
 fn every_role_grants_least_privilege() {
     let template = translated_template("main");
-    // Least privilege: no wildcard actions; wildcard resources only for X-Ray.
+    let store = translated_template("main-store");
+    // Each role attaches one managed policy, the store's for its function, and inline
+    // policies of its own.
+    let mut documents: Vec<(String, &Value)> = Vec::new();
     for (name, role) in resources_of_type(&template, "AWS::IAM::Role") {
-        for policy in role["Properties"]["Policies"].as_array().unwrap() {
-            for statement in statements(&policy["PolicyDocument"]) {
-                let actions: Vec<&str> = statement["Action"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_str().unwrap())
-                    .collect();
+        let output = match name.as_str() {
+            "WorkerRole" => "Outputs.HandlerPolicyArn",
+            "RedriveRole" => "Outputs.RedrivePolicyArn",
+            other => panic!("an unexpected role {other}"),
+        };
+        assert_eq!(
+            role["Properties"]["ManagedPolicyArns"],
+            serde_json::json!([{"Fn::GetAtt": ["Store", output]}]),
+            "{name}"
+        );
+        for (policy, _) in inline_policies(role) {
+            documents.push((name.clone(), &policy["PolicyDocument"]));
+        }
+    }
+    for (name, _) in resources_of_type(&store, "AWS::IAM::ManagedPolicy") {
+        documents.push((name.clone(), managed_policy(&store, name)));
+    }
+    assert_eq!(
+        documents.len(),
+        5,
+        "two inline policies of the redrive role, one of the worker's, two managed"
+    );
+    // Least privilege: no wildcard actions; wildcard resources only for X-Ray.
+    for (name, document) in &documents {
+        for statement in statements(document) {
+            let actions: Vec<&str> = statement["Action"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap())
+                .collect();
+            assert!(
+                actions.iter().all(|a| !a.contains('*')),
+                "{name}: wildcard action in {actions:?}"
+            );
+            if statement["Resource"] == "*" {
                 assert!(
-                    actions.iter().all(|a| !a.contains('*')),
-                    "{name}: wildcard action in {actions:?}"
+                    actions.iter().all(|a| a.starts_with("xray:")),
+                    "{name}: * resource for {actions:?}"
                 );
-                if statement["Resource"] == "*" {
-                    assert!(
-                        actions.iter().all(|a| a.starts_with("xray:")),
-                        "{name}: * resource for {actions:?}"
-                    );
-                }
             }
         }
-        assert!(
-            role["Properties"].get("ManagedPolicyArns").is_none(),
-            "{name} uses managed policies"
-        );
     }
 
     // The downstream credential: both functions may read that one secret, and only when
     // one is configured; the parameters go together.
     for role in ["WorkerRole", "RedriveRole"] {
-        let (secret, condition) = statement(&template["Resources"][role], "DownstreamCredential");
+        let (secret, condition) =
+            role_statement(&template["Resources"][role], "DownstreamCredential");
         assert_eq!(condition, Some("HasDownstreamAuth"), "{role}");
         assert_eq!(
             secret["Action"],
@@ -766,6 +918,16 @@ fn every_role_grants_least_privilege() {
             "{role}"
         );
     }
+    // The polling control reaches the worker's own event source mapping only.
+    let (polling, condition) =
+        role_statement(&template["Resources"]["RedriveRole"], "PauseWorkerPolling");
+    assert_eq!(condition, Some("UseBreaker"));
+    assert!(
+        polling["Resource"]
+            .to_string()
+            .contains("event-source-mapping:${WorkerFunctionSource}"),
+        "{polling}"
+    );
     assert_eq!(
         template["Conditions"]["HasDownstreamAuth"],
         serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "DownstreamAuthSecretArn"}, ""]}]})
@@ -795,8 +957,8 @@ fn every_role_grants_least_privilege() {
     // Extended Client payloads: the worker reads and lists its own bucket and the
     // producers' (a missing object is then a 404, not_found, rather than a 403), within
     // the size cap; the variables come from the parameters.
-    let worker_role = &template["Resources"]["WorkerRole"];
-    let (list, condition) = statement(worker_role, "ListPayloads");
+    let worker_policy = managed_policy(&store, "HandlerPolicy");
+    let (list, condition) = statement(worker_policy, "ListPayloads");
     assert_eq!(condition, None);
     assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
     assert_eq!(
@@ -807,7 +969,7 @@ fn every_role_grants_least_privilege() {
         ("ProducerPayloads", "s3:GetObject", "/*"),
         ("ListProducerPayloads", "s3:ListBucket", ""),
     ] {
-        let (producer, condition) = statement(worker_role, sid);
+        let (producer, condition) = statement(worker_policy, sid);
         assert_eq!(condition, Some("HasPayloadBuckets"), "{sid}");
         assert_eq!(producer["Action"], serde_json::json!([action]), "{sid}");
         let resource = producer["Resource"].to_string();
@@ -824,7 +986,8 @@ fn every_role_grants_least_privilege() {
     // On a FIFO DLQ the sweep moves each message it keeps behind its group: a copy sent
     // to the DLQ itself (`DeadLetterQueue::rotate`), which the emulators' IAM-free runs and the
     // standard-queue IAM audit would not catch missing.
-    let (sweep, _) = statement(&template["Resources"]["RedriveRole"], "SweepDlq");
+    let redrive_policy = managed_policy(&store, "RedrivePolicy");
+    let (sweep, _) = statement(redrive_policy, "SweepDlq");
     assert!(
         sweep["Action"]
             .as_array()
@@ -836,8 +999,12 @@ fn every_role_grants_least_privilege() {
         sweep["Resource"],
         serde_json::json!({"Fn::GetAtt": ["DeadLetterQueue", "Arn"]})
     );
-    let (list, _) = statement(&template["Resources"]["RedriveRole"], "ListPayloads");
+    let (list, _) = statement(redrive_policy, "ListPayloads");
     assert_eq!(list["Action"], serde_json::json!(["s3:ListBucket"]));
+    assert_eq!(
+        store["Resources"]["RedrivePolicy"]["Condition"],
+        "HasRedrive"
+    );
     assert_eq!(
         template["Parameters"]["PayloadBuckets"]["Type"],
         "CommaDelimitedList"
@@ -847,25 +1014,24 @@ fn every_role_grants_least_privilege() {
         template["Parameters"]["PayloadMaxBytes"]["Default"],
         33_554_432
     );
-    let worker_vars =
-        &template["Resources"]["WorkerFunction"]["Properties"]["Environment"]["Variables"];
+    let variables = store_environment_text(&store);
+    for entry in [
+        r#""WORKER_PAYLOAD_BUCKETS": "${Buckets}""#,
+        r#""WORKER_PAYLOAD_MAX_BYTES": "${PayloadMaxBytes}""#,
+    ] {
+        assert!(variables.contains(entry), "{entry}");
+    }
     assert_eq!(
-        worker_vars["WORKER_PAYLOAD_BUCKETS"],
+        store["Outputs"]["Environment"]["Value"]["Fn::Sub"][1]["Buckets"],
         serde_json::json!({"Fn::Join": [",", {"Ref": "PayloadBuckets"}]})
-    );
-    assert_eq!(
-        worker_vars["WORKER_PAYLOAD_MAX_BYTES"],
-        serde_json::json!({"Fn::Sub": "${PayloadMaxBytes}"})
     );
 }
 
-/// In the main stack and in the store a handler nests: alarms reach a topic CloudWatch can
-/// use, and what holds messages and records outlives the stack.
+/// In the store (the main stack's and a handler's): alarms reach a topic CloudWatch can use,
+/// and what holds messages, records and logs outlives the stack.
 #[test]
 fn alarms_reach_a_topic_cloudwatch_can_use_and_state_is_retained() {
-    for which in ["main", "store"] {
-        alarms_reach_a_usable_topic_and_state_is_retained(&translated_template(which), which);
-    }
+    alarms_reach_a_usable_topic_and_state_is_retained(&translated_template("store"), "store");
 }
 
 fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value, which: &str) {
@@ -950,13 +1116,9 @@ fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value, which: &s
     // What holds messages and records outlives the stack and any replacement.
     // The idempotency table too: a replacement would lose the completion records, and
     // recent work would run again. And the breaker's: a replacement mid-outage closes it.
-    // The store also keeps its function's logs. Both let a failed first creation delete
-    // what it made, so that the deploy can be tried again under the same names.
-    let kept = if which == "store" {
-        &["LogGroup"][..]
-    } else {
-        &[][..]
-    };
+    // And the functions' logs. Each lets a failed first creation delete what it made, so
+    // that the deploy can be tried again under the same names.
+    let kept = ["LogGroup", "RedriveLogGroup"];
     let deletion = "RetainExceptOnCreate";
     for name in [
         "SourceQueue",
@@ -967,7 +1129,7 @@ fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value, which: &s
         "BreakerTable",
     ]
     .iter()
-    .chain(kept)
+    .chain(&kept)
     {
         assert_eq!(
             resources[name]["DeletionPolicy"], deletion,
@@ -984,71 +1146,69 @@ fn alarms_reach_a_usable_topic_and_state_is_retained(template: &Value, which: &s
 /// the ticket topic when one is given, and none of them fires on one expected dead letter.
 #[test]
 fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
-    let template = translated_template("main");
+    let store = translated_template("store");
+    let main = translated_template("main");
     let alarm_topic = serde_json::json!({"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]});
     let ticket_topic =
         serde_json::json!({"Fn::If": ["HasTicketTopic", {"Ref": "TicketTopicArn"}, alarm_topic]});
-    let tickets = ["DlqDepthAlarm", "DeadLetteredAlarm", "WorkerThrottlesAlarm"];
-    for (name, alarm) in resources_of_type(&template, "AWS::CloudWatch::Alarm") {
-        let p = &alarm["Properties"];
-        let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
-        let ticket = tickets.contains(&name.as_str());
-        let (severity, topic) = if ticket {
-            ("-ticket-", &ticket_topic)
-        } else {
-            ("-page-", &alarm_topic)
-        };
-        assert!(
-            alarm_name.starts_with("${AWS::StackName}") && alarm_name.contains(severity),
-            "{name}: {alarm_name}"
-        );
-        assert_eq!(p["AlarmActions"][0], *topic, "{name}");
-    }
-    // The store a handler nests: the same severities and topics, and the source queue's
-    // age pages. Nothing redrives in a handler's stack, so a dead letter stays until an
+    // Without a redrive function nothing redrives, so a dead letter stays until an
     // operator acts: the DLQ's age opens a ticket, and what pages watches the function,
-    // its writes, its queue and its breaker, never the DLQ.
-    let handler = translated_template("store");
-    let handler_tickets = [
+    // its writes, its queue and its breaker, never the DLQ. With one (the main stack's),
+    // the oldest dead item's age pages, and so do the redrive function's errors.
+    let tickets = [
         "DlqDepthAlarm",
         "DlqAgeAlarm",
         "DeadLetteredAlarm",
         "HandlerThrottlesAlarm",
     ];
-    let pages: BTreeSet<&str> = resources_of_type(&handler, "AWS::CloudWatch::Alarm")
-        .into_iter()
-        .map(|(name, _)| name.as_str())
-        .filter(|name| !handler_tickets.contains(name))
-        .collect();
+    let with_redrive = ["DeadItemAgeAlarm", "RedriveErrorsAlarm"];
+    let mut pages = BTreeSet::new();
+    for (name, alarm) in resources_of_type(&store, "AWS::CloudWatch::Alarm") {
+        let p = &alarm["Properties"];
+        let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
+        let (severity, topic) = if tickets.contains(&name.as_str()) {
+            ("-ticket-", &ticket_topic)
+        } else {
+            pages.insert(name.as_str());
+            ("-page-", &alarm_topic)
+        };
+        assert!(
+            alarm_name.starts_with("${FunctionName}-") && alarm_name.contains(severity),
+            "{name}: {alarm_name}"
+        );
+        assert_eq!(p["AlarmActions"][0], *topic, "{name}");
+        let condition = alarm["Condition"].as_str();
+        if with_redrive.contains(&name.as_str()) {
+            assert_eq!(condition, Some("HasRedrive"), "{name}");
+        }
+        if name == "DlqAgeAlarm" {
+            assert_eq!(condition, Some("NoRedrive"), "{name}");
+        }
+    }
     assert_eq!(
         pages,
         BTreeSet::from([
             "BreakerOpenAlarm",
             "DeadLetterFailedAlarm",
             "HandlerErrorsAlarm",
-            "SourceAgeAlarm"
+            "SourceAgeAlarm",
+            "DeadItemAgeAlarm",
+            "RedriveErrorsAlarm",
         ])
     );
-    // A day, as docs/DEPLOY.md says.
     assert_eq!(
-        handler["Parameters"]["DlqAgeAlarmSeconds"]["Default"],
-        86400
+        store["Conditions"]["NoRedrive"],
+        serde_json::json!({"Fn::Equals": [{"Ref": "RedriveFunctionName"}, ""]})
     );
-    for (name, alarm) in resources_of_type(&handler, "AWS::CloudWatch::Alarm") {
-        let p = &alarm["Properties"];
-        let alarm_name = p["AlarmName"]["Fn::Sub"].as_str().unwrap_or_default();
-        let (severity, topic) = if handler_tickets.contains(&name.as_str()) {
-            ("-ticket-", ticket_topic.clone())
-        } else {
-            ("-page-", alarm_topic.clone())
-        };
-        assert!(
-            alarm_name.contains(severity),
-            "handler {name}: {alarm_name}"
-        );
-        assert_eq!(p["AlarmActions"][0], topic, "handler {name}");
-    }
-    let source_age = &handler["Resources"]["SourceAgeAlarm"]["Properties"];
+    assert_eq!(
+        store["Conditions"]["HasRedrive"],
+        serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "RedriveFunctionName"}, ""]}]})
+    );
+    // A day for a handler's ticket, as docs/DEPLOY.md says; an hour for the main stack's
+    // page.
+    assert_eq!(store["Parameters"]["DlqAgeAlarmSeconds"]["Default"], 86400);
+    assert_eq!(main["Parameters"]["DlqAgeAlarmSeconds"]["Default"], 3600);
+    let source_age = &store["Resources"]["SourceAgeAlarm"]["Properties"];
     assert_eq!(source_age["MetricName"], "ApproximateAgeOfOldestMessage");
     assert_eq!(
         source_age["Dimensions"][0]["Value"],
@@ -1058,13 +1218,13 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
         source_age["Threshold"],
         serde_json::json!({"Ref": "SourceAgeAlarmSeconds"})
     );
-    let parameters = &template["Parameters"];
+    let parameters = &store["Parameters"];
     assert_eq!(parameters["TicketTopicArn"]["Default"], "");
     assert_eq!(
-        template["Conditions"]["HasTicketTopic"],
+        store["Conditions"]["HasTicketTopic"],
         serde_json::json!({"Fn::Not": [{"Fn::Equals": [{"Ref": "TicketTopicArn"}, ""]}]})
     );
-    let dead_lettered = &template["Resources"]["DeadLetteredAlarm"]["Properties"];
+    let dead_lettered = &store["Resources"]["DeadLetteredAlarm"]["Properties"];
     assert_eq!(
         dead_lettered["Threshold"],
         serde_json::json!({"Ref": "DeadLetteredAlarmThreshold"})
@@ -1077,30 +1237,78 @@ fn alarms_page_or_open_a_ticket_and_one_dead_letter_pages_nobody() {
         "one dead letter must not fire it"
     );
     assert_eq!(parameters["DlqDepthAlarmThreshold"]["Default"], 0);
-    // The handler's: the same threshold, by the same parameter and default.
-    assert_eq!(
-        handler["Resources"]["DeadLetteredAlarm"]["Properties"]["Threshold"],
-        serde_json::json!({"Ref": "DeadLetteredAlarmThreshold"})
-    );
-    assert_eq!(
-        handler["Parameters"]["DeadLetteredAlarmThreshold"]["Default"],
-        parameters["DeadLetteredAlarmThreshold"]["Default"]
-    );
 }
 
 /// SNS topics, EventBridge rules and S3 buckets named by parameter may send to the source
 /// queue, each service for the resources named only; with none named there is no policy.
 #[test]
 fn producers_named_may_send_to_the_source_queue_and_no_one_else() {
-    for which in ["main", "store"] {
-        producers_may_send(&translated_template(which));
-    }
-    // The store's idempotency table is kept as the main stack's is (but when its creation
-    // rolls back).
-    let handler = translated_template("store");
-    let idempotency = &handler["Resources"]["IdempotencyTable"];
+    let store = translated_template("store");
+    producers_may_send(&store);
+    // The store's idempotency table is kept (but when its creation rolls back).
+    let idempotency = &store["Resources"]["IdempotencyTable"];
     assert_eq!(idempotency["DeletionPolicy"], "RetainExceptOnCreate");
     assert_eq!(idempotency["UpdateReplacePolicy"], "Retain");
+}
+
+/// The main stack nests the store and holds no store resource of its own. Every store
+/// parameter is the main template's too, with the same type and bounds, passed through:
+/// lists joined back into one string, the worker's timeout as the store's `TimeoutSeconds`,
+/// and the functions' names. One default differs: the main stack's DLQ age alarm pages (its
+/// redrive function runs), and sooner.
+#[test]
+fn the_main_stack_nests_the_store_and_passes_every_parameter_through() {
+    let main = translated_template("main");
+    let store = translated_template("main-store");
+    let nested = &main["Resources"]["Store"];
+    assert_eq!(nested["Type"], "AWS::CloudFormation::Stack");
+    let passed = nested["Properties"]["Parameters"].as_object().unwrap();
+    let parameters = store["Parameters"].as_object().unwrap();
+    assert_eq!(passed.len(), parameters.len());
+    for (name, parameter) in parameters {
+        let given = match name.as_str() {
+            "FunctionName" | "RedriveFunctionName" => continue,
+            "TimeoutSeconds" => "WorkerTimeoutSeconds",
+            other => other,
+        };
+        let ours = main["Parameters"]
+            .get(given)
+            .unwrap_or_else(|| panic!("the main template has no {given}"));
+        for field in [
+            "Type",
+            "AllowedValues",
+            "AllowedPattern",
+            "MinValue",
+            "MaxValue",
+        ] {
+            assert_eq!(ours.get(field), parameter.get(field), "{given}'s {field}");
+        }
+        if given != "DlqAgeAlarmSeconds" {
+            assert_eq!(ours.get("Default"), parameter.get("Default"), "{given}");
+        }
+        let expected = if parameter["Type"] == "CommaDelimitedList" {
+            serde_json::json!({"Fn::Join": [",", {"Ref": given}]})
+        } else {
+            serde_json::json!({"Ref": given})
+        };
+        assert_eq!(passed[name], expected, "{name}");
+    }
+    // What holds state, alarms, plots or notifies is the store's only.
+    for kind in [
+        "AWS::SQS::Queue",
+        "AWS::DynamoDB::Table",
+        "AWS::S3::Bucket",
+        "AWS::Logs::LogGroup",
+        "AWS::CloudWatch::Alarm",
+        "AWS::CloudWatch::Dashboard",
+        "AWS::SNS::Topic",
+        "AWS::KMS::Key",
+    ] {
+        assert!(
+            resources_of_type(&main, kind).is_empty(),
+            "the main template has a {kind} of its own"
+        );
+    }
 }
 
 fn producers_may_send(template: &Value) {
@@ -1348,31 +1556,37 @@ async fn deployed_worker_is_configured(main: &Deployment, secret_arn: &str) {
         .await
         .unwrap();
     let vars = worker.environment().unwrap().variables().unwrap();
-    let names: BTreeSet<String> = vars.keys().cloned().collect();
+    // The worker's own variables and the store's, which it takes whole.
+    let store: serde_json::Map<String, Value> =
+        serde_json::from_str(&vars["SQS_KEEPER_STORE"]).unwrap();
+    let mut names: BTreeSet<String> = vars
+        .keys()
+        .filter(|k| *k != "SQS_KEEPER_STORE")
+        .cloned()
+        .collect();
+    names.extend(store.keys().cloned());
     let code: BTreeSet<String> = sqs_keeper_lambda::config::WorkerConfig::documented_variables()
         .keys()
         .map(|k| k.to_string())
         .collect();
     assert_eq!(names, code);
-    assert_eq!(vars["DLQ_TABLE"], outputs["DeadLetterTableName"]);
-    assert_eq!(vars["DLQ_QUEUE_URL"], outputs["DeadLetterQueueUrl"]);
-    assert_eq!(vars["WORKER_MAX_RECEIVE_COUNT"], "5");
+    assert_eq!(store["DLQ_TABLE"], outputs["DeadLetterTableName"]);
+    assert_eq!(store["DLQ_QUEUE_URL"], outputs["DeadLetterQueueUrl"]);
+    assert_eq!(store["WORKER_MAX_RECEIVE_COUNT"], "5");
     // The deployed values pass the worker's own validation.
     let config =
         sqs_keeper_lambda::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
     assert_eq!(config.handler.batch.max_receive_count, Some(5));
     assert_eq!(
-        config.handler.store.unwrap().table,
+        config.handler.store.as_ref().unwrap().table,
         outputs["DeadLetterTableName"]
     );
     assert_eq!(worker.timeout(), Some(30));
     assert_eq!(worker.handler(), Some("bootstrap"));
 
-    assert_eq!(vars["WORKER_PAYLOAD_BUCKETS"], "producer-a,producer-b");
-    assert_eq!(vars["WORKER_PAYLOAD_MAX_BYTES"], "1048576");
+    assert_eq!(store["WORKER_PAYLOAD_BUCKETS"], "producer-a,producer-b");
+    assert_eq!(store["WORKER_PAYLOAD_MAX_BYTES"], "1048576");
     assert_eq!(vars["WORKER_DOWNSTREAM_AUTH_SECRET"], secret_arn);
-    let config =
-        sqs_keeper_lambda::config::WorkerConfig::from_lookup(&|k| vars.get(k).cloned()).unwrap();
     assert_eq!(
         config
             .handler
@@ -1411,21 +1625,9 @@ async fn deployed_redrive_is_configured(main: &Deployment, secret_arn: &str) {
 async fn deployed_roles_grant_the_buckets_and_secret(main: &Deployment, secret_arn: &str) {
     let (outputs, physical) = (&main.outputs, &main.physical);
     let iam = aws_sdk_iam::Client::new(&main.shared);
-    let policy = |role: &str, name: &'static str| {
-        let iam = iam.clone();
-        let role = physical[role].clone();
-        async move {
-            let output = iam
-                .get_role_policy()
-                .role_name(role)
-                .policy_name(name)
-                .send()
-                .await
-                .unwrap();
-            percent_decoded(output.policy_document())
-        }
-    };
-    let worker_policy = policy("WorkerRole", "worker").await;
+    let worker_policy = role_policies(&iam, &physical["WorkerRole"])
+        .await
+        .join("\n");
     let bucket = &outputs["PayloadBucketName"];
     // A whole ARN, closed by the quote of a JSON (AWS) or Python (moto) string.
     let has = |document: &str, arn: &str| {
@@ -1445,12 +1647,42 @@ async fn deployed_roles_grant_the_buckets_and_secret(main: &Deployment, secret_a
         !worker_policy.contains("arn:aws:s3:::/*") && !worker_policy.contains("arn:aws:s3:::,"),
         "an empty bucket name slipped in: {worker_policy}"
     );
-    let redrive_policy = policy("RedriveRole", "redrive").await;
+    let redrive_policy = role_policies(&iam, &physical["RedriveRole"])
+        .await
+        .join("\n");
     assert!(redrive_policy.contains(secret_arn), "{redrive_policy}");
     // Its DLQ sweep adopts a message whose body points at a producer's payload by reading
     // that payload: the producers' buckets, read-only.
     for arn in ["arn:aws:s3:::producer-a/*", "arn:aws:s3:::producer-b"] {
         assert!(has(&redrive_policy, arn), "{arn} not in {redrive_policy}");
+    }
+}
+
+/// Detaches the store's managed policies from the main stack's roles. CloudFormation
+/// detaches them when it deletes a role; moto 5.2.5 refuses to delete the role instead
+/// (`DeleteConflict`), and with it the stack.
+async fn detach_managed_policies(main: &Deployment) {
+    let iam = aws_sdk_iam::Client::new(&main.shared);
+    for role in ["WorkerRole", "RedriveRole"] {
+        let role = &main.physical[role];
+        let attached = iam
+            .list_attached_role_policies()
+            .role_name(role)
+            .send()
+            .await
+            .unwrap();
+        for arn in attached
+            .attached_policies()
+            .iter()
+            .filter_map(|p| p.policy_arn())
+        {
+            iam.detach_role_policy()
+                .role_name(role)
+                .policy_arn(arn)
+                .send()
+                .await
+                .unwrap();
+        }
     }
 }
 
@@ -1463,6 +1695,7 @@ async fn deleting_the_stack_keeps_its_state(main: &Deployment) {
         &main.cloudformation,
         &main.stack,
     );
+    detach_managed_policies(main).await;
     cloudformation
         .delete_stack()
         .stack_name(stack.as_str())
@@ -1871,8 +2104,9 @@ fn default_spacing(template: &Value, receives: u32) -> Duration {
 /// with the longest visibility timeout, and its description states how many receives fit.
 #[test]
 fn the_default_spacing_fits_the_source_queues_retention() {
-    let template = translated_template("template");
-    let source = &template["Resources"]["SourceQueue"]["Properties"];
+    let template = translated_template("main");
+    let store = translated_template("main-store");
+    let source = &store["Resources"]["SourceQueue"]["Properties"];
     let retention = Duration::from_secs(source["MessageRetentionPeriod"].as_u64().unwrap());
     let longest_visibility = Duration::from_secs(5700);
     let receives = u32::try_from(
@@ -1895,39 +2129,34 @@ fn the_default_spacing_fits_the_source_queues_retention() {
     );
 }
 
-/// The record table's indexes hold what the queries filter on, not whole records, in both
-/// templates and in the table the local pipeline creates (one list, the code's); a stack
-/// first deployed with whole-record indexes can keep them (`IndexProjection=ALL`).
+/// The record table's indexes hold what the queries filter on, not whole records, in the
+/// store both templates nest and in the table the local pipeline creates (one list, the
+/// code's); a stack first deployed with whole-record indexes can keep them
+/// (`IndexProjection=ALL`).
 #[test]
 fn the_record_indexes_are_narrow_by_default_and_match_the_code() {
-    for which in ["main", "store"] {
-        let template = translated_template(which);
-        assert_eq!(
-            template["Parameters"]["IndexProjection"]["Default"], "INCLUDE",
-            "{which}"
-        );
-        let table = resources_of_type(&template, "AWS::DynamoDB::Table")
-            .into_iter()
-            .find(|(_, t)| t["Properties"]["GlobalSecondaryIndexes"].is_array())
-            .map(|(_, t)| &t["Properties"])
-            .unwrap();
-        for index in table["GlobalSecondaryIndexes"].as_array().unwrap() {
-            let pk = index["KeySchema"][0]["AttributeName"].as_str().unwrap();
-            let projection = &index["Projection"]["Fn::If"];
-            assert_eq!(projection[0], "NarrowIndexes", "{which}");
-            assert_eq!(projection[1]["ProjectionType"], "INCLUDE");
-            let listed: Vec<String> = projection[1]["NonKeyAttributes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap().to_string())
-                .collect();
-            assert_eq!(
-                listed,
-                sqs_keeper_aws::schema::index_attributes(pk),
-                "{which} {pk}"
-            );
-            assert_eq!(projection[2]["ProjectionType"], "ALL");
-        }
+    let template = translated_template("store");
+    assert_eq!(
+        template["Parameters"]["IndexProjection"]["Default"],
+        "INCLUDE"
+    );
+    let table = resources_of_type(&template, "AWS::DynamoDB::Table")
+        .into_iter()
+        .find(|(_, t)| t["Properties"]["GlobalSecondaryIndexes"].is_array())
+        .map(|(_, t)| &t["Properties"])
+        .unwrap();
+    for index in table["GlobalSecondaryIndexes"].as_array().unwrap() {
+        let pk = index["KeySchema"][0]["AttributeName"].as_str().unwrap();
+        let projection = &index["Projection"]["Fn::If"];
+        assert_eq!(projection[0], "NarrowIndexes");
+        assert_eq!(projection[1]["ProjectionType"], "INCLUDE");
+        let listed: Vec<String> = projection[1]["NonKeyAttributes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(listed, sqs_keeper_aws::schema::index_attributes(pk), "{pk}");
+        assert_eq!(projection[2]["ProjectionType"], "ALL");
     }
 }
