@@ -91,8 +91,8 @@ lint() {
   translate
   echo "cfn-lint: SAM template"
   "$VENV/bin/cfn-lint" --region us-east-1 -- "$TEMPLATE"
-  echo "cfn-lint: translated template"
-  "$VENV/bin/cfn-lint" --region us-east-1 -- "$OUT/template.json"
+  echo "cfn-lint: translated template, and the store as it nests it"
+  "$VENV/bin/cfn-lint" --region us-east-1 -- "$OUT/template.json" "$OUT/template.json.Store.json"
   echo "cfn-lint: handler template (SAM and translated)"
   "$VENV/bin/cfn-lint" --region us-east-1 -- "$HANDLER_TEMPLATE" "$OUT/handler.json"
   echo "cfn-lint: the store, and the template keeper new writes (SAM and translated)"
@@ -114,8 +114,9 @@ scan() {
     checkov_file "$TEMPLATE"
     echo "checkov: translated template"
     checkov_file "$OUT/template.json"
-    echo "checkov: the store"
+    echo "checkov: the store, and as the main template nests it"
     checkov_file "$STORE_TEMPLATE"
+    checkov_file "$OUT/template.json.Store.json"
     echo "checkov: handler templates (SAM and translated), without the team's own choices ($TEAM_SKIPS)"
     for template in "$HANDLER_TEMPLATE" "$OUT/handler.json" "$SCAFFOLD/template.yaml" "$OUT/scaffold.json" \
       "$CDK_OUT/Orders.template.json"; do
