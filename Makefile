@@ -173,8 +173,9 @@ package:
 
 # Not part of `make test` (a few minutes): per-record CPU against Powertools (its venv is
 # created by scripts/bench-python.sh) and the serde_json floor, cold start, size, peak RSS,
-# concurrency, dead-letter overhead, and the cost per million messages end to end against
-# Powertools' workers, on the function binaries built exactly as `make package` builds them.
+# concurrency, dead-letter overhead, the cost per million messages end to end against
+# Powertools' workers, and the all-in cost (every AWS request counted, four configurations),
+# on the function binaries built exactly as `make package` builds them.
 # Figures go to target/bench/bench.json and docs/BENCHMARKS.md.
 bench: emulator
 	$(CARGO) build --release -p sqs-keeper-local --bin keeper

@@ -8,8 +8,11 @@ managed runtime runs a handler:
 
     python -m awslambdaric powertools_worker.handler_sync    # BatchProcessor, one record at a time
     python -m awslambdaric powertools_worker.handler_async   # AsyncBatchProcessor, all at once
+    python -m awslambdaric powertools_worker.handler_idempotent
+        # BatchProcessor, each record through Powertools' idempotency on DynamoDB
+        # (IDEMPOTENCY_TABLE, keyed by the message id), as its documentation shows
 
-scripts/bench-python.sh worker sync|async does that with the pinned packages. The HTTP clients
+scripts/bench-python.sh worker sync|async|idempotent does that with the pinned packages. The HTTP clients
 live for the sandbox's life (one keep-alive connection for the sync handler, one aiohttp
 session on the sandbox's one event loop for the async one), as a tuned Python handler keeps
 them.
@@ -117,4 +120,45 @@ def handler_async(event, context):
     # event loop of the sandbox, so the session and its connections are reused.
     return async_process_partial_response(
         event=event, record_handler=async_record_handler, processor=_async_processor, context=context
+    )
+
+
+# --- BatchProcessor with Powertools' idempotency on DynamoDB ----------------------------------
+
+_idempotent_handler = None
+
+
+def _idempotent_record_handler():
+    """The record handler wrapped by `idempotent_function`, built on first use: the table comes
+    from IDEMPOTENCY_TABLE, and boto3 reads its endpoint from the environment."""
+    global _idempotent_handler
+    if _idempotent_handler is None:
+        from aws_lambda_powertools.utilities.idempotency import (
+            DynamoDBPersistenceLayer,
+            IdempotencyConfig,
+            idempotent_function,
+        )
+
+        persistence = DynamoDBPersistenceLayer(table_name=os.environ["IDEMPOTENCY_TABLE"])
+        config = IdempotencyConfig(event_key_jmespath="messageId")
+
+        @idempotent_function(
+            data_keyword_argument="record", config=config, persistence_store=persistence
+        )
+        def handle(record: SQSRecord):
+            record_handler(record)
+            return {"status": "done"}
+
+        _idempotent_handler = (handle, config)
+    return _idempotent_handler
+
+
+def handler_idempotent(event, context):
+    handle, config = _idempotent_record_handler()
+    config.register_lambda_context(context)
+    return process_partial_response(
+        event=event,
+        record_handler=lambda record: handle(record=record),
+        processor=_processor,
+        context=context,
     )

@@ -1444,3 +1444,69 @@ async fn a_purge_failing_midway_keeps_records_with_their_dlq_messages() {
     assert!(p.records().await.is_empty());
     assert_eq!(p.dlq_depth().await, 0);
 }
+
+/// A metered proxy bills what AWS would: an SQS request per started 64 KiB chunk, and the
+/// DynamoDB units DynamoDB Local reports, for a client that asks for none (a plain SDK
+/// client here, a peer's boto3 in the all-in benchmark) as for one that does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metered_proxy_bills_sqs_by_chunk_and_dynamodb_by_reported_unit() {
+    let proxy = FaultProxy::start_metered(&e2e::emulator().await)
+        .await
+        .unwrap();
+    let clients = clients_via(&proxy).await;
+    let queue = clients
+        .sqs
+        .create_queue()
+        .queue_name(e2e::unique_prefix("metered"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url()
+        .unwrap()
+        .to_string();
+    let plain = aws_sdk_dynamodb::Client::new(
+        &AwsClients::endpoint_config(&proxy.endpoints(), REGION).await,
+    );
+    let table = e2e::unique_prefix("metered");
+    e2e::create_table_named(&plain, &table, "id").await;
+    proxy.reset_bill();
+
+    for body in ["x".repeat(100 * 1024), "small".to_string()] {
+        clients
+            .sqs
+            .send_message()
+            .queue_url(&queue)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    for (id, bytes) in [("small", 10), ("large", 2_500)] {
+        plain
+            .put_item()
+            .table_name(&table)
+            .item("id", AttributeValue::S(id.into()))
+            .item("data", AttributeValue::S("d".repeat(bytes)))
+            .send()
+            .await
+            .unwrap();
+    }
+    for consistent in [true, false] {
+        plain
+            .get_item()
+            .table_name(&table)
+            .key("id", AttributeValue::S("small".into()))
+            .consistent_read(consistent)
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let bill = proxy.bill();
+    assert_eq!(bill.sqs_requests, 3, "{bill:?}");
+    assert_eq!(bill.requests["sqs:SendMessage"], 2);
+    // 1 KB write units: one for the small item, three for 2.5 KB.
+    assert_eq!(bill.dynamodb_write_units, 4.0, "{bill:?}");
+    // A strongly consistent read of up to 4 KB is one unit, an eventually consistent half.
+    assert_eq!(bill.dynamodb_read_units, 1.5, "{bill:?}");
+}

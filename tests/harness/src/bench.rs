@@ -7,6 +7,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::bench_allin::{self, AllInBench, Configuration};
 use crate::bench_cost::{self, CostBench};
 use crate::bench_cpu::{self, CpuRun};
 use crate::bench_deadletter::{self, DeadLetterBench};
@@ -73,6 +74,8 @@ pub struct BenchRun {
     pub dead_letter: DeadLetterBench,
     /// Cost per million messages end to end against Powertools.
     pub cost: CostBench,
+    /// What a million messages cost all in, in four configurations, against Powertools.
+    pub all_in: AllInBench,
 }
 
 /// Options of a run.
@@ -102,23 +105,28 @@ pub async fn run(options: &BenchOptions) -> Result<BenchRun, String> {
     let dead_letter = bench_deadletter::run(&options.endpoints, "bench-dl", 100, 5).await?;
     eprintln!("cost per million messages, end to end (ours, Powertools sync and async)...");
     let cost = bench_cost::run(&options.endpoints, &options.bin_dir, options.cost_messages).await?;
+    eprintln!("all-in cost per million messages, four configurations (ours, Powertools)...");
+    let all_in =
+        bench_allin::run(&options.endpoints, &options.bin_dir, options.cost_messages).await?;
     Ok(BenchRun {
         machine: machine(),
         cpu,
         runtime,
         dead_letter,
         cost,
+        all_in,
     })
 }
 
 /// The run as text tables.
 pub fn render(run: &BenchRun) -> String {
     format!(
-        "{}\n{}\n{}\n{}",
+        "{}\n{}\n{}\n{}\n{}",
         bench_cpu::render(&run.cpu),
         bench_runtime::render(&run.runtime),
         bench_deadletter::render(&run.dead_letter),
-        bench_cost::render(&run.cost)
+        bench_cost::render(&run.cost),
+        bench_allin::render(&run.all_in)
     )
 }
 
@@ -306,6 +314,7 @@ pub fn markdown(run: &BenchRun) -> String {
             .join(", ")
     ));
     out.push_str(&cost_markdown(&run.cost));
+    out.push_str(&all_in_markdown(&run.all_in));
     out.push_str(NOTES);
     out
 }
@@ -366,6 +375,64 @@ fn cost_markdown(c: &CostBench) -> String {
             bench_cost::ratios(&scenario.modelled_ratio),
             verdict(met(&scenario.modelled_ratio)),
             bench_cost::ratios(&scenario.floor_ratio),
+        ));
+    }
+    out
+}
+
+/// The all-in section: every AWS request and Lambda's GB-seconds, priced, per configuration.
+fn all_in_markdown(a: &AllInBench) -> String {
+    let p = &a.prices;
+    let mut out = String::from("\n## What a million messages cost, all in\n\n");
+    out.push_str(&format!(
+        "Every request AWS bills, counted from the requests each run made ({} messages per \
+         contender and configuration, batches of {}): the producer's sends (one \
+         `SendMessageBatch` per ten), the poller's receives and deletes, the function's own \
+         SQS, DynamoDB and S3 requests, Lambda's requests, and its GB-seconds at {} MB as \
+         measured here. A metered proxy between each process and the emulators counts them \
+         as AWS bills them: SQS per 64 KiB chunk, DynamoDB in the read and write units \
+         DynamoDB Local reports (every request is sent asking for them). The poller's empty \
+         receives are left out: Lambda's pollers make them whatever the traffic. The queue's \
+         DLQ takes a message on its {}th receive. Ours is the `worker` bootstrap with its \
+         dead-letter store; Powertools is `bench/powertools_worker.py` with `BatchProcessor`, \
+         and with `idempotent_function` on DynamoDB for the idempotency row. A transient \
+         failure fails an item's first three requests (503); a permanent one is a 400.\n\n\
+         Prices: {}. SQS ${} per million requests; DynamoDB on demand ${} per million read \
+         units, ${} per million write units; S3 ${} per thousand PUT and LIST, ${} per \
+         thousand GET; Lambda ${} per million requests, ${} per GB-second on arm64, ${} on \
+         x86_64.\n",
+        a.messages,
+        bench_allin::BATCH_SIZE,
+        bench_allin::MEMORY_MB,
+        bench_allin::MAX_RECEIVE_COUNT,
+        p.as_of,
+        p.sqs_per_million,
+        p.dynamodb_read_per_million,
+        p.dynamodb_write_per_million,
+        p.s3_write_per_thousand,
+        p.s3_read_per_thousand,
+        p.lambda_per_million,
+        p.lambda_gb_second_arm64,
+        p.lambda_gb_second_x86,
+    ));
+    for configuration in Configuration::ALL {
+        out.push_str(&format!(
+            "\n### {}\n\nPer million messages.\n\n| {} |\n|{}\n",
+            configuration.title(),
+            bench_allin::HEADINGS.join(" | "),
+            " --- |".repeat(bench_allin::HEADINGS.len())
+        ));
+        for run in a.runs.iter().filter(|r| r.configuration == configuration) {
+            out.push_str(&format!("| {} |\n", bench_allin::row(run).join(" | ")));
+        }
+        let ratio = a.ratio(configuration);
+        let goal = if configuration == Configuration::Idempotency {
+            format!(" (goal ≤ 0.5: {})", verdict(ratio <= 0.5))
+        } else {
+            String::new()
+        };
+        out.push_str(&format!(
+            "\nOurs ÷ Powertools, dollars per million on arm64: {ratio:.3}{goal}.\n"
         ));
     }
     out

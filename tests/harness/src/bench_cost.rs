@@ -116,9 +116,32 @@ pub struct CostBench {
 pub const BATCH_SIZES: [i32; 2] = [10, 100];
 
 /// Times every invocation it passes on.
-struct TimedInvoker {
+pub(crate) struct TimedInvoker {
     inner: RuntimeApiInvoker,
     durations: Mutex<Vec<Duration>>,
+}
+
+impl TimedInvoker {
+    /// Times the invocations of `inner`.
+    pub(crate) fn new(inner: RuntimeApiInvoker) -> Self {
+        TimedInvoker {
+            inner,
+            durations: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Every invocation's duration so far.
+    fn durations(&self) -> Vec<Duration> {
+        self.durations.lock().map(|d| d.clone()).unwrap_or_default()
+    }
+
+    /// Σ invocation durations, each rounded up to 1 ms as Lambda bills them, ms.
+    pub(crate) fn billed_ms(&self) -> f64 {
+        self.durations()
+            .iter()
+            .map(|d| (d.as_secs_f64() * 1000.0).ceil())
+            .sum()
+    }
 }
 
 impl Invoker for TimedInvoker {
@@ -276,13 +299,10 @@ async fn run_one(
         .await
         .ok_or_else(|| format!("{name} never polled the Runtime API"))?;
     let init = polled.duration_since(spawned);
-    let invoker = TimedInvoker {
-        inner: RuntimeApiInvoker {
-            api,
-            timeout: Duration::from_secs(60),
-        },
-        durations: Mutex::new(Vec::new()),
-    };
+    let invoker = TimedInvoker::new(RuntimeApiInvoker {
+        api,
+        timeout: Duration::from_secs(60),
+    });
     let esm = EventSourceMapping::new(clients.sqs.clone(), &url, &arn, "us-east-1", batch_size);
     let (stats, drained) = esm
         .run_until_drained(&invoker, Duration::from_secs(600))
@@ -297,17 +317,8 @@ async fn run_one(
             "{name} did not process every message once: {stats:?}, drained {drained}"
         ));
     }
-    let durations = invoker
-        .durations
-        .lock()
-        .map(|d| d.clone())
-        .unwrap_or_default();
-    let busy: Duration = durations.iter().sum();
-    let billed_ms = init.as_secs_f64() * 1000.0
-        + durations
-            .iter()
-            .map(|d| (d.as_secs_f64() * 1000.0).ceil())
-            .sum::<f64>();
+    let busy: Duration = invoker.durations().iter().sum();
+    let billed_ms = init.as_secs_f64() * 1000.0 + invoker.billed_ms();
     let cpu_ms = cpu.as_secs_f64() * 1000.0;
     Ok(CostRun {
         contender: name,

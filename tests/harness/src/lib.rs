@@ -26,6 +26,7 @@
 //! the same pieces.
 
 pub mod bench;
+pub mod bench_allin;
 pub mod bench_cost;
 pub mod bench_cpu;
 pub mod bench_deadletter;

@@ -142,7 +142,9 @@ impl OutageSummary {
     }
 }
 
-async fn breaker_table(clients: &AwsClients, name: &str) -> Result<String, String> {
+/// Creates (anew) a pay-per-request table keyed by a string `id`: a breaker's or an
+/// idempotency table.
+pub(crate) async fn breaker_table(clients: &AwsClients, name: &str) -> Result<String, String> {
     let _ = clients
         .dynamodb
         .delete_table()

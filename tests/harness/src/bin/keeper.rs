@@ -164,8 +164,10 @@ enum Command {
     },
     /// Every benchmark in one run (what `make bench` runs): per-record CPU against
     /// Powertools and the serde_json floor, cold start, size, peak RSS, batch concurrency,
-    /// and dead-letter overhead against the emulator. Prints tables, writes the figures as
-    /// JSON and renders docs/BENCHMARKS.md. Run it from a release build.
+    /// dead-letter overhead against the emulator, the GB-seconds per million messages end to
+    /// end, and what a million messages cost all in (as `bench-all-in`). Prints tables,
+    /// writes the figures as JSON and renders docs/BENCHMARKS.md. Run it from a release
+    /// build.
     ///
     /// Example: keeper bench --endpoint-url http://127.0.0.1:5000 --dynamodb-endpoint-url http://127.0.0.1:8000
     Bench {
@@ -204,6 +206,23 @@ enum Command {
         #[arg(long)]
         bin_dir: Option<PathBuf>,
         /// Messages each contender processes.
+        #[arg(long, default_value_t = 1000)]
+        messages: usize,
+    },
+    /// What a million messages cost all in (SQS, DynamoDB, S3 and Lambda requests counted
+    /// as AWS bills them, and Lambda's GB-seconds), for the worker and for Powertools'
+    /// BatchProcessor doing the same work, in four configurations: plain, per-record
+    /// idempotency, 5 % transient failures with spaced retries and the breaker, 1 %
+    /// dead-lettered.
+    ///
+    /// Example: keeper bench-all-in --bin-dir target/lambda --messages 1000
+    BenchAllIn {
+        #[command(flatten)]
+        emulator: EmulatorArgs,
+        /// Where the `worker` binary is (default: next to this binary).
+        #[arg(long)]
+        bin_dir: Option<PathBuf>,
+        /// Messages each contender processes in each configuration.
         #[arg(long, default_value_t = 1000)]
         messages: usize,
     },
@@ -638,6 +657,22 @@ async fn main() -> ExitCode {
                     .await
                     .map(|cost| {
                         println!("{}", sqs_keeper_local::bench_cost::render(&cost));
+                        ExitCode::SUCCESS
+                    })
+            }
+            (Err(e), _) => Err(e),
+            (_, None) => Err("cannot locate the binaries; pass --bin-dir".to_string()),
+        },
+        Command::BenchAllIn {
+            emulator,
+            bin_dir,
+            messages,
+        } => match (emulator.endpoints(), bin_dir.or_else(workspace_bin_dir)) {
+            (Ok(endpoints), Some(bin_dir)) => {
+                sqs_keeper_local::bench_allin::run(&endpoints, &bin_dir, messages)
+                    .await
+                    .map(|bench| {
+                        println!("{}", sqs_keeper_local::bench_allin::render(&bench));
                         ExitCode::SUCCESS
                     })
             }

@@ -35,6 +35,7 @@
 //! | `mod.rs` | [`FaultProxy`], the running proxy and its API: start, rules, counters |
 //! | `operation.rs` | [`Operation`] and [`Service`]: recognising the AWS operation of a request |
 //! | `audit.rs` | [`Access`]: the caller, IAM action and resource of each request, for holding calls to a role |
+//! | `meter.rs` | [`Meter`] and [`Bill`]: what the forwarded requests cost in AWS's billing units, when metered |
 //! | `rules.rs` | [`Rule`], [`Matcher`], [`Fault`], [`Trigger`] and [`Faults`]: which calls fail, how, and the counters |
 //! | `server.rs` | the hyper server: accepting connections, applying the decided fault, forwarding upstream |
 //! | `wire.rs` | the error responses, in each service's wire format (JSON protocol, S3 XML) |
@@ -55,6 +56,7 @@
 //! ```
 
 mod audit;
+mod meter;
 mod operation;
 mod rules;
 mod server;
@@ -67,6 +69,7 @@ use sqs_keeper_aws::Endpoints;
 use tokio::task::JoinHandle;
 
 pub use audit::{percent_decoded, Access, AuditLog, Target};
+pub use meter::{sqs_chunks, Bill, Meter, SQS_CHUNK_BYTES};
 pub use operation::{s3_action, Operation, Service, UNKNOWN_ACTION};
 pub use rules::{Fault, Faults, Matcher, Rule, Trigger};
 
@@ -76,6 +79,7 @@ pub struct FaultProxy {
     addr: SocketAddr,
     faults: Faults,
     audit: AuditLog,
+    meter: Meter,
     task: JoinHandle<()>,
 }
 
@@ -84,13 +88,25 @@ impl FaultProxy {
     /// `upstreams` (`http://host:port` URLs, e.g. the emulators') until dropped. Must be
     /// called inside a tokio runtime.
     pub async fn start(upstreams: &Endpoints) -> std::io::Result<FaultProxy> {
+        Self::start_with(upstreams, Meter::default()).await
+    }
+
+    /// [`FaultProxy::start`], with a meter that bills every request it forwards
+    /// ([`FaultProxy::bill`]). DynamoDB requests go on asking for their consumed capacity.
+    pub async fn start_metered(upstreams: &Endpoints) -> std::io::Result<FaultProxy> {
+        Self::start_with(upstreams, Meter::on()).await
+    }
+
+    async fn start_with(upstreams: &Endpoints, meter: Meter) -> std::io::Result<FaultProxy> {
         let faults = Faults::new();
         let audit = AuditLog::default();
-        let (addr, task) = server::spawn(upstreams, faults.clone(), audit.clone()).await?;
+        let (addr, task) =
+            server::spawn(upstreams, faults.clone(), audit.clone(), meter.clone()).await?;
         Ok(FaultProxy {
             addr,
             faults,
             audit,
+            meter,
             task,
         })
     }
@@ -129,6 +145,17 @@ impl FaultProxy {
     /// in order: what a test holds to the roles of the template.
     pub fn accesses(&self) -> Vec<Access> {
         self.audit.accesses()
+    }
+
+    /// What the requests forwarded so far cost in AWS's billing units (empty unless
+    /// started metered).
+    pub fn bill(&self) -> Bill {
+        self.meter.bill()
+    }
+
+    /// Starts a new bill.
+    pub fn reset_bill(&self) {
+        self.meter.reset();
     }
 
     /// Forgets the counters.

@@ -26,6 +26,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use sqs_keeper_aws::Endpoints;
 
 use super::audit::{accesses, AuditLog};
+use super::meter::Meter;
 use super::operation::{Operation, Service};
 use super::rules::{Fault, Faults};
 use super::wire::error_response;
@@ -93,6 +94,7 @@ struct Shared {
     client: Client<HttpConnector, Full<Bytes>>,
     faults: Faults,
     audit: AuditLog,
+    meter: Meter,
     request_ids: AtomicU64,
 }
 
@@ -103,6 +105,7 @@ pub(super) async fn spawn(
     upstreams: &Endpoints,
     faults: Faults,
     audit: AuditLog,
+    meter: Meter,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
     let upstreams = Upstreams {
         shared: Upstream::parse(&upstreams.shared)?,
@@ -115,6 +118,7 @@ pub(super) async fn spawn(
         client: Client::builder(TokioExecutor::new()).build_http(),
         faults,
         audit,
+        meter,
         request_ids: AtomicU64::new(0),
     });
     let task = tokio::spawn(accept_loop(listener, shared));
@@ -213,10 +217,10 @@ async fn handle(
         shared.request_ids.fetch_add(1, Ordering::Relaxed)
     );
     match fault {
-        None => Ok(forward(shared, operation.service, parts, body).await),
+        None => Ok(forward(shared, &operation, parts, body).await),
         Some(Fault::Delay(delay)) => {
             tokio::time::sleep(delay).await;
-            Ok(forward(shared, operation.service, parts, body).await)
+            Ok(forward(shared, &operation, parts, body).await)
         }
         Some(Fault::ConnectionReset) => {
             let handle = reset_handle
@@ -254,13 +258,21 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Sends the request on to its service's upstream (asking for what the meter counts, when
+/// metered), and returns the answer as it came, counted.
 async fn forward(
     shared: &Shared,
-    service: Service,
+    operation: &Operation,
     mut parts: hyper::http::request::Parts,
     body: Bytes,
 ) -> Response<Full<Bytes>> {
-    parts.uri = match shared.upstreams.for_service(service).uri_for(&parts.uri) {
+    let body = shared.meter.request_body(operation, body);
+    let request_len = body.len();
+    parts.uri = match shared
+        .upstreams
+        .for_service(operation.service)
+        .uri_for(&parts.uri)
+    {
         Ok(uri) => uri,
         Err(error) => return bad_gateway(&format!("cannot build upstream URI: {error}")),
     };
@@ -286,6 +298,9 @@ async fn forward(
         Ok(collected) => collected.to_bytes(),
         Err(error) => return bad_gateway(&format!("upstream body failed: {error}")),
     };
+    shared
+        .meter
+        .record(operation, request_len, parts.status.as_u16(), &body);
     // Content-Length is kept: for HEAD it is the size of the object, not of this body.
     strip_hop_by_hop(&mut parts.headers);
     Response::from_parts(parts, Full::new(body))
