@@ -135,7 +135,8 @@ pub fn at_quiescence(state: &mut State, now: chrono::DateTime<chrono::Utc>) {
                         "dead, but no DLQ message holds it".to_string(),
                     ));
                 }
-                if r.reprocess_eligible && !r.manual_review_required {
+                let doomed = doomed_payload(state, &r.payload.sha256);
+                if r.reprocess_eligible && !r.manual_review_required && !doomed {
                     broken.push((
                         Section::Record,
                         id.clone(),
@@ -247,4 +248,67 @@ fn requeue_awaits_reset(
         .zip(chrono::Duration::from_std(outlived).ok())
         .map(|(at, wait)| at + wait);
     expired && due.is_some_and(|due| due > now)
+}
+
+/// §3 in the worlds with a late outage: once the downstream is back, the schedule's probe
+/// runs reach every eligible item within a few runs, however many items at the head of
+/// the line tell nothing of the downstream (a handler that always panics), since a probe
+/// run takes up to five of them. An item with several DLQ messages takes a run more for
+/// each (a run resolves one and its sweep adopts the next): `budget` gives each item its
+/// runs. Items whose budget is `runs` are checked now.
+pub fn after_recovery(state: &mut State, runs: usize, budget: &BTreeMap<String, usize>) {
+    if budget.is_empty() {
+        return;
+    }
+    let waiting: Vec<String> = state
+        .table
+        .iter()
+        .filter(|(id, row)| !row.corrupt && budget.get(*id).copied() == Some(runs))
+        .filter(|(_, row)| {
+            let r = &row.record;
+            r.status == ItemStatus::Dead
+                && r.reprocess_eligible
+                && !r.manual_review_required
+                && !doomed_payload(state, &r.payload.sha256)
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    state.ext.stats.checks += 1;
+    for id in waiting {
+        state.violate(
+            Section::Record,
+            &id,
+            format!(
+                "dead and eligible {runs} schedule runs after the downstream recovered (the probe did not look past the items that tell nothing)"
+            ),
+        );
+    }
+}
+
+/// The schedule runs each dead item may take to be reached after a late outage: `runs`,
+/// and one more for each DLQ message of its beyond the first.
+pub fn recovery_budget(state: &State, runs: usize) -> BTreeMap<String, usize> {
+    let mut messages: BTreeMap<String, usize> = BTreeMap::new();
+    for m in state.dlq.messages() {
+        *messages.entry(tracked_item(state, m)).or_default() += 1;
+    }
+    state
+        .table
+        .keys()
+        .map(|id| {
+            let extra = messages.get(id).copied().unwrap_or(1).saturating_sub(1);
+            (id.clone(), runs + extra)
+        })
+        .collect()
+}
+
+/// Whether the payload of digest `sha` (as a record holds it: the body, or a pointer's text)
+/// has a handler that panics on every call.
+fn doomed_payload(state: &State, sha: &str) -> bool {
+    let ledger = &state.ext.ledger;
+    ledger.doomed.contains(sha)
+        || ledger
+            .pointers
+            .get(sha)
+            .is_some_and(|body| ledger.doomed.contains(body))
 }

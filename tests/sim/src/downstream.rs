@@ -43,6 +43,9 @@ pub enum Behaviour {
     Forbidden,
     /// The handler panics on half its calls until the faults are healed.
     Panicky,
+    /// The handler panics on every call, healed or not: an item no redrive can finish, and
+    /// whose runs tell nothing of the downstream (the breaker's probe must look past it).
+    Doomed,
 }
 
 impl Behaviour {
@@ -56,6 +59,7 @@ impl Behaviour {
             Behaviour::Gone => "gone",
             Behaviour::Forbidden => "forbidden",
             Behaviour::Panicky => "panicky",
+            Behaviour::Doomed => "doomed",
         }
     }
 
@@ -69,6 +73,7 @@ impl Behaviour {
             Behaviour::Gone,
             Behaviour::Forbidden,
             Behaviour::Panicky,
+            Behaviour::Doomed,
         ]
         .into_iter()
         .find(|b| named(*b))
@@ -306,8 +311,8 @@ impl Processor for Downstream {
             );
         }
         let behaviour = Behaviour::of_body(payload);
-        if behaviour == Behaviour::Panicky {
-            let panics = {
+        if matches!(behaviour, Behaviour::Panicky | Behaviour::Doomed) {
+            let panics = behaviour == Behaviour::Doomed || {
                 let mut state = self.world.lock();
                 !state.faults.healed && state.rng.bool()
             };

@@ -238,6 +238,12 @@ struct Shape {
     /// The failures a record keeps before compaction drops the oldest (4, or the
     /// production store's 50 in the big worlds).
     history_limit: usize,
+    /// The share of healthy payloads whose handler panics on every call (`doomed`): only in
+    /// the `breaker` worlds, where a probe run must look past such an item.
+    doomed_rate: f64,
+    /// Whether the downstream is down for the schedule's first run after the drain, so that
+    /// the breaker opens and the runs after it must probe (some `breaker` worlds).
+    late_outage: bool,
 }
 
 fn shape_of(rng: &mut fastrand::Rng) -> Shape {
@@ -269,6 +275,8 @@ fn shape_of(rng: &mut fastrand::Rng) -> Shape {
         first_send_faults: 0.0,
         table_fault_rates: [0.0, 0.05, 0.2, 0.5],
         history_limit: 4,
+        doomed_rate: 0.0,
+        late_outage: false,
     }
 }
 
@@ -340,6 +348,8 @@ fn focus(shape: &mut Shape, seed: u64) {
             shape.pollers = 3;
             shape.invocations_per_sandbox = rng.usize(1..4);
             shape.table_fault_rates = [0.0, 0.2, 0.5, 1.0];
+            shape.doomed_rate = 0.15;
+            shape.late_outage = rng.bool();
         }
         Family::Retention => {
             shape.spacing = Some(draw_redelivery(&mut rng));
@@ -661,6 +671,8 @@ async fn simulate(seed: u64, world: Arc<World>) {
     sleep(shape.lease_ttl + Duration::from_secs(60)).await;
     // A run resolves one DLQ message of an item and its sweep adopts the next: an item
     // with many failed messages takes a run for each.
+    // The runs each item may take to be reached after a late outage, counted from it.
+    let mut recovery = std::collections::BTreeMap::new();
     for round in 0..6 + shape.messages {
         // A DLQ message still held by a pass (one that died holding it, or a carried hold)
         // is not seen by this one: wait until every hold is over, as the schedule would
@@ -676,7 +688,12 @@ async fn simulate(seed: u64, world: Arc<World>) {
         if let Some(at) = held_until {
             tokio::time::sleep_until(at).await;
         }
+        if shape.late_outage && round == 0 {
+            late_outage(&world).await;
+            recovery = crate::check::recovery_budget(&world.lock(), RUNS_TO_RECOVER);
+        }
         let report = redrive(&store, "schedule", RedriveRequest::default(), true).await;
+        crate::check::after_recovery(&mut world.lock(), round, &recovery);
         // A run the breaker held back found work it could not do yet: the schedule comes
         // round again, as it does every few minutes in production.
         let busy = report.is_some_and(|(selected, adopted)| selected + adopted > 0);
@@ -743,10 +760,16 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0xA24B_AED4_963E_E407))
                 .u32(0..10)
                 == 0;
-        let behaviour = if behaviour == Behaviour::Healthy && panicky {
-            Behaviour::Panicky
-        } else {
-            behaviour
+        // And in the breaker worlds, some healthy payloads have a handler that always panics
+        // (drawn apart too).
+        let doomed = shape.doomed_rate > 0.0
+            && fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0xD1B5_4A32_D192_ED03))
+                .f64()
+                < shape.doomed_rate;
+        let behaviour = match behaviour {
+            Behaviour::Healthy if panicky => Behaviour::Panicky,
+            Behaviour::Healthy if doomed => Behaviour::Doomed,
+            other => other,
         };
         let pad = match rng.f64() {
             r if shape.big && r < 0.2 => rng.usize(60_000..70_000),
@@ -778,6 +801,9 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
             Vec::new()
         };
         let mut state = world.lock();
+        if behaviour == Behaviour::Doomed {
+            state.ext.ledger.doomed.insert(sha.clone());
+        }
         // Some payloads go by pointer (drawn apart, as the panics are).
         let by_pointer = shape.pointers
             && fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0x9FB2_1C65_1E98_DF25))
@@ -1811,6 +1837,44 @@ async fn gated<P: sqs_keeper_core::Processor>(
         state.violate(Section::Breaker, "-", broken);
     }
     result
+}
+
+/// The schedule's runs after a late outage (its first run held back, then a probe run each)
+/// by which every eligible item has been reached: each probe run looks at up to five items.
+const RUNS_TO_RECOVER: usize = 3;
+
+/// A downstream outage the workers meet after the drain, on other traffic: their breaker
+/// opens, so the schedule's runs after it must probe (some `breaker` worlds). The outage
+/// is over before the schedule runs.
+async fn late_outage(world: &Arc<World>) {
+    let Some((table, policy)) = world.lock().ext.breaker.clone() else {
+        return;
+    };
+    let actor = "late-traffic";
+    {
+        let mut state = world.lock();
+        state.ext.outage = true;
+        state
+            .ext
+            .trace
+            .note("fault", "-", "downstream outage after the drain");
+    }
+    let breaker = Breaker::new(
+        Downstream::new(world.clone(), actor),
+        SimBreakerStore::new(world.clone(), table, actor),
+        policy,
+    )
+    .with_clock(world.clock);
+    for n in 0..policy.threshold {
+        let item = sqs_keeper_core::WorkItem::new(
+            format!("late-{n}"),
+            format!("{{\"id\":\"late-{n}\",\"behaviour\":\"healthy\"}}"),
+        );
+        let _ = sqs_keeper_core::Processor::process(&breaker, &item).await;
+    }
+    let mut state = world.lock();
+    state.ext.outage = false;
+    state.ext.trace.note("fault", "-", "downstream outage ends");
 }
 
 /// One redrive run; `function`: as the redrive function runs it (with its deadline).

@@ -33,6 +33,9 @@ pub type Faults = sqs_keeper_core::testing::Faults;
 /// What was sent, and what the downstream did with it.
 #[derive(Debug, Default)]
 pub struct Ledger {
+    /// The digests of the payloads whose handler panics on every call: no redrive can finish
+    /// their items, so those may stay dead and eligible.
+    pub doomed: BTreeSet<String>,
     /// Every payload the producer sent: (item id, sha256), in order.
     pub sent: Vec<(String, String)>,
     /// Successful deliveries to the downstream, by payload sha256.

@@ -433,3 +433,15 @@ fn finds_a_pause_whose_sweep_a_cut_runs_lease_delays_past_the_reserve() {
         "reached the end of its retention",
     );
 }
+
+/// §3, §1.12: after a late outage the schedule's probe runs must look past the items whose
+/// handler always panics (they tell nothing of the downstream), or the items behind them
+/// wait a run each.
+#[test]
+fn finds_a_probe_run_that_gives_up_after_one_item_that_told_nothing() {
+    finds_in(
+        Family::Breaker,
+        Mutant::ProbeStuckOnOneItem,
+        &["schedule runs after the downstream recovered"],
+    );
+}
