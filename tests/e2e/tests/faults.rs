@@ -1510,3 +1510,104 @@ async fn a_metered_proxy_bills_sqs_by_chunk_and_dynamodb_by_reported_unit() {
     // A strongly consistent read of up to 4 KB is one unit, an eventually consistent half.
     assert_eq!(bill.dynamodb_read_units, 1.5, "{bill:?}");
 }
+
+/// A pipeline whose worker reaches AWS through a metered proxy, and `n` messages of
+/// `scenario` sent to it (not metered).
+async fn metered_pipeline(
+    name: &str,
+    setup: Setup,
+    scenario: &str,
+    n: usize,
+) -> (FaultProxy, Pipeline) {
+    let proxy = FaultProxy::start_metered(&e2e::emulator().await)
+        .await
+        .unwrap();
+    let p = Pipeline::with_worker_endpoints(name, setup, &proxy.endpoints()).await;
+    let bodies: Vec<String> = (0..n)
+        .map(|i| body(&format!("{name}-{i}"), scenario))
+        .collect();
+    let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+    p.send(&refs).await;
+    proxy.reset_bill();
+    (proxy, p)
+}
+
+/// The requests as cut (docs/BENCHMARKS.md, "all in"): per-record idempotency writes each
+/// record twice, its claim and its completion, one write unit each, and reads nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_costs_two_one_unit_writes_a_record_and_no_read() {
+    let clients = e2e::clients().await;
+    let table = e2e::idempotency_table(&clients.dynamodb, "cut-idem").await;
+    let setup = Setup {
+        worker_env: vec![("WORKER_IDEMPOTENCY_TABLE", table)],
+        ..Setup::default()
+    };
+    let (proxy, p) = metered_pipeline("cut-idem", setup, "ok", 10).await;
+    let stats = p.drain().await;
+    assert_eq!(stats.deleted, 10, "{stats:?}");
+    let bill = proxy.bill();
+    let writes: u64 = bill
+        .requests
+        .iter()
+        .filter(|(op, _)| op.starts_with("dynamodb:"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(writes, 20, "{bill:?}");
+    assert_eq!(bill.dynamodb_write_units, 20.0, "{bill:?}");
+    assert_eq!(bill.dynamodb_read_units, 0.0, "{bill:?}");
+}
+
+/// The requests as cut: the records of a batch that are all retried later are hidden
+/// together, one `ChangeMessageVisibilityBatch` for the batch, and the queue's timing is
+/// read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_retried_later_is_hidden_in_one_call() {
+    let setup = Setup {
+        max_receive_count: 5,
+        worker_env: vec![
+            ("WORKER_REDELIVERY_BASE_SECS", "30".into()),
+            ("WORKER_REDELIVERY_MAX_SECS", "60".into()),
+            ("WORKER_RETRY_BASE_DELAY_MS", "1".into()),
+            ("WORKER_RETRY_MAX_DELAY_MS", "2".into()),
+        ],
+        ..Setup::default()
+    };
+    let (proxy, p) = metered_pipeline("cut-hide", setup, "throttled", 10).await;
+    let mut stats = EsmStats::default();
+    while stats.received < 10 {
+        p.esm.poll_once(&p.invoker, &mut stats).await.unwrap();
+    }
+    assert_eq!(stats.reported, 10, "{stats:?}");
+    let bill = proxy.bill();
+    assert_eq!(
+        bill.requests.get("sqs:ChangeMessageVisibilityBatch"),
+        Some(&stats.invocations),
+        "{bill:?}"
+    );
+    assert_eq!(
+        bill.requests.get("sqs:GetQueueAttributes"),
+        Some(&1),
+        "{bill:?}"
+    );
+}
+
+/// The requests as cut: each dead-lettered record is one conditional write of its record,
+/// and a batch's DLQ messages go in one `SendMessageBatch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_lettered_batch_sends_its_dlq_messages_in_one_call() {
+    let (proxy, p) = metered_pipeline("cut-dead", Setup::default(), "invalid", 10).await;
+    let stats = p.drain().await;
+    assert_eq!(p.records().await.len(), 10);
+    let bill = proxy.bill();
+    assert_eq!(
+        bill.requests.get("sqs:SendMessageBatch"),
+        Some(&stats.invocations),
+        "{bill:?}"
+    );
+    assert_eq!(
+        bill.requests.get("dynamodb:UpdateItem"),
+        Some(&10),
+        "{bill:?}"
+    );
+    assert_eq!(bill.dynamodb_read_units, 0.0, "{bill:?}");
+}
