@@ -549,6 +549,18 @@ const NOTES: &str = r#"
 - Dead-letter latency is bounded by the emulators' latency (DynamoDB Local for the
   records, moto for the DLQ send); the calls per item are what AWS would see: one conditional `UpdateItem` per record, one `SendMessageBatch` per
   ten, a `PutObject` only for payloads above `DLQ_INLINE_MAX_BYTES`.
+- *All in*, the requests are most of the bill. Both contenders make the same SQS requests
+  for the same work: one send, one receive and one delete per ten messages, $0.12 a
+  million. Per-record idempotency is two writes a record for both, a claim before the
+  work and its completion after, one write unit each: $1.25 a million. That is why ours
+  cannot reach half of Powertools' with idempotency on while it keeps the claim, which
+  stops a duplicate running while the first delivery still works. Fewer than one write a
+  record would mean giving that up. The worker's share of the rest is its GB-seconds.
+  With transient failures the worker adds the spacing's `ChangeMessageVisibilityBatch`
+  and the breaker's writes (one per invocation that failed records), and Powertools adds
+  the receives of each redelivery. The end-to-end tests hold the requests to these counts
+  (`faults::idempotency_costs_two_one_unit_writes_a_record_and_no_read` and the two after
+  it).
 "#;
 
 /// Writes the JSON figures and the markdown report.
