@@ -8,8 +8,9 @@
 #                                           $TARGET/lambda/{worker,redrive}/bootstrap.zip, and
 #                                           their sizes; ARCH is arm64 (the template's default)
 #                                           or x86_64
-#   scripts/lambda.sh bench                 the worker and the hello-world peer for this
-#                                           machine, $TARGET/lambda/{worker,hello_lambda}/bootstrap,
+#   scripts/lambda.sh bench                 the worker, the hello-world peer and the bare
+#                                           function (the cost benchmark's floor) for this machine,
+#                                           $TARGET/lambda/{worker,hello_lambda,bare_function}/bootstrap,
 #                                           built exactly as `package` builds (what `make bench`
 #                                           measures), and the worker's bootstrap.zip
 #   scripts/lambda.sh shipped               the binaries `make test` runs its compiled-binary
@@ -133,6 +134,7 @@ bench() {
   build "$triple" worker zip
   build "$triple" worker binary
   build "$triple" hello_lambda binary "-p sqs-keeper-local"
+  build "$triple" bare_function binary "-p sqs-keeper-local"
 }
 
 case "${1:-}" in

@@ -333,14 +333,14 @@ fn cost_markdown(c: &CostBench) -> String {
          messages × 10⁶ × memory. *Modelled* adds the sandbox's CPU time stretched to the \
          memory size's share of a vCPU (Lambda gives one vCPU at 1,769 MB): billed + CPU × \
          (1,769 ÷ MB − 1). The *latency floor* is what any worker is billed when each \
-         invocation lasts exactly one downstream wait. *{}* is the harness's own floor: no \
-         function, each batch's bodies POSTed by the harness straight to the downstream, all \
-         at once, timed as an invocation is. What it adds to the latency floor is the \
-         harness's (the local downstream answering a whole batch on two cores, the local \
-         event source mapping); the worker ÷ it is the worker's own share.\n",
+         invocation lasts exactly one downstream wait. The *{}* is the harness's own floor: \
+         `bare_function`, a `lambda_runtime` binary that POSTs every record of its batch at \
+         once and does nothing else, run as the worker is. What it adds to the latency floor \
+         is the harness's (the local downstream answering a whole batch on two cores, the \
+         Runtime API's hand-over of each event); the worker ÷ it is the worker's own share.\n",
         c.messages,
         c.downstream_latency_ms,
-        bench_cost::DOWNSTREAM_ALONE
+        bench_cost::BARE_FUNCTION
     ));
     for scenario in &c.scenarios {
         out.push_str(&format!(
@@ -383,7 +383,7 @@ fn cost_markdown(c: &CostBench) -> String {
             bench_cost::ratios(&scenario.modelled_ratio),
             verdict(met(&scenario.modelled_ratio)),
             bench_cost::ratios(&scenario.floor_ratio),
-            bench_cost::DOWNSTREAM_ALONE,
+            bench_cost::BARE_FUNCTION,
             bench_cost::ratios(&scenario.harness_floor_ratio),
             verdict(scenario.harness_floor_ratio.iter().all(|r| *r <= 1.05)),
             bench_cost::ratios(&scenario.harness_over_latency_floor),

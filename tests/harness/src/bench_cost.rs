@@ -15,9 +15,9 @@
 //! - *messages per second per sandbox* = messages ÷ Σ invocation durations.
 //!
 //! The harness has a floor of its own: the local downstream answering a whole batch at
-//! once on two cores, and the local event source mapping. The *downstream alone* run
-//! measures it: no function, each batch's bodies POSTed by the harness straight to the
-//! downstream, all at once, timed as an invocation is. The worker ÷ that run is the
+//! once on two cores, and the Runtime API's hand-over of each event. The *bare function*
+//! measures it: `bare_function`, a `lambda_runtime` binary that POSTs every record of its
+//! batch at once and does nothing else, run as the worker is. The worker ÷ that run is the
 //! worker's own share of its figure.
 //!
 //! Lambda gives a function CPU in proportion to its memory (one vCPU at 1,769 MB), so at
@@ -39,10 +39,6 @@ use crate::esm::{EventSourceMapping, Invoker};
 use crate::function::FunctionProcess;
 use crate::invokers::RuntimeApiInvoker;
 use crate::runtime_api::RuntimeApi;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 /// Memory at which Lambda gives a function one full vCPU, MB.
 pub const FULL_VCPU_MB: f64 = 1769.0;
@@ -106,9 +102,9 @@ pub struct CostScenario {
     pub latency_floor_gb_seconds_per_million: Vec<f64>,
     /// That floor ÷ the cheaper Powertools, measured: no worker's ratio can be lower.
     pub floor_ratio: Vec<f64>,
-    /// Ours ÷ the downstream alone (the harness's own floor), measured, per memory size.
+    /// Ours ÷ the bare function (the harness's own floor), measured, per memory size.
     pub harness_floor_ratio: Vec<f64>,
-    /// The downstream alone ÷ the latency floor: what the harness adds to one wait.
+    /// The bare function ÷ the latency floor: what the harness adds to one wait.
     pub harness_over_latency_floor: Vec<f64>,
 }
 
@@ -169,108 +165,9 @@ impl<I: Invoker> Invoker for TimedInvoker<I> {
     }
 }
 
-/// The harness's floor as an invoker: each record's body POSTed to the downstream by the
-/// harness itself, the whole batch at once, as a worker at full concurrency would.
-struct DownstreamAlone {
-    client: Client<HttpConnector, Full<Bytes>>,
-    url: hyper::Uri,
-}
-
-impl DownstreamAlone {
-    fn new(url: &str) -> Result<Self, String> {
-        Ok(DownstreamAlone {
-            client: Client::builder(TokioExecutor::new()).build_http(),
-            url: url
-                .parse()
-                .map_err(|e| format!("downstream URL {url}: {e}"))?,
-        })
-    }
-
-    async fn post(&self, body: String) -> Result<(), String> {
-        let request = hyper::Request::post(&self.url)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
-        let response = self
-            .client
-            .request(request)
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status();
-        // Read the answer whole, as a worker does, so the connection can be reused.
-        let _ = response.into_body().collect().await;
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("the downstream answered {status}"))
-        }
-    }
-}
-
-impl Invoker for DownstreamAlone {
-    async fn invoke(&self, event: Bytes) -> Result<Vec<String>, String> {
-        let event: serde_json::Value =
-            serde_json::from_slice(&event).map_err(|e| format!("event: {e}"))?;
-        let bodies = event["Records"]
-            .as_array()
-            .map(|records| {
-                records
-                    .iter()
-                    .filter_map(|r| r["body"].as_str().map(str::to_string))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        futures::future::try_join_all(bodies.into_iter().map(|body| self.post(body))).await?;
-        Ok(Vec::new())
-    }
-}
-
-/// The harness's floor at `batch_size`: the downstream alone, fed by the local event
-/// source mapping, timed as a sandbox is (no init, no CPU of a function of its own).
-async fn run_downstream_alone(
-    clients: &AwsClients,
-    downstream: &str,
-    messages: usize,
-    batch_size: i32,
-    tag: &str,
-) -> Result<CostRun, String> {
-    let name = DOWNSTREAM_ALONE.to_string();
-    let queue = format!("cost-downstream-{batch_size}-{tag}");
-    let (url, arn) = fill_queue(clients, &queue, messages).await?;
-    let invoker = TimedInvoker::new(DownstreamAlone::new(downstream)?);
-    let esm = EventSourceMapping::new(clients.sqs.clone(), &url, &arn, "us-east-1", batch_size);
-    let (stats, drained) = esm
-        .run_until_drained(&invoker, Duration::from_secs(600))
-        .await?;
-    if !drained || stats.deleted != messages as u64 {
-        return Err(format!(
-            "{name} did not process every message once: {stats:?}, drained {drained}"
-        ));
-    }
-    let busy: Duration = invoker.durations().iter().sum();
-    let billed_ms = invoker.billed_ms();
-    let per_memory = |billed: f64| -> Vec<f64> {
-        MEMORY_SIZES_MB
-            .iter()
-            .map(|&m| gb_seconds_per_million(billed, messages, m))
-            .collect()
-    };
-    Ok(CostRun {
-        contender: name,
-        messages: stats.deleted,
-        invocations: stats.invocations,
-        init_ms: 0.0,
-        busy_ms: busy.as_secs_f64() * 1000.0,
-        billed_ms,
-        cpu_ms: 0.0,
-        messages_per_second: messages as f64 / busy.as_secs_f64().max(f64::MIN_POSITIVE),
-        gb_seconds_per_million: per_memory(billed_ms),
-        modelled_gb_seconds_per_million: per_memory(billed_ms),
-    })
-}
-
-/// The name of the harness's floor among the contenders.
-pub const DOWNSTREAM_ALONE: &str = "downstream alone";
+/// The name of the harness's floor among the contenders: `bare_function`, which POSTs
+/// every record of a batch at once and does nothing else.
+pub const BARE_FUNCTION: &str = "bare function";
 
 /// CPU time a process has used, from `/proc/<pid>/stat`.
 fn cpu_time(pid: u32) -> Option<Duration> {
@@ -304,6 +201,7 @@ fn modelled_billed_ms(billed_ms: f64, cpu_ms: f64, memory_mb: u32) -> f64 {
 /// A contender: its name and how to start it.
 enum Contender<'a> {
     Binary(&'a Path),
+    Bare(&'a Path),
     Powertools(&'static str),
 }
 
@@ -311,13 +209,14 @@ impl Contender<'_> {
     fn name(&self) -> String {
         match self {
             Contender::Binary(_) => "worker".to_string(),
+            Contender::Bare(_) => BARE_FUNCTION.to_string(),
             Contender::Powertools(mode) => format!("powertools-{mode}"),
         }
     }
 
     fn command(&self) -> tokio::process::Command {
         match self {
-            Contender::Binary(path) => tokio::process::Command::new(path),
+            Contender::Binary(path) | Contender::Bare(path) => tokio::process::Command::new(path),
             Contender::Powertools(mode) => {
                 let script =
                     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/bench-python.sh");
@@ -476,6 +375,7 @@ pub async fn run(
     .map_err(|e| e.to_string())?;
     let url = downstream.url();
     let worker = crate::bench_runtime::function_binary(bin_dir, "worker");
+    let bare = crate::bench_runtime::function_binary(bin_dir, "bare_function");
     let tag = chrono::Utc::now().format("%H%M%S").to_string();
     let mut scenarios = Vec::new();
     for batch_size in BATCH_SIZES {
@@ -484,12 +384,11 @@ pub async fn run(
             Contender::Binary(&worker),
             Contender::Powertools("sync"),
             Contender::Powertools("async"),
+            Contender::Bare(&bare),
         ] {
             eprintln!("  {} with batches of {batch_size} ...", contender.name());
             runs.push(run_one(&clients, &contender, &url, messages, batch_size, &tag).await?);
         }
-        eprintln!("  {DOWNSTREAM_ALONE} with batches of {batch_size} ...");
-        runs.push(run_downstream_alone(&clients, &url, messages, batch_size, &tag).await?);
         scenarios.push(scenario(batch_size, runs));
     }
     Ok(CostBench {
@@ -525,7 +424,7 @@ fn scenario(batch_size: i32, runs: Vec<CostRun>) -> CostScenario {
         .enumerate()
         .map(|(i, floor)| floor / cheapest(|r| &r.gb_seconds_per_million, i))
         .collect();
-    let harness = runs.iter().find(|r| r.contender == DOWNSTREAM_ALONE);
+    let harness = runs.iter().find(|r| r.contender == BARE_FUNCTION);
     let over_harness = |of: Option<&CostRun>| -> Vec<f64> {
         (0..MEMORY_SIZES_MB.len())
             .map(|i| {
@@ -605,7 +504,7 @@ pub fn render(bench: &CostBench) -> String {
         out.push_str(&format!(
             "\nours ÷ the cheaper Powertools: {} measured, {} modelled (goal ≤ 0.1); \
              the downstream's latency alone ÷ the cheaper Powertools: {}; ours ÷ the \
-             downstream alone: {}; the downstream alone ÷ the latency floor: {}\n",
+             bare function: {}; the bare function ÷ the latency floor: {}\n",
             ratios(&scenario.ratio),
             ratios(&scenario.modelled_ratio),
             ratios(&scenario.floor_ratio),

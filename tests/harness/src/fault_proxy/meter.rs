@@ -2,10 +2,13 @@
 //! chunk, DynamoDB read and write units as DynamoDB reports them, S3 requests by price tier.
 //!
 //! Off unless a benchmark turns it on ([`super::FaultProxy::start_metered`]). Then every
-//! DynamoDB request that asks for no consumed capacity is sent on asking for it
-//! (`ReturnConsumedCapacity: TOTAL`), so that the units of a client that never asks (a
-//! peer's boto3) are counted as those of one that does. The emulators do not check
+//! DynamoDB request that asks for no consumed capacity (no `ReturnConsumedCapacity`, or
+//! `NONE`) is sent on asking for it (`TOTAL`), so that the units of a client that never asks
+//! (a peer's boto3) are counted as those of one that does. The emulators do not check
 //! signatures, so the changed body reaches them as it is.
+//!
+//! An SQS request is billed by its payload, the messages it sends or receives (bodies and
+//! attributes), one request per started 64 KiB chunk. S3 deletes are free.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -77,7 +80,10 @@ impl Meter {
         let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(&body) else {
             return body;
         };
-        if request.contains_key("ReturnConsumedCapacity") {
+        if request
+            .get("ReturnConsumedCapacity")
+            .is_some_and(|asked| asked != "NONE")
+        {
             return body;
         }
         request.insert("ReturnConsumedCapacity".into(), "TOTAL".into());
@@ -85,8 +91,8 @@ impl Meter {
     }
 
     /// Adds one forwarded request and its answer to the bill.
-    /// `request_len` is the request body's size in bytes.
-    pub fn record(&self, operation: &Operation, request_len: usize, status: u16, answer: &[u8]) {
+    /// `request` is the request body as sent on.
+    pub fn record(&self, operation: &Operation, request: &[u8], status: u16, answer: &[u8]) {
         let mut state = self.lock();
         let Some(bill) = state.as_mut() else {
             return;
@@ -94,12 +100,13 @@ impl Meter {
         *bill.requests.entry(operation.key()).or_default() += 1;
         match operation.service {
             Service::Sqs => {
-                bill.sqs_requests += sqs_chunks(request_len.max(answer.len()));
+                bill.sqs_requests += sqs_chunks(sqs_payload_bytes(operation, request, answer));
                 if operation.action == "ReceiveMessage" && !contains(answer, b"\"MessageId\"") {
                     bill.sqs_empty_receives += 1;
                 }
             }
             Service::DynamoDb => add_units(bill, operation, status, answer),
+            Service::S3 if operation.action.starts_with("Delete") => {}
             Service::S3 if s3_write_tier(&operation.action) => bill.s3_write_requests += 1,
             Service::S3 => bill.s3_read_requests += 1,
             Service::Other => {}
@@ -116,6 +123,43 @@ pub fn sqs_chunks(bytes: usize) -> u64 {
     u64::try_from(bytes.div_ceil(SQS_CHUNK_BYTES).max(1)).unwrap_or(u64::MAX)
 }
 
+/// The payload of an SQS request, as SQS bills it: the bodies and attribute values of the
+/// messages it sends, or of those it receives. Other requests have none.
+fn sqs_payload_bytes(operation: &Operation, request: &[u8], answer: &[u8]) -> usize {
+    let (body, key) = match operation.action.as_str() {
+        "SendMessage" => (request, None),
+        "SendMessageBatch" => (request, Some("Entries")),
+        "ReceiveMessage" => (answer, Some("Messages")),
+        _ => return 0,
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return 0;
+    };
+    match key {
+        None => message_bytes(&value),
+        Some(key) => value[key]
+            .as_array()
+            .map_or(0, |messages| messages.iter().map(message_bytes).sum()),
+    }
+}
+
+/// A message's body and its attributes' names and values, in bytes.
+fn message_bytes(message: &Value) -> usize {
+    let body = message["MessageBody"]
+        .as_str()
+        .or(message["Body"].as_str())
+        .map_or(0, str::len);
+    let attributes = message["MessageAttributes"].as_object().map_or(0, |all| {
+        all.iter()
+            .map(|(name, value)| {
+                let text = |field: &str| value[field].as_str().map_or(0, str::len);
+                name.len() + text("DataType") + text("StringValue") + text("BinaryValue")
+            })
+            .sum()
+    });
+    body + attributes
+}
+
 /// Whether a DynamoDB operation consumes read or write units; `None` for the control plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum UnitKind {
@@ -129,9 +173,15 @@ fn unit_kind(operation: &Operation) -> Option<UnitKind> {
     }
     match operation.action.as_str() {
         "GetItem" | "BatchGetItem" | "Query" | "Scan" | "TransactGetItems" => Some(UnitKind::Read),
-        "PutItem" | "UpdateItem" | "DeleteItem" | "BatchWriteItem" | "TransactWriteItems" => {
-            Some(UnitKind::Write)
-        }
+        // PartiQL: counted as writes, which its reads are priced below; none is used here.
+        "PutItem"
+        | "UpdateItem"
+        | "DeleteItem"
+        | "BatchWriteItem"
+        | "TransactWriteItems"
+        | "ExecuteStatement"
+        | "BatchExecuteStatement"
+        | "ExecuteTransaction" => Some(UnitKind::Write),
         _ => None,
     }
 }
@@ -185,7 +235,6 @@ fn s3_write_tier(action: &str) -> bool {
         || action.starts_with("Create")
         || action.starts_with("Complete")
         || action.starts_with("Upload")
-        || action == "DeleteObjects"
 }
 
 #[cfg(test)]
@@ -207,24 +256,27 @@ mod tests {
         let sent = meter.request_body(&put, Bytes::from_static(br#"{"TableName":"t"}"#));
         let sent: Value = serde_json::from_slice(&sent).unwrap();
         assert_eq!(sent["ReturnConsumedCapacity"], "TOTAL");
-        // A request that asks already is sent as it is.
+        // One that asks for nothing is made to ask; one that asks already is sent as it is.
+        let none = Bytes::from_static(br#"{"TableName":"t","ReturnConsumedCapacity":"NONE"}"#);
+        let none: Value = serde_json::from_slice(&meter.request_body(&put, none)).unwrap();
+        assert_eq!(none["ReturnConsumedCapacity"], "TOTAL");
         let asks = Bytes::from_static(br#"{"TableName":"t","ReturnConsumedCapacity":"INDEXES"}"#);
         assert_eq!(meter.request_body(&put, asks.clone()), asks);
         meter.record(
             &put,
-            2,
+            b"{}",
             200,
             br#"{"ConsumedCapacity":{"TableName":"t","CapacityUnits":2.0}}"#,
         );
         meter.record(
             &Operation::dynamodb("TransactGetItems"),
-            2,
+            b"{}",
             200,
             br#"{"ConsumedCapacity":[{"CapacityUnits":1.0},{"CapacityUnits":0.5}]}"#,
         );
         meter.record(
             &Operation::dynamodb("UpdateItem"),
-            2,
+            b"{}",
             400,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"}"#,
         );
@@ -242,7 +294,7 @@ mod tests {
             meter.request_body(&Operation::dynamodb("PutItem"), body.clone()),
             body
         );
-        meter.record(&Operation::sqs("SendMessage"), 1, 200, b"y");
+        meter.record(&Operation::sqs("SendMessage"), b"x", 200, b"y");
         assert_eq!(meter.bill(), Bill::default());
     }
 
@@ -250,8 +302,8 @@ mod tests {
     fn a_receive_that_returned_no_message_is_counted_apart() {
         let meter = Meter::on();
         let receive = Operation::sqs("ReceiveMessage");
-        meter.record(&receive, 10, 200, b"{}");
-        meter.record(&receive, 10, 200, br#"{"Messages":[{"MessageId":"m"}]}"#);
+        meter.record(&receive, b"{}", 200, b"{}");
+        meter.record(&receive, b"{}", 200, br#"{"Messages":[{"MessageId":"m"}]}"#);
         let bill = meter.bill();
         assert_eq!((bill.sqs_requests, bill.sqs_empty_receives), (2, 1));
     }
@@ -259,10 +311,40 @@ mod tests {
     #[test]
     fn s3_requests_are_billed_by_tier() {
         let meter = Meter::on();
-        for action in ["PutObject", "GetObject", "HeadObject", "ListObjectsV2"] {
-            meter.record(&Operation::s3(action), 0, 200, b"");
+        for action in [
+            "PutObject",
+            "GetObject",
+            "HeadObject",
+            "ListObjectsV2",
+            "DeleteObject",
+            "DeleteObjects",
+        ] {
+            meter.record(&Operation::s3(action), b"", 200, b"");
         }
         let bill = meter.bill();
+        // Deletes are free.
         assert_eq!((bill.s3_write_requests, bill.s3_read_requests), (2, 2));
+    }
+
+    #[test]
+    fn an_sqs_request_is_billed_by_the_messages_it_carries_not_its_framing() {
+        let meter = Meter::on();
+        let receive = Operation::sqs("ReceiveMessage");
+        // Ten messages of 6,400 bytes: 64,000 bytes of payload, more with the framing.
+        let messages: Vec<Value> = (0..10)
+            .map(|i| serde_json::json!({"MessageId": format!("m{i}"), "ReceiptHandle": "r".repeat(400), "MD5OfBody": "0".repeat(32), "Body": "b".repeat(6_400)}))
+            .collect();
+        let answer = serde_json::to_vec(&serde_json::json!({"Messages": messages})).unwrap();
+        assert!(answer.len() > SQS_CHUNK_BYTES);
+        meter.record(&receive, b"{}", 200, &answer);
+        let send = serde_json::json!({"QueueUrl": "q", "MessageBody": "x".repeat(65_000), "MessageAttributes": {"a": {"DataType": "String", "StringValue": "v".repeat(1_000)}}});
+        meter.record(
+            &Operation::sqs("SendMessage"),
+            &serde_json::to_vec(&send).unwrap(),
+            200,
+            b"{}",
+        );
+        let bill = meter.bill();
+        assert_eq!(bill.sqs_requests, 1 + 2, "{bill:?}");
     }
 }

@@ -267,7 +267,7 @@ async fn forward(
     body: Bytes,
 ) -> Response<Full<Bytes>> {
     let body = shared.meter.request_body(operation, body);
-    let request_len = body.len();
+    let sent = body.clone();
     parts.uri = match shared
         .upstreams
         .for_service(operation.service)
@@ -300,7 +300,7 @@ async fn forward(
     };
     shared
         .meter
-        .record(operation, request_len, parts.status.as_u16(), &body);
+        .record(operation, &sent, parts.status.as_u16(), &body);
     // Content-Length is kept: for HEAD it is the size of the object, not of this body.
     strip_hop_by_hop(&mut parts.headers);
     Response::from_parts(parts, Full::new(body))
