@@ -333,7 +333,7 @@ fn cost_markdown(c: &CostBench) -> String {
          messages × 10⁶ × memory. *Modelled* adds the sandbox's CPU time stretched to the \
          memory size's share of a vCPU (Lambda gives one vCPU at 1,769 MB): billed + CPU × \
          (1,769 ÷ MB − 1). The *latency floor* is what any worker is billed when each \
-         invocation lasts exactly one downstream wait. The *{}* is the harness's own floor: \
+         invocation lasts exactly one downstream wait. The `{}` is the harness's own floor: \
          `bare_function`, a `lambda_runtime` binary that POSTs every record of its batch at \
          once and does nothing else, run as the worker is. What it adds to the latency floor \
          is the harness's (the local downstream answering a whole batch on two cores, the \

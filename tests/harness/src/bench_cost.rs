@@ -167,7 +167,7 @@ impl<I: Invoker> Invoker for TimedInvoker<I> {
 
 /// The name of the harness's floor among the contenders: `bare_function`, which POSTs
 /// every record of a batch at once and does nothing else.
-pub const BARE_FUNCTION: &str = "bare function";
+pub const BARE_FUNCTION: &str = "bare-function";
 
 /// CPU time a process has used, from `/proc/<pid>/stat`.
 fn cpu_time(pid: u32) -> Option<Duration> {
