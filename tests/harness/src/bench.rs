@@ -556,9 +556,16 @@ const NOTES: &str = r#"
   cannot reach half of Powertools' with idempotency on while it keeps the claim, which
   stops a duplicate running while the first delivery still works. Fewer than one write a
   record would mean giving that up. The worker's share of the rest is its GB-seconds.
-  With transient failures the worker adds the spacing's `ChangeMessageVisibilityBatch`
-  and the breaker's writes (one per invocation that failed records), and Powertools adds
-  the receives of each redelivery. The end-to-end tests hold the requests to these counts
+- With transient failures the worker costs more than Powertools. It retries a failed
+  record within the invocation (three attempts, with backoff), and the invocation is
+  billed for that wait. It then spaces the record's redelivery
+  (`ChangeMessageVisibilityBatch`) and writes to the breaker's table once per invocation
+  that failed records. Powertools fails the record at once and SQS redelivers it, at a
+  receive each time. With permanent failures the worker writes the failure's record (its
+  history, the error, the payload) and sends its DLQ message at the first failure.
+  Powertools receives the record five times, and SQS moves it to the DLQ with no history.
+  That record is what the worker's extra cost buys.
+- The end-to-end tests hold the requests to these counts
   (`faults::idempotency_costs_two_one_unit_writes_a_record_and_no_read` and the two after
   it).
 "#;
