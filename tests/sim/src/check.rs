@@ -135,7 +135,7 @@ pub fn at_quiescence(state: &mut State, now: chrono::DateTime<chrono::Utc>) {
                         "dead, but no DLQ message holds it".to_string(),
                     ));
                 }
-                let doomed = doomed_payload(state, &r.payload.sha256);
+                let doomed = doomed_record(state, id, &r.payload.sha256);
                 if r.reprocess_eligible && !r.manual_review_required && !doomed {
                     broken.push((
                         Section::Record,
@@ -264,12 +264,12 @@ pub fn after_recovery(state: &mut State, runs: usize, budget: &BTreeMap<String, 
         .table
         .iter()
         .filter(|(id, row)| !row.corrupt && budget.get(*id).copied() == Some(runs))
-        .filter(|(_, row)| {
+        .filter(|(id, row)| {
             let r = &row.record;
             r.status == ItemStatus::Dead
                 && r.reprocess_eligible
                 && !r.manual_review_required
-                && !doomed_payload(state, &r.payload.sha256)
+                && !doomed_record(state, id, &r.payload.sha256)
         })
         .map(|(id, _)| id.clone())
         .collect();
@@ -300,6 +300,21 @@ pub fn recovery_budget(state: &State, runs: usize) -> BTreeMap<String, usize> {
             (id.clone(), runs + extra)
         })
         .collect()
+}
+
+/// Whether the record of `item`, holding the payload of digest `sha`, may stay dead and
+/// eligible: its payload's handler panics on every call, and no DLQ message of the item
+/// holds another payload, which would wait behind it for ever.
+fn doomed_record(state: &State, item: &str, sha: &str) -> bool {
+    doomed_payload(state, sha)
+        && state.dlq.messages().iter().all(|m| {
+            tracked_item(state, m) != item || {
+                let held = m
+                    .attribute(PAYLOAD_SHA256_ATTRIBUTE)
+                    .map_or_else(|| m.body_sha256.clone(), str::to_string);
+                doomed_payload(state, &held)
+            }
+        })
 }
 
 /// Whether the payload of digest `sha` (as a record holds it: the body, or a pointer's text)

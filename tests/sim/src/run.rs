@@ -725,6 +725,9 @@ async fn join_reporting(world: &World, what: &str, task: tokio::task::JoinHandle
 async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut ids: Vec<String> = Vec::new();
+    // The ids of the payloads whose handler always panics: never reused, so that every
+    // payload of such an item is that one.
+    let mut doomed_ids: std::collections::HashSet<String> = std::collections::HashSet::new();
     for n in 0..shape.messages {
         sleep(Duration::from_millis(rng.u64(0..90_000))).await;
         // One new id in twenty-five holds a control character SQS refuses in an attribute
@@ -733,8 +736,10 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         let odd = fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0x517C_C1B7_2722_0A95))
             .u32(0..25)
             == 0;
-        let raw = if !shape.idempotency && !ids.is_empty() && rng.f64() < shape.reuse_rate {
-            ids[rng.usize(0..ids.len())].clone()
+        let reusable: Vec<&String> = ids.iter().filter(|i| !doomed_ids.contains(*i)).collect();
+        let reused = !shape.idempotency && !reusable.is_empty() && rng.f64() < shape.reuse_rate;
+        let raw = if reused {
+            reusable[rng.usize(0..reusable.len())].clone()
         } else if odd {
             format!("item-{n}\u{1}")
         } else {
@@ -763,6 +768,7 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         // And in the breaker worlds, some healthy payloads have a handler that always panics
         // (drawn apart too).
         let doomed = shape.doomed_rate > 0.0
+            && !reused
             && fastrand::Rng::with_seed(seed ^ (n as u64).wrapping_mul(0xD1B5_4A32_D192_ED03))
                 .f64()
                 < shape.doomed_rate;
@@ -803,6 +809,9 @@ async fn produce(world: Arc<World>, shape: Shape, seed: u64) {
         let mut state = world.lock();
         if behaviour == Behaviour::Doomed {
             state.ext.ledger.doomed.insert(sha.clone());
+            if let Some(raw) = ids.last() {
+                doomed_ids.insert(raw.clone());
+            }
         }
         // Some payloads go by pointer (drawn apart, as the panics are).
         let by_pointer = shape.pointers
@@ -1839,9 +1848,10 @@ async fn gated<P: sqs_keeper_core::Processor>(
     result
 }
 
-/// The schedule's runs after a late outage (its first run held back, then a probe run each)
-/// by which every eligible item has been reached: each probe run looks at up to five items.
-const RUNS_TO_RECOVER: usize = 3;
+/// The schedule's runs after a late outage by which every eligible item has been reached.
+/// The breaker stays open at most `max_open` (10 min), and the runs come 5 min apart, so
+/// the second run after the outage's probes; a probe run looks at up to five items.
+const RUNS_TO_RECOVER: usize = 2;
 
 /// A downstream outage the workers meet after the drain, on other traffic: their breaker
 /// opens, so the schedule's runs after it must probe (some `breaker` worlds). The outage
