@@ -408,7 +408,9 @@ fn all_in_markdown(a: &AllInBench) -> String {
          DLQ takes a message on its {}th receive. Ours is the `worker` bootstrap with its \
          dead-letter store; Powertools is `bench/powertools_worker.py` with `BatchProcessor`, \
          and with `idempotent_function` on DynamoDB for the idempotency row. A transient \
-         failure fails an item's first three requests (503); a permanent one is a 400.\n\n\
+         failure fails an item's first three requests (503), and the worker's breaker opens at \
+         200 failures a minute (sized for the run's rate, so that the blip does not open it); \
+         a permanent one is a 400.\n\n\
          Prices: {}. SQS ${} per million requests; DynamoDB on demand ${} per million read \
          units, ${} per million write units; S3 ${} per thousand PUT and LIST, ${} per \
          thousand GET; Lambda ${} per million requests, ${} per GB-second on arm64, ${} on \

@@ -17,7 +17,8 @@
 //!   Powertools' idempotency has no asynchronous form);
 //! - *transient*: 5 % of the records fail their first three requests (503), with the
 //!   worker's spaced retries and breaker on (Powertools has neither: a failed record comes
-//!   back after the visibility timeout);
+//!   back after the visibility timeout). The breaker opens at 200 failures a minute, so
+//!   that the blip does not open it: sized for the run's rate, as a fleet's would be;
 //! - *dead letters*: 1 % of the records are refused for good (400). The worker
 //!   dead-letters each at once (record, DLQ message); Powertools fails it until SQS moves
 //!   it to the DLQ on its fifth receive.
@@ -492,7 +493,11 @@ impl RunSetup<'_> {
                 ));
             }
             Configuration::Transient => {
+                // A breaker sized for the run's rate: 5 % of a thousand messages a few
+                // seconds long is a blip, not an outage, and does not open it. Spacing short
+                // enough for the run to end in seconds.
                 env.push(("WORKER_BREAKER_TABLE".into(), tables.breaker.clone()));
+                env.push(("WORKER_BREAKER_THRESHOLD".into(), "200".into()));
                 env.push(("WORKER_REDELIVERY_BASE_SECS".into(), "1".into()));
                 env.push(("WORKER_REDELIVERY_MAX_SECS".into(), "2".into()));
             }
