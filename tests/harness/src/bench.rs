@@ -406,8 +406,10 @@ fn all_in_markdown(a: &AllInBench) -> String {
          DynamoDB Local reports (every request is sent asking for them). The poller's empty \
          receives are left out: Lambda's pollers make them whatever the traffic. The queue's \
          DLQ takes a message on its {}th receive. Ours is the `worker` bootstrap with its \
-         dead-letter store; Powertools is `bench/powertools_worker.py` with `BatchProcessor`, \
-         and with `idempotent_function` on DynamoDB for the idempotency row. A transient \
+         dead-letter store; Powertools is `bench/powertools_worker.py` with \
+         `AsyncBatchProcessor`, and for the idempotency row with `BatchProcessor` and \
+         `idempotent_function` on DynamoDB (Powertools' idempotency has no asynchronous \
+         form). A transient \
          failure fails an item's first three requests (503), and the worker's breaker opens at \
          200 failures a minute (sized for the run's rate, so that the blip does not open it); \
          a permanent one is a 400.\n\n\
