@@ -146,11 +146,17 @@ impl Configuration {
         }
     }
 
-    /// The queue's visibility timeout: short, so that a failed record comes back soon.
-    fn visibility_timeout_secs(self) -> u32 {
-        2
+    /// The Powertools processor that handler runs, as the tables name it.
+    fn powertools_processor(self) -> &'static str {
+        match self {
+            Configuration::Idempotency => "BatchProcessor, idempotent_function",
+            _ => "AsyncBatchProcessor",
+        }
     }
 }
+
+/// The queue's visibility timeout: short, so that a failed record comes back soon.
+const VISIBILITY_TIMEOUT_SECS: u32 = 2;
 
 /// Who runs the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -348,7 +354,7 @@ impl RunSetup<'_> {
                 prefix: prefix.clone(),
                 fifo: false,
                 max_receive_count: MAX_RECEIVE_COUNT,
-                visibility_timeout_secs: configuration.visibility_timeout_secs(),
+                visibility_timeout_secs: VISIBILITY_TIMEOUT_SECS,
             },
         )
         .await?;
@@ -402,10 +408,7 @@ impl RunSetup<'_> {
             billed_ms: outcome.billed_ms,
             processor: match contender {
                 Contender::Worker => "",
-                Contender::Powertools => match configuration.powertools_handler() {
-                    "async" => "AsyncBatchProcessor",
-                    _ => "BatchProcessor, idempotent_function",
-                },
+                Contender::Powertools => configuration.powertools_processor(),
             },
             function,
             poller_sqs_requests: poller_sqs,
@@ -428,27 +431,9 @@ impl RunSetup<'_> {
                     .to_string()
             })
             .collect();
-        for (n, chunk) in bodies.chunks(10).enumerate() {
-            let entries = chunk
-                .iter()
-                .enumerate()
-                .filter_map(|(i, body)| {
-                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                        .id(format!("{n}-{i}"))
-                        .message_body(body)
-                        .build()
-                        .ok()
-                })
-                .collect();
-            clients
-                .sqs
-                .send_message_batch()
-                .queue_url(&pipeline.source_url)
-                .set_entries(Some(entries))
-                .send()
-                .await
-                .map_err(|e| format!("fill: {}", sqs_keeper_lambda::ProcessError::from_sdk(&e)))?;
-        }
+        crate::demo::send_bodies(&clients.sqs, &pipeline.source_url, &bodies)
+            .await
+            .map_err(|e| format!("fill: {e}"))?;
         Ok(proxy.bill().sqs_requests)
     }
 

@@ -241,36 +241,14 @@ async fn fill_queue(
     .collect();
     let url = crate::resources::create_queue(clients, name, attributes).await?;
     let arn = crate::resources::queue_arn(clients, &url).await?;
-    let sqs = &clients.sqs;
     let bodies: Vec<String> = (0..messages)
         .map(|i| {
             serde_json::json!({"id": format!("{name}-{i:06}"), "scenario": "slow"}).to_string()
         })
         .collect();
-    for (n, chunk) in bodies.chunks(10).enumerate() {
-        let entries = chunk
-            .iter()
-            .enumerate()
-            .filter_map(|(i, body)| {
-                aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                    .id(format!("{n}-{i}"))
-                    .message_body(body)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        sqs.send_message_batch()
-            .queue_url(&url)
-            .set_entries(Some(entries))
-            .send()
-            .await
-            .map_err(|e| {
-                format!(
-                    "fill {name}: {}",
-                    sqs_keeper_lambda::ProcessError::from_sdk(&e)
-                )
-            })?;
-    }
+    crate::demo::send_bodies(&clients.sqs, &url, &bodies)
+        .await
+        .map_err(|e| format!("fill {name}: {e}"))?;
     Ok((url, arn))
 }
 
@@ -425,28 +403,11 @@ fn scenario(batch_size: i32, runs: Vec<CostRun>) -> CostScenario {
         .map(|(i, floor)| floor / cheapest(|r| &r.gb_seconds_per_million, i))
         .collect();
     let harness = runs.iter().find(|r| r.contender == BARE_FUNCTION);
-    let over_harness = |of: Option<&CostRun>| -> Vec<f64> {
-        (0..MEMORY_SIZES_MB.len())
-            .map(|i| {
-                let at = |r: Option<&CostRun>| {
-                    r.and_then(|r| r.gb_seconds_per_million.get(i).copied())
-                        .unwrap_or(f64::NAN)
-                };
-                at(of) / at(harness)
-            })
-            .collect()
-    };
-    let harness_floor_ratio = over_harness(ours);
-    let harness_over_latency_floor = latency_floor
-        .iter()
-        .enumerate()
-        .map(|(i, floor)| {
-            harness
-                .and_then(|h| h.gb_seconds_per_million.get(i).copied())
-                .unwrap_or(f64::NAN)
-                / floor
-        })
-        .collect();
+    let per_memory_size =
+        |f: &dyn Fn(usize) -> f64| -> Vec<f64> { (0..MEMORY_SIZES_MB.len()).map(f).collect() };
+    let harness_floor_ratio = per_memory_size(&|i| measured_at(ours, i) / measured_at(harness, i));
+    let harness_over_latency_floor =
+        per_memory_size(&|i| measured_at(harness, i) / latency_floor[i]);
     CostScenario {
         batch_size,
         runs,
@@ -457,6 +418,12 @@ fn scenario(batch_size: i32, runs: Vec<CostRun>) -> CostScenario {
         harness_floor_ratio,
         harness_over_latency_floor,
     }
+}
+
+/// A run's measured GB-s per million at the `i`th of [`MEMORY_SIZES_MB`] (NaN without it).
+fn measured_at(run: Option<&CostRun>, i: usize) -> f64 {
+    run.and_then(|r| r.gb_seconds_per_million.get(i).copied())
+        .unwrap_or(f64::NAN)
 }
 
 /// GB-s per million messages of invocations that each last exactly the downstream's

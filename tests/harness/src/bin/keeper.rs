@@ -651,8 +651,8 @@ async fn main() -> ExitCode {
             emulator,
             bin_dir,
             messages,
-        } => match (emulator.endpoints(), bin_dir.or_else(workspace_bin_dir)) {
-            (Ok(endpoints), Some(bin_dir)) => {
+        } => match emulator_and_bins(emulator, bin_dir) {
+            Ok((endpoints, bin_dir)) => {
                 sqs_keeper_local::bench_cost::run(&endpoints, &bin_dir, messages)
                     .await
                     .map(|cost| {
@@ -660,15 +660,14 @@ async fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     })
             }
-            (Err(e), _) => Err(e),
-            (_, None) => Err("cannot locate the binaries; pass --bin-dir".to_string()),
+            Err(e) => Err(e),
         },
         Command::BenchAllIn {
             emulator,
             bin_dir,
             messages,
-        } => match (emulator.endpoints(), bin_dir.or_else(workspace_bin_dir)) {
-            (Ok(endpoints), Some(bin_dir)) => {
+        } => match emulator_and_bins(emulator, bin_dir) {
+            Ok((endpoints, bin_dir)) => {
                 sqs_keeper_local::bench_allin::run(&endpoints, &bin_dir, messages)
                     .await
                     .map(|bench| {
@@ -676,8 +675,7 @@ async fn main() -> ExitCode {
                         ExitCode::SUCCESS
                     })
             }
-            (Err(e), _) => Err(e),
-            (_, None) => Err("cannot locate the binaries; pass --bin-dir".to_string()),
+            Err(e) => Err(e),
         },
         Command::BenchCpu { iterations, output } => bench_cpu(iterations, &output).await,
         Command::BenchRuntime { spawns, output } => bench_runtime(spawns, &output).await,
@@ -701,6 +699,19 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The emulator's endpoints and where the function binaries are (`bin_dir`, else next to
+/// this binary), for the benchmarks that run both.
+fn emulator_and_bins(
+    emulator: EmulatorArgs,
+    bin_dir: Option<PathBuf>,
+) -> Result<(Endpoints, PathBuf), String> {
+    let endpoints = emulator.endpoints()?;
+    let bin_dir = bin_dir
+        .or_else(workspace_bin_dir)
+        .ok_or("cannot locate the binaries; pass --bin-dir")?;
+    Ok((endpoints, bin_dir))
 }
 
 async fn run_demo(options: DemoOptions) -> Result<ExitCode, String> {
