@@ -74,16 +74,9 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, name: &str) -> Vec<String>
             .unwrap();
         documents.push(percent_decoded(output.policy_document()));
     }
-    let attached = iam
-        .list_attached_role_policies()
-        .role_name(name)
-        .send()
+    for arn in attached_policy_arns(iam, name)
         .await
-        .unwrap();
-    for arn in attached
-        .attached_policies()
         .iter()
-        .filter_map(|p| p.policy_arn())
         .filter(|arn| !arn.contains(":aws:policy/"))
     {
         let policy = iam.get_policy().policy_arn(arn).send().await.unwrap();
@@ -102,6 +95,21 @@ pub async fn role_policies(iam: &aws_sdk_iam::Client, name: &str) -> Vec<String>
         documents.push(percent_decoded(document));
     }
     documents
+}
+
+/// The ARNs of the managed policies attached to the role `name`.
+pub async fn attached_policy_arns(iam: &aws_sdk_iam::Client, name: &str) -> Vec<String> {
+    let attached = iam
+        .list_attached_role_policies()
+        .role_name(name)
+        .send()
+        .await
+        .unwrap();
+    attached
+        .attached_policies()
+        .iter()
+        .filter_map(|p| p.policy_arn().map(str::to_string))
+        .collect()
 }
 
 /// A zip file with no entries: enough for the emulator to create a function.

@@ -1665,17 +1665,7 @@ async fn detach_managed_policies(main: &Deployment) {
     let iam = aws_sdk_iam::Client::new(&main.shared);
     for role in ["WorkerRole", "RedriveRole"] {
         let role = &main.physical[role];
-        let attached = iam
-            .list_attached_role_policies()
-            .role_name(role)
-            .send()
-            .await
-            .unwrap();
-        for arn in attached
-            .attached_policies()
-            .iter()
-            .filter_map(|p| p.policy_arn())
-        {
+        for arn in e2e::stack::attached_policy_arns(&iam, role).await {
             iam.detach_role_policy()
                 .role_name(role)
                 .policy_arn(arn)

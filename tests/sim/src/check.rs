@@ -27,11 +27,7 @@ pub fn at_quiescence(state: &mut State, now: chrono::DateTime<chrono::Utc>) {
     let mut dlq: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for m in state.dlq.messages() {
         let item = tracked_item(state, m);
-        let sha = m
-            .attribute(PAYLOAD_SHA256_ATTRIBUTE)
-            .map(str::to_string)
-            .unwrap_or_else(|| m.body_sha256.clone());
-        dlq.entry(item).or_default().insert(sha);
+        dlq.entry(item).or_default().insert(held_payload(m));
     }
     let corrupted = state.ext.ledger.corrupted.clone();
 
@@ -307,14 +303,17 @@ pub fn recovery_budget(state: &State, runs: usize) -> BTreeMap<String, usize> {
 /// holds another payload, which would wait behind it for ever.
 fn doomed_record(state: &State, item: &str, sha: &str) -> bool {
     doomed_payload(state, sha)
-        && state.dlq.messages().iter().all(|m| {
-            tracked_item(state, m) != item || {
-                let held = m
-                    .attribute(PAYLOAD_SHA256_ATTRIBUTE)
-                    .map_or_else(|| m.body_sha256.clone(), str::to_string);
-                doomed_payload(state, &held)
-            }
-        })
+        && state
+            .dlq
+            .messages()
+            .iter()
+            .all(|m| tracked_item(state, m) != item || doomed_payload(state, &held_payload(m)))
+}
+
+/// The digest of the payload a DLQ message holds: its payload attribute, else its body's.
+fn held_payload(m: &sqs_keeper_core::testing::QueueMessage) -> String {
+    m.attribute(PAYLOAD_SHA256_ATTRIBUTE)
+        .map_or_else(|| m.body_sha256.clone(), str::to_string)
 }
 
 /// Whether the payload of digest `sha` (as a record holds it: the body, or a pointer's text)

@@ -241,8 +241,8 @@ struct Shape {
     /// The share of healthy payloads whose handler panics on every call (`doomed`): only in
     /// the `breaker` worlds, where a probe run must look past such an item.
     doomed_rate: f64,
-    /// Whether the downstream is down for the schedule's first run after the drain, so that
-    /// the breaker opens and the runs after it must probe (some `breaker` worlds).
+    /// Whether an outage after the drain opens the workers' breaker, so that the schedule's
+    /// runs after it must probe (half the `breaker` worlds).
     late_outage: bool,
 }
 
