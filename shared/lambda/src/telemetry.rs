@@ -59,6 +59,36 @@ pub const LOG_LEVEL_VAR: &str = "AWS_LAMBDA_LOG_LEVEL";
 pub const LOG_FORMAT_VAR: &str = "AWS_LAMBDA_LOG_FORMAT";
 /// The developer's override of the level: target directives (`info,sqs_keeper=debug`).
 pub const RUST_LOG_VAR: &str = "RUST_LOG";
+/// Which records leave a line of their own ([`RecordLines`]).
+pub const LOG_RECORDS_VAR: &str = crate::config::vars::LOG_RECORDS.name;
+
+/// Which records leave a log line of their own (`WORKER_LOG_RECORDS`).
+///
+/// A record done or skipped is always counted, in the batch's `batch finished` line and
+/// its metrics. Its own line (`record done`, `record skipped`) costs about 280 bytes of
+/// CloudWatch Logs a record: more than the SQS requests that carried it, at ten records an
+/// invocation. It is therefore written only when asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RecordLines {
+    /// Each failed record, with its class and signature (the default).
+    #[default]
+    Failures,
+    /// Every record: done and skipped ones too.
+    All,
+}
+
+impl std::str::FromStr for RecordLines {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "failures" => Ok(RecordLines::Failures),
+            "all" => Ok(RecordLines::All),
+            _ => Err("neither all nor failures".to_string()),
+        }
+    }
+}
 
 /// How log lines are written.
 // Exhaustive on purpose: these are the two formats Lambda's `LogFormat` names.
@@ -81,6 +111,8 @@ pub struct LogSettings {
     pub directives: Option<String>,
     /// The function's name (`AWS_LAMBDA_FUNCTION_NAME`), written on every JSON line.
     pub function_name: Option<String>,
+    /// Which records leave a line of their own.
+    pub record_lines: RecordLines,
     /// What was wrong with the variables: logged as warnings once logging is set up.
     pub problems: Vec<String>,
 }
@@ -126,21 +158,40 @@ impl LogSettings {
                 }
             }
         });
+        let record_lines = match set(LOG_RECORDS_VAR) {
+            None => RecordLines::default(),
+            Some(value) => value.parse().unwrap_or_else(|_| {
+                problems.push(format!(
+                    "{LOG_RECORDS_VAR}={value:?} is neither all nor failures; logging failed records only"
+                ));
+                RecordLines::default()
+            }),
+        };
         LogSettings {
             format,
             level,
             directives,
+            record_lines,
             function_name: lookup("AWS_LAMBDA_FUNCTION_NAME").filter(|v| !v.is_empty()),
             problems,
         }
     }
 
-    /// Returns the filter for events: `RUST_LOG`'s directives when given, else the Lambda level.
+    /// Returns the filter for events: `RUST_LOG`'s directives when given, else the Lambda
+    /// level; either way without the lines of records done or skipped, unless asked for.
     fn env_filter(&self) -> Targets {
-        self.directives
+        let targets = self
+            .directives
             .as_deref()
             .and_then(|directives| directives.parse::<Targets>().ok())
-            .unwrap_or_else(|| Targets::new().with_default(self.level))
+            .unwrap_or_else(|| Targets::new().with_default(self.level));
+        match self.record_lines {
+            RecordLines::All => targets,
+            RecordLines::Failures => targets.with_target(
+                sqs_keeper_core::batch::RECORD_LINES_TARGET,
+                LevelFilter::OFF,
+            ),
+        }
     }
 }
 
@@ -599,6 +650,57 @@ mod tests {
         let invalid = settings(&[(RUST_LOG_VAR, "sqs_keeper=loud")]);
         assert_eq!(invalid.directives, None);
         assert_eq!(invalid.problems.len(), 1);
+    }
+
+    /// Writes a record done, a record skipped and a record failed as the engine does, under
+    /// `settings`; the messages written.
+    fn record_lines_under(vars: &[(&str, &str)]) -> Vec<String> {
+        let out = Captured::default();
+        let s = settings(vars);
+        let _guard = tracing::subscriber::set_default(subscriber(&s, out.clone()));
+        let target = sqs_keeper_core::batch::RECORD_LINES_TARGET;
+        tracing::info!(target: "sqs_keeper::records", message_id = "m-1", "record done");
+        tracing::info!(target: "sqs_keeper::records", message_id = "m-2", "record skipped");
+        tracing::warn!(message_id = "m-3", "record failed: returned for retry");
+        tracing::info!(records = 3, "batch finished");
+        assert_eq!(
+            target, "sqs_keeper::records",
+            "the engine's target, as written here"
+        );
+        out.json_lines()
+            .iter()
+            .map(|line| line["message"].as_str().unwrap_or_default().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn records_done_or_skipped_leave_a_line_only_when_every_record_is_asked_for() {
+        let failures = ["record failed: returned for retry", "batch finished"];
+        assert_eq!(record_lines_under(&[]), failures);
+        assert_eq!(
+            record_lines_under(&[(LOG_RECORDS_VAR, "failures")]),
+            failures
+        );
+        let every = [
+            "record done",
+            "record skipped",
+            "record failed: returned for retry",
+            "batch finished",
+        ];
+        assert_eq!(record_lines_under(&[(LOG_RECORDS_VAR, "ALL")]), every);
+        // A developer's RUST_LOG sets the levels, not which records are written.
+        assert_eq!(record_lines_under(&[(RUST_LOG_VAR, "debug")]), failures);
+        assert_eq!(
+            record_lines_under(&[(RUST_LOG_VAR, "debug"), (LOG_RECORDS_VAR, "all")]),
+            every
+        );
+        let bad = settings(&[(LOG_RECORDS_VAR, "some")]);
+        assert_eq!(bad.record_lines, RecordLines::Failures);
+        assert!(
+            bad.problems[0].contains("WORKER_LOG_RECORDS"),
+            "{:?}",
+            bad.problems
+        );
     }
 
     #[test]

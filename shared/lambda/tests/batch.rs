@@ -1045,9 +1045,10 @@ impl std::io::Write for Captured {
     }
 }
 
-/// Every record leaves a line, whatever it became: done, skipped with its reason, failed
-/// (returned or dead-lettered), or not started with why; an operator searching the logs
-/// by message id finds each one.
+/// The engine writes a line for every record, whatever it became: done, skipped with its
+/// reason, failed (returned or dead-lettered), or not started with why; an operator
+/// searching the logs by message id finds each one. (The functions keep the lines of records
+/// done or skipped only with `WORKER_LOG_RECORDS=all`: `telemetry`'s tests.)
 #[tokio::test(start_paused = true)]
 async fn every_record_leaves_one_log_line_with_what_became_of_it() {
     let captured = Captured::default();

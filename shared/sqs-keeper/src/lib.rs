@@ -56,6 +56,7 @@ pub use sqs_keeper_http::{HttpDelivery, HttpDeliveryConfig};
 /// subscriber of its own, and what a tower layer of its own wraps
 /// ([`Setup::run_with_layer`]). `examples/telemetry` shows both.
 pub mod telemetry {
+    pub use sqs_keeper_core::batch::RECORD_LINES_TARGET;
     /// Traced records' spans as children of their producers' spans, for the team's
     /// OpenTelemetry tracer (`opentelemetry` feature).
     #[cfg(feature = "opentelemetry")]

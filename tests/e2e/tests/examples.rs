@@ -116,6 +116,8 @@ async fn orders_are_stored_once_and_what_never_fits_is_dead_lettered_on_first_si
         &[
             ("ORDERS_TABLE", table.clone()),
             ("WORKER_ITEM_ID_SOURCE", "pointer:/order_id".into()),
+            // Every record's line, where the handler's fields are read below.
+            ("WORKER_LOG_RECORDS", "all".into()),
         ],
         "orders",
     )
@@ -243,6 +245,8 @@ async fn sns_to_fifo_movements_apply_in_order_once_and_a_foreign_body_is_dead_le
         &[
             ("LEDGER_TABLE", table.clone()),
             ("WORKER_ENVELOPE", "sns".into()),
+            // Every record's line, where the handler's fields are read below.
+            ("WORKER_LOG_RECORDS", "all".into()),
         ],
         "ledger",
     )

@@ -416,7 +416,9 @@ fn all_in_markdown(a: &AllInBench) -> String {
          Prices: {}. SQS ${} per million requests; DynamoDB on demand ${} per million read \
          units, ${} per million write units; S3 ${} per thousand PUT and LIST, ${} per \
          thousand GET; Lambda ${} per million requests, ${} per GB-second on arm64, ${} on \
-         x86_64.\n",
+         x86_64; CloudWatch Logs ${} per GB ingested. *Log GB* is what the function wrote to \
+         stdout and stderr at its defaults; Lambda's own START, END and REPORT lines, the \
+         same for both per invocation, are left out.\n",
         a.messages,
         bench_allin::BATCH_SIZE,
         bench_allin::MEMORY_MB,
@@ -430,6 +432,7 @@ fn all_in_markdown(a: &AllInBench) -> String {
         p.lambda_per_million,
         p.lambda_gb_second_arm64,
         p.lambda_gb_second_x86,
+        p.logs_per_gb,
     ));
     for configuration in Configuration::ALL {
         out.push_str(&format!(
@@ -556,10 +559,19 @@ const NOTES: &str = r#"
 - *All in*, the requests are most of the bill. Both contenders make the same SQS requests
   for the same work: one send, one receive and one delete per ten messages, $0.12 a
   million. Per-record idempotency is two writes a record for both, a claim before the
-  work and its completion after, one write unit each: $1.25 a million. That is why ours
-  cannot reach half of Powertools' with idempotency on while it keeps the claim, which
-  stops a duplicate running while the first delivery still works. Fewer than one write a
-  record would mean giving that up. The worker's share of the rest is its GB-seconds.
+  work and its completion after, one write unit each: $1.25 a million. Two writes are the
+  least for a claim that tells a completed item from an abandoned one. A claim alone (one
+  write) cannot: a message redelivered after its work completed, its delete lost, and one
+  redelivered after its sandbox died look the same to it, so the first would run twice.
+  With the same write units a record as Powertools, ours cannot cost half of Powertools'
+  with idempotency on. The worker's share of the rest is its GB-seconds and its logs.
+- *Logs* are priced as CloudWatch Logs ingests them. By default the worker writes a line
+  per failed record, one per batch (`batch finished`, with its counts) and one EMF document
+  per batch, its metrics: about 100 bytes a message at ten records a batch, most of it the
+  EMF document. Powertools, as
+  benchmarked, writes none: its Logger and Metrics are not used. A line for every record
+  done (`WORKER_LOG_RECORDS=all`) adds about 280 bytes a message, some $0.14 a million,
+  more than the SQS requests.
 - With transient failures the worker costs more than Powertools. It retries a failed
   record within the invocation (three attempts, with backoff), and the invocation is
   billed for that wait. It then spaces the record's redelivery

@@ -74,6 +74,8 @@ pub struct Prices {
     pub lambda_gb_second_arm64: f64,
     /// Per GB-second of Lambda duration on x86_64.
     pub lambda_gb_second_x86: f64,
+    /// Per GB of logs CloudWatch Logs ingests from a function (standard class).
+    pub logs_per_gb: f64,
 }
 
 /// us-east-1 list prices past the free tiers. The run does not fetch them.
@@ -87,6 +89,7 @@ pub const PRICES: Prices = Prices {
     lambda_per_million: 0.20,
     lambda_gb_second_arm64: 0.000_013_333_4,
     lambda_gb_second_x86: 0.000_016_666_7,
+    logs_per_gb: 0.50,
 };
 
 /// One of the four workloads.
@@ -197,6 +200,9 @@ pub struct AllInRun {
     pub poller_sqs_requests: u64,
     /// The producer's billed sends.
     pub producer_sqs_requests: u64,
+    /// Bytes the function wrote to stdout and stderr: what CloudWatch Logs ingests from it
+    /// (Lambda's own START, END and REPORT lines left out).
+    pub log_bytes: u64,
     /// The cost per million messages.
     pub cost: Cost,
 }
@@ -216,33 +222,33 @@ pub struct Cost {
     pub lambda_requests: f64,
     /// GB-seconds at [`MEMORY_MB`].
     pub gb_seconds: f64,
+    /// GB of the function's logs ingested by CloudWatch Logs.
+    pub log_gb: f64,
     /// Dollars, with the function on arm64.
     pub dollars_arm64: f64,
     /// Dollars, with the function on x86_64.
     pub dollars_x86: f64,
     /// Of those, what the AWS requests cost (SQS, DynamoDB, S3, Lambda's requests).
     pub dollars_requests: f64,
+    /// Of those, what the function's logs cost.
+    pub dollars_logs: f64,
 }
 
 impl Cost {
     /// Prices `run`'s counts over `messages` messages.
-    fn of(
-        messages: u64,
-        function: &Bill,
-        poller_sqs: u64,
-        producer_sqs: u64,
-        invocations: u64,
-        billed_ms: f64,
-    ) -> Cost {
+    fn of(messages: u64, function: &Bill, sandbox: &Metered) -> Cost {
         let per_million = 1e6 / messages.max(1) as f64;
         let p = &PRICES;
-        let sqs = (function.sqs_requests + poller_sqs + producer_sqs) as f64 * per_million;
+        let sqs = (function.sqs_requests + sandbox.poller_sqs + sandbox.producer_sqs) as f64
+            * per_million;
         let reads = function.dynamodb_read_units * per_million;
         let writes = function.dynamodb_write_units * per_million;
         let s3_writes = function.s3_write_requests as f64 * per_million;
         let s3_reads = function.s3_read_requests as f64 * per_million;
-        let lambda_requests = invocations as f64 * per_million;
-        let gb_seconds = billed_ms / 1000.0 * per_million * f64::from(MEMORY_MB) / 1024.0;
+        let lambda_requests = sandbox.invocations as f64 * per_million;
+        let gb_seconds = sandbox.billed_ms / 1000.0 * per_million * f64::from(MEMORY_MB) / 1024.0;
+        let log_gb = sandbox.log_bytes as f64 * per_million / 1e9;
+        let dollars_logs = log_gb * p.logs_per_gb;
         let dollars_requests = sqs / 1e6 * p.sqs_per_million
             + reads / 1e6 * p.dynamodb_read_per_million
             + writes / 1e6 * p.dynamodb_write_per_million
@@ -256,9 +262,11 @@ impl Cost {
             s3_requests: s3_writes + s3_reads,
             lambda_requests,
             gb_seconds,
-            dollars_arm64: dollars_requests + gb_seconds * p.lambda_gb_second_arm64,
-            dollars_x86: dollars_requests + gb_seconds * p.lambda_gb_second_x86,
+            log_gb,
+            dollars_arm64: dollars_requests + dollars_logs + gb_seconds * p.lambda_gb_second_arm64,
+            dollars_x86: dollars_requests + dollars_logs + gb_seconds * p.lambda_gb_second_x86,
             dollars_requests,
+            dollars_logs,
         }
     }
 }
@@ -392,14 +400,14 @@ impl RunSetup<'_> {
                 .copied()
                 .unwrap_or(0);
         let function = function_proxy.bill();
-        let cost = Cost::of(
-            self.messages as u64,
-            &function,
+        let sandbox = Metered {
             poller_sqs,
             producer_sqs,
-            outcome.invocations,
-            outcome.billed_ms,
-        );
+            invocations: outcome.invocations,
+            billed_ms: outcome.billed_ms,
+            log_bytes: outcome.log_bytes,
+        };
+        let cost = Cost::of(self.messages as u64, &function, &sandbox);
         Ok(AllInRun {
             configuration,
             contender,
@@ -413,6 +421,7 @@ impl RunSetup<'_> {
             function,
             poller_sqs_requests: poller_sqs,
             producer_sqs_requests: producer_sqs,
+            log_bytes: outcome.log_bytes,
             cost,
         })
     }
@@ -501,19 +510,17 @@ impl RunSetup<'_> {
         pipeline: &PipelineResources,
     ) -> Result<Outcome, String> {
         let name = contender.name();
+        // The function's output goes to a file of its own, counted once it stops.
+        let log = std::env::temp_dir().join(format!("keeper-all-in-{name}-{}.log", self.tag));
+        let _ = std::fs::remove_file(&log);
         let api = RuntimeApi::start(&format!(
             "arn:aws:lambda:us-east-1:000000000000:function:{name}"
         ))
         .await
         .map_err(|e| e.to_string())?;
-        let mut process = FunctionProcess::spawn_command(
-            command,
-            name,
-            &api.address(),
-            env,
-            Some(Path::new("/dev/null")),
-        )
-        .map_err(|e| format!("{name}: {e}"))?;
+        let mut process =
+            FunctionProcess::spawn_command(command, name, &api.address(), env, Some(&log))
+                .map_err(|e| format!("{name}: {e}"))?;
         api.first_poll(Duration::from_secs(30))
             .await
             .ok_or_else(|| format!("{name} never polled the Runtime API"))?;
@@ -538,9 +545,12 @@ impl RunSetup<'_> {
             return Err(format!("{name} did not drain its queue: {stats:?}"));
         }
         let billed_ms = invoker.billed_ms();
+        let log_bytes = std::fs::metadata(&log).map_or(0, |m| m.len());
+        let _ = std::fs::remove_file(&log);
         Ok(Outcome {
             invocations: stats.invocations,
             billed_ms,
+            log_bytes,
         })
     }
 
@@ -569,6 +579,22 @@ impl RunSetup<'_> {
 struct Outcome {
     invocations: u64,
     billed_ms: f64,
+    log_bytes: u64,
+}
+
+/// What a run is billed for beside the function's own requests.
+#[derive(Debug, Clone, Default)]
+struct Metered {
+    /// The poller's receives and deletes.
+    poller_sqs: u64,
+    /// The producer's sends.
+    producer_sqs: u64,
+    /// Lambda invocations.
+    invocations: u64,
+    /// Their billed duration, ms.
+    billed_ms: f64,
+    /// The function's log output, bytes.
+    log_bytes: u64,
 }
 
 /// A metered proxy over `endpoints`.
@@ -621,7 +647,7 @@ pub fn render(bench: &AllInBench) -> String {
 }
 
 /// The columns of a run's row.
-pub const HEADINGS: [&str; 9] = [
+pub const HEADINGS: [&str; 10] = [
     "contender",
     "SQS requests",
     "DynamoDB read units",
@@ -629,7 +655,8 @@ pub const HEADINGS: [&str; 9] = [
     "S3 requests",
     "Lambda requests",
     "GB-s at 128 MB (timed on a full core)",
-    "$ arm64 (requests alone)",
+    "log GB",
+    "$ arm64 (requests alone, logs alone)",
     "$ x86_64",
 ];
 
@@ -648,7 +675,11 @@ pub fn row(run: &AllInRun) -> Vec<String> {
         format!("{:.0}", c.s3_requests),
         format!("{:.0}", c.lambda_requests),
         format!("{:.1}", c.gb_seconds),
-        format!("{:.3} ({:.3})", c.dollars_arm64, c.dollars_requests),
+        format!("{:.3}", c.log_gb),
+        format!(
+            "{:.3} ({:.3}, {:.3})",
+            c.dollars_arm64, c.dollars_requests, c.dollars_logs
+        ),
         format!("{:.3}", c.dollars_x86),
     ]
 }
@@ -660,7 +691,14 @@ mod tests {
     #[test]
     fn a_million_messages_in_batches_of_ten_cost_their_sends_receives_and_deletes() {
         // 1,000 messages: 100 sends, 100 receives, 100 deletes, 100 invocations of 20 ms.
-        let cost = Cost::of(1_000, &Bill::default(), 200, 100, 100, 2_000.0);
+        let sandbox = Metered {
+            poller_sqs: 200,
+            producer_sqs: 100,
+            invocations: 100,
+            billed_ms: 2_000.0,
+            log_bytes: 0,
+        };
+        let cost = Cost::of(1_000, &Bill::default(), &sandbox);
         assert!((cost.sqs_requests - 300_000.0).abs() < 1e-6);
         assert!((cost.lambda_requests - 100_000.0).abs() < 1e-6);
         // 2,000 s per million at 128 MB: 250 GB-s.
@@ -677,8 +715,21 @@ mod tests {
             dynamodb_write_units: 2_000.0,
             ..Bill::default()
         };
-        let cost = Cost::of(1_000, &bill, 0, 0, 0, 0.0);
+        let cost = Cost::of(1_000, &bill, &Metered::default());
         assert!((cost.dollars_requests - 1.25).abs() < 1e-9, "{cost:?}");
+    }
+
+    #[test]
+    fn a_line_of_300_bytes_a_record_costs_fifteen_cents_a_million_in_logs() {
+        let sandbox = Metered {
+            log_bytes: 300_000,
+            ..Metered::default()
+        };
+        let cost = Cost::of(1_000, &Bill::default(), &sandbox);
+        assert!((cost.log_gb - 0.3).abs() < 1e-9, "{cost:?}");
+        assert!((cost.dollars_logs - 0.15).abs() < 1e-9, "{cost:?}");
+        assert!((cost.dollars_arm64 - 0.15).abs() < 1e-9, "{cost:?}");
+        assert!(cost.dollars_requests.abs() < 1e-12, "logs are not requests");
     }
 
     #[test]

@@ -123,7 +123,8 @@ pub async fn run(options: &RunOptions) -> Result<(EsmStats, bool), String> {
     // The caller's environment (the handler's own variables, `DLQ_*`) goes through; the
     // emulators' endpoints and test credentials are set over it, so that nothing it does
     // leaves this machine.
-    let env = emulator_env(&options.endpoints, &options.region);
+    let mut env = emulator_env(&options.endpoints, &options.region);
+    env.extend(every_record_logged());
     let mut process = FunctionProcess::spawn_to_terminal(
         &options.worker,
         &options.function_name,
@@ -276,6 +277,15 @@ pub fn check_body(body: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Locally every record leaves its line (`WORKER_LOG_RECORDS=all`), unless the caller's
+/// environment says otherwise: a handler's author wants to see each one, and the lines cost
+/// nothing here.
+pub fn every_record_logged() -> Option<(String, String)> {
+    std::env::var_os("WORKER_LOG_RECORDS")
+        .is_none()
+        .then(|| ("WORKER_LOG_RECORDS".to_string(), "all".to_string()))
 }
 
 #[cfg(test)]

@@ -91,6 +91,13 @@ impl BatchConfig {
 /// The error code of a record dead-lettered on its last receive without having run.
 pub const NOT_STARTED: &str = "NotStarted";
 
+/// The target of the line a record done or skipped leaves (`record done`, `record
+/// skipped`). A subscriber that turns this target off keeps every failure's line and the
+/// batch's own. Those lines are most of a worker's log volume: one per record, where a
+/// failure is the exception (the Lambda functions turn it off unless `WORKER_LOG_RECORDS`
+/// is `all`).
+pub const RECORD_LINES_TARGET: &str = "sqs_keeper::records";
+
 /// Why a record was not started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

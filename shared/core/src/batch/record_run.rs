@@ -144,7 +144,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
         let took = Some(started.elapsed());
         // Every record leaves a line: a failure is logged where it is decided (with its
         // class and signature, `log_failure`); a record done or skipped is logged here,
-        // with the handler's fields when it added any.
+        // with the handler's fields when it added any, under its own target
+        // (`RECORD_LINES_TARGET`), which a subscriber may turn off.
         if let Step::Final(report) = &step {
             if log_success(report, started.elapsed(), &fields) {
                 return finish(step, took);
@@ -589,6 +590,7 @@ fn log_success(
     let handler_fields = handler_fields.as_ref().map(tracing::field::display);
     match &report.disposition {
         Disposition::Done => tracing::info!(
+            target: super::RECORD_LINES_TARGET,
             message_id = %report.message_id,
             item_id = %report.item_id,
             attempts = report.attempts,
@@ -597,6 +599,7 @@ fn log_success(
             "record done"
         ),
         Disposition::Skipped { reason } => tracing::info!(
+            target: super::RECORD_LINES_TARGET,
             message_id = %report.message_id,
             item_id = %report.item_id,
             attempts = report.attempts,

@@ -164,6 +164,9 @@ impl HandlerConfig {
         let body_format = env
             .text_or_default::<BodyFormat>(&BODY_FORMAT)
             .unwrap_or_default();
+        // Read by the logging set-up (`telemetry::LogSettings`); checked here so that a bad
+        // value fails the start-up with every other problem.
+        let _ = env.text_or_default::<crate::telemetry::RecordLines>(&LOG_RECORDS);
         let concurrency = env.integer(&MAX_CONCURRENCY);
         let max_receive_count = env
             .integer_if_set(&MAX_RECEIVE_COUNT)

@@ -545,6 +545,7 @@ mod tests {
             (MAX_RECEIVE_COUNT.name, "1001"),
             (RETRY_UNKNOWN_ERRORS.name, "yes"),
             (ITEM_ID_SOURCE.name, "pointer:id"),
+            (LOG_RECORDS.name, "some"),
         ])
         .unwrap_err();
         let vars: Vec<&str> = err.problems.iter().map(|p| p.variable.as_str()).collect();
@@ -554,6 +555,7 @@ mod tests {
                 DOWNSTREAM_URL.name,
                 DOWNSTREAM_TIMEOUT_MS.name,
                 ITEM_ID_SOURCE.name,
+                LOG_RECORDS.name,
                 MAX_CONCURRENCY.name,
                 MAX_RECEIVE_COUNT.name,
                 RETRY_UNKNOWN_ERRORS.name
@@ -571,6 +573,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("expected true or false"), "{text}");
+        assert!(
+            text.contains("WORKER_LOG_RECORDS: \"some\" is not valid (neither all nor failures)"),
+            "{text}"
+        );
     }
 
     #[test]

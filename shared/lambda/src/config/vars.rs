@@ -298,6 +298,13 @@ pub const BODY_FORMAT: Var = text(
     "json or text",
     Some("json"),
 );
+/// `WORKER_LOG_RECORDS`
+pub const LOG_RECORDS: Var = text(
+    "WORKER_LOG_RECORDS",
+    "which records leave a log line of their own: `failures` (each failed record; the others are counted in the batch's line and its metrics) or `all` (every record done or skipped too: about 280 bytes of CloudWatch Logs a record)",
+    "all or failures",
+    Some("failures"),
+);
 /// `WORKER_MAX_CONCURRENCY`
 pub const MAX_CONCURRENCY: Var = integer(
     "WORKER_MAX_CONCURRENCY",
@@ -499,6 +506,7 @@ pub const WORKER_VARS: &[Var] = &[
     ITEM_ID_SOURCE,
     ENVELOPE,
     BODY_FORMAT,
+    LOG_RECORDS,
     MAX_CONCURRENCY,
     MAX_RECEIVE_COUNT,
     RECEIVE_BUDGET_MARGIN,

@@ -849,7 +849,10 @@ async fn invoke(
         ),
         ("WORKER_MAX_RECEIVE_COUNT".to_string(), "3".to_string()),
         ("WORKER_RETRY_BASE_DELAY_MS".to_string(), "50".to_string()),
-    ];
+    ]
+    .into_iter()
+    .chain(sqs_keeper_local::handler_loop::every_record_logged())
+    .collect::<Vec<_>>();
     let mut process = FunctionProcess::spawn_to_terminal(&worker, "worker", &api.address(), &env)
         .map_err(|e| format!("cannot start {}: {e}", worker.display()))?;
     let result = api.invoke(bytes.into(), timeout).await;
