@@ -1786,6 +1786,115 @@ mod tests {
         }
     }
 
+    /// A downstream that fails each call once the test lets it answer.
+    struct FailsWhenReleased {
+        started: Arc<AtomicU32>,
+        release: Arc<tokio::sync::Semaphore>,
+    }
+
+    impl Processor for FailsWhenReleased {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            let _permit = self.release.acquire().await;
+            Err(ProcessError::from_http_status(503, "down"))
+        }
+    }
+
+    /// Failures of calls that began before the breaker opened, reaching the threshold once
+    /// its open period is over and while no probe runs, open it again, for longer: the
+    /// downstream failed all along. (Under a running probe they would not: the probe decides.)
+    #[tokio::test]
+    async fn late_failures_reaching_the_threshold_reopen_a_half_open_breaker_no_probe_holds() {
+        let store = MemoryBreakerStore::default();
+        let started = Arc::new(AtomicU32::new(0));
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let sandbox = Arc::new(Breaker::new(
+            FailsWhenReleased {
+                started: started.clone(),
+                release: release.clone(),
+            },
+            store.clone(),
+            policy(),
+        ));
+        let calls: Vec<_> = (0..3)
+            .map(|n| {
+                let sandbox = sandbox.clone();
+                tokio::spawn(async move {
+                    sandbox
+                        .process(&WorkItem::new(format!("m-{n}"), "{}"))
+                        .await
+                })
+            })
+            .collect();
+        while started.load(Ordering::SeqCst) < 3 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // Another sandbox opened the breaker meanwhile, and its open period is over.
+        let now = SystemTime::now();
+        assert!(store
+            .open(
+                now - Duration::from_secs(1),
+                1,
+                now - Duration::from_secs(2)
+            )
+            .await
+            .unwrap());
+        release.add_permits(3);
+        for call in calls {
+            assert_eq!(
+                call.await.unwrap().unwrap_err().class,
+                ErrorClass::ServerError
+            );
+        }
+        let state = store.state();
+        assert!(state.is_open(SystemTime::now()), "{state:?}");
+        assert_eq!(state.opens, 2, "{state:?}");
+    }
+
+    /// A handler whose dead-letter hook fails, and says which item it was told of.
+    struct Hooked;
+
+    impl Processor for Hooked {
+        async fn process(&self, _item: &WorkItem) -> Result<Outcome, ProcessError> {
+            Ok(Outcome::Done)
+        }
+
+        async fn on_dead_letter(
+            &self,
+            dead: &crate::processor::DeadLettered<'_>,
+        ) -> Result<(), ProcessError> {
+            Err(ProcessError::new(
+                ErrorClass::ServerError,
+                format!("hook saw {}", dead.item.item_id),
+            ))
+        }
+    }
+
+    /// The breakers pass the handler's dead-letter hook through, open or not, with its
+    /// answer: a hook that failed is logged by the engine, not taken as run.
+    #[tokio::test]
+    async fn the_breakers_run_the_handlers_dead_letter_hook() {
+        let item = WorkItem::new("m-1", "{}");
+        let error = ProcessError::new(ErrorClass::Validation, "bad");
+        let dead = crate::processor::DeadLettered {
+            item: &item,
+            error: &error,
+            reason: crate::dead_letter::DeadLetterReason::Permanent,
+            attempts: 1,
+        };
+        let store = MemoryBreakerStore::default();
+        let one = Breaker::new(Hooked, store.clone(), policy());
+        let groups = GroupBreakers::new(Hooked, move |_: Option<&str>| store.clone(), policy());
+        let answers = [
+            one.on_dead_letter(&dead).await,
+            groups.on_dead_letter(&dead).await,
+            groups.breaker(Some("g")).on_dead_letter(&dead).await,
+        ];
+        for answer in answers {
+            assert_eq!(answer.unwrap_err().message, "hook saw m-1");
+        }
+    }
+
     /// A sandbox keeps at most [`MAX_GROUP_BREAKERS`] group breakers: past it, a busy
     /// group's record runs behind a breaker of its own, and the map does not grow.
     #[test]
