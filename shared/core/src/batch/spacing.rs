@@ -340,7 +340,7 @@ fn goes_back(disposition: &Disposition) -> bool {
 }
 
 /// Says how many of the `tried` records were hidden, and why the others were not.
-fn log_hides(results: &[Result<(), ProcessError>], tried: usize) {
+pub(super) fn log_hides(results: &[Result<(), ProcessError>], tried: usize) {
     let hidden = results.iter().filter(|r| r.is_ok()).count();
     if hidden < tried {
         let error = results.iter().find_map(|r| r.as_ref().err());

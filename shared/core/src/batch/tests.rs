@@ -176,6 +176,33 @@ impl Logged {
     }
 }
 
+/// Hiding records for their redelivery delay is a warning only when some could not be
+/// hidden: they come back sooner than spaced, and the line says why.
+#[test]
+fn records_that_could_not_be_hidden_are_warned_of_and_the_others_are_not() {
+    let logged = Logged::default();
+    let writer = logged.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    super::spacing::log_hides(&[Ok(()), Ok(())], 2);
+    let all = logged.text();
+    assert!(all.contains("INFO") && !all.contains("WARN"), "{all}");
+    let refused = ProcessError::new(ErrorClass::Throttled, "slow down");
+    super::spacing::log_hides(&[Ok(()), Err(refused)], 2);
+    let some = logged.text()[all.len()..].to_string();
+    assert!(
+        some.contains("WARN") && some.contains("slow down"),
+        "{some}"
+    );
+    assert!(
+        some.contains("hidden=1") && some.contains("returned=2"),
+        "{some}"
+    );
+}
+
 /// A failed record is logged with what finds it (message and item ids, receive count,
 /// class, signature) and what happened to it, never its body: the line is all an
 /// operator has of a record returned for retry.

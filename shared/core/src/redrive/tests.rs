@@ -768,6 +768,21 @@ async fn a_requeue_that_outlived_every_queue_is_set_back_to_dead() {
     assert_eq!(status(&engine, "recent"), Some(ItemStatus::Requeued));
 }
 
+/// A requeue whose queue cannot be named counts as outlived only past SQS's longest
+/// retention and the margin (14 days and an hour), and its record is kept a day longer.
+#[test]
+fn a_requeue_of_a_queue_unknown_outlives_sqs_longest_retention_and_the_margin() {
+    assert_eq!(
+        REQUEUE_OUTLIVED,
+        crate::ports::SQS_MAX_RETENTION + REQUEUE_MARGIN
+    );
+    assert_eq!(REQUEUE_OUTLIVED, Duration::from_secs(14 * 86_400 + 3_600));
+    assert_eq!(
+        REQUEUED_RECORD_LIFE,
+        REQUEUE_OUTLIVED + Duration::from_secs(86_400)
+    );
+}
+
 /// A record requeued to a queue that keeps messages an hour waits `requeued` an hour and
 /// the margin, not 14 days: past that its message is gone (found by the simulation,
 /// seed 58653, whose requeued message expired in a short-retention queue).
