@@ -65,7 +65,7 @@ pub const LOG_RECORDS_VAR: &str = crate::config::vars::LOG_RECORDS.name;
 /// Which records leave a log line of their own (`WORKER_LOG_RECORDS`).
 ///
 /// A record done or skipped is always counted, in the batch's `batch finished` line and
-/// its metrics. Its own line (`record done`, `record skipped`) costs about 280 bytes of
+/// its metrics. Its own line (`record done`, `record skipped`) costs about 300 bytes of
 /// CloudWatch Logs a record: more than the SQS requests that carried it, at ten records an
 /// invocation. It is therefore written only when asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -158,7 +158,11 @@ impl LogSettings {
                 }
             }
         });
-        let record_lines = match set(LOG_RECORDS_VAR) {
+        // Set on its own or in the store's object (`SQS_KEEPER_STORE`), as the configuration
+        // reads it.
+        let store_too =
+            crate::config::EnvReader::new(&lookup).raw(&crate::config::vars::LOG_RECORDS);
+        let record_lines = match store_too {
             None => RecordLines::default(),
             Some(value) => value.parse().unwrap_or_else(|_| {
                 problems.push(format!(
@@ -693,6 +697,13 @@ mod tests {
         assert_eq!(
             record_lines_under(&[(RUST_LOG_VAR, "debug"), (LOG_RECORDS_VAR, "all")]),
             every
+        );
+        // Set in the store's object, as the configuration reads it; its own variable first.
+        let store = r#"{"WORKER_LOG_RECORDS": "all"}"#;
+        assert_eq!(record_lines_under(&[("SQS_KEEPER_STORE", store)]), every);
+        assert_eq!(
+            record_lines_under(&[("SQS_KEEPER_STORE", store), (LOG_RECORDS_VAR, "failures")]),
+            failures
         );
         let bad = settings(&[(LOG_RECORDS_VAR, "some")]);
         assert_eq!(bad.record_lines, RecordLines::Failures);

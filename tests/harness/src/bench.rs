@@ -567,10 +567,10 @@ const NOTES: &str = r#"
   with idempotency on. The worker's share of the rest is its GB-seconds and its logs.
 - *Logs* are priced as CloudWatch Logs ingests them. By default the worker writes a line
   per failed record, one per batch (`batch finished`, with its counts) and one EMF document
-  per batch, its metrics: about 100 bytes a message at ten records a batch, most of it the
+  per batch, its metrics: about 120 bytes a message at ten records a batch, most of it the
   EMF document. Powertools, as
   benchmarked, writes none: its Logger and Metrics are not used. A line for every record
-  done (`WORKER_LOG_RECORDS=all`) adds about 280 bytes a message, some $0.14 a million,
+  done (`WORKER_LOG_RECORDS=all`) adds about 300 bytes a message, some $0.15 a million,
   more than the SQS requests.
 - With transient failures the worker costs more than Powertools. It retries a failed
   record within the invocation (three attempts, with backoff), and the invocation is

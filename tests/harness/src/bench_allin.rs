@@ -510,6 +510,16 @@ impl RunSetup<'_> {
         pipeline: &PipelineResources,
     ) -> Result<Outcome, String> {
         let name = contender.name();
+        // At its logging defaults, whatever the shell running the benchmark sets.
+        let mut command = command;
+        for var in [
+            "RUST_LOG",
+            "AWS_LAMBDA_LOG_LEVEL",
+            "AWS_LAMBDA_LOG_FORMAT",
+            "WORKER_LOG_RECORDS",
+        ] {
+            command.env_remove(var);
+        }
         // The function's output goes to a file of its own, counted once it stops.
         let log = std::env::temp_dir().join(format!("keeper-all-in-{name}-{}.log", self.tag));
         let _ = std::fs::remove_file(&log);

@@ -95,7 +95,8 @@ pub const NOT_STARTED: &str = "NotStarted";
 /// skipped`). A subscriber that turns this target off keeps every failure's line and the
 /// batch's own. Those lines are most of a worker's log volume: one per record, where a
 /// failure is the exception (the Lambda functions turn it off unless `WORKER_LOG_RECORDS`
-/// is `all`).
+/// is `all`). Only those two lines may use it: a filter turns the target off at every
+/// level, and by prefix (`sqs_keeper::records…`).
 pub const RECORD_LINES_TARGET: &str = "sqs_keeper::records";
 
 /// Why a record was not started.

@@ -142,8 +142,8 @@ impl<P: Processor, S: DeadLetterSink> BatchProcessor<P, S> {
             .scope(self.process_record(message_id, msg, deadline))
             .await;
         let took = Some(started.elapsed());
-        // Every record leaves a line: a failure is logged where it is decided (with its
-        // class and signature, `log_failure`); a record done or skipped is logged here,
+        // Every record is logged: a failure where it is decided (with its class and
+        // signature, `log_failure`); a record done or skipped here,
         // with the handler's fields when it added any, under its own target
         // (`RECORD_LINES_TARGET`), which a subscriber may turn off.
         if let Step::Final(report) = &step {

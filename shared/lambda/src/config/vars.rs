@@ -301,7 +301,7 @@ pub const BODY_FORMAT: Var = text(
 /// `WORKER_LOG_RECORDS`
 pub const LOG_RECORDS: Var = text(
     "WORKER_LOG_RECORDS",
-    "which records leave a log line of their own: `failures` (each failed record; the others are counted in the batch's line and its metrics) or `all` (every record done or skipped too: about 280 bytes of CloudWatch Logs a record)",
+    "which records leave a log line of their own: `failures` (each failed record; the others are counted in the batch's line and its metrics) or `all` (every record done or skipped too: about 300 bytes of CloudWatch Logs a record)",
     "all or failures",
     Some("failures"),
 );
