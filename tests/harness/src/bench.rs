@@ -418,7 +418,8 @@ fn all_in_markdown(a: &AllInBench) -> String {
          thousand GET; Lambda ${} per million requests, ${} per GB-second on arm64, ${} on \
          x86_64; CloudWatch Logs ${} per GB ingested. *Log GB* is what the function wrote to \
          stdout and stderr at its defaults; Lambda's own START, END and REPORT lines, the \
-         same for both per invocation, are left out.\n",
+         same for both per invocation, are left out (with failures Powertools makes more \
+         invocations, so a little more of its cost is left out).\n",
         a.messages,
         bench_allin::BATCH_SIZE,
         bench_allin::MEMORY_MB,
