@@ -1024,6 +1024,12 @@ mod tests {
     /// A breaker opened a while ago whose open period is over: half-open, no probe.
     async fn half_open_store() -> MemoryBreakerStore {
         let store = MemoryBreakerStore::default();
+        open_a_while_ago(&store).await;
+        store
+    }
+
+    /// Opens `store`'s breaker two seconds ago, for one: it is half-open now.
+    async fn open_a_while_ago(store: &MemoryBreakerStore) {
         let now = SystemTime::now();
         assert!(store
             .open(
@@ -1033,7 +1039,6 @@ mod tests {
             )
             .await
             .unwrap());
-        store
     }
 
     /// Only the downstream's answer decides a probe: a failure that never reached it
@@ -1830,15 +1835,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         // Another sandbox opened the breaker meanwhile, and its open period is over.
-        let now = SystemTime::now();
-        assert!(store
-            .open(
-                now - Duration::from_secs(1),
-                1,
-                now - Duration::from_secs(2)
-            )
-            .await
-            .unwrap());
+        open_a_while_ago(&store).await;
         release.add_permits(3);
         for call in calls {
             assert_eq!(

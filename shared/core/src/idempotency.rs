@@ -425,26 +425,9 @@ mod tests {
     /// without a word.
     #[tokio::test]
     async fn only_a_result_too_large_to_keep_is_warned_of() {
-        #[derive(Clone, Default)]
-        struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Logged {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let logged = Logged::default();
-        let writer = logged.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (logged, _guard) = crate::test_log::capture();
         let once = Idempotency::new(MemoryIdempotencyStore::default(), Duration::from_secs(3600));
-        let text = || String::from_utf8(logged.0.lock().unwrap().clone()).unwrap();
+        let text = || logged.text();
         once.once("small", || async { Ok(7u32) }).await.unwrap();
         once.once("none", || async { Ok(()) }).await.unwrap();
         assert!(!text().contains("too large"), "{}", text());

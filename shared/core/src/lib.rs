@@ -125,4 +125,6 @@ pub use processor::{handler_fn, DeadLettered, HandlerFn, ItemFn, Outcome, Proces
 pub use reqwest;
 
 #[cfg(test)]
+mod test_log;
+#[cfg(test)]
 mod unreachable_store_tests;

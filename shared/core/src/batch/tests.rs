@@ -155,38 +155,11 @@ async fn a_failed_timing_read_keeps_what_a_concurrent_one_learnt() {
     assert_eq!(engine.queue_timing(Some(arn)), Some(timing));
 }
 
-/// What is logged, as text.
-#[derive(Clone, Default)]
-struct Logged(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logged {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Logged {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
 /// Hiding records for their redelivery delay is a warning only when some could not be
 /// hidden: they come back sooner than spaced, and the line says why.
 #[test]
 fn records_that_could_not_be_hidden_are_warned_of_and_the_others_are_not() {
-    let logged = Logged::default();
-    let writer = logged.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logged, _guard) = crate::test_log::capture();
     super::spacing::log_hides(&[Ok(()), Ok(())], 2);
     let all = logged.text();
     assert!(all.contains("INFO") && !all.contains("WARN"), "{all}");
@@ -208,13 +181,7 @@ fn records_that_could_not_be_hidden_are_warned_of_and_the_others_are_not() {
 /// operator has of a record returned for retry.
 #[test]
 fn a_failed_record_is_logged_with_its_ids_class_and_signature_never_its_body() {
-    let logged = Logged::default();
-    let writer = logged.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (logged, _guard) = crate::test_log::capture();
     let item = WorkItem {
         item_id: "order-7".to_string(),
         receive_count: 3,
@@ -253,13 +220,7 @@ async fn a_spacing_that_leaves_the_last_delivery_no_room_in_the_retention_is_war
     // Five receives: 30 + 90 + 270 + 810 s of spacing at least; each delivery 600 s.
     assert_eq!(policy.least_span(5), Duration::from_secs(1_200));
     for (retention, warned) in [(1_500, true), (1_800, false)] {
-        let logged = Logged::default();
-        let writer = logged.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        let _guard = tracing::subscriber::set_default(subscriber);
+        let (logged, _guard) = crate::test_log::capture();
         let timing = crate::redelivery::QueueTiming {
             retention: Duration::from_secs(retention),
             visibility_timeout: Duration::from_secs(600),
